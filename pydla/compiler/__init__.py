@@ -1,0 +1,1 @@
+"""The compiler: ONNX model -> loadable (needs the ``onnx`` extra)."""

@@ -1,0 +1,86 @@
+"""Generating every output of a spec, and checking that committed outputs are not stale.
+
+The bundled specs generate into the package itself (``pydla/deviceapi/generated`` for Python,
+``pydla/deviceapi/include/pydla`` for C and C++) and those files are committed.
+
+Usage::
+
+    stale = generate_bundled(check=True)      # [] when every committed file is up to date
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydla.deviceapi.model import Spec
+from pydla.deviceapi.render import LANGUAGES, render
+from pydla.deviceapi.spec import bundled_specs_dir, load_spec
+
+# Order matters only for reading: imports come first.
+BUNDLED = ("headers", "device_api", "trace")
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Output:
+    """One generated file: which spec and language, where it goes, and its text."""
+
+    spec: Spec
+    language: str
+    path: Path
+    text: str
+
+    def is_current(self) -> bool:
+        return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
+
+
+def include_dir() -> Path:
+    """The directory to put on a C compiler's include path: ``#include "pydla/device_api.h"``."""
+    return PACKAGE_DIR / "include"
+
+
+def output_path(out_dir: Path | None, spec_name: str, language: str) -> Path:
+    """Where an output goes: the package's own places, or flat in ``out_dir``/pydla/ for C."""
+    suffix = LANGUAGES[language]
+    if out_dir is None:
+        base = PACKAGE_DIR / "generated" if language == "python" else include_dir() / "pydla"
+    else:
+        base = out_dir if language == "python" else out_dir / "pydla"
+    return base / f"{spec_name}{suffix}"
+
+
+def outputs_for(spec_file: Path, out_dir: Path | None = None,
+                languages: tuple[str, ...] = tuple(LANGUAGES)) -> list[Output]:
+    """Render ``spec_file`` into each of ``languages``."""
+    spec = load_spec(spec_file)
+    try:
+        source = spec_file.resolve().relative_to(PACKAGE_DIR.parent.parent).as_posix()
+    except ValueError:
+        source = spec_file.name
+    return [Output(spec, lang, output_path(out_dir, spec.name, lang), render(spec, lang, source))
+            for lang in languages]
+
+
+def bundled_outputs(out_dir: Path | None = None,
+                    languages: tuple[str, ...] = tuple(LANGUAGES)) -> list[Output]:
+    outputs: list[Output] = []
+    for name in BUNDLED:
+        outputs += outputs_for(bundled_specs_dir() / f"{name}.yaml", out_dir, languages)
+    return outputs
+
+
+def write(outputs: list[Output]) -> list[Output]:
+    """Write the outputs that differ from what is on disk; return those written."""
+    written = []
+    for out in outputs:
+        if not out.is_current():
+            out.path.parent.mkdir(parents=True, exist_ok=True)
+            out.path.write_text(out.text, encoding="utf-8")
+            written.append(out)
+    return written
+
+
+def stale(outputs: list[Output]) -> list[Output]:
+    """The outputs whose file is missing or differs from a fresh render."""
+    return [out for out in outputs if not out.is_current()]

@@ -1,0 +1,1 @@
+"""Generated contract modules (do not edit: run ``pydla deviceapi generate``)."""

@@ -1,0 +1,211 @@
+"""Reading a spec: YAML with ``!include``, source positions, and JSON-schema validation.
+
+Every mapping read from YAML is remembered with the file and line it came from, so that a problem
+found later (by the schema or by a semantic rule) can name the place to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from pydla.errors import DlaError, NvError
+
+MAX_INCLUDE_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is: file and line, then module, item and field names where known."""
+
+    file: str
+    line: int | None = None
+    module: str | None = None
+    item_kind: str | None = None
+    item: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line is not None else "")
+        parts = []
+        if self.module:
+            parts.append(f"module '{self.module}'")
+        if self.item:
+            parts.append(f"{self.item_kind or 'item'} '{self.item}'")
+        if self.field:
+            parts.append(f"field '{self.field}'")
+        return where + (": " + ", ".join(parts) if parts else "")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec: the rule it breaks, where, and what to do."""
+
+    rule: str
+    location: Location
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message} [{self.rule}]"
+
+
+class SpecError(DlaError):
+    """A spec that cannot be used; ``problems`` lists every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(NvError.BadValue, f"{len(self.problems)} problem(s) in the spec:\n{lines}")
+
+    @property
+    def rules(self) -> list[str]:
+        return [p.rule for p in self.problems]
+
+
+@dataclass
+class SourceMap:
+    """The file and line of each mapping (keyed by object identity) and of each included list."""
+
+    positions: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    def of(self, obj: object) -> tuple[str, int] | None:
+        return self.positions.get(id(obj))
+
+
+def _make_loader(path: Path, source_map: SourceMap, chain: tuple[Path, ...]) -> type[yaml.SafeLoader]:
+    file_name = str(path)
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+        data: dict[Any, Any] = {}
+        source_map.positions[id(data)] = (file_name, node.start_mark.line + 1)
+        yield data
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise DlaError(
+                    NvError.BadValue,
+                    f"{file_name}:{key_node.start_mark.line + 1}: key '{key}' appears twice in one "
+                    f"mapping (first at line {seen[key]})",
+                )
+            seen[key] = key_node.start_mark.line + 1
+        data.update(loader.construct_mapping(node))
+
+    def construct_include(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise DlaError(
+                NvError.BadValue,
+                f"{file_name}:{node.start_mark.line + 1}: !include takes a file name",
+            )
+        target = (path.parent / str(loader.construct_scalar(node))).resolve()
+        where = f"{file_name}:{node.start_mark.line + 1}"
+        if target in chain:
+            cycle = " -> ".join(str(p) for p in (*chain, target))
+            raise DlaError(NvError.BadValue, f"{where}: !include cycle: {cycle}")
+        if len(chain) >= MAX_INCLUDE_DEPTH:
+            raise DlaError(NvError.BadValue, f"{where}: !include nested deeper than {MAX_INCLUDE_DEPTH}")
+        included = _load(target, source_map, chain, where)
+        if isinstance(included, list):
+            for item in included:
+                if isinstance(item, dict) and id(item) not in source_map.positions:
+                    source_map.positions[id(item)] = (str(target), 1)
+        return included
+
+    Loader.add_constructor("tag:yaml.org,2002:map", construct_map)
+    Loader.add_constructor("!include", construct_include)
+    return Loader
+
+
+def _load(path: Path, source_map: SourceMap, chain: tuple[Path, ...], where: str | None) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        prefix = f"{where}: " if where else ""
+        raise DlaError(NvError.FileOperationFailed, f"{prefix}cannot read spec {path}: {e.strerror}") from e
+    loader = _make_loader(path, source_map, (*chain, path))
+    try:
+        return yaml.load(text, Loader=loader)  # our Loader derives from SafeLoader
+    except yaml.YAMLError as e:
+        raise DlaError(NvError.BadValue, f"{path}: not valid YAML: {e}") from e
+
+
+def load_yaml(path: str | Path) -> tuple[Any, SourceMap]:
+    """Load a YAML spec file, following ``!include`` (relative to the including file).
+
+    Usage: ``doc, where = load_yaml("pydla/deviceapi/specs/device_api.yaml")``
+    """
+    source_map = SourceMap()
+    resolved = Path(path).resolve()
+    return _load(resolved, source_map, (), None), source_map
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON schema every spec is validated against (shipped in the package)."""
+    text = resources.files("pydla.deviceapi").joinpath("schema/deviceapi.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+_ITEM_KINDS = {
+    "Enums": "enum",
+    "Structs": "struct",
+    "Messages": "message",
+    "TraceEvents": "trace event",
+}
+
+
+def locate(doc: Any, path: list[Any], source_map: SourceMap, default_file: str) -> Location:
+    """Turn a JSON path into the spec (``Modules/0/Messages/2/Fields/1``) into a Location."""
+    module = item = item_kind = field_name = None
+    position = source_map.of(doc)
+    node = doc
+    parent_key: Any = None
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            break
+        if isinstance(node, dict):
+            position = source_map.of(node) or position
+            name = node.get("Name")
+            name = name if isinstance(name, str) else None
+            if parent_key == "Modules":
+                module = name
+            elif parent_key in _ITEM_KINDS:
+                item_kind, item = _ITEM_KINDS[parent_key], name
+            elif parent_key in ("Fields", "Members"):
+                field_name = name
+        parent_key = key
+    file, line = position if position else (default_file, None)
+    return Location(file, line, module, item_kind, item, field_name)
+
+
+def schema_problems(doc: Any, source_map: SourceMap, default_file: str) -> list[Problem]:
+    """Every schema violation in ``doc``, each with its location."""
+    validator = jsonschema.Draft202012Validator(load_schema())
+    problems = []
+    for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        path = list(error.absolute_path)
+        where = locate(doc, path, source_map, default_file)
+        json_path = "/".join(str(p) for p in path) or "(top level)"
+        problems.append(Problem("schema", where, f"{json_path}: {_schema_message(error)}"))
+    return problems
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties" and isinstance(error.schema, dict):
+        return f"{error.message} (allowed: {', '.join(sorted(error.schema.get('properties', {})))})"
+    if error.validator == "not" and isinstance(error.schema, dict):
+        required = error.schema.get("not", {}).get("required")
+        if required:
+            return f"'{required[0]}' is not allowed with this Type"
+    return str(error.message)

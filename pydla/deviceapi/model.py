@@ -1,0 +1,165 @@
+"""The checked, laid-out form of a spec that the generators render and the hash describes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydla.deviceapi.loader import Location
+from pydla.deviceapi.types import SCALARS
+
+# What a struct-like item is: a plain struct (descriptors, headers), a message or a trace event.
+STRUCT, MESSAGE, TRACE_EVENT = "struct", "message", "trace event"
+COMMAND, RESPONSE, EVENT = "Command", "Response", "Event"
+MESSAGE_TYPE_CODES = {COMMAND: 1, RESPONSE: 2, EVENT: 3}
+HEADER_OF = {COMMAND: "command_header_t", RESPONSE: "response_header_t", EVENT: "event_header_t"}
+
+
+@dataclass
+class Field:
+    """A field: ``kind`` is scalar, enum, struct or string; ``type_name`` names the type."""
+
+    name: str
+    kind: str
+    type_name: str
+    count: int | None
+    length: int | None
+    description: str
+    location: Location
+    offset: int = 0
+    size: int = 0
+    align: int = 1
+
+    @property
+    def is_array(self) -> bool:
+        return self.count is not None
+
+
+@dataclass
+class EnumMember:
+    name: str
+    value: int
+    description: str
+
+
+@dataclass
+class EnumDef:
+    name: str
+    storage: str
+    members: list[EnumMember]
+    description: str
+    module: str
+    location: Location
+    spec: str = ""
+
+    @property
+    def size(self) -> int:
+        return SCALARS[self.storage].size
+
+
+@dataclass
+class StructDef:
+    """A struct, a message (whose first field is its header) or a trace event payload."""
+
+    name: str
+    category: str
+    fields: list[Field]
+    description: str
+    module: str
+    location: Location
+    msg_id: int | None = None
+    msg_type: str | None = None
+    command: str | None = None
+    spec: str = ""
+    size: int = 0
+    align: int = 1
+
+    @property
+    def payload(self) -> list[Field]:
+        """The fields after the header for a message; every field otherwise."""
+        return self.fields[1:] if self.category == MESSAGE else self.fields
+
+
+@dataclass
+class Spec:
+    """A whole spec after checking: its own items, plus the items it imports from ``imports``."""
+
+    name: str
+    version: tuple[int, int, int]
+    description: str
+    file: str
+    enums: list[EnumDef] = field(default_factory=list)
+    structs: list[StructDef] = field(default_factory=list)
+    messages: list[StructDef] = field(default_factory=list)
+    trace_events: list[StructDef] = field(default_factory=list)
+    imports: list[Spec] = field(default_factory=list)
+    retired_message_ids: list[int] = field(default_factory=list)
+    retired_trace_event_ids: list[int] = field(default_factory=list)
+
+    @property
+    def version_string(self) -> str:
+        return ".".join(map(str, self.version))
+
+    @property
+    def all_structs(self) -> list[StructDef]:
+        return [*self.structs, *self.messages, *self.trace_events]
+
+    @property
+    def all_items(self) -> list[EnumDef | StructDef]:
+        return [*self.enums, *self.all_structs]
+
+    def find_struct(self, name: str) -> StructDef | None:
+        for spec in (self, *self.imports):
+            for s in spec.all_structs:
+                if s.name == name:
+                    return s
+        return None
+
+    def find_enum(self, name: str) -> EnumDef | None:
+        for spec in (self, *self.imports):
+            for e in spec.enums:
+                if e.name == name:
+                    return e
+        return None
+
+    def canonical(self) -> dict[str, Any]:
+        """Names, types, sizes, offsets and ids: what the layout hash covers (no descriptions)."""
+
+        def fields(s: StructDef) -> list[list[Any]]:
+            return [[f.name, f.kind, f.type_name, f.count, f.length, f.offset, f.size] for f in s.fields]
+
+        def struct(s: StructDef) -> dict[str, Any]:
+            return {
+                "name": s.name,
+                "category": s.category,
+                "size": s.size,
+                "align": s.align,
+                "id": s.msg_id,
+                "type": s.msg_type,
+                "command": s.command,
+                "fields": fields(s),
+            }
+
+        return {
+            "name": self.name,
+            "imports": {spec.name: spec.layout_hash for spec in self.imports},
+            "enums": sorted(
+                ([e.name, e.storage, [[m.name, m.value] for m in e.members]] for e in self.enums),
+                key=lambda e: str(e[0]),
+            ),
+            "structs": sorted((struct(s) for s in self.all_structs), key=lambda s: str(s["name"])),
+            "retired": [sorted(self.retired_message_ids), sorted(self.retired_trace_event_ids)],
+        }
+
+    @property
+    def layout_hash(self) -> str:
+        """sha256 (hex) of the canonical layout description."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def layout_hash64(self) -> int:
+        """The first 64 bits of the layout hash, for binary fields (version replies, ring headers)."""
+        return int(self.layout_hash[:16], 16)

@@ -1,0 +1,172 @@
+"""Rendering a checked spec into Python ctypes, a C header and a C++ header with Jinja2.
+
+The templates use the seed's delimiters (``<% %>`` statements, ``<< >>`` expressions) so that the
+braces of C stay readable. A template sees the spec as ``spec`` and the helper :class:`Gen` as ``g``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+
+from pydla.deviceapi.model import MESSAGE, EnumDef, Field, Spec, StructDef
+from pydla.deviceapi.types import SCALARS
+
+LANGUAGES = {"python": ".py", "c": ".h", "cpp": ".hpp"}
+_TEMPLATES = {"python": "python.py.jinja", "c": "c.h.jinja", "cpp": "cpp.hpp.jinja"}
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("pydla.deviceapi", "templates"),
+        block_start_string="<%",
+        block_end_string="%>",
+        variable_start_string="<<",
+        variable_end_string=">>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+
+
+def render(spec: Spec, language: str, source: str) -> str:
+    """The text of ``spec`` in ``language`` (python, c or cpp); ``source`` names the spec file."""
+    template = environment().get_template(_TEMPLATES[language])
+    return template.render(spec=spec, g=Gen(spec, source))
+
+
+@dataclass
+class Gen:
+    """Helpers the templates call: type spellings, ordering, imports, literals."""
+
+    spec: Spec
+    source: str
+
+    # -- ordering and ownership ----------------------------------------------------------------
+
+    def ordered_structs(self) -> list[StructDef]:
+        """This spec's structs, messages and trace events, each after the structs it contains."""
+        own = {s.name: s for s in self.spec.all_structs}
+        done: dict[str, StructDef] = {}
+
+        def visit(s: StructDef) -> None:
+            if s.name in done:
+                return
+            for f in s.fields:
+                if f.kind == "struct" and f.type_name in own:
+                    visit(own[f.type_name])
+            done[s.name] = s
+
+        for s in self.spec.all_structs:
+            visit(s)
+        return list(done.values())
+
+    def owner(self, name: str) -> Spec | None:
+        """The imported spec that defines ``name``; None when this spec does."""
+        for spec in self.spec.imports:
+            if any(x.name == name for x in spec.all_items):
+                return spec
+        return None
+
+    def external_names(self) -> dict[str, list[str]]:
+        """Imported spec name -> the names this spec's fields use from it."""
+        used: dict[str, list[str]] = {}
+        for s in self.spec.all_structs:
+            for f in s.fields:
+                if f.kind in ("enum", "struct"):
+                    spec = self.owner(f.type_name)
+                    if spec is not None and f.type_name not in used.setdefault(spec.name, []):
+                        used[spec.name].append(f.type_name)
+        return {k: sorted(v) for k, v in sorted(used.items())}
+
+    def used_imports(self) -> list[str]:
+        return list(self.external_names())
+
+    # -- Python ------------------------------------------------------------------------------------
+
+    def py_type(self, f: Field) -> str:
+        if f.kind == "scalar":
+            base = "ctypes." + SCALARS[f.type_name].ctypes_name
+        elif f.kind == "enum":
+            enum_def = self.spec.find_enum(f.type_name)
+            assert enum_def is not None
+            base = "ctypes." + SCALARS[enum_def.storage].ctypes_name
+        elif f.kind == "string":
+            return f"ctypes.c_char * {f.length}"
+        else:
+            base = f.type_name
+        return f"{base} * {f.count}" if f.is_array else base
+
+    def py_enums(self, s: StructDef) -> list[tuple[str, str]]:
+        return [(f.name, f.type_name) for f in s.fields if f.kind == "enum"]
+
+    def py_f16(self, s: StructDef) -> list[str]:
+        return [f.name for f in s.fields if f.kind == "scalar" and f.type_name == "f16"]
+
+    def uses_enums(self) -> bool:
+        return bool(self.spec.enums) or any(self.py_enums(s) for s in self.spec.all_structs)
+
+    def py_base(self, s: StructDef) -> str:
+        return "Message" if s.category == MESSAGE else "Record"
+
+    # -- C and C++ ------------------------------------------------------------------------------------
+
+    def macro_prefix(self) -> str:
+        return self.spec.name.upper()
+
+    def c_type(self, f: Field, cpp: bool = False) -> str:
+        if f.kind == "scalar":
+            return SCALARS[f.type_name].c_type
+        if f.kind == "string":
+            return "char"
+        owner = self.owner(f.type_name)
+        if cpp and owner is not None:
+            return f"::pydla::{owner.name}::{f.type_name}"
+        return f.type_name
+
+    def c_decl(self, f: Field, cpp: bool = False) -> str:
+        suffix = f"[{f.length}]" if f.kind == "string" else (f"[{f.count}]" if f.is_array else "")
+        return f"{self.c_type(f, cpp)} {f.name}{suffix}"
+
+    @staticmethod
+    def c_type_of_storage(storage: str) -> str:
+        return SCALARS[storage].c_type
+
+    @staticmethod
+    def enum_prefix(e: EnumDef) -> str:
+        base = e.name[:-2] if e.name.endswith(("_e", "_t")) else e.name
+        return base.upper()
+
+    @staticmethod
+    def c_literal(storage: str, value: int) -> str:
+        scalar = SCALARS[storage]
+        if scalar.signed:
+            if scalar.size == 8:
+                if value == scalar.min_value:
+                    return f"(INT64_C({value + 1}) - 1)"
+                return f"INT64_C({value})"
+            return f"({value})"
+        return f"UINT64_C({value})" if scalar.size == 8 else f"{value}u"
+
+    @staticmethod
+    def comment(text: str) -> str:
+        """One line of description, safe inside a C comment or a Python docstring."""
+        text = " ".join(text.replace("*/", "* /").replace('"""', "'''").split())
+        return text[:-1] if text.endswith(".") else text
+
+    def doc(self, f: Field) -> str:
+        parts = [f"offset {f.offset}, {f.size} byte{'s' if f.size != 1 else ''}"]
+        if f.kind == "enum":
+            parts.append(f.type_name)
+        if f.kind == "scalar" and f.type_name == "f16":
+            parts.append("IEEE-754 binary16 bits")
+        if f.kind == "scalar" and f.type_name == "bool":
+            parts.append("bool")
+        if f.description:
+            parts.append(self.comment(f.description))
+        return "; ".join(parts)

@@ -1,0 +1,380 @@
+"""Turning a loaded YAML document into a checked, laid-out :class:`Spec`.
+
+The schema says what may be written; this module enforces what the schema cannot: the seed's rules
+for messages and trace events, unique names and ids, type references, alignment. Every problem is
+collected with its location and reported together in one :class:`SpecError`.
+
+Usage::
+
+    spec = load_spec("pydla/deviceapi/specs/device_api.yaml")
+    print(spec.version_string, spec.layout_hash)
+"""
+
+from __future__ import annotations
+
+import itertools
+import keyword
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydla.deviceapi.loader import (
+    Location,
+    Problem,
+    SourceMap,
+    SpecError,
+    load_yaml,
+    schema_problems,
+)
+from pydla.deviceapi.model import (
+    COMMAND,
+    HEADER_OF,
+    MESSAGE,
+    RESPONSE,
+    STRUCT,
+    TRACE_EVENT,
+    EnumDef,
+    EnumMember,
+    Field,
+    Spec,
+    StructDef,
+)
+from pydla.deviceapi.types import SCALARS, canonical_scalar
+
+HEADERS_SPEC = "headers"
+
+# Names that would not compile in one of the targets.
+_RESERVED = frozenset(keyword.kwlist) | frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union
+    unsigned void volatile while bool true false class namespace template typename public private
+    protected virtual operator new delete this friend using try catch throw export mutable explicit
+    nullptr constexpr decltype noexcept alignas alignof static_assert thread_local char16_t char32_t
+    uint8_t uint16_t uint32_t uint64_t int8_t int16_t int32_t int64_t size_t""".split()  # noqa: SIM905
+)
+
+
+def bundled_specs_dir() -> Path:
+    """The directory of the specs that ship with pydla."""
+    return Path(str(resources.files("pydla.deviceapi").joinpath("specs")))
+
+
+@cache
+def headers_spec() -> Spec:
+    """The message and trace-ring headers every other spec builds on."""
+    return load_spec(bundled_specs_dir() / f"{HEADERS_SPEC}.yaml")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load, validate and lay out the spec in ``path``; raise SpecError listing every problem."""
+    doc, source_map = load_yaml(path)
+    file = str(Path(path))
+    problems = schema_problems(doc, source_map, file)
+    if problems:
+        raise SpecError(problems)
+    imports = [] if doc["Name"] == HEADERS_SPEC else [headers_spec()]
+    for name in doc.get("Imports", []):
+        imports.append(_import_spec(Path(path).resolve().parent, name, file))
+    return _Builder(doc, source_map, file, imports).build()
+
+
+def _import_spec(directory: Path, name: str, file: str) -> Spec:
+    """An imported spec: ``<name>.yaml`` beside the importing spec, else a bundled one."""
+    for candidate in (directory / f"{name}.yaml", bundled_specs_dir() / f"{name}.yaml"):
+        if candidate.is_file():
+            return _load_cached(str(candidate.resolve()))
+    problem = Problem("unknown-import", Location(file), f"no spec '{name}' to import: looked for "
+                      f"{name}.yaml in {directory} and in the bundled specs")
+    raise SpecError([problem])
+
+
+@cache
+def _load_cached(path: str) -> Spec:
+    return load_spec(path)
+
+
+class _Builder:
+    def __init__(self, doc: dict[str, Any], source_map: SourceMap, file: str, imports: list[Spec]):
+        self.doc = doc
+        self.source_map = source_map
+        self.file = file
+        major, minor, patch = (int(p) for p in doc["Version"].split("."))
+        self.spec = Spec(
+            name=doc["Name"],
+            version=(major, minor, patch),
+            description=doc.get("Description", ""),
+            file=file,
+            imports=imports,
+            retired_message_ids=list(doc.get("RetiredMessageIds", [])),
+            retired_trace_event_ids=list(doc.get("RetiredTraceEventIds", [])),
+        )
+        self.problems: list[Problem] = []
+        self._laid_out: set[str] = set()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def where(self, obj: Any, module: str | None = None, kind: str | None = None,
+              item: str | None = None, field: str | None = None) -> Location:
+        file, line = self.source_map.of(obj) or (self.file, None)
+        return Location(file, line, module, kind, item, field)
+
+    def problem(self, rule: str, location: Location, message: str) -> None:
+        self.problems.append(Problem(rule, location, message))
+
+    def check_identifier(self, name: str, location: Location, what: str) -> None:
+        if name in _RESERVED:
+            self.problem("reserved-name", location,
+                         f"{what} '{name}' is a keyword or type name in C, C++ or Python; rename it")
+
+    # -- building ---------------------------------------------------------------------------------
+
+    def build(self) -> Spec:
+        names: dict[str, Location] = {}
+        for spec in self.spec.imports:
+            for item in spec.all_items:
+                names[item.name] = item.location
+        for module in self.doc["Modules"]:
+            mname = module["Name"]
+            for raw in module.get("Enums", []):
+                self.add_enum(raw, mname, names)
+            for key, category in (("Structs", STRUCT), ("Messages", MESSAGE),
+                                  ("TraceEvents", TRACE_EVENT)):
+                for raw in module.get(key, []):
+                    self.add_struct(raw, mname, category, names)
+        self.check_ids(self.spec.messages, self.spec.retired_message_ids, "message")
+        self.check_ids(self.spec.trace_events, self.spec.retired_trace_event_ids, "trace event")
+        self.check_responses()
+        for s in self.spec.all_structs:
+            self.layout(s, ())
+        self.check_message_rules()
+        if self.problems:
+            raise SpecError(self.problems)
+        return self.spec
+
+    def claim_name(self, name: str, where: Location, names: dict[str, Location], what: str) -> None:
+        self.check_identifier(name, where, what)
+        if name in names:
+            self.problem("duplicate-name", where,
+                         f"{what} name '{name}' is already used at {names[name]}")
+        else:
+            names[name] = where
+
+    def add_enum(self, raw: dict[str, Any], module: str, names: dict[str, Location]) -> None:
+        name = raw["Name"]
+        where = self.where(raw, module, "enum", name)
+        self.claim_name(name, where, names, "enum")
+        storage = canonical_scalar(raw["Storage"])
+        assert storage is not None  # the schema allows integer storage types only
+        scalar = SCALARS[storage]
+        members: list[EnumMember] = []
+        seen_names: set[str] = set()
+        seen_values: dict[int, str] = {}
+        for m in raw["Members"]:
+            at = self.where(m, module, "enum", name, m["Name"])
+            value = m["Value"]
+            self.check_identifier(m["Name"], at, "enum member")
+            if m["Name"] in seen_names:
+                self.problem("duplicate-member", at, f"member '{m['Name']}' appears twice")
+            if value in seen_values:
+                self.problem("duplicate-value", at,
+                             f"value {value} is already taken by member '{seen_values[value]}'")
+            if not scalar.signed and value < 0:
+                self.problem("enum-negative", at,
+                             f"value {value} is negative but the storage type {storage} is unsigned")
+            elif not scalar.min_value <= value <= scalar.max_value:
+                self.problem("enum-range", at,
+                             f"value {value} does not fit the storage type {storage} "
+                             f"({scalar.min_value}..{scalar.max_value})")
+            seen_names.add(m["Name"])
+            seen_values.setdefault(value, m["Name"])
+            members.append(EnumMember(m["Name"], value, m.get("Description", "")))
+        self.spec.enums.append(EnumDef(name, storage, members, raw.get("Description", ""), module,
+                                       where, self.spec.name))
+
+    def add_struct(self, raw: dict[str, Any], module: str, category: str,
+                   names: dict[str, Location]) -> None:
+        name = raw["Name"]
+        where = self.where(raw, module, category, name)
+        self.claim_name(name, where, names, category)
+        fields: list[Field] = []
+        msg_type = raw.get("Type") if category == MESSAGE else None
+        if msg_type is not None:
+            fields.append(Field("header", "struct", HEADER_OF[msg_type], None, None,
+                                "message header", where))
+        seen: set[str] = set()
+        for f in raw.get("Fields", []):
+            at = self.where(f, module, category, name, f["Name"])
+            self.check_identifier(f["Name"], at, "field")
+            if f["Name"] in seen or (msg_type is not None and f["Name"] == "header"):
+                self.problem("duplicate-field", at, f"field '{f['Name']}' appears twice"
+                             + (" ('header' is the message header)" if f["Name"] == "header" else ""))
+            seen.add(f["Name"])
+            fields.append(self.make_field(f, at))
+        struct = StructDef(name, category, fields, raw.get("Description", ""), module, where,
+                           raw.get("Id"), msg_type, raw.get("Command"), self.spec.name)
+        {STRUCT: self.spec.structs, MESSAGE: self.spec.messages,
+         TRACE_EVENT: self.spec.trace_events}[category].append(struct)
+
+    def make_field(self, f: dict[str, Any], at: Location) -> Field:
+        type_ = f["Type"]
+        if type_ == "enum":
+            kind, type_name = "enum", f["Enum"]
+        elif type_ == "struct":
+            kind, type_name = "struct", f["Struct"]
+        elif type_ == "string":
+            kind, type_name = "string", "char"
+        else:
+            kind, type_name = "scalar", canonical_scalar(type_) or type_
+        if "Storage" in f and canonical_scalar(f["Storage"]) != "u8":
+            self.problem("bool-storage", at,
+                         f"bools are stored as u8, not {f['Storage']}; drop 'Storage' or use u8")
+        return Field(f["Name"], kind, type_name, f.get("Count"), f.get("Length"),
+                     f.get("Description", ""), at)
+
+    # -- ids and responses --------------------------------------------------------------------------
+
+    def check_ids(self, items: list[StructDef], retired: list[int], what: str) -> None:
+        seen: dict[int, str] = {}
+        for s in items:
+            assert s.msg_id is not None
+            if s.msg_id in seen:
+                self.problem("duplicate-id", s.location,
+                             f"{what} id {s.msg_id} is already used by '{seen[s.msg_id]}'")
+            elif s.msg_id in retired:
+                self.problem("retired-id", s.location,
+                             f"{what} id {s.msg_id} is retired and may not be reused; take a new id")
+            seen.setdefault(s.msg_id, s.name)
+
+    def check_responses(self) -> None:
+        by_name = {m.name: m for m in self.spec.messages}
+        answered: dict[str, str] = {}
+        for m in self.spec.messages:
+            if m.msg_type != RESPONSE:
+                if m.command is not None:
+                    self.problem("response-command", m.location,
+                                 f"only a Response names a Command; this is a {m.msg_type}")
+                continue
+            if m.command is None:
+                self.problem("response-command", m.location,
+                             "a Response must name the Command it answers ('Command: <name>')")
+                continue
+            cmd = by_name.get(m.command)
+            if cmd is None:
+                self.problem("response-command", m.location,
+                             f"answers Command '{m.command}', which this spec does not define")
+            elif cmd.msg_type != COMMAND:
+                self.problem("response-command", m.location,
+                             f"answers '{m.command}', which is a {cmd.msg_type}, not a Command")
+            elif m.command in answered:
+                self.problem("response-command", m.location,
+                             f"Command '{m.command}' is already answered by '{answered[m.command]}'")
+            else:
+                answered[m.command] = m.name
+
+    # -- layout -------------------------------------------------------------------------------------
+
+    def layout(self, s: StructDef, chain: tuple[str, ...]) -> bool:
+        """Compute offsets and sizes; return False when the struct could not be laid out."""
+        if s.name in self._laid_out:
+            return True
+        if s.name in chain:
+            self.problem("recursive-struct", s.location,
+                         "struct contains itself: " + " -> ".join((*chain, s.name)))
+            return False
+        offset, align, ok = 0, 1, True
+        for f in s.fields:
+            if f.kind == "scalar":
+                size = f.align = SCALARS[f.type_name].size
+            elif f.kind == "string":
+                assert f.length is not None
+                size, f.align = f.length, 1
+            elif f.kind == "enum":
+                e = self.spec.find_enum(f.type_name)
+                if e is None:
+                    self.unknown(f, "enum")
+                    ok = False
+                    continue
+                size = f.align = e.size
+            else:
+                inner = self.spec.find_struct(f.type_name)
+                if inner is None or inner.category != STRUCT:
+                    self.unknown(f, "struct", inner)
+                    ok = False
+                    continue
+                if not self.layout(inner, (*chain, s.name)):
+                    ok = False
+                    continue
+                size, f.align = inner.size, inner.align
+            f.size = size * (f.count or 1)
+            if offset % f.align:
+                self.problem("alignment", f.location,
+                             f"offset {offset} is not a multiple of the field's alignment {f.align}; "
+                             "reorder the fields or add a reserved field before it")
+            f.offset = offset
+            offset += f.size
+            align = max(align, f.align)
+        s.size, s.align = offset, align
+        if ok and s.category == STRUCT and offset % align:
+            self.problem("struct-size", s.location,
+                         f"size {offset} is not a multiple of the struct's alignment {align}; add "
+                         f"{align - offset % align} reserved byte(s) at the end so arrays stay aligned")
+        if ok:
+            self._laid_out.add(s.name)
+        return ok
+
+    def unknown(self, f: Field, what: str, found: StructDef | None = None) -> None:
+        if found is not None:
+            self.problem("unknown-type", f.location,
+                         f"'{f.type_name}' is a {found.category}, not a struct a field can hold")
+        else:
+            self.problem("unknown-type", f.location, f"no {what} named '{f.type_name}'")
+
+    # -- the seed's rules for messages and trace events ------------------------------------------
+
+    def check_message_rules(self) -> None:
+        checked_structs: set[str] = set()
+        for s in (*self.spec.messages, *self.spec.trace_events):
+            self.check_fields_of_wire_item(s, s.payload, is_log=s.category == TRACE_EVENT)
+            for f in s.payload:
+                if f.kind != "struct":
+                    continue
+                inner = self.spec.find_struct(f.type_name)
+                if inner is None or inner.name in checked_structs or inner.spec != self.spec.name:
+                    continue
+                checked_structs.add(inner.name)
+                for g in inner.fields:
+                    if g.kind == "struct" or g.is_array:
+                        self.problem(
+                            "struct-nesting", g.location,
+                            f"struct '{inner.name}' is used by {s.category} '{s.name}', so it may "
+                            "hold only scalars and enums (one level of nesting, no arrays)")
+                    elif g.kind == "string":
+                        self.problem("string-position", g.location,
+                                     f"struct '{inner.name}' is used by {s.category} '{s.name}'; "
+                                     "strings may only be the last field of a trace (log) event")
+                self.check_order(inner, inner.fields)
+
+    def check_fields_of_wire_item(self, s: StructDef, payload: list[Field], is_log: bool) -> None:
+        for i, f in enumerate(payload):
+            if f.is_array:
+                self.problem("message-array", f.location,
+                             f"arrays are not allowed in a {s.category}; use a struct outside "
+                             "messages (a descriptor) and pass its address")
+            if f.kind == "string":
+                if not is_log:
+                    self.problem("string-position", f.location,
+                                 "strings may only be the last field of a trace (log) event, "
+                                 f"not part of a {s.category}")
+                elif i != len(payload) - 1:
+                    self.problem("string-position", f.location,
+                                 "a string must be the last field of a trace (log) event")
+        self.check_order(s, [f for f in payload if f.kind != "string"])
+
+    def check_order(self, s: StructDef, fields: list[Field]) -> None:
+        for prev, f in itertools.pairwise(fields):
+            if f.align > prev.align:
+                self.problem(
+                    "field-order", f.location,
+                    f"fields of a {s.category} go in decreasing size order: '{f.name}' "
+                    f"({f.align} bytes) follows '{prev.name}' ({prev.align} bytes)")

@@ -1,0 +1,1 @@
+"""ELF tooling: control-code and kernel ELF readers (pyelftools) and an ELF writer."""

@@ -1,0 +1,1 @@
+"""The virtual device: registers, IOMMU, interrupts and the functional blocks."""

@@ -1,0 +1,1 @@
+"""The loadable: the compiled-network container and the run recipe."""

@@ -1,0 +1,1 @@
+"""UMD portability layer: the NvDla* interface and its ports (in-process, Linux)."""

@@ -1,0 +1,1 @@
+"""User-mode driver: IRuntime, ISync, ILoadable and the run-recipe runner (issue: the UMD)."""
