@@ -1,0 +1,5 @@
+import sys
+
+from pydla.cli import main
+
+sys.exit(main())

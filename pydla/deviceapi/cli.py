@@ -1,0 +1,181 @@
+"""``pydla deviceapi ...``: generate, check, inspect and diff binary contracts; decode trace rings."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydla.errors import DlaError, NvError
+
+_LANGS = ("python", "c", "cpp")
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "deviceapi", help="binary contracts: generate code from specs, check, diff, decode traces",
+        description="Binary contracts declared once in YAML and generated into Python ctypes, C "
+                    "and C++. Without --spec, commands work on the specs bundled with pydla.")
+    sub = p.add_subparsers(dest="deviceapi_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    g = sub.add_parser("generate", help="write (or with --check, verify) the generated files",
+                       description="Render specs into Python, C and C++. Without --spec: the bundled "
+                                   "specs, into the package (the committed generated files).")
+    g.add_argument("--spec", action="append", type=Path, metavar="FILE",
+                   help="a spec to generate (repeatable); default: the bundled specs")
+    g.add_argument("--out-dir", type=Path, metavar="DIR",
+                   help="write here instead (Python as DIR/NAME.py, C and C++ as DIR/pydla/NAME.h[pp])")
+    g.add_argument("--lang", default=",".join(_LANGS),
+                   help="comma-separated languages among python, c, cpp (default: all)")
+    g.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 and list the files that are missing or stale")
+    g.set_defaults(func=_generate)
+
+    v = sub.add_parser("validate", help="check specs against the schema and the rules",
+                       description="Prints 'valid' per spec, or every problem with its location.")
+    v.add_argument("specs", nargs="+", type=Path, metavar="SPEC")
+    v.set_defaults(func=_validate)
+
+    lay = sub.add_parser("layout", help="print the offset and size of every field",
+                         description="The laid-out form of a spec: sizes, offsets, ids, hash.")
+    lay.add_argument("spec", type=Path, metavar="SPEC")
+    lay.set_defaults(func=_layout)
+
+    d = sub.add_parser("diff", help="the change set between two spec versions and the bump it needs",
+                       description="Exit 1 when NEW's version bump is smaller than the changes require.")
+    d.add_argument("old", type=Path, metavar="OLD.yaml")
+    d.add_argument("new", type=Path, metavar="NEW.yaml")
+    d.set_defaults(func=_diff)
+
+    t = sub.add_parser("trace", help="decode a trace ring dumped from a device",
+                       description="Decode the trace ring in FILE into text or JSON lines.")
+    t.add_argument("file", type=Path, metavar="FILE")
+    t.add_argument("--format", choices=("text", "jsonl"), default="text")
+    t.add_argument("--api", default="trace",
+                   help="the generated contract that defines the events (default: trace)")
+    t.add_argument("--since", type=int, default=None,
+                   help="the head of an earlier read: show only newer entries")
+    t.set_defaults(func=_trace)
+
+    inc = sub.add_parser("include-dir", help="print the directory to add to a C/C++ include path")
+    inc.set_defaults(func=_include_dir)
+
+
+def _codegen() -> Any:
+    try:
+        from pydla.deviceapi import generate
+    except ImportError as e:
+        raise DlaError(NvError.NotSupported,
+                       f"this command needs the code generator's packages ({e.name} is missing): "
+                       "pip install 'pydla[codegen]'") from e
+    return generate
+
+
+def _languages(text: str) -> tuple[str, ...]:
+    langs = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in langs if x not in _LANGS]
+    if bad or not langs:
+        raise DlaError(NvError.BadParameter,
+                       f"--lang {text!r}: choose among {', '.join(_LANGS)}")
+    return langs
+
+
+def _generate(args: argparse.Namespace) -> int:
+    gen = _codegen()
+    langs = _languages(args.lang)
+    if args.spec:
+        outputs = []
+        for spec in args.spec:
+            outputs += gen.outputs_for(spec, args.out_dir, langs)
+    else:
+        outputs = gen.bundled_outputs(args.out_dir, langs)
+    if args.check:
+        stale = gen.stale(outputs)
+        for out in stale:
+            print(f"stale: {out.path} (run: pydla deviceapi generate)")
+        if stale:
+            return 1
+        print(f"{len(outputs)} generated files are up to date")
+        return 0
+    written = {id(o) for o in gen.write(outputs)}
+    for out in outputs:
+        state = "written  " if id(out) in written else "unchanged"
+        print(f"{state} {out.path}  ({out.spec.name} {out.spec.version_string}, "
+              f"layout {out.spec.layout_hash[:16]})")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    _codegen()
+    from pydla.deviceapi.loader import SpecError
+    from pydla.deviceapi.spec import load_spec
+
+    failed = 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as e:
+            failed += 1
+            print(f"{path}: {len(e.problems)} problem(s)")
+            for p in e.problems:
+                print(f"  {p}")
+            continue
+        print(f"{path}: valid ({spec.name} {spec.version_string}, layout {spec.layout_hash[:16]})")
+    return 1 if failed else 0
+
+
+def _layout(args: argparse.Namespace) -> int:
+    _codegen()
+    from pydla.deviceapi.spec import load_spec
+
+    spec = load_spec(args.spec)
+    print(f"{spec.name} {spec.version_string}  layout hash {spec.layout_hash}")
+    for e in spec.enums:
+        members = ", ".join(f"{m.name}={m.value}" for m in e.members)
+        print(f"\nenum {e.name} : {e.storage}  {{{members}}}")
+    for s in spec.all_structs:
+        ident = f"  id {s.msg_id}" if s.msg_id is not None else ""
+        kind = s.msg_type or s.category
+        print(f"\n{kind} {s.name}  ({s.size} bytes, align {s.align}){ident}")
+        for f in s.fields:
+            count = f"[{f.count}]" if f.count else (f"[{f.length}]" if f.length else "")
+            print(f"  {f.offset:6}  {f.size:5}  {f.type_name}{count} {f.name}")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    _codegen()
+    from pydla.deviceapi.diff import diff_specs
+    from pydla.deviceapi.spec import load_spec
+
+    report = diff_specs(load_spec(args.old), load_spec(args.new))
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from pydla.deviceapi.trace import read_ring, write_jsonl, write_text
+
+    try:
+        module = importlib.import_module(f"pydla.deviceapi.generated.{args.api}")
+    except ImportError as e:
+        raise DlaError(NvError.BadParameter, f"--api {args.api}: no such generated contract") from e
+    try:
+        data = args.file.read_bytes()
+    except OSError as e:
+        raise DlaError(NvError.FileReadFailed, f"{args.file}: {e.strerror}") from e
+    result = read_ring(data, module.API, since=args.since)
+    sys.stdout.write(write_jsonl(result.events) if args.format == "jsonl" else write_text(result.events))
+    print(f"{len(result.events)} events, {result.dropped} dropped by the writer, "
+          f"{result.lost_bytes} bytes lost since the last read, head {result.head}", file=sys.stderr)
+    return 0
+
+
+def _include_dir(args: argparse.Namespace) -> int:
+    from pydla.deviceapi.generate import include_dir
+
+    print(include_dir())
+    return 0

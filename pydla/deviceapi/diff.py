@@ -1,0 +1,185 @@
+"""What changed between two versions of a spec, and the semver bump the seed's rules require.
+
+Major (breaks the binary format): deleting or reordering fields, inserting a field in the middle,
+changing a field's type, growing a struct that sits in the middle of something (or in an array),
+deleting a message, struct or enum, deleting or renumbering an enum member, changing a message's id
+or type. Minor: a new message, struct, enum or enum member, a field appended at the end. Patch:
+descriptions only.
+
+Usage::
+
+    report = diff_specs(load_spec("old.yaml"), load_spec("new.yaml"))
+    print(report.required, report.actual, report.ok)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydla.deviceapi.model import EnumDef, Field, Spec, StructDef
+
+LEVELS = ("none", "patch", "minor", "major")
+
+
+@dataclass(frozen=True)
+class Change:
+    level: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.level:5}  {self.what}"
+
+
+@dataclass
+class DiffReport:
+    old: Spec
+    new: Spec
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def required(self) -> str:
+        """The smallest bump that covers every change."""
+        return max((c.level for c in self.changes), key=LEVELS.index, default="none")
+
+    @property
+    def actual(self) -> str:
+        """The bump from the old version to the new: none, patch, minor, major or downgrade."""
+        o, n = self.old.version, self.new.version
+        if n < o:
+            return "downgrade"
+        for i, level in enumerate(("major", "minor", "patch")):
+            if n[i] != o[i]:
+                return level
+        return "none"
+
+    @property
+    def ok(self) -> bool:
+        actual = self.actual
+        return actual != "downgrade" and LEVELS.index(actual) >= LEVELS.index(self.required)
+
+    def summary(self) -> str:
+        lines = [str(c) for c in self.changes] or ["no changes"]
+        verdict = "ok" if self.ok else "NOT ENOUGH"
+        lines.append(f"required bump: {self.required}; {self.old.version_string} -> "
+                     f"{self.new.version_string} is a {self.actual} bump: {verdict}")
+        return "\n".join(lines)
+
+
+def diff_specs(old: Spec, new: Spec) -> DiffReport:
+    report = DiffReport(old, new)
+    add = report.changes.append
+    if old.name != new.name:
+        add(Change("major", f"spec renamed from '{old.name}' to '{new.name}'"))
+    if old.description != new.description:
+        add(Change("patch", "spec description changed"))
+
+    old_enums = {e.name: e for e in old.enums}
+    new_enums = {e.name: e for e in new.enums}
+    for name in old_enums.keys() - new_enums.keys():
+        add(Change("major", f"enum '{name}' deleted"))
+    for name in sorted(new_enums.keys() - old_enums.keys()):
+        add(Change("minor", f"enum '{name}' added"))
+    for name in sorted(old_enums.keys() & new_enums.keys()):
+        report.changes += _diff_enum(old_enums[name], new_enums[name])
+
+    old_items = {s.name: s for s in old.all_structs}
+    new_items = {s.name: s for s in new.all_structs}
+    for name in sorted(old_items.keys() - new_items.keys()):
+        add(Change("major", f"{old_items[name].category} '{name}' deleted"))
+    for name in sorted(new_items.keys() - old_items.keys()):
+        add(Change("minor", f"{new_items[name].category} '{name}' added"))
+    for name in sorted(old_items.keys() & new_items.keys()):
+        report.changes += _diff_struct(old_items[name], new_items[name], new)
+    return report
+
+
+def _diff_enum(old: EnumDef, new: EnumDef) -> list[Change]:
+    changes = []
+    if old.storage != new.storage:
+        changes.append(Change("major", f"enum '{old.name}': storage {old.storage} -> {new.storage}"))
+    old_members = {m.name: m for m in old.members}
+    new_members = {m.name: m for m in new.members}
+    for name in sorted(old_members.keys() - new_members.keys()):
+        changes.append(Change("major", f"enum '{old.name}': member '{name}' deleted"))
+    for name in sorted(new_members.keys() - old_members.keys()):
+        changes.append(Change("minor", f"enum '{old.name}': member '{name}' added"))
+    for name in sorted(old_members.keys() & new_members.keys()):
+        o, n = old_members[name], new_members[name]
+        if o.value != n.value:
+            changes.append(Change("major", f"enum '{old.name}': member '{name}' value "
+                                           f"{o.value} -> {n.value}"))
+        elif o.description != n.description:
+            changes.append(Change("patch", f"enum '{old.name}': member '{name}' description changed"))
+    if old.description != new.description:
+        changes.append(Change("patch", f"enum '{old.name}': description changed"))
+    return changes
+
+
+def _shape(f: Field) -> tuple[object, ...]:
+    return (f.kind, f.type_name, f.count, f.length, f.offset)
+
+
+def _diff_struct(old: StructDef, new: StructDef, new_spec: Spec) -> list[Change]:
+    what = f"{new.category} '{new.name}'"
+    changes = []
+    if old.category != new.category:
+        return [Change("major", f"'{old.name}' changed from a {old.category} to a {new.category}")]
+    if old.msg_id != new.msg_id:
+        changes.append(Change("major", f"{what}: id {old.msg_id} -> {new.msg_id}"))
+    if old.msg_type != new.msg_type or old.command != new.command:
+        changes.append(Change("major", f"{what}: type or command changed"))
+    old_names = [f.name for f in old.fields]
+    new_names = [f.name for f in new.fields]
+    if new_names[: len(old_names)] != old_names:
+        for name in old_names:
+            if name not in new_names:
+                changes.append(Change("major", f"{what}: field '{name}' deleted"))
+        kept_old = [n for n in old_names if n in new_names]
+        kept_new = [n for n in new_names if n in old_names]
+        if kept_old != kept_new:
+            changes.append(Change("major", f"{what}: fields reordered"))
+        last_kept = max((new_names.index(n) for n in kept_new), default=-1)
+        for i, name in enumerate(new_names):
+            if name not in old_names:
+                level = "major" if i < last_kept else "minor"
+                where = "inserted in the middle" if level == "major" else "appended"
+                changes.append(Change(level, f"{what}: field '{name}' {where}"))
+    else:
+        for name in new_names[len(old_names):]:
+            changes.append(Change("minor", f"{what}: field '{name}' appended"))
+    old_fields = {f.name: f for f in old.fields}
+    for i, f in enumerate(new.fields):
+        o = old_fields.get(f.name)
+        if o is None:
+            continue
+        if _shape(o) != _shape(f) or (o.size != f.size and i != len(new.fields) - 1):
+            changes.append(Change("major", f"{what}: field '{f.name}' changed "
+                                           f"({_describe(o)} -> {_describe(f)})"))
+        elif o.description != f.description:
+            changes.append(Change("patch", f"{what}: field '{f.name}' description changed"))
+    if old.size != new.size and new.category == "struct":
+        changes += _containment(new, new_spec)
+    if old.description != new.description:
+        changes.append(Change("patch", f"{what}: description changed"))
+    return changes
+
+
+def _containment(struct: StructDef, spec: Spec) -> list[Change]:
+    """A struct that grew breaks everything that holds it anywhere but at its very end."""
+    changes = []
+    for holder in spec.all_structs:
+        for i, f in enumerate(holder.fields):
+            if f.kind != "struct" or f.type_name != struct.name:
+                continue
+            if f.is_array:
+                changes.append(Change("major", f"struct '{struct.name}' changed size and is an "
+                                               f"array element in {holder.category} '{holder.name}'"))
+            elif i != len(holder.fields) - 1:
+                changes.append(Change("major", f"struct '{struct.name}' changed size and sits in the "
+                                               f"middle of {holder.category} '{holder.name}'"))
+    return changes
+
+
+def _describe(f: Field) -> str:
+    text = f.type_name + (f"[{f.count}]" if f.is_array else "") + (f"[{f.length}]" if f.length else "")
+    return f"{text} at offset {f.offset}"
