@@ -95,6 +95,7 @@ class Message(Record):
     """A generated message: its first field ``header`` is the header for its type."""
 
     MSG_ID: ClassVar[int] = 0
+    SIZE: ClassVar[int] = 0
     MSG_TYPE: ClassVar[MessageType] = MessageType.COMMAND
     COMMAND: ClassVar[type[Message] | None] = None
 
@@ -166,11 +167,10 @@ class ApiInfo:
         return ".".join(map(str, self.version))
 
 
-def _header_type() -> Any:
-    # Imported late: the generated headers module itself imports this module.
-    from pydla.deviceapi.generated import headers
-
-    return headers.common_header_t
+# The common header's first fields (size u32, id u16, type u8), read without building a record:
+# decoding is on the hot path of every message. A test checks this against the generated header.
+_COMMON = struct.Struct("<IHB")
+COMMON_HEADER_SIZE = 8
 
 
 def decode(api: ApiInfo, buf: Buffer, *, copy: bool = False, allow_longer: bool = False) -> Message:
@@ -179,30 +179,32 @@ def decode(api: ApiInfo, buf: Buffer, *, copy: bool = False, allow_longer: bool 
     ``allow_longer`` accepts a message longer than this side knows (a peer with a newer minor
     version appends fields); the known prefix is decoded.
     """
-    common_t = _header_type()
-    hsize = ctypes.sizeof(common_t)
-    if len(buf) < hsize:
-        raise DlaError(NvError.InvalidSize,
-                       f"{api.name} message: {len(buf)} bytes is shorter than the {hsize}-byte header")
-    common = common_t.from_buffer_copy(buf[:hsize])
-    cls = api.messages.get(common.id)
+    n = len(buf)
+    if n < COMMON_HEADER_SIZE:
+        raise DlaError(NvError.InvalidSize, f"{api.name} message: {n} bytes is shorter than "
+                                            f"the {COMMON_HEADER_SIZE}-byte header")
+    size, msg_id, msg_type = _COMMON.unpack_from(buf)
+    cls = api.messages.get(msg_id)
     if cls is None:
         raise DlaError(NvError.NotSupported,
-                       f"{api.name} {api.version_string}: unknown message id {common.id}")
-    if common.type != cls.MSG_TYPE:
+                       f"{api.name} {api.version_string}: unknown message id {msg_id}")
+    if msg_type != cls.MSG_TYPE:
         raise DlaError(NvError.BadValue,
-                       f"{api.name} message {cls.__name__} (id {common.id}): header type "
-                       f"{common.type}, expected {int(cls.MSG_TYPE)} ({cls.MSG_TYPE.name})")
-    expected = ctypes.sizeof(cls)
-    if common.size > len(buf):
-        raise DlaError(NvError.InvalidSize,
-                       f"{api.name} message {cls.__name__}: header says {common.size} bytes, "
-                       f"buffer holds {len(buf)}")
-    if common.size != expected and not (allow_longer and common.size > expected):
-        raise DlaError(NvError.InvalidSize,
-                       f"{api.name} message {cls.__name__}: header says {common.size} bytes, "
-                       f"{api.name} {api.version_string} defines it as {expected}")
-    return cls.from_buffer_checked(buf, 0, copy=copy)
+                       f"{api.name} message {cls.__name__} (id {msg_id}): header type "
+                       f"{msg_type}, expected {int(cls.MSG_TYPE)} ({cls.MSG_TYPE.name})")
+    expected = cls.SIZE
+    if size != expected or size > n:
+        if size > n:
+            raise DlaError(NvError.InvalidSize,
+                           f"{api.name} message {cls.__name__}: header says {size} bytes, "
+                           f"buffer holds {n}")
+        if not (allow_longer and size > expected):
+            raise DlaError(NvError.InvalidSize,
+                           f"{api.name} message {cls.__name__}: header says {size} bytes, "
+                           f"{api.name} {api.version_string} defines it as {expected}")
+    if copy or type(buf) is bytes:
+        return cls.from_buffer_copy(buf)
+    return cls.from_buffer_checked(buf)
 
 
 Handler = Callable[[Any], Any]
@@ -224,7 +226,7 @@ class Dispatcher:
         self._handlers: dict[int, Handler] = {}
 
     def register(self, cls: type[Message], handler: Handler) -> None:
-        if self.api.messages.get(cls.MSG_ID) is not cls:
+        if self.api.messages.get(getattr(cls, "MSG_ID", -1)) is not cls:
             raise DlaError(NvError.BadParameter,
                            f"{cls.__name__} is not a message of {self.api.name}")
         self._handlers[cls.MSG_ID] = handler

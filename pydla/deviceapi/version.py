@@ -29,7 +29,7 @@ _SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 
 def parse_semver(text: str) -> tuple[int, int, int]:
     """``"1.2.3"`` -> ``(1, 2, 3)``; anything else is a DlaError."""
-    m = _SEMVER.match(text)
+    m = _SEMVER.fullmatch(text)
     if m is None:
         raise DlaError(NvError.BadValue, f"version '{text}' is not MAJOR.MINOR.PATCH")
     return int(m[1]), int(m[2]), int(m[3])

@@ -1,0 +1,126 @@
+"""The package as a whole: errors, the command line, the README's commands and CI agreeing."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pydla
+from pydla import DlaError, NvError
+from pydla.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_nverror_values_follow_nvdla() -> None:
+    assert NvError.NvSuccess == 0
+    assert NvError.BadParameter == 4
+    assert NvError.Timeout == 5
+    assert NvError.InsufficientMemory == 6
+    assert NvError.InvalidState == 8
+    assert NvError.BadValue == 0xB
+    assert NvError.ResourceError == 0xF
+    assert NvError.FileOperationFailed == 0x30003
+    assert NvError.VersionMismatch >= 0xF0000
+    assert len({int(e) for e in NvError}) == len(NvError)
+
+
+def test_dlaerror_carries_code_and_message_and_pickles() -> None:
+    e = DlaError(NvError.Timeout, "task 3 did not finish in 100 ms")
+    assert e.code is NvError.Timeout
+    assert str(e) == "task 3 did not finish in 100 ms [Timeout]"
+    back = pickle.loads(pickle.dumps(e))
+    assert back.code is NvError.Timeout and back.message == e.message
+    assert isinstance(e, Exception)
+
+
+def test_version_flag(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pydla {pydla.__version__}"
+
+
+def _all_command_paths(parser, prefix=()):
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from _all_command_paths(sub, (*prefix, name))
+
+
+def test_every_subcommand_has_help(capsys) -> None:
+    paths = list(_all_command_paths(build_parser()))
+    assert ("deviceapi", "generate") in paths
+    for path in paths:
+        with pytest.raises(SystemExit) as e:
+            main([*path, "--help"])
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: pydla " + " ".join(path)), path
+
+
+def test_no_command_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+
+
+def test_cli_error_is_one_line_and_exit_1(tmp_path: Path, capsys) -> None:
+    assert main(["deviceapi", "trace", str(tmp_path / "missing.bin")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pydla: error: ") and "missing.bin" in err and err.count("\n") == 1
+
+
+def test_missing_codegen_extra_says_what_to_install() -> None:
+    code = ("import sys; sys.modules['jinja2'] = None\n"
+            "from pydla.cli import main\n"
+            "sys.exit(main(['deviceapi', 'generate', '--check']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "pip install 'pydla[codegen]'" in result.stderr
+    assert "jinja2" in result.stderr
+
+
+def test_core_imports_need_no_codegen_packages() -> None:
+    code = ("import sys, pydla, pydla.deviceapi.generated.device_api, pydla.deviceapi.trace, "
+            "pydla.deviceapi.version, pydla.cli\n"
+            "bad = {'jinja2', 'yaml', 'jsonschema', 'onnx'} & set(sys.modules)\n"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_module_entry_point_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "pydla", "--version"], check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == f"pydla {pydla.__version__}"
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", quick, flags=re.S)
+
+
+def test_readme_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one() -> None:
+    commands = _readme_commands()
+    assert len(commands) == 2, commands
+    assert all("\n" not in c for c in commands)
+    main_job, tests = commands
+    assert "pip install" in main_job and "pip install" in tests
+    assert "pytest" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci.splitlines(), "the README's test command must appear verbatim in .ci/run"
+    assert "5" in ci and "no tests" in ci
+
+
+def test_layout_matches_the_design() -> None:
+    for sub in ("umd", "portability", "kmd", "hw", "loadable", "elf", "compiler", "deviceapi"):
+        assert (ROOT / "pydla" / sub / "__init__.py").is_file(), sub
+    for folder in ("tests", "bench", "tools", "examples"):
+        assert (ROOT / folder).is_dir(), folder
