@@ -72,6 +72,17 @@ def diff_specs(old: Spec, new: Spec) -> DiffReport:
         add(Change("major", f"spec renamed from '{old.name}' to '{new.name}'"))
     if old.description != new.description:
         add(Change("patch", "spec description changed"))
+    old_imports = {s.name: s.layout_hash for s in old.imports}
+    new_imports = {s.name: s.layout_hash for s in new.imports}
+    for name in sorted(old_imports.keys() | new_imports.keys()):
+        if old_imports.get(name) != new_imports.get(name):
+            add(Change("major", f"imported spec '{name}' changed or was added or removed"))
+    if old.register_map != new.register_map:
+        add(Change("major", f"register map '{old.register_map}' -> '{new.register_map}'"))
+    for what, o, n in (("message", old.retired_message_ids, new.retired_message_ids),
+                       ("trace event", old.retired_trace_event_ids, new.retired_trace_event_ids)):
+        if sorted(o) != sorted(n):
+            add(Change("patch", f"retired {what} ids {sorted(o)} -> {sorted(n)}"))
 
     old_enums = {e.name: e for e in old.enums}
     new_enums = {e.name: e for e in new.enums}

@@ -7,6 +7,7 @@ found later (by the schema or by a semantic rule) can name the place to fix.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -82,7 +83,15 @@ def _make_loader(path: Path, source_map: SourceMap, chain: tuple[Path, ...]) -> 
     file_name = str(path)
 
     class Loader(yaml.SafeLoader):
-        pass
+        # YAML 1.1 reads on/off/yes/no as booleans, which turns an enum member named OFF into
+        # False; only true and false are booleans in a spec.
+        yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+
+    booleans = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", booleans, list("tTfF"))
 
     def construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
         data: dict[Any, Any] = {}
@@ -90,6 +99,8 @@ def _make_loader(path: Path, source_map: SourceMap, chain: tuple[Path, ...]) -> 
         yield data
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *anchor' merges; later keys may override merged ones
             key = loader.construct_object(key_node)
             if key in seen:
                 raise DlaError(
@@ -189,9 +200,20 @@ def locate(doc: Any, path: list[Any], source_map: SourceMap, default_file: str) 
     return Location(file, line, module, item_kind, item, field_name)
 
 
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    # JSON Schema counts 2.0 as an integer; a size or an id of 2.0 would reach the generated code.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+
+
 def schema_problems(doc: Any, source_map: SourceMap, default_file: str) -> list[Problem]:
     """Every schema violation in ``doc``, each with its location."""
-    validator = jsonschema.Draft202012Validator(load_schema())
+    validator = _Validator(load_schema())
     problems = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
         path = list(error.absolute_path)

@@ -97,6 +97,7 @@ class Spec:
     imports: list[Spec] = field(default_factory=list)
     retired_message_ids: list[int] = field(default_factory=list)
     retired_trace_event_ids: list[int] = field(default_factory=list)
+    register_map: str | None = None
 
     @property
     def version_string(self) -> str:
@@ -150,8 +151,34 @@ class Spec:
                 key=lambda e: str(e[0]),
             ),
             "structs": sorted((struct(s) for s in self.all_structs), key=lambda s: str(s["name"])),
-            "retired": [sorted(self.retired_message_ids), sorted(self.retired_trace_event_ids)],
+            "register_map": self.register_map,
         }
+
+    def registers(self) -> list[tuple[str, int]]:
+        """(NAME, byte address) of every register of the register map, in address order.
+
+        A register is a non-array leaf of the register-map struct; its name joins the field path
+        with underscores, upper-cased (``conv.d_op_enable`` -> ``CONV_D_OP_ENABLE``).
+        """
+        if self.register_map is None:
+            return []
+        top = self.find_struct(self.register_map)
+        assert top is not None
+        out: list[tuple[str, int]] = []
+
+        def walk(s: StructDef, prefix: str, base: int) -> None:
+            for f in s.fields:
+                if f.is_array:
+                    continue
+                if f.kind == "struct":
+                    inner = self.find_struct(f.type_name)
+                    assert inner is not None
+                    walk(inner, f"{prefix}{f.name}_", base + f.offset)
+                else:
+                    out.append(((prefix + f.name).upper(), base + f.offset))
+
+        walk(top, "", 0)
+        return out
 
     @property
     def layout_hash(self) -> str:

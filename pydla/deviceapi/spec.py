@@ -108,9 +108,11 @@ class _Builder:
             imports=imports,
             retired_message_ids=list(doc.get("RetiredMessageIds", [])),
             retired_trace_event_ids=list(doc.get("RetiredTraceEventIds", [])),
+            register_map=doc.get("RegisterMap"),
         )
         self.problems: list[Problem] = []
         self._laid_out: set[str] = set()
+        self._failed: set[str] = set()
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -148,6 +150,7 @@ class _Builder:
         for s in self.spec.all_structs:
             self.layout(s, ())
         self.check_message_rules()
+        self.check_register_map()
         if self.problems:
             raise SpecError(self.problems)
         return self.spec
@@ -278,6 +281,8 @@ class _Builder:
         """Compute offsets and sizes; return False when the struct could not be laid out."""
         if s.name in self._laid_out:
             return True
+        if s.name in self._failed:
+            return False
         if s.name in chain:
             self.problem("recursive-struct", s.location,
                          "struct contains itself: " + " -> ".join((*chain, s.name)))
@@ -319,8 +324,7 @@ class _Builder:
             self.problem("struct-size", s.location,
                          f"size {offset} is not a multiple of the struct's alignment {align}; add "
                          f"{align - offset % align} reserved byte(s) at the end so arrays stay aligned")
-        if ok:
-            self._laid_out.add(s.name)
+        (self._laid_out if ok else self._failed).add(s.name)
         return ok
 
     def unknown(self, f: Field, what: str, found: StructDef | None = None) -> None:
@@ -329,6 +333,42 @@ class _Builder:
                          f"'{f.type_name}' is a {found.category}, not a struct a field can hold")
         else:
             self.problem("unknown-type", f.location, f"no {what} named '{f.type_name}'")
+
+    # -- register maps ------------------------------------------------------------------------------
+
+    def check_register_map(self) -> None:
+        name = self.spec.register_map
+        if name is None:
+            return
+        top = self.spec.find_struct(name)
+        where = self.where(self.doc)
+        if top is None or top.category != STRUCT:
+            self.problem("register-map", where, f"RegisterMap names '{name}', which is not a struct "
+                                                "of this spec")
+            return
+        seen: set[str] = set()
+
+        def walk(s: StructDef) -> None:
+            if s.name in seen:
+                return
+            seen.add(s.name)
+            for f in s.fields:
+                if f.is_array and f.name.startswith("reserved"):
+                    continue
+                if f.kind == "struct" and not f.is_array:
+                    inner = self.spec.find_struct(f.type_name)
+                    if inner is not None:
+                        walk(inner)
+                    continue
+                storage = f.type_name
+                if f.kind == "enum":
+                    e = self.spec.find_enum(f.type_name)
+                    storage = e.storage if e is not None else ""
+                if f.is_array or f.kind not in ("scalar", "enum") or storage != "u32":
+                    self.problem("register-width", f.location,
+                                 "registers are single u32 values (arrays only as reserved* padding)")
+
+        walk(top)
 
     # -- the seed's rules for messages and trace events ------------------------------------------
 

@@ -91,11 +91,11 @@ class TraceRing:
                 self._put(PAD_ID, b"", timestamp_ns, room_to_end - ENTRY_SIZE, room_to_end)
             else:
                 h.head += room_to_end
-            h.wrap_count += 1
+            h.wrap_count = (h.wrap_count + 1) & 0xFFFFFFFF
         self._make_room(need)
         self._put(event_id, payload, timestamp_ns, len(payload), need)
         if h.head % self.capacity == 0:
-            h.wrap_count += 1
+            h.wrap_count = (h.wrap_count + 1) & 0xFFFFFFFF
 
     def _make_room(self, need: int) -> None:
         h = self.header
@@ -214,10 +214,11 @@ def _check_header(h: Any, buf_len: int, api: ApiInfo) -> None:
         raise DlaError(NvError.BadValue,
                        f"trace ring: head {h.head} and tail {h.tail} are inconsistent with "
                        f"capacity {h.capacity}")
-    if h.wrap_count != h.head // h.capacity:
+    laps = (h.head // h.capacity) & 0xFFFFFFFF  # wrap_count is a u32 and wraps with it
+    if h.wrap_count != laps:
         raise DlaError(NvError.BadValue,
                        f"trace ring: wrap_count {h.wrap_count} disagrees with head {h.head} "
-                       f"(expected {h.head // h.capacity})")
+                       f"(expected {laps})")
 
 
 def _decode_entry(api: ApiInfo, entry: Any, data: memoryview, offset: int, pos: int) -> TraceEvent:

@@ -7,6 +7,7 @@ The policy (seed 004, "Handling Mismatching API Versions", made concrete):
 - the same version but a different layout hash: an error, because the layout changed without a
   version bump (the same goes for a patch-only difference: patches may not change the layout);
 - the peer has an older minor or patch version: accepted (this side keeps backward compatibility);
+- the same major and minor and the same layout hash, a different patch: accepted either way;
 - the peer has a newer minor version: accepted only when the caller says it can ignore what it does
   not know (``accept_newer_peer``), otherwise an error saying to upgrade this side.
 
@@ -101,8 +102,10 @@ def check_compatible(
                            f"({local.layout_hash64:016x} vs {peer.layout_hash64:016x}): the layout "
                            "changed without a minor or major version bump. Rebuild both sides "
                            "from the same spec; `pydla deviceapi diff` tells the bump required")
+        # Same major.minor and layout: a patch difference changes no byte on the wire.
         if lv == pv:
             return Compatibility.IDENTICAL
+        return Compatibility.PEER_OLDER if pv < lv else Compatibility.PEER_NEWER
     if pv < lv:
         return Compatibility.PEER_OLDER
     if not accept_newer_peer:

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """device_api 1.0.0: Commands the host sends the device's microcontroller, its responses, and its events
 
-Layout hash 05e61e396af04c24e4257bf93a1ee0654260bec130274abb3d9d352d99d8b784.
+Layout hash 8e78db5952e1c905d0e680326e3af5af5c27952a87a8b7d2d12f789ad3b29f44.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pydla.deviceapi.runtime import ApiInfo, Message, MessageType, Record
 
 NAME = "device_api"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "05e61e396af04c24e4257bf93a1ee0654260bec130274abb3d9d352d99d8b784"
-LAYOUT_HASH64 = 0x05e61e396af04c24
+LAYOUT_HASH = "8e78db5952e1c905d0e680326e3af5af5c27952a87a8b7d2d12f789ad3b29f44"
+LAYOUT_HASH64 = 0x8e78db5952e1c905
 
 
 class dla_status_e(enum.IntEnum):
@@ -234,6 +234,7 @@ version_query_rsp.COMMAND = version_query_cmd
 task_submit_rsp.COMMAND = task_submit_cmd
 abort_rsp.COMMAND = abort_cmd
 reset_rsp.COMMAND = reset_cmd
+
 
 
 API = ApiInfo(

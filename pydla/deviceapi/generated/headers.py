@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """headers 1.0.0: Message and trace-ring headers shared by every pydla binary contract
 
-Layout hash 88e2bc799b2c0291536a2a67ed97043ea9981b774c402eb897c398dbb445f9e9.
+Layout hash 128398fab4e5b5c5fa2f733e977d8892d4bee4d6025432f9932e516fe4c2aec1.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "headers"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "88e2bc799b2c0291536a2a67ed97043ea9981b774c402eb897c398dbb445f9e9"
-LAYOUT_HASH64 = 0x88e2bc799b2c0291
+LAYOUT_HASH = "128398fab4e5b5c5fa2f733e977d8892d4bee4d6025432f9932e516fe4c2aec1"
+LAYOUT_HASH64 = 0x128398fab4e5b5c5
 
 
 class msg_type_e(enum.IntEnum):
@@ -111,6 +111,7 @@ class trace_entry_header_t(Record):
         ("id", ctypes.c_uint16),  # offset 12, 2 bytes; trace event id, or 0xFFFF for padding
         ("size", ctypes.c_uint16),  # offset 14, 2 bytes; payload bytes that follow
     ]
+
 
 
 API = ApiInfo(

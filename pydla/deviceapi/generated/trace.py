@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """trace 1.0.0: Events recorded in the device's trace ring
 
-Layout hash f95e5d49f705defefdddb03d8f0f84c3f1c214945e376faf8f9164c7c75960d5.
+Layout hash 65a42aecff3b095b023e6fd1ace923e45de3680ccf5891c73703ec05216336eb.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "trace"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "f95e5d49f705defefdddb03d8f0f84c3f1c214945e376faf8f9164c7c75960d5"
-LAYOUT_HASH64 = 0xf95e5d49f705defe
+LAYOUT_HASH = "65a42aecff3b095b023e6fd1ace923e45de3680ccf5891c73703ec05216336eb"
+LAYOUT_HASH64 = 0x65a42aecff3b095b
 
 
 class task_start(Record):
@@ -139,6 +139,7 @@ class log(Record):
         ("level", ctypes.c_uint8),  # offset 0, 1 byte
         ("text", ctypes.c_char * 63),  # offset 1, 63 bytes
     ]
+
 
 
 API = ApiInfo(

@@ -16,8 +16,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "05e61e396af04c24e4257bf93a1ee0654260bec130274abb3d9d352d99d8b784";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x05e61e396af04c24);
+constexpr const char* LAYOUT_HASH = "8e78db5952e1c905d0e680326e3af5af5c27952a87a8b7d2d12f789ad3b29f44";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x8e78db5952e1c905);
 
 // Outcome of a command or a task
 enum class dla_status_e : uint32_t {

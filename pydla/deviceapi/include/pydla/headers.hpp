@@ -15,8 +15,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "88e2bc799b2c0291536a2a67ed97043ea9981b774c402eb897c398dbb445f9e9";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x88e2bc799b2c0291);
+constexpr const char* LAYOUT_HASH = "128398fab4e5b5c5fa2f733e977d8892d4bee4d6025432f9932e516fe4c2aec1";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x128398fab4e5b5c5);
 
 // What kind of message follows
 enum class msg_type_e : uint8_t {

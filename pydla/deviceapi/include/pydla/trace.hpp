@@ -16,8 +16,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "f95e5d49f705defefdddb03d8f0f84c3f1c214945e376faf8f9164c7c75960d5";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xf95e5d49f705defe);
+constexpr const char* LAYOUT_HASH = "65a42aecff3b095b023e6fd1ace923e45de3680ccf5891c73703ec05216336eb";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x65a42aecff3b095b);
 
 // task_start (trace event, 14 bytes)
 struct __attribute__((packed)) task_start {
