@@ -157,7 +157,8 @@ class Spec:
     def registers(self) -> list[tuple[str, int]]:
         """(NAME, byte address) of every register of the register map, in address order.
 
-        A register is a non-array leaf of the register-map struct; its name joins the field path
+        A register is a non-array leaf of the register-map struct not named ``reserved*``; its name
+        joins the field path
         with underscores, upper-cased (``conv.d_op_enable`` -> ``CONV_D_OP_ENABLE``).
         """
         if self.register_map is None:
@@ -168,7 +169,7 @@ class Spec:
 
         def walk(s: StructDef, prefix: str, base: int) -> None:
             for f in s.fields:
-                if f.is_array:
+                if f.is_array or f.name.startswith("reserved"):
                     continue
                 if f.kind == "struct":
                     inner = self.find_struct(f.type_name)
