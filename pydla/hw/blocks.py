@@ -1,0 +1,296 @@
+"""The functional blocks: each computes one operation from its register group and device memory.
+
+A block function receives a snapshot of the group's registers (the generated ``<block>_regs_t``
+ctypes struct) and a :class:`ContextMemory` through which every access is translated by the IOMMU.
+It raises :class:`HwError` for a bad configuration and lets :class:`MmuFault` through; the device
+turns both into error status and interrupts.
+
+The native feature layout is planar CHW (see ``cube_regs_t``): element (c, h, w) of a cube lives at
+``addr + c*surf_stride + h*line_stride + w*element_size``. It was chosen over NVDLA's channel-packed
+atoms because numpy works on it without copies: a cube is one strided view, the im2col matmul of a
+convolution produces channel-major results that land in it directly, a graph's NCHW tensors need
+no conversion, and concatenation or slicing along any axis is only a different address and stride.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.hw import compute
+from pydla.hw.memory import Iommu
+
+Array = npt.NDArray[Any]
+
+DTYPES: dict[int, np.dtype[Any]] = {
+    int(R.dla_precision_e.FP32): np.dtype(np.float32),
+    int(R.dla_precision_e.FP16): np.dtype(np.float16),
+}
+MAX_DIM = 1 << 16
+
+
+class HwError(Exception):
+    """An operation the block refuses: the code goes to ``s_error``, the detail to the device log."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def f32(bits: int) -> float:
+    """A register holding IEEE-754 single-precision bits, as a float."""
+    value: float = struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+    return value
+
+
+def f32_bits(value: float) -> int:
+    bits: int = struct.unpack("<I", struct.pack("<f", value))[0]
+    return bits
+
+
+def addr(lo: int, hi: int) -> int:
+    return (hi << 32) | lo
+
+
+class ContextMemory:
+    """Device memory as one context sees it: every view is translated and bounds-checked."""
+
+    def __init__(self, iommu: Iommu, ctx: int, precisions: tuple[int, ...]) -> None:
+        self.iommu = iommu
+        self.ctx = ctx
+        self.precisions = precisions
+
+    def dtype(self, precision: int, what: str) -> np.dtype[Any]:
+        if precision not in DTYPES:
+            raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"{what}: precision {precision} is unknown")
+        if precision not in self.precisions:
+            raise HwError(R.dla_hw_error_e.UNSUPPORTED,
+                          f"{what}: precision {R.dla_precision_e(precision).name} is not supported here")
+        return DTYPES[precision]
+
+    def cube(self, c: Any, dtype: np.dtype[Any], what: str) -> Array:
+        """The (C, H, W) view a ``cube_regs_t`` describes."""
+        dims = (c.channels, c.height, c.width)
+        if not all(0 < d <= MAX_DIM for d in dims):
+            raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"{what}: dimensions C,H,W = {dims} out of range")
+        return self.iommu.view(self.ctx, addr(c.addr_lo, c.addr_hi), dims,
+                               (c.surf_stride, c.line_stride, dtype.itemsize), dtype)
+
+    def strided(self, address: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                dtype: np.dtype[Any]) -> Array:
+        return self.iommu.view(self.ctx, address, shape, strides, dtype)
+
+    def vector(self, address: int, n: int, dtype: np.dtype[Any]) -> Array:
+        return self.iommu.view(self.ctx, address, (n,), (dtype.itemsize,), dtype)
+
+
+def _bad(condition: bool, detail: str) -> None:
+    if condition:
+        raise HwError(R.dla_hw_error_e.BAD_CONFIG, detail)
+
+
+# -- BDMA ---------------------------------------------------------------------------------------------
+
+
+def run_bdma(r: Any, mem: ContextMemory) -> None:
+    shape = (r.d_surf_repeat, r.d_line_repeat, r.d_line_size)
+    _bad(not all(0 < n <= 1 << 30 for n in shape), f"BDMA: surfaces, lines, bytes = {shape}")
+    u8 = np.dtype(np.uint8)
+    src = mem.strided(addr(r.d_src_addr_lo, r.d_src_addr_hi), shape,
+                      (r.d_src_surf_stride, r.d_src_line_stride, 1), u8)
+    dst = mem.strided(addr(r.d_dst_addr_lo, r.d_dst_addr_hi), shape,
+                      (r.d_dst_surf_stride, r.d_dst_line_stride, 1), u8)
+    np.copyto(dst, src)
+
+
+# -- CONV (+ SDP) ---------------------------------------------------------------------------------------
+
+
+def run_conv(r: Any, mem: ContextMemory) -> Array:
+    """The convolution's float32 result (K, Ho, Wo), which flies to SDP."""
+    dtype = mem.dtype(r.d_precision, "CONV")
+    x = mem.cube(r.d_src, dtype, "CONV source")
+    c_in = r.d_src.channels
+    k, cg, kh, kw, groups = r.d_wt_kernels, r.d_wt_channels, r.d_wt_height, r.d_wt_width, r.d_groups
+    _bad(not all(0 < v <= MAX_DIM for v in (k, cg, kh, kw, groups)),
+         f"CONV: kernels, channels, height, width, groups = {(k, cg, kh, kw, groups)}")
+    stride = (r.d_stride_y, r.d_stride_x)
+    dilation = (r.d_dilation_y, r.d_dilation_x)
+    _bad(min(*stride, *dilation) < 1, f"CONV: stride {stride} and dilation {dilation} must be >= 1")
+    pads = (r.d_pad_top, r.d_pad_left, r.d_pad_bottom, r.d_pad_right)
+    _bad(max(pads) > MAX_DIM, f"CONV: pads {pads}")
+    out_hw = (r.d_out_height, r.d_out_width)
+    if r.d_mode == R.conv_mode_e.DIRECT:
+        _bad(cg * groups != c_in or k % groups,
+             f"CONV: {c_in} input channels, {groups} groups of {cg} and {k} kernels do not agree")
+        w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (k, cg, kh, kw),
+                        (cg * kh * kw * dtype.itemsize, kh * kw * dtype.itemsize, kw * dtype.itemsize,
+                         dtype.itemsize), dtype)
+        expect = tuple(compute.conv_output_size(n, kk, s, pb, pa, d) for n, kk, s, pb, pa, d in (
+            (r.d_src.height, kh, stride[0], pads[0], pads[2], dilation[0]),
+            (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1])))
+        _bad(expect != out_hw or min(expect) < 1,
+             f"CONV: output {out_hw} in the registers, {expect} from the input and kernel")
+        out = np.empty((k, *out_hw), dtype=np.float32)
+        compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out)
+        return out
+    if r.d_mode == R.conv_mode_e.DECONV:
+        # ConvTranspose weights are (C_in, K/groups, kh, kw).
+        _bad(c_in % groups or k % groups or cg * groups != k,
+             f"CONV deconv: {c_in} input channels, {groups} groups, {k} output channels, "
+             f"{cg} per group do not agree")
+        w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (c_in, cg, kh, kw),
+                        (cg * kh * kw * dtype.itemsize, kh * kw * dtype.itemsize, kw * dtype.itemsize,
+                         dtype.itemsize), dtype)
+        out_pad = (r.d_out_pad_y, r.d_out_pad_x)
+        expect = tuple(
+            s * (n - 1) + op + ((kk - 1) * d + 1) - pb - pa
+            for n, kk, s, pb, pa, d, op in (
+                (r.d_src.height, kh, stride[0], pads[0], pads[2], dilation[0], out_pad[0]),
+                (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1], out_pad[1])))
+        _bad(expect != out_hw or min(expect) < 1,
+             f"CONV deconv: output {out_hw} in the registers, {expect} from the input and kernel")
+        out = np.empty((k, *out_hw), dtype=np.float32)
+        compute.deconv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups,
+                         output_padding=out_pad, out=out)
+        return out
+    raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"CONV: mode {r.d_mode} is unknown")
+
+
+_EW = {R.sdp_ew_op_e.ADD: "add", R.sdp_ew_op_e.SUB: "sub", R.sdp_ew_op_e.MUL: "mul",
+       R.sdp_ew_op_e.MAX: "max", R.sdp_ew_op_e.MIN: "min", R.sdp_ew_op_e.DIV: "div"}
+_ACT = {R.sdp_act_e.NONE: "none", R.sdp_act_e.RELU: "relu", R.sdp_act_e.LEAKY_RELU: "leaky_relu",
+        R.sdp_act_e.PRELU: "prelu", R.sdp_act_e.CLAMP: "clamp", R.sdp_act_e.SIGMOID: "sigmoid",
+        R.sdp_act_e.TANH: "tanh"}
+
+
+def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
+    """Bias, batch norm, element-wise, activation; from memory or from CONV (``flying``)."""
+    dtype = mem.dtype(r.d_precision, "SDP")
+    out_dtype = mem.dtype(r.d_out_precision, "SDP output")
+    dims = (r.d_src.channels, r.d_src.height, r.d_src.width)
+    if r.d_src_mode == R.sdp_src_mode_e.FLYING:
+        if flying is None:
+            raise HwError(R.dla_hw_error_e.NO_PRODUCER, "SDP: flying mode without a CONV operation")
+        _bad(flying.shape != dims, f"SDP: source dims {dims}, CONV produced {flying.shape}")
+        x = flying
+    elif r.d_src_mode == R.sdp_src_mode_e.MEMORY:
+        x = mem.cube(r.d_src, dtype, "SDP source").astype(np.float32)
+    else:
+        raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"SDP: source mode {r.d_src_mode} is unknown")
+    dst = mem.cube(r.d_dst, out_dtype, "SDP destination")
+    _bad(dst.shape != dims, f"SDP: destination dims {dst.shape}, source {dims}")
+    c = dims[0]
+    if r.d_bias_enable or r.d_bn_enable:
+        bias = mem.vector(addr(r.d_bias_addr_lo, r.d_bias_addr_hi), c, dtype) if r.d_bias_enable else None
+        scale = shift = None
+        if r.d_bn_enable:
+            scale = mem.vector(addr(r.d_scale_addr_lo, r.d_scale_addr_hi), c, dtype)
+            shift = mem.vector(addr(r.d_shift_addr_lo, r.d_shift_addr_hi), c, dtype)
+        if bias is not None:
+            compute.scale_bias(x, None, bias, out=x)
+        if scale is not None:
+            compute.scale_bias(x, scale, shift, out=x)
+    if r.d_ew_op != R.sdp_ew_op_e.NONE:
+        op = _EW.get(r.d_ew_op)
+        _bad(op is None, f"SDP: element-wise op {r.d_ew_op} is unknown")
+        ew_addr = addr(r.d_ew_addr_lo, r.d_ew_addr_hi)
+        if r.d_ew_mode == R.sdp_ew_mode_e.CUBE:
+            y = mem.strided(ew_addr, dims, (r.d_ew_surf_stride, r.d_ew_line_stride, dtype.itemsize), dtype)
+        elif r.d_ew_mode == R.sdp_ew_mode_e.PER_CHANNEL:
+            y = mem.vector(ew_addr, c, dtype).reshape(c, 1, 1)
+        elif r.d_ew_mode == R.sdp_ew_mode_e.SCALAR:
+            y = mem.vector(ew_addr, 1, dtype).reshape(1, 1, 1)
+        else:
+            raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"SDP: element-wise mode {r.d_ew_mode} is unknown")
+        assert op is not None
+        if r.d_ew_swap:
+            x = compute.eltwise(np.broadcast_to(y, dims).astype(np.float32), x, op)  # type: ignore[arg-type]
+        else:
+            compute.eltwise(x, y, op, out=x)  # type: ignore[arg-type]
+    act = _ACT.get(r.d_act)
+    _bad(act is None, f"SDP: activation {r.d_act} is unknown")
+    assert act is not None
+    slope = None
+    if r.d_act == R.sdp_act_e.PRELU:
+        slope = mem.vector(addr(r.d_prelu_addr_lo, r.d_prelu_addr_hi), c, dtype)
+    if act != "none":
+        compute.activation(x, act, alpha=f32(r.d_act_alpha), clip_min=f32(r.d_act_min),
+                           clip_max=f32(r.d_act_max), slope=slope, out=x)
+    np.copyto(dst, x, casting="unsafe")
+
+
+# -- PDP, CDP, RUBIK -----------------------------------------------------------------------------------
+
+_POOL = {R.pdp_method_e.MAX: "max", R.pdp_method_e.AVG: "avg", R.pdp_method_e.MIN: "min"}
+
+
+def run_pdp(r: Any, mem: ContextMemory) -> None:
+    dtype = mem.dtype(r.d_precision, "PDP")
+    x = mem.cube(r.d_src, dtype, "PDP source")
+    dst = mem.cube(r.d_dst, dtype, "PDP destination")
+    method = _POOL.get(r.d_method)
+    _bad(method is None, f"PDP: method {r.d_method} is unknown")
+    assert method is not None
+    kernel = (r.d_kernel_height, r.d_kernel_width)
+    stride = (r.d_stride_y, r.d_stride_x)
+    pads = (r.d_pad_top, r.d_pad_left, r.d_pad_bottom, r.d_pad_right)
+    _bad(min(*kernel, *stride) < 1 or max(pads[0], pads[2]) >= kernel[0]
+         or max(pads[1], pads[3]) >= kernel[1],
+         f"PDP: kernel {kernel}, stride {stride}, pads {pads} (a pad must be smaller than the kernel)")
+    _bad(dst.shape[0] != x.shape[0], f"PDP: {x.shape[0]} channels in, {dst.shape[0]} out")
+    for axis, name in ((1, "height"), (2, "width")):
+        k, s, lo, hi = kernel[axis - 1], stride[axis - 1], pads[axis - 1], pads[axis + 1]
+        floor_size = (x.shape[axis] + lo + hi - k) // s + 1
+        ceil_size = -(-(x.shape[axis] + lo + hi - k) // s) + 1
+        _bad(dst.shape[axis] not in (floor_size, ceil_size) or floor_size < 1,
+             f"PDP: output {name} {dst.shape[axis]}, expected {floor_size} (or {ceil_size} rounding up)")
+    compute.pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,  # type: ignore[arg-type]
+                   count_include_pad=bool(r.d_count_include_pad), out_size=dst.shape[1:], out=dst)
+
+
+def run_cdp(r: Any, mem: ContextMemory) -> None:
+    dtype = mem.dtype(r.d_precision, "CDP")
+    x = mem.cube(r.d_src, dtype, "CDP source")
+    dst = mem.cube(r.d_dst, dtype, "CDP destination")
+    _bad(dst.shape != x.shape, f"CDP: destination {dst.shape}, source {x.shape}")
+    _bad(not 1 <= r.d_lrn_size <= 255, f"CDP: LRN size {r.d_lrn_size}")
+    compute.lrn(x, size=r.d_lrn_size, alpha=f32(r.d_lrn_alpha), beta=f32(r.d_lrn_beta),
+                bias=f32(r.d_lrn_bias), out=dst)
+
+
+def run_rubik(r: Any, mem: ContextMemory) -> None:
+    dtype = mem.dtype(r.d_precision, "RUBIK")
+    x = mem.cube(r.d_src, dtype, "RUBIK source")
+    dst = mem.cube(r.d_dst, dtype, "RUBIK destination")
+    mode = r.d_mode
+    if mode in (R.rubik_mode_e.CONTRACT, R.rubik_mode_e.SPACE_TO_DEPTH):
+        by, bx = r.d_block_y, r.d_block_x
+        _bad(not (0 < by <= 64 and 0 < bx <= 64), f"RUBIK: block {by}x{bx}")
+        if mode == R.rubik_mode_e.CONTRACT:
+            c, h, w = x.shape
+            _bad(c % (by * bx) or dst.shape != (c // (by * bx), h * by, w * bx),
+                 f"RUBIK contract: {x.shape} by {by}x{bx} cannot give {dst.shape}")
+            result = compute.depth_to_space(x, by, bx, "DCR" if r.d_dcr else "CRD")
+        else:
+            c, h, w = x.shape
+            _bad(h % by or w % bx or dst.shape != (c * by * bx, h // by, w // bx),
+                 f"RUBIK space-to-depth: {x.shape} by {by}x{bx} cannot give {dst.shape}")
+            result = compute.space_to_depth(x, by, bx)
+        np.copyto(dst, result)
+    elif mode == R.rubik_mode_e.TRANSPOSE:
+        perm = tuple((r.d_perm >> (2 * i)) & 3 for i in range(3))
+        _bad(sorted(perm) != [0, 1, 2], f"RUBIK transpose: permutation {perm} (register {r.d_perm:#x})")
+        _bad(dst.shape != tuple(x.shape[p] for p in perm),
+             f"RUBIK transpose: {x.shape} permuted by {perm} cannot give {dst.shape}")
+        np.copyto(dst, np.transpose(x, perm))
+    elif mode in (R.rubik_mode_e.SPLIT, R.rubik_mode_e.MERGE):
+        _bad(dst.shape != x.shape, f"RUBIK split/merge: {x.shape} to {dst.shape}")
+        np.copyto(dst, x)
+    else:
+        raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"RUBIK: mode {mode} is unknown")

@@ -1,0 +1,130 @@
+"""Device configurations: data (JSON files in ``configs/``), not code.
+
+A configuration says which functional blocks a device has, which precisions, how many device
+instances a system has (what ``getMaxDevices()`` reports), and the sizes of its memory and address
+spaces. ``load_config("full")`` loads a bundled one; a path loads a file of the same form.
+
+Usage: ``cfg = load_config("small"); cfg.has_block("RUBIK")  # False``
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.generated.dla_regs import dla_precision_e
+from pydla.errors import DlaError, NvError
+
+_FIELDS: dict[str, type] = {
+    "name": str,
+    "description": str,
+    "instances": int,
+    "hw_version": int,
+    "blocks": list,
+    "precisions": list,
+    "memory_bytes": int,
+    "contexts": int,
+    "iova_base": int,
+    "iova_size": int,
+}
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    name: str
+    description: str
+    instances: int
+    hw_version: int
+    blocks: tuple[dla_block_e, ...]
+    precisions: tuple[dla_precision_e, ...]
+    memory_bytes: int
+    contexts: int
+    iova_base: int
+    iova_size: int
+
+    def has_block(self, block: dla_block_e | str) -> bool:
+        if isinstance(block, str):
+            return block.upper() in (b.name for b in self.blocks)
+        return block in self.blocks
+
+    @property
+    def block_mask(self) -> int:
+        return sum(1 << int(b) for b in self.blocks)
+
+
+def bundled_configs() -> list[str]:
+    folder = resources.files("pydla.hw").joinpath("configs")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfig:
+    """A bundled configuration by name (``full``, ``small``), or one from a JSON file."""
+    if isinstance(name_or_path, DeviceConfig):
+        return name_or_path
+    text_name = str(name_or_path)
+    if text_name in bundled_configs():
+        source = f"bundled config '{text_name}'"
+        text = resources.files("pydla.hw").joinpath(f"configs/{text_name}.json").read_text()
+    else:
+        path = Path(text_name)
+        if not path.is_file():
+            raise DlaError(NvError.BadParameter,
+                           f"device config '{text_name}': not a bundled config "
+                           f"({', '.join(bundled_configs())}) nor a file")
+        source = str(path)
+        text = path.read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DlaError(NvError.BadValue, f"{source}: not valid JSON: {e}") from e
+    return parse_config(raw, source)
+
+
+def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
+    """Check every field of a configuration and build it; errors name the field and value."""
+    if not isinstance(raw, dict):
+        raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise DlaError(NvError.BadValue, f"{source}: unknown field(s) {', '.join(unknown)}")
+    for key, typ in _FIELDS.items():
+        value = raw.get(key)
+        if value is None:
+            raise DlaError(NvError.BadValue, f"{source}: missing field '{key}'")
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise DlaError(NvError.BadValue, f"{source}: '{key}' must be a {typ.__name__}, "
+                                             f"not {value!r}")
+    blocks = tuple(_member(dla_block_e, b, "blocks", source) for b in raw["blocks"])
+    precisions = tuple(_member(dla_precision_e, p, "precisions", source) for p in raw["precisions"])
+    checks = [
+        (1 <= raw["instances"] <= 16, "instances", "1..16"),
+        (0 <= raw["hw_version"] <= 0xFFFFFFFF, "hw_version", "a u32"),
+        (len(blocks) > 0 and len(set(blocks)) == len(blocks), "blocks", "distinct and not empty"),
+        (len(precisions) > 0, "precisions", "not empty"),
+        (raw["memory_bytes"] >= PAGE, "memory_bytes", f">= {PAGE}"),
+        (1 <= raw["contexts"] <= 0xFFFF, "contexts", "1..65535"),
+        (raw["iova_base"] % PAGE == 0 and raw["iova_base"] > 0, "iova_base", "page-aligned and > 0"),
+        (raw["iova_size"] >= PAGE and raw["iova_base"] + raw["iova_size"] <= 1 << 48, "iova_size",
+         "at least a page, ending below 2^48"),
+    ]
+    for ok, key, rule in checks:
+        if not ok:
+            raise DlaError(NvError.BadValue, f"{source}: '{key}' = {raw[key]!r} must be {rule}")
+    if dla_block_e.CONV in blocks and dla_block_e.SDP not in blocks:
+        raise DlaError(NvError.BadValue, f"{source}: 'blocks': CONV needs SDP (its results fly to SDP)")
+    return DeviceConfig(raw["name"], raw["description"], raw["instances"], raw["hw_version"],
+                        blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
+                        raw["iova_size"])
+
+
+def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:
+    try:
+        return enum_type[str(name).upper()]
+    except KeyError:
+        names = ", ".join(m.name for m in enum_type)
+        raise DlaError(NvError.BadValue, f"{source}: '{key}' has {name!r}; known: {names}") from None

@@ -1,0 +1,475 @@
+"""The virtual device: a register file, functional blocks behind it, device memory, an interrupt.
+
+The host (the KMD, through its portability layer) sees only :meth:`VirtualDevice.reg_write`,
+:meth:`VirtualDevice.reg_read`, the memory it maps through the IOMMU, and the interrupt line
+(:meth:`VirtualDevice.connect_irq`). The device computes only from what was written there.
+
+Execution modes:
+
+- ``deterministic``: an operation executes inside the register write that makes it runnable (the
+  write of ``d_op_enable``), in the order operations were enabled; the interrupt is raised in that
+  same call. A KMD test is then reproducible to the register write.
+- ``step``: enabling queues the operation; :meth:`VirtualDevice.step` executes one.
+- ``threaded``: one thread per block, running beside the host as hardware does, blocks in parallel.
+
+A block runs its two register groups in turn, starting with group 0 (``s_pointer`` consumer bit).
+CONV results fly to SDP: a CONV operation runs once the SDP group that is next in turn is enabled in
+flying mode, and the pair completes together.
+
+Usage::
+
+    dev = VirtualDevice("full", mode="deterministic")
+    dev.connect_irq(lambda: print(hex(dev.reg_read(R.GLB_INTR_STATUS))))
+    dev.reg_write(R.BDMA_D_OP_ENABLE, 1)
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.errors import DlaError, NvError
+from pydla.hw import blocks
+from pydla.hw.config import DeviceConfig, load_config
+from pydla.hw.memory import DeviceMemory, MmuFault
+
+MODES = ("deterministic", "step", "threaded")
+WINDOW = 0x1000
+S_AREA = 0x40
+OP_ENABLE = R.BDMA_D_OP_ENABLE - R.BDMA_S_STATUS  # the same in every block window
+_S = {name: R.BDMA_S_STATUS + off - R.BDMA_S_STATUS for name, off in (
+    ("status", 0), ("pointer", 4), ("error", 8), ("error_group", 12), ("ops_done", 16))}
+IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED),
+                          int(R.group_state_e.RUNNING))
+MMU_FAULT_BIT = 31
+DEVICE_RESET_BIT = 31
+
+_REG_TYPES = {
+    dla_block_e.BDMA: R.bdma_regs_t, dla_block_e.CONV: R.conv_regs_t, dla_block_e.SDP: R.sdp_regs_t,
+    dla_block_e.PDP: R.pdp_regs_t, dla_block_e.CDP: R.cdp_regs_t, dla_block_e.RUBIK: R.rubik_regs_t,
+}
+_NAMES = {addr: name for name, addr in R.REGISTERS.items()}
+SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
+
+
+def done_bit(block: int, group: int) -> int:
+    return 1 << (2 * block + group)
+
+
+def error_bit(block: int, group: int) -> int:
+    return 1 << (16 + 2 * block + group)
+
+
+@dataclass(frozen=True)
+class RegAccess:
+    """One entry of the register trace: R or W, the register's name, the value, the D group."""
+
+    op: str
+    address: int
+    name: str
+    value: int
+    group: int | None
+
+    def __str__(self) -> str:
+        g = f"[g{self.group}]" if self.group is not None else ""
+        return f"{self.op} {self.name}{g} = {self.value:#x}"
+
+
+class _Block:
+    def __init__(self, kind: dla_block_e) -> None:
+        self.kind = kind
+        self.index = int(kind)
+        self.regs_type = _REG_TYPES[kind]
+        self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
+        self.reset()
+        self.ops_done = 0
+        self.hangs = 0
+        self.injected_errors: collections.deque[int] = collections.deque()
+        self.epoch = 0
+
+    def reset(self) -> None:
+        self.state = [IDLE, IDLE]
+        self.producer = 0
+        self.consumer = 0
+        self.error = 0
+        self.error_group = 0
+
+    def reg(self, group: int, offset: int) -> int:
+        value: int = struct.unpack_from("<I", self.groups[group], offset)[0]
+        return value
+
+    def snapshot(self, group: int) -> Any:
+        return self.regs_type.from_buffer_copy(self.groups[group])
+
+
+@dataclass
+class _Work:
+    block: _Block
+    group: int
+    partner: tuple[_Block, int] | None
+    epoch: int
+    hang: bool
+    injected: int
+
+
+class VirtualDevice:
+    """One device instance. See the module docstring."""
+
+    def __init__(self, config: DeviceConfig | str = "full", *, instance: int = 0,
+                 mode: str = "deterministic", memory: DeviceMemory | None = None) -> None:
+        self.config = load_config(config)
+        if mode not in MODES:
+            raise DlaError(NvError.BadParameter, f"device mode '{mode}': choose one of {', '.join(MODES)}")
+        if not 0 <= instance < self.config.instances:
+            raise DlaError(NvError.BadParameter,
+                           f"device instance {instance}: config '{self.config.name}' has "
+                           f"{self.config.instances}")
+        self.instance = instance
+        self.mode = mode
+        self.memory = memory or DeviceMemory(self.config)
+        self.iommu = self.memory.iommu
+        self._blocks: dict[int, _Block] = {int(b): _Block(b) for b in self.config.blocks}
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
+        self._irq_handlers: list[Callable[[], object]] = []
+        self._kicking = False
+        self._closed = False
+        self.intr_mask = 0
+        self.intr_status = 0
+        self.fault = (0, 0, 0)  # address, context, block
+        self.ops_done = 0
+        self.bus_errors = 0
+        self.log: collections.deque[str] = collections.deque(maxlen=256)
+        self.trace: list[RegAccess] | None = None
+        self._precisions = tuple(int(p) for p in self.config.precisions)
+        self._threads: list[threading.Thread] = []
+        if mode == "threaded":
+            for block in self._blocks.values():
+                t = threading.Thread(target=self._worker, args=(block,), daemon=True,
+                                     name=f"pydla-dev{instance}-{block.kind.name}")
+                t.start()
+                self._threads.append(t)
+
+    # -- the host side --------------------------------------------------------------------------
+
+    def connect_irq(self, handler: Callable[[], object]) -> None:
+        """Call ``handler`` (with no lock of the device held) whenever an unmasked status bit is set."""
+        with self._lock:
+            self._irq_handlers.append(handler)
+
+    def disconnect_irq(self, handler: Callable[[], object]) -> None:
+        with self._lock:
+            self._irq_handlers.remove(handler)
+
+    def record_trace(self, on: bool = True) -> list[RegAccess]:
+        """Start (or stop) recording every register access; returns the list being filled."""
+        with self._lock:
+            self.trace = [] if on else None
+            return self.trace if self.trace is not None else []
+
+    def reg_read(self, address: int) -> int:
+        with self._lock:
+            value, group = self._read(address)
+            if self.trace is not None:
+                self.trace.append(RegAccess("R", address, _NAMES.get(address, f"{address:#x}"), value, group))
+            return value
+
+    def reg_write(self, address: int, value: int) -> None:
+        value &= 0xFFFFFFFF
+        with self._lock:
+            group = self._write(address, value)
+            if self.trace is not None:
+                self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value, group))
+            kick = self.mode == "deterministic" and not self._kicking
+            raise_irq = self._irq_pending()
+        if kick:
+            self._run_runnable()
+        elif raise_irq:
+            self._raise_irq()
+
+    def step(self) -> bool:
+        """In step mode, execute the next runnable operation; False when there is none."""
+        if self.mode != "step":
+            raise DlaError(NvError.InvalidState, f"step() needs mode 'step', not '{self.mode}'")
+        with self._lock:
+            work = self._take_runnable(None)
+        if work is None:
+            return False
+        self._execute(work)
+        return True
+
+    def inject_hang(self, block: dla_block_e | str, count: int = 1) -> None:
+        """The next ``count`` operations of ``block`` start and never finish (until a reset)."""
+        with self._lock:
+            self._block(block).hangs += count
+
+    def inject_error(self, block: dla_block_e | str, code: int = int(R.dla_hw_error_e.BAD_CONFIG)) -> None:
+        """The next operation of ``block`` fails with ``code`` (a dla_hw_error_e)."""
+        with self._lock:
+            self._block(block).injected_errors.append(code)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def idle(self) -> bool:
+        """No group of any block is enabled or running."""
+        with self._lock:
+            return all(s == IDLE for b in self._blocks.values() for s in b.state)
+
+    # -- registers ----------------------------------------------------------------------------------
+
+    def _block(self, which: dla_block_e | str | int) -> _Block:
+        kind = dla_block_e[which.upper()] if isinstance(which, str) else dla_block_e(which)
+        block = self._blocks.get(int(kind))
+        if block is None:
+            raise DlaError(NvError.NotSupported,
+                           f"device config '{self.config.name}' has no {kind.name} block")
+        return block
+
+    def _locate(self, address: int) -> tuple[_Block | None, int] | None:
+        if address % 4 or not 0 <= address < WINDOW * 7:
+            return None
+        window, offset = divmod(address, WINDOW)
+        if window == 0:
+            return None, offset
+        block = self._blocks.get(window - 1)
+        return (block, offset) if block is not None else None
+
+    def _read(self, address: int) -> tuple[int, int | None]:
+        where = self._locate(address)
+        if where is None:
+            self.bus_errors += 1
+            return 0, None
+        block, offset = where
+        if block is None:
+            return self._read_glb(address), None
+        if offset < S_AREA:
+            return {
+                _S["status"]: block.state[0] | (block.state[1] << 16),
+                _S["pointer"]: block.producer | (block.consumer << 16),
+                _S["error"]: block.error,
+                _S["error_group"]: block.error_group,
+                _S["ops_done"]: block.ops_done & 0xFFFFFFFF,
+            }.get(offset, 0), None
+        return block.reg(block.producer, offset), block.producer
+
+    def _read_glb(self, address: int) -> int:
+        fault_addr, fault_ctx, fault_block = self.fault
+        return {
+            R.GLB_HW_VERSION: self.config.hw_version,
+            R.GLB_CONFIG: self.config.block_mask,
+            R.GLB_INTR_MASK: self.intr_mask,
+            R.GLB_INTR_STATUS: self.intr_status,
+            R.GLB_MMU_FAULT_ADDR_LO: fault_addr & 0xFFFFFFFF,
+            R.GLB_MMU_FAULT_ADDR_HI: fault_addr >> 32,
+            R.GLB_MMU_FAULT_CTX: fault_ctx,
+            R.GLB_MMU_FAULT_BLOCK: fault_block,
+            R.GLB_OPS_DONE: self.ops_done & 0xFFFFFFFF,
+        }.get(address, 0)
+
+    def _write(self, address: int, value: int) -> int | None:
+        where = self._locate(address)
+        if where is None:
+            self.bus_errors += 1
+            return None
+        block, offset = where
+        if block is None:
+            self._write_glb(address, value)
+            return None
+        if offset < S_AREA:
+            if offset == _S["pointer"]:
+                block.producer = value & 1
+            return None
+        group = block.producer
+        struct.pack_into("<I", block.groups[group], offset, value)
+        if offset == OP_ENABLE:
+            if value & 1 and block.state[group] == IDLE:
+                block.state[group] = ENABLED
+                self._pending.append((block, group))
+                self._cond.notify_all()
+            elif not value & 1 and block.state[group] == ENABLED:
+                block.state[group] = IDLE
+        return group
+
+    def _write_glb(self, address: int, value: int) -> None:
+        if address == R.GLB_INTR_MASK:
+            self.intr_mask = value
+        elif address == R.GLB_INTR_SET:
+            self.intr_status |= value
+        elif address == R.GLB_INTR_STATUS:
+            self.intr_status &= ~value
+        elif address == R.GLB_RESET:
+            self._reset(value)
+
+    def _reset(self, bits: int) -> None:
+        targets = list(self._blocks.values()) if bits >> DEVICE_RESET_BIT & 1 else [
+            b for b in self._blocks.values() if bits >> b.index & 1]
+        for block in targets:
+            block.epoch += 1
+            block.reset()
+            block.hangs = 0
+            block.injected_errors.clear()
+            self.intr_status &= ~(done_bit(block.index, 0) | done_bit(block.index, 1)
+                                  | error_bit(block.index, 0) | error_bit(block.index, 1))
+        self._pending = collections.deque((b, g) for b, g in self._pending if b not in targets)
+        if bits >> DEVICE_RESET_BIT & 1:
+            self.intr_status = 0
+            self.fault = (0, 0, 0)
+        self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
+        self._cond.notify_all()
+
+    # -- execution ----------------------------------------------------------------------------------
+
+    def _runnable(self, block: _Block, group: int) -> tuple[_Block, int] | bool | None:
+        """False if (block, group) cannot run now; else its flying partner (or None)."""
+        if block.state[group] != ENABLED or block.consumer != group:
+            return False
+        if block.kind == dla_block_e.SDP and block.reg(group, SDP_SRC_MODE) == R.sdp_src_mode_e.FLYING:
+            return False  # runs with its CONV operation
+        if block.kind == dla_block_e.CONV:
+            sdp = self._blocks.get(int(dla_block_e.SDP))
+            if sdp is None:
+                return False
+            g = sdp.consumer
+            if sdp.state[g] != ENABLED or sdp.reg(g, SDP_SRC_MODE) != R.sdp_src_mode_e.FLYING:
+                return False
+            return sdp, g
+        return None
+
+    def _take_runnable(self, only: _Block | None) -> _Work | None:
+        """Under the lock: the first enabled operation that can run, marked RUNNING."""
+        for i, (block, group) in enumerate(self._pending):
+            if only is not None and block is not only:
+                continue
+            partner = self._runnable(block, group)
+            if partner is False:
+                continue
+            del self._pending[i]
+            block.state[group] = RUNNING
+            if isinstance(partner, tuple):
+                partner[0].state[partner[1]] = RUNNING
+            hang = block.hangs > 0
+            if hang:
+                block.hangs -= 1
+            injected = block.injected_errors.popleft() if block.injected_errors and not hang else 0
+            return _Work(block, group, partner if isinstance(partner, tuple) else None, block.epoch,
+                         hang, injected)
+        return None
+
+    def _run_runnable(self) -> None:
+        """Deterministic mode: execute everything that is runnable, in enable order."""
+        self._kicking = True
+        try:
+            while True:
+                with self._lock:
+                    work = self._take_runnable(None)
+                if work is None:
+                    break
+                self._execute(work)
+        finally:
+            self._kicking = False
+        self._raise_irq()
+
+    def _worker(self, block: _Block) -> None:
+        while True:
+            with self._cond:
+                work = None
+                while not self._closed:
+                    work = self._take_runnable(block)
+                    if work is not None:
+                        break
+                    self._cond.wait()
+                if self._closed:
+                    return
+            assert work is not None
+            self._execute(work)
+
+    def _execute(self, work: _Work) -> None:
+        if work.hang:
+            self.log.append(f"{work.block.kind.name} group {work.group}: hangs (injected)")
+            return
+        error, detail, fault = 0, "", None
+        mem = None
+        try:
+            regs = work.block.snapshot(work.group)
+            mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self._precisions)
+            if work.injected:
+                raise blocks.HwError(work.injected, "injected error")
+            self._compute(work, regs, mem)
+        except MmuFault as e:
+            error, detail, fault = int(R.dla_hw_error_e.MMU_FAULT), str(e), e
+        except blocks.HwError as e:
+            error, detail = int(e.code), e.detail
+        except Exception as e:  # a device never throws into the host: any bug becomes an error
+            error, detail = int(R.dla_hw_error_e.BAD_CONFIG), f"internal error: {type(e).__name__}: {e}"
+        with self._cond:
+            self._complete(work, error, detail, fault)
+            self._cond.notify_all()
+        self._raise_irq()
+
+    def _compute(self, work: _Work, regs: Any, mem: blocks.ContextMemory) -> None:
+        kind = work.block.kind
+        if kind == dla_block_e.CONV:
+            assert work.partner is not None
+            sdp_regs = work.partner[0].snapshot(work.partner[1])
+            if sdp_regs.d_ctx_id != regs.d_ctx_id:
+                raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
+                                     f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
+            result = blocks.run_conv(regs, mem)
+            blocks.run_sdp(sdp_regs, mem, flying=result)
+        elif kind == dla_block_e.BDMA:
+            blocks.run_bdma(regs, mem)
+        elif kind == dla_block_e.SDP:
+            blocks.run_sdp(regs, mem)
+        elif kind == dla_block_e.PDP:
+            blocks.run_pdp(regs, mem)
+        elif kind == dla_block_e.CDP:
+            blocks.run_cdp(regs, mem)
+        else:
+            blocks.run_rubik(regs, mem)
+
+    def _complete(self, work: _Work, error: int, detail: str, fault: MmuFault | None) -> None:
+        """Under the lock: mark the operation (and its flying partner) done or failed."""
+        parts = [(work.block, work.group)] + ([work.partner] if work.partner else [])
+        for block, group in parts:
+            if block.epoch != work.epoch and block is work.block:
+                return  # the block was reset while the operation ran: its result is abandoned
+            block.state[group] = IDLE
+            block.consumer = group ^ 1
+            if error:
+                block.error, block.error_group = error, group
+                self.intr_status |= error_bit(block.index, group)
+            else:
+                block.ops_done += 1
+                self.ops_done += 1
+                self.intr_status |= done_bit(block.index, group)
+        if error:
+            name = R.dla_hw_error_e(error).name
+            self.log.append(f"{work.block.kind.name} group {work.group}: {name}: {detail}")
+            if fault is not None:
+                self.fault = (fault.address, fault.ctx, work.block.index)
+                self.intr_status |= 1 << MMU_FAULT_BIT
+
+    # -- interrupts ---------------------------------------------------------------------------------
+
+    def _irq_pending(self) -> bool:
+        return bool(self.intr_status & ~self.intr_mask & 0xFFFFFFFF)
+
+    def _raise_irq(self) -> None:
+        with self._lock:
+            if not self._irq_pending():
+                return
+            handlers = list(self._irq_handlers)
+        for handler in handlers:
+            handler()

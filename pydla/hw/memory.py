@@ -1,0 +1,253 @@
+"""Device memory and the IOMMU.
+
+Buffer objects are anonymous shared memory maps (what a kernel would hand out as GEM objects); the
+host reaches them through numpy views. The device reaches them only through an address space: each
+context has its own, in which buffers are mapped at I/O virtual addresses (IOVAs). Every access the
+device makes is translated and bounds-checked against one mapping; anything else is an
+:class:`MmuFault`, which the device turns into an interrupt, never into a host exception.
+
+Mappings are placed on page boundaries with an unmapped guard page after each, so an access that
+runs off the end of a buffer faults instead of reaching the next buffer.
+
+Usage::
+
+    mem = DeviceMemory(config)
+    bo = mem.allocate(4096)
+    ctx = mem.iommu.create_context()
+    iova = mem.iommu.map(ctx, bo)
+    view = mem.iommu.view(ctx, iova, (4, 4), (16, 4), np.float32)
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import PAGE, DeviceConfig
+
+
+class MmuFault(Exception):
+    """An access outside the context's mappings. Raised inside the device, never out of it."""
+
+    def __init__(self, ctx: int, address: int, size: int, reason: str) -> None:
+        super().__init__(f"MMU fault: context {ctx}, address {address:#x}, {size} bytes: {reason}")
+        self.ctx = ctx
+        self.address = address
+        self.size = size
+
+
+class BufferObject:
+    """A piece of device memory: ``array`` is its bytes as a numpy uint8 array."""
+
+    def __init__(self, handle: int, size: int) -> None:
+        self.handle = handle
+        self.size = size
+        # Zero-size maps are not allowed; a buffer always owns at least one page of backing.
+        self._map: mmap.mmap | None = mmap.mmap(-1, max(size, 1))
+        self.array: npt.NDArray[np.uint8] = np.frombuffer(self._map, dtype=np.uint8, count=size)
+
+    @property
+    def closed(self) -> bool:
+        return self._map is None
+
+    def close(self) -> None:
+        if self._map is not None:
+            # numpy views keep the map's buffer exported; drop ours and let the GC close it when
+            # the last view dies (mmap.close would raise BufferError while views exist).
+            self.array = np.zeros(0, dtype=np.uint8)
+            self._map = None
+
+    def __repr__(self) -> str:
+        return f"BufferObject(handle={self.handle}, size={self.size})"
+
+
+@dataclass(frozen=True)
+class Mapping:
+    iova: int
+    size: int
+    bo: BufferObject
+    offset: int
+
+
+class AddressSpace:
+    """One context's mappings, sorted by IOVA."""
+
+    def __init__(self, ctx: int, base: int, limit: int) -> None:
+        self.ctx = ctx
+        self.starts: list[int] = []
+        self.mappings: list[Mapping] = []
+        self._next = base
+        self._limit = limit
+
+    def find(self, address: int) -> Mapping | None:
+        i = bisect.bisect_right(self.starts, address) - 1
+        if i < 0:
+            return None
+        m = self.mappings[i]
+        return m if address < m.iova + m.size else None
+
+    def place(self, size: int) -> int:
+        iova = self._next
+        end = iova + _round_up(max(size, 1), PAGE) + PAGE  # one guard page
+        if end > self._limit:
+            raise DlaError(NvError.InsufficientMemory,
+                           f"context {self.ctx}: I/O address space exhausted ({size} bytes requested)")
+        self._next = end
+        return iova
+
+
+class Iommu:
+    """Per-context address spaces and the translation every device access goes through."""
+
+    def __init__(self, config: DeviceConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._spaces: dict[int, AddressSpace] = {}
+        self._next_ctx = 1
+
+    def create_context(self) -> int:
+        with self._lock:
+            if len(self._spaces) >= self.config.contexts:
+                raise DlaError(NvError.ResourceError,
+                               f"all {self.config.contexts} device contexts are in use")
+            while self._next_ctx in self._spaces or self._next_ctx == 0:
+                self._next_ctx = (self._next_ctx + 1) & 0xFFFF
+            ctx = self._next_ctx
+            self._next_ctx = (ctx + 1) & 0xFFFF
+            self._spaces[ctx] = AddressSpace(ctx, self.config.iova_base,
+                                             self.config.iova_base + self.config.iova_size)
+            return ctx
+
+    def destroy_context(self, ctx: int) -> None:
+        with self._lock:
+            if self._spaces.pop(ctx, None) is None:
+                raise DlaError(NvError.BadParameter, f"context {ctx} does not exist")
+
+    @property
+    def contexts(self) -> list[int]:
+        with self._lock:
+            return list(self._spaces)
+
+    def _space(self, ctx: int) -> AddressSpace:
+        space = self._spaces.get(ctx)
+        if space is None:
+            raise DlaError(NvError.BadParameter, f"context {ctx} does not exist")
+        return space
+
+    def map(self, ctx: int, bo: BufferObject, offset: int = 0, size: int | None = None) -> int:
+        """Map ``size`` bytes of ``bo`` from ``offset`` into context ``ctx``; return the IOVA."""
+        size = bo.size - offset if size is None else size
+        if offset < 0 or size <= 0 or offset + size > bo.size:
+            raise DlaError(NvError.BadParameter,
+                           f"map of buffer {bo.handle}: offset {offset} + size {size} is outside "
+                           f"its {bo.size} bytes")
+        with self._lock:
+            space = self._space(ctx)
+            iova = space.place(size)
+            i = bisect.bisect_right(space.starts, iova)
+            space.starts.insert(i, iova)
+            space.mappings.insert(i, Mapping(iova, size, bo, offset))
+            return iova
+
+    def unmap(self, ctx: int, iova: int) -> None:
+        with self._lock:
+            space = self._space(ctx)
+            i = bisect.bisect_left(space.starts, iova)
+            if i >= len(space.starts) or space.starts[i] != iova:
+                raise DlaError(NvError.BadParameter, f"context {ctx}: nothing is mapped at {iova:#x}")
+            del space.starts[i]
+            del space.mappings[i]
+
+    def mappings(self, ctx: int) -> list[Mapping]:
+        with self._lock:
+            return list(self._space(ctx).mappings)
+
+    # -- device side: these raise MmuFault ----------------------------------------------------
+
+    def translate(self, ctx: int, address: int, size: int) -> tuple[BufferObject, int]:
+        """The buffer and offset holding ``[address, address + size)``, all in one mapping."""
+        with self._lock:
+            space = self._spaces.get(ctx)
+            if space is None:
+                raise MmuFault(ctx, address, size, "no such context")
+            m = space.find(address)
+        if m is None:
+            raise MmuFault(ctx, address, size, "address not mapped")
+        if size < 0 or address + size > m.iova + m.size:
+            raise MmuFault(ctx, address, size,
+                           f"access runs past the end of the mapping at {m.iova:#x} "
+                           f"({m.size} bytes)")
+        if m.bo.closed:
+            raise MmuFault(ctx, address, size, "the mapped buffer was freed")
+        return m.bo, m.offset + (address - m.iova)
+
+    def view(self, ctx: int, address: int, shape: tuple[int, ...], strides: tuple[int, ...],
+             dtype: Any) -> npt.NDArray[Any]:
+        """A numpy view of device memory; shape and byte strides (non-negative) say what it spans."""
+        itemsize = np.dtype(dtype).itemsize
+        if any(n <= 0 for n in shape):
+            raise MmuFault(ctx, address, 0, f"empty view shape {shape}")
+        extent = itemsize + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+        bo, offset = self.translate(ctx, address, extent)
+        if offset % itemsize:
+            # numpy handles unaligned views, but a device would not: report it like one.
+            raise MmuFault(ctx, address, extent, f"address not aligned to {itemsize} bytes")
+        base = bo.array[offset:offset + extent]
+        view: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=base, offset=0, strides=strides)
+        return view
+
+
+class DeviceMemory:
+    """Buffer objects of one device, within its configured memory size."""
+
+    def __init__(self, config: DeviceConfig) -> None:
+        self.config = config
+        self.iommu = Iommu(config)
+        self._lock = threading.Lock()
+        self._buffers: dict[int, BufferObject] = {}
+        self._next_handle = 1
+        self.used = 0
+
+    def allocate(self, size: int) -> BufferObject:
+        if not isinstance(size, int) or size <= 0 or size > 1 << 40:
+            raise DlaError(NvError.BadParameter, f"buffer size {size!r} must be 1..2^40 bytes")
+        with self._lock:
+            if self.used + size > self.config.memory_bytes:
+                raise DlaError(NvError.InsufficientMemory,
+                               f"cannot allocate {size} bytes: {self.used} of "
+                               f"{self.config.memory_bytes} in use")
+            bo = BufferObject(self._next_handle, size)
+            self._buffers[bo.handle] = bo
+            self._next_handle += 1
+            self.used += size
+            return bo
+
+    def free(self, bo: BufferObject) -> None:
+        with self._lock:
+            if self._buffers.pop(bo.handle, None) is None:
+                raise DlaError(NvError.BadParameter, f"buffer {bo.handle} is not allocated")
+            self.used -= bo.size
+        bo.close()
+
+    def get(self, handle: int) -> BufferObject:
+        with self._lock:
+            bo = self._buffers.get(handle)
+        if bo is None:
+            raise DlaError(NvError.BadParameter, f"no buffer with handle {handle}")
+        return bo
+
+    @property
+    def buffers(self) -> list[BufferObject]:
+        with self._lock:
+            return list(self._buffers.values())
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to

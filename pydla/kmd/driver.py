@@ -1,0 +1,405 @@
+"""The kernel-mode driver: contexts, buffer objects, the job queue, timeouts and recovery.
+
+One :class:`Kmd` drives one device through an :class:`~pydla.kmd.engine.Engine`. Clients open
+contexts (each its own device address space), create buffer objects in them, and submit tasks
+(address lists of their own buffers). Jobs from all contexts wait in one queue; the policy that
+picks the next one is: highest priority first, then round-robin across contexts (the context after
+the one served last), then submission order within a context.
+
+Every job has a timeout. When it expires the driver checks for progress (the device's completed-
+operation counter): while the device keeps completing operations the deadline is extended, up to
+``MAX_EXTENSIONS`` times; otherwise the job is aborted, the blocks it used are reset through the
+GLB reset register, and the job fails with NvError Timeout naming the operation that hung. The next
+job then runs normally. A device error fails the job; an MMU fault also fails the other queued jobs
+of the same context (the context is aborted), never another context's.
+
+Usage::
+
+    kmd = Kmd(VirtualDevice("full"))
+    ctx = kmd.open_context()
+    h = kmd.bo_create(ctx, 4096)
+    job = kmd.submit(ctx, [AddressEntry(h)], timeout_ms=1000)
+    job.wait(1000)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.errors import DlaError, NvError
+from pydla.hw.device import VirtualDevice
+from pydla.hw.memory import BufferObject
+from pydla.kmd.engine import Engine, TaskRun
+from pydla.kmd.graph import TaskGraph, load_task
+from pydla.kmd.port import AddressEntry, ResolvedEntry, TaskDesc, VirtualDevicePort
+
+DEFAULT_TIMEOUT_MS = 10_000
+MAX_EXTENSIONS = 10
+MAX_ADDRESSES = 4096
+QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
+
+
+@dataclass
+class _Buffer:
+    bo: BufferObject
+    iova: int
+
+
+@dataclass
+class Context:
+    """A client's device context: its address space (ctx id) and its buffer objects by handle."""
+
+    ctx: int
+    buffers: dict[int, _Buffer] = field(default_factory=dict)
+    next_handle: int = 1
+
+
+class Job:
+    """A submitted task. ``wait`` returns when it completed and raises when it failed."""
+
+    def __init__(self, kmd: Kmd, job_id: int, context: Context, task: TaskDesc, graph: TaskGraph,
+                 priority: int, timeout_ms: int) -> None:
+        self.kmd = kmd
+        self.job_id = job_id
+        self.context = context
+        self.task = task
+        self.graph = graph
+        self.priority = priority
+        self.timeout_ms = timeout_ms
+        self.state = QUEUED
+        self.error: DlaError | None = None
+        self.run: TaskRun | None = None
+        self.deadline = 0.0
+        self.extensions = 0
+        self.ops_seen = 0
+        self.started_at = 0.0
+        self.finished_at = 0.0
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_ms: float | None = None) -> None:
+        """Block until the job finishes: return if it completed, raise its error if it failed.
+        NvError Timeout if ``timeout_ms`` passes first (the job itself goes on)."""
+        self.kmd.wait_for(self, timeout_ms)
+        if self.error is not None:
+            raise self.error
+
+    def _finish(self, error: DlaError | None) -> None:
+        self.error = error
+        self.state = FAILED if error else COMPLETED
+        self.finished_at = time.monotonic()
+        self._done.set()
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id}, ctx={self.context.ctx}, {self.state})"
+
+
+class Kmd:
+    """The driver of one device. See the module docstring."""
+
+    def __init__(self, device: VirtualDevice, *, default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        self.device = device
+        self.config = device.config
+        self.port = VirtualDevicePort(device)
+        self.engine = Engine(self.port, device.config)
+        self.engine.dla_engine_init()
+        self.default_timeout_ms = default_timeout_ms
+        self._lock = threading.RLock()
+        self._contexts: dict[int, Context] = {}
+        self._queues: dict[int, deque[Job]] = {}
+        self._last_served: int | None = None
+        self._running: Job | None = None
+        self._next_job = 1
+        self.history: deque[Job] = deque(maxlen=64)
+        self._closed = False
+        self._service: threading.Thread | None = None
+        if device.mode == "threaded":
+            self._service = threading.Thread(target=self._service_loop, daemon=True,
+                                             name=f"pydla-kmd{device.instance}")
+            self._service.start()
+
+    # -- contexts and buffers --------------------------------------------------------------------
+
+    def open_context(self) -> int:
+        with self._lock:
+            self._check_open()
+            ctx = self.device.iommu.create_context()
+            self._contexts[ctx] = Context(ctx)
+            self._queues[ctx] = deque()
+            return ctx
+
+    def close_context(self, ctx: int) -> None:
+        """Abort the context's jobs, free its buffers, and release its address space."""
+        with self._lock:
+            context = self._context(ctx)
+            error = DlaError(NvError.InvalidState, f"context {ctx} was closed")
+            for job in list(self._queues[ctx]):
+                job._finish(error)
+            self._queues[ctx].clear()
+            running = self._running
+            if running is not None and running.context is context and running.run is not None:
+                self.engine.abort(running.run, error)
+            self._poll_locked()
+            for buf in context.buffers.values():
+                self.device.memory.free(buf.bo)
+            context.buffers.clear()
+            del self._contexts[ctx]
+            del self._queues[ctx]
+            self.device.iommu.destroy_context(ctx)
+
+    def bo_create(self, ctx: int, size: int) -> int:
+        """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle."""
+        with self._lock:
+            context = self._context(ctx)
+            bo = self.device.memory.allocate(size)
+            try:
+                iova = self.device.iommu.map(ctx, bo)
+            except DlaError:
+                self.device.memory.free(bo)
+                raise
+            handle = context.next_handle
+            context.next_handle += 1
+            context.buffers[handle] = _Buffer(bo, iova)
+            return handle
+
+    def bo_destroy(self, ctx: int, handle: int) -> None:
+        with self._lock:
+            context = self._context(ctx)
+            buf = self._buffer(context, handle)
+            if self._in_use(context, buf):
+                raise DlaError(NvError.Busy, f"buffer {handle} of context {ctx} is used by a queued "
+                                             "or running job")
+            self.device.iommu.unmap(ctx, buf.iova)
+            self.device.memory.free(buf.bo)
+            del context.buffers[handle]
+
+    def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]:
+        """The buffer's bytes as a numpy array (the host's mapping of it)."""
+        with self._lock:
+            return self._buffer(self._context(ctx), handle).bo.array
+
+    def bo_iova(self, ctx: int, handle: int) -> int:
+        with self._lock:
+            return self._buffer(self._context(ctx), handle).iova
+
+    def bo_size(self, ctx: int, handle: int) -> int:
+        with self._lock:
+            return self._buffer(self._context(ctx), handle).bo.size
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    def submit(self, ctx: int, addresses: list[AddressEntry], *, priority: int = 0,
+               timeout_ms: int | None = None) -> Job:
+        """Validate the task whose network descriptor is ``addresses[0]`` and queue it."""
+        timeout_ms = self.default_timeout_ms if timeout_ms is None else timeout_ms
+        if not 0 < timeout_ms <= 3_600_000:
+            raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms} must be 1..3600000")
+        if not 0 <= priority <= 255:
+            raise DlaError(NvError.BadParameter, f"priority {priority} must be 0..255")
+        if not 0 < len(addresses) <= MAX_ADDRESSES:
+            raise DlaError(NvError.BadParameter,
+                           f"address list of {len(addresses)} entries: must hold 1..{MAX_ADDRESSES}")
+        with self._lock:
+            self._check_open()
+            context = self._context(ctx)
+            job_id = self._next_job
+            self._next_job += 1
+            resolved = []
+            for i, entry in enumerate(addresses):
+                buf = context.buffers.get(entry.handle)
+                if buf is None:
+                    raise DlaError(NvError.BadParameter,
+                                   f"task {job_id}: address {i}: handle {entry.handle} is not a "
+                                   f"buffer of context {ctx}")
+                if not 0 <= entry.offset < buf.bo.size:
+                    raise DlaError(NvError.BadParameter,
+                                   f"task {job_id}: address {i}: offset {entry.offset} is outside "
+                                   f"buffer {entry.handle} ({buf.bo.size} bytes)")
+                resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset))
+            task = TaskDesc(job_id, ctx, resolved)
+        graph = load_task(self.port, task, self.config)  # copies and checks every descriptor
+        with self._lock:
+            self._check_open()
+            job = Job(self, job_id, context, task, graph, priority, timeout_ms)
+            if ctx not in self._contexts:
+                raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
+            self._queues[ctx].append(job)
+            if self._service is None and self.device.mode == "deterministic":
+                self._poll_locked()
+            else:
+                self._wake()
+            return job
+
+    def poll(self) -> None:
+        """Process device events, check timeouts, start the next job. Never blocks."""
+        with self._lock:
+            self._poll_locked()
+
+    def wait_for(self, job: Job, timeout_ms: float | None) -> None:
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while not job.done:
+            if self._service is None:
+                self.poll()
+                if job.done:
+                    break
+                nap = 0.001 if self.engine.pending_events() == 0 else 0.0
+            else:
+                nap = 0.05
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DlaError(NvError.Timeout,
+                                   f"job {job.job_id} did not finish within {timeout_ms} ms "
+                                   f"(it is {job.state})")
+                nap = min(nap, left)
+            if self._service is None:
+                if nap:
+                    time.sleep(nap)
+            else:
+                job._done.wait(nap)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for ctx in list(self._contexts):
+                self.close_context(ctx)
+            self._closed = True
+            self.port.disconnect_interrupt(self.engine.dla_isr_handler)
+        self.engine.wake()
+        if self._service is not None:
+            self._service.join(timeout=5)
+
+    @property
+    def contexts(self) -> list[int]:
+        with self._lock:
+            return list(self._contexts)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DlaError(NvError.InvalidState, "the driver was closed")
+
+    def _context(self, ctx: int) -> Context:
+        context = self._contexts.get(ctx)
+        if context is None:
+            raise DlaError(NvError.BadParameter, f"context {ctx} is not open")
+        return context
+
+    @staticmethod
+    def _buffer(context: Context, handle: int) -> _Buffer:
+        buf = context.buffers.get(handle)
+        if buf is None:
+            raise DlaError(NvError.BadParameter, f"handle {handle} is not a buffer of context {context.ctx}")
+        return buf
+
+    def _in_use(self, context: Context, buf: _Buffer) -> bool:
+        jobs = list(self._queues[context.ctx])
+        if self._running is not None and self._running.context is context:
+            jobs.append(self._running)
+        return any(e.bo is buf.bo for job in jobs for e in job.task.addresses)
+
+    def _wake(self) -> None:
+        self.engine.wake()
+
+    def _poll_locked(self) -> None:
+        while True:
+            self.engine.dla_process_events()
+            self._check_timeout()
+            started = self._start_next()
+            if not started and self.engine.pending_events() == 0:
+                return
+
+    def _on_finish(self, run: TaskRun) -> None:
+        job = self._running
+        if job is None or job.run is not run:
+            return
+        self._running = None
+        self.history.append(job)
+        job._finish(run.error)
+        if run.error is not None and run.error.code == NvError.InvalidAddress:
+            abort = DlaError(NvError.InvalidState,
+                             f"aborted: job {job.job_id} of context {job.context.ctx} caused an MMU fault")
+            for queued in self._queues.get(job.context.ctx, ()):
+                queued._finish(abort)
+            if job.context.ctx in self._queues:
+                self._queues[job.context.ctx].clear()
+
+    def _pick(self) -> Job | None:
+        candidates = [(q[0].priority, ctx) for ctx, q in self._queues.items() if q]
+        if not candidates:
+            return None
+        top = max(p for p, _ in candidates)
+        ctxs = sorted(ctx for p, ctx in candidates if p == top)
+        after = [c for c in ctxs if self._last_served is not None and c > self._last_served]
+        ctx = (after or ctxs)[0]
+        self._last_served = ctx
+        return self._queues[ctx].popleft()
+
+    def _start_next(self) -> bool:
+        if self._running is not None:
+            return False
+        job = self._pick()
+        if job is None:
+            return False
+        self._running = job
+        job.state = RUNNING
+        job.started_at = time.monotonic()
+        job.deadline = job.started_at + job.timeout_ms / 1000
+        job.ops_seen = self.port.dla_reg_read(R.GLB_OPS_DONE)
+        try:
+            job.run = self.engine.dla_execute_task(job.task, job.graph, self._on_finish)
+        except DlaError as e:
+            self._running = None
+            job._finish(e)
+        return True
+
+    def _check_timeout(self) -> None:
+        job = self._running
+        if job is None or job.run is None or time.monotonic() < job.deadline:
+            return
+        ops = self.port.dla_reg_read(R.GLB_OPS_DONE)
+        if ops != job.ops_seen and job.extensions < MAX_EXTENSIONS:
+            job.ops_seen = ops
+            job.extensions += 1
+            job.deadline = time.monotonic() + job.timeout_ms / 1000
+            return
+        detail = self.engine.describe_stuck(job.run)
+        blocks = ", ".join(b.name for b in job.graph.blocks)
+        error = DlaError(NvError.Timeout,
+                         f"task {job.job_id} timed out after {job.timeout_ms} ms"
+                         f"{f' (+{job.extensions} extensions for progress)' if job.extensions else ''}: "
+                         f"{detail}; blocks {blocks} were reset")
+        self.engine.abort(job.run, error)
+
+    def _service_loop(self) -> None:
+        """Threaded mode: the driver's bottom half, acting on events and watching deadlines."""
+        while not self._closed:
+            with self._lock:
+                job = self._running
+                wait = 0.05 if job is None else max(0.0, min(0.05, job.deadline - time.monotonic()))
+            self.engine.wait_for_events(wait)
+            if self._closed:
+                return
+            self.poll()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "contexts": len(self._contexts),
+                "queued": sum(len(q) for q in self._queues.values()),
+                "running": self._running.job_id if self._running else None,
+                "buffers": sum(len(c.buffers) for c in self._contexts.values()),
+            }

@@ -1,0 +1,296 @@
+"""The engine scheduler (seed 003): ``dla_engine_init``, ``dla_execute_task``, ``dla_isr_handler``,
+``dla_process_events``.
+
+Scheduling, per block: operations are programmed in their chain order into the block's register
+groups as soon as a group is free (so up to two per block are in flight), and each is enabled once
+its dependency count reaches zero. Programming, enabling and completing an operation are the
+events OP_PROGRAMMED, OP_ENABLED and OP_COMPLETED; each decrements the dependency count of the
+consumers that wait for it. Blocks run in parallel wherever the graph allows.
+
+``dla_isr_handler`` only reads and clears the interrupt status and records events;
+``dla_process_events`` runs outside interrupt context, under the engine lock, and acts on them.
+
+Per-submit state (dependency counters, group assignment, progress) lives in a :class:`TaskRun`; the
+:class:`~pydla.kmd.graph.TaskGraph` is never modified, so a task runs any number of times.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated import dla_task as T
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig
+from pydla.kmd.graph import TaskGraph, load_task
+from pydla.kmd.port import KmdPortability, TaskDesc
+from pydla.kmd.program import STATUS, enable_operation, program_operation
+
+WAITING, PROGRAMMED, ENABLED, DONE = range(4)
+MMU_FAULT_BIT = 31
+ERROR_CODES = {
+    int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
+    int(R.dla_hw_error_e.BAD_CONFIG): NvError.BadValue,
+    int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
+    int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState,
+}
+
+
+@dataclass(frozen=True)
+class HwEvent:
+    """What the ISR found: an operation of ``block`` in ``group`` completed or failed."""
+
+    block: int
+    group: int
+    failed: bool
+
+
+@dataclass
+class TaskRun:
+    """The state of one execution of a task graph."""
+
+    task: TaskDesc
+    graph: TaskGraph
+    on_finish: Callable[[TaskRun], None] | None = None
+    deps: list[int] = field(default_factory=list)
+    state: list[int] = field(default_factory=list)
+    group_of: list[int] = field(default_factory=list)
+    busy: dict[dla_block_e, list[int | None]] = field(default_factory=dict)
+    chain_pos: dict[dla_block_e, int] = field(default_factory=dict)
+    next_group: dict[dla_block_e, int] = field(default_factory=dict)
+    ready: collections.deque[int] = field(default_factory=collections.deque)
+    completed: int = 0
+    enable_order: list[int] = field(default_factory=list)
+    error: DlaError | None = None
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        n = len(self.graph.operations)
+        self.deps = [op.dependency_count for op in self.graph.operations]
+        self.state = [WAITING] * n
+        self.group_of = [-1] * n
+        for b in dla_block_e:
+            self.busy[b] = [None, None]
+            self.chain_pos[b] = 0
+            self.next_group[b] = 0
+
+    def operation_in(self, block: dla_block_e, group: int) -> int | None:
+        return self.busy[block][group]
+
+
+class Engine:
+    """The engine scheduler of one device, driving it through a :class:`KmdPortability`."""
+
+    def __init__(self, port: KmdPortability, config: DeviceConfig) -> None:
+        self.port = port
+        self.config = config
+        self._lock = threading.RLock()
+        self._events_lock = threading.Lock()
+        self._events: collections.deque[HwEvent] = collections.deque()
+        self.events_arrived = threading.Condition(self._events_lock)
+        self.current: TaskRun | None = None
+        self.mmu_fault: tuple[int, int, int] | None = None
+        self._initialised = False
+
+    # -- the seed's entry points -------------------------------------------------------------------
+
+    def dla_engine_init(self, priv_data: object = None) -> int:
+        """Reset the device's interrupt state and hook up the ISR. Called once, at probe time."""
+        with self._lock:
+            if self._initialised:
+                return 0
+            self.port.dla_reg_write(R.GLB_INTR_MASK, 0)
+            self.port.dla_reg_write(R.GLB_INTR_STATUS, 0xFFFFFFFF)
+            self.port.connect_interrupt(self.dla_isr_handler)
+            self._initialised = True
+            return 0
+
+    def dla_execute_task(self, task: TaskDesc, graph: TaskGraph | None = None,
+                         on_finish: Callable[[TaskRun], None] | None = None) -> TaskRun:
+        """Validate (unless ``graph`` is the validated graph of ``task``) and start ``task``."""
+        if not self._initialised:
+            raise DlaError(NvError.NotInitialized, "dla_engine_init was not called")
+        if graph is None:
+            graph = load_task(self.port, task, self.config)
+        with self._lock:
+            if self.current is not None and not self.current.finished:
+                raise DlaError(NvError.Busy,
+                               f"task {self.current.task.task_id} is still running on this device")
+            run = TaskRun(task, graph, on_finish)
+            self.current = run
+            self._schedule(run)
+            return run
+
+    def dla_isr_handler(self) -> int:
+        """Read and clear the interrupt status; record what completed or failed."""
+        status = self.port.dla_reg_read(R.GLB_INTR_STATUS)
+        if not status:
+            return 0
+        self.port.dla_reg_write(R.GLB_INTR_STATUS, status)
+        if status >> MMU_FAULT_BIT & 1:
+            lo = self.port.dla_reg_read(R.GLB_MMU_FAULT_ADDR_LO)
+            hi = self.port.dla_reg_read(R.GLB_MMU_FAULT_ADDR_HI)
+            ctx = self.port.dla_reg_read(R.GLB_MMU_FAULT_CTX)
+            blk = self.port.dla_reg_read(R.GLB_MMU_FAULT_BLOCK)
+            self.mmu_fault = ((hi << 32) | lo, ctx, blk)
+        events = []
+        for b in range(len(dla_block_e)):
+            for g in (0, 1):
+                if status >> (2 * b + g) & 1:
+                    events.append(HwEvent(b, g, False))
+                if status >> (16 + 2 * b + g) & 1:
+                    events.append(HwEvent(b, g, True))
+        with self._events_lock:
+            self._events.extend(events)
+            self.events_arrived.notify_all()
+        return 0
+
+    def dla_process_events(self) -> int:
+        """Act on the recorded events: complete operations, program and enable what became ready.
+        Returns the number of events processed."""
+        with self._lock:
+            count = 0
+            while True:
+                with self._events_lock:
+                    if not self._events:
+                        return count
+                    event = self._events.popleft()
+                count += 1
+                run = self.current
+                if run is None or run.finished:
+                    continue
+                self._handle(run, event)
+
+    # -- scheduling ---------------------------------------------------------------------------------
+
+    def pending_events(self) -> int:
+        with self._events_lock:
+            return len(self._events)
+
+    def wait_for_events(self, timeout: float) -> None:
+        """Sleep until the ISR records an event, :meth:`wake` is called, or ``timeout`` seconds pass."""
+        with self.events_arrived:
+            if not self._events:
+                self.events_arrived.wait(timeout)
+
+    def wake(self) -> None:
+        with self.events_arrived:
+            self.events_arrived.notify_all()
+
+    def _handle(self, run: TaskRun, event: HwEvent) -> None:
+        block = dla_block_e(event.block)
+        index = run.busy[block][event.group]
+        if index is None:
+            return  # a group this run does not use (a stale bit after a reset)
+        op = run.graph.operations[index]
+        if event.failed:
+            code = self.port.dla_reg_read(STATUS[block] + 8)  # s_error
+            name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
+            message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
+            if code == R.dla_hw_error_e.MMU_FAULT and self.mmu_fault is not None:
+                addr, ctx, _ = self.mmu_fault
+                message += f" (access to {addr:#x} outside the mappings of context {ctx})"
+            self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
+            return
+        run.state[index] = DONE
+        run.busy[block][event.group] = None
+        run.completed += 1
+        self._signal(run, index, T.dla_event_e.OP_COMPLETED)
+        if run.completed == len(run.graph.operations):
+            self._finish(run)
+            return
+        self._schedule(run)
+
+    def _signal(self, run: TaskRun, index: int, event: int) -> None:
+        for c in run.graph.operations[index].consumers:
+            if c.event != event:
+                continue
+            run.deps[c.index] -= 1
+            if run.deps[c.index] == 0 and run.state[c.index] == PROGRAMMED:
+                run.ready.append(c.index)
+
+    def _schedule(self, run: TaskRun) -> None:
+        """Program every operation that has a free group; enable every one that is ready."""
+        progress = True
+        while progress and not run.finished:
+            progress = False
+            for block in run.graph.blocks:
+                chain = run.graph.chains[block]
+                while run.chain_pos[block] < len(chain):
+                    g = run.next_group[block]
+                    if run.busy[block][g] is not None:
+                        break
+                    index = chain[run.chain_pos[block]]
+                    op = run.graph.operations[index]
+                    program_operation(self.port, run.task, op, g)
+                    run.busy[block][g] = index
+                    run.group_of[index] = g
+                    run.next_group[block] = g ^ 1
+                    run.chain_pos[block] += 1
+                    run.state[index] = PROGRAMMED
+                    if run.deps[index] == 0:
+                        run.ready.append(index)
+                    self._signal(run, index, T.dla_event_e.OP_PROGRAMMED)
+                    progress = True
+            while run.ready and not run.finished:
+                index = run.ready.popleft()
+                op = run.graph.operations[index]
+                run.state[index] = ENABLED
+                run.enable_order.append(index)
+                enable_operation(self.port, op, run.group_of[index])
+                self._signal(run, index, T.dla_event_e.OP_ENABLED)
+                progress = True
+
+    def _finish(self, run: TaskRun) -> None:
+        run.finished = True
+        if run.on_finish is not None:
+            run.on_finish(run)
+
+    def _fail(self, run: TaskRun, error: DlaError) -> None:
+        """Stop ``run``: reset the blocks it used (abandoning their groups) and finish it."""
+        if run.finished:
+            return
+        run.error = error
+        mask = 0
+        for b in run.graph.blocks:
+            mask |= 1 << int(b)
+        self.port.dla_reg_write(R.GLB_RESET, mask)
+        with self._events_lock:
+            self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
+        self._finish(run)
+
+    def abort(self, run: TaskRun, error: DlaError) -> None:
+        """Abort ``run`` (a timeout, a context being closed): its blocks are reset."""
+        with self._lock:
+            self._fail(run, error)
+
+    def describe_stuck(self, run: TaskRun) -> str:
+        """Which operations were running or waiting, read from the blocks' status registers."""
+        with self._lock:
+            running, waiting = [], []
+            for b in run.graph.blocks:
+                status = self.port.dla_reg_read(STATUS[b])
+                for g in (0, 1):
+                    state = status >> (16 * g) & 3
+                    index = run.busy[b][g]
+                    if index is None:
+                        continue
+                    name = f"{run.graph.operations[index].name} in group {g}"
+                    if state == R.group_state_e.RUNNING:
+                        running.append(name)
+                    elif state == R.group_state_e.ENABLED:
+                        waiting.append(name)
+            parts = []
+            if running:
+                parts.append("running and not finishing: " + ", ".join(running))
+            if waiting:
+                parts.append("enabled and waiting: " + ", ".join(waiting))
+            unprogrammed = len(run.graph.operations) - run.completed - len(running) - len(waiting)
+            parts.append(f"{run.completed} of {len(run.graph.operations)} operations completed")
+            if unprogrammed > 0 and not running:
+                parts.append(f"{unprogrammed} not started")
+            return "; ".join(parts)

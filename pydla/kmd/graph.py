@@ -1,0 +1,370 @@
+"""Reading and validating a task's descriptors before any register is written.
+
+Everything comes from the UMD's memory and is trusted for nothing: the KMD copies the network,
+dependency-graph, operation and surface descriptors (so the UMD cannot change them after the
+checks), then checks every index, offset and size against the real buffers, the operation types and
+precisions against the device configuration, the dependency counts against the consumers, the
+per-block chains, the fused CONV+SDP pairs, and that the graph can complete (no cycle). A failure
+is a DlaError naming the operation and the field.
+
+The result, a :class:`TaskGraph`, is immutable: the engine keeps per-submit state elsewhere, so the
+same task runs again and again, and from several submits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated import dla_task as T
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig
+from pydla.kmd.port import KmdPortability, TaskDesc
+
+NUM_BLOCKS = len(dla_block_e)
+EVENTS = (T.dla_event_e.OP_COMPLETED, T.dla_event_e.OP_PROGRAMMED, T.dla_event_e.OP_ENABLED)
+MAX_OPERATIONS = 65535
+
+OP_DESC = {
+    dla_block_e.BDMA: T.dla_bdma_op_desc_t, dla_block_e.CONV: T.dla_conv_op_desc_t,
+    dla_block_e.SDP: T.dla_sdp_op_desc_t, dla_block_e.PDP: T.dla_pdp_op_desc_t,
+    dla_block_e.CDP: T.dla_cdp_op_desc_t, dla_block_e.RUBIK: T.dla_rubik_op_desc_t,
+}
+SURFACE_DESC = {
+    dla_block_e.BDMA: T.dla_bdma_surface_desc_t, dla_block_e.CONV: T.dla_conv_surface_desc_t,
+    dla_block_e.SDP: T.dla_sdp_surface_desc_t, dla_block_e.PDP: T.dla_pdp_surface_desc_t,
+    dla_block_e.CDP: T.dla_pdp_surface_desc_t, dla_block_e.RUBIK: T.dla_pdp_surface_desc_t,
+}
+OP_DESC_SIZE = max(ctypes.sizeof(t) for t in OP_DESC.values())
+SURFACE_DESC_SIZE = max(ctypes.sizeof(t) for t in SURFACE_DESC.values())
+ELEMENT = {int(R.dla_precision_e.FP32): 4, int(R.dla_precision_e.FP16): 2}
+
+
+@dataclass(frozen=True)
+class Consumer:
+    block: dla_block_e
+    index: int
+    event: int
+
+
+@dataclass(frozen=True)
+class Operation:
+    index: int
+    block: dla_block_e
+    dependency_count: int
+    consumers: tuple[Consumer, ...]
+    fused_parent: int
+    op: Any
+    surface: Any
+
+    @property
+    def name(self) -> str:
+        return f"operation {self.index} ({self.block.name})"
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    network: Any
+    operations: tuple[Operation, ...]
+    chains: dict[dla_block_e, tuple[int, ...]]
+
+    @property
+    def blocks(self) -> list[dla_block_e]:
+        return [b for b, chain in self.chains.items() if chain]
+
+
+def _fail(code: NvError, where: str, message: str) -> DlaError:
+    return DlaError(code, f"{where}: {message}")
+
+
+def _read_struct(port: KmdPortability, task: TaskDesc, index: int, offset: int, cls: Any,
+                 what: str) -> Any:
+    cpu = port.dla_read_cpu_address(task, index, what)
+    size = ctypes.sizeof(cls)
+    if offset + size > cpu.size:
+        raise _fail(NvError.InvalidSize, f"task {task.task_id}",
+                    f"{what} needs {size} bytes at offset {offset} of address-list entry {index}, "
+                    f"which holds {cpu.size}")
+    return cls.from_buffer_copy(port.dla_data_read(cpu, size, offset))
+
+
+def load_task(port: KmdPortability, task: TaskDesc, config: DeviceConfig) -> TaskGraph:
+    """Copy and validate the descriptors of ``task``; raise DlaError on the first problem."""
+    where = f"task {task.task_id}"
+    net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
+    n = net.num_operations
+    if not 0 < n <= MAX_OPERATIONS:
+        raise _fail(NvError.BadValue, where, f"network num_operations = {n}, must be 1..{MAX_OPERATIONS}")
+    if net.num_addresses != len(task.addresses):
+        raise _fail(NvError.CountMismatch, where,
+                    f"network num_addresses = {net.num_addresses}, the task's address list has "
+                    f"{len(task.addresses)} entries")
+    if net.op_desc_size < OP_DESC_SIZE or net.surface_desc_size < SURFACE_DESC_SIZE:
+        raise _fail(NvError.BadValue, where,
+                    f"network op_desc_size {net.op_desc_size} / surface_desc_size "
+                    f"{net.surface_desc_size} are below {OP_DESC_SIZE} / {SURFACE_DESC_SIZE}")
+    common_size = ctypes.sizeof(T.dla_common_op_desc_t)
+    graph_bytes = _read_array(port, task, net.dependency_graph_index, n * common_size,
+                              "dependency graph (dependency_graph_index)")
+    op_bytes = _read_array(port, task, net.operation_desc_index, n * net.op_desc_size,
+                           "operation descriptors (operation_desc_index)")
+    surf_bytes = _read_array(port, task, net.surface_desc_index, n * net.surface_desc_size,
+                             "surface descriptors (surface_desc_index)")
+    ops = []
+    for i in range(n):
+        common = T.dla_common_op_desc_t.from_buffer_copy(graph_bytes, i * common_size)
+        ops.append(_operation(i, common, op_bytes, surf_bytes, net, config, where))
+    _check_consumers(ops, where)
+    chains = _chains(net, ops, where)
+    _check_fused(ops, chains, where)
+    _check_acyclic(ops, chains, where)
+    for op in ops:
+        _check_surfaces(op, task, config, where)
+    return TaskGraph(net, tuple(ops), chains)
+
+
+def _read_array(port: KmdPortability, task: TaskDesc, index: int, size: int, what: str) -> bytes:
+    cpu = port.dla_read_cpu_address(task, index, what)
+    if size > cpu.size:
+        raise _fail(NvError.InvalidSize, f"task {task.task_id}",
+                    f"{what}: {size} bytes needed, address-list entry {index} holds {cpu.size}")
+    return port.dla_data_read(cpu, size, 0)
+
+
+def _operation(i: int, common: Any, op_bytes: bytes, surf_bytes: bytes, net: Any,
+               config: DeviceConfig, where: str) -> Operation:
+    at = f"{where}: operation {i}"
+    if common.index != i:
+        raise DlaError(NvError.BadValue, f"{at}: index field says {common.index}")
+    try:
+        block = dla_block_e(common.op_type)
+    except ValueError:
+        raise DlaError(NvError.BadValue, f"{at}: op_type {common.op_type} is not a known block") from None
+    if block not in config.blocks:
+        raise DlaError(NvError.NotSupported,
+                       f"{at}: needs the {block.name} block, which device config "
+                       f"'{config.name}' does not have")
+    consumers = []
+    for b in range(NUM_BLOCKS):
+        c = common.consumers[b]
+        if c.index == -1:
+            continue
+        if c.event not in EVENTS:
+            raise DlaError(NvError.BadValue,
+                           f"{at} ({block.name}): consumers[{dla_block_e(b).name}] event {c.event} "
+                           "is not OP_COMPLETED, OP_PROGRAMMED or OP_ENABLED")
+        consumers.append(Consumer(dla_block_e(b), c.index, c.event))
+    op = OP_DESC[block].from_buffer_copy(op_bytes, i * net.op_desc_size)
+    surface = SURFACE_DESC[block].from_buffer_copy(surf_bytes, i * net.surface_desc_size)
+    return Operation(i, block, common.dependency_count, tuple(consumers), common.fused_parent.index,
+                     op, surface)
+
+
+def _check_consumers(ops: list[Operation], where: str) -> None:
+    incoming = [0] * len(ops)
+    for op in ops:
+        for c in op.consumers:
+            if not 0 <= c.index < len(ops):
+                raise DlaError(NvError.BadValue,
+                               f"{where}: {op.name}: consumers[{c.block.name}] index {c.index} is "
+                               f"outside the {len(ops)} operations")
+            if ops[c.index].block != c.block:
+                raise DlaError(NvError.BadValue,
+                               f"{where}: {op.name}: consumers[{c.block.name}] names "
+                               f"{ops[c.index].name}, which is not a {c.block.name} operation")
+            if c.index == op.index:
+                raise DlaError(NvError.BadValue, f"{where}: {op.name}: consumes its own events")
+            incoming[c.index] += 1
+    for op in ops:
+        if op.dependency_count != incoming[op.index]:
+            raise DlaError(NvError.CountMismatch,
+                           f"{where}: {op.name}: dependency_count is {op.dependency_count} but "
+                           f"{incoming[op.index]} operation(s) name it as a consumer")
+
+
+def _chains(net: Any, ops: list[Operation], where: str) -> dict[dla_block_e, tuple[int, ...]]:
+    """Each block's operations in programming order: op_head, then consumers[own block]."""
+    chains: dict[dla_block_e, tuple[int, ...]] = {}
+    for block in dla_block_e:
+        head = net.op_head[int(block)]
+        chain: list[int] = []
+        seen: set[int] = set()
+        i = head
+        while i != -1:
+            if not 0 <= i < len(ops) or ops[i].block != block:
+                what = "op_head" if not chain else f"{ops[chain[-1]].name}: consumers[{block.name}]"
+                raise DlaError(NvError.BadValue,
+                               f"{where}: {what} = {i} is not a {block.name} operation")
+            if i in seen:
+                raise DlaError(NvError.BadValue,
+                               f"{where}: the {block.name} chain loops back to operation {i}")
+            seen.add(i)
+            chain.append(i)
+            nxt = [c for c in ops[i].consumers if c.block == block]
+            i = nxt[0].index if nxt else -1
+        missing = [op.index for op in ops if op.block == block and op.index not in seen]
+        if missing:
+            raise DlaError(NvError.BadValue,
+                           f"{where}: {block.name} operation(s) {missing} are not reachable from "
+                           f"op_head[{block.name}] = {head} through consumers[{block.name}]")
+        chains[block] = tuple(chain)
+    return chains
+
+
+def _check_fused(ops: list[Operation], chains: dict[dla_block_e, tuple[int, ...]], where: str) -> None:
+    parents: dict[int, int] = {}
+    for op in ops:
+        flying = op.block == dla_block_e.SDP and op.op.src_mode == R.sdp_src_mode_e.FLYING
+        if op.fused_parent == -1:
+            if flying:
+                raise DlaError(NvError.BadValue,
+                               f"{where}: {op.name}: src_mode FLYING needs a fused_parent CONV operation")
+            continue
+        if not flying:
+            raise DlaError(NvError.BadValue,
+                           f"{where}: {op.name}: only an SDP operation in FLYING mode has a "
+                           f"fused_parent (it has {op.fused_parent})")
+        if not 0 <= op.fused_parent < len(ops) or ops[op.fused_parent].block != dla_block_e.CONV:
+            raise DlaError(NvError.BadValue,
+                           f"{where}: {op.name}: fused_parent {op.fused_parent} is not a CONV operation")
+        if op.fused_parent in parents:
+            raise DlaError(NvError.BadValue,
+                           f"{where}: {op.name}: CONV operation {op.fused_parent} already feeds "
+                           f"SDP operation {parents[op.fused_parent]}")
+        parents[op.fused_parent] = op.index
+    convs = chains[dla_block_e.CONV]
+    unpaired = [c for c in convs if c not in parents]
+    if unpaired:
+        raise DlaError(NvError.BadValue,
+                       f"{where}: CONV operation(s) {unpaired} feed no SDP operation (fused_parent)")
+    flying = [i for i in chains[dla_block_e.SDP] if ops[i].fused_parent != -1]
+    if [ops[i].fused_parent for i in flying] != list(convs):
+        raise DlaError(NvError.BadValue,
+                       f"{where}: the SDP chain takes CONV results in the order "
+                       f"{[ops[i].fused_parent for i in flying]}, the CONV chain produces them in "
+                       f"the order {list(convs)}")
+
+
+def _check_acyclic(ops: list[Operation], chains: dict[dla_block_e, tuple[int, ...]], where: str) -> None:
+    """Every operation can complete: no cycle through consumer edges and chain order."""
+    # A CONV operation and its SDP run as one: merge them into the SDP's node.
+    node = list(range(len(ops)))
+    for op in ops:
+        if op.fused_parent != -1:
+            node[op.fused_parent] = op.index
+    edges: dict[int, set[int]] = {i: set() for i in set(node)}
+    for op in ops:
+        for c in op.consumers:
+            if node[op.index] != node[c.index]:
+                edges[node[op.index]].add(node[c.index])
+    for chain in chains.values():
+        for a, b in itertools.pairwise(chain):
+            if node[a] != node[b]:
+                edges[node[a]].add(node[b])
+    indegree = dict.fromkeys(edges, 0)
+    for targets in edges.values():
+        for t in targets:
+            indegree[t] += 1
+    ready = deque(i for i, d in indegree.items() if d == 0)
+    seen = 0
+    while ready:
+        i = ready.popleft()
+        seen += 1
+        for t in edges[i]:
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                ready.append(t)
+    if seen != len(edges):
+        stuck = sorted(i for i, d in indegree.items() if d > 0)
+        raise DlaError(NvError.BadValue,
+                       f"{where}: the dependency graph has a cycle through operation(s) {stuck[:8]}: "
+                       "they would wait for each other forever")
+
+
+def _cube_extent(c: Any, element: int) -> int:
+    extent = (c.channels - 1) * c.surf_stride + (c.height - 1) * c.line_stride + c.width * element
+    return int(extent)
+
+
+def _check_ref(task: TaskDesc, ref: Any, need: int, what: str) -> None:
+    """A dla_mem_ref_t / dla_data_cube_t inside its buffer, holding at least ``need`` bytes."""
+    entry = task.entry(ref.address, what)
+    if ref.size < need:
+        raise DlaError(NvError.InvalidSize, f"{what}: size {ref.size} is less than the {need} bytes "
+                                            "its dimensions and strides span")
+    if ref.offset + ref.size > entry.size:
+        raise DlaError(NvError.InvalidSize,
+                       f"{what}: offset {ref.offset} + size {ref.size} exceeds address-list entry "
+                       f"{ref.address} ({entry.size} bytes from its offset)")
+
+
+def _check_cube(task: TaskDesc, c: Any, element: int, what: str) -> None:
+    dims = (c.channels, c.height, c.width)
+    if not all(0 < d <= 1 << 16 for d in dims):
+        raise DlaError(NvError.BadValue, f"{what}: dimensions C,H,W = {dims} must be 1..65536")
+    if c.line_stride < c.width * element or (c.channels > 1 and c.surf_stride == 0):
+        raise DlaError(NvError.BadValue,
+                       f"{what}: line_stride {c.line_stride} / surf_stride {c.surf_stride} are too "
+                       f"small for width {c.width} of {element}-byte elements")
+    _check_ref(task, c, _cube_extent(c, element), what)
+
+
+def _precision(p: int, config: DeviceConfig, what: str) -> int:
+    if p not in ELEMENT:
+        raise DlaError(NvError.BadValue, f"{what}: precision {p} is unknown")
+    if p not in config.precisions:
+        raise DlaError(NvError.NotSupported,
+                       f"{what}: precision {R.dla_precision_e(p).name} is not supported by device "
+                       f"config '{config.name}'")
+    return ELEMENT[p]
+
+
+def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: str) -> None:
+    at = f"{where}: {op.name}"
+    d, s = op.op, op.surface
+    if op.block == dla_block_e.BDMA:
+        shape = (d.surf_repeat, d.line_repeat, d.line_size)
+        if not all(0 < v <= 1 << 30 for v in shape):
+            raise DlaError(NvError.BadValue, f"{at}: surf_repeat, line_repeat, line_size = {shape}")
+        for ref, ls, ss, name in ((s.src, d.src_line_stride, d.src_surf_stride, "src"),
+                                  (s.dst, d.dst_line_stride, d.dst_surf_stride, "dst")):
+            need = (shape[0] - 1) * ss + (shape[1] - 1) * ls + shape[2]
+            _check_ref(task, ref, need, f"{at}: {name}")
+    elif op.block == dla_block_e.CONV:
+        el = _precision(d.precision, config, f"{at}: precision")
+        _check_cube(task, s.src, el, f"{at}: src")
+        if d.mode not in (R.conv_mode_e.DIRECT, R.conv_mode_e.DECONV):
+            raise DlaError(NvError.BadValue, f"{at}: mode {d.mode} is unknown")
+        dims = (d.kernels, d.kernel_channels, d.kernel_height, d.kernel_width, d.groups)
+        if not all(0 < v <= 1 << 16 for v in dims):
+            raise DlaError(NvError.BadValue,
+                           f"{at}: kernels, kernel_channels, kernel_height, kernel_width, groups = {dims}")
+        count = (s.src.channels if d.mode == R.conv_mode_e.DECONV else d.kernels) * d.kernel_channels
+        _check_ref(task, s.weight, count * d.kernel_height * d.kernel_width * el, f"{at}: weight")
+    elif op.block == dla_block_e.SDP:
+        el = _precision(d.precision, config, f"{at}: precision")
+        out_el = _precision(d.out_precision, config, f"{at}: out_precision")
+        if d.src_mode == R.sdp_src_mode_e.MEMORY:
+            _check_cube(task, s.src, el, f"{at}: src")
+        _check_cube(task, s.dst, out_el, f"{at}: dst")
+        c = s.src.channels
+        for enabled, ref, name in ((d.bias_enable, s.bias, "bias"), (d.bn_enable, s.scale, "scale"),
+                                   (d.bn_enable, s.shift, "shift"),
+                                   (d.act == R.sdp_act_e.PRELU, s.prelu, "prelu")):
+            if enabled:
+                _check_ref(task, ref, c * el, f"{at}: {name}")
+        if d.ew_op != R.sdp_ew_op_e.NONE:
+            if d.ew_mode == R.sdp_ew_mode_e.CUBE:
+                _check_cube(task, s.ew, el, f"{at}: ew")
+            else:
+                n = c if d.ew_mode == R.sdp_ew_mode_e.PER_CHANNEL else 1
+                _check_ref(task, s.ew, n * el, f"{at}: ew")
+    else:
+        el = _precision(d.precision, config, f"{at}: precision")
+        _check_cube(task, s.src, el, f"{at}: src")
+        _check_cube(task, s.dst, el, f"{at}: dst")

@@ -1,0 +1,147 @@
+"""The KMD portability layer: everything the engine scheduler needs from the system (seed 003).
+
+The scheduler touches the device only through :class:`KmdPortability`: register reads and writes,
+the DMA and CPU addresses of the task's address-list entries, reads and writes of data, and the
+interrupt hookup. :class:`VirtualDevicePort` implements it in-process over
+:class:`~pydla.hw.device.VirtualDevice`; a port to real MMIO or a remote device implements the same
+methods.
+
+Usage::
+
+    port = VirtualDevicePort(VirtualDevice("full"))
+    port.dla_reg_write(R.GLB_INTR_MASK, 0)
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydla.errors import DlaError, NvError
+from pydla.hw.device import VirtualDevice
+from pydla.hw.memory import BufferObject
+
+
+@dataclass(frozen=True)
+class AddressEntry:
+    """One entry of a task's address list: a buffer of the submitting context, and an offset."""
+
+    handle: int
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class CpuAddress:
+    """Memory the scheduler may read: ``size`` bytes of ``bo`` from ``offset``."""
+
+    bo: BufferObject
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ResolvedEntry:
+    bo: BufferObject
+    iova: int
+    offset: int
+
+    @property
+    def size(self) -> int:
+        """Bytes from the entry's offset to the end of its buffer."""
+        return self.bo.size - self.offset
+
+
+@dataclass
+class TaskDesc:
+    """The seed's ``dla_task_desc``: the submitting context and its resolved address list."""
+
+    task_id: int
+    ctx: int
+    addresses: list[ResolvedEntry] = field(default_factory=list)
+
+    def entry(self, index: int, what: str) -> ResolvedEntry:
+        if not 0 <= index < len(self.addresses):
+            raise DlaError(NvError.BadParameter,
+                           f"task {self.task_id}: {what}: address-list index {index} is outside "
+                           f"the {len(self.addresses)} entries")
+        return self.addresses[index]
+
+
+class KmdPortability(abc.ABC):
+    """What the engine scheduler calls; names and meaning as in the seed."""
+
+    @abc.abstractmethod
+    def dla_reg_write(self, addr: int, reg: int) -> None:
+        """Write register ``addr`` (offset from the register base)."""
+
+    @abc.abstractmethod
+    def dla_reg_read(self, addr: int) -> int:
+        """Read register ``addr``."""
+
+    @abc.abstractmethod
+    def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
+        """The device (DMA) address of address-list entry ``index``."""
+
+    @abc.abstractmethod
+    def dla_read_cpu_address(self, task: TaskDesc, index: int, what: str = "address") -> CpuAddress:
+        """Memory of address-list entry ``index`` that the scheduler's processor can read."""
+
+    @abc.abstractmethod
+    def dla_data_read(self, src: CpuAddress, size: int, offset: int) -> bytes:
+        """A copy of ``size`` bytes at ``offset`` of ``src`` (a copy: the UMD cannot change it later)."""
+
+    @abc.abstractmethod
+    def dla_data_write(self, src: bytes, dst: CpuAddress, offset: int) -> None:
+        """Write ``src`` at ``offset`` of ``dst``."""
+
+    @abc.abstractmethod
+    def connect_interrupt(self, handler: Callable[[], object]) -> None:
+        """Have ``handler`` called when the device raises its interrupt."""
+
+    @abc.abstractmethod
+    def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
+        """Stop calling ``handler``."""
+
+
+class VirtualDevicePort(KmdPortability):
+    """The in-process implementation: direct calls into a :class:`VirtualDevice`."""
+
+    def __init__(self, device: VirtualDevice) -> None:
+        self.device = device
+
+    def dla_reg_write(self, addr: int, reg: int) -> None:
+        self.device.reg_write(addr, reg)
+
+    def dla_reg_read(self, addr: int) -> int:
+        return self.device.reg_read(addr)
+
+    def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
+        entry = task.entry(index, what)
+        return entry.iova + entry.offset
+
+    def dla_read_cpu_address(self, task: TaskDesc, index: int, what: str = "address") -> CpuAddress:
+        entry = task.entry(index, what)
+        return CpuAddress(entry.bo, entry.offset, entry.size)
+
+    def dla_data_read(self, src: CpuAddress, size: int, offset: int) -> bytes:
+        if size < 0 or offset < 0 or offset + size > src.size:
+            raise DlaError(NvError.InvalidSize,
+                           f"read of {size} bytes at offset {offset} of buffer {src.bo.handle}: "
+                           f"only {src.size} bytes are there")
+        start = src.offset + offset
+        return bytes(src.bo.array[start:start + size])
+
+    def dla_data_write(self, src: bytes, dst: CpuAddress, offset: int) -> None:
+        if offset < 0 or offset + len(src) > dst.size:
+            raise DlaError(NvError.InvalidSize,
+                           f"write of {len(src)} bytes at offset {offset} of buffer {dst.bo.handle}: "
+                           f"only {dst.size} bytes are there")
+        start = dst.offset + offset
+        dst.bo.array[start:start + len(src)] = memoryview(src)
+
+    def connect_interrupt(self, handler: Callable[[], object]) -> None:
+        self.device.connect_irq(handler)
+
+    def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
+        self.device.disconnect_irq(handler)
