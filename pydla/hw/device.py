@@ -48,6 +48,7 @@ _S = {name: R.BDMA_S_STATUS + off - R.BDMA_S_STATUS for name, off in (
 IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED),
                           int(R.group_state_e.RUNNING))
 MMU_FAULT_BIT = 31
+_ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
 DEVICE_RESET_BIT = 31
 
 _REG_TYPES = {
@@ -184,14 +185,13 @@ class VirtualDevice:
     def reg_write(self, address: int, value: int) -> None:
         value &= 0xFFFFFFFF
         with self._lock:
-            group = self._write(address, value)
+            group, effect = self._write(address, value)
             if self.trace is not None:
                 self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value, group))
-            kick = self.mode == "deterministic" and not self._kicking
-            raise_irq = self._irq_pending()
+            kick = effect == _ENABLED and self.mode == "deterministic" and not self._kicking
         if kick:
             self._run_runnable()
-        elif raise_irq:
+        elif effect == _STATUS:
             self._raise_irq()
 
     def step(self) -> bool:
@@ -278,19 +278,19 @@ class VirtualDevice:
             R.GLB_OPS_DONE: self.ops_done & 0xFFFFFFFF,
         }.get(address, 0)
 
-    def _write(self, address: int, value: int) -> int | None:
+    def _write(self, address: int, value: int) -> tuple[int | None, int]:
+        """Under the lock: apply a write; return the D group written and what it changed."""
         where = self._locate(address)
         if where is None:
             self.bus_errors += 1
-            return None
+            return None, 0
         block, offset = where
         if block is None:
-            self._write_glb(address, value)
-            return None
+            return None, self._write_glb(address, value)
         if offset < S_AREA:
             if offset == _S["pointer"]:
                 block.producer = value & 1
-            return None
+            return None, 0
         group = block.producer
         struct.pack_into("<I", block.groups[group], offset, value)
         if offset == OP_ENABLE:
@@ -298,19 +298,23 @@ class VirtualDevice:
                 block.state[group] = ENABLED
                 self._pending.append((block, group))
                 self._cond.notify_all()
-            elif not value & 1 and block.state[group] == ENABLED:
+                return group, _ENABLED
+            if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
-        return group
+        return group, 0
 
-    def _write_glb(self, address: int, value: int) -> None:
+    def _write_glb(self, address: int, value: int) -> int:
         if address == R.GLB_INTR_MASK:
             self.intr_mask = value
-        elif address == R.GLB_INTR_SET:
+            return _STATUS  # unmasking may expose pending status
+        if address == R.GLB_INTR_SET:
             self.intr_status |= value
-        elif address == R.GLB_INTR_STATUS:
+            return _STATUS
+        if address == R.GLB_INTR_STATUS:
             self.intr_status &= ~value
         elif address == R.GLB_RESET:
             self._reset(value)
+        return 0
 
     def _reset(self, bits: int) -> None:
         targets = list(self._blocks.values()) if bits >> DEVICE_RESET_BIT & 1 else [

@@ -375,18 +375,18 @@ class TaskBuilder:
                 prev.consumers[int(op.block)].event = int(T.dla_event_e.OP_PROGRAMMED)
                 commons[op.index].dependency_count += 1
             last[op.block] = op.index
-        for y in self.ops:
-            for x in self.ops[:y.index]:
-                if x.block == y.block or not _conflict(x, y):
-                    continue
-                slot = commons[x.index].consumers[int(y.block)]
-                if slot.index == -1:
-                    slot.index, slot.event = y.index, int(T.dla_event_e.OP_COMPLETED)
-                    commons[y.index].dependency_count += 1
-                elif slot.index > y.index:
-                    commons[slot.index].dependency_count -= 1
-                    slot.index = y.index
-                    commons[y.index].dependency_count += 1
+        for x_index, y in _dependencies(self.ops):
+            x = self.ops[x_index]
+            if x.block == y.block:
+                continue  # a block executes its chain in order
+            slot = commons[x.index].consumers[int(y.block)]
+            if slot.index == -1:
+                slot.index, slot.event = y.index, int(T.dla_event_e.OP_COMPLETED)
+                commons[y.index].dependency_count += 1
+            elif slot.index > y.index:
+                commons[slot.index].dependency_count -= 1
+                slot.index = y.index
+                commons[y.index].dependency_count += 1
         for c in commons:
             if c.dependency_count > 255:
                 raise DlaError(NvError.OverFlow, f"operation {c.index} waits for more than 255 events")
@@ -433,12 +433,24 @@ def _resolve_refs(op: Op, index: dict[str, int]) -> None:
         getattr(op.surface, name).address = index[buffer]
 
 
-def _overlap(a: Ref, b: Ref) -> bool:
-    return a.buffer == b.buffer and a.offset < b.offset + b.size and b.offset < a.offset + a.size
-
-
-def _conflict(x: Op, y: Op) -> bool:
-    """y must wait for x: it reads what x writes, or writes what x reads or writes."""
-    return (any(_overlap(w, r) for w in x.writes for r in y.reads)
-            or any(_overlap(r, w) for r in x.reads for w in y.writes)
-            or any(_overlap(w, v) for w in x.writes for v in y.writes))
+def _dependencies(ops: list[Op]) -> list[tuple[int, Op]]:
+    """(x, y) for every y that must wait for an earlier x: y reads what x writes (RAW), or writes
+    what x reads or writes (WAR, WAW). An access fully overwritten by a later write is dropped from
+    the live set: whoever touches that range later waits for the write, which waited for it."""
+    live: dict[str, list[tuple[int, int, int, bool]]] = {}  # buffer -> (start, end, op, is_write)
+    pairs: list[tuple[int, Op]] = []
+    for y in ops:
+        found: set[int] = set()
+        for ref, is_write in [(r, False) for r in y.reads] + [(w, True) for w in y.writes]:
+            end = ref.offset + ref.size
+            for start, stop, x, x_writes in live.get(ref.buffer, ()):
+                if (is_write or x_writes) and start < end and ref.offset < stop and x != y.index:
+                    found.add(x)
+        pairs += [(x, y) for x in sorted(found)]
+        for ref, is_write in [(r, False) for r in y.reads] + [(w, True) for w in y.writes]:
+            entries = live.setdefault(ref.buffer, [])
+            end = ref.offset + ref.size
+            if is_write:
+                entries[:] = [e for e in entries if not (ref.offset <= e[0] and e[1] <= end)]
+            entries.append((ref.offset, end, y.index, is_write))
+    return pairs
