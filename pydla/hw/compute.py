@@ -59,16 +59,18 @@ DepthToSpaceMode = Literal["DCR", "CRD"]
 _F32 = np.dtype(np.float32)
 _DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _ITEM = _F32.itemsize
-# Upper bound on one im2col chunk: big enough that each GEMM keeps both cores busy, small enough that
-# the chunk stays in cache between being written and being read by the GEMM (and memory stays bounded).
+# Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
+# at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores
+# busy (smaller chunks measured slower; past ~4 MiB it makes no difference).
 _IM2COL_BYTES = 8 << 20
 # Wide im2col (see _wide_im2col_conv) pays off once output lines are long: copying fewer, longer runs
 # saves more than the cropped extra matmul columns and the crop copy cost.
 _WIDE_MIN_WIDTH = 32
 _WIDE_MAX_EXTRA = 0.125  # at most this fraction of extra (cropped) matmul columns
-# Depthwise convolution works on blocks of channels of about this size, so that the kh*kw passes over
-# a block hit the cache.
+# Depthwise convolution and pooling work on blocks of channels of about this size, so that their
+# passes (one per kernel tap) over a block hit the cache: they are bound by memory, not arithmetic.
 _DEPTHWISE_BLOCK_BYTES = 256 << 10
+_POOL_BLOCK_BYTES = 256 << 10
 _ACTIVATIONS = ("none", "relu", "leaky_relu", "prelu", "clamp", "sigmoid", "tanh")
 
 
@@ -104,15 +106,25 @@ def _check_out(out: FloatArray | None, shape: tuple[int, ...]) -> None:
         raise _bad("out: the array is read-only")
 
 
+def _ints(value: Any, n: int, name: str) -> tuple[int, ...]:
+    try:
+        ints = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        ints = ()
+    if len(ints) != n:
+        raise _bad(f"{name}: expected {n} integers, got {value!r}")
+    return ints
+
+
 def _pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
-    a, b = (int(v) for v in value)
+    a, b = _ints(value, 2, name)
     if a < minimum or b < minimum:
         raise _bad(f"{name}: {tuple(value)} has a value below {minimum}")
     return a, b
 
 
 def _pads(value: Any) -> tuple[int, int, int, int]:
-    top, left, bottom, right = (int(v) for v in value)
+    top, left, bottom, right = _ints(value, 4, "pads")
     if min(top, left, bottom, right) < 0:
         raise _bad(f"pads: {tuple(value)} has a negative value")
     return top, left, bottom, right
@@ -281,6 +293,9 @@ def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int
     dw = dilation[1]
     depth = cg * kh * kw
     wg = w32.reshape(groups, k // groups, depth)
+    if kh * kw > 1 and wo >= _WIDE_MIN_WIDTH and (kw - 1) * dw // sw <= wo * _WIDE_MAX_EXTRA:
+        _wide_im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), res)
+        return
 
     # BLAS writes the (K, Ho*Wo) product straight into res when res has packed lines; else into a
     # temporary that is copied into res once at the end.
@@ -290,16 +305,12 @@ def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int
         tmp = np.empty((k, ho, wo), dtype=np.float32)
         flat = _matrix(tmp, k, ho * wo, tmp.strides[0])
     target = _stack(flat, groups)
-
     if kh == kw == 1 and sh == sw == 1 and not any(pads):
         # 1x1: x itself is the (C, H*W) matrix, unless its lines are padded or it is float16.
         xm = _flat_hw(x) if x.dtype == _F32 else None
         if xm is None:
             xm = np.ascontiguousarray(x, dtype=np.float32).reshape(c, h * wd)
         np.matmul(wg, _stack(xm, groups), out=target)
-    elif wo >= _WIDE_MIN_WIDTH and (kw - 1) * dw // sw <= wo * _WIDE_MAX_EXTRA:
-        _wide_im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), res)
-        return
     else:
         _im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), target, (ho, wo))
     if tmp is not None:
@@ -338,23 +349,26 @@ def _im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tup
         np.matmul(wg, cols.reshape(groups, depth, r * wo), out=target[:, :, r0 * wo:(r0 + r) * wo])
 
 
-def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int], hq: int,
-                  wq: int) -> F32Array:
+def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int],
+                  kernel: tuple[int, int], dilation: tuple[int, int], hq: int, wq: int) -> F32Array:
     """The zero-padded input split into stride phases, each plane flattened: (sh*sw, C, hq*wq).
 
     Plane a*sw + b holds padded pixel (y*sh + a, x*sw + b) at (y, x), so a strided window becomes a
-    stride-1 window of one plane. With stride 1 this is just the padded input.
+    stride-1 window of one plane. With stride 1 this is just the padded input. Only the planes some
+    kernel tap reads are filled.
     """
     sh, sw = stride
     if sh == sw == 1:
         return _padded(x, top, left, hq, wq, 0.0).reshape(1, x.shape[0], hq * wq)
     c, h, wd = x.shape
     planes = np.empty((sh, sw, c, hq, wq), dtype=np.float32)
-    for a in range(sh):
+    row_phases = sorted({i * dilation[0] % sh for i in range(kernel[0])})
+    col_phases = sorted({j * dilation[1] % sw for j in range(kernel[1])})
+    for a in row_phases:
         # Plane lines y whose padded line y*sh + a is a line of x: y0 <= y < y1.
         y0 = min(hq, max(0, -((a - top) // sh)))
         y1 = max(y0, min(hq, -((a - top - h) // sh)))
-        for b in range(sw):
+        for b in col_phases:
             x0 = min(wq, max(0, -((b - left) // sw)))
             x1 = max(x0, min(wq, -((b - left - wd) // sw)))
             p = planes[a, b]
@@ -384,7 +398,7 @@ def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads
     k, ho, wo = res.shape
     hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
     # One spare line: the run for the last tap of the last line reaches past line hq - 1.
-    planes = _phase_planes(x, pads[0], pads[1], stride, hq + 1, wq)
+    planes = _phase_planes(x, pads[0], pads[1], stride, kernel, dilation, hq + 1, wq)
     rows = _chunk_lines(depth * groups + k, wq, ho)
     cols_buf = np.empty(c * kh * kw * rows * wq, dtype=np.float32)
     prod_buf = np.empty(k * rows * wq, dtype=np.float32)
@@ -426,7 +440,7 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
     tmp_buf = np.empty((block, m, n), dtype=np.float32)
     for c0 in range(0, c, block):
         cb = min(block, c - c0)
-        planes = _phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, hq + 1, wq)
+        planes = _phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
         acc, tmp = acc_buf[:cb], tmp_buf[:cb]
         for i in range(kh):
             qi, a = divmod(i * dh, sh)
@@ -521,26 +535,33 @@ def pool2d(x: FloatArray, *, kernel: tuple[int, int], stride: tuple[int, int],
     dtype = _result_dtype(x, out)
 
     fill = {"max": -np.inf, "min": np.inf, "avg": 0.0}[method]
-    hn, wn = (ho - 1) * sh + kh, (wo - 1) * sw + kw
-    src: FloatArray = x if not (pt or pl or hn > h or wn > wd) else _padded(x, pt, pl, hn, wn, fill)
     reduce = {"max": np.maximum, "min": np.minimum, "avg": np.add}[method]
-
-    # Along lines: every row the windows touch, kw taps each.
-    line = np.empty((c, hn, wo), dtype=np.float32)
-    for j in range(kw):
-        view = src[:, :hn, j:j + (wo - 1) * sw + 1:sw]
-        if j == 0:
-            np.copyto(line, view, casting="same_kind")
-        else:
-            reduce(line, view, out=line, dtype=np.float32)
-    # Down columns: kh taps.
+    hn, wn = (ho - 1) * sh + kh, (wo - 1) * sw + kw
+    needs_pad = bool(pt or pl or hn > h or wn > wd)
     res = _f32_target(out, (c, ho, wo), x)
-    for i in range(kh):
-        view = line[:, i:i + (ho - 1) * sh + 1:sh]
-        if i == 0:
-            np.copyto(res, view)
-        else:
-            reduce(res, view, out=res)
+    # Blocks of channels small enough that the kw + kh passes over a block hit the cache.
+    block = max(1, min(c, _POOL_BLOCK_BYTES // (hn * wn * _ITEM)))
+    line_buf = np.empty((block, hn, wo), dtype=np.float32)
+    for c0 in range(0, c, block):
+        cb = min(block, c - c0)
+        xb = x[c0:c0 + cb]
+        src: FloatArray = _padded(xb, pt, pl, hn, wn, fill) if needs_pad else xb
+        # Along lines: every line the windows touch, kw taps each.
+        line = line_buf[:cb]
+        for j in range(kw):
+            view = src[:, :hn, j:j + (wo - 1) * sw + 1:sw]
+            if j == 0:
+                np.copyto(line, view, casting="same_kind")
+            else:
+                reduce(line, view, out=line, dtype=np.float32)
+        # Down columns: kh taps.
+        rb = res[c0:c0 + cb]
+        for i in range(kh):
+            view = line[:, i:i + (ho - 1) * sh + 1:sh]
+            if i == 0:
+                np.copyto(rb, view)
+            else:
+                reduce(rb, view, out=rb)
     if method == "avg":
         lo_h, hi_h = (-pt, h + pb) if count_include_pad else (0, h)
         lo_w, hi_w = (-pl, wd + pr) if count_include_pad else (0, wd)
