@@ -84,6 +84,15 @@ class Gen:
                         used[spec.name].append(f.type_name)
         return {k: sorted(v) for k, v in sorted(used.items())}
 
+    @staticmethod
+    def py_import(module: str, names: list[str]) -> str:
+        """An import statement formatted as isort (and ruff) want it at 110 columns."""
+        line = f"from pydla.deviceapi.generated.{module} import {', '.join(names)}"
+        if len(line) <= 110:
+            return line
+        body = "".join(f"    {n},\n" for n in names)
+        return f"from pydla.deviceapi.generated.{module} import (\n{body})"
+
     def used_imports(self) -> list[str]:
         return list(self.external_names())
 

@@ -12,7 +12,16 @@ import enum
 from typing import ClassVar
 
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.deviceapi.generated.dla_regs import conv_mode_e, dla_precision_e, pdp_method_e, rubik_mode_e, sdp_act_e, sdp_ew_mode_e, sdp_ew_op_e, sdp_src_mode_e
+from pydla.deviceapi.generated.dla_regs import (
+    conv_mode_e,
+    dla_precision_e,
+    pdp_method_e,
+    rubik_mode_e,
+    sdp_act_e,
+    sdp_ew_mode_e,
+    sdp_ew_op_e,
+    sdp_src_mode_e,
+)
 from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_task"
