@@ -78,15 +78,20 @@ class ContextMemory:
         dims = (c.channels, c.height, c.width)
         if not all(0 < d <= MAX_DIM for d in dims):
             raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"{what}: dimensions C,H,W = {dims} out of range")
-        return self.iommu.view(self.ctx, addr(c.addr_lo, c.addr_hi), dims,
-                               (c.surf_stride, c.line_stride, dtype.itemsize), dtype)
+        return self.strided(addr(c.addr_lo, c.addr_hi), dims,
+                            (c.surf_stride, c.line_stride, dtype.itemsize), dtype)
 
     def strided(self, address: int, shape: tuple[int, ...], strides: tuple[int, ...],
                 dtype: np.dtype[Any]) -> Array:
+        size = dtype.itemsize
+        if address % size or any(s % size for s in strides):
+            # Data paths move whole elements: an unaligned address or stride is a bad configuration.
+            raise HwError(R.dla_hw_error_e.BAD_CONFIG,
+                          f"address {address:#x} or strides {strides} not aligned to {size}-byte elements")
         return self.iommu.view(self.ctx, address, shape, strides, dtype)
 
     def vector(self, address: int, n: int, dtype: np.dtype[Any]) -> Array:
-        return self.iommu.view(self.ctx, address, (n,), (dtype.itemsize,), dtype)
+        return self.strided(address, (n,), (dtype.itemsize,), dtype)
 
 
 def _bad(condition: bool, detail: str) -> None:

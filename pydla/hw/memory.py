@@ -196,9 +196,6 @@ class Iommu:
             raise MmuFault(ctx, address, 0, f"empty view shape {shape}")
         extent = itemsize + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
         bo, offset = self.translate(ctx, address, extent)
-        if offset % itemsize:
-            # numpy handles unaligned views, but a device would not: report it like one.
-            raise MmuFault(ctx, address, extent, f"address not aligned to {itemsize} bytes")
         base = bo.array[offset:offset + extent]
         view: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=base, offset=0, strides=strides)
         return view

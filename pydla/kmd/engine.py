@@ -121,6 +121,10 @@ class Engine:
                 raise DlaError(NvError.Busy,
                                f"task {self.current.task.task_id} is still running on this device")
             run = TaskRun(task, graph, on_finish)
+            for block in graph.blocks:
+                # A block runs its groups in turn and remembers where it stopped (the consumer bit);
+                # the first group this task programs must be the one the block runs next.
+                run.next_group[block] = self.port.dla_reg_read(STATUS[block] + 4) >> 16 & 1
             self.current = run
             self._schedule(run)
             return run

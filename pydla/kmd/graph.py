@@ -291,9 +291,14 @@ def _cube_extent(c: Any, element: int) -> int:
     return int(extent)
 
 
-def _check_ref(task: TaskDesc, ref: Any, need: int, what: str) -> None:
-    """A dla_mem_ref_t / dla_data_cube_t inside its buffer, holding at least ``need`` bytes."""
+def _check_ref(task: TaskDesc, ref: Any, need: int, what: str, align: int = 1) -> None:
+    """A dla_mem_ref_t / dla_data_cube_t inside its buffer, holding at least ``need`` bytes, at a
+    device address that is a multiple of ``align``."""
     entry = task.entry(ref.address, what)
+    if (entry.offset + ref.offset) % align:
+        raise DlaError(NvError.BadValue,
+                       f"{what}: offset {ref.offset} (+ {entry.offset} in the address list) is not a "
+                       f"multiple of the {align}-byte element")
     if ref.size < need:
         raise DlaError(NvError.InvalidSize, f"{what}: size {ref.size} is less than the {need} bytes "
                                             "its dimensions and strides span")
@@ -307,11 +312,15 @@ def _check_cube(task: TaskDesc, c: Any, element: int, what: str) -> None:
     dims = (c.channels, c.height, c.width)
     if not all(0 < d <= 1 << 16 for d in dims):
         raise DlaError(NvError.BadValue, f"{what}: dimensions C,H,W = {dims} must be 1..65536")
+    if c.offset % element or c.line_stride % element or c.surf_stride % element:
+        raise DlaError(NvError.BadValue,
+                       f"{what}: offset {c.offset}, line_stride {c.line_stride} and surf_stride "
+                       f"{c.surf_stride} must be multiples of the {element}-byte element")
     if c.line_stride < c.width * element or (c.channels > 1 and c.surf_stride == 0):
         raise DlaError(NvError.BadValue,
                        f"{what}: line_stride {c.line_stride} / surf_stride {c.surf_stride} are too "
                        f"small for width {c.width} of {element}-byte elements")
-    _check_ref(task, c, _cube_extent(c, element), what)
+    _check_ref(task, c, _cube_extent(c, element), what, element)
 
 
 def _precision(p: int, config: DeviceConfig, what: str) -> int:
@@ -345,7 +354,7 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: 
             raise DlaError(NvError.BadValue,
                            f"{at}: kernels, kernel_channels, kernel_height, kernel_width, groups = {dims}")
         count = (s.src.channels if d.mode == R.conv_mode_e.DECONV else d.kernels) * d.kernel_channels
-        _check_ref(task, s.weight, count * d.kernel_height * d.kernel_width * el, f"{at}: weight")
+        _check_ref(task, s.weight, count * d.kernel_height * d.kernel_width * el, f"{at}: weight", el)
     elif op.block == dla_block_e.SDP:
         el = _precision(d.precision, config, f"{at}: precision")
         out_el = _precision(d.out_precision, config, f"{at}: out_precision")
@@ -357,13 +366,13 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: 
                                    (d.bn_enable, s.shift, "shift"),
                                    (d.act == R.sdp_act_e.PRELU, s.prelu, "prelu")):
             if enabled:
-                _check_ref(task, ref, c * el, f"{at}: {name}")
+                _check_ref(task, ref, c * el, f"{at}: {name}", el)
         if d.ew_op != R.sdp_ew_op_e.NONE:
             if d.ew_mode == R.sdp_ew_mode_e.CUBE:
                 _check_cube(task, s.ew, el, f"{at}: ew")
             else:
                 n = c if d.ew_mode == R.sdp_ew_mode_e.PER_CHANNEL else 1
-                _check_ref(task, s.ew, n * el, f"{at}: ew")
+                _check_ref(task, s.ew, n * el, f"{at}: ew", el)
     else:
         el = _precision(d.precision, config, f"{at}: precision")
         _check_cube(task, s.src, el, f"{at}: src")
