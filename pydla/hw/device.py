@@ -30,6 +30,7 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -122,7 +123,7 @@ class _Work:
 class VirtualDevice:
     """One device instance. See the module docstring."""
 
-    def __init__(self, config: DeviceConfig | str = "full", *, instance: int = 0,
+    def __init__(self, config: DeviceConfig | str | Path = "full", *, instance: int = 0,
                  mode: str = "deterministic", memory: DeviceMemory | None = None) -> None:
         self.config = load_config(config)
         if mode not in MODES:
@@ -189,6 +190,8 @@ class VirtualDevice:
             if self.trace is not None:
                 self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value, group))
             kick = effect == _ENABLED and self.mode == "deterministic" and not self._kicking
+            if kick:
+                self._kicking = True  # this thread runs what is runnable, others' enables included
         if kick:
             self._run_runnable()
         elif effect == _STATUS:
@@ -212,6 +215,9 @@ class VirtualDevice:
 
     def inject_error(self, block: dla_block_e | str, code: int = int(R.dla_hw_error_e.BAD_CONFIG)) -> None:
         """The next operation of ``block`` fails with ``code`` (a dla_hw_error_e)."""
+        if code not in R.dla_hw_error_e._value2member_map_ or code == R.dla_hw_error_e.NONE:
+            raise DlaError(NvError.BadParameter,
+                           f"inject_error code {code}: use a dla_hw_error_e other than NONE")
         with self._lock:
             self._block(block).injected_errors.append(code)
 
@@ -361,29 +367,40 @@ class VirtualDevice:
                 continue
             del self._pending[i]
             block.state[group] = RUNNING
+            involved = [block]
             if isinstance(partner, tuple):
                 partner[0].state[partner[1]] = RUNNING
-            hang = block.hangs > 0
-            if hang:
-                block.hangs -= 1
-            injected = block.injected_errors.popleft() if block.injected_errors and not hang else 0
+                self._pending.remove(partner)  # the flying SDP runs as part of this operation
+                involved.append(partner[0])
+            hang = False
+            for b in involved:
+                if b.hangs > 0:
+                    b.hangs -= 1
+                    hang = True
+            injected = 0
+            for b in involved:
+                if b.injected_errors and not hang and not injected:
+                    injected = b.injected_errors.popleft()
             return _Work(block, group, partner if isinstance(partner, tuple) else None, block.epoch,
                          hang, injected)
         return None
 
     def _run_runnable(self) -> None:
-        """Deterministic mode: execute everything that is runnable, in enable order."""
-        self._kicking = True
+        """Deterministic mode: execute everything that is runnable, in enable order. The caller
+        set ``_kicking``; it is cleared under the lock only once nothing is runnable, so an
+        operation enabled meanwhile by another thread is never left behind."""
         try:
             while True:
                 with self._lock:
                     work = self._take_runnable(None)
-                if work is None:
-                    break
+                    if work is None:
+                        self._kicking = False
+                        return
                 self._execute(work)
-        finally:
-            self._kicking = False
-        self._raise_irq()
+        except BaseException:
+            with self._lock:
+                self._kicking = False
+            raise
 
     def _worker(self, block: _Block) -> None:
         while True:
@@ -431,7 +448,11 @@ class VirtualDevice:
                 raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
                                      f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
             result = blocks.run_conv(regs, mem)
-            blocks.run_sdp(sdp_regs, mem, flying=result)
+            try:
+                blocks.run_sdp(sdp_regs, mem, flying=result)
+            except MmuFault as e:
+                e.block = int(dla_block_e.SDP)
+                raise
         elif kind == dla_block_e.BDMA:
             blocks.run_bdma(regs, mem)
         elif kind == dla_block_e.SDP:
@@ -459,10 +480,12 @@ class VirtualDevice:
                 self.ops_done += 1
                 self.intr_status |= done_bit(block.index, group)
         if error:
-            name = R.dla_hw_error_e(error).name
+            known = R.dla_hw_error_e._value2member_map_.get(error)
+            name = known.name if known is not None else str(error)
             self.log.append(f"{work.block.kind.name} group {work.group}: {name}: {detail}")
             if fault is not None:
-                self.fault = (fault.address, fault.ctx, work.block.index)
+                block_index = fault.block if fault.block is not None else work.block.index
+                self.fault = (fault.address, fault.ctx, block_index)
                 self.intr_status |= 1 << MMU_FAULT_BIT
 
     # -- interrupts ---------------------------------------------------------------------------------

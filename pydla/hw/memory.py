@@ -41,6 +41,7 @@ class MmuFault(Exception):
         self.ctx = ctx
         self.address = address
         self.size = size
+        self.block: int | None = None  # set when the faulting block is not the one that ran
 
 
 class BufferObject:
