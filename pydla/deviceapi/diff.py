@@ -1,10 +1,11 @@
 """What changed between two versions of a spec, and the semver bump the seed's rules require.
 
-Major (breaks the binary format): deleting or reordering fields, inserting a field in the middle,
-changing a field's type, growing a struct that sits in the middle of something (or in an array),
+Major (breaks the binary format): deleting, moving (reordering) or retyping a field, inserting a
+field in the middle, shrinking a struct, growing a struct that sits in the middle of something (or
+in an array),
 deleting a message, struct or enum, deleting or renumbering an enum member, changing a message's id
-or type. Minor: a new message, struct, enum or enum member, a field appended at the end. Patch:
-descriptions only.
+or type. Minor: a new message, struct, enum or enum member, a field appended at the end or placed in space
+that was ``reserved*`` (every other field keeping its offset). Patch: descriptions only.
 
 Usage::
 
@@ -130,45 +131,53 @@ def _shape(f: Field) -> tuple[object, ...]:
     return (f.kind, f.type_name, f.count, f.length, f.offset)
 
 
+def _reserved(f: Field) -> bool:
+    return f.name.startswith("reserved")
+
+
 def _diff_struct(old: StructDef, new: StructDef, new_spec: Spec) -> list[Change]:
+    """Compatible (minor) when every field keeps its offset and type, and new fields take only
+    reserved space or come after the old end; anything else breaks the binary format (major)."""
     what = f"{new.category} '{new.name}'"
-    changes = []
     if old.category != new.category:
         return [Change("major", f"'{old.name}' changed from a {old.category} to a {new.category}")]
+    changes = []
     if old.msg_id != new.msg_id:
         changes.append(Change("major", f"{what}: id {old.msg_id} -> {new.msg_id}"))
     if old.msg_type != new.msg_type or old.command != new.command:
         changes.append(Change("major", f"{what}: type or command changed"))
-    old_names = [f.name for f in old.fields]
-    new_names = [f.name for f in new.fields]
-    if new_names[: len(old_names)] != old_names:
-        for name in old_names:
-            if name not in new_names:
-                changes.append(Change("major", f"{what}: field '{name}' deleted"))
-        kept_old = [n for n in old_names if n in new_names]
-        kept_new = [n for n in new_names if n in old_names]
-        if kept_old != kept_new:
-            changes.append(Change("major", f"{what}: fields reordered"))
-        last_kept = max((new_names.index(n) for n in kept_new), default=-1)
-        for i, name in enumerate(new_names):
-            if name not in old_names:
-                level = "major" if i < last_kept else "minor"
-                where = "inserted in the middle" if level == "major" else "appended"
-                changes.append(Change(level, f"{what}: field '{name}' {where}"))
-    else:
-        for name in new_names[len(old_names):]:
-            changes.append(Change("minor", f"{what}: field '{name}' appended"))
-    old_fields = {f.name: f for f in old.fields}
-    for i, f in enumerate(new.fields):
-        o = old_fields.get(f.name)
-        if o is None:
+    new_fields = {f.name: f for f in new.fields}
+    old_names = {f.name for f in old.fields}
+    kept_old = [f.name for f in old.fields if f.name in new_fields and not _reserved(f)]
+    kept_new = [f.name for f in new.fields if f.name in old_names and not _reserved(f)]
+    if kept_old != kept_new:
+        changes.append(Change("major", f"{what}: fields reordered"))
+    for o in old.fields:
+        if _reserved(o):
             continue
-        if _shape(o) != _shape(f) or (o.size != f.size and i != len(new.fields) - 1):
-            changes.append(Change("major", f"{what}: field '{f.name}' changed "
+        f = new_fields.get(o.name)
+        if f is None:
+            changes.append(Change("major", f"{what}: field '{o.name}' deleted"))
+        elif _shape(o) != _shape(f) or (o.size != f.size and f is not new.fields[-1]):
+            moved = "moved" if o.offset != f.offset else "changed"
+            changes.append(Change("major", f"{what}: field '{o.name}' {moved} "
                                            f"({_describe(o)} -> {_describe(f)})"))
         elif o.description != f.description:
-            changes.append(Change("patch", f"{what}: field '{f.name}' description changed"))
-    if old.size != new.size and new.category == "struct":
+            changes.append(Change("patch", f"{what}: field '{o.name}' description changed"))
+    spare = [(o.offset, o.offset + o.size) for o in old.fields if _reserved(o)]
+    for f in new.fields:
+        if f.name in old_names or _reserved(f):
+            continue
+        end = f.offset + f.size
+        if f.offset >= old.size:
+            changes.append(Change("minor", f"{what}: field '{f.name}' appended"))
+        elif any(lo <= f.offset and end <= hi for lo, hi in spare):
+            changes.append(Change("minor", f"{what}: field '{f.name}' added in reserved space"))
+        else:
+            changes.append(Change("major", f"{what}: field '{f.name}' inserted in the middle"))
+    if new.size < old.size:
+        changes.append(Change("major", f"{what}: size {old.size} -> {new.size}"))
+    elif old.size != new.size and new.category == "struct":
         changes += _containment(new, new_spec)
     if old.description != new.description:
         changes.append(Change("patch", f"{what}: description changed"))

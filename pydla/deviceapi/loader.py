@@ -156,6 +156,8 @@ def load_yaml(path: str | Path) -> tuple[Any, SourceMap]:
     """
     source_map = SourceMap()
     resolved = Path(path).resolve()
+    if not resolved.exists():  # e.g. /dev/fd/N of a shell's <(...): keep the name that works
+        resolved = Path(path).absolute()
     return _load(resolved, source_map, (), None), source_map
 
 

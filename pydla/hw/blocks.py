@@ -218,6 +218,10 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
             x = compute.eltwise(np.broadcast_to(y, dims).astype(np.float32), x, op)  # type: ignore[arg-type]
         else:
             compute.eltwise(x, y, op, out=x)  # type: ignore[arg-type]
+    if r.d_act == R.sdp_act_e.LUT:
+        _lut(r, mem, x)
+        np.copyto(dst, x, casting="unsafe")
+        return
     act = _ACT.get(r.d_act)
     _bad(act is None, f"SDP: activation {r.d_act} is unknown")
     assert act is not None
@@ -228,6 +232,17 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
         compute.activation(x, act, alpha=f32(r.d_act_alpha), clip_min=f32(r.d_act_min),
                            clip_max=f32(r.d_act_max), slope=slope, out=x)
     np.copyto(dst, x, casting="unsafe")
+
+
+def _lut(r: Any, mem: ContextMemory, x: Array) -> None:
+    """Linear interpolation in a table of d_lut_entries f32 values over [d_lut_start, d_lut_end]."""
+    n, start, end = r.d_lut_entries, f32(r.d_lut_start), f32(r.d_lut_end)
+    _bad(not 2 <= n <= 257, f"SDP: LUT of {n} entries (2..257)")
+    _bad(not (np.isfinite(start) and np.isfinite(end) and start < end),
+         f"SDP: LUT range {start}..{end}")
+    table = mem.vector(addr(r.d_lut_addr_lo, r.d_lut_addr_hi), n, np.dtype(np.float32))
+    grid = np.linspace(start, end, n)
+    x[...] = np.interp(x, grid, table.astype(np.float64))
 
 
 # -- PDP, CDP, RUBIK -----------------------------------------------------------------------------------

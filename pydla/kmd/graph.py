@@ -14,7 +14,9 @@ same task runs again and again, and from several submits.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,9 @@ from pydla.kmd.port import KmdPortability, TaskDesc
 NUM_BLOCKS = len(dla_block_e)
 EVENTS = (T.dla_event_e.OP_COMPLETED, T.dla_event_e.OP_PROGRAMMED, T.dla_event_e.OP_ENABLED)
 MAX_OPERATIONS = 65535
+MAX_LUTS = 1024
+LUT_SIZE = ctypes.sizeof(T.dla_lut_param_t)
+LUT_TABLE = T.dla_lut_param_t.table.offset
 
 OP_DESC = {
     dla_block_e.BDMA: T.dla_bdma_op_desc_t, dla_block_e.CONV: T.dla_conv_op_desc_t,
@@ -61,6 +66,8 @@ class Operation:
     fused_parent: int
     op: Any
     surface: Any
+    lut: Any = None  # the validated dla_lut_param_t of an SDP operation with a LUT activation
+    lut_address: tuple[int, int] = (-1, 0)  # address-list index and byte offset of its table
 
     @property
     def name(self) -> str:
@@ -119,6 +126,7 @@ def load_task(port: KmdPortability, task: TaskDesc, config: DeviceConfig) -> Tas
     for i in range(n):
         common = T.dla_common_op_desc_t.from_buffer_copy(graph_bytes, i * common_size)
         ops.append(_operation(i, common, op_bytes, surf_bytes, net, config, where))
+    ops = _attach_luts(port, task, net, ops, where)
     _check_consumers(ops, where)
     chains = _chains(net, ops, where)
     _check_fused(ops, chains, where)
@@ -163,6 +171,35 @@ def _operation(i: int, common: Any, op_bytes: bytes, surf_bytes: bytes, net: Any
     surface = SURFACE_DESC[block].from_buffer_copy(surf_bytes, i * net.surface_desc_size)
     return Operation(i, block, common.dependency_count, tuple(consumers), common.fused_parent.index,
                      op, surface)
+
+
+def _attach_luts(port: KmdPortability, task: TaskDesc, net: Any, ops: list[Operation],
+                 where: str) -> list[Operation]:
+    if net.num_luts > MAX_LUTS:
+        raise DlaError(NvError.BadValue, f"{where}: network num_luts = {net.num_luts}, at most {MAX_LUTS}")
+    luts = []
+    if net.num_luts:
+        data = _read_array(port, task, net.lut_data_index, net.num_luts * LUT_SIZE,
+                           "LUTs (lut_data_index)")
+        for i in range(net.num_luts):
+            lut = T.dla_lut_param_t.from_buffer_copy(data, i * LUT_SIZE)
+            if not 2 <= lut.entries <= 257:
+                raise DlaError(NvError.BadValue, f"{where}: LUT {i}: entries = {lut.entries}, must be 2..257")
+            if not (math.isfinite(lut.start) and math.isfinite(lut.end) and lut.start < lut.end):
+                raise DlaError(NvError.BadValue,
+                               f"{where}: LUT {i}: start {lut.start} must be below end {lut.end}")
+            luts.append(lut)
+    out = []
+    for op in ops:
+        if op.block == dla_block_e.SDP and op.op.act == R.sdp_act_e.LUT:
+            i = op.op.lut_index
+            if not 0 <= i < len(luts):
+                raise DlaError(NvError.BadValue,
+                               f"{where}: {op.name}: lut_index {i} is outside the {len(luts)} LUTs")
+            op = dataclasses.replace(op, lut=luts[i],
+                                     lut_address=(net.lut_data_index, i * LUT_SIZE + LUT_TABLE))
+        out.append(op)
+    return out
 
 
 def _check_consumers(ops: list[Operation], where: str) -> None:

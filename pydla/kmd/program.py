@@ -91,6 +91,16 @@ def _conv(w: _Writer, d: Any, s: Any) -> None:
         w.reg(addr, value)
 
 
+def _lut(w: _Writer, op: Operation) -> None:
+    index, offset = op.lut_address
+    base = w.port.dla_read_dma_address(w.task, index, f"{op.name}: LUT") + offset
+    w.reg(R.SDP_D_LUT_ADDR_LO, base)
+    w.reg(R.SDP_D_LUT_ADDR_HI, base >> 32)
+    w.reg(R.SDP_D_LUT_ENTRIES, op.lut.entries)
+    w.reg(R.SDP_D_LUT_START, f32_bits(op.lut.start))
+    w.reg(R.SDP_D_LUT_END, f32_bits(op.lut.end))
+
+
 def _sdp(w: _Writer, d: Any, s: Any) -> None:
     for addr, value in ((R.SDP_D_PRECISION, d.precision), (R.SDP_D_OUT_PRECISION, d.out_precision),
                         (R.SDP_D_SRC_MODE, d.src_mode)):
@@ -163,6 +173,8 @@ def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group
     w.reg(POINTER[op.block], group)
     w.reg(_CTX[op.block], task.ctx)
     _PROGRAM[op.block](w, op.op, op.surface)
+    if op.lut is not None:
+        _lut(w, op)
 
 
 def enable_operation(port: KmdPortability, op: Operation, group: int) -> None:

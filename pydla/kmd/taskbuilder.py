@@ -35,14 +35,14 @@ from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.kmd.port import AddressEntry
 
 DESCRIPTORS = "descriptors"
-FIXED_ENTRIES = 4  # network, dependency graph, operation and surface descriptors
+FIXED_ENTRIES = 5  # network, dependency graph, operation and surface descriptors, LUTs
 PRECISIONS = {"fp32": R.dla_precision_e.FP32, "fp16": R.dla_precision_e.FP16}
 DTYPES = {"fp32": np.float32, "fp16": np.float16}
 EW_OPS = {"add": R.sdp_ew_op_e.ADD, "sub": R.sdp_ew_op_e.SUB, "mul": R.sdp_ew_op_e.MUL,
           "max": R.sdp_ew_op_e.MAX, "min": R.sdp_ew_op_e.MIN, "div": R.sdp_ew_op_e.DIV}
 ACTS = {"none": R.sdp_act_e.NONE, "relu": R.sdp_act_e.RELU, "leaky_relu": R.sdp_act_e.LEAKY_RELU,
         "prelu": R.sdp_act_e.PRELU, "clamp": R.sdp_act_e.CLAMP, "sigmoid": R.sdp_act_e.SIGMOID,
-        "tanh": R.sdp_act_e.TANH}
+        "tanh": R.sdp_act_e.TANH, "lut": R.sdp_act_e.LUT}
 POOLS = {"max": R.pdp_method_e.MAX, "avg": R.pdp_method_e.AVG, "min": R.pdp_method_e.MIN}
 RUBIK = {"contract": R.rubik_mode_e.CONTRACT, "split": R.rubik_mode_e.SPLIT,
          "merge": R.rubik_mode_e.MERGE, "transpose": R.rubik_mode_e.TRANSPOSE,
@@ -135,6 +135,7 @@ class TaskBuilder:
         self.precision = precision
         self.buffers: dict[str, int] = {}
         self.ops: list[Op] = []
+        self.luts: list[Any] = []
         self._unpaired_convs: list[int] = []
 
     # -- buffers --------------------------------------------------------------------------------
@@ -167,6 +168,17 @@ class TaskBuilder:
         """A dense array of ``shape`` elements in the builder's precision."""
         n = int(np.prod(shape)) * np.dtype(DTYPES[self.precision]).itemsize
         return self.ref(buffer, n, offset)
+
+    def lut(self, table: Any, start: float, end: float) -> int:
+        """A lookup table for ``sdp(act="lut", lut=...)``: values at evenly spaced points."""
+        values = np.asarray(table, dtype=np.float32).ravel()
+        if not 2 <= values.size <= 257 or not start < end:
+            raise DlaError(NvError.BadParameter,
+                           f"lut: {values.size} values over {start}..{end}: need 2..257 and start < end")
+        lut = T.dla_lut_param_t(start=start, end=end, entries=values.size)
+        lut.table[:values.size] = values.tolist()
+        self.luts.append(lut)
+        return len(self.luts) - 1
 
     # -- operations ---------------------------------------------------------------------------------
 
@@ -228,14 +240,17 @@ class TaskBuilder:
             shift: Ref | None = None, ew: Cube | Ref | None = None, ew_op: str = "add",
             ew_mode: str = "cube", ew_swap: bool = False, act: str = "none", alpha: float = 0.0,
             clip: tuple[float, float] = (float("-inf"), float("inf")), prelu: Ref | None = None,
-            out_precision: str | None = None) -> Op:
+            out_precision: str | None = None, lut: int = -1) -> Op:
         """Bias, batch norm (scale, shift), an element-wise operand, an activation; from a CONV
         operation (flying) or from a cube in memory."""
         if act not in ACTS:
             raise DlaError(NvError.BadParameter, f"sdp: activation '{act}': choose {', '.join(ACTS)}")
         d = T.dla_sdp_op_desc_t(precision=self._precision(),
                                 out_precision=int(PRECISIONS[out_precision or dst.precision]),
-                                act=int(ACTS[act]), act_alpha=alpha, act_min=clip[0], act_max=clip[1])
+                                act=int(ACTS[act]), act_alpha=alpha, act_min=clip[0], act_max=clip[1],
+                                lut_index=lut)
+        if act == "lut" and not 0 <= lut < len(self.luts):
+            raise DlaError(NvError.BadParameter, f"sdp: act 'lut' needs lut=<index from lut()>, got {lut}")
         s = T.dla_sdp_surface_desc_t()
         for name in ("src", "dst", "ew"):
             getattr(s, name).address = -1
@@ -391,7 +406,8 @@ class TaskBuilder:
             if c.dependency_count > 255:
                 raise DlaError(NvError.OverFlow, f"operation {c.index} waits for more than 255 events")
         net = T.dla_network_desc_t(operation_desc_index=2, surface_desc_index=3,
-                                   dependency_graph_index=1, lut_data_index=-1, num_operations=n,
+                                   dependency_graph_index=1, lut_data_index=4,
+                                   num_luts=len(self.luts), num_operations=n,
                                    num_addresses=FIXED_ENTRIES + len(names), op_desc_size=OP_DESC_SIZE,
                                    surface_desc_size=SURFACE_DESC_SIZE)
         for b in dla_block_e:
@@ -403,7 +419,8 @@ class TaskBuilder:
             op_bytes[start:start + ctypes.sizeof(op.op)] = bytes(op.op)
             start = op.index * SURFACE_DESC_SIZE
             surf_bytes[start:start + ctypes.sizeof(op.surface)] = bytes(op.surface)
-        parts = [bytes(net), bytes(commons), bytes(op_bytes), bytes(surf_bytes)]
+        lut_bytes = b"".join(bytes(lut) for lut in self.luts) or b"\0" * 8
+        parts = [bytes(net), bytes(commons), bytes(op_bytes), bytes(surf_bytes), lut_bytes]
         offsets, blob = [], bytearray()
         for part in parts:
             blob += b"\0" * (-len(blob) % 64)

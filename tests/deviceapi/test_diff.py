@@ -321,3 +321,32 @@ def test_cli_diff_succeeds_when_the_bump_is_enough(tmp_path: Path,
     assert "required bump: minor" in out
     assert "1.0.0 -> 1.1.0" in out
     assert "NOT ENOUGH" not in out
+
+
+def _write_regs(path: Path, reserved: int, extra: str) -> Path:
+    path.write_text(f"""
+Name: regs
+Version: 1.0.0
+Modules:
+  - Name: m
+    Structs:
+      - Name: blk_t
+        Fields:
+          - {{Name: ctrl, Type: u32}}
+{extra}          - {{Name: reserved, Type: u32, Count: {reserved}}}
+          - {{Name: tail, Type: u32}}
+""")
+    return path
+
+
+def test_fields_placed_in_reserved_space_are_minor(tmp_path: Path) -> None:
+    old = load_spec(_write_regs(tmp_path / "old.yaml", 4, ""))
+    new = load_spec(_write_regs(tmp_path / "new.yaml", 2, "          - {Name: a, Type: u32}\n"
+                                                     "          - {Name: b, Type: u32}\n"))
+    report = diff_specs(old, new)
+    assert report.required == "minor", report.summary()
+    assert sum("added in reserved space" in c.what for c in report.changes) == 2
+    moved = load_spec(_write_regs(tmp_path / "moved.yaml", 4, "          - {Name: a, Type: u32}\n"))
+    report = diff_specs(old, moved)
+    assert report.required == "major"
+    assert any("'tail' moved" in c.what for c in report.changes), report.summary()
