@@ -116,8 +116,24 @@ def run_bdma(r: Any, mem: ContextMemory) -> None:
 # -- CONV (+ SDP) ---------------------------------------------------------------------------------------
 
 
-def run_conv(r: Any, mem: ContextMemory) -> Array:
-    """The convolution's float32 result (K, Ho, Wo), which flies to SDP."""
+def flying_destination(conv: Any, sdp: Any, mem: ContextMemory) -> Array | None:
+    """SDP's float32 destination, when the convolution can write its result there directly (it
+    then needs neither a temporary nor a final copy); None when SDP must convert or the layout or
+    dimensions do not allow it."""
+    if (sdp.d_src_mode != R.sdp_src_mode_e.FLYING or sdp.d_out_precision != R.dla_precision_e.FP32
+            or sdp.d_act == R.sdp_act_e.LUT
+            or (sdp.d_dst.channels, sdp.d_dst.height, sdp.d_dst.width)
+            != (conv.d_wt_kernels, conv.d_out_height, conv.d_out_width)):
+        return None
+    try:
+        return mem.cube(sdp.d_dst, DTYPES[int(R.dla_precision_e.FP32)], "SDP destination")
+    except Exception:
+        return None  # SDP reports the problem itself when it runs
+
+
+def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
+    """The convolution's float32 result (K, Ho, Wo), which flies to SDP; written into ``out`` (a
+    float32 view of the right shape) unless it overlaps what the convolution reads."""
     dtype = mem.dtype(r.d_precision, "CONV")
     x = mem.cube(r.d_src, dtype, "CONV source")
     c_in = r.d_src.channels
@@ -141,7 +157,8 @@ def run_conv(r: Any, mem: ContextMemory) -> Array:
             (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1])))
         _bad(expect != out_hw or min(expect) < 1,
              f"CONV: output {out_hw} in the registers, {expect} from the input and kernel")
-        out = np.empty((k, *out_hw), dtype=np.float32)
+        if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w):
+            out = np.empty((k, *out_hw), dtype=np.float32)
         compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out)
         return out
     if r.d_mode == R.conv_mode_e.DECONV:
@@ -214,6 +231,9 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
         else:
             raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"SDP: element-wise mode {r.d_ew_mode} is unknown")
         assert op is not None
+        if np.may_share_memory(x, y) and not (y.shape == x.shape and y.strides == x.strides
+                                              and y.ctypes.data == x.ctypes.data):
+            y = y.copy()  # x may be SDP's destination itself: never read what was just written
         if r.d_ew_swap:
             x = compute.eltwise(np.broadcast_to(y, dims).astype(np.float32), x, op)  # type: ignore[arg-type]
         else:
@@ -231,7 +251,8 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
     if act != "none":
         compute.activation(x, act, alpha=f32(r.d_act_alpha), clip_min=f32(r.d_act_min),
                            clip_max=f32(r.d_act_max), slope=slope, out=x)
-    np.copyto(dst, x, casting="unsafe")
+    if not (x.dtype == dst.dtype and x.strides == dst.strides and x.ctypes.data == dst.ctypes.data):
+        np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
 
 
 def _lut(r: Any, mem: ContextMemory, x: Array) -> None:

@@ -447,7 +447,7 @@ class VirtualDevice:
             if sdp_regs.d_ctx_id != regs.d_ctx_id:
                 raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
                                      f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
-            result = blocks.run_conv(regs, mem)
+            result = blocks.run_conv(regs, mem, out=blocks.flying_destination(regs, sdp_regs, mem))
             try:
                 blocks.run_sdp(sdp_regs, mem, flying=result)
             except MmuFault as e:
