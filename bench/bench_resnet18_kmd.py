@@ -71,7 +71,7 @@ class Net:
 
 
 def build(net: Net) -> tuple[Any, dict[str, Any]]:
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     tb = net.tb
     x = tb.cube("input", (3, 224, 224))
@@ -101,7 +101,6 @@ def build(net: Net) -> tuple[Any, dict[str, Any]]:
         net.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    del numpy_helper
     return model, {"output": logits}
 
 
@@ -148,7 +147,8 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
             time.sleep(0.05)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"ResNet-18 224x224 fp32: {len(built.operations)} device operations, task built in {build_ms:.0f} ms")
+    print(f"ResNet-18 224x224 fp32: {len(built.operations)} device operations, "
+          f"task built in {build_ms:.0f} ms")
     print(f"max relative error against onnxruntime: {err:.2e}")
     print(f"pydla (KMD + virtual device): {med['pydla']:8.1f} ms (median of {args.repeats})")
     print(f"onnxruntime ({threads} threads): {med['onnxruntime']:8.1f} ms")
