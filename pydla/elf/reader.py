@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import struct
 import itertools
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
