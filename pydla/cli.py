@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     from pydla.deviceapi import cli as deviceapi_cli
+    from pydla.loadable import cli as loadable_cli
 
+    loadable_cli.register(commands)
     deviceapi_cli.register(commands)
     return parser
 
