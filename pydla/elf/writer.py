@@ -61,6 +61,7 @@ class _Symbol:
     size: int
     binding: int
     sym_type: int
+    absolute: bool = False
 
 
 @dataclass
@@ -131,10 +132,11 @@ class ElfWriter:
         self.add_section(section, entry, sh_type=SHT_NOTE, flags=0, align=4)
 
     def add_symbol(self, name: str, section: str | None, *, value: int = 0, size: int = 0,
-                   binding: int = STB_GLOBAL, sym_type: int = STT_OBJECT) -> None:
+                   binding: int = STB_GLOBAL, sym_type: int = STT_OBJECT, absolute: bool = False) -> None:
+        """A symbol in ``section`` (None: undefined), or with ``absolute`` a plain value (SHN_ABS)."""
         if any(s.name == name for s in self._symbols):
             raise DlaError(NvError.BadParameter, f"ELF writer: symbol '{name}' is defined twice")
-        self._symbols.append(_Symbol(name, section, value, size, binding, sym_type))
+        self._symbols.append(_Symbol(name, section, value, size, binding, sym_type, absolute))
 
     def add_relocation(self, section: str, *, offset: int, rel_type: int, symbol: str | None = None,
                        addend: int = 0) -> None:
@@ -160,7 +162,9 @@ class ElfWriter:
         sym_index = {s.name: i + 1 for i, s in enumerate(symbols)}
         symtab = bytearray(SYM.size)  # symbol 0 is the null symbol
         for sym_def in symbols:
-            if sym_def.section is None:
+            if sym_def.absolute:
+                shndx = SHN_ABS
+            elif sym_def.section is None:
                 shndx = SHN_UNDEF
             elif sym_def.section not in index:
                 raise DlaError(NvError.BadParameter, f"ELF writer: symbol '{sym_def.name}' names "

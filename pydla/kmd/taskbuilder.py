@@ -115,6 +115,32 @@ class BuiltTask:
     addresses: list[tuple[str, int]]
     operations: list[Op]
 
+    def control_code(self, arguments: dict[str, int]) -> bytes:
+        """This task as a control-code ELF (:mod:`pydla.elf.controlcode`) whose buffer ``name`` is
+        run argument ``arguments[name]``: descriptor sections plus a relocation per address field."""
+        from pydla.elf import controlcode as cc
+        from pydla.elf.writer import ElfWriter
+
+        offsets = [off for _, off in self.addresses[:FIXED_ENTRIES]]
+        ends = [*offsets[1:], len(self.descriptors)]
+        w = ElfWriter()
+        for name, start, end in zip(cc.SECTIONS, offsets, ends, strict=True):
+            w.add_section(name, self.descriptors[start:end], align=64)
+        names = [name for name, _ in self.addresses[FIXED_ENTRIES:]]
+        for name in names:
+            if name not in arguments:
+                raise DlaError(NvError.BadParameter, f"control code: buffer '{name}' is not a run argument")
+            w.add_symbol(name, None, value=arguments[name], absolute=True)
+        for op in self.operations:
+            base = op.index * SURFACE_DESC_SIZE
+            for field_name, _ in op.surface._fields_:
+                sub = getattr(op.surface, field_name)
+                if hasattr(sub, "address") and sub.address >= FIXED_ENTRIES:
+                    offset = base + getattr(type(op.surface), field_name).offset + type(sub).address.offset
+                    w.add_relocation(".dla.surfaces", offset=offset, rel_type=cc.R_DLA_ARG_INDEX16,
+                                     symbol=names[sub.address - FIXED_ENTRIES])
+        return w.build()
+
     def load(self, kmd: Any, ctx: int, existing: dict[str, int] | None = None) -> LoadedTask:
         """Create the buffers in ``ctx`` (except those in ``existing``) and write the descriptors."""
         handles = dict(existing or {})

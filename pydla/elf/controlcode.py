@@ -1,0 +1,91 @@
+"""Control-code ELF: one NPU task's descriptors, and where they are patched when buffers are bound.
+
+Sections ``.dla.network``, ``.dla.graph``, ``.dla.ops``, ``.dla.surfaces`` and ``.dla.luts`` hold
+the task descriptors (``specs/dla_task.yaml``) exactly as the KMD reads them. Every descriptor
+field that names a buffer holds an address-list index; the UMD's address list for a submit puts
+the task's own descriptor sections first (entries 0..4) and the run's arguments after them, in an
+order it chooses. So each such field is a relocation in ``.rela.dla.<section>``: type
+``R_DLA_ARG_INDEX16`` at the field's offset, against the symbol of the argument it names (symbol
+value = the argument's argidx), to be replaced by that argument's index in the address list, as XRT
+patches control code by argument name.
+
+Patching works on a per-run copy of the pristine sections (so re-binding never sees an earlier
+patch) and bounds-checks every location.
+
+Usage::
+
+    elf = built.control_code({"x": 0, "w": 1, "y": 2})        # a TaskBuilder task; name -> argidx
+    code = ControlCode(elf)
+    parts = code.patch({0: 5, 1: 6, 2: 7})                    # argidx -> address-list index
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from pydla.elf.reader import ElfReader
+from pydla.errors import DlaError, NvError
+
+SECTIONS = (".dla.network", ".dla.graph", ".dla.ops", ".dla.surfaces", ".dla.luts")
+R_DLA_ARG_INDEX16 = 1
+FIXED_ENTRIES = len(SECTIONS)
+_I16 = struct.Struct("<h")
+
+
+@dataclass(frozen=True)
+class Patch:
+    section: str
+    offset: int
+    argidx: int
+    name: str
+
+
+class ControlCode:
+    """A checked control-code ELF; :meth:`patch` gives the descriptor sections for an address list."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, what: str = "control code") -> None:
+        self.what = what
+        self.elf = ElfReader(data, what=what)
+        for name in SECTIONS:
+            if not self.elf.has_section(name):
+                raise DlaError(NvError.BadValue, f"{what}: section '{name}' is missing")
+        self.sections = {name: self.elf.section(name) for name in SECTIONS}
+        self.arguments: dict[str, int] = {}
+        for sym in self.elf.symbols():
+            if sym.name:
+                self.arguments[sym.name] = sym.value
+        self.patches: list[Patch] = []
+        for name in SECTIONS:
+            size = len(self.sections[name])
+            for rel in self.elf.relocations(name):
+                if rel.rel_type != R_DLA_ARG_INDEX16:
+                    raise DlaError(NvError.BadValue, f"{what}: relocation type {rel.rel_type} at "
+                                                     f"{name}+{rel.offset} is unknown")
+                if rel.symbol is None or not rel.symbol.name:
+                    raise DlaError(NvError.BadValue, f"{what}: relocation at {name}+{rel.offset} names "
+                                                     "no argument")
+                if rel.offset + 2 > size:
+                    raise DlaError(NvError.BadValue, f"{what}: relocation at {name}+{rel.offset} is "
+                                                     f"outside the section ({size} bytes)")
+                self.patches.append(Patch(name, rel.offset, rel.symbol.value, rel.symbol.name))
+
+    @property
+    def argidxs(self) -> list[int]:
+        return sorted(set(self.arguments.values()))
+
+    def patch(self, index_of: dict[int, int]) -> dict[str, bytes]:
+        """Copies of the descriptor sections with every argument reference replaced by
+        ``index_of[argidx]`` (an address-list index >= 5, < 32768)."""
+        out = {name: bytearray(data) for name, data in self.sections.items()}
+        for p in self.patches:
+            if p.argidx not in index_of:
+                raise DlaError(NvError.BadParameter,
+                               f"{self.what}: argument '{p.name}' (argidx {p.argidx}) is not bound")
+            index = index_of[p.argidx]
+            if not FIXED_ENTRIES <= index < 1 << 15:
+                raise DlaError(NvError.BadParameter,
+                               f"{self.what}: address-list index {index} for argument '{p.name}' must "
+                               f"be {FIXED_ENTRIES}..32767")
+            _I16.pack_into(out[p.section], p.offset, index)
+        return {name: bytes(data) for name, data in out.items()}
