@@ -61,9 +61,9 @@ def test_patch_rejects_unbound_and_out_of_range() -> None:
     with pytest.raises(DlaError, match="argument 'z'") as e:
         code.patch({0: 5, 1: 6})
     assert e.value.code == NvError.BadParameter
-    with pytest.raises(DlaError, match="must be 5..32767"):
+    with pytest.raises(DlaError, match=r"must be 5\.\.32767"):
         code.patch({0: 1, 1: 6, 2: 7})
-    with pytest.raises(DlaError, match="must be 5..32767"):
+    with pytest.raises(DlaError, match=r"must be 5\.\.32767"):
         code.patch({0: 5, 1: 6, 2: 40000})
 
 
@@ -71,7 +71,7 @@ def test_missing_section_and_bad_relocations_are_rejected() -> None:
     w = ElfWriter()
     for name in SECTIONS[:-1]:
         w.add_section(name, b"\0" * 8)
-    with pytest.raises(DlaError, match="'.dla.luts' is missing"):
+    with pytest.raises(DlaError, match=r"'\.dla\.luts' is missing"):
         ControlCode(w.build())
     w = ElfWriter()
     for name in SECTIONS:
