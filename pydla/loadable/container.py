@@ -1,0 +1,350 @@
+"""The loadable: one ELF file that holds a compiled network.
+
+Sections (``readelf -S model.dla`` lists them):
+
+- ``.note.pydla``: note 1, the loadable format's semver; note 2, JSON naming the version and
+  64-bit layout hash of each binary contract the file was written with (``dla_task``,
+  ``dla_regs``, ``loadable``); note 3, the device configuration it was compiled for;
+- ``.pydla.recipe``: the run recipe (JSON, :mod:`pydla.loadable.recipe`);
+- ``.pydla.tensors``: ``dla_tensor_desc_t`` per network input and output;
+- ``.pydla.memory``: ``dla_memory_entry_t`` per recipe buffer, in the recipe's order;
+- ``.pydla.ctrl.<kernel>``: the control-code ELF of each recipe kernel;
+- ``.pydla.weights``: every weight buffer, each at its alignment, the section itself page-aligned
+  so a mapped file serves weights without a copy.
+
+The reader maps the file (or takes the caller's buffer) and checks everything before anything is
+used: ELF structure and section bounds, the versions, the recipe, and every reference between the
+recipe, the memory list, the tensors, the control code and the weights. A failure is a DlaError
+naming what is wrong.
+
+Usage::
+
+    blob = LoadableWriter(...).build()
+    lo = Loadable.open("model.dla")        # or bytes / memoryview
+    lo.tensors("input"); lo.weights("conv1.w"); lo.control_code("task0")
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydla.deviceapi.generated import dla_regs, dla_task
+from pydla.deviceapi.generated import loadable as L
+from pydla.deviceapi.version import ContractVersion, check_compatible, parse_semver
+from pydla.elf.controlcode import ControlCode
+from pydla.elf.reader import ElfReader
+from pydla.elf.writer import ElfWriter
+from pydla.errors import DlaError, NvError
+from pydla.loadable.recipe import Recipe, loads, parse_recipe
+
+FORMAT_VERSION = (1, 0, 0)
+NOTE_SECTION, NOTE_OWNER = ".note.pydla", "pydla"
+NT_FORMAT, NT_CONTRACTS, NT_DEVICE = 1, 2, 3
+RECIPE, TENSORS, MEMORY, WEIGHTS, CTRL = (".pydla.recipe", ".pydla.tensors", ".pydla.memory",
+                                          ".pydla.weights", ".pydla.ctrl.")
+PAGE = 4096
+CONTRACTS = {api.NAME: api for api in (dla_task, dla_regs, L)}
+KINDS = {"input": L.dla_buffer_kind_e.INPUT, "output": L.dla_buffer_kind_e.OUTPUT,
+         "inout": L.dla_buffer_kind_e.INOUT, "internal": L.dla_buffer_kind_e.INTERNAL,
+         "weight": L.dla_buffer_kind_e.WEIGHT, "spill": L.dla_buffer_kind_e.SPILL,
+         "unknown": L.dla_buffer_kind_e.UNKNOWN}
+ELEMENT_SIZE = {L.dla_data_type_e.FLOAT32: 4, L.dla_data_type_e.FLOAT16: 2, L.dla_data_type_e.INT64: 8,
+                L.dla_data_type_e.INT32: 4, L.dla_data_type_e.INT8: 1, L.dla_data_type_e.UINT8: 1}
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """A network input or output: what ``getInputTensorDesc`` returns."""
+
+    name: str
+    dims: tuple[int, ...]
+    data_type: L.dla_data_type_e
+    layout: L.dla_tensor_layout_e
+    strides: tuple[int, ...]
+    size: int
+    offset: int
+    direction: L.dla_tensor_direction_e
+    bind_id: int
+    buffer: str
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    name: str
+    kind: str
+    size: int
+    alignment: int
+    weights_offset: int
+
+
+class LoadableWriter:
+    """Assembles a loadable. Usage: add the pieces, then :meth:`build`."""
+
+    def __init__(self, device: str = "full") -> None:
+        self.device = device
+        self.recipe: dict[str, Any] | None = None
+        self.tensors: list[Any] = []
+        self.memory: list[Any] = []
+        self.ctrl: dict[str, bytes] = {}
+        self._weights = bytearray()
+        self._weight_at: dict[str, tuple[int, int]] = {}
+
+    def set_recipe(self, recipe: dict[str, Any]) -> None:
+        self.recipe = recipe
+
+    def add_weights(self, name: str, data: bytes | bytearray | memoryview, alignment: int = 64) -> int:
+        """Place weight bytes in the weights section; returns their offset there."""
+        self._weights += b"\0" * (-len(self._weights) % alignment)
+        offset = len(self._weights)
+        self._weights += bytes(data)
+        self._weight_at[name] = (offset, len(data))
+        return offset
+
+    def add_memory(self, name: str, kind: str, size: int, alignment: int = 64) -> None:
+        e = L.dla_memory_entry_t(name=name.encode(), size=size, alignment=alignment, kind=int(KINDS[kind]))
+        if kind == "weight":
+            if name not in self._weight_at:
+                raise DlaError(NvError.BadParameter, f"loadable writer: weights of '{name}' were not added")
+            e.weights_offset = self._weight_at[name][0]
+        self.memory.append(e)
+
+    def add_tensor(self, name: str, buffer_index: int, dims: tuple[int, ...], data_type: int,
+                   direction: str, bind_id: int, *, offset: int = 0, layout: int = 0,
+                   strides: tuple[int, ...] | None = None) -> None:
+        el = ELEMENT_SIZE[L.dla_data_type_e(data_type)]
+        if strides is None:
+            dense: list[int] = []
+            step = el
+            for d in reversed(dims):
+                dense.insert(0, step)
+                step *= d
+            strides = tuple(dense)
+        size = el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+        t = L.dla_tensor_desc_t(name=name.encode(), size=size, offset=offset, ndims=len(dims),
+                                data_type=data_type, layout=layout, bind_id=bind_id, buffer=buffer_index,
+                                direction=int(L.dla_tensor_direction_e[direction.upper()]))
+        for i, (d, s) in enumerate(zip(dims, strides, strict=True)):
+            t.dims[i], t.strides[i] = d, s
+        self.tensors.append(t)
+
+    def add_control_code(self, kernel: str, elf: bytes) -> None:
+        self.ctrl[kernel] = elf
+
+    def build(self) -> bytes:
+        if self.recipe is None:
+            raise DlaError(NvError.InvalidState, "loadable writer: no recipe")
+        w = ElfWriter()
+        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_FORMAT, ".".join(map(str, FORMAT_VERSION)).encode())
+        contracts = {name: {"version": ".".join(map(str, api.VERSION)),
+                            "layout_hash64": f"{api.LAYOUT_HASH64:016x}"} for name, api in CONTRACTS.items()}
+        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_CONTRACTS, json.dumps(contracts, sort_keys=True).encode())
+        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_DEVICE, self.device.encode())
+        w.add_section(RECIPE, json.dumps(self.recipe, indent=1).encode(), align=1)
+        w.add_section(TENSORS, b"".join(bytes(t) for t in self.tensors), align=8)
+        w.add_section(MEMORY, b"".join(bytes(m) for m in self.memory), align=8)
+        for kernel, elf in self.ctrl.items():
+            w.add_section(CTRL + kernel, elf, align=64)
+        w.add_section(WEIGHTS, bytes(self._weights), align=PAGE)
+        return w.build()
+
+
+class Loadable:
+    """A checked, read-only loadable; weights are views of the mapped file."""
+
+    def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, source: str = "loadable") -> None:
+        self.source = source
+        self._data = data
+        self.elf = ElfReader(memoryview(data), what=source)
+        self._read_notes()
+        for name in (RECIPE, TENSORS, MEMORY, WEIGHTS):
+            if not self.elf.has_section(name):
+                raise DlaError(NvError.BadValue, f"{source}: section '{name}' is missing")
+        self.recipe: Recipe = parse_recipe(loads(bytes(self.elf.section(RECIPE)), f"{source} {RECIPE}"),
+                                           f"{source} {RECIPE}")
+        self.memory = self._read_memory()
+        self._tensors = self._read_tensors()
+        self._ctrl = self._read_control_code()
+
+    @classmethod
+    def open(cls, source: str | Path | bytes | bytearray | memoryview) -> Loadable:
+        """A loadable from a path (memory-mapped, never copied) or from the caller's buffer."""
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return cls(source)
+        path = Path(source)
+        try:
+            with path.open("rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            raise DlaError(NvError.FileReadFailed, f"{path}: cannot map the loadable: {e}") from e
+        return cls(mapped, str(path))
+
+    # -- checks --------------------------------------------------------------------------------------
+
+    def _read_notes(self) -> None:
+        if not self.elf.has_section(NOTE_SECTION):
+            raise DlaError(NvError.BadValue, f"{self.source}: no '{NOTE_SECTION}': not a pydla loadable")
+        notes = {n.note_type: n.desc for n in self.elf.notes(NOTE_SECTION) if n.owner == NOTE_OWNER}
+        for kind in (NT_FORMAT, NT_CONTRACTS, NT_DEVICE):
+            if kind not in notes:
+                raise DlaError(NvError.BadValue, f"{self.source}: note {kind} is missing from {NOTE_SECTION}")
+        self.format_version = parse_semver(notes[NT_FORMAT].decode(errors="replace"))
+        if self.format_version[0] != FORMAT_VERSION[0]:
+            mine = ".".join(map(str, FORMAT_VERSION))
+            theirs = ".".join(map(str, self.format_version))
+            newer = "the loadable" if self.format_version > FORMAT_VERSION else "this pydla"
+            fix = ("upgrade pydla" if newer == "the loadable" else "recompile the model with this pydla")
+            raise DlaError(NvError.VersionMismatch,
+                           f"{self.source}: loadable format {theirs}, this pydla reads {mine}.x; "
+                           f"{newer} is newer: {fix}")
+        try:
+            contracts = json.loads(notes[NT_CONTRACTS])
+            self.contracts = {name: ContractVersion(name, parse_semver(c["version"]),
+                                                    int(c["layout_hash64"], 16))
+                              for name, c in contracts.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DlaError(NvError.BadValue, f"{self.source}: contract note is malformed: {e}") from e
+        for name, api in CONTRACTS.items():
+            if name not in self.contracts:
+                raise DlaError(NvError.BadValue, f"{self.source}: contract note does not name '{name}'")
+            check_compatible(ContractVersion.of(api.API), self.contracts[name], local_role="runtime",
+                             peer_role="loadable")
+        self.device = notes[NT_DEVICE].decode(errors="replace")
+
+    def _read_memory(self) -> dict[str, MemoryEntry]:
+        raw = self._table(MEMORY, L.dla_memory_entry_t)
+        weights = len(self.elf.section(WEIGHTS))
+        out: dict[str, MemoryEntry] = {}
+        kinds = {int(v): k for k, v in KINDS.items()}
+        for i, e in enumerate(raw):
+            name = e.name.decode(errors="replace")
+            at = f"{self.source}: memory entry {i} ('{name}')"
+            if e.kind not in kinds:
+                raise DlaError(NvError.BadValue, f"{at}: kind {e.kind} is unknown")
+            if e.alignment == 0 or e.alignment & (e.alignment - 1) or e.alignment > PAGE:
+                raise DlaError(NvError.BadValue,
+                               f"{at}: alignment {e.alignment} is not a power of two <= {PAGE}")
+            outside = e.weights_offset + e.size > weights or e.weights_offset % e.alignment
+            if kinds[e.kind] == "weight" and outside:
+                raise DlaError(NvError.InvalidSize,
+                               f"{at}: weights at offset {e.weights_offset} + {e.size} bytes are outside "
+                               f"'{WEIGHTS}' ({weights} bytes) or not aligned to {e.alignment}")
+            if name in out:
+                raise DlaError(NvError.BadValue, f"{at}: defined twice")
+            out[name] = MemoryEntry(name, kinds[e.kind], e.size, e.alignment, e.weights_offset)
+        for bname, b in self.recipe.buffers.items():
+            m = out.get(bname)
+            if m is None:
+                raise DlaError(NvError.BadValue,
+                               f"{self.source}: recipe buffer '{bname}' has no memory entry")
+            if m.kind != b.type or (b.size is not None and b.size != m.size):
+                raise DlaError(NvError.CountMismatch,
+                               f"{self.source}: recipe buffer '{bname}' ({b.type}, {b.size} bytes) and its "
+                               f"memory entry ({m.kind}, {m.size} bytes) disagree")
+        extra = sorted(set(out) - set(self.recipe.buffers))
+        if extra:
+            raise DlaError(NvError.BadValue, f"{self.source}: memory entries {extra} are not recipe buffers")
+        return out
+
+    def _read_tensors(self) -> list[TensorDesc]:
+        names = list(self.memory)
+        out: list[TensorDesc] = []
+        for i, t in enumerate(self._table(TENSORS, L.dla_tensor_desc_t)):
+            name = t.name.decode(errors="replace")
+            at = f"{self.source}: tensor {i} ('{name}')"
+            try:
+                data_type = L.dla_data_type_e(t.data_type)
+                layout = L.dla_tensor_layout_e(t.layout)
+                direction = L.dla_tensor_direction_e(t.direction)
+            except ValueError:
+                raise DlaError(NvError.BadValue, f"{at}: data type {t.data_type}, layout {t.layout} or "
+                                                 f"direction {t.direction} is unknown") from None
+            if not 1 <= t.ndims <= 8 or not t.buffer < len(names):
+                raise DlaError(NvError.BadValue, f"{at}: ndims {t.ndims} (1..8) or buffer {t.buffer} "
+                                                 f"(of {len(names)}) out of range")
+            dims = tuple(int(d) for d in t.dims[:t.ndims])
+            strides = tuple(int(s) for s in t.strides[:t.ndims])
+            el = ELEMENT_SIZE[data_type]
+            span = el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+            buf = self.memory[names[t.buffer]]
+            if min(dims) < 1 or t.size < span:
+                raise DlaError(NvError.InvalidSize, f"{at}: size {t.size} is less than its dims {dims} "
+                                                    f"and strides {strides} span ({span})")
+            if t.offset + t.size > buf.size:
+                raise DlaError(NvError.InvalidSize, f"{at}: offset {t.offset} + size {t.size} exceeds "
+                                                    f"buffer '{buf.name}' ({buf.size} bytes)")
+            out.append(TensorDesc(name, dims, data_type, layout, strides, int(t.size), int(t.offset),
+                                  direction, int(t.bind_id), buf.name))
+        for direction in L.dla_tensor_direction_e:
+            ids = sorted(t.bind_id for t in out if t.direction == direction)
+            if ids != list(range(len(ids))):
+                raise DlaError(NvError.BadValue, f"{self.source}: {direction.name.lower()} bind ids {ids} "
+                                                 f"must be 0..{len(ids) - 1}")
+        return out
+
+    def _read_control_code(self) -> dict[str, ControlCode]:
+        out = {}
+        for kernel in self.recipe.kernels.values():
+            section = CTRL + kernel.ctrlcode
+            if not self.elf.has_section(section):
+                raise DlaError(NvError.BadValue, f"{self.source}: kernel '{kernel.name}' names control code "
+                                                 f"'{kernel.ctrlcode}', but there is no section '{section}'")
+            out[kernel.name] = ControlCode(self.elf.section(section), f"{self.source} {section}")
+        return out
+
+    def _table(self, section: str, cls: Any) -> list[Any]:
+        data = self.elf.section(section)
+        size = ctypes.sizeof(cls)
+        if len(data) % size:
+            raise DlaError(NvError.InvalidSize, f"{self.source}: '{section}' holds {len(data)} bytes, not a "
+                                                f"multiple of the {size}-byte entry")
+        return [cls.from_buffer_copy(data[i:i + size]) for i in range(0, len(data), size)]
+
+    # -- access ----------------------------------------------------------------------------------------
+
+    def tensors(self, direction: str | None = None) -> list[TensorDesc]:
+        """Inputs and outputs in bind-id order; ``direction`` "input" or "output" selects."""
+        chosen = [t for t in self._tensors if direction is None or t.direction.name == direction.upper()]
+        return sorted(chosen, key=lambda t: (t.direction, t.bind_id))
+
+    def control_code(self, kernel: str) -> ControlCode:
+        if kernel not in self._ctrl:
+            raise DlaError(NvError.BadParameter, f"{self.source}: no kernel '{kernel}'")
+        return self._ctrl[kernel]
+
+    def weights(self, name: str) -> memoryview:
+        """The bytes of weight buffer ``name``: a view of the file, not a copy."""
+        m = self.memory.get(name)
+        if m is None or m.kind != "weight":
+            raise DlaError(NvError.BadParameter, f"{self.source}: '{name}' is not a weight buffer")
+        return self.elf.section(WEIGHTS)[m.weights_offset:m.weights_offset + m.size]
+
+    def blocks_needed(self) -> set[str]:
+        """The functional blocks the control code uses (to check against a device configuration)."""
+        from pydla.deviceapi.generated.device_api import dla_block_e
+
+        needed = set()
+        for code in self._ctrl.values():
+            graph = code.sections[".dla.graph"]
+            size = ctypes.sizeof(dla_task.dla_common_op_desc_t)
+            for i in range(0, len(graph) - size + 1, size):
+                op = dla_task.dla_common_op_desc_t.from_buffer_copy(graph[i:i + size])
+                if op.op_type in dla_block_e._value2member_map_:
+                    needed.add(dla_block_e(op.op_type).name)
+        return needed
+
+    def check_device(self, config: Any) -> None:
+        """NvError NotSupported naming the block when the configuration lacks one this network uses."""
+        missing = sorted(b for b in self.blocks_needed() if not config.has_block(b))
+        if missing:
+            raise DlaError(NvError.NotSupported,
+                           f"{self.source}: needs the {', '.join(missing)} block(s), which device config "
+                           f"'{config.name}' does not have")
+
+    def section_sizes(self) -> dict[str, int]:
+        return {name: int(self.elf.section_info(name)["sh_size"]) for name in self.elf.section_names}
+
