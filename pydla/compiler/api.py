@@ -1,0 +1,36 @@
+"""``compile_model``: ONNX model -> loadable bytes (needs the ``onnx`` extra).
+
+Usage::
+
+    from pydla.compiler.api import compile_model
+    result = compile_model("model.onnx")
+    Path("model.dla").write_bytes(result.blob)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import load_config
+
+
+def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
+                  progress: Callable[[int, int, str], None] | None = None) -> Any:
+    """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``."""
+    try:
+        from pydla.compiler.graph import import_graph, load_model
+        from pydla.compiler.lower import Lowering
+    except ImportError as e:
+        raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
+                                             "pip install 'pydla[onnx]'") from e
+    if precision != "fp32":
+        raise DlaError(NvError.NotSupported, f"precision '{precision}': the compiler emits fp32 only so far")
+    cfg = load_config(config)
+    result = Lowering(import_graph(load_model(model)), cfg.name, progress).run()
+    from pydla.loadable.container import Loadable
+
+    Loadable.open(result.blob).check_device(cfg)
+    return result

@@ -1,0 +1,135 @@
+"""The compiler's view of an ONNX model: tensors with static shapes, constants folded.
+
+Exported models compute shapes and pads at run time (Shape, Gather, Concat, ConstantOfShape, Cast,
+Slice, Unsqueeze, ...). Every node whose inputs are all known is evaluated here with onnx's reference
+implementation, so what is left is the network itself. Shapes come from onnx's shape inference and
+must be static.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+
+from pydla.errors import DlaError, NvError
+
+MIN_OPSET = 11
+FOLD_LIMIT = 1 << 24  # elements: larger constant results stay as they are
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+
+    def where(self) -> str:
+        return f"node '{self.name}' ({self.op_type})"
+
+
+@dataclass
+class Graph:
+    inputs: list[str]
+    outputs: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype[Any]]
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+
+    def consumers(self, name: str) -> list[Node]:
+        return [n for n in self.nodes if name in n.inputs]
+
+
+def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        return onnx.load(str(model))
+    except Exception as e:  # onnx raises several types for unreadable or invalid files
+        raise DlaError(NvError.FileReadFailed, f"{model}: cannot read the ONNX model: {e}") from e
+
+
+def import_graph(model: onnx.ModelProto) -> Graph:
+    """Static shapes, folded constants, and the remaining nodes in order."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        raise DlaError(NvError.NotSupported,
+                       f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later")
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as e:
+        raise DlaError(NvError.BadValue, f"ONNX shape inference failed: {e}") from e
+    g = inferred.graph
+    consts = {init.name: numpy_helper.to_array(init) for init in g.initializer}
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, np.dtype[Any]] = {}
+    for vi in [*g.input, *g.value_info, *g.output]:
+        t = vi.type.tensor_type
+        if not t.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+        shapes[vi.name] = dims
+        dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+    for name, value in consts.items():
+        shapes[name], dtypes[name] = tuple(value.shape), value.dtype
+    inputs = [i.name for i in g.input if i.name not in consts]
+    for name in inputs:
+        if name not in shapes or min(shapes[name], default=1) < 1:
+            raise DlaError(NvError.NotSupported,
+                           f"input '{name}' has shape {shapes.get(name)}: pydla needs static shapes "
+                           "(fix the batch and image size when exporting)")
+    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts)
+    for i, n in enumerate(g.node):
+        node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
+                    {a.name: helper.get_attribute_value(a) for a in n.attribute})
+        if n.domain not in ("", "ai.onnx"):
+            raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
+        if not _fold(graph, node, n, opset):
+            graph.nodes.append(node)
+    for name in graph.outputs:
+        if name in graph.consts:
+            raise DlaError(NvError.NotSupported, f"output '{name}' is a constant: nothing to compute")
+    return graph
+
+
+def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
+    """Evaluate ``node`` now when all its inputs are known; record its outputs as constants."""
+    if node.op_type == "Constant":
+        value = node.attrs.get("value")
+        if value is None:
+            raise DlaError(NvError.NotSupported, f"{node.where()}: only the 'value' form is supported")
+        graph.consts[node.outputs[0]] = numpy_helper.to_array(value)
+        return True
+    if node.op_type == "Shape" and node.inputs[0] in graph.shapes and min(graph.shapes[node.inputs[0]]) > 0:
+        shape = np.array(graph.shapes[node.inputs[0]], dtype=np.int64)
+        start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
+        graph.consts[node.outputs[0]] = shape[start:end]
+        return True
+    if not all(i == "" or i in graph.consts for i in node.inputs):
+        return False
+    feeds = {i: graph.consts[i] for i in node.inputs if i}
+    if sum(v.size for v in feeds.values()) > FOLD_LIMIT:
+        return False
+    model = helper.make_model(
+        helper.make_graph([proto], "fold",
+                          [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                           for i, v in feeds.items()],
+                          [helper.make_tensor_value_info(o, 0, None) for o in node.outputs if o]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as e:
+        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from e
+    for name, value in zip([o for o in node.outputs if o], results, strict=True):
+        arr = np.asarray(value)
+        graph.consts[name] = arr
+        graph.shapes[name], graph.dtypes[name] = tuple(arr.shape), arr.dtype
+    return True

@@ -1,0 +1,177 @@
+"""Grouping ONNX nodes into device steps (with fusion) and planning their memory by liveness.
+
+A step is what one device operation (or a fused CONV+SDP pair) computes: a convolution with the
+batch norm, residual add and activation that follow it; a pooling; an element-wise SDP operation;
+and so on. Reshape-like nodes become aliases (no device work: batch-1 tensors are stored densely,
+so the bytes are the same). Tensors computed on the device live in one scratch arena; a tensor's
+range is free again after its last use, and later tensors reuse it (first fit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pydla.compiler.graph import Graph, Node
+from pydla.errors import DlaError, NvError
+
+ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
+ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
+ALIASES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+ALIGN = 64
+
+
+@dataclass
+class Step:
+    kind: str
+    nodes: list[Node]
+    inputs: list[str]
+    output: str
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict[str, int] = field(default_factory=dict)  # root tensor -> scratch offset
+    sizes: dict[str, int] = field(default_factory=dict)
+    peak: int = 0
+    total: int = 0  # without reuse
+
+    def report(self) -> str:
+        saved = self.total - self.peak
+        return (f"scratch arena {self.peak} bytes for {len(self.offsets)} tensors "
+                f"({self.total} without reuse, {saved} saved)")
+
+
+def group_steps(graph: Graph) -> list[Step]:
+    """The device steps, in order; fused nodes are consumed by their convolution."""
+    steps: list[Step] = []
+    fused: set[int] = set()
+    for i, node in enumerate(graph.nodes):
+        if i in fused:
+            continue
+        op = node.op_type
+        if op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            chain = [node]
+            out = node.outputs[0]
+            for nxt_kind in ("BatchNormalization", "eltwise", "activation"):
+                nxt = _sole_consumer(graph, out)
+                if nxt is None:
+                    break
+                ok = ((nxt_kind == "BatchNormalization" and nxt.op_type == "BatchNormalization"
+                       and op == "Conv")
+                      or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and op == "Conv"
+                          and _other_is_fusable(graph, nxt, out))
+                      or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS))
+                if not ok:
+                    continue
+                chain.append(nxt)
+                fused.add(graph.nodes.index(nxt))
+                out = nxt.outputs[0]
+            kind = {"Conv": "conv", "ConvTranspose": "deconv"}.get(op, "gemm")
+            inputs = [t for n in chain for t in n.inputs if t and t not in graph.consts
+                      and t not in (m.outputs[0] for m in chain)]
+            steps.append(Step(kind, chain, inputs, out))
+        elif op in ALIASES:
+            steps.append(Step("alias", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in POOLS:
+            steps.append(Step("pool", [node], [node.inputs[0]], node.outputs[0]))
+        elif op == "LRN":
+            steps.append(Step("lrn", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in ACTIVATIONS or op in ELTWISE or op == "BatchNormalization":
+            inputs = [t for t in node.inputs if t and t not in graph.consts]
+            steps.append(Step("sdp", [node], inputs, node.outputs[0]))
+        elif op == "Concat":
+            steps.append(Step("concat", [node], [t for t in node.inputs if t not in graph.consts],
+                              node.outputs[0]))
+        elif op == "Transpose":
+            steps.append(Step("transpose", [node], [node.inputs[0]], node.outputs[0]))
+        else:
+            raise DlaError(NvError.NotSupported,
+                           f"{node.where()}: the {op} operator is not supported by the device and has "
+                           "no CPU fallback yet")
+    return steps
+
+
+def _sole_consumer(graph: Graph, tensor: str) -> Node | None:
+    if tensor in graph.outputs:
+        return None
+    users = graph.consumers(tensor)
+    return users[0] if len(users) == 1 else None
+
+
+def _other_is_fusable(graph: Graph, add: Node, mine: str) -> bool:
+    other = add.inputs[1] if add.inputs[0] == mine else add.inputs[0]
+    shape = graph.shapes.get(other)
+    if other in graph.consts:
+        value = graph.consts[other]
+        c = graph.shapes[mine][1] if len(graph.shapes[mine]) > 1 else 1
+        return value.size in (1, c)
+    return shape == graph.shapes.get(mine)
+
+
+def plan_memory(graph: Graph, steps: list[Step], external: set[str]) -> tuple[MemoryPlan, dict[str, str]]:
+    """Scratch offsets by liveness; also the alias root of every tensor."""
+    root: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while t in root:
+            t = root[t]
+        return t
+
+    for step in steps:
+        if step.kind == "alias":
+            src = step.inputs[0]
+            if step.output in external and find(src) in external:
+                raise DlaError(NvError.NotSupported,
+                               f"{step.head.where()}: output '{step.output}' is a reshape of another "
+                               "input or output; add a copy to the model")
+            if step.output in external:
+                root[find(src)] = step.output  # the source is written straight into the output
+            else:
+                root[step.output] = find(src)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        if step.kind == "alias":
+            continue
+        out = find(step.output)
+        first.setdefault(out, i)
+        last[out] = max(last.get(out, i), i)
+        for t in step.inputs:
+            r = find(t)
+            last[r] = max(last.get(r, i), i)
+    plan = MemoryPlan()
+    live: list[tuple[int, int, str]] = []  # (offset, size, tensor)
+    order = sorted(first, key=lambda t: first[t])
+    for t in order:
+        if t in external or t in graph.inputs:
+            continue
+        i = first[t]
+        live = [entry for entry in live if last[entry[2]] >= i]
+        size = _round(int(np.prod(graph.shapes[t])) * graph.dtypes[t].itemsize)
+        plan.sizes[t] = size
+        plan.total += size
+        offset = 0
+        for o, s, _ in sorted(live):
+            if offset + size <= o:
+                break
+            offset = max(offset, o + s)
+        live.append((offset, size, t))
+        plan.offsets[t] = offset
+        plan.peak = max(plan.peak, offset + size)
+    return plan, {t: find(t) for t in graph.shapes}
+
+
+def _round(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def attr(node: Node, name: str, default: Any) -> Any:
+    return node.attrs.get(name, default)
