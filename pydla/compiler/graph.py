@@ -97,7 +97,33 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     for name in graph.outputs:
         if name in graph.consts:
             raise DlaError(NvError.NotSupported, f"output '{name}' is a constant: nothing to compute")
+    _reinfer(graph, g, opset)
+    for node in graph.nodes:
+        for name in node.outputs:
+            if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
+                raise DlaError(NvError.NotSupported,
+                               f"{node.where()}: the shape of '{name}' is not static")
     return graph
+
+
+def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
+    """Shapes that depended on folded values (a Reshape to a computed shape): infer them again on
+    the folded graph."""
+    used = {i for n in graph.nodes for i in n.inputs if i in graph.consts}
+    nodes = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, **n.attrs) for n in graph.nodes]
+    inputs = [i for i in g.input if i.name in graph.inputs]
+    folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
+                               [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
+    try:
+        inferred = shape_inference.infer_shapes(
+            helper.make_model(folded, opset_imports=[helper.make_opsetid("", opset)]), strict_mode=True)
+    except Exception as e:
+        raise DlaError(NvError.BadValue, f"ONNX shape inference of the folded graph failed: {e}") from e
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        t = vi.type.tensor_type
+        if t.HasField("shape") and vi.name not in graph.consts:
+            graph.shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+            graph.dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
 
 
 def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:

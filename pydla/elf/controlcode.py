@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass
 
@@ -69,6 +70,23 @@ class ControlCode:
                     raise DlaError(NvError.BadValue, f"{what}: relocation at {name}+{rel.offset} is "
                                                      f"outside the section ({size} bytes)")
                 self.patches.append(Patch(name, rel.offset, rel.symbol.value, rel.symbol.name))
+
+    def op_types(self) -> list[int]:
+        """The op_type of each operation (dla_block_e values), as the network descriptor counts them."""
+        from pydla.deviceapi.generated import dla_task
+
+        net_size = ctypes.sizeof(dla_task.dla_network_desc_t)
+        common = ctypes.sizeof(dla_task.dla_common_op_desc_t)
+        network, graph = self.sections[".dla.network"], self.sections[".dla.graph"]
+        if len(network) < net_size:
+            raise DlaError(NvError.BadValue, f"{self.what}: '.dla.network' holds {len(network)} bytes, "
+                                             f"the network descriptor needs {net_size}")
+        n = dla_task.dla_network_desc_t.from_buffer_copy(network[:net_size]).num_operations
+        if n * common > len(graph):
+            raise DlaError(NvError.BadValue, f"{self.what}: {n} operations do not fit '.dla.graph' "
+                                             f"({len(graph)} bytes)")
+        return [dla_task.dla_common_op_desc_t.from_buffer_copy(graph[i * common:(i + 1) * common]).op_type
+                for i in range(n)]
 
     @property
     def argidxs(self) -> list[int]:

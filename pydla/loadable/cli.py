@@ -33,22 +33,17 @@ def register(commands: Any) -> None:
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
-    import ctypes
 
-    from pydla.deviceapi.generated import dla_task
     from pydla.deviceapi.generated.device_api import dla_block_e
 
     tasks = []
     for run in lo.recipe.runs:
         if run.where != "npu":
             continue
-        graph = lo.control_code(run.name).sections[".dla.graph"]
-        size = ctypes.sizeof(dla_task.dla_common_op_desc_t)
         counts: collections.Counter[str] = collections.Counter()
-        for off in range(0, len(graph) - size + 1, size):
-            op = dla_task.dla_common_op_desc_t.from_buffer_copy(graph[off:off + size])
-            known = op.op_type in dla_block_e._value2member_map_
-            counts[dla_block_e(op.op_type).name if known else str(op.op_type)] += 1
+        for op_type in lo.control_code(run.name).op_types():
+            known = op_type in dla_block_e._value2member_map_
+            counts[dla_block_e(op_type).name if known else str(op_type)] += 1
         tasks.append({"run": run.name, "operations": sum(counts.values()), "per_block": dict(counts)})
     return {
         "source": lo.source,

@@ -329,12 +329,9 @@ class Loadable:
 
         needed = set()
         for code in self._ctrl.values():
-            graph = code.sections[".dla.graph"]
-            size = ctypes.sizeof(dla_task.dla_common_op_desc_t)
-            for i in range(0, len(graph) - size + 1, size):
-                op = dla_task.dla_common_op_desc_t.from_buffer_copy(graph[i:i + size])
-                if op.op_type in dla_block_e._value2member_map_:
-                    needed.add(dla_block_e(op.op_type).name)
+            for op_type in code.op_types():
+                known = op_type in dla_block_e._value2member_map_
+                needed.add(dla_block_e(op_type).name if known else f"unknown block {op_type}")
         return needed
 
     def check_device(self, config: Any) -> None:

@@ -1,0 +1,51 @@
+"""``pydla compile``: ONNX model -> loadable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydla.errors import DlaError, NvError
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "compile", help="compile an ONNX model into a loadable (.dla)",
+        description="Compile an ONNX model (opset 11 or later, batch 1, static shapes) into a pydla "
+                    "loadable for a device configuration. Needs the onnx extra.")
+    p.add_argument("model", type=Path, metavar="MODEL.onnx")
+    p.add_argument("-o", "--output", type=Path, metavar="MODEL.dla",
+                   help="where to write the loadable (default: the model's name with .dla)")
+    p.add_argument("--config", default="full", help="device configuration: full, small, or a JSON file")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                   help="device precision (fp16 is not supported yet)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(func=_compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from pydla.compiler.api import compile_model
+
+    if not args.model.is_file():
+        raise DlaError(NvError.FileNotFound, f"{args.model}: no such file")
+    progress = None
+    if sys.stdout.isatty() and not args.quiet:
+        from pydla.compiler.lower import terminal_progress
+
+        progress = terminal_progress
+    t0 = time.perf_counter()
+    result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress)
+    out = args.output or args.model.with_suffix(".dla")
+    try:
+        out.write_bytes(result.blob)
+    except OSError as e:
+        raise DlaError(NvError.FileWriteFailed, f"{out}: {e.strerror}") from e
+    if not args.quiet:
+        ops = ", ".join(f"{b} {n}" for b, n in sorted(result.operations.items()))
+        print(f"{out}: {len(result.blob)} bytes, {sum(result.operations.values())} device operations "
+              f"({ops}) from {result.steps} steps in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+        print(f"memory: {result.memory.report()}; weights {result.weights_bytes} bytes")
+    return 0

@@ -1,0 +1,250 @@
+"""The compiler: each operator lowered, compiled into a loadable, run through the KMD on the virtual
+device and compared with onnxruntime; fusion, folding of shape subgraphs, memory planning, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from pydla import DlaError, NvError
+from pydla.cli import main
+from pydla.compiler.api import compile_model
+from pydla.loadable.container import Loadable
+from tests.compiler.support import model, reference, run_loadable
+
+RNG = np.random.default_rng(11)
+
+
+def r(*shape: int, positive: bool = False) -> np.ndarray:
+    a = RNG.standard_normal(shape).astype(np.float32)
+    return np.abs(a) + 0.5 if positive else a
+
+
+def check(m, feeds, rtol: float = 1e-4, atol: float = 1e-4):
+    result = compile_model(m)
+    got = run_loadable(result.blob, feeds)
+    want = reference(m, feeds)
+    for name, value in want.items():
+        assert got[name].shape == value.shape, name
+        np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
+    return result
+
+
+def conv_case(**attrs):
+    c_in = 4
+    groups = attrs.get("group", 1)
+    k = attrs.pop("k", 6)
+    kernel = attrs.pop("kernel", (3, 3))
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["y"], **attrs)]
+    return model(nodes, {"x": (1, c_in, 11, 9)}, ["y"], {"W": r(k, c_in // groups, *kernel), "B": r(k)})
+
+
+CONVS = {
+    "plain": {},
+    "stride-pads": dict(strides=[2, 2], pads=[1, 0, 2, 1]),
+    "dilation": dict(dilations=[2, 1], pads=[2, 1, 2, 1]),
+    "groups": dict(group=2),
+    "depthwise": dict(group=4, k=4),
+    "1x1": dict(kernel=(1, 1)),
+    "stride-beyond-kernel": dict(kernel=(2, 2), strides=[3, 3]),
+    "non-square": dict(kernel=(1, 5), pads=[0, 2, 0, 2]),
+    "same-upper": dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+    "same-lower": dict(auto_pad="SAME_LOWER", strides=[2, 2]),
+    "valid": dict(auto_pad="VALID"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVS))
+def test_conv(case: str) -> None:
+    check(conv_case(**dict(CONVS[case])), {"x": r(1, 4, 11, 9)})
+
+
+def test_conv_transpose() -> None:
+    nodes = [helper.make_node("ConvTranspose", ["x", "W", "B"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1],
+                              output_padding=[1, 1], group=2)]
+    m = model(nodes, {"x": (1, 4, 5, 6)}, ["y"], {"W": r(4, 3, 3, 3), "B": r(6)})
+    check(m, {"x": r(1, 4, 5, 6)})
+
+
+def test_conv_bn_add_relu_fuse_into_one_pair() -> None:
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"], epsilon=1e-3),
+             helper.make_node("Add", ["bn", "x"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    m = model(nodes, {"x": (1, 4, 6, 6)}, ["y"],
+              {"W": r(4, 4, 3, 3), "g": r(4, positive=True), "b": r(4), "m": r(4), "v": r(4, positive=True)})
+    result = check(m, {"x": r(1, 4, 6, 6)})
+    assert result.operations == {"CONV": 1, "SDP": 1}
+
+
+@pytest.mark.parametrize("act", ["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "PRelu"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_activations(act: str, fused: bool) -> None:
+    inits = {"W": r(3, 3, 1, 1)}
+    extra: list[str] = []
+    attrs = {}
+    if act == "LeakyRelu":
+        attrs["alpha"] = 0.2
+    if act == "Clip":
+        inits.update(lo=np.array(-0.5, np.float32), hi=np.array(0.7, np.float32))
+        extra = ["lo", "hi"]
+    if act == "PRelu":
+        inits["s"] = r(3, 1, 1)
+        extra = ["s"]
+    src = "c" if fused else "x"
+    nodes = ([helper.make_node("Conv", ["x", "W"], ["c"])] if fused else []) + [
+        helper.make_node(act, [src, *extra], ["y"], **attrs)]
+    used = inits if fused else {k: v for k, v in inits.items() if k != "W"}
+    m = model(nodes, {"x": (1, 3, 4, 5)}, ["y"], used)
+    result = check(m, {"x": r(1, 3, 4, 5)})
+    assert result.operations == ({"CONV": 1, "SDP": 1} if fused else {"SDP": 1})
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
+@pytest.mark.parametrize("operand", ["scalar", "per-channel", "full", "tensor", "const-first"])
+def test_eltwise(op: str, operand: str) -> None:
+    shapes = {"scalar": (), "per-channel": (1, 3, 1, 1), "full": (1, 3, 4, 5), "const-first": (1, 3, 1, 1)}
+    inputs = {"x": (1, 3, 4, 5)}
+    feeds = {"x": r(1, 3, 4, 5)}
+    inits = {}
+    if operand == "tensor":
+        inputs["z"] = (1, 3, 4, 5)
+        feeds["z"] = r(1, 3, 4, 5, positive=True)
+        names = ["x", "z"]
+    else:
+        inits["k"] = r(*shapes[operand], positive=True) if shapes[operand] else np.array(1.5, np.float32)
+        names = ["k", "x"] if operand == "const-first" else ["x", "k"]
+    m = model([helper.make_node(op, names, ["y"])], inputs, ["y"], inits)
+    check(m, feeds)
+
+
+def test_batchnorm_alone() -> None:
+    m = model([helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"])], {"x": (1, 3, 4, 4)},
+              ["y"], {"g": r(3, positive=True), "b": r(3), "m": r(3), "v": r(3, positive=True)})
+    check(m, {"x": r(1, 3, 4, 4)})
+
+
+POOLS = {
+    "max": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "max-ceil": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    "avg": ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "avg-pad-exclude": ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    "avg-pad-include": ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                            count_include_pad=1)),
+    "avg-ceil": ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    "global-avg": ("GlobalAveragePool", {}),
+    "global-max": ("GlobalMaxPool", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLS))
+def test_pools(case: str) -> None:
+    op, attrs = POOLS[case]
+    m = model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": (1, 3, 9, 7)}, ["y"])
+    check(m, {"x": r(1, 3, 9, 7)})
+
+
+def test_lrn() -> None:
+    m = model([helper.make_node("LRN", ["x"], ["y"], size=3, alpha=1e-3, beta=0.75, bias=2.0)],
+              {"x": (1, 6, 4, 4)}, ["y"])
+    check(m, {"x": r(1, 6, 4, 4)})
+
+
+@pytest.mark.parametrize("variant", ["gemm-transB", "gemm-alpha-beta", "matmul"])
+def test_fully_connected(variant: str) -> None:
+    if variant == "matmul":
+        nodes = [helper.make_node("MatMul", ["x", "B"], ["y"])]
+        inits = {"B": r(12, 5)}
+    elif variant == "gemm-transB":
+        nodes = [helper.make_node("Gemm", ["x", "B", "C"], ["y"], transB=1)]
+        inits = {"B": r(5, 12), "C": r(5)}
+    else:
+        nodes = [helper.make_node("Gemm", ["x", "B", "C"], ["y"], alpha=0.5, beta=2.0)]
+        inits = {"B": r(12, 5), "C": r(1, 5)}
+    m = model(nodes, {"x": (1, 12)}, ["y"], inits)
+    check(m, {"x": r(1, 12)})
+
+
+def test_concat_transpose_and_aliases() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Sigmoid", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Identity", ["t"], ["i"]),
+             helper.make_node("Flatten", ["i"], ["y"])]
+    m = model(nodes, {"x": (1, 2, 3, 4)}, ["y"])
+    check(m, {"x": r(1, 2, 3, 4)})
+
+
+def test_shape_subgraph_is_folded() -> None:
+    """Reshape to a shape computed from Shape/Gather/Concat, as exported models do."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Shape", ["a"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["a", "shape"], ["y"])]
+    m = model(nodes, {"x": (1, 3, 2, 2)}, ["y"],
+              {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64),
+               "minus1": np.array([-1], np.int64)})
+    result = check(m, {"x": r(1, 3, 2, 2)})
+    assert result.operations == {"SDP": 1}
+
+
+def test_memory_plan_reuses_scratch() -> None:
+    nodes = [helper.make_node("Relu" if i % 2 else "Sigmoid", [f"t{i}"], [f"t{i + 1}"]) for i in range(8)]
+    nodes[0].input[0] = "x"
+    nodes[-1].output[0] = "y"
+    m = model(nodes, {"x": (1, 4, 16, 16)}, ["y"])
+    result = check(m, {"x": r(1, 4, 16, 16)})
+    tensor = 4 * 16 * 16 * 4
+    assert result.memory.total == 7 * tensor
+    assert result.memory.peak == 2 * tensor  # two tensors alive at a time
+    assert "saved" in result.memory.report()
+
+
+def test_unsupported_operator_names_the_node() -> None:
+    m = model([helper.make_node("Softmax", ["x"], ["y"], name="probs")], {"x": (1, 4)}, ["y"])
+    with pytest.raises(DlaError) as e:
+        compile_model(m)
+    assert e.value.code == NvError.NotSupported
+    assert "node 'probs' (Softmax)" in str(e.value)
+
+
+def test_batch_two_is_not_supported() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3, 4, 4)}, ["y"])
+    with pytest.raises(DlaError, match="batch 1"):
+        compile_model(m)
+
+
+def test_dynamic_input_shape_is_refused() -> None:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(DlaError, match="static shapes"):
+        compile_model(m)
+
+
+def test_old_opset_is_refused() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 3)}, ["y"], opset=9)
+    with pytest.raises(DlaError, match="opset 9"):
+        compile_model(m)
+
+
+def test_compile_and_info_commands(tmp_path: Path, capsys) -> None:
+    import onnx
+
+    path = tmp_path / "net.onnx"
+    onnx.save(conv_case(strides=[2, 2]), str(path))
+    assert main(["compile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "net.dla" in out and "device operations (CONV 1, SDP 1)" in out
+    lo = Loadable.open(tmp_path / "net.dla")
+    assert [t.name for t in lo.tensors("input")] == ["x"]
+    assert main(["info", str(tmp_path / "net.dla")]) == 0
+    assert "npu task task0: 2 operations" in capsys.readouterr().out
+    assert main(["compile", str(tmp_path / "missing.onnx")]) == 1
