@@ -63,15 +63,12 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     if opset < MIN_OPSET:
         raise DlaError(NvError.NotSupported,
                        f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later")
-    try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception as e:
-        raise DlaError(NvError.BadValue, f"ONNX shape inference failed: {e}") from e
-    g = inferred.graph
+    inferred = _infer(_without_big_weights(model.graph), opset, "ONNX shape inference")
+    g = model.graph
     consts = {init.name: numpy_helper.to_array(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, np.dtype[Any]] = {}
-    for vi in [*g.input, *g.value_info, *g.output]:
+    for vi in [*g.input, *inferred.graph.value_info, *inferred.graph.output]:
         t = vi.type.tensor_type
         if not t.HasField("shape"):
             continue
@@ -97,7 +94,10 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     for name in graph.outputs:
         if name in graph.consts:
             raise DlaError(NvError.NotSupported, f"output '{name}' is a constant: nothing to compute")
-    _reinfer(graph, g, opset)
+    missing = [o for n in graph.nodes for o in n.outputs
+               if o and (o not in shapes or min(shapes[o], default=1) < 1)]
+    if missing:
+        _reinfer(graph, g, opset)
     for node in graph.nodes:
         for name in node.outputs:
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
@@ -114,16 +114,37 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     inputs = [i for i in g.input if i.name in graph.inputs]
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
-    try:
-        inferred = shape_inference.infer_shapes(
-            helper.make_model(folded, opset_imports=[helper.make_opsetid("", opset)]), strict_mode=True)
-    except Exception as e:
-        raise DlaError(NvError.BadValue, f"ONNX shape inference of the folded graph failed: {e}") from e
+    inferred = _infer(_without_big_weights(folded), opset, "ONNX shape inference of the folded graph")
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         t = vi.type.tensor_type
         if t.HasField("shape") and vi.name not in graph.consts:
             graph.shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
             graph.dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+
+
+def _without_big_weights(g: onnx.GraphProto) -> onnx.GraphProto:
+    """The graph with its large initializers turned into typed inputs: shape inference needs their
+    shapes, not their values, and serialising 100 MB of weights for it costs more than compiling."""
+    small: list[onnx.TensorProto] = []
+    big: list[onnx.TensorProto] = []
+    for init in g.initializer:
+        count = 1
+        for d in init.dims:
+            count *= d
+        (small if count <= 4096 or init.data_type not in (1, 10, 11) else big).append(init)
+    typed = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in big]
+    names = {i.name for i in g.initializer}
+    inputs = [i for i in g.input if i.name not in names] + typed
+    return helper.make_graph(list(g.node), g.name or "graph", inputs, list(g.output), small,
+                             value_info=list(g.value_info))
+
+
+def _infer(g: onnx.GraphProto, opset: int, what: str) -> onnx.ModelProto:
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as e:
+        raise DlaError(NvError.BadValue, f"{what} failed: {e}") from e
 
 
 def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
