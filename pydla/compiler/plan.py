@@ -53,6 +53,7 @@ def group_steps(graph: Graph) -> list[Step]:
     """The device steps, in order; fused nodes are consumed by their convolution."""
     steps: list[Step] = []
     fused: set[int] = set()
+    producer = {o: j for j, n in enumerate(graph.nodes) for o in n.outputs}
     for i, node in enumerate(graph.nodes):
         if i in fused:
             continue
@@ -62,12 +63,12 @@ def group_steps(graph: Graph) -> list[Step]:
             out = node.outputs[0]
             for nxt_kind in ("BatchNormalization", "eltwise", "activation"):
                 nxt = _sole_consumer(graph, out)
-                if nxt is None:
+                if nxt is None or graph.nodes.index(nxt) in fused:
                     break
                 ok = ((nxt_kind == "BatchNormalization" and nxt.op_type == "BatchNormalization"
                        and op == "Conv")
                       or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and op == "Conv"
-                          and _other_is_fusable(graph, nxt, out))
+                          and _other_is_fusable(graph, nxt, out, producer, i))
                       or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS))
                 if not ok:
                     continue
@@ -106,8 +107,12 @@ def _sole_consumer(graph: Graph, tensor: str) -> Node | None:
     return users[0] if len(users) == 1 else None
 
 
-def _other_is_fusable(graph: Graph, add: Node, mine: str) -> bool:
+def _other_is_fusable(graph: Graph, add: Node, mine: str, producer: dict[str, int], at: int) -> bool:
+    """The other operand of an Add after the convolution at node ``at`` can be read by its SDP: a
+    constant per channel, or a tensor of the same shape computed before the convolution."""
     other = add.inputs[1] if add.inputs[0] == mine else add.inputs[0]
+    if producer.get(other, -1) >= at:
+        return False  # computed later (the other branch of a residual): that convolution takes the Add
     shape = graph.shapes.get(other)
     if other in graph.consts:
         value = graph.consts[other]

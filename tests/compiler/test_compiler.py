@@ -248,3 +248,18 @@ def test_compile_and_info_commands(tmp_path: Path, capsys) -> None:
     assert main(["info", str(tmp_path / "net.dla")]) == 0
     assert "npu task task0: 2 operations" in capsys.readouterr().out
     assert main(["compile", str(tmp_path / "missing.onnx")]) == 1
+
+
+def test_residual_with_projection_shortcut_first() -> None:
+    """Exporters often emit the shortcut's convolution before the main branch: the Add must fuse into
+    the branch's last convolution (computed last), never into the shortcut's."""
+    nodes = [helper.make_node("Conv", ["x", "Ws", "Bs"], ["s"], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "s"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    m = model(nodes, {"x": (1, 4, 8, 8)}, ["y"],
+              {"Ws": r(6, 4, 1, 1), "Bs": r(6), "W1": r(6, 4, 3, 3), "B1": r(6), "W2": r(6, 6, 3, 3), "B2": r(6)})
+    result = check(m, {"x": r(1, 4, 8, 8)})
+    assert result.operations == {"CONV": 3, "SDP": 3}
