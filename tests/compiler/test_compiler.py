@@ -260,6 +260,7 @@ def test_residual_with_projection_shortcut_first() -> None:
              helper.make_node("Add", ["c2", "s"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]
     m = model(nodes, {"x": (1, 4, 8, 8)}, ["y"],
-              {"Ws": r(6, 4, 1, 1), "Bs": r(6), "W1": r(6, 4, 3, 3), "B1": r(6), "W2": r(6, 6, 3, 3), "B2": r(6)})
+              {"Ws": r(6, 4, 1, 1), "Bs": r(6), "W1": r(6, 4, 3, 3), "B1": r(6),
+               "W2": r(6, 6, 3, 3), "B2": r(6)})
     result = check(m, {"x": r(1, 4, 8, 8)})
     assert result.operations == {"CONV": 3, "SDP": 3}
