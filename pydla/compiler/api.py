@@ -26,10 +26,12 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     except ImportError as e:
         raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
                                              "pip install 'pydla[onnx]'") from e
-    if precision != "fp32":
-        raise DlaError(NvError.NotSupported, f"precision '{precision}': the compiler emits fp32 only so far")
+    if precision not in ("fp32", "fp16"):
+        raise DlaError(NvError.BadParameter, f"precision '{precision}': choose fp32 or fp16")
     cfg = load_config(config)
-    result = Lowering(import_graph(load_model(model)), cfg.name, progress).run()
+    if precision == "fp16" and not any(p.name == "FP16" for p in cfg.precisions):
+        raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' has no fp16")
+    result = Lowering(import_graph(load_model(model)), cfg.name, progress, precision).run()
     from pydla.loadable.container import Loadable
 
     Loadable.open(result.blob).check_device(cfg)

@@ -21,7 +21,8 @@ def register(commands: Any) -> None:
                    help="where to write the loadable (default: the model's name with .dla)")
     p.add_argument("--config", default="full", help="device configuration: full, small, or a JSON file")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
-                   help="device precision (fp16 is not supported yet)")
+                   help="device precision: fp16 halves the weights and converts inputs and outputs "
+                        "(which keep the model's fp32) on the device")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=_compile)
 

@@ -54,11 +54,14 @@ def cube_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, int]:
 
 
 class Lowering:
-    def __init__(self, graph: Graph, device: str, progress: Callable[[int, int, str], None] | None) -> None:
+    def __init__(self, graph: Graph, device: str, progress: Callable[[int, int, str], None] | None,
+                 precision: str = "fp32") -> None:
         self.g = graph
         self.device = device
         self.progress = progress
-        self.tb = TaskBuilder()
+        self.precision = precision
+        self.np_dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
+        self.tb = TaskBuilder(precision)
         self.weights = bytearray()
         self.weight_refs: dict[int, Ref] = {}
         self.ops: list[Op] = []
@@ -66,6 +69,8 @@ class Lowering:
     # -- placement ------------------------------------------------------------------------------------
 
     def buffer_of(self, tensor: str) -> str:
+        if self.precision == "fp16":
+            return SCRATCH  # fp16 copies of the inputs and outputs live in scratch (converted by SDP)
         if tensor in self.g.inputs:
             return f"in{self.g.inputs.index(tensor)}"
         if tensor in self.g.outputs:
@@ -80,10 +85,10 @@ class Lowering:
                                                  "the device computes float32")
         buf = self.buffer_of(root)
         offset = self.plan.offsets.get(root, 0) if buf == SCRATCH else 0
-        return self.tb.cube(buf, shape, offset=offset)
+        return self.tb.cube(buf, shape, offset=offset, precision=self.precision)
 
     def const(self, values: np.ndarray) -> Ref:
-        data = np.ascontiguousarray(values, dtype=np.float32).tobytes()
+        data = np.ascontiguousarray(values, dtype=self.np_dtype).tobytes()
         self.weights += b"\0" * (-len(self.weights) % ALIGN)
         offset = len(self.weights)
         self.weights += data
@@ -93,12 +98,22 @@ class Lowering:
 
     def run(self) -> Compiled:
         steps = group_steps(self.g)
-        external = set(self.g.inputs) | set(self.g.outputs)
-        self.plan, self.roots = plan_memory(self.g, steps, external)
+        fp16 = self.precision == "fp16"
+        external = set() if fp16 else set(self.g.inputs) | set(self.g.outputs)
+        self.plan, self.roots = plan_memory(self.g, steps, external, element=self.np_dtype.itemsize,
+                                            keep_io=fp16)
+        if fp16:
+            for i, name in enumerate(self.g.inputs):  # model-layout fp32 in, device fp16 scratch out
+                shape = cube_shape(self.g.shapes[name], f"input '{name}'")
+                self.tb.sdp(self.tb.cube(f"in{i}", shape, precision="fp32"), self.cube(name, name))
         for i, step in enumerate(steps):
             if self.progress is not None:
                 self.progress(i + 1, len(steps), step.head.name)
             getattr(self, f"_{step.kind}")(step)
+        if fp16:
+            for i, name in enumerate(self.g.outputs):
+                shape = cube_shape(self.g.shapes[name], f"output '{name}'")
+                self.tb.sdp(self.cube(name, name), self.tb.cube(f"out{i}", shape, precision="fp32"))
         return self.emit(len(steps))
 
     def _alias(self, step: Step) -> None:
@@ -173,7 +188,7 @@ class Lowering:
         if b.ndim != 2 or b.shape[1] != x.shape[0] * x.shape[1] * x.shape[2]:
             raise DlaError(NvError.NotSupported, f"{where}: {b.shape} weights against input {x.shape}")
         bias = np.broadcast_to(np.asarray(bias, dtype=np.float64).ravel(), (b.shape[0],))
-        flat = self.tb.cube(x.buffer, (b.shape[1], 1, 1), offset=x.offset)
+        flat = self.tb.cube(x.buffer, (b.shape[1], 1, 1), offset=x.offset, precision=self.precision)
         _, act = self._epilogue(step.nodes[1:], node.outputs[0], b.shape[0])
         w = b.reshape(b.shape[0], b.shape[1], 1, 1)
         conv = self.tb.conv(flat, self.const(w), weight_shape=tuple(w.shape))
@@ -267,8 +282,9 @@ class Lowering:
                 elif np.broadcast_shapes(value.shape, self.g.shapes[tensor]) == self.g.shapes[tensor]:
                     full = np.broadcast_to(value, self.g.shapes[tensor])
                     ref = self.const(full)
-                    cube = Cube(ref.buffer, ref.offset, x.shape, "fp32", x.shape[2] * 4,
-                                x.shape[1] * x.shape[2] * 4)
+                    el = self.np_dtype.itemsize
+                    cube = Cube(ref.buffer, ref.offset, x.shape, self.precision, x.shape[2] * el,
+                                x.shape[1] * x.shape[2] * el)
                     self.tb.sdp(x, out, ew=cube, ew_op=ew_op, ew_swap=swap)
                 else:
                     raise DlaError(NvError.NotSupported, f"{where}: cannot broadcast {value.shape}")
@@ -330,7 +346,7 @@ class Lowering:
             if t in self.g.consts:
                 raise DlaError(NvError.NotSupported, f"{n.where()}: constant operand '{t}'")
             x = self.cube(t, n.where())
-            nbytes = x.shape[0] * x.shape[1] * x.shape[2] * 4
+            nbytes = x.shape[0] * x.shape[1] * x.shape[2] * self.np_dtype.itemsize
             self.tb.bdma(x.ref, Ref(out.buffer, offset, nbytes), line_size=nbytes)
             offset += nbytes
 

@@ -121,8 +121,11 @@ def _other_is_fusable(graph: Graph, add: Node, mine: str, producer: dict[str, in
     return shape == graph.shapes.get(mine)
 
 
-def plan_memory(graph: Graph, steps: list[Step], external: set[str]) -> tuple[MemoryPlan, dict[str, str]]:
-    """Scratch offsets by liveness; also the alias root of every tensor."""
+def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element: int = 4,
+                keep_io: bool = False) -> tuple[MemoryPlan, dict[str, str]]:
+    """Scratch offsets by liveness (``element`` bytes per value); also the alias root of every
+    tensor. With ``keep_io`` the graph's inputs and outputs get scratch slots too, live from the
+    first step to the last (their converted copies)."""
     root: dict[str, str] = {}
 
     def find(t: str) -> str:
@@ -152,15 +155,21 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str]) -> tuple[Me
         for t in step.inputs:
             r = find(t)
             last[r] = max(last.get(r, i), i)
+    if keep_io:
+        for t in graph.inputs:
+            first[find(t)] = -1
+            last.setdefault(find(t), -1)
+        for t in graph.outputs:
+            last[find(t)] = len(steps)
     plan = MemoryPlan()
     live: list[tuple[int, int, str]] = []  # (offset, size, tensor)
     order = sorted(first, key=lambda t: first[t])
     for t in order:
-        if t in external or t in graph.inputs:
+        if t in external or (t in graph.inputs and not keep_io):
             continue
         i = first[t]
         live = [entry for entry in live if last[entry[2]] >= i]
-        size = _round(int(np.prod(graph.shapes[t])) * graph.dtypes[t].itemsize)
+        size = _round(int(np.prod(graph.shapes[t])) * element)
         plan.sizes[t] = size
         plan.total += size
         offset = 0

@@ -268,10 +268,12 @@ class TaskBuilder:
             clip: tuple[float, float] = (float("-inf"), float("inf")), prelu: Ref | None = None,
             out_precision: str | None = None, lut: int = -1) -> Op:
         """Bias, batch norm (scale, shift), an element-wise operand, an activation; from a CONV
-        operation (flying) or from a cube in memory."""
+        operation (flying) or from a cube in memory. Operands are in the source's precision (the
+        builder's for a flying source); the result is converted to the destination's."""
         if act not in ACTS:
             raise DlaError(NvError.BadParameter, f"sdp: activation '{act}': choose {', '.join(ACTS)}")
-        d = T.dla_sdp_op_desc_t(precision=self._precision(),
+        in_precision = src.precision if isinstance(src, Cube) else self.precision
+        d = T.dla_sdp_op_desc_t(precision=int(PRECISIONS[in_precision]),
                                 out_precision=int(PRECISIONS[out_precision or dst.precision]),
                                 act=int(ACTS[act]), act_alpha=alpha, act_min=clip[0], act_max=clip[1],
                                 lut_index=lut)

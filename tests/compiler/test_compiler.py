@@ -264,3 +264,46 @@ def test_residual_with_projection_shortcut_first() -> None:
                "W2": r(6, 6, 3, 3), "B2": r(6)})
     result = check(m, {"x": r(1, 4, 8, 8)})
     assert result.operations == {"CONV": 3, "SDP": 3}
+
+
+FP16_MODELS = {
+    "conv-bn-relu-pool": lambda: model(
+        [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+         helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"]),
+         helper.make_node("Relu", ["bn"], ["r"]),
+         helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("GlobalAveragePool", ["p"], ["g2"]),
+         helper.make_node("Flatten", ["g2"], ["f"]),
+         helper.make_node("Gemm", ["f", "F", "FB"], ["y"], transB=1)],
+        {"x": (1, 3, 16, 16)}, ["y"],
+        {"W": r(8, 3, 3, 3), "B": r(8), "g": r(8, positive=True), "b": r(8), "m": r(8),
+         "v": r(8, positive=True), "F": r(5, 8), "FB": r(5)}),
+    "residual-and-eltwise": lambda: model(
+        [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c2", "x"], ["a"]),
+         helper.make_node("Mul", ["a", "k"], ["y"])],
+        {"x": (1, 4, 6, 6)}, ["y"], {"W1": r(4, 4, 3, 3), "W2": r(4, 4, 3, 3), "k": r(1, 4, 1, 1)}),
+}
+
+
+@pytest.mark.parametrize("case", list(FP16_MODELS))
+def test_fp16_precision(case: str) -> None:
+    m = FP16_MODELS[case]()
+    x = {i.name: r(*[d.dim_value for d in i.type.tensor_type.shape.dim]) for i in m.graph.input}
+    result = compile_model(m, precision="fp16")
+    got = run_loadable(result.blob, x)
+    want = reference(m, x)
+    for name, value in want.items():
+        assert got[name].dtype == np.float32  # the model's own type at the boundary
+        scale = float(np.abs(value).max())
+        np.testing.assert_allclose(got[name], value, atol=2e-2 * scale, rtol=2e-2)
+    # fp32 in -> fp16 on the device -> fp32 out: one conversion per input and output.
+    lo = Loadable.open(result.blob)
+    assert lo.memory["weights"].size <= 0.6 * compile_model(m).weights_bytes + 1024
+
+
+def test_fp16_needs_a_device_with_fp16() -> None:
+    with pytest.raises(DlaError, match="precision 'fp8'"):
+        compile_model(FP16_MODELS["residual-and-eltwise"](), precision="fp8")
