@@ -350,6 +350,123 @@ class Lowering:
             self.tb.bdma(x.ref, Ref(out.buffer, offset, nbytes), line_size=nbytes)
             offset += nbytes
 
+    # -- data movement with BDMA ----------------------------------------------------------------
+
+    def _copy_box(self, node: Node, src: Cube, dst: Cube, start: tuple[int, int, int],
+                  dst_start: tuple[int, int, int], size: tuple[int, int, int]) -> None:
+        """Copy the box ``size`` (C, H, W) at ``start`` of ``src`` to ``dst_start`` of ``dst``."""
+        el = self.np_dtype.itemsize
+        c, h, w = size
+        if min(size) < 1:
+            raise DlaError(NvError.NotSupported, f"{node.where()}: empty slice {size}")
+        s_off = src.offset + start[0] * src.surf_stride + start[1] * src.line_stride + start[2] * el
+        d_off = (dst.offset + dst_start[0] * dst.surf_stride + dst_start[1] * dst.line_stride
+                 + dst_start[2] * el)
+        s_ext = (c - 1) * src.surf_stride + (h - 1) * src.line_stride + w * el
+        d_ext = (c - 1) * dst.surf_stride + (h - 1) * dst.line_stride + w * el
+        self.tb.bdma(Ref(src.buffer, s_off, s_ext), Ref(dst.buffer, d_off, d_ext), line_size=w * el,
+                     line_repeat=h, src_line_stride=src.line_stride, dst_line_stride=dst.line_stride,
+                     surf_repeat=c, src_surf_stride=src.surf_stride, dst_surf_stride=dst.surf_stride)
+
+    def _axis(self, node: Node, axis: int, rank: int) -> int:
+        """An ONNX axis of a 4-D (or 2-D) batch-1 tensor as a cube axis 0..2."""
+        axis = axis + rank if axis < 0 else axis
+        if not 1 <= axis < rank or rank not in (2, 3, 4):
+            raise DlaError(NvError.NotSupported, f"{node.where()}: axis {axis} of a rank-{rank} tensor "
+                                                 "(the batch axis cannot be sliced)")
+        return axis - 1
+
+    def _slice(self, step: Step) -> None:
+        n = step.head
+        x = self.cube(n.inputs[0], n.where())
+        out = self.cube(step.output, n.where())
+        rank = len(self.g.shapes[n.inputs[0]])
+        starts = self._const(n, 1, "starts").astype(np.int64).ravel()
+        axes = (self._const(n, 3, "axes").astype(np.int64).ravel() if len(n.inputs) > 3 and n.inputs[3]
+                else np.arange(len(starts)))
+        steps = (self._const(n, 4, "steps").astype(np.int64).ravel() if len(n.inputs) > 4 and n.inputs[4]
+                 else np.ones(len(starts), np.int64))
+        begin = [0, 0, 0]
+        for a, s0, st in zip(axes, starts, steps, strict=True):
+            if st != 1:
+                raise DlaError(NvError.NotSupported, f"{n.where()}: slice steps other than 1")
+            k = self._axis(n, int(a), rank)
+            dim = x.shape[k]
+            begin[k] = int(min(max(s0 + dim if s0 < 0 else s0, 0), dim))
+        self._copy_box(n, x, out, (begin[0], begin[1], begin[2]), (0, 0, 0), out.shape)
+
+    def _split(self, step: Step) -> None:
+        n = step.head
+        x = self.cube(n.inputs[0], n.where())
+        rank = len(self.g.shapes[n.inputs[0]])
+        k = self._axis(n, int(attr(n, "axis", 0)), rank)
+        start = 0
+        for name in n.outputs:
+            part = cube_shape(self.g.shapes[name], n.where())[k]
+            if name == step.output:
+                begin = [0, 0, 0]
+                begin[k] = start
+                out = self.cube(name, n.where())
+                self._copy_box(n, x, out, (begin[0], begin[1], begin[2]), (0, 0, 0), out.shape)
+                return
+            start += part
+
+    def _pad(self, step: Step) -> None:
+        n = step.head
+        mode = attr(n, "mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        pads = (self._const(n, 1, "pads").astype(np.int64).ravel() if len(n.inputs) > 1 and n.inputs[1]
+                else np.asarray(attr(n, "pads", []), np.int64))
+        value = float(self._const(n, 2, "constant_value")) if len(n.inputs) > 2 and n.inputs[2] else 0.0
+        if mode != "constant" or len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
+            raise DlaError(NvError.NotSupported,
+                           f"{n.where()}: only constant, non-negative padding of H and W (mode {mode}, pads "
+                           f"{pads.tolist()})")
+        x = self.cube(n.inputs[0], n.where())
+        out = self.cube(step.output, n.where())
+        row = self.const(np.full(out.shape[2], value))
+        el = self.np_dtype.itemsize
+        c, h, w = out.shape
+        self.tb.bdma(Ref(row.buffer, row.offset, w * el),
+                     Ref(out.buffer, out.offset, out.extent), line_size=w * el, line_repeat=h,
+                     src_line_stride=0, dst_line_stride=out.line_stride, surf_repeat=c,
+                     src_surf_stride=0, dst_surf_stride=out.surf_stride)
+        self._copy_box(n, x, out, (0, 0, 0), (0, int(pads[2]), int(pads[3])), x.shape)
+
+    def _resize(self, step: Step) -> None:
+        n = step.head
+        mode = attr(n, "mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        x = self.cube(n.inputs[0], n.where())
+        out = self.cube(step.output, n.where())
+        c, h, w = x.shape
+        if mode != "nearest" or out.shape[0] != c or out.shape[1] % h or out.shape[2] % w:
+            raise DlaError(NvError.NotSupported,
+                           f"{n.where()}: only nearest resizing by whole factors (mode {mode}, "
+                           f"{x.shape} to {out.shape}); other modes need the CPU fallback")
+        fy, fx = out.shape[1] // h, out.shape[2] // w
+        ctm = attr(n, "coordinate_transformation_mode", b"half_pixel")
+        ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+        rounding = attr(n, "nearest_mode", b"round_prefer_floor")
+        rounding = rounding.decode() if isinstance(rounding, bytes) else rounding
+        # Output (y, x) reads input (y // fy, x // fx) exactly when: half_pixel (or pytorch_half_pixel)
+        # with either round mode (the fractions never reach .5), or asymmetric with floor.
+        if not ((ctm in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round"))
+                or (ctm == "asymmetric" and rounding == "floor")):
+            raise DlaError(NvError.NotSupported,
+                           f"{n.where()}: nearest resizing with coordinate_transformation_mode {ctm} and "
+                           f"nearest_mode {rounding} needs the CPU fallback")
+        el = self.np_dtype.itemsize
+        for dy in range(fy):
+            for dx in range(fx):
+                # Element (c, y, x) goes to (c, fy*y + dy, fx*x + dx): rows (c, y) as surfaces.
+                d_off = out.offset + (dy * out.shape[2] + dx) * el
+                self.tb.bdma(Ref(x.buffer, x.offset, x.extent),
+                             Ref(out.buffer, d_off, out.extent - (d_off - out.offset)),
+                             line_size=el, line_repeat=w, src_line_stride=el, dst_line_stride=fx * el,
+                             surf_repeat=c * h, src_surf_stride=w * el,
+                             dst_surf_stride=fy * out.shape[2] * el)
+
     def _const(self, node: Node, index: int, what: str) -> np.ndarray:
         name = node.inputs[index] if index < len(node.inputs) else ""
         if name not in self.g.consts:

@@ -93,6 +93,11 @@ def group_steps(graph: Graph) -> list[Step]:
                               node.outputs[0]))
         elif op == "Transpose":
             steps.append(Step("transpose", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in ("Slice", "Pad", "Resize"):
+            steps.append(Step(op.lower(), [node], [node.inputs[0]], node.outputs[0]))
+        elif op == "Split":
+            for out in node.outputs:  # one copy per part
+                steps.append(Step("split", [node], [node.inputs[0]], out))
         else:
             raise DlaError(NvError.NotSupported,
                            f"{node.where()}: the {op} operator is not supported by the device and has "

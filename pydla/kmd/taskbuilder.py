@@ -364,13 +364,18 @@ class TaskBuilder:
         return self._src_dst(dla_block_e.RUBIK, d, src, dst)
 
     def bdma(self, src: Ref, dst: Ref, *, line_size: int, line_repeat: int = 1,
-             src_line_stride: int = 0, dst_line_stride: int = 0, surf_repeat: int = 1,
-             src_surf_stride: int = 0, dst_surf_stride: int = 0) -> Op:
+             src_line_stride: int | None = None, dst_line_stride: int | None = None, surf_repeat: int = 1,
+             src_surf_stride: int | None = None, dst_surf_stride: int | None = None) -> Op:
+        """A copy of surf_repeat surfaces of line_repeat lines of line_size bytes (strides default
+        to dense; a source stride of 0 repeats the same bytes)."""
         d = T.dla_bdma_op_desc_t(line_size=line_size, line_repeat=line_repeat,
-                                 src_line_stride=src_line_stride or line_size,
-                                 dst_line_stride=dst_line_stride or line_size, surf_repeat=surf_repeat)
-        d.src_surf_stride = src_surf_stride or d.src_line_stride * line_repeat
-        d.dst_surf_stride = dst_surf_stride or d.dst_line_stride * line_repeat
+                                 src_line_stride=line_size if src_line_stride is None else src_line_stride,
+                                 dst_line_stride=line_size if dst_line_stride is None else dst_line_stride,
+                                 surf_repeat=surf_repeat)
+        d.src_surf_stride = (d.src_line_stride * line_repeat if src_surf_stride is None
+                             else src_surf_stride)
+        d.dst_surf_stride = (d.dst_line_stride * line_repeat if dst_surf_stride is None
+                             else dst_surf_stride)
         s = T.dla_bdma_surface_desc_t()
         o = self._add(dla_block_e.BDMA, d, s, [src], [dst])
         _set_ref(o, "src", src)

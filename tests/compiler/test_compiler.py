@@ -307,3 +307,49 @@ def test_fp16_precision(case: str) -> None:
 def test_fp16_needs_a_device_with_fp16() -> None:
     with pytest.raises(DlaError, match="precision 'fp8'"):
         compile_model(FP16_MODELS["residual-and-eltwise"](), precision="fp8")
+
+
+MOVES = {
+    "slice-channels": ([helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+                       {"s": np.array([1], np.int64), "e": np.array([3], np.int64),
+                        "a": np.array([1], np.int64)}),
+    "slice-hw-negative": ([helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+                          {"s": np.array([1, -4], np.int64), "e": np.array([4, 100], np.int64),
+                           "a": np.array([2, 3], np.int64)}),
+    "split-channels": ([helper.make_node("Split", ["x", "sp"], ["y", "z"], axis=1)],
+                       {"sp": np.array([1, 3], np.int64)}),
+    "split-height": ([helper.make_node("Split", ["x", "sp"], ["y", "z"], axis=2)],
+                     {"sp": np.array([2, 3], np.int64)}),
+    "pad-constant": ([helper.make_node("Pad", ["x", "p", "v"], ["y"])],
+                     {"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "v": np.array(0.5, np.float32)}),
+    "resize-nearest-2x": ([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")],
+                          {"sc": np.array([1, 1, 2, 2], np.float32)}),
+    "resize-nearest-3x1": ([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
+                                             coordinate_transformation_mode="asymmetric",
+                                             nearest_mode="floor")],
+                           {"sc": np.array([1, 1, 3, 1], np.float32)}),
+}
+
+
+@pytest.mark.parametrize("case", list(MOVES))
+def test_data_movement_ops(case: str) -> None:
+    nodes, inits = MOVES[case]
+    outputs = list(nodes[0].output)
+    m = model(nodes, {"x": (1, 4, 5, 6)}, outputs, inits)
+    result = check(m, {"x": r(1, 4, 5, 6)})
+    assert set(result.operations) == {"BDMA"}
+
+
+def test_resize_nearest_that_is_not_a_plain_repeat_is_refused() -> None:
+    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
+                                coordinate_transformation_mode="asymmetric")], {"x": (1, 2, 3, 3)}, ["y"],
+              {"sc": np.array([1, 1, 3, 3], np.float32)})
+    with pytest.raises(DlaError, match="nearest_mode round_prefer_floor"):
+        compile_model(m)
+
+
+def test_resize_linear_is_refused_with_a_reason() -> None:
+    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], {"x": (1, 2, 3, 3)}, ["y"],
+              {"sc": np.array([1, 1, 2, 2], np.float32)})
+    with pytest.raises(DlaError, match="only nearest resizing"):
+        compile_model(m)
