@@ -43,6 +43,7 @@ class Graph:
     dtypes: dict[str, np.dtype[Any]]
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
+    opset: int = 13
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
@@ -83,7 +84,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.NotSupported,
                            f"input '{name}' has shape {shapes.get(name)}: pydla needs static shapes "
                            "(fix the batch and image size when exporting)")
-    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts)
+    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset)
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
                     {a.name: helper.get_attribute_value(a) for a in n.attribute})

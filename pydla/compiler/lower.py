@@ -24,7 +24,8 @@ from pydla.errors import DlaError, NvError
 from pydla.kmd.taskbuilder import Cube, Op, Ref, TaskBuilder
 from pydla.loadable.container import LoadableWriter
 
-SCRATCH, WEIGHTS, KERNEL = "scratch", "weights", "task0"
+SCRATCH, WEIGHTS = "scratch", "weights"
+CPU_LIBRARY = "umd/cpulib.py"  # pydla's own CPU library, relative to the installed package
 DATA_TYPES = {np.dtype(np.float32): L.dla_data_type_e.FLOAT32}
 
 
@@ -63,8 +64,7 @@ class Lowering:
         self.np_dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
         self.tb = TaskBuilder(precision)
         self.weights = bytearray()
-        self.weight_refs: dict[int, Ref] = {}
-        self.ops: list[Op] = []
+        self.runs: list[tuple[str, TaskBuilder | dict[str, Any]]] = []
 
     # -- placement ------------------------------------------------------------------------------------
 
@@ -476,32 +476,71 @@ class Lowering:
 
     # -- the loadable --------------------------------------------------------------------------------
 
+    # -- CPU runs -------------------------------------------------------------------------------------
+
+    def _finish_task(self) -> None:
+        """Close the NPU task being built (a CPU run or the end follows)."""
+        if self.tb.ops:
+            self.runs.append(("npu", self.tb))
+            self.tb = TaskBuilder(self.precision)
+
+    def _cpu(self, step: Step) -> None:
+        """An operator the device cannot run: a CPU run of pydla's CPU library, between NPU tasks."""
+        n = step.head
+        self._finish_task()
+        rank = len(self.g.shapes[n.inputs[0]])
+        default_axis = -1 if self.g.opset >= 13 else 1
+        axis = int(attr(n, "axis", default_axis))
+        if self.g.opset < 13 and axis not in (rank - 1, -1):
+            raise DlaError(NvError.NotSupported,
+                           f"{n.where()}: opset {self.g.opset} Softmax over the axes from {axis} on")
+        src, src_dtype = self._placement(n.inputs[0])
+        dst, dst_dtype = self._placement(step.output)
+        shape = ",".join(str(d) for d in self.g.shapes[n.inputs[0]])
+        function = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}[n.op_type]
+        self.runs.append(("cpu", {
+            "name": function, "where": "cpu",
+            "arguments": [{**src, "argidx": 0}, {**dst, "argidx": 1}],
+            "constants": [{"value": axis, "type": "int", "argidx": 2},
+                          {"value": shape, "type": "string", "argidx": 3},
+                          {"value": src_dtype, "type": "string", "argidx": 4},
+                          {"value": dst_dtype, "type": "string", "argidx": 5}]}))
+
+    def _placement(self, tensor: str) -> tuple[dict[str, Any], str]:
+        """A recipe argument (buffer, offset, size) for ``tensor``, and its element type."""
+        root = self.roots[tensor]
+        buf = self.buffer_of(root)
+        scratch = buf == SCRATCH
+        dtype = self.np_dtype if scratch else np.dtype(np.float32)
+        size = int(np.prod(self.g.shapes[tensor])) * dtype.itemsize
+        offset = self.plan.offsets.get(root, 0) if scratch else 0
+        return {"name": buf, "offset": offset, "size": size}, str(dtype)
+
+    # -- the loadable --------------------------------------------------------------------------------
+
     def emit(self, steps: int) -> Compiled:
-        tb = self.tb
-        if not tb.ops:
+        self._finish_task()
+        if not any(kind == "npu" for kind, _ in self.runs):
             raise DlaError(NvError.NotSupported, "the model has no operation to run on the device")
+        sizes: dict[str, int] = {}
+        for i, name in enumerate(self.g.inputs):
+            sizes[f"in{i}"] = int(np.prod(self.g.shapes[name])) * 4
+        for i, name in enumerate(self.g.outputs):
+            sizes[f"out{i}"] = int(np.prod(self.g.shapes[name])) * 4
         if self.plan.peak:
-            tb.buffer(SCRATCH, self.plan.peak)
-        tb.buffer(WEIGHTS, max(len(self.weights), 8))
-        built = tb.build()
-        names = list(built.buffers)
-        names.remove("descriptors")
-        arguments = {name: i for i, name in enumerate(names)}
+            sizes[SCRATCH] = self.plan.peak
+        sizes[WEIGHTS] = max(len(self.weights), 8)
         lw = LoadableWriter(self.device)
+        lw.add_weights(WEIGHTS, bytes(self.weights).ljust(sizes[WEIGHTS], b"\0"), alignment=ALIGN)
+        names = list(sizes)
         buffers = []
         for name in names:
-            size = built.buffers[name]
-            if name == WEIGHTS:
-                lw.add_weights(WEIGHTS, bytes(self.weights).ljust(size, b"\0"), alignment=ALIGN)
-                kind = "weight"
-            elif name == SCRATCH:
-                kind = "internal"
-            else:
-                kind = "input" if name.startswith("in") else "output"
-            lw.add_memory(name, kind, size, ALIGN)
+            kind = ("weight" if name == WEIGHTS else "internal" if name == SCRATCH
+                    else "input" if name.startswith("in") else "output")
+            lw.add_memory(name, kind, sizes[name], ALIGN)
             entry: dict[str, Any] = {"name": name, "type": kind}
             if kind in ("internal", "weight"):
-                entry["size"] = size
+                entry["size"] = sizes[name]
             buffers.append(entry)
         for i, name in enumerate(self.g.inputs):
             dtype = DATA_TYPES.get(self.g.dtypes[name])
@@ -509,21 +548,35 @@ class Lowering:
                 raise DlaError(NvError.NotSupported, f"input '{name}' is {self.g.dtypes[name]}: float32 only")
             lw.add_tensor(name, names.index(f"in{i}"), self.g.shapes[name], int(dtype), "input", i)
         for i, name in enumerate(self.g.outputs):
-            if f"out{i}" not in names:
-                raise DlaError(NvError.NotSupported, f"output '{name}' is not computed on the device")
             lw.add_tensor(name, names.index(f"out{i}"), self.g.shapes[name],
                           int(DATA_TYPES.get(self.g.dtypes[name], L.dla_data_type_e.FLOAT32)), "output", i)
-        lw.set_recipe({
-            "header": {"device": self.device, "version": "1.0.0"},
-            "resources": {"buffers": buffers,
-                          "kernels": [{"name": KERNEL, "instance": "dla", "ctrlcode": KERNEL}]},
-            "execution": {"runs": [{"name": KERNEL, "where": "npu", "arguments": [
-                {"name": name, "argidx": idx} for name, idx in arguments.items()]}]},
-        })
-        lw.add_control_code(KERNEL, built.control_code(arguments))
+        runs: list[dict[str, Any]] = []
+        kernels: list[dict[str, str]] = []
+        cpus: dict[str, dict[str, str]] = {}
         counts: dict[str, int] = {}
-        for op in built.operations:
-            counts[op.block.name] = counts.get(op.block.name, 0) + 1
+        for kind, item in self.runs:
+            if kind == "cpu":
+                assert isinstance(item, dict)
+                cpus[item["name"]] = {"name": item["name"], "library_path": CPU_LIBRARY}
+                runs.append(item)
+                counts["CPU"] = counts.get("CPU", 0) + 1
+                continue
+            assert isinstance(item, TaskBuilder)
+            kernel = f"task{len(kernels)}"
+            built = item.build()
+            args = [n for n in built.buffers if n != "descriptors"]
+            arguments = {name: i for i, name in enumerate(args)}
+            lw.add_control_code(kernel, built.control_code(arguments))
+            kernels.append({"name": kernel, "instance": "dla", "ctrlcode": kernel})
+            runs.append({"name": kernel, "where": "npu",
+                         "arguments": [{"name": name, "argidx": i} for name, i in arguments.items()]})
+            for op in built.operations:
+                counts[op.block.name] = counts.get(op.block.name, 0) + 1
+        resources: dict[str, Any] = {"buffers": buffers, "kernels": kernels}
+        if cpus:
+            resources["cpus"] = list(cpus.values())
+        lw.set_recipe({"header": {"device": self.device, "version": "1.0.0"}, "resources": resources,
+                       "execution": {"runs": runs}})
         return Compiled(lw.build(), steps, counts, self.plan, len(self.weights))
 
 

@@ -93,6 +93,8 @@ def group_steps(graph: Graph) -> list[Step]:
                               node.outputs[0]))
         elif op == "Transpose":
             steps.append(Step("transpose", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in ("Softmax", "LogSoftmax"):
+            steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Slice", "Pad", "Resize"):
             steps.append(Step(op.lower(), [node], [node.inputs[0]], node.outputs[0]))
         elif op == "Split":

@@ -31,6 +31,9 @@ def run_loadable(blob: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
             data = np.ascontiguousarray(feeds[t.name], dtype=np.float32).view(np.uint8).ravel()
             kmd.bo_array(ctx, handles[t.buffer])[t.offset:t.offset + data.size] = data
         for run in lo.recipe.runs:
+            if run.where == "cpu":
+                _cpu_run(kmd, ctx, handles, lo.recipe.cpus[run.name].library_path, run)
+                continue
             code = lo.control_code(run.name)
             parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
             addresses = []
@@ -49,6 +52,32 @@ def run_loadable(blob: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndar
     finally:
         kmd.close()
         dev.close()
+
+
+def _cpu_run(kmd: Kmd, ctx: int, handles: dict[str, int], library_path: str, run: Any) -> None:
+    """A CPU run as the seed describes it: library_init, lookup, call with args in argidx order."""
+    import importlib.util
+    import types
+    from pathlib import Path
+
+    import pydla
+
+    path = Path(pydla.__file__).parent / library_path
+    spec = importlib.util.spec_from_file_location("cpulib_under_test", path)
+    assert spec is not None and spec.loader is not None
+    lib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lib)
+    init = types.SimpleNamespace(lookup_fn=None)
+    lib.library_init(init)
+    found = types.SimpleNamespace(num_args=0, callable=None)
+    init.lookup_fn(run.name, found)
+    args: list[Any] = [None] * found.num_args
+    for a in run.arguments:
+        whole = kmd.bo_array(ctx, handles[a.name])
+        args[a.argidx] = whole[a.offset:a.offset + (a.size or whole.size - a.offset)]
+    for c in run.constants:
+        args[c.argidx] = c.value
+    found.callable(args)
 
 
 def model(nodes: list[Any], inputs: dict[str, tuple[int, ...]], outputs: list[str],

@@ -207,11 +207,11 @@ def test_memory_plan_reuses_scratch() -> None:
 
 
 def test_unsupported_operator_names_the_node() -> None:
-    m = model([helper.make_node("Softmax", ["x"], ["y"], name="probs")], {"x": (1, 4)}, ["y"])
+    m = model([helper.make_node("Hardmax", ["x"], ["y"], name="pick")], {"x": (1, 4)}, ["y"])
     with pytest.raises(DlaError) as e:
         compile_model(m)
     assert e.value.code == NvError.NotSupported
-    assert "node 'probs' (Softmax)" in str(e.value)
+    assert "node 'pick' (Hardmax)" in str(e.value)
 
 
 def test_batch_two_is_not_supported() -> None:
@@ -353,3 +353,22 @@ def test_resize_linear_is_refused_with_a_reason() -> None:
               {"sc": np.array([1, 1, 2, 2], np.float32)})
     with pytest.raises(DlaError, match="only nearest resizing"):
         compile_model(m)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_softmax_becomes_a_cpu_run_between_npu_tasks(op: str, precision: str) -> None:
+    nodes = [helper.make_node("Gemm", ["x", "W", "B"], ["logits"], transB=1),
+             helper.make_node(op, ["logits"], ["p"]),
+             helper.make_node("Mul", ["p", "k"], ["y"])]
+    m = model(nodes, {"x": (1, 6)}, ["y"], {"W": r(10, 6), "B": r(10), "k": np.array(2.0, np.float32)})
+    x = {"x": r(1, 6)}
+    result = compile_model(m, precision=precision)
+    lo = Loadable.open(result.blob)
+    assert [(w, [run.name for run in runs]) for w, runs in lo.recipe.runlists()] == [
+        ("npu", ["task0"]), ("cpu", [op.lower().replace("logsoftmax", "log_softmax")]), ("npu", ["task1"])]
+    assert lo.recipe.cpus[lo.recipe.runs[1].name].library_path == "umd/cpulib.py"
+    assert result.operations["CPU"] == 1
+    got, want = run_loadable(result.blob, x), reference(m, x)
+    tol = 1e-5 if precision == "fp32" else 2e-2
+    np.testing.assert_allclose(got["y"], want["y"], rtol=tol, atol=tol)
