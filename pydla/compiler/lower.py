@@ -84,7 +84,7 @@ class Lowering:
             raise DlaError(NvError.NotSupported, f"{where}: tensor '{tensor}' is {self.g.dtypes[tensor]}; "
                                                  "the device computes float32")
         buf = self.buffer_of(root)
-        offset = self.plan.offsets.get(root, 0) if buf == SCRATCH else 0
+        offset = (self.plan.offsets.get(root, 0) if buf == SCRATCH else 0) + self.within[tensor]
         return self.tb.cube(buf, shape, offset=offset, precision=self.precision)
 
     def const(self, values: np.ndarray) -> Ref:
@@ -100,8 +100,8 @@ class Lowering:
         steps = group_steps(self.g)
         fp16 = self.precision == "fp16"
         external = set() if fp16 else set(self.g.inputs) | set(self.g.outputs)
-        self.plan, self.roots = plan_memory(self.g, steps, external, element=self.np_dtype.itemsize,
-                                            keep_io=fp16)
+        self.plan, self.roots, self.within = plan_memory(self.g, steps, external,
+                                                         element=self.np_dtype.itemsize, keep_io=fp16)
         if fp16:
             for i, name in enumerate(self.g.inputs):  # model-layout fp32 in, device fp16 scratch out
                 shape = cube_shape(self.g.shapes[name], f"input '{name}'")
@@ -118,6 +118,9 @@ class Lowering:
 
     def _alias(self, step: Step) -> None:
         pass  # same bytes: the planner made both names one tensor
+
+    def _concat_view(self, step: Step) -> None:
+        pass  # the planner placed each input in its channel range of the output
 
     def _conv(self, step: Step) -> None:
         node = step.head
@@ -513,7 +516,7 @@ class Lowering:
         scratch = buf == SCRATCH
         dtype = self.np_dtype if scratch else np.dtype(np.float32)
         size = int(np.prod(self.g.shapes[tensor])) * dtype.itemsize
-        offset = self.plan.offsets.get(root, 0) if scratch else 0
+        offset = (self.plan.offsets.get(root, 0) if scratch else 0) + self.within[tensor]
         return {"name": buf, "offset": offset, "size": size}, str(dtype)
 
     # -- the loadable --------------------------------------------------------------------------------

@@ -129,11 +129,17 @@ def _other_is_fusable(graph: Graph, add: Node, mine: str, producer: dict[str, in
 
 
 def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element: int = 4,
-                keep_io: bool = False) -> tuple[MemoryPlan, dict[str, str]]:
-    """Scratch offsets by liveness (``element`` bytes per value); also the alias root of every
-    tensor. With ``keep_io`` the graph's inputs and outputs get scratch slots too, live from the
-    first step to the last (their converted copies)."""
+                keep_io: bool = False) -> tuple[MemoryPlan, dict[str, str], dict[str, int]]:
+    """Scratch offsets by liveness (``element`` bytes per value); the storage root of every tensor
+    and its byte offset in that root. With ``keep_io`` the graph's inputs and outputs get scratch
+    slots too, live from the first step to the last (their converted copies).
+
+    A channel concatenation whose inputs are each computed by a device step for it alone costs
+    nothing: each input is written straight into its channel range of the output (its root is the
+    output, at a byte offset), and the concat step becomes a view."""
     root: dict[str, str] = {}
+    within: dict[str, int] = {}
+    producers = {s.output: s for s in steps}
 
     def find(t: str) -> str:
         while t in root:
@@ -141,6 +147,13 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element:
         return t
 
     for step in steps:
+        if step.kind == "concat" and _concat_in_place(graph, step, producers, root, external):
+            step.kind = "concat_view"
+            offset = 0
+            for t in step.head.inputs:
+                root[t], within[t] = step.output, offset
+                offset += int(np.prod(graph.shapes[t])) * element
+            continue
         if step.kind == "alias":
             src = step.inputs[0]
             if step.output in external and find(src) in external:
@@ -154,7 +167,7 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, step in enumerate(steps):
-        if step.kind == "alias":
+        if step.kind in ("alias", "concat_view"):
             continue
         out = find(step.output)
         first.setdefault(out, i)
@@ -187,7 +200,30 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element:
         live.append((offset, size, t))
         plan.offsets[t] = offset
         plan.peak = max(plan.peak, offset + size)
-    return plan, {t: find(t) for t in graph.shapes}
+
+    def offset_in_root(t: str) -> int:
+        total = 0
+        while t in root:
+            total += within.get(t, 0)
+            t = root[t]
+        return total
+
+    return plan, {t: find(t) for t in graph.shapes}, {t: offset_in_root(t) for t in graph.shapes}
+
+
+def _concat_in_place(graph: Graph, step: Step, producers: dict[str, Step], root: dict[str, str],
+                     external: set[str]) -> bool:
+    node = step.head
+    shape = graph.shapes.get(step.output, ())
+    axis = node.attrs.get("axis", 1)
+    if len(shape) != 4 or axis not in (1, -3) or step.output in root:
+        return False
+    for t in node.inputs:
+        p = producers.get(t)
+        if (p is None or p.kind in ("alias", "concat_view", "concat") or t in external or t in root
+                or t in graph.outputs or len(graph.consumers(t)) != 1 or node.inputs.count(t) != 1):
+            return False
+    return True
 
 
 def _round(n: int) -> int:

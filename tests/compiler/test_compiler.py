@@ -372,3 +372,19 @@ def test_softmax_becomes_a_cpu_run_between_npu_tasks(op: str, precision: str) ->
     got, want = run_loadable(result.blob, x), reference(m, x)
     tol = 1e-5 if precision == "fp32" else 2e-2
     np.testing.assert_allclose(got["y"], want["y"], rtol=tol, atol=tol)
+
+
+def test_concat_writes_producers_in_place_when_it_can() -> None:
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x"], ["b"], kernel_shape=[3, 3], strides=[1, 1],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Relu", ["c"], ["y"])]
+    m = model(nodes, {"x": (1, 3, 5, 5)}, ["y"], {"W1": r(4, 3, 3, 3)})
+    result = check(m, {"x": r(1, 3, 5, 5)})
+    assert "BDMA" not in result.operations  # no copies: conv and pool wrote into the concat
+    # One input also feeds another node: that input must stay whole, so the concat copies.
+    nodes.append(helper.make_node("Sigmoid", ["a"], ["z"]))
+    m2 = model(nodes, {"x": (1, 3, 5, 5)}, ["y", "z"], {"W1": r(4, 3, 3, 3)})
+    result2 = check(m2, {"x": r(1, 3, 5, 5)})
+    assert result2.operations["BDMA"] == 2
