@@ -46,3 +46,18 @@ def test_lookup_of_a_missing_function_names_library_and_function() -> None:
 def test_bad_arguments_are_dlaerrors(args, fragment) -> None:
     with pytest.raises(DlaError, match=fragment):
         _lookup("softmax").callable(args)
+
+
+def test_pad_and_resize_reject_bad_arguments() -> None:
+    buf = np.zeros(4096, np.uint8)
+    pad = _lookup("pad").callable
+    with pytest.raises(DlaError, match="reflect pads"):
+        pad([buf, buf, "1,1,2,2", "0,0,2,0,0,0,2,0", "reflect", 0.0, "float32", "float32"])
+    with pytest.raises(DlaError, match="pad mode 'wrap'"):
+        pad([buf, buf, "1,1,2,2", "0,0,1,0,0,0,1,0", "wrap", 0.0, "float32", "float32"])
+    resize = _lookup("resize").callable
+    with pytest.raises(DlaError, match="only H and W"):
+        resize([buf, buf, "1,2,3,3", "1,4,3,3", "linear", "half_pixel", "floor", "float32", "float32"])
+    with pytest.raises(DlaError, match="coordinate_transformation_mode 'tf_crop_and_resize'"):
+        resize([buf, buf, "1,2,3,3", "1,2,6,6", "linear", "tf_crop_and_resize", "floor", "float32",
+                "float32"])

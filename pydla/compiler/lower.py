@@ -421,10 +421,14 @@ class Lowering:
         pads = (self._const(n, 1, "pads").astype(np.int64).ravel() if len(n.inputs) > 1 and n.inputs[1]
                 else np.asarray(attr(n, "pads", []), np.int64))
         value = float(self._const(n, 2, "constant_value")) if len(n.inputs) > 2 and n.inputs[2] else 0.0
-        if mode != "constant" or len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
-            raise DlaError(NvError.NotSupported,
-                           f"{n.where()}: only constant, non-negative padding of H and W (mode {mode}, pads "
-                           f"{pads.tolist()})")
+        rank = len(self.g.shapes[n.inputs[0]])
+        if min(pads, default=0) < 0 or len(pads) != 2 * rank:
+            raise DlaError(NvError.NotSupported, f"{n.where()}: pads {pads.tolist()} (negative pads crop)")
+        if mode != "constant" or len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5]:
+            shape = ",".join(str(d) for d in self.g.shapes[n.inputs[0]])
+            self._cpu_run(step, "pad", [(shape, "string"), (",".join(str(int(p)) for p in pads), "string"),
+                                        (mode, "string"), (value, "float")])
+            return
         x = self.cube(n.inputs[0], n.where())
         out = self.cube(step.output, n.where())
         row = self.const(np.full(out.shape[2], value))
@@ -443,22 +447,26 @@ class Lowering:
         x = self.cube(n.inputs[0], n.where())
         out = self.cube(step.output, n.where())
         c, h, w = x.shape
-        if mode != "nearest" or out.shape[0] != c or out.shape[1] % h or out.shape[2] % w:
-            raise DlaError(NvError.NotSupported,
-                           f"{n.where()}: only nearest resizing by whole factors (mode {mode}, "
-                           f"{x.shape} to {out.shape}); other modes need the CPU fallback")
-        fy, fx = out.shape[1] // h, out.shape[2] // w
         ctm = attr(n, "coordinate_transformation_mode", b"half_pixel")
         ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
         rounding = attr(n, "nearest_mode", b"round_prefer_floor")
         rounding = rounding.decode() if isinstance(rounding, bytes) else rounding
-        # Output (y, x) reads input (y // fy, x // fx) exactly when: half_pixel (or pytorch_half_pixel)
-        # with either round mode (the fractions never reach .5), or asymmetric with floor.
-        if not ((ctm in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round"))
-                or (ctm == "asymmetric" and rounding == "floor")):
-            raise DlaError(NvError.NotSupported,
-                           f"{n.where()}: nearest resizing with coordinate_transformation_mode {ctm} and "
-                           f"nearest_mode {rounding} needs the CPU fallback")
+        # On the device: nearest by whole factors, where output (y, x) reads input (y // fy, x // fx):
+        # half_pixel (or pytorch_half_pixel) with a round mode (the fractions never reach .5), or
+        # asymmetric with floor. Everything else is a CPU run.
+        whole = out.shape[0] == c and out.shape[1] % h == 0 and out.shape[2] % w == 0
+        exact = ((ctm in ("half_pixel", "pytorch_half_pixel") and rounding.startswith("round"))
+                 or (ctm == "asymmetric" and rounding == "floor"))
+        if mode != "nearest" or not whole or not exact:
+            rank = len(self.g.shapes[n.inputs[0]])
+            if mode not in ("nearest", "linear") or attr(n, "antialias", 0) or rank != 4:
+                raise DlaError(NvError.NotSupported,
+                               f"{n.where()}: Resize mode {mode} (antialias, other ranks) is not supported")
+            shapes = [",".join(str(d) for d in self.g.shapes[t]) for t in (n.inputs[0], step.output)]
+            self._cpu_run(step, "resize", [(shapes[0], "string"), (shapes[1], "string"), (mode, "string"),
+                                           (ctm, "string"), (rounding, "string")])
+            return
+        fy, fx = out.shape[1] // h, out.shape[2] // w
         el = self.np_dtype.itemsize
         for dy in range(fy):
             for dx in range(fx):
@@ -487,27 +495,29 @@ class Lowering:
             self.runs.append(("npu", self.tb))
             self.tb = TaskBuilder(self.precision)
 
-    def _cpu(self, step: Step) -> None:
-        """An operator the device cannot run: a CPU run of pydla's CPU library, between NPU tasks."""
-        n = step.head
+    def _cpu_run(self, step: Step, function: str, constants: list[tuple[Any, str]]) -> None:
+        """A CPU run of pydla's CPU library between NPU tasks: (source, destination, constants...)."""
         self._finish_task()
+        src, src_dtype = self._placement(step.head.inputs[0])
+        dst, dst_dtype = self._placement(step.output)
+        values = [*constants, (src_dtype, "string"), (dst_dtype, "string")]
+        self.runs.append(("cpu", {
+            "name": function, "where": "cpu",
+            "arguments": [{**src, "argidx": 0}, {**dst, "argidx": 1}],
+            "constants": [{"value": v, "type": t, "argidx": 2 + i} for i, (v, t) in enumerate(values)]}))
+
+    def _cpu(self, step: Step) -> None:
+        """Softmax / LogSoftmax: CPU runs."""
+        n = step.head
         rank = len(self.g.shapes[n.inputs[0]])
         default_axis = -1 if self.g.opset >= 13 else 1
         axis = int(attr(n, "axis", default_axis))
         if self.g.opset < 13 and axis not in (rank - 1, -1):
             raise DlaError(NvError.NotSupported,
                            f"{n.where()}: opset {self.g.opset} Softmax over the axes from {axis} on")
-        src, src_dtype = self._placement(n.inputs[0])
-        dst, dst_dtype = self._placement(step.output)
         shape = ",".join(str(d) for d in self.g.shapes[n.inputs[0]])
         function = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}[n.op_type]
-        self.runs.append(("cpu", {
-            "name": function, "where": "cpu",
-            "arguments": [{**src, "argidx": 0}, {**dst, "argidx": 1}],
-            "constants": [{"value": axis, "type": "int", "argidx": 2},
-                          {"value": shape, "type": "string", "argidx": 3},
-                          {"value": src_dtype, "type": "string", "argidx": 4},
-                          {"value": dst_dtype, "type": "string", "argidx": 5}]}))
+        self._cpu_run(step, function, [(axis, "int"), (shape, "string")])
 
     def _placement(self, tensor: str) -> tuple[dict[str, Any], str]:
         """A recipe argument (buffer, offset, size) for ``tensor``, and its element type."""

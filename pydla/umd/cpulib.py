@@ -11,6 +11,10 @@ Functions:
 - ``softmax(src, dst, axis, shape, src_dtype, dst_dtype)``: ONNX Softmax (opset 13: along one
   axis) of the tensor of ``shape`` ("d0,d1,...") stored densely in ``src``.
 - ``log_softmax(...)``: the same arguments, ONNX LogSoftmax.
+- ``pad(src, dst, shape, pads, mode, value, src_dtype, dst_dtype)``: ONNX Pad (constant, reflect,
+  edge).
+- ``resize(src, dst, in_shape, out_shape, mode, coordinate_transformation_mode, nearest_mode,
+  src_dtype, dst_dtype)``: ONNX Resize of H and W, nearest or linear.
 """
 
 from __future__ import annotations
@@ -63,9 +67,85 @@ def _softmax_like(log: bool) -> Callable[[list[Any]], None]:
     return run
 
 
+def _pad(args: list[Any]) -> None:
+    """pad(src, dst, shape, pads "b0,b1,..,e0,e1,..", mode constant|reflect|edge, value, src_dtype,
+    dst_dtype): ONNX Pad."""
+    src, dst, shape_text, pads_text, mode, value, src_dtype, dst_dtype = args
+    shape = _shape(shape_text)
+    try:
+        pads = [int(p) for p in str(pads_text).split(",")]
+    except ValueError:
+        raise DlaError(NvError.BadParameter, f"cpulib: pads '{pads_text}'") from None
+    rank = len(shape)
+    if len(pads) != 2 * rank or min(pads) < 0:
+        raise DlaError(NvError.BadParameter, f"cpulib: pads {pads} for a rank-{rank} tensor")
+    if mode not in ("constant", "reflect", "edge"):
+        raise DlaError(NvError.BadParameter, f"cpulib: pad mode '{mode}'")
+    out_shape = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
+    x = _tensor(src, shape, src_dtype, "source")
+    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    widths = [(pads[i], pads[i + rank]) for i in range(rank)]
+    if mode == "constant":
+        y[...] = np.pad(x, widths, mode="constant", constant_values=float(value))
+    else:
+        if mode == "reflect" and any(w[0] >= d or w[1] >= d for w, d in zip(widths, shape, strict=True)):
+            raise DlaError(NvError.BadParameter, f"cpulib: reflect pads {pads} need dims > pads {shape}")
+        y[...] = np.pad(x, widths, mode=mode)
+
+
+def _source_coords(n_out: int, n_in: int, scale: float, mode: str) -> Any:
+    i = np.arange(n_out, dtype=np.float64)
+    if mode == "align_corners":
+        return i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "pytorch_half_pixel" and n_out == 1:
+        return np.zeros(n_out)
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        return (i + 0.5) / scale - 0.5
+    raise DlaError(NvError.NotSupported, f"cpulib: coordinate_transformation_mode '{mode}'")
+
+
+def _resize(args: list[Any]) -> None:
+    """resize(src, dst, in_shape, out_shape, mode nearest|linear, coordinate_transformation_mode,
+    nearest_mode, src_dtype, dst_dtype): ONNX Resize over the last two axes of an NCHW tensor."""
+    src, dst, in_text, out_text, mode, ctm, nearest_mode, src_dtype, dst_dtype = args
+    in_shape, out_shape = _shape(in_text), _shape(out_text)
+    if len(in_shape) != 4 or len(out_shape) != 4 or in_shape[:2] != out_shape[:2]:
+        raise DlaError(NvError.NotSupported, f"cpulib: resize {in_shape} to {out_shape}: only H and W")
+    x = _tensor(src, in_shape, src_dtype, "source").astype(np.float64)
+    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    (h, w), (ho, wo) = in_shape[2:], out_shape[2:]
+    ys = _source_coords(ho, h, ho / h, ctm)
+    xs = _source_coords(wo, w, wo / w, ctm)
+    if mode == "nearest":
+        modes: dict[str, Callable[[Any], Any]] = {
+            "round_prefer_floor": lambda v: np.ceil(v - 0.5),
+            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+            "floor": np.floor, "ceil": np.ceil}
+        rounding = modes.get(nearest_mode)
+        if rounding is None:
+            raise DlaError(NvError.BadParameter, f"cpulib: nearest_mode '{nearest_mode}'")
+        yi = np.clip(rounding(ys), 0, h - 1).astype(np.int64)
+        xi = np.clip(rounding(xs), 0, w - 1).astype(np.int64)
+        y[...] = x[:, :, yi][:, :, :, xi]
+        return
+    if mode != "linear":
+        raise DlaError(NvError.NotSupported, f"cpulib: resize mode '{mode}'")
+    ys, xs = np.clip(ys, 0, h - 1), np.clip(xs, 0, w - 1)
+    y0, x0 = np.floor(ys).astype(np.int64), np.floor(xs).astype(np.int64)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
+    top = x[:, :, y0][:, :, :, x0] * (1 - fx) + x[:, :, y0][:, :, :, x1] * fx
+    bottom = x[:, :, y1][:, :, :, x0] * (1 - fx) + x[:, :, y1][:, :, :, x1] * fx
+    y[...] = top * (1 - fy) + bottom * fy
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),
+    "pad": (8, _pad),
+    "resize": (9, _resize),
 }
 
 

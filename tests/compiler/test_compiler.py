@@ -340,18 +340,35 @@ def test_data_movement_ops(case: str) -> None:
     assert set(result.operations) == {"BDMA"}
 
 
-def test_resize_nearest_that_is_not_a_plain_repeat_is_refused() -> None:
-    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
-                                coordinate_transformation_mode="asymmetric")], {"x": (1, 2, 3, 3)}, ["y"],
-              {"sc": np.array([1, 1, 3, 3], np.float32)})
-    with pytest.raises(DlaError, match="nearest_mode round_prefer_floor"):
-        compile_model(m)
+CPU_FALLBACKS = {
+    "resize-linear-half-pixel": (helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear"),
+                                 {"sc": np.array([1, 1, 2, 1.5], np.float32)}),
+    "resize-linear-align-corners": (helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear",
+                                                     coordinate_transformation_mode="align_corners"),
+                                    {"sz": np.array([1, 4, 9, 4], np.int64)}),
+    "resize-nearest-asymmetric-round": (helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
+                                                         coordinate_transformation_mode="asymmetric"),
+                                        {"sc": np.array([1, 1, 3, 3], np.float32)}),
+    "pad-reflect": (helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"),
+                    {"p": np.array([0, 0, 2, 1, 0, 0, 1, 2], np.int64)}),
+    "pad-edge": (helper.make_node("Pad", ["x", "p"], ["y"], mode="edge"),
+                 {"p": np.array([0, 1, 1, 0, 0, 0, 0, 3], np.int64)}),
+}
 
 
-def test_resize_linear_is_refused_with_a_reason() -> None:
-    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], {"x": (1, 2, 3, 3)}, ["y"],
+@pytest.mark.parametrize("case", list(CPU_FALLBACKS))
+def test_cpu_fallbacks(case: str) -> None:
+    node, inits = CPU_FALLBACKS[case]
+    m = model([helper.make_node("Relu", ["x0"], ["x"]), node, helper.make_node("Sigmoid", ["y"], ["z"])],
+              {"x0": (1, 4, 5, 6)}, ["z"], inits)
+    result = check(m, {"x0": r(1, 4, 5, 6)}, rtol=1e-5, atol=1e-5)
+    assert result.operations["CPU"] == 1 and result.operations["SDP"] == 2
+
+
+def test_resize_cubic_is_refused_with_a_reason() -> None:
+    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="cubic")], {"x": (1, 2, 3, 3)}, ["y"],
               {"sc": np.array([1, 1, 2, 2], np.float32)})
-    with pytest.raises(DlaError, match="only nearest resizing"):
+    with pytest.raises(DlaError, match="Resize mode cubic"):
         compile_model(m)
 
 
