@@ -389,10 +389,17 @@ class Lowering:
                 else np.arange(len(starts)))
         steps = (self._const(n, 4, "steps").astype(np.int64).ravel() if len(n.inputs) > 4 and n.inputs[4]
                  else np.ones(len(starts), np.int64))
+        ends = self._const(n, 2, "ends").astype(np.int64).ravel()
+        if any(st != 1 for st in steps) or any((a + rank) % rank == 0 for a in axes):
+            def text(v: Any) -> str:
+                return ",".join(str(int(min(max(i, -(1 << 62)), 1 << 62))) for i in v)
+
+            self._cpu_run(step, "slice", [(",".join(str(d) for d in self.g.shapes[n.inputs[0]]), "string"),
+                                          (text(starts), "string"), (text(ends), "string"),
+                                          (text(axes), "string"), (text(steps), "string")])
+            return
         begin = [0, 0, 0]
-        for a, s0, st in zip(axes, starts, steps, strict=True):
-            if st != 1:
-                raise DlaError(NvError.NotSupported, f"{n.where()}: slice steps other than 1")
+        for a, s0 in zip(axes, starts, strict=True):
             k = self._axis(n, int(a), rank)
             dim = x.shape[k]
             begin[k] = int(min(max(s0 + dim if s0 < 0 else s0, 0), dim))

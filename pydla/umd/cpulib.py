@@ -13,6 +13,8 @@ Functions:
 - ``log_softmax(...)``: the same arguments, ONNX LogSoftmax.
 - ``pad(src, dst, shape, pads, mode, value, src_dtype, dst_dtype)``: ONNX Pad (constant, reflect,
   edge).
+- ``slice(src, dst, shape, starts, ends, axes, steps, src_dtype, dst_dtype)``: ONNX Slice (any
+  steps).
 - ``resize(src, dst, in_shape, out_shape, mode, coordinate_transformation_mode, nearest_mode,
   src_dtype, dst_dtype)``: ONNX Resize of H and W, nearest or linear.
 """
@@ -141,7 +143,40 @@ def _resize(args: list[Any]) -> None:
     y[...] = top * (1 - fy) + bottom * fy
 
 
+def _ints(text: Any, what: str) -> list[int]:
+    try:
+        return [int(v) for v in str(text).split(",")] if str(text) else []
+    except ValueError:
+        raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
+
+
+def _slice(args: list[Any]) -> None:
+    """slice(src, dst, shape, starts, ends, axes, steps, src_dtype, dst_dtype): ONNX Slice."""
+    src, dst, shape_text, starts_t, ends_t, axes_t, steps_t, src_dtype, dst_dtype = args
+    shape = _shape(shape_text)
+    starts, ends = _ints(starts_t, "starts"), _ints(ends_t, "ends")
+    axes, steps = _ints(axes_t, "axes"), _ints(steps_t, "steps")
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise DlaError(NvError.BadParameter, "cpulib: slice starts, ends, axes, steps disagree or step 0")
+    index: list[Any] = [np.arange(d) for d in shape]
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if not -len(shape) <= axis < len(shape):
+            raise DlaError(NvError.BadParameter, f"cpulib: slice axis {axis}")
+        dim = shape[axis]
+        start, end = (start + dim if start < 0 else start), (end + dim if end < 0 else end)
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = np.arange(start, end, step)
+    x = _tensor(src, shape, src_dtype, "source")
+    out_shape = tuple(len(i) for i in index)
+    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    y[...] = x[np.ix_(*index)]
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
+    "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),
     "pad": (8, _pad),
