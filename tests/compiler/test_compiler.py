@@ -409,3 +409,15 @@ def test_concat_writes_producers_in_place_when_it_can() -> None:
     m2 = model(nodes, {"x": (1, 3, 5, 5)}, ["y", "z"], {"W1": r(4, 3, 3, 3)})
     result2 = check(m2, {"x": r(1, 3, 5, 5)})
     assert result2.operations["BDMA"] == 2
+
+
+def test_progress_bar_text(capsys) -> None:
+    from pydla.compiler.lower import terminal_progress
+
+    calls = []
+    result = compile_model(conv_case(), progress=lambda done, total, what: calls.append((done, total, what)))
+    assert calls and calls[-1][0] == calls[-1][1] == result.steps
+    terminal_progress(1, 2, "conv1")
+    terminal_progress(2, 2, "relu")
+    out = capsys.readouterr().out
+    assert "[###############...............] 1/2 conv1" in out and out.endswith("2/2 relu" + " " * 26 + "\n")
