@@ -52,10 +52,7 @@ MMU_FAULT_BIT = 31
 _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
 DEVICE_RESET_BIT = 31
 
-_REG_TYPES = {
-    dla_block_e.BDMA: R.bdma_regs_t, dla_block_e.CONV: R.conv_regs_t, dla_block_e.SDP: R.sdp_regs_t,
-    dla_block_e.PDP: R.pdp_regs_t, dla_block_e.CDP: R.cdp_regs_t, dla_block_e.RUBIK: R.rubik_regs_t,
-}
+_REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
 

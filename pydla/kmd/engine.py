@@ -28,7 +28,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig
 from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.port import KmdPortability, TaskDesc
-from pydla.kmd.program import STATUS, enable_operation, program_operation
+from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_operation
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
@@ -124,7 +124,7 @@ class Engine:
             for block in graph.blocks:
                 # A block runs its groups in turn and remembers where it stopped (the consumer bit);
                 # the first group this task programs must be the one the block runs next.
-                run.next_group[block] = self.port.dla_reg_read(STATUS[block] + 4) >> 16 & 1
+                run.next_group[block] = self.port.dla_reg_read(POINTER[block]) >> 16 & 1
             self.current = run
             self._schedule(run)
             return run
@@ -192,7 +192,7 @@ class Engine:
             return  # a group this run does not use (a stale bit after a reset)
         op = run.graph.operations[index]
         if event.failed:
-            code = self.port.dla_reg_read(STATUS[block] + 8)  # s_error
+            code = self.port.dla_reg_read(ERROR[block])
             name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
             message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
             if code == R.dla_hw_error_e.MMU_FAULT and self.mmu_fault is not None:

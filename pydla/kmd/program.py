@@ -17,17 +17,12 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.kmd.graph import Operation
 from pydla.kmd.port import KmdPortability, TaskDesc
 
-POINTER = {
-    dla_block_e.BDMA: R.BDMA_S_POINTER, dla_block_e.CONV: R.CONV_S_POINTER,
-    dla_block_e.SDP: R.SDP_S_POINTER, dla_block_e.PDP: R.PDP_S_POINTER,
-    dla_block_e.CDP: R.CDP_S_POINTER, dla_block_e.RUBIK: R.RUBIK_S_POINTER,
-}
-OP_ENABLE = {
-    dla_block_e.BDMA: R.BDMA_D_OP_ENABLE, dla_block_e.CONV: R.CONV_D_OP_ENABLE,
-    dla_block_e.SDP: R.SDP_D_OP_ENABLE, dla_block_e.PDP: R.PDP_D_OP_ENABLE,
-    dla_block_e.CDP: R.CDP_D_OP_ENABLE, dla_block_e.RUBIK: R.RUBIK_D_OP_ENABLE,
-}
-STATUS = {b: p - 4 for b, p in POINTER.items()}
+# Per-block registers every block has, by the generated register names (BDMA_S_POINTER, ...).
+POINTER = {b: R.REGISTERS[f"{b.name}_S_POINTER"] for b in dla_block_e}
+OP_ENABLE = {b: R.REGISTERS[f"{b.name}_D_OP_ENABLE"] for b in dla_block_e}
+STATUS = {b: R.REGISTERS[f"{b.name}_S_STATUS"] for b in dla_block_e}
+ERROR = {b: R.REGISTERS[f"{b.name}_S_ERROR"] for b in dla_block_e}
+_CTX = {b: R.REGISTERS[f"{b.name}_D_CTX_ID"] for b in dla_block_e}
 
 
 def f32_bits(value: float) -> int:
@@ -160,10 +155,6 @@ def _rubik(w: _Writer, d: Any, s: Any) -> None:
 _PROGRAM: dict[dla_block_e, Callable[[_Writer, Any, Any], None]] = {
     dla_block_e.BDMA: _bdma, dla_block_e.CONV: _conv, dla_block_e.SDP: _sdp,
     dla_block_e.PDP: _pdp, dla_block_e.CDP: _cdp, dla_block_e.RUBIK: _rubik,
-}
-_CTX = {
-    dla_block_e.BDMA: R.BDMA_D_CTX_ID, dla_block_e.CONV: R.CONV_D_CTX_ID, dla_block_e.SDP: R.SDP_D_CTX_ID,
-    dla_block_e.PDP: R.PDP_D_CTX_ID, dla_block_e.CDP: R.CDP_D_CTX_ID, dla_block_e.RUBIK: R.RUBIK_D_CTX_ID,
 }
 
 
