@@ -31,6 +31,9 @@ DTYPES: dict[int, np.dtype[Any]] = {
     int(R.dla_precision_e.FP16): np.dtype(np.float16),
 }
 MAX_DIM = 1 << 16
+MAX_BYTES = 1 << 30  # one operation's data, so that no operation runs (or allocates) without bound
+MAX_KERNEL = 1024
+MAX_STRIDE = 64
 
 
 class HwError(Exception):
@@ -104,7 +107,8 @@ def _bad(condition: bool, detail: str) -> None:
 
 def run_bdma(r: Any, mem: ContextMemory) -> None:
     shape = (r.d_surf_repeat, r.d_line_repeat, r.d_line_size)
-    _bad(not all(0 < n <= 1 << 30 for n in shape), f"BDMA: surfaces, lines, bytes = {shape}")
+    _bad(not all(0 < n <= 1 << 30 for n in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES,
+         f"BDMA: surfaces, lines, bytes = {shape} (at most {MAX_BYTES} bytes per operation)")
     u8 = np.dtype(np.uint8)
     src = mem.strided(addr(r.d_src_addr_lo, r.d_src_addr_hi), shape,
                       (r.d_src_surf_stride, r.d_src_line_stride, 1), u8)
@@ -142,10 +146,13 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
          f"CONV: kernels, channels, height, width, groups = {(k, cg, kh, kw, groups)}")
     stride = (r.d_stride_y, r.d_stride_x)
     dilation = (r.d_dilation_y, r.d_dilation_x)
-    _bad(min(*stride, *dilation) < 1, f"CONV: stride {stride} and dilation {dilation} must be >= 1")
+    _bad(not all(1 <= v <= MAX_STRIDE for v in (*stride, *dilation)) or max(kh, kw) > MAX_KERNEL,
+         f"CONV: stride {stride}, dilation {dilation} (1..{MAX_STRIDE}) or kernel {kh}x{kw}")
     pads = (r.d_pad_top, r.d_pad_left, r.d_pad_bottom, r.d_pad_right)
     _bad(max(pads) > MAX_DIM, f"CONV: pads {pads}")
     out_hw = (r.d_out_height, r.d_out_width)
+    _bad(max(out_hw) > MAX_DIM or k * out_hw[0] * out_hw[1] * 4 > MAX_BYTES,
+         f"CONV: output {k}x{out_hw[0]}x{out_hw[1]} is too large for one operation")
     if r.d_mode == R.conv_mode_e.DIRECT:
         _bad(cg * groups != c_in or k % groups,
              f"CONV: {c_in} input channels, {groups} groups of {cg} and {k} kernels do not agree")
@@ -281,6 +288,8 @@ def run_pdp(r: Any, mem: ContextMemory) -> None:
     kernel = (r.d_kernel_height, r.d_kernel_width)
     stride = (r.d_stride_y, r.d_stride_x)
     pads = (r.d_pad_top, r.d_pad_left, r.d_pad_bottom, r.d_pad_right)
+    _bad(max(kernel) > MAX_KERNEL or max(stride) > MAX_STRIDE,
+         f"PDP: kernel {kernel} (<= {MAX_KERNEL}) or stride {stride} (<= {MAX_STRIDE})")
     _bad(min(*kernel, *stride) < 1 or max(pads[0], pads[2]) >= kernel[0]
          or max(pads[1], pads[3]) >= kernel[1],
          f"PDP: kernel {kernel}, stride {stride}, pads {pads} (a pad must be smaller than the kernel)")

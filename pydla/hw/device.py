@@ -115,6 +115,7 @@ class _Work:
     epoch: int
     hang: bool
     injected: int
+    partner_epoch: int = 0
 
 
 class VirtualDevice:
@@ -304,6 +305,8 @@ class VirtualDevice:
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
+                if (block, group) in self._pending:
+                    self._pending.remove((block, group))
         return group, 0
 
     def _write_glb(self, address: int, value: int) -> int:
@@ -378,8 +381,9 @@ class VirtualDevice:
             for b in involved:
                 if b.injected_errors and not hang and not injected:
                     injected = b.injected_errors.popleft()
-            return _Work(block, group, partner if isinstance(partner, tuple) else None, block.epoch,
-                         hang, injected)
+            pair = partner if isinstance(partner, tuple) else None
+            return _Work(block, group, pair, block.epoch, hang, injected,
+                         pair[0].epoch if pair is not None else 0)
         return None
 
     def _run_runnable(self) -> None:
@@ -463,10 +467,15 @@ class VirtualDevice:
 
     def _complete(self, work: _Work, error: int, detail: str, fault: MmuFault | None) -> None:
         """Under the lock: mark the operation (and its flying partner) done or failed."""
-        parts = [(work.block, work.group)] + ([work.partner] if work.partner else [])
-        for block, group in parts:
-            if block.epoch != work.epoch and block is work.block:
-                return  # the block was reset while the operation ran: its result is abandoned
+        parts = [(work.block, work.group, work.epoch)]
+        if work.partner:
+            parts.append((work.partner[0], work.partner[1], work.partner_epoch))
+        if work.block.epoch != work.epoch and work.partner and work.partner[0].epoch == work.partner_epoch:
+            # CONV was reset under its pair: the SDP half lost its input.
+            error, detail, fault = int(R.dla_hw_error_e.NO_PRODUCER), "CONV reset during the pair", None
+        for block, group, epoch in parts:
+            if block.epoch != epoch:
+                continue  # this block was reset while the operation ran: its part is abandoned
             block.state[group] = IDLE
             block.consumer = group ^ 1
             if error:

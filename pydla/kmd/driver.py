@@ -122,6 +122,8 @@ class Kmd:
         self._running: Job | None = None
         self._next_job = 1
         self.history: deque[Job] = deque(maxlen=64)
+        self.service_errors: deque[str] = deque(maxlen=64)
+        self._submitting: list[TaskDesc] = []
         self._closed = False
         self._service: threading.Thread | None = None
         if device.mode == "threaded":
@@ -228,7 +230,12 @@ class Kmd:
                                    f"buffer {entry.handle} ({buf.bo.size} bytes)")
                 resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset))
             task = TaskDesc(job_id, ctx, resolved)
-        graph = load_task(self.port, task, self.config)  # copies and checks every descriptor
+            self._submitting.append(task)  # its buffers are in use while they are being checked
+        try:
+            graph = load_task(self.port, task, self.config)  # copies and checks every descriptor
+        finally:
+            with self._lock:
+                self._submitting.remove(task)
         with self._lock:
             self._check_open()
             job = Job(self, job_id, context, task, graph, priority, timeout_ms)
@@ -306,10 +313,10 @@ class Kmd:
         return buf
 
     def _in_use(self, context: Context, buf: _Buffer) -> bool:
-        jobs = list(self._queues[context.ctx])
+        tasks = [job.task for job in self._queues[context.ctx]] + list(self._submitting)
         if self._running is not None and self._running.context is context:
-            jobs.append(self._running)
-        return any(e.bo is buf.bo for job in jobs for e in job.task.addresses)
+            tasks.append(self._running.task)
+        return any(e.bo is buf.bo for task in tasks for e in task.addresses)
 
     def _wake(self) -> None:
         self.engine.wake()
@@ -393,7 +400,14 @@ class Kmd:
             self.engine.wait_for_events(wait)
             if self._closed:
                 return
-            self.poll()
+            try:
+                self.poll()
+            except Exception as e:  # the bottom half must outlive any one job's failure
+                self.service_errors.append(f"{type(e).__name__}: {e}")
+                job = self._running
+                if job is not None and job.run is not None:
+                    self.engine.abort(job.run, DlaError(NvError.ResourceError,
+                                                        f"job {job.job_id} failed in the driver: {e}"))
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

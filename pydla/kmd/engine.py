@@ -126,11 +126,19 @@ class Engine:
                 # the first group this task programs must be the one the block runs next.
                 run.next_group[block] = self.port.dla_reg_read(POINTER[block]) >> 16 & 1
             self.current = run
-            self._schedule(run)
+            self._schedule_or_fail(run)
             return run
 
     def dla_isr_handler(self) -> int:
-        """Read and clear the interrupt status; record what completed or failed."""
+        """Read and clear the interrupt status; record what completed or failed.
+
+        The events lock is held from reading the status to recording the events, so an abort (which
+        resets the blocks, then drops their recorded events under this lock) never misses an event
+        read before its reset: no event of an aborted run reaches the next one."""
+        with self._events_lock:
+            return self._isr_locked()
+
+    def _isr_locked(self) -> int:
         status = self.port.dla_reg_read(R.GLB_INTR_STATUS)
         if not status:
             return 0
@@ -148,9 +156,8 @@ class Engine:
                     events.append(HwEvent(b, g, False))
                 if status >> (16 + 2 * b + g) & 1:
                     events.append(HwEvent(b, g, True))
-        with self._events_lock:
-            self._events.extend(events)
-            self.events_arrived.notify_all()
+        self._events.extend(events)
+        self.events_arrived.notify_all()
         return 0
 
     def dla_process_events(self) -> int:
@@ -207,7 +214,14 @@ class Engine:
         if run.completed == len(run.graph.operations):
             self._finish(run)
             return
-        self._schedule(run)
+        self._schedule_or_fail(run)
+
+    def _schedule_or_fail(self, run: TaskRun) -> None:
+        """Programming resolves addresses: a problem there fails this run, never the engine."""
+        try:
+            self._schedule(run)
+        except DlaError as e:
+            self._fail(run, e)
 
     def _signal(self, run: TaskRun, index: int, event: int) -> None:
         for c in run.graph.operations[index].consumers:

@@ -285,6 +285,13 @@ def _check_fused(ops: list[Operation], chains: dict[dla_block_e, tuple[int, ...]
                        f"{where}: the SDP chain takes CONV results in the order "
                        f"{[ops[i].fused_parent for i in flying]}, the CONV chain produces them in "
                        f"the order {list(convs)}")
+    for sdp_index, conv_index in ((s, c) for c, s in parents.items()):
+        for a, b in ((conv_index, sdp_index), (sdp_index, conv_index)):
+            for c in ops[a].consumers:
+                if c.index == b and c.event == T.dla_event_e.OP_COMPLETED:
+                    raise DlaError(NvError.BadValue,
+                                   f"{where}: {ops[b].name} waits for {ops[a].name} to complete, but the "
+                                   "two run as one fused pair: that would never happen")
 
 
 def _check_acyclic(ops: list[Operation], chains: dict[dla_block_e, tuple[int, ...]], where: str) -> None:
@@ -370,13 +377,24 @@ def _precision(p: int, config: DeviceConfig, what: str) -> int:
     return ELEMENT[p]
 
 
+MAX_BYTES_PER_OP = 1 << 30  # a bound on one operation's work, so that no job outlives its timeout
+MAX_KERNEL = 1024
+MAX_STRIDE = 64
+
+
 def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: str) -> None:
     at = f"{where}: {op.name}"
     d, s = op.op, op.surface
+    for name, _ in s._fields_:
+        # Every address the KMD will resolve, used by the operation's mode or not, is in range.
+        ref = getattr(s, name)
+        if ref.address != -1:
+            task.entry(ref.address, f"{at}: {name}")
     if op.block == dla_block_e.BDMA:
         shape = (d.surf_repeat, d.line_repeat, d.line_size)
-        if not all(0 < v <= 1 << 30 for v in shape):
-            raise DlaError(NvError.BadValue, f"{at}: surf_repeat, line_repeat, line_size = {shape}")
+        if not all(0 < v <= 1 << 30 for v in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES_PER_OP:
+            raise DlaError(NvError.BadValue, f"{at}: surf_repeat, line_repeat, line_size = {shape}: "
+                                             f"at most {MAX_BYTES_PER_OP} bytes per operation")
         for ref, ls, ss, name in ((s.src, d.src_line_stride, d.src_surf_stride, "src"),
                                   (s.dst, d.dst_line_stride, d.dst_surf_stride, "dst")):
             need = (shape[0] - 1) * ss + (shape[1] - 1) * ls + shape[2]
@@ -390,6 +408,14 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: 
         if not all(0 < v <= 1 << 16 for v in dims):
             raise DlaError(NvError.BadValue,
                            f"{at}: kernels, kernel_channels, kernel_height, kernel_width, groups = {dims}")
+        steps = (d.stride_x, d.stride_y, d.dilation_x, d.dilation_y)
+        if not all(0 < v <= MAX_STRIDE for v in steps) or max(d.kernel_height, d.kernel_width) > MAX_KERNEL:
+            raise DlaError(NvError.BadValue, f"{at}: strides and dilations {steps} (1..{MAX_STRIDE}) or "
+                                             f"kernel {d.kernel_height}x{d.kernel_width} (<= {MAX_KERNEL})")
+        out_bytes = d.kernels * d.out_height * d.out_width * 4
+        if out_bytes > MAX_BYTES_PER_OP or max(d.out_height, d.out_width) > 1 << 16:
+            raise DlaError(NvError.BadValue, f"{at}: output {d.kernels}x{d.out_height}x{d.out_width} is too "
+                                             "large for one operation")
         count = (s.src.channels if d.mode == R.conv_mode_e.DECONV else d.kernels) * d.kernel_channels
         _check_ref(task, s.weight, count * d.kernel_height * d.kernel_width * el, f"{at}: weight", el)
     elif op.block == dla_block_e.SDP:
@@ -414,3 +440,8 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: 
         el = _precision(d.precision, config, f"{at}: precision")
         _check_cube(task, s.src, el, f"{at}: src")
         _check_cube(task, s.dst, el, f"{at}: dst")
+        if op.block == dla_block_e.PDP:
+            k = (d.kernel_height, d.kernel_width)
+            if max(k) > MAX_KERNEL or not all(0 < v <= MAX_STRIDE for v in (d.stride_x, d.stride_y)):
+                raise DlaError(NvError.BadValue, f"{at}: kernel {k} (<= {MAX_KERNEL}) or strides "
+                                                 f"({d.stride_y}, {d.stride_x}) (1..{MAX_STRIDE})")

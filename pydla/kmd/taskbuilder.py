@@ -414,6 +414,7 @@ class TaskBuilder:
             _resolve_refs(op, index)
         heads = {b: -1 for b in dla_block_e}
         last: dict[dla_block_e, int] = {}
+        counts = [0] * n  # counted here: the descriptor's field is a u8 and would wrap
         for op in self.ops:
             if heads[op.block] == -1:
                 heads[op.block] = op.index
@@ -421,23 +422,26 @@ class TaskBuilder:
                 prev = commons[last[op.block]]
                 prev.consumers[int(op.block)].index = op.index
                 prev.consumers[int(op.block)].event = int(T.dla_event_e.OP_PROGRAMMED)
-                commons[op.index].dependency_count += 1
+                counts[op.index] += 1
             last[op.block] = op.index
+        partner = {op.index: op.fused_parent for op in self.ops if op.fused_parent >= 0}
+        partner.update({conv: sdp for sdp, conv in list(partner.items())})
         for x_index, y in _dependencies(self.ops):
             x = self.ops[x_index]
-            if x.block == y.block:
-                continue  # a block executes its chain in order
+            if x.block == y.block or partner.get(x.index) == y.index:
+                continue  # a block runs its chain in order; a fused pair runs as one
             slot = commons[x.index].consumers[int(y.block)]
             if slot.index == -1:
                 slot.index, slot.event = y.index, int(T.dla_event_e.OP_COMPLETED)
-                commons[y.index].dependency_count += 1
+                counts[y.index] += 1
             elif slot.index > y.index:
-                commons[slot.index].dependency_count -= 1
+                counts[slot.index] -= 1
                 slot.index = y.index
-                commons[y.index].dependency_count += 1
-        for c in commons:
-            if c.dependency_count > 255:
-                raise DlaError(NvError.OverFlow, f"operation {c.index} waits for more than 255 events")
+                counts[y.index] += 1
+        for i, count in enumerate(counts):
+            if count > 255:
+                raise DlaError(NvError.OverFlow, f"operation {i} waits for {count} events; at most 255")
+            commons[i].dependency_count = count
         net = T.dla_network_desc_t(operation_desc_index=2, surface_desc_index=3,
                                    dependency_graph_index=1, lut_data_index=4,
                                    num_luts=len(self.luts), num_operations=n,
