@@ -40,7 +40,9 @@ from pydla.hw.memory import BufferObject
 from pydla.kmd.engine import Engine, TaskRun
 from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.port import AddressEntry, ResolvedEntry, TaskDesc, VirtualDevicePort
+from pydla.kmd.sync import TimelineSemaphore
 
+Fence = tuple[TimelineSemaphore, int]  # (semaphore, value): NvDlaFence in the KMD
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_EXTENSIONS = 10
 MAX_ADDRESSES = 4096
@@ -66,7 +68,8 @@ class Job:
     """A submitted task. ``wait`` returns when it completed and raises when it failed."""
 
     def __init__(self, kmd: Kmd, job_id: int, context: Context, task: TaskDesc, graph: TaskGraph,
-                 priority: int, timeout_ms: int) -> None:
+                 priority: int, timeout_ms: int, pre_fences: list[Fence] | None = None,
+                 post_fences: list[Fence] | None = None) -> None:
         self.kmd = kmd
         self.job_id = job_id
         self.context = context
@@ -82,6 +85,8 @@ class Job:
         self.ops_seen = 0
         self.started_at = 0.0
         self.finished_at = 0.0
+        self.pre_fences = list(pre_fences or [])
+        self.post_fences = list(post_fences or [])
         self._done = threading.Event()
 
     @property
@@ -100,6 +105,11 @@ class Job:
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
         self._done.set()
+        for sem, value in self.post_fences:
+            if error is None:
+                sem.signal(value)
+            else:
+                sem.fail(error)
 
     def __repr__(self) -> str:
         return f"Job({self.job_id}, ctx={self.context.ctx}, {self.state})"
@@ -202,8 +212,11 @@ class Kmd:
     # -- jobs -------------------------------------------------------------------------------------
 
     def submit(self, ctx: int, addresses: list[AddressEntry], *, priority: int = 0,
-               timeout_ms: int | None = None) -> Job:
-        """Validate the task whose network descriptor is ``addresses[0]`` and queue it."""
+               timeout_ms: int | None = None, pre_fences: list[Fence] | None = None,
+               post_fences: list[Fence] | None = None) -> Job:
+        """Validate the task whose network descriptor is ``addresses[0]`` and queue it. It starts
+        once every pre-fence's semaphore reaches its value (a context's jobs start in order); on
+        completion it signals its post-fences (on failure it fails them)."""
         timeout_ms = self.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 0 < timeout_ms <= 3_600_000:
             raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms} must be 1..3600000")
@@ -238,7 +251,9 @@ class Kmd:
                 self._submitting.remove(task)
         with self._lock:
             self._check_open()
-            job = Job(self, job_id, context, task, graph, priority, timeout_ms)
+            job = Job(self, job_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
+            for sem, _ in job.pre_fences:
+                sem.add_listener(self._wake)
             if ctx not in self._contexts:
                 raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
             self._queues[ctx].append(job)
@@ -345,7 +360,13 @@ class Kmd:
                 self._queues[job.context.ctx].clear()
 
     def _pick(self) -> Job | None:
-        candidates = [(q[0].priority, ctx) for ctx, q in self._queues.items() if q]
+        for q in self._queues.values():  # a head whose fence failed fails at once, never runs
+            while q and any(sem.error is not None and not sem.reached(v) for sem, v in q[0].pre_fences):
+                failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
+                assert failed is not None
+                q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
+        candidates = [(q[0].priority, ctx) for ctx, q in self._queues.items()
+                      if q and all(sem.reached(v) for sem, v in q[0].pre_fences)]
         if not candidates:
             return None
         top = max(p for p, _ in candidates)

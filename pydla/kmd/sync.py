@@ -1,0 +1,92 @@
+"""Timeline semaphores: the KMD's sync objects, behind NvDlaFence and the UMD's ISync.
+
+A semaphore holds a 64-bit value that only grows. ``signal(v)`` raises it to ``v``; a waiter for
+``v`` is released once the value reaches ``v``. A job can wait on semaphores before it may start
+(pre-fences) and signal semaphores when it finishes (post-fences). A failed job does not signal:
+it marks its post-fences failed, so a waiter learns the error instead of waiting forever.
+
+Usage::
+
+    sem = TimelineSemaphore()
+    sem.signal(1); sem.wait(1, timeout_ms=10)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from pydla.errors import DlaError, NvError
+
+MAX_VALUE = (1 << 64) - 1
+
+
+class TimelineSemaphore:
+    """A monotonically increasing counter that threads (and the driver) can wait on."""
+
+    _ids = 0
+    _ids_lock = threading.Lock()
+
+    def __init__(self, value: int = 0) -> None:
+        with TimelineSemaphore._ids_lock:
+            TimelineSemaphore._ids += 1
+            self.sem_id = TimelineSemaphore._ids
+        self._cond = threading.Condition()
+        self._value = _check(value)
+        self.error: DlaError | None = None
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def value(self) -> int:
+        with self._cond:
+            return self._value
+
+    def signal(self, value: int) -> None:
+        """Raise the value to ``value`` (never lowers it)."""
+        value = _check(value)
+        with self._cond:
+            if value > self._value:
+                self._value = value
+            self._cond.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def fail(self, error: DlaError) -> None:
+        """The work that was to signal this semaphore failed: waiters get ``error``."""
+        with self._cond:
+            self.error = error
+            self._cond.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def reached(self, value: int) -> bool:
+        with self._cond:
+            return self._value >= value
+
+    def wait(self, value: int, timeout_ms: float) -> None:
+        """Return once the value reaches ``value``; NvError Timeout after ``timeout_ms``; the
+        failure's error if the work that was to signal it failed."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self._cond:
+            while self._value < value:
+                if self.error is not None:
+                    raise self.error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DlaError(NvError.Timeout, f"semaphore {self.sem_id} did not reach {value} within "
+                                                    f"{timeout_ms} ms (it is at {self._value})")
+                self._cond.wait(left)
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (with no lock held) after every signal or failure."""
+        with self._cond:
+            self._listeners.append(listener)
+
+
+def _check(value: int) -> int:
+    if not isinstance(value, int) or not 0 <= value <= MAX_VALUE:
+        raise DlaError(NvError.BadParameter, f"semaphore value {value!r} must be 0..2^64-1")
+    return value
