@@ -1,0 +1,222 @@
+"""The in-process port: the portability layer as direct calls into KMDs in the same process.
+
+Each port owns its devices and drivers (no global state): device instance ``n`` of the chosen
+configuration, with its KMD, is created the first time it is opened. A handle from NvDlaOpen is a
+session: one KMD context, its memory, and the tasks it submitted. Memory handles are numpy views
+of device memory (the host's mapping of the buffer object).
+
+Usage::
+
+    with InProcessPort("full") as port:
+        h = port.NvDlaOpen(0)
+        mem, data = port.NvDlaGetMem(h, 4096)
+        data[:4] = [1, 2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig, load_config
+from pydla.hw.device import VirtualDevice
+from pydla.kmd.driver import Job, Kmd
+from pydla.kmd.port import AddressEntry
+from pydla.kmd.sync import TimelineSemaphore
+from pydla.portability.interface import (
+    NvDlaEngineSelect,
+    NvDlaFence,
+    NvDlaHeap,
+    NvDlaMemHandle,
+    NvDlaPort,
+    NvDlaTask,
+    NvDlaTaskStatus,
+)
+
+
+class InProcessMem(NvDlaMemHandle):
+    def __init__(self, session: Session, handle: int) -> None:
+        self.session = session
+        self.handle = handle
+        self._size = session.kmd.bo_size(session.ctx, handle)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def device_address(self) -> int:
+        return self.session.kmd.bo_iova(self.session.ctx, self.handle)
+
+    def bytes_view(self) -> npt.NDArray[np.uint8]:
+        if self.session.closed or self.handle not in self.session.mems:
+            raise DlaError(NvError.InvalidState,
+                           f"memory handle {self.handle} was freed or its session closed")
+        return self.session.kmd.bo_array(self.session.ctx, self.handle)
+
+
+class Session:
+    """What NvDlaOpen returns: a context on one device instance."""
+
+    def __init__(self, port: InProcessPort, select: int, kmd: Kmd) -> None:
+        self.port = port
+        self.select = select
+        self.kmd = kmd
+        self.ctx = kmd.open_context()
+        self.mems: dict[int, InProcessMem] = {}
+        self.closed = False
+
+
+class InProcessPort(NvDlaPort):
+    """See the module docstring."""
+
+    def __init__(self, config: DeviceConfig | str | Path = "full", *, mode: str = "deterministic",
+                 default_timeout_ms: int = 10_000) -> None:
+        self.config = load_config(config)
+        self.mode = mode
+        self.default_timeout_ms = default_timeout_ms
+        self._lock = threading.Lock()
+        self._instances: dict[int, tuple[VirtualDevice, Kmd]] = {}
+        self._sessions: list[Session] = []
+        self._closed = False
+
+    def __enter__(self) -> InProcessPort:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sessions, instances = list(self._sessions), list(self._instances.values())
+        for s in sessions:
+            self.NvDlaClose(s)
+        for dev, kmd in instances:
+            kmd.close()
+            dev.close()
+
+    def kmd_of(self, select: int) -> Kmd:
+        with self._lock:
+            if self._closed:
+                raise DlaError(NvError.InvalidState, "the port was closed")
+            if select not in self._instances:
+                dev = VirtualDevice(self.config, instance=select, mode=self.mode)
+                self._instances[select] = (dev, Kmd(dev, default_timeout_ms=self.default_timeout_ms))
+            return self._instances[select][1]
+
+    # -- the seed's functions --------------------------------------------------------------------
+
+    def NvDlaGetMaxDevices(self) -> int:
+        return self.config.instances
+
+    def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Session:
+        if not isinstance(select, int) or not 0 <= select < self.config.instances:
+            raise DlaError(NvError.DeviceNotFound,
+                           f"NvDlaOpen: device {select!r}; config '{self.config.name}' has "
+                           f"{self.config.instances} (0..{self.config.instances - 1})")
+        session = Session(self, int(select), self.kmd_of(int(select)))
+        with self._lock:
+            self._sessions.append(session)
+        return session
+
+    def _session(self, h: Any) -> Session:
+        if not isinstance(h, Session) or h.port is not self:
+            raise DlaError(NvError.BadParameter, "not a handle from this port's NvDlaOpen")
+        if h.closed:
+            raise DlaError(NvError.InvalidState, "the handle was closed (NvDlaClose)")
+        return h
+
+    def NvDlaClose(self, h: Any) -> None:
+        session = self._session(h)
+        session.closed = True
+        session.kmd.close_context(session.ctx)
+        session.mems.clear()
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+
+    def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
+                    flags: int = 0) -> tuple[NvDlaMemHandle, npt.NDArray[np.uint8]]:
+        session = self._session(h)
+        if heap != NvDlaHeap.DRAM:
+            raise DlaError(NvError.NotSupported, f"NvDlaGetMem: heap {NvDlaHeap(heap).name}: only DRAM")
+        handle = session.kmd.bo_create(session.ctx, size)
+        mem = InProcessMem(session, handle)
+        session.mems[handle] = mem
+        return mem, mem.bytes_view()
+
+    def _mem(self, session: Session, mem: NvDlaMemHandle, what: str) -> InProcessMem:
+        if not isinstance(mem, InProcessMem) or mem.session is not session or mem.handle not in session.mems:
+            raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
+        return mem
+
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
+        session = self._session(h)
+        m = self._mem(session, mem, "NvDlaFreeMem")
+        session.kmd.bo_destroy(session.ctx, m.handle)
+        del session.mems[m.handle]
+
+    def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
+        self._session(h)
+        return TimelineSemaphore(value)
+
+    def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
+        session = self._session(h)
+        statuses = []
+        for i, task in enumerate(tasks):
+            addresses = [AddressEntry(self._mem(session, mem, f"NvDlaSubmit task {i} address {j}").handle,
+                                      offset)
+                         for j, (mem, offset) in enumerate(task.address_list)]
+            job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
+                                     timeout_ms=task.timeout_ms,
+                                     pre_fences=[self._fence(f) for f in task.pre_fences],
+                                     post_fences=[self._fence(f) for f in task.post_fences])
+            statuses.append(NvDlaTaskStatus(job.job_id, job))
+        return statuses
+
+    @staticmethod
+    def _fence(fence: NvDlaFence) -> tuple[TimelineSemaphore, int]:
+        if not isinstance(fence.semaphore, TimelineSemaphore):
+            raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
+        return fence.semaphore, fence.value
+
+    def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
+        sem, value = self._fence(fence)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not sem.reached(value):
+            if sem.error is not None:
+                raise sem.error
+            # Deterministic devices progress only when the driver is polled: waiting drives them.
+            with self._lock:
+                kmds = [kmd for _, kmd in self._instances.values()]
+            for kmd in kmds:
+                kmd.poll()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
+                                                f"within {timeout_ms} ms")
+            try:
+                sem.wait(value, min(left * 1000, 1.0))
+            except DlaError as e:
+                if e.code != NvError.Timeout:
+                    raise
+
+    def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
+        sem, value = self._fence(fence)
+        sem.signal(value)
+
+    def wait_task(self, status: NvDlaTaskStatus, timeout_ms: float) -> None:
+        """Wait for one submitted task (raises its error)."""
+        job = status.handle
+        if not isinstance(job, Job):
+            raise DlaError(NvError.BadParameter, "not a status from this port's NvDlaSubmit")
+        job.wait(timeout_ms)

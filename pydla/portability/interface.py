@@ -1,0 +1,206 @@
+"""The UMD portability layer (seed 003): what an integrator implements to put pydla's UMD on an OS
+or a device. Names and meaning follow the seed; out-parameters of the C API are return values, and
+failures raise DlaError.
+
+An implementation provides every method of :class:`NvDlaPort`. pydla ships an in-process port
+(:mod:`pydla.portability.inprocess`: direct calls into a KMD in the same process); a port over real
+ioctls is another implementation of the same class. Everything above this interface (the UMD) must
+not know which port it runs on.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.errors import DlaError, NvError
+
+
+class NvDlaEngineSelect(enum.IntEnum):
+    """Which device instance NvDlaOpen opens (implementation defined: instance numbers)."""
+
+    DLA0 = 0
+    DLA1 = 1
+    DLA2 = 2
+    DLA3 = 3
+
+
+class NvDlaHeap(enum.IntEnum):
+    """Where NvDlaGetMem allocates. This implementation has device memory only."""
+
+    DRAM = 0
+    SRAM = 1
+
+
+class NvDlaMemHandle(abc.ABC):
+    """A buffer from NvDlaGetMem: its bytes as numpy, read/write, size and device address."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Bytes in the buffer."""
+
+    @property
+    @abc.abstractmethod
+    def device_address(self) -> int:
+        """Where the device sees it (for diagnostics; descriptors use address-list indices)."""
+
+    @abc.abstractmethod
+    def bytes_view(self) -> npt.NDArray[np.uint8]:
+        """The buffer's bytes as a writable numpy array (the host's mapping)."""
+
+    def array(self, dtype: Any = np.uint8, shape: tuple[int, ...] | None = None,
+              offset: int = 0) -> npt.NDArray[Any]:
+        """A numpy view of the buffer as ``dtype`` of ``shape`` from byte ``offset``."""
+        dt = np.dtype(dtype)
+        raw = self.bytes_view()
+        count = (raw.size - offset) // dt.itemsize if shape is None else int(np.prod(shape))
+        if offset < 0 or count < 0 or offset + count * dt.itemsize > raw.size:
+            raise DlaError(NvError.InvalidSize, f"view of {count} x {dt} at offset {offset} does not fit "
+                                                f"the {raw.size}-byte buffer")
+        view: npt.NDArray[Any] = raw[offset:offset + count * dt.itemsize].view(dt)
+        return view if shape is None else view.reshape(shape)
+
+
+@dataclass(frozen=True)
+class NvDlaFence:
+    """A sync point: ``semaphore`` (from :meth:`NvDlaPort.NvDlaCreateSemaphore`) reaching ``value``."""
+
+    semaphore: Any
+    value: int
+
+
+@dataclass
+class NvDlaTask:
+    """One task to submit: its address list (memory handles and offsets; entry 0 is the network
+    descriptor) and the fences it waits for and signals."""
+
+    address_list: list[tuple[NvDlaMemHandle, int]]
+    pre_fences: list[NvDlaFence] = field(default_factory=list)
+    post_fences: list[NvDlaFence] = field(default_factory=list)
+    priority: int = 0
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class NvDlaTaskStatus:
+    """What NvDlaSubmit reports per task: its id, for diagnostics and NvDlaTaskWait."""
+
+    task_id: int
+    handle: Any
+
+
+class NvDlaPort(abc.ABC):
+    """The seed's NvDla* functions, as methods of one port instance."""
+
+    @abc.abstractmethod
+    def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Any:
+        """Open device instance ``select`` and a session (a context) on it; return NvDlaHandle."""
+
+    @abc.abstractmethod
+    def NvDlaClose(self, h: Any) -> None:
+        """Close the session: its pending tasks are aborted and its memory freed."""
+
+    @abc.abstractmethod
+    def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
+        """Submit ``tasks`` (validated before anything reaches the device); return their status."""
+
+    @abc.abstractmethod
+    def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
+                    flags: int = 0) -> tuple[NvDlaMemHandle, npt.NDArray[np.uint8]]:
+        """Allocate, pin and map ``size`` bytes the device can reach; return the handle and the
+        host's view of the bytes (pData)."""
+
+    @abc.abstractmethod
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
+        """Free memory from NvDlaGetMem."""
+
+    @abc.abstractmethod
+    def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> Any:
+        """A timeline semaphore for NvDlaFence (pydla's addition: the seed leaves fences to the port)."""
+
+    @abc.abstractmethod
+    def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
+        """Block until ``fence`` is reached; NvError Timeout after ``timeout_ms``; the error of a
+        failed task that was to signal it."""
+
+    @abc.abstractmethod
+    def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
+        """Reach ``fence`` from the host (an application's ISync.signal)."""
+
+    @abc.abstractmethod
+    def NvDlaGetMaxDevices(self) -> int:
+        """Device instances the configuration has."""
+
+    # -- memory access: the same for every port whose memory handles have a host view ------------
+
+    def NvDlaMemMap(self, mem: NvDlaMemHandle, offset: int, size: int, flags: int = 0) -> memoryview:
+        """Map ``size`` bytes from ``offset`` into the process; return the view (pVirtAddr)."""
+        _check_range(mem, offset, size, "NvDlaMemMap")
+        if size == 0:
+            raise DlaError(NvError.BadParameter, "NvDlaMemMap: size must be greater than 0")
+        return memoryview(mem.bytes_view()[offset:offset + size].data)
+
+    def NvDlaMemUnmap(self, mem: NvDlaMemHandle, addr: memoryview, length: int) -> None:
+        """Unmap a view from NvDlaMemMap; ``length`` must be the mapped size."""
+        if len(addr) != length:
+            raise DlaError(NvError.BadParameter,
+                           f"NvDlaMemUnmap: length {length}, the mapping has {len(addr)}")
+        addr.release()
+
+    def NvDlaMemRead(self, mem: NvDlaMemHandle, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of ``mem`` (pDst becomes the return value)."""
+        _check_range(mem, offset, size, "NvDlaMemRead")
+        return bytes(mem.bytes_view()[offset:offset + size])
+
+    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
+        """Write ``src`` (bytes-like or a numpy array) at ``offset`` of ``mem``."""
+        if isinstance(src, np.ndarray):
+            data = np.ascontiguousarray(src).view(np.uint8).ravel()
+        else:
+            data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
+        _check_range(mem, offset, data.size, "NvDlaMemWrite")
+        mem.bytes_view()[offset:offset + data.size] = data
+
+    def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
+        return mem.size
+
+    # -- system services ------------------------------------------------------------------------
+
+    def NvDlaDebugPrintf(self, fmt: str, *args: Any) -> None:
+        import sys
+
+        sys.stderr.write(fmt % args if args else fmt)
+
+    def NvDlaAlloc(self, size: int) -> bytearray:
+        if size < 0:
+            raise DlaError(NvError.BadParameter, f"NvDlaAlloc: size {size}")
+        return bytearray(size)
+
+    def NvDlaFree(self, ptr: bytearray | None) -> None:
+        """Freeing None is fine (the seed's rule); Python frees the rest when the last reference
+        goes, so this only checks what it was given."""
+        if ptr is not None and not isinstance(ptr, bytearray):
+            raise DlaError(NvError.BadParameter, f"NvDlaFree: {type(ptr).__name__} is not from NvDlaAlloc")
+
+    def NvDlaSleepMS(self, msec: int) -> None:
+        import time
+
+        time.sleep(max(0, msec) / 1000)
+
+    def NvDlaGetTimeMS(self) -> int:
+        """Milliseconds of a monotonic clock, wrapping at 2^32 as the seed's NvU32."""
+        import time
+
+        return int(time.monotonic() * 1000) & 0xFFFFFFFF
+
+
+def _check_range(mem: NvDlaMemHandle, offset: int, size: int, what: str) -> None:
+    if offset < 0 or size < 0 or offset + size > mem.size:
+        raise DlaError(NvError.InvalidSize,
+                       f"{what}: offset {offset} + size {size} is outside the {mem.size}-byte buffer")

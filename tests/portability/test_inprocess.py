@@ -1,0 +1,114 @@
+"""The in-process port: the seed's NvDla* functions over a KMD in this process."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from pydla import DlaError, NvError
+from pydla.kmd.taskbuilder import DESCRIPTORS, TaskBuilder
+from pydla.portability.inprocess import InProcessPort
+from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaTask
+
+
+@pytest.fixture(params=["deterministic", "threaded"])
+def port(request):
+    with InProcessPort("full", mode=request.param) as p:
+        yield p
+
+
+def test_open_close_and_device_selection(port) -> None:
+    assert port.NvDlaGetMaxDevices() == 2
+    h0, h1 = port.NvDlaOpen(0), port.NvDlaOpen(1)
+    assert h0.kmd is not h1.kmd
+    with pytest.raises(DlaError) as e:
+        port.NvDlaOpen(2)
+    assert e.value.code == NvError.DeviceNotFound and "0..1" in str(e.value)
+    port.NvDlaClose(h0)
+    with pytest.raises(DlaError, match="closed"):
+        port.NvDlaGetMem(h0, 16)
+
+
+def test_memory_functions(port) -> None:
+    h = port.NvDlaOpen(0)
+    mem, data = port.NvDlaGetMem(h, 64)
+    assert port.NvDlaMemGetSize(mem) == 64 and data.size == 64 and mem.device_address > 0
+    port.NvDlaMemWrite(mem, 8, b"\x01\x02\x03")
+    assert port.NvDlaMemRead(mem, 8, 3) == b"\x01\x02\x03" and data[9] == 2
+    port.NvDlaMemWrite(mem, 16, np.arange(4, dtype=np.float32))
+    assert mem.array(np.float32, (4,), offset=16).tolist() == [0.0, 1.0, 2.0, 3.0]
+    view = port.NvDlaMemMap(mem, 8, 4)
+    assert bytes(view[:3]) == b"\x01\x02\x03"
+    port.NvDlaMemUnmap(mem, view, 4)
+    for call, fragment in ((lambda: port.NvDlaMemRead(mem, 60, 8), "outside the 64-byte"),
+                           (lambda: port.NvDlaMemWrite(mem, -1, b"x"), "outside"),
+                           (lambda: port.NvDlaMemMap(mem, 0, 0), "greater than 0"),
+                           (lambda: port.NvDlaGetMem(h, 16, NvDlaHeap.SRAM), "only DRAM"),
+                           (lambda: port.NvDlaGetMem(h, 0), "size 0")):
+        with pytest.raises(DlaError, match=fragment):
+            call()
+    other = port.NvDlaOpen(1)
+    with pytest.raises(DlaError, match="not one of this session's"):
+        port.NvDlaFreeMem(other, mem)
+    port.NvDlaFreeMem(h, mem)
+    with pytest.raises(DlaError, match="freed"):
+        port.NvDlaMemRead(mem, 0, 1)
+
+
+def test_system_services(port) -> None:
+    buf = port.NvDlaAlloc(10)
+    assert len(buf) == 10
+    port.NvDlaFree(buf)
+    port.NvDlaFree(None)
+    t0 = port.NvDlaGetTimeMS()
+    port.NvDlaSleepMS(5)
+    assert (port.NvDlaGetTimeMS() - t0) & 0xFFFFFFFF >= 4
+
+
+def _task(port, h, x: np.ndarray):
+    """A relu task written through the port: descriptors and buffers from NvDlaGetMem."""
+    tb = TaskBuilder()
+    tb.sdp(tb.cube("x", (1, 2, 4)), tb.cube("y", (1, 2, 4)), act="relu")
+    built = tb.build()
+    mems = {}
+    for name, size in built.buffers.items():
+        mems[name], _ = port.NvDlaGetMem(h, size)
+    port.NvDlaMemWrite(mems[DESCRIPTORS], 0, built.descriptors)
+    port.NvDlaMemWrite(mems["x"], 0, x)
+    return [(mems[name], off) for name, off in built.addresses], mems
+
+
+def test_submit_with_fences(port) -> None:
+    h = port.NvDlaOpen(0)
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    addresses, mems = _task(port, h, x)
+    gate = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    done = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    (status,) = port.NvDlaSubmit(h, [NvDlaTask(addresses, pre_fences=[gate], post_fences=[done])])
+    with pytest.raises(DlaError) as e:
+        port.NvDlaWaitFence(done, 30)
+    assert e.value.code == NvError.Timeout
+    port.NvDlaSignalFence(gate)
+    port.NvDlaWaitFence(done, 5000)
+    port.wait_task(status, 1000)
+    assert mems["y"].array(np.float32, (8,)).tolist() == np.maximum(x, 0).tolist()
+
+
+def test_submit_rejects_foreign_memory_and_fences(port) -> None:
+    h, other = port.NvDlaOpen(0), port.NvDlaOpen(0)
+    addresses, _ = _task(port, h, np.zeros(8, np.float32))
+    with pytest.raises(DlaError, match="not one of this session's"):
+        port.NvDlaSubmit(other, [NvDlaTask(addresses)])
+    with pytest.raises(DlaError, match="not from NvDlaCreateSemaphore"):
+        port.NvDlaSubmit(h, [NvDlaTask(addresses, pre_fences=[NvDlaFence(object(), 1)])])
+
+
+def test_wait_fence_times_out_promptly(port) -> None:
+    h = port.NvDlaOpen(0)
+    fence = NvDlaFence(port.NvDlaCreateSemaphore(h), 3)
+    t0 = time.monotonic()
+    with pytest.raises(DlaError, match="not reached within 20 ms"):
+        port.NvDlaWaitFence(fence, 20)
+    assert time.monotonic() - t0 < 1.0
