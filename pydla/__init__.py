@@ -9,7 +9,19 @@ Usage::
         print(e.code.name, e)
 """
 
+from typing import Any
+
 from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
-__all__ = ["DlaError", "NvError", "__version__"]
+__all__ = ["DlaError", "NvError", "__version__", "createRuntime"]
+
+
+def createRuntime(*args: Any, **kwargs: Any) -> Any:
+    """A runtime (IRuntime) on the in-process port: see :func:`pydla.umd.runtime.createRuntime`.
+
+    Usage: ``rt = pydla.createRuntime(); rt.load("model.dla")``
+    """
+    from pydla.umd import runtime
+
+    return runtime.createRuntime(*args, **kwargs)

@@ -214,6 +214,14 @@ class InProcessPort(NvDlaPort):
         sem, value = self._fence(fence)
         sem.signal(value)
 
+    def NvDlaFailFence(self, fence: NvDlaFence, error: DlaError) -> None:
+        sem, _ = self._fence(fence)
+        sem.fail(error)
+
+    def NvDlaGetSemaphoreValue(self, semaphore: Any) -> int:
+        sem, _ = self._fence(NvDlaFence(semaphore, 0))
+        return sem.value
+
     def wait_task(self, status: NvDlaTaskStatus, timeout_ms: float) -> None:
         """Wait for one submitted task (raises its error)."""
         job = status.handle

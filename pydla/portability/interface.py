@@ -134,6 +134,14 @@ class NvDlaPort(abc.ABC):
         """Reach ``fence`` from the host (an application's ISync.signal)."""
 
     @abc.abstractmethod
+    def NvDlaFailFence(self, fence: NvDlaFence, error: DlaError) -> None:
+        """The host work that was to reach ``fence`` failed: its waiters get ``error``."""
+
+    @abc.abstractmethod
+    def NvDlaGetSemaphoreValue(self, semaphore: Any) -> int:
+        """The current value of a semaphore from NvDlaCreateSemaphore."""
+
+    @abc.abstractmethod
     def NvDlaGetMaxDevices(self) -> int:
         """Device instances the configuration has."""
 

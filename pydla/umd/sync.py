@@ -1,0 +1,48 @@
+"""ISync (seed 003): a sync point on a timeline semaphore: wait, signal, and its values.
+
+Usage::
+
+    syncs = rt.submitNonBlocking()
+    syncs[0].wait(1000)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydla.errors import DlaError, NvError
+from pydla.portability.interface import NvDlaFence, NvDlaPort
+
+
+class ISync:
+    """A semaphore and the value that means "signaled"."""
+
+    def __init__(self, port: NvDlaPort, semaphore: Any, wait_value: int) -> None:
+        self.port = port
+        self.semaphore = semaphore
+        self._wait_value = wait_value
+
+    @property
+    def fence(self) -> NvDlaFence:
+        return NvDlaFence(self.semaphore, self._wait_value)
+
+    def wait(self, timeout: float) -> None:
+        """Block until signaled; NvError Timeout after ``timeout`` ms; the task's error if it failed."""
+        if timeout is None or timeout < 0:
+            raise DlaError(NvError.BadParameter, f"ISync.wait: timeout {timeout!r} ms (every wait has one)")
+        self.port.NvDlaWaitFence(self.fence, timeout)
+
+    def signal(self) -> None:
+        """Signal from the application (releases submits waiting on this sync)."""
+        self.port.NvDlaSignalFence(self.fence)
+
+    def setWaitValue(self, val: int) -> None:
+        if not isinstance(val, int) or val < 0:
+            raise DlaError(NvError.BadParameter, f"ISync.setWaitValue: {val!r}")
+        self._wait_value = val
+
+    def getWaitValue(self) -> int:
+        return self._wait_value
+
+    def getValue(self) -> int:
+        return self.port.NvDlaGetSemaphoreValue(self.semaphore)
