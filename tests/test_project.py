@@ -124,3 +124,31 @@ def test_layout_matches_the_design() -> None:
         assert (ROOT / "pydla" / sub / "__init__.py").is_file(), sub
     for folder in ("tests", "bench", "tools", "examples"):
         assert (ROOT / folder).is_dir(), folder
+
+
+def test_demo_runs_and_checks_its_numbers(capsys) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    for fragment in ("stages:", "compile", "submit", "wait", "device operations: CONV 3, CPU 1",
+                     "max |pydla - onnxruntime|", ": OK", "next:"):
+        assert fragment in out, fragment
+
+
+def test_readme_main_command_is_the_demo() -> None:
+    main_job, _ = _readme_commands()
+    assert main_job.endswith("pydla demo") and "'.[onnx]'" in main_job
+
+
+def test_demo_as_a_new_user_runs_it(tmp_path: Path) -> None:
+    """The command a new user types, in a subprocess (CI also runs it from its fresh venv)."""
+    result = subprocess.run([sys.executable, "-m", "pydla", "demo"], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert ": OK" in result.stdout
+
+
+def test_committed_demo_model_is_what_the_script_writes() -> None:
+    from pydla.demo import build_demo_model
+
+    committed = (ROOT / "examples" / "demo_model.onnx").read_bytes()
+    assert committed == build_demo_model().SerializeToString(), "run: python examples/demo_model.py"
