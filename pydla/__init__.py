@@ -14,7 +14,7 @@ from typing import Any
 from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
-__all__ = ["DlaError", "NvError", "__version__", "createRuntime"]
+__all__ = ["DlaError", "NvError", "Session", "__version__", "createRuntime"]
 
 
 def createRuntime(*args: Any, **kwargs: Any) -> Any:
@@ -25,3 +25,12 @@ def createRuntime(*args: Any, **kwargs: Any) -> Any:
     from pydla.umd import runtime
 
     return runtime.createRuntime(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # Session is imported on first use, so that importing pydla stays light.
+    if name == "Session":
+        from pydla.session import Session
+
+        return Session
+    raise AttributeError(f"module 'pydla' has no attribute {name!r}")

@@ -26,12 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from pydla import demo
+    from pydla import demo, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.loadable import cli as loadable_cli
 
     demo.register(commands)
+    run.register(commands)
     compiler_cli.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)

@@ -1,0 +1,75 @@
+"""``pydla run``: run a loadable or an ONNX model on the virtual device from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pydla.errors import DlaError, NvError
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "run", help="run a model (.dla or .onnx) and report its outputs and latency",
+        description="Run a loadable, or an ONNX model (compiled on the fly and cached), on the "
+                    "virtual device. Inputs come from .npy files, or are random when omitted.")
+    p.add_argument("model", type=Path, metavar="MODEL.dla|MODEL.onnx")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeatable); random inputs otherwise")
+    p.add_argument("--output-dir", type=Path, metavar="DIR", help="write each output as NAME.npy here")
+    p.add_argument("--iterations", type=int, default=1, metavar="N",
+                   help="run N times and report median and p90 latency and throughput")
+    p.add_argument("--port", default="inprocess", help="portability layer (default: inprocess)")
+    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    p.add_argument("--device", type=int, default=0, help="device instance")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pydla.session import Session
+
+    if args.iterations < 1:
+        raise DlaError(NvError.BadParameter, f"--iterations {args.iterations}: at least 1")
+    feeds_given: dict[str, np.ndarray] = {}
+    for item in args.input:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise DlaError(NvError.BadParameter, f"--input {item!r}: write NAME=FILE.npy")
+        try:
+            feeds_given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
+    t0 = time.perf_counter()
+    with Session(args.model, port=args.port, config=args.config, device=args.device) as sess:
+        load_ms = (time.perf_counter() - t0) * 1e3
+        rng = np.random.default_rng(args.seed)
+        feeds = {}
+        for t in sess.inputs:
+            if t.name in feeds_given:
+                feeds[t.name] = feeds_given[t.name]
+            else:
+                feeds[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
+                print(f"input {t.name}: random {t.dtype} {t.shape}")
+        times = []
+        for _ in range(args.iterations):
+            t0 = time.perf_counter()
+            outputs = sess.run(feeds)
+            times.append(time.perf_counter() - t0)
+    print(f"loaded in {load_ms:.1f} ms")
+    for name, value in outputs.items():
+        print(f"output {name}: {value.dtype} {value.shape}  min {value.min():.6g}  max {value.max():.6g}  "
+              f"mean {value.mean():.6g}")
+        if args.output_dir is not None:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            np.save(args.output_dir / f"{name}.npy", value)
+    ms = sorted(t * 1e3 for t in times)
+    p90 = ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))]
+    print(f"latency over {len(ms)} run(s): median {statistics.median(ms):.2f} ms, p90 {p90:.2f} ms, "
+          f"throughput {1000 / statistics.median(ms):.1f} runs/s")
+    return 0

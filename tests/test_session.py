@@ -1,0 +1,120 @@
+"""pydla.Session and `pydla run`: ONNX (compiled and cached) and loadables, numbers against
+onnxruntime, threads, and errors that say what was expected."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import pydla
+from pydla import DlaError, NvError
+from pydla.cli import main
+from pydla.compiler.api import compile_model
+from pydla.demo import build_demo_model, reference
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return build_demo_model()
+
+
+def x(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+
+
+def test_session_on_an_onnx_file_is_compiled_once_and_cached(demo, tmp_path: Path, cache: Path,
+                                                              monkeypatch) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(demo, str(path))
+    with pydla.Session(path) as sess:
+        assert [(t.name, t.shape, t.dtype) for t in sess.inputs] == [("input", (1, 3, 32, 32), np.float32)]
+        assert sess.outputs[0].name == "probabilities"
+        out = sess.run({"input": x()})["probabilities"]
+        np.testing.assert_allclose(out, reference(demo, {"input": x()})[0], atol=1e-5)
+    assert len(list(cache.glob("*.dla"))) == 1
+
+    import pydla.compiler.api as api
+
+    monkeypatch.setattr(api, "compile_model", lambda *a, **k: pytest.fail("compiled again"))
+    with pydla.Session(path) as sess:  # from the cache
+        np.testing.assert_allclose(sess.run({"input": x(1)})["probabilities"],
+                                   reference(demo, {"input": x(1)})[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["modelproto", "loadable-bytes", "loadable-path", "onnx-bytes"])
+def test_session_takes_every_form_of_model(demo, kind: str, tmp_path: Path) -> None:
+    blob = compile_model(demo).blob
+    model = {"modelproto": demo, "loadable-bytes": blob, "onnx-bytes": demo.SerializeToString()}.get(kind)
+    if kind == "loadable-path":
+        model = tmp_path / "m.dla"
+        model.write_bytes(blob)
+    with pydla.Session(model) as sess:
+        out = sess.run({"input": x(2)})["probabilities"]
+    np.testing.assert_allclose(out, reference(demo, {"input": x(2)})[0], atol=1e-5)
+
+
+def test_session_is_safe_from_several_threads(demo) -> None:
+    with pydla.Session(demo) as sess:
+        errors = []
+
+        def work(seed: int) -> None:
+            try:
+                for i in range(5):
+                    inp = x(seed * 10 + i)
+                    got = sess.run({"input": inp})["probabilities"]
+                    np.testing.assert_allclose(got, reference(demo, {"input": inp})[0], atol=1e-5)
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+
+
+def test_session_errors_say_what_was_expected(demo, tmp_path: Path) -> None:
+    with pydla.Session(demo) as sess:
+        with pytest.raises(DlaError, match=r"expected \['input'\]; unknown \['image'\], missing \['input'\]"):
+            sess.run({"image": x()})
+        with pytest.raises(DlaError, match=r"expected float32 of shape \(1, 3, 32, 32\), got float32"):
+            sess.run({"input": x()[:, :, :16]})
+        with pytest.raises(DlaError, match="got float64") as e:
+            sess.run({"input": x().astype(np.float64)})
+        assert e.value.code == NvError.BadParameter
+    with pytest.raises(DlaError) as e:
+        pydla.Session(tmp_path / "missing.onnx")
+    assert e.value.code == NvError.FileNotFound
+    with pytest.raises(DlaError, match="not a loadable and not an ONNX model"):
+        pydla.Session(b"neither")
+    with pytest.raises(DlaError, match="give a path"):
+        pydla.Session(42)
+
+
+def test_run_command(demo, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(demo, str(path))
+    np.save(tmp_path / "in.npy", x(3))
+    out_dir = tmp_path / "out"
+    assert main(["run", str(path), "--input", f"input={tmp_path / 'in.npy'}", "--output-dir", str(out_dir),
+                 "--iterations", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "output probabilities: float32 (1, 10)" in text and "latency over 3 run(s): median" in text
+    np.testing.assert_allclose(np.load(out_dir / "probabilities.npy"), reference(demo, {"input": x(3)})[0],
+                               atol=1e-5)
+    assert main(["run", str(path)]) == 0
+    assert "input input: random float32 (1, 3, 32, 32)" in capsys.readouterr().out
+    assert main(["run", str(path), "--input", "bad"]) == 1
+    assert "write NAME=FILE.npy" in capsys.readouterr().err
+    assert main(["run", str(path), "--iterations", "0"]) == 1
