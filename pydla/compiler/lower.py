@@ -540,8 +540,8 @@ class Lowering:
 
     def emit(self, steps: int) -> Compiled:
         self._finish_task()
-        if not any(kind == "npu" for kind, _ in self.runs):
-            raise DlaError(NvError.NotSupported, "the model has no operation to run on the device")
+        if not self.runs:
+            raise DlaError(NvError.NotSupported, "the model has no operation to run")
         sizes: dict[str, int] = {}
         for i, name in enumerate(self.g.inputs):
             sizes[f"in{i}"] = int(np.prod(self.g.shapes[name])) * 4
