@@ -46,17 +46,17 @@ class TimelineSemaphore:
         """Raise the value to ``value`` (never lowers it)."""
         value = _check(value)
         with self._cond:
-            if value > self._value:
-                self._value = value
-            self._cond.notify_all()
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener()
+            self._value = max(self._value, value)
+        self._notify()
 
     def fail(self, error: DlaError) -> None:
         """The work that was to signal this semaphore failed: waiters get ``error``."""
         with self._cond:
             self.error = error
+        self._notify()
+
+    def _notify(self) -> None:
+        with self._cond:
             self._cond.notify_all()
             listeners = list(self._listeners)
         for listener in listeners:
