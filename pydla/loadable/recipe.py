@@ -366,7 +366,8 @@ def loads(text: str | bytes, source: str = "recipe") -> Any:
     try:
         return json.loads(text, parse_constant=reject)
     except json.JSONDecodeError as e:
-        hint = " (a trailing comma?)" if "double quotes" in e.msg or "Expecting value" in e.msg else ""
+        before = e.doc[:e.pos].rstrip()
+        hint = " (a trailing comma?)" if before.endswith(",") else ""
         raise DlaError(NvError.BadValue,
                        f"{source}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from e
 
