@@ -110,8 +110,8 @@ class Runner:
     def bind_output(self, name: str, mem: NvDlaMemHandle) -> None:
         self._bind(name, mem, ("output", "inout"))
 
-    def _mem(self, name: str) -> NvDlaMemHandle:
-        mem = self.bound.get(name) or self.owned.get(name)
+    def _mem(self, name: str, bound: dict[str, NvDlaMemHandle]) -> NvDlaMemHandle:
+        mem = bound.get(name) or self.owned.get(name)
         if mem is None:
             kind = self.lo.recipe.buffers[name].type
             raise DlaError(NvError.InvalidState, f"{kind} buffer '{name}' is not bound")
@@ -119,22 +119,26 @@ class Runner:
 
     # -- execution --------------------------------------------------------------------------------
 
-    def execute(self, timeout_ms: float | None = None) -> None:
-        """Run the recipe to its end (blocking)."""
+    def execute(self, timeout_ms: float | None = None,
+                bound: dict[str, NvDlaMemHandle] | None = None) -> None:
+        """Run the recipe to its end (blocking), with the current bindings (or ``bound``)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        bindings = dict(self.bound) if bound is None else bound
         with self._lock:
             for step in self.steps:
                 if isinstance(step, _Cpu):
-                    self._cpu(step)
+                    self._cpu(step, bindings)
                     continue
                 sem = self.port.NvDlaCreateSemaphore(self.handle)
                 fence = NvDlaFence(sem, 1)
-                self.port.NvDlaSubmit(self.handle, [self._task(step, [], [fence])])
+                self.port.NvDlaSubmit(self.handle, [self._task(step, [], [fence], bindings)])
                 self.port.NvDlaWaitFence(fence, timeout)
 
     def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence) -> None:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
-        NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them."""
+        NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them. The
+        bindings are those at the time of the call (later binds do not change a started run)."""
+        bindings = dict(self.bound)
         if all(isinstance(s, _Npu) for s in self.steps):
             with self._lock:
                 fences = pre
@@ -142,7 +146,7 @@ class Runner:
                     assert isinstance(step, _Npu)
                     last = i == len(self.steps) - 1
                     out = post if last else NvDlaFence(self.port.NvDlaCreateSemaphore(self.handle), 1)
-                    self.port.NvDlaSubmit(self.handle, [self._task(step, fences, [out])])
+                    self.port.NvDlaSubmit(self.handle, [self._task(step, fences, [out], bindings)])
                     fences = [out]
             return
 
@@ -150,7 +154,7 @@ class Runner:
             try:
                 for fence in pre:
                     self.port.NvDlaWaitFence(fence, self.timeout_ms)
-                self.execute()
+                self.execute(bound=bindings)
                 self.port.NvDlaSignalFence(post)
             except DlaError as e:
                 self.port.NvDlaFailFence(post, e)
@@ -159,17 +163,18 @@ class Runner:
 
         threading.Thread(target=work, daemon=True, name="pydla-runner").start()
 
-    def _task(self, step: _Npu, pre: list[NvDlaFence], post: list[NvDlaFence]) -> NvDlaTask:
+    def _task(self, step: _Npu, pre: list[NvDlaFence], post: list[NvDlaFence],
+              bound: dict[str, NvDlaMemHandle]) -> NvDlaTask:
         addresses = [(mem, 0) for mem in step.descriptors]
-        addresses += [(self._mem(a.name), a.offset) for a in step.run.arguments]
+        addresses += [(self._mem(a.name, bound), a.offset) for a in step.run.arguments]
         return NvDlaTask(addresses, pre_fences=list(pre), post_fences=list(post), timeout_ms=self.timeout_ms)
 
-    def _cpu(self, step: _Cpu) -> None:
+    def _cpu(self, step: _Cpu, bound: dict[str, NvDlaMemHandle]) -> None:
         args: list[Any] = [None] * step.function.num_args
         for a in step.run.arguments:
             if not 0 <= a.argidx < len(args):
                 raise DlaError(NvError.BadValue, f"cpu run '{step.run.name}': argidx {a.argidx}")
-            view = self._mem(a.name).bytes_view()
+            view = self._mem(a.name, bound).bytes_view()
             size = a.size if a.size is not None else view.size - a.offset
             if a.offset + size > view.size:
                 raise DlaError(NvError.InvalidSize, f"cpu run '{step.run.name}': argument '{a.name}' "
