@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw import compute
+from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 from pydla.hw.memory import Iommu
 
 Array = npt.NDArray[Any]
@@ -31,9 +32,6 @@ DTYPES: dict[int, np.dtype[Any]] = {
     int(R.dla_precision_e.FP16): np.dtype(np.float16),
 }
 MAX_DIM = 1 << 16
-MAX_BYTES = 1 << 30  # one operation's data, so that no operation runs (or allocates) without bound
-MAX_KERNEL = 1024
-MAX_STRIDE = 64
 
 
 class HwError(Exception):
@@ -107,8 +105,8 @@ def _bad(condition: bool, detail: str) -> None:
 
 def run_bdma(r: Any, mem: ContextMemory) -> None:
     shape = (r.d_surf_repeat, r.d_line_repeat, r.d_line_size)
-    _bad(not all(0 < n <= 1 << 30 for n in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES,
-         f"BDMA: surfaces, lines, bytes = {shape} (at most {MAX_BYTES} bytes per operation)")
+    _bad(not all(0 < n <= 1 << 30 for n in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES_PER_OP,
+         f"BDMA: surfaces, lines, bytes = {shape} (at most {MAX_BYTES_PER_OP} bytes per operation)")
     u8 = np.dtype(np.uint8)
     src = mem.strided(addr(r.d_src_addr_lo, r.d_src_addr_hi), shape,
                       (r.d_src_surf_stride, r.d_src_line_stride, 1), u8)
@@ -151,7 +149,7 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
     pads = (r.d_pad_top, r.d_pad_left, r.d_pad_bottom, r.d_pad_right)
     _bad(max(pads) > MAX_DIM, f"CONV: pads {pads}")
     out_hw = (r.d_out_height, r.d_out_width)
-    _bad(max(out_hw) > MAX_DIM or k * out_hw[0] * out_hw[1] * 4 > MAX_BYTES,
+    _bad(max(out_hw) > MAX_DIM or k * out_hw[0] * out_hw[1] * 4 > MAX_BYTES_PER_OP,
          f"CONV: output {k}x{out_hw[0]}x{out_hw[1]} is too large for one operation")
     if r.d_mode == R.conv_mode_e.DIRECT:
         _bad(cg * groups != c_in or k % groups,

@@ -32,6 +32,11 @@ _FIELDS: dict[str, type] = {
     "iova_size": int,
 }
 PAGE = 4096
+# What one operation may do, on every configuration: the device refuses more (BAD_CONFIG) and the
+# KMD refuses it before any register is written, so that no job outlives its timeout or allocation.
+MAX_BYTES_PER_OP = 1 << 30
+MAX_KERNEL = 1024
+MAX_STRIDE = 64
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ MODES = ("deterministic", "step", "threaded")
 WINDOW = 0x1000
 S_AREA = 0x40
 OP_ENABLE = R.BDMA_D_OP_ENABLE - R.BDMA_S_STATUS  # the same in every block window
-_S = {name: R.BDMA_S_STATUS + off - R.BDMA_S_STATUS for name, off in (
-    ("status", 0), ("pointer", 4), ("error", 8), ("error_group", 12), ("ops_done", 16))}
+# Offsets of the S registers inside a block window (the same in every block).
+_S = {name: R.REGISTERS[f"BDMA_S_{name.upper()}"] - R.BDMA_S_STATUS
+      for name in ("status", "pointer", "error", "error_group", "ops_done")}
 IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED),
                           int(R.group_state_e.RUNNING))
 MMU_FAULT_BIT = 31

@@ -25,7 +25,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig
+from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE, DeviceConfig
 from pydla.kmd.port import KmdPortability, TaskDesc
 
 NUM_BLOCKS = len(dla_block_e)
@@ -377,9 +377,6 @@ def _precision(p: int, config: DeviceConfig, what: str) -> int:
     return ELEMENT[p]
 
 
-MAX_BYTES_PER_OP = 1 << 30  # a bound on one operation's work, so that no job outlives its timeout
-MAX_KERNEL = 1024
-MAX_STRIDE = 64
 
 
 def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: str) -> None:

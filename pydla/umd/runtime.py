@@ -43,7 +43,6 @@ class IRuntime:
         self.runner: Runner | None = None
         self._inputs: list[TensorDesc] = []
         self._outputs: list[TensorDesc] = []
-        self._memory: list[NvDlaMemHandle] = []
         self._lock = threading.Lock()
         self._closed = False
         self.libraries = CpuLibraries()
@@ -135,14 +134,11 @@ class IRuntime:
     def allocateSystemMemory(self, size: int) -> NvDlaMemHandle:
         self._check_open()
         mem, _ = self.port.NvDlaGetMem(self.handle, size)
-        self._memory.append(mem)
-        return mem
+        return mem  # freed by freeSystemMemory, or with the session on close()
 
     def freeSystemMemory(self, mem: NvDlaMemHandle) -> None:
         self._check_open()
         self.port.NvDlaFreeMem(self.handle, mem)
-        if mem in self._memory:
-            self._memory.remove(mem)
 
     def bindInputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
         desc = self.getInputTensorDesc(index)
