@@ -1,8 +1,10 @@
 """CPU libraries (seed 000): loaded at run time, entered through ``library_init``, asked for
 functions by name through ``lookup``.
 
-This version loads Python modules (a file exposing ``library_init(args)`` that sets
-``args.lookup_fn``; ``lookup_fn(name, lookup_args)`` fills in ``num_args`` and ``callable``).
+Two forms are loaded: shared libraries (``.so``, ``.dylib``, ``.dll``) through ctypes with the C ABI
+of ``pydla/cpu_library_api.h`` (see :mod:`pydla.umd.cpu_native`), and Python modules (``.py``: a
+file exposing ``library_init(args)`` that sets ``args.lookup_fn``; ``lookup_fn(name, lookup_args)``
+fills in ``num_args`` and ``callable``).
 A library path is relative: it is looked up in each directory of ``PYDLA_LIBRARY_PATH`` (``:``
 separated), then in pydla's install directory. Absolute paths and ``..`` are refused unless the
 caller allows them.
@@ -26,7 +28,9 @@ from typing import Any
 
 import pydla
 from pydla.errors import DlaError, NvError
+from pydla.umd.cpu_native import NativeLibrary
 
+NATIVE_SUFFIXES = (".so", ".dylib", ".dll")
 ENV = "PYDLA_LIBRARY_PATH"
 
 
@@ -69,9 +73,14 @@ class CpuLibraries:
             lib = self._libraries.get(path)
             if lib is not None:
                 return lib
+            if path.suffix in NATIVE_SUFFIXES or ".so." in path.name:
+                native = NativeLibrary(path, library_path)
+                self._libraries[path] = native
+                return native
             if path.suffix != ".py":
                 raise DlaError(NvError.NotSupported,
-                               f"CPU library '{library_path}': only Python modules (.py) are loaded so far")
+                               f"CPU library '{library_path}': a shared library "
+                               f"({', '.join(NATIVE_SUFFIXES)}) or a Python module (.py) is expected")
             spec = importlib.util.spec_from_file_location(f"pydla_cpulib_{len(self._libraries)}", path)
             if spec is None or spec.loader is None:
                 raise DlaError(NvError.FileReadFailed, f"CPU library '{library_path}' cannot be loaded")
@@ -94,6 +103,9 @@ class CpuLibraries:
 
     def lookup(self, library_path: str, name: str) -> CpuFunction:
         lib = self.load(library_path)
+        if isinstance(lib, NativeLibrary):
+            num_args, call = lib.lookup(name)
+            return CpuFunction(library_path, name, num_args, call)
         found = types.SimpleNamespace(num_args=None, callable=None)
         try:
             lib.lookup_fn(name, found)

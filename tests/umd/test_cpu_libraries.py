@@ -68,6 +68,6 @@ def test_missing_library_and_missing_entry_point(tmp_path: Path, monkeypatch) ->
     (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
     with pytest.raises(DlaError, match="failed to load: RuntimeError: boom"):
         CpuLibraries().load("broken.py")
-    (tmp_path / "lib.so").write_bytes(b"\x7fELF")
-    with pytest.raises(DlaError, match="only Python modules"):
-        CpuLibraries().load("lib.so")
+    (tmp_path / "lib.txt").write_text("x")
+    with pytest.raises(DlaError, match=r"a shared library \(.so, .dylib, .dll\) or a Python module"):
+        CpuLibraries().load("lib.txt")
