@@ -237,11 +237,19 @@ class Kmd:
                     raise DlaError(NvError.BadParameter,
                                    f"task {job_id}: address {i}: handle {entry.handle} is not a "
                                    f"buffer of context {ctx}")
+                for value, name in ((entry.offset, "offset"), (entry.size, "size")):
+                    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                        raise DlaError(NvError.BadParameter,
+                                       f"task {job_id}: address {i}: {name} {value!r} is not an integer")
                 if not 0 <= entry.offset < buf.bo.size:
                     raise DlaError(NvError.BadParameter,
                                    f"task {job_id}: address {i}: offset {entry.offset} is outside "
                                    f"buffer {entry.handle} ({buf.bo.size} bytes)")
-                resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset))
+                if entry.size is not None and not 0 < entry.size <= buf.bo.size - entry.offset:
+                    raise DlaError(NvError.InvalidSize,
+                                   f"task {job_id}: address {i}: size {entry.size} at offset {entry.offset} "
+                                   f"is outside buffer {entry.handle} ({buf.bo.size} bytes)")
+                resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset, entry.size))
             task = TaskDesc(job_id, ctx, resolved)
             self._submitting.append(task)  # its buffers are in use while they are being checked
         try:

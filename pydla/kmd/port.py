@@ -25,10 +25,12 @@ from pydla.hw.memory import BufferObject
 
 @dataclass(frozen=True)
 class AddressEntry:
-    """One entry of a task's address list: a buffer of the submitting context, and an offset."""
+    """One entry of a task's address list: a buffer of the submitting context, an offset, and the
+    bytes from there the task may use (None: to the end of the buffer; a sub-buffer otherwise)."""
 
     handle: int
     offset: int = 0
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,12 @@ class ResolvedEntry:
     bo: BufferObject
     iova: int
     offset: int
+    length: int | None = None
 
     @property
     def size(self) -> int:
-        """Bytes from the entry's offset to the end of its buffer."""
-        return self.bo.size - self.offset
+        """Bytes the task may use from the entry's offset (to the end of its buffer by default)."""
+        return self.bo.size - self.offset if self.length is None else self.length
 
 
 @dataclass

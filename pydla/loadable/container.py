@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import json
 import mmap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from pydla.elf.controlcode import ControlCode
 from pydla.elf.reader import ElfReader
 from pydla.elf.writer import ElfWriter
 from pydla.errors import DlaError, NvError
-from pydla.loadable.recipe import Recipe, loads, parse_recipe
+from pydla.loadable.recipe import EXTERNAL_TYPES, Recipe, loads, parse_recipe
 
 FORMAT_VERSION = (1, 0, 0)
 NOTE_SECTION, NOTE_OWNER = ".note.pydla", "pydla"
@@ -325,23 +326,49 @@ class Loadable:
 
     def blocks_needed(self) -> set[str]:
         """The functional blocks the control code uses (to check against a device configuration)."""
-        from pydla.deviceapi.generated.device_api import dla_block_e
-
-        needed = set()
-        for code in self._ctrl.values():
-            for op_type in code.op_types():
-                known = op_type in dla_block_e._value2member_map_
-                needed.add(dla_block_e(op_type).name if known else f"unknown block {op_type}")
-        return needed
+        return blocks_needed(self._ctrl.values())
 
     def check_device(self, config: Any) -> None:
         """NvError NotSupported naming the block when the configuration lacks one this network uses."""
-        missing = sorted(b for b in self.blocks_needed() if not config.has_block(b))
-        if missing:
-            raise DlaError(NvError.NotSupported,
-                           f"{self.source}: needs the {', '.join(missing)} block(s), which device config "
-                           f"'{config.name}' does not have")
+        check_blocks(self._ctrl.values(), config, self.source)
+
+    # -- what the runner asks of a recipe source (see also pydla.loadable.recipe_file) ----------------
+
+    def created_size(self, name: str) -> int | None:
+        """Bytes of a buffer the runner creates (internal, weights), or None for a bound one."""
+        buf = self.recipe.buffers[name]
+        return None if buf.type in EXTERNAL_TYPES else buf.size
+
+    def initial_contents(self, name: str) -> bytes | memoryview | None:
+        buf = self.recipe.buffers[name]
+        return self.weights(name) if buf.type == "weight" else None
+
+    def external_size(self, name: str) -> int | None:
+        """Bytes the memory bound to input/output buffer ``name`` must have at least."""
+        entry = self.memory.get(name)
+        return entry.size if entry is not None else None
 
     def section_sizes(self) -> dict[str, int]:
         return {name: int(self.elf.section_info(name)["sh_size"]) for name in self.elf.section_names}
 
+
+
+def blocks_needed(controls: Iterable[ControlCode]) -> set[str]:
+    """The functional blocks (dla_block_e names) the operations of ``controls`` use."""
+    from pydla.deviceapi.generated.device_api import dla_block_e
+
+    needed = set()
+    for code in controls:
+        for op_type in code.op_types():
+            known = op_type in dla_block_e._value2member_map_
+            needed.add(dla_block_e(op_type).name if known else f"unknown block {op_type}")
+    return needed
+
+
+def check_blocks(controls: Iterable[ControlCode], config: Any, source: str) -> None:
+    """NvError NotSupported naming the blocks ``controls`` use that device ``config`` lacks."""
+    missing = sorted(b for b in blocks_needed(controls) if not config.has_block(b))
+    if missing:
+        raise DlaError(NvError.NotSupported,
+                       f"{source}: needs the {', '.join(missing)} block(s), which device config "
+                       f"'{config.name}' does not have")

@@ -173,9 +173,14 @@ class InProcessPort(NvDlaPort):
         session = self._session(h)
         statuses = []
         for i, task in enumerate(tasks):
-            addresses = [AddressEntry(self._mem(session, mem, f"NvDlaSubmit task {i} address {j}").handle,
-                                      offset)
-                         for j, (mem, offset) in enumerate(task.address_list)]
+            addresses = []
+            for j, entry in enumerate(task.address_list):
+                what = f"NvDlaSubmit task {i} address {j}"
+                if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+                    raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
+                                                         f"not {entry!r}")
+                size = entry[2] if len(entry) == 3 else None
+                addresses.append(AddressEntry(self._mem(session, entry[0], what).handle, entry[1], size))
             job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
                                      timeout_ms=task.timeout_ms,
                                      pre_fences=[self._fence(f) for f in task.pre_fences],

@@ -77,10 +77,11 @@ class NvDlaFence:
 
 @dataclass
 class NvDlaTask:
-    """One task to submit: its address list (memory handles and offsets; entry 0 is the network
-    descriptor) and the fences it waits for and signals."""
+    """One task to submit: its address list (entry 0 is the network descriptor) and the fences it
+    waits for and signals. An entry is ``(mem, offset)`` (from ``offset`` to the end of ``mem``) or
+    ``(mem, offset, size)`` (a sub-buffer: the task may use only those bytes)."""
 
-    address_list: list[tuple[NvDlaMemHandle, int]]
+    address_list: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
     pre_fences: list[NvDlaFence] = field(default_factory=list)
     post_fences: list[NvDlaFence] = field(default_factory=list)
     priority: int = 0

@@ -1,32 +1,60 @@
-"""The runner (seed 000): executes a loadable's run recipe through a portability layer.
+"""The runner (seed 000): executes a run recipe through a portability layer.
 
-Runs are grouped into runlists of contiguous NPU or CPU runs, executed in order. Buffers with a size
-in the recipe (internal, weights) are created by the runner when it is built (weights uploaded from
-the loadable once); external buffers (inputs, outputs) are bound by name. Each NPU run's control code
-is patched once for the address list the runner builds (descriptor sections first, then the run's
-arguments in order); CPU runs call functions of CPU libraries with their arguments in argidx order.
+The recipe comes from a loadable or from a standalone recipe JSON file that names external files
+(:mod:`pydla.loadable.recipe_file`). Runs are grouped into runlists of contiguous NPU or CPU runs,
+executed in order. Buffers the runner creates (internal, weights: those with a size) are made when it
+is built, weights uploaded once; external buffers (inputs, outputs) are bound by name. Each NPU run's
+control code is patched once for the address list the runner builds (descriptor sections first, then
+the run's arguments in order, each the bound memory at the argument's offset); CPU runs call functions
+of CPU libraries with their arguments in argidx order. Every argument's offset and size is checked
+against the memory it lands in before anything is submitted.
 
-Usage::
+Usage (the seed's API)::
 
-    runner = Runner(port, handle, loadable)
-    runner.bind_input("in0", mem); runner.bind_output("out0", mem2)
-    runner.execute(timeout_ms=10_000)
+    rt = pydla.createRuntime()
+    runner = Runner(rt, "recipe.json")            # or a loadable path, or a Loadable
+    runner.bind_input("ifm", rt.allocateSystemMemory(4096))
+    runner.bind_output("ofm", out_mem)
+    runner.execute()                              # starts
+    runner.wait()                                 # its error, or Timeout, raises here
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
-from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS
+from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS, ControlCode
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
-from pydla.loadable.recipe import Run
+from pydla.loadable.recipe import Argument, Recipe, Run
+from pydla.loadable.recipe_file import RecipeFile
 from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaTask
 from pydla.umd.cpu import CpuFunction, CpuLibraries
+
+
+class RecipeSource(Protocol):
+    """What the runner needs of a recipe's container (a Loadable, or a RecipeFile)."""
+
+    source: str
+    recipe: Recipe
+
+    def control_code(self, kernel: str) -> ControlCode: ...
+    def created_size(self, name: str) -> int | None: ...
+    def initial_contents(self, name: str) -> bytes | memoryview | None: ...
+    def external_size(self, name: str) -> int | None: ...
+    def check_device(self, config: Any) -> None: ...
+
+
+class Device(Protocol):
+    """Where a runner runs: an opened device of a port (an IRuntime is one)."""
+
+    port: NvDlaPort
+    handle: Any
 
 
 @dataclass
@@ -41,20 +69,37 @@ class _Cpu:
     function: CpuFunction
 
 
+def open_recipe(recipe: RecipeSource | str | Path | bytes | bytearray | memoryview, *,
+                allow_unsafe_paths: bool = False) -> RecipeSource:
+    """A recipe source: a ``.json`` path is a standalone recipe, anything else a loadable."""
+    if isinstance(recipe, (str, Path)):
+        if Path(recipe).suffix.lower() == ".json":
+            return RecipeFile(recipe, allow_unsafe_paths=allow_unsafe_paths)
+        return Loadable.open(recipe)
+    if isinstance(recipe, (bytes, bytearray, memoryview)):
+        return Loadable.open(recipe)
+    return recipe
+
+
 class Runner:
     """See the module docstring. Safe to execute from several threads (runs are serialised)."""
 
-    def __init__(self, port: NvDlaPort, handle: Any, loadable: Loadable,
-                 libraries: CpuLibraries | None = None, timeout_ms: int = 10_000) -> None:
-        self.port = port
-        self.handle = handle
-        self.lo = loadable
+    def __init__(self, device: Device, recipe: RecipeSource | str | Path | bytes | bytearray | memoryview,
+                 *, libraries: CpuLibraries | None = None, timeout_ms: int = 10_000,
+                 allow_unsafe_paths: bool = False) -> None:
+        self.port = device.port
+        self.handle = device.handle
+        self.lo = open_recipe(recipe, allow_unsafe_paths=allow_unsafe_paths)
+        config = getattr(self.port, "config", None)
+        if config is not None and hasattr(config, "has_block"):
+            self.lo.check_device(config)
         self.timeout_ms = timeout_ms
-        self.libraries = libraries or CpuLibraries()
+        self.libraries = libraries or CpuLibraries(allow_unsafe_paths=allow_unsafe_paths)
         self._lock = threading.Lock()
         self.owned: dict[str, NvDlaMemHandle] = {}
         self.bound: dict[str, NvDlaMemHandle] = {}
         self.steps: list[_Npu | _Cpu] = []
+        self._pending: NvDlaFence | None = None
         try:
             self._create()
         except BaseException:
@@ -62,14 +107,17 @@ class Runner:
             raise
 
     def _create(self) -> None:
-        for name, buf in self.lo.recipe.buffers.items():
-            if buf.size is None:
+        for name in self.lo.recipe.buffers:
+            size = self.lo.created_size(name)
+            if size is None:
                 continue
-            mem, data = self.port.NvDlaGetMem(self.handle, buf.size)
+            mem, data = self.port.NvDlaGetMem(self.handle, size)
             self.owned[name] = mem
-            if buf.type == "weight":
-                data[:] = np.frombuffer(self.lo.weights(name), dtype=np.uint8)
+            initial = self.lo.initial_contents(name)
+            if initial is not None:
+                data[:len(initial)] = np.frombuffer(initial, dtype=np.uint8)
         for run in self.lo.recipe.runs:
+            self._check_static(run)
             if run.where == "cpu":
                 cpu = self.lo.recipe.cpus[run.name]
                 function = self.libraries.lookup(cpu.library_path, run.name)
@@ -80,6 +128,11 @@ class Runner:
                                    f"{function.num_args}")
                 self.steps.append(_Cpu(run, function))
                 continue
+            if run.constants:
+                where = ", ".join(str(c.argidx) for c in run.constants)
+                raise DlaError(NvError.NotSupported,
+                               f"npu run '{run.name}': constants at argidx {where}: DLA control code takes "
+                               "buffer arguments only (scalars belong to its descriptors)")
             code = self.lo.control_code(run.name)
             parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
             mems = []
@@ -90,6 +143,13 @@ class Runner:
                 mems.append(mem)
             self.steps.append(_Npu(run, mems))
 
+    def _check_static(self, run: Run) -> None:
+        """Arguments of created buffers are checked once, here; bound ones at each execute."""
+        for a in run.arguments:
+            size = self.lo.created_size(a.name)
+            if size is not None:
+                _check_range(run, a, size)
+
     # -- binding ----------------------------------------------------------------------------------
 
     def _bind(self, name: str, mem: NvDlaMemHandle, kinds: tuple[str, ...]) -> None:
@@ -98,16 +158,22 @@ class Runner:
             names = [n for n, b in self.lo.recipe.buffers.items() if b.type in kinds]
             raise DlaError(NvError.BadParameter, f"no {'/'.join(kinds)} buffer '{name}' (there are: "
                                                  f"{', '.join(names)})")
-        need = self.lo.memory[name].size
-        if mem.size < need:
+        need = self.lo.external_size(name)
+        if need is not None and mem.size < need:
             raise DlaError(NvError.InvalidSize, f"buffer '{name}' needs {need} bytes, the memory bound to it "
                                                 f"has {mem.size}")
+        for run in self.lo.recipe.runs:
+            for a in run.arguments:
+                if a.name == name:
+                    _check_range(run, a, mem.size)
         self.bound[name] = mem
 
     def bind_input(self, name: str, mem: NvDlaMemHandle) -> None:
+        """Bind memory to input buffer ``name`` (its size is checked against every use)."""
         self._bind(name, mem, ("input", "inout"))
 
     def bind_output(self, name: str, mem: NvDlaMemHandle) -> None:
+        """Bind memory to output buffer ``name`` (its size is checked against every use)."""
         self._bind(name, mem, ("output", "inout"))
 
     def _mem(self, name: str, bound: dict[str, NvDlaMemHandle]) -> NvDlaMemHandle:
@@ -117,13 +183,36 @@ class Runner:
             raise DlaError(NvError.InvalidState, f"{kind} buffer '{name}' is not bound")
         return mem
 
-    # -- execution --------------------------------------------------------------------------------
+    def _bindings(self) -> dict[str, NvDlaMemHandle]:
+        """A snapshot of the bindings, complete (every external buffer a run uses is bound)."""
+        bindings = dict(self.bound)
+        for run in self.lo.recipe.runs:
+            for a in run.arguments:
+                self._mem(a.name, bindings)
+        return bindings
 
-    def execute(self, timeout_ms: float | None = None,
-                bound: dict[str, NvDlaMemHandle] | None = None) -> None:
-        """Run the recipe to its end (blocking), with the current bindings (or ``bound``)."""
+    # -- execution (the seed's execute / wait) ------------------------------------------------------
+
+    def execute(self) -> None:
+        """Start the recipe with the current bindings; :meth:`wait` for it. One execution at a time."""
+        if self._pending is not None:
+            raise DlaError(NvError.InvalidState, "the runner is executing: wait() before executing again")
+        fence = NvDlaFence(self.port.NvDlaCreateSemaphore(self.handle), 1)
+        self.execute_async([], fence)
+        self._pending = fence
+
+    def wait(self, timeout_ms: float | None = None) -> None:
+        """Wait for the execution :meth:`execute` started; its error, or Timeout, raises."""
+        fence = self._pending
+        if fence is None:
+            raise DlaError(NvError.InvalidState, "nothing to wait for: execute() first")
+        self.port.NvDlaWaitFence(fence, self.timeout_ms if timeout_ms is None else timeout_ms)
+        self._pending = None
+
+    def run(self, timeout_ms: float | None = None, bound: dict[str, NvDlaMemHandle] | None = None) -> None:
+        """Run the recipe to its end in the calling thread, with the current bindings (or ``bound``)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        bindings = dict(self.bound) if bound is None else bound
+        bindings = self._bindings() if bound is None else bound
         with self._lock:
             for step in self.steps:
                 if isinstance(step, _Cpu):
@@ -138,7 +227,7 @@ class Runner:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
         NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them. The
         bindings are those at the time of the call (later binds do not change a started run)."""
-        bindings = dict(self.bound)
+        bindings = self._bindings()
         if all(isinstance(s, _Npu) for s in self.steps):
             with self._lock:
                 fences = pre
@@ -154,7 +243,7 @@ class Runner:
             try:
                 for fence in pre:
                     self.port.NvDlaWaitFence(fence, self.timeout_ms)
-                self.execute(bound=bindings)
+                self.run(bound=bindings)
                 self.port.NvDlaSignalFence(post)
             except DlaError as e:
                 self.port.NvDlaFailFence(post, e)
@@ -165,8 +254,12 @@ class Runner:
 
     def _task(self, step: _Npu, pre: list[NvDlaFence], post: list[NvDlaFence],
               bound: dict[str, NvDlaMemHandle]) -> NvDlaTask:
+        addresses: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
         addresses = [(mem, 0) for mem in step.descriptors]
-        addresses += [(self._mem(a.name, bound), a.offset) for a in step.run.arguments]
+        for a in step.run.arguments:
+            mem = self._mem(a.name, bound)
+            start, end = _check_range(step.run, a, mem.size)
+            addresses.append((mem, start) if a.size is None else (mem, start, end - start))
         return NvDlaTask(addresses, pre_fences=list(pre), post_fences=list(post), timeout_ms=self.timeout_ms)
 
     def _cpu(self, step: _Cpu, bound: dict[str, NvDlaMemHandle]) -> None:
@@ -175,11 +268,8 @@ class Runner:
             if not 0 <= a.argidx < len(args):
                 raise DlaError(NvError.BadValue, f"cpu run '{step.run.name}': argidx {a.argidx}")
             view = self._mem(a.name, bound).bytes_view()
-            size = a.size if a.size is not None else view.size - a.offset
-            if a.offset + size > view.size:
-                raise DlaError(NvError.InvalidSize, f"cpu run '{step.run.name}': argument '{a.name}' "
-                                                    f"[{a.offset}, +{size}) is outside its {view.size} bytes")
-            args[a.argidx] = view[a.offset:a.offset + size]
+            start, end = _check_range(step.run, a, view.size)
+            args[a.argidx] = view[start:end]
         for c in step.run.constants:
             if not 0 <= c.argidx < len(args):
                 raise DlaError(NvError.BadValue, f"cpu run '{step.run.name}': argidx {c.argidx}")
@@ -195,3 +285,14 @@ class Runner:
                 for mem in step.descriptors:
                     self.port.NvDlaFreeMem(self.handle, mem)
         self.steps.clear()
+
+
+def _check_range(run: Run, a: Argument, available: int) -> tuple[int, int]:
+    """The byte range [start, end) of argument ``a`` in a buffer of ``available`` bytes."""
+    size = a.size if a.size is not None else available - a.offset
+    if a.offset > available or size < 0 or a.offset + size > available:
+        shown = "the rest" if a.size is None else f"{size} bytes"
+        raise DlaError(NvError.InvalidSize,
+                       f"{run.where} run '{run.name}': argument '{a.name}' (argidx {a.argidx}) at offset "
+                       f"{a.offset}, {shown}, is outside its buffer of {available} bytes")
+    return a.offset, a.offset + size

@@ -68,10 +68,7 @@ class IRuntime:
         """Load a loadable (bytes, a memoryview, or a path): checked, weights uploaded once."""
         self._check_open()
         loadable = Loadable.open(buf)
-        config = getattr(self.port, "config", None)
-        if isinstance(config, DeviceConfig):
-            loadable.check_device(config)
-        runner = Runner(self.port, self.handle, loadable, self.libraries, self.timeout_ms)
+        runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
             if self.runner is not None:
                 self.runner.close()
@@ -152,7 +149,7 @@ class IRuntime:
 
     def submit(self) -> None:
         """Run the network to completion (blocking); its error, or Timeout, raises."""
-        self._loaded().execute(self.timeout_ms)
+        self._loaded().run(self.timeout_ms)
 
     def submitNonBlocking(self, input_syncs: list[ISync] | None = None) -> list[ISync]:
         """Start the network once ``input_syncs`` are signaled; return the output syncs."""

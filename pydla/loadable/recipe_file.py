@@ -1,0 +1,102 @@
+"""A run recipe on its own (seed 000's recipe.json): the JSON names external files, relative to its
+own directory, instead of carrying them as a loadable does:
+
+- a kernel's ``ctrlcode`` is a control-code ELF file (:mod:`pydla.elf.controlcode`);
+- a buffer's ``file`` gives its initial contents (weights, or an internal buffer's start value); a
+  weight buffer without a ``size`` takes the file's size, and a file larger than ``size`` is refused.
+
+File paths are relative and may not contain ``..`` unless the caller allows it, so a recipe cannot
+reach outside its directory. Every file is read once, when the recipe is opened.
+
+Usage::
+
+    source = RecipeFile("build/recipe.json")
+    runner = Runner(rt, source)          # or simply Runner(rt, "build/recipe.json")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydla.elf.controlcode import ControlCode
+from pydla.errors import DlaError, NvError
+from pydla.loadable.recipe import EXTERNAL_TYPES, Recipe, load_recipe
+
+MAX_FILE_BYTES = 1 << 32
+
+
+class RecipeFile:
+    """A checked standalone recipe and the files it names; offers what the runner needs of a loadable."""
+
+    def __init__(self, path: str | Path, *, allow_unsafe_paths: bool = False) -> None:
+        self.path = Path(path)
+        self.source = str(self.path)
+        self.allow_unsafe_paths = allow_unsafe_paths
+        self.recipe: Recipe = load_recipe(self.path, allow_unsafe_paths=allow_unsafe_paths)
+        self._controls = {name: ControlCode(self._read(k.ctrlcode, f"kernel '{name}' ctrlcode"),
+                                            f"{self.source}: kernel '{name}' ({k.ctrlcode})")
+                          for name, k in self.recipe.kernels.items()}
+        self._files: dict[str, bytes] = {}
+        for name, buf in self.recipe.buffers.items():
+            if buf.type == "weight" and buf.size is None and buf.file is None:
+                raise DlaError(NvError.BadParameter, f"{self.source}: weight buffer '{name}' needs a size or "
+                                                     "a file")
+            if buf.file is None:
+                continue
+            if buf.type in EXTERNAL_TYPES:
+                raise DlaError(NvError.BadParameter, f"{self.source}: buffer '{name}' is {buf.type} (bound "
+                                                     "by the application): it cannot have a file")
+            data = self._read(buf.file, f"buffer '{name}' file")
+            if buf.size is not None and len(data) > buf.size:
+                raise DlaError(NvError.InvalidSize,
+                               f"{self.source}: buffer '{name}': file '{buf.file}' holds {len(data)} bytes, "
+                               f"more than its size {buf.size}")
+            self._files[name] = data
+
+    def _read(self, relative: str, what: str) -> bytes:
+        p = PurePosixPath(relative.replace("\\", "/"))
+        if not self.allow_unsafe_paths and (p.is_absolute() or ".." in p.parts):
+            raise DlaError(NvError.BadParameter, f"{self.source}: {what} '{relative}': absolute paths and "
+                                                 "'..' are not allowed (paths are relative to the recipe)")
+        full = Path(relative) if p.is_absolute() else self.path.parent / Path(*p.parts)
+        try:
+            size = full.stat().st_size
+            if size > MAX_FILE_BYTES:
+                raise DlaError(NvError.InvalidSize, f"{self.source}: {what} '{relative}' has {size} bytes "
+                                                    f"(at most {MAX_FILE_BYTES})")
+            return full.read_bytes()
+        except FileNotFoundError:
+            raise DlaError(NvError.FileNotFound, f"{self.source}: {what} '{relative}' not found "
+                                                 f"(looked for {full})") from None
+        except OSError as e:
+            raise DlaError(NvError.FileReadFailed, f"{self.source}: {what} '{relative}': {e.strerror}") from e
+
+    # -- what the runner asks of a recipe source ----------------------------------------------------
+
+    def control_code(self, kernel: str) -> ControlCode:
+        if kernel not in self._controls:
+            raise DlaError(NvError.BadParameter, f"{self.source}: no kernel '{kernel}'")
+        return self._controls[kernel]
+
+    def created_size(self, name: str) -> int | None:
+        """Bytes of a buffer the runner creates, or None for one the application binds."""
+        buf = self.recipe.buffers[name]
+        if buf.type in EXTERNAL_TYPES:
+            return None
+        if buf.size is not None:
+            return buf.size
+        return len(self._files[name]) if name in self._files else None
+
+    def initial_contents(self, name: str) -> bytes | memoryview | None:
+        return self._files.get(name)
+
+    def external_size(self, name: str) -> int | None:
+        """Bytes a bound buffer must have at least (unknown for a standalone recipe: the arguments'
+        sizes and offsets are checked against the bound memory instead)."""
+        return None
+
+    def check_device(self, config: Any) -> None:
+        from pydla.loadable.container import check_blocks
+
+        check_blocks(self._controls.values(), config, self.source)
