@@ -23,6 +23,7 @@ from pydla.hw.config import DeviceConfig
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort
 from pydla.umd.cpu import CpuLibraries
+from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
@@ -43,7 +44,9 @@ class IRuntime:
         self.runner: Runner | None = None
         self._inputs: list[TensorDesc] = []
         self._outputs: list[TensorDesc] = []
+        self._staging: dict[tuple[str, int], Staging] = {}  # tensors in the application's own layout
         self._lock = threading.Lock()
+        self._staging_lock = threading.Lock()  # a run through staging buffers is one at a time
         self._closed = False
         self.libraries = CpuLibraries()
 
@@ -70,6 +73,7 @@ class IRuntime:
         loadable = Loadable.open(buf)
         runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
+            self._drop_staging()
             if self.runner is not None:
                 self.runner.close()
             self.loadable, self.runner = loadable, runner
@@ -78,10 +82,17 @@ class IRuntime:
 
     def unload(self) -> None:
         with self._lock:
+            self._drop_staging()
             if self.runner is not None:
                 self.runner.close()
             self.loadable = self.runner = None
             self._inputs, self._outputs = [], []
+
+    def _drop_staging(self, key: tuple[str, int] | None = None) -> None:
+        for k in [key] if key is not None else list(self._staging):
+            staging = self._staging.pop(k, None) if k is not None else None
+            if staging is not None and not self._closed:
+                self.port.NvDlaFreeMem(self.handle, staging.dense)
 
     def _loaded(self) -> Runner:
         self._check_open()
@@ -106,24 +117,38 @@ class IRuntime:
         return tensors[index]
 
     def getInputTensorDesc(self, index: int) -> TensorDesc:
-        return self._desc(self._inputs, index, "input")
+        """The input's descriptor: the network's, or the layout the application set."""
+        staging = self._staging.get(("input", index))
+        return staging.desc if staging else self._desc(self._inputs, index, "input")
 
     def getOutputTensorDesc(self, index: int) -> TensorDesc:
-        return self._desc(self._outputs, index, "output")
+        """The output's descriptor: the network's, or the layout the application set."""
+        staging = self._staging.get(("output", index))
+        return staging.desc if staging else self._desc(self._outputs, index, "output")
 
     def _set(self, tensors: list[TensorDesc], index: int, desc: TensorDesc, what: str) -> None:
-        current = self._desc(tensors, index, what)
-        if desc != current:
-            changed = [f for f in ("name", "dims", "data_type", "layout", "strides", "size", "offset")
-                       if getattr(desc, f) != getattr(current, f)]
-            raise DlaError(NvError.NotSupported,
-                           f"set{what.capitalize()}TensorDesc({index}): {', '.join(changed)} cannot change: "
-                           "the network was compiled for this dense layout; recompile for another")
+        network = self._desc(tensors, index, what)
+        if not isinstance(desc, TensorDesc):
+            raise DlaError(NvError.BadParameter, f"set{what.capitalize()}TensorDesc({index}): a TensorDesc "
+                                                 f"is expected, not {type(desc).__name__}")
+        check_layout(network, desc, f"set{what.capitalize()}TensorDesc({index})")
+        runner = self._loaded()
+        with self._lock:
+            self._drop_staging((what, index))
+            runner.bound.pop(network.buffer, None)  # bind again after a layout change
+            if desc == network:
+                return
+            dense, _ = self.port.NvDlaGetMem(self.handle, network.size)
+            self._staging[(what, index)] = Staging(desc, network, dense)
+            (runner.bind_input if what == "input" else runner.bind_output)(network.buffer, dense)
 
     def setInputTensorDesc(self, index: int, desc: TensorDesc) -> None:
+        """Use another arrangement of the same tensor (strides, layout, offset, size; never dims or
+        data type); the runtime converts it around each run. Bind the tensor again afterwards."""
         self._set(self._inputs, index, desc, "input")
 
     def setOutputTensorDesc(self, index: int, desc: TensorDesc) -> None:
+        """As :meth:`setInputTensorDesc`, for an output."""
         self._set(self._outputs, index, desc, "output")
 
     # -- memory and binding ------------------------------------------------------------------------
@@ -137,19 +162,50 @@ class IRuntime:
         self._check_open()
         self.port.NvDlaFreeMem(self.handle, mem)
 
+    def _bind_staged(self, staging: Staging, mem: NvDlaMemHandle, what: str) -> None:
+        d = staging.desc
+        if mem.size < d.offset + d.size:
+            raise DlaError(NvError.InvalidSize, f"{what} '{d.name}': its layout needs {d.offset + d.size} "
+                                                f"bytes (offset {d.offset} + size {d.size}), the memory "
+                                                f"has {mem.size}")
+        staging.user = mem
+
     def bindInputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
         desc = self.getInputTensorDesc(index)
-        self._loaded().bind_input(desc.buffer, mem)
+        staging = self._staging.get(("input", index))
+        if staging is not None:
+            self._bind_staged(staging, mem, "input")
+        else:
+            self._loaded().bind_input(desc.buffer, mem)
 
     def bindOutputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
         desc = self.getOutputTensorDesc(index)
-        self._loaded().bind_output(desc.buffer, mem)
+        staging = self._staging.get(("output", index))
+        if staging is not None:
+            self._bind_staged(staging, mem, "output")
+        else:
+            self._loaded().bind_output(desc.buffer, mem)
 
     # -- running -----------------------------------------------------------------------------------
 
     def submit(self) -> None:
         """Run the network to completion (blocking); its error, or Timeout, raises."""
-        self._loaded().run(self.timeout_ms)
+        runner = self._loaded()
+        staged = list(self._staging.values())
+        if not staged:
+            runner.run(self.timeout_ms)
+            return
+        with self._staging_lock:
+            self._run_staged(runner, staged)
+
+    def _run_staged(self, runner: Runner, staged: list[Staging]) -> None:
+        for s in staged:
+            if s.network.direction.name == "INPUT":
+                s.to_network()
+        runner.run(self.timeout_ms)
+        for s in staged:
+            if s.network.direction.name == "OUTPUT":
+                s.from_network()
 
     def submitNonBlocking(self, input_syncs: list[ISync] | None = None) -> list[ISync]:
         """Start the network once ``input_syncs`` are signaled; return the output syncs."""
@@ -157,7 +213,25 @@ class IRuntime:
         semaphore = self.port.NvDlaCreateSemaphore(self.handle)
         out = ISync(self.port, semaphore, 1)
         pre = [s.fence for s in (input_syncs or [])]
-        runner.execute_async(pre, NvDlaFence(semaphore, 1))
+        post = NvDlaFence(semaphore, 1)
+        staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
+        if not staged:
+            runner.execute_async(pre, post)
+            return [out]
+
+        def work() -> None:  # conversions need the host between the fences and the run
+            try:
+                for fence in pre:
+                    self.port.NvDlaWaitFence(fence, self.timeout_ms)
+                with self._staging_lock:
+                    self._run_staged(runner, staged)
+                self.port.NvDlaSignalFence(post)
+            except DlaError as e:
+                self.port.NvDlaFailFence(post, e)
+            except Exception as e:  # reach the waiter, never vanish
+                self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
+
+        threading.Thread(target=work, daemon=True, name="pydla-staged-submit").start()
         return [out]
 
     def createSync(self) -> ISync:
