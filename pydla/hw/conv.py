@@ -1,0 +1,324 @@
+"""The CONV block's numerical kernels: convolution and transposed convolution (ONNX Conv and
+ConvTranspose without bias) on planar (C, H, W) feature maps; see :mod:`pydla.hw.compute` for the
+conventions (layout, precision, ``out``).
+
+Usage::
+
+    y = conv2d(x, w, stride=(2, 2), pads=(1, 1, 1, 1))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from pydla.hw.arrays import (
+    F32,
+    ITEM,
+    F32Array,
+    FloatArray,
+    bad,
+    check_out,
+    check_pads,
+    f32_target,
+    feature,
+    finish,
+    flat_hw,
+    matrix,
+    padded,
+    pair,
+    result_dtype,
+    stack,
+)
+
+# Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
+# at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores
+# busy (smaller chunks measured slower; past ~4 MiB it makes no difference).
+_IM2COL_BYTES = 8 << 20
+# Wide im2col (see _wide_im2col_conv) pays off once output lines are long: copying fewer, longer runs
+# saves more than the cropped extra matmul columns and the crop copy cost.
+_WIDE_MIN_WIDTH = 32
+_WIDE_MAX_EXTRA = 0.125  # at most this fraction of extra (cropped) matmul columns
+# Depthwise convolution works on blocks of channels of about this size, so that its passes (one per
+# kernel tap) over a block hit the cache: it is bound by memory, not arithmetic.
+_DEPTHWISE_BLOCK_BYTES = 256 << 10
+
+
+# -- CONV -----------------------------------------------------------------------------------------------
+
+
+def conv_output_size(in_size: int, kernel: int, stride: int, pad_before: int, pad_after: int,
+                     dilation: int) -> int:
+    """Output length along one axis of a convolution or pooling window, floor semantics (ONNX Conv)."""
+    if in_size < 1 or kernel < 1 or stride < 1 or dilation < 1:
+        raise bad(f"conv_output_size: in_size {in_size}, kernel {kernel}, stride {stride} and "
+                   f"dilation {dilation} must all be >= 1")
+    if pad_before < 0 or pad_after < 0:
+        raise bad(f"conv_output_size: pads ({pad_before}, {pad_after}) must be >= 0")
+    span = dilation * (kernel - 1) + 1
+    padded = in_size + pad_before + pad_after
+    if span > padded:
+        raise bad(f"conv_output_size: kernel span {span} exceeds the padded input size {padded}")
+    return (padded - span) // stride + 1
+
+
+def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
+           pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
+           groups: int = 1, out: FloatArray | None = None) -> FloatArray:
+    """ONNX Conv without bias: x (C, H, W), w (K, C // groups, kh, kw) -> (K, Ho, Wo).
+
+    ``pads`` is (top, left, bottom, right). Paths:
+
+    - 1x1, stride 1, unpadded: one matmul on x as it lies in memory;
+    - depthwise (one input channel per group): kh*kw multiply-adds of shifted views;
+    - wide maps: "wide" im2col, each row of the column matrix one contiguous run of a stride phase
+      of the zero-padded input (Ho whole lines), the extra columns cropped after the matmul;
+    - otherwise: im2col as a strided view of the (padded) input copied once.
+
+    The column matrix is built in chunks of output lines (bounded memory) and each chunk is one
+    matmul, batched over groups, written straight into ``out`` when ``out`` is float32 with packed
+    lines.
+    """
+    c, h, wd = feature(x, "x")
+    if not isinstance(w, np.ndarray) or w.ndim != 4:
+        raise bad(f"w: expected a (K, C/groups, kh, kw) array, got {getattr(w, 'shape', type(w))}")
+    k, cg, kh, kw = (int(v) for v in w.shape)
+    if groups < 1 or c % groups or k % groups:
+        raise bad(f"groups: {groups} does not divide input channels {c} and output channels {k}")
+    if cg != c // groups:
+        raise bad(f"w: {cg} input channels per group, expected {c // groups} ({c} / {groups} groups)")
+    sh, sw = pair(stride, "stride", 1)
+    dh, dw = pair(dilation, "dilation", 1)
+    pt, pl, pb, pr = check_pads(pads)
+    ho = conv_output_size(h, kh, sh, pt, pb, dh)
+    wo = conv_output_size(wd, kw, sw, pl, pr, dw)
+    check_out(out, (k, ho, wo))
+    dtype = result_dtype(x, out)
+    w32 = w.astype(np.float32, copy=False)
+    res = f32_target(out, (k, ho, wo), x)
+    if cg == 1 and groups == c:
+        _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res)
+    else:
+        _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res)
+    return finish(res, out, dtype)
+
+
+def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int],
+               pads: tuple[int, int, int, int], dilation: tuple[int, int], res: F32Array) -> None:
+    """Convolution as matmul into ``res``, the float32 (K, Ho, Wo) result (any strides)."""
+    c, h, wd = x.shape
+    k, cg, kh, kw = w32.shape
+    ho, wo = res.shape[1:]
+    sh, sw = stride
+    pt, pl = pads[0], pads[1]
+    dw = dilation[1]
+    depth = cg * kh * kw
+    wg = w32.reshape(groups, k // groups, depth)
+    if kh * kw > 1 and wo >= _WIDE_MIN_WIDTH and (kw - 1) * dw // sw <= wo * _WIDE_MAX_EXTRA:
+        _wide_im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), res)
+        return
+
+    # BLAS writes the (K, Ho*Wo) product straight into res when res has packed lines; else into a
+    # temporary that is copied into res once at the end.
+    flat = flat_hw(res)
+    tmp = None
+    if flat is None:
+        tmp = np.empty((k, ho, wo), dtype=np.float32)
+        flat = matrix(tmp, k, ho * wo, tmp.strides[0])
+    target = stack(flat, groups)
+    if kh == kw == 1 and sh == sw == 1 and not any(pads):
+        # 1x1: x itself is the (C, H*W) matrix, unless its lines are padded or it is float16.
+        xm = flat_hw(x) if x.dtype == F32 else None
+        if xm is None:
+            xm = np.ascontiguousarray(x, dtype=np.float32).reshape(c, h * wd)
+        np.matmul(wg, stack(xm, groups), out=target)
+    else:
+        _im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), target, (ho, wo))
+    if tmp is not None:
+        np.copyto(res, tmp)
+
+
+def _chunk_lines(depth: int, line: int, lines: int) -> int:
+    """Output lines per im2col chunk: as many as fit the budget (bigger matmuls thread better)."""
+    return max(1, min(lines, _IM2COL_BYTES // (depth * line * ITEM)))
+
+
+def _im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tuple[int, int],
+                 dilation: tuple[int, int], kernel: tuple[int, int], target: F32Array,
+                 out_hw: tuple[int, int]) -> None:
+    """im2col as a strided view of the (padded) input, copied chunk by chunk; matmul into target."""
+    c = x.shape[0]
+    groups, _, depth = wg.shape
+    kh, kw = kernel
+    sh, sw = stride
+    pt, pl = pads
+    dh, dw = dilation
+    ho, wo = out_hw
+    hn = (ho - 1) * sh + (kh - 1) * dh + 1
+    wn = (wo - 1) * sw + (kw - 1) * dw + 1
+    # Pad only when a window reaches outside x; the padded copy holds just the extent windows reach.
+    src: FloatArray = padded(x, pt, pl, hn, wn, 0.0) if pt or pl or hn > x.shape[1] or wn > x.shape[2] else x
+    s0, s1, s2 = src.strides
+    windows = as_strided(src, (c, kh, kw, ho, wo), (s0, dh * s1, dw * s2, sh * s1, sw * s2),
+                         writeable=False)
+    rows = _chunk_lines(depth * groups, wo, ho)
+    buf = np.empty(c * kh * kw * rows * wo, dtype=np.float32)
+    for r0 in range(0, ho, rows):
+        r = min(rows, ho - r0)
+        cols = buf[:c * kh * kw * r * wo].reshape(c, kh, kw, r, wo)
+        np.copyto(cols, windows[:, :, :, r0:r0 + r], casting="same_kind")  # float16 converts here
+        np.matmul(wg, cols.reshape(groups, depth, r * wo), out=target[:, :, r0 * wo:(r0 + r) * wo])
+
+
+def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int],
+                  kernel: tuple[int, int], dilation: tuple[int, int], hq: int, wq: int) -> F32Array:
+    """The zero-padded input split into stride phases, each plane flattened: (sh*sw, C, hq*wq).
+
+    Plane a*sw + b holds padded pixel (y*sh + a, x*sw + b) at (y, x), so a strided window becomes a
+    stride-1 window of one plane. With stride 1 this is just the padded input. Only the planes some
+    kernel tap reads are filled.
+    """
+    sh, sw = stride
+    if sh == sw == 1:
+        return padded(x, top, left, hq, wq, 0.0).reshape(1, x.shape[0], hq * wq)
+    c, h, wd = x.shape
+    planes = np.empty((sh, sw, c, hq, wq), dtype=np.float32)
+    row_phases = sorted({i * dilation[0] % sh for i in range(kernel[0])})
+    col_phases = sorted({j * dilation[1] % sw for j in range(kernel[1])})
+    for a in row_phases:
+        # Plane lines y whose padded line y*sh + a is a line of x: y0 <= y < y1.
+        y0 = min(hq, max(0, -((a - top) // sh)))
+        y1 = max(y0, min(hq, -((a - top - h) // sh)))
+        for b in col_phases:
+            x0 = min(wq, max(0, -((b - left) // sw)))
+            x1 = max(x0, min(wq, -((b - left - wd) // sw)))
+            p = planes[a, b]
+            p[:, :y0] = 0.0
+            p[:, y1:] = 0.0
+            p[:, y0:y1, :x0] = 0.0
+            p[:, y0:y1, x1:] = 0.0
+            p[:, y0:y1, x0:x1] = x[:, y0 * sh + a - top:(y1 - 1) * sh + a - top + 1:sh,
+                                   x0 * sw + b - left:(x1 - 1) * sw + b - left + 1:sw]
+    return planes.reshape(sh * sw, c, hq * wq)
+
+
+def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tuple[int, int],
+                      dilation: tuple[int, int], kernel: tuple[int, int], res: F32Array) -> None:
+    """im2col over whole lines of the padded input's stride phases.
+
+    In a phase plane flattened per channel, the window of kernel tap (i, j) for output lines
+    r0..r0+r is one contiguous run of r * Wq elements (Wq = Wo + (kw-1)*dw // sw, the plane's width),
+    so each row of the column matrix is a single memcpy rather than r strided runs of Wo. The matmul
+    then yields Wq columns per line, of which the first Wo are the output and the rest are cropped.
+    """
+    c = x.shape[0]
+    groups, kg, depth = wg.shape
+    kh, kw = kernel
+    sh, sw = stride
+    dh, dw = dilation
+    k, ho, wo = res.shape
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    # One spare line: the run for the last tap of the last line reaches past line hq - 1.
+    planes = _phase_planes(x, pads[0], pads[1], stride, kernel, dilation, hq + 1, wq)
+    rows = _chunk_lines(depth * groups + k, wq, ho)
+    cols_buf = np.empty(c * kh * kw * rows * wq, dtype=np.float32)
+    prod_buf = np.empty(k * rows * wq, dtype=np.float32)
+    for r0 in range(0, ho, rows):
+        r = min(rows, ho - r0)
+        n = r * wq
+        cols = cols_buf[:c * kh * kw * n].reshape(c, kh, kw, n)
+        for i in range(kh):
+            qi, a = divmod(i * dh, sh)
+            for j in range(kw):
+                qj, b = divmod(j * dw, sw)
+                start = (r0 + qi) * wq + qj
+                np.copyto(cols[:, i, j], planes[a * sw + b, :, start:start + n])
+        prod = prod_buf[:k * n].reshape(groups, kg, n)
+        np.matmul(wg, cols.reshape(groups, depth, n), out=prod)
+        np.copyto(res[:, r0:r0 + r], prod.reshape(k, r, wq)[:, :, :wo])
+
+
+def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tuple[int, int],
+               dilation: tuple[int, int], res: F32Array) -> None:
+    """One input channel per group: res[k] = sum over taps (i, j) of w[k, 0, i, j] * shifted x[k // m].
+
+    kh*kw multiply-adds of whole lines (as in _wide_im2col_conv: each tap's window is one contiguous
+    run of a stride phase of the padded input, extra columns cropped at the end) beat an im2col with
+    a 1-deep matmul per channel by far. Channels go in blocks small enough to stay in cache across
+    the taps: these passes are bound by memory bandwidth, not arithmetic.
+    """
+    c = x.shape[0]
+    k, _, kh, kw = w32.shape
+    m = k // c  # channel multiplier: outputs c*m .. c*m + m - 1 read input channel c
+    sh, sw = stride
+    dh, dw = dilation
+    ho, wo = res.shape[1:]
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    n = ho * wq
+    taps = w32.reshape(c, m, kh * kw)
+    block = max(1, min(c, _DEPTHWISE_BLOCK_BYTES // (m * n * ITEM)))
+    acc_buf = np.empty((block, m, n), dtype=np.float32)
+    tmp_buf = np.empty((block, m, n), dtype=np.float32)
+    for c0 in range(0, c, block):
+        cb = min(block, c - c0)
+        planes = _phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
+        acc, tmp = acc_buf[:cb], tmp_buf[:cb]
+        for i in range(kh):
+            qi, a = divmod(i * dh, sh)
+            for j in range(kw):
+                qj, b = divmod(j * dw, sw)
+                start = qi * wq + qj
+                window = planes[a * sw + b, :, None, start:start + n]
+                tap = taps[c0:c0 + cb, :, i * kw + j, None]
+                if i == 0 and j == 0:
+                    np.multiply(window, tap, out=acc)
+                else:
+                    np.multiply(window, tap, out=tmp)
+                    acc += tmp
+        np.copyto(res[c0 * m:(c0 + cb) * m], acc.reshape(cb * m, ho, wq)[:, :, :wo])
+
+
+def deconv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
+             pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
+             groups: int = 1, output_padding: tuple[int, int] = (0, 0),
+             out: FloatArray | None = None) -> FloatArray:
+    """ONNX ConvTranspose without bias: x (C, H, W), w (C, K // groups, kh, kw) -> (K, Ho, Wo).
+
+    Ho = stride * (H - 1) + output_padding + dilation * (kh - 1) + 1 - top - bottom. One matmul (batched
+    over groups) gives every input pixel's kh*kw contributions; col2im adds them, one strided slice
+    per kernel tap, into the full output, which is then cropped by the pads.
+    """
+    c, h, wd = feature(x, "x")
+    if not isinstance(w, np.ndarray) or w.ndim != 4:
+        raise bad(f"w: expected a (C, K/groups, kh, kw) array, got {getattr(w, 'shape', type(w))}")
+    wc, kg, kh, kw = (int(v) for v in w.shape)
+    if groups < 1 or c % groups:
+        raise bad(f"groups: {groups} does not divide input channels {c}")
+    if wc != c:
+        raise bad(f"w: {wc} input channels, x has {c}")
+    sh, sw = pair(stride, "stride", 1)
+    dh, dw = pair(dilation, "dilation", 1)
+    oph, opw = pair(output_padding, "output_padding", 0)
+    pt, pl, pb, pr = check_pads(pads)
+    k = kg * groups
+    hf = sh * (h - 1) + dh * (kh - 1) + 1 + oph
+    wf = sw * (wd - 1) + dw * (kw - 1) + 1 + opw
+    ho, wo = hf - pt - pb, wf - pl - pr
+    if ho < 1 or wo < 1:
+        raise bad(f"deconv2d: pads {tuple(pads)} crop the {hf}x{wf} output to nothing")
+    check_out(out, (k, ho, wo))
+    dtype = result_dtype(x, out)
+
+    cg = c // groups
+    xm = flat_hw(x) if x.dtype == F32 else None
+    if xm is None:
+        xm = np.ascontiguousarray(x, dtype=np.float32).reshape(c, h * wd)
+    # (G, Kg*kh*kw, Cg): each group's weights transposed; matmul passes the transpose to BLAS as a flag.
+    wt = w.astype(np.float32, copy=False).reshape(groups, cg, kg * kh * kw).transpose(0, 2, 1)
+    cols = np.matmul(wt, stack(xm, groups)).reshape(k, kh, kw, h, wd)
+    full = np.zeros((k, hf, wf), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            y, x0 = i * dh, j * dw
+            full[:, y:y + sh * (h - 1) + 1:sh, x0:x0 + sw * (wd - 1) + 1:sw] += cols[:, i, j]
+    return finish(full[:, pt:pt + ho, pl:pl + wo], out, dtype)
