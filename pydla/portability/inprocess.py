@@ -39,12 +39,19 @@ from pydla.portability.interface import (
     NvDlaTaskStatus,
 )
 
+_U8 = np.dtype(np.uint8)
+
 
 class InProcessMem(NvDlaMemHandle):
     def __init__(self, session: Session, handle: int) -> None:
         self.session = session
         self.handle = handle
         self._size = session.kmd.bo_size(session.ctx, handle)
+        # The host mapping, looked up once: a view keeps the mapping alive, so after a free this
+        # array is still memory-safe; `usable` (False once freed or closed) is what refuses its use.
+        self._array = session.kmd.bo_array(session.ctx, handle)
+        self._bytes = self._array.data  # for the fast paths of NvDlaMemRead / NvDlaMemWrite
+        self.usable = True
 
     @property
     def size(self) -> int:
@@ -55,10 +62,10 @@ class InProcessMem(NvDlaMemHandle):
         return self.session.kmd.bo_iova(self.session.ctx, self.handle)
 
     def bytes_view(self) -> npt.NDArray[np.uint8]:
-        if self.session.closed or self.handle not in self.session.mems:
+        if not self.usable:
             raise DlaError(NvError.InvalidState,
                            f"memory handle {self.handle} was freed or its session closed")
-        return self.session.kmd.bo_array(self.session.ctx, self.handle)
+        return self._array
 
 
 class Session:
@@ -138,6 +145,8 @@ class InProcessPort(NvDlaPort):
     def NvDlaClose(self, h: Any) -> None:
         session = self._session(h)
         session.closed = True
+        for m in session.mems.values():
+            m.usable = False
         session.kmd.close_context(session.ctx)
         session.mems.clear()
         with self._lock:
@@ -162,8 +171,40 @@ class InProcessPort(NvDlaPort):
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
         session = self._session(h)
         m = self._mem(session, mem, "NvDlaFreeMem")
+        m.usable = False
         session.kmd.bo_destroy(session.ctx, m.handle)
         del session.mems[m.handle]
+
+    # Reads and writes are the hot path of small transfers: the checks are done on plain types
+    # first and anything unusual goes to the interface's general versions, which report problems.
+
+    def NvDlaMemRead(self, mem: NvDlaMemHandle, offset: int, size: int) -> bytes:
+        """As the interface's; the bytes are copied once, straight from the mapping."""
+        if (type(mem) is InProcessMem and mem.usable
+                and type(offset) is int and type(size) is int and 0 <= offset
+                and 0 <= size <= mem._size - offset):
+            return mem._bytes[offset:offset + size].tobytes()
+        return super().NvDlaMemRead(mem, offset, size)
+
+    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
+        """As the interface's; byte sources are copied once, by memoryview assignment."""
+        if type(mem) is InProcessMem and mem.usable and type(offset) is int and offset >= 0:
+            kind = type(src)
+            try:
+                if kind is np.ndarray:
+                    if src.dtype is _U8:  # the assignment itself refuses other shapes
+                        mem._bytes[offset:offset + src.size] = src
+                        return
+                    if src.flags.c_contiguous and not src.dtype.hasobject:
+                        data = memoryview(src).cast("B")
+                        mem._bytes[offset:offset + len(data)] = data
+                        return
+                elif kind is bytes or kind is bytearray:
+                    mem._bytes[offset:offset + len(src)] = src
+                    return
+            except (ValueError, TypeError):
+                pass  # the general version says what is wrong (a size, a shape)
+        super().NvDlaMemWrite(mem, offset, src)
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
         self._session(h)

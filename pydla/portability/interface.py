@@ -169,10 +169,15 @@ class NvDlaPort(abc.ABC):
 
     def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
         """Write ``src`` (bytes-like or a numpy array) at ``offset`` of ``mem``."""
-        if isinstance(src, np.ndarray):
-            data = np.ascontiguousarray(src).view(np.uint8).ravel()
-        else:
-            data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
+        try:
+            if isinstance(src, np.ndarray):
+                if src.dtype.hasobject:
+                    raise TypeError(f"a {src.dtype} array holds Python objects, not bytes")
+                data = np.ascontiguousarray(src).view(np.uint8).ravel()
+            else:
+                data = np.ascontiguousarray(np.asarray(memoryview(src))).reshape(-1).view(np.uint8)
+        except (TypeError, ValueError) as e:
+            raise DlaError(NvError.BadParameter, f"NvDlaMemWrite: src is not bytes-like: {e}") from None
         _check_range(mem, offset, data.size, "NvDlaMemWrite")
         mem.bytes_view()[offset:offset + data.size] = data
 

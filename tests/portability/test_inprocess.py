@@ -112,3 +112,33 @@ def test_wait_fence_times_out_promptly(port) -> None:
     with pytest.raises(DlaError, match="not reached within 20 ms"):
         port.NvDlaWaitFence(fence, 20)
     assert time.monotonic() - t0 < 1.0
+
+
+def test_mem_read_write_sources_and_errors() -> None:
+    """Every kind of source NvDlaMemWrite takes lands byte for byte; what is not bytes is refused."""
+    port = InProcessPort()
+    h = port.NvDlaOpen(0)
+    mem, _ = port.NvDlaGetMem(h, 64)
+    a = np.arange(8, dtype=np.float32)
+    for src, expect in [(b"abcd", b"abcd"), (bytearray(b"wxyz"), b"wxyz"), (a, a.tobytes()),
+                        (a[::2], a[::2].tobytes()), (memoryview(bytearray(b"0123456789"))[::2], b"02468"),
+                        (a.reshape(2, 4).T, a.reshape(2, 4).T.tobytes()),
+                        (np.arange(20, dtype=np.uint8)[::3], bytes(range(0, 20, 3))),
+                        (np.arange(12, dtype=np.uint8).reshape(3, 4), bytes(range(12))),
+                        (np.arange(12, dtype=np.uint8).reshape(3, 4).T, np.arange(12, dtype=np.uint8)
+                         .reshape(3, 4).T.tobytes())]:
+        port.NvDlaMemWrite(mem, 8, src)
+        assert port.NvDlaMemRead(mem, 8, len(expect)) == expect
+    for bad in (object(), np.array([object()]), "text"):
+        with pytest.raises(DlaError, match="src is not bytes-like") as e:
+            port.NvDlaMemWrite(mem, 0, bad)
+        assert e.value.code == NvError.BadParameter
+    for call in (lambda: port.NvDlaMemWrite(mem, 62, b"abcd"), lambda: port.NvDlaMemRead(mem, 62, 4),
+                 lambda: port.NvDlaMemRead(mem, -1, 4)):
+        with pytest.raises(DlaError, match="outside the 64-byte buffer") as e:
+            call()
+        assert e.value.code == NvError.InvalidSize
+    port.NvDlaFreeMem(h, mem)
+    with pytest.raises(DlaError, match="was freed") as e:
+        port.NvDlaMemRead(mem, 0, 4)
+    assert e.value.code == NvError.InvalidState
