@@ -30,9 +30,11 @@ from pydla.kmd.taskbuilder import Cube, TaskBuilder
 class Net:
     """The weights, and both builders fed layer by layer."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, tap_major: bool = True) -> None:
         self.rng = np.random.default_rng(seed)
+        self.tap_major = tap_major
         self.weights: dict[str, np.ndarray] = {}
+        self.stored: dict[str, np.ndarray] = {}
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self.tb = TaskBuilder()
@@ -49,11 +51,15 @@ class Net:
         w = w.astype(np.float32)
         b = (self.rng.standard_normal(k) * 0.1).astype(np.float32)
         self.weights[f"w{i}"], self.weights[f"b{i}"] = w, b
+        self.stored[f"b{i}"] = b
         ho = (x.shape[1] + 2 * pad - kernel) // stride + 1
         wo = (x.shape[2] + 2 * pad - kernel) // stride + 1
         out = self.tb.cube(f"t{i}", (k, ho, wo))
+        fmt = "rskc" if self.tap_major and kernel > 1 and c >= 16 else "kcrs"
+        # The device's memory holds tap-major weights when the convolution is told so.
+        self.stored[f"w{i}"] = np.ascontiguousarray(w.transpose(2, 3, 0, 1)) if fmt == "rskc" else w
         op = self.tb.conv(x, self.tb.weights(f"w{i}", w.shape), weight_shape=w.shape,
-                          stride=(stride, stride), pads=(pad, pad, pad, pad))
+                          stride=(stride, stride), pads=(pad, pad, pad, pad), weight_format=fmt)
         self.tb.sdp(op, out, bias=self.tb.weights(f"b{i}", (k,)), act="relu" if relu else "none",
                     ew=residual[0] if residual else None, ew_op="add")
         self.inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
@@ -107,10 +113,12 @@ def build(net: Net) -> tuple[Any, dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--kcrs", action="store_true",
+                        help="keep every convolution's weights in ONNX order (no tap-major shift-GEMM)")
     args = parser.parse_args()
     import onnxruntime as ort
 
-    net = Net()
+    net = Net(tap_major=not args.kcrs)
     model, outs = build(net)
     threads = os.cpu_count() or 1
     so = ort.SessionOptions()
@@ -126,7 +134,7 @@ def main() -> None:
     built = net.tb.build()
     loaded = built.load(kmd, ctx)
     build_ms = (time.perf_counter() - t0) * 1e3
-    for name, value in {"input": x, **net.weights}.items():
+    for name, value in {"input": x, **net.stored}.items():
         kmd.bo_array(ctx, loaded.handles[name])[:value.nbytes] = value.view(np.uint8).ravel()
     out_name = outs["output"].buffer
 

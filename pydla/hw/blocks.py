@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.hw import compute
+from pydla.hw import compute, conv
 from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 from pydla.hw.memory import Iommu
 
@@ -133,9 +133,48 @@ def flying_destination(conv: Any, sdp: Any, mem: ContextMemory) -> Array | None:
         return None  # SDP reports the problem itself when it runs
 
 
-def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
-    """The convolution's float32 result (K, Ho, Wo), which flies to SDP; written into ``out`` (a
-    float32 view of the right shape) unless it overlaps what the convolution reads."""
+def sdp_addends(conv: Any, sdp: Any, mem: ContextMemory) -> list[Array] | None:
+    """What a flying SDP adds to the convolution's result before anything else: its bias and the
+    operand of an element-wise ADD. The convolution starts its accumulation from their sum, which
+    saves SDP a pass over the result per operand (NVDLA's pipeline makes none). None when SDP does
+    something else first (batch norm, another element-wise op) or a register is not what SDP can use
+    (SDP then reports it itself)."""
+    if (sdp.d_src_mode != R.sdp_src_mode_e.FLYING or sdp.d_bn_enable
+            or sdp.d_ew_op not in (R.sdp_ew_op_e.NONE, R.sdp_ew_op_e.ADD)
+            or (not sdp.d_bias_enable and sdp.d_ew_op == R.sdp_ew_op_e.NONE)
+            or (sdp.d_src.channels, sdp.d_src.height, sdp.d_src.width)
+            != (conv.d_wt_kernels, conv.d_out_height, conv.d_out_width)):
+        return None
+    try:
+        dtype = mem.dtype(sdp.d_precision, "SDP")
+        c = sdp.d_src.channels
+        dims = (c, sdp.d_src.height, sdp.d_src.width)
+        addends = []
+        if sdp.d_bias_enable:
+            bias = mem.vector(addr(sdp.d_bias_addr_lo, sdp.d_bias_addr_hi), c, dtype)
+            addends.append(bias.reshape(c, 1, 1))
+        if sdp.d_ew_op == R.sdp_ew_op_e.ADD:
+            ew_addr = addr(sdp.d_ew_addr_lo, sdp.d_ew_addr_hi)
+            if sdp.d_ew_mode == R.sdp_ew_mode_e.CUBE:
+                addends.append(mem.strided(ew_addr, dims, (sdp.d_ew_surf_stride, sdp.d_ew_line_stride,
+                                                           dtype.itemsize), dtype))
+            elif sdp.d_ew_mode == R.sdp_ew_mode_e.PER_CHANNEL:
+                addends.append(mem.vector(ew_addr, c, dtype).reshape(c, 1, 1))
+            elif sdp.d_ew_mode == R.sdp_ew_mode_e.SCALAR:
+                addends.append(mem.vector(ew_addr, 1, dtype).reshape(1, 1, 1))
+            else:
+                return None
+        return addends
+    except Exception:
+        return None  # SDP reports the problem itself when it runs
+
+
+def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
+             addends: list[Array] | None = None) -> tuple[Array, bool]:
+    """The convolution's float32 result (K, Ho, Wo), which flies to SDP, and whether ``addends``
+    (see :func:`sdp_addends`) were added to it. The result is written into ``out`` (a float32 view
+    of the right shape) unless that overlaps what the convolution reads, or the path used makes
+    its own (tap-major weights)."""
     dtype = mem.dtype(r.d_precision, "CONV")
     x = mem.cube(r.d_src, dtype, "CONV source")
     c_in = r.d_src.channels
@@ -154,18 +193,29 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
     if r.d_mode == R.conv_mode_e.DIRECT:
         _bad(cg * groups != c_in or k % groups,
              f"CONV: {c_in} input channels, {groups} groups of {cg} and {k} kernels do not agree")
-        w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (k, cg, kh, kw),
-                        (cg * kh * kw * dtype.itemsize, kh * kw * dtype.itemsize, kw * dtype.itemsize,
-                         dtype.itemsize), dtype)
+        el = dtype.itemsize
+        if r.d_wt_format == R.conv_weight_format_e.KCRS:
+            strides = (cg * kh * kw * el, kh * kw * el, kw * el, el)
+        elif r.d_wt_format == R.conv_weight_format_e.RSKC:
+            strides = (cg * el, el, kw * k * cg * el, k * cg * el)
+        else:
+            raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"CONV: weight format {r.d_wt_format} is unknown")
+        w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (k, cg, kh, kw), strides, dtype)
         expect = tuple(compute.conv_output_size(n, kk, s, pb, pa, d) for n, kk, s, pb, pa, d in (
             (r.d_src.height, kh, stride[0], pads[0], pads[2], dilation[0]),
             (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1])))
         _bad(expect != out_hw or min(expect) < 1,
              f"CONV: output {out_hw} in the registers, {expect} from the input and kernel")
+        if conv.shift_gemm_applies(w, groups):
+            # Tap-major weights: accumulated BLAS products, started from SDP's addends; the result
+            # is a view with padded lines, which SDP reads as it reads any flying result.
+            result = conv.conv2d_shift_gemm(x, w, stride=stride, pads=pads, dilation=dilation,
+                                            addends=addends or ())
+            return result, bool(addends)
         if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w):
             out = np.empty((k, *out_hw), dtype=np.float32)
         compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out)
-        return out
+        return out, False
     if r.d_mode == R.conv_mode_e.DECONV:
         # ConvTranspose weights are (C_in, K/groups, kh, kw).
         _bad(c_in % groups or k % groups or cg * groups != k,
@@ -185,7 +235,7 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None) -> Array:
         out = np.empty((k, *out_hw), dtype=np.float32)
         compute.deconv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups,
                          output_padding=out_pad, out=out)
-        return out
+        return out, False
     raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"CONV: mode {r.d_mode} is unknown")
 
 
@@ -196,8 +246,9 @@ _ACT = {R.sdp_act_e.NONE: "none", R.sdp_act_e.RELU: "relu", R.sdp_act_e.LEAKY_RE
         R.sdp_act_e.TANH: "tanh"}
 
 
-def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
-    """Bias, batch norm, element-wise, activation; from memory or from CONV (``flying``)."""
+def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None, folded: bool = False) -> None:
+    """Bias, batch norm, element-wise, activation; from memory or from CONV (``flying``). With
+    ``folded``, the bias and element-wise ADD are already in ``flying`` (see :func:`sdp_addends`)."""
     dtype = mem.dtype(r.d_precision, "SDP")
     out_dtype = mem.dtype(r.d_out_precision, "SDP output")
     dims = (r.d_src.channels, r.d_src.height, r.d_src.width)
@@ -213,7 +264,7 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
     dst = mem.cube(r.d_dst, out_dtype, "SDP destination")
     _bad(dst.shape != dims, f"SDP: destination dims {dst.shape}, source {dims}")
     c = dims[0]
-    if r.d_bias_enable or r.d_bn_enable:
+    if (r.d_bias_enable or r.d_bn_enable) and not folded:
         bias = mem.vector(addr(r.d_bias_addr_lo, r.d_bias_addr_hi), c, dtype) if r.d_bias_enable else None
         scale = shift = None
         if r.d_bn_enable:
@@ -223,7 +274,7 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
             compute.scale_bias(x, None, bias, out=x)
         if scale is not None:
             compute.scale_bias(x, scale, shift, out=x)
-    if r.d_ew_op != R.sdp_ew_op_e.NONE:
+    if r.d_ew_op != R.sdp_ew_op_e.NONE and not folded:
         op = _EW.get(r.d_ew_op)
         _bad(op is None, f"SDP: element-wise op {r.d_ew_op} is unknown")
         ew_addr = addr(r.d_ew_addr_lo, r.d_ew_addr_hi)
@@ -253,10 +304,14 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None) -> None:
     slope = None
     if r.d_act == R.sdp_act_e.PRELU:
         slope = mem.vector(addr(r.d_prelu_addr_lo, r.d_prelu_addr_hi), c, dtype)
+    same = x.dtype == dst.dtype and x.strides == dst.strides and x.ctypes.data == dst.ctypes.data
     if act != "none":
+        # Straight into the destination when that is another array (one pass, not two).
+        target = x if same or np.may_share_memory(x, dst) else dst
         compute.activation(x, act, alpha=f32(r.d_act_alpha), clip_min=f32(r.d_act_min),
-                           clip_max=f32(r.d_act_max), slope=slope, out=x)
-    if not (x.dtype == dst.dtype and x.strides == dst.strides and x.ctypes.data == dst.ctypes.data):
+                           clip_max=f32(r.d_act_max), slope=slope, out=target)
+        same = target is dst
+    if not same:
         np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
 
 

@@ -9,6 +9,8 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -30,7 +32,11 @@ from pydla.hw.arrays import (
     result_dtype,
     stack,
 )
+from pydla.hw.blas import SGEMM
 
+# Shift-GEMM (see conv2d_shift_gemm) needs enough input channels to make each tap's product a
+# worthwhile matrix product; below this the column-matrix paths win.
+_SHIFT_MIN_CHANNELS = 16
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
 # at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores
 # busy (smaller chunks measured slower; past ~4 MiB it makes no difference).
@@ -73,7 +79,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     - depthwise (one input channel per group): kh*kw multiply-adds of shifted views;
     - wide maps: "wide" im2col, each row of the column matrix one contiguous run of a stride phase
       of the zero-padded input (Ho whole lines), the extra columns cropped after the matmul;
-    - otherwise: im2col as a strided view of the (padded) input copied once.
+    - otherwise: im2col as a strided view of the (padded) input copied once;
+    - but tap-major weights (see :func:`conv2d_shift_gemm`) go the shift-GEMM way.
 
     The column matrix is built in chunks of output lines (bounded memory) and each chunk is one
     matmul, batched over groups, written straight into ``out`` when ``out`` is float32 with packed
@@ -94,6 +101,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     wo = conv_output_size(wd, kw, sw, pl, pr, dw)
     check_out(out, (k, ho, wo))
     dtype = result_dtype(x, out)
+    if shift_gemm_applies(w, groups):
+        return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo)), out, dtype)
     w32 = w.astype(np.float32, copy=False)
     res = f32_target(out, (k, ho, wo), x)
     if cg == 1 and groups == c:
@@ -101,6 +110,79 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     else:
         _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res)
     return finish(res, out, dtype)
+
+
+def shift_gemm_applies(w: FloatArray, groups: int) -> bool:
+    """Whether a convolution with these weights takes the shift-GEMM path: BLAS sgemm is available,
+    one group, a kernel larger than 1x1, enough channels, and tap-major weights (each tap's K x C
+    matrix contiguous: the (kh, kw, K, C) order in memory, register format RSKC)."""
+    if SGEMM is None or groups != 1 or w.ndim != 4:
+        return False
+    _, cg, kh, kw = w.shape
+    return kh * kw > 1 and cg >= _SHIFT_MIN_CHANNELS and bool(w.transpose(2, 3, 0, 1).flags.c_contiguous)
+
+
+def conv2d_shift_gemm(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
+                      pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
+                      addends: Sequence[FloatArray] = ()) -> F32Array:
+    """Convolution of x (C, H, W) with tap-major weights w (K, C, kh, kw) as a sum of kh*kw
+    matrix products, each accumulated in place by BLAS: out += W_tap @ shifted input.
+
+    In a stride phase of the zero-padded input, flattened per channel, the input of tap (i, j) for
+    all output lines is one run of Ho * Wq elements at a fixed offset (as in the wide im2col), so the
+    product's right operand is the padded input itself at that offset, with the plane's length as
+    leading dimension: no column matrix is built. The result is a float32 (K, Ho, Wo) view of a
+    (K, Ho, Wq) array (the Wq - Wo extra columns of each line are not part of it). ``addends``
+    (arrays broadcastable to (K, Ho, Wo), at most two) start the accumulation: the result is their
+    sum plus the convolution.
+    """
+    c, h, wd = feature(x, "x")
+    if not shift_gemm_applies(w, 1) or w.shape[1] != c:
+        raise bad(f"conv2d_shift_gemm: w {w.shape} with strides {w.strides} is not tap-major for {c} "
+                  "channels (or BLAS sgemm is not available)")
+    kh, kw = (int(v) for v in w.shape[2:])
+    sh, sw = pair(stride, "stride", 1)
+    dh, dw = pair(dilation, "dilation", 1)
+    pt, pl, pb, pr = check_pads(pads)
+    ho = conv_output_size(h, kh, sh, pt, pb, dh)
+    wo = conv_output_size(wd, kw, sw, pl, pr, dw)
+    k = w.shape[0]
+    if len(addends) > 2 or any(np.broadcast_shapes(np.shape(a), (k, ho, wo)) != (k, ho, wo) for a in addends):
+        raise bad(f"conv2d_shift_gemm: addends {[np.shape(a) for a in addends]} for a {(k, ho, wo)} result")
+    return _shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends)
+
+
+def _shift_gemm(x: FloatArray, w: FloatArray, stride: tuple[int, int], pads: tuple[int, int],
+                dilation: tuple[int, int], out_hw: tuple[int, int],
+                addends: Sequence[FloatArray] = ()) -> F32Array:
+    assert SGEMM is not None
+    c = x.shape[0]
+    k, _, kh, kw = w.shape
+    sh, sw = stride
+    dh, dw = dilation
+    ho, wo = out_hw
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    # One spare line: the run of the last tap reaches past line hq - 1 by up to Wq - 1 elements.
+    planes = _phase_planes(x, pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
+    plane = planes.shape[2]
+    flat = planes.reshape(-1)
+    taps = np.ascontiguousarray(w.transpose(2, 3, 0, 1), dtype=np.float32)  # no copy when float32
+    n = ho * wq
+    acc = np.empty((k, n), dtype=np.float32)
+    result: F32Array = acc.reshape(k, ho, wq)[:, :, :wo]
+    if addends:
+        acc.reshape(k, ho, wq)[:, :, wo:] = 0.0
+        if len(addends) == 2:
+            np.add(addends[0], addends[1], out=result, dtype=np.float32)
+        else:
+            np.copyto(result, addends[0], casting="same_kind")
+    for i in range(kh):
+        qi, a = divmod(i * dh, sh)
+        for j in range(kw):
+            qj, b = divmod(j * dw, sw)
+            start = (a * sw + b) * c * plane + qi * wq + qj
+            SGEMM.gemm(taps[i, j], flat, start, plane, n, acc, accumulate=bool(addends) or i > 0 or j > 0)
+    return result
 
 
 def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int],

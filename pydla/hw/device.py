@@ -449,9 +449,10 @@ class VirtualDevice:
             if sdp_regs.d_ctx_id != regs.d_ctx_id:
                 raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
                                      f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
-            result = blocks.run_conv(regs, mem, out=blocks.flying_destination(regs, sdp_regs, mem))
+            result, folded = blocks.run_conv(regs, mem, out=blocks.flying_destination(regs, sdp_regs, mem),
+                                             addends=blocks.sdp_addends(regs, sdp_regs, mem))
             try:
-                blocks.run_sdp(sdp_regs, mem, flying=result)
+                blocks.run_sdp(sdp_regs, mem, flying=result, folded=folded)
             except MmuFault as e:
                 e.block = int(dla_block_e.SDP)
                 raise

@@ -401,6 +401,10 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: 
         _check_cube(task, s.src, el, f"{at}: src")
         if d.mode not in (R.conv_mode_e.DIRECT, R.conv_mode_e.DECONV):
             raise DlaError(NvError.BadValue, f"{at}: mode {d.mode} is unknown")
+        if d.weight_format not in R.conv_weight_format_e._value2member_map_ or (
+                d.mode == R.conv_mode_e.DECONV and d.weight_format != R.conv_weight_format_e.KCRS):
+            raise DlaError(NvError.BadValue, f"{at}: weight_format {d.weight_format} (KCRS, or RSKC for a "
+                                             "direct convolution)")
         dims = (d.kernels, d.kernel_channels, d.kernel_height, d.kernel_width, d.groups)
         if not all(0 < v <= 1 << 16 for v in dims):
             raise DlaError(NvError.BadValue,

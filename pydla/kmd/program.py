@@ -82,7 +82,7 @@ def _conv(w: _Writer, d: Any, s: Any) -> None:
                         (R.CONV_D_DILATION_X, d.dilation_x), (R.CONV_D_DILATION_Y, d.dilation_y),
                         (R.CONV_D_GROUPS, d.groups), (R.CONV_D_OUT_WIDTH, d.out_width),
                         (R.CONV_D_OUT_HEIGHT, d.out_height), (R.CONV_D_OUT_PAD_X, d.out_pad_x),
-                        (R.CONV_D_OUT_PAD_Y, d.out_pad_y)):
+                        (R.CONV_D_OUT_PAD_Y, d.out_pad_y), (R.CONV_D_WT_FORMAT, d.weight_format)):
         w.reg(addr, value)
 
 

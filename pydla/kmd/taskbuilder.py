@@ -224,10 +224,15 @@ class TaskBuilder:
              kernel: tuple[int, int] | None = None, stride: tuple[int, int] = (1, 1),
              pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
              groups: int = 1, weight_shape: tuple[int, int, int, int] | None = None,
-             deconv: bool = False, output_padding: tuple[int, int] = (0, 0)) -> Op:
+             deconv: bool = False, output_padding: tuple[int, int] = (0, 0),
+             weight_format: str = "kcrs") -> Op:
         """A convolution (``pads`` = top, left, bottom, right; stride and dilation = y, x). Its
         result flies to the next ``sdp`` call. ``weight_shape`` = (K, C/groups, kh, kw), or for
-        ``deconv`` (C, K/groups, kh, kw)."""
+        ``deconv`` (C, K/groups, kh, kw). ``weight_format`` "kcrs" (that order in memory) or "rskc"
+        (tap-major: a K x C matrix per kernel tap, the device's fastest for 3x3 and larger kernels)."""
+        if weight_format not in ("kcrs", "rskc") or (deconv and weight_format != "kcrs"):
+            raise DlaError(NvError.BadParameter, f"conv: weight_format '{weight_format}' (kcrs, or rskc "
+                                                 "for a direct convolution)")
         c, h, w = src.shape
         if weight_shape is None:
             if kernels is None or kernel is None:
@@ -239,7 +244,8 @@ class TaskBuilder:
                                  kernel_height=kh, kernel_width=kw, stride_y=stride[0],
                                  stride_x=stride[1], pad_top=pads[0], pad_left=pads[1],
                                  pad_bottom=pads[2], pad_right=pads[3], dilation_y=dilation[0],
-                                 dilation_x=dilation[1], groups=groups)
+                                 dilation_x=dilation[1], groups=groups,
+                                 weight_format=int(R.conv_weight_format_e[weight_format.upper()]))
         if deconv:
             k = k1 * groups
             d.kernels, d.kernel_channels = k, k1

@@ -640,3 +640,65 @@ def test_transpose_chw(perm: tuple[int, int, int]) -> None:
     _assert_untouched(buf, mask)
     with pytest.raises(DlaError):
         transpose_chw(x, (0, 0, 1))
+
+
+# -- shift-GEMM (tap-major weights) ---------------------------------------------------------------------
+
+SHIFT_CASES = [
+    # (C, H, W, K, kh, kw, stride, pads, dilation)
+    (16, 9, 8, 6, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    (24, 12, 11, 5, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1)),
+    (16, 10, 13, 4, 2, 5, (1, 3), (0, 2, 1, 2), (2, 1)),
+    (32, 7, 7, 8, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1)),
+]
+
+
+def _tap_major(w: np.ndarray) -> np.ndarray:
+    """The same weights as a (K, C, kh, kw) view of (kh, kw, K, C) memory."""
+    return np.ascontiguousarray(w.transpose(2, 3, 0, 1)).transpose(2, 3, 0, 1)
+
+
+@pytest.mark.skipif(conv.SGEMM is None, reason="numpy's BLAS sgemm was not found")
+@pytest.mark.parametrize("case", SHIFT_CASES)
+def test_shift_gemm_matches_the_reference(case: tuple[Any, ...]) -> None:
+    c, h, w_, k, kh, kw, stride, pads, dil = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((c, h, w_)).astype(np.float32)
+    w = rng.standard_normal((k, c, kh, kw)).astype(np.float32)
+    wt = _tap_major(w)
+    assert conv.shift_gemm_applies(wt, 1) and not conv.shift_gemm_applies(w, 1)
+    got = conv.conv2d_shift_gemm(x, wt, stride=stride, pads=pads, dilation=dil)
+    expect = _conv_ref(x, w, stride, pads, dil, 1)
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+    out = np.full((k, *expect.shape[1:]), np.nan, np.float32)
+    conv2d(x, wt, stride=stride, pads=pads, dilation=dil, out=out)  # conv2d takes the same path
+    np.testing.assert_array_equal(out, got)
+
+
+def test_tap_major_weights_without_blas_take_the_column_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conv, "SGEMM", None)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 16, 3, 3)).astype(np.float32)
+    assert not conv.shift_gemm_applies(_tap_major(w), 1)
+    np.testing.assert_allclose(conv2d(x, _tap_major(w), pads=(1, 1, 1, 1)),
+                               _conv_ref(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1), rtol=1e-4, atol=1e-4)
+    with pytest.raises(DlaError, match="not tap-major"):
+        conv.conv2d_shift_gemm(x, _tap_major(w))
+
+
+@pytest.mark.skipif(conv.SGEMM is None, reason="numpy's BLAS sgemm was not found")
+def test_sgemm_refuses_operands_outside_their_arrays() -> None:
+    sgemm = conv.SGEMM
+    assert sgemm is not None
+    a = np.ones((2, 3), np.float32)
+    b = np.ones(20, np.float32)
+    c = np.zeros((2, 4), np.float32)
+    sgemm.gemm(a, b, 0, 8, 4, c, accumulate=False)
+    assert (c == 3).all()
+    with pytest.raises(ValueError, match="outside"):
+        sgemm.gemm(a, b, 10, 8, 4, c, accumulate=False)  # the last row would end at 30 > 20
+    with pytest.raises(ValueError, match="outside"):
+        sgemm.gemm(a, b, 0, 3, 4, c, accumulate=False)  # rows closer than their length
+    with pytest.raises(ValueError, match="C-contiguous"):
+        sgemm.gemm(a, b, 0, 8, 4, np.zeros((4, 2), np.float32).T, accumulate=False)

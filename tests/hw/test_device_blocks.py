@@ -177,11 +177,16 @@ def program_conv(dev: VirtualDevice, arena: Arena, x: Cube, w: np.ndarray, *, ke
                  out_hw: tuple[int, int], stride: tuple[int, int] = (1, 1),
                  pads: tuple[int, int, int, int] = (0, 0, 0, 0),
                  dilation: tuple[int, int] = (1, 1), groups: int = 1, deconv: bool = False,
-                 out_pad: tuple[int, int] = (0, 0), group: int = 0, enable: bool = True) -> None:
-    """CONV registers; ``w`` is (K, C/g, kh, kw) for a convolution, (C, K/g, kh, kw) for a deconv."""
+                 out_pad: tuple[int, int] = (0, 0), group: int = 0, enable: bool = True,
+                 wt_format: int = R.conv_weight_format_e.KCRS) -> None:
+    """CONV registers; ``w`` is (K, C/g, kh, kw) for a convolution, (C, K/g, kh, kw) for a deconv;
+    stored in memory tap-major when ``wt_format`` is RSKC."""
+    stored = w.transpose(2, 3, 0, 1) if wt_format == R.conv_weight_format_e.RSKC else w
     program(dev, "CONV", group=group, ctx_id=arena.ctx, precision=PRECISION[x.dtype],
             mode=int(R.conv_mode_e.DECONV if deconv else R.conv_mode_e.DIRECT), src=x,
-            wt_addr=arena.vector(w.astype(x.dtype)), wt_kernels=kernels, wt_channels=w.shape[1],
+            wt_format=int(wt_format),
+            wt_addr=arena.vector(np.ascontiguousarray(stored, dtype=x.dtype)), wt_kernels=kernels,
+            wt_channels=w.shape[1],
             wt_height=w.shape[2], wt_width=w.shape[3], stride_x=stride[1], stride_y=stride[0],
             pad_left=pads[1], pad_right=pads[3], pad_top=pads[0], pad_bottom=pads[2], dilation_x=dilation[1],
             dilation_y=dilation[0], groups=groups, out_width=out_hw[1], out_height=out_hw[0],
@@ -305,6 +310,92 @@ def test_conv_matches_onnx_conv(dev: VirtualDevice, arena: Arena, case: str) -> 
     expect = conv_ref(x, wt, stride=stride, pads=pads, dilation=dil, groups=groups)
     assert expect.shape == (k, *out_hw)
     np.testing.assert_allclose(arena.get(dst), expect, rtol=RTOL32, atol=ATOL32)
+
+
+RSKC_CASES = {
+    # Tap-major weights: the shift-GEMM path from 16 input channels, the column-matrix paths below.
+    "padded": (16, 9, 7, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "stride2": (20, 11, 12, 5, 3, 3, (2, 2), (1, 0, 1, 2), (1, 1)),
+    "dilation_non_square": (16, 10, 9, 4, 2, 3, (1, 2), (2, 1, 0, 1), (2, 2)),
+    "few_channels": (3, 6, 6, 4, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", list(RSKC_CASES), ids=list(RSKC_CASES))
+def test_conv_with_tap_major_weights(dev: VirtualDevice, arena: Arena, case: str, precision: str) -> None:
+    c, h, w, k, kh, kw, stride, pads, dil = RSKC_CASES[case]
+    dt = np.float16 if precision == "fp16" else np.float32
+    x = rand(c, h, w, seed=5).astype(dt)
+    wt = rand(k, c, kh, kw, seed=6).astype(dt)
+    bias = rand(k, seed=7)
+    out_hw = (conv_size(h, kh, stride[0], pads[0], pads[2], dil[0]),
+              conv_size(w, kw, stride[1], pads[1], pads[3], dil[1]))
+    src = arena.put(x, line_stride=(w + 1) * x.itemsize, surf_stride=(h + 2) * (w + 1) * x.itemsize)
+    dst = arena.cube((k, *out_hw), dtype=np.dtype(np.float32))
+    program_conv(dev, arena, src, wt, kernels=k, out_hw=out_hw, stride=stride, pads=pads, dilation=dil,
+                 wt_format=R.conv_weight_format_e.RSKC)
+    program_sdp(dev, arena, dst, shape=(k, *out_hw), precision=FP16 if precision == "fp16" else FP32,
+                bias=bias, act=ACT.RELU)
+    assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
+    expect = np.maximum(conv_ref(x.astype(np.float32), wt.astype(np.float32), stride=stride, pads=pads,
+                                 dilation=dil) + bias.reshape(k, 1, 1), 0)
+    tol = (RTOL32, ATOL32) if precision == "fp32" else (2e-3, 2e-3)
+    np.testing.assert_allclose(arena.get(dst), expect, rtol=tol[0], atol=tol[1])
+
+
+SDP_AFTER_SHIFT_GEMM = {
+    # What SDP does after a tap-major convolution: its bias and element-wise ADD are folded into the
+    # accumulation; anything else runs after it as usual.
+    "bias_residual_relu": dict(bias=True, ew_op=EW.ADD, ew_mode=EW_MODE.CUBE, act=ACT.RELU),
+    "residual_only": dict(ew_op=EW.ADD, ew_mode=EW_MODE.CUBE),
+    "per_channel_add_swapped": dict(ew_op=EW.ADD, ew_mode=EW_MODE.PER_CHANNEL, ew_swap=1),
+    "scalar_add_clamp": dict(bias=True, ew_op=EW.ADD, ew_mode=EW_MODE.SCALAR, act=ACT.CLAMP),
+    "batch_norm_not_folded": dict(bias=True, bn=True, ew_op=EW.ADD, ew_mode=EW_MODE.CUBE),
+    "mul_not_folded": dict(bias=True, ew_op=EW.MUL, ew_mode=EW_MODE.CUBE, act=ACT.SIGMOID),
+}
+
+
+@pytest.mark.parametrize("case", list(SDP_AFTER_SHIFT_GEMM), ids=list(SDP_AFTER_SHIFT_GEMM))
+def test_sdp_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena, case: str) -> None:
+    spec = dict(SDP_AFTER_SHIFT_GEMM[case])
+    c, h, w, k = 16, 8, 9, 5
+    x, wt = rand(c, h, w, seed=8), rand(k, c, 3, 3, seed=9)
+    dims = (k, h, w)
+    bias = rand(k, seed=10) if spec.pop("bias", False) else None
+    scale = shift = None
+    if spec.pop("bn", False):
+        scale, shift = rand(k, seed=11), rand(k, seed=12)
+    mode = spec.get("ew_mode", EW_MODE.CUBE)
+    ew = {EW_MODE.CUBE: rand(*dims, seed=13), EW_MODE.PER_CHANNEL: rand(k, seed=13),
+          EW_MODE.SCALAR: rand(1, seed=13)}[mode]
+    if spec.get("act") == ACT.CLAMP:
+        spec.update(act_min=-0.5, act_max=0.5)
+    dst = arena.cube(dims)
+    program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(1, 1, 1, 1),
+                 wt_format=R.conv_weight_format_e.RSKC)
+    program_sdp(dev, arena, dst, shape=dims, bias=bias, scale=scale, shift=shift, ew=ew, **spec)
+    assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
+    expect = sdp_ref(conv_ref(x, wt, pads=(1, 1, 1, 1)), bias=bias, scale=scale, shift=shift, ew=ew, **spec)
+    np.testing.assert_allclose(arena.get(dst), expect, rtol=RTOL32, atol=ATOL32)
+
+
+def test_residual_into_its_own_cube_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena) -> None:
+    """y = relu(conv(x) + bias + y): SDP's destination is its element-wise operand."""
+    c, h, w, k = 16, 6, 7, 4
+    x, wt = rand(c, h, w, seed=14), rand(k, c, 3, 3, seed=15)
+    bias, y = rand(k, seed=16), rand(k, h, w, seed=17)
+    cube = arena.put(y)
+    program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(1, 1, 1, 1),
+                 wt_format=R.conv_weight_format_e.RSKC)
+    program(dev, "SDP", group=0, ctx_id=arena.ctx, precision=FP32, out_precision=FP32,
+            src_mode=int(R.sdp_src_mode_e.FLYING), src=Cube(0, (k, h, w), 0, 0, np.dtype(np.float32), 0),
+            dst=cube, bias_enable=1, bias_addr=arena.vector(bias), ew_op=EW.ADD, ew_mode=EW_MODE.CUBE,
+            ew_addr=cube.addr, ew_line_stride=cube.line_stride, ew_surf_stride=cube.surf_stride,
+            act=ACT.RELU, op_enable=1)
+    assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
+    expect = np.maximum(conv_ref(x, wt, pads=(1, 1, 1, 1)) + bias.reshape(k, 1, 1) + y, 0)
+    np.testing.assert_allclose(arena.get(cube), expect, rtol=RTOL32, atol=ATOL32)
 
 
 def test_conv_into_strided_destination_leaves_gaps(dev: VirtualDevice, arena: Arena) -> None:

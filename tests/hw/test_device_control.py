@@ -543,6 +543,7 @@ CONV_BAD = {
     "groups_disagree": ({"groups": 2}, "do not agree"),
     "unknown_mode": ({"mode": 3}, "mode 3"),
     "zero_src_height": ({"src_height": 0}, "out of range"),
+    "unknown_weight_format": ({"wt_format": 7}, "weight format 7"),
 }
 
 
