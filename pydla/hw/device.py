@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED
                           int(R.group_state_e.RUNNING))
 MMU_FAULT_BIT = 31
 _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
+_UNKNOWN = object()  # an address _locate has not seen yet
 DEVICE_RESET_BIT = 31
 
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
@@ -136,6 +137,7 @@ class VirtualDevice:
         self.memory = memory or DeviceMemory(self.config)
         self.iommu = self.memory.iommu
         self._blocks: dict[int, _Block] = {int(b): _Block(b) for b in self.config.blocks}
+        self._where: dict[int, object] = {}  # address -> (block, offset) or None: _locate's memo
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
@@ -196,6 +198,32 @@ class VirtualDevice:
         elif effect == _STATUS:
             self._raise_irq()
 
+    def reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
+        """``reg_write`` of each ``(address, value)`` in order, taking the lock once per run of writes
+        with no side effect (an enable or an interrupt change is acted on right after its write)."""
+        i, n = 0, len(writes)
+        while i < n:
+            kick = status = False
+            with self._lock:
+                while i < n:
+                    address, value = writes[i]
+                    i += 1
+                    value &= 0xFFFFFFFF
+                    group, effect = self._write(address, value)
+                    if self.trace is not None:
+                        self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value,
+                                                    group))
+                    if effect == _ENABLED and self.mode == "deterministic" and not self._kicking:
+                        self._kicking = kick = True
+                        break
+                    if effect == _STATUS:
+                        status = True
+                        break
+            if kick:
+                self._run_runnable()
+            elif status:
+                self._raise_irq()
+
     def step(self) -> bool:
         """In step mode, execute the next runnable operation; False when there is none."""
         if self.mode != "step":
@@ -243,13 +271,18 @@ class VirtualDevice:
         return block
 
     def _locate(self, address: int) -> tuple[_Block | None, int] | None:
+        where = self._where.get(address, _UNKNOWN)
+        if where is not _UNKNOWN:
+            return where  # type: ignore[return-value]
         if address % 4 or not 0 <= address < WINDOW * 7:
-            return None
-        window, offset = divmod(address, WINDOW)
-        if window == 0:
-            return None, offset
-        block = self._blocks.get(window - 1)
-        return (block, offset) if block is not None else None
+            where = None
+        else:
+            window, offset = divmod(address, WINDOW)
+            block = self._blocks.get(window - 1) if window else None
+            where = (block, offset) if window == 0 or block is not None else None
+        if len(self._where) < 1 << 16:  # the register window is finite; a bad address stream is not
+            self._where[address] = where
+        return where
 
     def _read(self, address: int) -> tuple[int, int | None]:
         where = self._locate(address)

@@ -38,9 +38,10 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
 from pydla.kmd.engine import Engine, TaskRun
-from pydla.kmd.graph import TaskGraph, load_task
+from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import AddressEntry, ResolvedEntry, TaskDesc, VirtualDevicePort
 from pydla.kmd.sync import TimelineSemaphore
+from pydla.kmd.taskcache import TaskCache
 
 Fence = tuple[TimelineSemaphore, int]  # (semaphore, value): NvDlaFence in the KMD
 DEFAULT_TIMEOUT_MS = 10_000
@@ -123,6 +124,7 @@ class Kmd:
         self.config = device.config
         self.port = VirtualDevicePort(device)
         self.engine = Engine(self.port, device.config)
+        self.tasks = TaskCache()
         self.engine.dla_engine_init()
         self.default_timeout_ms = default_timeout_ms
         self._lock = threading.RLock()
@@ -169,6 +171,7 @@ class Kmd:
             del self._contexts[ctx]
             del self._queues[ctx]
             self.device.iommu.destroy_context(ctx)
+            self.tasks.forget(ctx)
 
     def bo_create(self, ctx: int, size: int) -> int:
         """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle."""
@@ -195,6 +198,7 @@ class Kmd:
             self.device.iommu.unmap(ctx, buf.iova)
             self.device.memory.free(buf.bo)
             del context.buffers[handle]
+            self.tasks.forget(ctx, handle)
 
     def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]:
         """The buffer's bytes as a numpy array (the host's mapping of it)."""
@@ -253,7 +257,8 @@ class Kmd:
             task = TaskDesc(job_id, ctx, resolved)
             self._submitting.append(task)  # its buffers are in use while they are being checked
         try:
-            graph = load_task(self.port, task, self.config)  # copies and checks every descriptor
+            # Copies and checks every descriptor (or reuses the graph of identical ones).
+            graph = self.tasks.get(self.port, task, tuple(e.handle for e in addresses), self.config)
         finally:
             with self._lock:
                 self._submitting.remove(task)

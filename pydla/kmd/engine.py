@@ -244,7 +244,7 @@ class Engine:
                         break
                     index = chain[run.chain_pos[block]]
                     op = run.graph.operations[index]
-                    program_operation(self.port, run.task, op, g)
+                    program_operation(self.port, run.task, op, g, run.graph.programs)
                     run.busy[block][g] = index
                     run.group_of[index] = g
                     run.next_group[block] = g ^ 1

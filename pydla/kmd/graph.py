@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -79,6 +79,9 @@ class TaskGraph:
     network: Any
     operations: tuple[Operation, ...]
     chains: dict[dla_block_e, tuple[int, ...]]
+    # Register writes per operation index, filled on first programming (pydla.kmd.program): a
+    # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
+    programs: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict, compare=False)
 
     @property
     def blocks(self) -> list[dla_block_e]:

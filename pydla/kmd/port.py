@@ -15,7 +15,7 @@ Usage::
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydla.errors import DlaError, NvError
@@ -82,6 +82,12 @@ class KmdPortability(abc.ABC):
     def dla_reg_read(self, addr: int) -> int:
         """Read register ``addr``."""
 
+    def dla_reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
+        """Write ``(addr, value)`` pairs in order, as ``dla_reg_write`` would one by one; a port may
+        do it in one transaction (programming an operation is some 40 writes)."""
+        for addr, value in writes:
+            self.dla_reg_write(addr, value)
+
     @abc.abstractmethod
     def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
         """The device (DMA) address of address-list entry ``index``."""
@@ -118,6 +124,9 @@ class VirtualDevicePort(KmdPortability):
 
     def dla_reg_read(self, addr: int) -> int:
         return self.device.reg_read(addr)
+
+    def dla_reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
+        self.device.reg_write_many(writes)
 
     def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
         entry = task.entry(index, what)

@@ -31,13 +31,16 @@ def f32_bits(value: float) -> int:
 
 
 class _Writer:
+    """Collects an operation's register writes (written in one batch by program_operation)."""
+
     def __init__(self, port: KmdPortability, task: TaskDesc, op: Operation) -> None:
         self.port = port
         self.task = task
         self.what = op.name
+        self.writes: list[tuple[int, int]] = []
 
     def reg(self, addr: int, value: int) -> None:
-        self.port.dla_reg_write(addr, value & 0xFFFFFFFF)
+        self.writes.append((addr, value & 0xFFFFFFFF))
 
     def address(self, ref: Any, name: str) -> int:
         if ref.address < 0:
@@ -158,14 +161,26 @@ _PROGRAM: dict[dla_block_e, Callable[[_Writer, Any, Any], None]] = {
 }
 
 
-def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group: int) -> None:
-    """Select ``group`` of the operation's block and write the operation's configuration into it."""
+def register_writes(port: KmdPortability, task: TaskDesc, op: Operation) -> tuple[tuple[int, int], ...]:
+    """The (register, value) writes that configure ``op`` in whichever group is selected."""
     w = _Writer(port, task, op)
-    w.reg(POINTER[op.block], group)
     w.reg(_CTX[op.block], task.ctx)
     _PROGRAM[op.block](w, op.op, op.surface)
     if op.lut is not None:
         _lut(w, op)
+    return tuple(w.writes)
+
+
+def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group: int,
+                      programs: dict[int, tuple[tuple[int, int], ...]] | None = None) -> None:
+    """Select ``group`` of the operation's block and write the operation's configuration into it.
+    ``programs`` caches the writes by operation index: valid for one task's resolved addresses."""
+    writes = programs.get(op.index) if programs is not None else None
+    if writes is None:
+        writes = register_writes(port, task, op)
+        if programs is not None:
+            programs[op.index] = writes
+    port.dla_reg_write_many(((POINTER[op.block], group), *writes))
 
 
 def enable_operation(port: KmdPortability, op: Operation, group: int) -> None:

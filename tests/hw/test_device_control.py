@@ -1019,3 +1019,20 @@ def test_register_trace(dev: VirtualDevice, arena: Arena) -> None:
     assert dev.record_trace(False) == []
     status(dev)
     assert len(trace) == n
+
+
+def test_reg_write_many_acts_on_each_write_in_order(dev: VirtualDevice, arena: Arena) -> None:
+    """A batch behaves as its writes one by one: an enable runs the operation (deterministic mode) and
+    an interrupt is raised before the writes after it; the trace is the same."""
+    src, dst, expect = pool_pair(arena, 6)
+    seen: list[tuple[int, bool]] = []
+    dev.connect_irq(lambda: seen.append((status(dev), bool(np.array_equal(arena.get(dst), expect)))))
+    pdp_op(dev, src, dst, arena.ctx, enable=False)
+    trace = dev.record_trace()
+    dev.reg_write_many([(R.PDP_S_POINTER, 0), (R.PDP_D_OP_ENABLE, 1), (R.GLB_INTR_STATUS, 0xFFFFFFFF),
+                        (R.GLB_INTR_SET, 1 << 9), (0x3, 5), (R.GLB_INTR_STATUS, 1 << 9)])
+    assert seen == [(done_bit("PDP", 0), True), (1 << 9, True)]  # the pool ran before the clear
+    assert status(dev) == 0 and dev.bus_errors == 1
+    assert [(a.op, a.address, a.value) for a in trace if a.op == "W"] == [
+        ("W", R.PDP_S_POINTER, 0), ("W", R.PDP_D_OP_ENABLE, 1), ("W", R.GLB_INTR_STATUS, 0xFFFFFFFF),
+        ("W", R.GLB_INTR_SET, 1 << 9), ("W", 0x3, 5), ("W", R.GLB_INTR_STATUS, 1 << 9)]
