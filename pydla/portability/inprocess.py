@@ -241,9 +241,10 @@ class InProcessPort(NvDlaPort):
         while not sem.reached(value):
             if sem.error is not None:
                 raise sem.error
-            # Deterministic devices progress only when the driver is polled: waiting drives them.
+            # Deterministic and step devices progress only when their driver is polled: waiting
+            # drives them. Threaded devices run on their own; polling them would only compete.
             with self._lock:
-                kmds = [kmd for _, kmd in self._instances.values()]
+                kmds = [kmd for dev, kmd in self._instances.values() if dev.mode != "threaded"]
             for kmd in kmds:
                 kmd.poll()
             left = deadline - time.monotonic()
@@ -251,7 +252,7 @@ class InProcessPort(NvDlaPort):
                 raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
                                                 f"within {timeout_ms} ms")
             try:
-                sem.wait(value, min(left * 1000, 1.0))
+                sem.wait(value, min(left * 1000, 1.0) if kmds else left * 1000)
             except DlaError as e:
                 if e.code != NvError.Timeout:
                     raise
