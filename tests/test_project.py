@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import subprocess
@@ -145,6 +146,29 @@ def test_demo_as_a_new_user_runs_it(tmp_path: Path) -> None:
                             cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert ": OK" in result.stdout
+
+
+def test_run_as_a_new_user_runs_it(tmp_path: Path) -> None:
+    """`pydla run` in a subprocess, as typed (CI also runs it from its fresh venv): outputs written,
+    latency reported; a wrong input is one line on stderr and exit code 1."""
+    import numpy as np
+
+    model = ROOT / "examples" / "demo_model.onnx"
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = subprocess.run([sys.executable, "-m", "pydla", "run", str(model), "--input", "input=x.npy",
+                             "--iterations", "3", "--output-dir", "out"], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "latency over 3 run(s): median" in result.stdout
+    probabilities = np.load(tmp_path / "out" / "probabilities.npy")
+    assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1) < 1e-5
+    np.save(tmp_path / "bad.npy", x[:, :2])
+    bad = subprocess.run([sys.executable, "-m", "pydla", "run", str(model), "--input", "input=bad.npy"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert bad.returncode == 1
+    assert bad.stderr.count("\n") == 1 and "expected float32 of shape (1, 3, 32, 32)" in bad.stderr
 
 
 def test_committed_demo_model_is_what_the_script_writes() -> None:
