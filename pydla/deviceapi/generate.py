@@ -18,7 +18,7 @@ from pydla.deviceapi.render import LANGUAGES, render
 from pydla.deviceapi.spec import bundled_specs_dir, load_spec
 
 # Order matters only for reading: imports come first.
-BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library")
+BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library", "dla_uapi")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
