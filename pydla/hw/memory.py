@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -47,11 +48,23 @@ class MmuFault(Exception):
 class BufferObject:
     """A piece of device memory: ``array`` is its bytes as a numpy uint8 array."""
 
-    def __init__(self, handle: int, size: int) -> None:
+    def __init__(self, handle: int, size: int, *, shared: bool = False) -> None:
         self.handle = handle
         self.size = size
-        # Zero-size maps are not allowed; a buffer always owns at least one page of backing.
-        self._map: mmap.mmap | None = mmap.mmap(-1, max(size, 1))
+        # A shared buffer is a memfd another process can map (/proc/<pid>/fd/<fd>): the Linux port's
+        # clients reach their buffers that way. Others are anonymous memory.
+        self.fd = -1
+        if shared:
+            self.fd = os.memfd_create(f"pydla-bo-{handle}", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(self.fd, max(size, 1))
+                self._map: mmap.mmap | None = mmap.mmap(self.fd, max(size, 1), mmap.MAP_SHARED)
+            except OSError:
+                os.close(self.fd)
+                raise
+        else:
+            # Zero-size maps are not allowed; a buffer always owns at least one page of backing.
+            self._map = mmap.mmap(-1, max(size, 1))
         self.array: npt.NDArray[np.uint8] = np.frombuffer(self._map, dtype=np.uint8, count=size)
 
     @property
@@ -59,6 +72,9 @@ class BufferObject:
         return self._map is None
 
     def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         if self._map is not None:
             # numpy views keep the map's buffer exported; drop ours and let the GC close it when
             # the last view dies (mmap.close would raise BufferError while views exist).
@@ -213,7 +229,7 @@ class DeviceMemory:
         self._next_handle = 1
         self.used = 0
 
-    def allocate(self, size: int) -> BufferObject:
+    def allocate(self, size: int, *, shared: bool = False) -> BufferObject:
         if not isinstance(size, int) or size <= 0 or size > 1 << 40:
             raise DlaError(NvError.BadParameter, f"buffer size {size!r} must be 1..2^40 bytes")
         with self._lock:
@@ -221,7 +237,11 @@ class DeviceMemory:
                 raise DlaError(NvError.InsufficientMemory,
                                f"cannot allocate {size} bytes: {self.used} of "
                                f"{self.config.memory_bytes} in use")
-            bo = BufferObject(self._next_handle, size)
+            try:
+                bo = BufferObject(self._next_handle, size, shared=shared)
+            except OSError as e:
+                raise DlaError(NvError.InsufficientMemory,
+                               f"cannot allocate {size} bytes: {e.strerror}") from e
             self._buffers[bo.handle] = bo
             self._next_handle += 1
             self.used += size

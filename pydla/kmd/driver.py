@@ -173,11 +173,12 @@ class Kmd:
             self.device.iommu.destroy_context(ctx)
             self.tasks.forget(ctx)
 
-    def bo_create(self, ctx: int, size: int) -> int:
-        """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle."""
+    def bo_create(self, ctx: int, size: int, *, shared: bool = False) -> int:
+        """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle. A ``shared``
+        one is a memfd other processes can map (see :meth:`bo_fd`)."""
         with self._lock:
             context = self._context(ctx)
-            bo = self.device.memory.allocate(size)
+            bo = self.device.memory.allocate(size, shared=shared)
             try:
                 iova = self.device.iommu.map(ctx, bo)
             except DlaError:
@@ -204,6 +205,11 @@ class Kmd:
         """The buffer's bytes as a numpy array (the host's mapping of it)."""
         with self._lock:
             return self._buffer(self._context(ctx), handle).bo.array
+
+    def bo_fd(self, ctx: int, handle: int) -> int:
+        """The memfd behind a shared buffer (-1 for one that is not shared)."""
+        with self._lock:
+            return self._buffer(self._context(ctx), handle).bo.fd
 
     def bo_iova(self, ctx: int, handle: int) -> int:
         with self._lock:

@@ -354,3 +354,28 @@ def test_device_instances_follow_the_config(tmp_path: Path) -> None:
     assert VirtualDevice("full", instance=1).instance == 1
     cfg = parse_config(raw_config(instances=16))
     assert VirtualDevice(cfg, instance=15).instance == 15
+
+
+def test_shared_buffer_is_a_memfd_another_mapping_sees() -> None:
+    import mmap
+    import os
+
+    from pydla.hw.config import load_config
+    from pydla.hw.memory import DeviceMemory
+
+    memory = DeviceMemory(load_config("full"))
+    bo = memory.allocate(4096, shared=True)
+    assert bo.fd >= 0 and memory.allocate(16).fd == -1
+    # Another process would open /proc/<pid>/fd/<fd>; the same path works from this one.
+    with open(f"/proc/{os.getpid()}/fd/{bo.fd}", "r+b") as f:
+        other = mmap.mmap(f.fileno(), 4096, mmap.MAP_SHARED)
+    bo.array[:4] = [1, 2, 3, 4]
+    assert other[:4] == bytes([1, 2, 3, 4])
+    other[8:10] = b"ok"
+    assert bytes(bo.array[8:10]) == b"ok"
+    other.close()
+    fd = bo.fd
+    memory.free(bo)
+    assert bo.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(fd)
