@@ -61,3 +61,95 @@ def test_pad_and_resize_reject_bad_arguments() -> None:
     with pytest.raises(DlaError, match="coordinate_transformation_mode 'tf_crop_and_resize'"):
         resize([buf, buf, "1,2,3,3", "1,2,6,6", "linear", "tf_crop_and_resize", "floor", "float32",
                 "float32"])
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8).ravel()
+
+
+def _reference(op: str, inputs: dict[str, np.ndarray], opset: int = 19, **attrs) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node(op, list(inputs), ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("y", 0, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(m).run(None, inputs)[0]
+
+
+def test_pad_nd_reads_parameters_from_buffers_and_crops() -> None:
+    x = np.arange(2 * 3 * 4, dtype=np.int32).reshape(2, 3, 4)
+    pads = np.array([1, 0, 2, 1], np.int64)  # axes 1 and 2: 1 / 0 before, 2 / 1 after
+    axes = np.array([1, -1], np.int64)
+    for mode in ("constant", "edge", "wrap"):
+        want = _reference("Pad", {"x": x, "pads": pads, "v": np.array(9, np.int32), "axes": axes}, mode=mode)
+        out = np.zeros(want.nbytes, np.uint8)
+        _lookup("pad_nd").callable([_bytes(x), out, "2,3,4", _bytes(pads), _bytes(axes), mode,
+                                    _bytes(np.array(9, np.int32)), "int32", "int32"])
+        np.testing.assert_array_equal(out.view(np.int32).reshape(want.shape), want)
+    crop = np.zeros(2 * 3 * 1 * 4, np.uint8)  # negative pads crop
+    _lookup("pad_nd").callable([_bytes(x), crop, "2,3,4", "0,-1,0,-2", "1,2", "constant", 0.0, "int32",
+                                "int32"])
+    np.testing.assert_array_equal(crop.view(np.int32).reshape(2, 3, 1), x[:, :, 1:2])
+    with pytest.raises(DlaError, match="holds 4 bytes"):  # parameters that do not give the compiled size
+        _lookup("pad_nd").callable([_bytes(x), np.zeros(4, np.uint8), "2,3,4", _bytes(pads), "1,2", "edge",
+                                    0.0, "int32", "int32"])
+
+
+@pytest.mark.parametrize(("mode", "ctm", "scales", "sizes", "attrs"), [
+    ("linear", "half_pixel_symmetric", [1, 1, 2.3, 0.6], None, {}),
+    ("linear", "align_corners", [1, 1, 0.6, 1.7], None, {}),
+    ("nearest", "pytorch_half_pixel", None, [2, 7], dict(axes=[3, 2], keep_aspect_ratio_policy="not_larger")),
+    ("linear", "tf_crop_and_resize", None, [1, 3, 4, 3], dict(extrapolation_value=-2.0)),
+])
+def test_resize_nd_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
+    x = np.random.default_rng(2).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.1], np.float32)
+    inputs = {"x": x, "roi": roi if ctm == "tf_crop_and_resize" else np.zeros(0, np.float32),
+              "scales": np.array(scales or [], np.float32)}
+    if sizes is not None:
+        inputs["sizes"] = np.array(sizes, np.int64)
+    want = _reference("Resize", inputs, mode=mode, coordinate_transformation_mode=ctm, **attrs)
+    out = np.zeros(want.nbytes, np.uint8)
+    axes = ",".join(str(a) for a in attrs.get("axes", []))
+    _lookup("resize_nd").callable([
+        _bytes(x), out, "1,3,4,5", ",".join(map(str, want.shape)), mode, ctm, "round_prefer_floor",
+        _bytes(roi) if ctm == "tf_crop_and_resize" else "", _bytes(inputs["scales"]) if scales else "",
+        _bytes(inputs["sizes"]) if sizes is not None else "", axes,
+        attrs.get("keep_aspect_ratio_policy", "stretch"), attrs.get("extrapolation_value", 0.0),
+        "float32", "float32"])
+    np.testing.assert_allclose(out.view(np.float32).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [
+    ("MaxPool", dict(kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 0, 2, 1], ceil_mode=1, strides=[2, 2])),
+    ("AveragePool", dict(kernel_shape=[2, 3], dilations=[1, 2], pads=[1, 1, 1, 1], strides=[2, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=1,
+                         ceil_mode=1)),
+])
+def test_pool_matches_onnx(op, attrs) -> None:
+    x = np.random.default_rng(3).standard_normal((2, 2, 7, 8)).astype(np.float32)
+    want = _reference(op, {"x": x}, **attrs)
+    out = np.zeros(want.nbytes, np.uint8)
+    include = attrs.get("count_include_pad", 0)
+    _lookup("pool").callable([
+        _bytes(x), out, "2,2,7,8", ",".join(map(str, want.shape)), "max" if op == "MaxPool" else "avg",
+        ",".join(map(str, attrs["kernel_shape"])), ",".join(map(str, attrs["strides"])),
+        ",".join(map(str, attrs["pads"])), ",".join(map(str, attrs.get("dilations", [1, 1]))), include,
+        "float32", "float32"])
+    np.testing.assert_allclose(out.view(np.float32).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_params_repeat_scale_and_shift() -> None:
+    rng = np.random.default_rng(4)
+    scale, bias, mean = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+    var = np.abs(rng.standard_normal(3)).astype(np.float32)
+    out = np.zeros(2 * 2 * 3 * 4, np.uint8)
+    _lookup("batchnorm_params").callable([_bytes(scale), _bytes(bias), _bytes(mean), _bytes(var), out, 1e-3,
+                                          2, "float32", "float32"])
+    y = out.view(np.float32).reshape(2, 2, 3)
+    factor = scale / np.sqrt(var + 1e-3)
+    np.testing.assert_allclose(y[0], [factor, factor], rtol=1e-6)
+    np.testing.assert_allclose(y[1], [bias - mean * factor] * 2, rtol=1e-5, atol=1e-6)

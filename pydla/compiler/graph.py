@@ -80,6 +80,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
         shapes[name], dtypes[name] = tuple(value.shape), value.dtype
     inputs = [i.name for i in g.input if i.name not in consts]
     for name in inputs:
+        _check_not_empty("graph input", name, shapes)
         if name not in shapes or min(shapes[name], default=1) < 1:
             raise DlaError(NvError.NotSupported,
                            f"input '{name}' has shape {shapes.get(name)}: pydla needs static shapes "
@@ -101,10 +102,18 @@ def import_graph(model: onnx.ModelProto) -> Graph:
         _reinfer(graph, g, opset)
     for node in graph.nodes:
         for name in node.outputs:
+            if name:
+                _check_not_empty(node.where(), name, graph.shapes)
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: the shape of '{name}' is not static")
     return graph
+
+
+def _check_not_empty(where: str, name: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    if 0 in shapes.get(name, ()):
+        raise DlaError(NvError.NotSupported, f"{where}: '{name}' has shape {shapes[name]}: empty tensors "
+                                             "(a dimension of 0) have no device buffer or cube")
 
 
 def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:

@@ -9,6 +9,7 @@ range is free again after its last use, and later tensors reuse it (first fit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,11 +66,12 @@ def group_steps(graph: Graph) -> list[Step]:
                 nxt = _sole_consumer(graph, out)
                 if nxt is None or graph.nodes.index(nxt) in fused:
                     break
+                constant = all(not t or t in graph.consts for t in nxt.inputs[1:])
                 ok = ((nxt_kind == "BatchNormalization" and nxt.op_type == "BatchNormalization"
-                       and op == "Conv")
+                       and op == "Conv" and constant and not nxt.attrs.get("training_mode", 0))
                       or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and op == "Conv"
                           and _other_is_fusable(graph, nxt, out, producer, i))
-                      or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS))
+                      or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant))
                 if not ok:
                     continue
                 chain.append(nxt)
@@ -96,10 +98,13 @@ def group_steps(graph: Graph) -> list[Step]:
         elif op in ("Softmax", "LogSoftmax"):
             steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Slice", "Pad", "Resize"):
-            steps.append(Step(op.lower(), [node], [node.inputs[0]], node.outputs[0]))
+            # Parameters computed at run time (starts, pads, scales, ...) are read by the step too.
+            inputs = [t for t in node.inputs if t and t not in graph.consts]
+            steps.append(Step(op.lower(), [node], inputs, node.outputs[0]))
         elif op == "Split":
             for out in node.outputs:  # one copy per part
-                steps.append(Step("split", [node], [node.inputs[0]], out))
+                if out:
+                    steps.append(Step("split", [node], [node.inputs[0]], out))
         else:
             raise DlaError(NvError.NotSupported,
                            f"{node.where()}: the {op} operator is not supported by the device and has "
@@ -123,20 +128,31 @@ def _other_is_fusable(graph: Graph, add: Node, mine: str, producer: dict[str, in
     shape = graph.shapes.get(other)
     if other in graph.consts:
         value = graph.consts[other]
-        c = graph.shapes[mine][1] if len(graph.shapes[mine]) > 1 else 1
-        return value.size in (1, c)
+        mine_shape = graph.shapes[mine]
+        c = mine_shape[1] if len(mine_shape) > 1 else 1
+        per_channel = (len(value.shape) >= len(mine_shape) - 1 >= 1 and value.shape[-len(mine_shape) + 1] == c
+                       and int(np.prod(value.shape)) == c)  # (C, 1, ..., 1) against (N, C, ...)
+        return value.size == 1 or per_channel
     return shape == graph.shapes.get(mine)
 
 
-def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element: int = 4,
+def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
+                element: int | Callable[[str], int] = 4,
                 keep_io: bool = False) -> tuple[MemoryPlan, dict[str, str], dict[str, int]]:
-    """Scratch offsets by liveness (``element`` bytes per value); the storage root of every tensor
-    and its byte offset in that root. With ``keep_io`` the graph's inputs and outputs get scratch
-    slots too, live from the first step to the last (their converted copies).
+    """Scratch offsets by liveness (``element``: bytes per value, or a function of the tensor's
+    name); the storage root of every tensor and its byte offset in that root. With ``keep_io`` the
+    graph's inputs and outputs get scratch slots too, live from the first step to the last (their
+    converted copies).
 
-    A channel concatenation whose inputs are each computed by a device step for it alone costs
-    nothing: each input is written straight into its channel range of the output (its root is the
-    output, at a byte offset), and the concat step becomes a view."""
+    A concatenation whose inputs are each computed by a device step for it alone, along an axis
+    with nothing but 1s before it (the channels of a batch-1 image), costs nothing: each input is
+    written straight into its range of the output (its root is the output, at a byte offset), and
+    the concat step becomes a view. A reshape of a graph input or output into another graph input
+    or output cannot share their bytes: it becomes a copy step."""
+    def size_of(t: str) -> int:
+        el = element(t) if callable(element) else element
+        return int(np.prod(graph.shapes[t])) * el
+
     root: dict[str, str] = {}
     within: dict[str, int] = {}
     producers = {s.output: s for s in steps}
@@ -152,14 +168,13 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element:
             offset = 0
             for t in step.head.inputs:
                 root[t], within[t] = step.output, offset
-                offset += int(np.prod(graph.shapes[t])) * element
+                offset += size_of(t)
             continue
         if step.kind == "alias":
             src = step.inputs[0]
             if step.output in external and find(src) in external:
-                raise DlaError(NvError.NotSupported,
-                               f"{step.head.where()}: output '{step.output}' is a reshape of another "
-                               "input or output; add a copy to the model")
+                step.kind = "copy"  # two graph inputs / outputs: separate buffers, so a copy
+                continue
             if step.output in external:
                 root[find(src)] = step.output  # the source is written straight into the output
             else:
@@ -189,7 +204,7 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *, element:
             continue
         i = first[t]
         live = [entry for entry in live if last[entry[2]] >= i]
-        size = _round(int(np.prod(graph.shapes[t])) * element)
+        size = _round(size_of(t))
         plan.sizes[t] = size
         plan.total += size
         offset = 0
@@ -215,9 +230,10 @@ def _concat_in_place(graph: Graph, step: Step, producers: dict[str, Step], root:
                      external: set[str]) -> bool:
     node = step.head
     shape = graph.shapes.get(step.output, ())
-    axis = node.attrs.get("axis", 1)
-    if len(shape) != 4 or axis not in (1, -3) or step.output in root:
-        return False
+    axis = int(node.attrs.get("axis", 1))
+    axis = axis + len(shape) if axis < 0 else axis
+    if not 0 <= axis < len(shape) or int(np.prod(shape[:axis])) != 1 or step.output in root:
+        return False  # only when each input's range of the output is contiguous
     for t in node.inputs:
         p = producers.get(t)
         if (p is None or p.kind in ("alias", "concat_view", "concat") or t in external or t in root

@@ -17,6 +17,23 @@ Functions:
   steps).
 - ``resize(src, dst, in_shape, out_shape, mode, coordinate_transformation_mode, nearest_mode,
   src_dtype, dst_dtype)``: ONNX Resize of H and W, nearest or linear.
+- ``pad_nd(src, dst, shape, pads, axes, mode, value, src_dtype, dst_dtype)``: ONNX Pad (constant,
+  reflect, edge, wrap; negative pads crop) of any rank and element type, over ``axes`` ("" for all).
+- ``resize_nd(src, dst, in_shape, out_shape, mode, coordinate_transformation_mode, nearest_mode,
+  roi, scales, sizes, axes, keep_aspect_ratio_policy, extrapolation_value, src_dtype, dst_dtype)``:
+  ONNX Resize (nearest or linear, every coordinate transformation mode) of any axes.
+- ``pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
+  src_dtype, dst_dtype)``: ONNX MaxPool / AveragePool ("max" / "avg") of any number of spatial axes,
+  with dilations; ``pads`` are the begins then the ends.
+- ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
+  BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
+  ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
+
+Parameters (pads, starts, scales, ...) are text ("1,2,3") known when the network was compiled, or
+buffers holding the tensor given at run time: int64 for indices and sizes, float32 for scales and
+regions of interest. Data-movement functions (slice, pad_nd) take any of the element types below;
+the others compute in floating point. A function whose parameters arrive at run time checks that
+the result has exactly the size of its destination.
 """
 
 from __future__ import annotations
@@ -29,18 +46,21 @@ import numpy as np
 from pydla.errors import DlaError, NvError
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
+ANY_DTYPES = {**DTYPES, "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8}
 
 
-def _tensor(buf: Any, shape: tuple[int, ...], dtype: str, what: str) -> Any:
-    if dtype not in DTYPES:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} dtype '{dtype}' (float32 or float16)")
+def _tensor(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, any_type: bool = False,
+            exact: bool = False) -> Any:
+    types = ANY_DTYPES if any_type else DTYPES
+    if dtype not in types:
+        raise DlaError(NvError.BadParameter, f"cpulib: {what} dtype '{dtype}' ({' or '.join(types)})")
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8:
         raise DlaError(NvError.BadParameter, f"cpulib: {what} must be a buffer")
-    need = int(np.prod(shape)) * np.dtype(DTYPES[dtype]).itemsize
-    if buf.size < need:
+    need = int(np.prod(shape)) * np.dtype(types[dtype]).itemsize
+    if buf.size < need or (exact and buf.size != need):
         raise DlaError(NvError.InvalidSize, f"cpulib: {what} holds {buf.size} bytes, the tensor {shape} "
                                             f"of {dtype} needs {need}")
-    return buf[:need].view(DTYPES[dtype]).reshape(shape)
+    return buf[:need].view(types[dtype]).reshape(shape)
 
 
 def _shape(text: Any) -> tuple[int, ...]:
@@ -144,8 +164,27 @@ def _resize(args: list[Any]) -> None:
 
 
 def _ints(text: Any, what: str) -> list[int]:
+    """Integers given as text or as a buffer of int64 (a tensor given at run time)."""
+    if isinstance(text, np.ndarray):
+        if text.dtype != np.uint8 or text.size % 8:
+            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of int64 expected, got "
+                                                 f"{text.size} bytes")
+        return [int(v) for v in text.view(np.int64)]
     try:
         return [int(v) for v in str(text).split(",")] if str(text) else []
+    except ValueError:
+        raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
+
+
+def _floats(text: Any, what: str) -> list[float]:
+    """Numbers given as text or as a buffer of float32 (a tensor given at run time)."""
+    if isinstance(text, np.ndarray):
+        if text.dtype != np.uint8 or text.size % 4:
+            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of float32 expected, got "
+                                                 f"{text.size} bytes")
+        return [float(v) for v in text.view(np.float32)]
+    try:
+        return [float(v) for v in str(text).split(",")] if str(text) else []
     except ValueError:
         raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
 
@@ -169,10 +208,191 @@ def _slice(args: list[Any]) -> None:
         else:
             start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         index[axis] = np.arange(start, end, step)
-    x = _tensor(src, shape, src_dtype, "source")
+    x = _tensor(src, shape, src_dtype, "source", any_type=True)
     out_shape = tuple(len(i) for i in index)
-    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    if 0 in out_shape:
+        raise DlaError(NvError.BadValue, f"cpulib: slice to the empty shape {out_shape}")
+    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
     y[...] = x[np.ix_(*index)]
+
+
+def _pad_nd(args: list[Any]) -> None:
+    """pad_nd(src, dst, shape, pads, axes, mode, value, src_dtype, dst_dtype): ONNX Pad."""
+    src, dst, shape_text, pads_arg, axes_arg, mode, value, src_dtype, dst_dtype = args
+    shape = _shape(shape_text)
+    rank = len(shape)
+    pads = _ints(pads_arg, "pads")
+    axes = [a + rank if a < 0 else a for a in _ints(axes_arg, "axes")] or list(range(rank))
+    if len(pads) != 2 * len(axes) or any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+        raise DlaError(NvError.BadParameter, f"cpulib: pads {pads} for axes {axes} of a rank-{rank} tensor")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise DlaError(NvError.BadParameter, f"cpulib: pad mode '{mode}'")
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        before[a], after[a] = pads[i], pads[i + len(axes)]
+    x = _tensor(src, shape, src_dtype, "source", any_type=True)
+    # Negative pads crop first.
+    x = x[tuple(slice(max(0, -b), d - max(0, -e)) for b, e, d in zip(before, after, shape, strict=True))]
+    if 0 in x.shape:
+        raise DlaError(NvError.BadValue, f"cpulib: pads {pads} crop the whole tensor {shape}")
+    widths = [(max(0, b), max(0, e)) for b, e in zip(before, after, strict=True)]
+    out_shape = tuple(d + b + e for d, (b, e) in zip(x.shape, widths, strict=True))
+    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
+    if mode == "constant":
+        fill = (_tensor(value, (), src_dtype, "constant_value", any_type=True)[()]
+                if isinstance(value, np.ndarray) else value)
+        y[...] = np.pad(x, widths, mode="constant", constant_values=fill)
+    else:
+        if mode == "reflect" and any(max(w) >= d for w, d in zip(widths, x.shape, strict=True)):
+            raise DlaError(NvError.BadParameter, f"cpulib: reflect pads {pads} need dims > pads {x.shape}")
+        y[...] = np.pad(x, widths, mode=mode)
+
+
+def _origin(mode: str, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> Any:
+    """Where each output position of one axis reads the input (ONNX Resize's coordinate modes; the
+    resized length is ``scale * n_in``, which is not always the whole ``n_out``)."""
+    i = np.arange(n_out, dtype=np.float64)
+    length = scale * n_in
+    if mode == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        return n_in / 2 * (1 - n_out / length) + (i + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if length != 1 else np.full(n_out, -0.5)
+    if mode == "align_corners":
+        return i * (n_in - 1) / (length - 1) if length != 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if length != 1:
+            return start * (n_in - 1) + i * (end - start) * (n_in - 1) / (length - 1)
+        return np.full(n_out, 0.5 * (start + end) * (n_in - 1))
+    raise DlaError(NvError.NotSupported, f"cpulib: coordinate_transformation_mode '{mode}'")
+
+
+ROUNDING: dict[str, Callable[[Any], Any]] = {
+    "round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+    "floor": np.floor, "ceil": np.ceil}
+
+
+def _resize_nd(args: list[Any]) -> None:
+    """resize_nd(src, dst, in_shape, out_shape, mode, ctm, nearest_mode, roi, scales, sizes, axes,
+    keep_aspect_ratio_policy, extrapolation_value, src_dtype, dst_dtype): ONNX Resize, nearest or
+    linear, separably along every resized axis."""
+    (src, dst, in_text, out_text, mode, ctm, nearest_mode, roi_arg, scales_arg, sizes_arg, axes_text,
+     policy, extrapolation, src_dtype, dst_dtype) = args
+    in_shape, out_shape = _shape(in_text), _shape(out_text)
+    rank = len(in_shape)
+    axes = [a + rank if a < 0 else a for a in _ints(axes_text, "axes")] or list(range(rank))
+    if len(out_shape) != rank or any(not 0 <= a < rank for a in axes):
+        raise DlaError(NvError.BadParameter, f"cpulib: resize {in_shape} to {out_shape} over axes {axes}")
+    if mode not in ("nearest", "linear"):
+        raise DlaError(NvError.NotSupported, f"cpulib: resize mode '{mode}'")
+    rounding = ROUNDING.get(nearest_mode)
+    if rounding is None:
+        raise DlaError(NvError.BadParameter, f"cpulib: nearest_mode '{nearest_mode}'")
+    scales, sizes, roi = _floats(scales_arg, "scales"), _ints(sizes_arg, "sizes"), _floats(roi_arg, "roi")
+    scale = [1.0] * rank
+    if scales:
+        if len(scales) != len(axes):
+            raise DlaError(NvError.BadParameter, f"cpulib: {len(scales)} scales for axes {axes}")
+        for a, v in zip(axes, scales, strict=True):
+            scale[a] = v
+    else:
+        if len(sizes) != len(axes):
+            raise DlaError(NvError.BadParameter, f"cpulib: sizes {sizes} for axes {axes}")
+        ratios = [n / in_shape[a] for a, n in zip(axes, sizes, strict=True)]
+        if policy == "not_larger":
+            ratios = [min(ratios)] * len(axes)
+        elif policy == "not_smaller":
+            ratios = [max(ratios)] * len(axes)
+        elif policy != "stretch":
+            raise DlaError(NvError.BadParameter, f"cpulib: keep_aspect_ratio_policy '{policy}'")
+        for a, v in zip(axes, ratios, strict=True):
+            scale[a] = v
+    if roi and len(roi) != 2 * len(axes):
+        raise DlaError(NvError.BadParameter, f"cpulib: roi {roi} for axes {axes}")
+    y = _tensor(dst, out_shape, dst_dtype, "destination", exact=True)
+    x = _tensor(src, in_shape, src_dtype, "source").astype(np.float64)
+    for k, a in enumerate(axes):
+        n_in, n_out = in_shape[a], out_shape[a]
+        box = (roi[k], roi[k + len(axes)]) if roi else (0.0, 1.0)
+        if n_in == n_out and scale[a] == 1.0 and ctm != "tf_crop_and_resize":
+            continue
+        origin = _origin(ctm, n_in, n_out, scale[a], box)
+        outside = (origin < 0) | (origin > n_in - 1) if ctm == "tf_crop_and_resize" else None
+        view = [1] * rank
+        view[a] = n_out
+        if mode == "nearest":
+            x = np.take(x, np.clip(rounding(origin), 0, n_in - 1).astype(np.int64), axis=a)
+        else:
+            pos = np.clip(origin, 0, n_in - 1)
+            low = np.floor(pos).astype(np.int64)
+            high = np.minimum(low + 1, n_in - 1)
+            frac = (pos - low).reshape(view)
+            x = np.take(x, low, axis=a) * (1 - frac) + np.take(x, high, axis=a) * frac
+        if outside is not None and outside.any():
+            x = np.where(outside.reshape(view), float(extrapolation), x)
+    y[...] = x
+
+
+def _pool(args: list[Any]) -> None:
+    """pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
+    src_dtype, dst_dtype): ONNX MaxPool / AveragePool; windows past the padded input (ceil_mode)
+    count nothing."""
+    (src, dst, shape_text, out_text, method, kernel_t, strides_t, pads_t, dilations_t, include,
+     src_dtype, dst_dtype) = args
+    shape, out_shape = _shape(shape_text), _shape(out_text)
+    nd = len(shape) - 2
+    kernel, strides = _ints(kernel_t, "kernel"), _ints(strides_t, "strides")
+    pads, dilations = _ints(pads_t, "pads"), _ints(dilations_t, "dilations")
+    if (nd < 1 or len(out_shape) != len(shape) or out_shape[:2] != shape[:2] or method not in ("max", "avg")
+            or not len(kernel) == len(strides) == len(dilations) == nd or len(pads) != 2 * nd
+            or min(kernel + strides + dilations) < 1 or min(pads) < 0):
+        raise DlaError(NvError.BadParameter,
+                       f"cpulib: {method} pool of {shape} to {out_shape}: kernel {kernel}, strides "
+                       f"{strides}, pads {pads}, dilations {dilations}")
+    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
+    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    total = [max(n + pads[i] + pads[i + nd], (o - 1) * s + span) for i, (n, o, s, span)
+             in enumerate(zip(shape[2:], out_shape[2:], strides, spans, strict=True))]
+    inside: tuple[Any, ...] = tuple(slice(pads[i], pads[i] + n) for i, n in enumerate(shape[2:]))
+    values = np.full((*shape[:2], *total), -np.inf if method == "max" else 0.0)
+    whole: tuple[Any, ...] = (slice(None), slice(None))
+    values[whole + inside] = x
+    positions: tuple[Any, ...] = tuple(slice(None, (o - 1) * s + 1, s)
+                                       for o, s in zip(out_shape[2:], strides, strict=True))
+    taps: tuple[Any, ...] = tuple(slice(None, None, d) for d in dilations)
+    windows = np.lib.stride_tricks.sliding_window_view(values, spans, axis=tuple(range(2, 2 + nd)))
+    windows = windows[whole + positions + taps]
+    window_axes = tuple(range(-nd, 0))
+    if method == "max":
+        y[...] = windows.max(axis=window_axes)
+        return
+    counted: tuple[Any, ...] = (tuple(slice(0, n + pads[i] + pads[i + nd]) for i, n in enumerate(shape[2:]))
+                                if include else inside)
+    counts = np.zeros(total)
+    counts[counted] = 1.0
+    count = np.lib.stride_tricks.sliding_window_view(counts, spans)[positions + taps].sum(axis=window_axes)
+    y[...] = windows.sum(axis=window_axes) / np.maximum(count, 1.0)
+
+
+def _batchnorm_params(args: list[Any]) -> None:
+    """batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)."""
+    scale_b, bias_b, mean_b, var_b, dst, epsilon, repeat, param_dtype, dst_dtype = args
+    if not isinstance(scale_b, np.ndarray) or not isinstance(repeat, int) or repeat < 1:
+        raise DlaError(NvError.BadParameter, f"cpulib: batchnorm_params repeat {repeat!r}")
+    size = np.dtype(DTYPES.get(param_dtype, np.float32)).itemsize
+    channels = scale_b.size // size
+    scale, bias, mean, var = (_tensor(b, (channels,), param_dtype, what).astype(np.float64)
+                              for b, what in ((scale_b, "scale"), (bias_b, "bias"), (mean_b, "mean"),
+                                              (var_b, "var")))
+    y = _tensor(dst, (2, repeat, channels), dst_dtype, "destination", exact=True)
+    factor = scale / np.sqrt(var + float(epsilon))
+    y[0] = factor
+    y[1] = bias - mean * factor
 
 
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
@@ -181,6 +401,10 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "log_softmax": (6, _softmax_like(True)),
     "pad": (8, _pad),
     "resize": (9, _resize),
+    "pad_nd": (9, _pad_nd),
+    "resize_nd": (15, _resize_nd),
+    "pool": (12, _pool),
+    "batchnorm_params": (9, _batchnorm_params),
 }
 
 

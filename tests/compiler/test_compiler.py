@@ -214,10 +214,9 @@ def test_unsupported_operator_names_the_node() -> None:
     assert "node 'pick' (Hardmax)" in str(e.value)
 
 
-def test_batch_two_is_not_supported() -> None:
+def test_batch_two_folds_into_the_channels_of_one_operation() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3, 4, 4)}, ["y"])
-    with pytest.raises(DlaError, match="batch 1"):
-        compile_model(m)
+    assert check(m, {"x": r(2, 3, 4, 4)}).operations == {"SDP": 1}
 
 
 def test_dynamic_input_shape_is_refused() -> None:

@@ -1,0 +1,209 @@
+"""CPU runs of pydla's CPU library (``pydla/umd/cpulib.py``) between NPU tasks.
+
+They take what the device cannot: Softmax / LogSoftmax; Slice, Pad and Resize whose parameters
+arrive at run time (their parameter tensors are passed as buffers: int64 indices, float32 scales and
+regions of interest) or whose modes have no device form (negative steps; reflect, edge and wrap
+padding; linear and non-whole-factor Resize); pooling with dilations; and the folding of batch-norm
+parameters given at run time into per-channel scale and shift for SDP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pydla.compiler.graph import Node
+from pydla.compiler.layout import normalize_axis, prod
+from pydla.compiler.plan import Step, attr
+from pydla.errors import DlaError, NvError
+
+if TYPE_CHECKING:
+    from pydla.compiler.lower import Lowering
+
+
+@dataclass(frozen=True)
+class Buf:
+    """A buffer argument: ``size`` bytes at ``offset`` of recipe buffer ``buffer``."""
+
+    buffer: str
+    offset: int
+    size: int
+
+
+Arg = Buf | tuple[Any, str]  # a buffer, or a constant (value, "int" | "float" | "string")
+
+
+def cpu_run(lw: Lowering, function: str, args: list[Arg]) -> None:
+    """A CPU run of ``function`` with ``args`` in argidx order."""
+    lw.finish_task()
+    arguments: list[dict[str, Any]] = []
+    constants: list[dict[str, Any]] = []
+    for i, a in enumerate(args):
+        if isinstance(a, Buf):
+            arguments.append({"name": a.buffer, "offset": a.offset, "size": a.size, "argidx": i})
+        else:
+            constants.append({"value": a[0], "type": a[1], "argidx": i})
+    lw.runs.append(("cpu", {"name": function, "where": "cpu", "arguments": arguments,
+                            "constants": constants}))
+
+
+def tensor(lw: Lowering, name: str) -> Buf:
+    buf, offset = lw.storage(name)
+    return Buf(buf, offset, prod(lw.g.shapes[name]) * lw.elsize(name))
+
+
+def dtype_of(lw: Lowering, name: str) -> tuple[str, str]:
+    return (str(lw.storage_dtype(name)), "string")
+
+
+def _text(values: Any) -> str:
+    return ",".join(str(v) for v in np.asarray(values).ravel().tolist())
+
+
+def _shape(lw: Lowering, name: str) -> tuple[str, str]:
+    return (_text(lw.g.shapes[name]), "string")
+
+
+def param(lw: Lowering, node: Node, index: int, what: str, kind: str, default: str = "") -> Arg:
+    """Parameter ``index`` of ``node``: its values as text when constant, else its buffer (int64
+    for ``kind`` "int", float32 for "float"); ``default`` when absent."""
+    name = node.inputs[index] if index < len(node.inputs) else ""
+    if not name:
+        return (default, "string")
+    if name in lw.g.consts:
+        value = lw.g.consts[name]
+        if kind == "int":
+            return (",".join(str(int(min(max(v, -(1 << 62)), 1 << 62))) for v in value.ravel().tolist()),
+                    "string")
+        return (",".join(repr(float(v)) for v in value.ravel().tolist()), "string")
+    want = np.dtype(np.int64 if kind == "int" else np.float32)
+    if lw.g.dtypes[name] != want:
+        raise DlaError(NvError.NotSupported, f"{node.where()}: {what} '{name}' computed at run time is "
+                                             f"{lw.g.dtypes[name]}; pydla's CPU library reads {want}")
+    return lw.param_buffer(name, node.where())
+
+
+def softmax(lw: Lowering, step: Step) -> None:
+    """Softmax / LogSoftmax (opset 13: along one axis; earlier: over the axes from ``axis`` on, as
+    one flattened axis)."""
+    n = step.head
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    rank = len(shape)
+    default_axis = -1 if lw.g.opset >= 13 else 1
+    axis = normalize_axis(int(attr(n, "axis", default_axis)), rank, n.where())
+    text = _text(shape)
+    if lw.g.opset < 13 and axis != rank - 1:
+        text = _text([*shape[:axis], prod(shape[axis:])])  # the same bytes, one flattened axis
+    function = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}[n.op_type]
+    cpu_run(lw, function, [tensor(lw, src), tensor(lw, step.output), (axis, "int"), (text, "string"),
+                           dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+def slice_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    if not lw.g.shapes[src]:
+        raise DlaError(NvError.BadValue, f"{n.where()}: Slice of a scalar")
+    count = prod(lw.g.shapes[n.inputs[1]]) if n.inputs[1] else 0
+    cpu_run(lw, "slice", [tensor(lw, src), tensor(lw, step.output), _shape(lw, src),
+                          param(lw, n, 1, "starts", "int"), param(lw, n, 2, "ends", "int"),
+                          param(lw, n, 3, "axes", "int", _text(range(count))),
+                          param(lw, n, 4, "steps", "int", _text([1] * count)),
+                          dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+def pad_run(lw: Lowering, step: Step, mode: str) -> None:
+    n = step.head
+    src = n.inputs[0]
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise DlaError(NvError.NotSupported, f"{n.where()}: Pad mode '{mode}'")
+    pads = (param(lw, n, 1, "pads", "int") if len(n.inputs) > 1 and n.inputs[1]
+            else (_text(attr(n, "pads", [])), "string"))
+    value_name = n.inputs[2] if len(n.inputs) > 2 else ""
+    value: Arg
+    if not value_name:
+        value = (0.0, "float")
+    elif value_name in lw.g.consts:
+        value = (float(lw.g.consts[value_name].ravel()[0]), "float")
+    else:
+        if lw.g.dtypes[value_name] != lw.g.dtypes[src]:
+            raise DlaError(NvError.BadValue, f"{n.where()}: constant_value is {lw.g.dtypes[value_name]}, "
+                                             f"the data {lw.g.dtypes[src]}")
+        value = tensor(lw, value_name)
+    cpu_run(lw, "pad_nd", [tensor(lw, src), tensor(lw, step.output), _shape(lw, src), pads,
+                           param(lw, n, 3, "axes", "int"), (mode, "string"), value,
+                           dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+def static_resize_scales(lw: Lowering, n: Node, shape: tuple[int, ...],
+                         out_shape: tuple[int, ...]) -> list[float] | None:
+    """Resize's scale per axis when known at compile time (constant scales; sizes with the
+    stretch policy, whose scales are the output's size over the input's), else None."""
+    rank = len(shape)
+    axes = [normalize_axis(int(a), rank, n.where()) for a in attr(n, "axes", list(range(rank)))]
+    scales_name = n.inputs[2] if len(n.inputs) > 2 else ""
+    sizes_name = n.inputs[3] if len(n.inputs) > 3 else ""
+    full = [1.0] * rank
+    if scales_name and prod(lw.g.shapes[scales_name]):
+        if scales_name not in lw.g.consts:
+            return None
+        for a, s in zip(axes, lw.g.consts[scales_name].ravel().tolist(), strict=True):
+            full[a] = float(s)
+        return full
+    if sizes_name and lw.text_attr(n, "keep_aspect_ratio_policy", "stretch") == "stretch":
+        return [o / i for o, i in zip(out_shape, shape, strict=True)]
+    return None
+
+
+def resize_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    rank = len(lw.g.shapes[src])
+    mode = lw.text_attr(n, "mode", "nearest")
+    ctm = lw.text_attr(n, "coordinate_transformation_mode", "half_pixel")
+    axes = attr(n, "axes", None)
+    axes_text = "" if axes is None else _text([normalize_axis(int(a), rank, n.where()) for a in axes])
+    scales = param(lw, n, 2, "scales", "float")
+    if isinstance(scales, tuple) and scales[0] == "" and len(n.inputs) <= 3:
+        raise DlaError(NvError.BadValue, f"{n.where()}: Resize needs scales or sizes")
+    cpu_run(lw, "resize_nd", [
+        tensor(lw, src), tensor(lw, step.output), _shape(lw, src), _shape(lw, step.output),
+        (mode, "string"), (ctm, "string"),
+        (lw.text_attr(n, "nearest_mode", "round_prefer_floor"), "string"),
+        param(lw, n, 1, "roi", "float"), scales, param(lw, n, 3, "sizes", "int"), (axes_text, "string"),
+        (lw.text_attr(n, "keep_aspect_ratio_policy", "stretch"), "string"),
+        (float(attr(n, "extrapolation_value", 0.0)), "float"),
+        dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+def pool_run(lw: Lowering, step: Step, kernel: list[int], strides: list[int], pads: list[int],
+             dilations: list[int]) -> None:
+    n = step.head
+    src = n.inputs[0]
+    method = "max" if n.op_type == "MaxPool" else "avg"
+    cpu_run(lw, "pool", [tensor(lw, src), tensor(lw, step.output), _shape(lw, src),
+                         _shape(lw, step.output), (method, "string"), (_text(kernel), "string"),
+                         (_text(strides), "string"), (_text(pads), "string"), (_text(dilations), "string"),
+                         (int(attr(n, "count_include_pad", 0)), "int"),
+                         dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+def batchnorm_params(lw: Lowering, n: Node, repeat: int) -> Buf:
+    """Scale and shift per channel, each repeated ``repeat`` times (once per image of a batch),
+    computed on the CPU from BatchNormalization's parameters given at run time: a temporary of
+    2 * repeat * C values in the device's precision."""
+    names = n.inputs[1:5]
+    for name, what in zip(names, ("scale", "B", "input_mean", "input_var"), strict=True):
+        if lw.g.dtypes[name] != np.float32:
+            raise DlaError(NvError.NotSupported, f"{n.where()}: {what} '{name}' is {lw.g.dtypes[name]}")
+    channels = prod(lw.g.shapes[names[0]])
+    el = lw.np_dtype.itemsize
+    buf, offset = lw.temp(2 * repeat * channels * el)
+    out = Buf(buf, offset, 2 * repeat * channels * el)
+    cpu_run(lw, "batchnorm_params", [*(lw.param_buffer(name, n.where()) for name in names), out,
+                                     (float(attr(n, "epsilon", 1e-5)), "float"), (repeat, "int"),
+                                     ("float32", "string"), (str(lw.np_dtype), "string")])
+    return out

@@ -1,0 +1,191 @@
+"""Element-wise work on SDP: activations, Add / Sub / Mul / Div / Max / Min with numpy broadcasting,
+BatchNormalization, Clip with bounds given at run time.
+
+Every tensor is its flat cube (batch folded into channels, see :mod:`pydla.compiler.layout`). A
+constant operand is classified against the result's cube: one value (SDP's scalar operand), one value
+per channel (per-channel operand, repeated for each image of a batch) or anything else (a full cube
+of constants). A tensor operand computed at run time with a smaller shape is broadcast to the
+result's shape by a BDMA copy first; a single value is read as SDP's scalar operand as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pydla.compiler import cpuops, movement
+from pydla.compiler.layout import flat_cube, prod
+from pydla.compiler.plan import Step, attr
+from pydla.errors import DlaError, NvError
+from pydla.kmd.taskbuilder import Cube, Ref
+
+if TYPE_CHECKING:
+    from pydla.compiler.lower import Lowering
+
+EW_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+
+
+def classify(value: np.ndarray, shape: tuple[int, ...], cube: tuple[int, int, int]) -> tuple[str, np.ndarray]:
+    """A constant broadcast to ``shape``, seen on ``cube``: ("scalar", [v]), ("per_channel", [C]) or
+    ("cube", the whole cube)."""
+    full = np.broadcast_to(np.asarray(value, dtype=np.float64), shape).reshape(cube)
+    first = full.reshape(-1)[:1]
+    if (full == first[0]).all():
+        return "scalar", first
+    if (full == full[:, :1, :1]).all():
+        return "per_channel", full[:, 0, 0].copy()
+    return "cube", full
+
+
+def lower_sdp(lw: Lowering, step: Step) -> None:
+    op = step.head.op_type
+    if op == "BatchNormalization":
+        _batchnorm(lw, step)
+    elif op in EW_OPS:
+        _eltwise(lw, step)
+    elif op == "Clip" and any(i and i not in lw.g.consts for i in step.head.inputs[1:]):
+        _clip_runtime(lw, step)
+    elif op == "PRelu":
+        _prelu(lw, step)
+    else:
+        n = step.head
+        out = lw.cube(step.output, n.where())
+        lw.tb.sdp(lw.cube(n.inputs[0], n.where()), out, **lw.activation(n, out.shape[0]))
+
+
+def _const_operand(lw: Lowering, kind: str, values: np.ndarray, like: Cube) -> Cube | Ref:
+    if kind == "cube":
+        ref = lw.const(values)
+        el = lw.np_dtype.itemsize
+        return Cube(ref.buffer, ref.offset, like.shape, lw.precision, like.shape[2] * el,
+                    like.shape[1] * like.shape[2] * el)
+    return lw.const(values)
+
+
+def _tensor_cube(lw: Lowering, name: str, out_shape: tuple[int, ...], where: str) -> Cube:
+    """``name`` as a cube of the result's shape: itself, or broadcast into a temporary."""
+    if lw.g.shapes[name] == out_shape:
+        return lw.cube(name, where)
+    lw.cube(name, where)  # checks that it is float32
+    buf, offset = movement.broadcast(lw, name, out_shape, where)
+    return lw.tb.cube(buf, flat_cube(out_shape, where), offset=offset)
+
+
+def _eltwise(lw: Lowering, step: Step) -> None:
+    n = step.head
+    where = n.where()
+    a, b = n.inputs[0], n.inputs[1]
+    ew_op = EW_OPS[n.op_type]
+    out = lw.cube(step.output, where)
+    out_shape = lw.g.shapes[step.output]
+    if a in lw.g.consts or b in lw.g.consts:
+        swap = a in lw.g.consts
+        tensor, other = (b, a) if swap else (a, b)
+        x = _tensor_cube(lw, tensor, out_shape, where)
+        kind, values = classify(lw.g.consts[other], out_shape, out.shape)
+        lw.tb.sdp(x, out, ew=_const_operand(lw, kind, values, out), ew_op=ew_op, ew_mode=kind, ew_swap=swap)
+        return
+    el = lw.np_dtype.itemsize
+    for tensor, other, swap in ((a, b, False), (b, a, True)):
+        if prod(lw.g.shapes[other]) == 1 and lw.g.shapes[tensor] == out_shape:
+            lw.cube(other, where)  # checks that it is float32
+            buf, offset = lw.storage(other)
+            lw.tb.sdp(lw.cube(tensor, where), out, ew=lw.tb.ref(buf, el, offset), ew_op=ew_op,
+                      ew_mode="scalar", ew_swap=swap)
+            return
+    lw.tb.sdp(_tensor_cube(lw, a, out_shape, where), out, ew=_tensor_cube(lw, b, out_shape, where),
+              ew_op=ew_op)
+
+
+def _clip_runtime(lw: Lowering, step: Step) -> None:
+    """min(max(x, lo), hi) with lo or hi given at run time: SDP max / min with a scalar operand
+    read from memory, one operation per bound (in that order, as ONNX: lo > hi gives hi)."""
+    n = step.head
+    where = n.where()
+    out = lw.cube(step.output, where)
+    src: Cube = lw.cube(n.inputs[0], where)
+    el = lw.np_dtype.itemsize
+    for index, op in ((1, "max"), (2, "min")):
+        name = n.inputs[index] if index < len(n.inputs) else ""
+        if not name:
+            continue
+        if name in lw.g.consts:
+            bound = float(lw.g.consts[name])
+            clip = (bound, math.inf) if op == "max" else (-math.inf, bound)
+            lw.tb.sdp(src, out, act="clamp", clip=clip)
+        else:
+            if prod(lw.g.shapes[name]) != 1:
+                raise DlaError(NvError.BadValue, f"{where}: Clip bound '{name}' of shape {lw.g.shapes[name]}")
+            lw.cube(name, where)  # checks that it is float32
+            buf, offset = lw.storage(name)
+            lw.tb.sdp(src, out, ew=lw.tb.ref(buf, el, offset), ew_op=op, ew_mode="scalar")
+        src = out
+
+
+def _prelu(lw: Lowering, step: Step) -> None:
+    n = step.head
+    where = n.where()
+    out = lw.cube(step.output, where)
+    x = lw.cube(n.inputs[0], where)
+    kind, values = classify(lw.const_input(n, 1, "slope"), lw.g.shapes[step.output], out.shape)
+    if kind == "scalar":
+        lw.tb.sdp(x, out, act="leaky_relu", alpha=float(values[0]))
+    elif kind == "per_channel":
+        lw.tb.sdp(x, out, act="prelu", prelu=lw.const(values))
+    else:
+        raise DlaError(NvError.NotSupported, f"{where}: a slope that varies within a channel")
+
+
+def _batchnorm(lw: Lowering, step: Step) -> None:
+    n = step.head
+    where = n.where()
+    if attr(n, "training_mode", 0):
+        raise DlaError(NvError.NotSupported, f"{where}: training_mode=1 (batch statistics and running "
+                                             "averages) is training, not inference")
+    shape = lw.g.shapes[n.inputs[0]]
+    if len(shape) < 2:
+        raise DlaError(NvError.BadValue, f"{where}: input of shape {shape}")
+    x = lw.cube(n.inputs[0], where)
+    out = lw.cube(step.output, where)
+    images, channels = shape[0], shape[1]
+    if x.shape[0] != images * channels:
+        raise DlaError(NvError.NotSupported, f"{where}: {images}x{channels} channels exceed a device cube")
+    if all(i in lw.g.consts for i in n.inputs[1:5]):
+        scale, shift = lw.bn_params(n)
+        lw.tb.sdp(x, out, scale=lw.const(np.tile(scale, images)), shift=lw.const(np.tile(shift, images)))
+        return
+    params = cpuops.batchnorm_params(lw, n, images)
+    half = params.size // 2
+    lw.tb.sdp(x, out, scale=lw.tb.ref(params.buffer, half, params.offset),
+              shift=lw.tb.ref(params.buffer, half, params.offset + half))
+
+
+def activation_kwargs(lw: Lowering, n: Any, channels: int) -> dict[str, Any]:
+    """SDP's activation for node ``n`` (fused after a convolution of ``channels`` outputs, or alone)."""
+    op = n.op_type
+    if op == "Relu":
+        return {"act": "relu"}
+    if op == "LeakyRelu":
+        return {"act": "leaky_relu", "alpha": float(attr(n, "alpha", 0.01))}
+    if op == "Sigmoid":
+        return {"act": "sigmoid"}
+    if op == "Tanh":
+        return {"act": "tanh"}
+    if op == "Clip":
+        lo = attr(n, "min", -math.inf)
+        hi = attr(n, "max", math.inf)
+        if len(n.inputs) > 1 and n.inputs[1]:
+            lo = float(lw.const_input(n, 1, "min"))
+        if len(n.inputs) > 2 and n.inputs[2]:
+            hi = float(lw.const_input(n, 2, "max"))
+        return {"act": "clamp", "clip": (float(lo), float(hi))}
+    if op == "PRelu":
+        slope = lw.const_input(n, 1, "slope")
+        per_channel = (slope.ndim >= 3 and slope.shape[-3] == channels and slope.shape[-2:] == (1, 1)
+                       and prod(slope.shape[:-3]) == 1)
+        if slope.size != 1 and not per_channel:
+            raise DlaError(NvError.NotSupported, f"{n.where()}: slope of shape {slope.shape}")
+        return {"act": "prelu", "prelu": lw.const(np.broadcast_to(slope.ravel(), (channels,)))}
+    raise DlaError(NvError.NotSupported, f"{n.where()}: not an activation")

@@ -1,0 +1,266 @@
+"""The compiler beyond batch-1 images: batches, ranks 0 to 5, broadcasting, weights and parameters
+given at run time, integer tensors through data movement; each model compiled, run through the
+whole stack and compared with onnxruntime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from pydla import DlaError, NvError
+from pydla.compiler.api import compile_model
+from pydla.compiler.layout import copy_plan, flat_cube
+from pydla.session import Session
+from tests.compiler.support import model, reference
+
+RNG = np.random.default_rng(7)
+
+
+def r(*shape: int, positive: bool = False) -> np.ndarray:
+    a = np.asarray(RNG.standard_normal(shape), dtype=np.float32)
+    return np.asarray(np.abs(a) + 0.5 if positive else a, dtype=np.float32)
+
+
+def typed_model(nodes: list[Any], inputs: dict[str, np.ndarray], outputs: dict[str, Any],
+                inits: dict[str, np.ndarray] | None = None, opset: int = 17) -> Any:
+    """A model whose inputs take the dtypes of the given arrays; its outputs the first input's
+    dtype, with the given shapes (None: inferred)."""
+    dtype = helper.np_dtype_to_tensor_dtype(next(iter(inputs.values())).dtype)
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in inputs.items()],
+        [helper.make_tensor_value_info(n, dtype, shape) for n, shape in outputs.items()],
+        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def check(m: Any, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4,
+          precision: str = "fp32") -> Any:
+    result = compile_model(m, precision=precision)
+    with Session(result.blob) as sess:  # a loadable stores a scalar as shape (1,)
+        got = sess.run({t.name: np.asarray(feeds[t.name]).reshape(t.shape) for t in sess.inputs})
+    want = reference(m, feeds)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype, name
+        np.testing.assert_allclose(got[name].reshape(value.shape), value, rtol=rtol, atol=atol, err_msg=name)
+    return result
+
+
+def test_conv_bn_add_relu_over_a_batch_is_one_pair_per_image() -> None:
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], strides=[1, 2]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"]),
+             helper.make_node("Add", ["bn", "k"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    m = model(nodes, {"x": (3, 4, 6, 8)}, ["y"],
+              {"W": r(5, 4, 3, 3), "B": r(5), "g": r(5, positive=True), "b": r(5), "m": r(5),
+               "v": r(5, positive=True), "k": r(5, 1, 1)})
+    result = check(m, {"x": r(3, 4, 6, 8)})
+    assert result.operations == {"CONV": 3, "SDP": 3}
+
+
+def test_conv_1d_and_conv_transpose_1d() -> None:
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[2, 1], dilations=[2], strides=[1]),
+             helper.make_node("ConvTranspose", ["c", "T", "TB"], ["y"], strides=[2], output_padding=[1])]
+    m = model(nodes, {"x": (2, 3, 11)}, ["y"], {"W": r(4, 3, 3), "T": r(4, 2, 3), "TB": r(2)})
+    check(m, {"x": r(2, 3, 11)})
+
+
+@pytest.mark.parametrize("attrs", [dict(output_shape=[11, 9], strides=[3, 2]),
+                                   dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+                                   dict(auto_pad="SAME_LOWER", strides=[2, 3], group=2)])
+def test_conv_transpose_output_shape_and_auto_pad(attrs: dict[str, Any]) -> None:
+    groups = attrs.get("group", 1)
+    m = model([helper.make_node("ConvTranspose", ["x", "W"], ["y"], **attrs)], {"x": (2, 2, 3, 4)}, ["y"],
+              {"W": r(2, 4 // groups, 3, 3)})
+    check(m, {"x": r(2, 2, 3, 4)})
+
+
+def test_weights_and_bias_given_at_run_time() -> None:
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["y"])]
+    m = model(nodes, {"x": (2, 3, 5, 5), "w": (4, 3, 3, 3), "b": (4,)}, ["y"],
+              {"g": r(4, positive=True), "be": r(4), "m": r(4), "v": r(4, positive=True)})
+    check(m, {"x": r(2, 3, 5, 5), "w": r(4, 3, 3, 3), "b": r(4)})
+
+
+GEMMS: dict[str, tuple[dict[str, Any], dict[str, tuple[int, ...]], dict[str, np.ndarray]]] = {
+    "rows-const-B-full-C": ({}, {"a": (3, 5)}, {"B": r(5, 4), "C": r(3, 4)}),
+    "transA-transB-alpha-beta": (dict(transA=1, transB=1, alpha=0.5, beta=2.0), {"a": (5, 3)},
+                                 {"B": r(4, 5), "C": r(4)}),
+    "runtime-B-and-C-column": (dict(alpha=0.25, beta=0.5), {"a": (3, 6), "B": (6, 2), "C": (3, 1)}, {}),
+    "runtime-B-scalar-C": (dict(beta=3.0), {"a": (2, 6), "B": (6, 3), "C": ()}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMS))
+def test_gemm(case: str) -> None:
+    attrs, inputs, inits = GEMMS[case]
+    m = model([helper.make_node("Gemm", ["a", "B", "C"], ["y"], **attrs)], inputs, ["y"], inits)
+    check(m, {name: r(*shape) for name, shape in inputs.items()})
+
+
+@pytest.mark.parametrize(("a", "b", "const_b"), [
+    ((2, 3, 4, 5), (5, 6), True),     # one B: all rows of A in one product
+    ((2, 1, 4, 5), (3, 5, 2), False),  # broadcast batches, B at run time
+    ((5,), (2, 5, 3), True),
+    ((2, 3, 5), (5,), False),
+])
+def test_matmul(a: tuple[int, ...], b: tuple[int, ...], const_b: bool) -> None:
+    inputs = {"a": a} if const_b else {"a": a, "b": b}
+    inits = {"b": r(*b)} if const_b else {}
+    m = model([helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+              inputs, ["z"], inits)
+    check(m, {name: r(*shape) for name, shape in inputs.items()})
+
+
+@pytest.mark.parametrize(("x", "y", "const"), [
+    ((2, 3, 4), (4,), True),          # a constant along W (not a per-channel one)
+    ((2, 3, 4, 5), (3, 1, 1), True),  # per channel, repeated for each image
+    ((3, 1, 5), (1, 4, 1), False),    # both operands broadcast
+    ((2, 3), (), False),              # a scalar read as SDP's scalar operand
+])
+@pytest.mark.parametrize("op", ["Sub", "Div", "Max"])
+def test_eltwise_broadcasting(op: str, x: tuple[int, ...], y: tuple[int, ...], const: bool) -> None:
+    inputs = {"x": x} if const else {"x": x, "k": y}
+    inits = {"k": r(*y, positive=True)} if const else {}
+    m = model([helper.make_node(op, ["k", "x"], ["z"])], inputs, ["z"], inits)
+    feeds = {"x": r(*x)}
+    if not const:
+        feeds["k"] = r(*y, positive=True)
+    check(m, feeds)
+
+
+def test_activations_batchnorm_and_clip_of_any_rank() -> None:
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["bn"]),
+             helper.make_node("LeakyRelu", ["bn"], ["l"], alpha=0.3),
+             helper.make_node("Clip", ["l", "lo", "hi"], ["y"])]
+    m = model(nodes, {"x": (2, 3, 7), "lo": (), "hi": ()}, ["y"],
+              {"g": r(3, positive=True), "b": r(3), "m": r(3), "v": r(3, positive=True)})
+    check(m, {"x": r(2, 3, 7), "lo": np.array(-0.4, np.float32), "hi": np.array(0.6, np.float32)})
+
+
+POOLS = {
+    "max-1d": ("MaxPool", (2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    "avg-2d-batch": ("AveragePool", (3, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)),
+    "max-3d": ("MaxPool", (2, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2],
+                                                 pads=[1, 0, 1, 0, 1, 1])),
+    "avg-3d-include": ("AveragePool", (1, 2, 5, 4, 6), dict(kernel_shape=[3, 2, 3], strides=[2, 2, 2],
+                                                            pads=[1, 1, 1, 1, 0, 1], count_include_pad=1)),
+    "max-2d-dilated": ("MaxPool", (2, 2, 8, 7), dict(kernel_shape=[2, 3], dilations=[2, 2],
+                                                     pads=[1, 1, 1, 1])),
+    "max-3d-dilated-ceil": ("MaxPool", (1, 1, 9, 9, 9), dict(kernel_shape=[3, 3, 2], dilations=[2, 1, 2],
+                                                             strides=[2, 2, 3], ceil_mode=1)),
+    "global-avg-3d": ("GlobalAveragePool", (2, 3, 4, 5, 6), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLS))
+def test_pooling(case: str) -> None:
+    op, shape, attrs = POOLS[case]
+    m = model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": shape}, ["y"])
+    result = check(m, {"x": r(*shape)})
+    assert ("CPU" in result.operations) == ("dilated" in case)
+
+
+def test_average_pool_with_dilations_is_a_cpu_run() -> None:
+    x = r(2, 1, 9, 9, 8)
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3, 2], dilations=[2, 1, 2],
+                            strides=[2, 2, 3], pads=[1, 0, 0, 1, 1, 1], ceil_mode=1)
+    check(typed_model([node], {"x": x}, {"y": None}, opset=19), {"x": x})
+
+
+def test_lrn_over_a_batch() -> None:
+    m = model([helper.make_node("LRN", ["x"], ["y"], size=3)], {"x": (3, 5, 4, 4)}, ["y"])
+    assert check(m, {"x": r(3, 5, 4, 4)}).operations == {"CDP": 3}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_data_movement_of_any_rank_and_type(dtype: Any) -> None:
+    x = (RNG.standard_normal((2, 3, 4, 5)) * 100).astype(dtype)
+    z = (RNG.standard_normal((2, 1, 4, 5)) * 100).astype(dtype)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[3, 1, 0, 2]),
+             helper.make_node("Concat", ["x", "z"], ["c"], axis=1),
+             helper.make_node("Slice", ["c", "s", "e", "a", "st"], ["sl"]),
+             helper.make_node("Split", ["x"], ["p", "q"], axis=3, num_outputs=2),
+             helper.make_node("Pad", ["x", "pads", "v"], ["pd"]),
+             helper.make_node("Pad", ["x", "pads"], ["pw"], mode="wrap"),
+             helper.make_node("Reshape", ["x", "shape"], ["rs"]),
+             helper.make_node("Identity", ["z"], ["iz"])]
+    inits = {"s": np.array([1, 0], np.int64), "e": np.array([4, 5], np.int64),
+             "a": np.array([1, 3], np.int64), "st": np.array([2, 2], np.int64),
+             "pads": np.array([1, 0, 0, 2, 0, 1, 1, 0], np.int64),
+             "v": np.array(7, dtype), "shape": np.array([6, -1], np.int64)}
+    outputs = dict.fromkeys(["t", "c", "sl", "p", "q", "pd", "pw", "rs", "iz"])
+    m = typed_model(nodes, {"x": x, "z": z}, outputs, inits, opset=18)
+    result = check(m, {"x": x, "z": z}, rtol=0, atol=0)
+    assert result.operations["CPU"] == 1  # the wrap padding; everything else is BDMA copies
+
+
+def test_parameters_given_at_run_time_are_read_by_cpu_runs() -> None:
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["sl"]),
+             helper.make_node("Pad", ["x", "pads", "v"], ["pd"]),
+             helper.make_node("Resize", ["x", "", "sc"], ["rz"], mode="linear")]
+    feeds = {"x": r(1, 2, 4, 6), "s": np.array([1, -5], np.int64), "e": np.array([3, 100], np.int64),
+             "a": np.array([2, 3], np.int64), "pads": np.array([0, 0, 1, 2, 0, 1, 0, 1], np.int64),
+             "v": np.array(0.5, np.float32), "sc": np.array([1, 1, 1.5, 0.5], np.float32)}
+    # Computed parameters leave the output shapes to the model: it declares them.
+    m = typed_model(nodes, feeds, {"sl": (1, 2, 2, 5), "pd": (1, 3, 5, 9), "rz": (1, 2, 6, 3)})
+    assert check(m, feeds).operations == {"CPU": 3}
+
+
+def test_resize_tf_crop_and_resize_with_constant_roi() -> None:
+    node = helper.make_node("Resize", ["x", "roi", "", "sz"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-1.0)
+    m = model([node], {"x": (2, 1, 5, 5)}, ["y"],
+              {"roi": np.array([0, 0, -0.2, 0.3, 1, 1, 0.8, 1.2], np.float32),
+               "sz": np.array([2, 1, 4, 3], np.int64)})
+    check(m, {"x": r(2, 1, 5, 5)})
+
+
+def test_scalar_inputs_and_outputs_keep_their_shape(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path))
+    m = model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": (4,), "b": (4,)}, ["y"])
+    with Session(m) as sess:
+        assert [t.shape for t in sess.outputs] == [()]
+        out = sess.run({"a": np.ones(4, np.float32), "b": np.arange(4, dtype=np.float32)})["y"]
+    assert out.shape == () and float(out) == 6.0
+
+
+def test_fp16_with_a_batch_and_runtime_weights() -> None:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["c", "k"], ["y"])]
+    m = model(nodes, {"x": (2, 3, 4, 4), "w": (2, 3, 3, 3), "k": (4, 3)}, ["y"])
+    feeds = {"x": r(2, 3, 4, 4), "w": r(2, 3, 3, 3), "k": r(4, 3)}
+    check(m, feeds, rtol=3e-2, atol=3e-2, precision="fp16")
+
+
+@pytest.mark.parametrize(("nodes", "shapes", "message"), [
+    ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
+    ([helper.make_node("Conv", ["x", "w"], ["y"])],
+     {"x": np.zeros((1, 1, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1), np.float32)}, "3-D volumes"),
+    ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((0, 3), np.float32)}, "empty tensors"),
+])
+def test_what_stays_unsupported_says_why(nodes: list[Any], shapes: dict[str, np.ndarray],
+                                         message: str) -> None:
+    with pytest.raises(DlaError, match=message) as e:
+        compile_model(typed_model(nodes, shapes, {"y": None}))
+    assert e.value.code == NvError.NotSupported
+
+
+def test_layout_helpers() -> None:
+    assert flat_cube((2, 3, 4, 5), "t") == (6, 4, 5)
+    assert flat_cube((2, 3), "t") == (6, 1, 1)
+    assert flat_cube((), "t") == (1, 1, 1)
+    assert flat_cube((1, 1 << 17), "t") == (1, 2, 1 << 16)  # too wide for a cube: refactored
+    # A transpose of (2, 3, 4) by (2, 0, 1): the last two axes merge; lines of one element.
+    (t,) = copy_plan((4, 2, 3), (4, 48, 16), (24, 12, 4), 4, "t")
+    assert (t.line_bytes, t.lines, t.surfaces) == (4, 6, 4)
+    # A dense copy merges into one line.
+    (one,) = copy_plan((2, 3, 4), (48, 16, 4), (48, 16, 4), 4, "t")
+    assert one.line_bytes == 96 and one.lines == one.surfaces == 1

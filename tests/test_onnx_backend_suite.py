@@ -1,0 +1,120 @@
+"""onnx's own backend test suite (``onnx.backend.test.BackendTest``) against ``pydla.onnx_backend``,
+for the node cases of the operators pydla compiles.
+
+Each case is a one-node ONNX model with onnx's inputs and reference outputs; the backend compiles it,
+runs it through Session, the runtime, the portability layer and the KMD on the virtual device (or
+pydla's CPU library for the CPU runs), and onnx compares the outputs (dtype exactly, values with the
+case's own tolerances).
+
+Run it alone with ``python -m pytest -q tests/test_onnx_backend_suite.py`` (about half a minute); the
+excluded cases show as skipped, each with its reason. The cases are onnx's ``test_cases`` put into
+this module's namespace (``enable_report()`` is left out: it only adds ``onnx_coverage`` marks for
+onnx's coverage plugin, which this project does not use). Compiled loadables are cached in a
+temporary directory, never in the user's cache.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+
+import onnx.backend.test
+import pytest
+
+import pydla.onnx_backend
+
+# The node cases of these operators, by their names in onnx's suite. The ``_expanded`` variants
+# (the same operator decomposed into other operators, e.g. LeakyRelu into Less/Where/Mul) are not
+# cases of these operators and are not selected.
+OPERATORS = {
+    "Conv": r"test_(basic_)?conv_with\w*",
+    "ConvTranspose": r"test_convtranspose\w*",
+    "MaxPool": r"test_maxpool_\w+",
+    "AveragePool": r"test_averagepool_\w+",
+    "GlobalAveragePool": r"test_globalaveragepool(_precomputed)?",
+    "Relu": r"test_relu",
+    "LeakyRelu": r"test_leakyrelu(_example|_default)?",
+    "Clip": r"test_clip\w*",
+    "Sigmoid": r"test_sigmoid(_example)?",
+    "Tanh": r"test_tanh(_example)?",
+    "Softmax": r"test_softmax_(example|large_number|axis_\d|negative_axis|default_axis)",
+    "Add": r"test_add(_bcast|_u?int\d+)?",
+    "Mul": r"test_mul(_example|_bcast|_u?int\d+)?",
+    "Sub": r"test_sub(_example|_bcast|_u?int\d+)?",
+    "Gemm": r"test_gemm_\w+",
+    "MatMul": r"test_matmul_\w+",
+    "BatchNormalization": r"test_batchnorm_\w+",
+    "Concat": r"test_concat_\w+",
+    "Reshape": r"test_reshape_\w+",
+    "Transpose": r"test_transpose_\w+",
+    "Flatten": r"test_flatten_\w+",
+    "LRN": r"test_lrn(_default)?",
+    "Pad": r"test_(constant|edge|reflect|wrap)_pad\w*",
+    "Resize": r"test_resize_\w+",
+    "Split": r"test_split_(equal|variable|zero|1d|2d)\w*",
+    "Slice": r"test_slice\w*",
+}
+
+_INTEGER_MATH = ("integer arithmetic: the device computes fp32 / fp16 only, and pydla keeps integer tensors "
+                 "to data movement (copies are bytes); integer Add/Sub/Mul wrap around, Clip and MaxPool "
+                 "of integers would need an integer data path")
+_EMPTY = "empty tensors (a dimension of 0): there is no device buffer or cube of zero elements"
+
+# Cases outside what the device and pydla's CPU library do, each with its reason (a regex against
+# the case name, as BackendTest.exclude takes it). Everything else selected above must pass.
+EXCLUDED: dict[str, str] = {
+    r"^test_(add|sub|mul)_u?int(8|16|32|64)_cpu$": _INTEGER_MATH,
+    r"^test_clip_default_int8_(min|max|inbounds)_cpu$": _INTEGER_MATH,
+    r"^test_maxpool_2d_uint8_cpu$": _INTEGER_MATH,
+    r"^test_batchnorm_(example|epsilon)_training_mode_cpu$":
+        "training_mode=1 computes batch statistics and updates running averages: training, not inference",
+    r"^test_resize_\w*cubic\w*_cpu$":
+        "cubic Resize: neither the device (nearest by whole factors) nor pydla's CPU Resize (nearest, "
+        "linear) interpolates cubically",
+    r"^test_resize_\w*_antialias_cpu$":
+        "antialiased Resize (a filter widened by the downscale factor) is not implemented",
+    r"^test_convtranspose_3d_cpu$":
+        "3-D (volumetric) ConvTranspose: the CONV block convolves 1-D and 2-D images",
+    r"^test_maxpool_with_argmax_2d_precomputed_(pads|strides)_cpu$":
+        "MaxPool's Indices output: PDP computes the maxima, not their positions",
+    r"^test_(split_zero_size_splits_opset1[38]|reshape_allowzero_reordered|slice_start_out_of_bounds)_cpu$":
+        _EMPTY,
+}
+
+SELECTED = re.compile(r"^(?:" + "|".join(f"(?:{p})" for p in OPERATORS.values()) + r")_cpu$")
+NOT_EXPANDED = re.compile(r"_expanded")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # onnx's case generators warn about overflowing casts
+    backend_test = onnx.backend.test.BackendTest(pydla.onnx_backend, __name__)
+for pattern in EXCLUDED:
+    backend_test.exclude(pattern)
+
+
+def _node_cases() -> type:
+    """onnx's node test case class with only the selected cases (other operators' cases dropped,
+    not reported as thousands of skips)."""
+    case = backend_test.test_cases["OnnxBackendNodeModelTest"]
+    for name in [n for n in vars(case) if n.startswith("test_")]:
+        if not SELECTED.match(name) or NOT_EXPANDED.search(name):
+            delattr(case, name)
+    return case
+
+
+OnnxBackendNodeModelTest = _node_cases()
+
+
+def test_every_operator_and_every_exclusion_names_cases() -> None:
+    """No operator pattern selects nothing, and no exclusion is stale."""
+    names = [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]
+    for op, pattern in OPERATORS.items():
+        assert any(re.match(f"^(?:{pattern})_cpu$", n) for n in names), op
+    for pattern in EXCLUDED:
+        assert any(re.search(pattern, n) for n in names), pattern
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "pydla-cache"))
+    yield
