@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import bisect
+import fcntl
 import mmap
 import os
 import threading
@@ -53,11 +54,15 @@ class BufferObject:
         self.size = size
         # A shared buffer is a memfd another process can map (/proc/<pid>/fd/<fd>): the Linux port's
         # clients reach their buffers that way. Others are anonymous memory.
+        # Its size is sealed: a process that can open it cannot truncate it under the device (which
+        # would turn the device's accesses into SIGBUS).
         self.fd = -1
         if shared:
-            self.fd = os.memfd_create(f"pydla-bo-{handle}", os.MFD_CLOEXEC)
+            self.fd = os.memfd_create(f"pydla-bo-{handle}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             try:
                 os.ftruncate(self.fd, max(size, 1))
+                seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
                 self._map: mmap.mmap | None = mmap.mmap(self.fd, max(size, 1), mmap.MAP_SHARED)
             except OSError:
                 os.close(self.fd)

@@ -66,14 +66,22 @@ class TimelineSemaphore:
         with self._cond:
             return self._value >= value
 
-    def wait(self, value: int, timeout_ms: float) -> None:
+    def wake(self) -> None:
+        """Wake the threads waiting on this semaphore (to look at their ``abort`` condition)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait(self, value: int, timeout_ms: float, abort: Callable[[], bool] | None = None) -> None:
         """Return once the value reaches ``value``; NvError Timeout after ``timeout_ms``; the
-        failure's error if the work that was to signal it failed."""
+        failure's error if the work that was to signal it failed; NvError Disconnected when
+        ``abort()`` is true on a wake-up (see :meth:`wake`)."""
         deadline = time.monotonic() + timeout_ms / 1000
         with self._cond:
             while self._value < value:
                 if self.error is not None:
                     raise self.error
+                if abort is not None and abort():
+                    raise DlaError(NvError.Disconnected, f"wait on semaphore {self.sem_id} was abandoned")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DlaError(NvError.Timeout, f"semaphore {self.sem_id} did not reach {value} within "

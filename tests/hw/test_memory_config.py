@@ -374,6 +374,8 @@ def test_shared_buffer_is_a_memfd_another_mapping_sees() -> None:
     other[8:10] = b"ok"
     assert bytes(bo.array[8:10]) == b"ok"
     other.close()
+    with pytest.raises(PermissionError):  # sealed: no one shrinks it under the device
+        os.ftruncate(bo.fd, 16)
     fd = bo.fd
     memory.free(bo)
     assert bo.fd == -1
