@@ -1,0 +1,194 @@
+"""Mounting a FUSE file system with mount(2) through ctypes, and taking it down again.
+
+No libfuse and no fusermount: the caller needs CAP_SYS_ADMIN (root) and ``/dev/fuse``.
+
+Usage::
+
+    check_mountpoint(path)            # raises StaleMountError on a dead FUSE mount
+    fd = open_fuse_device()
+    mount_fuse(fd, path, "pydla")
+    ...
+    unmount(path)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import re
+import tempfile
+from functools import lru_cache
+
+MS_NOSUID = 2
+MS_NODEV = 4
+MNT_DETACH = 2
+FUSE_DEVICE = "/dev/fuse"
+FUSECTL_DIR = "/sys/fs/fuse/connections"
+
+
+class FuseMountError(OSError):
+    """Mounting (or preparing to mount) failed; ``errno`` says why, the message what to do.
+
+    Usage: ``except FuseMountError as e: print(e.errno, e)``
+    """
+
+    def __init__(self, err: int, message: str) -> None:
+        super().__init__(err, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class StaleMountError(FuseMountError):
+    """The mount point is a FUSE mount whose daemon is gone (stat gives ENOTCONN)."""
+
+
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_char_p]
+    libc.mount.restype = ctypes.c_int
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    libc.umount2.restype = ctypes.c_int
+    return libc
+
+
+def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) -> None:
+    rc = _libc().mount(source.encode(), os.fsencode(target), fstype.encode(), flags,
+                       None if data is None else data.encode())
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount({source!r}, {target!r}, {fstype!r}): {os.strerror(err)}")
+
+
+def check_mountpoint(path: str) -> None:
+    """Raise unless ``path`` is an existing directory that is not already a mount point.
+
+    A dead FUSE mount (its daemon exited without unmounting) answers stat with ENOTCONN: that is a
+    StaleMountError whose message says how to clear it.
+
+    Usage: ``check_mountpoint("/run/pydla")``
+    """
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+            raise StaleMountError(e.errno, f"{path} is a stale FUSE mount (its daemon is gone); "
+                                  f"clear it with `umount -l {path}` and start again") from None
+        raise FuseMountError(e.errno or errno.EINVAL, f"mount point {path}: {e.strerror}") from None
+    if not os.path.isdir(path):
+        raise FuseMountError(errno.ENOTDIR, f"mount point {path} is not a directory")
+    if find_mount(os.path.realpath(path)) is not None:
+        raise FuseMountError(errno.EBUSY, f"{path} is already a mount point; another daemon may be "
+                             f"serving it (unmount it with `umount -l {path}` if not)")
+
+
+def _unescape(field: str) -> str:
+    # /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def find_mount(path: str) -> tuple[int, int, str] | None:
+    """(major, minor, fstype) of the topmost mount at ``path``, or None; read from mountinfo.
+
+    ``path`` must already be canonical (``os.path.realpath``, resolved before mounting): resolving it
+    here would stat the mount, which sends the server a request. Reading /proc/self/mountinfo never
+    touches the mount itself, so this is safe for a server to call on its own mount point.
+
+    Usage: ``_, conn_id, fstype = find_mount(os.path.realpath(path))``
+    """
+    target = path
+    found: tuple[int, int, str] | None = None
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 7 or "-" not in fields[6:]:
+                continue
+            if _unescape(fields[4]) != target:
+                continue
+            rest = fields[fields.index("-", 6) + 1:]
+            major, _, minor = fields[2].partition(":")
+            with contextlib.suppress(ValueError):
+                found = (int(major), int(minor), rest[0] if rest else "")
+    return found
+
+
+def open_fuse_device() -> int:
+    """Open /dev/fuse read-write, close-on-exec; a clear FuseMountError when it is not there.
+
+    Usage: ``fd = open_fuse_device()``
+    """
+    try:
+        return os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        why = "is missing (FUSE not in this kernel or container)" if e.errno == errno.ENOENT else \
+              f"cannot be opened: {e.strerror}"
+        raise FuseMountError(e.errno or errno.ENODEV, f"{FUSE_DEVICE} {why}") from None
+
+
+def mount_fuse(devfd: int, mountpoint: str, name: str, *, allow_other: bool = True,
+               default_permissions: bool = False) -> None:
+    """mount(2) a FUSE file system of type ``fuse.<name>`` at ``mountpoint`` served through ``devfd``.
+
+    Flags MS_NOSUID|MS_NODEV; the root is a directory owned by the caller's uid/gid.
+
+    Usage: ``mount_fuse(fd, "/run/pydla", "pydla")``
+    """
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"file system name {name!r}: use letters, digits, '-', '_' or '.'")
+    opts = [f"fd={devfd}", "rootmode=40000", f"user_id={os.getuid()}", f"group_id={os.getgid()}"]
+    if allow_other:
+        opts.append("allow_other")
+    if default_permissions:
+        opts.append("default_permissions")
+    try:
+        _mount(name, mountpoint, f"fuse.{name}", MS_NOSUID | MS_NODEV, ",".join(opts))
+    except OSError as e:
+        hint = " (mounting FUSE without fusermount needs CAP_SYS_ADMIN, i.e. root)" \
+            if e.errno == errno.EPERM else ""
+        raise FuseMountError(e.errno or errno.EIO, f"{e.strerror}{hint}") from None
+
+
+def unmount(mountpoint: str) -> bool:
+    """umount2(MNT_DETACH): True when something was unmounted, False when it was not a mount.
+
+    Usage: ``unmount("/run/pydla")``
+    """
+    if _libc().umount2(os.fsencode(mountpoint), MNT_DETACH) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOENT):
+        return False
+    raise OSError(err, f"umount2({mountpoint!r}, MNT_DETACH): {os.strerror(err)}")
+
+
+def abort_connection(conn_id: int) -> bool:
+    """Abort FUSE connection ``conn_id`` (the mount's device minor) through the fusectl file system.
+
+    Aborting fails every request in flight with ECONNABORTED, later ones with ENOTCONN, and wakes the
+    server's readers with ENODEV: the one way to stop a server whose files are still open. When
+    fusectl is not mounted at /sys/fs/fuse/connections it is mounted on a private temporary
+    directory for the write and unmounted again. Returns False when the connection is already gone.
+
+    Usage: ``abort_connection(find_mount(path)[1])``
+    """
+    def write_abort(base: str) -> bool:
+        try:
+            with open(os.path.join(base, str(conn_id), "abort"), "w") as f:
+                f.write("1")
+            return True
+        except FileNotFoundError:
+            return False
+
+    if os.path.isdir(os.path.join(FUSECTL_DIR, str(conn_id))):
+        return write_abort(FUSECTL_DIR)
+    with tempfile.TemporaryDirectory(prefix="pydla-fusectl-") as tmp:
+        _mount("fusectl", tmp, "fusectl", MS_NOSUID | MS_NODEV, None)
+        try:
+            return write_abort(tmp)
+        finally:
+            unmount(tmp)

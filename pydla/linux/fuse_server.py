@@ -1,0 +1,562 @@
+"""A FUSE server over /dev/fuse, by hand: a flat directory of files whose ioctls go to Python handlers.
+
+Clients use the files with plain ``open(2)`` and ``ioctl(2)``; the kernel turns each call into a FUSE
+request with the caller's pid/uid/gid, and a pool of threads reading the same /dev/fuse descriptor
+answers it. A handler that blocks (a WAIT) holds only its own thread: when every reader is busy
+another one is started (up to ``max_threads``), and extra idle ones retire. FUSE_INTERRUPT (the
+caller got a signal, e.g. SIGKILL) reaches the handler through ``ctx.interrupted``.
+
+Every request gets exactly one reply, errors included (a handler that raises answers EIO), except
+FORGET, BATCH_FORGET, NOTIFY_REPLY and INTERRUPT, to which the kernel expects none.
+
+Usage::
+
+    with FuseServer("/run/pydla", {"dla0": handler}) as server:   # mounts, serves, unmounts
+        ...
+    FuseServer("/run/pydla", files).run()   # as a daemon: until SIGTERM/SIGINT
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import errno
+import itertools
+import os
+import select
+import signal
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydla.linux import fuse_protocol as fp
+from pydla.linux.fuse_context import FileHandler, FuseError, RequestContext, log
+from pydla.linux.fuse_mount import (
+    FuseMountError,
+    abort_connection,
+    check_mountpoint,
+    find_mount,
+    mount_fuse,
+    open_fuse_device,
+    unmount,
+)
+
+Op = fp.FuseOpcode
+_EARLY_INTERRUPTS_MAX = 4096  # interrupts whose request was not (yet) seen; bounded, oldest dropped
+_EARLY_INTERRUPT_AGE = 30.0
+
+
+class _Node:
+    """One inode: the root directory (nodeid 1) or a file."""
+
+    __slots__ = ("attr", "entry", "handler", "is_dir", "name", "nodeid")
+
+    def __init__(self, nodeid: int, name: str, handler: FileHandler | None, mode: int,
+                 attr_timeout: float) -> None:
+        self.nodeid, self.name, self.handler = nodeid, name, handler
+        self.is_dir = stat.S_ISDIR(mode)
+        now = int(time.time())
+        a = fp.fuse_attr(ino=nodeid, mode=mode, nlink=2 if self.is_dir else 1, uid=os.getuid(),
+                         gid=os.getgid(), atime=now, mtime=now, ctime=now, blksize=4096)
+        secs, nsec = int(attr_timeout), int((attr_timeout % 1) * 1e9)
+        # The files never change, so the replies are built once.
+        self.attr = bytes(fp.fuse_attr_out(attr_valid=secs, attr_valid_nsec=nsec, attr=a))
+        self.entry = bytes(fp.fuse_entry_out(nodeid=nodeid, generation=1, entry_valid=secs,
+                                             attr_valid=secs, entry_valid_nsec=nsec,
+                                             attr_valid_nsec=nsec, attr=a))
+
+
+class _Open:
+    __slots__ = ("node", "state")
+
+    def __init__(self, node: _Node, state: object) -> None:
+        self.node, self.state = node, state
+
+
+def _payload(data: memoryview, cls: type[Any]) -> Any:
+    """The fixed-size argument ``cls`` at the start of ``data``, or EINVAL if it is too short."""
+    if len(data) < ctypes.sizeof(cls):
+        raise FuseError(errno.EINVAL, f"{cls.__name__}: {len(data)} bytes, need {ctypes.sizeof(cls)}")
+    return cls.from_buffer_copy(data[:ctypes.sizeof(cls)])
+
+
+class FuseServer:
+    """Serve ``files`` (name -> FileHandler) as ``mountpoint/<name>``; ioctls go to the handlers.
+
+    ``threads`` readers wait on /dev/fuse (at least that many stay idle while others run handlers,
+    at most ``max_threads`` exist). Needs root (CAP_SYS_ADMIN) and /dev/fuse. Handlers must never
+    touch this mount themselves (the request would wait for a thread that is waiting for it).
+
+    Usage::
+
+        server = FuseServer("/run/pydla", {"dla0": h0, "dla1": h1}, threads=4).start()
+        fd = os.open("/run/pydla/dla0", os.O_RDWR)     # in a client process
+        server.stop()
+    """
+
+    def __init__(self, mountpoint: str | os.PathLike[str], files: Mapping[str, FileHandler], *,
+                 threads: int = 4, max_threads: int = 64, name: str = "pydla", file_mode: int = 0o666,
+                 allow_other: bool = True, default_permissions: bool = False,
+                 max_write: int = 1 << 16, attr_timeout: float = 10.0) -> None:
+        if not 1 <= threads <= max_threads:
+            raise ValueError(f"threads={threads}, max_threads={max_threads}: need 1 <= threads <= max")
+        if not 4096 <= max_write <= 1 << 20:
+            raise ValueError(f"max_write={max_write}: must be within 4096..1048576")
+        self.mountpoint = os.path.realpath(os.fspath(mountpoint))
+        self.name, self.threads, self.max_threads = name, threads, max_threads
+        self._allow_other, self._default_permissions = allow_other, default_permissions
+        self._max_write = max_write
+        # fs/fuse/dev.c refuses reads into buffers smaller than this (EINVAL).
+        self._bufsize = max(fp.FUSE_MIN_READ_BUFFER, fp.READ_BUFFER_OVERHEAD + max_write)
+        self._nodes: dict[int, _Node] = {
+            fp.FUSE_ROOT_ID: _Node(fp.FUSE_ROOT_ID, "", None, stat.S_IFDIR | 0o755, attr_timeout)}
+        self._by_name: dict[bytes, _Node] = {}
+        for i, fname in enumerate(sorted(files)):
+            if not fname or fname in (".", "..") or "/" in fname or "\0" in fname \
+                    or len(os.fsencode(fname)) > 255:
+                raise ValueError(f"file name {fname!r}: must be 1..255 bytes without '/' or NUL")
+            node = _Node(fp.FUSE_ROOT_ID + 1 + i, fname, files[fname],
+                         stat.S_IFREG | (file_mode & 0o777), attr_timeout)
+            self._nodes[node.nodeid] = node
+            self._by_name[os.fsencode(fname)] = node
+        self._ops: dict[int, Callable[[fp.fuse_in_header, memoryview], bytes | None]] = {
+            Op.FUSE_INIT: self._op_init, Op.FUSE_DESTROY: self._op_empty,
+            Op.FUSE_LOOKUP: self._op_lookup, Op.FUSE_GETATTR: self._op_getattr,
+            Op.FUSE_SETATTR: self._op_setattr, Op.FUSE_OPEN: self._op_open,
+            Op.FUSE_RELEASE: self._op_release, Op.FUSE_FLUSH: self._op_empty,
+            Op.FUSE_OPENDIR: self._op_opendir, Op.FUSE_READDIR: self._op_readdir,
+            Op.FUSE_RELEASEDIR: self._op_empty, Op.FUSE_ACCESS: self._op_empty,
+            Op.FUSE_STATFS: self._op_statfs}  # FUSE_IOCTL: its own path in _process
+        self._lock = threading.Lock()
+        self._readers_done = threading.Condition(self._lock)
+        self._fd = -1
+        self._running = False
+        self._stopping = False
+        self._stop_requested = threading.Event()
+        self._init_done = threading.Event()
+        self._ready = False  # INIT answered
+        self._init_error: str | None = None
+        self._proto_minor = 0
+        self._conn_id: int | None = None
+        self._readers: set[threading.Thread] = set()
+        self._idle = 0
+        self._handles: dict[int, _Open] = {}
+        self._fh_counter = itertools.count(1)
+        self._in_flight: dict[int, RequestContext] = {}
+        self._early_interrupts: dict[int, float] = {}
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True between a successful start() and stop()."""
+        return self._running
+
+    @property
+    def open_handles(self) -> int:
+        """How many opens of the files are not released yet. Usage: ``assert server.open_handles == 0``"""
+        with self._lock:
+            return len(self._handles)
+
+    @property
+    def reader_threads(self) -> int:
+        """How many reader threads exist now."""
+        with self._lock:
+            return len(self._readers)
+
+    def start(self, timeout: float = 5.0) -> FuseServer:
+        """Mount and serve; returns once the kernel's INIT is answered. Usage: ``server.start()``
+
+        Raises FuseMountError (StaleMountError on a dead FUSE mount, with the command that clears it).
+        """
+        if self._running:
+            raise RuntimeError(f"server on {self.mountpoint} is already running")
+        check_mountpoint(self.mountpoint)
+        fd = open_fuse_device()
+        try:
+            mount_fuse(fd, self.mountpoint, self.name, allow_other=self._allow_other,
+                       default_permissions=self._default_permissions)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._running, self._stopping = fd, True, False
+        self._stop_requested.clear()
+        self._init_done.clear()
+        self._ready = False
+        with self._lock:
+            for _ in range(self.threads):
+                self._spawn_locked()
+        found = find_mount(self.mountpoint)
+        self._conn_id = found[1] if found else None
+        atexit.register(self._atexit)
+        if not self._init_done.wait(timeout) or self._init_error:
+            why = self._init_error or f"the kernel sent no INIT within {timeout} s"
+            self.stop()
+            raise FuseMountError(errno.EPROTO, f"FUSE on {self.mountpoint}: {why}")
+        log.info("serving %s (%d files, protocol 7.%d, conn %s)", self.mountpoint,
+                 len(self._by_name), self._proto_minor, self._conn_id)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Interrupt waiting handlers, unmount, abort the connection if files are still open, join
+        the threads, close /dev/fuse, and release every open handle left. Never hangs.
+
+        Usage: ``server.stop()``
+        """
+        with self._lock:
+            if not self._running or self._stopping:
+                return
+            self._stopping = True
+        deadline = time.monotonic() + timeout
+        try:
+            unmount(self.mountpoint)
+        except OSError as e:
+            log.warning("%s", e)
+        # With no file open, unmounting ended the connection and the readers wake with ENODEV
+        # (poll reports POLLERR). Otherwise the connection lives on: abort it, so that the readers
+        # wake and the clients get ECONNABORTED/ENOTCONN instead of waiting for us forever.
+        if not self._connection_dead() and self._conn_id is not None:
+            try:
+                abort_connection(self._conn_id)
+            except OSError as e:
+                log.warning("aborting FUSE connection %s: %s", self._conn_id, e)
+        # Only now wake the handlers that wait: their callers already got ECONNABORTED, and a
+        # caller answered earlier could not come back with a new request that we would serve.
+        with self._lock:
+            waiting = list(self._in_flight.values())
+        for ctx in waiting:
+            ctx._interrupt()
+        with self._readers_done:
+            self._readers_done.wait_for(lambda: not self._readers,
+                                        max(0.0, deadline - time.monotonic()))
+            stuck = len(self._readers)
+            handles, self._handles = list(self._handles.values()), {}
+        if stuck:
+            # Closing the descriptor under a thread still in read() could let it read a reused
+            # descriptor number later: leave it open and say so.
+            log.error("%d FUSE reader threads did not stop; /dev/fuse fd %d left open", stuck, self._fd)
+        else:
+            os.close(self._fd)
+        self._fd = -1
+        for h in handles:
+            self._call_release(h, RequestContext(0, Op.FUSE_RELEASE, h.node.nodeid, 0, 0, 0, h.node.name))
+        self._running = False
+        self._stop_requested.set()
+        atexit.unregister(self._atexit)
+        log.info("stopped serving %s", self.mountpoint)
+
+    def request_stop(self) -> None:
+        """Make run() return (safe from signal handlers and other threads)."""
+        self._stop_requested.set()
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Serve until SIGTERM/SIGINT or request_stop(), then stop (unmounting). For the daemon.
+
+        Usage: ``FuseServer(path, files).run()``
+        """
+        previous: dict[signal.Signals, Any] = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
+        try:
+            if not self._running:
+                self.start()
+            while not self._stop_requested.wait(0.5):
+                pass
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def __enter__(self) -> FuseServer:
+        return self.start() if not self._running else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _atexit(self) -> None:
+        try:
+            self.stop(timeout=1.0)
+        except Exception:  # at exit, unmounting is what matters
+            unmount(self.mountpoint)
+
+    def _connection_dead(self) -> bool:
+        p = select.poll()
+        p.register(self._fd, select.POLLIN)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+
+    # -- reader threads --------------------------------------------------------------------------
+
+    def _spawn_locked(self) -> None:
+        t = threading.Thread(target=self._reader, name=f"fuse-{self.name}", daemon=True)
+        self._readers.add(t)
+        self._idle += 1
+        t.start()
+
+    def _reader(self) -> None:
+        buf = bytearray(self._bufsize)
+        view = memoryview(buf)
+        me = threading.current_thread()
+        idle = True  # counted in self._idle
+        try:
+            while True:
+                try:
+                    n = os.readv(self._fd, [buf])
+                except OSError as e:
+                    if e.errno in (errno.EINTR, errno.EAGAIN, errno.ENOENT) and not self._stopping:
+                        continue  # the request vanished (interrupted before it was read): next
+                    if e.errno not in (errno.ENODEV, errno.EBADF):
+                        log.error("reading /dev/fuse: %s; reader exits", e)
+                    return
+                with self._lock:
+                    self._idle -= 1
+                    idle = False
+                    if self._idle == 0 and len(self._readers) < self.max_threads and not self._stopping:
+                        self._spawn_locked()  # every reader busy: one more, so nobody waits on us
+                try:
+                    self._process(view[:n])
+                except Exception:  # _process answers everything; this is a last resort
+                    log.exception("FUSE request processing failed")
+                with self._lock:
+                    if self._idle >= self.threads:
+                        return  # enough idle readers: retire this one
+                    self._idle += 1
+                    idle = True
+        finally:
+            with self._readers_done:
+                self._idle -= idle
+                self._readers.discard(me)
+                self._readers_done.notify_all()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _reply(self, unique: int, err: int = 0, payload: bytes | None = None) -> None:
+        size = fp.OUT_HEADER_SIZE + (len(payload) if payload else 0)
+        hdr = bytes(fp.fuse_out_header(len=size, error=-err, unique=unique))
+        try:
+            self._write([hdr, payload] if payload else [hdr])
+        except OSError as e:
+            self._write_failed(unique, e)
+
+    def _write_failed(self, unique: int, e: OSError) -> None:
+        # ENOENT: the kernel no longer waits for this request (aborted); ENODEV: unmounted.
+        level = log.debug if e.errno in (errno.ENOENT, errno.ENODEV, errno.EBADF) else log.error
+        level("replying to request %d: %s", unique, e)
+
+    def _write(self, parts: list[bytes]) -> None:
+        os.writev(self._fd, parts)
+
+    def _process(self, data: memoryview) -> None:
+        """Answer one request read from /dev/fuse (``data`` is exactly what read returned)."""
+        if len(data) < fp.IN_HEADER_SIZE:
+            log.error("FUSE request of %d bytes is shorter than its header; dropped", len(data))
+            return
+        length, opcode, unique, nodeid, uid, gid, pid, _, _ = fp.IN_HEADER.unpack_from(data)
+        if length != len(data):
+            log.error("FUSE request %d: header says %d bytes, read %d", unique, length, len(data))
+            self._reply(unique, errno.EIO)
+            return
+        if opcode in fp.NO_REPLY_OPCODES:
+            if opcode == Op.FUSE_INTERRUPT and len(data) >= fp.IN_HEADER_SIZE + 8:
+                self._interrupt(fp.fuse_interrupt_in.from_buffer_copy(data, fp.IN_HEADER_SIZE).unique)
+            return
+        try:
+            if opcode == Op.FUSE_IOCTL and self._ready:  # the hot path, without ctypes objects
+                parts = self._op_ioctl(unique, nodeid, uid, gid, pid, data)
+                try:
+                    self._write(parts)
+                except OSError as e:
+                    self._write_failed(unique, e)
+                return
+            if not self._ready and opcode != Op.FUSE_INIT:
+                raise FuseError(errno.EIO, "request before INIT")
+            op = self._ops.get(opcode)
+            if op is None:
+                raise FuseError(errno.ENOSYS)
+            out = op(fp.fuse_in_header.from_buffer_copy(data[:fp.IN_HEADER_SIZE]),
+                     data[fp.IN_HEADER_SIZE:])
+        except FuseError as e:
+            self._reply(unique, e.errno)
+        except Exception:
+            log.exception("FUSE request %d (opcode %d) failed", unique, opcode)
+            self._reply(unique, errno.EIO)
+        else:
+            self._reply(unique, 0, out)
+
+    def _context(self, hdr: fp.fuse_in_header, node: _Node, flags: int) -> RequestContext:
+        return RequestContext(hdr.unique, hdr.opcode, hdr.nodeid, hdr.uid, hdr.gid, hdr.pid,
+                              node.name, flags, self._lock)
+
+    def _interrupt(self, unique: int) -> None:
+        with self._lock:
+            ctx = self._in_flight.get(unique)
+            if ctx is None:
+                # Another reader may have read the request but not registered it yet.
+                now = time.monotonic()
+                if len(self._early_interrupts) >= _EARLY_INTERRUPTS_MAX:
+                    for k in [k for k, t in self._early_interrupts.items()
+                              if now - t > _EARLY_INTERRUPT_AGE] or [next(iter(self._early_interrupts))]:
+                        del self._early_interrupts[k]
+                self._early_interrupts[unique] = now
+        if ctx is not None:
+            ctx._interrupt()
+
+    def _call_handler(self, ctx: RequestContext, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` with ``ctx`` registered as in flight, so that FUSE_INTERRUPT reaches it."""
+        with self._lock:
+            self._in_flight[ctx.unique] = ctx
+            if self._early_interrupts.pop(ctx.unique, None) is not None or self._stopping:
+                ctx._flag = True  # nobody can wait on it yet: no Event or callback to fire
+        try:
+            return fn()
+        finally:
+            with self._lock:
+                self._in_flight.pop(ctx.unique, None)
+
+    def _node(self, nodeid: int) -> _Node:
+        node = self._nodes.get(nodeid)
+        if node is None:
+            raise FuseError(errno.ENOENT, f"no node {nodeid}")
+        return node
+
+    def _op_init(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        if len(payload) < fp.FUSE_COMPAT_INIT_IN_SIZE:
+            raise FuseError(errno.EINVAL, "short INIT")
+        arg = fp.fuse_init_in.from_buffer_copy(bytes(payload[:64]).ljust(64, b"\0"))
+        if arg.major > fp.FUSE_KERNEL_VERSION:
+            # Per fuse.h: answer with our major only and wait for a new INIT.
+            return bytes(fp.fuse_init_out(major=fp.FUSE_KERNEL_VERSION,
+                                          minor=fp.FUSE_KERNEL_MINOR_VERSION))
+        if arg.major < fp.FUSE_KERNEL_VERSION or arg.minor < fp.FUSE_MIN_KERNEL_MINOR:
+            self._init_error = (f"kernel FUSE protocol {arg.major}.{arg.minor} is older than 7."
+                                f"{fp.FUSE_MIN_KERNEL_MINOR}, the oldest this server speaks")
+            self._init_done.set()
+            raise FuseError(errno.EPROTO, self._init_error)
+        self._proto_minor = min(arg.minor, fp.FUSE_KERNEL_MINOR_VERSION)
+        out = fp.fuse_init_out(major=fp.FUSE_KERNEL_VERSION, minor=self._proto_minor,
+                               max_readahead=arg.max_readahead,
+                               flags=arg.flags & (fp.FUSE_BIG_WRITES | fp.FUSE_PARALLEL_DIROPS),
+                               max_background=64, congestion_threshold=48,
+                               max_write=self._max_write, time_gran=1)
+        self._ready = True
+        self._init_done.set()
+        return bytes(out)
+
+    def _op_empty(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
+        return None
+
+    def _op_lookup(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        if hdr.nodeid != fp.FUSE_ROOT_ID:
+            raise FuseError(errno.ENOTDIR if hdr.nodeid in self._nodes else errno.ENOENT)
+        raw = bytes(payload[:257])
+        end = raw.find(b"\0")
+        if end < 0:
+            raise FuseError(errno.ENAMETOOLONG if len(raw) > 256 else errno.EINVAL, "unterminated name")
+        node = self._by_name.get(raw[:end])
+        if node is None:
+            raise FuseError(errno.ENOENT)
+        return node.entry
+
+    def _op_getattr(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        return self._node(hdr.nodeid).attr
+
+    def _op_setattr(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        self._node(hdr.nodeid)
+        raise FuseError(errno.EPERM, "the files' attributes are fixed")
+
+    def _op_statfs(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        return bytes(fp.fuse_statfs_out(st=fp.fuse_kstatfs(bsize=4096, frsize=4096, namelen=255,
+                                                            files=len(self._nodes))))
+
+    def _op_opendir(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        if not self._node(hdr.nodeid).is_dir:
+            raise FuseError(errno.ENOTDIR)
+        return bytes(fp.fuse_open_out(fh=0))
+
+    def _op_readdir(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        arg = _payload(payload, fp.fuse_read_in)
+        if hdr.nodeid != fp.FUSE_ROOT_ID:
+            raise FuseError(errno.ENOTDIR)
+        entries = [(fp.FUSE_ROOT_ID, b".", stat.S_IFDIR), (fp.FUSE_ROOT_ID, b"..", stat.S_IFDIR)]
+        entries += [(n.nodeid, name, stat.S_IFREG) for name, n in self._by_name.items()]
+        out, limit = bytearray(), min(arg.size, self._max_write)
+        # The offset is ours: the index of the next entry, as returned in fuse_dirent.off.
+        for i in range(min(arg.offset, len(entries)), len(entries)):
+            ino, name, mode = entries[i]
+            size = fp.dirent_size(len(name))
+            if len(out) + size > limit:
+                break
+            d = bytes(fp.fuse_dirent(ino=ino, off=i + 1, namelen=len(name), type=mode >> 12))
+            out += (d + name).ljust(size, b"\0")
+        return bytes(out)
+
+    def _op_open(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        arg = _payload(payload, fp.fuse_open_in)
+        node = self._node(hdr.nodeid)
+        if node.handler is None:
+            raise FuseError(errno.EISDIR)
+        handler = node.handler
+        ctx = self._context(hdr, node, arg.flags)
+        state = self._call_handler(ctx, lambda: handler.open(ctx))
+        with self._lock:
+            fh = next(self._fh_counter)
+            self._handles[fh] = _Open(node, state)
+        # Direct I/O: no page cache for these files; nonseekable: there is no file position.
+        return bytes(fp.fuse_open_out(fh=fh, open_flags=fp.FOPEN_DIRECT_IO | fp.FOPEN_NONSEEKABLE))
+
+    def _op_release(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
+        arg = _payload(payload, fp.fuse_release_in)
+        with self._lock:
+            h = self._handles.pop(arg.fh, None)
+        if h is None:
+            raise FuseError(errno.EBADF, f"no open file {arg.fh}")
+        self._call_release(h, self._context(hdr, h.node, arg.flags))
+
+    def _call_release(self, h: _Open, ctx: RequestContext) -> None:
+        assert h.node.handler is not None
+        try:
+            h.node.handler.release(h.state, ctx)
+        except Exception:  # a close cannot fail; the handler's bug is logged
+            log.exception("release of %s (pid %d) raised", h.node.name, ctx.pid)
+
+    def _op_ioctl(self, unique: int, nodeid: int, uid: int, gid: int, pid: int,
+                  data: memoryview) -> list[bytes]:
+        start = fp.IN_HEADER_SIZE + fp.IOCTL_IN.size
+        if len(data) < start:
+            raise FuseError(errno.EINVAL, f"IOCTL request of {len(data)} bytes")
+        fh, flags, cmd, _arg, in_size, out_size = fp.IOCTL_IN.unpack_from(data, fp.IN_HEADER_SIZE)
+        if flags & (fp.FUSE_IOCTL_DIR | fp.FUSE_IOCTL_UNRESTRICTED):
+            raise FuseError(errno.ENOTTY, "ioctl on the directory, or unrestricted")
+        if in_size != len(data) - start or out_size > fp.IOCTL_MAX_RESTRICTED_SIZE:
+            raise FuseError(errno.EINVAL, f"ioctl sizes in={in_size} ({len(data) - start} sent) "
+                            f"out={out_size}")
+        h = self._handles.get(fh)  # a single dict read: atomic, no lock needed
+        if h is None or h.node.nodeid != nodeid or h.node.handler is None:
+            raise FuseError(errno.EBADF, f"no open file {fh}")
+        ctx = RequestContext(unique, Op.FUSE_IOCTL, nodeid, uid, gid, pid, h.node.name, flags, self._lock)
+        with self._lock:  # registered, so that FUSE_INTERRUPT finds it
+            self._in_flight[unique] = ctx
+            early = self._early_interrupts.pop(unique, None) is not None
+            if early or self._stopping:
+                ctx._flag = True  # nobody can wait on it yet: no Event or callback to fire
+        try:
+            result, out = h.node.handler.ioctl(h.state, ctx, cmd, bytes(data[start:]), out_size)
+        except FuseError as e:
+            if e.errno == errno.ENOSYS:  # one ENOSYS would disable ioctls on the whole mount
+                raise FuseError(errno.ENOTTY, e.message) from None
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.pop(unique, None)
+        if type(result) is not int or result >= 1 << 31:
+            raise TypeError(f"ioctl handler returned result {result!r}: want an int32")
+        if result < 0:
+            raise FuseError(errno.ENOTTY if -result == errno.ENOSYS else -result)
+        if type(out) is not bytes:
+            out = bytes(out)
+        if len(out) > out_size:
+            raise ValueError(f"ioctl handler returned {len(out)} bytes, caller takes {out_size}")
+        size = fp.OUT_HEADER_SIZE + 16 + len(out)
+        return [fp.OUT_HEADER_IOCTL_OUT.pack(size, 0, unique, result, 0, 0, 0), out]
