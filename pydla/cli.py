@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo.register(commands)
     run.register(commands)
+    if sys.platform.startswith("linux"):
+        from pydla.linux import daemon
+
+        daemon.register(commands)
     compiler_cli.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)

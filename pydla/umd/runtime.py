@@ -15,6 +15,8 @@ Usage::
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
-PORTS = ("inprocess",)
+PORTS = ("inprocess", "linux")
 
 
 class IRuntime:
@@ -257,17 +259,50 @@ class IRuntime:
                 close()
 
 
-def createRuntime(port: str | NvDlaPort = "inprocess", config: str | Path | DeviceConfig = "full",
-                  device: int = 0, *, mode: str = "deterministic", timeout_ms: int = 10_000) -> IRuntime:
-    """A runtime on device instance ``device`` of a new in-process port (or of ``port``).
+def open_port(spec: str | None = None, config: str | Path | DeviceConfig = "full", *,
+              path: str | os.PathLike[str] | None = None, mode: str = "deterministic",
+              timeout_ms: int = 10_000) -> NvDlaPort:
+    """A new port from its name: ``inprocess``, ``linux`` (with ``path``) or ``linux:PATH``; None
+    means ``$PYDLA_PORT``, else ``inprocess``. PATH is the KMD daemon's mount directory (or a device
+    file in it).
 
-    Usage: ``rt = pydla.createRuntime(config="small")``
+    Usage: ``port = open_port("linux:/run/pydla")``
     """
-    if isinstance(port, str):
-        if port != "inprocess":
-            raise DlaError(NvError.NotSupported, f"port '{port}': available: {', '.join(PORTS)}")
+    spec = spec if spec is not None else os.environ.get("PYDLA_PORT", "inprocess")
+    name, _, rest = spec.partition(":")
+    if name == "inprocess" and not rest:
         from pydla.portability.inprocess import InProcessPort
 
-        return IRuntime(InProcessPort(config, mode=mode, default_timeout_ms=timeout_ms), device,
-                        owns_port=True, timeout_ms=timeout_ms)
+        return InProcessPort(config, mode=mode, default_timeout_ms=timeout_ms)
+    if name == "linux":
+        where = rest or (os.fspath(path) if path is not None else "")
+        if not where:
+            raise DlaError(NvError.BadParameter, "port 'linux' needs the daemon's mount directory: "
+                                                 "createRuntime(port='linux', path='/run/pydla') or "
+                                                 "PYDLA_PORT=linux:/run/pydla")
+        if not sys.platform.startswith("linux"):
+            raise DlaError(NvError.NotSupported, f"port 'linux' on {sys.platform}")
+        from pydla.portability.linux import LinuxPort
+
+        return LinuxPort(where)
+    raise DlaError(NvError.NotSupported, f"port '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
+
+
+def createRuntime(port: str | NvDlaPort | None = None, config: str | Path | DeviceConfig = "full",
+                  device: int = 0, *, mode: str = "deterministic", timeout_ms: int = 10_000,
+                  path: str | os.PathLike[str] | None = None) -> IRuntime:
+    """A runtime on device instance ``device`` of a new port (see :func:`open_port`: in-process by
+    default, ``port="linux"`` with ``path`` for the KMD daemon), or of the given ``port`` object.
+
+    Usage: ``rt = pydla.createRuntime(config="small")``; ``pydla.createRuntime("linux", path="/run/pydla")``
+    """
+    if port is None or isinstance(port, str):
+        opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)
+        try:
+            return IRuntime(opened, device, owns_port=True, timeout_ms=timeout_ms)
+        except BaseException:
+            close = getattr(opened, "close", None)
+            if callable(close):
+                close()
+            raise
     return IRuntime(port, device, timeout_ms=timeout_ms)

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """dla_uapi 1.0.0: ioctl argument structs of the pydla KMD on Linux (device files served by `pydla kmd`)
 
-Layout hash 3dfa33d77ea84c5176a9f695650281e0e9e632852f519a0b244d6a70d22301f4.
+Layout hash 08d8b3f7f7f60a5abe1257e6d2701d93efd1d2e0369d05975c83f1a22717ff58.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_uapi"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "3dfa33d77ea84c5176a9f695650281e0e9e632852f519a0b244d6a70d22301f4"
-LAYOUT_HASH64 = 0x3dfa33d77ea84c51
+LAYOUT_HASH = "08d8b3f7f7f60a5abe1257e6d2701d93efd1d2e0369d05975c83f1a22717ff58"
+LAYOUT_HASH64 = 0x08d8b3f7f7f60a5a
 
 
 class dla_ioctl_e(enum.IntEnum):
@@ -45,6 +45,7 @@ class dla_param_e(enum.IntEnum):
     BLOCK_MASK = 5  # the functional blocks it has (bit per dla_block_e)
     MEMORY_BYTES = 6  # device memory
     DAEMON_PID = 7  # the daemon's pid (buffer objects are its memfds)
+    LAST_ERROR = 8  # why this file's last failed ioctl failed, in text
 
 
 class dla_handshake_t(Record):
@@ -64,16 +65,16 @@ class dla_handshake_t(Record):
 
 
 class dla_get_param_t(Record):
-    """dla_get_param_t (80 bytes)."""
+    """dla_get_param_t (208 bytes)."""
 
-    SIZE: ClassVar[int] = 80
+    SIZE: ClassVar[int] = 208
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
         ("param", ctypes.c_uint32),  # offset 0, 4 bytes; dla_param_e
         ("reserved", ctypes.c_uint32),  # offset 4, 4 bytes
         ("value", ctypes.c_uint64),  # offset 8, 8 bytes
-        ("text", ctypes.c_char * 64),  # offset 16, 64 bytes
+        ("text", ctypes.c_char * 192),  # offset 16, 192 bytes
     ]
     _enums_: ClassVar[dict[str, type[enum.IntEnum]]] = {"param": dla_param_e}
 
@@ -193,13 +194,16 @@ class dla_sync_create_t(Record):
 
 
 class dla_sync_signal_t(Record):
-    """dla_sync_signal_t (16 bytes)."""
+    """Raise the sync object to fence.value; or, with a non-zero status, fail it (216 bytes)."""
 
-    SIZE: ClassVar[int] = 16
+    SIZE: ClassVar[int] = 216
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
         ("fence", dla_fence_t),  # offset 0, 16 bytes
+        ("status", ctypes.c_uint32),  # offset 16, 4 bytes; 0, or the NvError its waiters get
+        ("reserved", ctypes.c_uint32),  # offset 20, 4 bytes
+        ("message", ctypes.c_char * 192),  # offset 24, 192 bytes
     ]
 
 

@@ -15,8 +15,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "3dfa33d77ea84c5176a9f695650281e0e9e632852f519a0b244d6a70d22301f4";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x3dfa33d77ea84c51);
+constexpr const char* LAYOUT_HASH = "08d8b3f7f7f60a5abe1257e6d2701d93efd1d2e0369d05975c83f1a22717ff58";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x08d8b3f7f7f60a5a);
 
 // The ioctl numbers (nr of _IOWR('d', nr, struct))
 enum class dla_ioctl_e : uint32_t {
@@ -42,6 +42,7 @@ enum class dla_param_e : uint32_t {
     BLOCK_MASK = 5u, // the functional blocks it has (bit per dla_block_e)
     MEMORY_BYTES = 6u, // device memory
     DAEMON_PID = 7u, // the daemon's pid (buffer objects are its memfds)
+    LAST_ERROR = 8u, // why this file's last failed ioctl failed, in text
 };
 
 // In: the client's uAPI version and layout hash; out: the daemon's. A different major version or a different layout hash at the same version fails with EPROTO (the client names both) (struct, 48 bytes)
@@ -61,14 +62,14 @@ static_assert(offsetof(dla_handshake_t, reserved) == 6, "dla_handshake_t.reserve
 static_assert(offsetof(dla_handshake_t, layout_hash64) == 8, "dla_handshake_t.layout_hash64: offset");
 static_assert(offsetof(dla_handshake_t, package_version) == 16, "dla_handshake_t.package_version: offset");
 
-// dla_get_param_t (struct, 80 bytes)
+// dla_get_param_t (struct, 208 bytes)
 struct __attribute__((packed)) dla_get_param_t {
     dla_param_e param; // offset 0, 4 bytes; dla_param_e
     uint32_t reserved; // offset 4, 4 bytes
     uint64_t value; // offset 8, 8 bytes
-    char text[64]; // offset 16, 64 bytes
+    char text[192]; // offset 16, 192 bytes
 };
-static_assert(sizeof(dla_get_param_t) == 80, "dla_get_param_t: size");
+static_assert(sizeof(dla_get_param_t) == 208, "dla_get_param_t: size");
 static_assert(offsetof(dla_get_param_t, param) == 0, "dla_get_param_t.param: offset");
 static_assert(offsetof(dla_get_param_t, reserved) == 4, "dla_get_param_t.reserved: offset");
 static_assert(offsetof(dla_get_param_t, value) == 8, "dla_get_param_t.value: offset");
@@ -182,12 +183,18 @@ static_assert(offsetof(dla_sync_create_t, initial) == 0, "dla_sync_create_t.init
 static_assert(offsetof(dla_sync_create_t, sync) == 8, "dla_sync_create_t.sync: offset");
 static_assert(offsetof(dla_sync_create_t, reserved) == 12, "dla_sync_create_t.reserved: offset");
 
-// dla_sync_signal_t (struct, 16 bytes)
+// Raise the sync object to fence.value; or, with a non-zero status, fail it (struct, 216 bytes)
 struct __attribute__((packed)) dla_sync_signal_t {
     dla_fence_t fence; // offset 0, 16 bytes
+    uint32_t status; // offset 16, 4 bytes; 0, or the NvError its waiters get
+    uint32_t reserved; // offset 20, 4 bytes
+    char message[192]; // offset 24, 192 bytes
 };
-static_assert(sizeof(dla_sync_signal_t) == 16, "dla_sync_signal_t: size");
+static_assert(sizeof(dla_sync_signal_t) == 216, "dla_sync_signal_t: size");
 static_assert(offsetof(dla_sync_signal_t, fence) == 0, "dla_sync_signal_t.fence: offset");
+static_assert(offsetof(dla_sync_signal_t, status) == 16, "dla_sync_signal_t.status: offset");
+static_assert(offsetof(dla_sync_signal_t, reserved) == 20, "dla_sync_signal_t.reserved: offset");
+static_assert(offsetof(dla_sync_signal_t, message) == 24, "dla_sync_signal_t.message: offset");
 
 // dla_sync_query_t (struct, 16 bytes)
 struct __attribute__((packed)) dla_sync_query_t {

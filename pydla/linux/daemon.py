@@ -1,0 +1,380 @@
+"""``pydla kmd``: the KMD and its virtual devices in one process, serving ``DIR/dla0``, ``DIR/dla1``...
+through FUSE, so that clients in other processes reach them with real ioctl(2) calls.
+
+Each open of a device file is a KMD context (a client). The ioctls are those of the ``dla_uapi``
+binary contract (:mod:`pydla.linux.uapi`). Buffer-object and sync-object handles are numbered across
+the whole daemon, so a handle of another client is recognised as such (EPERM) rather than mistaken for
+one of the caller's. Every handle, count, offset and size a client sends is checked against the
+caller's own context before anything reaches the KMD; a failed request answers an errno and leaves the
+reason in LAST_ERROR. When a client closes its file, or dies, its jobs are aborted and its buffers and
+sync objects freed (RELEASE). A WAIT blocks only its own request thread and is abandoned at once when
+the caller is killed (FUSE_INTERRUPT).
+
+Usage::
+
+    daemon = KmdDaemon("full")
+    with daemon.serve("/run/pydla"):          # /run/pydla/dla0, /run/pydla/dla1
+        ...
+    # or from a shell: pydla kmd --mount /run/pydla
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import itertools
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydla._version import __version__
+from pydla.deviceapi.generated import dla_uapi as U
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig, load_config
+from pydla.hw.device import VirtualDevice
+from pydla.kmd.driver import Kmd
+from pydla.kmd.port import AddressEntry
+from pydla.kmd.sync import TimelineSemaphore
+from pydla.linux.fuse_context import FuseError, RequestContext
+from pydla.linux.fuse_mount import FuseMountError
+from pydla.linux.fuse_server import FuseServer
+from pydla.linux.process_memory import read_process_memory
+from pydla.linux.uapi import BY_COMMAND, ERRNO, MAX_ADDRESSES, MAX_FENCES, STRUCTS, text, untext
+
+log = logging.getLogger("pydla.linux.daemon")
+WAIT_SLICE_S = 0.05  # how often a WAIT on a deterministic device drives its driver
+
+
+@dataclass(eq=False)
+class Client:
+    """One open device file: a KMD context and what it created."""
+
+    device: int
+    kmd: Kmd
+    ctx: int
+    pid: int
+    compatible: bool = False
+    last_error: str = ""
+    buffers: dict[int, int] = field(default_factory=dict)  # daemon handle -> KMD handle
+    syncs: dict[int, TimelineSemaphore] = field(default_factory=dict)
+    closed: bool = False
+
+
+class _DeviceFile:
+    """The FileHandler of ``dla<index>``."""
+
+    def __init__(self, daemon: KmdDaemon, index: int) -> None:
+        self.daemon, self.index = daemon, index
+
+    def open(self, ctx: RequestContext) -> object:
+        return self.daemon.open_client(self.index, ctx.pid)
+
+    def ioctl(self, fh: object, ctx: RequestContext, cmd: int, data: bytes,
+              out_size: int) -> tuple[int, bytes]:
+        assert isinstance(fh, Client)
+        return self.daemon.ioctl(fh, ctx, cmd, data)
+
+    def release(self, fh: object, ctx: RequestContext) -> None:
+        assert isinstance(fh, Client)
+        self.daemon.release(fh)
+
+
+class KmdDaemon:
+    """The devices of configuration ``config`` (one per instance), their drivers, and the clients."""
+
+    def __init__(self, config: str | DeviceConfig = "full", *, mode: str = "threaded",
+                 default_timeout_ms: int = 10_000) -> None:
+        self.config = load_config(config)
+        self.devices = [VirtualDevice(self.config, instance=i, mode=mode) for i in range(self.config.instances)]
+        self.kmds = [Kmd(d, default_timeout_ms=default_timeout_ms) for d in self.devices]
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._clients: set[Client] = set()
+        self._buffers: dict[int, Client] = {}  # daemon handle -> owner
+        self._syncs: dict[int, Client] = {}
+        self._handlers: dict[int, Any] = {
+            U.dla_ioctl_e.HANDSHAKE: self._handshake, U.dla_ioctl_e.GET_PARAM: self._get_param,
+            U.dla_ioctl_e.BO_CREATE: self._bo_create, U.dla_ioctl_e.BO_INFO: self._bo_info,
+            U.dla_ioctl_e.BO_DESTROY: self._bo_destroy, U.dla_ioctl_e.SUBMIT: self._submit,
+            U.dla_ioctl_e.WAIT: self._wait, U.dla_ioctl_e.SYNC_CREATE: self._sync_create,
+            U.dla_ioctl_e.SYNC_SIGNAL: self._sync_signal, U.dla_ioctl_e.SYNC_QUERY: self._sync_query,
+            U.dla_ioctl_e.SYNC_DESTROY: self._sync_destroy,
+        }
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def files(self) -> dict[str, Any]:
+        return {f"dla{i}": _DeviceFile(self, i) for i in range(len(self.devices))}
+
+    def serve(self, mountpoint: str | os.PathLike[str], *, threads: int = 4) -> FuseServer:
+        """A started FUSE server for this daemon's device files (``with`` stops and unmounts it)."""
+        return FuseServer(mountpoint, self.files(), threads=threads, name="pydla").start()
+
+    def close(self) -> None:
+        with self._lock:
+            clients = list(self._clients)
+        for c in clients:
+            self.release(c)
+        for kmd, dev in zip(self.kmds, self.devices, strict=True):
+            kmd.close()
+            dev.close()
+
+    def counts(self) -> dict[str, int]:
+        """Open clients, buffer objects and sync objects (for leak checks)."""
+        with self._lock:
+            return {"clients": len(self._clients), "buffers": len(self._buffers), "syncs": len(self._syncs)}
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def open_client(self, device: int, pid: int) -> Client:
+        kmd = self.kmds[device]
+        client = Client(device, kmd, kmd.open_context(), pid)
+        with self._lock:
+            self._clients.add(client)
+        return client
+
+    def release(self, client: Client) -> None:
+        """The client's file is closed (or the client died): abort its jobs, free what it made."""
+        with self._lock:
+            if client.closed:
+                return
+            client.closed = True
+            self._clients.discard(client)
+            for h in client.buffers:
+                self._buffers.pop(h, None)
+            for s in client.syncs:
+                self._syncs.pop(s, None)
+        error = DlaError(NvError.Disconnected, f"client {client.pid} closed its device file")
+        for sem in client.syncs.values():
+            sem.fail(error)
+        try:
+            client.kmd.close_context(client.ctx)  # aborts its jobs and frees its buffers
+        except DlaError as e:
+            log.warning("closing the context of client %d: %s", client.pid, e)
+        client.buffers.clear()
+        client.syncs.clear()
+
+    def ioctl(self, client: Client, ctx: RequestContext, cmd: int, data: bytes) -> tuple[int, bytes]:
+        nr = BY_COMMAND.get(cmd)
+        if nr is None:
+            client.last_error = f"ioctl {cmd:#x} is not a pydla command"
+            raise FuseError(errno.ENOTTY, client.last_error)
+        struct = STRUCTS[nr]
+        if len(data) != ctypes.sizeof(struct):
+            client.last_error = f"{U.dla_ioctl_e(nr).name}: {len(data)} bytes, not {ctypes.sizeof(struct)}"
+            raise FuseError(errno.EINVAL, client.last_error)
+        if not client.compatible and nr != U.dla_ioctl_e.HANDSHAKE:
+            client.last_error = "HANDSHAKE first: versions were not agreed"
+            raise FuseError(errno.EPROTO, client.last_error)
+        args = struct.from_buffer_copy(data)
+        try:
+            result = self._handlers[nr](client, ctx, args)
+        except DlaError as e:
+            client.last_error = e.message
+            raise FuseError(ERRNO.get(e.code, errno.EIO), client.last_error) from None
+        except FuseError as e:
+            client.last_error = e.message
+            raise
+        return result, bytes(args)
+
+    # -- handles -----------------------------------------------------------------------------------
+
+    def _own(self, client: Client, handle: int, table: dict[int, Client], what: str) -> None:
+        with self._lock:
+            owner = table.get(handle)
+        if owner is None or owner.closed:
+            raise FuseError(errno.ENOENT, f"{what} {handle} does not exist")
+        if owner is not client:
+            raise FuseError(errno.EPERM, f"{what} {handle} belongs to another client")
+
+    def _buffer(self, client: Client, handle: int) -> int:
+        self._own(client, handle, self._buffers, "buffer object")
+        return client.buffers[handle]
+
+    def _sync(self, client: Client, handle: int) -> TimelineSemaphore:
+        self._own(client, handle, self._syncs, "sync object")
+        return client.syncs[handle]
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    def _handshake(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        # The same major version agrees; at the very same version, so must the layout hash.
+        theirs = (a.major, a.minor, a.patch)
+        same_layout = a.layout_hash64 == U.LAYOUT_HASH64
+        client.compatible = a.major == U.VERSION[0] and (theirs != U.VERSION or same_layout)
+        a.major, a.minor, a.patch = U.VERSION
+        a.layout_hash64 = U.LAYOUT_HASH64
+        a.package_version = text(__version__, 32)
+        return 0
+
+    def _get_param(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        p = U.dla_param_e
+        values = {p.NUM_DEVICES: len(self.devices), p.DEVICE_INDEX: client.device,
+                  p.HW_VERSION: self.config.hw_version, p.BLOCK_MASK: self.config.block_mask,
+                  p.MEMORY_BYTES: self.config.memory_bytes, p.DAEMON_PID: os.getpid()}
+        texts = {p.CONFIG_NAME: self.config.name, p.LAST_ERROR: client.last_error}
+        if a.param in values:
+            a.value = values[a.param]
+        elif a.param in texts:
+            a.text = text(texts[a.param], 192)
+        else:
+            raise FuseError(errno.EINVAL, f"GET_PARAM: parameter {a.param} is unknown")
+        return 0
+
+    def _bo_create(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        handle = client.kmd.bo_create(client.ctx, int(a.size), shared=True)
+        gid = next(self._ids)
+        with self._lock:
+            client.buffers[gid] = handle
+            self._buffers[gid] = client
+        a.handle, a.fd = gid, client.kmd.bo_fd(client.ctx, handle)
+        a.iova = client.kmd.bo_iova(client.ctx, handle)
+        return 0
+
+    def _bo_info(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        handle = self._buffer(client, a.handle)
+        a.size = client.kmd.bo_size(client.ctx, handle)
+        a.iova = client.kmd.bo_iova(client.ctx, handle)
+        a.fd = client.kmd.bo_fd(client.ctx, handle)
+        return 0
+
+    def _bo_destroy(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        handle = self._buffer(client, a.handle)
+        client.kmd.bo_destroy(client.ctx, handle)  # Busy while a job uses it
+        with self._lock:
+            client.buffers.pop(a.handle, None)
+            self._buffers.pop(a.handle, None)
+        return 0
+
+    def _read_array(self, ctx: RequestContext, address: int, count: int, cls: Any, limit: int,
+                    what: str) -> list[Any]:
+        if not 0 <= count <= limit:
+            raise FuseError(errno.EINVAL, f"SUBMIT: {count} {what} (at most {limit})")
+        if count == 0:
+            return []
+        size = ctypes.sizeof(cls)
+        try:
+            raw = read_process_memory(ctx.pid, address, count * size)
+        except OSError as e:
+            reason = os.strerror(e.errno or 0)
+            raise FuseError(errno.EFAULT, f"SUBMIT: {what} at {address:#x}: {reason}") from None
+        return [cls.from_buffer_copy(raw, i * size) for i in range(count)]
+
+    def _fences(self, client: Client, fences: list[Any]) -> list[tuple[TimelineSemaphore, int]]:
+        return [(self._sync(client, f.sync), int(f.value)) for f in fences]
+
+    def _submit(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        entries = self._read_array(ctx, a.addresses, a.num_addresses, U.dla_address_t, MAX_ADDRESSES,
+                                   "addresses")
+        if not entries:
+            raise FuseError(errno.EINVAL, "SUBMIT: the address list is empty")
+        pre = self._read_array(ctx, a.pre_fences, a.num_pre_fences, U.dla_fence_t, MAX_FENCES, "pre-fences")
+        post = self._read_array(ctx, a.post_fences, a.num_post_fences, U.dla_fence_t, MAX_FENCES,
+                                "post-fences")
+        addresses = [AddressEntry(self._buffer(client, e.handle), int(e.offset), int(e.size) or None)
+                     for e in entries]
+        job = client.kmd.submit(client.ctx, addresses, priority=a.priority,
+                                timeout_ms=a.timeout_ms or None, pre_fences=self._fences(client, pre),
+                                post_fences=self._fences(client, post))
+        a.task_id = job.job_id
+        return 0
+
+    def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        sem = self._sync(client, a.fence.sync)
+        value, timeout_ms = int(a.fence.value), int(a.timeout_ms)
+        ctx.on_interrupt(sem.wake)
+        polled = client.kmd.device.mode != "threaded"
+        deadline = timeout_ms / 1000
+        try:
+            while True:
+                if polled:
+                    client.kmd.poll()
+                slice_ms = min(deadline, WAIT_SLICE_S) * 1000 if polled else deadline * 1000
+                try:
+                    sem.wait(value, slice_ms, abort=lambda: ctx.is_interrupted or client.closed)
+                    a.status, a.message = 0, b""
+                    return 0
+                except DlaError as e:
+                    if e.code == NvError.Timeout and polled and deadline > WAIT_SLICE_S:
+                        deadline -= WAIT_SLICE_S
+                        continue
+                    raise
+        except DlaError as e:
+            if ctx.is_interrupted:
+                raise FuseError(errno.EINTR, "WAIT interrupted") from None
+            a.status = int(e.code)
+            a.message = text(e.message, 192)
+            return 0
+
+    def _sync_create(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        sem = TimelineSemaphore(int(a.initial))
+        gid = next(self._ids)
+        with self._lock:
+            client.syncs[gid] = sem
+            self._syncs[gid] = client
+        a.sync = gid
+        return 0
+
+    def _sync_signal(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        sem = self._sync(client, a.fence.sync)
+        if a.status == 0:
+            sem.signal(int(a.fence.value))
+        else:
+            code = NvError(a.status) if a.status in NvError._value2member_map_ else NvError.ResourceError
+            sem.fail(DlaError(code, untext(bytes(a.message)) or "failed by the application"))
+        return 0
+
+    def _sync_query(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        sem = self._sync(client, a.sync)
+        a.value = sem.value
+        a.status = int(sem.error.code) if sem.error is not None else 0
+        return 0
+
+    def _sync_destroy(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        self._sync(client, a.sync)
+        with self._lock:
+            client.syncs.pop(a.sync, None)
+            self._syncs.pop(a.sync, None)
+        return 0
+
+
+# -- the command ---------------------------------------------------------------------------------------
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "kmd", help="run the KMD daemon: device files served through FUSE, reached with ioctl(2)",
+        description="Run the KMD and the virtual devices of a configuration in this process, serving "
+                    "DIR/dla0, DIR/dla1, ... through FUSE (needs root and /dev/fuse). Clients use "
+                    "createRuntime(port='linux', path='DIR'), Session(..., port='linux'), or "
+                    "PYDLA_PORT=linux:DIR. Stops (and unmounts) on SIGTERM or SIGINT.")
+    p.add_argument("--mount", required=True, metavar="DIR", help="an empty directory to serve the device "
+                                                                  "files in")
+    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
+                   help="how the virtual devices run (default: threaded, beside the daemon)")
+    p.add_argument("--threads", type=int, default=4, help="request threads (blocking WAITs hold one each)")
+    p.add_argument("--timeout-ms", type=int, default=10_000, help="default job timeout")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms)
+    server = FuseServer(args.mount, daemon.files(), threads=args.threads, name="pydla")
+    try:
+        try:
+            server.start()
+        except FuseMountError as e:  # a stale mount, no /dev/fuse, no privilege: say so in one line
+            raise DlaError(NvError.ResourceError, str(e)) from e
+        names = ", ".join(sorted(daemon.files()))
+        print(f"pydla kmd: serving {names} in {server.mountpoint} (pid {os.getpid()}, config "
+              f"'{daemon.config.name}'); SIGTERM or Ctrl-C stops", flush=True)
+        server.run(install_signal_handlers=True)
+    finally:
+        daemon.close()
+    print("pydla kmd: stopped", file=sys.stderr, flush=True)
+    return 0

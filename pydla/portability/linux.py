@@ -1,0 +1,345 @@
+"""The Linux portability layer: the UMD talks to the KMD daemon (``pydla kmd``) with open(2), real
+ioctl(2) calls on its device files, and mmap(2) of the buffer objects it creates.
+
+The port is the same interface as the in-process one (:class:`~pydla.portability.interface.NvDlaPort`);
+application code does not change. ``path`` is the daemon's mount directory (``DIR``; instance N is
+``DIR/dlaN``) or one device file. Opening a device makes a context in the daemon, checked by a
+version handshake; its buffers are the daemon's memfds mapped here, its fences sync objects there.
+Every failure is a DlaError: a refused ioctl carries the daemon's reason (LAST_ERROR); a daemon that
+died gives NvError Disconnected, never a hang.
+
+Usage::
+
+    rt = pydla.createRuntime(port="linux", path="/run/pydla")
+    sess = pydla.Session("model.onnx", port="linux:/run/pydla")
+    # or: PYDLA_PORT=linux:/run/pydla python app.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla._version import __version__
+from pydla.deviceapi.generated import dla_uapi as U
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig, bundled_configs, load_config
+from pydla.linux.shm import map_shared
+from pydla.linux.uapi import COMMANDS, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
+from pydla.portability.interface import (
+    NvDlaEngineSelect,
+    NvDlaFence,
+    NvDlaHeap,
+    NvDlaMemHandle,
+    NvDlaPort,
+    NvDlaTask,
+    NvDlaTaskStatus,
+)
+
+WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
+
+
+class LinuxSemaphore:
+    """A sync object of the daemon, owned by one open device file."""
+
+    def __init__(self, device: LinuxDevice, sync: int) -> None:
+        self.device, self.sync = device, sync
+
+
+class LinuxMem(NvDlaMemHandle):
+    """A buffer object of the daemon, mapped into this process."""
+
+    def __init__(self, device: LinuxDevice, handle: int, size: int, iova: int, mapping: mmap.mmap) -> None:
+        self.device, self.handle = device, handle
+        self._size, self._iova = size, iova
+        self._map: mmap.mmap | None = mapping
+        self._array: npt.NDArray[np.uint8] = np.frombuffer(mapping, dtype=np.uint8, count=size)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def device_address(self) -> int:
+        return self._iova
+
+    def bytes_view(self) -> npt.NDArray[np.uint8]:
+        if self._map is None or self.device.fd < 0:
+            raise DlaError(NvError.InvalidState,
+                           f"memory handle {self.handle} was freed or its device closed")
+        return self._array
+
+    def _unmap(self) -> None:
+        # numpy views keep the mapping exported; it is unmapped when the last of them goes.
+        self._map = None
+        self._array = np.zeros(0, dtype=np.uint8)
+
+
+class LinuxDevice:
+    """An open device file: what NvDlaOpen returns."""
+
+    def __init__(self, port: LinuxPort, select: int, path: Path) -> None:
+        self.port, self.select, self.path = port, select, path
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            code = NvError.DeviceNotFound if e.errno == errno.ENOENT else NvError.Disconnected
+            raise DlaError(code, f"{path}: {e.strerror} (is `pydla kmd --mount {path.parent}` running?)") \
+                from None
+        self.mems: dict[int, LinuxMem] = {}
+        self._lock = threading.Lock()
+        try:
+            self._handshake()
+            self.daemon_pid = self.param(U.dla_param_e.DAEMON_PID)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            raise
+
+    def ioctl(self, nr: int, args: Any) -> Any:
+        """Issue command ``nr`` with ``args`` (its struct), which the daemon's answer overwrites."""
+        if self.fd < 0:
+            raise DlaError(NvError.InvalidState, f"{self.path}: the device was closed")
+        buf = bytearray(bytes(args))
+        name = U.dla_ioctl_e(nr).name
+        try:
+            fcntl.ioctl(self.fd, COMMANDS[nr], buf, True)
+        except OSError as e:
+            code = NVERROR.get(e.errno or 0, NvError.IoctlFailed)
+            if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                raise DlaError(NvError.Disconnected, f"{self.path}: {name}: the KMD daemon is gone "
+                                                     f"({e.strerror})") from None
+            reason = self._last_error() if e.errno != errno.EINTR else ""
+            raise DlaError(code, f"{self.path}: {name}: {reason or e.strerror}") from None
+        return type(args).from_buffer_copy(buf)
+
+    def _last_error(self) -> str:
+        try:
+            buf = bytearray(bytes(U.dla_get_param_t(param=U.dla_param_e.LAST_ERROR)))
+            fcntl.ioctl(self.fd, COMMANDS[U.dla_ioctl_e.GET_PARAM], buf, True)
+            return untext(bytes(U.dla_get_param_t.from_buffer_copy(buf).text))
+        except OSError:
+            return ""
+
+    def param(self, which: int) -> int:
+        return int(self.ioctl(U.dla_ioctl_e.GET_PARAM, U.dla_get_param_t(param=which)).value)
+
+    def param_text(self, which: int) -> str:
+        return untext(bytes(self.ioctl(U.dla_ioctl_e.GET_PARAM, U.dla_get_param_t(param=which)).text))
+
+    def _handshake(self) -> None:
+        mine = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],
+                                 layout_hash64=U.LAYOUT_HASH64, package_version=text(__version__, 32))
+        theirs = self.ioctl(U.dla_ioctl_e.HANDSHAKE, mine)
+        version = (theirs.major, theirs.minor, theirs.patch)
+        if theirs.major != U.VERSION[0] or (version == U.VERSION and theirs.layout_hash64 != U.LAYOUT_HASH64):
+            ours = ".".join(map(str, U.VERSION))
+            daemons = ".".join(map(str, version))
+            raise DlaError(NvError.VersionMismatch,
+                           f"{self.path}: uAPI {ours} (layout {U.LAYOUT_HASH64:016x}, pydla {__version__}) "
+                           f"here, {daemons} (layout {theirs.layout_hash64:016x}, pydla "
+                           f"{untext(bytes(theirs.package_version))}) in the daemon: run the same pydla on "
+                           "both sides")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.fd < 0:
+                return
+            fd, self.fd = self.fd, -1
+            mems, self.mems = list(self.mems.values()), {}
+        for m in mems:
+            m._unmap()
+        os.close(fd)  # the daemon aborts this context's jobs and frees its buffers
+
+
+class LinuxPort(NvDlaPort):
+    """See the module docstring."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            self.directory, self.first = self.path, None
+        else:
+            self.directory, self.first = self.path.parent, self.path.name
+        probe = LinuxDevice(self, 0, self._device_path(0))
+        try:
+            self.instances = probe.param(U.dla_param_e.NUM_DEVICES)
+            name = probe.param_text(U.dla_param_e.CONFIG_NAME)
+        finally:
+            probe.close()
+        # The configuration by name, when it is a bundled one (lets the UMD check a loadable's blocks).
+        self.config: DeviceConfig | None = load_config(name) if name in bundled_configs() else None
+        self._lock = threading.Lock()
+        self._devices: list[LinuxDevice] = []
+
+    def _device_path(self, select: int) -> Path:
+        if self.first is not None and select == 0:
+            return self.directory / self.first
+        return self.directory / f"dla{select}"
+
+    def close(self) -> None:
+        with self._lock:
+            devices, self._devices = list(self._devices), []
+        for d in devices:
+            d.close()
+
+    def __enter__(self) -> LinuxPort:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _device(self, h: Any) -> LinuxDevice:
+        if not isinstance(h, LinuxDevice) or h.port is not self:
+            raise DlaError(NvError.BadParameter, "not a handle from this port's NvDlaOpen")
+        if h.fd < 0:
+            raise DlaError(NvError.InvalidState, f"{h.path}: the device was closed")
+        return h
+
+    # -- the seed's functions --------------------------------------------------------------------
+
+    def NvDlaGetMaxDevices(self) -> int:
+        return self.instances
+
+    def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> LinuxDevice:
+        if not isinstance(select, int) or not 0 <= select < self.instances:
+            raise DlaError(NvError.DeviceNotFound, f"NvDlaOpen: device {select!r}; the daemon serves "
+                                                   f"{self.instances} (0..{self.instances - 1})")
+        device = LinuxDevice(self, int(select), self._device_path(int(select)))
+        with self._lock:
+            self._devices.append(device)
+        return device
+
+    def NvDlaClose(self, h: Any) -> None:
+        device = self._device(h)
+        device.close()
+        with self._lock:
+            if device in self._devices:
+                self._devices.remove(device)
+
+    def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
+                    flags: int = 0) -> tuple[NvDlaMemHandle, npt.NDArray[np.uint8]]:
+        device = self._device(h)
+        if heap != NvDlaHeap.DRAM:
+            raise DlaError(NvError.NotSupported, f"NvDlaGetMem: heap {NvDlaHeap(heap).name}: only DRAM")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise DlaError(NvError.BadParameter, f"NvDlaGetMem: size {size!r} must be a positive integer")
+        bo = device.ioctl(U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=size))
+        try:
+            mapping = map_shared(f"/proc/{device.daemon_pid}/fd/{bo.fd}", size)
+        except (OSError, ValueError) as e:
+            device.ioctl(U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle=bo.handle))
+            raise DlaError(NvError.InsufficientMemory, f"NvDlaGetMem: cannot map buffer {bo.handle}: {e}") \
+                from None
+        mem = LinuxMem(device, bo.handle, size, bo.iova, mapping)
+        with device._lock:
+            device.mems[bo.handle] = mem
+        return mem, mem.bytes_view()
+
+    def _mem(self, device: LinuxDevice, mem: NvDlaMemHandle, what: str) -> LinuxMem:
+        if not isinstance(mem, LinuxMem) or mem.device is not device or mem.handle not in device.mems:
+            raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
+        return mem
+
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
+        device = self._device(h)
+        m = self._mem(device, mem, "NvDlaFreeMem")
+        device.ioctl(U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle=m.handle))
+        with device._lock:
+            device.mems.pop(m.handle, None)
+        m._unmap()
+
+    def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> LinuxSemaphore:
+        device = self._device(h)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+            raise DlaError(NvError.BadParameter, f"semaphore value {value!r} must be 0..2^64-1")
+        created = device.ioctl(U.dla_ioctl_e.SYNC_CREATE, U.dla_sync_create_t(initial=value))
+        return LinuxSemaphore(device, created.sync)
+
+    def _fence(self, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
+        sem = fence.semaphore
+        if not isinstance(sem, LinuxSemaphore) or sem.device.port is not self:
+            raise DlaError(NvError.BadParameter, "fence: its semaphore is not one of this port's")
+        value = fence.value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+            raise DlaError(NvError.BadParameter, f"fence value {fence.value!r} must be 0..2^64-1")
+        return self._device(sem.device), U.dla_fence_t(sync=sem.sync, value=fence.value)
+
+    def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
+        device = self._device(h)
+        statuses = []
+        for i, task in enumerate(tasks):
+            entries = task.address_list
+            if not 0 < len(entries) <= MAX_ADDRESSES:
+                raise DlaError(NvError.BadParameter, f"NvDlaSubmit task {i}: {len(entries)} addresses "
+                                                     f"(1..{MAX_ADDRESSES})")
+            if len(task.pre_fences) > MAX_FENCES or len(task.post_fences) > MAX_FENCES:
+                raise DlaError(NvError.BadParameter,
+                               f"NvDlaSubmit task {i}: at most {MAX_FENCES} fences each")
+            addresses = (U.dla_address_t * len(entries))()
+            for j, entry in enumerate(entries):
+                what = f"NvDlaSubmit task {i} address {j}"
+                if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+                    raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
+                                                         f"not {entry!r}")
+                mem = self._mem(device, entry[0], what)
+                size = entry[2] if len(entry) == 3 else 0
+                for value, field_name in ((entry[1], "offset"), (size, "size")):
+                    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+                        raise DlaError(NvError.BadParameter, f"{what}: {field_name} {value!r}")
+                addresses[j] = U.dla_address_t(handle=mem.handle, offset=entry[1], size=size)
+            pre = (U.dla_fence_t * max(1, len(task.pre_fences)))()
+            for j, f in enumerate(task.pre_fences):
+                pre[j] = self._fence(f)[1]
+            post = (U.dla_fence_t * max(1, len(task.post_fences)))()
+            for j, f in enumerate(task.post_fences):
+                post[j] = self._fence(f)[1]
+            timeout = 0 if task.timeout_ms is None else int(task.timeout_ms)
+            args = U.dla_submit_t(addresses=ctypes.addressof(addresses), pre_fences=ctypes.addressof(pre),
+                                  post_fences=ctypes.addressof(post), num_addresses=len(entries),
+                                  num_pre_fences=len(task.pre_fences), num_post_fences=len(task.post_fences),
+                                  priority=task.priority, timeout_ms=timeout)
+            done = device.ioctl(U.dla_ioctl_e.SUBMIT, args)  # the daemon reads the arrays during the call
+            statuses.append(NvDlaTaskStatus(done.task_id, None))
+        return statuses
+
+    def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
+        device, f = self._fence(fence)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            args = U.dla_wait_t(fence=f, timeout_ms=min(left_ms, WAIT_SLICE_MS))
+            done = device.ioctl(U.dla_ioctl_e.WAIT, args)
+            if done.status == 0:
+                return
+            if done.status == NvError.Timeout and left_ms > WAIT_SLICE_MS:
+                continue
+            known = done.status in NvError._value2member_map_
+            code = NvError(done.status) if known else NvError.ResourceError
+            if code == NvError.Timeout:
+                raise DlaError(code, f"fence (sync {f.sync}, value {f.value}) not reached within "
+                                     f"{timeout_ms} ms")
+            raise DlaError(code, untext(bytes(done.message)))
+
+    def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
+        device, f = self._fence(fence)
+        device.ioctl(U.dla_ioctl_e.SYNC_SIGNAL, U.dla_sync_signal_t(fence=f))
+
+    def NvDlaFailFence(self, fence: NvDlaFence, error: DlaError) -> None:
+        device, f = self._fence(fence)
+        device.ioctl(U.dla_ioctl_e.SYNC_SIGNAL, U.dla_sync_signal_t(fence=f, status=int(error.code),
+                                                                    message=text(error.message, 192)))
+
+    def NvDlaGetSemaphoreValue(self, semaphore: Any) -> int:
+        device, f = self._fence(NvDlaFence(semaphore, 0))
+        return int(device.ioctl(U.dla_ioctl_e.SYNC_QUERY, U.dla_sync_query_t(sync=f.sync)).value)
