@@ -14,7 +14,7 @@ from pydla.linux.fuse_mount import FuseMountError, StaleMountError, unmount
 from pydla.linux.fuse_protocol import IOR, IOW, IOWR, ioc_decode
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, write_process_memory
-from pydla.linux.shm import SharedBuffer, map_shared
+from pydla.linux.shm import SharedBuffer, fd_path, map_shared
 
 __all__ = [
     "IOR",
@@ -27,6 +27,7 @@ __all__ = [
     "RequestContext",
     "SharedBuffer",
     "StaleMountError",
+    "fd_path",
     "ioc_decode",
     "map_shared",
     "read_process_memory",

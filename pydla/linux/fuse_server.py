@@ -185,6 +185,7 @@ class FuseServer:
         self._stop_requested.clear()
         self._init_done.clear()
         self._ready = False
+        self._early_interrupts.clear()
         with self._lock:
             for _ in range(self.threads):
                 self._spawn_locked()
@@ -228,10 +229,11 @@ class FuseServer:
             waiting = list(self._in_flight.values())
         for ctx in waiting:
             ctx._interrupt()
+        me = threading.current_thread()  # stop() called by a handler: do not wait for ourselves
         with self._readers_done:
-            self._readers_done.wait_for(lambda: not self._readers,
+            self._readers_done.wait_for(lambda: not self._readers - {me},
                                         max(0.0, deadline - time.monotonic()))
-            stuck = len(self._readers)
+            stuck = len(self._readers - {me})
             handles, self._handles = list(self._handles.values()), {}
         if stuck:
             # Closing the descriptor under a thread still in read() could let it read a reused
@@ -332,13 +334,15 @@ class FuseServer:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _reply(self, unique: int, err: int = 0, payload: bytes | None = None) -> None:
+    def _reply(self, unique: int, err: int = 0, payload: bytes | None = None) -> bool:
         size = fp.OUT_HEADER_SIZE + (len(payload) if payload else 0)
         hdr = bytes(fp.fuse_out_header(len=size, error=-err, unique=unique))
         try:
             self._write([hdr, payload] if payload else [hdr])
+            return True
         except OSError as e:
             self._write_failed(unique, e)
+            return False
 
     def _write_failed(self, unique: int, e: OSError) -> None:
         # ENOENT: the kernel no longer waits for this request (aborted); ENODEV: unmounted.
@@ -383,7 +387,13 @@ class FuseServer:
             log.exception("FUSE request %d (opcode %d) failed", unique, opcode)
             self._reply(unique, errno.EIO)
         else:
-            self._reply(unique, 0, out)
+            if not self._reply(unique, 0, out) and opcode == Op.FUSE_OPEN and out:
+                # Nobody received this handle (the request was aborted): nobody will release it.
+                with self._lock:
+                    h = self._handles.pop(fp.fuse_open_out.from_buffer_copy(out).fh, None)
+                if h is not None:
+                    self._call_release(h, RequestContext(unique, Op.FUSE_RELEASE, h.node.nodeid,
+                                                         0, 0, 0, h.node.name))
 
     def _context(self, hdr: fp.fuse_in_header, node: _Node, flags: int) -> RequestContext:
         return RequestContext(hdr.unique, hdr.opcode, hdr.nodeid, hdr.uid, hdr.gid, hdr.pid,

@@ -51,7 +51,7 @@ class SharedBuffer:
     @property
     def path(self) -> str:
         """What a client opens to map this buffer: ``/proc/<pid>/fd/<n>``."""
-        return f"/proc/{os.getpid()}/fd/{self.fd}"
+        return fd_path(self.fd)
 
     def close(self) -> None:
         """Unmap and close; clients' mappings stay valid until they unmap. Idempotent."""
@@ -67,6 +67,13 @@ class SharedBuffer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fd_path(fd: int) -> str:
+    """The path by which another process opens this process's descriptor ``fd`` (any memfd, e.g.
+    a KMD buffer object's). Usage: ``fd_path(kmd.bo_fd(ctx, handle))``
+    """
+    return f"/proc/{os.getpid()}/fd/{fd}"
 
 
 def map_shared(path: str, size: int, writable: bool = True) -> mmap.mmap:

@@ -262,3 +262,12 @@ def test_fuzzed_requests_get_at_most_one_reply(opcode: int, body: bytes, length_
         assert new == []
     else:
         assert len(new) == 1 and new[0][0] == unique and 0 <= new[0][1] < 512
+
+
+def test_open_whose_reply_is_lost_is_released(h: Harness) -> None:
+    def lost(parts: list[bytes]) -> None:
+        raise OSError(errno.ENOENT, "request aborted")  # what /dev/fuse says for an aborted request
+
+    h.server._write = lost  # type: ignore[method-assign]
+    h.send(Op.FUSE_OPEN, bytes(fp.fuse_open_in(flags=2)), nodeid=2)
+    assert h.server.open_handles == 0 and h.handler.releases == [4242]  # type: ignore[attr-defined]
