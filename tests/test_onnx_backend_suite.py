@@ -74,10 +74,6 @@ EXCLUDED: dict[str, str] = {
         "linear) interpolates cubically",
     r"^test_resize_\w*_antialias_cpu$":
         "antialiased Resize (a filter widened by the downscale factor) is not implemented",
-    r"^test_convtranspose_3d_cpu$":
-        "3-D (volumetric) ConvTranspose: the CONV block convolves 1-D and 2-D images",
-    r"^test_maxpool_with_argmax_2d_precomputed_(pads|strides)_cpu$":
-        "MaxPool's Indices output: PDP computes the maxima, not their positions",
     r"^test_(split_zero_size_splits_opset1[38]|reshape_allowzero_reordered|slice_start_out_of_bounds)_cpu$":
         _EMPTY,
 }

@@ -191,6 +191,19 @@ def pool_run(lw: Lowering, step: Step, kernel: list[int], strides: list[int], pa
                          dtype_of(lw, src), dtype_of(lw, step.output)])
 
 
+def maxpool_indices_run(lw: Lowering, step: Step, kernel: list[int], strides: list[int], pads: list[int],
+                        dilations: list[int]) -> None:
+    n = step.head
+    src, indices = n.inputs[0], n.outputs[1]
+    if lw.g.dtypes[indices] != np.int64:
+        raise DlaError(NvError.BadValue, f"{n.where()}: Indices '{indices}' is {lw.g.dtypes[indices]}")
+    cpu_run(lw, "maxpool_indices", [tensor(lw, src), tensor(lw, step.output), tensor(lw, indices),
+                                    _shape(lw, src), _shape(lw, step.output), (_text(kernel), "string"),
+                                    (_text(strides), "string"), (_text(pads), "string"),
+                                    (_text(dilations), "string"), (int(attr(n, "storage_order", 0)), "int"),
+                                    dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
 def batchnorm_params(lw: Lowering, n: Node, repeat: int) -> Buf:
     """Scale and shift per channel, each repeated ``repeat`` times (once per image of a batch),
     computed on the CPU from BatchNormalization's parameters given at run time: a temporary of

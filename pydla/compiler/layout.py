@@ -180,3 +180,29 @@ def spatial_pads(auto_pad: str, pads: Sequence[int] | None, spatial: Sequence[in
         begin.append(small if auto_pad == "SAME_UPPER" else big)
         end.append(big if auto_pad == "SAME_UPPER" else small)
     return begin, end
+
+
+def deconv_pads(auto_pad: str, pads: Sequence[int] | None, output_padding: Sequence[int],
+                size_in: Sequence[int], size_out: Sequence[int], kernel: Sequence[int],
+                strides: Sequence[int], dilations: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """A ConvTranspose's (begins, ends, output_padding) per spatial axis that give its static
+    output size: pads or auto_pad as ONNX says, then the output cropped or extended at the end to
+    the size inferred for it (which is what ``output_shape`` asks for)."""
+    nd = len(size_in)
+    out_pad = [int(v) for v in output_padding]
+    full = [s * (i - 1) + op + (k - 1) * d + 1
+            for s, i, op, k, d in zip(strides, size_in, out_pad, kernel, dilations, strict=True)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [max(0, f - o) for f, o in zip(full, size_out, strict=True)]
+        begins = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
+        ends = [t - b for t, b in zip(totals, begins, strict=True)]
+    else:
+        p = [int(v) for v in (pads if pads is not None else [0] * (2 * nd))]
+        begins, ends = p[:nd], p[nd:]
+    for i in range(nd):
+        diff = size_out[i] - (full[i] - begins[i] - ends[i])
+        if diff > 0:
+            out_pad[i] += diff
+        else:
+            ends[i] -= diff
+    return begins, ends, out_pad

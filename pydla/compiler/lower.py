@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler import cpuops, elementwise, matmul, movement, pooling
+from pydla.compiler import conv3d, cpuops, elementwise, matmul, movement, pooling
 from pydla.compiler.graph import Graph, Node
-from pydla.compiler.layout import flat_cube, images, prod, spatial_2d, spatial_pads
+from pydla.compiler.layout import deconv_pads, flat_cube, images, prod, spatial_2d, spatial_pads
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.deviceapi.generated import loadable as L
 from pydla.errors import DlaError, NvError
@@ -189,6 +189,9 @@ class Lowering:
         where = node.where()
         x_name, w_name = node.inputs[0], node.inputs[1]
         shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
+        if len(shape) == 5:
+            conv3d.lower_conv3d(self, step, deconv=False)
+            return
         nd = self._spatial_rank(node, shape)
         k = w_shape[0]
         kernel = w_shape[2:]
@@ -197,7 +200,7 @@ class Lowering:
         begins, ends = spatial_pads(self.text_attr(node, "auto_pad", "NOTSET"), attr(node, "pads", None),
                                     shape[2:], kernel, stride, dilation)
         groups = attr(node, "group", 1)
-        bias, bias_ref = self._bias(node, k)
+        bias, bias_ref = self.conv_bias(node, k)
         rest = step.nodes[1:]
         prev = node.outputs[0]
         scale = shift = None
@@ -240,31 +243,20 @@ class Lowering:
         where = node.where()
         x_name, w_name = node.inputs[0], node.inputs[1]
         shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
+        if len(shape) == 5:
+            conv3d.lower_conv3d(self, step, deconv=True)
+            return
         nd = self._spatial_rank(node, shape)
         groups = attr(node, "group", 1)
         k = w_shape[1] * groups
         kernel = [int(v) for v in w_shape[2:]]
         stride = [int(v) for v in attr(node, "strides", [1] * nd)]
         dilation = [int(v) for v in attr(node, "dilations", [1] * nd)]
-        out_pad = [int(v) for v in attr(node, "output_padding", [0] * nd)]
-        size_in, size_out = shape[2:], self.g.shapes[node.outputs[0]][2:]
-        full = [s * (i - 1) + op + (kk - 1) * d + 1
-                for s, i, op, kk, d in zip(stride, size_in, out_pad, kernel, dilation, strict=True)]
-        auto = self.text_attr(node, "auto_pad", "NOTSET")
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            totals = [max(0, f - o) for f, o in zip(full, size_out, strict=True)]
-            begins = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
-            ends = [t - b for t, b in zip(totals, begins, strict=True)]
-        else:
-            p = [int(v) for v in attr(node, "pads", [0] * (2 * nd))]
-            begins, ends = p[:nd], p[nd:]
-        for i in range(nd):  # the static output size rules (output_shape): crop or extend at the end
-            diff = size_out[i] - (full[i] - begins[i] - ends[i])
-            if diff > 0:
-                out_pad[i] += diff
-            else:
-                ends[i] -= diff
-        bias, bias_ref = self._bias(node, k)
+        begins, ends, out_pad = deconv_pads(
+            self.text_attr(node, "auto_pad", "NOTSET"), attr(node, "pads", None),
+            [int(v) for v in attr(node, "output_padding", [0] * nd)], shape[2:],
+            self.g.shapes[node.outputs[0]][2:], kernel, stride, dilation)
+        bias, bias_ref = self.conv_bias(node, k)
         _, act = self._epilogue(step.nodes[1:], node.outputs[0], k)
         weight_shape = (w_shape[0], w_shape[1], *spatial_2d(kernel, 1))
         if w_name in self.g.consts:
@@ -280,11 +272,11 @@ class Lowering:
 
     def _spatial_rank(self, node: Node, shape: tuple[int, ...]) -> int:
         if len(shape) not in (3, 4):
-            raise DlaError(NvError.NotSupported, f"{node.where()}: input of shape {shape}: the CONV block "
-                                                 "convolves 1-D and 2-D images (not 3-D volumes)")
+            raise DlaError(NvError.NotSupported, f"{node.where()}: input of shape {shape}: pydla convolves "
+                                                 "1-D, 2-D and 3-D images")
         return len(shape) - 2
 
-    def _bias(self, node: Node, k: int) -> tuple[np.ndarray | None, Ref | None]:
+    def conv_bias(self, node: Node, k: int) -> tuple[np.ndarray | None, Ref | None]:
         """A convolution's bias: its values when constant (zeros when absent), else its buffer."""
         name = node.inputs[2] if len(node.inputs) > 2 else ""
         if not name or name in self.g.consts:

@@ -31,6 +31,7 @@ class Step:
     nodes: list[Node]
     inputs: list[str]
     output: str
+    extra: list[str] = field(default_factory=list)  # further outputs it writes (MaxPool's Indices)
 
     @property
     def head(self) -> Node:
@@ -67,9 +68,10 @@ def group_steps(graph: Graph) -> list[Step]:
                 if nxt is None or graph.nodes.index(nxt) in fused:
                     break
                 constant = all(not t or t in graph.consts for t in nxt.inputs[1:])
+                image = op == "Conv" and len(graph.shapes.get(node.inputs[0], ())) <= 4  # not a volume
                 ok = ((nxt_kind == "BatchNormalization" and nxt.op_type == "BatchNormalization"
-                       and op == "Conv" and constant and not nxt.attrs.get("training_mode", 0))
-                      or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and op == "Conv"
+                       and image and constant and not nxt.attrs.get("training_mode", 0))
+                      or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and image
                           and _other_is_fusable(graph, nxt, out, producer, i))
                       or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant))
                 if not ok:
@@ -84,7 +86,8 @@ def group_steps(graph: Graph) -> list[Step]:
         elif op in ALIASES:
             steps.append(Step("alias", [node], [node.inputs[0]], node.outputs[0]))
         elif op in POOLS:
-            steps.append(Step("pool", [node], [node.inputs[0]], node.outputs[0]))
+            extra = [o for o in node.outputs[1:] if o]
+            steps.append(Step("pool", [node], [node.inputs[0]], node.outputs[0], extra))
         elif op == "LRN":
             steps.append(Step("lrn", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ACTIVATIONS or op in ELTWISE or op == "BatchNormalization":
@@ -184,9 +187,10 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
     for i, step in enumerate(steps):
         if step.kind in ("alias", "concat_view"):
             continue
-        out = find(step.output)
-        first.setdefault(out, i)
-        last[out] = max(last.get(out, i), i)
+        for written in [step.output, *step.extra]:
+            out = find(written)
+            first.setdefault(out, i)
+            last[out] = max(last.get(out, i), i)
         for t in step.inputs:
             r = find(t)
             last[r] = max(last.get(r, i), i)

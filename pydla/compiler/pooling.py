@@ -4,7 +4,8 @@ Pooling works per channel, so the batch is folded into the channels (the flat cu
 2-D pooling of rows (H = 1); 3-D pooling is separable, a 2-D pooling of every depth slice over (H, W)
 then a pooling over D of the (H, W) results seen as rows: max of maxima, and averages of averages
 (the count of a box window is the product of its counts per axis, with or without the padding).
-Pooling with dilations, or with a pad as large as the kernel, is a CPU run. LRN mixes channels, so it
+Pooling with dilations, with a pad as large as the kernel, or MaxPool with its Indices output is a
+CPU run. LRN mixes channels, so it
 is one CDP operation per image.
 """
 
@@ -29,9 +30,6 @@ def lower_pool(lw: Lowering, step: Step) -> None:
     out_shape = lw.g.shapes[step.output]
     if len(shape) < 3:
         raise DlaError(NvError.BadValue, f"{where}: input of shape {shape}: pooling needs (N, C, ...)")
-    if len(n.outputs) > 1 and n.outputs[1]:
-        raise DlaError(NvError.NotSupported, f"{where}: the Indices output (PDP computes the maxima, not "
-                                             "their positions)")
     method = "max" if n.op_type in ("MaxPool", "GlobalMaxPool") else "avg"
     x = lw.cube(src, where)
     out = lw.cube(step.output, where)
@@ -47,6 +45,10 @@ def lower_pool(lw: Lowering, step: Step) -> None:
                                          f"rank-{len(shape)} input")
     begins, ends = spatial_pads(lw.text_attr(n, "auto_pad", "NOTSET"), attr(n, "pads", None), shape[2:],
                                 kernel, strides, dilations)
+    if len(n.outputs) > 1 and n.outputs[1]:
+        # PDP computes the maxima, not their positions: the Indices output makes it a CPU run.
+        cpuops.maxpool_indices_run(lw, step, kernel, strides, begins + ends, dilations)
+        return
     if (any(d != 1 for d in dilations) or nd > 3
             or any(max(b, e) >= k for b, e, k in zip(begins, ends, kernel, strict=True))):
         cpuops.pool_run(lw, step, kernel, strides, begins + ends, dilations)

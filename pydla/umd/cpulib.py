@@ -25,6 +25,8 @@ Functions:
 - ``pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
   src_dtype, dst_dtype)``: ONNX MaxPool / AveragePool ("max" / "avg") of any number of spatial axes,
   with dilations; ``pads`` are the begins then the ends.
+- ``maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
+  storage_order, src_dtype, dst_dtype)``: ONNX MaxPool with its Indices output.
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -379,6 +381,51 @@ def _pool(args: list[Any]) -> None:
     y[...] = windows.sum(axis=window_axes) / np.maximum(count, 1.0)
 
 
+def _maxpool_indices(args: list[Any]) -> None:
+    """maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
+    storage_order, src_dtype, dst_dtype): ONNX MaxPool with its Indices output (int64, each the
+    first maximum's flat index in the input, spatial axes row-major or, with storage_order 1,
+    column-major)."""
+    (src, dst, indices, shape_text, out_text, kernel_t, strides_t, pads_t, dilations_t, order,
+     src_dtype, dst_dtype) = args
+    shape, out_shape = _shape(shape_text), _shape(out_text)
+    nd = len(shape) - 2
+    kernel, strides = _ints(kernel_t, "kernel"), _ints(strides_t, "strides")
+    pads, dilations = _ints(pads_t, "pads"), _ints(dilations_t, "dilations")
+    if (nd < 1 or len(out_shape) != len(shape) or out_shape[:2] != shape[:2] or order not in (0, 1)
+            or not len(kernel) == len(strides) == len(dilations) == nd or len(pads) != 2 * nd
+            or min(kernel + strides + dilations) < 1 or min(pads) < 0):
+        raise DlaError(NvError.BadParameter,
+                       f"cpulib: max pool of {shape} to {out_shape}: kernel {kernel}, strides {strides}, "
+                       f"pads {pads}, dilations {dilations}, storage_order {order!r}")
+    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
+    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    where = _tensor(indices, out_shape, "int64", "indices", any_type=True)
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    total = [max(n + pads[i] + pads[i + nd], (o - 1) * s + span) for i, (n, o, s, span)
+             in enumerate(zip(shape[2:], out_shape[2:], strides, spans, strict=True))]
+    values = np.full((*shape[:2], *total), -np.inf)
+    whole: tuple[Any, ...] = (slice(None), slice(None))
+    values[whole + tuple(slice(pads[i], pads[i] + n) for i, n in enumerate(shape[2:]))] = x
+    positions: tuple[Any, ...] = tuple(slice(None, (o - 1) * s + 1, s)
+                                       for o, s in zip(out_shape[2:], strides, strict=True))
+    taps: tuple[Any, ...] = tuple(slice(None, None, d) for d in dilations)
+    windows = np.lib.stride_tricks.sliding_window_view(values, spans, axis=tuple(range(2, 2 + nd)))
+    flat = windows[whole + positions + taps].reshape(*out_shape, -1)
+    best = flat.argmax(axis=-1)  # the first maximum in the window, row-major, as ONNX scans
+    y[...] = np.take_along_axis(flat, best[..., None], axis=-1)[..., 0]
+    offsets = np.unravel_index(best, kernel)
+    index = np.arange(shape[0] * shape[1]).reshape(*shape[:2], *([1] * nd)) * int(np.prod(shape[2:]))
+    weight = 1
+    axes = range(nd) if order else range(nd - 1, -1, -1)
+    for i in axes:  # the spatial part of the flat index
+        grid = np.arange(out_shape[2 + i]).reshape([-1 if a == i else 1 for a in range(nd)])
+        coord = grid * strides[i] + offsets[i] * dilations[i] - pads[i]
+        index = index + coord * weight
+        weight *= shape[2 + i]
+    where[...] = index
+
+
 def _batchnorm_params(args: list[Any]) -> None:
     """batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)."""
     scale_b, bias_b, mean_b, var_b, dst, epsilon, repeat, param_dtype, dst_dtype = args
@@ -405,6 +452,7 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "resize_nd": (15, _resize_nd),
     "pool": (12, _pool),
     "batchnorm_params": (9, _batchnorm_params),
+    "maxpool_indices": (12, _maxpool_indices),
 }
 
 

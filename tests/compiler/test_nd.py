@@ -243,7 +243,8 @@ def test_fp16_with_a_batch_and_runtime_weights() -> None:
 @pytest.mark.parametrize(("nodes", "shapes", "message"), [
     ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
     ([helper.make_node("Conv", ["x", "w"], ["y"])],
-     {"x": np.zeros((1, 1, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1), np.float32)}, "3-D volumes"),
+     {"x": np.zeros((1, 1, 2, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1, 1), np.float32)},
+     "3-D images"),
     ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((0, 3), np.float32)}, "empty tensors"),
 ])
 def test_what_stays_unsupported_says_why(nodes: list[Any], shapes: dict[str, np.ndarray],
@@ -264,3 +265,35 @@ def test_layout_helpers() -> None:
     # A dense copy merges into one line.
     (one,) = copy_plan((2, 3, 4), (48, 16, 4), (48, 16, 4), 4, "t")
     assert one.line_bytes == 96 and one.lines == one.surfaces == 1
+
+
+@pytest.mark.parametrize(("op", "attrs", "w_shape"), [
+    ("Conv", dict(pads=[1, 0, 1, 2, 1, 0], strides=[2, 1, 1], dilations=[2, 1, 1]), (4, 3, 3, 2, 3)),
+    ("Conv", dict(group=3, strides=[1, 2, 2]), (3, 1, 2, 3, 3)),
+    ("ConvTranspose", dict(strides=[2, 1, 2], output_padding=[1, 0, 1], pads=[1, 0, 0, 0, 1, 1]),
+     (3, 2, 3, 2, 2)),
+])
+@pytest.mark.parametrize("runtime_weights", [False, True])
+def test_3d_convolution_as_sums_of_2d_ones(op: str, attrs: dict[str, Any], w_shape: tuple[int, ...],
+                                            runtime_weights: bool) -> None:
+    x, w, b = r(2, 3, 4, 5, 6), r(*w_shape), r(w_shape[1] * attrs.get("group", 1) if op == "ConvTranspose"
+                                             else w_shape[0])
+    nodes = [helper.make_node(op, ["x", "w", "b"], ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])]
+    if runtime_weights:
+        m = model(nodes, {"x": x.shape, "w": w.shape, "b": b.shape}, ["y"])
+        check(m, {"x": x, "w": w, "b": b})
+    else:
+        check(model(nodes, {"x": x.shape}, ["y"], {"w": w, "b": b}), {"x": x})
+
+
+def test_maxpool_indices_output_is_a_cpu_run() -> None:
+    x = r(2, 3, 6, 7)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 2],
+                              pads=[1, 0, 1, 1], storage_order=1),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_tensor_value_info("z", 1, None),
+                               helper.make_tensor_value_info("i", 7, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    assert check(m, {"x": x}, rtol=0, atol=0).operations == {"CPU": 1, "SDP": 1}
