@@ -1,0 +1,343 @@
+"""The KMD daemon behind real ioctl(2) calls: several client processes at once, isolation between
+them, clients killed mid-wait and mid-submit, the daemon killed under a waiting client, and the
+version handshake. Clients are separate Python processes using LinuxPort (or raw ioctls)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pydla.linux import unmount
+from pydla.linux.daemon import KmdDaemon
+from tests.linux.conftest import fuse_unavailable
+
+CLIENT_TIMEOUT = 120
+
+PRELUDE = """
+import errno, fcntl, os, sys, time
+import numpy as np
+import pydla
+from pydla import DlaError, NvError
+from pydla.deviceapi.generated import dla_uapi as U
+from pydla.linux.uapi import COMMANDS
+MNT = {mnt!r}
+BLOB = open({blob!r}, "rb").read()
+
+def run_net(rt, seed):
+    d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
+    a, b = rt.allocateSystemMemory(d_in.size), rt.allocateSystemMemory(d_out.size)
+    x = np.random.default_rng(seed).standard_normal(d_in.dims).astype(np.float32)
+    a.array(np.float32, d_in.dims)[...] = x
+    rt.bindInputTensor(0, a); rt.bindOutputTensor(0, b)
+    rt.submit()
+    return x, b.array(np.float32, d_out.dims).copy()
+"""
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    from pydla.compiler.api import compile_model
+    from pydla.demo import build_demo_model
+
+    model = build_demo_model()
+    path = tmp_path_factory.mktemp("net") / "demo.dla"
+    path.write_bytes(compile_model(model).blob)
+    return path, model
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[KmdDaemon, Path]]:
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    d = KmdDaemon("full", default_timeout_ms=20_000)
+    server = d.serve(mnt, threads=4)
+    try:
+        yield d, mnt
+    finally:
+        server.stop(timeout=5.0)
+        d.close()
+        unmount(str(mnt))
+
+
+def client(mnt: Path, blob: Path, body: str) -> subprocess.Popen[str]:
+    code = PRELUDE.format(mnt=str(mnt), blob=str(blob)) + body
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(p: subprocess.Popen[str]) -> list[str]:
+    out, err = p.communicate(timeout=CLIENT_TIMEOUT)
+    assert p.returncode == 0, err
+    return out.split("\n")
+
+
+def wait_until(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_several_client_processes_at_once_get_their_numbers(daemon, net) -> None:
+    d, mnt = daemon
+    blob, model = net
+    body = """
+rt = pydla.createRuntime("linux", path=MNT, device={dev})
+rt.load(BLOB)
+for s in range(3):
+    x, y = run_net(rt, {seed} * 10 + s)
+    np.save(f"{out}/x{{s}}.npy", x); np.save(f"{out}/y{{s}}.npy", y)
+rt.close()
+print("done")
+"""
+    outs = []
+    procs = []
+    for i in range(4):
+        out = mnt.parent / f"out{i}"
+        out.mkdir()
+        outs.append(out)
+        procs.append(client(mnt, blob, body.format(dev=i % 2, seed=i, out=out)))
+    assert all("done" in finish(p) for p in procs)
+    import numpy as np
+
+    from pydla.demo import reference
+
+    for out in outs:
+        for s in range(3):
+            x, y = np.load(out / f"x{s}.npy"), np.load(out / f"y{s}.npy")
+            np.testing.assert_allclose(y, reference(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+    assert d.counts() == {"clients": 0, "buffers": 0, "syncs": 0}
+    assert sum(kmd.tasks.hits + kmd.tasks.misses for kmd in d.kmds) > 0
+
+
+def test_isolation_between_clients(daemon, net) -> None:
+    d, mnt = daemon
+    blob, _ = net
+    owner = client(mnt, blob, """
+port_rt = pydla.createRuntime("linux", path=MNT)
+mem = port_rt.allocateSystemMemory(4096)
+print(mem.handle, flush=True)
+sys.stdin.readline() if False else time.sleep(30)
+""")
+    handle = int(owner.stdout.readline())  # type: ignore[union-attr]
+    try:
+        lines = finish(client(mnt, blob, f"""
+import ctypes
+from pydla.portability.linux import LinuxPort
+port = LinuxPort(MNT)
+h = port.NvDlaOpen(0)
+mine, _ = port.NvDlaGetMem(h, 64)
+def submit(entries):
+    arr = (U.dla_address_t * len(entries))(*entries)
+    args = U.dla_submit_t(addresses=ctypes.addressof(arr), num_addresses=len(entries))
+    try:
+        h.ioctl(U.dla_ioctl_e.SUBMIT, args)
+        print("accepted")
+    except DlaError as e:
+        print(e.code.name, "|", e.message)
+submit([U.dla_address_t(handle={handle})])                  # another client's buffer
+submit([U.dla_address_t(handle=mine.handle, offset=64)])    # outside my buffer
+submit([U.dla_address_t(handle=999999)])                    # nobody's
+try:
+    h.ioctl(U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle={handle}))
+except DlaError as e:
+    print(e.code.name, "|", e.message)
+buf = bytearray(8)
+try:
+    fcntl.ioctl(h.fd, 0xC0086499, buf, True)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""))
+    finally:
+        owner.kill()
+        owner.wait()
+    perm, outside, nobody, destroy, unknown = lines[:5]
+    assert perm.startswith("BadParameter") and "belongs to another client" in perm
+    assert outside.startswith("BadParameter") and "offset 64 is outside" in outside
+    assert nobody.startswith("BadParameter") and "does not exist" in nobody
+    assert "belongs to another client" in destroy
+    assert unknown == "ENOTTY"
+    assert sum(dev.ops_done for dev in d.devices) == 0  # nothing reached a device
+    wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
+
+
+def test_raw_errnos_for_isolation(daemon, net) -> None:
+    """The errno itself, as a C client sees it: EPERM for another's handle, EINVAL for an offset."""
+    _, mnt = daemon
+    blob, _ = net
+    lines = finish(client(mnt, blob, """
+import ctypes
+fds = [os.open(MNT + "/dla0", os.O_RDWR) for _ in range(2)]
+def call(fd, nr, args):
+    buf = bytearray(bytes(args))
+    try:
+        fcntl.ioctl(fd, COMMANDS[nr], buf, True)
+        return type(args).from_buffer_copy(buf)
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(call(fds[0], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64)))   # before the handshake
+hs = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],
+                       layout_hash64=U.LAYOUT_HASH64)
+for fd in fds:
+    call(fd, U.dla_ioctl_e.HANDSHAKE, hs)
+a = call(fds[0], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64))
+b = call(fds[1], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64))
+for fd, h, off in ((fds[1], a.handle, 0), (fds[0], a.handle, 64)):
+    arr = (U.dla_address_t * 1)(U.dla_address_t(handle=h, offset=off))
+    print(call(fd, U.dla_ioctl_e.SUBMIT, U.dla_submit_t(addresses=ctypes.addressof(arr), num_addresses=1)))
+print(call(fds[0], U.dla_ioctl_e.SUBMIT, U.dla_submit_t(addresses=16, num_addresses=1)))  # unmapped memory
+print(call(fds[0], U.dla_ioctl_e.SUBMIT, U.dla_submit_t(num_addresses=5000)))
+"""))
+    assert lines[:5] == ["EPROTO", "EPERM", "EINVAL", "EFAULT", "EINVAL"]
+
+
+def test_version_mismatch_names_both_versions(daemon, net) -> None:
+    _, mnt = daemon
+    blob, _ = net
+    lines = finish(client(mnt, blob, """
+U.VERSION = (U.VERSION[0] + 1, 0, 0)
+try:
+    pydla.createRuntime("linux", path=MNT)
+except DlaError as e:
+    print(e.code.name); print(e.message)
+"""))
+    assert lines[0] == "VersionMismatch"
+    from pydla.deviceapi.generated import dla_uapi as U
+
+    here = f"{U.VERSION[0] + 1}.0.0"
+    there = ".".join(map(str, U.VERSION))
+    assert f"uAPI {here}" in lines[1] and f"{there} (layout" in lines[1] and "in the daemon" in lines[1]
+
+
+WAITER = """
+from pydla.portability.interface import NvDlaFence, NvDlaTask
+from pydla.portability.linux import LinuxPort
+port = LinuxPort(MNT)
+h = port.NvDlaOpen(0)
+rt = pydla.createRuntime(port)
+rt.load(BLOB)
+run_net(rt, 0)                            # binds the tensors
+gate = rt.createSync()
+syncs = rt.submitNonBlocking([gate])     # queued: waits for a signal that never comes
+print("waiting", flush=True)
+syncs[0].wait(60_000)
+"""
+
+
+def test_clients_killed_mid_wait_twenty_times(daemon, net) -> None:
+    d, mnt = daemon
+    blob, _ = net
+    baseline = d.counts()
+    for _ in range(20):
+        p = client(mnt, blob, WAITER)
+        assert p.stdout is not None and p.stdout.readline().strip() == "waiting"
+        time.sleep(0.05)  # inside the WAIT ioctl
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        assert time.monotonic() - t0 < 5, "a killed client must die at once (FUSE_INTERRUPT)"
+        wait_until(lambda: d.counts() == baseline)
+    # The daemon still serves.
+    lines = finish(client(mnt, blob, """
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+run_net(rt, 0)
+print("served")
+"""))
+    assert "served" in lines
+    assert all(not q for kmd in d.kmds for q in kmd._queues.values())  # every killed client's job is gone
+
+
+def test_clients_killed_mid_submit(daemon, net) -> None:
+    d, mnt = daemon
+    blob, _ = net
+    for delay in (0.2, 0.35, 0.5, 0.65, 0.8):
+        p = client(mnt, blob, """
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+print("go", flush=True)
+while True:
+    run_net(rt, 1)
+""")
+        assert p.stdout is not None and p.stdout.readline().strip() == "go"
+        time.sleep(delay)
+        p.kill()
+        p.wait(timeout=10)
+        wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
+
+
+def test_daemon_killed_under_a_waiting_client(tmp_path: Path, net) -> None:
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    blob, _ = net
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    daemon = subprocess.Popen([sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert daemon.stdout is not None and "serving dla0, dla1" in daemon.stdout.readline()
+        p = client(mnt, blob, WAITER.replace("syncs[0].wait(60_000)", """
+try:
+    syncs[0].wait(60_000)
+except DlaError as e:
+    print(e.code.name, flush=True)
+try:
+    rt.submit()
+except DlaError as e:
+    print(e.code.name, flush=True)
+"""))
+        assert p.stdout is not None and p.stdout.readline().strip() == "waiting"
+        time.sleep(0.1)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+        out, err = p.communicate(timeout=30)
+        assert out.split() == ["Disconnected", "Disconnected"], err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        unmount(str(mnt))
+
+
+def test_pydla_kmd_command_stops_on_sigterm_and_refuses_a_stale_mount(tmp_path: Path) -> None:
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    command = [sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt), "--config", "small"]
+    daemon = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert daemon.stdout is not None and "serving dla0 in" in daemon.stdout.readline()
+        assert os.listdir(mnt) == ["dla0"]
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=10) == 0
+        assert not os.path.ismount(mnt)
+        # A daemon that died leaves a stale mount; a new one refuses it and says how to clear it.
+        killed = subprocess.Popen([sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert killed.stdout is not None and "serving" in killed.stdout.readline()
+        killed.kill()
+        killed.wait(timeout=10)
+        with pytest.raises(OSError) as e:
+            os.listdir(mnt)
+        assert e.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+        refused = subprocess.run([sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt)],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 1
+        assert refused.stderr.count("\n") == 1 and "umount -l" in refused.stderr
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        unmount(str(mnt))
