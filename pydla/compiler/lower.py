@@ -5,8 +5,9 @@ inputs and outputs need no conversion; the device sees a tensor as its flat cube
 into the channels) or as one cube per image. Batch norm is folded into the convolution's weights and
 bias; constants added or multiplied per channel become SDP operands; weights go to one weight
 buffer, computed tensors to one scratch arena planned by liveness, with a region after it for the
-temporaries of one step at a time. Element-wise work, pooling, data movement, matrix products and
-CPU runs are lowered in their own modules (elementwise, pooling, movement, matmul, cpuops).
+temporaries of one step at a time. 1-D and 2-D convolutions are lowered here; element-wise work,
+pooling, data movement, matrix products, 3-D convolutions and CPU runs in their own modules
+(elementwise, pooling, movement, matmul, conv3d, cpuops).
 """
 
 from __future__ import annotations
