@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ class Session:
         self.kmd = kmd
         self.ctx = kmd.open_context()
         self.mems: dict[int, InProcessMem] = {}
+        self.semaphores: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()  # gone when unused
         self.closed = False
 
 
@@ -207,8 +209,10 @@ class InProcessPort(NvDlaPort):
         super().NvDlaMemWrite(mem, offset, src)
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
-        self._session(h)
-        return TimelineSemaphore(value)
+        session = self._session(h)
+        sem = TimelineSemaphore(value)
+        session.semaphores.add(sem)  # a session's tasks may use only its own fences
+        return sem
 
     def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
         session = self._session(h)
@@ -224,15 +228,18 @@ class InProcessPort(NvDlaPort):
                 addresses.append(AddressEntry(self._mem(session, entry[0], what).handle, entry[1], size))
             job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
                                      timeout_ms=task.timeout_ms,
-                                     pre_fences=[self._fence(f) for f in task.pre_fences],
-                                     post_fences=[self._fence(f) for f in task.post_fences])
+                                     pre_fences=[self._fence(f, session) for f in task.pre_fences],
+                                     post_fences=[self._fence(f, session) for f in task.post_fences])
             statuses.append(NvDlaTaskStatus(job.job_id, job))
         return statuses
 
     @staticmethod
-    def _fence(fence: NvDlaFence) -> tuple[TimelineSemaphore, int]:
+    def _fence(fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
         if not isinstance(fence.semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
+        if session is not None and fence.semaphore not in session.semaphores:
+            raise DlaError(NvError.BadParameter,
+                           f"fence: semaphore {fence.semaphore.sem_id} is not one of this session's")
         return fence.semaphore, fence.value
 
     def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:

@@ -1,0 +1,78 @@
+"""The port under test: pydla's in-process and Linux ports, or the integrator's (``--port``).
+
+``pytest tests/conformance --port mypackage.myport:MyPort`` imports ``MyPort`` and calls it with no
+arguments for each test; it must return a fresh :class:`~pydla.portability.interface.NvDlaPort` with
+at least one device instance of a configuration that has the SDP and PDP blocks. A ``close()`` method,
+if the port has one, is called after the test.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pydla.portability.interface import NvDlaPort
+
+BUILTIN = ("inprocess", "linux")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "port" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--port") or list(BUILTIN)
+        metafunc.parametrize("port_spec", chosen, indirect=True)
+
+
+@pytest.fixture
+def port_spec(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _factory(spec: str) -> Callable[[], Any]:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise pytest.UsageError(f"--port {spec!r}: expected MODULE:FACTORY, e.g. mypackage.myport:MyPort")
+    target: Any = importlib.import_module(module)
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def port(port_spec: str, tmp_path: Path) -> Iterator[NvDlaPort]:
+    opened: list[Any] = []
+    if port_spec == "inprocess":
+        from pydla.portability.inprocess import InProcessPort
+
+        made: Any = InProcessPort("full")
+    elif port_spec == "linux":
+        from pydla.linux import unmount
+        from pydla.linux.daemon import KmdDaemon
+        from tests.linux.conftest import fuse_unavailable
+
+        reason = fuse_unavailable()
+        if reason:
+            pytest.skip(f"Linux port: {reason}")
+        from pydla.portability.linux import LinuxPort
+
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        daemon = KmdDaemon("full")
+        server = daemon.serve(mnt)
+        opened += [lambda: server.stop(timeout=5.0), daemon.close, lambda: unmount(str(mnt))]
+        made = LinuxPort(mnt)
+    else:
+        made = _factory(port_spec)()
+    if not isinstance(made, NvDlaPort):
+        raise pytest.UsageError(f"--port {port_spec}: returned {type(made).__name__}, not an NvDlaPort")
+    try:
+        yield made
+    finally:
+        close = getattr(made, "close", None)
+        if callable(close):
+            close()
+        for undo in opened:
+            undo()

@@ -1,0 +1,181 @@
+"""The portability interface as a contract: what every NvDlaPort must do, method by method, with the
+seed's meaning (NvDlaOpen .. NvDlaGetTimeMS) and pydla's fences. Run against your own port with
+``pytest tests/conformance --port mypackage.myport:MyPort`` (see conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pydla import DlaError, NvError
+from pydla.kmd.taskbuilder import DESCRIPTORS, TaskBuilder
+from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaPort, NvDlaTask
+
+
+def relu_task(port: NvDlaPort, h: Any, x: np.ndarray) -> tuple[list[Any], dict[str, Any]]:
+    """y = relu(x), x and y (1, 2, 4) float32: descriptors and buffers made through the port."""
+    tb = TaskBuilder()
+    tb.sdp(tb.cube("x", (1, 2, 4)), tb.cube("y", (1, 2, 4)), act="relu")
+    built = tb.build()
+    mems = {name: port.NvDlaGetMem(h, size)[0] for name, size in built.buffers.items()}
+    port.NvDlaMemWrite(mems[DESCRIPTORS], 0, built.descriptors)
+    port.NvDlaMemWrite(mems["x"], 0, x)
+    return [(mems[name], off) for name, off in built.addresses], mems
+
+
+def run(port: NvDlaPort, h: Any, addresses: list[Any], pre: list[NvDlaFence] | None = None,
+        timeout_ms: int = 10_000) -> NvDlaFence:
+    done = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    task = NvDlaTask(addresses, pre_fences=pre or [], post_fences=[done], timeout_ms=timeout_ms)
+    port.NvDlaSubmit(h, [task])
+    return done
+
+
+def x_values(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((1, 2, 4)).astype(np.float32)
+
+
+def test_devices_open_and_close(port: NvDlaPort) -> None:
+    n = port.NvDlaGetMaxDevices()
+    assert n >= 1
+    with pytest.raises(DlaError) as e:
+        port.NvDlaOpen(n)
+    assert e.value.code == NvError.DeviceNotFound
+    h = port.NvDlaOpen(0)
+    port.NvDlaClose(h)
+    with pytest.raises(DlaError):
+        port.NvDlaGetMem(h, 16)  # a closed handle is refused, never crashes
+
+
+def test_memory(port: NvDlaPort) -> None:
+    h = port.NvDlaOpen(0)
+    mem, data = port.NvDlaGetMem(h, 64)
+    assert port.NvDlaMemGetSize(mem) == mem.size == data.size == 64
+    port.NvDlaMemWrite(mem, 8, b"\x01\x02\x03")
+    assert port.NvDlaMemRead(mem, 8, 3) == b"\x01\x02\x03" and data[9] == 2  # one memory, two views
+    data[20] = 7
+    assert port.NvDlaMemRead(mem, 20, 1) == b"\x07"
+    port.NvDlaMemWrite(mem, 32, np.arange(4, dtype=np.float32))
+    assert mem.array(np.float32, (4,), offset=32).tolist() == [0.0, 1.0, 2.0, 3.0]
+    view = port.NvDlaMemMap(mem, 8, 4)
+    assert bytes(view[:3]) == b"\x01\x02\x03"
+    port.NvDlaMemUnmap(mem, view, 4)
+    for call, code in ((lambda: port.NvDlaMemRead(mem, 60, 8), NvError.InvalidSize),
+                       (lambda: port.NvDlaMemWrite(mem, -1, b"x"), NvError.InvalidSize),
+                       (lambda: port.NvDlaMemWrite(mem, 0, object()), NvError.BadParameter),
+                       (lambda: port.NvDlaGetMem(h, 0), NvError.BadParameter),
+                       (lambda: port.NvDlaGetMem(h, 16, NvDlaHeap.SRAM), NvError.NotSupported)):
+        with pytest.raises(DlaError) as e:
+            call()
+        assert e.value.code == code
+    other = port.NvDlaOpen(0)
+    with pytest.raises(DlaError) as e:
+        port.NvDlaFreeMem(other, mem)  # another session's memory
+    assert e.value.code == NvError.BadParameter
+    port.NvDlaFreeMem(h, mem)
+    with pytest.raises(DlaError) as e:
+        port.NvDlaMemRead(mem, 0, 1)
+    assert e.value.code == NvError.InvalidState
+
+
+def test_submit_runs_a_task_with_the_right_numbers(port: NvDlaPort) -> None:
+    h = port.NvDlaOpen(0)
+    x = x_values(0)
+    addresses, mems = relu_task(port, h, x)
+    for seed in range(3):
+        x = x_values(seed)
+        port.NvDlaMemWrite(mems["x"], 0, x)
+        port.NvDlaWaitFence(run(port, h, addresses), 10_000)
+        np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+
+
+def test_sub_buffer_entries(port: NvDlaPort) -> None:
+    """(mem, offset, size): the task sees only those bytes; a size beyond the buffer is refused."""
+    h = port.NvDlaOpen(0)
+    x = x_values(1)
+    addresses, mems = relu_task(port, h, x)
+    big, _ = port.NvDlaGetMem(h, 256)
+    port.NvDlaMemWrite(big, 64, x)
+    moved = [e if e[0] is not mems["x"] else (big, 64, 32) for e in addresses]
+    port.NvDlaWaitFence(run(port, h, moved), 10_000)
+    np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+    too_small = [e if e[0] is not mems["x"] else (big, 64, 16) for e in addresses]
+    with pytest.raises(DlaError) as e:
+        run(port, h, too_small)
+    assert e.value.code in (NvError.InvalidSize, NvError.BadParameter)
+    with pytest.raises(DlaError):
+        run(port, h, [e if e[0] is not mems["x"] else (big, 250, 32) for e in addresses])
+
+
+def test_fences_order_work_and_carry_failures(port: NvDlaPort) -> None:
+    h = port.NvDlaOpen(0)
+    x = x_values(2)
+    addresses, mems = relu_task(port, h, x)
+    gate = NvDlaFence(port.NvDlaCreateSemaphore(h), 5)
+    done = run(port, h, addresses, pre=[gate])
+    with pytest.raises(DlaError) as e:
+        port.NvDlaWaitFence(done, 200)  # the gate is closed
+    assert e.value.code == NvError.Timeout
+    assert port.NvDlaGetSemaphoreValue(gate.semaphore) == 0
+    port.NvDlaSignalFence(gate)
+    assert port.NvDlaGetSemaphoreValue(gate.semaphore) == 5
+    port.NvDlaWaitFence(done, 10_000)
+    np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+    failed = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    port.NvDlaFailFence(failed, DlaError(NvError.BadValue, "the host step failed"))
+    with pytest.raises(DlaError, match="the host step failed") as e:
+        port.NvDlaWaitFence(failed, 1000)
+    assert e.value.code == NvError.BadValue
+    blocked = run(port, h, addresses, pre=[failed])  # work waiting on a failed fence fails too
+    with pytest.raises(DlaError):
+        port.NvDlaWaitFence(blocked, 10_000)
+
+
+def test_a_bad_task_is_refused_before_the_device(port: NvDlaPort) -> None:
+    h = port.NvDlaOpen(0)
+    addresses, mems = relu_task(port, h, x_values(3))
+    port.NvDlaMemWrite(mems[DESCRIPTORS], 0, b"\xff" * 16)  # the network descriptor, garbage
+    with pytest.raises(DlaError) as e:
+        run(port, h, addresses)
+    refusals = (NvError.BadValue, NvError.CountMismatch, NvError.BadParameter, NvError.InvalidSize)
+    assert e.value.code in refusals
+
+
+def test_sessions_are_isolated(port: NvDlaPort) -> None:
+    a, b = port.NvDlaOpen(0), port.NvDlaOpen(0)
+    addresses, _ = relu_task(port, a, x_values(4))
+    with pytest.raises(DlaError) as e:
+        run(port, b, addresses)  # b submits a's memory
+    assert e.value.code == NvError.BadParameter
+    sem_a = port.NvDlaCreateSemaphore(a)
+    own, _ = relu_task(port, b, x_values(4))
+    with pytest.raises(DlaError):
+        run(port, b, own, pre=[NvDlaFence(sem_a, 1)])  # nor a's fences
+
+
+def test_closing_aborts_pending_work(port: NvDlaPort) -> None:
+    h = port.NvDlaOpen(0)
+    addresses, _ = relu_task(port, h, x_values(5))
+    gate = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    run(port, h, addresses, pre=[gate])
+    port.NvDlaClose(h)  # must not hang on the queued task
+    h2 = port.NvDlaOpen(0)
+    again, mems = relu_task(port, h2, x_values(6))
+    port.NvDlaWaitFence(run(port, h2, again), 10_000)
+    np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x_values(6), 0))
+
+
+def test_system_services(port: NvDlaPort) -> None:
+    buf = port.NvDlaAlloc(10)
+    assert len(buf) == 10
+    port.NvDlaFree(buf)
+    port.NvDlaFree(None)
+    t0 = port.NvDlaGetTimeMS()
+    time0 = time.monotonic()
+    port.NvDlaSleepMS(5)
+    assert time.monotonic() - time0 >= 0.004
+    assert (port.NvDlaGetTimeMS() - t0) & 0xFFFFFFFF >= 4
+    port.NvDlaDebugPrintf("conformance %d", 1)
