@@ -24,7 +24,9 @@ def register(commands: Any) -> None:
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write each output as NAME.npy here")
     p.add_argument("--iterations", type=int, default=1, metavar="N",
                    help="run N times and report median and p90 latency and throughput")
-    p.add_argument("--port", default="inprocess", help="portability layer (default: inprocess)")
+    p.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
+                   help="portability layer: inprocess, or linux:DIR for the KMD daemon serving DIR "
+                        "(default: $PYDLA_PORT, else inprocess)")
     p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
     p.add_argument("--device", type=int, default=0, help="device instance")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

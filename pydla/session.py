@@ -3,6 +3,7 @@
 Usage::
 
     sess = pydla.Session("model.onnx")          # or a .dla, bytes, or an onnx.ModelProto
+    sess = pydla.Session("model.onnx", port="linux:/run/pydla")   # through the KMD daemon
     out = sess.run({"input": x})                # {"output": array}
 
 An ONNX model is compiled on first use and cached by content in the user's cache directory
@@ -115,10 +116,13 @@ def _onnx_scalars(model: Any) -> set[str]:
 class Session:
     """See the module docstring."""
 
-    def __init__(self, model: Any, *, port: str = "inprocess", config: str = "full", device: int = 0,
-                 precision: str = "fp32", timeout_ms: int = 60_000) -> None:
+    def __init__(self, model: Any, *, port: str | None = None, config: str = "full", device: int = 0,
+                 precision: str = "fp32", timeout_ms: int = 60_000,
+                 path: str | os.PathLike[str] | None = None) -> None:
+        """``port``: "inprocess", "linux" (with ``path``, the KMD daemon's mount) or "linux:PATH";
+        None means ``$PYDLA_PORT``, else in-process."""
         blob = loadable_bytes(model, config, precision)
-        self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms)
+        self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms, path=path)
         self._lock = threading.Lock()
         try:
             self.runtime.load(blob)

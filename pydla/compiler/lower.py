@@ -25,6 +25,7 @@ from pydla.compiler.layout import deconv_pads, flat_cube, images, prod, spatial_
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.deviceapi.generated import loadable as L
 from pydla.errors import DlaError, NvError
+from pydla.hw.config import SHIFT_MIN_CHANNELS
 from pydla.kmd.taskbuilder import Cube, Ref, TaskBuilder
 from pydla.loadable.container import LoadableWriter
 
@@ -226,8 +227,14 @@ class Lowering:
                 scale, shift = np.ones(k), ew[1]
             ew = None
         weight_shape = (k, w_shape[1], *spatial_2d(kernel, 1))
+        # Constant weights of a one-group convolution with a kernel larger than 1x1 and enough
+        # channels go tap-major (RSKC): the device then runs the convolution as one BLAS product per
+        # kernel tap on its input as it lies, its fastest way (see pydla.hw.conv.conv2d_shift_gemm).
+        tap_major = (w is not None and groups == 1 and weight_shape[2] * weight_shape[3] > 1
+                     and weight_shape[1] >= SHIFT_MIN_CHANNELS)
         if w is not None:
-            weights = self.const(w.reshape(weight_shape))
+            laid = w.reshape(weight_shape)
+            weights = self.const(np.ascontiguousarray(laid.transpose(2, 3, 0, 1)) if tap_major else laid)
         else:
             weights = self._runtime_weights(w_name, where)
         sdp: dict[str, Any] = dict(act, bias=self.const(bias) if bias is not None else bias_ref)
@@ -236,7 +243,8 @@ class Lowering:
         b2, e2 = spatial_2d(begins, 0), spatial_2d(ends, 0)
         self._conv_pairs(step, weights, dict(weight_shape=weight_shape, stride=spatial_2d(stride, 1),
                                              pads=(b2[0], b2[1], e2[0], e2[1]),
-                                             dilation=spatial_2d(dilation, 1), groups=groups),
+                                             dilation=spatial_2d(dilation, 1), groups=groups,
+                                             weight_format="rskc" if tap_major else "kcrs"),
                          sdp, ew[1] if ew is not None else None)
 
     def _deconv(self, step: Step) -> None:

@@ -35,6 +35,9 @@ PAGE = 4096
 # What one operation may do, on every configuration: the device refuses more (BAD_CONFIG) and the
 # KMD refuses it before any register is written, so that no job outlives its timeout or allocation.
 MAX_BYTES_PER_OP = 1 << 30
+# CONV runs a convolution with tap-major (RSKC) weights as one matrix product per kernel tap when it
+# has at least this many input channels (fewer make products too thin); compilers choose RSKC then.
+SHIFT_MIN_CHANNELS = 16
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
 

@@ -33,10 +33,8 @@ from pydla.hw.arrays import (
     stack,
 )
 from pydla.hw.blas import SGEMM
+from pydla.hw.config import SHIFT_MIN_CHANNELS
 
-# Shift-GEMM (see conv2d_shift_gemm) needs enough input channels to make each tap's product a
-# worthwhile matrix product; below this the column-matrix paths win.
-_SHIFT_MIN_CHANNELS = 16
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
 # at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores
 # busy (smaller chunks measured slower; past ~4 MiB it makes no difference).
@@ -119,7 +117,7 @@ def shift_gemm_applies(w: FloatArray, groups: int) -> bool:
     if SGEMM is None or groups != 1 or w.ndim != 4:
         return False
     _, cg, kh, kw = w.shape
-    return kh * kw > 1 and cg >= _SHIFT_MIN_CHANNELS and bool(w.transpose(2, 3, 0, 1).flags.c_contiguous)
+    return kh * kw > 1 and cg >= SHIFT_MIN_CHANNELS and bool(w.transpose(2, 3, 0, 1).flags.c_contiguous)
 
 
 def conv2d_shift_gemm(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),

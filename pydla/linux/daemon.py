@@ -89,7 +89,8 @@ class KmdDaemon:
     def __init__(self, config: str | DeviceConfig = "full", *, mode: str = "threaded",
                  default_timeout_ms: int = 10_000) -> None:
         self.config = load_config(config)
-        self.devices = [VirtualDevice(self.config, instance=i, mode=mode) for i in range(self.config.instances)]
+        self.devices = [VirtualDevice(self.config, instance=i, mode=mode)
+                        for i in range(self.config.instances)]
         self.kmds = [Kmd(d, default_timeout_ms=default_timeout_ms) for d in self.devices]
         self._lock = threading.Lock()
         self._ids = itertools.count(1)

@@ -80,6 +80,43 @@ def test_conv_bn_add_relu_fuse_into_one_pair() -> None:
     assert result.operations == {"CONV": 1, "SDP": 1}
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
+    """From SHIFT_MIN_CHANNELS input channels, 3x3 (and stride-2) convolutions are compiled with RSKC
+    weights, which the device runs as shift-GEMM; 1x1 and grouped ones keep KCRS. The numbers agree."""
+    from pydla.deviceapi.generated import dla_regs as R
+    from pydla.deviceapi.generated import dla_task as T
+    from pydla.deviceapi.generated.device_api import dla_block_e
+    from pydla.hw.config import SHIFT_MIN_CHANNELS
+    from pydla.kmd.graph import OP_DESC_SIZE
+
+    c = SHIFT_MIN_CHANNELS
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "g", "b", "m", "v"], ["n1"]),
+             helper.make_node("Relu", ["n1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "W3"], ["c3"], strides=[2, 2]),
+             helper.make_node("Add", ["c2", "c3"], ["a"]),
+             helper.make_node("Conv", ["a", "W4"], ["y"], pads=[1, 1, 1, 1], group=2)]
+    def w(*shape: int) -> np.ndarray:  # He-scaled, so values stay near 1 through the layers
+        return r(*shape) / np.float32(np.sqrt(np.prod(shape[1:])))
+
+    m = model(nodes, {"x": (batch, c, 9, 10)}, ["y"],
+              {"W1": w(c, c, 3, 3), "B1": r(c), "g": r(c, positive=True), "b": r(c), "m": r(c),
+               "v": r(c, positive=True), "W2": w(24, c, 3, 3), "B2": r(24), "W3": w(24, c, 1, 1),
+               "W4": w(8, 12, 3, 3)})
+    result = check(m, {"x": r(batch, c, 9, 10)})
+    formats = []
+    for code in Loadable.open(result.blob)._ctrl.values():
+        ops = bytes(code.sections[".dla.ops"])
+        for i, op_type in enumerate(code.op_types()):
+            if op_type == dla_block_e.CONV:
+                desc = T.dla_conv_op_desc_t.from_buffer_copy(ops, i * OP_DESC_SIZE)
+                formats.append((desc.kernel_height * desc.kernel_width, desc.groups, desc.kernel_channels,
+                                R.conv_weight_format_e(desc.weight_format).name))
+    assert set(formats) == {(9, 1, c, "RSKC"), (1, 1, c, "KCRS"), (9, 2, 12, "KCRS")}
+
+
 @pytest.mark.parametrize("act", ["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "PRelu"])
 @pytest.mark.parametrize("fused", [True, False])
 def test_activations(act: str, fused: bool) -> None:
