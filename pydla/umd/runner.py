@@ -100,6 +100,8 @@ class Runner:
         self.bound: dict[str, NvDlaMemHandle] = {}
         self.steps: list[_Npu | _Cpu] = []
         self._pending: NvDlaFence | None = None
+        self._timeline: Any = None  # the semaphore of blocking runs (see run)
+        self._tick = 0
         try:
             self._create()
         except BaseException:
@@ -218,10 +220,19 @@ class Runner:
                 if isinstance(step, _Cpu):
                     self._cpu(step, bindings)
                     continue
-                sem = self.port.NvDlaCreateSemaphore(self.handle)
-                fence = NvDlaFence(sem, 1)
-                self.port.NvDlaSubmit(self.handle, [self._task(step, [], [fence], bindings)])
-                self.port.NvDlaWaitFence(fence, timeout)
+                # One timeline for the blocking runs (they are serialised): each step reaches the
+                # next value. A port then makes one semaphore per runner, not one per run; after a
+                # failure (which marks a semaphore failed for good) a fresh timeline starts.
+                if self._timeline is None:
+                    self._timeline, self._tick = self.port.NvDlaCreateSemaphore(self.handle), 0
+                self._tick += 1
+                fence = NvDlaFence(self._timeline, self._tick)
+                try:
+                    self.port.NvDlaSubmit(self.handle, [self._task(step, [], [fence], bindings)])
+                    self.port.NvDlaWaitFence(fence, timeout)
+                except BaseException:
+                    self._timeline = None
+                    raise
 
     def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence) -> None:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
