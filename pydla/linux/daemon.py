@@ -26,6 +26,7 @@ import errno
 import itertools
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -366,6 +367,9 @@ def register(commands: Any) -> None:
 def _main(args: argparse.Namespace) -> int:
     daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms)
     server = FuseServer(args.mount, daemon.files(), threads=args.threads, name="pydla")
+    # Handlers first: a SIGTERM that arrives while mounting must still stop (and unmount) cleanly.
+    previous = {sig: signal.signal(sig, lambda *_: server.request_stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
             server.start()
@@ -374,8 +378,11 @@ def _main(args: argparse.Namespace) -> int:
         names = ", ".join(sorted(daemon.files()))
         print(f"pydla kmd: serving {names} in {server.mountpoint} (pid {os.getpid()}, config "
               f"'{daemon.config.name}'); SIGTERM or Ctrl-C stops", flush=True)
-        server.run(install_signal_handlers=True)
+        server.run(install_signal_handlers=False)
     finally:
+        server.stop()
         daemon.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print("pydla kmd: stopped", file=sys.stderr, flush=True)
     return 0
