@@ -26,7 +26,6 @@ Usage::
 from __future__ import annotations
 
 import collections
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,6 +87,8 @@ class _Block:
         self.index = int(kind)
         self.regs_type = _REG_TYPES[kind]
         self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
+        # The same bytes as 32-bit registers, in the host's order as the ctypes snapshot reads them.
+        self.words = [memoryview(g).cast("I") for g in self.groups]
         self.reset()
         self.ops_done = 0
         self.hangs = 0
@@ -102,7 +103,7 @@ class _Block:
         self.error_group = 0
 
     def reg(self, group: int, offset: int) -> int:
-        value: int = struct.unpack_from("<I", self.groups[group], offset)[0]
+        value: int = self.words[group][offset >> 2]
         return value
 
     def snapshot(self, group: int) -> Any:
@@ -303,12 +304,13 @@ class VirtualDevice:
         return block.reg(block.producer, offset), block.producer
 
     def _read_glb(self, address: int) -> int:
+        if address == R.GLB_INTR_STATUS:  # read by every interrupt handler: first
+            return self.intr_status
         fault_addr, fault_ctx, fault_block = self.fault
         return {
             R.GLB_HW_VERSION: self.config.hw_version,
             R.GLB_CONFIG: self.config.block_mask,
             R.GLB_INTR_MASK: self.intr_mask,
-            R.GLB_INTR_STATUS: self.intr_status,
             R.GLB_MMU_FAULT_ADDR_LO: fault_addr & 0xFFFFFFFF,
             R.GLB_MMU_FAULT_ADDR_HI: fault_addr >> 32,
             R.GLB_MMU_FAULT_CTX: fault_ctx,
@@ -330,7 +332,7 @@ class VirtualDevice:
                 block.producer = value & 1
             return None, 0
         group = block.producer
-        struct.pack_into("<I", block.groups[group], offset, value)
+        block.words[group][offset >> 2] = value
         if offset == OP_ENABLE:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
