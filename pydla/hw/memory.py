@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import bisect
-import fcntl
 import mmap
 import os
 import threading
@@ -49,24 +48,15 @@ class MmuFault(Exception):
 class BufferObject:
     """A piece of device memory: ``array`` is its bytes as a numpy uint8 array."""
 
-    def __init__(self, handle: int, size: int, *, shared: bool = False) -> None:
+    def __init__(self, handle: int, size: int, *, fd: int | None = None) -> None:
         self.handle = handle
         self.size = size
-        # A shared buffer is a memfd another process can map (/proc/<pid>/fd/<fd>): the Linux port's
-        # clients reach their buffers that way. Others are anonymous memory.
-        # Its size is sealed: a process that can open it cannot truncate it under the device (which
-        # would turn the device's accesses into SIGBUS).
-        self.fd = -1
-        if shared:
-            self.fd = os.memfd_create(f"pydla-bo-{handle}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            try:
-                os.ftruncate(self.fd, max(size, 1))
-                seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
-                self._map: mmap.mmap | None = mmap.mmap(self.fd, max(size, 1), mmap.MAP_SHARED)
-            except OSError:
-                os.close(self.fd)
-                raise
+        # With ``fd`` the buffer is that shared memory (a memfd a Linux-port client created, which
+        # the daemon took and checked; see pydla.linux.shm), and the buffer owns the descriptor.
+        # Otherwise it is anonymous memory.
+        self.fd = -1 if fd is None else fd
+        if fd is not None:
+            self._map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED)
         else:
             # Zero-size maps are not allowed; a buffer always owns at least one page of backing.
             self._map = mmap.mmap(-1, max(size, 1))
@@ -234,7 +224,17 @@ class DeviceMemory:
         self._next_handle = 1
         self.used = 0
 
-    def allocate(self, size: int, *, shared: bool = False) -> BufferObject:
+    def allocate(self, size: int, *, fd: int | None = None) -> BufferObject:
+        """A buffer of ``size`` bytes: anonymous memory, or the shared memory ``fd`` (whose
+        descriptor the buffer then owns, also on failure)."""
+        try:
+            return self._allocate(size, fd)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+
+    def _allocate(self, size: int, fd: int | None) -> BufferObject:
         if not isinstance(size, int) or size <= 0 or size > 1 << 40:
             raise DlaError(NvError.BadParameter, f"buffer size {size!r} must be 1..2^40 bytes")
         with self._lock:
@@ -243,7 +243,7 @@ class DeviceMemory:
                                f"cannot allocate {size} bytes: {self.used} of "
                                f"{self.config.memory_bytes} in use")
             try:
-                bo = BufferObject(self._next_handle, size, shared=shared)
+                bo = BufferObject(self._next_handle, size, fd=fd)
             except OSError as e:
                 raise DlaError(NvError.InsufficientMemory,
                                f"cannot allocate {size} bytes: {e.strerror}") from e

@@ -24,6 +24,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -173,12 +174,18 @@ class Kmd:
             self.device.iommu.destroy_context(ctx)
             self.tasks.forget(ctx)
 
-    def bo_create(self, ctx: int, size: int, *, shared: bool = False) -> int:
-        """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle. A ``shared``
-        one is a memfd other processes can map (see :meth:`bo_fd`)."""
+    def bo_create(self, ctx: int, size: int, *, fd: int | None = None) -> int:
+        """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle. With ``fd``
+        its memory is that shared memory (a memfd another process maps too), whose descriptor the
+        buffer object then owns, also when this fails."""
         with self._lock:
-            context = self._context(ctx)
-            bo = self.device.memory.allocate(size, shared=shared)
+            try:
+                context = self._context(ctx)
+            except DlaError:
+                if fd is not None:
+                    os.close(fd)
+                raise
+            bo = self.device.memory.allocate(size, fd=fd)
             try:
                 iova = self.device.iommu.map(ctx, bo)
             except DlaError:
@@ -205,11 +212,6 @@ class Kmd:
         """The buffer's bytes as a numpy array (the host's mapping of it)."""
         with self._lock:
             return self._buffer(self._context(ctx), handle).bo.array
-
-    def bo_fd(self, ctx: int, handle: int) -> int:
-        """The memfd behind a shared buffer (-1 for one that is not shared)."""
-        with self._lock:
-            return self._buffer(self._context(ctx), handle).bo.fd
 
     def bo_iova(self, ctx: int, handle: int) -> int:
         with self._lock:

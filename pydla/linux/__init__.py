@@ -13,8 +13,8 @@ from pydla.linux.fuse_context import FileHandler, FuseError, RequestContext
 from pydla.linux.fuse_mount import FuseMountError, StaleMountError, unmount
 from pydla.linux.fuse_protocol import IOR, IOW, IOWR, ioc_decode
 from pydla.linux.fuse_server import FuseServer
-from pydla.linux.process_memory import read_process_memory, write_process_memory
-from pydla.linux.shm import SharedBuffer, fd_path, map_shared
+from pydla.linux.process_memory import read_process_memory, take_process_fd, write_process_memory
+from pydla.linux.shm import SharedBuffer, check_shared_fd
 
 __all__ = [
     "IOR",
@@ -27,10 +27,10 @@ __all__ = [
     "RequestContext",
     "SharedBuffer",
     "StaleMountError",
-    "fd_path",
+    "check_shared_fd",
     "ioc_decode",
-    "map_shared",
     "read_process_memory",
+    "take_process_fd",
     "unmount",
     "write_process_memory",
 ]

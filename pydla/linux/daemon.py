@@ -10,6 +10,11 @@ reason in LAST_ERROR. When a client closes its file, or dies, its jobs are abort
 sync objects freed (RELEASE). A WAIT blocks only its own request thread and is abandoned at once when
 the caller is killed (FUSE_INTERRUPT).
 
+Buffer memory is the client's own memfd, which the daemon takes with pidfd_getfd (see
+:mod:`pydla.linux.shm`): a client never holds a way to reach another's buffers. What one open file may
+hold is bounded (:class:`Quotas`: buffers, bytes, sync objects, WAITs in progress) and one WAIT blocks
+a request thread at most ``max_wait_ms``, so that no client can exhaust the daemon for the others.
+
 Usage::
 
     daemon = KmdDaemon("full")
@@ -43,11 +48,26 @@ from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.fuse_mount import FuseMountError
 from pydla.linux.fuse_server import FuseServer
-from pydla.linux.process_memory import read_process_memory
+from pydla.linux.process_memory import read_process_memory, take_process_fd
+from pydla.linux.shm import check_shared_fd
 from pydla.linux.uapi import BY_COMMAND, ERRNO, MAX_ADDRESSES, MAX_FENCES, STRUCTS, text, untext
 
 log = logging.getLogger("pydla.linux.daemon")
 WAIT_SLICE_S = 0.05  # how often a WAIT on a deterministic device drives its driver
+MAX_WAIT_MS = 1000  # the longest one WAIT blocks a request thread; clients repeat longer waits
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """What one open device file may hold at once; beyond it a request fails (EDQUOT, EAGAIN for
+    WAITs). ``bytes`` None: half of the device memory. The request-thread pool grows to 64 threads;
+    with ``waits`` per file and every WAIT ending within ``max_wait_ms``, a request thread is free
+    again within a second whatever the clients do."""
+
+    buffers: int = 4096
+    bytes: int | None = None
+    syncs: int = 4096
+    waits: int = 8
 
 
 @dataclass(eq=False)
@@ -60,9 +80,11 @@ class Client:
     pid: int
     compatible: bool = False
     last_error: str = ""
-    buffers: dict[int, int] = field(default_factory=dict)  # daemon handle -> KMD handle
+    buffers: dict[int, tuple[int, int]] = field(default_factory=dict)  # handle -> (KMD handle, size)
     syncs: dict[int, TimelineSemaphore] = field(default_factory=dict)
     closed: bool = False
+    bytes: int = 0  # of its buffers
+    waits: int = 0  # WAITs in progress
 
 
 class _DeviceFile:
@@ -88,8 +110,13 @@ class KmdDaemon:
     """The devices of configuration ``config`` (one per instance), their drivers, and the clients."""
 
     def __init__(self, config: str | DeviceConfig = "full", *, mode: str = "threaded",
-                 default_timeout_ms: int = 10_000) -> None:
+                 default_timeout_ms: int = 10_000, quotas: Quotas | None = None,
+                 max_wait_ms: int = MAX_WAIT_MS, threads: int = 4) -> None:
         self.config = load_config(config)
+        quotas = quotas or Quotas()
+        if quotas.bytes is None:
+            quotas = Quotas(quotas.buffers, self.config.memory_bytes // 2, quotas.syncs, quotas.waits)
+        self.quotas, self.max_wait_ms, self.threads = quotas, max_wait_ms, threads
         self.devices = [VirtualDevice(self.config, instance=i, mode=mode)
                         for i in range(self.config.instances)]
         self.kmds = [Kmd(d, default_timeout_ms=default_timeout_ms) for d in self.devices]
@@ -112,9 +139,9 @@ class KmdDaemon:
     def files(self) -> dict[str, Any]:
         return {f"dla{i}": _DeviceFile(self, i) for i in range(len(self.devices))}
 
-    def serve(self, mountpoint: str | os.PathLike[str], *, threads: int = 4) -> FuseServer:
+    def serve(self, mountpoint: str | os.PathLike[str]) -> FuseServer:
         """A started FUSE server for this daemon's device files (``with`` stops and unmounts it)."""
-        return FuseServer(mountpoint, self.files(), threads=threads, name="pydla").start()
+        return FuseServer(mountpoint, self.files(), threads=self.threads, name="pydla").start()
 
     def close(self) -> None:
         with self._lock:
@@ -186,20 +213,28 @@ class KmdDaemon:
     # -- handles -----------------------------------------------------------------------------------
 
     def _own(self, client: Client, handle: int, table: dict[int, Client], what: str) -> None:
-        with self._lock:
-            owner = table.get(handle)
+        # Under self._lock (a concurrent destroy or release must not slip between check and use).
+        owner = table.get(handle)
         if owner is None or owner.closed:
             raise FuseError(errno.ENOENT, f"{what} {handle} does not exist")
         if owner is not client:
             raise FuseError(errno.EPERM, f"{what} {handle} belongs to another client")
 
     def _buffer(self, client: Client, handle: int) -> int:
-        self._own(client, handle, self._buffers, "buffer object")
-        return client.buffers[handle]
+        with self._lock:
+            self._own(client, handle, self._buffers, "buffer object")
+            entry = client.buffers.get(handle)
+        if entry is None:
+            raise FuseError(errno.ENOENT, f"buffer object {handle} does not exist")
+        return entry[0]
 
     def _sync(self, client: Client, handle: int) -> TimelineSemaphore:
-        self._own(client, handle, self._syncs, "sync object")
-        return client.syncs[handle]
+        with self._lock:
+            self._own(client, handle, self._syncs, "sync object")
+            sem = client.syncs.get(handle)
+        if sem is None:
+            raise FuseError(errno.ENOENT, f"sync object {handle} does not exist")
+        return sem
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -215,9 +250,12 @@ class KmdDaemon:
 
     def _get_param(self, client: Client, ctx: RequestContext, a: Any) -> int:
         p = U.dla_param_e
+        q = self.quotas
         values = {p.NUM_DEVICES: len(self.devices), p.DEVICE_INDEX: client.device,
                   p.HW_VERSION: self.config.hw_version, p.BLOCK_MASK: self.config.block_mask,
-                  p.MEMORY_BYTES: self.config.memory_bytes, p.DAEMON_PID: os.getpid()}
+                  p.MEMORY_BYTES: self.config.memory_bytes, p.DAEMON_PID: os.getpid(),
+                  p.MAX_WAIT_MS: self.max_wait_ms, p.QUOTA_BUFFERS: q.buffers, p.QUOTA_BYTES: q.bytes,
+                  p.QUOTA_SYNCS: q.syncs, p.QUOTA_WAITS: q.waits}
         texts = {p.CONFIG_NAME: self.config.name, p.LAST_ERROR: client.last_error}
         if a.param in values:
             a.value = values[a.param]
@@ -227,13 +265,45 @@ class KmdDaemon:
             raise FuseError(errno.EINVAL, f"GET_PARAM: parameter {a.param} is unknown")
         return 0
 
+    def _reserve(self, client: Client, size: int) -> None:
+        """Count a new buffer of ``size`` bytes against the client's quotas (under self._lock)."""
+        q = self.quotas
+        if len(client.buffers) >= q.buffers:
+            raise FuseError(errno.EDQUOT, f"BO_CREATE: this file holds {len(client.buffers)} buffer "
+                                          f"objects, its quota")
+        assert q.bytes is not None
+        if client.bytes + size > q.bytes:
+            raise FuseError(errno.EDQUOT, f"BO_CREATE: {size} bytes more than the {client.bytes} this "
+                                          f"file holds exceeds its quota of {q.bytes}")
+        client.bytes += size
+
     def _bo_create(self, client: Client, ctx: RequestContext, a: Any) -> int:
-        handle = client.kmd.bo_create(client.ctx, int(a.size), shared=True)
+        size = int(a.size)
+        if not 0 < size <= self.config.memory_bytes:
+            raise FuseError(errno.EINVAL, f"BO_CREATE: size {size} (1..{self.config.memory_bytes})")
+        with self._lock:
+            self._reserve(client, size)
+        try:
+            try:
+                fd = take_process_fd(ctx.pid, int(a.fd))
+            except OSError as e:
+                raise FuseError(errno.EBADF, f"BO_CREATE: descriptor {a.fd} of process {ctx.pid}: "
+                                             f"{os.strerror(e.errno or 0)}") from None
+            try:
+                check_shared_fd(fd, size)
+            except ValueError as e:
+                os.close(fd)
+                raise FuseError(errno.EINVAL, f"BO_CREATE: descriptor {a.fd}: {e}") from None
+            handle = client.kmd.bo_create(client.ctx, size, fd=fd)  # owns fd from here on
+        except BaseException:
+            with self._lock:
+                client.bytes -= size
+            raise
         gid = next(self._ids)
         with self._lock:
-            client.buffers[gid] = handle
+            client.buffers[gid] = (handle, size)
             self._buffers[gid] = client
-        a.handle, a.fd = gid, client.kmd.bo_fd(client.ctx, handle)
+        a.handle, a.fd = gid, -1
         a.iova = client.kmd.bo_iova(client.ctx, handle)
         return 0
 
@@ -241,15 +311,16 @@ class KmdDaemon:
         handle = self._buffer(client, a.handle)
         a.size = client.kmd.bo_size(client.ctx, handle)
         a.iova = client.kmd.bo_iova(client.ctx, handle)
-        a.fd = client.kmd.bo_fd(client.ctx, handle)
         return 0
 
     def _bo_destroy(self, client: Client, ctx: RequestContext, a: Any) -> int:
         handle = self._buffer(client, a.handle)
         client.kmd.bo_destroy(client.ctx, handle)  # Busy while a job uses it
         with self._lock:
-            client.buffers.pop(a.handle, None)
+            entry = client.buffers.pop(a.handle, None)
             self._buffers.pop(a.handle, None)
+            if entry is not None:
+                client.bytes -= entry[1]
         return 0
 
     def _read_array(self, ctx: RequestContext, address: int, count: int, cls: Any, limit: int,
@@ -287,7 +358,19 @@ class KmdDaemon:
 
     def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:
         sem = self._sync(client, a.fence.sync)
-        value, timeout_ms = int(a.fence.value), int(a.timeout_ms)
+        with self._lock:
+            if client.waits >= self.quotas.waits:
+                raise FuseError(errno.EAGAIN, f"WAIT: {client.waits} WAITs of this file are in progress "
+                                              "(its quota); try again")
+            client.waits += 1
+        try:
+            return self._wait_fence(client, ctx, a, sem)
+        finally:
+            with self._lock:
+                client.waits -= 1
+
+    def _wait_fence(self, client: Client, ctx: RequestContext, a: Any, sem: TimelineSemaphore) -> int:
+        value, timeout_ms = int(a.fence.value), min(int(a.timeout_ms), self.max_wait_ms)
         ctx.on_interrupt(sem.wake)
         polled = client.kmd.device.mode != "threaded"
         deadline = timeout_ms / 1000
@@ -316,6 +399,9 @@ class KmdDaemon:
         sem = TimelineSemaphore(int(a.initial))
         gid = next(self._ids)
         with self._lock:
+            if len(client.syncs) >= self.quotas.syncs:
+                raise FuseError(errno.EDQUOT, f"SYNC_CREATE: this file holds {len(client.syncs)} sync "
+                                              "objects, its quota")
             client.syncs[gid] = sem
             self._syncs[gid] = client
         a.sync = gid
@@ -359,13 +445,36 @@ def register(commands: Any) -> None:
     p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
     p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
                    help="how the virtual devices run (default: threaded, beside the daemon)")
-    p.add_argument("--threads", type=int, default=4, help="request threads (blocking WAITs hold one each)")
+    p.add_argument("--threads", type=int, default=4,
+                   help="request threads to start with; the pool grows to 64 while WAITs block some")
     p.add_argument("--timeout-ms", type=int, default=10_000, help="default job timeout")
+    p.add_argument("--client-memory", type=int, metavar="BYTES",
+                   help="bytes of buffer objects one open device file may hold (default: half the "
+                        "device memory)")
+    p.add_argument("--client-buffers", type=int, default=Quotas.buffers, metavar="N",
+                   help="buffer objects one open device file may hold (default: %(default)s)")
+    p.add_argument("--client-syncs", type=int, default=Quotas.syncs, metavar="N",
+                   help="sync objects one open device file may hold (default: %(default)s)")
+    p.add_argument("--client-waits", type=int, default=Quotas.waits, metavar="N",
+                   help="WAITs of one open device file in progress at once (default: %(default)s)")
     p.set_defaults(func=_main)
 
 
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise DlaError(NvError.BadParameter, f"{name} {value}: must be positive")
+
+
 def _main(args: argparse.Namespace) -> int:
-    daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms)
+    for name in ("threads", "timeout_ms", "client_memory", "client_buffers", "client_syncs",
+                 "client_waits"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    quotas = Quotas(args.client_buffers, args.client_memory, args.client_syncs, args.client_waits)
+    daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms, quotas=quotas,
+                       threads=args.threads)
+    # Not dumpable: a process of another uid can then neither ptrace the daemon nor open anything
+    # under /proc/<pid>/ (its memory, its descriptors).
+    _set_dumpable(False)
     server = FuseServer(args.mount, daemon.files(), threads=args.threads, name="pydla")
     # Handlers first: a SIGTERM that arrives while mounting must still stop (and unmount) cleanly.
     previous = {sig: signal.signal(sig, lambda *_: server.request_stop())
@@ -386,3 +495,12 @@ def _main(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("pydla kmd: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def _set_dumpable(on: bool) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_DUMPABLE): %s", os.strerror(ctypes.get_errno()))

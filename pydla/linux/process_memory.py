@@ -89,3 +89,39 @@ def write_process_memory(pid: int, address: int, data: bytes | bytearray | memor
     if raw:
         buf = ctypes.create_string_buffer(raw, len(raw))
         _transfer("process_vm_writev", pid, buf, address, len(raw))
+
+
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (the unified syscall table, Linux 5.6)
+
+
+def _thread_group(pid: int) -> int:
+    """The process (thread group) of ``pid``, which FUSE may report as one of its threads."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    raise OSError(errno.ESRCH, f"pid {pid}: no such process")
+
+
+def take_process_fd(pid: int, fd: int) -> int:
+    """A duplicate, in this process, of descriptor ``fd`` of process ``pid`` (pidfd_getfd(2)).
+
+    Needs ptrace rights over ``pid`` (root has them). The caller owns the result (close-on-exec).
+    Raises OSError: ESRCH (no such process), EBADF (no such descriptor), EPERM.
+    Usage: ``mine = take_process_fd(ctx.pid, args.fd)``
+    """
+    if not isinstance(fd, int) or not 0 <= fd < 1 << 31:
+        raise OSError(errno.EBADF, f"descriptor {fd!r}: not a descriptor number")
+    # The caller is blocked in its ioctl while we run, so its pid cannot be reused meanwhile.
+    pidfd = os.pidfd_open(_thread_group(pid))
+    try:
+        mine = int(_libc().syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0))
+        if mine < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"pidfd_getfd(pid {pid}, fd {fd}): {os.strerror(err)}")
+        return mine
+    finally:
+        os.close(pidfd)

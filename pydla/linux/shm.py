@@ -1,20 +1,26 @@
-"""Shared memory for buffer objects: a sealed memfd the daemon owns and a client maps.
+"""Shared memory for buffer objects: a sealed memfd the *client* creates and the daemon takes.
 
-The daemon creates the memory (``SharedBuffer``) and tells the client a path, ``/proc/<daemon
-pid>/fd/<n>``; the client opens that path and mmaps it (``map_shared``). Opening another process's
-descriptor through /proc needs ptrace-read access to the daemon: root has it, and so does a client of
-the daemon's own uid. Chosen over /dev/shm names (nothing to clean up when the daemon dies, no name
-another user can guess) and SCM_RIGHTS (needs a socket beside the ioctl channel). A later option is
-FUSE passthrough (mmap of the device file itself), see shared/notes/linux-port-fuse.md.
+The client creates the memory (``SharedBuffer``), maps it, and tells the daemon the descriptor's
+number in its own table (BO_CREATE); the daemon takes its own reference with pidfd_getfd(2)
+(:func:`pydla.linux.process_memory.take_process_fd`), checks it with :func:`check_shared_fd`, and maps
+it for the device. So a client holds descriptors for its own buffers only, never a path or number by
+which it could reach the daemon's or another client's memory, and the memory is charged to the client
+that asked for it (its memory cgroup), not to the daemon. Chosen over daemon-created memfds opened
+through ``/proc/<daemon pid>/fd/N`` (any client with ptrace rights over the daemon could open every
+buffer, and a client of another uid could open none) and over SCM_RIGHTS (a socket beside the ioctl
+channel). A later option is FUSE passthrough (mmap of the device file), see
+shared/notes/linux-port-fuse.md.
 
-The memfd's size is sealed (F_SEAL_SHRINK | F_SEAL_GROW): a client that can open it cannot truncate
-it, which would make the daemon's own accesses fault with SIGBUS.
+The memfd's size is sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL): the client cannot truncate it
+under the device afterwards, which would turn the daemon's accesses into SIGBUS. The daemon accepts
+only descriptors whose seals say so, which also limits them to memfd/shmem (nothing whose mmap could
+block on another file system).
 
 Usage::
 
-    bo = SharedBuffer(4096)                  # daemon
-    bo.view[:4] = b"abcd"; send(bo.path)
-    m = map_shared(path, 4096)               # client
+    bo = SharedBuffer(4096)                  # client
+    bo.view[:4] = b"abcd"; ioctl(BO_CREATE, fd=bo.fd); bo.close_fd()
+    fd = take_process_fd(pid, their_fd); check_shared_fd(fd, 4096)   # daemon
 """
 
 from __future__ import annotations
@@ -25,10 +31,15 @@ import os
 
 #: Default upper bound of one buffer (callers pass their own limits).
 MAX_BUFFER_SIZE = 1 << 32
+#: The seals a buffer object's memfd must carry.
+REQUIRED_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 class SharedBuffer:
-    """A memfd of ``size`` bytes, mapped read-write in this process, with a path clients open.
+    """A sealed memfd of ``size`` bytes, mapped read-write in this process.
+
+    ``mapping`` stays valid after :meth:`close_fd` (the descriptor is needed only until the daemon
+    has taken its own); :meth:`close` releases both.
 
     Usage: ``bo = SharedBuffer(1 << 20, name="bo-7"); bo.view[0] = 1; bo.close()``
     """
@@ -40,27 +51,26 @@ class SharedBuffer:
         self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, size)
-            seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
-            self._map = mmap.mmap(self.fd, size)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, REQUIRED_SEALS | fcntl.F_SEAL_SEAL)
+            self.mapping: mmap.mmap | None = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
             raise
-        self.view = memoryview(self._map)
+        self.view = memoryview(self.mapping)
 
-    @property
-    def path(self) -> str:
-        """What a client opens to map this buffer: ``/proc/<pid>/fd/<n>``."""
-        return fd_path(self.fd)
+    def close_fd(self) -> None:
+        """Close the descriptor, keep the mapping. Idempotent."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def close(self) -> None:
-        """Unmap and close; clients' mappings stay valid until they unmap. Idempotent."""
-        if self.fd < 0:
-            return
-        self.view.release()
-        self._map.close()
-        os.close(self.fd)
-        self.fd = -1
+        """Close the descriptor and unmap (the daemon's reference stays valid). Idempotent."""
+        self.close_fd()
+        if self.mapping is not None:
+            self.view.release()
+            self.mapping.close()
+            self.mapping = None
 
     def __enter__(self) -> SharedBuffer:
         return self
@@ -69,24 +79,17 @@ class SharedBuffer:
         self.close()
 
 
-def fd_path(fd: int) -> str:
-    """The path by which another process opens this process's descriptor ``fd`` (any memfd, e.g.
-    a KMD buffer object's). Usage: ``fd_path(kmd.bo_fd(ctx, handle))``
+def check_shared_fd(fd: int, size: int) -> None:
+    """Daemon side: ``fd`` must be a memfd/shmem file of at least ``size`` bytes whose size is sealed.
+
+    Raises ValueError saying what is wrong. Usage: ``check_shared_fd(fd, args.size)``
     """
-    return f"/proc/{os.getpid()}/fd/{fd}"
-
-
-def map_shared(path: str, size: int, writable: bool = True) -> mmap.mmap:
-    """Client side: map ``size`` bytes of the shared buffer at ``path``; checks the real size first.
-
-    Usage: ``m = map_shared("/proc/1234/fd/9", 4096); m[:4] = b"abcd"``
-    """
-    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
     try:
-        real = os.fstat(fd).st_size
-        if not 0 < size <= real:
-            raise ValueError(f"{path}: asked to map {size} bytes of a {real}-byte buffer")
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        return mmap.mmap(fd, size, access=access)
-    finally:
-        os.close(fd)
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        raise ValueError("not a memfd (it has no seals)") from None
+    if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+        raise ValueError(f"its seals {seals:#x} do not include F_SEAL_SHRINK | F_SEAL_GROW")
+    real = os.fstat(fd).st_size
+    if not 0 < size <= real:
+        raise ValueError(f"{size} bytes asked of a {real}-byte memfd")

@@ -60,7 +60,8 @@ NVERROR: dict[int, NvError] = {
     errno.EBADFD: NvError.InvalidState, errno.EPROTO: NvError.VersionMismatch,
     errno.ENOTTY: NvError.NotSupported,
     errno.ECONNABORTED: NvError.Disconnected, errno.ENOTCONN: NvError.Disconnected,
-    errno.EINTR: NvError.Disconnected, errno.EIO: NvError.IoctlFailed,
+    errno.EINTR: NvError.Disconnected, errno.EIO: NvError.IoctlFailed, errno.EBADF: NvError.BadParameter,
+    errno.EDQUOT: NvError.InsufficientMemory, errno.EAGAIN: NvError.Busy,
 }
 
 

@@ -4,7 +4,8 @@ ioctl(2) calls on its device files, and mmap(2) of the buffer objects it creates
 The port is the same interface as the in-process one (:class:`~pydla.portability.interface.NvDlaPort`);
 application code does not change. ``path`` is the daemon's mount directory (``DIR``; instance N is
 ``DIR/dlaN``) or one device file. Opening a device makes a context in the daemon, checked by a
-version handshake; its buffers are the daemon's memfds mapped here, its fences sync objects there.
+version handshake; its buffers are memfds this process creates and maps and the daemon takes a
+reference to (BO_CREATE), its fences sync objects there.
 Every failure is a DlaError: a refused ioctl carries the daemon's reason (LAST_ERROR); a daemon that
 died gives NvError Disconnected, never a hang.
 
@@ -34,7 +35,7 @@ from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, bundled_configs, load_config
-from pydla.linux.shm import map_shared
+from pydla.linux.shm import SharedBuffer
 from pydla.linux.uapi import COMMANDS, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
 from pydla.portability.interface import (
     NvDlaEngineSelect,
@@ -106,8 +107,9 @@ class LinuxDevice:
             self.fd = -1
             raise
 
-    def ioctl(self, nr: int, args: Any) -> Any:
-        """Issue command ``nr`` with ``args`` (its struct), which the daemon's answer overwrites."""
+    def ioctl(self, nr: int, args: Any, *, again: tuple[int, ...] = ()) -> Any:
+        """Issue command ``nr`` with ``args`` (its struct), which the daemon's answer overwrites.
+        None when it failed with an errno in ``again`` (for the caller to repeat)."""
         if self.fd < 0:
             raise DlaError(NvError.InvalidState, f"{self.path}: the device was closed")
         buf = bytearray(bytes(args))
@@ -115,12 +117,16 @@ class LinuxDevice:
         try:
             fcntl.ioctl(self.fd, COMMANDS[nr], buf, True)
         except OSError as e:
+            if e.errno in again:
+                return None
             code = NVERROR.get(e.errno or 0, NvError.IoctlFailed)
             if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
                 raise DlaError(NvError.Disconnected, f"{self.path}: {name}: the KMD daemon is gone "
                                                      f"({e.strerror})") from None
-            reason = self._last_error() if e.errno != errno.EINTR else ""
-            raise DlaError(code, f"{self.path}: {name}: {reason or e.strerror}") from None
+            reason = (self._last_error() if e.errno != errno.EINTR else "") or e.strerror or ""
+            if not reason.startswith(name + ":"):
+                reason = f"{name}: {reason}"
+            raise DlaError(code, f"{self.path}: {reason}") from None
         return type(args).from_buffer_copy(buf)
 
     def _last_error(self) -> str:
@@ -234,14 +240,19 @@ class LinuxPort(NvDlaPort):
             raise DlaError(NvError.NotSupported, f"NvDlaGetMem: heap {NvDlaHeap(heap).name}: only DRAM")
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise DlaError(NvError.BadParameter, f"NvDlaGetMem: size {size!r} must be a positive integer")
-        bo = device.ioctl(U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=size))
         try:
-            mapping = map_shared(f"/proc/{device.daemon_pid}/fd/{bo.fd}", size)
+            shared = SharedBuffer(size, name="pydla-bo")
         except (OSError, ValueError) as e:
-            device.ioctl(U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle=bo.handle))
-            raise DlaError(NvError.InsufficientMemory, f"NvDlaGetMem: cannot map buffer {bo.handle}: {e}") \
+            raise DlaError(NvError.InsufficientMemory, f"NvDlaGetMem: {size} bytes of shared memory: {e}") \
                 from None
-        mem = LinuxMem(device, bo.handle, size, bo.iova, mapping)
+        try:
+            bo = device.ioctl(U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=size, fd=shared.fd))
+        except BaseException:
+            shared.close()
+            raise
+        shared.close_fd()  # the daemon holds its own reference; we keep the mapping
+        assert shared.mapping is not None
+        mem = LinuxMem(device, bo.handle, size, bo.iova, shared.mapping)
         with device._lock:
             device.mems[bo.handle] = mem
         return mem, mem.bytes_view()
@@ -294,6 +305,8 @@ class LinuxPort(NvDlaPort):
                                                          f"not {entry!r}")
                 mem = self._mem(device, entry[0], what)
                 size = entry[2] if len(entry) == 3 else 0
+                if len(entry) == 3 and size == 0:  # 0 would mean "to the end" in the uAPI
+                    raise DlaError(NvError.BadParameter, f"{what}: size 0")
                 for value, field_name in ((entry[1], "offset"), (size, "size")):
                     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
                         raise DlaError(NvError.BadParameter, f"{what}: {field_name} {value!r}")
@@ -319,11 +332,19 @@ class LinuxPort(NvDlaPort):
         while True:
             left_ms = max(0, int((deadline - time.monotonic()) * 1000))
             args = U.dla_wait_t(fence=f, timeout_ms=min(left_ms, WAIT_SLICE_MS))
-            done = device.ioctl(U.dla_ioctl_e.WAIT, args)
+            # EINTR: a signal reached this thread (its handler has run); EAGAIN: this file has as
+            # many WAITs in progress as the daemon allows. Both: again, with the time that is left.
+            done = device.ioctl(U.dla_ioctl_e.WAIT, args, again=(errno.EINTR, errno.EAGAIN))
+            if done is None:
+                if left_ms == 0:
+                    raise DlaError(NvError.Timeout, f"fence (sync {f.sync}, value {f.value}) not "
+                                                    f"reached within {timeout_ms} ms")
+                time.sleep(0.001)
+                continue
             if done.status == 0:
                 return
-            if done.status == NvError.Timeout and left_ms > WAIT_SLICE_MS:
-                continue
+            if done.status == NvError.Timeout and time.monotonic() < deadline:
+                continue  # the daemon bounds one WAIT (MAX_WAIT_MS); ours is longer
             known = done.status in NvError._value2member_map_
             code = NvError(done.status) if known else NvError.ResourceError
             if code == NvError.Timeout:

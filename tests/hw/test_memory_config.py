@@ -356,7 +356,8 @@ def test_device_instances_follow_the_config(tmp_path: Path) -> None:
     assert VirtualDevice(cfg, instance=15).instance == 15
 
 
-def test_shared_buffer_is_a_memfd_another_mapping_sees() -> None:
+def test_buffer_on_shared_memory_sees_another_mapping() -> None:
+    import fcntl
     import mmap
     import os
 
@@ -364,20 +365,26 @@ def test_shared_buffer_is_a_memfd_another_mapping_sees() -> None:
     from pydla.hw.memory import DeviceMemory
 
     memory = DeviceMemory(load_config("full"))
-    bo = memory.allocate(4096, shared=True)
-    assert bo.fd >= 0 and memory.allocate(16).fd == -1
-    # Another process would open /proc/<pid>/fd/<fd>; the same path works from this one.
-    with open(f"/proc/{os.getpid()}/fd/{bo.fd}", "r+b") as f:
-        other = mmap.mmap(f.fileno(), 4096, mmap.MAP_SHARED)
+    memfd = os.memfd_create("test-bo", os.MFD_ALLOW_SEALING)
+    os.ftruncate(memfd, 4096)
+    fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    other = mmap.mmap(memfd, 4096)  # what the client maps
+    fd = os.dup(memfd)
+    os.close(memfd)
+    bo = memory.allocate(4096, fd=fd)  # the device's buffer owns fd
+    assert bo.fd == fd and memory.allocate(16).fd == -1
     bo.array[:4] = [1, 2, 3, 4]
     assert other[:4] == bytes([1, 2, 3, 4])
     other[8:10] = b"ok"
     assert bytes(bo.array[8:10]) == b"ok"
     other.close()
-    with pytest.raises(PermissionError):  # sealed: no one shrinks it under the device
-        os.ftruncate(bo.fd, 16)
-    fd = bo.fd
     memory.free(bo)
     assert bo.fd == -1
     with pytest.raises(OSError):
         os.fstat(fd)
+    # On failure the descriptor is closed too (the caller handed it over).
+    fd2 = os.memfd_create("x")
+    with pytest.raises(DlaError):
+        memory.allocate(0, fd=fd2)
+    with pytest.raises(OSError):
+        os.fstat(fd2)

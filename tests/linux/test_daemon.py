@@ -61,7 +61,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[KmdDaemon, Path]]:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     d = KmdDaemon("full", default_timeout_ms=20_000)
-    server = d.serve(mnt, threads=4)
+    server = d.serve(mnt)
     try:
         yield d, mnt
     finally:
@@ -173,11 +173,13 @@ except OSError as e:
 
 
 def test_raw_errnos_for_isolation(daemon, net) -> None:
-    """The errno itself, as a C client sees it: EPERM for another's handle, EINVAL for an offset."""
+    """The errno itself, as a C client sees it: EPERM for another's handle, EINVAL for an offset, and
+    BO_CREATE takes only a size-sealed memfd of the caller's own."""
     _, mnt = daemon
     blob, _ = net
     lines = finish(client(mnt, blob, """
 import ctypes
+from pydla.linux import SharedBuffer
 fds = [os.open(MNT + "/dla0", os.O_RDWR) for _ in range(2)]
 def call(fd, nr, args):
     buf = bytearray(bytes(args))
@@ -186,20 +188,163 @@ def call(fd, nr, args):
         return type(args).from_buffer_copy(buf)
     except OSError as e:
         return errno.errorcode[e.errno]
-print(call(fds[0], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64)))   # before the handshake
+def create(fd, size, memfd):
+    return call(fd, U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=size, fd=memfd))
+mem = SharedBuffer(64)
+print(create(fds[0], 64, mem.fd))   # before the handshake
 hs = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],
                        layout_hash64=U.LAYOUT_HASH64)
 for fd in fds:
     call(fd, U.dla_ioctl_e.HANDSHAKE, hs)
-a = call(fds[0], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64))
-b = call(fds[1], U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=64))
+a = create(fds[0], 64, mem.fd)
 for fd, h, off in ((fds[1], a.handle, 0), (fds[0], a.handle, 64)):
     arr = (U.dla_address_t * 1)(U.dla_address_t(handle=h, offset=off))
     print(call(fd, U.dla_ioctl_e.SUBMIT, U.dla_submit_t(addresses=ctypes.addressof(arr), num_addresses=1)))
 print(call(fds[0], U.dla_ioctl_e.SUBMIT, U.dla_submit_t(addresses=16, num_addresses=1)))  # unmapped memory
 print(call(fds[0], U.dla_ioctl_e.SUBMIT, U.dla_submit_t(num_addresses=5000)))
+unsealed = os.memfd_create("x"); os.ftruncate(unsealed, 4096)
+r, w = os.pipe()
+print(create(fds[0], 4096, unsealed))   # its size can change under the device
+print(create(fds[0], 4096, r))          # not a memfd
+print(create(fds[0], 65, mem.fd))       # larger than the memfd
+print(create(fds[0], 64, 987))          # not open here
+print(create(fds[0], 0, mem.fd))
+info = call(fds[0], U.dla_ioctl_e.BO_INFO, U.dla_bo_info_t(handle=a.handle))
+print(info.size, info.iova == a.iova, a.fd)
+# the memory is shared: what the daemon's device sees is what this process wrote
+mem.view[:4] = b"abcd"
 """))
-    assert lines[:5] == ["EPROTO", "EPERM", "EINVAL", "EFAULT", "EINVAL"]
+    assert lines[:10] == ["EPROTO", "EPERM", "EINVAL", "EFAULT", "EINVAL",
+                          "EINVAL", "EINVAL", "EINVAL", "EBADF", "EINVAL"]
+    assert lines[10] == "64 True -1"
+
+
+def test_quotas_per_open_file(tmp_path: Path, net) -> None:
+    """Buffers, bytes and sync objects beyond a file's quota: EDQUOT (InsufficientMemory) with the
+    reason; freeing makes room again; another file has its own quota. A WAIT never blocks a request
+    thread longer than max_wait_ms, whatever the client asks; the client repeats it."""
+    from pydla.linux.daemon import Quotas
+
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    d = KmdDaemon("small", quotas=Quotas(buffers=3, bytes=10_000, syncs=2, waits=1), max_wait_ms=100)
+    server = d.serve(mnt)
+    blob, _ = net
+    try:
+        lines = finish(client(mnt, blob, """
+import threading
+from pydla.portability.linux import LinuxPort
+from pydla.portability.interface import NvDlaFence
+port = LinuxPort(MNT)
+h, other = port.NvDlaOpen(0), port.NvDlaOpen(0)
+print(h.param(U.dla_param_e.QUOTA_BYTES), h.param(U.dla_param_e.MAX_WAIT_MS))
+a, _ = port.NvDlaGetMem(h, 6000)
+for size in (6000, 1000, 1000, 1000):
+    try:
+        port.NvDlaGetMem(h, size); print("ok")
+    except DlaError as e:
+        print(e.code.name, "|", e.message)
+port.NvDlaFreeMem(h, a)
+port.NvDlaGetMem(h, 6000); print("room again")
+port.NvDlaGetMem(other, 9000); print("other file")
+s1, s2 = port.NvDlaCreateSemaphore(h), port.NvDlaCreateSemaphore(h)
+try:
+    port.NvDlaCreateSemaphore(h)
+except DlaError as e:
+    print(e.code.name, "|", e.message)
+# Two waits at once on a file whose quota is one WAIT in progress, each longer than max_wait_ms:
+# both are served (the second retries on EAGAIN) and both end when the fence is signalled.
+done = []
+def waiter(v):
+    port.NvDlaWaitFence(NvDlaFence(s1, v), 5000); done.append(v)
+ts = [threading.Thread(target=waiter, args=(v,)) for v in (1, 2)]
+for t in ts: t.start()
+time.sleep(0.5)
+print("waiting", len(done))
+port.NvDlaSignalFence(NvDlaFence(s1, 2))
+for t in ts: t.join(10)
+print(sorted(done))
+t0 = time.monotonic()
+try:
+    port.NvDlaWaitFence(NvDlaFence(s2, 1), 350)
+except DlaError as e:
+    print(e.code.name, round(time.monotonic() - t0, 1))
+"""))
+    finally:
+        server.stop(timeout=5.0)
+        d.close()
+        unmount(str(mnt))
+    assert lines[0] == "10000 100"
+    assert lines[1].startswith("InsufficientMemory") and "quota of 10000" in lines[1]  # 6000 + 6000
+    assert "BO_CREATE: 6000 bytes more than the 6000 this file holds" in lines[1]
+    assert lines[2] == "ok" and lines[3] == "ok"
+    assert lines[4].startswith("InsufficientMemory") and "3 buffer objects" in lines[4]
+    assert lines[5:7] == ["room again", "other file"]
+    assert lines[7].startswith("InsufficientMemory") and "2 sync objects" in lines[7]
+    assert lines[8:10] == ["waiting 0", "[1, 2]"]
+    code, seconds = lines[10].split()
+    assert code == "Timeout" and 0.3 <= float(seconds) <= 1.5
+
+
+def test_a_client_of_another_uid_works_and_reaches_no_one_elses_memory(net) -> None:
+    """A client that is not root (uid nobody) maps its own buffers and gets its numbers; it cannot
+    open the daemon's descriptors or memory through /proc. (Buffers are the client's own memfds.)"""
+    import shutil
+    import tempfile
+
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another uid")
+    blob, model = net
+    top = Path(tempfile.mkdtemp(prefix="pydla-public-"))  # pytest's tmp dirs are private to root
+    top.chmod(0o755)
+    mnt = top / "mnt"
+    mnt.mkdir()
+    d = KmdDaemon("full")
+    server = d.serve(mnt)
+    owned = d.kmds[0].open_context()
+    d.kmds[0].bo_create(owned, 4096)  # something of the daemon's the client must not reach
+    try:
+        out = top / "out"
+        out.mkdir()
+        out.chmod(0o777)
+        lines = finish(client(mnt, blob, f"""
+import pydla.portability.linux, pydla.linux.shm  # what a run needs, imported while files are readable
+warm = pydla.createRuntime(); warm.load(BLOB); run_net(warm, 0); warm.close()
+os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+x, y = run_net(rt, 7)
+np.save({str(out / "x.npy")!r}, x); np.save({str(out / "y.npy")!r}, y)
+denied = 0
+fds = os.listdir("/proc/{os.getpid()}/fd") if os.access("/proc/{os.getpid()}/fd", os.R_OK) else []
+for name in ("fd/3", "fd/4", "fd/5", "mem", "environ"):
+    try:
+        open("/proc/{os.getpid()}/" + name, "rb").close()
+    except PermissionError:
+        denied += 1
+print(os.getuid(), len(fds), denied)
+rt.close()
+"""))
+        uid, listed, denied = lines[0].split()
+        assert (uid, listed, denied) == ("65534", "0", "5")
+        import numpy as np
+
+        from pydla.demo import reference
+
+        x, y = np.load(out / "x.npy"), np.load(out / "y.npy")
+        np.testing.assert_allclose(y, reference(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+        wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
+    finally:
+        server.stop(timeout=5.0)
+        d.close()
+        unmount(str(mnt))
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_version_mismatch_names_both_versions(daemon, net) -> None:

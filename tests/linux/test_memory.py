@@ -10,7 +10,13 @@ import sys
 
 import pytest
 
-from pydla.linux import SharedBuffer, read_process_memory, write_process_memory
+from pydla.linux import (
+    SharedBuffer,
+    check_shared_fd,
+    read_process_memory,
+    take_process_fd,
+    write_process_memory,
+)
 
 CHILD = """
 import ctypes, sys
@@ -61,34 +67,72 @@ def test_read_across_an_unmapped_page_is_efault() -> None:
     assert e.value.errno == errno.EFAULT
 
 
-def test_shared_buffer_mapped_by_a_client() -> None:
-    with SharedBuffer(8192, name="bo-test") as bo:
-        assert bo.path == f"/proc/{os.getpid()}/fd/{bo.fd}"
-        bo.view[:5] = b"daemo"
-        code = f"""
-import errno, os
-from pydla.linux import map_shared
-m = map_shared({bo.path!r}, 8192)
-print(m[:5].decode())
-m[100:103] = b"abc"
-fd = os.open({bo.path!r}, os.O_RDWR)
+def test_a_clients_shared_buffer_taken_by_the_daemon() -> None:
+    """The client creates and maps a sealed memfd; the daemon takes the descriptor (pidfd_getfd),
+    checks it and maps it: both see each other's writes, and nobody can resize it."""
+    import mmap
+
+    code = """
+import errno, os, sys
+from pydla.linux import SharedBuffer
+bo = SharedBuffer(8192, name="bo-test")
+bo.view[:5] = b"hello"
+print(bo.fd, flush=True)
+sys.stdin.readline()
+print(bytes(bo.view[100:103]).decode())
 for size in (10, 1 << 20):
     try:
-        os.ftruncate(fd, size); print("resized")
+        os.ftruncate(bo.fd, size); print("resized")
     except OSError as e:
         print(errno.errorcode[e.errno])
-try:
-    map_shared({bo.path!r}, 8193)
-except ValueError as e:
-    print("refused")
+bo.close(); bo.close()
+print(bo.fd, bo.mapping)
 """
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=15)
-        assert p.returncode == 0, p.stderr
-        assert p.stdout.split() == ["daemo", "EPERM", "EPERM", "refused"]  # sealed: no resize
-        assert bytes(bo.view[100:103]) == b"abc"
-    assert bo.fd == -1
-    bo.close()  # idempotent
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        their_fd = int(child.stdout.readline())
+        fd = take_process_fd(child.pid, their_fd)
+        try:
+            check_shared_fd(fd, 8192)
+            with pytest.raises(ValueError, match="8193 bytes asked of a 8192-byte memfd"):
+                check_shared_fd(fd, 8193)
+            m = mmap.mmap(fd, 8192)
+        finally:
+            os.close(fd)
+        assert m[:5] == b"hello"
+        m[100:103] = b"abc"
+        with pytest.raises(OSError) as e:
+            take_process_fd(child.pid, 999)
+        assert e.value.errno == errno.EBADF
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out = child.stdout.read().split()
+        assert child.wait(15) == 0
+        assert out == ["abc", "EPERM", "EPERM", "-1", "None"]  # sealed: no resize
+        m.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_check_shared_fd_refuses_what_could_change_or_block() -> None:
+    unsealed = os.memfd_create("x")
+    r, w = os.pipe()
+    try:
+        os.ftruncate(unsealed, 4096)
+        with pytest.raises(ValueError, match="do not include F_SEAL_SHRINK"):
+            check_shared_fd(unsealed, 4096)
+        with pytest.raises(ValueError, match="not a memfd"):
+            check_shared_fd(r, 1)
+    finally:
+        for fd in (unsealed, r, w):
+            os.close(fd)
     with pytest.raises(ValueError):
         SharedBuffer(0)
     with pytest.raises(ValueError):
         SharedBuffer(1 << 20, max_size=4096)
+    with pytest.raises(OSError) as e:
+        take_process_fd(os.getpid(), -1)
+    assert e.value.errno == errno.EBADF
