@@ -128,9 +128,38 @@ def flying_destination(conv: Any, sdp: Any, mem: ContextMemory) -> Array | None:
             != (conv.d_wt_kernels, conv.d_out_height, conv.d_out_width)):
         return None
     try:
-        return mem.cube(sdp.d_dst, DTYPES[int(R.dla_precision_e.FP32)], "SDP destination")
+        dst = mem.cube(sdp.d_dst, DTYPES[int(R.dla_precision_e.FP32)], "SDP destination")
+        # An operand SDP still has to read in that memory (an in-place residual ``y += conv(x)``,
+        # a bias inside the output...) would be overwritten by the convolution before SDP reads it.
+        if any(np.may_share_memory(dst, operand) for operand in _sdp_operands(sdp, mem)):
+            return None
+        return dst
     except Exception:
         return None  # SDP reports the problem itself when it runs
+
+
+def _sdp_operands(r: Any, mem: ContextMemory) -> list[Array]:
+    """The memory SDP reads besides its source, as run_sdp reads it."""
+    dtype = mem.dtype(r.d_precision, "SDP")
+    c = r.d_src.channels
+    dims = (c, r.d_src.height, r.d_src.width)
+    operands = []
+    if r.d_bias_enable:
+        operands.append(mem.vector(addr(r.d_bias_addr_lo, r.d_bias_addr_hi), c, dtype))
+    if r.d_bn_enable:
+        operands.append(mem.vector(addr(r.d_scale_addr_lo, r.d_scale_addr_hi), c, dtype))
+        operands.append(mem.vector(addr(r.d_shift_addr_lo, r.d_shift_addr_hi), c, dtype))
+    if r.d_ew_op != R.sdp_ew_op_e.NONE:
+        ew_addr = addr(r.d_ew_addr_lo, r.d_ew_addr_hi)
+        if r.d_ew_mode == R.sdp_ew_mode_e.CUBE:
+            operands.append(mem.strided(ew_addr, dims, (r.d_ew_surf_stride, r.d_ew_line_stride,
+                                                        dtype.itemsize), dtype))
+        else:
+            n = c if r.d_ew_mode == R.sdp_ew_mode_e.PER_CHANNEL else 1
+            operands.append(mem.vector(ew_addr, n, dtype))
+    if r.d_act == R.sdp_act_e.PRELU:
+        operands.append(mem.vector(addr(r.d_prelu_addr_lo, r.d_prelu_addr_hi), c, dtype))
+    return operands
 
 
 def sdp_addends(conv: Any, sdp: Any, mem: ContextMemory) -> list[Array] | None:

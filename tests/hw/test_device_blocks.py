@@ -380,21 +380,48 @@ def test_sdp_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena, cas
     np.testing.assert_allclose(arena.get(dst), expect, rtol=RTOL32, atol=ATOL32)
 
 
-def test_residual_into_its_own_cube_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena) -> None:
-    """y = relu(conv(x) + bias + y): SDP's destination is its element-wise operand."""
-    c, h, w, k = 16, 6, 7, 4
-    x, wt = rand(c, h, w, seed=14), rand(k, c, 3, 3, seed=15)
+@pytest.mark.parametrize("wt_format,ksize,c", [
+    (R.conv_weight_format_e.RSKC, 3, 16),  # tap-major: bias and residual folded into the GEMMs
+    (R.conv_weight_format_e.KCRS, 3, 16),  # direct into SDP's destination unless operands overlap it
+    (R.conv_weight_format_e.KCRS, 1, 5),   # 1x1 as one matrix multiply
+    (R.conv_weight_format_e.KCRS, 3, 3),
+], ids=["rskc", "kcrs3x3", "kcrs1x1", "kcrs_c3"])
+def test_residual_into_its_own_cube(dev: VirtualDevice, arena: Arena, wt_format: int, ksize: int,
+                                    c: int) -> None:
+    """y = relu(conv(x) + bias + y): SDP's destination is its element-wise operand, whichever
+    path the convolution takes (the result must not land on the operand before SDP reads it)."""
+    h, w, k = 6, 7, 4
+    pad = ksize // 2
+    x, wt = rand(c, h, w, seed=14), rand(k, c, ksize, ksize, seed=15)
     bias, y = rand(k, seed=16), rand(k, h, w, seed=17)
     cube = arena.put(y)
-    program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(1, 1, 1, 1),
-                 wt_format=R.conv_weight_format_e.RSKC)
+    program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(pad,) * 4,
+                 wt_format=wt_format)
     program(dev, "SDP", group=0, ctx_id=arena.ctx, precision=FP32, out_precision=FP32,
             src_mode=int(R.sdp_src_mode_e.FLYING), src=Cube(0, (k, h, w), 0, 0, np.dtype(np.float32), 0),
             dst=cube, bias_enable=1, bias_addr=arena.vector(bias), ew_op=EW.ADD, ew_mode=EW_MODE.CUBE,
             ew_addr=cube.addr, ew_line_stride=cube.line_stride, ew_surf_stride=cube.surf_stride,
             act=ACT.RELU, op_enable=1)
     assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
-    expect = np.maximum(conv_ref(x, wt, pads=(1, 1, 1, 1)) + bias.reshape(k, 1, 1) + y, 0)
+    expect = np.maximum(conv_ref(x, wt, pads=(pad,) * 4) + bias.reshape(k, 1, 1) + y, 0)
+    np.testing.assert_allclose(arena.get(cube), expect, rtol=RTOL32, atol=ATOL32)
+
+
+def test_prelu_slopes_inside_the_destination(dev: VirtualDevice, arena: Arena) -> None:
+    """SDP's PReLU slopes stored in the first elements of its own destination: read before written."""
+    c, h, w, k = 3, 5, 5, 2
+    x, wt = rand(c, h, w, seed=18), rand(k, c, 3, 3, seed=19)
+    slopes = np.array([0.25, 0.5], np.float32)
+    init = np.zeros((k, h, w), np.float32)
+    init.reshape(-1)[:k] = slopes
+    cube = arena.put(init)
+    program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(1, 1, 1, 1))
+    program(dev, "SDP", group=0, ctx_id=arena.ctx, precision=FP32, out_precision=FP32,
+            src_mode=int(R.sdp_src_mode_e.FLYING), src=Cube(0, (k, h, w), 0, 0, np.dtype(np.float32), 0),
+            dst=cube, act=ACT.PRELU, prelu_addr=cube.addr, op_enable=1)
+    assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
+    z = conv_ref(x, wt, pads=(1, 1, 1, 1))
+    expect = np.where(z >= 0, z, z * slopes.reshape(k, 1, 1))
     np.testing.assert_allclose(arena.get(cube), expect, rtol=RTOL32, atol=ATOL32)
 
 
