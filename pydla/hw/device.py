@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ MMU_FAULT_BIT = 31
 _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
 _UNKNOWN = object()  # an address _locate has not seen yet
 DEVICE_RESET_BIT = 31
+RESET_QUIESCE_S = 30.0  # the longest a reset waits for an abandoned operation to stop computing
 
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
@@ -119,6 +121,7 @@ class _Work:
     hang: bool
     injected: int
     partner_epoch: int = 0
+    thread: threading.Thread | None = None  # the one computing it
 
 
 class VirtualDevice:
@@ -142,6 +145,7 @@ class VirtualDevice:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
+        self._running: list[_Work] = []  # operations computing now (hung ones excluded)
         self._irq_handlers: list[Callable[[], object]] = []
         self._kicking = False
         self._closed = False
@@ -374,6 +378,25 @@ class VirtualDevice:
             self.fault = (0, 0, 0)
         self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
         self._cond.notify_all()
+        # As a hardware reset quiesces the block's DMA, the reset returns only once an operation the
+        # blocks were computing has stopped writing memory (a numpy kernel cannot be interrupted
+        # midway; its result is then discarded as abandoned). Not from the computing thread itself.
+        deadline = time.monotonic() + RESET_QUIESCE_S
+        while any(self._abandoned(w, targets) for w in self._running):
+            if any(w.thread is threading.current_thread() for w in self._running):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.log.append("reset: an abandoned operation is still computing")
+                break
+            self._cond.wait(left)
+
+    @staticmethod
+    def _abandoned(work: _Work, targets: list[_Block]) -> bool:
+        if work.block in targets and work.block.epoch != work.epoch:
+            return True
+        return work.partner is not None and work.partner[0] in targets \
+            and work.partner[0].epoch != work.partner_epoch
 
     # -- execution ----------------------------------------------------------------------------------
 
@@ -418,8 +441,11 @@ class VirtualDevice:
                 if b.injected_errors and not hang and not injected:
                     injected = b.injected_errors.popleft()
             pair = partner if isinstance(partner, tuple) else None
-            return _Work(block, group, pair, block.epoch, hang, injected,
-                         pair[0].epoch if pair is not None else 0)
+            work = _Work(block, group, pair, block.epoch, hang, injected,
+                         pair[0].epoch if pair is not None else 0, threading.current_thread())
+            if not hang:
+                self._running.append(work)
+            return work
         return None
 
     def _run_runnable(self) -> None:
@@ -504,6 +530,7 @@ class VirtualDevice:
 
     def _complete(self, work: _Work, error: int, detail: str, fault: MmuFault | None) -> None:
         """Under the lock: mark the operation (and its flying partner) done or failed."""
+        self._running = [w for w in self._running if w is not work]
         parts = [(work.block, work.group, work.epoch)]
         if work.partner:
             parts.append((work.partner[0], work.partner[1], work.partner_epoch))

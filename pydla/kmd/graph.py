@@ -367,7 +367,28 @@ def _check_cube(task: TaskDesc, c: Any, element: int, what: str) -> None:
         raise DlaError(NvError.BadValue,
                        f"{what}: line_stride {c.line_stride} / surf_stride {c.surf_stride} are too "
                        f"small for width {c.width} of {element}-byte elements")
+    # The device computes in float32 over the logical cube: bound that, not only the bytes it spans
+    # (overlapping strides would make a small buffer a huge cube).
+    if c.channels * c.height * c.width * 4 > MAX_BYTES_PER_OP:
+        raise DlaError(NvError.BadValue, f"{what}: a {c.channels}x{c.height}x{c.width} cube exceeds "
+                                         f"{MAX_BYTES_PER_OP} bytes per operation")
+    _check_no_overlap(c, element, what)
     _check_ref(task, c, _cube_extent(c, element), what, element)
+
+
+def _check_no_overlap(c: Any, element: int, what: str) -> None:
+    """No two elements of the cube at the same bytes. Planar (C, H, W) and channel-interleaved layouts
+    pass; a surf_stride that puts one channel's lines over another's does not. Checked with the
+    dimensions ordered by stride: each stride must clear everything the inner dimensions span."""
+    dims = sorted((stride, n) for stride, n in ((c.surf_stride, c.channels), (c.line_stride, c.height),
+                                                (element, c.width)) if n > 1)
+    span = element
+    for stride, n in dims:
+        if stride < span:
+            raise DlaError(NvError.BadValue,
+                           f"{what}: line_stride {c.line_stride} and surf_stride {c.surf_stride} make "
+                           f"elements of the {c.channels}x{c.height}x{c.width} cube overlap")
+        span = stride * (n - 1) + span
 
 
 def _precision(p: int, config: DeviceConfig, what: str) -> int:

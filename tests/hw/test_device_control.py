@@ -975,6 +975,35 @@ def test_hang_in_threaded_mode_then_reset(threaded: VirtualDevice) -> None:
     np.testing.assert_array_equal(arena.get(dst), expect)
 
 
+def test_reset_waits_until_an_abandoned_operation_stops_writing(threaded: VirtualDevice,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reset during a long computation returns only once it has stopped writing memory, so the
+    next job's data is never overwritten late by an abandoned one; nor is it reported done."""
+    from pydla.hw import blocks
+
+    arena = Arena(threaded)
+    src, dst, expect = pool_pair(arena, 2)
+    started, real = threading.Event(), blocks.run_pdp
+    writes: list[float] = []
+
+    def slow_pdp(regs: Any, mem: Any) -> None:
+        started.set()
+        time.sleep(0.4)
+        real(regs, mem)
+        writes.append(time.monotonic())
+
+    monkeypatch.setattr(blocks, "run_pdp", slow_pdp)
+    pdp_op(threaded, src, dst, arena.ctx, group=0)
+    assert started.wait(10)
+    threaded.reg_write(R.GLB_RESET, 1 << int(dla_block_e.PDP))
+    returned = time.monotonic()
+    assert len(writes) == 1 and writes[0] <= returned  # the write happened before the reset returned
+    assert group_state(threaded, "PDP", 0) == IDLE
+    time.sleep(0.05)
+    assert not status(threaded) & (done_bit("PDP", 0) | error_bit("PDP", 0))  # abandoned, not done
+    np.testing.assert_array_equal(arena.get(dst), expect)
+
+
 def test_hang_in_step_mode(arena_step: tuple[VirtualDevice, Arena]) -> None:
     dev, arena = arena_step
     dev.inject_hang("RUBIK")

@@ -403,6 +403,39 @@ def test_cube_surf_stride_zero_with_several_channels(make_kmd: MakeKmd) -> None:
     rejected(make_kmd, conv_sdp_pdp(), patch, NvError.BadValue, "operation 0 (CONV): src", "surf_stride 0")
 
 
+def test_cube_channels_over_each_other(make_kmd: MakeKmd) -> None:
+    """A surf_stride shorter than a channel's lines: channels 1..3 of y would overwrite channel 0's."""
+    def patch(d: Descriptors) -> None:
+        d.surface(1).dst.surf_stride = 8 * 4 * 4  # 4 of the 8 lines
+
+    rejected(make_kmd, conv_sdp_pdp(), patch, NvError.BadValue, "operation 1 (SDP): dst",
+             "line_stride 32 and surf_stride 128", "overlap")
+
+
+def test_cube_lines_interleaved_by_channel_are_accepted(make_kmd: MakeKmd) -> None:
+    """Channels interleaved line by line (surf_stride one line, line_stride C lines) do not overlap."""
+    from pydla.kmd.graph import _check_no_overlap
+
+    class C:
+        channels, height, width, line_stride, surf_stride = 4, 8, 8, 4 * 8 * 4, 8 * 4
+
+    _check_no_overlap(C, 4, "cube")
+    C.line_stride = 3 * 8 * 4  # one channel short: line 1 of channel 0 is line 0 of channel 3
+    with pytest.raises(DlaError, match="overlap"):
+        _check_no_overlap(C, 4, "cube")
+
+
+def test_cube_logically_larger_than_an_operation_may_be(make_kmd: MakeKmd) -> None:
+    """Huge dimensions over tiny strides would make a 4-byte buffer a gigantic float32 cube."""
+    def patch(d: Descriptors) -> None:
+        src = d.surface(2).src
+        src.channels, src.height, src.width = 1, 1 << 15, 1 << 15
+        src.line_stride = src.width * 4
+
+    rejected(make_kmd, conv_sdp_pdp(), patch, NvError.BadValue, "operation 2 (PDP): src",
+             "1x32768x32768 cube exceeds")
+
+
 def test_conv_weight_smaller_than_the_kernels(make_kmd: MakeKmd) -> None:
     def patch(d: Descriptors) -> None:
         d.surface(0).weight.size -= 4
