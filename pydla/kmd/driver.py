@@ -90,6 +90,18 @@ class Job:
         self.pre_fences = list(pre_fences or [])
         self.post_fences = list(post_fences or [])
         self._done = threading.Event()
+        self._listening = False  # the KMD listens to the pre-fences while the job is queued
+
+    def _listen(self) -> None:
+        self._listening = True
+        for sem, _ in self.pre_fences:
+            sem.add_listener(self.kmd._wake)
+
+    def _stop_listening(self) -> None:
+        if self._listening:
+            self._listening = False
+            for sem, _ in self.pre_fences:
+                sem.remove_listener(self.kmd._wake)
 
     @property
     def done(self) -> bool:
@@ -103,6 +115,7 @@ class Job:
             raise self.error
 
     def _finish(self, error: DlaError | None) -> None:
+        self._stop_listening()
         self.error = error
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
@@ -273,10 +286,9 @@ class Kmd:
         with self._lock:
             self._check_open()
             job = Job(self, job_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
-            for sem, _ in job.pre_fences:
-                sem.add_listener(self._wake)
             if ctx not in self._contexts:
                 raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
+            job._listen()
             self._queues[ctx].append(job)
             if self._service is None and self.device.mode == "deterministic":
                 self._poll_locked()
@@ -395,7 +407,9 @@ class Kmd:
         after = [c for c in ctxs if self._last_served is not None and c > self._last_served]
         ctx = (after or ctxs)[0]
         self._last_served = ctx
-        return self._queues[ctx].popleft()
+        job = self._queues[ctx].popleft()
+        job._stop_listening()
+        return job
 
     def _start_next(self) -> bool:
         if self._running is not None:

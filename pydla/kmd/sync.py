@@ -93,6 +93,17 @@ class TimelineSemaphore:
         with self._cond:
             self._listeners.append(listener)
 
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        """Undo one :meth:`add_listener` of ``listener`` (none left: nothing happens)."""
+        with self._cond:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    @property
+    def listeners(self) -> int:
+        with self._cond:
+            return len(self._listeners)
+
 
 def _check(value: int) -> int:
     if not isinstance(value, int) or not 0 <= value <= MAX_VALUE:

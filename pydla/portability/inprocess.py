@@ -93,6 +93,7 @@ class InProcessPort(NvDlaPort):
         self._lock = threading.Lock()
         self._instances: dict[int, tuple[VirtualDevice, Kmd]] = {}
         self._sessions: list[Session] = []
+        self._destroyed: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()
         self._closed = False
 
     def __enter__(self) -> InProcessPort:
@@ -173,8 +174,8 @@ class InProcessPort(NvDlaPort):
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
         session = self._session(h)
         m = self._mem(session, mem, "NvDlaFreeMem")
+        session.kmd.bo_destroy(session.ctx, m.handle)  # Busy while a job uses it: then still usable
         m.usable = False
-        session.kmd.bo_destroy(session.ctx, m.handle)
         del session.mems[m.handle]
 
     # Reads and writes are the hot path of small transfers: the checks are done on plain types
@@ -190,7 +191,7 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
         """As the interface's; byte sources are copied once, by memoryview assignment."""
-        if type(mem) is InProcessMem and mem.usable and type(offset) is int and offset >= 0:
+        if type(mem) is InProcessMem and mem.usable and type(offset) is int and 0 <= offset <= mem._size:
             kind = type(src)
             try:
                 if kind is np.ndarray:
@@ -233,10 +234,21 @@ class InProcessPort(NvDlaPort):
             statuses.append(NvDlaTaskStatus(job.job_id, job))
         return statuses
 
-    @staticmethod
-    def _fence(fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
+    def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
+        if not isinstance(semaphore, TimelineSemaphore):
+            raise DlaError(NvError.BadParameter, "NvDlaDestroySemaphore: not from NvDlaCreateSemaphore")
+        with self._lock:
+            sessions = list(self._sessions)
+            self._destroyed.add(semaphore)
+        for session in sessions:
+            session.semaphores.discard(semaphore)
+
+    def _fence(self, fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
         if not isinstance(fence.semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
+        if fence.semaphore in self._destroyed:
+            raise DlaError(NvError.BadParameter,
+                           f"fence: semaphore {fence.semaphore.sem_id} was destroyed")
         if session is not None and fence.semaphore not in session.semaphores:
             raise DlaError(NvError.BadParameter,
                            f"fence: semaphore {fence.semaphore.sem_id} is not one of this session's")

@@ -126,6 +126,12 @@ class NvDlaPort(abc.ABC):
         """A timeline semaphore for NvDlaFence (pydla's addition: the seed leaves fences to the port)."""
 
     @abc.abstractmethod
+    def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
+        """Release a semaphore from NvDlaCreateSemaphore. Tasks already submitted with it are not
+        affected (they hold what they need); any later use of it raises DlaError BadParameter.
+        Idempotent, and a no-op once its device was closed (closing releases everything)."""
+
+    @abc.abstractmethod
     def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
         """Block until ``fence`` is reached; NvError Timeout after ``timeout_ms``; the error of a
         failed task that was to signal it."""

@@ -55,6 +55,7 @@ class LinuxSemaphore:
 
     def __init__(self, device: LinuxDevice, sync: int) -> None:
         self.device, self.sync = device, sync
+        self.destroyed = False
 
 
 class LinuxMem(NvDlaMemHandle):
@@ -277,10 +278,21 @@ class LinuxPort(NvDlaPort):
         created = device.ioctl(U.dla_ioctl_e.SYNC_CREATE, U.dla_sync_create_t(initial=value))
         return LinuxSemaphore(device, created.sync)
 
+    def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
+        if not isinstance(semaphore, LinuxSemaphore) or semaphore.device.port is not self:
+            raise DlaError(NvError.BadParameter, "NvDlaDestroySemaphore: not one of this port's semaphores")
+        with semaphore.device._lock:
+            if semaphore.destroyed or semaphore.device.fd < 0:
+                return
+            semaphore.destroyed = True
+        semaphore.device.ioctl(U.dla_ioctl_e.SYNC_DESTROY, U.dla_sync_destroy_t(sync=semaphore.sync))
+
     def _fence(self, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
         sem = fence.semaphore
         if not isinstance(sem, LinuxSemaphore) or sem.device.port is not self:
             raise DlaError(NvError.BadParameter, "fence: its semaphore is not one of this port's")
+        if sem.destroyed:
+            raise DlaError(NvError.BadParameter, f"fence: sync object {sem.sync} was destroyed")
         value = fence.value
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
             raise DlaError(NvError.BadParameter, f"fence value {fence.value!r} must be 0..2^64-1")

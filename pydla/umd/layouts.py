@@ -56,6 +56,8 @@ def check_layout(current: TensorDesc, new: TensorDesc, what: str) -> TensorDesc:
         raise DlaError(NvError.NotSupported, f"{what}: cannot change {reasons}. Strides, layout, offset "
                                              "and size may change")
     el = ELEMENT_SIZE[current.data_type]
+    if not isinstance(new.strides, (tuple, list)):
+        raise DlaError(NvError.BadParameter, f"{what}: strides {new.strides!r}: a tuple of byte strides")
     strides = tuple(new.strides)
     if len(strides) != len(current.dims):
         raise DlaError(NvError.BadParameter, f"{what}: {len(strides)} strides for {len(current.dims)} dims")
@@ -69,10 +71,12 @@ def check_layout(current: TensorDesc, new: TensorDesc, what: str) -> TensorDesc:
                        key=lambda ds: ds[1]):
         if s < reach:
             raise DlaError(NvError.BadParameter, f"{what}: strides {strides} make elements overlap")
-        reach = s * d
+        reach = s * (d - 1) + reach
     need = span(current.dims, strides, el)
     if isinstance(new.offset, bool) or not isinstance(new.offset, int) or new.offset < 0:
         raise DlaError(NvError.BadParameter, f"{what}: offset {new.offset!r}")
+    if isinstance(new.size, bool) or not isinstance(new.size, int):
+        raise DlaError(NvError.BadParameter, f"{what}: size {new.size!r}: a number of bytes")
     if new.size < need:
         raise DlaError(NvError.InvalidSize, f"{what}: size {new.size} is less than the {need} bytes the "
                                             f"strides {strides} span")

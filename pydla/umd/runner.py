@@ -208,8 +208,18 @@ class Runner:
         fence = self._pending
         if fence is None:
             raise DlaError(NvError.InvalidState, "nothing to wait for: execute() first")
-        self.port.NvDlaWaitFence(fence, self.timeout_ms if timeout_ms is None else timeout_ms)
+        try:
+            self.port.NvDlaWaitFence(fence, self.timeout_ms if timeout_ms is None else timeout_ms)
+        except DlaError as e:
+            if e.code == NvError.Timeout:
+                raise  # still running: wait() again
+            self._finish_pending(fence)  # it failed: that execution is over
+            raise
+        self._finish_pending(fence)
+
+    def _finish_pending(self, fence: NvDlaFence) -> None:
         self._pending = None
+        self._release(fence.semaphore)
 
     def run(self, timeout_ms: float | None = None, bound: dict[str, NvDlaMemHandle] | None = None) -> None:
         """Run the recipe to its end in the calling thread, with the current bindings (or ``bound``)."""
@@ -232,12 +242,14 @@ class Runner:
                     self.port.NvDlaWaitFence(fence, timeout)
                 except BaseException:
                     self._timeline = None
+                    self._release(fence.semaphore)
                     raise
 
-    def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence) -> None:
+    def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence, keep: object = None) -> None:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
-        NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them. The
-        bindings are those at the time of the call (later binds do not change a started run)."""
+        NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them, which
+        holds ``keep`` (the owners of the fences' semaphores) until it is done. The bindings are
+        those at the time of the call (later binds do not change a started run)."""
         bindings = self._bindings()
         if all(isinstance(s, _Npu) for s in self.steps):
             with self._lock:
@@ -246,11 +258,19 @@ class Runner:
                     assert isinstance(step, _Npu)
                     last = i == len(self.steps) - 1
                     out = post if last else NvDlaFence(self.port.NvDlaCreateSemaphore(self.handle), 1)
-                    self.port.NvDlaSubmit(self.handle, [self._task(step, fences, [out], bindings)])
+                    try:
+                        self.port.NvDlaSubmit(self.handle, [self._task(step, fences, [out], bindings)])
+                    except BaseException:
+                        if out is not post:
+                            self._release(out.semaphore)
+                        raise
+                    finally:
+                        if fences is not pre:  # an intermediate: the submitted tasks hold it now
+                            self._release(fences[0].semaphore)
                     fences = [out]
             return
 
-        def work() -> None:
+        def work(_keep: object) -> None:  # the thread's argument holds ``keep`` until it ends
             try:
                 for fence in pre:
                     self.port.NvDlaWaitFence(fence, self.timeout_ms)
@@ -261,7 +281,11 @@ class Runner:
             except Exception as e:  # a CPU library's bug must reach the waiter, not vanish
                 self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
 
-        threading.Thread(target=work, daemon=True, name="pydla-runner").start()
+        threading.Thread(target=work, args=(keep,), daemon=True, name="pydla-runner").start()
+
+    def _release(self, semaphore: Any) -> None:
+        """Destroy a semaphore of ours; submitted tasks that use it keep working."""
+        self.port.NvDlaDestroySemaphore(semaphore)
 
     def _task(self, step: _Npu, pre: list[NvDlaFence], post: list[NvDlaFence],
               bound: dict[str, NvDlaMemHandle]) -> NvDlaTask:
@@ -288,6 +312,9 @@ class Runner:
         step.function.callable(args)
 
     def close(self) -> None:
+        if self._timeline is not None:
+            self._release(self._timeline)
+            self._timeline = None
         for mem in list(self.owned.values()):
             self.port.NvDlaFreeMem(self.handle, mem)
         self.owned.clear()

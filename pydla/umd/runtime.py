@@ -213,15 +213,16 @@ class IRuntime:
         """Start the network once ``input_syncs`` are signaled; return the output syncs."""
         runner = self._loaded()
         semaphore = self.port.NvDlaCreateSemaphore(self.handle)
-        out = ISync(self.port, semaphore, 1)
-        pre = [s.fence for s in (input_syncs or [])]
+        out = ISync(self.port, semaphore, 1, owned=True)
+        syncs = list(input_syncs or [])
+        pre = [s.fence for s in syncs]
         post = NvDlaFence(semaphore, 1)
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
         if not staged:
-            runner.execute_async(pre, post)
+            runner.execute_async(pre, post, keep=(syncs, out))
             return [out]
 
-        def work() -> None:  # conversions need the host between the fences and the run
+        def work(_keep: object) -> None:  # conversions need the host between the fences and the run
             try:
                 for fence in pre:
                     self.port.NvDlaWaitFence(fence, self.timeout_ms)
@@ -233,13 +234,14 @@ class IRuntime:
             except Exception as e:  # reach the waiter, never vanish
                 self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
 
-        threading.Thread(target=work, daemon=True, name="pydla-staged-submit").start()
+        # The thread's argument holds the syncs until it is done, so their semaphores live as long.
+        threading.Thread(target=work, args=((syncs, out),), daemon=True, name="pydla-staged-submit").start()
         return [out]
 
     def createSync(self) -> ISync:
         """An application-signaled sync (signal() releases submits that wait on it)."""
         self._check_open()
-        return ISync(self.port, self.port.NvDlaCreateSemaphore(self.handle), 1)
+        return ISync(self.port, self.port.NvDlaCreateSemaphore(self.handle), 1, owned=True)
 
     # -- lifetime ----------------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Any
 
 from pydla.errors import DlaError, NvError
@@ -15,12 +17,16 @@ from pydla.portability.interface import NvDlaFence, NvDlaPort
 
 
 class ISync:
-    """A semaphore and the value that means "signaled"."""
+    """A semaphore and the value that means "signaled". An ``owned`` one destroys its semaphore when
+    it is garbage-collected (the KMD's tasks keep what they use), so that syncs do not pile up in
+    the KMD (the Linux daemon counts them against a quota)."""
 
-    def __init__(self, port: NvDlaPort, semaphore: Any, wait_value: int) -> None:
+    def __init__(self, port: NvDlaPort, semaphore: Any, wait_value: int, *, owned: bool = False) -> None:
         self.port = port
         self.semaphore = semaphore
         self._wait_value = wait_value
+        if owned:
+            weakref.finalize(self, _destroy, port, semaphore)
 
     @property
     def fence(self) -> NvDlaFence:
@@ -46,3 +52,8 @@ class ISync:
 
     def getValue(self) -> int:
         return self.port.NvDlaGetSemaphoreValue(self.semaphore)
+
+
+def _destroy(port: NvDlaPort, semaphore: Any) -> None:
+    with contextlib.suppress(DlaError):  # a finalizer has no one to tell (e.g. a daemon that died)
+        port.NvDlaDestroySemaphore(semaphore)

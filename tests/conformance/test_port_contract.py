@@ -65,6 +65,8 @@ def test_memory(port: NvDlaPort) -> None:
     port.NvDlaMemUnmap(mem, view, 4)
     for call, code in ((lambda: port.NvDlaMemRead(mem, 60, 8), NvError.InvalidSize),
                        (lambda: port.NvDlaMemWrite(mem, -1, b"x"), NvError.InvalidSize),
+                       (lambda: port.NvDlaMemWrite(mem, 65, b""), NvError.InvalidSize),
+                       (lambda: port.NvDlaMemWrite(mem, 65, np.zeros(0, np.uint8)), NvError.InvalidSize),
                        (lambda: port.NvDlaMemWrite(mem, 0, object()), NvError.BadParameter),
                        (lambda: port.NvDlaGetMem(h, 0), NvError.BadParameter),
                        (lambda: port.NvDlaGetMem(h, 16, NvDlaHeap.SRAM), NvError.NotSupported)):
@@ -102,12 +104,59 @@ def test_sub_buffer_entries(port: NvDlaPort) -> None:
     moved = [e if e[0] is not mems["x"] else (big, 64, 32) for e in addresses]
     port.NvDlaWaitFence(run(port, h, moved), 10_000)
     np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+    with pytest.raises(DlaError) as e:
+        run(port, h, [e if e[0] is not mems["x"] else (big, 64, 0) for e in addresses])  # explicit 0
+    assert e.value.code in (NvError.InvalidSize, NvError.BadParameter)
     too_small = [e if e[0] is not mems["x"] else (big, 64, 16) for e in addresses]
     with pytest.raises(DlaError) as e:
         run(port, h, too_small)
     assert e.value.code in (NvError.InvalidSize, NvError.BadParameter)
     with pytest.raises(DlaError):
         run(port, h, [e if e[0] is not mems["x"] else (big, 250, 32) for e in addresses])
+
+
+def test_destroyed_semaphore_releases_its_handle_not_the_work_using_it(port: NvDlaPort) -> None:
+    """A semaphore destroyed after the tasks using it were submitted: they still run in order; any
+    later use of the semaphore is BadParameter; destroying again is no error."""
+    h = port.NvDlaOpen(0)
+    x = x_values(5)
+    addresses, mems = relu_task(port, h, x)
+    gate = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    middle = run(port, h, addresses, pre=[gate])
+    done = run(port, h, addresses, pre=[middle])
+    port.NvDlaDestroySemaphore(middle.semaphore)
+    port.NvDlaDestroySemaphore(middle.semaphore)
+    port.NvDlaSignalFence(gate)
+    port.NvDlaWaitFence(done, 10_000)
+    np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+    for use in (lambda: port.NvDlaSignalFence(middle), lambda: port.NvDlaWaitFence(middle, 10),
+                lambda: port.NvDlaGetSemaphoreValue(middle.semaphore),
+                lambda: run(port, h, addresses, pre=[middle])):
+        with pytest.raises(DlaError) as e:
+            use()
+        assert e.value.code == NvError.BadParameter and "destroyed" in e.value.message
+    with pytest.raises(DlaError) as e:
+        port.NvDlaDestroySemaphore(object())
+    assert e.value.code == NvError.BadParameter
+    port.NvDlaClose(h)
+    port.NvDlaDestroySemaphore(gate.semaphore)  # after close: nothing left to release, no error
+
+
+def test_memory_a_queued_task_uses_cannot_be_freed(port: NvDlaPort) -> None:
+    """NvDlaFreeMem of a buffer a queued task uses: Busy, and the memory stays usable."""
+    h = port.NvDlaOpen(0)
+    x = x_values(6)
+    addresses, mems = relu_task(port, h, x)
+    gate = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+    done = run(port, h, addresses, pre=[gate])
+    with pytest.raises(DlaError) as e:
+        port.NvDlaFreeMem(h, mems["x"])
+    assert e.value.code == NvError.Busy
+    assert port.NvDlaMemRead(mems["x"], 0, 32) == x.tobytes()
+    port.NvDlaSignalFence(gate)
+    port.NvDlaWaitFence(done, 10_000)
+    np.testing.assert_array_equal(mems["y"].array(np.float32, (1, 2, 4)), np.maximum(x, 0))
+    port.NvDlaFreeMem(h, mems["x"])
 
 
 def test_fences_order_work_and_carry_failures(port: NvDlaPort) -> None:

@@ -85,3 +85,27 @@ def test_a_failed_job_fails_its_fences_and_their_waiters(kmd) -> None:
     assert e.value.code == NvError.BadValue
     with pytest.raises(DlaError, match="failed on the device"):
         done.wait(1, timeout_ms=100)
+
+
+def test_the_kmd_stops_listening_to_a_pre_fence_once_the_job_leaves_the_queue(kmd) -> None:
+    """One long-lived semaphore gating many jobs: its listeners do not pile up (started, failed or
+    aborted, a job leaves no listener behind)."""
+    ctx = kmd.open_context()
+    task = _relu_task("x", "y").load(kmd, ctx)
+    gate = TimelineSemaphore()
+    gate.signal(1)
+    for _ in range(50):
+        kmd.submit(ctx, task.addresses, pre_fences=[(gate, 1)]).wait(5000)
+    assert gate.listeners == 0
+    closed = TimelineSemaphore()
+    queued = [kmd.submit(ctx, task.addresses, pre_fences=[(closed, 1)]) for _ in range(3)]
+    assert closed.listeners == 3
+    closed.fail(DlaError(NvError.BadValue, "the producer failed"))
+    for job in queued:
+        with pytest.raises(DlaError, match="a pre-fence failed"):
+            job.wait(5000)
+    assert closed.listeners == 0
+    never = TimelineSemaphore()
+    kmd.submit(ctx, task.addresses, pre_fences=[(never, 1)])
+    kmd.close_context(ctx)  # aborts the queued job
+    assert never.listeners == 0

@@ -347,6 +347,34 @@ rt.close()
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_sync_objects_do_not_pile_up_over_many_submits(daemon, net) -> None:
+    """Nonblocking submits, blocking submits and created syncs, hundreds of each: the daemon's sync
+    objects stay few (each is destroyed when its ISync goes, intermediates right after use)."""
+    d, mnt = daemon
+    blob, _ = net
+    p = client(mnt, blob, """
+import gc
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+run_net(rt, 1)
+for i in range(300):
+    rt.submitNonBlocking()[0].wait(10_000)
+    rt.submit()
+    s = rt.createSync(); s.signal()
+gc.collect()
+print("looped", flush=True)
+time.sleep(60)
+""")
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "looped"
+        counts = d.counts()
+        assert counts["clients"] == 1 and counts["syncs"] <= 4, counts
+    finally:
+        p.kill()
+        p.wait()
+    wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
+
+
 def test_version_mismatch_names_both_versions(daemon, net) -> None:
     _, mnt = daemon
     blob, _ = net

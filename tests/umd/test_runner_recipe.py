@@ -165,6 +165,12 @@ def test_a_failing_cpu_function_surfaces_on_wait(recipe_dir: Path) -> None:
         with pytest.raises(DlaError, match="dst is smaller than src") as e:
             runner.wait()
         assert e.value.code == NvError.InvalidSize
+        # That execution is over: the runner executes again (and says so when nothing is pending).
+        with pytest.raises(DlaError, match="nothing to wait for"):
+            runner.wait()
+        runner.bind_input("ifm", rt.allocateSystemMemory(BYTES))
+        runner.execute()
+        runner.wait()
 
 
 def test_sub_buffers_are_bounds_checked(recipe_dir: Path) -> None:

@@ -106,6 +106,9 @@ def test_nhwc_input_and_padded_output_at_an_offset(net) -> None:
     (dict(strides=(360, 120, 20)), NvError.BadParameter, "3 strides for 4 dims"),
     (dict(strides=nhwc(X_DIMS), size=100), NvError.InvalidSize, "size 100 is less than the 360 bytes"),
     (dict(offset=-4), NvError.BadParameter, "offset -4"),
+    (dict(strides=None), NvError.BadParameter, "strides None: a tuple"),
+    (dict(size=None), NvError.BadParameter, "size None: a number of bytes"),
+    (dict(size=400.0), NvError.BadParameter, "size 400.0"),
 ])
 def test_what_may_not_change(net, change: dict, code: NvError, message: str) -> None:
     _, blob = net
