@@ -13,6 +13,7 @@ reusable and safe to use from several threads (runs on one session are serialise
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -65,8 +66,23 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") ->
     return _compile_cached(serialize(), config, precision)
 
 
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of what decides a compiled loadable: the compiler's sources, the device limits and the
+    binary-contract specs. Part of the cache key, so that a changed compiler (a development install,
+    a patched one) never serves loadables the old one made."""
+    root = Path(__file__).parent
+    files = sorted([*(root / "compiler").rglob("*.py"), root / "hw" / "config.py",
+                    *(root / "deviceapi" / "specs").rglob("*.yaml")])
+    digest = hashlib.sha256(__version__.encode())
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _compile_cached(onnx_bytes: bytes, config: str, precision: str) -> bytes:
-    key = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{__version__}".encode()).hexdigest()
+    fingerprint = compiler_fingerprint()
+    key = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{fingerprint}".encode()).hexdigest()
     path = cache_dir() / f"{key}.dla"
     if path.is_file():
         return path.read_bytes()

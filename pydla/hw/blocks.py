@@ -243,8 +243,9 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
             return result, bool(addends)
         if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w):
             out = np.empty((k, *out_hw), dtype=np.float32)
-        compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out)
-        return out, False
+        compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out,
+                       addends=addends or ())
+        return out, bool(addends)
     if r.d_mode == R.conv_mode_e.DECONV:
         # ConvTranspose weights are (C_in, K/groups, kh, kw).
         _bad(c_in % groups or k % groups or cg * groups != k,

@@ -220,8 +220,12 @@ def activation(x: FloatArray, kind: str, *, alpha: float = 0.0, clip_min: float 
     elif kind == "clamp":
         if clip_min > clip_max:
             raise bad(f"activation: clip_min {clip_min} > clip_max {clip_max}")
-        lo = np.maximum(x, np.float32(clip_min), dtype=np.float32)
-        np.minimum(lo, np.float32(clip_max), out=dst, dtype=np.float32)
+        if dst.dtype == F32:  # both steps in dst: no temporary (x is not read after the first)
+            np.maximum(x, np.float32(clip_min), out=dst, dtype=np.float32)
+            np.minimum(dst, np.float32(clip_max), out=dst)
+        else:
+            lo = np.maximum(x, np.float32(clip_min), dtype=np.float32)
+            np.minimum(lo, np.float32(clip_max), out=dst, dtype=np.float32)
     elif kind == "sigmoid":
         # exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0.
         e = np.exp(-np.abs(x, dtype=np.float32))

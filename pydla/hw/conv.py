@@ -30,6 +30,7 @@ from pydla.hw.arrays import (
     padded,
     pair,
     result_dtype,
+    scratch,
     stack,
 )
 from pydla.hw.blas import SGEMM
@@ -68,8 +69,12 @@ def conv_output_size(in_size: int, kernel: int, stride: int, pad_before: int, pa
 
 def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
            pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
-           groups: int = 1, out: FloatArray | None = None) -> FloatArray:
-    """ONNX Conv without bias: x (C, H, W), w (K, C // groups, kh, kw) -> (K, Ho, Wo).
+           groups: int = 1, out: FloatArray | None = None,
+           addends: Sequence[FloatArray] = ()) -> FloatArray:
+    """ONNX Conv without bias: x (C, H, W), w (K, C // groups, kh, kw) -> (K, Ho, Wo), plus the
+    ``addends`` (at most two arrays broadcastable to (K, Ho, Wo): a bias, a residual; they must not
+    overlap ``out``), added where the result is written anyway (no pass of their own when the path
+    copies its result into place).
 
     ``pads`` is (top, left, bottom, right). Paths:
 
@@ -98,16 +103,38 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     ho = conv_output_size(h, kh, sh, pt, pb, dh)
     wo = conv_output_size(wd, kw, sw, pl, pr, dw)
     check_out(out, (k, ho, wo))
+    adds = _check_addends(addends, (k, ho, wo), "conv2d")
     dtype = result_dtype(x, out)
     if shift_gemm_applies(w, groups):
-        return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo)), out, dtype)
+        return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends), out, dtype)
     w32 = w.astype(np.float32, copy=False)
     res = f32_target(out, (k, ho, wo), x)
     if cg == 1 and groups == c:
-        _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res)
+        _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res, adds)
     else:
-        _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res)
+        _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
     return finish(res, out, dtype)
+
+
+def _check_addends(addends: Sequence[FloatArray], shape: tuple[int, int, int],
+                   what: str) -> list[FloatArray]:
+    """The addends, each broadcast to ``shape`` (a view), after checking them."""
+    try:
+        if len(addends) > 2:
+            raise ValueError
+        return [np.broadcast_to(a, shape) for a in addends]
+    except ValueError:
+        raise bad(f"{what}: addends {[np.shape(a) for a in addends]} for a {shape} result") from None
+
+
+def _store(dst: F32Array, src: FloatArray, adds: Sequence[FloatArray]) -> None:
+    """dst = src + the addends (each already sliced to dst's shape)."""
+    if not adds:
+        np.copyto(dst, src, casting="same_kind")
+        return
+    np.add(src, adds[0], out=dst, dtype=np.float32)
+    for a in adds[1:]:
+        np.add(dst, a, out=dst, dtype=np.float32)
 
 
 def shift_gemm_applies(w: FloatArray, groups: int) -> bool:
@@ -144,9 +171,7 @@ def conv2d_shift_gemm(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] =
     pt, pl, pb, pr = check_pads(pads)
     ho = conv_output_size(h, kh, sh, pt, pb, dh)
     wo = conv_output_size(wd, kw, sw, pl, pr, dw)
-    k = w.shape[0]
-    if len(addends) > 2 or any(np.broadcast_shapes(np.shape(a), (k, ho, wo)) != (k, ho, wo) for a in addends):
-        raise bad(f"conv2d_shift_gemm: addends {[np.shape(a) for a in addends]} for a {(k, ho, wo)} result")
+    _check_addends(addends, (w.shape[0], ho, wo), "conv2d_shift_gemm")
     return _shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends)
 
 
@@ -184,8 +209,10 @@ def _shift_gemm(x: FloatArray, w: FloatArray, stride: tuple[int, int], pads: tup
 
 
 def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int],
-               pads: tuple[int, int, int, int], dilation: tuple[int, int], res: F32Array) -> None:
-    """Convolution as matmul into ``res``, the float32 (K, Ho, Wo) result (any strides)."""
+               pads: tuple[int, int, int, int], dilation: tuple[int, int], res: F32Array,
+               adds: Sequence[FloatArray] = ()) -> None:
+    """Convolution as matmul into ``res``, the float32 (K, Ho, Wo) result (any strides), plus
+    ``adds`` (broadcast to its shape)."""
     c, h, wd = x.shape
     k, cg, kh, kw = w32.shape
     ho, wo = res.shape[1:]
@@ -195,7 +222,7 @@ def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int
     depth = cg * kh * kw
     wg = w32.reshape(groups, k // groups, depth)
     if kh * kw > 1 and wo >= _WIDE_MIN_WIDTH and (kw - 1) * dw // sw <= wo * _WIDE_MAX_EXTRA:
-        _wide_im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), res)
+        _wide_im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), res, adds)
         return
 
     # BLAS writes the (K, Ho*Wo) product straight into res when res has packed lines; else into a
@@ -215,7 +242,10 @@ def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int
     else:
         _im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), target, (ho, wo))
     if tmp is not None:
-        np.copyto(res, tmp)
+        _store(res, tmp, adds)
+    else:
+        for a in adds:  # BLAS wrote res itself: one pass per addend
+            np.add(res, a, out=res)
 
 
 def _chunk_lines(depth: int, line: int, lines: int) -> int:
@@ -237,12 +267,13 @@ def _im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tup
     hn = (ho - 1) * sh + (kh - 1) * dh + 1
     wn = (wo - 1) * sw + (kw - 1) * dw + 1
     # Pad only when a window reaches outside x; the padded copy holds just the extent windows reach.
-    src: FloatArray = padded(x, pt, pl, hn, wn, 0.0) if pt or pl or hn > x.shape[1] or wn > x.shape[2] else x
+    src: FloatArray = (padded(x, pt, pl, hn, wn, 0.0, "im2col-pad")
+                       if pt or pl or hn > x.shape[1] or wn > x.shape[2] else x)
     s0, s1, s2 = src.strides
     windows = as_strided(src, (c, kh, kw, ho, wo), (s0, dh * s1, dw * s2, sh * s1, sw * s2),
                          writeable=False)
     rows = _chunk_lines(depth * groups, wo, ho)
-    buf = np.empty(c * kh * kw * rows * wo, dtype=np.float32)
+    buf = scratch("cols", (c * kh * kw * rows * wo,))
     for r0 in range(0, ho, rows):
         r = min(rows, ho - r0)
         cols = buf[:c * kh * kw * r * wo].reshape(c, kh, kw, r, wo)
@@ -256,13 +287,14 @@ def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int],
 
     Plane a*sw + b holds padded pixel (y*sh + a, x*sw + b) at (y, x), so a strided window becomes a
     stride-1 window of one plane. With stride 1 this is just the padded input. Only the planes some
-    kernel tap reads are filled.
+    kernel tap reads are filled. The result is this thread's workspace slot "planes" (see
+    :func:`pydla.hw.arrays.scratch`): valid until the next call.
     """
     sh, sw = stride
     if sh == sw == 1:
-        return padded(x, top, left, hq, wq, 0.0).reshape(1, x.shape[0], hq * wq)
+        return padded(x, top, left, hq, wq, 0.0, "planes").reshape(1, x.shape[0], hq * wq)
     c, h, wd = x.shape
-    planes = np.empty((sh, sw, c, hq, wq), dtype=np.float32)
+    planes = scratch("planes", (sh, sw, c, hq, wq))
     row_phases = sorted({i * dilation[0] % sh for i in range(kernel[0])})
     col_phases = sorted({j * dilation[1] % sw for j in range(kernel[1])})
     for a in row_phases:
@@ -283,7 +315,8 @@ def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int],
 
 
 def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tuple[int, int],
-                      dilation: tuple[int, int], kernel: tuple[int, int], res: F32Array) -> None:
+                      dilation: tuple[int, int], kernel: tuple[int, int], res: F32Array,
+                      adds: Sequence[FloatArray] = ()) -> None:
     """im2col over whole lines of the padded input's stride phases.
 
     In a phase plane flattened per channel, the window of kernel tap (i, j) for output lines
@@ -301,8 +334,8 @@ def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads
     # One spare line: the run for the last tap of the last line reaches past line hq - 1.
     planes = _phase_planes(x, pads[0], pads[1], stride, kernel, dilation, hq + 1, wq)
     rows = _chunk_lines(depth * groups + k, wq, ho)
-    cols_buf = np.empty(c * kh * kw * rows * wq, dtype=np.float32)
-    prod_buf = np.empty(k * rows * wq, dtype=np.float32)
+    cols_buf = scratch("cols", (c * kh * kw * rows * wq,))
+    prod_buf = scratch("prod", (k * rows * wq,))
     for r0 in range(0, ho, rows):
         r = min(rows, ho - r0)
         n = r * wq
@@ -315,11 +348,11 @@ def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads
                 np.copyto(cols[:, i, j], planes[a * sw + b, :, start:start + n])
         prod = prod_buf[:k * n].reshape(groups, kg, n)
         np.matmul(wg, cols.reshape(groups, depth, n), out=prod)
-        np.copyto(res[:, r0:r0 + r], prod.reshape(k, r, wq)[:, :, :wo])
+        _store(res[:, r0:r0 + r], prod.reshape(k, r, wq)[:, :, :wo], [a[:, r0:r0 + r] for a in adds])
 
 
 def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tuple[int, int],
-               dilation: tuple[int, int], res: F32Array) -> None:
+               dilation: tuple[int, int], res: F32Array, adds: Sequence[FloatArray] = ()) -> None:
     """One input channel per group: res[k] = sum over taps (i, j) of w[k, 0, i, j] * shifted x[k // m].
 
     kh*kw multiply-adds of whole lines (as in _wide_im2col_conv: each tap's window is one contiguous
@@ -337,8 +370,8 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
     n = ho * wq
     taps = w32.reshape(c, m, kh * kw)
     block = max(1, min(c, _DEPTHWISE_BLOCK_BYTES // (m * n * ITEM)))
-    acc_buf = np.empty((block, m, n), dtype=np.float32)
-    tmp_buf = np.empty((block, m, n), dtype=np.float32)
+    acc_buf = scratch("dw-acc", (block, m, n))
+    tmp_buf = scratch("dw-tmp", (block, m, n))
     for c0 in range(0, c, block):
         cb = min(block, c - c0)
         planes = _phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
@@ -355,7 +388,8 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
                 else:
                     np.multiply(window, tap, out=tmp)
                     acc += tmp
-        np.copyto(res[c0 * m:(c0 + cb) * m], acc.reshape(cb * m, ho, wq)[:, :, :wo])
+        lo, hi = c0 * m, (c0 + cb) * m
+        _store(res[lo:hi], acc.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in adds])
 
 
 def deconv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),

@@ -87,7 +87,7 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
     from pydla.deviceapi.generated import dla_regs as R
     from pydla.deviceapi.generated import dla_task as T
     from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.hw.config import SHIFT_MIN_CHANNELS
+    from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
     from pydla.kmd.graph import OP_DESC_SIZE
 
     c = SHIFT_MIN_CHANNELS
@@ -101,11 +101,11 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
     def w(*shape: int) -> np.ndarray:  # He-scaled, so values stay near 1 through the layers
         return r(*shape) / np.float32(np.sqrt(np.prod(shape[1:])))
 
-    m = model(nodes, {"x": (batch, c, 9, 10)}, ["y"],
+    m = model(nodes, {"x": (batch, c, 9, SHIFT_MIN_WIDTH)}, ["y"],
               {"W1": w(c, c, 3, 3), "B1": r(c), "g": r(c, positive=True), "b": r(c), "m": r(c),
                "v": r(c, positive=True), "W2": w(24, c, 3, 3), "B2": r(24), "W3": w(24, c, 1, 1),
                "W4": w(8, 12, 3, 3)})
-    result = check(m, {"x": r(batch, c, 9, 10)})
+    result = check(m, {"x": r(batch, c, 9, SHIFT_MIN_WIDTH)})
     formats = []
     for code in Loadable.open(result.blob)._ctrl.values():
         ops = bytes(code.sections[".dla.ops"])
@@ -114,7 +114,9 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
                 desc = T.dla_conv_op_desc_t.from_buffer_copy(ops, i * OP_DESC_SIZE)
                 formats.append((desc.kernel_height * desc.kernel_width, desc.groups, desc.kernel_channels,
                                 R.conv_weight_format_e(desc.weight_format).name))
-    assert set(formats) == {(9, 1, c, "RSKC"), (1, 1, c, "KCRS"), (9, 2, 12, "KCRS")}
+    # Tap-major only for the stride-1 3x3 of wide enough lines; the strided one, the 1x1 and the
+    # grouped one keep KCRS.
+    assert set(formats) == {(9, 1, c, "RSKC"), (9, 1, c, "KCRS"), (1, 1, c, "KCRS"), (9, 2, 12, "KCRS")}
 
 
 @pytest.mark.parametrize("act", ["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "PRelu"])

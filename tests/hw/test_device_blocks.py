@@ -356,11 +356,24 @@ SDP_AFTER_SHIFT_GEMM = {
 }
 
 
+CONV_PATHS = {
+    # name: (C, H, W, K, groups, weight format): each way the device computes a convolution
+    "tap_major": (16, 8, 9, 5, 1, R.conv_weight_format_e.RSKC),
+    "im2col": (16, 8, 9, 5, 1, R.conv_weight_format_e.KCRS),
+    "wide_im2col": (3, 6, 40, 4, 1, R.conv_weight_format_e.KCRS),
+    "depthwise": (6, 7, 9, 6, 6, R.conv_weight_format_e.KCRS),
+    "depthwise_x2": (3, 7, 9, 6, 3, R.conv_weight_format_e.KCRS),
+}
+
+
+@pytest.mark.parametrize("path", list(CONV_PATHS))
 @pytest.mark.parametrize("case", list(SDP_AFTER_SHIFT_GEMM), ids=list(SDP_AFTER_SHIFT_GEMM))
-def test_sdp_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena, case: str) -> None:
+def test_sdp_after_each_convolution_path(dev: VirtualDevice, arena: Arena, case: str, path: str) -> None:
+    """SDP's bias and element-wise ADD are added where the convolution writes its result; what SDP
+    does beyond them runs after it as usual. The numbers are the same on every path."""
     spec = dict(SDP_AFTER_SHIFT_GEMM[case])
-    c, h, w, k = 16, 8, 9, 5
-    x, wt = rand(c, h, w, seed=8), rand(k, c, 3, 3, seed=9)
+    c, h, w, k, groups, wt_format = CONV_PATHS[path]
+    x, wt = rand(c, h, w, seed=8), rand(k, c // groups, 3, 3, seed=9)
     dims = (k, h, w)
     bias = rand(k, seed=10) if spec.pop("bias", False) else None
     scale = shift = None
@@ -373,10 +386,11 @@ def test_sdp_after_a_tap_major_convolution(dev: VirtualDevice, arena: Arena, cas
         spec.update(act_min=-0.5, act_max=0.5)
     dst = arena.cube(dims)
     program_conv(dev, arena, arena.put(x), wt, kernels=k, out_hw=(h, w), pads=(1, 1, 1, 1),
-                 wt_format=R.conv_weight_format_e.RSKC)
+                 groups=groups, wt_format=wt_format)
     program_sdp(dev, arena, dst, shape=dims, bias=bias, scale=scale, shift=shift, ew=ew, **spec)
     assert_done(dev, done_bit("CONV", 0), done_bit("SDP", 0))
-    expect = sdp_ref(conv_ref(x, wt, pads=(1, 1, 1, 1)), bias=bias, scale=scale, shift=shift, ew=ew, **spec)
+    expect = sdp_ref(conv_ref(x, wt, pads=(1, 1, 1, 1), groups=groups), bias=bias, scale=scale, shift=shift,
+                     ew=ew, **spec)
     np.testing.assert_allclose(arena.get(dst), expect, rtol=RTOL32, atol=ATOL32)
 
 
