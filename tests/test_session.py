@@ -45,10 +45,19 @@ def test_session_on_an_onnx_file_is_compiled_once_and_cached(demo, tmp_path: Pat
 
     import pydla.compiler.api as api
 
+    compile_for_real = api.compile_model
     monkeypatch.setattr(api, "compile_model", lambda *a, **k: pytest.fail("compiled again"))
     with pydla.Session(path) as sess:  # from the cache
         np.testing.assert_allclose(sess.run({"input": x(1)})["probabilities"],
                                    reference(demo, {"input": x(1)})[0], atol=1e-5)
+    monkeypatch.setattr(api, "compile_model", compile_for_real)
+    # A changed compiler (its sources' fingerprint) never gets a loadable the old one made.
+    import pydla.session as session_module
+
+    monkeypatch.setattr(session_module, "compiler_fingerprint", lambda: "another compiler")
+    with pydla.Session(path):
+        pass
+    assert len(list(cache.glob("*.dla"))) == 2
 
 
 @pytest.mark.parametrize("kind", ["modelproto", "loadable-bytes", "loadable-path", "onnx-bytes"])
