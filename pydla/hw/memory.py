@@ -88,6 +88,9 @@ class Mapping:
     offset: int
 
 
+MAX_CACHED_VIEWS = 4096  # per context
+
+
 class AddressSpace:
     """One context's mappings, sorted by IOVA."""
 
@@ -97,6 +100,10 @@ class AddressSpace:
         self.mappings: list[Mapping] = []
         self._next = base
         self._limit = limit
+        # Views the device made, by (address, shape, strides, dtype): a task runs again and again
+        # over the same cubes. Dropped whenever a mapping goes.
+        self.views: dict[tuple[Any, ...], tuple[npt.NDArray[Any], BufferObject]] = {}
+        self.generation = 0  # counts unmaps: a view made across one is not kept
 
     def find(self, address: int) -> Mapping | None:
         i = bisect.bisect_right(self.starts, address) - 1
@@ -176,6 +183,8 @@ class Iommu:
                 raise DlaError(NvError.BadParameter, f"context {ctx}: nothing is mapped at {iova:#x}")
             del space.starts[i]
             del space.mappings[i]
+            space.views.clear()
+            space.generation += 1
 
     def mappings(self, ctx: int) -> list[Mapping]:
         with self._lock:
@@ -202,7 +211,16 @@ class Iommu:
 
     def view(self, ctx: int, address: int, shape: tuple[int, ...], strides: tuple[int, ...],
              dtype: Any) -> npt.NDArray[Any]:
-        """A numpy view of device memory; shape and byte strides (non-negative) say what it spans."""
+        """A numpy view of device memory; shape and byte strides (non-negative) say what it spans.
+        The same request gets the same view object while the mapping lasts (callers never change a
+        view's shape or flags, only the memory it shows)."""
+        key = (address, shape, strides, dtype)
+        with self._lock:
+            space = self._spaces.get(ctx)
+            hit = space.views.get(key) if space is not None else None
+            generation = space.generation if space is not None else 0
+        if hit is not None and not hit[1].closed:
+            return hit[0]
         itemsize = np.dtype(dtype).itemsize
         if any(n <= 0 for n in shape):
             raise MmuFault(ctx, address, 0, f"empty view shape {shape}")
@@ -210,6 +228,11 @@ class Iommu:
         bo, offset = self.translate(ctx, address, extent)
         base = bo.array[offset:offset + extent]
         view: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=base, offset=0, strides=strides)
+        with self._lock:
+            if space is not None and self._spaces.get(ctx) is space and space.generation == generation:
+                if len(space.views) >= MAX_CACHED_VIEWS:
+                    space.views.clear()
+                space.views[key] = (view, bo)
         return view
 
 

@@ -388,3 +388,30 @@ def test_buffer_on_shared_memory_sees_another_mapping() -> None:
         memory.allocate(0, fd=fd2)
     with pytest.raises(OSError):
         os.fstat(fd2)
+
+
+def test_views_are_reused_only_while_their_mapping_lasts() -> None:
+    from pydla.hw.config import load_config
+    from pydla.hw.memory import DeviceMemory, MmuFault
+
+    memory = DeviceMemory(load_config("full"))
+    iommu = memory.iommu
+    ctx = iommu.create_context()
+    bo = memory.allocate(4096)
+    iova = iommu.map(ctx, bo)
+    f32 = np.dtype(np.float32)
+    v = iommu.view(ctx, iova, (4, 4), (16, 4), f32)
+    assert iommu.view(ctx, iova, (4, 4), (16, 4), f32) is v  # the same cubes, run after run
+    assert iommu.view(ctx, iova, (2, 4), (16, 4), f32) is not v
+    v[0, 0] = 3.5
+    assert bo.array[:4].view(np.float32)[0] == 3.5
+    iommu.unmap(ctx, iova)
+    with pytest.raises(MmuFault, match="not mapped"):
+        iommu.view(ctx, iova, (4, 4), (16, 4), f32)
+    other = memory.allocate(4096)
+    iova2 = iommu.map(ctx, other)
+    w = iommu.view(ctx, iova2, (4, 4), (16, 4), f32)
+    memory.free(other)  # freed under its mapping: the device faults, it never sees stale memory
+    with pytest.raises(MmuFault, match="freed"):
+        iommu.view(ctx, iova2, (4, 4), (16, 4), f32)
+    assert w is not v
