@@ -5,8 +5,10 @@ own directory, instead of carrying them as a loadable does:
 - a buffer's ``file`` gives its initial contents (weights, or an internal buffer's start value); a
   weight buffer without a ``size`` takes the file's size, and a file larger than ``size`` is refused.
 
-File paths are relative and may not contain ``..`` unless the caller allows it, so a recipe cannot
-reach outside its directory. Every file is read once, when the recipe is opened.
+File paths are relative and may not contain ``..`` unless the caller allows it, and what they name
+(symbolic links followed) must lie inside the recipe's directory, so a recipe cannot reach outside it.
+Only regular files are read (never a FIFO or a device, which could block or never end). Every file is
+read once, when the recipe is opened.
 
 Usage::
 
@@ -61,11 +63,19 @@ class RecipeFile:
                                                  "'..' are not allowed (paths are relative to the recipe)")
         full = Path(relative) if p.is_absolute() else self.path.parent / Path(*p.parts)
         try:
-            size = full.stat().st_size
+            real = full.resolve(strict=True)
+            if not self.allow_unsafe_paths and not real.is_relative_to(self.path.parent.resolve()):
+                raise DlaError(NvError.BadParameter,
+                               f"{self.source}: {what} '{relative}' leads to {real}, outside the recipe's "
+                               "directory (a symbolic link)")
+            if not real.is_file():
+                raise DlaError(NvError.BadParameter, f"{self.source}: {what} '{relative}' is not a regular "
+                                                     "file")
+            size = real.stat().st_size
             if size > MAX_FILE_BYTES:
                 raise DlaError(NvError.InvalidSize, f"{self.source}: {what} '{relative}' has {size} bytes "
                                                     f"(at most {MAX_FILE_BYTES})")
-            return full.read_bytes()
+            return real.read_bytes()
         except FileNotFoundError:
             raise DlaError(NvError.FileNotFound, f"{self.source}: {what} '{relative}' not found "
                                                  f"(looked for {full})") from None

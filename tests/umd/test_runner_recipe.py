@@ -6,6 +6,7 @@ from a file; and every way such a recipe can be wrong."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,30 @@ def test_recipes_that_are_wrong(recipe_dir: Path, change: Any, code: NvError, me
     with pydla.createRuntime() as rt, pytest.raises(DlaError, match=message) as e:
         Runner(rt, recipe_dir / "recipe.json")
     assert e.value.code == code
+
+
+def test_files_outside_the_recipe_directory_are_refused_even_through_links(recipe_dir: Path,
+                                                                             tmp_path_factory: Any) -> None:
+    """A symbolic link out of the directory, a FIFO (a read that would block), or a directory."""
+    outside = tmp_path_factory.mktemp("outside") / "wts.bin"
+    outside.write_bytes((recipe_dir / "wts.bin").read_bytes())
+    (recipe_dir / "out.bin").symlink_to(outside)
+    (recipe_dir / "inside.bin").symlink_to(recipe_dir / "wts.bin")  # inside: fine
+    os.mkfifo(recipe_dir / "fifo.bin")
+    (recipe_dir / "sub").mkdir()
+    for name, message in (("out.bin", r"leads to .*outside the recipe's directory"),
+                          ("fifo.bin", "not a regular file"), ("sub", "not a regular file"),
+                          ("inside.bin", None)):
+        doc = recipe()
+        doc["resources"]["buffers"][2]["file"] = name
+        write(recipe_dir, doc)
+        with pydla.createRuntime() as rt:
+            if message is None:
+                Runner(rt, recipe_dir / "recipe.json").close()
+                continue
+            with pytest.raises(DlaError, match=message) as e:
+                Runner(rt, recipe_dir / "recipe.json")
+            assert e.value.code == NvError.BadParameter
 
 
 def test_a_loadable_through_the_same_runner_api(tmp_path: Path) -> None:
