@@ -26,7 +26,8 @@ class ISync:
         self.semaphore = semaphore
         self._wait_value = wait_value
         if owned:
-            weakref.finalize(self, _destroy, port, semaphore)
+            # Not at exit: the process's end releases everything it had (its device files close).
+            weakref.finalize(self, _destroy, port, semaphore).atexit = False
 
     @property
     def fence(self) -> NvDlaFence:
