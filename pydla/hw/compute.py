@@ -208,7 +208,10 @@ def activation(x: FloatArray, kind: str, *, alpha: float = 0.0, clip_min: float 
     if kind == "none":
         np.copyto(dst, x, casting="same_kind")
     elif kind == "relu":
-        np.maximum(x, np.float32(0), out=dst, dtype=np.float32)
+        if dst.dtype == F32 and x.dtype == F32:  # clip is numpy's fastest pass for this (NaN stays NaN)
+            np.clip(x, np.float32(0), np.float32(np.inf), out=dst)
+        else:
+            np.maximum(x, np.float32(0), out=dst, dtype=np.float32)
     elif kind in ("leaky_relu", "prelu"):
         neg_slope: Any = np.float32(alpha)
         if kind == "prelu" and slope is not None:
@@ -220,7 +223,9 @@ def activation(x: FloatArray, kind: str, *, alpha: float = 0.0, clip_min: float 
     elif kind == "clamp":
         if clip_min > clip_max:
             raise bad(f"activation: clip_min {clip_min} > clip_max {clip_max}")
-        if dst.dtype == F32:  # both steps in dst: no temporary (x is not read after the first)
+        if dst.dtype == F32 and x.dtype == F32:  # one pass, no temporary; NaN stays NaN
+            np.clip(x, np.float32(clip_min), np.float32(clip_max), out=dst)
+        elif dst.dtype == F32:
             np.maximum(x, np.float32(clip_min), out=dst, dtype=np.float32)
             np.minimum(dst, np.float32(clip_max), out=dst)
         else:
