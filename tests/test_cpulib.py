@@ -123,6 +123,59 @@ def test_resize_nd_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
     np.testing.assert_allclose(out.view(np.float32).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(("mode", "ctm", "scales", "sizes", "attrs"), [
+    ("cubic", "half_pixel", [1, 1, 2, 1.5], None, {}),
+    ("cubic", "align_corners", [1, 1, 0.6, 1.8], None, dict(cubic_coeff_a=-0.5)),
+    ("cubic", "asymmetric", None, [1, 3, 7, 3], dict(exclude_outside=1)),
+    ("cubic", "pytorch_half_pixel", [1, 1, 0.5, 0.8], None, dict(exclude_outside=1, cubic_coeff_a=-0.5)),
+    ("cubic", "tf_crop_and_resize", None, [1, 3, 5, 6], dict(extrapolation_value=-7.0)),
+    ("cubic", "half_pixel_symmetric", [1, 1, 1.7, 0.7], None, {}),
+    ("linear", "half_pixel", [1, 1, 0.4, 0.6], None, dict(antialias=1)),
+    ("linear", "align_corners", None, [1, 3, 2, 9], dict(antialias=1)),  # down in H, up in W
+    ("cubic", "half_pixel", [1, 1, 0.3, 0.5], None, dict(antialias=1)),
+    ("cubic", "asymmetric", None, [1, 3, 2, 2], dict(antialias=1, exclude_outside=1, cubic_coeff_a=-0.5)),
+])
+def test_resize_filtered_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
+    """Cubic and antialiased Resize against onnx's reference, every coordinate transformation mode."""
+    x = np.random.default_rng(3).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.1], np.float32)
+    inputs = {"x": x, "roi": roi if ctm == "tf_crop_and_resize" else np.zeros(0, np.float32),
+              "scales": np.array(scales or [], np.float32)}
+    if sizes is not None:
+        inputs["sizes"] = np.array(sizes, np.int64)
+    want = _reference("Resize", inputs, mode=mode, coordinate_transformation_mode=ctm, **attrs)
+    out = np.zeros(want.nbytes, np.uint8)
+    _lookup("resize_filtered").callable([
+        _bytes(x), out, "1,3,4,5", ",".join(map(str, want.shape)), mode, ctm, "round_prefer_floor",
+        _bytes(roi) if ctm == "tf_crop_and_resize" else "", _bytes(inputs["scales"]) if scales else "",
+        _bytes(inputs["sizes"]) if sizes is not None else "", "", "stretch",
+        attrs.get("extrapolation_value", 0.0), "float32", "float32",
+        attrs.get("cubic_coeff_a", -0.75), attrs.get("exclude_outside", 0), attrs.get("antialias", 0)])
+    np.testing.assert_allclose(out.view(np.float32).reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_weights_rows_sum_to_one_and_bad_options_are_refused() -> None:
+    from pydla.umd.resize_filters import resize_weights
+
+    origin = (np.arange(7) + 0.5) / 0.35 - 0.5
+    for mode in ("linear", "cubic"):
+        for antialias in (False, True):
+            w = resize_weights(mode, origin, 20, 0.35, antialias=antialias, exclude_outside=True)
+            np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-12)
+            assert w.shape == (7, 20)
+    # Antialiasing a 0.35 downscale widens the cubic filter to 2 * 2 / 0.35 taps, not 4.
+    assert (resize_weights("cubic", origin, 20, 0.35, antialias=True)[3] != 0).sum() > 4
+    with pytest.raises(DlaError, match="mode 'nearest'"):
+        resize_weights("nearest", origin, 20, 0.35)
+    with pytest.raises(DlaError, match="scale 0"):
+        resize_weights("cubic", origin, 20, 0.0)
+    buf = np.zeros(4096, np.uint8)
+    with pytest.raises(DlaError, match="resize_filtered options"):
+        _lookup("resize_filtered").callable([buf, buf, "1,1,2,2", "1,1,4,4", "cubic", "half_pixel",
+                                             "floor", "", "", "", "", "stretch", 0.0, "float32", "float32",
+                                             "a", 0, 0])
+
+
 @pytest.mark.parametrize(("op", "attrs"), [
     ("MaxPool", dict(kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 0, 2, 1], ceil_mode=1, strides=[2, 2])),
     ("AveragePool", dict(kernel_shape=[2, 3], dilations=[1, 2], pads=[1, 1, 1, 1], strides=[2, 1])),

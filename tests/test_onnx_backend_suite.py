@@ -69,11 +69,6 @@ EXCLUDED: dict[str, str] = {
     r"^test_maxpool_2d_uint8_cpu$": _INTEGER_MATH,
     r"^test_batchnorm_(example|epsilon)_training_mode_cpu$":
         "training_mode=1 computes batch statistics and updates running averages: training, not inference",
-    r"^test_resize_\w*cubic\w*_cpu$":
-        "cubic Resize: neither the device (nearest by whole factors) nor pydla's CPU Resize (nearest, "
-        "linear) interpolates cubically",
-    r"^test_resize_\w*_antialias_cpu$":
-        "antialiased Resize (a filter widened by the downscale factor) is not implemented",
     r"^test_(split_zero_size_splits_opset1[38]|reshape_allowzero_reordered|slice_start_out_of_bounds)_cpu$":
         _EMPTY,
 }

@@ -169,14 +169,20 @@ def resize_run(lw: Lowering, step: Step) -> None:
     scales = param(lw, n, 2, "scales", "float")
     if isinstance(scales, tuple) and scales[0] == "" and len(n.inputs) <= 3:
         raise DlaError(NvError.BadValue, f"{n.where()}: Resize needs scales or sizes")
-    cpu_run(lw, "resize_nd", [
+    args: list[Arg] = [
         tensor(lw, src), tensor(lw, step.output), _shape(lw, src), _shape(lw, step.output),
         (mode, "string"), (ctm, "string"),
         (lw.text_attr(n, "nearest_mode", "round_prefer_floor"), "string"),
         param(lw, n, 1, "roi", "float"), scales, param(lw, n, 3, "sizes", "int"), (axes_text, "string"),
         (lw.text_attr(n, "keep_aspect_ratio_policy", "stretch"), "string"),
         (float(attr(n, "extrapolation_value", 0.0)), "float"),
-        dtype_of(lw, src), dtype_of(lw, step.output)])
+        dtype_of(lw, src), dtype_of(lw, step.output)]
+    antialias = int(attr(n, "antialias", 0))  # ignored by nearest, as ONNX says
+    if mode == "cubic" or (antialias and mode == "linear"):
+        cpu_run(lw, "resize_filtered", [*args, (float(attr(n, "cubic_coeff_a", -0.75)), "float"),
+                                        (int(attr(n, "exclude_outside", 0)), "int"), (antialias, "int")])
+    else:
+        cpu_run(lw, "resize_nd", args)
 
 
 def pool_run(lw: Lowering, step: Step, kernel: list[int], strides: list[int], pads: list[int],

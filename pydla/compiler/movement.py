@@ -208,16 +208,15 @@ def pad(lw: Lowering, step: Step) -> None:
 
 def resize(lw: Lowering, step: Step) -> None:
     """Nearest by whole factors of H and W on the device when the factors are known at compile
-    time; everything else is a CPU run."""
+    time; everything else (linear, cubic, antialiasing filters) is a CPU run."""
     n = step.head
     src = n.inputs[0]
     mode = lw.text_attr(n, "mode", "nearest")
     ctm = lw.text_attr(n, "coordinate_transformation_mode", "half_pixel")
     rounding = lw.text_attr(n, "nearest_mode", "round_prefer_floor")
-    if mode not in ("nearest", "linear") or attr(n, "antialias", 0):
-        what = f"{mode} with antialias" if attr(n, "antialias", 0) else mode
+    if mode not in ("nearest", "linear", "cubic"):
         raise DlaError(NvError.NotSupported,
-                       f"{n.where()}: Resize mode {what} is not supported (nearest and linear are)")
+                       f"{n.where()}: Resize mode '{mode}' is not one of nearest, linear, cubic")
     shape, out_shape = lw.g.shapes[src], lw.g.shapes[step.output]
     scales = cpuops.static_resize_scales(lw, n, shape, out_shape)
     # On the device: output (y, x) reads input (y // fy, x // fx): half_pixel (or pytorch_half_pixel)

@@ -22,6 +22,9 @@ Functions:
 - ``resize_nd(src, dst, in_shape, out_shape, mode, coordinate_transformation_mode, nearest_mode,
   roi, scales, sizes, axes, keep_aspect_ratio_policy, extrapolation_value, src_dtype, dst_dtype)``:
   ONNX Resize (nearest or linear, every coordinate transformation mode) of any axes.
+- ``resize_filtered(<the arguments of resize_nd>, cubic_coeff_a, exclude_outside, antialias)``:
+  ONNX Resize with cubic interpolation, or linear / cubic with the antialiasing filter
+  (:mod:`pydla.umd.resize_filters`).
 - ``pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
   src_dtype, dst_dtype)``: ONNX MaxPool / AveragePool ("max" / "avg") of any number of spatial axes,
   with dilations; ``pads`` are the begins then the ends.
@@ -46,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.umd.resize_filters import resize_weights
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
 ANY_DTYPES = {**DTYPES, "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8}
@@ -282,6 +286,19 @@ def _resize_nd(args: list[Any]) -> None:
     """resize_nd(src, dst, in_shape, out_shape, mode, ctm, nearest_mode, roi, scales, sizes, axes,
     keep_aspect_ratio_policy, extrapolation_value, src_dtype, dst_dtype): ONNX Resize, nearest or
     linear, separably along every resized axis."""
+    _resize_any(args, -0.75, False, False)
+
+
+def _resize_filtered(args: list[Any]) -> None:
+    """resize_filtered(the 15 arguments of resize_nd, cubic_coeff_a, exclude_outside, antialias)."""
+    try:
+        cubic_a, exclude, antialias = float(args[15]), bool(int(args[16])), bool(int(args[17]))
+    except (TypeError, ValueError):
+        raise DlaError(NvError.BadParameter, f"cpulib: resize_filtered options {args[15:]}") from None
+    _resize_any(args[:15], cubic_a, exclude, antialias)
+
+
+def _resize_any(args: list[Any], cubic_a: float, exclude_outside: bool, antialias: bool) -> None:
     (src, dst, in_text, out_text, mode, ctm, nearest_mode, roi_arg, scales_arg, sizes_arg, axes_text,
      policy, extrapolation, src_dtype, dst_dtype) = args
     in_shape, out_shape = _shape(in_text), _shape(out_text)
@@ -289,7 +306,7 @@ def _resize_nd(args: list[Any]) -> None:
     axes = [a + rank if a < 0 else a for a in _ints(axes_text, "axes")] or list(range(rank))
     if len(out_shape) != rank or any(not 0 <= a < rank for a in axes):
         raise DlaError(NvError.BadParameter, f"cpulib: resize {in_shape} to {out_shape} over axes {axes}")
-    if mode not in ("nearest", "linear"):
+    if mode not in ("nearest", "linear", "cubic"):
         raise DlaError(NvError.NotSupported, f"cpulib: resize mode '{mode}'")
     rounding = ROUNDING.get(nearest_mode)
     if rounding is None:
@@ -328,6 +345,10 @@ def _resize_nd(args: list[Any]) -> None:
         view[a] = n_out
         if mode == "nearest":
             x = np.take(x, np.clip(rounding(origin), 0, n_in - 1).astype(np.int64), axis=a)
+        elif mode == "cubic" or antialias:
+            weights = resize_weights(mode, origin, n_in, scale[a], cubic_coeff_a=cubic_a,
+                                     exclude_outside=exclude_outside, antialias=antialias)
+            x = np.moveaxis(np.tensordot(weights, x, axes=([1], [a])), 0, a)
         else:
             pos = np.clip(origin, 0, n_in - 1)
             low = np.floor(pos).astype(np.int64)
@@ -450,6 +471,7 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "resize": (9, _resize),
     "pad_nd": (9, _pad_nd),
     "resize_nd": (15, _resize_nd),
+    "resize_filtered": (18, _resize_filtered),
     "pool": (12, _pool),
     "batchnorm_params": (9, _batchnorm_params),
     "maxpool_indices": (12, _maxpool_indices),
