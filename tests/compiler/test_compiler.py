@@ -407,10 +407,13 @@ def test_cpu_fallbacks(case: str) -> None:
     assert result.operations["CPU"] == 1 and result.operations["SDP"] == 2
 
 
-def test_resize_cubic_is_refused_with_a_reason() -> None:
-    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="cubic")], {"x": (1, 2, 3, 3)}, ["y"],
-              {"sc": np.array([1, 1, 2, 2], np.float32)})
-    with pytest.raises(DlaError, match="Resize mode cubic"):
+def test_resize_cubic_is_a_cpu_run_and_an_unknown_mode_is_refused() -> None:
+    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="cubic", exclude_outside=1)],
+              {"x": (1, 2, 3, 3)}, ["y"], {"sc": np.array([1, 1, 2, 2], np.float32)})
+    check(m, {"x": r(1, 2, 3, 3)})
+    m = model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="bicubic")], {"x": (1, 2, 3, 3)},
+              ["y"], {"sc": np.array([1, 1, 2, 2], np.float32)})
+    with pytest.raises(DlaError, match="Resize mode 'bicubic' is not one of nearest, linear, cubic"):
         compile_model(m)
 
 
