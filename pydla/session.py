@@ -25,9 +25,8 @@ import numpy as np
 
 from pydla._version import __version__
 from pydla.errors import DlaError, NvError
+from pydla.loadable.container import NUMPY_TYPES
 from pydla.umd.runtime import createRuntime
-
-_NUMPY = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 10: np.float16}
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ class Session:
         return [rt.getOutputTensorDesc(i) for i in range(rt.getNumOutputTensors())]
 
     def _describe(self, direction: str) -> list[TensorInfo]:
-        return [TensorInfo(d.name, d.dims, np.dtype(_NUMPY[int(d.data_type)]))
+        return [TensorInfo(d.name, d.dims, NUMPY_TYPES[d.data_type])
                 for d in self._descs(direction)]
 
     def _restore_scalars(self, model: Any) -> None:

@@ -206,3 +206,88 @@ def test_batchnorm_params_repeat_scale_and_shift() -> None:
     factor = scale / np.sqrt(var + 1e-3)
     np.testing.assert_allclose(y[0], [factor, factor], rtol=1e-6)
     np.testing.assert_allclose(y[1], [bias - mean * factor] * 2, rtol=1e-5, atol=1e-6)
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8).ravel()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                                   np.uint64])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
+def test_eltwise_int_broadcasts_and_wraps_around_like_numpy(dtype, op) -> None:
+    found = _lookup("eltwise_int")
+    assert found.num_args == 8
+    info = np.iinfo(dtype)
+    a = np.array([[info.max, info.min, 3], [0, 1, info.max - 1]], dtype)
+    b = np.array([2, 3, info.max], dtype)
+    out = np.zeros(6 * a.itemsize, np.uint8)
+    found.callable([_bytes(a), _bytes(b), out, "2,3", "3", "2,3", op, np.dtype(dtype).name])
+    with np.errstate(over="ignore"):
+        want = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+                "min": np.minimum}[op](a, b)
+    np.testing.assert_array_equal(out.view(dtype).reshape(2, 3), want)
+    if op == "add":  # the wraparound is really there
+        assert out.view(dtype)[0] == info.min + 1
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({3: "2,4"}, r"eltwise_int of \(2, 4\) and \(3,\) into \(2, 3\)"),
+    ({5: "3,2"}, r"into \(3, 2\)"),
+    ({6: "div"}, "eltwise_int 'div' of int32"),
+    ({7: "float32"}, "eltwise_int 'add' of float32"),
+    ({0: np.zeros(8, np.uint8)}, "a holds 8 bytes"),
+    ({2: np.zeros(28, np.uint8)}, "destination holds 28 bytes"),
+])
+def test_eltwise_int_refuses_bad_arguments(change, fragment) -> None:
+    args = [np.zeros(24, np.uint8), np.zeros(12, np.uint8), np.zeros(24, np.uint8), "2,3", "3", "2,3", "add",
+            "int32"]
+    for index, value in change.items():
+        args[index] = value
+    with pytest.raises(DlaError, match=fragment) as e:
+        _lookup("eltwise_int").callable(args)
+    assert e.value.code in (NvError.BadParameter, NvError.InvalidSize)
+
+
+def test_clip_int_bounds_absent_constant_or_from_a_buffer() -> None:
+    clip = _lookup("clip_int")
+    assert clip.num_args == 6
+    x = np.array([-100, -5, 0, 5, 100], np.int16)
+    out = np.zeros(10, np.uint8)
+    clip.callable([_bytes(x), out, "", 7, "5", "int16"])
+    assert out.view(np.int16).tolist() == [-100, -5, 0, 5, 7]
+    clip.callable([_bytes(x), out, _bytes(np.array([-6], np.int16)), "", "5", "int16"])
+    assert out.view(np.int16).tolist() == [-6, -5, 0, 5, 100]
+    clip.callable([_bytes(x), out, 3, 1, "5", "int16"])  # min above max: everything is max, as ONNX
+    assert out.view(np.int16).tolist() == [1] * 5
+
+
+@pytest.mark.parametrize(("low", "high", "dtype", "fragment"), [
+    (-1, "", "uint8", "min -1 outside uint8"),
+    ("", 300, "uint8", "max 300 outside uint8"),
+    ("x", "", "uint8", "min 'x'"),
+    ("", "", "float32", "clip_int of float32"),
+    (np.zeros(2, np.uint8), "", "uint8", "min holds 2 bytes"),
+])
+def test_clip_int_refuses_bad_bounds(low, high, dtype, fragment) -> None:
+    with pytest.raises(DlaError, match=fragment):
+        _lookup("clip_int").callable([np.zeros(4, np.uint8), np.zeros(4, np.uint8), low, high, "4", dtype])
+
+
+def test_integer_maxpool_is_exact_and_integer_averagepool_is_refused() -> None:
+    pool = _lookup("pool").callable
+    big = np.iinfo(np.int64).max
+    x = np.array([[[[big, big - 1], [-big, 3]]]], np.int64)  # beyond float64's 53-bit mantissa
+    out = np.zeros(8, np.uint8)
+    pool([_bytes(x), out, "1,1,2,2", "1,1,1,1", "max", "2,2", "1,1", "0,0,0,0", "1,1", 0, "int64", "int64"])
+    assert out.view(np.int64)[0] == big
+    out2 = np.zeros(8, np.uint8)
+    pool([_bytes(x - 1), out2, "1,1,2,2", "1,1,1,1", "max", "2,2", "1,1", "0,0,0,0", "1,1", 0, "int64",
+          "int64"])
+    assert out2.view(np.int64)[0] == big - 1
+    with pytest.raises(DlaError, match="avg pool of int64 into int64"):
+        pool([_bytes(x), out, "1,1,2,2", "1,1,1,1", "avg", "2,2", "1,1", "0,0,0,0", "1,1", 0, "int64",
+              "int64"])
+    with pytest.raises(DlaError, match="max pool of int64 into float32"):
+        pool([_bytes(x), out, "1,1,2,2", "1,1,1,1", "max", "2,2", "1,1", "0,0,0,0", "1,1", 0, "int64",
+              "float32"])

@@ -54,6 +54,47 @@ def tensor(lw: Lowering, name: str) -> Buf:
     return Buf(buf, offset, prod(lw.g.shapes[name]) * lw.elsize(name))
 
 
+def operand(lw: Lowering, name: str) -> Buf:
+    """A tensor's bytes for a CPU run: where it is stored, or, for a constant, in the weights."""
+    if name in lw.g.consts:
+        ref = lw.const_raw(lw.g.consts[name], lw.g.dtypes[name])
+        return Buf(ref.buffer, ref.offset, prod(lw.g.shapes[name]) * lw.g.dtypes[name].itemsize)
+    return tensor(lw, name)
+
+
+def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
+    """Add / Sub / Mul / Max / Min of integer tensors: the device computes floating point only."""
+    n = step.head
+    a, b = n.inputs[0], n.inputs[1]
+    dtype = lw.g.dtypes[step.output]
+    if lw.g.dtypes[a] != dtype or lw.g.dtypes[b] != dtype:
+        raise DlaError(NvError.BadValue,
+                       f"{n.where()}: {n.op_type} of {lw.g.dtypes[a]} and {lw.g.dtypes[b]} into {dtype}")
+    # A scalar is passed as one element: it broadcasts alike and holds the same bytes.
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    cpu_run(lw, "eltwise_int", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
+                                (op, "string"), (str(dtype), "string")])
+
+
+def clip_int_run(lw: Lowering, step: Step) -> None:
+    """Clip of an integer tensor (bounds constant, given at run time, or absent)."""
+    n = step.head
+    src = n.inputs[0]
+    dtype = lw.g.dtypes[src]
+    bounds: list[Arg] = []
+    for name in [*n.inputs[1:], "", ""][:2]:
+        if not name:
+            bounds.append(("", "string"))
+        elif name in lw.g.consts:
+            bounds.append((int(np.asarray(lw.g.consts[name]).reshape(-1)[0]), "int"))
+        else:
+            if lw.g.dtypes[name] != dtype or prod(lw.g.shapes[name]) != 1:
+                raise DlaError(NvError.BadValue, f"{n.where()}: Clip bound '{name}' is not one {dtype}")
+            bounds.append(tensor(lw, name))
+    cpu_run(lw, "clip_int", [tensor(lw, src), tensor(lw, step.output), *bounds,
+                             (_text(lw.g.shapes[src] or (1,)), "string"), (str(dtype), "string")])
+
+
 def dtype_of(lw: Lowering, name: str) -> tuple[str, str]:
     return (str(lw.storage_dtype(name)), "string")
 

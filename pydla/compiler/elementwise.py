@@ -39,9 +39,17 @@ def classify(value: np.ndarray, shape: tuple[int, ...], cube: tuple[int, int, in
     return "cube", full
 
 
+INT_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+
+
 def lower_sdp(lw: Lowering, step: Step) -> None:
     op = step.head.op_type
-    if op == "BatchNormalization":
+    integer = lw.g.dtypes[step.output].kind in "iu"
+    if integer and op in INT_OPS:
+        cpuops.eltwise_int_run(lw, step, INT_OPS[op])  # integers: exact, on the CPU
+    elif integer and op == "Clip":
+        cpuops.clip_int_run(lw, step)
+    elif op == "BatchNormalization":
         _batchnorm(lw, step)
     elif op in EW_OPS:
         _eltwise(lw, step)

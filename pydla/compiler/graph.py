@@ -107,7 +107,41 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: the shape of '{name}' is not static")
+    graph.nodes = [part for node in graph.nodes for part in _binary(graph, node)]
     return graph
+
+
+VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
+
+
+def _binary(graph: Graph, node: Node) -> list[Node]:
+    """Variadic Max / Min / Sum / Mean as a chain of two-input nodes, which is what the device
+    computes (one input: Identity; Mean: the sum divided by the count)."""
+    if node.op_type not in VARIADIC:
+        return [node]
+    names = [i for i in node.inputs if i]
+    if not names:
+        raise DlaError(NvError.BadValue, f"{node.where()}: no inputs")
+    out = node.outputs[0]
+    mean = node.op_type == "Mean" and len(names) > 1
+    parts: list[Node] = []
+    acc = names[0]
+    for i, name in enumerate(names[1:], start=1):
+        last = i == len(names) - 1 and not mean
+        target = out if last else f"{out}/{node.op_type.lower()}{i}"
+        if not last:
+            graph.shapes[target] = tuple(np.broadcast_shapes(graph.shapes[acc], graph.shapes[name]))
+            graph.dtypes[target] = graph.dtypes[out]
+        parts.append(Node(f"{node.name}/{i}", VARIADIC[node.op_type], [acc, name], [target], {}))
+        acc = target
+    if mean:
+        count = f"{out}/count"
+        graph.consts[count] = np.array(len(names), dtype=graph.dtypes[out])
+        graph.shapes[count], graph.dtypes[count] = (), graph.dtypes[out]
+        parts.append(Node(f"{node.name}/mean", "Div", [acc, count], [out], {}))
+    if not parts:
+        parts.append(Node(node.name, "Identity", [acc], [out], {}))
+    return parts
 
 
 def _check_not_empty(where: str, name: str, shapes: dict[str, tuple[int, ...]]) -> None:

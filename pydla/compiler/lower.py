@@ -23,17 +23,14 @@ from pydla.compiler import conv3d, cpuops, elementwise, matmul, movement, poolin
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import deconv_pads, flat_cube, images, prod, spatial_2d, spatial_pads
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
-from pydla.deviceapi.generated import loadable as L
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
 from pydla.kmd.taskbuilder import Cube, Ref, TaskBuilder
-from pydla.loadable.container import LoadableWriter
+from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
 
 SCRATCH, WEIGHTS = "scratch", "weights"
 CPU_LIBRARY = "umd/cpulib.py"  # pydla's own CPU library, relative to the installed package
-DATA_TYPES = {np.dtype(t): L.dla_data_type_e[name] for t, name in (
-    (np.float32, "FLOAT32"), (np.float16, "FLOAT16"), (np.int64, "INT64"), (np.int32, "INT32"),
-    (np.int8, "INT8"), (np.uint8, "UINT8"))}
+DATA_TYPES = {d: t for t, d in NUMPY_TYPES.items()}
 
 
 @dataclass
@@ -94,8 +91,10 @@ class Lowering:
     def cube(self, tensor: str, where: str) -> Cube:
         """The flat cube of ``tensor`` (the whole tensor, batch folded into the channels)."""
         if not self.is_float(tensor):
-            raise DlaError(NvError.NotSupported, f"{where}: tensor '{tensor}' is {self.g.dtypes[tensor]}; "
-                                                 "the device computes floating point (fp32, fp16) only")
+            dtype = self.g.dtypes[tensor]
+            why = ("pydla compiles float32 models and computes them in fp32 or fp16 (the precision "
+                   "option)" if dtype.kind == "f" else "the device computes floating point (fp32, fp16) only")
+            raise DlaError(NvError.NotSupported, f"{where}: tensor '{tensor}' is {dtype}; {why}")
         buf, offset = self.storage(tensor)
         return self.tb.cube(buf, flat_cube(self.g.shapes[tensor], where), offset=offset,
                             precision=self.precision)

@@ -31,9 +31,12 @@ def lower_pool(lw: Lowering, step: Step) -> None:
     if len(shape) < 3:
         raise DlaError(NvError.BadValue, f"{where}: input of shape {shape}: pooling needs (N, C, ...)")
     method = "max" if n.op_type in ("MaxPool", "GlobalMaxPool") else "avg"
-    x = lw.cube(src, where)
-    out = lw.cube(step.output, where)
+    indices = len(n.outputs) > 1 and bool(n.outputs[1])
+    integer_max = n.op_type == "MaxPool" and not lw.is_float(src) and not indices
+    x = None if integer_max else lw.cube(src, where)  # the device pools floating point only
+    out = None if integer_max else lw.cube(step.output, where)
     if n.op_type.startswith("Global"):
+        assert x is not None and out is not None
         lw.tb.pdp(x, out, kernel=x.shape[1:], stride=(1, 1), method=method)
         return
     nd = len(shape) - 2
@@ -49,10 +52,11 @@ def lower_pool(lw: Lowering, step: Step) -> None:
         # PDP computes the maxima, not their positions: the Indices output makes it a CPU run.
         cpuops.maxpool_indices_run(lw, step, kernel, strides, begins + ends, dilations)
         return
-    if (any(d != 1 for d in dilations) or nd > 3
+    if (integer_max or any(d != 1 for d in dilations) or nd > 3
             or any(max(b, e) >= k for b, e, k in zip(begins, ends, kernel, strict=True))):
         cpuops.pool_run(lw, step, kernel, strides, begins + ends, dilations)
         return
+    assert x is not None and out is not None
     include = bool(attr(n, "count_include_pad", 0))
     if nd <= 2:
         b2, e2 = spatial_2d(begins, 0), spatial_2d(ends, 0)

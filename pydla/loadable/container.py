@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pydla.deviceapi.generated import dla_regs, dla_task
 from pydla.deviceapi.generated import loadable as L
 from pydla.deviceapi.version import ContractVersion, check_compatible, parse_semver
@@ -54,8 +56,13 @@ KINDS = {"input": L.dla_buffer_kind_e.INPUT, "output": L.dla_buffer_kind_e.OUTPU
          "inout": L.dla_buffer_kind_e.INOUT, "internal": L.dla_buffer_kind_e.INTERNAL,
          "weight": L.dla_buffer_kind_e.WEIGHT, "spill": L.dla_buffer_kind_e.SPILL,
          "unknown": L.dla_buffer_kind_e.UNKNOWN}
-ELEMENT_SIZE = {L.dla_data_type_e.FLOAT32: 4, L.dla_data_type_e.FLOAT16: 2, L.dla_data_type_e.INT64: 8,
-                L.dla_data_type_e.INT32: 4, L.dla_data_type_e.INT8: 1, L.dla_data_type_e.UINT8: 1}
+#: The numpy type of each tensor element type (the one table the compiler, Session and UMD use).
+NUMPY_TYPES: dict[L.dla_data_type_e, np.dtype[Any]] = {
+    L.dla_data_type_e[name]: np.dtype(t) for name, t in (
+        ("FLOAT32", np.float32), ("FLOAT16", np.float16), ("INT64", np.int64), ("INT32", np.int32),
+        ("INT16", np.int16), ("INT8", np.int8), ("UINT64", np.uint64), ("UINT32", np.uint32),
+        ("UINT16", np.uint16), ("UINT8", np.uint8))}
+ELEMENT_SIZE = {t: d.itemsize for t, d in NUMPY_TYPES.items()}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,10 @@ Functions:
   (:mod:`pydla.umd.resize_filters`).
 - ``pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
   src_dtype, dst_dtype)``: ONNX MaxPool / AveragePool ("max" / "avg") of any number of spatial axes,
-  with dilations; ``pads`` are the begins then the ends.
+  with dilations; ``pads`` are the begins then the ends. MaxPool also of integers (exactly).
+- ``eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype)``: Add / Sub / Mul / Max / Min of
+  integer tensors, broadcasting, wrapping around.
+- ``clip_int(src, dst, min, max, shape, dtype)``: Clip of an integer tensor.
 - ``maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
   storage_order, src_dtype, dst_dtype)``: ONNX MaxPool with its Indices output.
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
@@ -52,7 +55,9 @@ from pydla.errors import DlaError, NvError
 from pydla.umd.resize_filters import resize_weights
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
-ANY_DTYPES = {**DTYPES, "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8}
+INT_DTYPES = {name: getattr(np, name) for name in ("int64", "int32", "int16", "int8", "uint64", "uint32",
+                                                  "uint16", "uint8")}
+ANY_DTYPES = {**DTYPES, **INT_DTYPES}
 
 
 def _tensor(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, any_type: bool = False,
@@ -376,13 +381,18 @@ def _pool(args: list[Any]) -> None:
         raise DlaError(NvError.BadParameter,
                        f"cpulib: {method} pool of {shape} to {out_shape}: kernel {kernel}, strides "
                        f"{strides}, pads {pads}, dilations {dilations}")
-    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
-    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    integer = src_dtype in INT_DTYPES
+    if integer and (method != "max" or dst_dtype != src_dtype):
+        raise DlaError(NvError.BadParameter, f"cpulib: {method} pool of {src_dtype} into {dst_dtype}")
+    x = _tensor(src, shape, src_dtype, "source", any_type=integer)
+    x = x if integer else x.astype(np.float64)  # integers compare exactly as they are
+    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=integer)
     spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     total = [max(n + pads[i] + pads[i + nd], (o - 1) * s + span) for i, (n, o, s, span)
              in enumerate(zip(shape[2:], out_shape[2:], strides, spans, strict=True))]
     inside: tuple[Any, ...] = tuple(slice(pads[i], pads[i] + n) for i, n in enumerate(shape[2:]))
-    values = np.full((*shape[:2], *total), -np.inf if method == "max" else 0.0)
+    fill = np.iinfo(x.dtype).min if integer else (-np.inf if method == "max" else 0.0)
+    values = np.full((*shape[:2], *total), fill, dtype=x.dtype)
     whole: tuple[Any, ...] = (slice(None), slice(None))
     values[whole + inside] = x
     positions: tuple[Any, ...] = tuple(slice(None, (o - 1) * s + 1, s)
@@ -400,6 +410,58 @@ def _pool(args: list[Any]) -> None:
     counts[counted] = 1.0
     count = np.lib.stride_tricks.sliding_window_view(counts, spans)[positions + taps].sum(axis=window_axes)
     y[...] = windows.sum(axis=window_axes) / np.maximum(count, 1.0)
+
+
+_INT_OPS: dict[str, Callable[..., Any]] = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                                            "max": np.maximum, "min": np.minimum}
+
+
+def _eltwise_int(args: list[Any]) -> None:
+    """eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype): ONNX Add / Sub / Mul / Max /
+    Min of two integer tensors of one type with numpy broadcasting; results wrap around as the
+    type's two's-complement arithmetic does."""
+    a_buf, b_buf, dst, a_text, b_text, out_text, op, dtype = args
+    fn = _INT_OPS.get(op)
+    if fn is None or dtype not in INT_DTYPES:
+        raise DlaError(NvError.BadParameter, f"cpulib: eltwise_int '{op}' of {dtype}")
+    a_shape, b_shape, out_shape = _shape(a_text), _shape(b_text), _shape(out_text)
+    try:
+        ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DlaError(NvError.BadParameter,
+                       f"cpulib: eltwise_int of {a_shape} and {b_shape} into {out_shape}")
+    a = _tensor(a_buf, a_shape, dtype, "a", any_type=True)
+    b = _tensor(b_buf, b_shape, dtype, "b", any_type=True)
+    y = _tensor(dst, out_shape, dtype, "destination", any_type=True, exact=True)
+    fn(a, b, out=y)
+
+
+def _clip_int(args: list[Any]) -> None:
+    """clip_int(src, dst, low, high, shape, dtype): ONNX Clip of an integer tensor; ``low`` and
+    ``high`` are "" (no bound), a constant, or a one-element buffer of the tensor's type."""
+    src, dst, low, high, shape_text, dtype = args
+    if dtype not in INT_DTYPES:
+        raise DlaError(NvError.BadParameter, f"cpulib: clip_int of {dtype}")
+    shape = _shape(shape_text)
+    x = _tensor(src, shape, dtype, "source", any_type=True)
+    y = _tensor(dst, shape, dtype, "destination", any_type=True, exact=True)
+    info = np.iinfo(INT_DTYPES[dtype])
+    bounds = []
+    for value, what, default in ((low, "min", info.min), (high, "max", info.max)):
+        if isinstance(value, np.ndarray):
+            value = _tensor(value, (1,), dtype, what, any_type=True, exact=True)[0]
+        elif value == "":
+            value = default
+        try:
+            bound = int(value)
+        except (TypeError, ValueError):
+            raise DlaError(NvError.BadParameter, f"cpulib: clip_int {what} {value!r}") from None
+        if not info.min <= bound <= info.max:
+            raise DlaError(NvError.BadParameter, f"cpulib: clip_int {what} {bound} outside {dtype}")
+        bounds.append(bound)
+    np.clip(x, INT_DTYPES[dtype](bounds[0]), INT_DTYPES[dtype](bounds[1]), out=y)
 
 
 def _maxpool_indices(args: list[Any]) -> None:
@@ -472,6 +534,8 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "pad_nd": (9, _pad_nd),
     "resize_nd": (15, _resize_nd),
     "resize_filtered": (18, _resize_filtered),
+    "eltwise_int": (8, _eltwise_int),
+    "clip_int": (6, _clip_int),
     "pool": (12, _pool),
     "batchnorm_params": (9, _batchnorm_params),
     "maxpool_indices": (12, _maxpool_indices),

@@ -240,8 +240,40 @@ def test_fp16_with_a_batch_and_runtime_weights() -> None:
     check(m, feeds, rtol=3e-2, atol=3e-2, precision="fp16")
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64])
+def test_integer_arithmetic_is_exact_on_the_cpu_library(dtype: Any) -> None:
+    pool = (helper.make_node("MaxPool", ["m"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+            if dtype in (np.int8, np.uint8) else helper.make_node("Identity", ["m"], ["p"]))  # ONNX's types
+    nodes = [helper.make_node("Add", ["x", "k"], ["a"]),
+             helper.make_node("Mul", ["a", "s"], ["m"]),
+             pool,
+             helper.make_node("Clip", ["p", "lo", "hi"], ["c"]),
+             helper.make_node("Max", ["c", "x", "k"], ["y"])]
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (2, 3, 4, 4), dtype=dtype, endpoint=True)
+    inputs = {"x": x, "s": np.array(3, dtype), "hi": np.array(info.max // 2, dtype)}
+    m = typed_model(nodes, inputs, {"y": (2, 3, 4, 4)},
+                    {"k": np.array([[[1]], [[7]], [[info.max]]], dtype),
+                     "lo": np.array(info.min // 3, dtype)})
+    with np.errstate(over="ignore"):
+        check(m, inputs, rtol=0, atol=0)
+
+
+def test_variadic_max_min_sum_mean_are_chains_of_two_input_operations() -> None:
+    nodes = [helper.make_node("Max", ["a", "b", "c"], ["mx"]),
+             helper.make_node("Min", ["a", "b", "c"], ["mn"]),
+             helper.make_node("Sum", ["mx", "mn", "b", "c"], ["sm"]),
+             helper.make_node("Mean", ["sm", "a", "c"], ["y"]),
+             helper.make_node("Max", ["y"], ["z"])]
+    m = model(nodes, {"a": (2, 3), "b": (3,), "c": (2, 1)}, ["y", "mx", "mn", "sm", "z"])
+    check(m, {"a": r(2, 3), "b": r(3), "c": r(2, 1)})
+
+
 @pytest.mark.parametrize(("nodes", "shapes", "message"), [
-    ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
+    ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
+    ([helper.make_node("Div", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
+    ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.float16)}, "float32 models"),
     ([helper.make_node("Conv", ["x", "w"], ["y"])],
      {"x": np.zeros((1, 1, 2, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1, 1), np.float32)},
      "3-D images"),
