@@ -234,7 +234,7 @@ def test_eltwise_int_broadcasts_and_wraps_around_like_numpy(dtype, op) -> None:
 @pytest.mark.parametrize(("change", "fragment"), [
     ({3: "2,4"}, r"eltwise_int of \(2, 4\) and \(3,\) into \(2, 3\)"),
     ({5: "3,2"}, r"into \(3, 2\)"),
-    ({6: "div"}, "eltwise_int 'div' of int32"),
+    ({6: "pow"}, "eltwise_int 'pow' of int32"),
     ({7: "float32"}, "eltwise_int 'add' of float32"),
     ({0: np.zeros(8, np.uint8)}, "a holds 8 bytes"),
     ({2: np.zeros(28, np.uint8)}, "destination holds 28 bytes"),
@@ -291,3 +291,19 @@ def test_integer_maxpool_is_exact_and_integer_averagepool_is_refused() -> None:
     with pytest.raises(DlaError, match="max pool of int64 into float32"):
         pool([_bytes(x), out, "1,1,2,2", "1,1,1,1", "max", "2,2", "1,1", "0,0,0,0", "1,1", 0, "int64",
               "float32"])
+
+
+def test_eltwise_int_div_truncates_wraps_and_refuses_zero() -> None:
+    div = _lookup("eltwise_int").callable
+    a = np.array([-7, 7, -7, 7, -2**31, 0], np.int32)
+    b = np.array([2, -2, -2, 2, -1, 5], np.int32)
+    out = np.zeros(24, np.uint8)
+    div([_bytes(a), _bytes(b), out, "6", "6", "6", "div", "int32"])
+    assert out.view(np.int32).tolist() == [-3, -3, 3, 3, -2**31, 0]
+    u = np.array([7, 255], np.uint8)
+    out8 = np.zeros(2, np.uint8)
+    div([_bytes(u), _bytes(np.array([2, 16], np.uint8)), out8, "2", "2", "2", "div", "uint8"])
+    assert out8.tolist() == [3, 15]
+    with pytest.raises(DlaError, match="division by zero") as e:
+        div([_bytes(a), _bytes(np.zeros(1, np.int32)), out, "6", "1", "6", "div", "int32"])
+    assert e.value.code == NvError.BadValue

@@ -63,7 +63,7 @@ def operand(lw: Lowering, name: str) -> Buf:
 
 
 def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
-    """Add / Sub / Mul / Max / Min of integer tensors: the device computes floating point only."""
+    """Add / Sub / Mul / Div / Max / Min of integer tensors: the device computes floating point only."""
     n = step.head
     a, b = n.inputs[0], n.inputs[1]
     dtype = lw.g.dtypes[step.output]

@@ -39,7 +39,7 @@ def classify(value: np.ndarray, shape: tuple[int, ...], cube: tuple[int, int, in
     return "cube", full
 
 
-INT_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+INT_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 
 
 def lower_sdp(lw: Lowering, step: Step) -> None:

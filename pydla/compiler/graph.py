@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
+from pydla.compiler.layout import flat_cube
 from pydla.errors import DlaError, NvError
 
 MIN_OPSET = 11
@@ -93,9 +94,9 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
         if not _fold(graph, node, n, opset):
             graph.nodes.append(node)
-    for name in graph.outputs:
-        if name in graph.consts:
-            raise DlaError(NvError.NotSupported, f"output '{name}' is a constant: nothing to compute")
+    if all(name in graph.consts for name in graph.outputs):
+        raise DlaError(NvError.NotSupported,
+                       f"every output ({', '.join(graph.outputs)}) is a constant: nothing to compute")
     missing = [o for n in graph.nodes for o in n.outputs
                if o and (o not in shapes or min(shapes[o], default=1) < 1)]
     if missing:
@@ -107,8 +108,66 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: the shape of '{name}' is not static")
-    graph.nodes = [part for node in graph.nodes for part in _binary(graph, node)]
+    graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
     return graph
+
+
+def _rewrite(graph: Graph, node: Node) -> list[Node]:
+    """``node`` as the nodes the device computes it with (most nodes: itself)."""
+    if node.op_type in VARIADIC:
+        return _binary(graph, node)
+    if node.op_type == "Dropout":
+        return _dropout(graph, node)
+    if node.op_type == "PRelu" and len(node.inputs) == 2 and not _prelu_on_sdp(graph, *node.inputs):
+        return _prelu_of_a_tensor(graph, node)
+    return [node]
+
+
+def _dropout(graph: Graph, node: Node) -> list[Node]:
+    """Dropout at inference: the data passes unchanged and the mask, if asked for, is all true."""
+    training = node.inputs[2] if len(node.inputs) > 2 else ""
+    if training and training not in graph.consts:
+        raise DlaError(NvError.NotSupported, f"{node.where()}: training_mode '{training}' is given at run "
+                                             "time: pydla runs inference only (training_mode false)")
+    if training and np.asarray(graph.consts[training]).any():
+        raise DlaError(NvError.NotSupported, f"{node.where()}: training_mode true drops values at random: "
+                                             "pydla runs inference only")
+    mask = node.outputs[1] if len(node.outputs) > 1 else ""
+    if mask:
+        graph.consts[mask] = np.ones(graph.shapes[node.inputs[0]], dtype=np.bool_)
+        graph.shapes[mask], graph.dtypes[mask] = graph.shapes[node.inputs[0]], np.dtype(np.bool_)
+    if not node.outputs[0]:
+        return []
+    return [Node(node.name, "Identity", [node.inputs[0]], [node.outputs[0]], {})]
+
+
+def _prelu_on_sdp(graph: Graph, x: str, slope: str) -> bool:
+    """SDP's PReLU computes it: a float tensor, a constant slope, one value per channel of x's
+    cube (the lowering makes one slope a leaky ReLU)."""
+    if slope not in graph.consts or graph.dtypes.get(x) != np.float32:
+        return False
+    try:
+        full = np.broadcast_to(graph.consts[slope], graph.shapes[x]).reshape(flat_cube(graph.shapes[x], x))
+    except (ValueError, DlaError):
+        return True  # the lowering says what is wrong with it
+    return bool((full == full[:, :1, :1]).all())
+
+
+def _prelu_of_a_tensor(graph: Graph, node: Node) -> list[Node]:
+    """PRelu whose slope is given at run time: max(x, 0) + slope * min(x, 0), with the slope
+    broadcast as Mul broadcasts (SDP's PReLU takes its slopes from the task, not from a tensor)."""
+    x, slope = node.inputs
+    out = node.outputs[0]
+    dtype, shape = graph.dtypes[out], graph.shapes[x]
+    zero, neg, scaled, pos = (f"{out}/{part}" for part in ("zero", "negative", "scaled", "positive"))
+    graph.consts[zero] = np.zeros((), dtype)
+    graph.shapes[zero], graph.dtypes[zero] = (), dtype
+    for name in (neg, scaled, pos):
+        graph.shapes[name], graph.dtypes[name] = shape, dtype
+    return [Node(f"{node.name}/min", "Min", [x, zero], [neg], {}),
+            Node(f"{node.name}/mul", "Mul", [neg, slope], [scaled], {}),
+            Node(f"{node.name}/max", "Max", [x, zero], [pos], {}),
+            Node(f"{node.name}/add", "Add", [pos, scaled], [out], {})]
 
 
 VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}

@@ -442,7 +442,8 @@ def terminal_progress(done: int, total: int, what: str) -> None:
 
 
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {
-    "copy": movement.copy, "transpose": movement.transpose, "concat": movement.concat,
+    "copy": movement.copy, "constant": movement.constant, "transpose": movement.transpose,
+    "concat": movement.concat,
     "split": movement.split, "slice": movement.slice_, "pad": movement.pad, "resize": movement.resize,
     "gemm": matmul.lower_gemm, "sdp": elementwise.lower_sdp, "pool": pooling.lower_pool,
     "lrn": pooling.lower_lrn, "cpu": cpuops.softmax,

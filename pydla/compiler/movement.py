@@ -56,6 +56,15 @@ def copy(lw: Lowering, step: Step) -> None:
     bdma_copy(lw, lw.storage(src), lw.storage(step.output), (count,), (el,), (el,), el, where)
 
 
+def constant(lw: Lowering, step: Step) -> None:
+    """An output known at compile time: its bytes copied from the weights."""
+    name = step.output
+    el = lw.elsize(name)
+    ref = lw.const_raw(lw.g.consts[name], lw.storage_dtype(name))
+    count = prod(lw.g.shapes[name])
+    bdma_copy(lw, _ref(ref), lw.storage(name), (count,), (el,), (el,), el, step.head.where())
+
+
 def broadcast(lw: Lowering, tensor: str, out_shape: tuple[int, ...], where: str,
               src: tuple[str, int] | None = None) -> tuple[str, int]:
     """``tensor`` (or a copy of it at ``src``) broadcast to ``out_shape`` (numpy rules) in a

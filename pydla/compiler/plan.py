@@ -112,7 +112,11 @@ def group_steps(graph: Graph) -> list[Step]:
             raise DlaError(NvError.NotSupported,
                            f"{node.where()}: the {op} operator is not supported by the device and has "
                            "no CPU fallback yet")
-    return steps
+    # Outputs known at compile time (a Dropout's mask, a folded value beside computed outputs): the
+    # constant is copied into the output buffer.
+    constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
+                 for t in dict.fromkeys(graph.outputs) if t in graph.consts]
+    return constants + steps
 
 
 def _sole_consumer(graph: Graph, tensor: str) -> Node | None:

@@ -61,7 +61,7 @@ NUMPY_TYPES: dict[L.dla_data_type_e, np.dtype[Any]] = {
     L.dla_data_type_e[name]: np.dtype(t) for name, t in (
         ("FLOAT32", np.float32), ("FLOAT16", np.float16), ("INT64", np.int64), ("INT32", np.int32),
         ("INT16", np.int16), ("INT8", np.int8), ("UINT64", np.uint64), ("UINT32", np.uint32),
-        ("UINT16", np.uint16), ("UINT8", np.uint8))}
+        ("UINT16", np.uint16), ("UINT8", np.uint8), ("BOOL", np.bool_))}
 ELEMENT_SIZE = {t: d.itemsize for t, d in NUMPY_TYPES.items()}
 
 

@@ -28,8 +28,8 @@ Functions:
 - ``pool(src, dst, shape, out_shape, method, kernel, strides, pads, dilations, count_include_pad,
   src_dtype, dst_dtype)``: ONNX MaxPool / AveragePool ("max" / "avg") of any number of spatial axes,
   with dilations; ``pads`` are the begins then the ends. MaxPool also of integers (exactly).
-- ``eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype)``: Add / Sub / Mul / Max / Min of
-  integer tensors, broadcasting, wrapping around.
+- ``eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype)``: Add / Sub / Mul / Div / Max /
+  Min of integer tensors, broadcasting, wrapping around; Div rounds toward zero.
 - ``clip_int(src, dst, min, max, shape, dtype)``: Clip of an integer tensor.
 - ``maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
   storage_order, src_dtype, dst_dtype)``: ONNX MaxPool with its Indices output.
@@ -412,13 +412,26 @@ def _pool(args: list[Any]) -> None:
     y[...] = windows.sum(axis=window_axes) / np.maximum(count, 1.0)
 
 
+def _truncating_divide(a: Any, b: Any, out: Any) -> None:
+    """ONNX's integer Div: the quotient rounded toward zero (numpy's // rounds down); the most
+    negative value divided by -1 wraps around. A zero divisor is refused, not given a value."""
+    if not np.all(b):
+        raise DlaError(NvError.BadValue, "cpulib: eltwise_int div: division by zero")
+    with np.errstate(over="ignore"):
+        q = np.floor_divide(a, b)  # not into ``out``: it may share memory with ``a``
+        if q.dtype.kind == "i":
+            q += (np.multiply(q, b) != a) & ((a < 0) != (b < 0))
+    out[...] = q
+
+
 _INT_OPS: dict[str, Callable[..., Any]] = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                                            "max": np.maximum, "min": np.minimum}
+                                            "max": np.maximum, "min": np.minimum,
+                                            "div": _truncating_divide}
 
 
 def _eltwise_int(args: list[Any]) -> None:
-    """eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype): ONNX Add / Sub / Mul / Max /
-    Min of two integer tensors of one type with numpy broadcasting; results wrap around as the
+    """eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype): ONNX Add / Sub / Mul / Div /
+    Max / Min of two integer tensors of one type with numpy broadcasting; results wrap around as the
     type's two's-complement arithmetic does."""
     a_buf, b_buf, dst, a_text, b_text, out_text, op, dtype = args
     fn = _INT_OPS.get(op)

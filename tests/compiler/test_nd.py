@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from pydla import DlaError, NvError
 from pydla.compiler.api import compile_model
@@ -270,9 +270,74 @@ def test_variadic_max_min_sum_mean_are_chains_of_two_input_operations() -> None:
     check(m, {"a": r(2, 3), "b": r(3), "c": r(2, 1)})
 
 
+def test_integer_div_rounds_toward_zero_and_a_zero_divisor_is_an_error() -> None:
+    a = np.array([[-7, 7, -7, 7, 1 - 2**31, 0]], np.int32)
+    b = np.array([[2, -2, -2, 2, -1, 5]], np.int32)
+    m = typed_model([helper.make_node("Div", ["a", "b"], ["y"])], {"a": a, "b": b}, {"y": (1, 6)})
+    check(m, {"a": a, "b": b}, rtol=0, atol=0)
+    with Session(compile_model(m).blob) as sess:
+        assert sess.run({"a": a, "b": b})["y"].tolist() == [[-3, -3, 3, 3, 2**31 - 1, 0]]
+        with pytest.raises(DlaError, match="division by zero"):
+            sess.run({"a": a, "b": np.zeros_like(b)})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_prelu_with_a_runtime_slope_or_one_varying_within_a_channel(precision: str) -> None:
+    nodes = [helper.make_node("PRelu", ["x", "s"], ["p"]),
+             helper.make_node("PRelu", ["p", "k"], ["y"])]
+    m = model(nodes, {"x": (2, 3, 4, 5), "s": (3, 1, 1)}, ["y"],
+              {"k": np.linspace(0.1, 0.9, 5, dtype=np.float32)})  # varies along W
+    tol = 3e-2 if precision == "fp16" else 1e-5
+    check(m, {"x": r(2, 3, 4, 5), "s": r(3, 1, 1)}, rtol=tol, atol=tol, precision=precision)
+
+
+def test_integer_prelu_with_a_constant_or_runtime_slope() -> None:
+    x, slope = np.array([[-5, 3], [7, -2]], np.int32), np.array([2, -3], np.int32)
+    node = helper.make_node("PRelu", ["x", "s"], ["y"])
+    check(typed_model([node], {"x": x, "s": slope}, {"y": (2, 2)}), {"x": x, "s": slope}, rtol=0, atol=0)
+    result = check(typed_model([node], {"x": x}, {"y": (2, 2)}, {"s": slope}), {"x": x}, rtol=0, atol=0)
+    assert result.operations == {"CPU": 4}  # min, mul, max, add of integers
+
+
+def test_dropout_mask_and_constant_outputs_are_copied_from_the_weights() -> None:
+    nodes = [helper.make_node("Dropout", ["x", "ratio"], ["d", "mask"]),
+             helper.make_node("Relu", ["d"], ["y"]),
+             helper.make_node("Shape", ["x"], ["shape"])]
+    m = typed_model(nodes, {"x": r(2, 3, 4)}, {"y": (2, 3, 4), "mask": (2, 3, 4), "shape": (3,)},
+                    {"ratio": np.array(0.5, np.float32)})
+    m.graph.output[1].type.tensor_type.elem_type = TensorProto.BOOL
+    m.graph.output[2].type.tensor_type.elem_type = TensorProto.INT64
+    for precision in ("fp32", "fp16"):
+        check(m, {"x": r(2, 3, 4)}, rtol=1e-2, atol=1e-2, precision=precision)
+    with Session(compile_model(m).blob) as sess:
+        got = sess.run({"x": r(2, 3, 4)})
+    assert got["mask"].dtype == np.bool_ and got["mask"].all() and got["shape"].tolist() == [2, 3, 4]
+
+
+@pytest.mark.parametrize(("training", "message"), [
+    ({"t": np.array(True)}, "training_mode true"),
+    (None, "given at run time"),
+])
+def test_dropout_in_training_mode_is_refused(training: Any, message: str) -> None:
+    node = helper.make_node("Dropout", ["x", "", "t"], ["y"])
+    inputs = {"x": r(2, 3)} if training else {"x": r(2, 3), "t": np.array(True)}
+    with pytest.raises(DlaError, match=message) as e:
+        compile_model(typed_model([node], inputs, {"y": (2, 3)}, training))
+    assert e.value.code == NvError.NotSupported
+
+
+def test_a_model_of_only_constant_outputs_is_refused() -> None:
+    node = helper.make_node("Shape", ["x"], ["y"])
+    m = typed_model([node], {"x": r(2, 3)}, {"y": (2,)})
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    with pytest.raises(DlaError, match=r"every output \(y\) is a constant") as e:
+        compile_model(m)
+    assert e.value.code == NvError.NotSupported
+
+
 @pytest.mark.parametrize(("nodes", "shapes", "message"), [
     ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
-    ([helper.make_node("Div", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
+    ([helper.make_node("Sigmoid", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int64)}, "floating point"),
     ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.float16)}, "float32 models"),
     ([helper.make_node("Conv", ["x", "w"], ["y"])],
      {"x": np.zeros((1, 1, 2, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1, 1), np.float32)},

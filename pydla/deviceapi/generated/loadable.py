@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """loadable 1.1.0: Tensor descriptors and the memory list of a pydla loadable
 
-Layout hash 55dc5a60d2c054478af9b4de545d6bfccf33479afe8df3635887fcc8e6f77ad2.
+Layout hash f3993949dce9745c406ca5540ea58797ee3210d98036b7d841db88813d5116c1.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "loadable"
 VERSION = (1, 1, 0)
-LAYOUT_HASH = "55dc5a60d2c054478af9b4de545d6bfccf33479afe8df3635887fcc8e6f77ad2"
-LAYOUT_HASH64 = 0x55dc5a60d2c05447
+LAYOUT_HASH = "f3993949dce9745c406ca5540ea58797ee3210d98036b7d841db88813d5116c1"
+LAYOUT_HASH64 = 0xf3993949dce9745c
 
 
 class dla_data_type_e(enum.IntEnum):
@@ -29,6 +29,7 @@ class dla_data_type_e(enum.IntEnum):
     INT16 = 5
     INT32 = 6
     INT64 = 7
+    BOOL = 9  # one byte, 0 or 1
     FLOAT16 = 10
     UINT32 = 12
     UINT64 = 13

@@ -13,8 +13,8 @@
 #define LOADABLE_VERSION_MINOR 1
 #define LOADABLE_VERSION_PATCH 0
 #define LOADABLE_VERSION_STRING "1.1.0"
-#define LOADABLE_LAYOUT_HASH "55dc5a60d2c054478af9b4de545d6bfccf33479afe8df3635887fcc8e6f77ad2"
-#define LOADABLE_LAYOUT_HASH64 UINT64_C(0x55dc5a60d2c05447)
+#define LOADABLE_LAYOUT_HASH "f3993949dce9745c406ca5540ea58797ee3210d98036b7d841db88813d5116c1"
+#define LOADABLE_LAYOUT_HASH64 UINT64_C(0xf3993949dce9745c)
 
 /* dla_data_type_e: Element types, numbered as ONNX's TensorProto.DataType */
 typedef uint32_t dla_data_type_e;
@@ -25,6 +25,7 @@ typedef uint32_t dla_data_type_e;
 #define DLA_DATA_TYPE_INT16 ((dla_data_type_e)5u)
 #define DLA_DATA_TYPE_INT32 ((dla_data_type_e)6u)
 #define DLA_DATA_TYPE_INT64 ((dla_data_type_e)7u)
+#define DLA_DATA_TYPE_BOOL ((dla_data_type_e)9u) /* one byte, 0 or 1 */
 #define DLA_DATA_TYPE_FLOAT16 ((dla_data_type_e)10u)
 #define DLA_DATA_TYPE_UINT32 ((dla_data_type_e)12u)
 #define DLA_DATA_TYPE_UINT64 ((dla_data_type_e)13u)

@@ -15,8 +15,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 1;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.1.0";
-constexpr const char* LAYOUT_HASH = "55dc5a60d2c054478af9b4de545d6bfccf33479afe8df3635887fcc8e6f77ad2";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x55dc5a60d2c05447);
+constexpr const char* LAYOUT_HASH = "f3993949dce9745c406ca5540ea58797ee3210d98036b7d841db88813d5116c1";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xf3993949dce9745c);
 
 // Element types, numbered as ONNX's TensorProto.DataType
 enum class dla_data_type_e : uint32_t {
@@ -27,6 +27,7 @@ enum class dla_data_type_e : uint32_t {
     INT16 = 5u,
     INT32 = 6u,
     INT64 = 7u,
+    BOOL = 9u, // one byte, 0 or 1
     FLOAT16 = 10u,
     UINT32 = 12u,
     UINT64 = 13u,
