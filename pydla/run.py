@@ -13,6 +13,17 @@ import numpy as np
 from pydla.errors import DlaError, NvError
 
 
+def random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A random tensor of ``dtype``: values a network of that type can take without overflowing at
+    once (integers in -100..100, or 0..200 unsigned)."""
+    if dtype == np.bool_:
+        return np.asarray(rng.random(shape) < 0.5)
+    if dtype.kind in "iu":
+        low = 0 if dtype.kind == "u" else -100
+        return rng.integers(low, low + 200, shape, dtype=dtype, endpoint=True)
+    return rng.standard_normal(shape).astype(dtype)
+
+
 def register(commands: Any) -> None:
     p = commands.add_parser(
         "run", help="run a model (.dla or .onnx) and report its outputs and latency",
@@ -29,7 +40,9 @@ def register(commands: Any) -> None:
                         "(default: $PYDLA_PORT, else inprocess)")
     p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
     p.add_argument("--device", type=int, default=0, help="device instance")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random inputs (floats: standard normal; integers: uniform in "
+                        "-100..100, 0..200 unsigned; bools: half true)")
     p.set_defaults(func=_run)
 
 
@@ -56,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
             if t.name in feeds_given:
                 feeds[t.name] = feeds_given[t.name]
             else:
-                feeds[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
+                feeds[t.name] = random_input(rng, t.shape, np.dtype(t.dtype))
                 print(f"input {t.name}: random {t.dtype} {t.shape}")
         times = []
         for _ in range(args.iterations):

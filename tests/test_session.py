@@ -127,3 +127,19 @@ def test_run_command(demo, tmp_path: Path, capsys) -> None:
     assert main(["run", str(path), "--input", "bad"]) == 1
     assert "write NAME=FILE.npy" in capsys.readouterr().err
     assert main(["run", str(path), "--iterations", "0"]) == 1
+
+
+def test_random_inputs_of_every_loadable_type() -> None:
+    from pydla.run import random_input
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.int8, np.int16, np.int32, np.int64):
+        v = random_input(rng, (1000,), np.dtype(dtype))
+        assert v.dtype == dtype and v.min() >= -100 and v.max() <= 100 and len(np.unique(v)) > 100
+    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
+        v = random_input(rng, (1000,), np.dtype(dtype))
+        assert v.dtype == dtype and v.max() <= 200 and len(np.unique(v)) > 100
+    b = random_input(rng, (1000,), np.dtype(np.bool_))
+    assert b.dtype == np.bool_ and 400 < b.sum() < 600
+    f = random_input(rng, (2, 3), np.dtype(np.float16))
+    assert f.dtype == np.float16 and f.shape == (2, 3) and f.std() > 0.3
