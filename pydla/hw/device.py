@@ -84,8 +84,11 @@ class RegAccess:
 
 
 class _Block:
-    def __init__(self, kind: dla_block_e) -> None:
+    def __init__(self, kind: dla_block_e, lock: threading.RLock) -> None:
         self.kind = kind
+        # Its worker thread waits here (threaded mode): an enable wakes only the block it concerns,
+        # not every block's thread.
+        self.wake = threading.Condition(lock)
         self.index = int(kind)
         self.regs_type = _REG_TYPES[kind]
         self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
@@ -140,10 +143,10 @@ class VirtualDevice:
         self.mode = mode
         self.memory = memory or DeviceMemory(self.config)
         self.iommu = self.memory.iommu
-        self._blocks: dict[int, _Block] = {int(b): _Block(b) for b in self.config.blocks}
         self._where: dict[int, object] = {}  # address -> (block, offset) or None: _locate's memo
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(self._lock)  # an operation finished (reset waits on it)
+        self._blocks: dict[int, _Block] = {int(b): _Block(b, self._lock) for b in self.config.blocks}
         self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
         self._running: list[_Work] = []  # operations computing now (hung ones excluded)
         self._irq_handlers: list[Callable[[], object]] = []
@@ -257,6 +260,8 @@ class VirtualDevice:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            for block in self._blocks.values():
+                block.wake.notify()
         for t in self._threads:
             t.join(timeout=5)
 
@@ -341,7 +346,7 @@ class VirtualDevice:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
                 self._pending.append((block, group))
-                self._cond.notify_all()
+                self._wake(block)
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
@@ -378,6 +383,8 @@ class VirtualDevice:
             self.fault = (0, 0, 0)
         self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
         self._cond.notify_all()
+        for block in self._blocks.values():
+            block.wake.notify()
         # As a hardware reset quiesces the block's DMA, the reset returns only once an operation the
         # blocks were computing has stopped writing memory (a numpy kernel cannot be interrupted
         # midway; its result is then discarded as abandoned). Not from the computing thread itself.
@@ -473,7 +480,7 @@ class VirtualDevice:
                     work = self._take_runnable(block)
                     if work is not None:
                         break
-                    self._cond.wait()
+                    block.wake.wait()
                 if self._closed:
                     return
             assert work is not None
@@ -500,6 +507,9 @@ class VirtualDevice:
         with self._cond:
             self._complete(work, error, detail, fault)
             self._cond.notify_all()
+            self._wake(work.block)  # its other group may be next
+            if work.partner is not None:
+                self._wake(work.partner[0])
         self._raise_irq()
 
     def _compute(self, work: _Work, regs: Any, mem: blocks.ContextMemory) -> None:
@@ -559,6 +569,15 @@ class VirtualDevice:
                 self.intr_status |= 1 << MMU_FAULT_BIT
 
     # -- interrupts ---------------------------------------------------------------------------------
+
+    def _wake(self, block: _Block) -> None:
+        """Under the lock: wake the worker of ``block``, and CONV's when SDP changed (a flying SDP
+        operation is what lets a CONV operation start)."""
+        block.wake.notify()
+        if block.kind == dla_block_e.SDP:
+            conv = self._blocks.get(int(dla_block_e.CONV))
+            if conv is not None:
+                conv.wake.notify()
 
     def _irq_pending(self) -> bool:
         return bool(self.intr_status & ~self.intr_mask & 0xFFFFFFFF)

@@ -292,6 +292,8 @@ class Kmd:
             self._queues[ctx].append(job)
             if self._service is None and self.device.mode == "deterministic":
                 self._poll_locked()
+            elif self._service is not None and self._start_next():
+                pass  # the device was idle: programmed from the caller, as a submit ioctl does
             else:
                 self._wake()
             return job
