@@ -258,6 +258,8 @@ def test_clip_int_bounds_absent_constant_or_from_a_buffer() -> None:
     assert out.view(np.int16).tolist() == [-100, -5, 0, 5, 7]
     clip.callable([_bytes(x), out, _bytes(np.array([-6], np.int16)), "", "5", "int16"])
     assert out.view(np.int16).tolist() == [-6, -5, 0, 5, 100]
+    clip.callable([_bytes(x), out, "-6", "7", "5", "int16"])  # a constant may come as text
+    assert out.view(np.int16).tolist() == [-6, -5, 0, 5, 7]
     clip.callable([_bytes(x), out, 3, 1, "5", "int16"])  # min above max: everything is max, as ONNX
     assert out.view(np.int16).tolist() == [1] * 5
 
@@ -265,7 +267,9 @@ def test_clip_int_bounds_absent_constant_or_from_a_buffer() -> None:
 @pytest.mark.parametrize(("low", "high", "dtype", "fragment"), [
     (-1, "", "uint8", "min -1 outside uint8"),
     ("", 300, "uint8", "max 300 outside uint8"),
-    ("x", "", "uint8", "min 'x'"),
+    ("x", "", "uint8", "min 'x' is not an integer"),
+    (1.5, "", "uint8", "min 1.5 is not an integer"),
+    ("", True, "uint8", "max True is not an integer"),
     ("", "", "float32", "clip_int of float32"),
     (np.zeros(2, np.uint8), "", "uint8", "min holds 2 bytes"),
 ])

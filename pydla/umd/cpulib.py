@@ -467,10 +467,11 @@ def _clip_int(args: list[Any]) -> None:
             value = _tensor(value, (1,), dtype, what, any_type=True, exact=True)[0]
         elif value == "":
             value = default
-        try:
-            bound = int(value)
-        except (TypeError, ValueError):
-            raise DlaError(NvError.BadParameter, f"cpulib: clip_int {what} {value!r}") from None
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            value = int(value)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise DlaError(NvError.BadParameter, f"cpulib: clip_int {what} {value!r} is not an integer")
+        bound = int(value)
         if not info.min <= bound <= info.max:
             raise DlaError(NvError.BadParameter, f"cpulib: clip_int {what} {bound} outside {dtype}")
         bounds.append(bound)
