@@ -334,7 +334,8 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None, folded: boo
     slope = None
     if r.d_act == R.sdp_act_e.PRELU:
         slope = mem.vector(addr(r.d_prelu_addr_lo, r.d_prelu_addr_hi), c, dtype)
-    same = x.dtype == dst.dtype and x.strides == dst.strides and x.ctypes.data == dst.ctypes.data
+    same = (x.dtype == dst.dtype and x.strides == dst.strides and np.may_share_memory(x, dst)
+            and x.ctypes.data == dst.ctypes.data)  # .ctypes is slow: only when it can be true
     if act != "none":
         # Straight into the destination when that is another array (one pass, not two).
         target = x if same or np.may_share_memory(x, dst) else dst
