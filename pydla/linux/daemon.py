@@ -42,7 +42,7 @@ from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
-from pydla.kmd.driver import Kmd
+from pydla.kmd.driver import COMPLETED, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.fuse_context import FuseError, RequestContext
@@ -354,6 +354,7 @@ class KmdDaemon:
                                 timeout_ms=a.timeout_ms or None, pre_fences=self._fences(client, pre),
                                 post_fences=self._fences(client, post))
         a.task_id = job.job_id
+        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
         return 0
 
     def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pydla.linux import unmount
@@ -373,6 +374,57 @@ time.sleep(60)
         p.kill()
         p.wait()
     wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_a_submit_that_completed_inside_submit_needs_no_wait(tmp_path: Path, net, mode: str) -> None:
+    """A deterministic daemon runs the job inside SUBMIT and says so (``completed``): a blocking
+    submit then issues no WAIT. Chained submits (a pre-fence on that post-fence) still order
+    correctly; a threaded daemon's jobs finish after SUBMIT returns, so its submits wait."""
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    d = KmdDaemon("full", mode=mode, default_timeout_ms=20_000)
+    server = d.serve(mnt)
+    blob, model = net
+    try:
+        out = finish(client(mnt, blob, f"""
+import collections
+from pydla.portability import linux as L
+calls = collections.Counter()
+ioctl = L.LinuxDevice.ioctl
+def counting(self, nr, args, **kw):
+    calls[int(nr)] += 1
+    return ioctl(self, nr, args, **kw)
+L.LinuxDevice.ioctl = counting
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+x, y = run_net(rt, 3)
+calls.clear()
+for _ in range(5):
+    rt.submit()
+print(calls[int(U.dla_ioctl_e.SUBMIT)], calls[int(U.dla_ioctl_e.WAIT)])
+first = rt.submitNonBlocking()
+rt.submitNonBlocking(first)[0].wait(10_000)
+np.save({str(tmp_path / "x.npy")!r}, x)
+np.save({str(tmp_path / "y.npy")!r}, run_net(rt, 3)[1])
+"""))
+        submits, waits = (int(v) for v in out[0].split())
+        assert submits == 5
+        if mode == "deterministic":
+            assert waits == 0
+        else:
+            assert waits >= 5
+        from pydla.demo import reference
+
+        x, y = np.load(tmp_path / "x.npy"), np.load(tmp_path / "y.npy")
+        np.testing.assert_allclose(y, reference(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop(timeout=5.0)
+        d.close()
+        unmount(str(mnt))
 
 
 def test_version_mismatch_names_both_versions(daemon, net) -> None:
