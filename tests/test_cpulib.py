@@ -98,6 +98,17 @@ def test_pad_nd_reads_parameters_from_buffers_and_crops() -> None:
                                     0.0, "int32", "int32"])
 
 
+def _resize_inputs(seed: int, ctm: str, scales, sizes) -> tuple[np.ndarray, np.ndarray, dict]:
+    """x (1, 3, 4, 5), the roi, and Resize's inputs as onnx's reference takes them."""
+    x = np.random.default_rng(seed).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.1], np.float32)
+    inputs = {"x": x, "roi": roi if ctm == "tf_crop_and_resize" else np.zeros(0, np.float32),
+              "scales": np.array(scales or [], np.float32)}
+    if sizes is not None:
+        inputs["sizes"] = np.array(sizes, np.int64)
+    return x, roi, inputs
+
+
 @pytest.mark.parametrize(("mode", "ctm", "scales", "sizes", "attrs"), [
     ("linear", "half_pixel_symmetric", [1, 1, 2.3, 0.6], None, {}),
     ("linear", "align_corners", [1, 1, 0.6, 1.7], None, {}),
@@ -105,12 +116,7 @@ def test_pad_nd_reads_parameters_from_buffers_and_crops() -> None:
     ("linear", "tf_crop_and_resize", None, [1, 3, 4, 3], dict(extrapolation_value=-2.0)),
 ])
 def test_resize_nd_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
-    x = np.random.default_rng(2).standard_normal((1, 3, 4, 5)).astype(np.float32)
-    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.1], np.float32)
-    inputs = {"x": x, "roi": roi if ctm == "tf_crop_and_resize" else np.zeros(0, np.float32),
-              "scales": np.array(scales or [], np.float32)}
-    if sizes is not None:
-        inputs["sizes"] = np.array(sizes, np.int64)
+    x, roi, inputs = _resize_inputs(2, ctm, scales, sizes)
     want = _reference("Resize", inputs, mode=mode, coordinate_transformation_mode=ctm, **attrs)
     out = np.zeros(want.nbytes, np.uint8)
     axes = ",".join(str(a) for a in attrs.get("axes", []))
@@ -137,12 +143,7 @@ def test_resize_nd_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
 ])
 def test_resize_filtered_matches_onnx(mode, ctm, scales, sizes, attrs) -> None:
     """Cubic and antialiased Resize against onnx's reference, every coordinate transformation mode."""
-    x = np.random.default_rng(3).standard_normal((1, 3, 4, 5)).astype(np.float32)
-    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.1], np.float32)
-    inputs = {"x": x, "roi": roi if ctm == "tf_crop_and_resize" else np.zeros(0, np.float32),
-              "scales": np.array(scales or [], np.float32)}
-    if sizes is not None:
-        inputs["sizes"] = np.array(sizes, np.int64)
+    x, roi, inputs = _resize_inputs(3, ctm, scales, sizes)
     want = _reference("Resize", inputs, mode=mode, coordinate_transformation_mode=ctm, **attrs)
     out = np.zeros(want.nbytes, np.uint8)
     _lookup("resize_filtered").callable([
