@@ -32,6 +32,8 @@ from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
+BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
+
 ERROR_CODES = {
     int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
     int(R.dla_hw_error_e.BAD_CONFIG): NvError.BadValue,
@@ -151,6 +153,8 @@ class Engine:
             self.mmu_fault = ((hi << 32) | lo, ctx, blk)
         events = []
         for b in range(len(dla_block_e)):
+            if not status >> (2 * b) & 0x30003:
+                continue  # no done or error bit of this block: the common case, checked once
             for g in (0, 1):
                 if status >> (2 * b + g) & 1:
                     events.append(HwEvent(b, g, False))
@@ -193,7 +197,7 @@ class Engine:
             self.events_arrived.notify_all()
 
     def _handle(self, run: TaskRun, event: HwEvent) -> None:
-        block = dla_block_e(event.block)
+        block = BLOCKS[event.block]
         index = run.busy[block][event.group]
         if index is None:
             return  # a group this run does not use (a stale bit after a reset)

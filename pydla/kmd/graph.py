@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import itertools
 import math
 from collections import deque
@@ -83,9 +84,10 @@ class TaskGraph:
     # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
     programs: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict, compare=False)
 
-    @property
-    def blocks(self) -> list[dla_block_e]:
-        return [b for b, chain in self.chains.items() if chain]
+    @functools.cached_property
+    def blocks(self) -> tuple[dla_block_e, ...]:
+        """The blocks this task uses (asked at every scheduling step: computed once)."""
+        return tuple(b for b, chain in self.chains.items() if chain)
 
 
 def _fail(code: NvError, where: str, message: str) -> DlaError:
