@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
+from pydla.compiler import ceil_mode
 from pydla.compiler.layout import flat_cube
 from pydla.errors import DlaError, NvError
 
@@ -65,8 +66,14 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     if opset < MIN_OPSET:
         raise DlaError(NvError.NotSupported,
                        f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later")
-    inferred = _infer(_without_big_weights(model.graph), opset, "ONNX shape inference")
     g = model.graph
+    inferred = _infer(_without_big_weights(g), opset, "ONNX shape inference")
+    for _ in range(len(g.node)):  # each pass may make the input shapes of later pools known
+        pools = ceil_mode.floor_nodes(g, inferred, opset)
+        if not pools:
+            break
+        g = ceil_mode.without_padding_windows(g, pools)
+        inferred = _infer(_without_big_weights(g), opset, "ONNX shape inference")
     consts = {init.name: numpy_helper.to_array(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, np.dtype[Any]] = {}
@@ -77,6 +84,12 @@ def import_graph(model: onnx.ModelProto) -> Graph:
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
         shapes[vi.name] = dims
         dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+    for vi in model.graph.output:  # a declared shape that inference of a rewritten graph lacks
+        t = vi.type.tensor_type
+        declared = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+        known = min(shapes.get(vi.name, (-1,)), default=1) > 0
+        if t.HasField("shape") and not known and min(declared, default=1) > 0:
+            shapes[vi.name] = declared
     for name, value in consts.items():
         shapes[name], dtypes[name] = tuple(value.shape), value.dtype
     inputs = [i.name for i in g.input if i.name not in consts]
@@ -218,6 +231,14 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
     inferred = _infer(_without_big_weights(folded), opset, "ONNX shape inference of the folded graph")
+    for _ in range(len(folded.node)):  # pools whose input shapes only folding made known
+        pools = ceil_mode.floor_nodes(folded, inferred, opset)
+        if not pools:
+            break
+        folded = ceil_mode.without_padding_windows(folded, pools)
+        for i in pools:
+            graph.nodes[i].attrs["ceil_mode"] = 0
+        inferred = _infer(_without_big_weights(folded), opset, "ONNX shape inference of the folded graph")
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         t = vi.type.tensor_type
         if t.HasField("shape") and vi.name not in graph.consts:

@@ -335,6 +335,46 @@ def test_a_model_of_only_constant_outputs_is_refused() -> None:
     assert e.value.code == NvError.NotSupported
 
 
+@pytest.mark.parametrize(("op", "attrs", "size", "opset"), [
+    ("MaxPool", dict(kernel_shape=[1, 1], strides=[2, 2]), 8, 17),  # inference: 5, computed: 4
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1), 5, 13),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1]), 5, 22),
+])
+@pytest.mark.parametrize("declared", [False, True])
+def test_ceil_mode_drops_the_window_that_starts_in_the_padding(op: str, attrs: dict[str, Any], size: int,
+                                                               opset: int, declared: bool) -> None:
+    """As onnx's reference and onnxruntime compute it at every opset (onnx's shape inference counts
+    that window before opset 22); also when an earlier shape inference stored its wrong shapes in the
+    model (value_info and the output's declared shape)."""
+    from onnx import shape_inference
+
+    nodes = [helper.make_node(op, ["x"], ["p"], ceil_mode=1, **attrs), helper.make_node("Relu", ["p"], ["y"])]
+    m = model(nodes, {"x": (1, 2, size, size)}, ["y"], opset=opset)
+    if opset >= 21:
+        m.ir_version = 10
+    if declared:
+        m = shape_inference.infer_shapes(m)  # the wrong shapes, for opsets before 22
+    x = r(1, 2, size, size)
+    result = check(m, {"x": x})
+    assert result.operations.get("PDP", 0) >= 1
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    with Session(result.blob) as sess:
+        assert sess.outputs[0].shape == want.shape
+
+
+def test_ceil_mode_with_a_padding_window_on_one_axis_only_is_refused_before_opset_22() -> None:
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 1, 0],
+                            ceil_mode=1)
+    with pytest.raises(DlaError, match="some axes and one that does not on others") as e:
+        compile_model(model([node], {"x": (1, 1, 5, 6)}, ["y"], opset=17))
+    assert e.value.code == NvError.NotSupported
+    m = model([node], {"x": (1, 1, 5, 6)}, ["y"], opset=22)
+    m.ir_version = 10
+    check(m, {"x": r(1, 1, 5, 6)})  # opset 22's shape inference is right: nothing to rewrite
+
+
 @pytest.mark.parametrize(("nodes", "shapes", "message"), [
     ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
     ([helper.make_node("Sigmoid", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int64)}, "floating point"),
