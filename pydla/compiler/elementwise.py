@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pydla.compiler import cpuops, movement
-from pydla.compiler.layout import flat_cube, prod
+from pydla.compiler.layout import channel_values, flat_cube, prod
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
 from pydla.kmd.taskbuilder import Cube, Ref
@@ -143,7 +143,15 @@ def _prelu(lw: Lowering, step: Step) -> None:
     elif kind == "per_channel":
         lw.tb.sdp(x, out, act="prelu", prelu=lw.const(values))
     else:
-        raise DlaError(NvError.NotSupported, f"{where}: a slope that varies within a channel")
+        # A slope varying within a channel: min(x, 0) * slope into a temporary, then max(x, 0)
+        # plus it (SDP applies its element-wise operation before its activation, so two passes).
+        el = lw.np_dtype.itemsize
+        buf, offset = lw.temp(prod(out.shape) * el)
+        neg = lw.tb.cube(buf, out.shape, offset=offset, precision=lw.precision)
+        lw.tb.sdp(x, neg, ew=lw.const(np.zeros(1)), ew_op="min", ew_mode="scalar")
+        lw.tb.sdp(neg, neg, ew=_const_operand(lw, "cube", values, out), ew_op="mul", ew_mode="cube")
+        lw.tb.sdp(x, out, act="relu")
+        lw.tb.sdp(out, out, ew=neg, ew_op="add")
 
 
 def _batchnorm(lw: Lowering, step: Step) -> None:
@@ -170,7 +178,7 @@ def _batchnorm(lw: Lowering, step: Step) -> None:
               shift=lw.tb.ref(params.buffer, half, params.offset + half))
 
 
-def activation_kwargs(lw: Lowering, n: Any, channels: int) -> dict[str, Any]:
+def activation_kwargs(lw: Lowering, n: Any, channels: int, axis: int = 1) -> dict[str, Any]:
     """SDP's activation for node ``n`` (fused after a convolution of ``channels`` outputs, or alone)."""
     op = n.op_type
     if op == "Relu":
@@ -190,10 +198,12 @@ def activation_kwargs(lw: Lowering, n: Any, channels: int) -> dict[str, Any]:
             hi = float(lw.const_input(n, 2, "max"))
         return {"act": "clamp", "clip": (float(lo), float(hi))}
     if op == "PRelu":
+        # ``axis`` of the result is the channels of the cube SDP works on (the planner fuses a
+        # PRelu only when its slope varies along that axis alone).
         slope = lw.const_input(n, 1, "slope")
-        per_channel = (slope.ndim >= 3 and slope.shape[-3] == channels and slope.shape[-2:] == (1, 1)
-                       and prod(slope.shape[:-3]) == 1)
-        if slope.size != 1 and not per_channel:
-            raise DlaError(NvError.NotSupported, f"{n.where()}: slope of shape {slope.shape}")
-        return {"act": "prelu", "prelu": lw.const(np.broadcast_to(slope.ravel(), (channels,)))}
+        values = channel_values(slope, lw.g.shapes[n.outputs[0]], axis)
+        if values is None or values.size != channels:
+            raise DlaError(NvError.NotSupported,
+                           f"{n.where()}: slope of shape {slope.shape} is not one value per channel")
+        return {"act": "prelu", "prelu": lw.const(values)}
     raise DlaError(NvError.NotSupported, f"{n.where()}: not an activation")

@@ -18,7 +18,6 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from pydla.compiler import ceil_mode
-from pydla.compiler.layout import flat_cube
 from pydla.errors import DlaError, NvError
 
 MIN_OPSET = 11
@@ -155,15 +154,9 @@ def _dropout(graph: Graph, node: Node) -> list[Node]:
 
 
 def _prelu_on_sdp(graph: Graph, x: str, slope: str) -> bool:
-    """SDP's PReLU computes it: a float tensor, a constant slope, one value per channel of x's
-    cube (the lowering makes one slope a leaky ReLU)."""
-    if slope not in graph.consts or graph.dtypes.get(x) != np.float32:
-        return False
-    try:
-        full = np.broadcast_to(graph.consts[slope], graph.shapes[x]).reshape(flat_cube(graph.shapes[x], x))
-    except (ValueError, DlaError):
-        return True  # the lowering says what is wrong with it
-    return bool((full == full[:, :1, :1]).all())
+    """SDP computes it: a float tensor and a constant slope (fused into the convolution before it
+    when one value per channel, else an SDP operation or several of its own)."""
+    return slope in graph.consts and graph.dtypes.get(x) == np.float32
 
 
 def _prelu_of_a_tensor(graph: Graph, node: Node) -> list[Node]:

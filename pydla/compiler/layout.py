@@ -206,3 +206,17 @@ def deconv_pads(auto_pad: str, pads: Sequence[int] | None, output_padding: Seque
         else:
             ends[i] -= diff
     return begins, ends, out_pad
+
+
+def channel_values(value: np.ndarray, shape: Sequence[int], axis: int) -> np.ndarray | None:
+    """``value`` broadcast to ``shape`` as one value per index of ``axis`` (what an SDP per-channel
+    parameter holds when that axis is the cube's channels): those values, or None when it varies
+    along another axis too (or does not broadcast)."""
+    try:
+        full = np.broadcast_to(np.asarray(value, dtype=np.float64), tuple(shape))
+    except ValueError:
+        return None
+    per = np.moveaxis(full, axis, 0).reshape(full.shape[axis], -1)
+    if not (per == per[:, :1]).all():
+        return None
+    return np.array(per[:, 0])

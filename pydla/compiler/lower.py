@@ -313,10 +313,12 @@ class Lowering:
             extra: dict[str, Any] = {} if ew is None else dict(ew=self.image(ew, i, where), ew_op="add")
             self.tb.sdp(op, self.image(step.output, i, where), **sdp, **extra)
 
-    def epilogue(self, nodes: list[Node], prev: str, channels: int) -> tuple[Any, dict[str, Any]]:
-        return self._epilogue(nodes, prev, channels)
+    def epilogue(self, nodes: list[Node], prev: str, channels: int,
+                 axis: int = 1) -> tuple[Any, dict[str, Any]]:
+        return self._epilogue(nodes, prev, channels, axis)
 
-    def _epilogue(self, nodes: list[Node], prev: str, channels: int) -> tuple[Any, dict[str, Any]]:
+    def _epilogue(self, nodes: list[Node], prev: str, channels: int,
+                  axis: int = 1) -> tuple[Any, dict[str, Any]]:
         """The element-wise add and activation fused after a convolution whose (so far) result is
         the tensor ``prev``."""
         ew: Any = None
@@ -333,12 +335,13 @@ class Lowering:
                 else:
                     ew = ("cube", other)
             else:
-                act = self.activation(n, channels)
+                act = self.activation(n, channels, axis)
             prev = n.outputs[0]
         return ew, act
 
-    def activation(self, n: Node, channels: int) -> dict[str, Any]:
-        return elementwise.activation_kwargs(self, n, channels)
+    def activation(self, n: Node, channels: int, axis: int = 1) -> dict[str, Any]:
+        """SDP's activation registers for ``n``; its per-channel parameters are along ``axis``."""
+        return elementwise.activation_kwargs(self, n, channels, axis)
 
     def bn_params(self, n: Node) -> tuple[np.ndarray, np.ndarray]:
         return self._bn(n)

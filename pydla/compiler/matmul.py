@@ -61,7 +61,7 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
         raise DlaError(NvError.BadValue, f"{where}: inner dimensions {k} and {kb} differ")
     a_batch, b_batch = a2[:-2], b2[:-2]
     batch = tuple(np.broadcast_shapes(a_batch, b_batch))
-    act = lw.epilogue(step.nodes[1:], n.outputs[0], cols)[1]
+    act = lw.epilogue(step.nodes[1:], n.outputs[0], cols, axis=-1)[1]
     epi = _gemm_epilogue(lw, step, m, cols, alpha, beta, act) if gemm else _Epilogue(act=act)
     scale_weights = alpha if epi.scale is None else 1.0
     y_buf, y_off = lw.storage(step.output)

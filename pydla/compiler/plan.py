@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pydla.compiler.graph import Graph, Node
+from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
@@ -73,7 +74,8 @@ def group_steps(graph: Graph) -> list[Step]:
                        and image and constant and not nxt.attrs.get("training_mode", 0))
                       or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and image
                           and _other_is_fusable(graph, nxt, out, producer, i))
-                      or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant))
+                      or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant
+                          and _per_channel(graph, nxt, op)))
                 if not ok:
                     continue
                 chain.append(nxt)
@@ -117,6 +119,18 @@ def group_steps(graph: Graph) -> list[Step]:
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
                  for t in dict.fromkeys(graph.outputs) if t in graph.consts]
     return constants + steps
+
+
+def _per_channel(graph: Graph, act: Node, producer_op: str) -> bool:
+    """An activation fused into a convolution (channels: axis 1) or a matrix product (channels: the
+    last axis) has one parameter per channel; PRelu's slope must be that."""
+    if act.op_type != "PRelu" or len(act.inputs) < 2:
+        return True
+    shape = graph.shapes.get(act.outputs[0], ())
+    if len(shape) < 2:
+        return False
+    axis = -1 if producer_op in ("Gemm", "MatMul") else 1
+    return channel_values(graph.consts[act.inputs[1]], shape, axis) is not None
 
 
 def _sole_consumer(graph: Graph, tensor: str) -> Node | None:

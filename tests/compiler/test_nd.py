@@ -299,6 +299,31 @@ def test_integer_prelu_with_a_constant_or_runtime_slope() -> None:
     assert result.operations == {"CPU": 4}  # min, mul, max, add of integers
 
 
+_MATMUL = helper.make_node("MatMul", ["x", "w"], ["t"])
+
+
+@pytest.mark.parametrize(("first", "inits", "shape", "slope", "fused"), [
+    # MatMul's cube channels are its output's last axis: a slope along axis 1 is not fusable (here
+    # both have 3 entries, which once fused it wrongly), one along the last axis is.
+    (_MATMUL, {"w": RNG.standard_normal((6, 3))}, (2, 3, 8, 6), (3, 1, 1), False),
+    (_MATMUL, {"w": RNG.standard_normal((6, 3))}, (2, 3, 8, 6), (3,), True),
+    (helper.make_node("Conv", ["x", "w"], ["t"], pads=[0, 1, 1, 0, 1, 1]),
+     {"w": RNG.standard_normal((4, 3, 1, 3, 3))}, (2, 3, 4, 5, 5), (4, 1, 1, 1), True),
+    (helper.make_node("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2]),
+     {"w": RNG.standard_normal((3, 4, 2, 2))}, (2, 3, 4, 5), (4, 1, 1), True),
+    (helper.make_node("Conv", ["x", "w"], ["t"], pads=[1, 1, 1, 1]),
+     {"w": RNG.standard_normal((4, 3, 3, 3))}, (2, 3, 4, 5), (1, 5), False),
+])
+def test_prelu_after_a_convolution_or_product_is_fused_only_per_channel(
+        first: Any, inits: dict[str, Any], shape: tuple[int, ...], slope: tuple[int, ...],
+        fused: bool) -> None:
+    nodes = [first, helper.make_node("PRelu", ["t", "s"], ["y"])]
+    values = {**inits, "s": np.abs(RNG.standard_normal(slope)) * 0.5}
+    result = check(model(nodes, {"x": shape}, ["y"], values), {"x": r(*shape)})
+    sdp = result.operations.get("SDP", 0)
+    assert (sdp == result.operations.get("CONV", 0)) == fused, result.operations
+
+
 def test_dropout_mask_and_constant_outputs_are_copied_from_the_weights() -> None:
     nodes = [helper.make_node("Dropout", ["x", "ratio"], ["d", "mask"]),
              helper.make_node("Relu", ["d"], ["y"]),
