@@ -46,6 +46,7 @@ class Chain:
                       r.choice([1, 2, 5, 6, 9, 16]))
         self.input_shape = self.shape
         self.cur = "x"
+        self.earlier: list[tuple[str, tuple[int, ...]]] = []  # tensors a later node may read again
 
     def name(self) -> str:
         self.count += 1
@@ -62,6 +63,7 @@ class Chain:
     def add(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs: Any) -> None:
         out = self.name()
         self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        self.earlier.append((self.cur, self.shape))
         self.cur, self.shape = out, shape
 
     def model(self) -> Any:
@@ -123,7 +125,7 @@ def _pool(ch: Chain) -> bool:
 def _step(ch: Chain) -> bool:
     r, (n, c, h, w) = ch.rand, ch.shape
     op = r.choice(["conv", "deconv", "pool", "ew", "act", "prelu", "bn", "lrn", "concat", "split",
-                   "transpose", "pad", "resize", "slice", "softmax", "gemm", "matmul", "mean"])
+                   "transpose", "pad", "resize", "slice", "softmax", "gemm", "matmul", "mean", "merge"])
     if op in ("conv", "deconv"):
         return _conv(ch, op == "deconv")
     if op == "pool":
@@ -166,8 +168,8 @@ def _step(ch: Chain) -> bool:
         ch.nodes.append(helper.make_node("Split", [ch.cur, sizes], parts, axis=axis))
         shape = list(ch.shape)
         shape[axis] -= first
-        ch.cur = parts[1]
-        ch.add("Relu", [parts[1]], tuple(shape))
+        ch.cur, ch.shape = parts[1], tuple(shape)
+        ch.add("Relu", [parts[1]], ch.shape)
     elif op == "transpose":
         perm = [0, *r.sample([1, 2, 3], 3)]
         ch.add("Transpose", [ch.cur], tuple(ch.shape[i] for i in perm), perm=perm)
@@ -200,12 +202,21 @@ def _step(ch: Chain) -> bool:
         trans_b = r.choice([0, 1])
         inputs = [flat, ch.floats(*((m, size) if trans_b else (size, m)))]
         inputs += [ch.floats(m)] if r.random() < 0.5 else []
-        ch.cur = flat
+        ch.cur, ch.shape = flat, (n, size)
         ch.add("Gemm", inputs, (n, m), transB=trans_b, alpha=r.choice([1.0, 0.5]), beta=r.choice([1.0, 2.0]))
         ch.add("Reshape", [ch.cur, ch.const(np.array([n, m, 1, 1]))], (n, m, 1, 1))
     elif op == "matmul":
         m = r.choice([1, 3, 7])
         ch.add("MatMul", [ch.cur, ch.floats(w, m)], (n, c, h, m))
+    elif op == "merge":  # a residual connection or a concatenation with an earlier tensor
+        same = [t for t, shape in ch.earlier if shape == ch.shape and shape[0] > 0]
+        if not same:
+            return False
+        other = r.choice(same)
+        if r.random() < 0.5:
+            ch.add(r.choice(["Add", "Mul", "Max"]), [ch.cur, other], ch.shape)
+        else:
+            ch.add("Concat", [other, ch.cur], (n, 2 * c, h, w), axis=1)
     else:
         ch.add("Mean", [ch.cur, ch.cur, ch.floats(c, 1, 1)], ch.shape)
     return True
@@ -213,7 +224,7 @@ def _step(ch: Chain) -> bool:
 
 def random_model(seed: int) -> tuple[Any, np.ndarray]:
     ch = Chain(seed)
-    for _ in range(ch.rand.randint(1, 5)):
+    for _ in range(ch.rand.randint(1, 7)):
         if _step(ch) and -1 in ch.shape:
             # pooling: its shape as onnxruntime computes the graph so far (ceil_mode included)
             probe = ch.model()
