@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -312,3 +313,12 @@ def test_eltwise_int_div_truncates_wraps_and_refuses_zero() -> None:
     with pytest.raises(DlaError, match="division by zero") as e:
         div([_bytes(a), _bytes(np.zeros(1, np.int32)), out, "6", "1", "6", "div", "int32"])
     assert e.value.code == NvError.BadValue
+
+
+def test_functions_compute_inf_and_nan_without_numpy_warnings() -> None:
+    x = np.array([[np.inf, 1.0, -np.inf], [np.nan, 0.0, 1e38]], np.float32)
+    out = np.zeros(24, np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _lookup("softmax").callable([_bytes(x), out, 1, "2,3", "float32", "float32"])
+    assert np.isnan(out.view(np.float32)).all()  # inf - inf, as numpy's IEEE arithmetic gives

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
@@ -497,7 +499,8 @@ class VirtualDevice:
             mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self._precisions)
             if work.injected:
                 raise blocks.HwError(work.injected, "injected error")
-            self._compute(work, regs, mem)
+            with np.errstate(all="ignore"):  # IEEE arithmetic: NaN and inf flow on, no warnings
+                self._compute(work, regs, mem)
         except MmuFault as e:
             error, detail, fault = int(R.dla_hw_error_e.MMU_FAULT), str(e), e
         except blocks.HwError as e:

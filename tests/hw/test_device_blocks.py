@@ -9,6 +9,7 @@ ConvTranspose, LRN, DepthToSpace, SpaceToDepth).
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any
 
 import numpy as np
@@ -583,6 +584,22 @@ def test_sdp_memory_mode_strided_destination(dev: VirtualDevice, arena: Arena) -
     np.testing.assert_allclose(arena.get(dst), np.tanh(x), rtol=RTOL32, atol=ATOL32)
     raw = arena.raw(dst).view(np.uint32)
     assert (raw == 0xA5A5A5A5).sum() == raw.size - x.size
+
+
+def test_sdp_computes_nan_and_inf_as_ieee_arithmetic_does_without_warnings(dev: VirtualDevice,
+                                                                           arena: Arena) -> None:
+    """inf - inf, 0 * inf, overflow: the device computes them (NaN, inf) as hardware would; no numpy
+    warning reaches the host, even where warnings are errors."""
+    x = np.array([[[np.inf, -np.inf, np.nan, 3e38, 1.0, 0.0]]], np.float32)
+    dst = arena.cube(x.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        program_sdp(dev, arena, dst, src=arena.put(x), bias=np.array([-np.inf], np.float32),
+                    ew_op=EW.MUL, ew_mode=EW_MODE.SCALAR, ew=np.array([0.0], np.float32), act=ACT.SIGMOID)
+        assert_done(dev, done_bit("SDP", 0))
+    with np.errstate(all="ignore"):
+        want = 1 / (1 + np.exp(-((x + np.float32(-np.inf)) * np.float32(0.0))))
+    np.testing.assert_array_equal(np.isnan(arena.get(dst)), np.isnan(want))
 
 
 def test_conv_waits_for_its_sdp(dev: VirtualDevice, arena: Arena) -> None:
