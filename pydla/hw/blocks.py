@@ -230,6 +230,10 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
         else:
             raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"CONV: weight format {r.d_wt_format} is unknown")
         w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (k, cg, kh, kw), strides, dtype)
+        spans = ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
+        _bad(spans[0] > r.d_src.height + pads[0] + pads[2] or spans[1] > r.d_src.width + pads[1] + pads[3],
+             f"CONV: kernel spans {spans} exceed the padded input "
+             f"{(r.d_src.height + pads[0] + pads[2], r.d_src.width + pads[1] + pads[3])}")
         expect = tuple(compute.conv_output_size(n, kk, s, pb, pa, d) for n, kk, s, pb, pa, d in (
             (r.d_src.height, kh, stride[0], pads[0], pads[2], dilation[0]),
             (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1])))
