@@ -365,6 +365,8 @@ def loads(text: str | bytes, source: str = "recipe") -> Any:
 
     try:
         return json.loads(text, parse_constant=reject)
+    except UnicodeDecodeError as e:
+        raise DlaError(NvError.BadValue, f"{source}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e:
         before = e.doc[:e.pos].rstrip()
         hint = " (a trailing comma?)" if before.endswith(",") else ""
