@@ -31,7 +31,16 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     cfg = load_config(config)
     if precision == "fp16" and not any(p.name == "FP16" for p in cfg.precisions):
         raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' has no fp16")
-    result = Lowering(import_graph(load_model(model)), cfg.name, progress, precision).run()
+    onnx_model = load_model(model)
+    try:
+        result = Lowering(import_graph(onnx_model), cfg.name, progress, precision).run()
+    except DlaError:
+        raise
+    except MemoryError:
+        raise DlaError(NvError.InsufficientMemory, "compiling the model ran out of memory") from None
+    except Exception as e:  # a malformed model the checks above let through (or a compiler bug)
+        raise DlaError(NvError.BadValue, f"cannot compile the model: {type(e).__name__}: {e} (a malformed "
+                                         "model, or a pydla bug: please report it with the model)") from e
     from pydla.loadable.container import Loadable
 
     Loadable.open(result.blob).check_device(cfg)

@@ -59,8 +59,24 @@ def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         raise DlaError(NvError.FileReadFailed, f"{model}: cannot read the ONNX model: {e}") from e
 
 
+def check_names(g: onnx.GraphProto) -> None:
+    """Every node input is a graph input, an initializer or an earlier node's output (onnx's own
+    checker also insists on declared output shapes, which models built with onnx.helper often lack)."""
+    known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
+    for i, n in enumerate(g.node):
+        for name in n.input:
+            if name not in known:
+                raise DlaError(NvError.BadValue, f"node '{n.name or i}' ({n.op_type}): input '{name}' is not "
+                                                 "a graph input, an initializer or an earlier node's output")
+        known.update(n.output)
+    for o in g.output:
+        if o.name not in known:
+            raise DlaError(NvError.BadValue, f"output '{o.name}' is not computed by any node")
+
+
 def import_graph(model: onnx.ModelProto) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order."""
+    check_names(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise DlaError(NvError.NotSupported,
@@ -73,7 +89,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             break
         g = ceil_mode.without_padding_windows(g, pools)
         inferred = _infer(_without_big_weights(g), opset, "ONNX shape inference")
-    consts = {init.name: numpy_helper.to_array(init) for init in g.initializer}
+    consts = {init.name: _initializer(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, np.dtype[Any]] = {}
     for vi in [*g.input, *inferred.graph.value_info, *inferred.graph.output]:
@@ -98,6 +114,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.NotSupported,
                            f"input '{name}' has shape {shapes.get(name)}: pydla needs static shapes "
                            "(fix the batch and image size when exporting)")
+        _check_size("graph input", name, shapes, dtypes)
     graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset)
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
@@ -120,6 +137,8 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: the shape of '{name}' is not static")
+            if name:
+                _check_size(node.where(), name, graph.shapes, graph.dtypes)
     graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
     return graph
 
@@ -209,6 +228,29 @@ def _binary(graph: Graph, node: Node) -> list[Node]:
     return parts
 
 
+MAX_TENSOR_BYTES = 1 << 32  # a tensor beyond this is a corrupt model or none a device could hold
+
+
+def _initializer(init: onnx.TensorProto) -> np.ndarray:
+    count = int(np.prod(init.dims, dtype=np.float64)) if init.dims else 1
+    if count * 8 > MAX_TENSOR_BYTES or min(init.dims, default=0) < 0:
+        raise DlaError(NvError.NotSupported, f"initializer '{init.name}' of dims {list(init.dims)}: "
+                                             f"more than {MAX_TENSOR_BYTES >> 30} GiB, or negative")
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:  # onnx raises several types for malformed tensors
+        raise DlaError(NvError.BadValue,
+                       f"initializer '{init.name}' cannot be read: {type(e).__name__}: {e}") from None
+
+
+def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
+                dtypes: dict[str, np.dtype[Any]]) -> None:
+    size = float(np.prod(shapes[name], dtype=np.float64)) * dtypes.get(name, np.dtype(np.float32)).itemsize
+    if size > MAX_TENSOR_BYTES:
+        raise DlaError(NvError.NotSupported, f"{where}: '{name}' of shape {shapes[name]} takes {size:.3g} "
+                                             f"bytes, more than {MAX_TENSOR_BYTES >> 30} GiB")
+
+
 def _check_not_empty(where: str, name: str, shapes: dict[str, tuple[int, ...]]) -> None:
     if 0 in shapes.get(name, ()):
         raise DlaError(NvError.NotSupported, f"{where}: '{name}' has shape {shapes[name]}: empty tensors "
@@ -282,6 +324,9 @@ def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     feeds = {i: graph.consts[i] for i in node.inputs if i}
     if sum(v.size for v in feeds.values()) > FOLD_LIMIT:
         return False
+    if any(min(graph.shapes.get(o, (-1,)), default=1) < 0
+           or np.prod(graph.shapes[o], dtype=np.float64) > FOLD_LIMIT for o in node.outputs if o):
+        return False  # an output of unknown or large size (ConstantOfShape, Expand...): left to run
     model = helper.make_model(
         helper.make_graph([proto], "fold",
                           [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)

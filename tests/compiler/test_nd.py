@@ -459,3 +459,15 @@ def test_maxpool_indices_output_is_a_cpu_run() -> None:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     assert check(m, {"x": x}, rtol=0, atol=0).operations == {"CPU": 1, "SDP": 1}
+
+
+def test_malformed_models_are_dlaerrors() -> None:
+    dangling = model([helper.make_node("Relu", ["nowhere"], ["y"])], {"x": (1, 2)}, ["y"])
+    with pytest.raises(DlaError, match="input 'nowhere' is not a graph input") as e:
+        compile_model(dangling)
+    assert e.value.code == NvError.BadValue
+    bad_attr = model([helper.make_node("LRN", ["x"], ["y"], size=3)], {"x": (1, 2, 3, 3)}, ["y"])
+    bad_attr.graph.node[0].attribute.append(helper.make_attribute("beta", "text"))
+    with pytest.raises(DlaError, match="cannot compile the model") as e:
+        compile_model(bad_attr)
+    assert e.value.code == NvError.BadValue
