@@ -9,6 +9,7 @@ adds, the node is the same pooling with ``ceil_mode`` 0, and every shape after i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -22,18 +23,11 @@ POOLS = ("MaxPool", "AveragePool", "LpPool")
 FIXED_OPSET = 22  # from here shape inference drops the window too
 
 
-def floor_nodes(graph: onnx.GraphProto, inferred: onnx.ModelProto, opset: int) -> list[int]:
+def floor_nodes(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], opset: int) -> list[int]:
     """Indices of the pooling nodes of ``graph`` whose ``ceil_mode`` adds only windows that start in
-    the end padding (so ``ceil_mode`` 0 computes them), given ``inferred``'s shapes."""
+    the end padding (so ``ceil_mode`` 0 computes them), given the ``shapes`` known (-1: unknown)."""
     if opset >= FIXED_OPSET:
         return []
-    shapes: dict[str, list[int]] = {}
-    for vi in [*graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-    for init in graph.initializer:
-        shapes[init.name] = list(init.dims)
     found = []
     for i, n in enumerate(graph.node):
         if n.op_type not in POOLS or n.domain not in ("", "ai.onnx") or not n.input:
@@ -45,7 +39,7 @@ def floor_nodes(graph: onnx.GraphProto, inferred: onnx.ModelProto, opset: int) -
         shape = shapes.get(n.input[0])
         if shape is None or len(shape) < 3 or min(shape) < 1:
             continue  # not known yet (known after folding: asked again then)
-        if _only_padding_windows(n, attrs, shape[2:]):
+        if _only_padding_windows(n, attrs, list(shape[2:])):
             found.append(i)
     return found
 

@@ -81,27 +81,17 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     if opset < MIN_OPSET:
         raise DlaError(NvError.NotSupported,
                        f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later")
-    g = model.graph
-    inferred = _infer(_without_big_weights(g), opset, "ONNX shape inference")
-    for _ in range(len(g.node)):  # each pass may make the input shapes of later pools known
-        pools = ceil_mode.floor_nodes(g, inferred, opset)
-        if not pools:
-            break
-        g = ceil_mode.without_padding_windows(g, pools)
-        inferred = _infer(_without_big_weights(g), opset, "ONNX shape inference")
+    g, inferred, _ = _infer_with_pools_fixed(model.graph, opset, "ONNX shape inference")
     consts = {init.name: _initializer(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, np.dtype[Any]] = {}
-    for vi in [*g.input, *inferred.graph.value_info, *inferred.graph.output]:
+    for vi in _typed(g.input, inferred):
         t = vi.type.tensor_type
-        if not t.HasField("shape"):
-            continue
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-        shapes[vi.name] = dims
+        shapes[vi.name] = _dims(t)
         dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
     for vi in model.graph.output:  # a declared shape that inference of a rewritten graph lacks
         t = vi.type.tensor_type
-        declared = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+        declared = _dims(t)
         known = min(shapes.get(vi.name, (-1,)), default=1) > 0
         if t.HasField("shape") and not known and min(declared, default=1) > 0:
             shapes[vi.name] = declared
@@ -265,20 +255,43 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     inputs = [i for i in g.input if i.name in graph.inputs]
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
-    inferred = _infer(_without_big_weights(folded), opset, "ONNX shape inference of the folded graph")
-    for _ in range(len(folded.node)):  # pools whose input shapes only folding made known
-        pools = ceil_mode.floor_nodes(folded, inferred, opset)
+    # Pools whose input shapes only folding made known get their ceil_mode fixed here.
+    _, inferred, pools = _infer_with_pools_fixed(folded, opset, "ONNX shape inference of the folded graph")
+    for i in pools:
+        graph.nodes[i].attrs["ceil_mode"] = 0
+    for vi in _typed([], inferred):
+        t = vi.type.tensor_type
+        if vi.name not in graph.consts:
+            graph.shapes[vi.name] = _dims(t)
+            graph.dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+
+
+def _dims(t: onnx.TypeProto.Tensor) -> tuple[int, ...]:
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+
+
+def _typed(inputs: Any, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """``inputs`` and the values shape inference described, those with a shape."""
+    return [vi for vi in [*inputs, *inferred.graph.value_info, *inferred.graph.output]
+            if vi.type.tensor_type.HasField("shape")]
+
+
+def _infer_with_pools_fixed(g: onnx.GraphProto, opset: int,
+                            what: str) -> tuple[onnx.GraphProto, onnx.ModelProto, list[int]]:
+    """Shape inference of ``g``, with the pools whose ceil_mode adds only padding windows rewritten
+    first (see :mod:`pydla.compiler.ceil_mode`): the graph, its inference, the rewritten nodes."""
+    inferred = _infer(_without_big_weights(g), opset, what)
+    fixed: list[int] = []
+    for _ in range(len(g.node)):  # each pass may make the input shapes of later pools known
+        shapes = {vi.name: _dims(vi.type.tensor_type) for vi in _typed(g.input, inferred)}
+        shapes.update({init.name: tuple(init.dims) for init in g.initializer})
+        pools = ceil_mode.floor_nodes(g, shapes, opset)
         if not pools:
             break
-        folded = ceil_mode.without_padding_windows(folded, pools)
-        for i in pools:
-            graph.nodes[i].attrs["ceil_mode"] = 0
-        inferred = _infer(_without_big_weights(folded), opset, "ONNX shape inference of the folded graph")
-    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape") and vi.name not in graph.consts:
-            graph.shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-            graph.dtypes[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+        fixed += pools
+        g = ceil_mode.without_padding_windows(g, pools)
+        inferred = _infer(_without_big_weights(g), opset, what)
+    return g, inferred, fixed
 
 
 def _without_big_weights(g: onnx.GraphProto) -> onnx.GraphProto:

@@ -242,7 +242,8 @@ class VirtualDevice:
             work = self._take_runnable(None)
         if work is None:
             return False
-        self._execute(work)
+        with np.errstate(all="ignore"):  # see _execute
+            self._execute(work)
         return True
 
     def inject_hang(self, block: dla_block_e | str, count: int = 1) -> None:
@@ -462,19 +463,24 @@ class VirtualDevice:
         set ``_kicking``; it is cleared under the lock only once nothing is runnable, so an
         operation enabled meanwhile by another thread is never left behind."""
         try:
-            while True:
-                with self._lock:
-                    work = self._take_runnable(None)
-                    if work is None:
-                        self._kicking = False
-                        return
-                self._execute(work)
+            with np.errstate(all="ignore"):  # see _execute; set once for the whole run
+                while True:
+                    with self._lock:
+                        work = self._take_runnable(None)
+                        if work is None:
+                            self._kicking = False
+                            return
+                    self._execute(work)
         except BaseException:
             with self._lock:
                 self._kicking = False
             raise
 
     def _worker(self, block: _Block) -> None:
+        with np.errstate(all="ignore"):  # see _execute; this thread's setting, for its lifetime
+            self._work_loop(block)
+
+    def _work_loop(self, block: _Block) -> None:
         while True:
             with self._cond:
                 work = None
@@ -499,8 +505,9 @@ class VirtualDevice:
             mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self._precisions)
             if work.injected:
                 raise blocks.HwError(work.injected, "injected error")
-            with np.errstate(all="ignore"):  # IEEE arithmetic: NaN and inf flow on, no warnings
-                self._compute(work, regs, mem)
+            # The callers run this under np.errstate(all="ignore"): IEEE arithmetic, NaN and inf
+            # flow on and no numpy warning reaches the host (set once per run, not per operation).
+            self._compute(work, regs, mem)
         except MmuFault as e:
             error, detail, fault = int(R.dla_hw_error_e.MMU_FAULT), str(e), e
         except blocks.HwError as e:

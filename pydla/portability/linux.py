@@ -56,7 +56,11 @@ class LinuxSemaphore:
     def __init__(self, device: LinuxDevice, sync: int) -> None:
         self.device, self.sync = device, sync
         self.destroyed = False
-        self.reached = -1  # a value SUBMIT said is reached: waiting for it needs no WAIT
+        self.reached = -1  # a value known to be reached: waiting for it needs no WAIT
+
+    def note_reached(self, value: int) -> None:
+        """SUBMIT said so, or this port signalled it: a timeline only goes up."""
+        self.reached = max(self.reached, value)
 
 
 class LinuxMem(NvDlaMemHandle):
@@ -338,14 +342,14 @@ class LinuxPort(NvDlaPort):
             done = device.ioctl(U.dla_ioctl_e.SUBMIT, args)  # the daemon reads the arrays during the call
             if done.completed:
                 for f in task.post_fences:
-                    f.semaphore.reached = max(f.semaphore.reached, f.value)
+                    f.semaphore.note_reached(f.value)
             statuses.append(NvDlaTaskStatus(done.task_id, None))
         return statuses
 
     def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
         device, f = self._fence(fence)
         if fence.semaphore.reached >= f.value:
-            return  # SUBMIT said so: a timeline only goes up
+            return  # already known to be reached
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             left_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -373,7 +377,7 @@ class LinuxPort(NvDlaPort):
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
         device, f = self._fence(fence)
         device.ioctl(U.dla_ioctl_e.SYNC_SIGNAL, U.dla_sync_signal_t(fence=f))
-        fence.semaphore.reached = max(fence.semaphore.reached, f.value)
+        fence.semaphore.note_reached(f.value)
 
     def NvDlaFailFence(self, fence: NvDlaFence, error: DlaError) -> None:
         device, f = self._fence(fence)

@@ -417,10 +417,9 @@ def _truncating_divide(a: Any, b: Any, out: Any) -> None:
     negative value divided by -1 wraps around. A zero divisor is refused, not given a value."""
     if not np.all(b):
         raise DlaError(NvError.BadValue, "cpulib: eltwise_int div: division by zero")
-    with np.errstate(over="ignore"):
-        q = np.floor_divide(a, b)  # not into ``out``: it may share memory with ``a``
-        if q.dtype.kind == "i":
-            q += (np.multiply(q, b) != a) & ((a < 0) != (b < 0))
+    q = np.floor_divide(a, b)  # not into ``out``: it may share memory with ``a``
+    if q.dtype.kind == "i":
+        q += (np.multiply(q, b) != a) & ((a < 0) != (b < 0))
     out[...] = q
 
 
