@@ -7,6 +7,7 @@ names the operation and the field, and that the device saw no register access at
 
 from __future__ import annotations
 
+import gc
 import json
 from importlib import resources
 
@@ -17,8 +18,9 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
+from pydla.kmd import graph
 from pydla.kmd.driver import MAX_ADDRESSES, Kmd
-from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
+from pydla.kmd.graph import OP_DESC_SIZE, PAUSE_GC_OPERATIONS, SURFACE_DESC_SIZE
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.taskbuilder import LoadedTask, TaskBuilder
 from tests.kmd.support import (
@@ -28,6 +30,7 @@ from tests.kmd.support import (
     Descriptors,
     MakeKmd,
     conv_sdp_pdp,
+    copy_add_chain,
     pdp_and_sdp,
     pdp_chain,
     two_conv_pairs,
@@ -590,3 +593,36 @@ def test_a_valid_task_still_runs_after_rejections(kmd_full: tuple[VirtualDevice,
     expected = case.feed(kmd, ctx, loaded, seed=3)
     kmd.submit(ctx, loaded.addresses, timeout_ms=1000).wait(5000)
     case.check(kmd, ctx, loaded, expected)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_large_task_validation_restores_the_garbage_collector(kmd_full: tuple[VirtualDevice, Kmd],
+                                                              enabled: bool) -> None:
+    """A large task is read with the collector paused; after it (valid or refused) the collector is
+    as the application left it, and the pause really happened."""
+    _, kmd = kmd_full
+    ctx = kmd.open_context()
+    case = copy_add_chain(PAUSE_GC_OPERATIONS // 2)
+    loaded = case.load(kmd, ctx)
+    seen = []
+    check_surfaces = graph._check_surfaces
+
+    def spy(*args: object) -> None:
+        seen.append(gc.isenabled())
+        check_surfaces(*args)  # type: ignore[arg-type]
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        graph._check_surfaces = spy  # type: ignore[assignment]
+        job = kmd.submit(ctx, loaded.addresses, timeout_ms=10_000)
+        job.wait(20_000)
+        assert gc.isenabled() is enabled
+        assert seen and not any(seen), "the collector ran during the validation of a large task"
+        d = Descriptors.loaded(case.built, kmd, ctx, loaded)
+        d.common(PAUSE_GC_OPERATIONS - 1).dependency_count = 0
+        reject(kmd, ctx, loaded.addresses, NvError.CountMismatch, "dependency_count")
+        assert gc.isenabled() is enabled
+    finally:
+        graph._check_surfaces = check_surfaces  # type: ignore[assignment]
+        (gc.enable if was else gc.disable)()
