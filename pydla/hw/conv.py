@@ -79,7 +79,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     ``pads`` is (top, left, bottom, right). Paths:
 
     - 1x1, stride 1, unpadded: one matmul on x as it lies in memory;
-    - depthwise (one input channel per group): kh*kw multiply-adds of shifted views;
+    - depthwise (one input channel per group): a batched matmul over blocks of channels (see
+      :func:`_depthwise`);
     - wide maps: "wide" im2col, each row of the column matrix one contiguous run of a stride phase
       of the zero-padded input (Ho whole lines), the extra columns cropped after the matmul;
     - otherwise: im2col as a strided view of the (padded) input copied once;
@@ -109,7 +110,7 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
         return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends), out, dtype)
     w32 = w.astype(np.float32, copy=False)
     res = f32_target(out, (k, ho, wo), x)
-    if cg == 1 and groups == c:
+    if depthwise_applies(c, w, groups):
         _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res, adds)
     else:
         _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
@@ -351,15 +352,28 @@ def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads
         _store(res[:, r0:r0 + r], prod.reshape(k, r, wq)[:, :, :wo], [a[:, r0:r0 + r] for a in adds])
 
 
+def depthwise_applies(x_channels: int, w: FloatArray, groups: int) -> bool:
+    """Whether a convolution is depthwise (one input channel per group; see :func:`_depthwise`)."""
+    return w.ndim == 4 and w.shape[1] == 1 and groups == x_channels
+
+
+def _per_channel(a: FloatArray) -> FloatArray | None:
+    """The (K,) values of an addend broadcast to (K, Ho, Wo) that is constant within each channel
+    (a bias), or None."""
+    return a[:, 0, 0] if a.strides[1] == a.strides[2] == 0 else None
+
+
 def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tuple[int, int],
                dilation: tuple[int, int], res: F32Array, adds: Sequence[FloatArray] = ()) -> None:
-    """One input channel per group: res[k] = sum over taps (i, j) of w[k, 0, i, j] * shifted x[k // m].
+    """One input channel per group: res[k] = sum over taps (i, j) of w[k, 0, i, j] * shifted x[k // m],
+    plus ``adds`` (broadcast to res's shape).
 
     Per block of channels, a column matrix of the kh*kw taps (as in _wide_im2col_conv: each tap's
     window is one contiguous run of a stride phase of the padded input, extra columns cropped at the
     end), then one batched matmul, each channel's (m, kh*kw) taps times its (kh*kw, n) columns.
     BLAS's multiply-add beats kh*kw numpy multiply and add passes (measured 5.1 against 6.7 ms over
-    MobileNet-v2's depthwise shapes); blocks of a few MiB keep the columns in cache.
+    MobileNet-v2's depthwise shapes); blocks of a few MiB keep the columns in cache. An addend that is
+    one value per channel (a bias) is one more tap, over a row of ones: no pass of its own.
     """
     c = x.shape[0]
     k, _, kh, kw = w32.shape
@@ -370,9 +384,17 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
     hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
     n = ho * wq
     count = kh * kw
-    taps = w32.reshape(c, m, count)
-    block = max(1, min(c, _DEPTHWISE_BLOCK_BYTES // ((count + m) * n * ITEM)))
-    cols_buf = scratch("dw-cols", (block, count, n))
+    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
+    rest = [a for a in adds if _per_channel(a) is None]
+    rows = count + 1 if biases else count
+    taps = scratch("dw-taps", (c, m, rows))
+    taps[:, :, :count] = w32.reshape(c, m, count)
+    if biases:
+        np.sum(biases, axis=0, out=taps[:, :, count].reshape(k), dtype=np.float32)
+    block = max(1, min(c, _DEPTHWISE_BLOCK_BYTES // ((rows + m) * n * ITEM)))
+    cols_buf = scratch("dw-cols", (block, rows, n))
+    if biases:
+        cols_buf[:, count] = 1.0
     prod_buf = scratch("dw-prod", (block, m, n))
     for c0 in range(0, c, block):
         cb = min(block, c - c0)
@@ -387,7 +409,7 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
         prod = prod_buf[:cb]
         np.matmul(taps[c0:c0 + cb], cols, out=prod)
         lo, hi = c0 * m, (c0 + cb) * m
-        _store(res[lo:hi], prod.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in adds])
+        _store(res[lo:hi], prod.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in rest])
 
 
 def deconv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),

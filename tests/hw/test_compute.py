@@ -231,6 +231,33 @@ def test_conv2d_in_several_im2col_chunks(monkeypatch: pytest.MonkeyPatch, im2col
     _assert_untouched(buf, mask)
 
 
+ADDEND_KINDS = {
+    "bias": lambda k, ho, wo, rng: rng.standard_normal((k, 1, 1)).astype(np.float32),
+    "scalar": lambda k, ho, wo, rng: rng.standard_normal((1, 1, 1)).astype(np.float32),
+    "cube": lambda k, ho, wo, rng: rng.standard_normal((k, ho, wo)).astype(np.float32),
+    "cube_fp16": lambda k, ho, wo, rng: rng.standard_normal((k, ho, wo)).astype(np.float16),
+}
+
+
+@pytest.mark.parametrize("kinds", [("bias",), ("scalar",), ("cube",), ("bias", "cube"), ("bias", "scalar"),
+                                   ("cube_fp16", "bias")])
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_conv2d_addends(name: str, kinds: tuple[str, ...]) -> None:
+    """What SDP folds into a convolution (its bias, a residual: see blocks.sdp_addends) is added
+    exactly once, on every path (a per-channel addend of a depthwise convolution is one more tap)."""
+    c, h, w_, k, kh, kw, stride, pads, dilation, groups = CONV_CASES[name]
+    x, w = _rand(c, h, w_, seed=21), _rand(k, c // groups, kh, kw, seed=22)
+    ref = _conv_ref(x, w, stride, pads, dilation, groups)
+    rng = _rng(23)
+    adds = [ADDEND_KINDS[kind](*ref.shape, rng) for kind in kinds]
+    expected = ref + sum(a.astype(np.float32) for a in adds)
+    out, buf, mask = _sentinel_out(ref.shape)
+    conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out, addends=adds)
+    _close(out, expected)
+    _assert_untouched(buf, mask)
+    _close(conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, addends=adds), expected)
+
+
 @pytest.mark.parametrize("name", ["depthwise", "depthwise_s2_dil_asym", "depthwise_multiplier2"])
 def test_depthwise_in_channel_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     c, h, w_, k, kh, kw, stride, pads, dilation, groups = CONV_CASES[name]
