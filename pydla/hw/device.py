@@ -212,6 +212,7 @@ class VirtualDevice:
         """``reg_write`` of each ``(address, value)`` in order, taking the lock once per run of writes
         with no side effect (an enable or an interrupt change is acted on right after its write)."""
         i, n = 0, len(writes)
+        where_of = self._where.get
         while i < n:
             kick = status = False
             with self._lock:
@@ -219,6 +220,14 @@ class VirtualDevice:
                     address, value = writes[i]
                     i += 1
                     value &= 0xFFFFFFFF
+                    # Most writes are a configuration register of a block's D group (a program is
+                    # some 40 of them): stored here directly, without the general path's calls.
+                    where = where_of(address)
+                    if where is not None and self.trace is None:
+                        block, offset = where
+                        if block is not None and offset >= S_AREA and offset != OP_ENABLE:
+                            block.words[block.producer][offset >> 2] = value
+                            continue
                     group, effect = self._write(address, value)
                     if self.trace is not None:
                         self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import json
 import mmap
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,10 @@ class Loadable:
         """A loadable from a path (memory-mapped, never copied) or from the caller's buffer."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(source)
+        if not isinstance(source, (str, os.PathLike)):
+            raise DlaError(NvError.BadParameter,
+                           f"a loadable is a path, bytes or a memoryview, not {type(source).__name__}"
+                           + (" (its .blob is the loadable)" if hasattr(source, "blob") else ""))
         path = Path(source)
         try:
             with path.open("rb") as f:

@@ -129,6 +129,10 @@ def test_errors(net) -> None:
         with pytest.raises(DlaError) as e:
             rt.load(b"garbage, not a loadable")
         assert e.value.code == NvError.BadValue
+        for wrong in (3, None, ["a.dla"]):
+            with pytest.raises(DlaError, match=f"not {type(wrong).__name__}") as e:
+                rt.load(wrong)  # type: ignore[arg-type]
+            assert e.value.code == NvError.BadParameter
         rt.load(blob)
         with pytest.raises(DlaError, match="not bound") as e:
             rt.submit()
