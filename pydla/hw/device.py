@@ -53,7 +53,6 @@ IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED
                           int(R.group_state_e.RUNNING))
 MMU_FAULT_BIT = 31
 _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
-_UNKNOWN = object()  # an address _locate has not seen yet
 DEVICE_RESET_BIT = 31
 RESET_QUIESCE_S = 30.0  # the longest a reset waits for an abandoned operation to stop computing
 
@@ -145,7 +144,8 @@ class VirtualDevice:
         self.mode = mode
         self.memory = memory or DeviceMemory(self.config)
         self.iommu = self.memory.iommu
-        self._where: dict[int, object] = {}  # address -> (block, offset) or None: _locate's memo
+        # _locate's memo: address -> (block or None for the global window, offset), or None if invalid
+        self._where: dict[int, tuple[_Block | None, int] | None] = {}
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # an operation finished (reset waits on it)
         self._blocks: dict[int, _Block] = {int(b): _Block(b, self._lock) for b in self.config.blocks}
@@ -293,9 +293,8 @@ class VirtualDevice:
         return block
 
     def _locate(self, address: int) -> tuple[_Block | None, int] | None:
-        where = self._where.get(address, _UNKNOWN)
-        if where is not _UNKNOWN:
-            return where  # type: ignore[return-value]
+        if address in self._where:
+            return self._where[address]
         if address % 4 or not 0 <= address < WINDOW * 7:
             where = None
         else:
