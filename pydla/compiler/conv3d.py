@@ -39,11 +39,11 @@ def lower_conv3d(lw: Lowering, step: Step, deconv: bool) -> None:
     dilation = [int(v) for v in attr(n, "dilations", [1, 1, 1])]
     out_pad = [0, 0, 0]
     if deconv:
-        begins, ends, out_pad = deconv_pads(lw.text_attr(n, "auto_pad", "NOTSET"), attr(n, "pads", None),
+        begins, ends, out_pad = deconv_pads(lw.auto_pad(n), attr(n, "pads", None),
                                             [int(v) for v in attr(n, "output_padding", [0, 0, 0])], shape[2:],
                                             out_shape[2:], kernel, stride, dilation)
     else:
-        begins, ends = spatial_pads(lw.text_attr(n, "auto_pad", "NOTSET"), attr(n, "pads", None), shape[2:],
+        begins, ends = spatial_pads(lw.auto_pad(n), attr(n, "pads", None), shape[2:],
                                     kernel, stride, dilation)
     bias, bias_ref = lw.conv_bias(n, k)
     act = lw.epilogue(step.nodes[1:], n.outputs[0], k)[1]

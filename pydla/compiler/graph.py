@@ -59,6 +59,11 @@ def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         raise DlaError(NvError.FileReadFailed, f"{model}: cannot read the ONNX model: {e}") from e
 
 
+def _label(n: onnx.NodeProto, i: int) -> str:
+    """How messages name node ``i`` (as :meth:`Node.where` does once it is imported)."""
+    return f"node '{n.name or f'{n.op_type}_{i}'}' ({n.op_type})"
+
+
 def check_names(g: onnx.GraphProto) -> None:
     """Every node input is a graph input, an initializer or an earlier node's output (onnx's own
     checker also insists on declared output shapes, which models built with onnx.helper often lack)."""
@@ -66,7 +71,7 @@ def check_names(g: onnx.GraphProto) -> None:
     for i, n in enumerate(g.node):
         for name in n.input:
             if name not in known:
-                raise DlaError(NvError.BadValue, f"node '{n.name or i}' ({n.op_type}): input '{name}' is not "
+                raise DlaError(NvError.BadValue, f"{_label(n, i)}: input '{name}' is not "
                                                  "a graph input, an initializer or an earlier node's output")
         known.update(n.output)
     for o in g.output:
@@ -74,9 +79,31 @@ def check_names(g: onnx.GraphProto) -> None:
             raise DlaError(NvError.BadValue, f"output '{o.name}' is not computed by any node")
 
 
+def check_attributes(model: onnx.ModelProto) -> None:
+    """Every node's attributes against its operator's schema in the model's opsets: known names, the
+    declared types, the required ones present (onnx's per-node check; a misspelled attribute would
+    otherwise be ignored and its default used). Operators without a schema are left to the
+    compiler, which says it does not support them."""
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = max(model.ir_version, 3)
+    opsets = {"" if o.domain == "ai.onnx" else o.domain: o.version for o in model.opset_import}
+    ctx.opset_imports = opsets
+    scope = onnx.checker.C.LexicalScopeContext()
+    for i, n in enumerate(model.graph.node):
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        if domain not in opsets or not onnx.defs.has(n.op_type, opsets[domain], domain):
+            continue
+        try:
+            onnx.checker.check_node(n, ctx, scope)
+        except onnx.checker.ValidationError as e:
+            detail = str(e).strip().splitlines()[0]
+            raise DlaError(NvError.BadValue, f"{_label(n, i)}: {detail}") from None
+
+
 def import_graph(model: onnx.ModelProto) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order."""
     check_names(model.graph)
+    check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise DlaError(NvError.NotSupported,
@@ -316,7 +343,7 @@ def _infer(g: onnx.GraphProto, opset: int, what: str) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:
-        raise DlaError(NvError.BadValue, f"{what} failed: {e}") from e
+        raise DlaError(NvError.BadValue, f"{what} failed: {str(e).strip()}") from e
 
 
 def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:

@@ -163,6 +163,39 @@ def normalize_axis(axis: int, rank: int, where: str) -> int:
     return a
 
 
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def check_auto_pad(where: str, value: str) -> str:
+    """An ``auto_pad`` attribute's value, which ONNX's shape inference does not check."""
+    if value not in (*AUTO_PADS, ""):
+        raise DlaError(NvError.BadValue, f"{where}: auto_pad '{value}' is not one of {', '.join(AUTO_PADS)}")
+    return value
+
+
+def check_conv(where: str, x_shape: Sequence[int], w_shape: Sequence[int], groups: int,
+               kernel_shape: Sequence[int] | None, transpose: bool) -> None:
+    """A Conv's or ConvTranspose's group and kernel_shape against its input and weights (ONNX's
+    shape inference does not check them: a mismatch would otherwise reach the device)."""
+    c_in = x_shape[1]
+    if kernel_shape is not None and [int(k) for k in kernel_shape] != [int(k) for k in w_shape[2:]]:
+        raise DlaError(NvError.BadValue, f"{where}: kernel_shape {list(kernel_shape)}, but the weights "
+                                         f"{tuple(w_shape)} have a {'x'.join(str(k) for k in w_shape[2:])} "
+                                         "kernel")
+    if groups < 1:
+        raise DlaError(NvError.BadValue, f"{where}: group {groups} must be at least 1")
+    if transpose:
+        if w_shape[0] != c_in or c_in % groups:
+            raise DlaError(NvError.BadValue,
+                           f"{where}: {c_in} input channels in {groups} groups, weights {tuple(w_shape)} "
+                           f"(ConvTranspose weights are (input channels, output channels / group, ...))")
+    elif c_in % groups or w_shape[1] * groups != c_in or w_shape[0] % groups:
+        raise DlaError(NvError.BadValue,
+                       f"{where}: {c_in} input channels in {groups} groups, weights {tuple(w_shape)} "
+                       "(Conv weights are (output channels, input channels / group, ...); both channel "
+                       "counts must divide by the group)")
+
+
 def spatial_pads(auto_pad: str, pads: Sequence[int] | None, spatial: Sequence[int], kernel: Sequence[int],
                  strides: Sequence[int], dilations: Sequence[int]) -> tuple[list[int], list[int]]:
     """ONNX pads (or auto_pad) of a convolution or pooling: (begins, ends) per spatial axis."""

@@ -21,7 +21,16 @@ import numpy as np
 
 from pydla.compiler import conv3d, cpuops, elementwise, matmul, movement, pooling
 from pydla.compiler.graph import Graph, Node
-from pydla.compiler.layout import deconv_pads, flat_cube, images, prod, spatial_2d, spatial_pads
+from pydla.compiler.layout import (
+    check_auto_pad,
+    check_conv,
+    deconv_pads,
+    flat_cube,
+    images,
+    prod,
+    spatial_2d,
+    spatial_pads,
+)
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
@@ -146,6 +155,16 @@ class Lowering:
         value = attr(node, name, default)
         return value.decode() if isinstance(value, bytes) else str(value)
 
+    def auto_pad(self, node: Node) -> str:
+        return check_auto_pad(node.where(), self.text_attr(node, "auto_pad", "NOTSET"))
+
+    def check_conv(self, node: Node, transpose: bool) -> int:
+        """The node's group, after checking it and kernel_shape against the input and weights."""
+        groups = int(attr(node, "group", 1))
+        check_conv(node.where(), self.g.shapes[node.inputs[0]], self.g.shapes[node.inputs[1]], groups,
+                   attr(node, "kernel_shape", None), transpose)
+        return groups
+
     # -- the steps -------------------------------------------------------------------------------------
 
     def run(self) -> Compiled:
@@ -190,6 +209,7 @@ class Lowering:
         where = node.where()
         x_name, w_name = node.inputs[0], node.inputs[1]
         shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
+        groups = self.check_conv(node, transpose=False)
         if len(shape) == 5:
             conv3d.lower_conv3d(self, step, deconv=False)
             return
@@ -198,9 +218,8 @@ class Lowering:
         kernel = w_shape[2:]
         stride = [int(v) for v in attr(node, "strides", [1] * nd)]
         dilation = [int(v) for v in attr(node, "dilations", [1] * nd)]
-        begins, ends = spatial_pads(self.text_attr(node, "auto_pad", "NOTSET"), attr(node, "pads", None),
+        begins, ends = spatial_pads(self.auto_pad(node), attr(node, "pads", None),
                                     shape[2:], kernel, stride, dilation)
-        groups = attr(node, "group", 1)
         bias, bias_ref = self.conv_bias(node, k)
         rest = step.nodes[1:]
         prev = node.outputs[0]
@@ -254,17 +273,17 @@ class Lowering:
         where = node.where()
         x_name, w_name = node.inputs[0], node.inputs[1]
         shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
+        groups = self.check_conv(node, transpose=True)
         if len(shape) == 5:
             conv3d.lower_conv3d(self, step, deconv=True)
             return
         nd = self._spatial_rank(node, shape)
-        groups = attr(node, "group", 1)
         k = w_shape[1] * groups
         kernel = [int(v) for v in w_shape[2:]]
         stride = [int(v) for v in attr(node, "strides", [1] * nd)]
         dilation = [int(v) for v in attr(node, "dilations", [1] * nd)]
         begins, ends, out_pad = deconv_pads(
-            self.text_attr(node, "auto_pad", "NOTSET"), attr(node, "pads", None),
+            self.auto_pad(node), attr(node, "pads", None),
             [int(v) for v in attr(node, "output_padding", [0] * nd)], shape[2:],
             self.g.shapes[node.outputs[0]][2:], kernel, stride, dilation)
         bias, bias_ref = self.conv_bias(node, k)

@@ -46,7 +46,7 @@ def lower_pool(lw: Lowering, step: Step) -> None:
     if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
         raise DlaError(NvError.BadValue, f"{where}: kernel_shape {kernel}, strides {strides} for a "
                                          f"rank-{len(shape)} input")
-    begins, ends = spatial_pads(lw.text_attr(n, "auto_pad", "NOTSET"), attr(n, "pads", None), shape[2:],
+    begins, ends = spatial_pads(lw.auto_pad(n), attr(n, "pads", None), shape[2:],
                                 kernel, strides, dilations)
     if len(n.outputs) > 1 and n.outputs[1]:
         # PDP computes the maxima, not their positions: the Indices output makes it a CPU run.

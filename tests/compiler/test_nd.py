@@ -468,6 +468,38 @@ def test_malformed_models_are_dlaerrors() -> None:
     assert e.value.code == NvError.BadValue
     bad_attr = model([helper.make_node("LRN", ["x"], ["y"], size=3)], {"x": (1, 2, 3, 3)}, ["y"])
     bad_attr.graph.node[0].attribute.append(helper.make_attribute("beta", "text"))
-    with pytest.raises(DlaError, match="cannot compile the model") as e:
+    with pytest.raises(DlaError, match=r"node 'LRN_0' \(LRN\): .*beta.*'FLOAT', actual: 'STRING'") as e:
         compile_model(bad_attr)
     assert e.value.code == NvError.BadValue
+
+
+@pytest.mark.parametrize(("attrs", "message"), [
+    ({"stride": [2, 2]}, r"Unrecognized attribute: stride for operator Conv"),  # a typo of strides
+    ({"strides": [1.0, 1.0]}, r"Mismatched attribute type in 'c1 : strides'.*'INTS', actual: 'FLOATS'"),
+    ({"kernel_shape": [5, 5]}, r"kernel_shape \[5, 5\], but the weights \(4, 2, 3, 3\) have a 3x3 kernel"),
+    ({"group": 0}, r"group 0 must be at least 1"),
+    ({"group": 3}, r"2 input channels in 3 groups"),
+    ({"auto_pad": "SAME"}, r"auto_pad 'SAME' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"),
+])
+def test_bad_conv_attributes_are_named_at_compile_time(attrs: dict[str, Any], message: str) -> None:
+    """Attributes onnx's schema or pydla's own checks refuse are a BadValue naming the node, before
+    anything reaches the device (a misspelled attribute is not silently replaced by its default)."""
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", **attrs)], {"x": (1, 2, 8, 8)}, ["y"],
+              inits={"w": np.ones((4, 2, 3, 3), np.float32)})
+    with pytest.raises(DlaError, match=r"node 'c1' \(Conv\): " + message) as e:
+        compile_model(m)
+    assert e.value.code == NvError.BadValue
+
+
+def test_bad_conv_transpose_and_pool_attributes_are_named() -> None:
+    m = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="d1", kernel_shape=[2, 2])],
+              {"x": (1, 3, 5, 5)}, ["y"], inits={"w": np.ones((3, 4, 3, 3), np.float32)})
+    with pytest.raises(DlaError, match=r"'d1' \(ConvTranspose\): kernel_shape \[2, 2\], but the weights"):
+        compile_model(m)
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], name="p1", kernel_shape=[2, 2], auto_pad="same")],
+              {"x": (1, 3, 5, 5)}, ["y"])
+    with pytest.raises(DlaError, match=r"node 'p1' \(MaxPool\): auto_pad 'same' is not one of"):
+        compile_model(m)
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], name="p2")], {"x": (1, 3, 5, 5)}, ["y"])
+    with pytest.raises(DlaError, match=r"'p2' \(MaxPool\): Required attribute 'kernel_shape' is missing"):
+        compile_model(m)
