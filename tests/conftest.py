@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -11,3 +14,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run tests/conformance against this portability layer: a callable (a class or a function) "
              "returning an NvDlaPort, e.g. mypackage.myport:MyPort; repeatable. Default: pydla's in-process "
              "port and, where FUSE can be mounted, its Linux port")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Models compiled by the tests (pydla.Session on an ONNX model) go to a temporary cache, not
+    the user's (~/.cache/pydla)."""
+    old = os.environ.get("PYDLA_CACHE_DIR")
+    os.environ["PYDLA_CACHE_DIR"] = str(tmp_path_factory.mktemp("pydla-cache"))
+    yield
+    if old is None:
+        os.environ.pop("PYDLA_CACHE_DIR", None)
+    else:
+        os.environ["PYDLA_CACHE_DIR"] = old
