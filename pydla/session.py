@@ -107,27 +107,6 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str) -> bytes:
     return blob
 
 
-def _onnx_scalars(model: Any) -> set[str]:
-    """Names of the rank-0 graph inputs and outputs of an ONNX model (empty for a loadable)."""
-    try:
-        import onnx
-
-        proto = model
-        if not isinstance(model, onnx.ModelProto):
-            data = Path(model).read_bytes() if isinstance(model, (str, Path)) else bytes(model)
-            if data[:4] == b"\x7fELF":
-                return set()
-            proto = onnx.load_from_string(data)
-        try:  # outputs often come without a shape: infer them
-            graph = onnx.shape_inference.infer_shapes(proto).graph
-        except Exception:
-            graph = proto.graph  # the declared shapes are all there is
-    except Exception:  # no onnx, or not readable as ONNX: nothing to restore
-        return set()
-    return {v.name for v in [*graph.input, *graph.output]
-            if v.type.tensor_type.HasField("shape") and len(v.type.tensor_type.shape.dim) == 0}
-
-
 class Session:
     """See the module docstring."""
 
@@ -143,7 +122,6 @@ class Session:
             self.runtime.load(blob)
             self.inputs = self._describe("input")
             self.outputs = self._describe("output")
-            self._restore_scalars(model)
             self._in_mems = [self.runtime.allocateSystemMemory(t.size) for t in self._descs("input")]
             self._out_mems = [self.runtime.allocateSystemMemory(t.size) for t in self._descs("output")]
             for i, mem in enumerate(self._in_mems):
@@ -163,15 +141,6 @@ class Session:
     def _describe(self, direction: str) -> list[TensorInfo]:
         return [TensorInfo(d.name, d.dims, NUMPY_TYPES[d.data_type])
                 for d in self._descs(direction)]
-
-    def _restore_scalars(self, model: Any) -> None:
-        """A loadable describes tensors of rank 1 to 8, so a scalar of an ONNX model is stored as
-        shape (1,); give it back its shape () when the model says so."""
-        if not any(t.shape == (1,) for t in [*self.inputs, *self.outputs]):
-            return
-        scalars = _onnx_scalars(model)
-        self.inputs = [TensorInfo(t.name, (), t.dtype) if t.name in scalars else t for t in self.inputs]
-        self.outputs = [TensorInfo(t.name, (), t.dtype) if t.name in scalars else t for t in self.outputs]
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run on ``feeds`` ({input name: array}); return {output name: array}."""

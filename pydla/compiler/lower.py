@@ -421,9 +421,8 @@ class Lowering:
             buffers.append(entry)
         for prefix, direction, names_ in (("in", "input", self.g.inputs), ("out", "output", self.g.outputs)):
             for i, name in enumerate(names_):
-                # A loadable describes tensors of rank 1 to 8: a scalar is stored as shape (1,).
-                lw.add_tensor(name, names.index(f"{prefix}{i}"), self.g.shapes[name] or (1,),
-                              data_types[name], direction, i)
+                lw.add_tensor(name, names.index(f"{prefix}{i}"), self.g.shapes[name], data_types[name],
+                              direction, i)
         runs: list[dict[str, Any]] = []
         kernels: list[dict[str, str]] = []
         cpus: dict[str, dict[str, str]] = {}

@@ -276,15 +276,15 @@ class Loadable:
             except ValueError:
                 raise DlaError(NvError.BadValue, f"{at}: data type {t.data_type}, layout {t.layout} or "
                                                  f"direction {t.direction} is unknown") from None
-            if not 1 <= t.ndims <= 8 or not t.buffer < len(names):
-                raise DlaError(NvError.BadValue, f"{at}: ndims {t.ndims} (1..8) or buffer {t.buffer} "
+            if not 0 <= t.ndims <= 8 or not t.buffer < len(names):
+                raise DlaError(NvError.BadValue, f"{at}: ndims {t.ndims} (0..8) or buffer {t.buffer} "
                                                  f"(of {len(names)}) out of range")
             dims = tuple(int(d) for d in t.dims[:t.ndims])
             strides = tuple(int(s) for s in t.strides[:t.ndims])
             el = ELEMENT_SIZE[data_type]
             span = el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
             buf = self.memory[names[t.buffer]]
-            if min(dims) < 1 or t.size < span:
+            if min(dims, default=1) < 1 or t.size < span:
                 raise DlaError(NvError.InvalidSize, f"{at}: size {t.size} is less than its dims {dims} "
                                                     f"and strides {strides} span ({span})")
             if t.offset + t.size > buf.size:

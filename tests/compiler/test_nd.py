@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pydla import DlaError, NvError
 from pydla.compiler.api import compile_model
 from pydla.compiler.layout import copy_plan, flat_cube
+from pydla.loadable.container import Loadable
 from pydla.session import Session
 from tests.compiler.support import NotImplementedByOrt, model, reference
 
@@ -44,7 +45,7 @@ def typed_model(nodes: list[Any], inputs: dict[str, np.ndarray], outputs: dict[s
 def check(m: Any, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4,
           precision: str = "fp32") -> Any:
     result = compile_model(m, precision=precision)
-    with Session(result.blob) as sess:  # a loadable stores a scalar as shape (1,)
+    with Session(result.blob) as sess:
         got = sess.run({t.name: np.asarray(feeds[t.name]).reshape(t.shape) for t in sess.inputs})
     want = reference(m, feeds)
     for name, value in want.items():
@@ -231,6 +232,18 @@ def test_scalar_inputs_and_outputs_keep_their_shape(monkeypatch: pytest.MonkeyPa
         assert [t.shape for t in sess.outputs] == [()]
         out = sess.run({"a": np.ones(4, np.float32), "b": np.arange(4, dtype=np.float32)})["y"]
     assert out.shape == () and float(out) == 6.0
+    # A loadable describes a scalar itself (ndims 0, loadable 1.2.0): the same from the compiled file.
+    m = model([helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Relu", ["s"], ["t"])],
+              {"x": (2, 3), "s": ()}, ["y", "t"])
+    blob = compile_model(m).blob
+    with Session(blob) as sess:
+        assert [t.shape for t in [*sess.inputs, *sess.outputs]] == [(2, 3), (), (2, 3), ()]
+        got = sess.run({"x": np.ones((2, 3), np.float32), "s": np.array(-2.5, np.float32)})
+        with pytest.raises(DlaError, match=r"input 's': expected float32 of shape \(\), got .* \(1,\)"):
+            sess.run({"x": np.ones((2, 3), np.float32), "s": np.array([-2.5], np.float32)})
+    assert got["y"].tolist() == [[-2.5] * 3] * 2 and got["t"].shape == () and float(got["t"]) == 0.0
+    desc = Loadable.open(blob).tensors("input")[1]
+    assert (desc.dims, desc.strides, desc.size) == ((), (), 4)
 
 
 def test_fp16_with_a_batch_and_runtime_weights() -> None:
