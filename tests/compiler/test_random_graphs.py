@@ -122,6 +122,32 @@ def _pool(ch: Chain) -> bool:
     return True
 
 
+def movement_step(ch: Chain, op: str) -> bool:
+    """Concat of the current tensor with itself, Split (the chain goes on with the second part) or
+    Transpose, on a random axis other than the batch; False when the shape does not allow it."""
+    r = ch.rand
+    if op == "concat":
+        axis = r.choice([1, 2, 3])
+        shape = list(ch.shape)
+        shape[axis] *= 2
+        ch.add("Concat", [ch.cur, ch.cur], tuple(shape), axis=axis)
+    elif op == "split":
+        axis = r.choice([1, 2, 3])
+        if ch.shape[axis] < 2:
+            return False
+        first = r.randint(1, ch.shape[axis] - 1)
+        parts = [ch.name(), ch.name()]
+        sizes = ch.const(np.array([first, ch.shape[axis] - first]))
+        ch.nodes.append(helper.make_node("Split", [ch.cur, sizes], parts, axis=axis))
+        shape = list(ch.shape)
+        shape[axis] -= first
+        ch.cur, ch.shape = parts[1], tuple(shape)
+    else:
+        perm = [0, *r.sample([1, 2, 3], 3)]
+        ch.add("Transpose", [ch.cur], tuple(ch.shape[i] for i in perm), perm=perm)
+    return True
+
+
 def _step(ch: Chain) -> bool:
     r, (n, c, h, w) = ch.rand, ch.shape
     op = r.choice(["conv", "deconv", "pool", "ew", "act", "prelu", "bn", "lrn", "concat", "split",
@@ -153,26 +179,11 @@ def _step(ch: Chain) -> bool:
         ch.add("BatchNormalization", [ch.cur, *params], ch.shape, epsilon=1e-3)
     elif op == "lrn":
         ch.add("LRN", [ch.cur], ch.shape, size=r.choice([3, 5]), alpha=1e-3, beta=0.75, bias=1.0)
-    elif op == "concat":
-        axis = r.choice([1, 2, 3])
-        shape = list(ch.shape)
-        shape[axis] *= 2
-        ch.add("Concat", [ch.cur, ch.cur], tuple(shape), axis=axis)
-    elif op == "split":
-        axis = r.choice([1, 2, 3])
-        if ch.shape[axis] < 2:
+    elif op in ("concat", "split", "transpose"):
+        if not movement_step(ch, op):
             return False
-        first = r.randint(1, ch.shape[axis] - 1)
-        parts = [ch.name(), ch.name()]
-        sizes = ch.const(np.array([first, ch.shape[axis] - first]))
-        ch.nodes.append(helper.make_node("Split", [ch.cur, sizes], parts, axis=axis))
-        shape = list(ch.shape)
-        shape[axis] -= first
-        ch.cur, ch.shape = parts[1], tuple(shape)
-        ch.add("Relu", [parts[1]], ch.shape)
-    elif op == "transpose":
-        perm = [0, *r.sample([1, 2, 3], 3)]
-        ch.add("Transpose", [ch.cur], tuple(ch.shape[i] for i in perm), perm=perm)
+        if op == "split":
+            ch.add("Relu", [ch.cur], ch.shape)
     elif op == "pad":
         pads = [0, 0, r.randint(0, 2), r.randint(0, 2), 0, 0, r.randint(0, 2), r.randint(0, 2)]
         mode = r.choice(["constant", "reflect", "edge"])

@@ -12,41 +12,31 @@ onnxruntime's, element for element and in dtype. More seeds:
 from __future__ import annotations
 
 import os
-import random
 from typing import Any
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from pydla.compiler.api import compile_model
 from pydla.loadable.container import NUMPY_TYPES
 from pydla.session import Session
 from tests.compiler.support import reference
+from tests.compiler.test_random_graphs import Chain, movement_step
 
 SEEDS = int(os.environ.get("PYDLA_RANDOM_INT_GRAPHS", "120"))
 TYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
 
 
-class IntChain:
+class IntChain(Chain):
     """A chain of nodes on one NCHW integer tensor, its shape tracked as nodes are added."""
 
     def __init__(self, seed: int) -> None:
-        self.rand = random.Random(seed)
-        self.rng = np.random.default_rng(seed)
+        super().__init__(seed)
         r = self.rand
         self.dtype = np.dtype(r.choice(TYPES))
-        self.shape = (1, r.choice([1, 2, 3, 4]), r.choice([1, 2, 5, 6]), r.choice([1, 3, 4, 7]))
-        self.input_shape = self.shape
-        self.cur = "x"
-        self.nodes: list[Any] = []
-        self.inits: list[Any] = []
-        self.count = 0
-        self.earlier: list[tuple[str, tuple[int, ...]]] = []
-
-    def name(self) -> str:
-        self.count += 1
-        return f"t{self.count}"
+        self.shape = self.input_shape = (1, r.choice([1, 2, 3, 4]), r.choice([1, 2, 5, 6]),
+                                         r.choice([1, 3, 4, 7]))
 
     def values(self, *shape: int, nonzero: bool = False) -> np.ndarray:
         low = 0 if self.dtype.kind == "u" else -6
@@ -54,17 +44,6 @@ class IntChain:
         if nonzero:
             v[v == 0] = 3
         return v.astype(self.dtype)
-
-    def const(self, value: Any) -> str:
-        self.count += 1
-        self.inits.append(numpy_helper.from_array(np.asarray(value), f"c{self.count}"))
-        return f"c{self.count}"
-
-    def add(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs: Any) -> None:
-        out = self.name()
-        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
-        self.earlier.append((self.cur, self.shape))
-        self.cur, self.shape = out, shape
 
     def model(self) -> Any:
         elem = helper.np_dtype_to_tensor_dtype(self.dtype)
@@ -102,25 +81,8 @@ def _step(ch: IntChain) -> None:
         same = [t for t, shape in ch.earlier if shape == ch.shape]
         if same:
             ch.add(r.choice(["Add", "Sub", "Max", "Min"]), [ch.cur, r.choice(same)], ch.shape)
-    elif op == "transpose":
-        perm = [0, *r.sample([1, 2, 3], 3)]
-        ch.add("Transpose", [ch.cur], tuple(ch.shape[i] for i in perm), perm=perm)
-    elif op == "concat":
-        axis = r.choice([1, 2, 3])
-        shape = list(ch.shape)
-        shape[axis] *= 2
-        ch.add("Concat", [ch.cur, ch.cur], tuple(shape), axis=axis)
-    elif op == "split":
-        axis = r.choice([1, 2, 3])
-        if ch.shape[axis] < 2:
-            return
-        first = r.randint(1, ch.shape[axis] - 1)
-        parts = [ch.name(), ch.name()]
-        sizes = ch.const(np.array([first, ch.shape[axis] - first]))
-        ch.nodes.append(helper.make_node("Split", [ch.cur, sizes], parts, axis=axis))
-        shape = list(ch.shape)
-        shape[axis] -= first
-        ch.cur, ch.shape = parts[1], tuple(shape)
+    elif op in ("transpose", "concat", "split"):
+        movement_step(ch, op)
     elif op == "slice":
         step = r.choice([1, 2])
         params = [ch.const(np.array([v])) for v in (0, w, 3, step)]
