@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +23,13 @@ def random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dty
         low = 0 if dtype.kind == "u" else -100
         return rng.integers(low, low + 200, shape, dtype=dtype, endpoint=True)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def output_file_name(name: str) -> str:
+    """A tensor name as a file name: characters other than letters, digits, '.', '_' and '-' (the
+    '/' and ':' of exported names, a '..') become '_', so every output lands in the output directory."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
+    return safe or "_"
 
 
 def register(commands: Any) -> None:
@@ -60,9 +68,20 @@ def _run(args: argparse.Namespace) -> int:
             feeds_given[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
+    if args.output_dir is not None:  # before the run: a long run should not fail at its end
+        try:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DlaError(NvError.FileWriteFailed,
+                           f"--output-dir {args.output_dir}: {e.strerror or e}") from e
     t0 = time.perf_counter()
     with Session(args.model, port=args.port, config=args.config, device=args.device) as sess:
         load_ms = (time.perf_counter() - t0) * 1e3
+        names = [t.name for t in sess.inputs]
+        for name in feeds_given:
+            if name not in names:
+                raise DlaError(NvError.BadParameter, f"--input {name}: the model has no input '{name}' "
+                                                     f"(its inputs: {', '.join(names)})")
         rng = np.random.default_rng(args.seed)
         feeds = {}
         for t in sess.inputs:
@@ -81,8 +100,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"output {name}: {value.dtype} {value.shape}  min {value.min():.6g}  max {value.max():.6g}  "
               f"mean {value.mean():.6g}")
         if args.output_dir is not None:
-            args.output_dir.mkdir(parents=True, exist_ok=True)
-            np.save(args.output_dir / f"{name}.npy", value)
+            path = args.output_dir / f"{output_file_name(name)}.npy"
+            try:
+                np.save(path, value)
+            except OSError as e:
+                raise DlaError(NvError.FileWriteFailed, f"output {name}: cannot write {path}: {e}") from e
+            print(f"  written to {path}")
     ms = sorted(t * 1e3 for t in times)
     p90 = ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))]
     print(f"latency over {len(ms)} run(s): median {statistics.median(ms):.2f} ms, p90 {p90:.2f} ms, "

@@ -66,6 +66,9 @@ OPERATORS = {
     "Resize": r"test_resize_\w+",
     "Split": r"test_split_(equal|variable|zero|1d|2d)\w*",
     "Slice": r"test_slice\w*",
+    "Neg": r"test_neg(_example)?",
+    "Abs": r"test_abs",
+    "Reciprocal": r"test_reciprocal(_example)?",
 }
 
 _EMPTY = "empty tensors (a dimension of 0): there is no device buffer or cube of zero elements"

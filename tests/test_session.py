@@ -127,6 +127,32 @@ def test_run_command(demo, tmp_path: Path, capsys) -> None:
     assert main(["run", str(path), "--input", "bad"]) == 1
     assert "write NAME=FILE.npy" in capsys.readouterr().err
     assert main(["run", str(path), "--iterations", "0"]) == 1
+    # A misspelled input name is an error, not a silently random input.
+    assert main(["run", str(path), "--input", f"inptu={tmp_path / 'in.npy'}"]) == 1
+    assert "the model has no input 'inptu' (its inputs: input)" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["run", str(path), "--output-dir", str(tmp_path / "file" / "sub")]) == 1
+    assert "--output-dir" in capsys.readouterr().err  # refused before the run, not a traceback after it
+
+
+def test_run_writes_every_output_inside_the_output_dir(tmp_path: Path, capsys) -> None:
+    from pydla.run import output_file_name
+
+    assert [output_file_name(n) for n in ("y", "resnet/fc:0", "../../etc/x", "..", "a b.c")] == [
+        "y", "resnet_fc_0", "_.._etc_x", "_", "a_b.c"]
+    h = onnx.helper
+    names = ("../escape", "net/out:0")
+    nodes = [h.make_node("Relu", ["x"], [names[0]]), h.make_node("Neg", ["x"], [names[1]])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", 1, [2])],
+                         [h.make_tensor_value_info(n, 1, None) for n in names])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.onnx"), "--output-dir", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["_escape.npy", "net_out_0.npy"]
+    assert not (tmp_path / "escape.npy").exists()
+    assert "written to" in capsys.readouterr().out
 
 
 def test_random_inputs_of_every_loadable_type() -> None:

@@ -168,7 +168,32 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
         return _dropout(graph, node)
     if node.op_type == "PRelu" and len(node.inputs) == 2 and not _prelu_on_sdp(graph, *node.inputs):
         return _prelu_of_a_tensor(graph, node)
+    if node.op_type in ("Neg", "Abs", "Reciprocal"):
+        return _unary(graph, node)
     return [node]
+
+
+def _unary(graph: Graph, node: Node) -> list[Node]:
+    """Neg as x * -1, Abs as max(x, x * -1) (of an unsigned tensor: x itself), Reciprocal as 1 / x:
+    element-wise operations with a constant, which SDP (or the CPU library, for integers) computes."""
+    x, out = node.inputs[0], node.outputs[0]
+    dtype = graph.dtypes[x]
+
+    def const(name: str, value: int) -> str:
+        graph.consts[name] = np.array(value, dtype=dtype)
+        graph.shapes[name], graph.dtypes[name] = (), dtype
+        return name
+
+    if node.op_type == "Reciprocal":
+        return [Node(node.name, "Div", [const(f"{out}/one", 1), x], [out], {})]
+    if node.op_type == "Abs" and dtype.kind == "u":
+        return [Node(node.name, "Identity", [x], [out], {})]
+    if node.op_type == "Neg":
+        return [Node(node.name, "Mul", [x, const(f"{out}/minus_one", -1)], [out], {})]
+    negated = f"{out}/negated"
+    graph.shapes[negated], graph.dtypes[negated] = graph.shapes[x], dtype
+    return [Node(f"{node.name}/neg", "Mul", [x, const(f"{out}/minus_one", -1)], [negated], {}),
+            Node(node.name, "Max", [x, negated], [out], {})]
 
 
 def _dropout(graph: Graph, node: Node) -> list[Node]:

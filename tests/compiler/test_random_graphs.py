@@ -165,9 +165,13 @@ def _step(ch: Chain) -> bool:
         inputs = [ch.cur, other] if kind == "Div" or r.random() < 0.5 else [other, ch.cur]
         ch.add(kind, inputs, ch.shape)
     elif op == "act":
-        kind = r.choice(["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip"])
+        kind = r.choice(["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Neg", "Abs", "Reciprocal"])
         if kind == "Clip":
             ch.add(kind, [ch.cur, ch.const(np.float32(-0.5)), ch.const(np.float32(0.7))], ch.shape)
+        elif kind == "Reciprocal":  # of |x| + 1: near 0, fp16's rounding of x would be magnified
+            ch.add("Abs", [ch.cur], ch.shape)
+            ch.add("Add", [ch.cur, ch.const(np.float32(1.0))], ch.shape)
+            ch.add(kind, [ch.cur], ch.shape)
         else:
             ch.add(kind, [ch.cur], ch.shape, **({"alpha": 0.3} if kind == "LeakyRelu" else {}))
     elif op == "prelu":

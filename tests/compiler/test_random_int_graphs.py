@@ -1,7 +1,7 @@
 """Random small ONNX graphs on integer tensors through the whole stack, against onnxruntime, exactly.
 
 Each seed picks an integer type (int8 ... uint64) and builds a chain of one to six operators:
-Add / Sub / Mul / Div / Max / Min with every broadcast form (a scalar, a per-channel and a full
+Neg, Abs, Add / Sub / Mul / Div / Max / Min with every broadcast form (a scalar, a per-channel and a full
 constant, or an earlier tensor), Clip, MaxPool, and the data movements (Transpose, Concat, Split,
 Slice, Reshape, Pad, Squeeze / Unsqueeze, Identity). Arithmetic wraps around as the type does;
 divisors are never zero (onnxruntime's integer Div traps on zero). The results must be equal to
@@ -58,7 +58,7 @@ class IntChain(Chain):
 def _step(ch: IntChain) -> None:
     r, (n, c, h, w) = ch.rand, ch.shape
     op = r.choice(["ew", "ew", "div", "clip", "pool", "merge", "transpose", "concat", "split", "slice",
-                   "reshape", "pad", "squeeze", "identity"])
+                   "reshape", "pad", "squeeze", "identity", "unary"])
     if op == "ew":
         kind = r.choice(["Add", "Sub", "Mul", "Max", "Min"])
         other = r.choice([ch.const(ch.values()), ch.const(ch.values(c, 1, 1)), ch.const(ch.values(w)),
@@ -68,6 +68,8 @@ def _step(ch: IntChain) -> None:
         divisor = r.choice([ch.values(nonzero=True), ch.values(c, 1, 1, nonzero=True),
                             ch.values(*ch.shape, nonzero=True)])
         ch.add("Div", [ch.cur, ch.const(divisor)], ch.shape)
+    elif op == "unary":  # ONNX's Neg is for signed types only
+        ch.add(r.choice(["Neg", "Abs"]) if ch.dtype.kind == "i" else "Abs", [ch.cur], ch.shape)
     elif op == "clip":
         lo, hi = sorted(int(v) for v in ch.values(2))
         ch.add("Clip", [ch.cur, ch.const(ch.dtype.type(lo)), ch.const(ch.dtype.type(hi))], ch.shape)
