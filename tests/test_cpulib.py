@@ -322,3 +322,30 @@ def test_functions_compute_inf_and_nan_without_numpy_warnings() -> None:
         warnings.simplefilter("error")
         _lookup("softmax").callable([_bytes(x), out, 1, "2,3", "float32", "float32"])
     assert np.isnan(out.view(np.float32)).all()  # inf - inf, as numpy's IEEE arithmetic gives
+
+
+def test_erf_matches_the_standard_library_to_float64_precision() -> None:
+    import math
+
+    xs = np.concatenate([np.linspace(-6, 6, 20001), np.logspace(-12, 0.5, 400), -np.logspace(-12, 0.5, 400)])
+    want = np.array([math.erf(v) for v in xs])
+    got = cpulib._erf(xs)
+    assert np.all(np.abs(got - want) <= 1e-7 * np.maximum(np.abs(want), 1e-300))  # relative, also near 0
+
+
+def test_unary_computes_and_checks_its_arguments() -> None:
+    unary = _lookup("unary")
+    assert unary.num_args == 8
+    x = np.array([-2.0, -0.5, 0.0, 0.5, 3.0], np.float32)
+    out = np.zeros(20, np.uint8)
+    unary.callable([_bytes(x), out, "5", "HardSigmoid", 0.25, 0.5, "float32", "float32"])
+    np.testing.assert_allclose(out.view(np.float32), np.clip(0.25 * x + 0.5, 0, 1))
+    unary.callable([_bytes(x), out, "5", "Elu", 2.0, 0.0, "float32", "float32"])
+    np.testing.assert_allclose(out.view(np.float32), np.where(x > 0, x, 2.0 * np.expm1(x)), rtol=1e-6)
+    for args, fragment in (
+            ([_bytes(x), out, "5", "Frobnicate", 0.0, 0.0, "float32", "float32"], "unary op 'Frobnicate'"),
+            ([_bytes(x), out, "5", "Elu", "1", 0.0, "float32", "float32"], "alpha '1' is not a number"),
+            ([_bytes(x), out[:16], "5", "Exp", 0.0, 0.0, "float32", "float32"], "holds 16 bytes"),
+            ([_bytes(x), out, "5", "Exp", 0.0, 0.0, "int32", "float32"], "dtype 'int32'")):
+        with pytest.raises(DlaError, match=fragment):
+            unary.callable(args)

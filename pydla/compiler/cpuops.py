@@ -1,6 +1,7 @@
 """CPU runs of pydla's CPU library (``pydla/umd/cpulib.py``) between NPU tasks.
 
-They take what the device cannot: Softmax / LogSoftmax; Slice, Pad and Resize whose parameters
+They take what the device cannot: Softmax / LogSoftmax; element-wise math SDP has no form for
+(Exp, Log, Sqrt, Erf, Gelu, HardSwish, ...); Slice, Pad and Resize whose parameters
 arrive at run time (their parameter tensors are passed as buffers: int64 indices, float32 scales and
 regions of interest) or whose modes have no device form (negative steps; reflect, edge and wrap
 padding; linear and non-whole-factor Resize); pooling with dilations; and the folding of batch-norm
@@ -141,6 +142,42 @@ def softmax(lw: Lowering, step: Step) -> None:
     function = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}[n.op_type]
     cpu_run(lw, function, [tensor(lw, src), tensor(lw, step.output), (axis, "int"), (text, "string"),
                            dtype_of(lw, src), dtype_of(lw, step.output)])
+
+
+# ONNX's defaults of the attributes the CPU library's unary functions take as alpha and beta.
+UNARY_ATTRIBUTES: dict[str, tuple[tuple[str, float], tuple[str, float]]] = {
+    "Elu": (("alpha", 1.0), ("", 0.0)),
+    "Celu": (("alpha", 1.0), ("", 0.0)),
+    "Selu": (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+    "ThresholdedRelu": (("alpha", 1.0), ("", 0.0)),
+    "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
+}
+
+
+def unary_run(lw: Lowering, step: Step) -> None:
+    """Element-wise math the device has no form for (Exp, Log, Sqrt, Erf, Gelu, HardSwish, ...), on
+    a float tensor: a CPU run of the library's ``unary``."""
+    n = step.head
+    src = n.inputs[0]
+    if not lw.is_float(src):
+        raise DlaError(NvError.NotSupported, f"{n.where()}: {n.op_type} of a {lw.g.dtypes[src]} tensor: "
+                                             "pydla computes it on float32 tensors only")
+    op = n.op_type
+    if op == "Gelu":
+        approximate = attr(n, "approximate", "none")
+        approximate = approximate.decode() if isinstance(approximate, bytes) else str(approximate)
+        if approximate not in ("none", "tanh"):
+            raise DlaError(NvError.BadValue,
+                           f"{n.where()}: approximate '{approximate}' is not 'none' or 'tanh'")
+        op = "GeluTanh" if approximate == "tanh" else "Gelu"
+    params = [float(attr(n, name, default)) if name else default
+              for name, default in UNARY_ATTRIBUTES.get(op, (("", 0.0), ("", 0.0)))]
+    if op == "Celu" and params[0] == 0:
+        raise DlaError(NvError.BadValue, f"{n.where()}: alpha 0 (Celu divides by it)")
+    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    cpu_run(lw, "unary", [tensor(lw, src), tensor(lw, step.output), shape, (op, "string"),
+                          (params[0], "float"), (params[1], "float"), dtype_of(lw, src),
+                          dtype_of(lw, step.output)])
 
 
 def slice_run(lw: Lowering, step: Step) -> None:

@@ -92,6 +92,11 @@ def check_attributes(model: onnx.ModelProto) -> None:
     for i, n in enumerate(model.graph.node):
         domain = "" if n.domain == "ai.onnx" else n.domain
         if domain not in opsets or not onnx.defs.has(n.op_type, opsets[domain], domain):
+            if domain in opsets and onnx.defs.has(n.op_type, domain):
+                since = onnx.defs.get_schema(n.op_type, domain=domain).since_version
+                raise DlaError(NvError.BadValue,
+                               f"{_label(n, i)}: {n.op_type} is not an operator of the model's opset "
+                               f"{opsets[domain]} (it first appears in opset {since})")
             continue
         try:
             onnx.checker.check_node(n, ctx, scope)

@@ -18,11 +18,15 @@ import numpy as np
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
+from pydla.umd.cpulib import UNARY
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
 ALIASES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+# Element-wise math SDP has no form for: CPU runs of pydla's CPU library (Gelu's tanh form is its
+# own entry there).
+CPU_UNARY = set(UNARY) - {"GeluTanh"}
 ALIGN = 64
 
 
@@ -102,6 +106,8 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("transpose", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Softmax", "LogSoftmax"):
             steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in CPU_UNARY:
+            steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Slice", "Pad", "Resize"):
             # Parameters computed at run time (starts, pads, scales, ...) are read by the step too.
             inputs = [t for t in node.inputs if t and t not in graph.consts]

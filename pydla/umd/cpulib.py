@@ -33,6 +33,10 @@ Functions:
 - ``clip_int(src, dst, min, max, shape, dtype)``: Clip of an integer tensor.
 - ``maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
   storage_order, src_dtype, dst_dtype)``: ONNX MaxPool with its Indices output.
+- ``unary(src, dst, shape, op, alpha, beta, src_dtype, dst_dtype)``: ONNX's element-wise math that
+  SDP has no form for (Exp, Log, Sqrt, trigonometric and hyperbolic functions, Floor, Ceil, Round,
+  Sign, Erf, Softplus, Softsign, Elu, Celu, Selu, ThresholdedRelu, HardSigmoid, HardSwish, Mish,
+  Gelu; see :data:`UNARY`), computed in float64.
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -538,7 +542,86 @@ def _batchnorm_params(args: list[Any]) -> None:
     y[1] = bias - mean * factor
 
 
+def _erf(x: Any) -> Any:
+    """erf in float64 (numpy has none): its Maclaurin series below |x| = 0.5, where it keeps full
+    relative precision; above, 1 - erfc by the Chebyshev fit of erfc whose fractional error is
+    below 1.2e-7 (Numerical Recipes' erfcc)."""
+    x = np.asarray(x, dtype=np.float64)
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277))))))))
+    far = np.sign(x) * (1.0 - t * np.exp(poly))
+    x2 = x * x
+    term, near = x.copy(), x.copy()
+    for n in range(1, 12):  # x * sum (-x^2)^n / (n! (2n + 1)): |x| < 0.5 needs a dozen terms
+        term = term * -x2 / n
+        near = near + term / (2 * n + 1)
+    return np.where(z < 0.5, near * (2.0 / np.sqrt(np.pi)), far)
+
+
+def _softplus(x: Any) -> Any:
+    return np.logaddexp(0.0, x)
+
+
+# ONNX's element-wise math on floats that SDP has no form for: name -> f(x, alpha, beta), computed
+# in float64 and stored in the destination's type. alpha / beta are the operator's attributes
+# (the compiler passes ONNX's defaults when the model leaves them out).
+UNARY: dict[str, Callable[[Any, float, float], Any]] = {
+    "Exp": lambda x, a, b: np.exp(x),
+    "Log": lambda x, a, b: np.log(x),
+    "Sqrt": lambda x, a, b: np.sqrt(x),
+    "Sin": lambda x, a, b: np.sin(x),
+    "Cos": lambda x, a, b: np.cos(x),
+    "Tan": lambda x, a, b: np.tan(x),
+    "Asin": lambda x, a, b: np.arcsin(x),
+    "Acos": lambda x, a, b: np.arccos(x),
+    "Atan": lambda x, a, b: np.arctan(x),
+    "Sinh": lambda x, a, b: np.sinh(x),
+    "Cosh": lambda x, a, b: np.cosh(x),
+    "Asinh": lambda x, a, b: np.arcsinh(x),
+    "Acosh": lambda x, a, b: np.arccosh(x),
+    "Atanh": lambda x, a, b: np.arctanh(x),
+    "Floor": lambda x, a, b: np.floor(x),
+    "Ceil": lambda x, a, b: np.ceil(x),
+    "Round": lambda x, a, b: np.round(x),  # halves to even, as ONNX says
+    "Sign": lambda x, a, b: np.sign(x),
+    "Erf": lambda x, a, b: _erf(x),
+    "Softplus": lambda x, a, b: _softplus(x),
+    "Softsign": lambda x, a, b: x / (1.0 + np.abs(x)),
+    "Elu": lambda x, a, b: np.where(x > 0, x, a * np.expm1(x)),
+    "Celu": lambda x, a, b: np.maximum(x, 0.0) + np.minimum(0.0, a * np.expm1(x / a)),
+    "Selu": lambda x, a, b: b * np.where(x > 0, x, a * np.expm1(x)),  # alpha, gamma
+    "ThresholdedRelu": lambda x, a, b: np.where(x > a, x, 0.0),
+    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
+    "HardSwish": lambda x, a, b: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
+    "Mish": lambda x, a, b: x * np.tanh(_softplus(x)),
+    "Gelu": lambda x, a, b: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "GeluTanh": lambda x, a, b: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
+}
+
+
+def _unary(args: list[Any]) -> None:
+    """unary(src, dst, shape, op, alpha, beta, src_dtype, dst_dtype): an ONNX element-wise math
+    operator of :data:`UNARY` on a float tensor."""
+    src, dst, shape_text, op, alpha, beta, src_dtype, dst_dtype = args
+    fn = UNARY.get(op) if isinstance(op, str) else None
+    if fn is None:
+        raise DlaError(NvError.BadParameter, f"cpulib: unary op {op!r} (one of {', '.join(UNARY)})")
+    params = []
+    for value, what in ((alpha, "alpha"), (beta, "beta")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DlaError(NvError.BadParameter, f"cpulib: unary {op} {what} {value!r} is not a number")
+        params.append(float(value))
+    shape = _shape(shape_text)
+    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
+    y = _tensor(dst, shape, dst_dtype, "destination", exact=True)
+    y[...] = fn(x, params[0], params[1])
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
+    "unary": (8, _unary),
     "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),

@@ -529,3 +529,30 @@ def test_bad_conv_transpose_and_pool_attributes_are_named() -> None:
     m = model([helper.make_node("MaxPool", ["x"], ["y"], name="p2")], {"x": (1, 3, 5, 5)}, ["y"])
     with pytest.raises(DlaError, match=r"'p2' \(MaxPool\): Required attribute 'kernel_shape' is missing"):
         compile_model(m)
+
+
+def test_element_wise_math_without_a_device_form_is_a_cpu_run() -> None:
+    """A MobileNet-v3 block (HardSwish, a squeeze-excite gate with HardSigmoid) and a chain of math
+    the device has no form for, against onnxruntime; the CPU runs are between the NPU tasks."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("GlobalAveragePool", ["h"], ["g"]),
+             helper.make_node("HardSigmoid", ["g"], ["gate"], alpha=0.25),
+             helper.make_node("Mul", ["h", "gate"], ["se"]),
+             helper.make_node("Abs", ["se"], ["a"]),
+             helper.make_node("Sqrt", ["a"], ["s"]),
+             helper.make_node("Exp", ["s"], ["e"]),
+             helper.make_node("Log", ["e"], ["l"]),
+             helper.make_node("Erf", ["l"], ["f"]),
+             helper.make_node("Selu", ["f"], ["u"], gamma=2.0),
+             helper.make_node("Gelu", ["u"], ["y"], approximate="tanh")]
+    m = model(nodes, {"x": (2, 3, 6, 6)}, ["y"], {"w": r(4, 3, 3, 3)}, opset=20)
+    result = check(m, {"x": r(2, 3, 6, 6)})
+    assert result.operations["CPU"] == 8
+    with pytest.raises(DlaError, match=r"Gelu is not an operator of the model's opset 17 "
+                                       r"\(it first appears in opset 20\)") as e:
+        compile_model(model([helper.make_node("Gelu", ["x"], ["y"])], {"x": (2, 3)}, ["y"], opset=17))
+    assert e.value.code == NvError.BadValue
+    x = np.array([[1, -2, 3]], np.int32)
+    with pytest.raises(DlaError, match=r"Sign of a int32 tensor: pydla computes it on float32 tensors only"):
+        compile_model(typed_model([helper.make_node("Sign", ["x"], ["y"])], {"x": x}, {"y": (1, 3)}))

@@ -165,7 +165,10 @@ def _step(ch: Chain) -> bool:
         inputs = [ch.cur, other] if kind == "Div" or r.random() < 0.5 else [other, ch.cur]
         ch.add(kind, inputs, ch.shape)
     elif op == "act":
-        kind = r.choice(["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Neg", "Abs", "Reciprocal"])
+        kind = r.choice(["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Neg", "Abs", "Reciprocal",
+                         # CPU runs: continuous functions, defined everywhere (no Log of a negative)
+                         "Erf", "HardSwish", "HardSigmoid", "Softplus", "Softsign", "Elu", "Selu", "Sin",
+                         "Atan"])
         if kind == "Clip":
             ch.add(kind, [ch.cur, ch.const(np.float32(-0.5)), ch.const(np.float32(0.7))], ch.shape)
         elif kind == "Reciprocal":  # of |x| + 1: near 0, fp16's rounding of x would be magnified
