@@ -349,3 +349,28 @@ def test_unary_computes_and_checks_its_arguments() -> None:
             ([_bytes(x), out, "5", "Exp", 0.0, 0.0, "int32", "float32"], "dtype 'int32'")):
         with pytest.raises(DlaError, match=fragment):
             unary.callable(args)
+
+
+def test_reduce_computes_and_checks_its_arguments() -> None:
+    reduce = _lookup("reduce")
+    assert reduce.num_args == 8
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    out = np.zeros(8 * 4, np.uint8)
+    reduce.callable([_bytes(x), out, "2,3,4", _bytes(np.array([-2], np.int64)), 0, "ReduceMean", "float32",
+                     "float32"])
+    np.testing.assert_allclose(out.view(np.float32), x.mean(axis=1).ravel())
+    whole = np.zeros(4, np.uint8)
+    reduce.callable([_bytes(x), whole, "2,3,4", "", 0, "ReduceSum", "float32", "float32"])
+    assert whole.view(np.float32)[0] == x.sum()
+    b = np.array([[0, 1], [0, 0]], np.uint8)
+    bout = np.zeros(2, np.uint8)
+    reduce.callable([b.ravel(), bout, "2,2", "1", 0, "ReduceMax", "bool", "bool"])
+    assert bout.tolist() == [1, 0]
+    for args, fragment in (
+            ([_bytes(x), out, "2,3,4", "3", 0, "ReduceMean", "float32", "float32"], r"axes \[3\] of"),
+            ([_bytes(x), out, "2,3,4", "1,-2", 0, "ReduceMean", "float32", "float32"], "repeat an axis"),
+            ([_bytes(x), out, "2,3,4", "1", 0, "ReduceMedian", "float32", "float32"], "'ReduceMedian'"),
+            ([_bytes(x), out, "2,3,4", "1", 0, "ReduceMean", "int32", "int32"], "ReduceMean of int32"),
+            ([_bytes(x), out[:28], "2,3,4", "1", 0, "ReduceMean", "float32", "float32"], "holds 28 bytes")):
+        with pytest.raises(DlaError, match=fragment):
+            reduce.callable(args)

@@ -180,6 +180,28 @@ def unary_run(lw: Lowering, step: Step) -> None:
                           dtype_of(lw, step.output)])
 
 
+# The opset from which a reduction takes its axes as an input rather than an attribute.
+AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def reduce_run(lw: Lowering, step: Step) -> None:
+    """ReduceSum / Mean / Max / ...: a CPU run of ``reduce``, its axes known when compiling or read
+    at run time."""
+    n = step.head
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    if lw.g.opset >= AXES_INPUT_SINCE.get(n.op_type, 18):
+        axes = param(lw, n, 1, "axes", "int")
+    else:
+        axes = (_text(attr(n, "axes", [])), "string")
+    noop = int(bool(attr(n, "noop_with_empty_axes", 0)))
+    if not shape:  # a scalar: nothing to reduce
+        axes, noop = ("", "string"), 1
+    cpu_run(lw, "reduce", [tensor(lw, src), tensor(lw, step.output), (_text(shape or (1,)), "string"), axes,
+                           (noop, "int"), (n.op_type, "string"), dtype_of(lw, src),
+                           dtype_of(lw, step.output)])
+
+
 def slice_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]

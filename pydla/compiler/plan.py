@@ -18,7 +18,7 @@ import numpy as np
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
-from pydla.umd.cpulib import UNARY
+from pydla.umd.cpulib import REDUCE, UNARY
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
@@ -108,6 +108,8 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
         elif op in CPU_UNARY:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in REDUCE:
+            steps.append(Step("reduce", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Slice", "Pad", "Resize"):
             # Parameters computed at run time (starts, pads, scales, ...) are read by the step too.
             inputs = [t for t in node.inputs if t and t not in graph.consts]

@@ -37,6 +37,10 @@ Functions:
   SDP has no form for (Exp, Log, Sqrt, trigonometric and hyperbolic functions, Floor, Ceil, Round,
   Sign, Erf, Softplus, Softsign, Elu, Celu, Selu, ThresholdedRelu, HardSigmoid, HardSwish, Mish,
   Gelu; see :data:`UNARY`), computed in float64.
+- ``reduce(src, dst, shape, axes, noop_with_empty_axes, op, src_dtype, dst_dtype)``: ONNX ReduceSum /
+  Max / Min / Prod / Mean / L1 / L2 / SumSquare / LogSum / LogSumExp over ``axes`` (text or an int64
+  buffer; none: all axes, or a copy with ``noop_with_empty_axes``; see :data:`REDUCE`); the result
+  keeps the reduced axes as 1 (the same bytes with or without keepdims).
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -620,8 +624,70 @@ def _unary(args: list[Any]) -> None:
     y[...] = fn(x, params[0], params[1])
 
 
+# ONNX's reductions: name -> f(x, axes) with keepdims. Integer tensors: the first four, exactly
+# (a sum or product wraps around as the type does).
+REDUCE: dict[str, Callable[[Any, tuple[int, ...]], Any]] = {
+    "ReduceSum": lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
+    "ReduceMax": lambda x, axes: np.max(x, axis=axes, keepdims=True),
+    "ReduceMin": lambda x, axes: np.min(x, axis=axes, keepdims=True),
+    "ReduceProd": lambda x, axes: np.prod(x, axis=axes, keepdims=True, dtype=x.dtype),
+    "ReduceMean": lambda x, axes: np.mean(x, axis=axes, keepdims=True),
+    "ReduceL1": lambda x, axes: np.sum(np.abs(x), axis=axes, keepdims=True),
+    "ReduceL2": lambda x, axes: np.sqrt(np.sum(x * x, axis=axes, keepdims=True)),
+    "ReduceSumSquare": lambda x, axes: np.sum(x * x, axis=axes, keepdims=True),
+    "ReduceLogSum": lambda x, axes: np.log(np.sum(x, axis=axes, keepdims=True)),
+    "ReduceLogSumExp": lambda x, axes: _logsumexp(x, axes),
+}
+INTEGER_REDUCE = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+
+
+def _logsumexp(x: Any, axes: tuple[int, ...]) -> Any:
+    top = np.max(x, axis=axes, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return top + np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
+
+
+def _reduce(args: list[Any]) -> None:
+    """reduce(src, dst, shape, axes, noop_with_empty_axes, op, src_dtype, dst_dtype): an ONNX
+    reduction of :data:`REDUCE`; floats in float64 (float32 or float16 on either side), integers
+    exactly (the same type on both)."""
+    src, dst, shape_text, axes_t, noop, op, dtype, dst_dtype = args
+    fn = REDUCE.get(op) if isinstance(op, str) else None
+    if fn is None:
+        raise DlaError(NvError.BadParameter, f"cpulib: reduction {op!r} (one of {', '.join(REDUCE)})")
+    if (dtype in INT_DTYPES or dst_dtype in INT_DTYPES) and (op not in INTEGER_REDUCE or dtype != dst_dtype):
+        raise DlaError(NvError.BadParameter, f"cpulib: {op} of {dtype} into {dst_dtype} (integers: "
+                                             f"{', '.join(INTEGER_REDUCE)}, into the same type)")
+    shape = _shape(shape_text)
+    rank = len(shape)
+    given = _ints(axes_t, "axes")
+    if not all(-rank <= a < rank for a in given):
+        raise DlaError(NvError.BadParameter, f"cpulib: axes {given} of a rank-{rank} tensor")
+    axes = tuple(sorted({a % rank for a in given}))
+    if len(axes) != len(given):
+        raise DlaError(NvError.BadParameter, f"cpulib: axes {given} repeat an axis")
+    if not axes and not noop:
+        axes = tuple(range(rank))
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    if dtype == "bool" or dst_dtype == "bool":  # ReduceMax / ReduceMin of bools: any / all
+        if dtype != dst_dtype or op not in ("ReduceMax", "ReduceMin"):
+            raise DlaError(NvError.BadParameter, f"cpulib: {op} of {dtype} into {dst_dtype}")
+        xb = _tensor(src, shape, "uint8", "source", any_type=True) != 0
+        yb = _tensor(dst, out_shape, "uint8", "destination", any_type=True, exact=True)
+        reduce = np.any if op == "ReduceMax" else np.all
+        yb[...] = reduce(xb, axis=axes, keepdims=True) if axes else xb
+        return
+    x = _tensor(src, shape, dtype, "source", any_type=True)
+    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
+    if not axes:
+        y[...] = x
+        return
+    y[...] = fn(x.astype(np.float64) if dtype in DTYPES else x, axes)
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "unary": (8, _unary),
+    "reduce": (8, _reduce),
     "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),
