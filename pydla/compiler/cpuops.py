@@ -202,6 +202,23 @@ def reduce_run(lw: Lowering, step: Step) -> None:
                            dtype_of(lw, step.output)])
 
 
+def pow_run(lw: Lowering, step: Step) -> None:
+    """Pow (of floats: exponents other than 1, 2, 0.5 and -1 everywhere, see graph._pow), of any
+    numeric types."""
+    n = step.head
+    a, b = n.inputs[0], n.inputs[1]
+    if np.dtype(np.bool_) in (lw.g.dtypes[a], lw.g.dtypes[b]):
+        raise DlaError(NvError.BadValue, f"{n.where()}: Pow of {lw.g.dtypes[a]} by {lw.g.dtypes[b]}")
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    cpu_run(lw, "pow", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
+                        _operand_dtype(lw, a), _operand_dtype(lw, b), dtype_of(lw, step.output)])
+
+
+def _operand_dtype(lw: Lowering, name: str) -> tuple[str, str]:
+    """The element type of :func:`operand`'s bytes (a constant lies in the weights in its own type)."""
+    return (str(lw.g.dtypes[name]), "string") if name in lw.g.consts else dtype_of(lw, name)
+
+
 def slice_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]

@@ -175,6 +175,28 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
         return _prelu_of_a_tensor(graph, node)
     if node.op_type in ("Neg", "Abs", "Reciprocal"):
         return _unary(graph, node)
+    if node.op_type == "Pow":
+        return _pow(graph, node)
+    return [node]
+
+
+def _pow(graph: Graph, node: Node) -> list[Node]:
+    """Pow by a constant exponent the same everywhere: 1 -> x, 2 -> x * x, 0.5 -> Sqrt, -1 -> 1 / x
+    (the device's or a cheaper CPU run's forms); any other Pow stays a CPU run of its own."""
+    x, exponent = node.inputs[0], node.inputs[1]
+    out = node.outputs[0]
+    value = np.asarray(graph.consts.get(exponent, np.array([np.nan])))
+    if (value.size != 1 or graph.dtypes.get(x) != np.float32 or graph.shapes.get(out) != graph.shapes.get(x)):
+        return [node]
+    e = float(value.ravel()[0])
+    if e == 1.0:
+        return [Node(node.name, "Identity", [x], [out], {})]
+    if e == 2.0:
+        return [Node(node.name, "Mul", [x, x], [out], {})]
+    if e == 0.5:
+        return [Node(node.name, "Sqrt", [x], [out], {})]
+    if e == -1.0:
+        return _unary(graph, Node(node.name, "Reciprocal", [x], [out], {}))
     return [node]
 
 

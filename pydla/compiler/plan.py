@@ -110,6 +110,9 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
         elif op in REDUCE:
             steps.append(Step("reduce", [node], [node.inputs[0]], node.outputs[0]))
+        elif op == "Pow":
+            steps.append(Step("pow", [node], [t for t in node.inputs if t not in graph.consts],
+                              node.outputs[0]))
         elif op in ("Slice", "Pad", "Resize"):
             # Parameters computed at run time (starts, pads, scales, ...) are read by the step too.
             inputs = [t for t in node.inputs if t and t not in graph.consts]

@@ -41,6 +41,8 @@ Functions:
   Max / Min / Prod / Mean / L1 / L2 / SumSquare / LogSum / LogSumExp over ``axes`` (text or an int64
   buffer; none: all axes, or a copy with ``noop_with_empty_axes``; see :data:`REDUCE`); the result
   keeps the reduced axes as 1 (the same bytes with or without keepdims).
+- ``pow(a, b, dst, a_shape, b_shape, out_shape, a_dtype, b_dtype, dst_dtype)``: ONNX Pow of any
+  numeric types, broadcasting, in float64 (an integer result rounded toward zero).
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -685,8 +687,31 @@ def _reduce(args: list[Any]) -> None:
     y[...] = fn(x.astype(np.float64) if dtype in DTYPES else x, axes)
 
 
+def _pow(args: list[Any]) -> None:
+    """pow(a, b, dst, a_shape, b_shape, out_shape, a_dtype, b_dtype, dst_dtype): ONNX Pow, any
+    numeric types on either side, broadcasting: computed in float64; an integer result is rounded
+    toward zero, as a C cast of pow() does."""
+    a_buf, b_buf, dst, a_text, b_text, out_text, a_dtype, b_dtype, dst_dtype = args
+    a_shape, b_shape, out_shape = _shape(a_text), _shape(b_text), _shape(out_text)
+    try:
+        ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DlaError(NvError.BadParameter, f"cpulib: pow of {a_shape} and {b_shape} into {out_shape}")
+    a = _tensor(a_buf, a_shape, a_dtype, "base", any_type=True).astype(np.float64)
+    b = _tensor(b_buf, b_shape, b_dtype, "exponent", any_type=True).astype(np.float64)
+    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
+    result = np.power(a, b)
+    if dst_dtype in INT_DTYPES:
+        info = np.iinfo(INT_DTYPES[dst_dtype])
+        result = np.clip(np.nan_to_num(np.trunc(result)), info.min, info.max)
+    y[...] = result
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "unary": (8, _unary),
+    "pow": (9, _pow),
     "reduce": (8, _reduce),
     "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),

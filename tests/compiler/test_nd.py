@@ -577,3 +577,23 @@ def test_reductions_are_cpu_runs_with_constant_or_run_time_axes() -> None:
     m = typed_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=0)], {"x": x},
                     {"y": (2, 4)}, opset=13)
     check(m, {"x": x}, rtol=0, atol=0)
+
+
+def test_layer_norm_decomposed_as_exported_runs_with_pow_by_two_on_sdp() -> None:
+    """LayerNorm as exporters write it (ReduceMean, Sub, Pow 2, ReduceMean, Add, Sqrt, Div, Mul, Add):
+    Pow by 2 is x * x on SDP, Pow by 0.5 is Sqrt, other exponents are CPU runs."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Pow", ["ve", "half"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]),
+             helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["y"]),
+             helper.make_node("Pow", ["y", "three"], ["cube"])]
+    consts = {"two": np.array(2.0, np.float32), "half": np.array(0.5, np.float32),
+              "three": np.array(3.0, np.float32), "eps": np.array(1e-5, np.float32), "g": r(8), "b": r(8)}
+    m = model(nodes, {"x": (2, 5, 8)}, ["y", "cube"], consts)
+    result = check(m, {"x": r(2, 5, 8)})
+    assert result.operations["CPU"] == 4  # two means, the square root, the cube
