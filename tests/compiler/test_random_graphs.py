@@ -4,7 +4,8 @@ implementation where the two disagree: see the README's "Where onnx's own pieces
 Each seed builds a chain of one to five operators with random shapes and attributes (convolutions
 with strides, pads, dilations and groups; transposed convolutions; pooling with ceil_mode; element-
 wise operations with every broadcast form; activations, PRelu, BatchNormalization, LRN, Concat,
-Split, Transpose, Pad, Resize, Slice, Softmax, Gemm, MatMul, variadic Mean), compiles it and runs it.
+Split, Transpose, Pad, Resize, Slice, Softmax, Gemm, MatMul, variadic Mean, reductions, Pow and the
+element-wise math of the CPU library), compiles it and runs it.
 This is how the ceil_mode shapes and the PRelu fusion into MatMul were found; a failure prints the
 graph. More seeds: ``PYDLA_RANDOM_GRAPHS=2000 python -m pytest tests/compiler/test_random_graphs.py``
 (and ``PYDLA_RANDOM_PRECISION=fp16``).
@@ -151,7 +152,8 @@ def movement_step(ch: Chain, op: str) -> bool:
 def _step(ch: Chain) -> bool:
     r, (n, c, h, w) = ch.rand, ch.shape
     op = r.choice(["conv", "deconv", "pool", "ew", "act", "prelu", "bn", "lrn", "concat", "split",
-                   "transpose", "pad", "resize", "slice", "softmax", "gemm", "matmul", "mean", "merge"])
+                   "transpose", "pad", "resize", "slice", "softmax", "gemm", "matmul", "mean", "merge",
+                   "reduce", "pow"])
     if op in ("conv", "deconv"):
         return _conv(ch, op == "deconv")
     if op == "pool":
@@ -177,6 +179,14 @@ def _step(ch: Chain) -> bool:
             ch.add(kind, [ch.cur], ch.shape)
         else:
             ch.add(kind, [ch.cur], ch.shape, **({"alpha": 0.3} if kind == "LeakyRelu" else {}))
+    elif op == "reduce":  # opset 17: axes as an attribute (ReduceSum takes them as an input)
+        axis = r.choice([1, 2, 3])
+        shape = tuple(1 if i == axis else d for i, d in enumerate(ch.shape))
+        ch.add(r.choice(["ReduceMean", "ReduceMax", "ReduceL2", "ReduceSumSquare"]), [ch.cur], shape,
+               axes=[axis], keepdims=1)
+    elif op == "pow":  # of tanh(x), by an integer: real and bounded, so fp16 cannot overflow
+        ch.add("Tanh", [ch.cur], ch.shape)
+        ch.add("Pow", [ch.cur, ch.const(np.float32(r.choice([2.0, 3.0])))], ch.shape)
     elif op == "prelu":
         slope = r.choice([(c, 1, 1), (w,), (1,)])
         ch.add("PRelu", [ch.cur, ch.floats(*slope, low=0, high=0.5)], ch.shape)
