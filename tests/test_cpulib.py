@@ -374,3 +374,29 @@ def test_reduce_computes_and_checks_its_arguments() -> None:
             ([_bytes(x), out[:28], "2,3,4", "1", 0, "ReduceMean", "float32", "float32"], "holds 28 bytes")):
         with pytest.raises(DlaError, match=fragment):
             reduce.callable(args)
+
+
+def test_compare_where_cast_argmax_check_their_arguments() -> None:
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    out = np.zeros(3, np.uint8)
+    _lookup("compare").callable([_bytes(a), _bytes(np.float32(2.0)), out, "3", "1", "3", "Less", "float32",
+                                 "float32"])
+    assert out.tolist() == [1, 0, 0]
+    weird = np.array([0, 7, 255], np.uint8)  # bool bytes other than 0 and 1 read as true
+    _lookup("compare").callable([weird, np.ones(1, np.uint8), out, "3", "1", "3", "And", "bool", "bool"])
+    assert out.tolist() == [0, 1, 1]
+    for name, args, fragment in (
+            ("compare", [_bytes(a), _bytes(a), out, "3", "2", "3", "Less", "float32", "float32"],
+             r"Less of \(3,\) and \(2,\)"),
+            ("compare", [_bytes(a), _bytes(a), out, "3", "3", "3", "Like", "float32", "float32"],
+             "comparison 'Like'"),
+            ("where", [weird, _bytes(a), _bytes(a), np.zeros(12, np.uint8), "3", "3", "3", "3", "float32",
+                       "int32", "float32"], "Where of float32 and int32"),
+            ("cast", [_bytes(a), np.zeros(8, np.uint8), "3", "float32", "int32"], "holds 8 bytes"),
+            ("argmax", [_bytes(a), np.zeros(8, np.uint8), "3", 1, 0, "ArgMax", "float32"], "axis 1 of"),
+            ("argmax", [_bytes(a), np.zeros(8, np.uint8), "3", 0, 0, "ArgMedian", "float32"], "'ArgMedian'")):
+        with pytest.raises(DlaError, match=fragment):
+            _lookup(name).callable(args)
+    cast = np.zeros(12, np.uint8)
+    _lookup("cast").callable([_bytes(np.array([-1.7, 2.9, 1e20], np.float32)), cast, "3", "float32", "int32"])
+    assert cast.view(np.int32).tolist() == [-1, 2, 2**31 - 1]  # toward zero; out of range saturates

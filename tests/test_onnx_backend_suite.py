@@ -76,6 +76,12 @@ OPERATORS = {
         "ThresholdedRelu", "HardSigmoid", "HardSwish", "Mish")},
     "Gelu": r"test_gelu_(default|tanh)_\d",
     "Pow": r"test_pow\w*",
+    # Comparisons, logic, Where, Cast and ArgMax / ArgMin: CPU runs.
+    "Compare": r"test_(equal|less|greater)(_equal)?(_bcast|_u?int\d+)?",
+    "Logic": r"test_(and|or|xor)(\dd|_bcast\dv\dd)|test_not_\dd",
+    "Where": r"test_where_(long_)?example",
+    "Cast": r"test_cast_(FLOAT_to_FLOAT16|FLOAT16_to_FLOAT)",
+    "ArgMax": r"test_arg(max|min)_\w+",
     "Reduce": r"test_reduce_(l1|l2|log_sum|log_sum_exp|max|mean|min|prod|sum|sum_square)_\w+",
 }
 

@@ -219,6 +219,41 @@ def _operand_dtype(lw: Lowering, name: str) -> tuple[str, str]:
     return (str(lw.g.dtypes[name]), "string") if name in lw.g.consts else dtype_of(lw, name)
 
 
+def compare_run(lw: Lowering, step: Step) -> None:
+    """Equal / Less / ... / And / Or / Xor into a bool tensor."""
+    n = step.head
+    a, b = n.inputs[0], n.inputs[1]
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    cpu_run(lw, "compare", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
+                            (n.op_type, "string"), _operand_dtype(lw, a), _operand_dtype(lw, b)])
+
+
+def where_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    cond, x, y = n.inputs[:3]
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (cond, x, y, step.output)]
+    cpu_run(lw, "where", [operand(lw, cond), operand(lw, x), operand(lw, y), tensor(lw, step.output), *shapes,
+                          _operand_dtype(lw, x), _operand_dtype(lw, y), dtype_of(lw, step.output)])
+
+
+def cast_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    cpu_run(lw, "cast", [tensor(lw, src), tensor(lw, step.output), shape, dtype_of(lw, src),
+                         dtype_of(lw, step.output)])
+
+
+def argmax_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    axis = normalize_axis(int(attr(n, "axis", 0)), len(shape), n.where())
+    cpu_run(lw, "argmax", [tensor(lw, src), tensor(lw, step.output), (_text(shape), "string"), (axis, "int"),
+                           (int(bool(attr(n, "select_last_index", 0))), "int"), (n.op_type, "string"),
+                           dtype_of(lw, src)])
+
+
 def slice_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]

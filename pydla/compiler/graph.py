@@ -8,6 +8,7 @@ must be static.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def check_attributes(model: onnx.ModelProto) -> None:
         domain = "" if n.domain == "ai.onnx" else n.domain
         if domain not in opsets or not onnx.defs.has(n.op_type, opsets[domain], domain):
             if domain in opsets and onnx.defs.has(n.op_type, domain):
-                since = onnx.defs.get_schema(n.op_type, domain=domain).since_version
+                since = _first_opset(n.op_type, domain)
                 raise DlaError(NvError.BadValue,
                                f"{_label(n, i)}: {n.op_type} is not an operator of the model's opset "
                                f"{opsets[domain]} (it first appears in opset {since})")
@@ -105,14 +106,42 @@ def check_attributes(model: onnx.ModelProto) -> None:
             raise DlaError(NvError.BadValue, f"{_label(n, i)}: {detail}") from None
 
 
+@functools.cache
+def _first_opset(op_type: str, domain: str) -> int:
+    """The opset in which ``op_type`` first appears."""
+    return min(s.since_version for s in onnx.defs.get_all_schemas_with_history()
+               if s.name == op_type and s.domain == domain)
+
+
+def _upgraded(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """A model of an opset before MIN_OPSET, converted to MIN_OPSET by onnx's version converter
+    (the semantics pydla lowers: Pad's and Resize's inputs, Clip's bounds, ...)."""
+    from onnx import version_converter
+
+    for i, n in enumerate(model.graph.node):
+        if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type):
+            raise DlaError(NvError.NotSupported,
+                           f"{_label(n, i)}: {n.op_type} is not an ONNX operator (the model's opset "
+                           f"{opset} is upgraded to {MIN_OPSET} first)")
+    try:
+        if opset < 1:
+            raise ValueError("the model imports no ONNX opset")
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # the converter raises several types for what it cannot convert
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DlaError(NvError.NotSupported,
+                       f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later, and onnx's version "
+                       f"converter could not upgrade this model: {detail}") from None
+
+
 def import_graph(model: onnx.ModelProto) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order."""
     check_names(model.graph)
     check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
-        raise DlaError(NvError.NotSupported,
-                       f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later")
+        model = _upgraded(model, opset)
+        opset = MIN_OPSET
     g, inferred, _ = _infer_with_pools_fixed(model.graph, opset, "ONNX shape inference")
     consts = {init.name: _initializer(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
@@ -177,6 +206,11 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
         return _unary(graph, node)
     if node.op_type == "Pow":
         return _pow(graph, node)
+    if node.op_type == "Not":  # the CPU library's comparison: x == false
+        false = f"{node.outputs[0]}/false"
+        graph.consts[false] = np.zeros((), np.bool_)
+        graph.shapes[false], graph.dtypes[false] = (), np.dtype(np.bool_)
+        return [Node(node.name, "Equal", [node.inputs[0], false], [node.outputs[0]], {})]
     return [node]
 
 

@@ -468,5 +468,6 @@ LOWER: dict[str, Callable[[Lowering, Step], None]] = {
     "split": movement.split, "slice": movement.slice_, "pad": movement.pad, "resize": movement.resize,
     "gemm": matmul.lower_gemm, "sdp": elementwise.lower_sdp, "pool": pooling.lower_pool,
     "lrn": pooling.lower_lrn, "cpu": cpuops.softmax, "unary": cpuops.unary_run,
-    "reduce": cpuops.reduce_run, "pow": cpuops.pow_run,
+    "reduce": cpuops.reduce_run, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
+    "where": cpuops.where_run, "cast": cpuops.cast_run, "argmax": cpuops.argmax_run,
 }

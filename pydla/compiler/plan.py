@@ -18,7 +18,7 @@ import numpy as np
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
-from pydla.umd.cpulib import REDUCE, UNARY
+from pydla.umd.cpulib import COMPARE, REDUCE, UNARY
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
@@ -110,6 +110,10 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
         elif op in REDUCE:
             steps.append(Step("reduce", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in COMPARE or op in ("Where", "Cast", "ArgMax", "ArgMin"):
+            inputs = [t for t in node.inputs if t and t not in graph.consts]
+            steps.append(Step(op.lower() if op in ("Where", "Cast") else "compare" if op in COMPARE
+                              else "argmax", [node], inputs, node.outputs[0]))
         elif op == "Pow":
             steps.append(Step("pow", [node], [t for t in node.inputs if t not in graph.consts],
                               node.outputs[0]))

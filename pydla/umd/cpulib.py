@@ -43,6 +43,12 @@ Functions:
   keeps the reduced axes as 1 (the same bytes with or without keepdims).
 - ``pow(a, b, dst, a_shape, b_shape, out_shape, a_dtype, b_dtype, dst_dtype)``: ONNX Pow of any
   numeric types, broadcasting, in float64 (an integer result rounded toward zero).
+- ``compare(a, b, dst, a_shape, b_shape, out_shape, op, a_dtype, b_dtype)``: ONNX Equal / Less /
+  LessOrEqual / Greater / GreaterOrEqual / And / Or / Xor, broadcasting, into bools.
+- ``where(cond, x, y, dst, cond_shape, x_shape, y_shape, out_shape, x_dtype, y_dtype, dst_dtype)``:
+  ONNX Where.
+- ``cast(src, dst, shape, src_dtype, dst_dtype)``: ONNX Cast between the loadable's element types.
+- ``argmax(src, dst, shape, axis, select_last_index, op, dtype)``: ONNX ArgMax / ArgMin (int64).
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -709,8 +715,104 @@ def _pow(args: list[Any]) -> None:
     y[...] = result
 
 
+def _typed(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, exact: bool = False) -> Any:
+    """A tensor of any loadable element type; bools are read as their bytes being nonzero (a byte
+    other than 0 or 1 is not a valid numpy bool)."""
+    if dtype == "bool":
+        raw = _tensor(buf, shape, "uint8", what, any_type=True, exact=exact)
+        return raw if exact else raw != 0
+    return _tensor(buf, shape, dtype, what, any_type=True, exact=exact)
+
+
+def _store_typed(y: Any, value: Any, dtype: str) -> None:
+    """``value`` into ``y`` (from :func:`_typed` with ``exact``): bools as bytes 0 and 1."""
+    y[...] = (np.asarray(value) != 0).astype(np.uint8) if dtype == "bool" else value
+
+
+def _broadcast_shapes(what: str, out_text: Any, *texts: Any) -> tuple[tuple[int, ...], ...]:
+    shapes = tuple(_shape(t) for t in texts)
+    out = _shape(out_text)
+    try:
+        ok = np.broadcast_shapes(*shapes) == out
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DlaError(NvError.BadParameter, f"cpulib: {what} of {' and '.join(map(str, shapes))} into {out}")
+    return (*shapes, out)
+
+
+COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+}
+
+
+def _compare(args: list[Any]) -> None:
+    """compare(a, b, dst, a_shape, b_shape, out_shape, op, a_dtype, b_dtype): ONNX Equal / Less /
+    LessOrEqual / Greater / GreaterOrEqual (any numeric or bool types) and And / Or / Xor (bools),
+    broadcasting, into a bool tensor."""
+    a_buf, b_buf, dst, a_text, b_text, out_text, op, a_dtype, b_dtype = args
+    fn = COMPARE.get(op) if isinstance(op, str) else None
+    if fn is None:
+        raise DlaError(NvError.BadParameter, f"cpulib: comparison {op!r} (one of {', '.join(COMPARE)})")
+    a_shape, b_shape, out_shape = _broadcast_shapes(op, out_text, a_text, b_text)
+    a = _typed(a_buf, a_shape, a_dtype, "a")
+    b = _typed(b_buf, b_shape, b_dtype, "b")
+    _store_typed(_typed(dst, out_shape, "bool", "destination", exact=True), fn(a, b), "bool")
+
+
+def _where(args: list[Any]) -> None:
+    """where(cond, x, y, dst, cond_shape, x_shape, y_shape, out_shape, x_dtype, y_dtype, dst_dtype):
+    ONNX Where, broadcasting (x, y and dst of one ONNX type; float32 or float16 where they lie)."""
+    c_buf, x_buf, y_buf, dst, c_text, x_text, y_text, out_text, x_dtype, y_dtype, dtype = args
+    kinds = {t in DTYPES for t in (x_dtype, y_dtype, dtype)}
+    if len(kinds) != 1 or (kinds == {False} and len({x_dtype, y_dtype, dtype}) != 1):
+        raise DlaError(NvError.BadParameter, f"cpulib: Where of {x_dtype} and {y_dtype} into {dtype}")
+    c_shape, x_shape, y_shape, out_shape = _broadcast_shapes("Where", out_text, c_text, x_text, y_text)
+    cond = _typed(c_buf, c_shape, "bool", "condition")
+    x = _typed(x_buf, x_shape, x_dtype, "x")
+    y = _typed(y_buf, y_shape, y_dtype, "y")
+    _store_typed(_typed(dst, out_shape, dtype, "destination", exact=True), np.where(cond, x, y), dtype)
+
+
+def _cast(args: list[Any]) -> None:
+    """cast(src, dst, shape, src_dtype, dst_dtype): ONNX Cast between the loadable's element types
+    (a float to an integer rounds toward zero, as C does; to bool: nonzero)."""
+    src, dst, shape_text, src_dtype, dst_dtype = args
+    shape = _shape(shape_text)
+    x = _typed(src, shape, src_dtype, "source")
+    y = _typed(dst, shape, dst_dtype, "destination", exact=True)
+    if dst_dtype != "bool" and dst_dtype in INT_DTYPES and src_dtype in DTYPES:
+        info = np.iinfo(INT_DTYPES[dst_dtype])
+        x = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64))), info.min, info.max)
+    _store_typed(y, x, dst_dtype)
+
+
+def _argmax(args: list[Any]) -> None:
+    """argmax(src, dst, shape, axis, select_last_index, op, dtype): ONNX ArgMax / ArgMin into int64
+    indices, the reduced axis kept as 1 (the same bytes with or without keepdims)."""
+    src, dst, shape_text, axis, last, op, dtype = args
+    if op not in ("ArgMax", "ArgMin"):
+        raise DlaError(NvError.BadParameter, f"cpulib: {op!r} is not ArgMax or ArgMin")
+    shape = _shape(shape_text)
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        raise DlaError(NvError.BadParameter, f"cpulib: axis {axis!r} of a rank-{len(shape)} tensor")
+    axis %= len(shape)
+    x = _typed(src, shape, dtype, "source")
+    out_shape = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    y = _tensor(dst, out_shape, "int64", "destination", any_type=True, exact=True)
+    pick = np.argmax if op == "ArgMax" else np.argmin
+    # The last of equal extremes is the first one along the reversed axis.
+    index = shape[axis] - 1 - pick(np.flip(x, axis=axis), axis=axis) if last else pick(x, axis=axis)
+    y[...] = np.expand_dims(index, axis)
+
+
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "unary": (8, _unary),
+    "compare": (9, _compare),
+    "where": (11, _where),
+    "cast": (5, _cast),
+    "argmax": (7, _argmax),
     "pow": (9, _pow),
     "reduce": (8, _reduce),
     "slice": (9, _slice),

@@ -267,9 +267,17 @@ def test_dynamic_input_shape_is_refused() -> None:
         compile_model(m)
 
 
-def test_old_opset_is_refused() -> None:
+def test_an_old_opset_is_upgraded_or_refused_with_the_reason() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 3)}, ["y"], opset=9)
-    with pytest.raises(DlaError, match="opset 9"):
+    assert compile_model(m).operations == {"SDP": 1}  # upgraded to opset 11 by onnx's converter
+    m = model([helper.make_node("Frobnicate", ["x"], ["y"])], {"x": (1, 3)}, ["y"], opset=9)
+    with pytest.raises(DlaError, match=r"node 'Frobnicate_0' \(Frobnicate\): Frobnicate is not an ONNX "
+                                       r"operator \(the model's opset 9 is upgraded to 11 first\)") as e:
+        compile_model(m)
+    assert e.value.code == NvError.NotSupported
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (1, 3)}, ["y"], opset=0)
+    with pytest.raises(DlaError, match=r"Relu is not an operator of the model's opset 0 \(it first appears "
+                                       r"in opset 1\)"):
         compile_model(m)
 
 

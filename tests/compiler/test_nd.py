@@ -597,3 +597,34 @@ def test_layer_norm_decomposed_as_exported_runs_with_pow_by_two_on_sdp() -> None
     m = model(nodes, {"x": (2, 5, 8)}, ["y", "cube"], consts)
     result = check(m, {"x": r(2, 5, 8)})
     assert result.operations["CPU"] == 4  # two means, the square root, the cube
+
+
+def test_comparisons_where_cast_and_argmax_are_cpu_runs() -> None:
+    """A classifier's post-processing: ArgMax of the scores, a mask from comparisons and logic,
+    Where picking between two tensors, Casts both ways."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["hi"]),
+             helper.make_node("LessOrEqual", ["x", "u"], ["lo"]),
+             helper.make_node("And", ["hi", "lo"], ["band"]),
+             helper.make_node("Not", ["band"], ["out"]),
+             helper.make_node("Where", ["band", "x", "z"], ["w"]),
+             helper.make_node("ArgMax", ["w"], ["am"], axis=-1, keepdims=0, select_last_index=1),
+             helper.make_node("Cast", ["am"], ["amf"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32)]
+    x = np.round(r(2, 3, 6) * 4) / 4  # ties for select_last_index
+    graph = helper.make_graph(
+        nodes, "post", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info(n, t, None) for n, t in (("out", TensorProto.BOOL),
+                                                                 ("w", TensorProto.FLOAT),
+                                                                 ("amf", TensorProto.FLOAT),
+                                                                 ("xi", TensorProto.INT32))],
+        [numpy_helper.from_array(np.float32(v), n) for n, v in (("t", -0.5), ("u", 0.75), ("z", 9.0))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = check(m, {"x": x}, rtol=0, atol=0)
+    assert result.operations["CPU"] == 8
+
+
+def test_a_model_of_an_old_opset_is_upgraded_by_onnx_version_converter() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Clip", ["r"], ["y"], min=0.0, max=0.5)]
+    m = model(nodes, {"x": (2, 3)}, ["y"], opset=7)
+    check(m, {"x": r(2, 3)})
