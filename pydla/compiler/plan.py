@@ -18,7 +18,7 @@ import numpy as np
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
-from pydla.umd.cpulib import COMPARE, REDUCE, UNARY
+from pydla.umd.cpumath import COMPARE, REDUCE, UNARY
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}

@@ -68,46 +68,26 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.umd import cpumath
+from pydla.umd.cpuargs import (
+    DTYPES,
+    INT_DTYPES,
+    floats_arg,
+    ints_arg,
+    shape_arg,
+    tensor_arg,
+)
 from pydla.umd.resize_filters import resize_weights
-
-DTYPES = {"float32": np.float32, "float16": np.float16}
-INT_DTYPES = {name: getattr(np, name) for name in ("int64", "int32", "int16", "int8", "uint64", "uint32",
-                                                  "uint16", "uint8")}
-ANY_DTYPES = {**DTYPES, **INT_DTYPES}
-
-
-def _tensor(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, any_type: bool = False,
-            exact: bool = False) -> Any:
-    types = ANY_DTYPES if any_type else DTYPES
-    if dtype not in types:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} dtype '{dtype}' ({' or '.join(types)})")
-    if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} must be a buffer")
-    need = int(np.prod(shape)) * np.dtype(types[dtype]).itemsize
-    if buf.size < need or (exact and buf.size != need):
-        raise DlaError(NvError.InvalidSize, f"cpulib: {what} holds {buf.size} bytes, the tensor {shape} "
-                                            f"of {dtype} needs {need}")
-    return buf[:need].view(types[dtype]).reshape(shape)
-
-
-def _shape(text: Any) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in str(text).split(","))
-    except ValueError:
-        raise DlaError(NvError.BadParameter, f"cpulib: shape '{text}' is not d0,d1,...") from None
-    if not dims or min(dims) < 1 or len(dims) > 8:
-        raise DlaError(NvError.BadParameter, f"cpulib: shape '{text}'")
-    return dims
 
 
 def _softmax_like(log: bool) -> Callable[[list[Any]], None]:
     def run(args: list[Any]) -> None:
         src, dst, axis, shape_text, src_dtype, dst_dtype = args
-        shape = _shape(shape_text)
+        shape = shape_arg(shape_text)
         if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
             raise DlaError(NvError.BadParameter, f"cpulib: axis {axis!r} of a rank-{len(shape)} tensor")
-        x = _tensor(src, shape, src_dtype, "source").astype(np.float32)
-        y = _tensor(dst, shape, dst_dtype, "destination")
+        x = tensor_arg(src, shape, src_dtype, "source").astype(np.float32)
+        y = tensor_arg(dst, shape, dst_dtype, "destination")
         shifted = x - x.max(axis=axis, keepdims=True)
         e = np.exp(shifted)
         total = e.sum(axis=axis, keepdims=True)
@@ -120,7 +100,7 @@ def _pad(args: list[Any]) -> None:
     """pad(src, dst, shape, pads "b0,b1,..,e0,e1,..", mode constant|reflect|edge, value, src_dtype,
     dst_dtype): ONNX Pad."""
     src, dst, shape_text, pads_text, mode, value, src_dtype, dst_dtype = args
-    shape = _shape(shape_text)
+    shape = shape_arg(shape_text)
     try:
         pads = [int(p) for p in str(pads_text).split(",")]
     except ValueError:
@@ -131,8 +111,8 @@ def _pad(args: list[Any]) -> None:
     if mode not in ("constant", "reflect", "edge"):
         raise DlaError(NvError.BadParameter, f"cpulib: pad mode '{mode}'")
     out_shape = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
-    x = _tensor(src, shape, src_dtype, "source")
-    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    x = tensor_arg(src, shape, src_dtype, "source")
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination")
     widths = [(pads[i], pads[i + rank]) for i in range(rank)]
     if mode == "constant":
         y[...] = np.pad(x, widths, mode="constant", constant_values=float(value))
@@ -159,11 +139,11 @@ def _resize(args: list[Any]) -> None:
     """resize(src, dst, in_shape, out_shape, mode nearest|linear, coordinate_transformation_mode,
     nearest_mode, src_dtype, dst_dtype): ONNX Resize over the last two axes of an NCHW tensor."""
     src, dst, in_text, out_text, mode, ctm, nearest_mode, src_dtype, dst_dtype = args
-    in_shape, out_shape = _shape(in_text), _shape(out_text)
+    in_shape, out_shape = shape_arg(in_text), shape_arg(out_text)
     if len(in_shape) != 4 or len(out_shape) != 4 or in_shape[:2] != out_shape[:2]:
         raise DlaError(NvError.NotSupported, f"cpulib: resize {in_shape} to {out_shape}: only H and W")
-    x = _tensor(src, in_shape, src_dtype, "source").astype(np.float64)
-    y = _tensor(dst, out_shape, dst_dtype, "destination")
+    x = tensor_arg(src, in_shape, src_dtype, "source").astype(np.float64)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination")
     (h, w), (ho, wo) = in_shape[2:], out_shape[2:]
     ys = _source_coords(ho, h, ho / h, ctm)
     xs = _source_coords(wo, w, wo / w, ctm)
@@ -190,38 +170,12 @@ def _resize(args: list[Any]) -> None:
     y[...] = top * (1 - fy) + bottom * fy
 
 
-def _ints(text: Any, what: str) -> list[int]:
-    """Integers given as text or as a buffer of int64 (a tensor given at run time)."""
-    if isinstance(text, np.ndarray):
-        if text.dtype != np.uint8 or text.size % 8:
-            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of int64 expected, got "
-                                                 f"{text.size} bytes")
-        return [int(v) for v in text.view(np.int64)]
-    try:
-        return [int(v) for v in str(text).split(",")] if str(text) else []
-    except ValueError:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
-
-
-def _floats(text: Any, what: str) -> list[float]:
-    """Numbers given as text or as a buffer of float32 (a tensor given at run time)."""
-    if isinstance(text, np.ndarray):
-        if text.dtype != np.uint8 or text.size % 4:
-            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of float32 expected, got "
-                                                 f"{text.size} bytes")
-        return [float(v) for v in text.view(np.float32)]
-    try:
-        return [float(v) for v in str(text).split(",")] if str(text) else []
-    except ValueError:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
-
-
 def _slice(args: list[Any]) -> None:
     """slice(src, dst, shape, starts, ends, axes, steps, src_dtype, dst_dtype): ONNX Slice."""
     src, dst, shape_text, starts_t, ends_t, axes_t, steps_t, src_dtype, dst_dtype = args
-    shape = _shape(shape_text)
-    starts, ends = _ints(starts_t, "starts"), _ints(ends_t, "ends")
-    axes, steps = _ints(axes_t, "axes"), _ints(steps_t, "steps")
+    shape = shape_arg(shape_text)
+    starts, ends = ints_arg(starts_t, "starts"), ints_arg(ends_t, "ends")
+    axes, steps = ints_arg(axes_t, "axes"), ints_arg(steps_t, "steps")
     if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
         raise DlaError(NvError.BadParameter, "cpulib: slice starts, ends, axes, steps disagree or step 0")
     index: list[Any] = [np.arange(d) for d in shape]
@@ -235,21 +189,21 @@ def _slice(args: list[Any]) -> None:
         else:
             start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         index[axis] = np.arange(start, end, step)
-    x = _tensor(src, shape, src_dtype, "source", any_type=True)
+    x = tensor_arg(src, shape, src_dtype, "source", any_type=True)
     out_shape = tuple(len(i) for i in index)
     if 0 in out_shape:
         raise DlaError(NvError.BadValue, f"cpulib: slice to the empty shape {out_shape}")
-    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
     y[...] = x[np.ix_(*index)]
 
 
 def _pad_nd(args: list[Any]) -> None:
     """pad_nd(src, dst, shape, pads, axes, mode, value, src_dtype, dst_dtype): ONNX Pad."""
     src, dst, shape_text, pads_arg, axes_arg, mode, value, src_dtype, dst_dtype = args
-    shape = _shape(shape_text)
+    shape = shape_arg(shape_text)
     rank = len(shape)
-    pads = _ints(pads_arg, "pads")
-    axes = [a + rank if a < 0 else a for a in _ints(axes_arg, "axes")] or list(range(rank))
+    pads = ints_arg(pads_arg, "pads")
+    axes = [a + rank if a < 0 else a for a in ints_arg(axes_arg, "axes")] or list(range(rank))
     if len(pads) != 2 * len(axes) or any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
         raise DlaError(NvError.BadParameter, f"cpulib: pads {pads} for axes {axes} of a rank-{rank} tensor")
     if mode not in ("constant", "reflect", "edge", "wrap"):
@@ -257,16 +211,16 @@ def _pad_nd(args: list[Any]) -> None:
     before, after = [0] * rank, [0] * rank
     for i, a in enumerate(axes):
         before[a], after[a] = pads[i], pads[i + len(axes)]
-    x = _tensor(src, shape, src_dtype, "source", any_type=True)
+    x = tensor_arg(src, shape, src_dtype, "source", any_type=True)
     # Negative pads crop first.
     x = x[tuple(slice(max(0, -b), d - max(0, -e)) for b, e, d in zip(before, after, shape, strict=True))]
     if 0 in x.shape:
         raise DlaError(NvError.BadValue, f"cpulib: pads {pads} crop the whole tensor {shape}")
     widths = [(max(0, b), max(0, e)) for b, e in zip(before, after, strict=True)]
     out_shape = tuple(d + b + e for d, (b, e) in zip(x.shape, widths, strict=True))
-    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
     if mode == "constant":
-        fill = (_tensor(value, (), src_dtype, "constant_value", any_type=True)[()]
+        fill = (tensor_arg(value, (), src_dtype, "constant_value", any_type=True)[()]
                 if isinstance(value, np.ndarray) else value)
         y[...] = np.pad(x, widths, mode="constant", constant_values=fill)
     else:
@@ -322,9 +276,9 @@ def _resize_filtered(args: list[Any]) -> None:
 def _resize_any(args: list[Any], cubic_a: float, exclude_outside: bool, antialias: bool) -> None:
     (src, dst, in_text, out_text, mode, ctm, nearest_mode, roi_arg, scales_arg, sizes_arg, axes_text,
      policy, extrapolation, src_dtype, dst_dtype) = args
-    in_shape, out_shape = _shape(in_text), _shape(out_text)
+    in_shape, out_shape = shape_arg(in_text), shape_arg(out_text)
     rank = len(in_shape)
-    axes = [a + rank if a < 0 else a for a in _ints(axes_text, "axes")] or list(range(rank))
+    axes = [a + rank if a < 0 else a for a in ints_arg(axes_text, "axes")] or list(range(rank))
     if len(out_shape) != rank or any(not 0 <= a < rank for a in axes):
         raise DlaError(NvError.BadParameter, f"cpulib: resize {in_shape} to {out_shape} over axes {axes}")
     if mode not in ("nearest", "linear", "cubic"):
@@ -332,7 +286,8 @@ def _resize_any(args: list[Any], cubic_a: float, exclude_outside: bool, antialia
     rounding = ROUNDING.get(nearest_mode)
     if rounding is None:
         raise DlaError(NvError.BadParameter, f"cpulib: nearest_mode '{nearest_mode}'")
-    scales, sizes, roi = _floats(scales_arg, "scales"), _ints(sizes_arg, "sizes"), _floats(roi_arg, "roi")
+    scales, sizes = floats_arg(scales_arg, "scales"), ints_arg(sizes_arg, "sizes")
+    roi = floats_arg(roi_arg, "roi")
     scale = [1.0] * rank
     if scales:
         if len(scales) != len(axes):
@@ -353,8 +308,8 @@ def _resize_any(args: list[Any], cubic_a: float, exclude_outside: bool, antialia
             scale[a] = v
     if roi and len(roi) != 2 * len(axes):
         raise DlaError(NvError.BadParameter, f"cpulib: roi {roi} for axes {axes}")
-    y = _tensor(dst, out_shape, dst_dtype, "destination", exact=True)
-    x = _tensor(src, in_shape, src_dtype, "source").astype(np.float64)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination", exact=True)
+    x = tensor_arg(src, in_shape, src_dtype, "source").astype(np.float64)
     for k, a in enumerate(axes):
         n_in, n_out = in_shape[a], out_shape[a]
         box = (roi[k], roi[k + len(axes)]) if roi else (0.0, 1.0)
@@ -387,10 +342,10 @@ def _pool(args: list[Any]) -> None:
     count nothing."""
     (src, dst, shape_text, out_text, method, kernel_t, strides_t, pads_t, dilations_t, include,
      src_dtype, dst_dtype) = args
-    shape, out_shape = _shape(shape_text), _shape(out_text)
+    shape, out_shape = shape_arg(shape_text), shape_arg(out_text)
     nd = len(shape) - 2
-    kernel, strides = _ints(kernel_t, "kernel"), _ints(strides_t, "strides")
-    pads, dilations = _ints(pads_t, "pads"), _ints(dilations_t, "dilations")
+    kernel, strides = ints_arg(kernel_t, "kernel"), ints_arg(strides_t, "strides")
+    pads, dilations = ints_arg(pads_t, "pads"), ints_arg(dilations_t, "dilations")
     if (nd < 1 or len(out_shape) != len(shape) or out_shape[:2] != shape[:2] or method not in ("max", "avg")
             or not len(kernel) == len(strides) == len(dilations) == nd or len(pads) != 2 * nd
             or min(kernel + strides + dilations) < 1 or min(pads) < 0):
@@ -400,9 +355,9 @@ def _pool(args: list[Any]) -> None:
     integer = src_dtype in INT_DTYPES
     if integer and (method != "max" or dst_dtype != src_dtype):
         raise DlaError(NvError.BadParameter, f"cpulib: {method} pool of {src_dtype} into {dst_dtype}")
-    x = _tensor(src, shape, src_dtype, "source", any_type=integer)
+    x = tensor_arg(src, shape, src_dtype, "source", any_type=integer)
     x = x if integer else x.astype(np.float64)  # integers compare exactly as they are
-    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=integer)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination", any_type=integer)
     spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     total = [max(n + pads[i] + pads[i + nd], (o - 1) * s + span) for i, (n, o, s, span)
              in enumerate(zip(shape[2:], out_shape[2:], strides, spans, strict=True))]
@@ -452,7 +407,7 @@ def _eltwise_int(args: list[Any]) -> None:
     fn = _INT_OPS.get(op)
     if fn is None or dtype not in INT_DTYPES:
         raise DlaError(NvError.BadParameter, f"cpulib: eltwise_int '{op}' of {dtype}")
-    a_shape, b_shape, out_shape = _shape(a_text), _shape(b_text), _shape(out_text)
+    a_shape, b_shape, out_shape = shape_arg(a_text), shape_arg(b_text), shape_arg(out_text)
     try:
         ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
     except ValueError:
@@ -460,9 +415,9 @@ def _eltwise_int(args: list[Any]) -> None:
     if not ok:
         raise DlaError(NvError.BadParameter,
                        f"cpulib: eltwise_int of {a_shape} and {b_shape} into {out_shape}")
-    a = _tensor(a_buf, a_shape, dtype, "a", any_type=True)
-    b = _tensor(b_buf, b_shape, dtype, "b", any_type=True)
-    y = _tensor(dst, out_shape, dtype, "destination", any_type=True, exact=True)
+    a = tensor_arg(a_buf, a_shape, dtype, "a", any_type=True)
+    b = tensor_arg(b_buf, b_shape, dtype, "b", any_type=True)
+    y = tensor_arg(dst, out_shape, dtype, "destination", any_type=True, exact=True)
     fn(a, b, out=y)
 
 
@@ -472,14 +427,14 @@ def _clip_int(args: list[Any]) -> None:
     src, dst, low, high, shape_text, dtype = args
     if dtype not in INT_DTYPES:
         raise DlaError(NvError.BadParameter, f"cpulib: clip_int of {dtype}")
-    shape = _shape(shape_text)
-    x = _tensor(src, shape, dtype, "source", any_type=True)
-    y = _tensor(dst, shape, dtype, "destination", any_type=True, exact=True)
+    shape = shape_arg(shape_text)
+    x = tensor_arg(src, shape, dtype, "source", any_type=True)
+    y = tensor_arg(dst, shape, dtype, "destination", any_type=True, exact=True)
     info = np.iinfo(INT_DTYPES[dtype])
     bounds = []
     for value, what, default in ((low, "min", info.min), (high, "max", info.max)):
         if isinstance(value, np.ndarray):
-            value = _tensor(value, (1,), dtype, what, any_type=True, exact=True)[0]
+            value = tensor_arg(value, (1,), dtype, what, any_type=True, exact=True)[0]
         elif value == "":
             value = default
         if isinstance(value, str) and value.lstrip("-").isdigit():
@@ -500,19 +455,19 @@ def _maxpool_indices(args: list[Any]) -> None:
     column-major)."""
     (src, dst, indices, shape_text, out_text, kernel_t, strides_t, pads_t, dilations_t, order,
      src_dtype, dst_dtype) = args
-    shape, out_shape = _shape(shape_text), _shape(out_text)
+    shape, out_shape = shape_arg(shape_text), shape_arg(out_text)
     nd = len(shape) - 2
-    kernel, strides = _ints(kernel_t, "kernel"), _ints(strides_t, "strides")
-    pads, dilations = _ints(pads_t, "pads"), _ints(dilations_t, "dilations")
+    kernel, strides = ints_arg(kernel_t, "kernel"), ints_arg(strides_t, "strides")
+    pads, dilations = ints_arg(pads_t, "pads"), ints_arg(dilations_t, "dilations")
     if (nd < 1 or len(out_shape) != len(shape) or out_shape[:2] != shape[:2] or order not in (0, 1)
             or not len(kernel) == len(strides) == len(dilations) == nd or len(pads) != 2 * nd
             or min(kernel + strides + dilations) < 1 or min(pads) < 0):
         raise DlaError(NvError.BadParameter,
                        f"cpulib: max pool of {shape} to {out_shape}: kernel {kernel}, strides {strides}, "
                        f"pads {pads}, dilations {dilations}, storage_order {order!r}")
-    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
-    y = _tensor(dst, out_shape, dst_dtype, "destination")
-    where = _tensor(indices, out_shape, "int64", "indices", any_type=True)
+    x = tensor_arg(src, shape, src_dtype, "source").astype(np.float64)
+    y = tensor_arg(dst, out_shape, dst_dtype, "destination")
+    where = tensor_arg(indices, out_shape, "int64", "indices", any_type=True)
     spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     total = [max(n + pads[i] + pads[i + nd], (o - 1) * s + span) for i, (n, o, s, span)
              in enumerate(zip(shape[2:], out_shape[2:], strides, spans, strict=True))]
@@ -545,276 +500,23 @@ def _batchnorm_params(args: list[Any]) -> None:
         raise DlaError(NvError.BadParameter, f"cpulib: batchnorm_params repeat {repeat!r}")
     size = np.dtype(DTYPES.get(param_dtype, np.float32)).itemsize
     channels = scale_b.size // size
-    scale, bias, mean, var = (_tensor(b, (channels,), param_dtype, what).astype(np.float64)
+    scale, bias, mean, var = (tensor_arg(b, (channels,), param_dtype, what).astype(np.float64)
                               for b, what in ((scale_b, "scale"), (bias_b, "bias"), (mean_b, "mean"),
                                               (var_b, "var")))
-    y = _tensor(dst, (2, repeat, channels), dst_dtype, "destination", exact=True)
+    y = tensor_arg(dst, (2, repeat, channels), dst_dtype, "destination", exact=True)
     factor = scale / np.sqrt(var + float(epsilon))
     y[0] = factor
     y[1] = bias - mean * factor
 
 
-def _erf(x: Any) -> Any:
-    """erf in float64 (numpy has none): its Maclaurin series below |x| = 0.5, where it keeps full
-    relative precision; above, 1 - erfc by the Chebyshev fit of erfc whose fractional error is
-    below 1.2e-7 (Numerical Recipes' erfcc)."""
-    x = np.asarray(x, dtype=np.float64)
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277))))))))
-    far = np.sign(x) * (1.0 - t * np.exp(poly))
-    x2 = x * x
-    term, near = x.copy(), x.copy()
-    for n in range(1, 12):  # x * sum (-x^2)^n / (n! (2n + 1)): |x| < 0.5 needs a dozen terms
-        term = term * -x2 / n
-        near = near + term / (2 * n + 1)
-    return np.where(z < 0.5, near * (2.0 / np.sqrt(np.pi)), far)
-
-
-def _softplus(x: Any) -> Any:
-    return np.logaddexp(0.0, x)
-
-
-# ONNX's element-wise math on floats that SDP has no form for: name -> f(x, alpha, beta), computed
-# in float64 and stored in the destination's type. alpha / beta are the operator's attributes
-# (the compiler passes ONNX's defaults when the model leaves them out).
-UNARY: dict[str, Callable[[Any, float, float], Any]] = {
-    "Exp": lambda x, a, b: np.exp(x),
-    "Log": lambda x, a, b: np.log(x),
-    "Sqrt": lambda x, a, b: np.sqrt(x),
-    "Sin": lambda x, a, b: np.sin(x),
-    "Cos": lambda x, a, b: np.cos(x),
-    "Tan": lambda x, a, b: np.tan(x),
-    "Asin": lambda x, a, b: np.arcsin(x),
-    "Acos": lambda x, a, b: np.arccos(x),
-    "Atan": lambda x, a, b: np.arctan(x),
-    "Sinh": lambda x, a, b: np.sinh(x),
-    "Cosh": lambda x, a, b: np.cosh(x),
-    "Asinh": lambda x, a, b: np.arcsinh(x),
-    "Acosh": lambda x, a, b: np.arccosh(x),
-    "Atanh": lambda x, a, b: np.arctanh(x),
-    "Floor": lambda x, a, b: np.floor(x),
-    "Ceil": lambda x, a, b: np.ceil(x),
-    "Round": lambda x, a, b: np.round(x),  # halves to even, as ONNX says
-    "Sign": lambda x, a, b: np.sign(x),
-    "Erf": lambda x, a, b: _erf(x),
-    "Softplus": lambda x, a, b: _softplus(x),
-    "Softsign": lambda x, a, b: x / (1.0 + np.abs(x)),
-    "Elu": lambda x, a, b: np.where(x > 0, x, a * np.expm1(x)),
-    "Celu": lambda x, a, b: np.maximum(x, 0.0) + np.minimum(0.0, a * np.expm1(x / a)),
-    "Selu": lambda x, a, b: b * np.where(x > 0, x, a * np.expm1(x)),  # alpha, gamma
-    "ThresholdedRelu": lambda x, a, b: np.where(x > a, x, 0.0),
-    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
-    "HardSwish": lambda x, a, b: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
-    "Mish": lambda x, a, b: x * np.tanh(_softplus(x)),
-    "Gelu": lambda x, a, b: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
-    "GeluTanh": lambda x, a, b: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
-}
-
-
-def _unary(args: list[Any]) -> None:
-    """unary(src, dst, shape, op, alpha, beta, src_dtype, dst_dtype): an ONNX element-wise math
-    operator of :data:`UNARY` on a float tensor."""
-    src, dst, shape_text, op, alpha, beta, src_dtype, dst_dtype = args
-    fn = UNARY.get(op) if isinstance(op, str) else None
-    if fn is None:
-        raise DlaError(NvError.BadParameter, f"cpulib: unary op {op!r} (one of {', '.join(UNARY)})")
-    params = []
-    for value, what in ((alpha, "alpha"), (beta, "beta")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DlaError(NvError.BadParameter, f"cpulib: unary {op} {what} {value!r} is not a number")
-        params.append(float(value))
-    shape = _shape(shape_text)
-    x = _tensor(src, shape, src_dtype, "source").astype(np.float64)
-    y = _tensor(dst, shape, dst_dtype, "destination", exact=True)
-    y[...] = fn(x, params[0], params[1])
-
-
-# ONNX's reductions: name -> f(x, axes) with keepdims. Integer tensors: the first four, exactly
-# (a sum or product wraps around as the type does).
-REDUCE: dict[str, Callable[[Any, tuple[int, ...]], Any]] = {
-    "ReduceSum": lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
-    "ReduceMax": lambda x, axes: np.max(x, axis=axes, keepdims=True),
-    "ReduceMin": lambda x, axes: np.min(x, axis=axes, keepdims=True),
-    "ReduceProd": lambda x, axes: np.prod(x, axis=axes, keepdims=True, dtype=x.dtype),
-    "ReduceMean": lambda x, axes: np.mean(x, axis=axes, keepdims=True),
-    "ReduceL1": lambda x, axes: np.sum(np.abs(x), axis=axes, keepdims=True),
-    "ReduceL2": lambda x, axes: np.sqrt(np.sum(x * x, axis=axes, keepdims=True)),
-    "ReduceSumSquare": lambda x, axes: np.sum(x * x, axis=axes, keepdims=True),
-    "ReduceLogSum": lambda x, axes: np.log(np.sum(x, axis=axes, keepdims=True)),
-    "ReduceLogSumExp": lambda x, axes: _logsumexp(x, axes),
-}
-INTEGER_REDUCE = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
-
-
-def _logsumexp(x: Any, axes: tuple[int, ...]) -> Any:
-    top = np.max(x, axis=axes, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    return top + np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
-
-
-def _reduce(args: list[Any]) -> None:
-    """reduce(src, dst, shape, axes, noop_with_empty_axes, op, src_dtype, dst_dtype): an ONNX
-    reduction of :data:`REDUCE`; floats in float64 (float32 or float16 on either side), integers
-    exactly (the same type on both)."""
-    src, dst, shape_text, axes_t, noop, op, dtype, dst_dtype = args
-    fn = REDUCE.get(op) if isinstance(op, str) else None
-    if fn is None:
-        raise DlaError(NvError.BadParameter, f"cpulib: reduction {op!r} (one of {', '.join(REDUCE)})")
-    if (dtype in INT_DTYPES or dst_dtype in INT_DTYPES) and (op not in INTEGER_REDUCE or dtype != dst_dtype):
-        raise DlaError(NvError.BadParameter, f"cpulib: {op} of {dtype} into {dst_dtype} (integers: "
-                                             f"{', '.join(INTEGER_REDUCE)}, into the same type)")
-    shape = _shape(shape_text)
-    rank = len(shape)
-    given = _ints(axes_t, "axes")
-    if not all(-rank <= a < rank for a in given):
-        raise DlaError(NvError.BadParameter, f"cpulib: axes {given} of a rank-{rank} tensor")
-    axes = tuple(sorted({a % rank for a in given}))
-    if len(axes) != len(given):
-        raise DlaError(NvError.BadParameter, f"cpulib: axes {given} repeat an axis")
-    if not axes and not noop:
-        axes = tuple(range(rank))
-    out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    if dtype == "bool" or dst_dtype == "bool":  # ReduceMax / ReduceMin of bools: any / all
-        if dtype != dst_dtype or op not in ("ReduceMax", "ReduceMin"):
-            raise DlaError(NvError.BadParameter, f"cpulib: {op} of {dtype} into {dst_dtype}")
-        xb = _tensor(src, shape, "uint8", "source", any_type=True) != 0
-        yb = _tensor(dst, out_shape, "uint8", "destination", any_type=True, exact=True)
-        reduce = np.any if op == "ReduceMax" else np.all
-        yb[...] = reduce(xb, axis=axes, keepdims=True) if axes else xb
-        return
-    x = _tensor(src, shape, dtype, "source", any_type=True)
-    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
-    if not axes:
-        y[...] = x
-        return
-    y[...] = fn(x.astype(np.float64) if dtype in DTYPES else x, axes)
-
-
-def _pow(args: list[Any]) -> None:
-    """pow(a, b, dst, a_shape, b_shape, out_shape, a_dtype, b_dtype, dst_dtype): ONNX Pow, any
-    numeric types on either side, broadcasting: computed in float64; an integer result is rounded
-    toward zero, as a C cast of pow() does."""
-    a_buf, b_buf, dst, a_text, b_text, out_text, a_dtype, b_dtype, dst_dtype = args
-    a_shape, b_shape, out_shape = _shape(a_text), _shape(b_text), _shape(out_text)
-    try:
-        ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DlaError(NvError.BadParameter, f"cpulib: pow of {a_shape} and {b_shape} into {out_shape}")
-    a = _tensor(a_buf, a_shape, a_dtype, "base", any_type=True).astype(np.float64)
-    b = _tensor(b_buf, b_shape, b_dtype, "exponent", any_type=True).astype(np.float64)
-    y = _tensor(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
-    result = np.power(a, b)
-    if dst_dtype in INT_DTYPES:
-        info = np.iinfo(INT_DTYPES[dst_dtype])
-        result = np.clip(np.nan_to_num(np.trunc(result)), info.min, info.max)
-    y[...] = result
-
-
-def _typed(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, exact: bool = False) -> Any:
-    """A tensor of any loadable element type; bools are read as their bytes being nonzero (a byte
-    other than 0 or 1 is not a valid numpy bool)."""
-    if dtype == "bool":
-        raw = _tensor(buf, shape, "uint8", what, any_type=True, exact=exact)
-        return raw if exact else raw != 0
-    return _tensor(buf, shape, dtype, what, any_type=True, exact=exact)
-
-
-def _store_typed(y: Any, value: Any, dtype: str) -> None:
-    """``value`` into ``y`` (from :func:`_typed` with ``exact``): bools as bytes 0 and 1."""
-    y[...] = (np.asarray(value) != 0).astype(np.uint8) if dtype == "bool" else value
-
-
-def _broadcast_shapes(what: str, out_text: Any, *texts: Any) -> tuple[tuple[int, ...], ...]:
-    shapes = tuple(_shape(t) for t in texts)
-    out = _shape(out_text)
-    try:
-        ok = np.broadcast_shapes(*shapes) == out
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} of {' and '.join(map(str, shapes))} into {out}")
-    return (*shapes, out)
-
-
-COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
-    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-}
-
-
-def _compare(args: list[Any]) -> None:
-    """compare(a, b, dst, a_shape, b_shape, out_shape, op, a_dtype, b_dtype): ONNX Equal / Less /
-    LessOrEqual / Greater / GreaterOrEqual (any numeric or bool types) and And / Or / Xor (bools),
-    broadcasting, into a bool tensor."""
-    a_buf, b_buf, dst, a_text, b_text, out_text, op, a_dtype, b_dtype = args
-    fn = COMPARE.get(op) if isinstance(op, str) else None
-    if fn is None:
-        raise DlaError(NvError.BadParameter, f"cpulib: comparison {op!r} (one of {', '.join(COMPARE)})")
-    a_shape, b_shape, out_shape = _broadcast_shapes(op, out_text, a_text, b_text)
-    a = _typed(a_buf, a_shape, a_dtype, "a")
-    b = _typed(b_buf, b_shape, b_dtype, "b")
-    _store_typed(_typed(dst, out_shape, "bool", "destination", exact=True), fn(a, b), "bool")
-
-
-def _where(args: list[Any]) -> None:
-    """where(cond, x, y, dst, cond_shape, x_shape, y_shape, out_shape, x_dtype, y_dtype, dst_dtype):
-    ONNX Where, broadcasting (x, y and dst of one ONNX type; float32 or float16 where they lie)."""
-    c_buf, x_buf, y_buf, dst, c_text, x_text, y_text, out_text, x_dtype, y_dtype, dtype = args
-    kinds = {t in DTYPES for t in (x_dtype, y_dtype, dtype)}
-    if len(kinds) != 1 or (kinds == {False} and len({x_dtype, y_dtype, dtype}) != 1):
-        raise DlaError(NvError.BadParameter, f"cpulib: Where of {x_dtype} and {y_dtype} into {dtype}")
-    c_shape, x_shape, y_shape, out_shape = _broadcast_shapes("Where", out_text, c_text, x_text, y_text)
-    cond = _typed(c_buf, c_shape, "bool", "condition")
-    x = _typed(x_buf, x_shape, x_dtype, "x")
-    y = _typed(y_buf, y_shape, y_dtype, "y")
-    _store_typed(_typed(dst, out_shape, dtype, "destination", exact=True), np.where(cond, x, y), dtype)
-
-
-def _cast(args: list[Any]) -> None:
-    """cast(src, dst, shape, src_dtype, dst_dtype): ONNX Cast between the loadable's element types
-    (a float to an integer rounds toward zero, as C does; to bool: nonzero)."""
-    src, dst, shape_text, src_dtype, dst_dtype = args
-    shape = _shape(shape_text)
-    x = _typed(src, shape, src_dtype, "source")
-    y = _typed(dst, shape, dst_dtype, "destination", exact=True)
-    if dst_dtype != "bool" and dst_dtype in INT_DTYPES and src_dtype in DTYPES:
-        info = np.iinfo(INT_DTYPES[dst_dtype])
-        x = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64))), info.min, info.max)
-    _store_typed(y, x, dst_dtype)
-
-
-def _argmax(args: list[Any]) -> None:
-    """argmax(src, dst, shape, axis, select_last_index, op, dtype): ONNX ArgMax / ArgMin into int64
-    indices, the reduced axis kept as 1 (the same bytes with or without keepdims)."""
-    src, dst, shape_text, axis, last, op, dtype = args
-    if op not in ("ArgMax", "ArgMin"):
-        raise DlaError(NvError.BadParameter, f"cpulib: {op!r} is not ArgMax or ArgMin")
-    shape = _shape(shape_text)
-    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
-        raise DlaError(NvError.BadParameter, f"cpulib: axis {axis!r} of a rank-{len(shape)} tensor")
-    axis %= len(shape)
-    x = _typed(src, shape, dtype, "source")
-    out_shape = tuple(1 if i == axis else d for i, d in enumerate(shape))
-    y = _tensor(dst, out_shape, "int64", "destination", any_type=True, exact=True)
-    pick = np.argmax if op == "ArgMax" else np.argmin
-    # The last of equal extremes is the first one along the reversed axis.
-    index = shape[axis] - 1 - pick(np.flip(x, axis=axis), axis=axis) if last else pick(x, axis=axis)
-    y[...] = np.expand_dims(index, axis)
-
-
 FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
-    "unary": (8, _unary),
-    "compare": (9, _compare),
-    "where": (11, _where),
-    "cast": (5, _cast),
-    "argmax": (7, _argmax),
-    "pow": (9, _pow),
-    "reduce": (8, _reduce),
+    "unary": (8, cpumath.unary),
+    "compare": (9, cpumath.compare),
+    "where": (11, cpumath.where),
+    "cast": (5, cpumath.cast),
+    "argmax": (7, cpumath.argmax),
+    "pow": (9, cpumath.power),
+    "reduce": (8, cpumath.reduce),
     "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),
