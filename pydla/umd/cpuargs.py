@@ -48,30 +48,29 @@ def shape_arg(text: Any) -> tuple[int, ...]:
     return dims
 
 
-def ints_arg(text: Any, what: str) -> list[int]:
-    """Integers given as text or as a buffer of int64 (a tensor given at run time)."""
+def _numbers(text: Any, what: str, dtype: Any, convert: Any) -> list[Any]:
     if isinstance(text, np.ndarray):
-        if text.dtype != np.uint8 or text.size % 8:
-            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of int64 expected, got "
-                                                 f"{text.size} bytes")
-        return [int(v) for v in text.view(np.int64)]
+        size = np.dtype(dtype).itemsize
+        if text.dtype != np.uint8 or text.size % size:
+            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of {np.dtype(dtype)} expected, "
+                                                 f"got {text.size} bytes")
+        return [convert(v) for v in text.view(dtype)]
     try:
-        return [int(v) for v in str(text).split(",")] if str(text) else []
+        return [convert(v) for v in str(text).split(",")] if str(text) else []
     except ValueError:
         raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
+
+
+def ints_arg(text: Any, what: str) -> list[int]:
+    """Integers given as text or as a buffer of int64 (a tensor given at run time)."""
+    values: list[int] = _numbers(text, what, np.int64, int)
+    return values
 
 
 def floats_arg(text: Any, what: str) -> list[float]:
     """Numbers given as text or as a buffer of float32 (a tensor given at run time)."""
-    if isinstance(text, np.ndarray):
-        if text.dtype != np.uint8 or text.size % 4:
-            raise DlaError(NvError.BadParameter, f"cpulib: {what}: a buffer of float32 expected, got "
-                                                 f"{text.size} bytes")
-        return [float(v) for v in text.view(np.float32)]
-    try:
-        return [float(v) for v in str(text).split(",")] if str(text) else []
-    except ValueError:
-        raise DlaError(NvError.BadParameter, f"cpulib: {what} '{text}'") from None
+    values: list[float] = _numbers(text, what, np.float32, float)
+    return values
 
 
 def typed_arg(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, exact: bool = False) -> Any:

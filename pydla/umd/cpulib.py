@@ -72,6 +72,7 @@ from pydla.umd import cpumath
 from pydla.umd.cpuargs import (
     DTYPES,
     INT_DTYPES,
+    broadcast_args,
     floats_arg,
     ints_arg,
     shape_arg,
@@ -407,14 +408,7 @@ def _eltwise_int(args: list[Any]) -> None:
     fn = _INT_OPS.get(op)
     if fn is None or dtype not in INT_DTYPES:
         raise DlaError(NvError.BadParameter, f"cpulib: eltwise_int '{op}' of {dtype}")
-    a_shape, b_shape, out_shape = shape_arg(a_text), shape_arg(b_text), shape_arg(out_text)
-    try:
-        ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DlaError(NvError.BadParameter,
-                       f"cpulib: eltwise_int of {a_shape} and {b_shape} into {out_shape}")
+    a_shape, b_shape, out_shape = broadcast_args("eltwise_int", out_text, a_text, b_text)
     a = tensor_arg(a_buf, a_shape, dtype, "a", any_type=True)
     b = tensor_arg(b_buf, b_shape, dtype, "b", any_type=True)
     y = tensor_arg(dst, out_shape, dtype, "destination", any_type=True, exact=True)

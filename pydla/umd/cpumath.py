@@ -167,13 +167,7 @@ def power(args: list[Any]) -> None:
     numeric types on either side, broadcasting: computed in float64; an integer result is rounded
     toward zero, as a C cast of pow() does."""
     a_buf, b_buf, dst, a_text, b_text, out_text, a_dtype, b_dtype, dst_dtype = args
-    a_shape, b_shape, out_shape = shape_arg(a_text), shape_arg(b_text), shape_arg(out_text)
-    try:
-        ok = np.broadcast_shapes(a_shape, b_shape) == out_shape
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DlaError(NvError.BadParameter, f"cpulib: pow of {a_shape} and {b_shape} into {out_shape}")
+    a_shape, b_shape, out_shape = broadcast_args("pow", out_text, a_text, b_text)
     a = tensor_arg(a_buf, a_shape, a_dtype, "base", any_type=True).astype(np.float64)
     b = tensor_arg(b_buf, b_shape, b_dtype, "exponent", any_type=True).astype(np.float64)
     y = tensor_arg(dst, out_shape, dst_dtype, "destination", any_type=True, exact=True)
