@@ -82,6 +82,9 @@ OPERATORS = {
     "Where": r"test_where_(long_)?example",
     "Cast": r"test_cast_(FLOAT_to_FLOAT16|FLOAT16_to_FLOAT)",
     "ArgMax": r"test_arg(max|min)_\w+",
+    "Gather": r"test_gather_(\d|negative_indices)\w*",
+    "Expand": r"test_expand_\w+",
+    "Tile": r"test_tile\w*",
     "Reduce": r"test_reduce_(l1|l2|log_sum|log_sum_exp|max|mean|min|prod|sum|sum_square)_\w+",
 }
 

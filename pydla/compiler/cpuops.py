@@ -254,6 +254,33 @@ def argmax_run(lw: Lowering, step: Step) -> None:
                            dtype_of(lw, src)])
 
 
+def gather_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    data, indices = n.inputs[0], n.inputs[1]
+    rank = len(lw.g.shapes[data])
+    axis = normalize_axis(int(attr(n, "axis", 0)), rank, n.where())
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (data, indices)]
+    cpu_run(lw, "gather", [operand(lw, data), operand(lw, indices), tensor(lw, step.output), *shapes,
+                           (axis, "int"), _operand_dtype(lw, data), _operand_dtype(lw, indices),
+                           dtype_of(lw, step.output)])
+
+
+def expand_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (src, step.output)]
+    cpu_run(lw, "expand", [operand(lw, src), tensor(lw, step.output), *shapes, _operand_dtype(lw, src),
+                           dtype_of(lw, step.output)])
+
+
+def tile_run(lw: Lowering, step: Step) -> None:
+    n = step.head
+    src = n.inputs[0]
+    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    cpu_run(lw, "tile", [operand(lw, src), tensor(lw, step.output), shape, param(lw, n, 1, "repeats", "int"),
+                         _operand_dtype(lw, src), dtype_of(lw, step.output)])
+
+
 def slice_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]

@@ -110,6 +110,9 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
         elif op in REDUCE:
             steps.append(Step("reduce", [node], [node.inputs[0]], node.outputs[0]))
+        elif op in ("Gather", "Expand", "Tile"):
+            inputs = [t for t in node.inputs if t and t not in graph.consts]
+            steps.append(Step(op.lower(), [node], inputs, node.outputs[0]))
         elif op in COMPARE or op in ("Where", "Cast", "ArgMax", "ArgMin"):
             inputs = [t for t in node.inputs if t and t not in graph.consts]
             steps.append(Step(op.lower() if op in ("Where", "Cast") else "compare" if op in COMPARE

@@ -49,6 +49,10 @@ Functions:
   ONNX Where.
 - ``cast(src, dst, shape, src_dtype, dst_dtype)``: ONNX Cast between the loadable's element types.
 - ``argmax(src, dst, shape, axis, select_last_index, op, dtype)``: ONNX ArgMax / ArgMin (int64).
+- ``gather(data, indices, dst, data_shape, indices_shape, axis, dtype, indices_dtype, dst_dtype)``:
+  ONNX Gather (an index out of range is an error).
+- ``expand(src, dst, src_shape, out_shape, dtype, dst_dtype)``: ONNX Expand.
+- ``tile(src, dst, shape, repeats, dtype, dst_dtype)``: ONNX Tile.
 - ``batchnorm_params(scale, bias, mean, var, dst, epsilon, repeat, param_dtype, dst_dtype)``: a
   BatchNormalization's per-channel scale ``scale / sqrt(var + epsilon)`` and shift
   ``bias - mean * scale'``, each repeated ``repeat`` times, one after the other, into ``dst``.
@@ -511,6 +515,9 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "argmax": (7, cpumath.argmax),
     "pow": (9, cpumath.power),
     "reduce": (8, cpumath.reduce),
+    "gather": (9, cpumath.gather),
+    "expand": (6, cpumath.expand),
+    "tile": (6, cpumath.tile),
     "slice": (9, _slice),
     "softmax": (6, _softmax_like(False)),
     "log_softmax": (6, _softmax_like(True)),

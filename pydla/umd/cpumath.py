@@ -1,6 +1,7 @@
-"""pydla's CPU library: element-wise math, reductions, Pow, comparisons and logic, Where, Cast and
-ArgMax / ArgMin (the functions ``unary``, ``reduce``, ``pow``, ``compare``, ``where``, ``cast`` and
-``argmax`` of :mod:`pydla.umd.cpulib`, which documents their arguments).
+"""pydla's CPU library: element-wise math, reductions, Pow, comparisons and logic, Where, Cast,
+ArgMax / ArgMin, Gather, Expand and Tile (the functions ``unary``, ``reduce``, ``pow``, ``compare``,
+``where``, ``cast``, ``argmax``, ``gather``, ``expand`` and ``tile`` of :mod:`pydla.umd.cpulib`, which
+documents their arguments).
 """
 
 from __future__ import annotations
@@ -242,3 +243,46 @@ def argmax(args: list[Any]) -> None:
     # The last of equal extremes is the first one along the reversed axis.
     index = shape[axis] - 1 - pick(np.flip(x, axis=axis), axis=axis) if last else pick(x, axis=axis)
     y[...] = np.expand_dims(index, axis)
+
+
+def gather(args: list[Any]) -> None:
+    """gather(data, indices, dst, data_shape, indices_shape, axis, dtype, indices_dtype, dst_dtype):
+    ONNX Gather; an index outside -n..n-1 of the axis is an error, not a wrap or a read past the
+    tensor."""
+    data_buf, idx_buf, dst, data_text, idx_text, axis, dtype, idx_dtype, dst_dtype = args
+    shape = shape_arg(data_text)
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        raise DlaError(NvError.BadParameter, f"cpulib: gather axis {axis!r} of a rank-{len(shape)} tensor")
+    axis %= len(shape)
+    if idx_dtype not in ("int64", "int32"):
+        raise DlaError(NvError.BadParameter, f"cpulib: gather indices of {idx_dtype} (int64 or int32)")
+    idx_shape = shape_arg(idx_text)
+    indices = tensor_arg(idx_buf, idx_shape, idx_dtype, "indices", any_type=True).astype(np.int64)
+    n = shape[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        bad = int(indices[(indices < -n) | (indices >= n)].ravel()[0])
+        raise DlaError(NvError.BadValue, f"cpulib: gather index {bad} outside -{n}..{n - 1} of axis {axis}")
+    x = typed_arg(data_buf, shape, dtype, "data")
+    y = typed_arg(dst, shape[:axis] + idx_shape + shape[axis + 1:], dst_dtype, "destination", exact=True)
+    store_typed(y, np.take(x, indices % n, axis=axis), dst_dtype)
+
+
+def expand(args: list[Any]) -> None:
+    """expand(src, dst, src_shape, out_shape, dtype, dst_dtype): ONNX Expand."""
+    src, dst, src_text, out_text, dtype, dst_dtype = args
+    src_shape, out_shape = broadcast_args("Expand", out_text, src_text, out_text)[0::2]
+    store_typed(typed_arg(dst, out_shape, dst_dtype, "destination", exact=True),
+                np.broadcast_to(typed_arg(src, src_shape, dtype, "source"), out_shape), dst_dtype)
+
+
+def tile(args: list[Any]) -> None:
+    """tile(src, dst, shape, repeats, dtype, dst_dtype): ONNX Tile (repeats as text or an int64
+    buffer)."""
+    src, dst, shape_text, repeats_t, dtype, dst_dtype = args
+    shape = shape_arg(shape_text)
+    repeats = ints_arg(repeats_t, "repeats")
+    if len(repeats) != len(shape) or min(repeats, default=1) < 1:
+        raise DlaError(NvError.BadParameter, f"cpulib: tile repeats {repeats} for a rank-{len(shape)} tensor")
+    out_shape = tuple(d * k for d, k in zip(shape, repeats, strict=True))
+    store_typed(typed_arg(dst, out_shape, dst_dtype, "destination", exact=True),
+                np.tile(typed_arg(src, shape, dtype, "source"), repeats), dst_dtype)

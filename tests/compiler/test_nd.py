@@ -628,3 +628,18 @@ def test_a_model_of_an_old_opset_is_upgraded_by_onnx_version_converter() -> None
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Clip", ["r"], ["y"], min=0.0, max=0.5)]
     m = model(nodes, {"x": (2, 3)}, ["y"], opset=7)
     check(m, {"x": r(2, 3)})
+
+
+def test_gather_expand_tile_and_a_gather_index_out_of_range_is_an_error() -> None:
+    nodes = [helper.make_node("Gather", ["x", "i"], ["g"], axis=1),
+             helper.make_node("Expand", ["g", "shape"], ["e"]),
+             helper.make_node("Tile", ["e", "reps"], ["y"])]
+    x, i = r(2, 5, 3), np.array([[4, -1], [0, 2]], np.int64)
+    m = typed_model(nodes, {"x": x, "i": i}, {"y": (4, 2, 2, 6)},
+                    {"shape": np.array([2, 2, 2, 3], np.int64), "reps": np.array([2, 1, 1, 2], np.int64)})
+    check(m, {"x": x, "i": i})
+    with Session(compile_model(m).blob) as sess:
+        with pytest.raises(DlaError, match=r"gather index 5 outside -5..4") as e:
+            sess.run({"x": x, "i": np.array([[5, 0], [0, 0]], np.int64)})
+        assert e.value.code == NvError.BadValue
+        np.testing.assert_allclose(sess.run({"x": x, "i": i})["y"], reference(m, {"x": x, "i": i})["y"])
