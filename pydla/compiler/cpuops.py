@@ -72,7 +72,7 @@ def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
         raise DlaError(NvError.BadValue,
                        f"{n.where()}: {n.op_type} of {lw.g.dtypes[a]} and {lw.g.dtypes[b]} into {dtype}")
     # A scalar is passed as one element: it broadcasts alike and holds the same bytes.
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    shapes = [_shape(lw, t) for t in (a, b, step.output)]
     cpu_run(lw, "eltwise_int", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
                                 (op, "string"), (str(dtype), "string")])
 
@@ -93,7 +93,7 @@ def clip_int_run(lw: Lowering, step: Step) -> None:
                 raise DlaError(NvError.BadValue, f"{n.where()}: Clip bound '{name}' is not one {dtype}")
             bounds.append(tensor(lw, name))
     cpu_run(lw, "clip_int", [tensor(lw, src), tensor(lw, step.output), *bounds,
-                             (_text(lw.g.shapes[src] or (1,)), "string"), (str(dtype), "string")])
+                             _shape(lw, src), (str(dtype), "string")])
 
 
 def dtype_of(lw: Lowering, name: str) -> tuple[str, str]:
@@ -105,7 +105,8 @@ def _text(values: Any) -> str:
 
 
 def _shape(lw: Lowering, name: str) -> tuple[str, str]:
-    return (_text(lw.g.shapes[name]), "string")
+    """A tensor's shape as a CPU run's text argument (a scalar as one element: the same bytes)."""
+    return (_text(lw.g.shapes[name] or (1,)), "string")
 
 
 def param(lw: Lowering, node: Node, index: int, what: str, kind: str, default: str = "") -> Arg:
@@ -174,7 +175,7 @@ def unary_run(lw: Lowering, step: Step) -> None:
               for name, default in UNARY_ATTRIBUTES.get(op, (("", 0.0), ("", 0.0)))]
     if op == "Celu" and params[0] == 0:
         raise DlaError(NvError.BadValue, f"{n.where()}: alpha 0 (Celu divides by it)")
-    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    shape = _shape(lw, src)
     cpu_run(lw, "unary", [tensor(lw, src), tensor(lw, step.output), shape, (op, "string"),
                           (params[0], "float"), (params[1], "float"), dtype_of(lw, src),
                           dtype_of(lw, step.output)])
@@ -209,7 +210,7 @@ def pow_run(lw: Lowering, step: Step) -> None:
     a, b = n.inputs[0], n.inputs[1]
     if np.dtype(np.bool_) in (lw.g.dtypes[a], lw.g.dtypes[b]):
         raise DlaError(NvError.BadValue, f"{n.where()}: Pow of {lw.g.dtypes[a]} by {lw.g.dtypes[b]}")
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    shapes = [_shape(lw, t) for t in (a, b, step.output)]
     cpu_run(lw, "pow", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
                         _operand_dtype(lw, a), _operand_dtype(lw, b), dtype_of(lw, step.output)])
 
@@ -223,7 +224,7 @@ def compare_run(lw: Lowering, step: Step) -> None:
     """Equal / Less / ... / And / Or / Xor into a bool tensor."""
     n = step.head
     a, b = n.inputs[0], n.inputs[1]
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (a, b, step.output)]
+    shapes = [_shape(lw, t) for t in (a, b, step.output)]
     cpu_run(lw, "compare", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
                             (n.op_type, "string"), _operand_dtype(lw, a), _operand_dtype(lw, b)])
 
@@ -231,7 +232,7 @@ def compare_run(lw: Lowering, step: Step) -> None:
 def where_run(lw: Lowering, step: Step) -> None:
     n = step.head
     cond, x, y = n.inputs[:3]
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (cond, x, y, step.output)]
+    shapes = [_shape(lw, t) for t in (cond, x, y, step.output)]
     cpu_run(lw, "where", [operand(lw, cond), operand(lw, x), operand(lw, y), tensor(lw, step.output), *shapes,
                           _operand_dtype(lw, x), _operand_dtype(lw, y), dtype_of(lw, step.output)])
 
@@ -239,7 +240,7 @@ def where_run(lw: Lowering, step: Step) -> None:
 def cast_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]
-    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    shape = _shape(lw, src)
     cpu_run(lw, "cast", [tensor(lw, src), tensor(lw, step.output), shape, dtype_of(lw, src),
                          dtype_of(lw, step.output)])
 
@@ -259,7 +260,7 @@ def gather_run(lw: Lowering, step: Step) -> None:
     data, indices = n.inputs[0], n.inputs[1]
     rank = len(lw.g.shapes[data])
     axis = normalize_axis(int(attr(n, "axis", 0)), rank, n.where())
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (data, indices)]
+    shapes = [_shape(lw, t) for t in (data, indices)]
     cpu_run(lw, "gather", [operand(lw, data), operand(lw, indices), tensor(lw, step.output), *shapes,
                            (axis, "int"), _operand_dtype(lw, data), _operand_dtype(lw, indices),
                            dtype_of(lw, step.output)])
@@ -268,7 +269,7 @@ def gather_run(lw: Lowering, step: Step) -> None:
 def expand_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]
-    shapes = [(_text(lw.g.shapes[t] or (1,)), "string") for t in (src, step.output)]
+    shapes = [_shape(lw, t) for t in (src, step.output)]
     cpu_run(lw, "expand", [operand(lw, src), tensor(lw, step.output), *shapes, _operand_dtype(lw, src),
                            dtype_of(lw, step.output)])
 
@@ -276,7 +277,7 @@ def expand_run(lw: Lowering, step: Step) -> None:
 def tile_run(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]
-    shape = (_text(lw.g.shapes[src] or (1,)), "string")
+    shape = _shape(lw, src)
     cpu_run(lw, "tile", [operand(lw, src), tensor(lw, step.output), shape, param(lw, n, 1, "repeats", "int"),
                          _operand_dtype(lw, src), dtype_of(lw, step.output)])
 
