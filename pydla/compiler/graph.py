@@ -158,6 +158,9 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             shapes[vi.name] = declared
     for name, value in consts.items():
         shapes[name], dtypes[name] = tuple(value.shape), value.dtype
+    _check_type_constraints(g, opset, {vi.name: vi.type.tensor_type.elem_type for vi in
+                                       [*g.input, *inferred.graph.value_info, *inferred.graph.output]}
+                            | {init.name: init.data_type for init in g.initializer})
     inputs = [i.name for i in g.input if i.name not in consts]
     for name in inputs:
         _check_not_empty("graph input", name, shapes)
@@ -381,6 +384,30 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
 
 def _dims(t: onnx.TypeProto.Tensor) -> tuple[int, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+
+
+def _check_type_constraints(g: onnx.GraphProto, opset: int, elem_types: dict[str, int]) -> None:
+    """The inputs a node's schema binds to one type parameter (Gemm's A, B and C are all "T") have
+    one element type, as onnxruntime requires; shape inference lets a float64 weight beside a
+    float32 input through, and the compiler would quietly convert it."""
+    for i, n in enumerate(g.node):
+        if n.domain not in ("", "ai.onnx") or not onnx.defs.has(n.op_type, opset):
+            continue
+        formal = onnx.defs.get_schema(n.op_type, opset).inputs
+        bound: dict[str, tuple[str, int]] = {}
+        for k, name in enumerate(n.input):
+            if not name or not formal or name not in elem_types or not elem_types[name]:
+                continue
+            param = formal[min(k, len(formal) - 1)]
+            if k >= len(formal) and param.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                continue
+            first = bound.setdefault(param.type_str, (name, elem_types[name]))
+            if first[1] != elem_types[name]:
+                types = [helper.tensor_dtype_to_string(t).removeprefix("TensorProto.").lower()
+                         for t in (first[1], elem_types[name])]
+                raise DlaError(NvError.BadValue,
+                               f"{_label(n, i)}: '{first[0]}' is {types[0]} and '{name}' is {types[1]}, but "
+                               f"{n.op_type} takes one type for both ({param.type_str})")
 
 
 def _typed(inputs: Any, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

@@ -368,8 +368,9 @@ class Lowering:
     def _bn(self, n: Node) -> tuple[np.ndarray, np.ndarray]:
         gamma, beta, mean, var = (self.const_input(n, i, what).astype(np.float64)
                                   for i, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
-        scale = gamma / np.sqrt(var + attr(n, "epsilon", 1e-5))
-        return scale, beta - mean * scale
+        with np.errstate(all="ignore"):  # a negative variance gives NaN, as onnxruntime's does
+            scale = gamma / np.sqrt(var + attr(n, "epsilon", 1e-5))
+            return scale, beta - mean * scale
 
     def const_input(self, node: Node, index: int, what: str) -> np.ndarray:
         name = node.inputs[index] if index < len(node.inputs) else ""

@@ -643,3 +643,15 @@ def test_gather_expand_tile_and_a_gather_index_out_of_range_is_an_error() -> Non
             sess.run({"x": x, "i": np.array([[5, 0], [0, 0]], np.int64)})
         assert e.value.code == NvError.BadValue
         np.testing.assert_allclose(sess.run({"x": x, "i": i})["y"], reference(m, {"x": x, "i": i})["y"])
+
+
+def test_inputs_of_one_type_parameter_must_have_one_type() -> None:
+    """Gemm's A, B and C are all "T": a float64 weight beside a float32 input is refused (onnxruntime
+    refuses it too) rather than quietly converted."""
+    m = model([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1, name="fc")], {"x": (2, 3)}, ["y"],
+              {"w": np.ones((4, 3), np.float64)})
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((4, 3), np.float64), "w"))
+    with pytest.raises(DlaError, match=r"node 'fc' \(Gemm\): 'x' is float and 'w' is double, but Gemm takes "
+                                       r"one type for both \(T\)") as e:
+        compile_model(m)
+    assert e.value.code == NvError.BadValue
