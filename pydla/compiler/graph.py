@@ -193,8 +193,18 @@ def import_graph(model: onnx.ModelProto) -> Graph:
                                f"{node.where()}: the shape of '{name}' is not static")
             if name:
                 _check_size(node.where(), name, graph.shapes, graph.dtypes)
+    for node in graph.nodes:
+        index = VECTOR_INPUTS.get(node.op_type)
+        name = node.inputs[index] if index is not None and index < len(node.inputs) else ""
+        if name and len(graph.shapes.get(name, (0,))) != 1:
+            raise DlaError(NvError.BadValue, f"{node.where()}: '{name}' has shape {graph.shapes.get(name)}; "
+                                             f"{node.op_type} takes it as a 1-D tensor")
     graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
     return graph
+
+
+# Inputs that ONNX defines as 1-D tensors (onnxruntime refuses others; a 2-D one would be flattened).
+VECTOR_INPUTS = {"Reshape": 1, "Expand": 1, "Tile": 1}
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node]:

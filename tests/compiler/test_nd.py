@@ -655,3 +655,11 @@ def test_inputs_of_one_type_parameter_must_have_one_type() -> None:
                                        r"one type for both \(T\)") as e:
         compile_model(m)
     assert e.value.code == NvError.BadValue
+
+
+def test_a_shape_input_that_is_not_1d_is_refused() -> None:
+    m = model([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+              {"x": (2, 6)}, ["y"], {"s": np.array([[3, 4]], np.int64)})
+    with pytest.raises(DlaError, match=r"'s' has shape \(1, 2\); Reshape takes it as a 1-D tensor") as e:
+        compile_model(m)
+    assert e.value.code == NvError.BadValue
