@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
+from pydla.hw.config import SHIFT_MIN_CHANNELS, tap_major_pays
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.taskbuilder import Cube, TaskBuilder
@@ -56,10 +56,10 @@ class Net:
         ho = (x.shape[1] + 2 * pad - kernel) // stride + 1
         wo = (x.shape[2] + 2 * pad - kernel) // stride + 1
         out = self.tb.cube(f"t{i}", (k, ho, wo))
-        # The compiler's choice (pydla.compiler.lower): tap-major for stride-1 layers of enough
-        # channels and wide enough lines.
-        fmt = ("rskc" if self.tap_major and kernel > 1 and c >= SHIFT_MIN_CHANNELS and stride == 1
-               and wo >= SHIFT_MIN_WIDTH else "kcrs")
+        # The compiler's choice (pydla.compiler.lower): tap-major for layers of enough channels and
+        # wide enough lines.
+        fmt = ("rskc" if self.tap_major and kernel > 1 and c >= SHIFT_MIN_CHANNELS
+               and tap_major_pays(kernel, 1, stride, wo) else "kcrs")
         # The device's memory holds tap-major weights when the convolution is told so.
         self.stored[f"w{i}"] = np.ascontiguousarray(w.transpose(2, 3, 0, 1)) if fmt == "rskc" else w
         op = self.tb.conv(x, self.tb.weights(f"w{i}", w.shape), weight_shape=w.shape,

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from pydla._version import __version__
+from pydla.cachedir import cache_dir
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
 from pydla.umd.runtime import createRuntime
@@ -34,14 +35,6 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("PYDLA_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "pydla"
 
 
 def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") -> bytes:

@@ -33,7 +33,7 @@ from pydla.compiler.layout import (
 )
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
+from pydla.hw.config import SHIFT_MIN_CHANNELS, tap_major_pays
 from pydla.kmd.taskbuilder import Cube, Ref, TaskBuilder
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
 
@@ -245,14 +245,15 @@ class Lowering:
                 scale, shift = np.ones(k), ew[1]
             ew = None
         weight_shape = (k, w_shape[1], *spatial_2d(kernel, 1))
-        # Constant weights of a one-group, stride-1 convolution with a kernel larger than 1x1, enough
-        # channels and wide enough lines go tap-major (RSKC): the device then runs it as one BLAS
-        # product per kernel tap on its input as it lies, its fastest way for such layers (see
+        # Constant weights of a one-group convolution with a kernel larger than 1x1, enough channels
+        # and wide enough lines go tap-major (RSKC): the device then runs it as one BLAS product per
+        # kernel tap on its input as it lies, its fastest way for such layers (see
         # pydla.hw.conv.conv2d_shift_gemm). Otherwise one product over an im2col matrix is faster.
         out_w = self.g.shapes[node.outputs[0]][-1] if node.outputs[0] in self.g.shapes else 0
         tap_major = (w is not None and groups == 1 and weight_shape[2] * weight_shape[3] > 1
-                     and weight_shape[1] >= SHIFT_MIN_CHANNELS and all(v == 1 for v in stride)
-                     and out_w >= SHIFT_MIN_WIDTH)
+                     and weight_shape[1] >= SHIFT_MIN_CHANNELS and out_w > 0
+                     and tap_major_pays(weight_shape[3], spatial_2d(dilation, 1)[1], spatial_2d(stride, 1)[1],
+                                        out_w))
         if w is not None:
             laid = w.reshape(weight_shape)
             weights = self.const(np.ascontiguousarray(laid.transpose(2, 3, 0, 1)) if tap_major else laid)

@@ -38,10 +38,16 @@ MAX_BYTES_PER_OP = 1 << 30
 # CONV runs a convolution with tap-major (RSKC) weights as one matrix product per kernel tap when it
 # has at least this many input channels (fewer make products too thin); compilers choose RSKC then.
 SHIFT_MIN_CHANNELS = 16
-# ... and compilers choose it for stride-1 layers with output lines at least this wide: each tap's
-# product also computes (kernel width - 1) padding columns per line, which narrow lines make costly
-# (measured: 512x7x7 3x3 1.73 ms tap-major, 1.40 ms im2col; 64x56x56 1.14 against 1.53).
-SHIFT_MIN_WIDTH = 14
+# ... and for lines wide enough: each tap's product also computes (kernel width - 1) * dilation //
+# stride extra columns per output line, at most this fraction of the line (measured with OpenBLAS's
+# SkylakeX kernels, 3x3: stride 1, 512x7x7 1.19 ms tap-major against 1.09 ms im2col, 256x14x14 0.74
+# against 1.01; stride 2, 256x14x14 to 7x7 0.55 against 0.62).
+SHIFT_MAX_EXTRA = 0.15
+
+
+def tap_major_pays(kernel_w: int, dilation_w: int, stride_w: int, out_w: int) -> bool:
+    """Whether the extra columns of a tap-major convolution are few enough (see SHIFT_MAX_EXTRA)."""
+    return (kernel_w - 1) * dilation_w // stride_w <= SHIFT_MAX_EXTRA * out_w
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
 

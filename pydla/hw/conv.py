@@ -47,6 +47,9 @@ _WIDE_MAX_EXTRA = 0.125  # at most this fraction of extra (cropped) matmul colum
 # Depthwise convolution works on blocks of channels whose column matrix and product take about
 # this much (measured on MobileNet-v2's shapes: 256 KiB and 16 MiB are both slower).
 _DEPTHWISE_BLOCK_BYTES = 4 << 20
+# Grouped products go to BLAS one group at a time up to this many groups; past it, numpy's batched
+# matmul (one call) costs less than the calls.
+_SGEMM_MAX_STACK = 64
 
 
 # -- CONV -----------------------------------------------------------------------------------------------
@@ -115,6 +118,20 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     else:
         _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
     return finish(res, out, dtype)
+
+
+def _matmul(a: F32Array, b: FloatArray, out: F32Array) -> None:
+    """out = a @ b (2-D, or 3-D stacks of equal depth): through :data:`SGEMM` where it takes the
+    operands as they lie (its kernels may be faster than numpy's; see :mod:`pydla.hw.blas`), else
+    numpy."""
+    if SGEMM is not None:
+        if out.ndim == 2:
+            if SGEMM.product(a, b, out):
+                return
+        elif out.shape[0] <= _SGEMM_MAX_STACK and all(
+                SGEMM.product(a[g], b[g], out[g]) for g in range(out.shape[0])):
+            return  # a refusal after some products is harmless: numpy then writes every one
+    np.matmul(a, b, out=out)
 
 
 def _check_addends(addends: Sequence[FloatArray], shape: tuple[int, int, int],
@@ -239,7 +256,7 @@ def _gemm_conv(x: FloatArray, w32: F32Array, groups: int, stride: tuple[int, int
         xm = flat_hw(x) if x.dtype == F32 else None
         if xm is None:
             xm = np.ascontiguousarray(x, dtype=np.float32).reshape(c, h * wd)
-        np.matmul(wg, stack(xm, groups), out=target)
+        _matmul(wg, stack(xm, groups), target)
     else:
         _im2col_conv(x, wg, stride, (pt, pl), dilation, (kh, kw), target, (ho, wo))
     if tmp is not None:
@@ -279,7 +296,7 @@ def _im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads: tup
         r = min(rows, ho - r0)
         cols = buf[:c * kh * kw * r * wo].reshape(c, kh, kw, r, wo)
         np.copyto(cols, windows[:, :, :, r0:r0 + r], casting="same_kind")  # float16 converts here
-        np.matmul(wg, cols.reshape(groups, depth, r * wo), out=target[:, :, r0 * wo:(r0 + r) * wo])
+        _matmul(wg, cols.reshape(groups, depth, r * wo), target[:, :, r0 * wo:(r0 + r) * wo])
 
 
 def _phase_planes(x: FloatArray, top: int, left: int, stride: tuple[int, int],
@@ -348,7 +365,7 @@ def _wide_im2col_conv(x: FloatArray, wg: F32Array, stride: tuple[int, int], pads
                 start = (r0 + qi) * wq + qj
                 np.copyto(cols[:, i, j], planes[a * sw + b, :, start:start + n])
         prod = prod_buf[:k * n].reshape(groups, kg, n)
-        np.matmul(wg, cols.reshape(groups, depth, n), out=prod)
+        _matmul(wg, cols.reshape(groups, depth, n), prod)
         _store(res[:, r0:r0 + r], prod.reshape(k, r, wq)[:, :, :wo], [a[:, r0:r0 + r] for a in adds])
 
 

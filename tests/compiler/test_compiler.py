@@ -82,12 +82,13 @@ def test_conv_bn_add_relu_fuse_into_one_pair() -> None:
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
-    """From SHIFT_MIN_CHANNELS input channels, 3x3 (and stride-2) convolutions are compiled with RSKC
-    weights, which the device runs as shift-GEMM; 1x1 and grouped ones keep KCRS. The numbers agree."""
+    """From SHIFT_MIN_CHANNELS input channels, 3x3 convolutions (stride 1 and 2) of wide enough lines
+    are compiled with RSKC weights, which the device runs as shift-GEMM; 1x1, grouped and narrow ones
+    keep KCRS. The numbers agree."""
     from pydla.deviceapi.generated import dla_regs as R
     from pydla.deviceapi.generated import dla_task as T
     from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.hw.config import SHIFT_MIN_CHANNELS, SHIFT_MIN_WIDTH
+    from pydla.hw.config import SHIFT_MAX_EXTRA, SHIFT_MIN_CHANNELS, tap_major_pays
     from pydla.kmd.graph import OP_DESC_SIZE
 
     c = SHIFT_MIN_CHANNELS
@@ -97,15 +98,20 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
              helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Conv", ["x", "W3"], ["c3"], strides=[2, 2]),
              helper.make_node("Add", ["c2", "c3"], ["a"]),
-             helper.make_node("Conv", ["a", "W4"], ["y"], pads=[1, 1, 1, 1], group=2)]
+             helper.make_node("Conv", ["a", "W4"], ["c4"], pads=[1, 1, 1, 1], group=2),
+             helper.make_node("Conv", ["c4", "W5"], ["y"], pads=[1, 1, 1, 1])]
     def w(*shape: int) -> np.ndarray:  # He-scaled, so values stay near 1 through the layers
         return r(*shape) / np.float32(np.sqrt(np.prod(shape[1:])))
 
-    m = model(nodes, {"x": (batch, c, 9, SHIFT_MIN_WIDTH)}, ["y"],
+    width = 14  # stride 1: 2 extra columns on 14, stride 2: 1 on 7 (both <= 15%)
+    assert tap_major_pays(3, 1, 1, width) and tap_major_pays(3, 1, 2, width // 2)
+    assert not tap_major_pays(3, 1, 2, 6) and not tap_major_pays(3, 1, 1, 7)  # 1/6, 2/7 > 15%
+    assert SHIFT_MAX_EXTRA < 1 / 6
+    m = model(nodes, {"x": (batch, c, 9, width)}, ["y"],
               {"W1": w(c, c, 3, 3), "B1": r(c), "g": r(c, positive=True), "b": r(c), "m": r(c),
                "v": r(c, positive=True), "W2": w(24, c, 3, 3), "B2": r(24), "W3": w(24, c, 1, 1),
-               "W4": w(8, 12, 3, 3)})
-    result = check(m, {"x": r(batch, c, 9, SHIFT_MIN_WIDTH)})
+               "W4": w(24, 12, 3, 3), "W5": w(8, 24, 3, 3)})
+    result = check(m, {"x": r(batch, c, 9, width)})
     formats = []
     for code in Loadable.open(result.blob)._ctrl.values():
         ops = bytes(code.sections[".dla.ops"])
@@ -114,9 +120,11 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
                 desc = T.dla_conv_op_desc_t.from_buffer_copy(ops, i * OP_DESC_SIZE)
                 formats.append((desc.kernel_height * desc.kernel_width, desc.groups, desc.kernel_channels,
                                 R.conv_weight_format_e(desc.weight_format).name))
-    # Tap-major only for the stride-1 3x3 of wide enough lines; the strided one, the 1x1 and the
-    # grouped one keep KCRS.
-    assert set(formats) == {(9, 1, c, "RSKC"), (9, 1, c, "KCRS"), (1, 1, c, "KCRS"), (9, 2, 12, "KCRS")}
+    # Tap-major for the two 3x3 of wide enough lines (stride 1 and 2); the 1x1, the grouped one and
+    # the last (stride 1 on lines of 7: 2 extra columns per 7) keep KCRS.
+    expected = [(9, 1, c, "RSKC"), (9, 1, c, "RSKC"), (1, 1, c, "KCRS"), (9, 2, 12, "KCRS"),
+                (9, 1, 24, "KCRS")]
+    assert sorted(formats) == sorted(expected * batch)  # one of each per image of the batch
 
 
 @pytest.mark.parametrize("act", ["Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "PRelu"])
