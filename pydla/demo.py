@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.hw.blas import describe as blas_kernels
 
 TOLERANCE = 1e-4
 
@@ -130,6 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  {name:<12} {ms:9.2f} ms")
     ops = ", ".join(f"{block} {n}" for block, n in sorted(compiled.operations.items()))
     print(f"\ndevice operations: {ops}  ({compiled.steps} steps; {compiled.memory.report()})")
+    print(f"device BLAS: {blas_kernels()}")
     print(f"output: {d_out.name} {d_out.dims}, top class {int(got.argmax())} "
           f"(p = {float(got.max()):.4f})")
     print(f"max |pydla - {against}| = {error:.2e} (tolerance {TOLERANCE:.0e}): {'OK' if ok else 'MISMATCH'}")

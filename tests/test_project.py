@@ -131,7 +131,7 @@ def test_demo_runs_and_checks_its_numbers(capsys) -> None:
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     for fragment in ("stages:", "compile", "submit", "wait", "device operations: CONV 3, CPU 1",
-                     "max |pydla - onnxruntime|", ": OK", "next:"):
+                     "device BLAS: ", "max |pydla - onnxruntime|", ": OK", "next:"):
         assert fragment in out, fragment
 
 

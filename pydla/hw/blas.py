@@ -249,3 +249,12 @@ def _load() -> Sgemm | None:
 
 
 SGEMM: Sgemm | None = _load()
+
+
+def describe() -> str:
+    """One line on which BLAS the device's products run, e.g. for ``pydla demo``."""
+    if SGEMM is None:
+        return "numpy's matmul (OpenBLAS sgemm not found or turned off)"
+    kernels = f"{SGEMM.core} kernels" if SGEMM.core else "kernels it does not name"
+    owner = "pydla's private instance (PYDLA_BLAS_CORE)" if SGEMM.private else "numpy's instance"
+    return f"OpenBLAS sgemm, {kernels}, {owner}"

@@ -152,3 +152,13 @@ def test_automatic_choice_matches_this_cpu(tmp_path: Path) -> None:
         assert got["private"] is False
     else:
         assert got["private"] is True and str(got["core"]).lower() == wanted.lower()
+
+
+def test_describe_names_the_kernels_and_whose_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blas, "SGEMM", None)
+    assert blas.describe() == "numpy's matmul (OpenBLAS sgemm not found or turned off)"
+    fake = blas.Sgemm(blas.ctypes.CFUNCTYPE(None)(lambda: None), blas.ctypes.c_int32, "SkylakeX", True)
+    monkeypatch.setattr(blas, "SGEMM", fake)
+    assert blas.describe() == "OpenBLAS sgemm, SkylakeX kernels, pydla's private instance (PYDLA_BLAS_CORE)"
+    fake.core, fake.private = "", False
+    assert blas.describe() == "OpenBLAS sgemm, kernels it does not name, numpy's instance"
