@@ -177,13 +177,28 @@ def wanted_core(numpy_core: str, flags: frozenset[str], setting: str | None) -> 
 
 
 def _private_copy(path: str) -> str:
-    """A copy of the library at ``path`` in the cache directory (made once, atomically)."""
+    """A copy of the library at ``path`` in the cache directory, made once (atomically, with the
+    original's time stamp) and made again when its size or time stamp no longer match. A copy that
+    another user owns, or that others may write, is code someone else could have changed: refused
+    (OSError)."""
+    source = os.stat(path)
     target = cache_dir() / "blas" / os.path.basename(path)
-    if not target.is_file() or target.stat().st_size != os.path.getsize(path):
+    try:
+        have = target.stat()
+    except FileNotFoundError:
+        have = None
+    if have is None or have.st_size != source.st_size or have.st_mtime_ns != source.st_mtime_ns:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, target)
+        try:
+            shutil.copy2(path, tmp)
+            os.chmod(tmp, 0o755)  # the user's own, whatever the shared original allows
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        have = target.stat()
+    if hasattr(os, "getuid") and (have.st_uid != os.getuid() or have.st_mode & 0o022):
+        raise OSError(f"{target}: not the user's own, or writable by others")
     return str(target)
 
 

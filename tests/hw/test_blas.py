@@ -162,3 +162,19 @@ def test_describe_names_the_kernels_and_whose_instance(monkeypatch: pytest.Monke
     assert blas.describe() == "OpenBLAS sgemm, SkylakeX kernels, pydla's private instance (PYDLA_BLAS_CORE)"
     fake.core, fake.private = "", False
     assert blas.describe() == "OpenBLAS sgemm, kernels it does not name, numpy's instance"
+
+
+@pytest.mark.skipif(not blas._candidates() or not hasattr(os, "getuid"), reason="no OpenBLAS file, or no uid")
+def test_private_copy_is_remade_when_stale_and_refused_when_others_may_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path))
+    source = blas._candidates()[0]
+    copy = Path(blas._private_copy(source))
+    assert copy.parent == tmp_path / "blas" and copy.stat().st_size == os.path.getsize(source)
+    assert copy.stat().st_mtime_ns == os.stat(source).st_mtime_ns
+    copy.write_bytes(b"not a library")  # stale (or tampered with): made again
+    assert Path(blas._private_copy(source)).stat().st_size == os.path.getsize(source)
+    assert [p.name for p in copy.parent.iterdir()] == [copy.name]  # no temporary left behind
+    copy.chmod(0o666)
+    with pytest.raises(OSError, match="writable by others"):
+        blas._private_copy(source)
