@@ -97,8 +97,9 @@ def _run(args: argparse.Namespace) -> int:
             times.append(time.perf_counter() - t0)
     print(f"loaded in {load_ms:.1f} ms")
     for name, value in outputs.items():
-        print(f"output {name}: {value.dtype} {value.shape}  min {value.min():.6g}  max {value.max():.6g}  "
-              f"mean {value.mean():.6g}")
+        stats = (f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.mean():.6g}" if value.size
+                 else "  (empty)")
+        print(f"output {name}: {value.dtype} {value.shape}{stats}")
         if args.output_dir is not None:
             path = args.output_dir / f"{output_file_name(name)}.npy"
             try:

@@ -115,12 +115,17 @@ class Session:
             self.runtime.load(blob)
             self.inputs = self._describe("input")
             self.outputs = self._describe("output")
-            self._in_mems = [self.runtime.allocateSystemMemory(t.size) for t in self._descs("input")]
-            self._out_mems = [self.runtime.allocateSystemMemory(t.size) for t in self._descs("output")]
+            # An empty tensor (a dimension of 0) has no bytes: no memory, nothing to bind or copy.
+            self._in_mems = [self.runtime.allocateSystemMemory(t.size) if t.size else None
+                             for t in self._descs("input")]
+            self._out_mems = [self.runtime.allocateSystemMemory(t.size) if t.size else None
+                              for t in self._descs("output")]
             for i, mem in enumerate(self._in_mems):
-                self.runtime.bindInputTensor(i, mem)
+                if mem is not None:
+                    self.runtime.bindInputTensor(i, mem)
             for i, mem in enumerate(self._out_mems):
-                self.runtime.bindOutputTensor(i, mem)
+                if mem is not None:
+                    self.runtime.bindOutputTensor(i, mem)
         except BaseException:
             self.runtime.close()
             raise
@@ -153,9 +158,10 @@ class Session:
             arrays.append(a)
         with self._lock:
             for mem, t, a in zip(self._in_mems, self.inputs, arrays, strict=True):
-                mem.array(t.dtype, t.shape)[...] = a
+                if mem is not None:
+                    mem.array(t.dtype, t.shape)[...] = a
             self.runtime.submit()
-            return {t.name: mem.array(t.dtype, t.shape).copy()
+            return {t.name: np.empty(t.shape, t.dtype) if mem is None else mem.array(t.dtype, t.shape).copy()
                     for mem, t in zip(self._out_mems, self.outputs, strict=True)}
 
     def close(self) -> None:

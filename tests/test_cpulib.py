@@ -251,6 +251,38 @@ def test_eltwise_int_refuses_bad_arguments(change, fragment) -> None:
     assert e.value.code in (NvError.BadParameter, NvError.InvalidSize)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int32])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "max", "min"])
+def test_eltwise_computes_floats_in_their_own_type_and_integers_as_eltwise_int(dtype, op) -> None:
+    found = _lookup("eltwise")
+    assert found.num_args == 8
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((2, 3)) * 10).astype(dtype)
+    b = (rng.standard_normal(3) * 10).astype(dtype)
+    b[b == 0] = 3
+    out = np.zeros(a.nbytes, np.uint8)
+    found.callable([_bytes(a), _bytes(b), out, "2,3", "3", "2,3", op, np.dtype(dtype).name])
+    if np.dtype(dtype).kind == "i":
+        want_int = np.zeros(a.nbytes, np.uint8)
+        _lookup("eltwise_int").callable([_bytes(a), _bytes(b), want_int, "2,3", "3", "2,3", op, "int32"])
+        np.testing.assert_array_equal(out, want_int)  # Div rounds toward zero there too
+        return
+    fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+          "min": np.minimum}[op]
+    np.testing.assert_array_equal(out.view(dtype).reshape(2, 3), fn(a, b))  # exactly numpy's, in dtype
+
+
+def test_eltwise_refuses_bools_and_eltwise_int_refuses_floats() -> None:
+    args = [np.zeros(48, np.uint8), np.zeros(24, np.uint8), np.zeros(48, np.uint8), "2,3", "3", "2,3", "add",
+            "float64"]
+    with pytest.raises(DlaError, match="eltwise_int 'add' of float64"):
+        _lookup("eltwise_int").callable(args)
+    with pytest.raises(DlaError, match="eltwise 'add' of bool"):
+        _lookup("eltwise").callable([*args[:7], "bool"])
+    with pytest.raises(DlaError, match="eltwise 'pow' of float64"):
+        _lookup("eltwise").callable([*args[:6], "pow", "float64"])
+
+
 def test_clip_int_bounds_absent_constant_or_from_a_buffer() -> None:
     clip = _lookup("clip_int")
     assert clip.num_args == 6

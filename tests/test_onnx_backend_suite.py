@@ -88,24 +88,11 @@ OPERATORS = {
     "Reduce": r"test_reduce_(l1|l2|log_sum|log_sum_exp|max|mean|min|prod|sum|sum_square)_\w+",
 }
 
-_EMPTY = "empty tensors (a dimension of 0): there is no device buffer or cube of zero elements"
-
-# Cases outside what the device and pydla's CPU library do, each with its reason (a regex against
-# the case name, as BackendTest.exclude takes it). Everything else selected above must pass.
+# Cases outside what pydla does, each with its reason (a regex against the case name, as
+# BackendTest.exclude takes it). Everything else selected above must pass.
 EXCLUDED: dict[str, str] = {
     r"^test_batchnorm_(example|epsilon)_training_mode_cpu$":
         "training_mode=1 computes batch statistics and updates running averages: training, not inference",
-    r"^test_(split_zero_size_splits_opset1[38]|reshape_allowzero_reordered|slice_start_out_of_bounds)_cpu$":
-        _EMPTY,
-    r"^test_reduce_((l1|l2|mean|sum|sum_square)_default_axes_keepdims_(example|random)|log_sum_default"
-    r"|sum_empty_axes_input_noop(_example)?|(l1|l2|log_sum|max|min|prod|sum|sum_square)_empty_set"
-    r"(_bool|_non_reduced_axis_zero)?)_cpu$":
-        "empty tensors: an axes input of shape (0,) (reduce over all axes, or none) or data with a "
-        "dimension of 0; there is no device buffer of zero elements",
-    r"^test_reduce_log_sum_exp_\w+_cpu$":
-        "float64 tensors in the model: pydla compiles float32 models",
-    r"^test_(max|min)_float(16|64)_cpu$":
-        "float16 / float64 tensors in the model: pydla compiles float32 models (fp16 is a compile precision)",
 }
 
 SELECTED = re.compile(r"^(?:" + "|".join(f"(?:{p})" for p in OPERATORS.values()) + r")_cpu$")

@@ -64,7 +64,8 @@ def operand(lw: Lowering, name: str) -> Buf:
 
 
 def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
-    """Add / Sub / Mul / Div / Max / Min of integer tensors: the device computes floating point only."""
+    """Add / Sub / Mul / Div / Max / Min of integer tensors (the device computes floating point
+    only), or of a model's float64 or float16 tensors (the device computes float32 models)."""
     n = step.head
     a, b = n.inputs[0], n.inputs[1]
     dtype = lw.g.dtypes[step.output]
@@ -73,8 +74,9 @@ def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
                        f"{n.where()}: {n.op_type} of {lw.g.dtypes[a]} and {lw.g.dtypes[b]} into {dtype}")
     # A scalar is passed as one element: it broadcasts alike and holds the same bytes.
     shapes = [_shape(lw, t) for t in (a, b, step.output)]
-    cpu_run(lw, "eltwise_int", [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes,
-                                (op, "string"), (str(dtype), "string")])
+    cpu_run(lw, "eltwise_int" if dtype.kind in "iu" else "eltwise",
+            [operand(lw, a), operand(lw, b), tensor(lw, step.output), *shapes, (op, "string"),
+             (str(dtype), "string")])
 
 
 def clip_int_run(lw: Lowering, step: Step) -> None:
@@ -157,12 +159,13 @@ UNARY_ATTRIBUTES: dict[str, tuple[tuple[str, float], tuple[str, float]]] = {
 
 def unary_run(lw: Lowering, step: Step) -> None:
     """Element-wise math the device has no form for (Exp, Log, Sqrt, Erf, Gelu, HardSwish, ...), on
-    a float tensor: a CPU run of the library's ``unary``."""
+    a floating-point tensor (float32, or a model's float16 or float64): a CPU run of the library's
+    ``unary``."""
     n = step.head
     src = n.inputs[0]
-    if not lw.is_float(src):
+    if lw.g.dtypes[src].kind != "f":
         raise DlaError(NvError.NotSupported, f"{n.where()}: {n.op_type} of a {lw.g.dtypes[src]} tensor: "
-                                             "pydla computes it on float32 tensors only")
+                                             "pydla computes it on floating-point tensors only")
     op = n.op_type
     if op == "Gelu":
         approximate = attr(n, "approximate", "none")

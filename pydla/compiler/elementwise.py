@@ -44,9 +44,12 @@ INT_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max",
 
 def lower_sdp(lw: Lowering, step: Step) -> None:
     op = step.head.op_type
-    integer = lw.g.dtypes[step.output].kind in "iu"
+    dtype = lw.g.dtypes[step.output]
+    integer = dtype.kind in "iu"
     if integer and op in INT_OPS:
         cpuops.eltwise_int_run(lw, step, INT_OPS[op])  # integers: exact, on the CPU
+    elif dtype.kind == "f" and dtype != np.float32 and op in INT_OPS:
+        cpuops.eltwise_int_run(lw, step, INT_OPS[op])  # a model's float64 / float16: in its type
     elif integer and op == "Clip":
         cpuops.clip_int_run(lw, step)
     elif op == "BatchNormalization":

@@ -163,12 +163,13 @@ def import_graph(model: onnx.ModelProto) -> Graph:
                             | {init.name: init.data_type for init in g.initializer})
     inputs = [i.name for i in g.input if i.name not in consts]
     for name in inputs:
-        _check_not_empty("graph input", name, shapes)
-        if name not in shapes or min(shapes[name], default=1) < 1:
+        if name not in shapes or min(shapes[name], default=1) < 0:
             raise DlaError(NvError.NotSupported,
                            f"input '{name}' has shape {shapes.get(name)}: pydla needs static shapes "
                            "(fix the batch and image size when exporting)")
         _check_size("graph input", name, shapes, dtypes)
+        if 0 in shapes[name]:  # an empty input holds nothing: it is known now (and still an input)
+            consts[name] = np.empty(shapes[name], dtypes[name])
     graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset)
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
@@ -177,22 +178,18 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
         if not _fold(graph, node, n, opset):
             graph.nodes.append(node)
-    if all(name in graph.consts for name in graph.outputs):
-        raise DlaError(NvError.NotSupported,
-                       f"every output ({', '.join(graph.outputs)}) is a constant: nothing to compute")
     missing = [o for n in graph.nodes for o in n.outputs
-               if o and (o not in shapes or min(shapes[o], default=1) < 1)]
+               if o and (o not in shapes or min(shapes[o], default=1) < 0)]
     if missing:
         _reinfer(graph, g, opset)
     for node in graph.nodes:
         for name in node.outputs:
-            if name:
-                _check_not_empty(node.where(), name, graph.shapes)
-            if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 1):
+            if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 0):
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: the shape of '{name}' is not static")
             if name:
                 _check_size(node.where(), name, graph.shapes, graph.dtypes)
+    _settle_empty(graph, opset)
     for node in graph.nodes:
         index = VECTOR_INPUTS.get(node.op_type)
         name = node.inputs[index] if index is not None and index < len(node.inputs) else ""
@@ -367,10 +364,70 @@ def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
                                              f"bytes, more than {MAX_TENSOR_BYTES >> 30} GiB")
 
 
-def _check_not_empty(where: str, name: str, shapes: dict[str, tuple[int, ...]]) -> None:
-    if 0 in shapes.get(name, ()):
-        raise DlaError(NvError.NotSupported, f"{where}: '{name}' has shape {shapes[name]}: empty tensors "
-                                             "(a dimension of 0) have no device buffer or cube")
+# What a reduction of no value gives (ONNX: the identity of the operation; Max and Min of floats
+# -inf and +inf, of integers the type's extremes).
+_EMPTY_REDUCTION = {"ReduceSum": 0, "ReduceL1": 0, "ReduceL2": 0, "ReduceSumSquare": 0, "ReduceProd": 1,
+                    "ReduceLogSum": -np.inf, "ReduceLogSumExp": -np.inf, "ReduceMean": np.nan,
+                    "ReduceMax": -np.inf, "ReduceMin": np.inf}
+
+
+def _empty_reduction(op_type: str, dtype: np.dtype[Any]) -> Any:
+    value = _EMPTY_REDUCTION[op_type]
+    if dtype == np.bool_ and op_type in ("ReduceMax", "ReduceMin"):
+        return op_type == "ReduceMin"
+    if dtype.kind in "iub" and op_type in ("ReduceMax", "ReduceMin"):
+        info = np.iinfo(dtype) if dtype.kind != "b" else None
+        return (info.min if op_type == "ReduceMax" else info.max) if info else 0
+    return value
+
+
+def _is_empty(graph: Graph, name: str) -> bool:
+    return name in graph.consts and graph.consts[name].size == 0
+
+
+def _settle_empty(graph: Graph, opset: int) -> None:
+    """Tensors of no element (a dimension of 0) hold nothing: each is known when compiling, as a
+    constant. A node all of whose outputs are known goes; one whose inputs all became known is
+    folded; a reduction of an empty tensor into a non-empty one is its identity value everywhere;
+    Concat leaves empty inputs out. What remains computes only tensors with elements."""
+    changed = True
+    while changed:
+        changed = False
+        kept: list[Node] = []
+        for node in graph.nodes:
+            for o in node.outputs:
+                if o and o not in graph.consts and 0 in graph.shapes[o]:
+                    graph.consts[o] = np.empty(graph.shapes[o], graph.dtypes[o])
+            if all(not o or o in graph.consts for o in node.outputs):
+                changed = True
+                continue
+            data = node.inputs[0] if node.inputs else ""
+            if node.op_type in _EMPTY_REDUCTION and _is_empty(graph, data):
+                out = node.outputs[0]
+                dtype = graph.dtypes[out]
+                graph.consts[out] = np.full(graph.shapes[out], _empty_reduction(node.op_type, dtype), dtype)
+                changed = True
+                continue
+            if node.op_type == "Concat":
+                node.inputs = [i for i in node.inputs if not _is_empty(graph, i)]
+                if len(node.inputs) == 1:  # the concatenation of one tensor is that tensor
+                    node.op_type, node.attrs = "Identity", {}
+            if all(i == "" or i in graph.consts for i in node.inputs) and any(
+                    _is_empty(graph, i) for i in node.inputs):
+                proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
+                                         **node.attrs)
+                if _fold(graph, node, proto, opset):
+                    changed = True
+                    continue
+            empty = [i for i in node.inputs if _is_empty(graph, i)
+                     and not (node.op_type.startswith("Reduce") and i != data)]
+            if empty:
+                raise DlaError(NvError.NotSupported,
+                               f"{node.where()}: input '{empty[0]}' has shape {graph.shapes[empty[0]]} "
+                               f"(empty) and an output has elements; pydla computes {node.op_type} of "
+                               "non-empty tensors")
+            kept.append(node)
+        graph.nodes = kept
 
 
 def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
@@ -484,6 +541,8 @@ def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
         return True
     if not all(i == "" or i in graph.consts for i in node.inputs):
         return False
+    if node.op_type in _EMPTY_REDUCTION and graph.consts[node.inputs[0]].size == 0:
+        return False  # left to _settle_empty, which gives ONNX's value of an empty reduction
     feeds = {i: graph.consts[i] for i in node.inputs if i}
     if sum(v.size for v in feeds.values()) > FOLD_LIMIT:
         return False

@@ -392,8 +392,6 @@ class Lowering:
 
     def emit(self, steps: int) -> Compiled:
         self.finish_task()
-        if not self.runs:
-            raise DlaError(NvError.NotSupported, "the model has no operation to run")
         sizes: dict[str, int] = {}
         data_types: dict[str, int] = {}
         for prefix, names in (("in", self.g.inputs), ("out", self.g.outputs)):

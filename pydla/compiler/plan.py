@@ -125,17 +125,17 @@ def group_steps(graph: Graph) -> list[Step]:
             inputs = [t for t in node.inputs if t and t not in graph.consts]
             steps.append(Step(op.lower(), [node], inputs, node.outputs[0]))
         elif op == "Split":
-            for out in node.outputs:  # one copy per part
-                if out:
+            for out in node.outputs:  # one copy per part (an empty part has nothing to copy)
+                if out and out not in graph.consts:
                     steps.append(Step("split", [node], [node.inputs[0]], out))
         else:
             raise DlaError(NvError.NotSupported,
                            f"{node.where()}: the {op} operator is not supported by the device and has "
                            "no CPU fallback yet")
-    # Outputs known at compile time (a Dropout's mask, a folded value beside computed outputs): the
-    # constant is copied into the output buffer.
+    # Outputs known at compile time (a Dropout's mask, a folded value, a reduction of an empty
+    # tensor): the constant is copied into the output buffer. An empty output has nothing to copy.
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
-                 for t in dict.fromkeys(graph.outputs) if t in graph.consts]
+                 for t in dict.fromkeys(graph.outputs) if t in graph.consts and graph.consts[t].size]
     return constants + steps
 
 

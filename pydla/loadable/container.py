@@ -60,9 +60,9 @@ KINDS = {"input": L.dla_buffer_kind_e.INPUT, "output": L.dla_buffer_kind_e.OUTPU
 #: The numpy type of each tensor element type (the one table the compiler, Session and UMD use).
 NUMPY_TYPES: dict[L.dla_data_type_e, np.dtype[Any]] = {
     L.dla_data_type_e[name]: np.dtype(t) for name, t in (
-        ("FLOAT32", np.float32), ("FLOAT16", np.float16), ("INT64", np.int64), ("INT32", np.int32),
-        ("INT16", np.int16), ("INT8", np.int8), ("UINT64", np.uint64), ("UINT32", np.uint32),
-        ("UINT16", np.uint16), ("UINT8", np.uint8), ("BOOL", np.bool_))}
+        ("FLOAT32", np.float32), ("FLOAT16", np.float16), ("FLOAT64", np.float64), ("INT64", np.int64),
+        ("INT32", np.int32), ("INT16", np.int16), ("INT8", np.int8), ("UINT64", np.uint64),
+        ("UINT32", np.uint32), ("UINT16", np.uint16), ("UINT8", np.uint8), ("BOOL", np.bool_))}
 ELEMENT_SIZE = {t: d.itemsize for t, d in NUMPY_TYPES.items()}
 
 
@@ -133,7 +133,7 @@ class LoadableWriter:
                 dense.insert(0, step)
                 step *= d
             strides = tuple(dense)
-        size = el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+        size = 0 if 0 in dims else el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
         t = L.dla_tensor_desc_t(name=name.encode(), size=size, offset=offset, ndims=len(dims),
                                 data_type=data_type, layout=layout, bind_id=bind_id, buffer=buffer_index,
                                 direction=int(L.dla_tensor_direction_e[direction.upper()]))
@@ -282,9 +282,10 @@ class Loadable:
             dims = tuple(int(d) for d in t.dims[:t.ndims])
             strides = tuple(int(s) for s in t.strides[:t.ndims])
             el = ELEMENT_SIZE[data_type]
-            span = el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+            # An empty tensor (a dimension of 0, since 1.3.0) has no element: it spans nothing.
+            span = 0 if 0 in dims else el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
             buf = self.memory[names[t.buffer]]
-            if min(dims, default=1) < 1 or t.size < span:
+            if t.size < span:
                 raise DlaError(NvError.InvalidSize, f"{at}: size {t.size} is less than its dims {dims} "
                                                     f"and strides {strides} span ({span})")
             if t.offset + t.size > buf.size:

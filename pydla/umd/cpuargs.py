@@ -15,7 +15,8 @@ import numpy as np
 
 from pydla.errors import DlaError, NvError
 
-DTYPES = {"float32": np.float32, "float16": np.float16}
+# Floats: the device's precisions, and float64 (a model's own, computed by CPU runs only).
+DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 INT_DTYPES = {name: getattr(np, name) for name in ("int64", "int32", "int16", "int8", "uint64", "uint32",
                                                   "uint16", "uint8")}
 ANY_DTYPES = {**DTYPES, **INT_DTYPES}
@@ -23,8 +24,9 @@ ANY_DTYPES = {**DTYPES, **INT_DTYPES}
 
 def tensor_arg(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, any_type: bool = False,
                exact: bool = False) -> Any:
-    """The buffer argument ``buf`` (uint8) as a tensor of ``shape`` and ``dtype`` (float32 / float16,
-    or with ``any_type`` also the integer types); with ``exact`` it must hold exactly that many bytes."""
+    """The buffer argument ``buf`` (uint8) as a tensor of ``shape`` and ``dtype`` (float32 / float16 /
+    float64, or with ``any_type`` also the integer types); with ``exact`` it must hold exactly that many
+    bytes."""
     types = ANY_DTYPES if any_type else DTYPES
     if dtype not in types:
         raise DlaError(NvError.BadParameter, f"cpulib: {what} dtype '{dtype}' ({' or '.join(types)})")

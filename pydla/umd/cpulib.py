@@ -30,6 +30,9 @@ Functions:
   with dilations; ``pads`` are the begins then the ends. MaxPool also of integers (exactly).
 - ``eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype)``: Add / Sub / Mul / Div / Max /
   Min of integer tensors, broadcasting, wrapping around; Div rounds toward zero.
+- ``eltwise(<the arguments of eltwise_int>)``: the same of tensors of any numeric type: integers as
+  eltwise_int, floats (a model's float64 or float16 tensors, which the device does not compute) in
+  their own type, as numpy computes them.
 - ``clip_int(src, dst, min, max, shape, dtype)``: Clip of an integer tensor.
 - ``maxpool_indices(src, dst, indices, shape, out_shape, kernel, strides, pads, dilations,
   storage_order, src_dtype, dst_dtype)``: ONNX MaxPool with its Indices output.
@@ -404,19 +407,34 @@ _INT_OPS: dict[str, Callable[..., Any]] = {"add": np.add, "sub": np.subtract, "m
                                             "div": _truncating_divide}
 
 
+_FLOAT_OPS: dict[str, Callable[..., Any]] = {**_INT_OPS, "div": np.divide}
+
+
 def _eltwise_int(args: list[Any]) -> None:
     """eltwise_int(a, b, dst, a_shape, b_shape, out_shape, op, dtype): ONNX Add / Sub / Mul / Div /
     Max / Min of two integer tensors of one type with numpy broadcasting; results wrap around as the
     type's two's-complement arithmetic does."""
+    _eltwise_typed(args, "eltwise_int")
+
+
+def _eltwise(args: list[Any]) -> None:
+    """eltwise(a, b, dst, a_shape, b_shape, out_shape, op, dtype): as eltwise_int, of any numeric
+    type (floats in their own type, Div a true division)."""
+    _eltwise_typed(args, "eltwise")
+
+
+def _eltwise_typed(args: list[Any], name: str) -> None:
     a_buf, b_buf, dst, a_text, b_text, out_text, op, dtype = args
-    fn = _INT_OPS.get(op)
-    if fn is None or dtype not in INT_DTYPES:
-        raise DlaError(NvError.BadParameter, f"cpulib: eltwise_int '{op}' of {dtype}")
-    a_shape, b_shape, out_shape = broadcast_args("eltwise_int", out_text, a_text, b_text)
+    integer = dtype in INT_DTYPES
+    fn = (_INT_OPS if integer else _FLOAT_OPS).get(op)
+    if fn is None or not (integer or (name == "eltwise" and dtype in DTYPES)):
+        raise DlaError(NvError.BadParameter, f"cpulib: {name} '{op}' of {dtype}")
+    a_shape, b_shape, out_shape = broadcast_args(name, out_text, a_text, b_text)
     a = tensor_arg(a_buf, a_shape, dtype, "a", any_type=True)
     b = tensor_arg(b_buf, b_shape, dtype, "b", any_type=True)
     y = tensor_arg(dst, out_shape, dtype, "destination", any_type=True, exact=True)
-    fn(a, b, out=y)
+    with np.errstate(all="ignore"):  # a float division by zero gives inf or nan, as in ONNX
+        fn(a, b, out=y)
 
 
 def _clip_int(args: list[Any]) -> None:
@@ -527,6 +545,7 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
     "resize_nd": (15, _resize_nd),
     "resize_filtered": (18, _resize_filtered),
     "eltwise_int": (8, _eltwise_int),
+    "eltwise": (8, _eltwise),
     "clip_int": (6, _clip_int),
     "pool": (12, _pool),
     "batchnorm_params": (9, _batchnorm_params),

@@ -43,7 +43,9 @@ def dense_strides(dims: tuple[int, ...], element: int) -> tuple[int, ...]:
 
 
 def span(dims: tuple[int, ...], strides: tuple[int, ...], element: int) -> int:
-    """Bytes from the first to the end of the last element."""
+    """Bytes from the first to the end of the last element (0 for an empty tensor)."""
+    if 0 in dims:
+        return 0
     return element + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
 
 

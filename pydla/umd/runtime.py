@@ -134,6 +134,10 @@ class IRuntime:
             raise DlaError(NvError.BadParameter, f"set{what.capitalize()}TensorDesc({index}): a TensorDesc "
                                                  f"is expected, not {type(desc).__name__}")
         check_layout(network, desc, f"set{what.capitalize()}TensorDesc({index})")
+        if network.size == 0 and desc != network:
+            raise DlaError(NvError.BadParameter,
+                           f"set{what.capitalize()}TensorDesc({index}): '{network.name}' of dims "
+                           f"{network.dims} is empty: it has no layout to change")
         runner = self._loaded()
         with self._lock:
             self._drop_staging((what, index))
@@ -157,6 +161,9 @@ class IRuntime:
 
     def allocateSystemMemory(self, size: int) -> NvDlaMemHandle:
         self._check_open()
+        if size == 0 and type(size) is int:
+            raise DlaError(NvError.BadParameter, "allocateSystemMemory(0): no memory has 0 bytes; a tensor "
+                                                 "of size 0 (a dimension of 0) needs none: leave it unbound")
         mem, _ = self.port.NvDlaGetMem(self.handle, size)
         return mem  # freed by freeSystemMemory, or with the session on close()
 

@@ -377,13 +377,20 @@ def test_dropout_in_training_mode_is_refused(training: Any, message: str) -> Non
     assert e.value.code == NvError.NotSupported
 
 
-def test_a_model_of_only_constant_outputs_is_refused() -> None:
+def test_a_model_of_only_constant_outputs_copies_them() -> None:
+    """Its outputs are known when compiling: the loadable copies them into place (BDMA); the input
+    is still the model's, and checked, though nothing reads it."""
     node = helper.make_node("Shape", ["x"], ["y"])
     m = typed_model([node], {"x": r(2, 3)}, {"y": (2,)})
     m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
-    with pytest.raises(DlaError, match=r"every output \(y\) is a constant") as e:
-        compile_model(m)
-    assert e.value.code == NvError.NotSupported
+    result = compile_model(m)
+    assert result.operations == {"BDMA": 1}
+    with Session(result.blob) as sess:
+        assert [t.name for t in sess.inputs] == ["x"]
+        got = sess.run({"x": r(2, 3)})["y"]
+        assert got.dtype == np.int64 and got.tolist() == [2, 3]
+        with pytest.raises(DlaError, match="expected float32 of shape"):
+            sess.run({"x": r(3, 2)})
 
 
 @pytest.mark.parametrize(("op", "attrs", "size", "opset"), [
@@ -429,11 +436,15 @@ def test_ceil_mode_with_a_padding_window_on_one_axis_only_is_refused_before_opse
 @pytest.mark.parametrize(("nodes", "shapes", "message"), [
     ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int32)}, "floating point"),
     ([helper.make_node("Sigmoid", ["x"], ["y"])], {"x": np.zeros((2, 3), np.int64)}, "floating point"),
-    ([helper.make_node("Add", ["x", "x"], ["y"])], {"x": np.zeros((2, 3), np.float16)}, "float32 models"),
+    ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.float16)}, "float32 models"),
+    ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2, 3), np.float64)}, "float32 models"),
     ([helper.make_node("Conv", ["x", "w"], ["y"])],
      {"x": np.zeros((1, 1, 2, 2, 3, 3), np.float32), "w": np.zeros((1, 1, 1, 1, 1, 1), np.float32)},
      "3-D images"),
-    ([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((0, 3), np.float32)}, "empty tensors"),
+    ([helper.make_node("Gemm", ["x", "w", "c"], ["y"])],  # (c given at run time: nothing to fold)
+     {"x": np.zeros((2, 0), np.float32), "w": np.zeros((0, 3), np.float32),
+      "c": np.zeros((2, 3), np.float32)},
+     r"\(empty\) and an output has"),
 ])
 def test_what_stays_unsupported_says_why(nodes: list[Any], shapes: dict[str, np.ndarray],
                                          message: str) -> None:
@@ -554,7 +565,7 @@ def test_element_wise_math_without_a_device_form_is_a_cpu_run() -> None:
         compile_model(model([helper.make_node("Gelu", ["x"], ["y"])], {"x": (2, 3)}, ["y"], opset=17))
     assert e.value.code == NvError.BadValue
     x = np.array([[1, -2, 3]], np.int32)
-    with pytest.raises(DlaError, match=r"Sign of a int32 tensor: pydla computes it on float32 tensors only"):
+    with pytest.raises(DlaError, match=r"Sign of a int32 tensor: pydla computes it on floating-point"):
         compile_model(typed_model([helper.make_node("Sign", ["x"], ["y"])], {"x": x}, {"y": (1, 3)}))
 
 

@@ -272,8 +272,8 @@ def test_random_graph_matches_onnxruntime(seed: int) -> None:
         want = reference(m, {"x": x})[name] if m.graph.node else None
     except ort.capi.onnxruntime_pybind11_state.Fail as e:  # (ceil_mode's shapes before opset 22)
         pytest.skip(f"onnxruntime refuses this graph: {e}")
-    if want is None or min(want.shape) < 1:
-        pytest.skip("this seed built an empty graph or an empty tensor")
+    if want is None:
+        pytest.skip("this seed built an empty graph")
     onnx.checker.check_model(shape_inference.infer_shapes(m))
     with Session(compile_model(m, precision=PRECISION).blob) as sess:
         got = sess.run({"x": x})[name]
@@ -289,5 +289,7 @@ def test_random_graph_matches_onnxruntime(seed: int) -> None:
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    if got.shape != want.shape or want.size == 0:
+        return got.shape == want.shape and got.dtype == want.dtype
     scale = max(1.0, float(np.abs(want).max()))
     return got.shape == want.shape and bool(np.abs(got - want).max() <= TOLERANCE * scale)
