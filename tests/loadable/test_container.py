@@ -192,6 +192,16 @@ def test_tensor_size_mismatch() -> None:
     assert e.value.code == NvError.InvalidSize
 
 
+def test_an_empty_tensor_spans_nothing() -> None:
+    """Since contract 1.3.0 a dimension may be 0: the tensor has no element and may have size 0."""
+    def change(lw: LoadableWriter) -> None:
+        lw.tensors[1].dims[0] = 0
+        lw.tensors[1].size = 0
+
+    z = Loadable.open(_rewrite(change)).tensors()[1]
+    assert z.dims[0] == 0 and z.size == 0
+
+
 def test_tensor_outside_its_buffer() -> None:
     def change(lw: LoadableWriter) -> None:
         lw.tensors[0].offset = 100
