@@ -181,6 +181,13 @@ def _batchnorm(lw: Lowering, step: Step) -> None:
               shift=lw.tb.ref(params.buffer, half, params.offset + half))
 
 
+def _one_value(value: np.ndarray, n: Any, what: str) -> float:
+    """A bound that ONNX defines as a scalar (onnxruntime also takes one element of any shape)."""
+    if value.size != 1:
+        raise DlaError(NvError.BadValue, f"{n.where()}: {what} has shape {value.shape}; a scalar is expected")
+    return float(value.reshape(-1)[0])
+
+
 def activation_kwargs(lw: Lowering, n: Any, channels: int, axis: int = 1) -> dict[str, Any]:
     """SDP's activation for node ``n`` (fused after a convolution of ``channels`` outputs, or alone)."""
     op = n.op_type
@@ -196,9 +203,9 @@ def activation_kwargs(lw: Lowering, n: Any, channels: int, axis: int = 1) -> dic
         lo = attr(n, "min", -math.inf)
         hi = attr(n, "max", math.inf)
         if len(n.inputs) > 1 and n.inputs[1]:
-            lo = float(lw.const_input(n, 1, "min"))
+            lo = _one_value(lw.const_input(n, 1, "min"), n, "min")
         if len(n.inputs) > 2 and n.inputs[2]:
-            hi = float(lw.const_input(n, 2, "max"))
+            hi = _one_value(lw.const_input(n, 2, "max"), n, "max")
         return {"act": "clamp", "clip": (float(lo), float(hi))}
     if op == "PRelu":
         # ``axis`` of the result is the channels of the cube SDP works on (the planner fuses a

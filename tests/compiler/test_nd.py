@@ -674,3 +674,14 @@ def test_a_shape_input_that_is_not_1d_is_refused() -> None:
     with pytest.raises(DlaError, match=r"'s' has shape \(1, 2\); Reshape takes it as a 1-D tensor") as e:
         compile_model(m)
     assert e.value.code == NvError.BadValue
+
+
+def test_clip_bounds_are_one_value() -> None:
+    """ONNX defines Clip's min and max as scalars; one element of another shape is taken (as
+    onnxruntime takes it), more than one is refused (it was a TypeError)."""
+    x = r(2, 3)
+    node = helper.make_node("Clip", ["x", "lo"], ["y"])
+    check(model([node], {"x": (2, 3)}, ["y"], {"lo": np.array([0.25], np.float32)}), {"x": x})
+    with pytest.raises(DlaError, match=r"min has shape \(2,\); a scalar is expected") as e:
+        compile_model(model([node], {"x": (2, 3)}, ["y"], {"lo": np.array([0.0, 1.0], np.float32)}))
+    assert e.value.code == NvError.BadValue
