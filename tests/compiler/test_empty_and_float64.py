@@ -191,3 +191,17 @@ def test_float64_reductions_and_math_keep_float64() -> None:
     got, want = run_both(m, feeds)
     assert_same(got, want)
     assert Loadable.open(compile_model(m).blob).tensors()[0].data_type.name == "FLOAT64"
+
+
+def test_empty_inputs_and_outputs_in_fp16_mode_are_not_converted() -> None:
+    """fp16 mode converts float inputs and outputs with SDP; an empty one has nothing to convert
+    (and its buffer is never bound)."""
+    nodes = [helper.make_node("Concat", ["x", "e"], ["c"], axis=0),
+             helper.make_node("Split", ["c", "s"], ["a", "b"], axis=0)]
+    feeds = {"x": rng.standard_normal((2, 3)).astype(F32), "e": np.zeros((0, 3), F32)}
+    m = typed(nodes, feeds, {"a": (F32, [2, 3]), "b": (F32, [0, 3])}, {"s": np.array([2, 0], np.int64)})
+    result = compile_model(m, precision="fp16")
+    with Session(result.blob) as sess:
+        got = sess.run(feeds)
+    assert got["b"].shape == (0, 3) and got["b"].dtype == F32
+    np.testing.assert_allclose(got["a"], feeds["x"], rtol=1e-3, atol=1e-3)
