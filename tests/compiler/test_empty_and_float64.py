@@ -205,3 +205,25 @@ def test_empty_inputs_and_outputs_in_fp16_mode_are_not_converted() -> None:
         got = sess.run(feeds)
     assert got["b"].shape == (0, 3) and got["b"].dtype == F32
     np.testing.assert_allclose(got["a"], feeds["x"], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(("node", "shape", "inits"), [
+    (helper.make_node("Relu", ["x"], ["y"]), (0, 3), {}),
+    (helper.make_node("Add", ["x", "x"], ["y"]), (2, 0, 3), {}),
+    (helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0]), (0, 3), {}),
+    (helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1), (0, 3), {"s": np.array([3, 0], np.int64)}),
+    (helper.make_node("Softmax", ["x"], ["y"], axis=-1), (0, 3), {}),
+    (helper.make_node("Pad", ["x", "p", "v"], ["y"]), (0, 3),  # an empty tensor padded has elements
+     {"p": np.array([1, 0, 1, 0], np.int64), "v": np.array(2.5, F32)}),
+    (helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), (0, 2, 4, 4),
+     {"w": np.ones((3, 2, 3, 3), F32)}),
+    (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2]), (0, 2, 4, 4), {}),
+    (helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=1), (0, 3), {"a": np.array([1], np.int64)}),
+    (helper.make_node("Expand", ["x", "s"], ["y"]), (1, 3), {"s": np.array([0, 3], np.int64)}),
+])
+def test_empty_tensors_through_operators_match_onnxruntime(node: Any, shape: tuple[int, ...],
+                                                           inits: dict[str, np.ndarray]) -> None:
+    feeds = {"x": np.zeros(shape, F32) if 0 in shape else rng.standard_normal(shape).astype(F32)}
+    m = typed([node], feeds, {"y": (F32, None)}, inits)
+    got, want = run_both(m, feeds)
+    assert_same(got, want)
