@@ -375,10 +375,14 @@ def _empty_reduction(op_type: str, dtype: np.dtype[Any]) -> Any:
     value = _EMPTY_REDUCTION[op_type]
     if dtype == np.bool_ and op_type in ("ReduceMax", "ReduceMin"):
         return op_type == "ReduceMin"
-    if dtype.kind in "iub" and op_type in ("ReduceMax", "ReduceMin"):
-        info = np.iinfo(dtype) if dtype.kind != "b" else None
-        return (info.min if op_type == "ReduceMax" else info.max) if info else 0
+    if dtype.kind in "iu" and op_type in ("ReduceMax", "ReduceMin"):
+        info = np.iinfo(dtype)
+        return info.min if op_type == "ReduceMax" else info.max
     return value
+
+
+# Operators whose second input is data too (a product's other factor, a convolution's weights).
+_WEIGHTED = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
 
 
 def _is_empty(graph: Graph, name: str) -> bool:
@@ -419,8 +423,10 @@ def _settle_empty(graph: Graph, opset: int) -> None:
                 if _fold(graph, node, proto, opset):
                     changed = True
                     continue
-            empty = [i for i in node.inputs if _is_empty(graph, i)
-                     and not (node.op_type.startswith("Reduce") and i != data)]
+            # An empty parameter (Resize's roi, a Reduce's axes) is a constant like any other; empty
+            # data that must be computed on is not (an element-wise result of it is empty, gone above).
+            empty = [i for k, i in enumerate(node.inputs) if _is_empty(graph, i)
+                     and (k == 0 or (k == 1 and node.op_type in _WEIGHTED))]
             if empty:
                 raise DlaError(NvError.NotSupported,
                                f"{node.where()}: input '{empty[0]}' has shape {graph.shapes[empty[0]]} "

@@ -227,3 +227,22 @@ def test_empty_tensors_through_operators_match_onnxruntime(node: Any, shape: tup
     m = typed([node], feeds, {"y": (F32, None)}, inits)
     got, want = run_both(m, feeds)
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("form", ["scales", "sizes"])
+def test_empty_parameters_are_constants_like_any_other(form: str) -> None:
+    """Exported opset-11 models give Resize an empty roi (and an empty scales beside sizes): those
+    are parameters, not data, and compile as before."""
+    x = rng.standard_normal((1, 2, 4, 4)).astype(F32)
+    inits = {"roi": np.zeros((0,), F32)}
+    if form == "scales":
+        inits["scales"] = np.array([1, 1, 2, 2], F32)
+        inputs = ["x", "roi", "scales"]
+    else:
+        inits["scales"], inits["sizes"] = np.zeros((0,), F32), np.array([1, 2, 8, 6], np.int64)
+        inputs = ["x", "roi", "scales", "sizes"]
+    m = typed([helper.make_node("Resize", inputs, ["y"], mode="nearest")], {"x": x}, {"y": (F32, None)},
+              inits, opset=11)
+    m.ir_version = 7
+    got, want = run_both(m, {"x": x})
+    assert_same(got, want)
