@@ -46,6 +46,9 @@ class Graph:
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     opset: int = 13
+    # The names the loadable gives the outputs (``outputs`` may hold internal names instead: see
+    # :func:`_distinct_outputs`).
+    output_names: list[str] = field(default_factory=list)
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
@@ -197,7 +200,26 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.BadValue, f"{node.where()}: '{name}' has shape {graph.shapes.get(name)}; "
                                              f"{node.op_type} takes it as a 1-D tensor")
     graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
+    _distinct_outputs(graph)
     return graph
+
+
+def _distinct_outputs(graph: Graph) -> None:
+    """Each output its own tensor: an output that is a graph input, or an output listed before,
+    becomes a copy under an internal name (the loadable still names it as the model does), so its
+    buffer is written (it was left as allocated)."""
+    graph.output_names = list(graph.outputs)
+    seen = set(graph.inputs)
+    for j, name in enumerate(graph.outputs):
+        if name in seen and not _is_empty(graph, name):
+            copy = f"{name}/output{j}"
+            graph.shapes[copy], graph.dtypes[copy] = graph.shapes[name], graph.dtypes[name]
+            if name in graph.consts:
+                graph.consts[copy] = graph.consts[name]
+            else:
+                graph.nodes.append(Node(f"output {j} '{name}'", "Identity", [name], [copy], {}))
+            graph.outputs[j] = copy
+        seen.add(name)
 
 
 # Inputs that ONNX defines as 1-D tensors (onnxruntime refuses others; a 2-D one would be flattened).

@@ -425,7 +425,8 @@ class Lowering:
             buffers.append(entry)
         for prefix, direction, names_ in (("in", "input", self.g.inputs), ("out", "output", self.g.outputs)):
             for i, name in enumerate(names_):
-                lw.add_tensor(name, names.index(f"{prefix}{i}"), self.g.shapes[name], data_types[name],
+                public = self.g.output_names[i] if prefix == "out" and self.g.output_names else name
+                lw.add_tensor(public, names.index(f"{prefix}{i}"), self.g.shapes[name], data_types[name],
                               direction, i)
         runs: list[dict[str, Any]] = []
         kernels: list[dict[str, str]] = []

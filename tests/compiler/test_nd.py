@@ -685,3 +685,25 @@ def test_clip_bounds_are_one_value() -> None:
     with pytest.raises(DlaError, match=r"min has shape \(2,\); a scalar is expected") as e:
         compile_model(model([node], {"x": (2, 3)}, ["y"], {"lo": np.array([0.0, 1.0], np.float32)}))
     assert e.value.code == NvError.BadValue
+
+
+@pytest.mark.parametrize(("nodes", "outputs"), [
+    ([], ["x"]),  # the model returns its input
+    ([helper.make_node("Relu", ["x"], ["y"])], ["y", "x"]),
+    ([helper.make_node("Relu", ["x"], ["y"])], ["y", "y"]),  # one tensor, two outputs
+])
+def test_an_output_that_is_an_input_or_a_repeated_output_is_written(nodes: list[Any],
+                                                                     outputs: list[str]) -> None:
+    """Each such output gets its own copy (its buffer was left as allocated: zeros)."""
+    graph = helper.make_graph(nodes, "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 3]) for o in outputs])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = r(2, 3)
+    with Session(compile_model(m).blob) as sess:
+        assert [t.name for t in sess.outputs] == outputs
+        got = sess.run({"x": x})
+    if "x" in outputs:
+        np.testing.assert_array_equal(got["x"], x)
+    if "y" in outputs:
+        np.testing.assert_array_equal(got["y"], np.maximum(x, 0))
