@@ -542,7 +542,11 @@ def _without_big_weights(g: onnx.GraphProto) -> onnx.GraphProto:
     typed = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in big]
     names = {i.name for i in g.initializer}
     inputs = [i for i in g.input if i.name not in names] + typed
-    return helper.make_graph(list(g.node), g.name or "graph", inputs, list(g.output), small,
+    # An output that is a graph input is declared as the input is: an output entry without a shape
+    # would otherwise make onnx's inference forget the input's shape for every node reading it.
+    declared = {i.name: i for i in g.input}
+    outputs = [declared.get(o.name, o) for o in g.output]
+    return helper.make_graph(list(g.node), g.name or "graph", inputs, outputs, small,
                              value_info=list(g.value_info))
 
 

@@ -707,3 +707,16 @@ def test_an_output_that_is_an_input_or_a_repeated_output_is_written(nodes: list[
         np.testing.assert_array_equal(got["x"], x)
     if "y" in outputs:
         np.testing.assert_array_equal(got["y"], np.maximum(x, 0))
+
+
+def test_the_input_as_an_output_declared_without_a_shape_keeps_its_shape() -> None:
+    """onnx's shape inference takes the output entry's (absent) shape for the input too, and every
+    node reading it lost its shape ("not static"); the compiler now declares it as the input."""
+    nodes = [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Relu", ["f"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    graph = helper.make_graph(nodes, "test", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    check(m, {"x": r(2, 3, 4)})

@@ -13,6 +13,7 @@ graph. More seeds: ``PYDLA_RANDOM_GRAPHS=2000 python -m pytest tests/compiler/te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from typing import Any
@@ -296,3 +297,38 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
         return got.shape == want.shape and got.dtype == want.dtype
     scale = max(1.0, float(np.abs(want).max()))
     return got.shape == want.shape and bool(np.abs(got - want).max() <= TOLERANCE * scale)
+
+
+MULTI_SEEDS = int(os.environ.get("PYDLA_RANDOM_MULTI_OUTPUT_GRAPHS", "100"))
+
+
+@pytest.mark.parametrize("seed", range(MULTI_SEEDS))
+def test_random_graph_with_intermediate_outputs(seed: int) -> None:
+    """The same random chains, with some of their intermediate tensors (and sometimes the input
+    itself, or one tensor twice) as further graph outputs: every output is written, and the
+    memory planner never reuses an output's bytes (``PYDLA_RANDOM_MULTI_OUTPUT_GRAPHS`` for more)."""
+    m, x = random_model(seed)
+    if not m.graph.node:
+        pytest.skip("this seed built an empty graph")
+    pick = random.Random(seed + 1_000_003)
+    produced = [o for n in m.graph.node for o in n.output if o]
+    candidates = ["x", *produced[:-1]]
+    extra = pick.sample(candidates, k=min(len(candidates), pick.randint(1, 3)))
+    if pick.random() < 0.2:
+        extra.append(m.graph.output[0].name)  # the final output listed twice
+    m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in extra)
+    try:
+        wants: list[Any] = [reference(m, {"x": x})]
+    except ort.capi.onnxruntime_pybind11_state.Fail as e:
+        pytest.skip(f"onnxruntime refuses this graph: {e}")
+    with contextlib.suppress(Exception):  # the reference lacks some cases: onnxruntime's alone
+        wants.append(ReferenceEvaluator(m).run(None, {"x": x}))
+    with Session(compile_model(m, precision=PRECISION).blob) as sess:
+        assert [t.name for t in sess.outputs] == [o.name for o in m.graph.output]
+        got = sess.run({"x": x})
+    for j, out in enumerate(m.graph.output):  # onnxruntime's, or where the two differ the reference's
+        if not any(_close(got[out.name], np.asarray(w[out.name] if isinstance(w, dict) else w[j]))
+                   for w in wants):
+            graph = "\n".join(str(helper.printable_node(n)) for n in m.graph.node)
+            pytest.fail(f"seed {seed}: output '{out.name}' differs from onnxruntime and onnx's reference:\n"
+                        f"{graph}")
