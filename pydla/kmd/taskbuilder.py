@@ -405,6 +405,10 @@ class TaskBuilder:
         if self._unpaired_convs:
             raise DlaError(NvError.InvalidState,
                            f"CONV operation(s) {self._unpaired_convs} have no SDP operation")
+        for op in self.ops:  # every buffer an operation uses, also through a cube made elsewhere
+            for field_name, buffer in op.buffers.items():
+                surface = getattr(op.surface, field_name)
+                self.buffer(buffer, surface.offset + surface.size)
         names = list(self.buffers)
         index = {name: FIXED_ENTRIES + i for i, name in enumerate(names)}
         n = len(self.ops)

@@ -720,3 +720,18 @@ def test_the_input_as_an_output_declared_without_a_shape_keeps_its_shape() -> No
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     check(m, {"x": r(2, 3, 4)})
+
+
+def test_batch_norm_with_statistics_given_at_run_time_writes_the_output() -> None:
+    """Its scale and shift are a CPU run, which ends the NPU task in which the cubes were made: the
+    next task must still address the output (a KeyError 'out0' before)."""
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("BatchNormalization", ["t", "g", "b", "m", "v"], ["y"], epsilon=1e-3)]
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                        for n, s in (("x", [2, 3, 4, 5]), ("m", [3]), ("v", [3]))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(r(3), "g"), numpy_helper.from_array(r(3), "b")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    check(m, {"x": r(2, 3, 4, 5), "m": r(3), "v": r(3, positive=True)})

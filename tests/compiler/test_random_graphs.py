@@ -25,6 +25,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
+from pydla import DlaError, NvError
 from pydla.compiler.api import compile_model
 from pydla.session import Session
 from tests.compiler.support import reference
@@ -332,3 +333,43 @@ def test_random_graph_with_intermediate_outputs(seed: int) -> None:
             graph = "\n".join(str(helper.printable_node(n)) for n in m.graph.node)
             pytest.fail(f"seed {seed}: output '{out.name}' differs from onnxruntime and onnx's reference:\n"
                         f"{graph}")
+
+
+PARAM_SEEDS = int(os.environ.get("PYDLA_RANDOM_RUNTIME_PARAMETER_GRAPHS", "100"))
+
+
+@pytest.mark.parametrize("seed", range(PARAM_SEEDS))
+def test_random_graph_with_parameters_given_at_run_time(seed: int) -> None:
+    """The same random chains with one or two of their constants (weights, biases, scales, pads,
+    starts, shapes, axes...) turned into graph inputs fed at run time: pydla refuses the graph with
+    a DlaError naming what must be constant, or runs it and agrees with onnxruntime
+    (``PYDLA_RANDOM_RUNTIME_PARAMETER_GRAPHS`` for more)."""
+    m, x = random_model(seed)
+    if not m.graph.node or not m.graph.initializer:
+        pytest.skip("this seed built no node or no constant")
+    pick = random.Random(seed + 2_000_003)
+    moved = pick.sample(list(m.graph.initializer), k=min(len(m.graph.initializer), pick.randint(1, 2)))
+    feeds = {"x": x}
+    for init in moved:
+        value = numpy_helper.to_array(init)
+        feeds[init.name] = value
+        m.graph.initializer.remove(init)
+        m.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(value.shape)))
+    name = m.graph.output[0].name
+    try:
+        wants: list[Any] = [reference(m, feeds)[name]]
+    except ort.capi.onnxruntime_pybind11_state.Fail as e:
+        pytest.skip(f"onnxruntime refuses this graph: {e}")
+    with contextlib.suppress(Exception):  # the reference lacks some cases: onnxruntime's alone
+        wants.append(ReferenceEvaluator(m).run(None, feeds)[0])
+    try:
+        blob = compile_model(m, precision=PRECISION).blob
+    except DlaError as e:
+        assert e.code in (NvError.NotSupported, NvError.BadValue) and "please report" not in str(e), e
+        return  # refused, saying why
+    with Session(blob) as sess:
+        got = sess.run({t.name: feeds[t.name] for t in sess.inputs})[name]
+    if not any(_close(got, np.asarray(w)) for w in wants):
+        graph = "\n".join(str(helper.printable_node(n)) for n in m.graph.node)
+        pytest.fail(f"seed {seed}: with {[i.name for i in moved]} at run time pydla differs from "
+                    f"onnxruntime (and onnx's reference):\n{graph}")
