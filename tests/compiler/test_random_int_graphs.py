@@ -12,6 +12,7 @@ onnxruntime's, element for element and in dtype. More seeds:
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,22 @@ def test_random_integer_graph_matches_onnxruntime_exactly(seed: int) -> None:
         pytest.fail(f"seed {seed} ({x.dtype}): pydla {got.dtype}{got.shape} differs from onnxruntime "
                     f"{want.dtype}{want.shape}:\n{graph}\nx = {x.tolist()}\npydla = {got.tolist()}\n"
                     f"onnxruntime = {want.tolist()}")
+
+
+@pytest.mark.parametrize("seed", range(SEEDS // 2))
+def test_random_integer_graph_with_intermediate_outputs(seed: int) -> None:
+    """The same graphs with one or two intermediate tensors (or the input) as further outputs,
+    each of which must equal onnxruntime's exactly."""
+    m, x = random_int_model(seed)
+    pick = random.Random(seed + 3_000_017)
+    produced = [o for n in m.graph.node for o in n.output if o][:-1]
+    extra = pick.sample(["x", *produced], k=min(len(produced) + 1, pick.randint(1, 2)))
+    elem = m.graph.output[0].type.tensor_type.elem_type
+    m.graph.output.extend(helper.make_tensor_value_info(t, elem, None) for t in extra)
+    want = reference(m, {"x": x})
+    with Session(compile_model(m).blob) as sess:
+        got = sess.run({"x": x})
+    for out in m.graph.output:
+        w = want[out.name]
+        g = got[out.name]
+        assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w), (seed, out.name)
