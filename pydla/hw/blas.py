@@ -271,5 +271,6 @@ def describe() -> str:
     if SGEMM is None:
         return "numpy's matmul (OpenBLAS sgemm not found or turned off)"
     kernels = f"{SGEMM.core} kernels" if SGEMM.core else "kernels it does not name"
-    owner = "pydla's private instance (PYDLA_BLAS_CORE)" if SGEMM.private else "numpy's instance"
+    owner = ("pydla's private instance (PYDLA_BLAS_CORE=numpy uses numpy's)" if SGEMM.private
+             else "numpy's instance")
     return f"OpenBLAS sgemm, {kernels}, {owner}"

@@ -166,7 +166,8 @@ def test_describe_names_the_kernels_and_whose_instance(monkeypatch: pytest.Monke
     assert blas.describe() == "numpy's matmul (OpenBLAS sgemm not found or turned off)"
     fake = blas.Sgemm(blas.ctypes.CFUNCTYPE(None)(lambda: None), blas.ctypes.c_int32, "SkylakeX", True)
     monkeypatch.setattr(blas, "SGEMM", fake)
-    assert blas.describe() == "OpenBLAS sgemm, SkylakeX kernels, pydla's private instance (PYDLA_BLAS_CORE)"
+    assert blas.describe() == ("OpenBLAS sgemm, SkylakeX kernels, pydla's private instance "
+                               "(PYDLA_BLAS_CORE=numpy uses numpy's)")
     fake.core, fake.private = "", False
     assert blas.describe() == "OpenBLAS sgemm, kernels it does not name, numpy's instance"
 
