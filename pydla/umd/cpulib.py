@@ -94,7 +94,9 @@ def _softmax_like(log: bool) -> Callable[[list[Any]], None]:
         shape = shape_arg(shape_text)
         if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
             raise DlaError(NvError.BadParameter, f"cpulib: axis {axis!r} of a rank-{len(shape)} tensor")
-        x = tensor_arg(src, shape, src_dtype, "source").astype(np.float32)
+        # float32 as onnxruntime computes a float32 model (and float16); a float64 model in float64.
+        x = tensor_arg(src, shape, src_dtype, "source").astype(np.float64 if src_dtype == "float64"
+                                                                else np.float32)
         y = tensor_arg(dst, shape, dst_dtype, "destination")
         shifted = x - x.max(axis=axis, keepdims=True)
         e = np.exp(shifted)

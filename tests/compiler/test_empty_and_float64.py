@@ -246,3 +246,17 @@ def test_empty_parameters_are_constants_like_any_other(form: str) -> None:
     m.ir_version = 7
     got, want = run_both(m, {"x": x})
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_float64_softmax_keeps_float64_precision(op: str) -> None:
+    feeds = {"x": rng.standard_normal((3, 7))}
+    m = typed([helper.make_node(op, ["x"], ["y"], axis=-1)], feeds, {"y": (np.float64, [3, 7])})
+    with Session(compile_model(m).blob) as sess:
+        got = sess.run(feeds)["y"]
+    x = feeds["x"]
+    shifted = x - x.max(axis=-1, keepdims=True)
+    want = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    want = want if op == "LogSoftmax" else np.exp(want)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)  # float32 would be ~1e-7 off
