@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import pydla
 from pydla import DlaError, NvError
@@ -260,3 +261,49 @@ def test_float64_softmax_keeps_float64_precision(op: str) -> None:
     want = want if op == "LogSoftmax" else np.exp(want)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)  # float32 would be ~1e-7 off
+
+
+_A = rng.standard_normal((2, 3))
+_B = rng.standard_normal((2, 3))
+
+
+def _i64(name: str, *values: int) -> Any:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+@pytest.mark.parametrize(("node", "feeds", "inits"), [
+    (helper.make_node("Equal", ["a", "b"], ["y"]), {"a": _A, "b": _A.copy()}, []),
+    (helper.make_node("Less", ["a", "b"], ["y"]), {"a": _A, "b": _B}, []),
+    (helper.make_node("Where", ["c", "a", "b"], ["y"]), {"c": _A > 0, "a": _A, "b": _B}, []),
+    (helper.make_node("Cast", ["a"], ["y"], to=TensorProto.FLOAT), {"a": _A}, []),
+    (helper.make_node("Cast", ["a"], ["y"], to=TensorProto.DOUBLE), {"a": _A.astype(F32)}, []),
+    (helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0]), {"a": _A}, []),
+    (helper.make_node("Concat", ["a", "b"], ["y"], axis=1), {"a": _A, "b": _B}, []),
+    (helper.make_node("Reshape", ["a", "s"], ["y"]), {"a": _A}, [_i64("s", 3, 2)]),
+    (helper.make_node("Slice", ["a", "st", "en"], ["y"]), {"a": _A}, [_i64("st", 1), _i64("en", 3)]),
+    (helper.make_node("Gather", ["a", "i"], ["y"], axis=1), {"a": _A}, [_i64("i", 2, 0)]),
+    (helper.make_node("Expand", ["a", "s"], ["y"]), {"a": _A[:1]}, [_i64("s", 4, 3)]),
+    (helper.make_node("Tile", ["a", "s"], ["y"]), {"a": _A}, [_i64("s", 2, 1)]),
+    (helper.make_node("ArgMax", ["a"], ["y"], axis=1), {"a": _A}, []),
+    (helper.make_node("Sum", ["a", "b", "a"], ["y"]), {"a": _A, "b": _B}, []),
+    (helper.make_node("Mean", ["a", "b"], ["y"]), {"a": _A, "b": _B}, []),
+    (helper.make_node("Neg", ["a"], ["y"]), {"a": _A}, []),
+    (helper.make_node("Abs", ["a"], ["y"]), {"a": _A}, []),
+    (helper.make_node("Reciprocal", ["a"], ["y"]), {"a": _A}, []),
+    (helper.make_node("Pow", ["a", "b"], ["y"]), {"a": np.abs(_A), "b": _B}, []),
+    (helper.make_node("Sqrt", ["a"], ["y"]), {"a": np.abs(_A)}, []),
+    (helper.make_node("ReduceMean", ["a"], ["y"], axes=[1]), {"a": _A}, []),
+])
+def test_float64_models_compute_in_float64(node: Any, feeds: dict[str, np.ndarray], inits: list[Any]) -> None:
+    """What the README says runs on a model's float64 tensors: exactly (or to float64 precision)
+    as onnx's reference computes it."""
+    graph = helper.make_graph([node], "test", [helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", 0, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    with Session(compile_model(m).blob) as sess:
+        got = sess.run(feeds)["y"]
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
