@@ -8,7 +8,10 @@ deterministic mode). onnxruntime runs the same model with as many intra-op threa
 has cores (OpenBLAS, which the device's convolutions use, does the same). Runs of the two alternate;
 medians are quoted; the ratio is pydla / onnxruntime (goal: <= 1.5x). The outputs are compared.
 
-Run: python bench/bench_session.py [--model resnet18|mobilenetv2|all] [--repeats 7]
+With ``--size 32`` the same networks take a 32x32 input: 1/49th of the arithmetic, so what remains
+is mostly the cost of each device operation (the goal is judged at 224).
+
+Run: python bench/bench_session.py [--model resnet18|mobilenetv2|all] [--repeats 7] [--size 224]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 GOAL = 1.5
+SIZE = [224]  # the input's height and width (--size)
 
 
 class Builder:
@@ -97,7 +101,7 @@ class Builder:
     def model(self, name: str) -> Any:
         from onnx import TensorProto, helper
 
-        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])
+        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, SIZE[0], SIZE[0]])
         y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])
         graph = helper.make_graph(self.nodes, name, [x], [y], self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -150,7 +154,7 @@ def measure(name: str, model: Any, repeats: int) -> float:
     import pydla
 
     threads = os.cpu_count() or 1
-    x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((1, 3, SIZE[0], SIZE[0])).astype(np.float32)
     t0 = time.perf_counter()
     sess = pydla.Session(model)
     setup_ms = (time.perf_counter() - t0) * 1e3
@@ -172,7 +176,7 @@ def measure(name: str, model: Any, repeats: int) -> float:
     sess.close()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     ratio = med["pydla"] / med["onnxruntime"]
-    print(f"{name}: compile + load {setup_ms:.0f} ms; max relative error {err:.1e}")
+    print(f"{name} {SIZE[0]}x{SIZE[0]}: compile + load {setup_ms:.0f} ms; max relative error {err:.1e}")
     print(f"  pydla Session.run   {med['pydla']:8.1f} ms  (median of {repeats})")
     print(f"  onnxruntime         {med['onnxruntime']:8.1f} ms  ({threads} threads)")
     print(f"  ratio {ratio:.2f}x (goal <= {GOAL}): {'met' if ratio <= GOAL else 'NOT met'}")
@@ -183,7 +187,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("resnet18", "mobilenetv2", "all"), default="all")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     args = parser.parse_args()
+    if not 32 <= args.size <= 1024:
+        parser.error("--size must be 32..1024")
+    SIZE[0] = args.size
     os.environ.setdefault("PYDLA_CACHE_DIR", tempfile.mkdtemp(prefix="pydla-bench-"))
     chosen = ("resnet18", "mobilenetv2") if args.model == "all" else (args.model,)
     builders = {"resnet18": resnet18, "mobilenetv2": mobilenetv2}
