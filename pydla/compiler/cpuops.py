@@ -63,7 +63,7 @@ def operand(lw: Lowering, name: str) -> Buf:
     return tensor(lw, name)
 
 
-def eltwise_int_run(lw: Lowering, step: Step, op: str) -> None:
+def eltwise_cpu_run(lw: Lowering, step: Step, op: str) -> None:
     """Add / Sub / Mul / Div / Max / Min of integer tensors (the device computes floating point
     only), or of a model's float64 or float16 tensors (the device computes float32 models)."""
     n = step.head
@@ -201,7 +201,7 @@ def reduce_run(lw: Lowering, step: Step) -> None:
     noop = int(bool(attr(n, "noop_with_empty_axes", 0)))
     if not shape:  # a scalar: nothing to reduce
         axes, noop = ("", "string"), 1
-    cpu_run(lw, "reduce", [tensor(lw, src), tensor(lw, step.output), (_text(shape or (1,)), "string"), axes,
+    cpu_run(lw, "reduce", [tensor(lw, src), tensor(lw, step.output), _shape(lw, src), axes,
                            (noop, "int"), (n.op_type, "string"), dtype_of(lw, src),
                            dtype_of(lw, step.output)])
 

@@ -46,10 +46,9 @@ def lower_sdp(lw: Lowering, step: Step) -> None:
     op = step.head.op_type
     dtype = lw.g.dtypes[step.output]
     integer = dtype.kind in "iu"
-    if integer and op in INT_OPS:
-        cpuops.eltwise_int_run(lw, step, INT_OPS[op])  # integers: exact, on the CPU
-    elif dtype.kind == "f" and dtype != np.float32 and op in INT_OPS:
-        cpuops.eltwise_int_run(lw, step, INT_OPS[op])  # a model's float64 / float16: in its type
+    if op in INT_OPS and (integer or (dtype.kind == "f" and dtype != np.float32)):
+        # Integers exactly, a model's float64 / float16 in its type: on the CPU.
+        cpuops.eltwise_cpu_run(lw, step, INT_OPS[op])
     elif integer and op == "Clip":
         cpuops.clip_int_run(lw, step)
     elif op == "BatchNormalization":

@@ -53,6 +53,10 @@ class Graph:
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
 
+    def is_empty(self, name: str) -> bool:
+        """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""
+        return name in self.consts and self.consts[name].size == 0
+
 
 def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
@@ -211,7 +215,7 @@ def _distinct_outputs(graph: Graph) -> None:
     graph.output_names = list(graph.outputs)
     seen = set(graph.inputs)
     for j, name in enumerate(graph.outputs):
-        if name in seen and not _is_empty(graph, name):
+        if name in seen and not graph.is_empty(name):
             copy = f"{name}/output{j}"
             graph.shapes[copy], graph.dtypes[copy] = graph.shapes[name], graph.dtypes[name]
             if name in graph.consts:
@@ -407,10 +411,6 @@ def _empty_reduction(op_type: str, dtype: np.dtype[Any]) -> Any:
 _WEIGHTED = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
 
 
-def _is_empty(graph: Graph, name: str) -> bool:
-    return name in graph.consts and graph.consts[name].size == 0
-
-
 def _settle_empty(graph: Graph, opset: int) -> None:
     """Tensors of no element (a dimension of 0) hold nothing: each is known when compiling, as a
     constant. A node all of whose outputs are known goes; one whose inputs all became known is
@@ -428,18 +428,18 @@ def _settle_empty(graph: Graph, opset: int) -> None:
                 changed = True
                 continue
             data = node.inputs[0] if node.inputs else ""
-            if node.op_type in _EMPTY_REDUCTION and _is_empty(graph, data):
+            if node.op_type in _EMPTY_REDUCTION and graph.is_empty(data):
                 out = node.outputs[0]
                 dtype = graph.dtypes[out]
                 graph.consts[out] = np.full(graph.shapes[out], _empty_reduction(node.op_type, dtype), dtype)
                 changed = True
                 continue
             if node.op_type == "Concat":
-                node.inputs = [i for i in node.inputs if not _is_empty(graph, i)]
+                node.inputs = [i for i in node.inputs if not graph.is_empty(i)]
                 if len(node.inputs) == 1:  # the concatenation of one tensor is that tensor
                     node.op_type, node.attrs = "Identity", {}
             if all(i == "" or i in graph.consts for i in node.inputs) and any(
-                    _is_empty(graph, i) for i in node.inputs):
+                    graph.is_empty(i) for i in node.inputs):
                 proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
                                          **node.attrs)
                 if _fold(graph, node, proto, opset):
@@ -447,7 +447,7 @@ def _settle_empty(graph: Graph, opset: int) -> None:
                     continue
             # An empty parameter (Resize's roi, a Reduce's axes) is a constant like any other; empty
             # data that must be computed on is not (an element-wise result of it is empty, gone above).
-            empty = [i for k, i in enumerate(node.inputs) if _is_empty(graph, i)
+            empty = [i for k, i in enumerate(node.inputs) if graph.is_empty(i)
                      and (k == 0 or (k == 1 and node.op_type in _WEIGHTED))]
             if empty:
                 raise DlaError(NvError.NotSupported,
@@ -573,7 +573,7 @@ def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
         return True
     if not all(i == "" or i in graph.consts for i in node.inputs):
         return False
-    if node.op_type in _EMPTY_REDUCTION and graph.consts[node.inputs[0]].size == 0:
+    if node.op_type in _EMPTY_REDUCTION and graph.is_empty(node.inputs[0]):
         return False  # left to _settle_empty, which gives ONNX's value of an empty reduction
     feeds = {i: graph.consts[i] for i in node.inputs if i}
     if sum(v.size for v in feeds.values()) > FOLD_LIMIT:

@@ -82,10 +82,6 @@ class Lowering:
     def is_float(self, tensor: str) -> bool:
         return bool(self.g.dtypes[tensor] == np.float32)
 
-    def empty(self, tensor: str) -> bool:
-        """A tensor with a dimension of 0: known, nothing to store or convert."""
-        return 0 in self.g.shapes[tensor]
-
     def storage(self, tensor: str) -> tuple[str, int]:
         """The buffer holding ``tensor`` and its byte offset there."""
         root = self.roots[tensor]
@@ -183,7 +179,7 @@ class Lowering:
                                                          keep_io=fp16)
         if fp16:
             for i, name in enumerate(self.g.inputs):  # model-layout fp32 in, device fp16 scratch out
-                if self.is_float(name) and not self.empty(name):
+                if self.is_float(name) and not self.g.is_empty(name):
                     shape = flat_cube(self.g.shapes[name], f"input '{name}'")
                     self.tb.sdp(self.tb.cube(f"in{i}", shape, precision="fp32"), self.cube(name, name))
         for i, step in enumerate(steps):
@@ -197,7 +193,7 @@ class Lowering:
                 getattr(self, f"_{step.kind}")(step)
         if fp16:
             for i, name in enumerate(self.g.outputs):
-                if self.is_float(name) and not self.empty(name):
+                if self.is_float(name) and not self.g.is_empty(name):
                     shape = flat_cube(self.g.shapes[name], f"output '{name}'")
                     self.tb.sdp(self.cube(name, name), self.tb.cube(f"out{i}", shape, precision="fp32"))
         return self.emit(len(steps))

@@ -135,7 +135,7 @@ def group_steps(graph: Graph) -> list[Step]:
     # Outputs known at compile time (a Dropout's mask, a folded value, a reduction of an empty
     # tensor): the constant is copied into the output buffer. An empty output has nothing to copy.
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
-                 for t in dict.fromkeys(graph.outputs) if t in graph.consts and graph.consts[t].size]
+                 for t in dict.fromkeys(graph.outputs) if t in graph.consts and not graph.is_empty(t)]
     return constants + steps
 
 

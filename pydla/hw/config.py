@@ -43,13 +43,13 @@ SHIFT_MIN_CHANNELS = 16
 # SkylakeX kernels, 3x3: stride 1, 512x7x7 1.19 ms tap-major against 1.09 ms im2col, 256x14x14 0.74
 # against 1.01; stride 2, 256x14x14 to 7x7 0.55 against 0.62).
 SHIFT_MAX_EXTRA = 0.15
+MAX_KERNEL = 1024
+MAX_STRIDE = 64
 
 
 def tap_major_pays(kernel_w: int, dilation_w: int, stride_w: int, out_w: int) -> bool:
     """Whether the extra columns of a tap-major convolution are few enough (see SHIFT_MAX_EXTRA)."""
     return (kernel_w - 1) * dilation_w // stride_w <= SHIFT_MAX_EXTRA * out_w
-MAX_KERNEL = 1024
-MAX_STRIDE = 64
 
 
 @dataclass(frozen=True)

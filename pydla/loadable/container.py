@@ -66,6 +66,14 @@ NUMPY_TYPES: dict[L.dla_data_type_e, np.dtype[Any]] = {
 ELEMENT_SIZE = {t: d.itemsize for t, d in NUMPY_TYPES.items()}
 
 
+def tensor_span(dims: tuple[int, ...], strides: tuple[int, ...], element: int) -> int:
+    """Bytes from a tensor's first element to the end of its last; 0 for an empty tensor (a
+    dimension of 0, since contract 1.3.0)."""
+    if 0 in dims:
+        return 0
+    return element + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+
+
 @dataclass(frozen=True)
 class TensorDesc:
     """A network input or output: what ``getInputTensorDesc`` returns."""
@@ -133,7 +141,7 @@ class LoadableWriter:
                 dense.insert(0, step)
                 step *= d
             strides = tuple(dense)
-        size = 0 if 0 in dims else el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+        size = tensor_span(dims, strides, el)
         t = L.dla_tensor_desc_t(name=name.encode(), size=size, offset=offset, ndims=len(dims),
                                 data_type=data_type, layout=layout, bind_id=bind_id, buffer=buffer_index,
                                 direction=int(L.dla_tensor_direction_e[direction.upper()]))
@@ -282,8 +290,7 @@ class Loadable:
             dims = tuple(int(d) for d in t.dims[:t.ndims])
             strides = tuple(int(s) for s in t.strides[:t.ndims])
             el = ELEMENT_SIZE[data_type]
-            # An empty tensor (a dimension of 0, since 1.3.0) has no element: it spans nothing.
-            span = 0 if 0 in dims else el + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+            span = tensor_span(dims, strides, el)
             buf = self.memory[names[t.buffer]]
             if t.size < span:
                 raise DlaError(NvError.InvalidSize, f"{at}: size {t.size} is less than its dims {dims} "

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.loadable.container import ELEMENT_SIZE, TensorDesc
+from pydla.loadable.container import ELEMENT_SIZE, TensorDesc, tensor_span
 from pydla.portability.interface import NvDlaMemHandle
 
 BITS: dict[int, np.dtype[Any]] = {n: np.dtype(f"<u{n}") for n in (1, 2, 4, 8)}
@@ -40,13 +40,6 @@ def dense_strides(dims: tuple[int, ...], element: int) -> tuple[int, ...]:
         out.insert(0, step)
         step *= d
     return tuple(out)
-
-
-def span(dims: tuple[int, ...], strides: tuple[int, ...], element: int) -> int:
-    """Bytes from the first to the end of the last element (0 for an empty tensor)."""
-    if 0 in dims:
-        return 0
-    return element + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
 
 
 def check_layout(current: TensorDesc, new: TensorDesc, what: str) -> TensorDesc:
@@ -74,7 +67,7 @@ def check_layout(current: TensorDesc, new: TensorDesc, what: str) -> TensorDesc:
         if s < reach:
             raise DlaError(NvError.BadParameter, f"{what}: strides {strides} make elements overlap")
         reach = s * (d - 1) + reach
-    need = span(current.dims, strides, el)
+    need = tensor_span(current.dims, strides, el)
     if isinstance(new.offset, bool) or not isinstance(new.offset, int) or new.offset < 0:
         raise DlaError(NvError.BadParameter, f"{what}: offset {new.offset!r}")
     if isinstance(new.size, bool) or not isinstance(new.size, int):
