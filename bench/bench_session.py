@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 GOAL = 1.5
-SIZE = [224]  # the input's height and width (--size)
 
 
 class Builder:
@@ -98,10 +97,10 @@ class Builder:
         self.nodes.append(helper.make_node("Gemm", operands, [out], transB=1))
         return out
 
-    def model(self, name: str) -> Any:
+    def model(self, name: str, size: int) -> Any:
         from onnx import TensorProto, helper
 
-        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, SIZE[0], SIZE[0]])
+        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])
         y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])
         graph = helper.make_graph(self.nodes, name, [x], [y], self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -109,7 +108,7 @@ class Builder:
         return m
 
 
-def resnet18() -> Any:
+def resnet18(size: int = 224) -> Any:
     from onnx import helper
 
     b = Builder(0)
@@ -126,10 +125,10 @@ def resnet18() -> Any:
             h = b.conv_bn(h, width, width, 3, act=None)
             x, c = b.add(h, skip, relu=True), width
     b.head(x, c)
-    return b.model("resnet18")
+    return b.model("resnet18", size)
 
 
-def mobilenetv2() -> Any:
+def mobilenetv2(size: int = 224) -> Any:
     b = Builder(1)
     x = b.conv_bn("input", 3, 32, 3, 2, act="relu6")
     c = 32
@@ -145,7 +144,7 @@ def mobilenetv2() -> Any:
             c = out
     x = b.conv_bn(x, c, 1280, 1, act="relu6")
     b.head(x, 1280)
-    return b.model("mobilenetv2")
+    return b.model("mobilenetv2", size)
 
 
 def measure(name: str, model: Any, repeats: int) -> float:
@@ -154,7 +153,8 @@ def measure(name: str, model: Any, repeats: int) -> float:
     import pydla
 
     threads = os.cpu_count() or 1
-    x = np.random.default_rng(2).standard_normal((1, 3, SIZE[0], SIZE[0])).astype(np.float32)
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     t0 = time.perf_counter()
     sess = pydla.Session(model)
     setup_ms = (time.perf_counter() - t0) * 1e3
@@ -176,7 +176,7 @@ def measure(name: str, model: Any, repeats: int) -> float:
     sess.close()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     ratio = med["pydla"] / med["onnxruntime"]
-    print(f"{name} {SIZE[0]}x{SIZE[0]}: compile + load {setup_ms:.0f} ms; max relative error {err:.1e}")
+    print(f"{name} {shape[2]}x{shape[3]}: compile + load {setup_ms:.0f} ms; max relative error {err:.1e}")
     print(f"  pydla Session.run   {med['pydla']:8.1f} ms  (median of {repeats})")
     print(f"  onnxruntime         {med['onnxruntime']:8.1f} ms  ({threads} threads)")
     print(f"  ratio {ratio:.2f}x (goal <= {GOAL}): {'met' if ratio <= GOAL else 'NOT met'}")
@@ -191,11 +191,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 32 <= args.size <= 1024:
         parser.error("--size must be 32..1024")
-    SIZE[0] = args.size
     os.environ.setdefault("PYDLA_CACHE_DIR", tempfile.mkdtemp(prefix="pydla-bench-"))
     chosen = ("resnet18", "mobilenetv2") if args.model == "all" else (args.model,)
     builders = {"resnet18": resnet18, "mobilenetv2": mobilenetv2}
-    ratios = [measure(name, builders[name](), args.repeats) for name in chosen]
+    ratios = [measure(name, builders[name](args.size), args.repeats) for name in chosen]
     sys.exit(0 if all(r <= GOAL for r in ratios) else 1)
 
 
