@@ -300,6 +300,20 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
     return got.shape == want.shape and bool(np.abs(got - want).max() <= TOLERANCE * scale)
 
 
+def _expected(m: Any, feeds: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """Each output's acceptable values: onnxruntime's, and onnx's reference's where it runs (where
+    the two differ pydla may follow either); skips the test when onnxruntime refuses the graph."""
+    try:
+        ort_out = reference(m, feeds)
+    except ort.capi.onnxruntime_pybind11_state.Fail as e:
+        pytest.skip(f"onnxruntime refuses this graph: {e}")
+    wants = {o.name: [np.asarray(ort_out[o.name])] for o in m.graph.output}
+    with contextlib.suppress(Exception):  # the reference lacks some cases: onnxruntime's alone
+        for o, value in zip(m.graph.output, ReferenceEvaluator(m).run(None, feeds), strict=True):
+            wants[o.name].append(np.asarray(value))
+    return wants
+
+
 MULTI_SEEDS = int(os.environ.get("PYDLA_RANDOM_MULTI_OUTPUT_GRAPHS", "100"))
 
 
@@ -318,18 +332,12 @@ def test_random_graph_with_intermediate_outputs(seed: int) -> None:
     if pick.random() < 0.2:
         extra.append(m.graph.output[0].name)  # the final output listed twice
     m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in extra)
-    try:
-        wants: list[Any] = [reference(m, {"x": x})]
-    except ort.capi.onnxruntime_pybind11_state.Fail as e:
-        pytest.skip(f"onnxruntime refuses this graph: {e}")
-    with contextlib.suppress(Exception):  # the reference lacks some cases: onnxruntime's alone
-        wants.append(ReferenceEvaluator(m).run(None, {"x": x}))
+    wants = _expected(m, {"x": x})
     with Session(compile_model(m, precision=PRECISION).blob) as sess:
         assert [t.name for t in sess.outputs] == [o.name for o in m.graph.output]
         got = sess.run({"x": x})
-    for j, out in enumerate(m.graph.output):  # onnxruntime's, or where the two differ the reference's
-        if not any(_close(got[out.name], np.asarray(w[out.name] if isinstance(w, dict) else w[j]))
-                   for w in wants):
+    for out in m.graph.output:
+        if not any(_close(got[out.name], w) for w in wants[out.name]):
             graph = "\n".join(str(helper.printable_node(n)) for n in m.graph.node)
             pytest.fail(f"seed {seed}: output '{out.name}' differs from onnxruntime and onnx's reference:\n"
                         f"{graph}")
@@ -356,12 +364,7 @@ def test_random_graph_with_parameters_given_at_run_time(seed: int) -> None:
         m.graph.initializer.remove(init)
         m.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(value.shape)))
     name = m.graph.output[0].name
-    try:
-        wants: list[Any] = [reference(m, feeds)[name]]
-    except ort.capi.onnxruntime_pybind11_state.Fail as e:
-        pytest.skip(f"onnxruntime refuses this graph: {e}")
-    with contextlib.suppress(Exception):  # the reference lacks some cases: onnxruntime's alone
-        wants.append(ReferenceEvaluator(m).run(None, feeds)[0])
+    wants = _expected(m, feeds)[name]
     try:
         blob = compile_model(m, precision=PRECISION).blob
     except DlaError as e:
@@ -369,7 +372,7 @@ def test_random_graph_with_parameters_given_at_run_time(seed: int) -> None:
         return  # refused, saying why
     with Session(blob) as sess:
         got = sess.run({t.name: feeds[t.name] for t in sess.inputs})[name]
-    if not any(_close(got, np.asarray(w)) for w in wants):
+    if not any(_close(got, w) for w in wants):
         graph = "\n".join(str(helper.printable_node(n)) for n in m.graph.node)
         pytest.fail(f"seed {seed}: with {[i.name for i in moved]} at run time pydla differs from "
                     f"onnxruntime (and onnx's reference):\n{graph}")
