@@ -1,4 +1,4 @@
-"""IRuntime.submit() round trip of a one-operation network, in-process, against two anchors.
+"""IRuntime.submit() round trip of a one-operation network, in-process, against onnxruntime's run.
 
 The network is one ONNX Relu (default) or one 1x1 Conv on a small float32 tensor (1x8x4x4 unless
 --shape says otherwise), compiled with pydla.compiler.compile_model and loaded once into a runtime
@@ -6,19 +6,28 @@ from pydla.createRuntime() (deterministic device mode, and again with mode="thre
 output tensors are allocated and bound once, then rt.submit() is timed call by call: UMD runner,
 portability layer, KMD validation and scheduling, the virtual device computing, the interrupt, the
 fence wait. The anchors, measured in the same run and in alternating blocks with the submits:
+- onnxruntime's InferenceSession.run of the same one-node ONNX model (CPUExecutionProvider, default
+  SessionOptions, so onnxruntime's default intra-op threads; the input fed as a dict each call);
 - a bare Python function call (timed in batches of --batch calls, since one call is shorter than
   the clock's resolution; the time per call is printed);
 - a thread handoff round trip: queue.Queue ping-pong with a worker thread (put, the worker gets and
   puts back, get), the least a submit that hands work to another thread can cost.
-Goal (issue #5): the submit round trip <= 30 us (median). Medians and p90 are printed, with the
-ratios to the anchors and whether the goal is met.
+Medians and p90 are printed, with the ratios to the anchors. Goal: in-process submit / onnxruntime
+run <= 8x (medians), judged for the deterministic and the threaded mode; met / NOT met is printed.
+
+After the timing, --profile-submits deterministic submits (default 2000) run under cProfile, and the
+number of Python-level calls per submit is printed: the sum of every function's call count in pstats
+(primitive and recursive calls alike) divided by the number of submits. Goal: <= 100.
 
 Run: python bench/bench_submit.py [--repeats 7] [--block 200] [--op relu|conv] [--shape 1,8,4,4]
+                                  [--profile-submits 2000]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import queue
 import statistics
 import threading
@@ -30,7 +39,8 @@ import numpy as np
 
 import pydla
 
-GOAL_US = 30.0
+GOAL_ORT_RATIO = 8.0  # in-process submit / onnxruntime InferenceSession.run, medians
+GOAL_CALLS = 100  # Python calls per deterministic submit, counted by cProfile
 
 
 def _weights(shape: tuple[int, ...]) -> np.ndarray:
@@ -123,6 +133,25 @@ def _time_batched(fn: Callable[[], object], n: int, batch: int) -> list[float]:
     return times
 
 
+def _onnxruntime(model: Any) -> Any:
+    """An onnxruntime session of ``model``: CPUExecutionProvider, default SessionOptions."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    return ort.InferenceSession(model.SerializeToString(), ort.SessionOptions(),
+                                providers=["CPUExecutionProvider"])
+
+
+def _calls_per_submit(submit: Callable[[], object], n: int) -> float:
+    """Python calls per ``submit()``: cProfile over ``n`` submits, every call counted (primitive or not)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        submit()
+    profiler.disable()
+    stats: dict[Any, tuple[int, int, float, float, Any]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    return sum(v[1] for v in stats.values()) / n
+
+
 def _p90(ts: list[float]) -> float:
     return statistics.quantiles(ts, n=10)[-1]
 
@@ -135,15 +164,26 @@ def main() -> None:
     parser.add_argument("--op", choices=("relu", "conv"), default="relu", help="the one operation")
     parser.add_argument("--shape", default="1,8,4,4", help="input shape N,C,H,W")
     parser.add_argument("--settle", type=float, default=0.05, help="seconds of sleep before each block")
+    parser.add_argument("--profile-submits", type=int, default=2000, metavar="N",
+                        help="deterministic submits profiled with cProfile after the timing, to count the "
+                        "Python calls per submit (0: skip)")
     args = parser.parse_args()
     shape = tuple(int(s) for s in args.shape.split(","))
+    if args.profile_submits < 0:
+        parser.error("--profile-submits must be >= 0")
 
     from pydla.compiler.api import compile_model
 
-    blob = compile_model(_model(args.op, shape)).blob
+    model = _model(args.op, shape)
+    blob = compile_model(model).blob
     x_check = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    ort_session = _onnxruntime(model)
+    ort_feed = {"x": x_check}
+    np.testing.assert_allclose(ort_session.run(None, ort_feed)[0], _expected(args.op, x_check), rtol=1e-4,
+                               atol=1e-5, err_msg="onnxruntime")
     runtimes = {mode: _runtime(blob, mode, shape) for mode in ("deterministic", "threaded")}
     pingpong = _PingPong()
+    calls_per_submit: float | None = None
     try:
         for mode, (rt, output) in runtimes.items():
             rt.submit()  # warm up, and check the network computes
@@ -154,6 +194,7 @@ def main() -> None:
             "thread handoff (queue ping-pong)": lambda n: _time_each(pingpong.round_trip, n),
             "submit, deterministic": lambda n: _time_each(runtimes["deterministic"][0].submit, n),
             "submit, threaded": lambda n: _time_each(runtimes["threaded"][0].submit, n),
+            "onnxruntime run": lambda n: _time_each(lambda: ort_session.run(None, ort_feed), n),
         }
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(args.repeats):
@@ -161,6 +202,8 @@ def main() -> None:
                 time.sleep(args.settle)
                 fn(max(1, args.block // 20))  # dropped: warms caches and wakes threads
                 times[name] += fn(args.block)
+        if args.profile_submits:
+            calls_per_submit = _calls_per_submit(runtimes["deterministic"][0].submit, args.profile_submits)
     finally:
         pingpong.close()
         for rt, _ in runtimes.values():
@@ -168,16 +211,22 @@ def main() -> None:
 
     med = {name: statistics.median(ts) for name, ts in times.items()}
     call, handoff = med["bare function call"], med["thread handoff (queue ping-pong)"]
+    ort_run = med["onnxruntime run"]
     print(f"one {args.op} on {'x'.join(map(str, shape))} float32, {args.repeats} blocks of {args.block} "
           "timed calls each")
-    print(f"{'':34} {'median':>11} {'p90':>11} {'/ call':>9} {'/ handoff':>9}")
+    print(f"{'':34} {'median':>11} {'p90':>11} {'/ call':>9} {'/ handoff':>9} {'/ ort run':>9}")
     for name, ts in times.items():
         print(f"{name:34} {med[name] * 1e6:8.2f} us {_p90(ts) * 1e6:8.2f} us "
-              f"{med[name] / call:8.0f}x {med[name] / handoff:8.2f}x")
+              f"{med[name] / call:8.0f}x {med[name] / handoff:8.2f}x {med[name] / ort_run:8.2f}x")
     for mode in ("deterministic", "threaded"):
-        m = med[f"submit, {mode}"] * 1e6
-        verdict = "met" if m <= GOAL_US else f"NOT met ({m / GOAL_US:.1f}x over)"
-        print(f"goal submit round trip <= {GOAL_US:.0f} us, {mode}: {m:.1f} us: {verdict}")
+        ratio = med[f"submit, {mode}"] / ort_run
+        verdict = "met" if ratio <= GOAL_ORT_RATIO else "NOT met"
+        print(f"goal in-process submit / onnxruntime run <= {GOAL_ORT_RATIO:.0f}x, {mode}: {ratio:.2f}x: "
+              f"{verdict}")
+    if calls_per_submit is not None:
+        verdict = "met" if calls_per_submit <= GOAL_CALLS else "NOT met"
+        print(f"Python calls per submit: {calls_per_submit:.1f} (goal <= {GOAL_CALLS}): {verdict} "
+              f"(cProfile, {args.profile_submits} deterministic submits)")
 
 
 if __name__ == "__main__":
