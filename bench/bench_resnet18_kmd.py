@@ -3,7 +3,7 @@ against onnxruntime running the same network, in one run.
 
 Until the compiler lands, the network is built twice by hand from the same weights: an ONNX model
 with ``onnx.helper`` (batch norm folded into the convolutions) for onnxruntime, and a task with
-:class:`~pydla.kmd.taskbuilder.TaskBuilder` (each convolution fused with its bias, residual add and
+:class:`~pydla.loadable.taskbuilder.TaskBuilder` (each convolution fused with its bias, residual add and
 ReLU in SDP; max and global average pooling in PDP; the classifier as a 1x1 convolution). The
 pydla time is submit-to-done of one task: descriptor validation, scheduling, and the device's
 computation in deterministic mode. Both use the machine's cores (onnxruntime with as many threads as
@@ -22,18 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from pydla.hw.config import SHIFT_MIN_CHANNELS, tap_major_pays
+from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.taskbuilder import Cube, TaskBuilder
+from pydla.loadable.taskbuilder import Cube, TaskBuilder
 
 
 class Net:
     """The weights, and both builders fed layer by layer."""
 
-    def __init__(self, seed: int = 0, tap_major: bool = True) -> None:
+    def __init__(self, seed: int = 0, tap_major: bool = True, config: DeviceConfig | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.tap_major = tap_major
+        self.config = config or load_config("full")  # its speed rules, as the compiler reads them
         self.weights: dict[str, np.ndarray] = {}
         self.stored: dict[str, np.ndarray] = {}
         self.nodes: list[Any] = []
@@ -57,9 +58,9 @@ class Net:
         wo = (x.shape[2] + 2 * pad - kernel) // stride + 1
         out = self.tb.cube(f"t{i}", (k, ho, wo))
         # The compiler's choice (pydla.compiler.lower): tap-major for layers of enough channels and
-        # wide enough lines.
-        fmt = ("rskc" if self.tap_major and kernel > 1 and c >= SHIFT_MIN_CHANNELS
-               and tap_major_pays(kernel, 1, stride, wo) else "kcrs")
+        # wide enough lines, by the device configuration's speed rules.
+        fmt = ("rskc" if self.tap_major and kernel > 1 and c >= self.config.tap_major_min_channels
+               and self.config.tap_major_pays(kernel, 1, stride, wo) else "kcrs")
         # The device's memory holds tap-major weights when the convolution is told so.
         self.stored[f"w{i}"] = np.ascontiguousarray(w.transpose(2, 3, 0, 1)) if fmt == "rskc" else w
         op = self.tb.conv(x, self.tb.weights(f"w{i}", w.shape), weight_shape=w.shape,

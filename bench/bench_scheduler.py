@@ -19,7 +19,7 @@ import time
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.graph import load_task
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 
 
 def chain(n: int) -> TaskBuilder:

@@ -33,7 +33,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' has no fp16")
     onnx_model = load_model(model)
     try:
-        result = Lowering(import_graph(onnx_model), cfg.name, progress, precision).run()
+        result = Lowering(import_graph(onnx_model), cfg, progress, precision).run()
     except DlaError:
         raise
     except MemoryError:

@@ -20,7 +20,7 @@ from pydla.compiler import movement
 from pydla.compiler.layout import deconv_pads, dense_strides, spatial_pads
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
-from pydla.kmd.taskbuilder import Ref
+from pydla.loadable.taskbuilder import Ref
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering

@@ -1,4 +1,4 @@
-"""CPU runs of pydla's CPU library (``pydla/umd/cpulib.py``) between NPU tasks.
+"""CPU runs of pydla's CPU library (``umd/cpulib.py`` in the package) between NPU tasks.
 
 They take what the device cannot: Softmax / LogSoftmax; element-wise math SDP has no form for
 (Exp, Log, Sqrt, Erf, Gelu, HardSwish, ...); Slice, Pad and Resize whose parameters

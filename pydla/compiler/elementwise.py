@@ -19,7 +19,7 @@ from pydla.compiler import cpuops, movement
 from pydla.compiler.layout import channel_values, flat_cube, prod
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
-from pydla.kmd.taskbuilder import Cube, Ref
+from pydla.loadable.taskbuilder import Cube, Ref
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering

@@ -33,9 +33,9 @@ from pydla.compiler.layout import (
 )
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import SHIFT_MIN_CHANNELS, tap_major_pays
-from pydla.kmd.taskbuilder import Cube, Ref, TaskBuilder
+from pydla.hw import config as device_config
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
+from pydla.loadable.taskbuilder import Cube, Ref, TaskBuilder
 
 SCRATCH, WEIGHTS = "scratch", "weights"
 CPU_LIBRARY = "umd/cpulib.py"  # pydla's own CPU library, relative to the installed package
@@ -55,10 +55,11 @@ class Compiled:
 
 
 class Lowering:
-    def __init__(self, graph: Graph, device: str, progress: Callable[[int, int, str], None] | None,
-                 precision: str = "fp32") -> None:
+    def __init__(self, graph: Graph, config: device_config.DeviceConfig,
+                 progress: Callable[[int, int, str], None] | None, precision: str = "fp32") -> None:
         self.g = graph
-        self.device = device
+        self.config = config  # the device configuration compiled for: its blocks and speed rules
+        self.device = config.name
         self.progress = progress
         self.precision = precision
         self.np_dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
@@ -249,11 +250,12 @@ class Lowering:
         # and wide enough lines go tap-major (RSKC): the device then runs it as one BLAS product per
         # kernel tap on its input as it lies, its fastest way for such layers (see
         # pydla.hw.conv.conv2d_shift_gemm). Otherwise one product over an im2col matrix is faster.
+        # "Enough" and "wide enough" are the device configuration's speed rules.
         out_w = self.g.shapes[node.outputs[0]][-1] if node.outputs[0] in self.g.shapes else 0
         tap_major = (w is not None and groups == 1 and weight_shape[2] * weight_shape[3] > 1
-                     and weight_shape[1] >= SHIFT_MIN_CHANNELS and out_w > 0
-                     and tap_major_pays(weight_shape[3], spatial_2d(dilation, 1)[1], spatial_2d(stride, 1)[1],
-                                        out_w))
+                     and weight_shape[1] >= self.config.tap_major_min_channels and out_w > 0
+                     and self.config.tap_major_pays(weight_shape[3], spatial_2d(dilation, 1)[1],
+                                                    spatial_2d(stride, 1)[1], out_w))
         if w is not None:
             laid = w.reshape(weight_shape)
             weights = self.const(np.ascontiguousarray(laid.transpose(2, 3, 0, 1)) if tap_major else laid)

@@ -26,7 +26,7 @@ from pydla.compiler.layout import (
 )
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
-from pydla.kmd.taskbuilder import Ref
+from pydla.loadable.taskbuilder import Ref
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering

@@ -18,15 +18,15 @@ import numpy as np
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
-from pydla.umd.cpumath import COMPARE, REDUCE, UNARY
+from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
 ALIASES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 # Element-wise math SDP has no form for: CPU runs of pydla's CPU library (Gelu's tanh form is its
-# own entry there).
-CPU_UNARY = set(UNARY) - {"GeluTanh"}
+# own entry there). The CPU library's operator tables are the contract's (pydla.loadable.cpuops).
+CPU_UNARY = set(UNARY_OPS) - {"GeluTanh"}
 ALIGN = 64
 
 
@@ -108,14 +108,14 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
         elif op in CPU_UNARY:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
-        elif op in REDUCE:
+        elif op in REDUCE_OPS:
             steps.append(Step("reduce", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Gather", "Expand", "Tile"):
             inputs = [t for t in node.inputs if t and t not in graph.consts]
             steps.append(Step(op.lower(), [node], inputs, node.outputs[0]))
-        elif op in COMPARE or op in ("Where", "Cast", "ArgMax", "ArgMin"):
+        elif op in COMPARE_OPS or op in ("Where", "Cast") or op in ARGMAX_OPS:
             inputs = [t for t in node.inputs if t and t not in graph.consts]
-            steps.append(Step(op.lower() if op in ("Where", "Cast") else "compare" if op in COMPARE
+            steps.append(Step(op.lower() if op in ("Where", "Cast") else "compare" if op in COMPARE_OPS
                               else "argmax", [node], inputs, node.outputs[0]))
         elif op == "Pow":
             steps.append(Step("pow", [node], [t for t in node.inputs if t not in graph.consts],

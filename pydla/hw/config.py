@@ -1,8 +1,9 @@
 """Device configurations: data (JSON files in ``configs/``), not code.
 
 A configuration says which functional blocks a device has, which precisions, how many device
-instances a system has (what ``getMaxDevices()`` reports), and the sizes of its memory and address
-spaces. ``load_config("full")`` loads a bundled one; a path loads a file of the same form.
+instances a system has (what ``getMaxDevices()`` reports), the sizes of its memory and address
+spaces, and the speed rules a compiler follows for it (optional fields, defaults below).
+``load_config("full")`` loads a bundled one; a path loads a file of the same form.
 
 Usage: ``cfg = load_config("small"); cfg.has_block("RUBIK")  # False``
 """
@@ -10,6 +11,7 @@ Usage: ``cfg = load_config("small"); cfg.has_block("RUBIK")  # False``
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -37,19 +39,22 @@ PAGE = 4096
 MAX_BYTES_PER_OP = 1 << 30
 # CONV runs a convolution with tap-major (RSKC) weights as one matrix product per kernel tap when it
 # has at least this many input channels (fewer make products too thin); compilers choose RSKC then.
+# The default of the configuration's "tap_major_min_channels" (the virtual device's CONV uses it).
 SHIFT_MIN_CHANNELS = 16
 # ... and for lines wide enough: each tap's product also computes (kernel width - 1) * dilation //
 # stride extra columns per output line, at most this fraction of the line (measured with OpenBLAS's
 # SkylakeX kernels, 3x3: stride 1, 512x7x7 1.19 ms tap-major against 1.09 ms im2col, 256x14x14 0.74
-# against 1.01; stride 2, 256x14x14 to 7x7 0.55 against 0.62).
+# against 1.01; stride 2, 256x14x14 to 7x7 0.55 against 0.62). The default of the configuration's
+# "tap_major_max_extra".
 SHIFT_MAX_EXTRA = 0.15
+# Optional fields: name -> (types, default). A compiler reads them from the configuration it
+# compiles for (DeviceConfig.tap_major_min_channels, DeviceConfig.tap_major_pays).
+_OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
+    "tap_major_min_channels": ((int,), SHIFT_MIN_CHANNELS),
+    "tap_major_max_extra": ((int, float), SHIFT_MAX_EXTRA),
+}
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
-
-
-def tap_major_pays(kernel_w: int, dilation_w: int, stride_w: int, out_w: int) -> bool:
-    """Whether the extra columns of a tap-major convolution are few enough (see SHIFT_MAX_EXTRA)."""
-    return (kernel_w - 1) * dilation_w // stride_w <= SHIFT_MAX_EXTRA * out_w
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,14 @@ class DeviceConfig:
     contexts: int
     iova_base: int
     iova_size: int
+    # Speed rules for compilers (see SHIFT_MIN_CHANNELS and SHIFT_MAX_EXTRA).
+    tap_major_min_channels: int = SHIFT_MIN_CHANNELS
+    tap_major_max_extra: float = SHIFT_MAX_EXTRA
+
+    def tap_major_pays(self, kernel_w: int, dilation_w: int, stride_w: int, out_w: int) -> bool:
+        """Whether the extra columns of a tap-major convolution are few enough: at most
+        ``tap_major_max_extra`` of an output line of ``out_w``."""
+        return (kernel_w - 1) * dilation_w // stride_w <= self.tap_major_max_extra * out_w
 
     def has_block(self, block: dla_block_e | str) -> bool:
         if isinstance(block, str):
@@ -107,7 +120,7 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     """Check every field of a configuration and build it; errors name the field and value."""
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
-    unknown = sorted(set(raw) - set(_FIELDS))
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL))
     if unknown:
         raise DlaError(NvError.BadValue, f"{source}: unknown field(s) {', '.join(unknown)}")
     for key, typ in _FIELDS.items():
@@ -117,6 +130,13 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
         if not isinstance(value, typ) or isinstance(value, bool):
             raise DlaError(NvError.BadValue, f"{source}: '{key}' must be a {typ.__name__}, "
                                              f"not {value!r}")
+    optional: dict[str, Any] = {}
+    for key, (types, default) in _OPTIONAL.items():
+        value = raw.get(key, default)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise DlaError(NvError.BadValue, f"{source}: '{key}' must be a "
+                                             f"{' or '.join(t.__name__ for t in types)}, not {value!r}")
+        optional[key] = value
     blocks = tuple(_member(dla_block_e, b, "blocks", source) for b in raw["blocks"])
     precisions = tuple(_member(dla_precision_e, p, "precisions", source) for p in raw["precisions"])
     checks = [
@@ -129,15 +149,19 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
         (raw["iova_base"] % PAGE == 0 and raw["iova_base"] > 0, "iova_base", "page-aligned and > 0"),
         (raw["iova_size"] >= PAGE and raw["iova_base"] + raw["iova_size"] <= 1 << 48, "iova_size",
          "at least a page, ending below 2^48"),
+        (optional["tap_major_min_channels"] >= 1, "tap_major_min_channels", ">= 1"),
+        (0 <= optional["tap_major_max_extra"] < math.inf, "tap_major_max_extra", "a finite number >= 0"),
     ]
     for ok, key, rule in checks:
         if not ok:
-            raise DlaError(NvError.BadValue, f"{source}: '{key}' = {raw[key]!r} must be {rule}")
+            value = optional[key] if key in optional else raw[key]
+            raise DlaError(NvError.BadValue, f"{source}: '{key}' = {value!r} must be {rule}")
     if dla_block_e.CONV in blocks and dla_block_e.SDP not in blocks:
         raise DlaError(NvError.BadValue, f"{source}: 'blocks': CONV needs SDP (its results fly to SDP)")
     return DeviceConfig(raw["name"], raw["description"], raw["instances"], raw["hw_version"],
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
-                        raw["iova_size"])
+                        raw["iova_size"], optional["tap_major_min_channels"],
+                        float(optional["tap_major_max_extra"]))
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:

@@ -1,4 +1,9 @@
-"""Building task descriptors and address lists by hand (used by tests now, by the compiler later).
+"""The task encoder: task descriptors and address lists, built by the compiler, by tests and by hand.
+
+It lives on the loadable side (it writes the descriptor layouts of ``dla_task.yaml``) and depends on
+no driver: :meth:`BuiltTask.load` writes a built task into the buffers of any object with
+``bo_create`` / ``bo_array`` (the KMD's driver object has them), and its address list holds
+:class:`TaskAddress` entries, which carry the fields of the KMD's address-list entries.
 
 Buffers are named; cubes and memory references point into them. Each operation records the byte
 ranges it reads and writes, and the builder derives the dependency graph from them (read after
@@ -23,16 +28,15 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
-from pydla.kmd.port import AddressEntry
 
 DESCRIPTORS = "descriptors"
 FIXED_ENTRIES = 5  # network, dependency graph, operation and surface descriptors, LUTs
@@ -47,6 +51,21 @@ POOLS = {"max": R.pdp_method_e.MAX, "avg": R.pdp_method_e.AVG, "min": R.pdp_meth
 RUBIK = {"contract": R.rubik_mode_e.CONTRACT, "split": R.rubik_mode_e.SPLIT,
          "merge": R.rubik_mode_e.MERGE, "transpose": R.rubik_mode_e.TRANSPOSE,
          "space_to_depth": R.rubik_mode_e.SPACE_TO_DEPTH}
+# The descriptor layout of dla_task.yaml: each block's operation and surface descriptor; every
+# operation takes a slot of the largest of each kind (the network descriptor's op_desc_size and
+# surface_desc_size), as the reader of a task (the KMD) expects.
+OP_DESC = {
+    dla_block_e.BDMA: T.dla_bdma_op_desc_t, dla_block_e.CONV: T.dla_conv_op_desc_t,
+    dla_block_e.SDP: T.dla_sdp_op_desc_t, dla_block_e.PDP: T.dla_pdp_op_desc_t,
+    dla_block_e.CDP: T.dla_cdp_op_desc_t, dla_block_e.RUBIK: T.dla_rubik_op_desc_t,
+}
+SURFACE_DESC = {
+    dla_block_e.BDMA: T.dla_bdma_surface_desc_t, dla_block_e.CONV: T.dla_conv_surface_desc_t,
+    dla_block_e.SDP: T.dla_sdp_surface_desc_t, dla_block_e.PDP: T.dla_pdp_surface_desc_t,
+    dla_block_e.CDP: T.dla_pdp_surface_desc_t, dla_block_e.RUBIK: T.dla_pdp_surface_desc_t,
+}
+OP_DESC_SIZE = max(ctypes.sizeof(t) for t in OP_DESC.values())
+SURFACE_DESC_SIZE = max(ctypes.sizeof(t) for t in SURFACE_DESC.values())
 
 
 @dataclass(frozen=True)
@@ -98,11 +117,30 @@ class Op:
     buffers: dict[str, str] = field(default_factory=dict)  # surface field -> buffer name
 
 
+@dataclass(frozen=True)
+class TaskAddress:
+    """One entry of a task's address list: a buffer handle, an offset, and the bytes from there the
+    task may use (None: to the end of the buffer). The fields of the KMD's address-list entries, by
+    name, so that the list goes to ``Kmd.submit`` as it is."""
+
+    handle: int
+    offset: int = 0
+    size: int | None = None
+
+
+class BufferAllocator(Protocol):
+    """What :meth:`BuiltTask.load` needs of a driver: buffers of a context and their bytes."""
+
+    def bo_create(self, ctx: int, size: int) -> int: ...
+
+    def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]: ...
+
+
 @dataclass
 class LoadedTask:
     """A built task in a context's buffers: the address list to submit and the handles by name."""
 
-    addresses: list[AddressEntry]
+    addresses: list[TaskAddress]
     handles: dict[str, int]
 
 
@@ -141,7 +179,7 @@ class BuiltTask:
                                      symbol=names[sub.address - FIXED_ENTRIES])
         return w.build()
 
-    def load(self, kmd: Any, ctx: int, existing: dict[str, int] | None = None) -> LoadedTask:
+    def load(self, kmd: BufferAllocator, ctx: int, existing: dict[str, int] | None = None) -> LoadedTask:
         """Create the buffers in ``ctx`` (except those in ``existing``) and write the descriptors."""
         handles = dict(existing or {})
         for name, size in self.buffers.items():
@@ -149,7 +187,7 @@ class BuiltTask:
                 handles[name] = kmd.bo_create(ctx, size)
         desc = kmd.bo_array(ctx, handles[DESCRIPTORS])
         desc[:len(self.descriptors)] = np.frombuffer(self.descriptors, dtype=np.uint8)
-        return LoadedTask([AddressEntry(handles[name], off) for name, off in self.addresses], handles)
+        return LoadedTask([TaskAddress(handles[name], off) for name, off in self.addresses], handles)
 
 
 class TaskBuilder:

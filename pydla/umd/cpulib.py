@@ -39,11 +39,12 @@ Functions:
 - ``unary(src, dst, shape, op, alpha, beta, src_dtype, dst_dtype)``: ONNX's element-wise math that
   SDP has no form for (Exp, Log, Sqrt, trigonometric and hyperbolic functions, Floor, Ceil, Round,
   Sign, Erf, Softplus, Softsign, Elu, Celu, Selu, ThresholdedRelu, HardSigmoid, HardSwish, Mish,
-  Gelu; see :data:`UNARY`), computed in float64.
+  Gelu; see :data:`pydla.loadable.cpuops.UNARY_OPS`), computed in float64.
 - ``reduce(src, dst, shape, axes, noop_with_empty_axes, op, src_dtype, dst_dtype)``: ONNX ReduceSum /
   Max / Min / Prod / Mean / L1 / L2 / SumSquare / LogSum / LogSumExp over ``axes`` (text or an int64
-  buffer; none: all axes, or a copy with ``noop_with_empty_axes``; see :data:`REDUCE`); the result
-  keeps the reduced axes as 1 (the same bytes with or without keepdims).
+  buffer; none: all axes, or a copy with ``noop_with_empty_axes``; see
+  :data:`pydla.loadable.cpuops.REDUCE_OPS`); the result keeps the reduced axes as 1 (the same bytes
+  with or without keepdims).
 - ``pow(a, b, dst, a_shape, b_shape, out_shape, a_dtype, b_dtype, dst_dtype)``: ONNX Pow of any
   numeric types, broadcasting, in float64 (an integer result rounded toward zero).
 - ``compare(a, b, dst, a_shape, b_shape, out_shape, op, a_dtype, b_dtype)``: ONNX Equal / Less /

@@ -2,6 +2,10 @@
 ArgMax / ArgMin, Gather, Expand and Tile (the functions ``unary``, ``reduce``, ``pow``, ``compare``,
 ``where``, ``cast``, ``argmax``, ``gather``, ``expand`` and ``tile`` of :mod:`pydla.umd.cpulib`, which
 documents their arguments).
+
+The operators each function takes are declared data of the loadable side
+(:mod:`pydla.loadable.cpuops`, what the compiler emits); the tables here implement exactly those,
+keyed by their names.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.loadable import cpuops
 from pydla.umd.cpuargs import (
     DTYPES,
     INT_DTYPES,
@@ -22,6 +27,15 @@ from pydla.umd.cpuargs import (
     tensor_arg,
     typed_arg,
 )
+
+
+def _implement(what: str, names: tuple[str, ...], table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` in the order of the declared ``names``; it must implement exactly those."""
+    if set(table) != set(names):
+        missing, extra = sorted(set(names) - set(table)), sorted(set(table) - set(names))
+        raise RuntimeError(f"cpumath: {what} implements {extra or 'no others'} beyond the declared "
+                           f"operators and lacks {missing or 'none'} (see pydla.loadable.cpuops)")
+    return {name: table[name] for name in names}
 
 
 def erf(x: Any) -> Any:
@@ -50,7 +64,7 @@ def softplus(x: Any) -> Any:
 # ONNX's element-wise math on floats that SDP has no form for: name -> f(x, alpha, beta), computed
 # in float64 and stored in the destination's type. alpha / beta are the operator's attributes
 # (the compiler passes ONNX's defaults when the model leaves them out).
-UNARY: dict[str, Callable[[Any, float, float], Any]] = {
+UNARY: dict[str, Callable[[Any, float, float], Any]] = _implement("UNARY", cpuops.UNARY_OPS, {
     "Exp": lambda x, a, b: np.exp(x),
     "Log": lambda x, a, b: np.log(x),
     "Sqrt": lambda x, a, b: np.sqrt(x),
@@ -81,7 +95,7 @@ UNARY: dict[str, Callable[[Any, float, float], Any]] = {
     "Mish": lambda x, a, b: x * np.tanh(softplus(x)),
     "Gelu": lambda x, a, b: 0.5 * x * (1.0 + erf(x / np.sqrt(2.0))),
     "GeluTanh": lambda x, a, b: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
-}
+})
 
 
 def unary(args: list[Any]) -> None:
@@ -104,7 +118,7 @@ def unary(args: list[Any]) -> None:
 
 # ONNX's reductions: name -> f(x, axes) with keepdims. Integer tensors: the first four, exactly
 # (a sum or product wraps around as the type does).
-REDUCE: dict[str, Callable[[Any, tuple[int, ...]], Any]] = {
+REDUCE: dict[str, Callable[[Any, tuple[int, ...]], Any]] = _implement("REDUCE", cpuops.REDUCE_OPS, {
     "ReduceSum": lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
     "ReduceMax": lambda x, axes: np.max(x, axis=axes, keepdims=True),
     "ReduceMin": lambda x, axes: np.min(x, axis=axes, keepdims=True),
@@ -115,8 +129,8 @@ REDUCE: dict[str, Callable[[Any, tuple[int, ...]], Any]] = {
     "ReduceSumSquare": lambda x, axes: np.sum(x * x, axis=axes, keepdims=True),
     "ReduceLogSum": lambda x, axes: np.log(np.sum(x, axis=axes, keepdims=True)),
     "ReduceLogSumExp": lambda x, axes: logsumexp(x, axes),
-}
-INTEGER_REDUCE = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+})
+INTEGER_REDUCE = cpuops.INTEGER_REDUCE_OPS
 
 
 def logsumexp(x: Any, axes: tuple[int, ...]) -> Any:
@@ -179,10 +193,10 @@ def power(args: list[Any]) -> None:
     y[...] = result
 
 
-COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+COMPARE: dict[str, Callable[[Any, Any], Any]] = _implement("COMPARE", cpuops.COMPARE_OPS, {
     "Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
     "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-}
+})
 
 
 def compare(args: list[Any]) -> None:
@@ -230,7 +244,7 @@ def argmax(args: list[Any]) -> None:
     """argmax(src, dst, shape, axis, select_last_index, op, dtype): ONNX ArgMax / ArgMin into int64
     indices, the reduced axis kept as 1 (the same bytes with or without keepdims)."""
     src, dst, shape_text, axis, last, op, dtype = args
-    if op not in ("ArgMax", "ArgMin"):
+    if op not in cpuops.ARGMAX_OPS:
         raise DlaError(NvError.BadParameter, f"cpulib: {op!r} is not ArgMax or ArgMin")
     shape = shape_arg(shape_text)
     if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):

@@ -82,16 +82,17 @@ def test_conv_bn_add_relu_fuse_into_one_pair() -> None:
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
-    """From SHIFT_MIN_CHANNELS input channels, 3x3 convolutions (stride 1 and 2) of wide enough lines
-    are compiled with RSKC weights, which the device runs as shift-GEMM; 1x1, grouped and narrow ones
-    keep KCRS. The numbers agree."""
+    """From the configuration's tap_major_min_channels input channels, 3x3 convolutions (stride 1 and
+    2) of wide enough lines are compiled with RSKC weights, which the device runs as shift-GEMM; 1x1,
+    grouped and narrow ones keep KCRS. The numbers agree."""
     from pydla.deviceapi.generated import dla_regs as R
     from pydla.deviceapi.generated import dla_task as T
     from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.hw.config import SHIFT_MAX_EXTRA, SHIFT_MIN_CHANNELS, tap_major_pays
+    from pydla.hw.config import load_config
     from pydla.kmd.graph import OP_DESC_SIZE
 
-    c = SHIFT_MIN_CHANNELS
+    cfg = load_config("full")
+    c = cfg.tap_major_min_channels
     nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("BatchNormalization", ["c1", "g", "b", "m", "v"], ["n1"]),
              helper.make_node("Relu", ["n1"], ["r1"]),
@@ -104,9 +105,9 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
         return r(*shape) / np.float32(np.sqrt(np.prod(shape[1:])))
 
     width = 14  # stride 1: 2 extra columns on 14, stride 2: 1 on 7 (both <= 15%)
-    assert tap_major_pays(3, 1, 1, width) and tap_major_pays(3, 1, 2, width // 2)
-    assert not tap_major_pays(3, 1, 2, 6) and not tap_major_pays(3, 1, 1, 7)  # 1/6, 2/7 > 15%
-    assert SHIFT_MAX_EXTRA < 1 / 6
+    assert cfg.tap_major_pays(3, 1, 1, width) and cfg.tap_major_pays(3, 1, 2, width // 2)
+    assert not cfg.tap_major_pays(3, 1, 2, 6) and not cfg.tap_major_pays(3, 1, 1, 7)  # 1/6, 2/7 > 15%
+    assert cfg.tap_major_max_extra < 1 / 6
     m = model(nodes, {"x": (batch, c, 9, width)}, ["y"],
               {"W1": w(c, c, 3, 3), "B1": r(c), "g": r(c, positive=True), "b": r(c), "m": r(c),
                "v": r(c, positive=True), "W2": w(24, c, 3, 3), "B2": r(24), "W3": w(24, c, 1, 1),

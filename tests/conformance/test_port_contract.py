@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.kmd.taskbuilder import DESCRIPTORS, TaskBuilder
+from pydla.loadable.taskbuilder import DESCRIPTORS, TaskBuilder
 from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaPort, NvDlaTask
 
 

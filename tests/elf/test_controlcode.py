@@ -16,7 +16,7 @@ from pydla.elf.writer import ElfWriter
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 
 ARGS = {"x": 0, "y": 1, "z": 2}
 

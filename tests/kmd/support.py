@@ -27,7 +27,7 @@ from pydla.kmd.driver import Job, Kmd
 from pydla.kmd.engine import TaskRun
 from pydla.kmd.graph import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
 from pydla.kmd.program import STATUS
-from pydla.kmd.taskbuilder import BuiltTask, Cube, LoadedTask, TaskBuilder
+from pydla.loadable.taskbuilder import BuiltTask, Cube, LoadedTask, TaskBuilder
 
 Array = npt.NDArray[np.float32]
 MakeKmd = Callable[..., tuple[VirtualDevice, Kmd]]  # the make_kmd fixture (conftest.py)

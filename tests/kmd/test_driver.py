@@ -12,7 +12,7 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import COMPLETED, FAILED, MAX_EXTENSIONS, Job, Kmd
-from pydla.kmd.taskbuilder import LoadedTask
+from pydla.loadable.taskbuilder import LoadedTask
 from tests.kmd.support import (
     Case,
     Descriptors,

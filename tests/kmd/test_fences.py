@@ -12,7 +12,7 @@ from pydla import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import COMPLETED, QUEUED, Kmd
 from pydla.kmd.sync import TimelineSemaphore
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 
 
 def test_semaphore_signal_wait_timeout_and_failure() -> None:

@@ -12,7 +12,7 @@ from pydla.deviceapi.generated import dla_task as T
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 
 
 @pytest.fixture

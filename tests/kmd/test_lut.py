@@ -10,7 +10,7 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 
 GRID = np.linspace(-4.0, 4.0, 33)
 

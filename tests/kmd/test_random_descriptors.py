@@ -18,7 +18,7 @@ import pytest
 from pydla import DlaError
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.taskbuilder import BuiltTask, TaskBuilder
+from pydla.loadable.taskbuilder import BuiltTask, TaskBuilder
 
 MUTATIONS = int(os.environ.get("PYDLA_RANDOM_DESCRIPTORS", "3000"))
 WORDS = (0, 1, 2, 3, 7, 255, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF)

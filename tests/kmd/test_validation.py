@@ -22,7 +22,7 @@ from pydla.kmd import graph
 from pydla.kmd.driver import MAX_ADDRESSES, Kmd
 from pydla.kmd.graph import OP_DESC_SIZE, PAUSE_GC_OPERATIONS, SURFACE_DESC_SIZE
 from pydla.kmd.port import AddressEntry
-from pydla.kmd.taskbuilder import LoadedTask, TaskBuilder
+from pydla.loadable.taskbuilder import LoadedTask, TaskBuilder
 from tests.kmd.support import (
     COMPLETED,
     PROGRAMMED,

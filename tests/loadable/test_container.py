@@ -18,8 +18,8 @@ from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
-from pydla.kmd.taskbuilder import TaskBuilder
 from pydla.loadable.container import FORMAT_VERSION, Loadable, LoadableWriter
+from pydla.loadable.taskbuilder import TaskBuilder
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.kmd.taskbuilder import DESCRIPTORS, TaskBuilder
+from pydla.loadable.taskbuilder import DESCRIPTORS, TaskBuilder
 from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaTask
 

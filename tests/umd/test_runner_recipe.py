@@ -15,7 +15,7 @@ import pytest
 
 import pydla
 from pydla import DlaError, NvError
-from pydla.kmd.taskbuilder import TaskBuilder
+from pydla.loadable.taskbuilder import TaskBuilder
 from pydla.umd.runner import Runner
 from tests.umd.native import build_sample_library
 
