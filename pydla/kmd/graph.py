@@ -88,7 +88,7 @@ class TaskGraph:
     chains: dict[dla_block_e, tuple[int, ...]]
     # Register writes per operation index, filled on first programming (pydla.kmd.program): a
     # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
-    programs: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict, compare=False)
+    programs: dict[int, Any] = field(default_factory=dict, compare=False)  # program.Program by op index
 
     @functools.cached_property
     def blocks(self) -> tuple[dla_block_e, ...]:
