@@ -59,6 +59,8 @@ _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled,
 DEVICE_RESET_BIT = 31
 RESET_QUIESCE_S = 30.0  # the longest a reset waits for an abandoned operation to stop computing
 
+_S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
+    _S["status"], _S["pointer"], _S["error"], _S["error_group"], _S["ops_done"])
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
@@ -157,6 +159,7 @@ class VirtualDevice:
         self._word_targets: dict[bytes, tuple[_Block, npt.NDArray[np.intp]] | None] = {}
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # an operation finished (reset waits on it)
+        self._quiescing = 0  # resets waiting on _cond: an operation's end notifies only then
         self._blocks: dict[int, _Block] = {int(b): _Block(b, self._lock) for b in self.config.blocks}
         self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
         self._running: list[_Work] = []  # operations computing now (hung ones excluded)
@@ -354,18 +357,24 @@ class VirtualDevice:
         if block is None:
             return self._read_glb(address), None
         if offset < S_AREA:
-            return {
-                _S["status"]: block.state[0] | (block.state[1] << 16),
-                _S["pointer"]: block.producer | (block.consumer << 16),
-                _S["error"]: block.error,
-                _S["error_group"]: block.error_group,
-                _S["ops_done"]: block.ops_done & 0xFFFFFFFF,
-            }.get(offset, 0), None
-        return block.reg(block.producer, offset), block.producer
+            if offset == _S_POINTER:
+                return block.producer | (block.consumer << 16), None
+            if offset == _S_STATUS:
+                return block.state[0] | (block.state[1] << 16), None
+            if offset == _S_ERROR:
+                return block.error, None
+            if offset == _S_ERROR_GROUP:
+                return block.error_group, None
+            if offset == _S_OPS_DONE:
+                return block.ops_done & 0xFFFFFFFF, None
+            return 0, None
+        return block.words[block.producer][offset >> 2], block.producer
 
     def _read_glb(self, address: int) -> int:
         if address == R.GLB_INTR_STATUS:  # read by every interrupt handler: first
             return self.intr_status
+        if address == R.GLB_OPS_DONE:  # read at every job start
+            return self.ops_done & 0xFFFFFFFF
         fault_addr, fault_ctx, fault_block = self.fault
         return {
             R.GLB_HW_VERSION: self.config.hw_version,
@@ -397,7 +406,8 @@ class VirtualDevice:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
                 self._pending.append((block, group))
-                self._wake(block)
+                if self._threads:
+                    self._wake(block)
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
@@ -448,7 +458,11 @@ class VirtualDevice:
             if left <= 0:
                 self.log.append("reset: an abandoned operation is still computing")
                 break
-            self._cond.wait(left)
+            self._quiescing += 1
+            try:
+                self._cond.wait(left)
+            finally:
+                self._quiescing -= 1
 
     @staticmethod
     def _abandoned(work: _Work, targets: list[_Block]) -> bool:
@@ -560,12 +574,14 @@ class VirtualDevice:
             error, detail = int(e.code), e.detail
         except Exception as e:  # a device never throws into the host: any bug becomes an error
             error, detail = int(R.dla_hw_error_e.BAD_CONFIG), f"internal error: {type(e).__name__}: {e}"
-        with self._cond:
+        with self._lock:
             self._complete(work, error, detail, fault)
-            self._cond.notify_all()
-            self._wake(work.block)  # its other group may be next
-            if work.partner is not None:
-                self._wake(work.partner[0])
+            if self._quiescing:
+                self._cond.notify_all()
+            if self._threads:
+                self._wake(work.block)  # its other group may be next
+                if work.partner is not None:
+                    self._wake(work.partner[0])
         self._raise_irq()
 
     def _complete(self, work: _Work, error: int, detail: str, fault: MmuFault | None) -> None:

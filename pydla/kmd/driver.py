@@ -106,7 +106,8 @@ class Job:
         self.finished_at = 0.0
         self.pre_fences = list(pre_fences or [])
         self.post_fences = list(post_fences or [])
-        self._done = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None  # made by a thread that waits (see _wait_step)
         self._listening = False  # the KMD listens to the pre-fences while the job is queued
 
     def _listen(self) -> None:
@@ -122,7 +123,17 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._done
+
+    def _wait_step(self, seconds: float) -> None:
+        """Sleep until the job finishes or ``seconds`` pass. The event is made before ``done`` is
+        looked at, and _finish sets ``done`` before it looks for the event: one of them sees the
+        other, so a finish is never missed."""
+        event = self._event
+        if event is None:
+            event = self._event = threading.Event()
+        if not self._done:
+            event.wait(seconds)
 
     def wait(self, timeout_ms: float | None = None) -> None:
         """Block until the job finishes: return if it completed, raise its error if it failed.
@@ -136,7 +147,10 @@ class Job:
         self.error = error
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
-        self._done.set()
+        self._done = True  # before looking for a waiter's event (see _wait_step)
+        event = self._event
+        if event is not None:
+            event.set()
         for sem, value in self.post_fences:
             if error is None:
                 sem.signal(value)
@@ -170,6 +184,7 @@ class Kmd:
         self._closed = False
         self._service: threading.Thread | None = None
         if device.mode == "threaded":
+            self.engine.listening = True
             self._service = threading.Thread(target=self._service_loop, daemon=True,
                                              name=f"pydla-kmd{device.instance}")
             self._service.start()
@@ -414,7 +429,7 @@ class Kmd:
                 if nap:
                     time.sleep(nap)
             else:
-                job._done.wait(nap)
+                job._wait_step(nap)
 
     def close(self) -> None:
         with self._lock:
@@ -485,19 +500,35 @@ class Kmd:
                 self._queues[job.context.ctx].clear()
 
     def _pick(self) -> Job | None:
-        for q in self._queues.values():  # a head whose fence failed fails at once, never runs
-            while q and any(sem.error is not None and not sem.reached(v) for sem, v in q[0].pre_fences):
-                failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
-                assert failed is not None
-                q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
-        candidates = [(q[0].priority, ctx) for ctx, q in self._queues.items()
-                      if q and all(sem.reached(v) for sem, v in q[0].pre_fences)]
-        if not candidates:
+        """The next job to start: among the contexts whose first job may start (its pre-fences
+        reached), the highest priority, then the context after the one served last."""
+        best: list[int] = []
+        top = -1
+        for ctx, q in self._queues.items():
+            if not q:
+                continue
+            head = q[0]
+            if head.pre_fences:
+                while q and any(sem.error is not None and not sem.reached(v) for sem, v in q[0].pre_fences):
+                    # a head whose fence failed fails at once, never runs
+                    failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
+                    assert failed is not None
+                    q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
+                if not q or not all(sem.reached(v) for sem, v in q[0].pre_fences):
+                    continue
+                head = q[0]
+            if head.priority > top:
+                top, best = head.priority, [ctx]
+            elif head.priority == top:
+                best.append(ctx)
+        if not best:
             return None
-        top = max(p for p, _ in candidates)
-        ctxs = sorted(ctx for p, ctx in candidates if p == top)
-        after = [c for c in ctxs if self._last_served is not None and c > self._last_served]
-        ctx = (after or ctxs)[0]
+        if len(best) == 1:
+            ctx = best[0]
+        else:
+            ctxs = sorted(best)
+            last = self._last_served
+            ctx = next((c for c in ctxs if last is not None and c > last), ctxs[0])
         self._last_served = ctx
         job = self._queues[ctx].popleft()
         job._stop_listening()

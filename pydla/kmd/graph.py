@@ -91,6 +91,11 @@ class TaskGraph:
     programs: dict[int, Any] = field(default_factory=dict, compare=False)  # program.Program by op index
 
     @functools.cached_property
+    def dependency_counts(self) -> tuple[int, ...]:
+        """Each operation's dependency count: a run's counters start from these."""
+        return tuple(op.dependency_count for op in self.operations)
+
+    @functools.cached_property
     def blocks(self) -> tuple[dla_block_e, ...]:
         """The blocks this task uses (asked at every scheduling step: computed once)."""
         return tuple(b for b, chain in self.chains.items() if chain)

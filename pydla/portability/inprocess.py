@@ -83,6 +83,16 @@ class Session:
         self.closed = False
 
 
+class _Semaphore(TimelineSemaphore):
+    """A semaphore from NvDlaCreateSemaphore: it knows its session and whether it was destroyed
+    (checked at every fence use: attributes, not set lookups)."""
+
+    def __init__(self, value: int, session: Session) -> None:
+        super().__init__(value)
+        self.session = session
+        self.destroyed = False
+
+
 class _Prepared:
     """The in-process port's handle to a prepared task: the KMD's prepared-job id in a session."""
 
@@ -222,7 +232,7 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
         session = self._session(h)
-        sem = TimelineSemaphore(value)
+        sem = _Semaphore(value, session)
         session.semaphores.add(sem)  # a session's tasks may use only its own fences
         return sem
 
@@ -288,6 +298,8 @@ class InProcessPort(NvDlaPort):
     def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
         if not isinstance(semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "NvDlaDestroySemaphore: not from NvDlaCreateSemaphore")
+        if isinstance(semaphore, _Semaphore):
+            semaphore.destroyed = True
         with self._lock:
             sessions = list(self._sessions)
             self._destroyed.add(semaphore)
@@ -295,6 +307,10 @@ class InProcessPort(NvDlaPort):
             session.semaphores.discard(semaphore)
 
     def _fence(self, fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
+        sem = fence.semaphore
+        if type(sem) is _Semaphore and not sem.destroyed and (session is None or sem.session is session) \
+                and sem.session.port is self:
+            return sem, fence.value  # the common case, checked on attributes
         if not isinstance(fence.semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
         if fence.semaphore in self._destroyed:
