@@ -5,6 +5,11 @@ ctypes struct) and a :class:`ContextMemory` through which every access is transl
 It raises :class:`HwError` for a bad configuration and lets :class:`MmuFault` through; the device
 turns both into error status and interrupts.
 
+Each block is split in two: ``decode_<block>`` checks the registers, makes the memory views and
+chooses the kernel, and returns the operation as a function that computes; ``run_<block>`` does
+both. The device keeps decoded operations by their register bytes (see :mod:`pydla.hw.decoded`):
+what a decode returns depends only on the registers and the context's mappings, never on the data.
+
 The native feature layout is planar CHW (see ``cube_regs_t``): element (c, h, w) of a cube lives at
 ``addr + c*surf_stride + h*line_stride + w*element_size``. It was chosen over NVDLA's channel-packed
 atoms because numpy works on it without copies: a cube is one strided view, the im2col matmul of a
@@ -15,6 +20,7 @@ no conversion, and concatenation or slicing along any axis is only a different a
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,6 +110,10 @@ def _bad(condition: bool, detail: str) -> None:
 
 
 def run_bdma(r: Any, mem: ContextMemory) -> None:
+    decode_bdma(r, mem)()
+
+
+def decode_bdma(r: Any, mem: ContextMemory) -> Callable[[], None]:
     shape = (r.d_surf_repeat, r.d_line_repeat, r.d_line_size)
     _bad(not all(0 < n <= 1 << 30 for n in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES_PER_OP,
          f"BDMA: surfaces, lines, bytes = {shape} (at most {MAX_BYTES_PER_OP} bytes per operation)")
@@ -112,7 +122,11 @@ def run_bdma(r: Any, mem: ContextMemory) -> None:
                       (r.d_src_surf_stride, r.d_src_line_stride, 1), u8)
     dst = mem.strided(addr(r.d_dst_addr_lo, r.d_dst_addr_hi), shape,
                       (r.d_dst_surf_stride, r.d_dst_line_stride, 1), u8)
-    np.copyto(dst, src)
+    copy = np.copyto
+
+    def execute() -> None:
+        copy(dst, src)
+    return execute
 
 
 # -- CONV (+ SDP) ---------------------------------------------------------------------------------------
@@ -204,6 +218,12 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
     (see :func:`sdp_addends`) were added to it. The result is written into ``out`` (a float32 view
     of the right shape) unless that overlaps what the convolution reads, or the path used makes
     its own (tap-major weights)."""
+    return decode_conv(r, mem, out, addends)()
+
+
+def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
+                addends: list[Array] | None = None) -> Callable[[], tuple[Array, bool]]:
+    """:func:`run_conv`, decoded: the checks and views done, the kernel chosen."""
     dtype = mem.dtype(r.d_precision, "CONV")
     x = mem.cube(r.d_src, dtype, "CONV source")
     c_in = r.d_src.channels
@@ -239,17 +259,24 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
             (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1])))
         _bad(expect != out_hw or min(expect) < 1,
              f"CONV: output {out_hw} in the registers, {expect} from the input and kernel")
+        adds = tuple(addends or ())
+        folded = bool(addends)
         if conv.shift_gemm_applies(w, groups):
             # Tap-major weights: accumulated BLAS products, started from SDP's addends; the result
             # is a view with padded lines, which SDP reads as it reads any flying result.
-            result = conv.conv2d_shift_gemm(x, w, stride=stride, pads=pads, dilation=dilation,
-                                            addends=addends or ())
-            return result, bool(addends)
-        if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w):
-            out = np.empty((k, *out_hw), dtype=np.float32)
-        compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out,
-                       addends=addends or ())
-        return out, bool(addends)
+            def shift_gemm() -> tuple[Array, bool]:
+                return conv.conv2d_shift_gemm(x, w, stride=stride, pads=pads, dilation=dilation,
+                                              addends=adds), folded
+            return shift_gemm
+        into = None if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w) else out
+        shape = (k, *out_hw)
+
+        def direct() -> tuple[Array, bool]:
+            target = np.empty(shape, dtype=np.float32) if into is None else into
+            compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=target,
+                           addends=adds)
+            return target, folded
+        return direct
     if r.d_mode == R.conv_mode_e.DECONV:
         # ConvTranspose weights are (C_in, K/groups, kh, kw).
         _bad(c_in % groups or k % groups or cg * groups != k,
@@ -266,10 +293,14 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
                 (r.d_src.width, kw, stride[1], pads[1], pads[3], dilation[1], out_pad[1])))
         _bad(expect != out_hw or min(expect) < 1,
              f"CONV deconv: output {out_hw} in the registers, {expect} from the input and kernel")
-        out = np.empty((k, *out_hw), dtype=np.float32)
-        compute.deconv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups,
-                         output_padding=out_pad, out=out)
-        return out, False
+        deconv_shape = (k, *out_hw)
+
+        def deconv() -> tuple[Array, bool]:
+            result = np.empty(deconv_shape, dtype=np.float32)
+            compute.deconv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups,
+                             output_padding=out_pad, out=result)
+            return result, False
+        return deconv
     raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"CONV: mode {r.d_mode} is unknown")
 
 
@@ -283,34 +314,32 @@ _ACT = {R.sdp_act_e.NONE: "none", R.sdp_act_e.RELU: "relu", R.sdp_act_e.LEAKY_RE
 def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None, folded: bool = False) -> None:
     """Bias, batch norm, element-wise, activation; from memory or from CONV (``flying``). With
     ``folded``, the bias and element-wise ADD are already in ``flying`` (see :func:`sdp_addends`)."""
+    decode_sdp(r, mem)(flying, folded)
+
+
+def decode_sdp(r: Any, mem: ContextMemory) -> Callable[[Array | None, bool], None]:
+    """:func:`run_sdp`, decoded: a function of the flying result and ``folded``."""
     dtype = mem.dtype(r.d_precision, "SDP")
     out_dtype = mem.dtype(r.d_out_precision, "SDP output")
     dims = (r.d_src.channels, r.d_src.height, r.d_src.width)
-    if r.d_src_mode == R.sdp_src_mode_e.FLYING:
-        if flying is None:
-            raise HwError(R.dla_hw_error_e.NO_PRODUCER, "SDP: flying mode without a CONV operation")
-        _bad(flying.shape != dims, f"SDP: source dims {dims}, CONV produced {flying.shape}")
-        x = flying
-    elif r.d_src_mode == R.sdp_src_mode_e.MEMORY:
-        x = mem.cube(r.d_src, dtype, "SDP source").astype(np.float32)
-    else:
+    src: Array | None = None
+    if r.d_src_mode == R.sdp_src_mode_e.MEMORY:
+        src = mem.cube(r.d_src, dtype, "SDP source")
+    elif r.d_src_mode != R.sdp_src_mode_e.FLYING:
         raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"SDP: source mode {r.d_src_mode} is unknown")
     dst = mem.cube(r.d_dst, out_dtype, "SDP destination")
     _bad(dst.shape != dims, f"SDP: destination dims {dst.shape}, source {dims}")
     c = dims[0]
-    if (r.d_bias_enable or r.d_bn_enable) and not folded:
-        bias = mem.vector(addr(r.d_bias_addr_lo, r.d_bias_addr_hi), c, dtype) if r.d_bias_enable else None
-        scale = shift = None
-        if r.d_bn_enable:
-            scale = mem.vector(addr(r.d_scale_addr_lo, r.d_scale_addr_hi), c, dtype)
-            shift = mem.vector(addr(r.d_shift_addr_lo, r.d_shift_addr_hi), c, dtype)
-        if bias is not None:
-            compute.scale_bias(x, None, bias, out=x)
-        if scale is not None:
-            compute.scale_bias(x, scale, shift, out=x)
-    if r.d_ew_op != R.sdp_ew_op_e.NONE and not folded:
+    bias = mem.vector(addr(r.d_bias_addr_lo, r.d_bias_addr_hi), c, dtype) if r.d_bias_enable else None
+    scale = shift = None
+    if r.d_bn_enable:
+        scale = mem.vector(addr(r.d_scale_addr_lo, r.d_scale_addr_hi), c, dtype)
+        shift = mem.vector(addr(r.d_shift_addr_lo, r.d_shift_addr_hi), c, dtype)
+    ew: tuple[str, Array, bool] | None = None
+    if r.d_ew_op != R.sdp_ew_op_e.NONE:
         op = _EW.get(r.d_ew_op)
         _bad(op is None, f"SDP: element-wise op {r.d_ew_op} is unknown")
+        assert op is not None
         ew_addr = addr(r.d_ew_addr_lo, r.d_ew_addr_hi)
         if r.d_ew_mode == R.sdp_ew_mode_e.CUBE:
             y = mem.strided(ew_addr, dims, (r.d_ew_surf_stride, r.d_ew_line_stride, dtype.itemsize), dtype)
@@ -320,37 +349,62 @@ def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None, folded: boo
             y = mem.vector(ew_addr, 1, dtype).reshape(1, 1, 1)
         else:
             raise HwError(R.dla_hw_error_e.BAD_CONFIG, f"SDP: element-wise mode {r.d_ew_mode} is unknown")
-        assert op is not None
-        if np.may_share_memory(x, y) and not (y.shape == x.shape and y.strides == x.strides
-                                              and y.ctypes.data == x.ctypes.data):
-            y = y.copy()  # x may be SDP's destination itself: never read what was just written
-        if r.d_ew_swap:
-            x = compute.eltwise(np.broadcast_to(y, dims).astype(np.float32), x, op)  # type: ignore[arg-type]
-        else:
-            compute.eltwise(x, y, op, out=x)  # type: ignore[arg-type]
-    if r.d_act == R.sdp_act_e.LUT:
-        _lut(r, mem, x)
-        np.copyto(dst, x, casting="unsafe")
-        return
+        ew = (op, y, bool(r.d_ew_swap))
+    lut = _decode_lut(r, mem) if r.d_act == R.sdp_act_e.LUT else None
     act = _ACT.get(r.d_act)
-    _bad(act is None, f"SDP: activation {r.d_act} is unknown")
-    assert act is not None
+    _bad(lut is None and act is None, f"SDP: activation {r.d_act} is unknown")
     slope = None
     if r.d_act == R.sdp_act_e.PRELU:
         slope = mem.vector(addr(r.d_prelu_addr_lo, r.d_prelu_addr_hi), c, dtype)
-    same = (x.dtype == dst.dtype and x.strides == dst.strides and np.may_share_memory(x, dst)
-            and x.ctypes.data == dst.ctypes.data)  # .ctypes is slow: only when it can be true
-    if act != "none":
-        # Straight into the destination when that is another array (one pass, not two).
-        target = x if same or np.may_share_memory(x, dst) else dst
-        compute.activation(x, act, alpha=f32(r.d_act_alpha), clip_min=f32(r.d_act_min),
-                           clip_max=f32(r.d_act_max), slope=slope, out=target)
-        same = target is dst
-    if not same:
-        np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
+    alpha, clip_min, clip_max = f32(r.d_act_alpha), f32(r.d_act_min), f32(r.d_act_max)
+
+    def execute(flying: Array | None, folded: bool) -> None:
+        if src is None:
+            if flying is None:
+                raise HwError(R.dla_hw_error_e.NO_PRODUCER, "SDP: flying mode without a CONV operation")
+            _bad(flying.shape != dims, f"SDP: source dims {dims}, CONV produced {flying.shape}")
+            x = flying
+        else:
+            x = src.astype(np.float32)
+        if not folded:
+            if bias is not None:
+                compute.scale_bias(x, None, bias, out=x)
+            if scale is not None:
+                compute.scale_bias(x, scale, shift, out=x)
+            if ew is not None:
+                x = _eltwise(x, ew, dims)
+        if lut is not None:
+            lut(x)
+            np.copyto(dst, x, casting="unsafe")
+            return
+        assert act is not None
+        same = (x.dtype == dst.dtype and x.strides == dst.strides and np.may_share_memory(x, dst)
+                and x.ctypes.data == dst.ctypes.data)  # .ctypes is slow: only when it can be true
+        if act != "none":
+            # Straight into the destination when that is another array (one pass, not two).
+            target = x if same or np.may_share_memory(x, dst) else dst
+            compute.activation(x, act, alpha=alpha, clip_min=clip_min, clip_max=clip_max, slope=slope,
+                               out=target)
+            same = target is dst
+        if not same:
+            np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
+    return execute
 
 
-def _lut(r: Any, mem: ContextMemory, x: Array) -> None:
+def _eltwise(x: Array, ew: tuple[str, Array, bool], dims: tuple[int, int, int]) -> Array:
+    """SDP's element-wise stage: x op y (y op x when swapped); the result (x itself, or new)."""
+    op, y, swap = ew
+    if np.may_share_memory(x, y) and not (y.shape == x.shape and y.strides == x.strides
+                                          and y.ctypes.data == x.ctypes.data):
+        y = y.copy()  # x may be SDP's destination itself: never read what was just written
+    if swap:
+        result: Array = compute.eltwise(np.broadcast_to(y, dims).astype(np.float32), x, op)  # type: ignore[arg-type]
+        return result
+    compute.eltwise(x, y, op, out=x)  # type: ignore[arg-type]
+    return x
+
+
+def _decode_lut(r: Any, mem: ContextMemory) -> Callable[[Array], None]:
     """Linear interpolation in a table of d_lut_entries f32 values over [d_lut_start, d_lut_end]."""
     n, start, end = r.d_lut_entries, f32(r.d_lut_start), f32(r.d_lut_end)
     _bad(not 2 <= n <= 257, f"SDP: LUT of {n} entries (2..257)")
@@ -358,7 +412,10 @@ def _lut(r: Any, mem: ContextMemory, x: Array) -> None:
          f"SDP: LUT range {start}..{end}")
     table = mem.vector(addr(r.d_lut_addr_lo, r.d_lut_addr_hi), n, np.dtype(np.float32))
     grid = np.linspace(start, end, n)
-    x[...] = np.interp(x, grid, table.astype(np.float64))
+
+    def interpolate(x: Array) -> None:
+        x[...] = np.interp(x, grid, table.astype(np.float64))  # the table as it is now
+    return interpolate
 
 
 # -- PDP, CDP, RUBIK -----------------------------------------------------------------------------------
@@ -367,6 +424,10 @@ _POOL = {R.pdp_method_e.MAX: "max", R.pdp_method_e.AVG: "avg", R.pdp_method_e.MI
 
 
 def run_pdp(r: Any, mem: ContextMemory) -> None:
+    decode_pdp(r, mem)()
+
+
+def decode_pdp(r: Any, mem: ContextMemory) -> Callable[[], None]:
     dtype = mem.dtype(r.d_precision, "PDP")
     x = mem.cube(r.d_src, dtype, "PDP source")
     dst = mem.cube(r.d_dst, dtype, "PDP destination")
@@ -388,8 +449,12 @@ def run_pdp(r: Any, mem: ContextMemory) -> None:
         ceil_size = -(-(x.shape[axis] + lo + hi - k) // s) + 1
         _bad(dst.shape[axis] not in (floor_size, ceil_size) or floor_size < 1,
              f"PDP: output {name} {dst.shape[axis]}, expected {floor_size} (or {ceil_size} rounding up)")
-    compute.pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,  # type: ignore[arg-type]
-                   count_include_pad=bool(r.d_count_include_pad), out_size=dst.shape[1:], out=dst)
+    include_pad, out_size = bool(r.d_count_include_pad), dst.shape[1:]
+
+    def execute() -> None:
+        compute.pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,  # type: ignore[arg-type]
+                       count_include_pad=include_pad, out_size=out_size, out=dst)
+    return execute
 
 
 def run_cdp(r: Any, mem: ContextMemory) -> None:

@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import collections
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,11 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.hw import blocks
+from pydla.hw.decoded import DecodedCache
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.memory import DeviceMemory, MmuFault
 
@@ -56,6 +59,8 @@ _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled,
 DEVICE_RESET_BIT = 31
 RESET_QUIESCE_S = 30.0  # the longest a reset waits for an abandoned operation to stop computing
 
+_S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
+    _S["status"], _S["pointer"], _S["error"], _S["error_group"], _S["ops_done"])
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
@@ -93,8 +98,11 @@ class _Block:
         self.index = int(kind)
         self.regs_type = _REG_TYPES[kind]
         self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
-        # The same bytes as 32-bit registers, in the host's order as the ctypes snapshot reads them.
+        # The same bytes as 32-bit registers, in the host's order as the ctypes snapshot reads them;
+        # and as numpy arrays, for a program written in one store (reg_write_words).
         self.words = [memoryview(g).cast("I") for g in self.groups]
+        self.word_arrays = [np.frombuffer(g, dtype=np.uint32) for g in self.groups]
+        self.regs_size = ctypes.sizeof(self.regs_type)  # the bytes a decoded group is keyed by
         self.reset()
         self.ops_done = 0
         self.hangs = 0
@@ -146,8 +154,12 @@ class VirtualDevice:
         self.iommu = self.memory.iommu
         # _locate's memo: address -> (block or None for the global window, offset), or None if invalid
         self._where: dict[int, tuple[_Block | None, int] | None] = {}
+        # reg_write_words' memo: an address array's bytes -> (block, word indices) when every address
+        # is a configuration register of that block's D group, once each; else None
+        self._word_targets: dict[bytes, tuple[_Block, npt.NDArray[np.intp]] | None] = {}
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # an operation finished (reset waits on it)
+        self._quiescing = 0  # resets waiting on _cond: an operation's end notifies only then
         self._blocks: dict[int, _Block] = {int(b): _Block(b, self._lock) for b in self.config.blocks}
         self._pending: collections.deque[tuple[_Block, int]] = collections.deque()
         self._running: list[_Work] = []  # operations computing now (hung ones excluded)
@@ -162,6 +174,7 @@ class VirtualDevice:
         self.log: collections.deque[str] = collections.deque(maxlen=256)
         self.trace: list[RegAccess] | None = None
         self._precisions = tuple(int(p) for p in self.config.precisions)
+        self.decoded = DecodedCache(self.iommu, self._precisions)
         self._threads: list[threading.Thread] = []
         if mode == "threaded":
             for block in self._blocks.values():
@@ -243,6 +256,36 @@ class VirtualDevice:
             elif status:
                 self._raise_irq()
 
+    def reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
+        """``reg_write`` of ``values[i]`` to ``addresses[i]``, in order. When every address is a
+        configuration register of one block's D group (an operation's program) and no trace is
+        recorded, the values are stored in one numpy assignment under one lock; otherwise the writes
+        go one by one, with their effects."""
+        key = addresses.tobytes()
+        target = self._word_targets.get(key, False)
+        if target is False:
+            target = self._word_target(addresses.tolist())
+            if len(self._word_targets) >= 1 << 12:  # the programs of the loaded tasks; bounded
+                self._word_targets.clear()
+            self._word_targets[key] = target
+        if target is not None and len(values) == len(target[1]):
+            block, index = target
+            with self._lock:
+                if self.trace is None:
+                    block.word_arrays[block.producer][index] = values
+                    return
+        self.reg_write_many(list(zip(addresses.tolist(), values.tolist(), strict=True)))
+
+    def _word_target(self, addresses: list[int]) -> tuple[_Block, npt.NDArray[np.intp]] | None:
+        where = [self._locate(a) for a in addresses]
+        if not where or len(set(addresses)) != len(addresses):
+            return None
+        block = where[0][0] if where[0] is not None else None
+        if block is None or any(w is None or w[0] is not block or w[1] < S_AREA or w[1] == OP_ENABLE
+                                for w in where):
+            return None
+        return block, np.array([w[1] >> 2 for w in where if w is not None], dtype=np.intp)
+
     def step(self) -> bool:
         """In step mode, execute the next runnable operation; False when there is none."""
         if self.mode != "step":
@@ -314,18 +357,24 @@ class VirtualDevice:
         if block is None:
             return self._read_glb(address), None
         if offset < S_AREA:
-            return {
-                _S["status"]: block.state[0] | (block.state[1] << 16),
-                _S["pointer"]: block.producer | (block.consumer << 16),
-                _S["error"]: block.error,
-                _S["error_group"]: block.error_group,
-                _S["ops_done"]: block.ops_done & 0xFFFFFFFF,
-            }.get(offset, 0), None
-        return block.reg(block.producer, offset), block.producer
+            if offset == _S_POINTER:
+                return block.producer | (block.consumer << 16), None
+            if offset == _S_STATUS:
+                return block.state[0] | (block.state[1] << 16), None
+            if offset == _S_ERROR:
+                return block.error, None
+            if offset == _S_ERROR_GROUP:
+                return block.error_group, None
+            if offset == _S_OPS_DONE:
+                return block.ops_done & 0xFFFFFFFF, None
+            return 0, None
+        return block.words[block.producer][offset >> 2], block.producer
 
     def _read_glb(self, address: int) -> int:
         if address == R.GLB_INTR_STATUS:  # read by every interrupt handler: first
             return self.intr_status
+        if address == R.GLB_OPS_DONE:  # read at every job start
+            return self.ops_done & 0xFFFFFFFF
         fault_addr, fault_ctx, fault_block = self.fault
         return {
             R.GLB_HW_VERSION: self.config.hw_version,
@@ -357,7 +406,8 @@ class VirtualDevice:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
                 self._pending.append((block, group))
-                self._wake(block)
+                if self._threads:
+                    self._wake(block)
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
@@ -392,6 +442,7 @@ class VirtualDevice:
         if bits >> DEVICE_RESET_BIT & 1:
             self.intr_status = 0
             self.fault = (0, 0, 0)
+        self.decoded.clear()  # a decode is a function of registers and mappings; a reset starts over
         self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
         self._cond.notify_all()
         for block in self._blocks.values():
@@ -407,7 +458,11 @@ class VirtualDevice:
             if left <= 0:
                 self.log.append("reset: an abandoned operation is still computing")
                 break
-            self._cond.wait(left)
+            self._quiescing += 1
+            try:
+                self._cond.wait(left)
+            finally:
+                self._quiescing -= 1
 
     @staticmethod
     def _abandoned(work: _Work, targets: list[_Block]) -> bool:
@@ -507,54 +562,27 @@ class VirtualDevice:
             self.log.append(f"{work.block.kind.name} group {work.group}: hangs (injected)")
             return
         error, detail, fault = 0, "", None
-        mem = None
         try:
-            regs = work.block.snapshot(work.group)
-            mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self._precisions)
             if work.injected:
                 raise blocks.HwError(work.injected, "injected error")
             # The callers run this under np.errstate(all="ignore"): IEEE arithmetic, NaN and inf
             # flow on and no numpy warning reaches the host (set once per run, not per operation).
-            self._compute(work, regs, mem)
+            self.decoded.get(work.block, work.group, work.partner)()
         except MmuFault as e:
             error, detail, fault = int(R.dla_hw_error_e.MMU_FAULT), str(e), e
         except blocks.HwError as e:
             error, detail = int(e.code), e.detail
         except Exception as e:  # a device never throws into the host: any bug becomes an error
             error, detail = int(R.dla_hw_error_e.BAD_CONFIG), f"internal error: {type(e).__name__}: {e}"
-        with self._cond:
+        with self._lock:
             self._complete(work, error, detail, fault)
-            self._cond.notify_all()
-            self._wake(work.block)  # its other group may be next
-            if work.partner is not None:
-                self._wake(work.partner[0])
+            if self._quiescing:
+                self._cond.notify_all()
+            if self._threads:
+                self._wake(work.block)  # its other group may be next
+                if work.partner is not None:
+                    self._wake(work.partner[0])
         self._raise_irq()
-
-    def _compute(self, work: _Work, regs: Any, mem: blocks.ContextMemory) -> None:
-        kind = work.block.kind
-        if kind == dla_block_e.CONV:
-            assert work.partner is not None
-            sdp_regs = work.partner[0].snapshot(work.partner[1])
-            if sdp_regs.d_ctx_id != regs.d_ctx_id:
-                raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
-                                     f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
-            result, folded = blocks.run_conv(regs, mem, out=blocks.flying_destination(regs, sdp_regs, mem),
-                                             addends=blocks.sdp_addends(regs, sdp_regs, mem))
-            try:
-                blocks.run_sdp(sdp_regs, mem, flying=result, folded=folded)
-            except MmuFault as e:
-                e.block = int(dla_block_e.SDP)
-                raise
-        elif kind == dla_block_e.BDMA:
-            blocks.run_bdma(regs, mem)
-        elif kind == dla_block_e.SDP:
-            blocks.run_sdp(regs, mem)
-        elif kind == dla_block_e.PDP:
-            blocks.run_pdp(regs, mem)
-        elif kind == dla_block_e.CDP:
-            blocks.run_cdp(regs, mem)
-        else:
-            blocks.run_rubik(regs, mem)
 
     def _complete(self, work: _Work, error: int, detail: str, fault: MmuFault | None) -> None:
         """Under the lock: mark the operation (and its flying partner) done or failed."""

@@ -103,7 +103,9 @@ class AddressSpace:
         # Views the device made, by (address, shape, strides, dtype): a task runs again and again
         # over the same cubes. Dropped whenever a mapping goes.
         self.views: dict[tuple[Any, ...], tuple[npt.NDArray[Any], BufferObject]] = {}
-        self.generation = 0  # counts unmaps: a view made across one is not kept
+        # Changes with every map, unmap and free in this space, unique across spaces (the Iommu's
+        # counter): what was derived from the mappings under another generation is stale.
+        self.generation = 0
 
     def find(self, address: int) -> Mapping | None:
         i = bisect.bisect_right(self.starts, address) - 1
@@ -130,6 +132,26 @@ class Iommu:
         self._lock = threading.Lock()
         self._spaces: dict[int, AddressSpace] = {}
         self._next_ctx = 1
+        self._generations = 0
+
+    def _bump(self, space: AddressSpace) -> None:
+        """Under the lock: a new generation for ``space`` (see AddressSpace.generation)."""
+        self._generations += 1
+        space.generation = self._generations
+
+    def generation(self, ctx: int) -> int | None:
+        """The mapping generation of context ``ctx`` (None: no such context). Anything derived from
+        its mappings under another generation must be derived again."""
+        space = self._spaces.get(ctx)
+        return None if space is None else space.generation
+
+    def buffer_freed(self, bo: BufferObject) -> None:
+        """``bo`` was freed: every space that maps it starts a new generation."""
+        with self._lock:
+            for space in self._spaces.values():
+                if any(m.bo is bo for m in space.mappings):
+                    space.views.clear()
+                    self._bump(space)
 
     def create_context(self) -> int:
         with self._lock:
@@ -140,8 +162,9 @@ class Iommu:
                 self._next_ctx = (self._next_ctx + 1) & 0xFFFF
             ctx = self._next_ctx
             self._next_ctx = (ctx + 1) & 0xFFFF
-            self._spaces[ctx] = AddressSpace(ctx, self.config.iova_base,
-                                             self.config.iova_base + self.config.iova_size)
+            space = self._spaces[ctx] = AddressSpace(ctx, self.config.iova_base,
+                                                     self.config.iova_base + self.config.iova_size)
+            self._bump(space)
             return ctx
 
     def destroy_context(self, ctx: int) -> None:
@@ -173,6 +196,7 @@ class Iommu:
             i = bisect.bisect_right(space.starts, iova)
             space.starts.insert(i, iova)
             space.mappings.insert(i, Mapping(iova, size, bo, offset))
+            self._bump(space)
             return iova
 
     def unmap(self, ctx: int, iova: int) -> None:
@@ -184,7 +208,7 @@ class Iommu:
             del space.starts[i]
             del space.mappings[i]
             space.views.clear()
-            space.generation += 1
+            self._bump(space)
 
     def mappings(self, ctx: int) -> list[Mapping]:
         with self._lock:
@@ -280,6 +304,7 @@ class DeviceMemory:
             if self._buffers.pop(bo.handle, None) is None:
                 raise DlaError(NvError.BadParameter, f"buffer {bo.handle} is not allocated")
             self.used -= bo.size
+        self.iommu.buffer_freed(bo)
         bo.close()
 
     def get(self, handle: int) -> BufferObject:

@@ -39,7 +39,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
 from pydla.kmd.engine import Engine, TaskRun
-from pydla.kmd.graph import TaskGraph
+from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.port import AddressEntry, ResolvedEntry, TaskDesc, VirtualDevicePort
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.kmd.taskcache import TaskCache
@@ -48,6 +48,7 @@ Fence = tuple[TimelineSemaphore, int]  # (semaphore, value): NvDlaFence in the K
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_EXTENSIONS = 10
 MAX_ADDRESSES = 4096
+MAX_PREPARED = 4096  # prepared jobs per context
 QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
 
 
@@ -58,12 +59,28 @@ class _Buffer:
 
 
 @dataclass
+class PreparedJob:
+    """A task validated once (:meth:`Kmd.prepare`): its resolved address list and the KMD's own copy
+    of its descriptors (the graph). Submitting it again skips nothing that could have changed: the
+    graph is the KMD's copy, not the client's memory, and the job is dropped when a buffer it uses
+    is destroyed."""
+
+    prep_id: int
+    handles: frozenset[int]
+    addresses: list[ResolvedEntry]
+    graph: TaskGraph
+
+
+@dataclass
 class Context:
-    """A client's device context: its address space (ctx id) and its buffer objects by handle."""
+    """A client's device context: its address space (ctx id), its buffer objects by handle, and
+    its prepared jobs by id."""
 
     ctx: int
     buffers: dict[int, _Buffer] = field(default_factory=dict)
     next_handle: int = 1
+    prepared: dict[int, PreparedJob] = field(default_factory=dict)
+    next_prepared: int = 1
 
 
 class Job:
@@ -89,7 +106,8 @@ class Job:
         self.finished_at = 0.0
         self.pre_fences = list(pre_fences or [])
         self.post_fences = list(post_fences or [])
-        self._done = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None  # made by a thread that waits (see _wait_step)
         self._listening = False  # the KMD listens to the pre-fences while the job is queued
 
     def _listen(self) -> None:
@@ -105,7 +123,17 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._done
+
+    def _wait_step(self, seconds: float) -> None:
+        """Sleep until the job finishes or ``seconds`` pass. The event is made before ``done`` is
+        looked at, and _finish sets ``done`` before it looks for the event: one of them sees the
+        other, so a finish is never missed."""
+        event = self._event
+        if event is None:
+            event = self._event = threading.Event()
+        if not self._done:
+            event.wait(seconds)
 
     def wait(self, timeout_ms: float | None = None) -> None:
         """Block until the job finishes: return if it completed, raise its error if it failed.
@@ -119,7 +147,10 @@ class Job:
         self.error = error
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
-        self._done.set()
+        self._done = True  # before looking for a waiter's event (see _wait_step)
+        event = self._event
+        if event is not None:
+            event.set()
         for sem, value in self.post_fences:
             if error is None:
                 sem.signal(value)
@@ -153,6 +184,7 @@ class Kmd:
         self._closed = False
         self._service: threading.Thread | None = None
         if device.mode == "threaded":
+            self.engine.listening = True
             self._service = threading.Thread(target=self._service_loop, daemon=True,
                                              name=f"pydla-kmd{device.instance}")
             self._service.start()
@@ -220,6 +252,7 @@ class Kmd:
             self.device.memory.free(buf.bo)
             del context.buffers[handle]
             self.tasks.forget(ctx, handle)
+            context.prepared = {k: p for k, p in context.prepared.items() if handle not in p.handles}
 
     def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]:
         """The buffer's bytes as a numpy array (the host's mapping of it)."""
@@ -242,40 +275,13 @@ class Kmd:
         """Validate the task whose network descriptor is ``addresses[0]`` and queue it. It starts
         once every pre-fence's semaphore reaches its value (a context's jobs start in order); on
         completion it signals its post-fences (on failure it fails them)."""
-        timeout_ms = self.default_timeout_ms if timeout_ms is None else timeout_ms
-        if not 0 < timeout_ms <= 3_600_000:
-            raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms} must be 1..3600000")
-        if not 0 <= priority <= 255:
-            raise DlaError(NvError.BadParameter, f"priority {priority} must be 0..255")
-        if not 0 < len(addresses) <= MAX_ADDRESSES:
-            raise DlaError(NvError.BadParameter,
-                           f"address list of {len(addresses)} entries: must hold 1..{MAX_ADDRESSES}")
+        timeout_ms = self._check_job_args(priority, timeout_ms)
         with self._lock:
             self._check_open()
             context = self._context(ctx)
             job_id = self._next_job
             self._next_job += 1
-            resolved = []
-            for i, entry in enumerate(addresses):
-                buf = context.buffers.get(entry.handle)
-                if buf is None:
-                    raise DlaError(NvError.BadParameter,
-                                   f"task {job_id}: address {i}: handle {entry.handle} is not a "
-                                   f"buffer of context {ctx}")
-                for value, name in ((entry.offset, "offset"), (entry.size, "size")):
-                    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                        raise DlaError(NvError.BadParameter,
-                                       f"task {job_id}: address {i}: {name} {value!r} is not an integer")
-                if not 0 <= entry.offset < buf.bo.size:
-                    raise DlaError(NvError.BadParameter,
-                                   f"task {job_id}: address {i}: offset {entry.offset} is outside "
-                                   f"buffer {entry.handle} ({buf.bo.size} bytes)")
-                if entry.size is not None and not 0 < entry.size <= buf.bo.size - entry.offset:
-                    raise DlaError(NvError.InvalidSize,
-                                   f"task {job_id}: address {i}: size {entry.size} at offset {entry.offset} "
-                                   f"is outside buffer {entry.handle} ({buf.bo.size} bytes)")
-                resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset, entry.size))
-            task = TaskDesc(job_id, ctx, resolved)
+            task = TaskDesc(job_id, ctx, self._resolve(context, addresses, f"task {job_id}"))
             self._submitting.append(task)  # its buffers are in use while they are being checked
         try:
             # Copies and checks every descriptor (or reuses the graph of identical ones).
@@ -284,19 +290,118 @@ class Kmd:
             with self._lock:
                 self._submitting.remove(task)
         with self._lock:
+            return self._enqueue(context, task, graph, priority, timeout_ms, pre_fences, post_fences)
+
+    def prepare(self, ctx: int, addresses: list[AddressEntry]) -> int:
+        """Validate a task once and keep it (the KMD's copy of its descriptors, its resolved
+        addresses); :meth:`submit_prepared` then queues it any number of times. Returns its id in
+        ``ctx``. A prepared job is dropped when a buffer it uses is destroyed or its context closes."""
+        with self._lock:
             self._check_open()
-            job = Job(self, job_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
-            if ctx not in self._contexts:
+            context = self._context(ctx)
+            if len(context.prepared) >= MAX_PREPARED:
+                raise DlaError(NvError.ResourceError,
+                               f"context {ctx} holds {MAX_PREPARED} prepared jobs: release some first")
+            prep_id = context.next_prepared
+            context.next_prepared += 1
+            what = f"prepared task {prep_id}"
+            task = TaskDesc(prep_id, ctx, self._resolve(context, addresses, what))
+            self._submitting.append(task)
+        try:
+            graph = load_task(self.port, task, self.config)
+        finally:
+            with self._lock:
+                self._submitting.remove(task)
+        with self._lock:
+            if self._contexts.get(ctx) is not context:
                 raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
-            job._listen()
-            self._queues[ctx].append(job)
-            if self._service is None and self.device.mode == "deterministic":
-                self._poll_locked()
-            elif self._service is not None and self._start_next():
-                pass  # the device was idle: programmed from the caller, as a submit ioctl does
-            else:
-                self._wake()
-            return job
+            handles = frozenset(e.handle for e in addresses)
+            if any(h not in context.buffers for h in handles):
+                raise DlaError(NvError.InvalidState, f"{what}: a buffer it uses was destroyed meanwhile")
+            context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph)
+            return prep_id
+
+    def submit_prepared(self, ctx: int, prep_id: int, *, priority: int = 0, timeout_ms: int | None = None,
+                        pre_fences: list[Fence] | None = None, post_fences: list[Fence] | None = None) -> Job:
+        """Queue prepared job ``prep_id`` of ``ctx`` (see :meth:`prepare`), as :meth:`submit` would."""
+        timeout_ms = self._check_job_args(priority, timeout_ms)
+        with self._lock:
+            self._check_open()
+            context = self._context(ctx)
+            prepared = context.prepared.get(prep_id) if type(prep_id) is int else None
+            if prepared is None:
+                raise DlaError(NvError.BadParameter,
+                               f"prepared task {prep_id!r} is not one of context {ctx}'s (never prepared, "
+                               "released, or dropped when a buffer it uses was destroyed)")
+            job_id = self._next_job
+            self._next_job += 1
+            task = TaskDesc(job_id, ctx, prepared.addresses)
+            return self._enqueue(context, task, prepared.graph, priority, timeout_ms, pre_fences, post_fences)
+
+    def prepared_ids(self, ctx: int) -> list[int]:
+        """The ids of the prepared jobs ``ctx`` holds."""
+        with self._lock:
+            return list(self._context(ctx).prepared)
+
+    def release_prepared(self, ctx: int, prep_id: int) -> None:
+        """Forget prepared job ``prep_id`` (queued jobs made from it run on). Releasing one that is
+        already gone is not an error."""
+        with self._lock:
+            self._context(ctx).prepared.pop(prep_id, None)
+
+    def _check_job_args(self, priority: int, timeout_ms: int | None) -> int:
+        timeout_ms = self.default_timeout_ms if timeout_ms is None else timeout_ms
+        if not 0 < timeout_ms <= 3_600_000:
+            raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms} must be 1..3600000")
+        if not 0 <= priority <= 255:
+            raise DlaError(NvError.BadParameter, f"priority {priority} must be 0..255")
+        return timeout_ms
+
+    @staticmethod
+    def _resolve(context: Context, addresses: list[AddressEntry], what: str) -> list[ResolvedEntry]:
+        """Under the lock: each entry checked against its buffer, and resolved to it."""
+        if not 0 < len(addresses) <= MAX_ADDRESSES:
+            raise DlaError(NvError.BadParameter,
+                           f"address list of {len(addresses)} entries: must hold 1..{MAX_ADDRESSES}")
+        resolved = []
+        for i, entry in enumerate(addresses):
+            buf = context.buffers.get(entry.handle)
+            if buf is None:
+                raise DlaError(NvError.BadParameter,
+                               f"{what}: address {i}: handle {entry.handle} is not a "
+                               f"buffer of context {context.ctx}")
+            for value, name in ((entry.offset, "offset"), (entry.size, "size")):
+                if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                    raise DlaError(NvError.BadParameter,
+                                   f"{what}: address {i}: {name} {value!r} is not an integer")
+            if not 0 <= entry.offset < buf.bo.size:
+                raise DlaError(NvError.BadParameter,
+                               f"{what}: address {i}: offset {entry.offset} is outside "
+                               f"buffer {entry.handle} ({buf.bo.size} bytes)")
+            if entry.size is not None and not 0 < entry.size <= buf.bo.size - entry.offset:
+                raise DlaError(NvError.InvalidSize,
+                               f"{what}: address {i}: size {entry.size} at offset {entry.offset} "
+                               f"is outside buffer {entry.handle} ({buf.bo.size} bytes)")
+            resolved.append(ResolvedEntry(buf.bo, buf.iova, entry.offset, entry.size))
+        return resolved
+
+    def _enqueue(self, context: Context, task: TaskDesc, graph: TaskGraph, priority: int, timeout_ms: int,
+                 pre_fences: list[Fence] | None, post_fences: list[Fence] | None) -> Job:
+        """Under the lock: queue a validated task as a job, and start it if the device is idle."""
+        self._check_open()
+        ctx = context.ctx
+        if self._contexts.get(ctx) is not context:
+            raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
+        job = Job(self, task.task_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
+        job._listen()
+        self._queues[ctx].append(job)
+        if self._service is None and self.device.mode == "deterministic":
+            self._poll_locked()
+        elif self._service is not None and self._start_next():
+            pass  # the device was idle: programmed from the caller, as a submit ioctl does
+        else:
+            self._wake()
+        return job
 
     def poll(self) -> None:
         """Process device events, check timeouts, start the next job. Never blocks."""
@@ -324,7 +429,7 @@ class Kmd:
                 if nap:
                     time.sleep(nap)
             else:
-                job._done.wait(nap)
+                job._wait_step(nap)
 
     def close(self) -> None:
         with self._lock:
@@ -395,19 +500,35 @@ class Kmd:
                 self._queues[job.context.ctx].clear()
 
     def _pick(self) -> Job | None:
-        for q in self._queues.values():  # a head whose fence failed fails at once, never runs
-            while q and any(sem.error is not None and not sem.reached(v) for sem, v in q[0].pre_fences):
-                failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
-                assert failed is not None
-                q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
-        candidates = [(q[0].priority, ctx) for ctx, q in self._queues.items()
-                      if q and all(sem.reached(v) for sem, v in q[0].pre_fences)]
-        if not candidates:
+        """The next job to start: among the contexts whose first job may start (its pre-fences
+        reached), the highest priority, then the context after the one served last."""
+        best: list[int] = []
+        top = -1
+        for ctx, q in self._queues.items():
+            if not q:
+                continue
+            head = q[0]
+            if head.pre_fences:
+                while q and any(sem.error is not None and not sem.reached(v) for sem, v in q[0].pre_fences):
+                    # a head whose fence failed fails at once, never runs
+                    failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
+                    assert failed is not None
+                    q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
+                if not q or not all(sem.reached(v) for sem, v in q[0].pre_fences):
+                    continue
+                head = q[0]
+            if head.priority > top:
+                top, best = head.priority, [ctx]
+            elif head.priority == top:
+                best.append(ctx)
+        if not best:
             return None
-        top = max(p for p, _ in candidates)
-        ctxs = sorted(ctx for p, ctx in candidates if p == top)
-        after = [c for c in ctxs if self._last_served is not None and c > self._last_served]
-        ctx = (after or ctxs)[0]
+        if len(best) == 1:
+            ctx = best[0]
+        else:
+            ctxs = sorted(best)
+            last = self._last_served
+            ctx = next((c for c in ctxs if last is not None and c > last), ctxs[0])
         self._last_served = ctx
         job = self._queues[ctx].popleft()
         job._stop_listening()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
@@ -33,6 +33,7 @@ from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
+_BLOCK_RANGE = range(len(BLOCKS))
 
 ERROR_CODES = {
     int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
@@ -42,7 +43,7 @@ ERROR_CODES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HwEvent:
     """What the ISR found: an operation of ``block`` in ``group`` completed or failed."""
 
@@ -51,37 +52,35 @@ class HwEvent:
     failed: bool
 
 
-@dataclass
 class TaskRun:
-    """The state of one execution of a task graph."""
+    """The state of one execution of a task graph (made at every submit: kept lean)."""
 
-    task: TaskDesc
-    graph: TaskGraph
-    on_finish: Callable[[TaskRun], None] | None = None
-    deps: list[int] = field(default_factory=list)
-    state: list[int] = field(default_factory=list)
-    group_of: list[int] = field(default_factory=list)
-    busy: dict[dla_block_e, list[int | None]] = field(default_factory=dict)
-    chain_pos: dict[dla_block_e, int] = field(default_factory=dict)
-    next_group: dict[dla_block_e, int] = field(default_factory=dict)
-    ready: collections.deque[int] = field(default_factory=collections.deque)
-    completed: int = 0
-    enable_order: list[int] = field(default_factory=list)
-    error: DlaError | None = None
-    finished: bool = False
+    __slots__ = ("task", "graph", "on_finish", "deps", "state", "group_of", "busy", "chain_pos",
+                 "next_group", "ready", "completed", "enable_order", "error", "finished")
 
-    def __post_init__(self) -> None:
-        n = len(self.graph.operations)
-        self.deps = [op.dependency_count for op in self.graph.operations]
+    def __init__(self, task: TaskDesc, graph: TaskGraph,
+                 on_finish: Callable[[TaskRun], None] | None = None) -> None:
+        n = len(graph.operations)
+        self.task = task
+        self.graph = graph
+        self.on_finish = on_finish
+        self.deps = list(graph.dependency_counts)
         self.state = [WAITING] * n
         self.group_of = [-1] * n
-        for b in dla_block_e:
-            self.busy[b] = [None, None]
-            self.chain_pos[b] = 0
-            self.next_group[b] = 0
+        # Per block of the graph: the operation in each register group, the position in its chain,
+        # the group it programs next.
+        self.busy: dict[dla_block_e, list[int | None]] = {b: [None, None] for b in graph.blocks}
+        self.chain_pos: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
+        self.next_group: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
+        self.ready: collections.deque[int] = collections.deque()
+        self.completed = 0
+        self.enable_order: list[int] = []
+        self.error: DlaError | None = None
+        self.finished = False
 
     def operation_in(self, block: dla_block_e, group: int) -> int | None:
-        return self.busy[block][group]
+        busy = self.busy.get(block)
+        return None if busy is None else busy[group]
 
 
 class Engine:
@@ -95,6 +94,9 @@ class Engine:
         self._events: collections.deque[HwEvent] = collections.deque()
         self.events_arrived = threading.Condition(self._events_lock)
         self.current: TaskRun | None = None
+        # Whether a thread may wait in wait_for_events (a driver's bottom half): the ISR notifies
+        # only then. Set before that thread starts.
+        self.listening = False
         self.mmu_fault: tuple[int, int, int] | None = None
         self._initialised = False
 
@@ -152,7 +154,7 @@ class Engine:
             blk = self.port.dla_reg_read(R.GLB_MMU_FAULT_BLOCK)
             self.mmu_fault = ((hi << 32) | lo, ctx, blk)
         events = []
-        for b in range(len(dla_block_e)):
+        for b in _BLOCK_RANGE:
             if not status >> (2 * b) & 0x30003:
                 continue  # no done or error bit of this block: the common case, checked once
             for g in (0, 1):
@@ -161,7 +163,8 @@ class Engine:
                 if status >> (16 + 2 * b + g) & 1:
                     events.append(HwEvent(b, g, True))
         self._events.extend(events)
-        self.events_arrived.notify_all()
+        if self.listening:
+            self.events_arrived.notify_all()
         return 0
 
     def dla_process_events(self) -> int:

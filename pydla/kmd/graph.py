@@ -88,7 +88,12 @@ class TaskGraph:
     chains: dict[dla_block_e, tuple[int, ...]]
     # Register writes per operation index, filled on first programming (pydla.kmd.program): a
     # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
-    programs: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict, compare=False)
+    programs: dict[int, Any] = field(default_factory=dict, compare=False)  # program.Program by op index
+
+    @functools.cached_property
+    def dependency_counts(self) -> tuple[int, ...]:
+        """Each operation's dependency count: a run's counters start from these."""
+        return tuple(op.dependency_count for op in self.operations)
 
     @functools.cached_property
     def blocks(self) -> tuple[dla_block_e, ...]:

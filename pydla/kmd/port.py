@@ -18,6 +18,9 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
@@ -88,6 +91,11 @@ class KmdPortability(abc.ABC):
         for addr, value in writes:
             self.dla_reg_write(addr, value)
 
+    def dla_reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
+        """Write ``values[i]`` to register ``addresses[i]``, in order, as ``dla_reg_write`` would one
+        by one; a port may do it in one transaction (an operation's program, some 40 registers)."""
+        self.dla_reg_write_many(list(zip(addresses.tolist(), values.tolist(), strict=True)))
+
     @abc.abstractmethod
     def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
         """The device (DMA) address of address-list entry ``index``."""
@@ -127,6 +135,9 @@ class VirtualDevicePort(KmdPortability):
 
     def dla_reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
         self.device.reg_write_many(writes)
+
+    def dla_reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
+        self.device.reg_write_words(addresses, values)
 
     def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
         entry = task.entry(index, what)

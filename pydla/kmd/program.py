@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
@@ -161,6 +165,22 @@ _PROGRAM: dict[dla_block_e, Callable[[_Writer, Any, Any], None]] = {
 }
 
 
+@dataclass(frozen=True)
+class Program:
+    """An operation's register writes, packed: register addresses and values as two uint32 arrays
+    (written in one call, :meth:`KmdPortability.dla_reg_write_words`)."""
+
+    addresses: npt.NDArray[np.uint32]
+    values: npt.NDArray[np.uint32]
+
+    @classmethod
+    def of(cls, writes: tuple[tuple[int, int], ...]) -> Program:
+        addresses = np.array([a for a, _ in writes], dtype=np.uint32)
+        values = np.array([v for _, v in writes], dtype=np.uint32)
+        addresses.flags.writeable = values.flags.writeable = False  # shared by every run of the task
+        return cls(addresses, values)
+
+
 def register_writes(port: KmdPortability, task: TaskDesc, op: Operation) -> tuple[tuple[int, int], ...]:
     """The (register, value) writes that configure ``op`` in whichever group is selected."""
     w = _Writer(port, task, op)
@@ -172,15 +192,17 @@ def register_writes(port: KmdPortability, task: TaskDesc, op: Operation) -> tupl
 
 
 def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group: int,
-                      programs: dict[int, tuple[tuple[int, int], ...]] | None = None) -> None:
+                      programs: dict[int, Program] | None = None) -> None:
     """Select ``group`` of the operation's block and write the operation's configuration into it.
-    ``programs`` caches the writes by operation index: valid for one task's resolved addresses."""
-    writes = programs.get(op.index) if programs is not None else None
-    if writes is None:
-        writes = register_writes(port, task, op)
+    ``programs`` caches the packed writes by operation index: valid for one task's resolved
+    addresses (a graph is kept per address list, so its programs are too)."""
+    program = programs.get(op.index) if programs is not None else None
+    if program is None:
+        program = Program.of(register_writes(port, task, op))
         if programs is not None:
-            programs[op.index] = writes
-    port.dla_reg_write_many(((POINTER[op.block], group), *writes))
+            programs[op.index] = program
+    port.dla_reg_write(POINTER[op.block], group)
+    port.dla_reg_write_words(program.addresses, program.values)
 
 
 def enable_operation(port: KmdPortability, op: Operation, group: int) -> None:

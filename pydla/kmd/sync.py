@@ -32,39 +32,48 @@ class TimelineSemaphore:
         with TimelineSemaphore._ids_lock:
             TimelineSemaphore._ids += 1
             self.sem_id = TimelineSemaphore._ids
-        self._cond = threading.Condition()
+        # The condition's lock is taken directly where nothing waits or is notified (a C-level lock,
+        # cheaper than the Condition's Python methods); waiters are counted so that a signal with
+        # none (the common case: the waiter polls, or is the signaller) notifies nobody.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiters = 0
         self._value = _check(value)
         self.error: DlaError | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @property
     def value(self) -> int:
-        with self._cond:
-            return self._value
+        return self._value  # one read of an int: atomic
 
     def signal(self, value: int) -> None:
         """Raise the value to ``value`` (never lowers it)."""
-        value = _check(value)
-        with self._cond:
-            self._value = max(self._value, value)
-        self._notify()
+        if type(value) is not int or not 0 <= value <= MAX_VALUE:
+            _check(value)
+        with self._lock:
+            if value > self._value:
+                self._value = value
+            if self._waiters:
+                self._cond.notify_all()
+            listeners = self._listeners and list(self._listeners)
+        for listener in listeners:
+            listener()
 
     def fail(self, error: DlaError) -> None:
         """The work that was to signal this semaphore failed: waiters get ``error``."""
-        with self._cond:
+        with self._lock:
             self.error = error
         self._notify()
 
     def _notify(self) -> None:
-        with self._cond:
+        with self._lock:
             self._cond.notify_all()
             listeners = list(self._listeners)
         for listener in listeners:
             listener()
 
     def reached(self, value: int) -> bool:
-        with self._cond:
-            return self._value >= value
+        return self._value >= value  # one read of an int: atomic
 
     def wake(self) -> None:
         """Wake the threads waiting on this semaphore (to look at their ``abort`` condition)."""
@@ -86,7 +95,11 @@ class TimelineSemaphore:
                 if left <= 0:
                     raise DlaError(NvError.Timeout, f"semaphore {self.sem_id} did not reach {value} within "
                                                     f"{timeout_ms} ms (it is at {self._value})")
-                self._cond.wait(left)
+                self._waiters += 1
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self._waiters -= 1
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (with no lock held) after every signal or failure."""

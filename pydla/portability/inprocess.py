@@ -36,6 +36,7 @@ from pydla.portability.interface import (
     NvDlaHeap,
     NvDlaMemHandle,
     NvDlaPort,
+    NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
 )
@@ -80,6 +81,26 @@ class Session:
         self.mems: dict[int, InProcessMem] = {}
         self.semaphores: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()  # gone when unused
         self.closed = False
+
+
+class _Semaphore(TimelineSemaphore):
+    """A semaphore from NvDlaCreateSemaphore: it knows its session and whether it was destroyed
+    (checked at every fence use: attributes, not set lookups)."""
+
+    def __init__(self, value: int, session: Session) -> None:
+        super().__init__(value)
+        self.session = session
+        self.destroyed = False
+
+
+class _Prepared:
+    """The in-process port's handle to a prepared task: the KMD's prepared-job id in a session."""
+
+    __slots__ = ("session", "prep_id")
+
+    def __init__(self, session: Session, prep_id: int) -> None:
+        self.session = session
+        self.prep_id = prep_id
 
 
 class InProcessPort(NvDlaPort):
@@ -211,22 +232,26 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
         session = self._session(h)
-        sem = TimelineSemaphore(value)
+        sem = _Semaphore(value, session)
         session.semaphores.add(sem)  # a session's tasks may use only its own fences
         return sem
+
+    def _addresses(self, session: Session, task: NvDlaTask, i: int) -> list[AddressEntry]:
+        addresses = []
+        for j, entry in enumerate(task.address_list):
+            what = f"NvDlaSubmit task {i} address {j}"
+            if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+                raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
+                                                     f"not {entry!r}")
+            size = entry[2] if len(entry) == 3 else None
+            addresses.append(AddressEntry(self._mem(session, entry[0], what).handle, entry[1], size))
+        return addresses
 
     def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
         session = self._session(h)
         statuses = []
         for i, task in enumerate(tasks):
-            addresses = []
-            for j, entry in enumerate(task.address_list):
-                what = f"NvDlaSubmit task {i} address {j}"
-                if not isinstance(entry, tuple) or len(entry) not in (2, 3):
-                    raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
-                                                         f"not {entry!r}")
-                size = entry[2] if len(entry) == 3 else None
-                addresses.append(AddressEntry(self._mem(session, entry[0], what).handle, entry[1], size))
+            addresses = self._addresses(session, task, i)
             job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
                                      timeout_ms=task.timeout_ms,
                                      pre_fences=[self._fence(f, session) for f in task.pre_fences],
@@ -234,9 +259,47 @@ class InProcessPort(NvDlaPort):
             statuses.append(NvDlaTaskStatus(job.job_id, job))
         return statuses
 
+    def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
+        """As the interface's; the KMD validates the task once and keeps its copy (a prepared job)."""
+        session = self._session(h)
+        kept = NvDlaTask(list(task.address_list))
+        prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, 0))
+        return NvDlaPreparedTask(kept, _Prepared(session, prep_id))
+
+    def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
+                            post_fences: list[NvDlaFence], *, priority: int = 0,
+                            timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        session = self._session(h)
+        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        if not isinstance(mine, _Prepared) or mine.session is not session:
+            raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this session prepared")
+        pre = [self._fence(f, session) for f in pre_fences]
+        post = [self._fence(f, session) for f in post_fences]
+        kmd = session.kmd
+        try:
+            job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
+                                      pre_fences=pre, post_fences=post)
+        except DlaError as e:
+            if e.code != NvError.BadParameter or mine.prep_id in kmd.prepared_ids(session.ctx):
+                raise
+            # The KMD dropped it (a buffer it used was destroyed): prepare it again, which checks
+            # every address anew and says what is wrong now.
+            mine.prep_id = kmd.prepare(session.ctx, self._addresses(session, prepared.task, 0))
+            job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
+                                      pre_fences=pre, post_fences=post)
+        return NvDlaTaskStatus(job.job_id, job)
+
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
+        session = self._session(h)
+        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        if isinstance(mine, _Prepared) and mine.session is session:
+            session.kmd.release_prepared(session.ctx, mine.prep_id)
+
     def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
         if not isinstance(semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "NvDlaDestroySemaphore: not from NvDlaCreateSemaphore")
+        if isinstance(semaphore, _Semaphore):
+            semaphore.destroyed = True
         with self._lock:
             sessions = list(self._sessions)
             self._destroyed.add(semaphore)
@@ -244,6 +307,10 @@ class InProcessPort(NvDlaPort):
             session.semaphores.discard(semaphore)
 
     def _fence(self, fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
+        sem = fence.semaphore
+        if type(sem) is _Semaphore and not sem.destroyed and (session is None or sem.session is session) \
+                and sem.session.port is self:
+            return sem, fence.value  # the common case, checked on attributes
         if not isinstance(fence.semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
         if fence.semaphore in self._destroyed:

@@ -88,6 +88,15 @@ class NvDlaTask:
     timeout_ms: int | None = None
 
 
+@dataclass
+class NvDlaPreparedTask:
+    """What :meth:`NvDlaPort.NvDlaPrepareTask` returns: ``task`` (its address list, checked once)
+    and the port's own handle to the prepared form (None for ports without one)."""
+
+    task: NvDlaTask
+    handle: Any = None
+
+
 @dataclass(frozen=True)
 class NvDlaTaskStatus:
     """What NvDlaSubmit reports per task: its id, for diagnostics and NvDlaTaskWait."""
@@ -110,6 +119,31 @@ class NvDlaPort(abc.ABC):
     @abc.abstractmethod
     def NvDlaSubmit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
         """Submit ``tasks`` (validated before anything reaches the device); return their status."""
+
+    # -- prepared tasks: pydla's addition for the run-again path; these defaults submit the task as
+    # NvDlaSubmit does, so a port needs to implement them only to be faster --------------------
+
+    def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
+        """Check ``task``'s address list once and keep what the port and the driver can (the
+        driver's validated copy of the descriptors); submit it with :meth:`NvDlaSubmitPrepared` any
+        number of times. The fences, priority and timeout of ``task`` are not part of it.
+
+        Usage: ``p = port.NvDlaPrepareTask(h, NvDlaTask(addresses)); port.NvDlaSubmitPrepared(h, p, [], [fence])``
+        """
+        return NvDlaPreparedTask(NvDlaTask(list(task.address_list)))
+
+    def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
+                            post_fences: list[NvDlaFence], *, priority: int = 0,
+                            timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        """Submit a task from :meth:`NvDlaPrepareTask`, waiting for ``pre_fences`` and reaching
+        ``post_fences``, as NvDlaSubmit would submit it."""
+        if not isinstance(prepared, NvDlaPreparedTask):
+            raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not from NvDlaPrepareTask")
+        task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority, timeout_ms)
+        return self.NvDlaSubmit(h, [task])[0]
+
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
+        """Forget a prepared task (tasks already submitted from it run on). Idempotent."""
 
     @abc.abstractmethod
     def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,

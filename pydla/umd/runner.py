@@ -33,7 +33,7 @@ from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from pydla.loadable.recipe import Argument, Recipe, Run
 from pydla.loadable.recipe_file import RecipeFile
-from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaTask
+from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
 from pydla.umd.cpu import CpuFunction, CpuLibraries
 
 
@@ -61,6 +61,10 @@ class Device(Protocol):
 class _Npu:
     run: Run
     descriptors: list[NvDlaMemHandle]
+    # The task prepared for the bindings ``prepared_with`` (a snapshot from Runner._bindings): a
+    # run with the same bindings submits it again; new bindings prepare anew.
+    prepared: NvDlaPreparedTask | None = None
+    prepared_with: dict[str, NvDlaMemHandle] | None = None
 
 
 @dataclass
@@ -98,6 +102,7 @@ class Runner:
         self._lock = threading.Lock()
         self.owned: dict[str, NvDlaMemHandle] = {}
         self.bound: dict[str, NvDlaMemHandle] = {}
+        self._snapshot: dict[str, NvDlaMemHandle] | None = None  # see _bindings
         self.steps: list[_Npu | _Cpu] = []
         self._pending: NvDlaFence | None = None
         self._timeline: Any = None  # the semaphore of blocking runs (see run)
@@ -169,6 +174,12 @@ class Runner:
                 if a.name == name:
                     _check_range(run, a, mem.size)
         self.bound[name] = mem
+        self._snapshot = None
+
+    def unbind(self, name: str) -> None:
+        """Forget what is bound to buffer ``name`` (nothing bound: nothing happens)."""
+        if self.bound.pop(name, None) is not None:
+            self._snapshot = None
 
     def bind_input(self, name: str, mem: NvDlaMemHandle) -> None:
         """Bind memory to input buffer ``name`` (its size is checked against every use)."""
@@ -186,12 +197,16 @@ class Runner:
         return mem
 
     def _bindings(self) -> dict[str, NvDlaMemHandle]:
-        """A snapshot of the bindings, complete (every external buffer a run uses is bound)."""
-        bindings = dict(self.bound)
-        for run in self.lo.recipe.runs:
-            for a in run.arguments:
-                self._mem(a.name, bindings)
-        return bindings
+        """A snapshot of the bindings, complete (every external buffer a run uses is bound). The
+        same object until a binding changes (never modified: runs in flight hold it)."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            snapshot = dict(self.bound)
+            for run in self.lo.recipe.runs:
+                for a in run.arguments:
+                    self._mem(a.name, snapshot)
+            self._snapshot = snapshot
+        return snapshot
 
     # -- execution (the seed's execute / wait) ------------------------------------------------------
 
@@ -238,7 +253,8 @@ class Runner:
                 self._tick += 1
                 fence = NvDlaFence(self._timeline, self._tick)
                 try:
-                    self.port.NvDlaSubmit(self.handle, [self._task(step, [], [fence], bindings)])
+                    self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), [], [fence],
+                                                  timeout_ms=self.timeout_ms)
                     self.port.NvDlaWaitFence(fence, timeout)
                 except BaseException:
                     self._timeline = None
@@ -259,7 +275,8 @@ class Runner:
                     last = i == len(self.steps) - 1
                     out = post if last else NvDlaFence(self.port.NvDlaCreateSemaphore(self.handle), 1)
                     try:
-                        self.port.NvDlaSubmit(self.handle, [self._task(step, fences, [out], bindings)])
+                        self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), fences,
+                                                      [out], timeout_ms=self.timeout_ms)
                     except BaseException:
                         if out is not post:
                             self._release(out.semaphore)
@@ -287,15 +304,20 @@ class Runner:
         """Destroy a semaphore of ours; submitted tasks that use it keep working."""
         self.port.NvDlaDestroySemaphore(semaphore)
 
-    def _task(self, step: _Npu, pre: list[NvDlaFence], post: list[NvDlaFence],
-              bound: dict[str, NvDlaMemHandle]) -> NvDlaTask:
-        addresses: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
-        addresses = [(mem, 0) for mem in step.descriptors]
-        for a in step.run.arguments:
-            mem = self._mem(a.name, bound)
-            start, end = _check_range(step.run, a, mem.size)
-            addresses.append((mem, start) if a.size is None else (mem, start, end - start))
-        return NvDlaTask(addresses, pre_fences=list(pre), post_fences=list(post), timeout_ms=self.timeout_ms)
+    def _prepared(self, step: _Npu, bound: dict[str, NvDlaMemHandle]) -> NvDlaPreparedTask:
+        """Under the lock: the step's task prepared for ``bound`` (made once per bindings)."""
+        if step.prepared is None or step.prepared_with is not bound:
+            addresses: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
+            addresses = [(mem, 0) for mem in step.descriptors]
+            for a in step.run.arguments:
+                mem = self._mem(a.name, bound)
+                start, end = _check_range(step.run, a, mem.size)
+                addresses.append((mem, start) if a.size is None else (mem, start, end - start))
+            prepared = self.port.NvDlaPrepareTask(self.handle, NvDlaTask(addresses))
+            if step.prepared is not None:
+                self.port.NvDlaReleaseTask(self.handle, step.prepared)
+            step.prepared, step.prepared_with = prepared, bound
+        return step.prepared
 
     def _cpu(self, step: _Cpu, bound: dict[str, NvDlaMemHandle]) -> None:
         args: list[Any] = [None] * step.function.num_args
@@ -320,6 +342,9 @@ class Runner:
         self.owned.clear()
         for step in self.steps:
             if isinstance(step, _Npu):
+                if step.prepared is not None:
+                    self.port.NvDlaReleaseTask(self.handle, step.prepared)
+                    step.prepared = step.prepared_with = None
                 for mem in step.descriptors:
                     self.port.NvDlaFreeMem(self.handle, mem)
         self.steps.clear()

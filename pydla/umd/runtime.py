@@ -141,7 +141,7 @@ class IRuntime:
         runner = self._loaded()
         with self._lock:
             self._drop_staging((what, index))
-            runner.bound.pop(network.buffer, None)  # bind again after a layout change
+            runner.unbind(network.buffer)  # bind again after a layout change
             if desc == network:
                 return
             dense, _ = self.port.NvDlaGetMem(self.handle, network.size)

@@ -983,16 +983,20 @@ def test_reset_waits_until_an_abandoned_operation_stops_writing(threaded: Virtua
 
     arena = Arena(threaded)
     src, dst, expect = pool_pair(arena, 2)
-    started, real = threading.Event(), blocks.run_pdp
+    started, real = threading.Event(), blocks.decode_pdp
     writes: list[float] = []
 
-    def slow_pdp(regs: Any, mem: Any) -> None:
-        started.set()
-        time.sleep(0.4)
-        real(regs, mem)
-        writes.append(time.monotonic())
+    def slow_pdp(regs: Any, mem: Any) -> Any:  # the device decodes, then executes
+        execute = real(regs, mem)
 
-    monkeypatch.setattr(blocks, "run_pdp", slow_pdp)
+        def slow() -> None:
+            started.set()
+            time.sleep(0.4)
+            execute()
+            writes.append(time.monotonic())
+        return slow
+
+    monkeypatch.setattr(blocks, "decode_pdp", slow_pdp)
     pdp_op(threaded, src, dst, arena.ctx, group=0)
     assert started.wait(10)
     threaded.reg_write(R.GLB_RESET, 1 << int(dla_block_e.PDP))

@@ -1,0 +1,124 @@
+"""Decoded operations, kept by their register bytes: the device's cache of the work a register group
+describes.
+
+Decoding a group (checking its registers, translating its addresses through the IOMMU into numpy
+views, choosing a kernel: :mod:`pydla.hw.blocks`' ``decode_*``) depends only on the group's register
+bytes and on the mappings of the context those registers name, never on the data in memory. A
+network's operations are programmed with the same bytes on every run, so the device keeps each
+decoded operation, keyed by the bytes of its group (and of its flying partner's), and stamped with the
+context's mapping generation (:meth:`pydla.hw.memory.Iommu.generation`). A stamp that no longer
+matches (a buffer was mapped, unmapped or freed since, or the context is gone) decodes anew; so does
+anything after a reset, which empties the cache.
+
+Usage::
+
+    cache = DecodedCache(iommu, precisions)
+    execute = cache.get(conv_block, 0, (sdp_block, 0))    # raises HwError / MmuFault as decode does
+    execute()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.hw import blocks
+from pydla.hw.memory import Iommu, MmuFault
+
+CAPACITY = 4096  # decoded operations per device; past it the cache starts again
+_CTX_WORD = (R.BDMA_D_CTX_ID - R.BDMA_S_STATUS) >> 2  # the same in every block window
+
+
+class Group(Protocol):
+    """What the cache needs of a block (the device's ``_Block``)."""
+
+    kind: dla_block_e
+    groups: list[bytearray]
+    words: list[memoryview]
+    regs_size: int
+
+    def snapshot(self, group: int) -> Any: ...
+
+
+Execute = Callable[[], None]
+
+
+class DecodedCache:
+    """See the module docstring. Thread-safe (blocks of a threaded device share it)."""
+
+    def __init__(self, iommu: Iommu, precisions: tuple[int, ...]) -> None:
+        self.iommu = iommu
+        self.precisions = precisions
+        self._entries: dict[bytes, tuple[int, Execute]] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, block: Group, group: int, partner: tuple[Group, int] | None) -> Execute:
+        """The operation in ``group`` of ``block`` (with its flying ``partner``), decoded."""
+        key = bytes(memoryview(block.groups[group])[:block.regs_size])
+        if partner is not None:
+            key += bytes(memoryview(partner[0].groups[partner[1]])[:partner[0].regs_size])
+        # Read before decoding: a change of the mappings during the decode then leaves a stale stamp.
+        generation = self.iommu.generation(block.words[group][_CTX_WORD])
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == generation and generation is not None:
+            self.hits += 1
+            return hit[1]
+        self.misses += 1
+        execute = self._decode(block, group, partner)
+        if generation is not None:
+            with self._lock:
+                if len(self._entries) >= CAPACITY:
+                    self._entries.clear()
+                self._entries[key] = (generation, execute)
+        return execute
+
+    def _decode(self, block: Group, group: int, partner: tuple[Group, int] | None) -> Execute:
+        regs = block.snapshot(group)
+        mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self.precisions)
+        kind = block.kind
+        if kind == dla_block_e.CONV:
+            assert partner is not None
+            return _decode_pair(regs, partner[0].snapshot(partner[1]), mem)
+        if kind == dla_block_e.SDP:
+            sdp = blocks.decode_sdp(regs, mem)
+            return lambda: sdp(None, False)
+        decode: Callable[[Any, blocks.ContextMemory], Execute] | None = {
+            dla_block_e.BDMA: blocks.decode_bdma, dla_block_e.PDP: blocks.decode_pdp}.get(kind)
+        if decode is not None:
+            return decode(regs, mem)
+        run = blocks.run_cdp if kind == dla_block_e.CDP else blocks.run_rubik
+        return lambda: run(regs, mem)
+
+
+def _decode_pair(regs: Any, sdp_regs: Any, mem: blocks.ContextMemory) -> Execute:
+    """A CONV operation and the SDP operation its result flies to."""
+    if sdp_regs.d_ctx_id != regs.d_ctx_id:
+        raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,
+                             f"CONV context {regs.d_ctx_id} != SDP context {sdp_regs.d_ctx_id}")
+    conv = blocks.decode_conv(regs, mem, out=blocks.flying_destination(regs, sdp_regs, mem),
+                              addends=blocks.sdp_addends(regs, sdp_regs, mem))
+    try:
+        sdp = blocks.decode_sdp(sdp_regs, mem)
+    except MmuFault as e:
+        e.block = int(dla_block_e.SDP)
+        raise
+
+    def execute() -> None:
+        result, folded = conv()
+        try:
+            sdp(result, folded)
+        except MmuFault as e:
+            e.block = int(dla_block_e.SDP)
+            raise
+    return execute
