@@ -41,8 +41,8 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.hw import blocks
-from pydla.hw.decoded import DecodedCache
 from pydla.hw.config import DeviceConfig, load_config
+from pydla.hw.decoded import DecodedCache
 from pydla.hw.memory import DeviceMemory, MmuFault
 
 MODES = ("deterministic", "step", "threaded")
@@ -262,8 +262,9 @@ class VirtualDevice:
         recorded, the values are stored in one numpy assignment under one lock; otherwise the writes
         go one by one, with their effects."""
         key = addresses.tobytes()
-        target = self._word_targets.get(key, False)
-        if target is False:
+        if key in self._word_targets:
+            target = self._word_targets[key]
+        else:
             target = self._word_target(addresses.tolist())
             if len(self._word_targets) >= 1 << 12:  # the programs of the loaded tasks; bounded
                 self._word_targets.clear()

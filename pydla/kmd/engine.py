@@ -55,8 +55,22 @@ class HwEvent:
 class TaskRun:
     """The state of one execution of a task graph (made at every submit: kept lean)."""
 
-    __slots__ = ("task", "graph", "on_finish", "deps", "state", "group_of", "busy", "chain_pos",
-                 "next_group", "ready", "completed", "enable_order", "error", "finished")
+    __slots__ = (
+        "busy",
+        "chain_pos",
+        "completed",
+        "deps",
+        "enable_order",
+        "error",
+        "finished",
+        "graph",
+        "group_of",
+        "next_group",
+        "on_finish",
+        "ready",
+        "state",
+        "task",
+    )
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
                  on_finish: Callable[[TaskRun], None] | None = None) -> None:

@@ -96,7 +96,7 @@ class _Semaphore(TimelineSemaphore):
 class _Prepared:
     """The in-process port's handle to a prepared task: the KMD's prepared-job id in a session."""
 
-    __slots__ = ("session", "prep_id")
+    __slots__ = ("prep_id", "session")
 
     def __init__(self, session: Session, prep_id: int) -> None:
         self.session = session

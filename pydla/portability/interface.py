@@ -128,7 +128,10 @@ class NvDlaPort(abc.ABC):
         driver's validated copy of the descriptors); submit it with :meth:`NvDlaSubmitPrepared` any
         number of times. The fences, priority and timeout of ``task`` are not part of it.
 
-        Usage: ``p = port.NvDlaPrepareTask(h, NvDlaTask(addresses)); port.NvDlaSubmitPrepared(h, p, [], [fence])``
+        Usage::
+
+            p = port.NvDlaPrepareTask(h, NvDlaTask(addresses))
+            port.NvDlaSubmitPrepared(h, p, [], [fence])
         """
         return NvDlaPreparedTask(NvDlaTask(list(task.address_list)))
 
@@ -139,10 +142,11 @@ class NvDlaPort(abc.ABC):
         ``post_fences``, as NvDlaSubmit would submit it."""
         if not isinstance(prepared, NvDlaPreparedTask):
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not from NvDlaPrepareTask")
-        task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority, timeout_ms)
+        task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority,
+                         timeout_ms)
         return self.NvDlaSubmit(h, [task])[0]
 
-    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:  # noqa: B027 (optional)
         """Forget a prepared task (tasks already submitted from it run on). Idempotent."""
 
     @abc.abstractmethod
