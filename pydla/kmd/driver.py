@@ -184,7 +184,9 @@ class Kmd:
         self._closed = False
         self._service: threading.Thread | None = None
         if device.mode == "threaded":
-            self.engine.listening = True
+            # The ISR wakes no one: the interrupt's thread runs the bottom half (_irq_thread) and
+            # wakes the service thread only when it cannot.
+            self.port.connect_interrupt(self._irq_thread)  # after the engine's ISR
             self._service = threading.Thread(target=self._service_loop, daemon=True,
                                              name=f"pydla-kmd{device.instance}")
             self._service.start()
@@ -439,6 +441,8 @@ class Kmd:
                 self.close_context(ctx)
             self._closed = True
             self.port.disconnect_interrupt(self.engine.dla_isr_handler)
+            if self._service is not None:
+                self.port.disconnect_interrupt(self._irq_thread)
         self.engine.wake()
         if self._service is not None:
             self._service.join(timeout=5)
@@ -570,6 +574,29 @@ class Kmd:
                          f"{detail}; blocks {blocks} were reset")
         self.engine.abort(job.run, error)
 
+    def _irq_thread(self) -> None:
+        """Threaded mode, after the ISR: the thread that raised the interrupt (a device block's) runs
+        the bottom half itself when the driver is free, as a threaded interrupt handler does; this
+        saves a thread handoff per job. It never waits for the driver: when another thread holds it,
+        the service thread (woken by the ISR) does the work."""
+        if not self._lock.acquire(blocking=False):
+            self.engine.wake()  # the service thread does it
+            return
+        try:
+            if not self._closed:
+                self._poll_locked()
+        except Exception as e:  # as in the service loop: the job fails, the driver goes on
+            self._bottom_half_failed(e)
+        finally:
+            self._lock.release()
+
+    def _bottom_half_failed(self, e: Exception) -> None:
+        self.service_errors.append(f"{type(e).__name__}: {e}")
+        job = self._running
+        if job is not None and job.run is not None:
+            self.engine.abort(job.run, DlaError(NvError.ResourceError,
+                                                f"job {job.job_id} failed in the driver: {e}"))
+
     def _service_loop(self) -> None:
         """Threaded mode: the driver's bottom half, acting on events and watching deadlines."""
         while not self._closed:
@@ -582,11 +609,7 @@ class Kmd:
             try:
                 self.poll()
             except Exception as e:  # the bottom half must outlive any one job's failure
-                self.service_errors.append(f"{type(e).__name__}: {e}")
-                job = self._running
-                if job is not None and job.run is not None:
-                    self.engine.abort(job.run, DlaError(NvError.ResourceError,
-                                                        f"job {job.job_id} failed in the driver: {e}"))
+                self._bottom_half_failed(e)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

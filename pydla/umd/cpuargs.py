@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ def tensor_arg(buf: Any, shape: tuple[int, ...], dtype: str, what: str, *, any_t
         raise DlaError(NvError.BadParameter, f"cpulib: {what} dtype '{dtype}' ({' or '.join(types)})")
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8:
         raise DlaError(NvError.BadParameter, f"cpulib: {what} must be a buffer")
-    need = int(np.prod(shape)) * np.dtype(types[dtype]).itemsize
+    need = math.prod(shape) * np.dtype(types[dtype]).itemsize  # math.prod: no array made
     if buf.size < need or (exact and buf.size != need):
         raise DlaError(NvError.InvalidSize, f"cpulib: {what} holds {buf.size} bytes, the tensor {shape} "
                                             f"of {dtype} needs {need}")
