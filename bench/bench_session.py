@@ -4,7 +4,8 @@ All networks are built here with ``onnx.helper`` (fp32, NCHW, batch 1, fixed-see
 compiled by pydla's compiler, and run through the whole stack (Session -> IRuntime -> runner ->
 in-process port -> KMD -> virtual device, deterministic mode):
 - resnet18, mobilenetv2 (opset 13, 224x224 by default): batch norm after every convolution, as
-  exported from a framework that keeps it; goal pydla / onnxruntime <= 1.5x;
+  exported from a framework that keeps it; goals pydla / onnxruntime: ResNet-18 <= 1.2x (its time is
+  in large matrix products), MobileNet-v2 <= 2.0x at 224x224 and <= 3.0x at 32x32;
 - mobilenetv3small, squeezenet11, shufflenetv2 (opset 17, 128x128 by default), in torchvision's
   layouts as torch.onnx exports them in eval mode: batch norm folded into the convolutions' weights
   and biases; HardSwish, and squeeze-excite as GlobalAveragePool -> 1x1 Conv -> Relu -> 1x1 Conv ->
@@ -19,7 +20,8 @@ compiler or runtime refuses (DlaError) is printed as "refused: <message>" and co
 The exit status is 0 when every chosen network meets its goal.
 
 With ``--size 32`` every chosen network takes a 32x32 input: what remains is mostly the cost of each
-device operation (the goals are judged at each network's default size).
+device operation (MobileNet-v2 is judged against its 32x32 goal there; the others at their default
+size only).
 
 Run: python bench/bench_session.py [--model NAME|all | --nets NAME,NAME,...] [--repeats 7] [--size N]
 """
@@ -37,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
-GOAL = 1.5
+GOAL_RESNET = 1.2
+GOAL_MOBILENET = 2.0
+GOAL_MOBILENET_32 = 3.0  # what remains at 32x32 is the cost per operation
 GOAL_SMALL = 2.5
 RTOL = 1e-3  # outputs agree: |pydla - onnxruntime| <= RTOL * (|onnxruntime| + max |onnxruntime|)
 
@@ -313,8 +317,8 @@ def shufflenetv2(size: int = 128) -> Any:
 
 # name -> (builder, default input size, goal for pydla / onnxruntime)
 NETWORKS: dict[str, tuple[Callable[[int], Any], int, float]] = {
-    "resnet18": (resnet18, 224, GOAL),
-    "mobilenetv2": (mobilenetv2, 224, GOAL),
+    "resnet18": (resnet18, 224, GOAL_RESNET),
+    "mobilenetv2": (mobilenetv2, 224, GOAL_MOBILENET),
     "mobilenetv3small": (mobilenetv3small, 128, GOAL_SMALL),
     "squeezenet11": (squeezenet11, 128, GOAL_SMALL),
     "shufflenetv2": (shufflenetv2, 128, GOAL_SMALL),
@@ -399,6 +403,8 @@ def main() -> None:
     met = []
     for name in chosen:
         build, size, goal = NETWORKS[name]
+        if name == "mobilenetv2" and args.size == 32:
+            goal = GOAL_MOBILENET_32
         ratio = measure(name, build(args.size or size), args.repeats, goal)
         met.append(ratio is not None and ratio <= goal)
     sys.exit(0 if all(met) else 1)

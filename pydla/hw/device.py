@@ -350,7 +350,10 @@ class VirtualDevice:
         return where
 
     def _read(self, address: int) -> tuple[int, int | None]:
-        where = self._locate(address)
+        try:
+            where = self._where[address]  # the memo, without a call
+        except KeyError:
+            where = self._locate(address)
         if where is None:
             self.bus_errors += 1
             return 0, None
@@ -390,7 +393,10 @@ class VirtualDevice:
 
     def _write(self, address: int, value: int) -> tuple[int | None, int]:
         """Under the lock: apply a write; return the D group written and what it changed."""
-        where = self._locate(address)
+        try:
+            where = self._where[address]  # the memo, without a call
+        except KeyError:
+            where = self._locate(address)
         if where is None:
             self.bus_errors += 1
             return None, 0

@@ -111,6 +111,8 @@ class Job:
         self._listening = False  # the KMD listens to the pre-fences while the job is queued
 
     def _listen(self) -> None:
+        if not self.pre_fences:
+            return
         self._listening = True
         for sem, _ in self.pre_fences:
             sem.add_listener(self.kmd._wake)
@@ -143,7 +145,8 @@ class Job:
             raise self.error
 
     def _finish(self, error: DlaError | None) -> None:
-        self._stop_listening()
+        if self._listening:
+            self._stop_listening()
         self.error = error
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
@@ -481,11 +484,13 @@ class Kmd:
         self.engine.wake()
 
     def _poll_locked(self) -> None:
+        engine = self.engine
         while True:
-            self.engine.dla_process_events()
-            self._check_timeout()
-            started = self._start_next()
-            if not started and self.engine.pending_events() == 0:
+            engine.dla_process_events()
+            if self._running is not None:
+                self._check_timeout()
+            started = self._running is None and self._start_next()
+            if not started and engine.pending_events() == 0:
                 return
 
     def _on_finish(self, run: TaskRun) -> None:
@@ -535,7 +540,8 @@ class Kmd:
             ctx = next((c for c in ctxs if last is not None and c > last), ctxs[0])
         self._last_served = ctx
         job = self._queues[ctx].popleft()
-        job._stop_listening()
+        if job._listening:
+            job._stop_listening()
         return job
 
     def _start_next(self) -> bool:

@@ -200,8 +200,7 @@ class Engine:
     # -- scheduling ---------------------------------------------------------------------------------
 
     def pending_events(self) -> int:
-        with self._events_lock:
-            return len(self._events)
+        return len(self._events)  # one read of a deque's length: atomic
 
     def wait_for_events(self, timeout: float) -> None:
         """Sleep until the ISR records an event, :meth:`wake` is called, or ``timeout`` seconds pass."""

@@ -273,8 +273,9 @@ class InProcessPort(NvDlaPort):
         mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
         if not isinstance(mine, _Prepared) or mine.session is not session:
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this session prepared")
-        pre = [self._fence(f, session) for f in pre_fences]
-        post = [self._fence(f, session) for f in post_fences]
+        fence = self._fence
+        pre = [fence(f, session) for f in pre_fences] if pre_fences else []
+        post = [fence(f, session) for f in post_fences] if post_fences else []
         kmd = session.kmd
         try:
             job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
