@@ -130,7 +130,7 @@ class VirtualDevicePort(KmdPortability):
         # that makes some ten per job); the methods below say what they are.
         self.dla_reg_write = device.reg_write  # type: ignore[method-assign,assignment]
         self.dla_reg_read = device.reg_read  # type: ignore[method-assign,assignment]
-        self.dla_reg_write_words = device.reg_write_words  # type: ignore[method-assign,assignment]
+        self.dla_reg_write_words = device.reg_write_words  # type: ignore[method-assign]
 
     def dla_reg_write(self, addr: int, reg: int) -> None:
         self.device.reg_write(addr, reg)
