@@ -72,7 +72,7 @@ DepthToSpaceMode = Literal["DCR", "CRD"]
 # Pooling works on blocks of channels of about this size, so that its passes (one per window tap)
 # over a block hit the cache: it is bound by memory, not arithmetic.
 _POOL_BLOCK_BYTES = 256 << 10
-_CLIP_MIN_SIZE = 1 << 14  # elements: below this np.maximum is the faster ReLU
+CLIP_MIN_SIZE = _CLIP_MIN_SIZE = 1 << 14  # elements: below this np.maximum is the faster ReLU
 
 _ACTIVATIONS = ("none", "relu", "leaky_relu", "prelu", "clamp", "sigmoid", "tanh")
 

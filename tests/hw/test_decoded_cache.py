@@ -126,3 +126,26 @@ def test_a_bad_configuration_is_reported_every_time_and_never_kept(dev: VirtualD
         assert status(dev) & error_bit("PDP", group)
         _clear(dev)
     assert len(dev.decoded) == 0
+
+
+@pytest.mark.parametrize("act", ["relu", "clamp", "none"])
+@pytest.mark.parametrize("shift", [0, 1, -1, 16])  # elements: the same place, overlapping either way, apart
+def test_sdp_activation_from_memory_with_overlapping_source_and_destination(dev: VirtualDevice, act: str,
+                                                                            shift: int) -> None:
+    """SDP's one-call activation path reads all of its source before writing an overlapping
+    destination, as the general path (which copies the source first) does."""
+    from tests.hw.regs import Cube, program
+
+    arena = Arena(dev)
+    x = np.random.default_rng(shift + 5).standard_normal((2, 2, 4)).astype(np.float32)
+    base = arena.alloc(4 * 64, align=64) + 4 * 24
+    src = Cube(arena.iova + base, x.shape, 16, 32, np.dtype(np.float32), base)
+    dst = Cube(src.addr + 4 * shift, x.shape, 16, 32, np.dtype(np.float32), base + 4 * shift)
+    arena.view(src)[...] = x
+    kinds = {"relu": R.sdp_act_e.RELU, "clamp": R.sdp_act_e.CLAMP, "none": R.sdp_act_e.NONE}
+    program(dev, "SDP", group=0, ctx_id=arena.ctx, precision=int(R.dla_precision_e.FP32),
+            out_precision=int(R.dla_precision_e.FP32), src_mode=int(R.sdp_src_mode_e.MEMORY), src=src,
+            dst=dst, act=int(kinds[act]), act_min=-0.5, act_max=0.5, op_enable=1)
+    assert status(dev) & done_bit("SDP", 0)
+    expect = {"relu": np.maximum(x, 0), "clamp": np.clip(x, -0.5, 0.5), "none": x}[act]
+    np.testing.assert_array_equal(arena.get(dst), expect)
