@@ -59,6 +59,8 @@ def lower_sdp(lw: Lowering, step: Step) -> None:
         _clip_runtime(lw, step)
     elif op == "PRelu":
         _prelu(lw, step)
+    elif op == "HardSwish":
+        _hardswish(lw, step)
     else:
         n = step.head
         out = lw.cube(step.output, n.where())
@@ -156,6 +158,36 @@ def _prelu(lw: Lowering, step: Step) -> None:
         lw.tb.sdp(out, out, ew=neg, ew_op="add")
 
 
+def _hardswish(lw: Lowering, step: Step) -> None:
+    """x * HardSigmoid(x) (alpha 1/6, beta 0.5): the gate by SDP's lookup table into a temporary,
+    then SDP's element-wise product with x."""
+    n = step.head
+    where = n.where()
+    out = lw.cube(step.output, where)
+    x = lw.cube(n.inputs[0], where)
+    buf, offset = lw.temp(prod(out.shape) * lw.np_dtype.itemsize)
+    gate = lw.tb.cube(buf, out.shape, offset=offset, precision=lw.precision)
+    lw.tb.sdp(x, gate, **hard_sigmoid(lw, 1.0 / 6.0, 0.5, where))
+    lw.tb.sdp(gate, out, ew=x, ew_op="mul", ew_mode="cube")
+
+
+def hard_sigmoid(lw: Lowering, alpha: float, beta: float, where: str) -> dict[str, Any]:
+    """max(0, min(1, alpha * x + beta)) as SDP's lookup-table activation: a table of two points where
+    the line meets 0 and 1; the table's linear interpolation is the line between them, and SDP
+    holds the end values outside (0 and 1: the clip)."""
+    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
+    if alpha == 0:  # the planner keeps these CPU runs
+        raise DlaError(NvError.NotSupported, f"{where}: HardSigmoid with alpha 0 on SDP")
+    zero, one = -beta / alpha, (1.0 - beta) / alpha
+    start, end = min(zero, one), max(zero, one)
+    if not (math.isfinite(float(np.float32(start))) and math.isfinite(float(np.float32(end)))
+            and np.float32(start) < np.float32(end)):
+        raise DlaError(NvError.NotSupported, f"{where}: HardSigmoid alpha {alpha}, beta {beta}: the line "
+                                             "meets 0 and 1 outside float32's range")
+    table = [0.0, 1.0] if alpha > 0 else [1.0, 0.0]
+    return {"act": "lut", "lut": lw.tb.lut(table, start, end)}
+
+
 def _batchnorm(lw: Lowering, step: Step) -> None:
     n = step.head
     where = n.where()
@@ -198,6 +230,8 @@ def activation_kwargs(lw: Lowering, n: Any, channels: int, axis: int = 1) -> dic
         return {"act": "sigmoid"}
     if op == "Tanh":
         return {"act": "tanh"}
+    if op == "HardSigmoid":
+        return hard_sigmoid(lw, float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5)), n.where())
     if op == "Clip":
         lo = attr(n, "min", -math.inf)
         hi = attr(n, "max", math.inf)

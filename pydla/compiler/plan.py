@@ -20,7 +20,10 @@ from pydla.compiler.layout import channel_values
 from pydla.errors import DlaError, NvError
 from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS
 
-ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu"}
+ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu", "HardSigmoid"}
+# Element-wise functions SDP computes in more than one operation (HardSwish: its gate as a lookup
+# table, then the product), on the device's float types; on others they are CPU runs.
+SDP_COMPOSITES = {"HardSwish"}
 ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
 ALIASES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
@@ -79,7 +82,7 @@ def group_steps(graph: Graph) -> list[Step]:
                       or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and image
                           and _other_is_fusable(graph, nxt, out, producer, i))
                       or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant
-                          and _per_channel(graph, nxt, op)))
+                          and _per_channel(graph, nxt, op) and _on_sdp(graph, nxt)))
                 if not ok:
                     continue
                 chain.append(nxt)
@@ -96,9 +99,11 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("pool", [node], [node.inputs[0]], node.outputs[0], extra))
         elif op == "LRN":
             steps.append(Step("lrn", [node], [node.inputs[0]], node.outputs[0]))
-        elif op in ACTIVATIONS or op in ELTWISE or op == "BatchNormalization":
+        elif (op in ACTIVATIONS or op in ELTWISE or op == "BatchNormalization") and _on_sdp(graph, node):
             inputs = [t for t in node.inputs if t and t not in graph.consts]
             steps.append(Step("sdp", [node], inputs, node.outputs[0]))
+        elif op in SDP_COMPOSITES and _on_sdp(graph, node):
+            steps.append(Step("sdp", [node], [node.inputs[0]], node.outputs[0]))
         elif op == "Concat":
             steps.append(Step("concat", [node], [t for t in node.inputs if t not in graph.consts],
                               node.outputs[0]))
@@ -137,6 +142,18 @@ def group_steps(graph: Graph) -> list[Step]:
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
                  for t in dict.fromkeys(graph.outputs) if t in graph.consts and not graph.is_empty(t)]
     return constants + steps
+
+
+def _on_sdp(graph: Graph, node: Node) -> bool:
+    """Whether an element-wise node goes to SDP: any but HardSigmoid (a lookup table, float types
+    only; alpha 0 stays a CPU run, whose 0 * inf is NaN as ONNX's) and the composites, which on
+    float64 or integer tensors stay CPU runs."""
+    if node.op_type != "HardSigmoid" and node.op_type not in SDP_COMPOSITES:
+        return True
+    if node.op_type == "HardSigmoid" and float(node.attrs.get("alpha", 0.2)) == 0:
+        return False
+    dtype = graph.dtypes.get(node.outputs[0])
+    return dtype is not None and dtype in (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def _per_channel(graph: Graph, act: Node, producer_op: str) -> bool:
