@@ -1,4 +1,5 @@
-"""conv2d (the CONV block's kernel) against onnxruntime running one Conv node, on ResNet-18's shapes.
+"""conv2d (the CONV block's kernel) against onnxruntime running one Conv node, on ResNet-18's shapes
+(or, with --depthwise, on depthwise shapes).
 
 Both sides get the same float32 input and weights and no bias. onnxruntime runs with
 ``intra_op_num_threads`` set to --threads (default 2) and its idle workers not spinning (the two
@@ -9,7 +10,16 @@ are timed in alternating blocks, each after a short sleep and one dropped run, s
 for the other's threads or caches; the medians and their ratio are printed per shape, and the ratio
 of the summed medians over all shapes last.
 
-Run: python bench/bench_conv.py [--repeats 7] [--block 5] [--threads 2] [--check]
+--depthwise: MobileNet-v2's depthwise convolutions at 224x224 (3x3, stride 1 and 2, pads 1; each
+shape with the number of layers that have it) and MobileNet-v3-large's 5x5 ones, timed three ways in
+alternating blocks: conv2d as it is ("new"), conv2d with the depthwise kernel it had before
+(``_old_depthwise`` below, kept here as the anchor: per block of channels, the taps' im2col of the
+zero-padded input in the wide layout, then a batched matmul and a crop), and onnxruntime's Conv with
+group = C. Per shape: the medians and their ratios; then the sums over MobileNet-v2's depthwise layers
+(each shape's median times its layer count) and over all shapes. --bias adds a per-channel bias on all
+three sides (what the device's convolutions get from SDP).
+
+Run: python bench/bench_conv.py [--depthwise [--bias]] [--repeats 7] [--block 5] [--threads 2] [--check]
 """
 
 from __future__ import annotations
@@ -17,10 +27,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from pydla.hw import conv
+from pydla.hw.arrays import ITEM, F32Array, FloatArray, scratch
 from pydla.hw.compute import conv2d
 
 # (name, C, H, W, K, kernel, stride, pad): every distinct conv of ResNet-18 at 224x224.
@@ -36,18 +48,86 @@ SHAPES = [
     ("512x7x7 3x3 s1 p1 -> 512", 512, 7, 7, 512, 3, 1, 1),
 ]
 
+# (name, C, H = W, kernel, stride, pad, layers): MobileNet-v2's depthwise convolutions at 224x224 with
+# the number of its layers of each shape, then MobileNet-v3-large's 5x5 ones (not counted in the total).
+DEPTHWISE_SHAPES = [
+    ("v2 32x112x112 3x3 s1", 32, 112, 3, 1, 1, 1),
+    ("v2 96x112x112 3x3 s2", 96, 112, 3, 2, 1, 1),
+    ("v2 144x56x56 3x3 s1", 144, 56, 3, 1, 1, 1),
+    ("v2 144x56x56 3x3 s2", 144, 56, 3, 2, 1, 1),
+    ("v2 192x28x28 3x3 s1", 192, 28, 3, 1, 1, 2),
+    ("v2 192x28x28 3x3 s2", 192, 28, 3, 2, 1, 1),
+    ("v2 384x14x14 3x3 s1", 384, 14, 3, 1, 1, 4),
+    ("v2 576x14x14 3x3 s1", 576, 14, 3, 1, 1, 2),
+    ("v2 576x14x14 3x3 s2", 576, 14, 3, 2, 1, 1),
+    ("v2 960x7x7 3x3 s1", 960, 7, 3, 1, 1, 3),
+    ("v3 72x56x56 5x5 s2", 72, 56, 5, 2, 2, 0),
+    ("v3 120x28x28 5x5 s1", 120, 28, 5, 1, 2, 0),
+    ("v3 672x14x14 5x5 s2", 672, 14, 5, 2, 2, 0),
+    ("v3 960x7x7 5x5 s1", 960, 7, 5, 1, 2, 0),
+]
 
-def _session(w: np.ndarray, stride: int, pad: int, threads: int, shape: list[int]) -> object:
-    """A session running one Conv node with weights w (the anchor); onnx imported only here."""
+_OLD_DEPTHWISE_BLOCK_BYTES = 4 << 20
+
+
+def _old_depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tuple[int, int],
+                   dilation: tuple[int, int], res: F32Array, adds: Sequence[FloatArray] = ()) -> None:
+    """conv.py's depthwise kernel before the flattened-plane one (the benchmark's anchor), verbatim
+    but for its workspace keys: per block of channels, the stride phases of the zero-padded input, a
+    column matrix of the kh*kw taps (each one contiguous run of a phase plane, Wo + (kw-1)*dw // sw
+    columns per line), one batched matmul, and a crop of the extra columns into res."""
+    c = x.shape[0]
+    k, _, kh, kw = w32.shape
+    m = k // c
+    sh, sw = stride
+    dh, dw = dilation
+    ho, wo = res.shape[1:]
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    n = ho * wq
+    count = kh * kw
+    biases = [b for b in (conv._per_channel(a) for a in adds) if b is not None]
+    rest = [a for a in adds if conv._per_channel(a) is None]
+    rows = count + 1 if biases else count
+    taps = scratch("old-dw-taps", (c, m, rows))
+    taps[:, :, :count] = w32.reshape(c, m, count)
+    if biases:
+        np.sum(biases, axis=0, out=taps[:, :, count].reshape(k), dtype=np.float32)
+    block = max(1, min(c, _OLD_DEPTHWISE_BLOCK_BYTES // ((rows + m) * n * ITEM)))
+    cols_buf = scratch("old-dw-cols", (block, rows, n))
+    if biases:
+        cols_buf[:, count] = 1.0
+    prod_buf = scratch("old-dw-prod", (block, m, n))
+    for c0 in range(0, c, block):
+        cb = min(block, c - c0)
+        planes = conv._phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
+        cols = cols_buf[:cb]
+        for i in range(kh):
+            qi, a = divmod(i * dh, sh)
+            for j in range(kw):
+                qj, b = divmod(j * dw, sw)
+                start = qi * wq + qj
+                np.copyto(cols[:, i * kw + j], planes[a * sw + b, :, start:start + n])
+        prod = prod_buf[:cb]
+        np.matmul(taps[c0:c0 + cb], cols, out=prod)
+        lo, hi = c0 * m, (c0 + cb) * m
+        conv._store(res[lo:hi], prod.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in rest])
+
+
+def _session(w: np.ndarray, stride: int, pad: int, threads: int, shape: list[int], group: int = 1,
+             bias: np.ndarray | None = None) -> object:
+    """A session running one Conv node with weights w (and bias) (the anchor); onnx imported only here."""
     import onnxruntime as ort  # type: ignore[import-untyped]
     from onnx import TensorProto, helper, numpy_helper
 
     k = w.shape[2]
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], strides=[stride, stride],
-                            pads=[pad] * 4)
+    inits = [numpy_helper.from_array(w, "w")]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "b"))
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias is not None else []), ["y"],
+                            kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=group)
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=[numpy_helper.from_array(w, "w")])
+                              initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     options = ort.SessionOptions()
@@ -80,7 +160,13 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=0.2,
                         help="seconds of sleep before each block, for the other side's threads to idle")
     parser.add_argument("--check", action="store_true", help="also check the results agree")
+    parser.add_argument("--depthwise", action="store_true",
+                        help="depthwise shapes (MobileNet-v2, v3): new kernel, old kernel and onnxruntime")
+    parser.add_argument("--bias", action="store_true", help="with --depthwise: add a per-channel bias")
     args = parser.parse_args()
+    if args.depthwise:
+        _bench_depthwise(args)
+        return
 
     rng = np.random.default_rng(0)
     total = {"pydla": 0.0, "onnxruntime": 0.0}
@@ -112,6 +198,63 @@ def main() -> None:
         print(f"{name:34} {medians['pydla'] * 1e3:9.3f} {medians['onnxruntime'] * 1e3:9.3f} {ratio:6.2f}x")
     print(f"{'all shapes (sum of medians)':34} {total['pydla'] * 1e3:9.3f} {total['onnxruntime'] * 1e3:9.3f} "
           f"{total['pydla'] / total['onnxruntime']:6.2f}x")
+
+
+def _bench_depthwise(args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(0)
+    sides = ("new", "old", "onnxruntime")
+    v2 = dict.fromkeys(sides, 0.0)
+    every = dict.fromkeys(sides, 0.0)
+    print(f"{'shape':22} {'layers':>6} {'new ms':>8} {'old ms':>8} {'ort ms':>8} {'new/old':>8} "
+          f"{'new/ort':>8} {'old/ort':>8}")
+    for name, c, h, kernel, stride, pad, layers in DEPTHWISE_SHAPES:
+        x = rng.standard_normal((1, c, h, h), dtype=np.float32)
+        w = rng.standard_normal((c, 1, kernel, kernel), dtype=np.float32)
+        bias = rng.standard_normal(c, dtype=np.float32) if args.bias else None
+        adds = [bias.reshape(c, 1, 1)] if bias is not None else []
+        sess = _session(w, stride, pad, args.threads, [1, c, h, h], group=c, bias=bias)
+        ho = (h + 2 * pad - kernel) // stride + 1
+        out_new = np.empty((c, ho, ho), dtype=np.float32)
+        out_old = np.empty((c, ho, ho), dtype=np.float32)
+        feeds = {"x": x}
+
+        def run(out: np.ndarray, impl: Callable[..., None] | None = None, x: np.ndarray = x,
+                w: np.ndarray = w, stride: int = stride, pad: int = pad,
+                adds: list[np.ndarray] = adds) -> None:
+            saved = conv._depthwise
+            if impl is not None:
+                conv._depthwise = impl
+            try:
+                conv2d(x[0], w, stride=(stride, stride), pads=(pad,) * 4, groups=x.shape[1], out=out,
+                       addends=adds)
+            finally:
+                conv._depthwise = saved
+
+        def run_ort(sess: object = sess, feeds: dict[str, np.ndarray] = feeds) -> object:
+            return sess.run(None, feeds)  # type: ignore[attr-defined]
+
+        fns: dict[str, Callable[[], object]] = {
+            "new": lambda out=out_new: run(out),
+            "old": lambda out=out_old: run(out, _old_depthwise),
+            "onnxruntime": run_ort,
+        }
+        if args.check:
+            ref = run_ort()[0][0]  # type: ignore[index]
+            fns["new"]()
+            fns["old"]()
+            np.testing.assert_allclose(out_new, out_old, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out_new, ref, rtol=1e-4, atol=1e-4)
+        med = _time_blocks(fns, args.repeats, args.block, args.settle)
+        for side in sides:
+            v2[side] += med[side] * layers
+            every[side] += med[side]
+        print(f"{name:22} {layers:6d} {med['new'] * 1e3:8.3f} {med['old'] * 1e3:8.3f} "
+              f"{med['onnxruntime'] * 1e3:8.3f} {med['new'] / med['old']:7.2f}x "
+              f"{med['new'] / med['onnxruntime']:7.2f}x {med['old'] / med['onnxruntime']:7.2f}x")
+    for label, tot in (("MobileNet-v2 layers", v2), ("all shapes, once each", every)):
+        print(f"{label:22} {'':6} {tot['new'] * 1e3:8.3f} {tot['old'] * 1e3:8.3f} "
+              f"{tot['onnxruntime'] * 1e3:8.3f} {tot['new'] / tot['old']:7.2f}x "
+              f"{tot['new'] / tot['onnxruntime']:7.2f}x {tot['old'] / tot['onnxruntime']:7.2f}x")
 
 
 if __name__ == "__main__":
