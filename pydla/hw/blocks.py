@@ -199,13 +199,11 @@ def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
                                               addends=adds), folded
             return shift_gemm
         into = None if out is None or np.may_share_memory(out, x) or np.may_share_memory(out, w) else out
-        shape = (k, *out_hw)
+        run = conv.plan_conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=into,
+                               addends=adds, float32_result=True)
 
         def direct() -> tuple[Array, bool]:
-            target = np.empty(shape, dtype=np.float32) if into is None else into
-            compute.conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=target,
-                           addends=adds)
-            return target, folded
+            return run(), folded
         return direct
     if r.d_mode == R.conv_mode_e.DECONV:
         # ConvTranspose weights are (C_in, K/groups, kh, kw).

@@ -10,7 +10,7 @@ Usage::
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,6 +122,71 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     else:
         _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
     return finish(res, out, dtype)
+
+
+def plan_conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
+                pads: tuple[int, int, int, int] = (0, 0, 0, 0), dilation: tuple[int, int] = (1, 1),
+                groups: int = 1, out: FloatArray | None = None, addends: Sequence[FloatArray] = (),
+                float32_result: bool = False) -> Callable[[], FloatArray]:
+    """:func:`conv2d` decided once: the arguments checked, the path chosen, the views made; the
+    function returned computes it, on whatever data x, w and the addends hold when it is called
+    (they, and ``out``, must stay where they are: the device plans a convolution when it decodes
+    its registers and runs the plan on every run). Without ``out``, each call returns a new array:
+    float32 with ``float32_result``, else of x's dtype as conv2d's.
+
+    Usage::
+
+        run = plan_conv2d(x, w, pads=(1, 1, 1, 1), out=y)
+        run()                                     # y = conv(x, w); again after x changed
+    """
+    c, h, wd = feature(x, "x")
+    if not isinstance(w, np.ndarray) or w.ndim != 4:
+        raise bad(f"w: expected a (K, C/groups, kh, kw) array, got {getattr(w, 'shape', type(w))}")
+    k, cg, kh, kw = (int(v) for v in w.shape)
+    if groups < 1 or c % groups or k % groups:
+        raise bad(f"groups: {groups} does not divide input channels {c} and output channels {k}")
+    if cg != c // groups:
+        raise bad(f"w: {cg} input channels per group, expected {c // groups} ({c} / {groups} groups)")
+    sh, sw = pair(stride, "stride", 1)
+    dh, dw = pair(dilation, "dilation", 1)
+    pt, pl, pb, pr = check_pads(pads)
+    ho = conv_output_size(h, kh, sh, pt, pb, dh)
+    wo = conv_output_size(wd, kw, sw, pl, pr, dw)
+    shape = (k, ho, wo)
+    check_out(out, shape)
+    adds = _check_addends(addends, shape, "conv2d")
+    dtype = F32 if float32_result and out is None else result_dtype(x, out)
+    if shift_gemm_applies(w, groups):
+        def shift_gemm() -> FloatArray:
+            return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends), out, dtype)
+        return shift_gemm
+    # Accumulating kernels write partial results: ``out`` is the target only when it is float32 and
+    # cannot overlap the input (f32_target's rule, decided here once).
+    target = out if out is not None and out.dtype == F32 and not np.may_share_memory(out, x) else None
+    if (target is not None and groups == 1 and kh == kw == 1 and sh == sw == 1 and not (pt or pl or pb or pr)
+            and x.dtype == F32 and w.dtype == F32 and w.strides[1] == ITEM):
+        # 1x1: one product of the weights and x as they lie in memory, into the target's lines.
+        xm, om, wm = flat_hw(x), flat_hw(target), w[:, :, 0, 0]
+        if xm is not None and om is not None:
+            result = target
+
+            def pointwise() -> FloatArray:
+                _matmul(wm, xm, om)
+                for a in adds:
+                    np.add(result, a, out=result)
+                return result
+            return pointwise
+    depthwise = depthwise_applies(c, w, groups)
+
+    def general() -> FloatArray:
+        w32 = w.astype(np.float32, copy=False)  # per call: a float16 w may change between calls
+        res = target if target is not None else np.empty(shape, dtype=np.float32)
+        if depthwise:
+            _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res, adds)
+        else:
+            _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
+        return finish(res, out, dtype)
+    return general
 
 
 def _matmul(a: F32Array, b: FloatArray, out: F32Array) -> None:
