@@ -25,9 +25,8 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig
 from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.port import KmdPortability, TaskDesc
+from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
 from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_operation
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
@@ -100,7 +99,7 @@ class TaskRun:
 class Engine:
     """The engine scheduler of one device, driving it through a :class:`KmdPortability`."""
 
-    def __init__(self, port: KmdPortability, config: DeviceConfig) -> None:
+    def __init__(self, port: KmdPortability, config: DeviceCaps) -> None:
         self.port = port
         self.config = config
         self._lock = threading.RLock()

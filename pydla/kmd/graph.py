@@ -3,7 +3,7 @@
 Everything comes from the UMD's memory and is trusted for nothing: the KMD copies the network,
 dependency-graph, operation and surface descriptors (so the UMD cannot change them after the
 checks), then checks every index, offset and size against the real buffers, the operation types and
-precisions against the device configuration, the dependency counts against the consumers, the
+precisions against the device's capabilities, the dependency counts against the consumers, the
 per-block chains, the fused CONV+SDP pairs, and that the graph can complete (no cycle). A failure
 is a DlaError naming the operation and the field.
 
@@ -29,8 +29,8 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE, DeviceConfig
-from pydla.kmd.port import KmdPortability, TaskDesc
+from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
+from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
 
 NUM_BLOCKS = len(dla_block_e)
 EVENTS = (T.dla_event_e.OP_COMPLETED, T.dla_event_e.OP_PROGRAMMED, T.dla_event_e.OP_ENABLED)
@@ -116,7 +116,7 @@ def _read_struct(port: KmdPortability, task: TaskDesc, index: int, offset: int, 
     return cls.from_buffer_copy(port.dla_data_read(cpu, size, offset))
 
 
-def load_task(port: KmdPortability, task: TaskDesc, config: DeviceConfig) -> TaskGraph:
+def load_task(port: KmdPortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
     """Copy and validate the descriptors of ``task``; raise DlaError on the first problem."""
     where = f"task {task.task_id}"
     net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
@@ -181,7 +181,7 @@ def _read_array(port: KmdPortability, task: TaskDesc, index: int, size: int, wha
 
 
 def _operation(i: int, common: Any, op_bytes: bytes, surf_bytes: bytes, net: Any,
-               config: DeviceConfig, where: str) -> Operation:
+               config: DeviceCaps, where: str) -> Operation:
     at = f"{where}: operation {i}"
     if common.index != i:
         raise DlaError(NvError.BadValue, f"{at}: index field says {common.index}")
@@ -424,7 +424,7 @@ def _check_no_overlap(c: Any, element: int, what: str) -> None:
         span = stride * (n - 1) + span
 
 
-def _precision(p: int, config: DeviceConfig, what: str) -> int:
+def _precision(p: int, config: DeviceCaps, what: str) -> int:
     if p not in ELEMENT:
         raise DlaError(NvError.BadValue, f"{what}: precision {p} is unknown")
     if p not in config.precisions:
@@ -436,7 +436,7 @@ def _precision(p: int, config: DeviceConfig, what: str) -> int:
 
 
 
-def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceConfig, where: str) -> None:
+def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: str) -> None:
     at = f"{where}: {op.name}"
     d, s = op.op, op.surface
     for name, _ in s._fields_:

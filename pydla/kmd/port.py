@@ -1,15 +1,19 @@
-"""The KMD portability layer: everything the engine scheduler needs from the system (seed 003).
+"""The KMD portability layer: everything the KMD needs from the system (seed 003).
 
-The scheduler touches the device only through :class:`KmdPortability`: register reads and writes,
-the DMA and CPU addresses of the task's address-list entries, reads and writes of data, and the
-interrupt hookup. :class:`VirtualDevicePort` implements it in-process over
-:class:`~pydla.hw.device.VirtualDevice`; a port to real MMIO or a remote device implements the same
-methods.
+The engine scheduler touches the device only through :class:`KmdPortability`: register reads and
+writes, the DMA and CPU addresses of the task's address-list entries, reads and writes of data, and
+the interrupt hookup. The driver around it gets the rest through the same interface, as a kernel
+driver gets it from its OS: what the device is (:meth:`KmdPortability.dla_get_device_info`, asked
+once at probe time), device address spaces (one per context), and buffer objects mapped into them.
+:class:`~pydla.kmd.port_virtual.VirtualDevicePort` implements it in-process over the virtual device;
+a port to real MMIO or a remote device implements the same methods.
 
 Usage::
 
-    port = VirtualDevicePort(VirtualDevice("full"))
+    port: KmdPortability = VirtualDevicePort(VirtualDevice("full"))
     port.dla_reg_write(R.GLB_INTR_MASK, 0)
+    ctx = port.dla_create_context()
+    iova = port.dla_map(ctx, port.dla_alloc(4096))
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
 
 
@@ -74,8 +80,44 @@ class TaskDesc:
         return self.addresses[index]
 
 
+class DeviceCaps(Protocol):
+    """What descriptor validation needs to know of the device: its name (for messages), its blocks
+    and its precisions. :class:`KmdDeviceInfo` answers it (and so does a device configuration)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def blocks(self) -> tuple[dla_block_e, ...]: ...
+    @property
+    def precisions(self) -> tuple[dla_precision_e, ...]: ...
+
+
+@dataclass(frozen=True)
+class KmdDeviceInfo:
+    """What the KMD learns of its device at probe time (:meth:`KmdPortability.dla_get_device_info`):
+    which instance it is, how it runs, and what it can do.
+
+    ``mode`` says who makes the device progress: ``deterministic``, it computes inside the register
+    write that enables an operation (the driver polls right after a submit); ``step``, only when
+    its owner steps it (the driver polls when asked); ``threaded``, on its own (the driver runs a
+    bottom half beside it)."""
+
+    instance: int
+    mode: str
+    name: str
+    hw_version: int
+    blocks: tuple[dla_block_e, ...]
+    precisions: tuple[dla_precision_e, ...]
+    memory_bytes: int
+    contexts: int
+
+
 class KmdPortability(abc.ABC):
-    """What the engine scheduler calls; names and meaning as in the seed."""
+    """What the KMD calls; names and meaning as in the seed where the seed has them."""
+
+    @abc.abstractmethod
+    def dla_get_device_info(self) -> KmdDeviceInfo:
+        """What the device is (asked once, when the driver probes it)."""
 
     @abc.abstractmethod
     def dla_reg_write(self, addr: int, reg: int) -> None:
@@ -120,56 +162,30 @@ class KmdPortability(abc.ABC):
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         """Stop calling ``handler``."""
 
+    # -- address spaces and buffer objects (what a kernel driver gets from its OS: the IOMMU's
+    # domains, GEM objects) -------------------------------------------------------------------------
 
-class VirtualDevicePort(KmdPortability):
-    """The in-process implementation: direct calls into a :class:`VirtualDevice`."""
+    @abc.abstractmethod
+    def dla_create_context(self) -> int:
+        """A new device address space; returns its id (the context the device's accesses carry)."""
 
-    def __init__(self, device: VirtualDevice) -> None:
-        self.device = device
-        # Register accesses are the device's own methods (a call less on every access of a path
-        # that makes some ten per job); the methods below say what they are.
-        self.dla_reg_write = device.reg_write  # type: ignore[method-assign,assignment]
-        self.dla_reg_read = device.reg_read  # type: ignore[method-assign,assignment]
-        self.dla_reg_write_words = device.reg_write_words  # type: ignore[method-assign]
+    @abc.abstractmethod
+    def dla_destroy_context(self, ctx: int) -> None:
+        """Release address space ``ctx`` (its mappings go with it)."""
 
-    def dla_reg_write(self, addr: int, reg: int) -> None:
-        self.device.reg_write(addr, reg)
+    @abc.abstractmethod
+    def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
+        """A buffer object of ``size`` bytes of device memory; with ``fd``, that shared memory,
+        whose descriptor the buffer object then owns (also when this fails)."""
 
-    def dla_reg_read(self, addr: int) -> int:
-        return self.device.reg_read(addr)
+    @abc.abstractmethod
+    def dla_free(self, bo: BufferObject) -> None:
+        """Free a buffer object from :meth:`dla_alloc` (the device faults on it from then on)."""
 
-    def dla_reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
-        self.device.reg_write_many(writes)
+    @abc.abstractmethod
+    def dla_map(self, ctx: int, bo: BufferObject) -> int:
+        """Map ``bo`` into address space ``ctx``; returns its device address there (IOVA)."""
 
-    def dla_reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
-        self.device.reg_write_words(addresses, values)
-
-    def dla_read_dma_address(self, task: TaskDesc, index: int, what: str = "address") -> int:
-        entry = task.entry(index, what)
-        return entry.iova + entry.offset
-
-    def dla_read_cpu_address(self, task: TaskDesc, index: int, what: str = "address") -> CpuAddress:
-        entry = task.entry(index, what)
-        return CpuAddress(entry.bo, entry.offset, entry.size)
-
-    def dla_data_read(self, src: CpuAddress, size: int, offset: int) -> bytes:
-        if size < 0 or offset < 0 or offset + size > src.size:
-            raise DlaError(NvError.InvalidSize,
-                           f"read of {size} bytes at offset {offset} of buffer {src.bo.handle}: "
-                           f"only {src.size} bytes are there")
-        start = src.offset + offset
-        return bytes(src.bo.array[start:start + size])
-
-    def dla_data_write(self, src: bytes, dst: CpuAddress, offset: int) -> None:
-        if offset < 0 or offset + len(src) > dst.size:
-            raise DlaError(NvError.InvalidSize,
-                           f"write of {len(src)} bytes at offset {offset} of buffer {dst.bo.handle}: "
-                           f"only {dst.size} bytes are there")
-        start = dst.offset + offset
-        dst.bo.array[start:start + len(src)] = memoryview(src)
-
-    def connect_interrupt(self, handler: Callable[[], object]) -> None:
-        self.device.connect_irq(handler)
-
-    def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
-        self.device.disconnect_irq(handler)
+    @abc.abstractmethod
+    def dla_unmap(self, ctx: int, iova: int) -> None:
+        """Remove the mapping at ``iova`` from address space ``ctx``."""

@@ -11,7 +11,7 @@ dropped when it closes or one of its buffers is destroyed.
 Usage::
 
     cache = TaskCache()
-    graph = cache.get(port, task, config)        # validated once, then checked byte for byte
+    graph = cache.get(port, task, handles, info)  # validated once, then checked byte for byte
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydla.hw.config import DeviceConfig
+from pydla.hw.memory import BufferObject
 from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.port import CpuAddress, KmdPortability, TaskDesc
+from pydla.kmd.port import CpuAddress, DeviceCaps, KmdDeviceInfo, KmdPortability, TaskDesc
 
 CAPACITY = 64
 
@@ -76,6 +76,27 @@ class _Recorder(KmdPortability):
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         self.port.disconnect_interrupt(handler)
 
+    def dla_get_device_info(self) -> KmdDeviceInfo:
+        return self.port.dla_get_device_info()
+
+    def dla_create_context(self) -> int:
+        return self.port.dla_create_context()
+
+    def dla_destroy_context(self, ctx: int) -> None:
+        self.port.dla_destroy_context(ctx)
+
+    def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
+        return self.port.dla_alloc(size, fd)
+
+    def dla_free(self, bo: BufferObject) -> None:
+        self.port.dla_free(bo)
+
+    def dla_map(self, ctx: int, bo: BufferObject) -> int:
+        return self.port.dla_map(ctx, bo)
+
+    def dla_unmap(self, ctx: int, iova: int) -> None:
+        self.port.dla_unmap(ctx, iova)
+
 
 class TaskCache:
     """See the module docstring. Thread-safe; at most ``capacity`` graphs, least recently used out."""
@@ -91,7 +112,7 @@ class TaskCache:
         return (task.ctx, handles, tuple((e.iova, e.offset, e.length) for e in task.addresses))
 
     def get(self, port: KmdPortability, task: TaskDesc, handles: tuple[int, ...],
-            config: DeviceConfig) -> TaskGraph:
+            config: DeviceCaps) -> TaskGraph:
         """The validated graph of ``task`` (whose address entries are buffers ``handles``)."""
         key = self._key(task, handles)
         with self._lock:

@@ -40,8 +40,6 @@ from typing import Any
 from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, load_config
-from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import COMPLETED, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
@@ -51,6 +49,7 @@ from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
 from pydla.linux.shm import check_shared_fd
 from pydla.linux.uapi import BY_COMMAND, ERRNO, MAX_ADDRESSES, MAX_FENCES, STRUCTS, text, untext
+from pydla.platform import ConfigLike, Platform
 
 log = logging.getLogger("pydla.linux.daemon")
 WAIT_SLICE_S = 0.05  # how often a WAIT on a deterministic device drives its driver
@@ -107,19 +106,21 @@ class _DeviceFile:
 
 
 class KmdDaemon:
-    """The devices of configuration ``config`` (one per instance), their drivers, and the clients."""
+    """The devices of configuration ``config`` (one per instance, from the composition root), their
+    drivers, and the clients. What the daemon reports of a device is its driver's knowledge of it."""
 
-    def __init__(self, config: str | DeviceConfig = "full", *, mode: str = "threaded",
+    def __init__(self, config: ConfigLike = "full", *, mode: str = "threaded",
                  default_timeout_ms: int = 10_000, quotas: Quotas | None = None,
                  max_wait_ms: int = MAX_WAIT_MS, threads: int = 4) -> None:
-        self.config = load_config(config)
+        self.platform = Platform(config, mode=mode, default_timeout_ms=default_timeout_ms)
+        probed = self.platform.probe_all()
+        self.devices = [p.device for p in probed]  # for tests and diagnostics; served through the KMDs
+        self.kmds = [p.kmd for p in probed]
+        self.memory_bytes = self.kmds[0].info.memory_bytes  # every instance has the same configuration
         quotas = quotas or Quotas()
         if quotas.bytes is None:
-            quotas = Quotas(quotas.buffers, self.config.memory_bytes // 2, quotas.syncs, quotas.waits)
+            quotas = Quotas(quotas.buffers, self.memory_bytes // 2, quotas.syncs, quotas.waits)
         self.quotas, self.max_wait_ms, self.threads = quotas, max_wait_ms, threads
-        self.devices = [VirtualDevice(self.config, instance=i, mode=mode)
-                        for i in range(self.config.instances)]
-        self.kmds = [Kmd(d, default_timeout_ms=default_timeout_ms) for d in self.devices]
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._clients: set[Client] = set()
@@ -137,7 +138,7 @@ class KmdDaemon:
     # -- serving ---------------------------------------------------------------------------------
 
     def files(self) -> dict[str, Any]:
-        return {f"dla{i}": _DeviceFile(self, i) for i in range(len(self.devices))}
+        return {f"dla{i}": _DeviceFile(self, i) for i in range(len(self.kmds))}
 
     def serve(self, mountpoint: str | os.PathLike[str]) -> FuseServer:
         """A started FUSE server for this daemon's device files (``with`` stops and unmounts it)."""
@@ -148,9 +149,7 @@ class KmdDaemon:
             clients = list(self._clients)
         for c in clients:
             self.release(c)
-        for kmd, dev in zip(self.kmds, self.devices, strict=True):
-            kmd.close()
-            dev.close()
+        self.platform.close()
 
     def counts(self) -> dict[str, int]:
         """Open clients, buffer objects and sync objects (for leak checks)."""
@@ -251,12 +250,14 @@ class KmdDaemon:
     def _get_param(self, client: Client, ctx: RequestContext, a: Any) -> int:
         p = U.dla_param_e
         q = self.quotas
-        values = {p.NUM_DEVICES: len(self.devices), p.DEVICE_INDEX: client.device,
-                  p.HW_VERSION: self.config.hw_version, p.BLOCK_MASK: self.config.block_mask,
-                  p.MEMORY_BYTES: self.config.memory_bytes, p.DAEMON_PID: os.getpid(),
+        info = client.kmd.info
+        values = {p.NUM_DEVICES: len(self.kmds), p.DEVICE_INDEX: client.device,
+                  p.HW_VERSION: info.hw_version, p.BLOCK_MASK: sum(1 << int(b) for b in info.blocks),
+                  p.PRECISION_MASK: sum(1 << int(x) for x in info.precisions),
+                  p.MEMORY_BYTES: info.memory_bytes, p.DAEMON_PID: os.getpid(),
                   p.MAX_WAIT_MS: self.max_wait_ms, p.QUOTA_BUFFERS: q.buffers, p.QUOTA_BYTES: q.bytes,
                   p.QUOTA_SYNCS: q.syncs, p.QUOTA_WAITS: q.waits}
-        texts = {p.CONFIG_NAME: self.config.name, p.LAST_ERROR: client.last_error}
+        texts = {p.CONFIG_NAME: info.name, p.LAST_ERROR: client.last_error}
         if a.param in values:
             a.value = values[a.param]
         elif a.param in texts:
@@ -279,8 +280,8 @@ class KmdDaemon:
 
     def _bo_create(self, client: Client, ctx: RequestContext, a: Any) -> int:
         size = int(a.size)
-        if not 0 < size <= self.config.memory_bytes:
-            raise FuseError(errno.EINVAL, f"BO_CREATE: size {size} (1..{self.config.memory_bytes})")
+        if not 0 < size <= self.memory_bytes:
+            raise FuseError(errno.EINVAL, f"BO_CREATE: size {size} (1..{self.memory_bytes})")
         with self._lock:
             self._reserve(client, size)
         try:
@@ -373,7 +374,7 @@ class KmdDaemon:
     def _wait_fence(self, client: Client, ctx: RequestContext, a: Any, sem: TimelineSemaphore) -> int:
         value, timeout_ms = int(a.fence.value), min(int(a.timeout_ms), self.max_wait_ms)
         ctx.on_interrupt(sem.wake)
-        polled = client.kmd.device.mode != "threaded"
+        polled = client.kmd.info.mode != "threaded"
         deadline = timeout_ms / 1000
         try:
             while True:
@@ -487,7 +488,7 @@ def _main(args: argparse.Namespace) -> int:
             raise DlaError(NvError.ResourceError, str(e)) from e
         names = ", ".join(sorted(daemon.files()))
         print(f"pydla kmd: serving {names} in {server.mountpoint} (pid {os.getpid()}, config "
-              f"'{daemon.config.name}'); SIGTERM or Ctrl-C stops", flush=True)
+              f"'{daemon.platform.name}'); SIGTERM or Ctrl-C stops", flush=True)
         server.run(install_signal_handlers=False)
     finally:
         server.stop()

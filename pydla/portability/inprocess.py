@@ -1,13 +1,14 @@
 """The in-process port: the portability layer as direct calls into KMDs in the same process.
 
-Each port owns its devices and drivers (no global state): device instance ``n`` of the chosen
-configuration, with its KMD, is created the first time it is opened. A handle from NvDlaOpen is a
-session: one KMD context, its memory, and the tasks it submitted. Memory handles are numpy views
-of device memory (the host's mapping of the buffer object).
+Each port has its own devices and drivers (no global state): they come from a
+:class:`~pydla.platform.Platform` (the composition root), which builds device instance ``n`` with its
+KMD the first time the port opens it. A handle from NvDlaOpen is a session: one KMD context, its
+memory, and the tasks it submitted. Memory handles are numpy views of device memory (the host's
+mapping of the buffer object). What a device can do is the KMD's answer (NvDlaGetDeviceInfo).
 
 Usage::
 
-    with InProcessPort("full") as port:
+    with InProcessPort("full") as port:         # or InProcessPort(platform=Platform("full"))
         h = port.NvDlaOpen(0)
         mem, data = port.NvDlaGetMem(h, 4096)
         data[:4] = [1, 2, 3, 4]
@@ -18,19 +19,18 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, load_config
-from pydla.hw.device import VirtualDevice
-from pydla.kmd.driver import Job, Kmd
+from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Job, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
+from pydla.platform import ConfigLike, Platform
 from pydla.portability.interface import (
+    NvDlaDeviceInfo,
     NvDlaEngineSelect,
     NvDlaFence,
     NvDlaHeap,
@@ -106,13 +106,15 @@ class _Prepared:
 class InProcessPort(NvDlaPort):
     """See the module docstring."""
 
-    def __init__(self, config: DeviceConfig | str | Path = "full", *, mode: str = "deterministic",
-                 default_timeout_ms: int = 10_000) -> None:
-        self.config = load_config(config)
-        self.mode = mode
-        self.default_timeout_ms = default_timeout_ms
+    def __init__(self, config: ConfigLike = "full", *, mode: str = "deterministic",
+                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS, platform: Platform | None = None) -> None:
+        """The devices of ``platform`` (closed with the port only when the port made it), or of a
+        new platform of ``config`` in ``mode``."""
+        self._owns_platform = platform is None
+        self.platform = platform or Platform(config, mode=mode, default_timeout_ms=default_timeout_ms)
         self._lock = threading.Lock()
-        self._instances: dict[int, tuple[VirtualDevice, Kmd]] = {}
+        self._kmds: dict[int, Kmd] = {}  # the drivers of the instances this port opened
+        self._polled: list[Kmd] = []  # ... of those whose devices progress only when polled
         self._sessions: list[Session] = []
         self._destroyed: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()
         self._closed = False
@@ -128,33 +130,45 @@ class InProcessPort(NvDlaPort):
             if self._closed:
                 return
             self._closed = True
-            sessions, instances = list(self._sessions), list(self._instances.values())
+            sessions = list(self._sessions)
         for s in sessions:
             self.NvDlaClose(s)
-        for dev, kmd in instances:
-            kmd.close()
-            dev.close()
+        if self._owns_platform:
+            self.platform.close()
 
     def kmd_of(self, select: int) -> Kmd:
         with self._lock:
             if self._closed:
                 raise DlaError(NvError.InvalidState, "the port was closed")
-            if select not in self._instances:
-                dev = VirtualDevice(self.config, instance=select, mode=self.mode)
-                self._instances[select] = (dev, Kmd(dev, default_timeout_ms=self.default_timeout_ms))
-            return self._instances[select][1]
+            kmd = self._kmds.get(select)
+            if kmd is None:
+                kmd = self._kmds[select] = self.platform.probe(select).kmd
+                if kmd.info.mode != "threaded":
+                    self._polled.append(kmd)
+            return kmd
+
+    def _select(self, select: NvDlaEngineSelect | int, what: str) -> int:
+        n = self.platform.instances
+        if not isinstance(select, int) or not 0 <= select < n:
+            raise DlaError(NvError.DeviceNotFound,
+                           f"{what}: device {select!r}; config '{self.platform.name}' has {n} (0..{n - 1})")
+        return int(select)
 
     # -- the seed's functions --------------------------------------------------------------------
 
     def NvDlaGetMaxDevices(self) -> int:
-        return self.config.instances
+        return self.platform.instances
+
+    def NvDlaGetDeviceInfo(self, select: NvDlaEngineSelect | int) -> NvDlaDeviceInfo:
+        """As the interface's: what the device's KMD learnt of it when it probed it."""
+        select = self._select(select, "NvDlaGetDeviceInfo")
+        info = self.kmd_of(select).info
+        return NvDlaDeviceInfo(select, self.platform.instances, info.name, info.hw_version, info.blocks,
+                               info.precisions, info.memory_bytes)
 
     def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Session:
-        if not isinstance(select, int) or not 0 <= select < self.config.instances:
-            raise DlaError(NvError.DeviceNotFound,
-                           f"NvDlaOpen: device {select!r}; config '{self.config.name}' has "
-                           f"{self.config.instances} (0..{self.config.instances - 1})")
-        session = Session(self, int(select), self.kmd_of(int(select)))
+        select = self._select(select, "NvDlaOpen")
+        session = Session(self, select, self.kmd_of(select))
         with self._lock:
             self._sessions.append(session)
         return session
@@ -331,7 +345,7 @@ class InProcessPort(NvDlaPort):
             # Deterministic and step devices progress only when their driver is polled: waiting
             # drives them. Threaded devices run on their own; polling them would only compete.
             with self._lock:
-                kmds = [kmd for dev, kmd in self._instances.values() if dev.mode != "threaded"]
+                kmds = list(self._polled)
             for kmd in kmds:
                 kmd.poll()
             left = deadline - time.monotonic()

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 
 
@@ -65,6 +67,35 @@ class NvDlaMemHandle(abc.ABC):
                                                 f"the {raw.size}-byte buffer")
         view: npt.NDArray[Any] = raw[offset:offset + count * dt.itemsize].view(dt)
         return view if shape is None else view.reshape(shape)
+
+
+@dataclass(frozen=True)
+class NvDlaDeviceInfo:
+    """What :meth:`NvDlaPort.NvDlaGetDeviceInfo` reports of a device instance: which it is (of how
+    many), its configuration's name, version register, functional blocks, precisions and memory.
+
+    Usage: ``port.NvDlaGetDeviceInfo(0).has_block("PDP")``
+    """
+
+    instance: int
+    instances: int
+    name: str
+    hw_version: int
+    blocks: tuple[dla_block_e, ...]
+    precisions: tuple[dla_precision_e, ...]
+    memory_bytes: int
+
+    def has_block(self, block: dla_block_e | str) -> bool:
+        """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""
+        if isinstance(block, str):
+            return block.upper() in (b.name for b in self.blocks)
+        return block in self.blocks
+
+    def has_precision(self, precision: dla_precision_e | str) -> bool:
+        """Whether the device computes in ``precision`` (a dla_precision_e or its name)."""
+        if isinstance(precision, str):
+            return precision.upper() in (p.name for p in self.precisions)
+        return precision in self.precisions
 
 
 @dataclass(frozen=True)
@@ -189,6 +220,19 @@ class NvDlaPort(abc.ABC):
     @abc.abstractmethod
     def NvDlaGetMaxDevices(self) -> int:
         """Device instances the configuration has."""
+
+    def NvDlaGetDeviceInfo(self, select: NvDlaEngineSelect | int) -> NvDlaDeviceInfo:
+        """What device instance ``select`` is and can do (pydla's addition). A port that cannot tell
+        raises NvError NotSupported (this default); the UMD then checks nothing ahead and leaves
+        the refusal of what the device lacks to the driver.
+
+        Usage::
+
+            info = port.NvDlaGetDeviceInfo(0)
+            if not info.has_block("RUBIK"): ...
+        """
+        raise DlaError(NvError.NotSupported, f"NvDlaGetDeviceInfo: {type(self).__name__} does not report "
+                                             "device information")
 
     # -- memory access: the same for every port whose memory handles have a host view ------------
 

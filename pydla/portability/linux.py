@@ -33,11 +33,13 @@ import numpy.typing as npt
 
 from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, bundled_configs, load_config
 from pydla.linux.shm import SharedBuffer
 from pydla.linux.uapi import COMMANDS, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
 from pydla.portability.interface import (
+    NvDlaDeviceInfo,
     NvDlaEngineSelect,
     NvDlaFence,
     NvDlaHeap,
@@ -106,7 +108,7 @@ class LinuxDevice:
         self.mems: dict[int, LinuxMem] = {}
         self._lock = threading.Lock()
         try:
-            self._handshake()
+            self.daemon_version = self._handshake()
             self.daemon_pid = self.param(U.dla_param_e.DAEMON_PID)
         except BaseException:
             os.close(self.fd)
@@ -149,7 +151,8 @@ class LinuxDevice:
     def param_text(self, which: int) -> str:
         return untext(bytes(self.ioctl(U.dla_ioctl_e.GET_PARAM, U.dla_get_param_t(param=which)).text))
 
-    def _handshake(self) -> None:
+    def _handshake(self) -> tuple[int, int, int]:
+        """Agree on the uAPI version; returns the daemon's."""
         mine = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],
                                  layout_hash64=U.LAYOUT_HASH64, package_version=text(__version__, 32))
         theirs = self.ioctl(U.dla_ioctl_e.HANDSHAKE, mine)
@@ -162,6 +165,19 @@ class LinuxDevice:
                            f"here, {daemons} (layout {theirs.layout_hash64:016x}, pydla "
                            f"{untext(bytes(theirs.package_version))}) in the daemon: run the same pydla on "
                            "both sides")
+        return version
+
+    def info(self) -> NvDlaDeviceInfo:
+        """What the daemon reports of this file's device (GET_PARAM)."""
+        p = U.dla_param_e
+        block_mask = self.param(p.BLOCK_MASK)
+        # PRECISION_MASK came with uAPI 2.2; an older daemon's device is taken to compute in every
+        # precision (its KMD still refuses what its device lacks).
+        precision_mask = self.param(p.PRECISION_MASK) if self.daemon_version[:2] >= (2, 2) else ~0
+        return NvDlaDeviceInfo(
+            self.param(p.DEVICE_INDEX), self.param(p.NUM_DEVICES), self.param_text(p.CONFIG_NAME),
+            self.param(p.HW_VERSION), tuple(b for b in dla_block_e if block_mask >> int(b) & 1),
+            tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES))
 
     def close(self) -> None:
         with self._lock:
@@ -186,13 +202,11 @@ class LinuxPort(NvDlaPort):
         probe = LinuxDevice(self, 0, self._device_path(0))
         try:
             self.instances = probe.param(U.dla_param_e.NUM_DEVICES)
-            name = probe.param_text(U.dla_param_e.CONFIG_NAME)
         finally:
             probe.close()
-        # The configuration by name, when it is a bundled one (lets the UMD check a loadable's blocks).
-        self.config: DeviceConfig | None = load_config(name) if name in bundled_configs() else None
         self._lock = threading.Lock()
         self._devices: list[LinuxDevice] = []
+        self._info: dict[int, NvDlaDeviceInfo] = {}  # by instance: a daemon's devices do not change
 
     def _device_path(self, select: int) -> Path:
         if self.first is not None and select == 0:
@@ -223,11 +237,40 @@ class LinuxPort(NvDlaPort):
     def NvDlaGetMaxDevices(self) -> int:
         return self.instances
 
-    def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> LinuxDevice:
+    def _select(self, select: NvDlaEngineSelect | int, what: str) -> int:
         if not isinstance(select, int) or not 0 <= select < self.instances:
-            raise DlaError(NvError.DeviceNotFound, f"NvDlaOpen: device {select!r}; the daemon serves "
+            raise DlaError(NvError.DeviceNotFound, f"{what}: device {select!r}; the daemon serves "
                                                    f"{self.instances} (0..{self.instances - 1})")
-        device = LinuxDevice(self, int(select), self._device_path(int(select)))
+        return int(select)
+
+    def NvDlaGetDeviceInfo(self, select: NvDlaEngineSelect | int) -> NvDlaDeviceInfo:
+        """As the interface's: the daemon's answers to GET_PARAM, asked once per instance (when the
+        port first opens it, or through a device file opened for the question)."""
+        select = self._select(select, "NvDlaGetDeviceInfo")
+        with self._lock:
+            info = self._info.get(select)
+        if info is None:
+            probe = LinuxDevice(self, select, self._device_path(select))
+            try:
+                info = self._learn(probe)
+            finally:
+                probe.close()
+        return info
+
+    def _learn(self, device: LinuxDevice) -> NvDlaDeviceInfo:
+        info = device.info()
+        with self._lock:
+            return self._info.setdefault(device.select, info)
+
+    def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> LinuxDevice:
+        select = self._select(select, "NvDlaOpen")
+        device = LinuxDevice(self, select, self._device_path(select))
+        if select not in self._info:  # asked on this file, not on one more (a context of the daemon's)
+            try:
+                self._learn(device)
+            except BaseException:
+                device.close()
+                raise
         with self._lock:
             self._devices.append(device)
         return device

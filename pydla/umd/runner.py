@@ -51,9 +51,11 @@ class RecipeSource(Protocol):
 
 
 class Device(Protocol):
-    """Where a runner runs: an opened device of a port (an IRuntime is one)."""
+    """Where a runner runs: device instance ``device`` of a port, opened (``handle``, from NvDlaOpen).
+    An IRuntime is one."""
 
     port: NvDlaPort
+    device: int
     handle: Any
 
 
@@ -94,9 +96,7 @@ class Runner:
         self.port = device.port
         self.handle = device.handle
         self.lo = open_recipe(recipe, allow_unsafe_paths=allow_unsafe_paths)
-        config = getattr(self.port, "config", None)
-        if config is not None and hasattr(config, "has_block"):
-            self.lo.check_device(config)
+        self._check_device(device.device)
         self.timeout_ms = timeout_ms
         self.libraries = libraries or CpuLibraries(allow_unsafe_paths=allow_unsafe_paths)
         self._lock = threading.Lock()
@@ -112,6 +112,17 @@ class Runner:
         except BaseException:
             self.close()
             raise
+
+    def _check_device(self, select: int) -> None:
+        """NvError NotSupported, before anything is made, when the device lacks a block the recipe's
+        operations use; nothing is checked on a port that does not report what its device is."""
+        try:
+            info = self.port.NvDlaGetDeviceInfo(select)
+        except DlaError as e:
+            if e.code == NvError.NotSupported:
+                return
+            raise
+        self.lo.check_device(info)
 
     def _create(self) -> None:
         for name in self.lo.recipe.buffers:

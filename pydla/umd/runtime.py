@@ -16,12 +16,11 @@ Usage::
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort
 from pydla.umd.cpu import CpuLibraries
@@ -29,7 +28,8 @@ from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
-PORTS = ("inprocess", "linux")
+if TYPE_CHECKING:
+    from pydla.platform import ConfigLike
 
 
 class IRuntime:
@@ -268,44 +268,19 @@ class IRuntime:
                 close()
 
 
-def open_port(spec: str | None = None, config: str | Path | DeviceConfig = "full", *,
-              path: str | os.PathLike[str] | None = None, mode: str = "deterministic",
-              timeout_ms: int = 10_000) -> NvDlaPort:
-    """A new port from its name: ``inprocess``, ``linux`` (with ``path``) or ``linux:PATH``; None
-    means ``$PYDLA_PORT``, else ``inprocess``. PATH is the KMD daemon's mount directory (or a device
-    file in it).
-
-    Usage: ``port = open_port("linux:/run/pydla")``
-    """
-    spec = spec if spec is not None else os.environ.get("PYDLA_PORT", "inprocess")
-    name, _, rest = spec.partition(":")
-    if name == "inprocess" and not rest:
-        from pydla.portability.inprocess import InProcessPort
-
-        return InProcessPort(config, mode=mode, default_timeout_ms=timeout_ms)
-    if name == "linux":
-        where = rest or (os.fspath(path) if path is not None else "")
-        if not where:
-            raise DlaError(NvError.BadParameter, "port 'linux' needs the daemon's mount directory: "
-                                                 "createRuntime(port='linux', path='/run/pydla') or "
-                                                 "PYDLA_PORT=linux:/run/pydla")
-        if not sys.platform.startswith("linux"):
-            raise DlaError(NvError.NotSupported, f"port 'linux' on {sys.platform}")
-        from pydla.portability.linux import LinuxPort
-
-        return LinuxPort(where)
-    raise DlaError(NvError.NotSupported, f"port '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
-
-
-def createRuntime(port: str | NvDlaPort | None = None, config: str | Path | DeviceConfig = "full",
+def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "full",
                   device: int = 0, *, mode: str = "deterministic", timeout_ms: int = 10_000,
                   path: str | os.PathLike[str] | None = None) -> IRuntime:
-    """A runtime on device instance ``device`` of a new port (see :func:`open_port`: in-process by
-    default, ``port="linux"`` with ``path`` for the KMD daemon), or of the given ``port`` object.
+    """A runtime on device instance ``device`` of a new port (see :func:`pydla.platform.open_port`:
+    in-process by default, ``port="linux"`` with ``path`` for the KMD daemon), or of the given
+    ``port`` object.
 
     Usage: ``rt = pydla.createRuntime(config="small")``; ``pydla.createRuntime("linux", path="/run/pydla")``
     """
     if port is None or isinstance(port, str):
+        # The composition root builds the port (and, in-process, its devices and drivers).
+        from pydla.platform import open_port
+
         opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)
         try:
             return IRuntime(opened, device, owns_port=True, timeout_ms=timeout_ms)

@@ -50,6 +50,24 @@ def test_devices_open_and_close(port: NvDlaPort) -> None:
         port.NvDlaGetMem(h, 16)  # a closed handle is refused, never crashes
 
 
+def test_device_information_if_the_port_reports_it(port: NvDlaPort) -> None:
+    """NvDlaGetDeviceInfo is optional (NvError NotSupported); a port that answers describes each
+    instance consistently with NvDlaGetMaxDevices, and refuses instances it does not have."""
+    n = port.NvDlaGetMaxDevices()
+    try:
+        info = port.NvDlaGetDeviceInfo(0)
+    except DlaError as e:
+        assert e.code == NvError.NotSupported
+        return
+    assert (info.instance, info.instances) == (0, n)
+    assert info.has_block("SDP") and info.has_block("pdp")  # what this suite's tasks use
+    assert info.precisions and info.memory_bytes > 0 and info.name
+    assert [port.NvDlaGetDeviceInfo(i).instance for i in range(n)] == list(range(n))
+    with pytest.raises(DlaError) as e:
+        port.NvDlaGetDeviceInfo(n)
+    assert e.value.code == NvError.DeviceNotFound
+
+
 def test_memory(port: NvDlaPort) -> None:
     h = port.NvDlaOpen(0)
     mem, data = port.NvDlaGetMem(h, 64)

@@ -75,7 +75,7 @@ def test_a_failed_job_fails_its_fences_and_their_waiters(kmd) -> None:
     a = _relu_task("x", "y").load(kmd, ctx)
     b = _relu_task("y", "z").load(kmd, ctx)
     done = TimelineSemaphore()
-    kmd.device.inject_error("SDP")
+    kmd.port.device.inject_error("SDP")
     job_a = kmd.submit(ctx, a.addresses, post_fences=[(done, 1)])
     job_b = kmd.submit(ctx, b.addresses, pre_fences=[(done, 1)])
     with pytest.raises(DlaError, match="failed on the device"):

@@ -58,7 +58,7 @@ def test_an_unused_reference_out_of_range_is_refused_before_any_register(kmd, fi
     built = _patch(_sdp_task(), 3, 0, SURFACE_DESC_SIZE, T.dla_sdp_surface_desc_t, **{field: 200})
     ctx = kmd.open_context()
     loaded = built.load(kmd, ctx)
-    trace = kmd.device.record_trace()
+    trace = kmd.port.device.record_trace()
     with pytest.raises(DlaError, match="address-list index 200") as e:
         kmd.submit(ctx, loaded.addresses)
     assert e.value.code == NvError.BadParameter

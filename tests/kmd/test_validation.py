@@ -42,7 +42,7 @@ PDP, SDP, CONV, CDP = dla_block_e.PDP, dla_block_e.SDP, dla_block_e.CONV, dla_bl
 def reject(kmd: Kmd, ctx: int, addresses: list[AddressEntry], code: NvError, *fragments: str,
            priority: int = 0, timeout_ms: int = 1000) -> DlaError:
     """Submit, expect DlaError ``code`` whose message holds every fragment, and no register access."""
-    dev = kmd.device
+    dev = kmd.port.device
     before = kmd.stats()
     trace = dev.record_trace(True)
     try:

@@ -110,7 +110,7 @@ def test_a_failing_task_raises_on_wait(net) -> None:
         d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
         rt.bindInputTensor(0, rt.allocateSystemMemory(d_in.size))
         rt.bindOutputTensor(0, rt.allocateSystemMemory(d_out.size))
-        device = rt.port._instances[0][0]
+        device = rt.port.platform.probe(0).device
         device.inject_error("SDP")
         (sync,) = rt.submitNonBlocking()
         with pytest.raises(DlaError, match="failed on the device"):

@@ -1,0 +1,97 @@
+"""Fault injection and reset of the virtual device.
+
+A driver developer makes the next operations of a block hang (:meth:`FaultsAndReset.inject_hang`) or
+fail with an error code (:meth:`FaultsAndReset.inject_error`). The GLB reset register resets blocks
+(a bit per block) or the whole device (``DEVICE_RESET_BIT``): their groups go idle, their pending
+enables and injected faults are dropped, an operation they were computing is abandoned (its result
+discarded), and the reset returns once such an operation has stopped writing memory.
+
+Usage::
+
+    dev.inject_hang("SDP")
+    dev.reg_write(R.GLB_RESET, 1 << int(dla_block_e.SDP))
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.errors import DlaError, NvError
+from pydla.hw.execution import Work
+from pydla.hw.regfile import Block, done_bit, error_bit
+from pydla.hw.state import DeviceState
+
+DEVICE_RESET_BIT = 31
+RESET_QUIESCE_S = 30.0  # the longest a reset waits for an abandoned operation to stop computing
+
+
+class FaultsAndReset(DeviceState):
+    """Fault injection and reset (a part of :class:`~pydla.hw.device.VirtualDevice`)."""
+
+    def inject_hang(self, block: dla_block_e | str, count: int = 1) -> None:
+        """The next ``count`` operations of ``block`` start and never finish (until a reset)."""
+        with self._lock:
+            self._block(block).hangs += count
+
+    def inject_error(self, block: dla_block_e | str, code: int = int(R.dla_hw_error_e.BAD_CONFIG)) -> None:
+        """The next operation of ``block`` fails with ``code`` (a dla_hw_error_e)."""
+        if code not in R.dla_hw_error_e._value2member_map_ or code == R.dla_hw_error_e.NONE:
+            raise DlaError(NvError.BadParameter,
+                           f"inject_error code {code}: use a dla_hw_error_e other than NONE")
+        with self._lock:
+            self._block(block).injected_errors.append(code)
+
+    def _block(self, which: dla_block_e | str | int) -> Block:
+        kind = dla_block_e[which.upper()] if isinstance(which, str) else dla_block_e(which)
+        block = self._blocks.get(int(kind))
+        if block is None:
+            raise DlaError(NvError.NotSupported,
+                           f"device config '{self.config.name}' has no {kind.name} block")
+        return block
+
+    def _reset(self, bits: int) -> None:
+        targets = list(self._blocks.values()) if bits >> DEVICE_RESET_BIT & 1 else [
+            b for b in self._blocks.values() if bits >> b.index & 1]
+        for block in targets:
+            block.epoch += 1
+            block.reset()
+            block.hangs = 0
+            block.injected_errors.clear()
+            self.intr_status &= ~(done_bit(block.index, 0) | done_bit(block.index, 1)
+                                  | error_bit(block.index, 0) | error_bit(block.index, 1))
+        self._pending = collections.deque((b, g) for b, g in self._pending if b not in targets)
+        if bits >> DEVICE_RESET_BIT & 1:
+            self.intr_status = 0
+            self.fault = (0, 0, 0)
+        self.decoded.clear()  # a decode is a function of registers and mappings; a reset starts over
+        self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
+        self._cond.notify_all()
+        for block in self._blocks.values():
+            block.wake.notify()
+        # As a hardware reset quiesces the block's DMA, the reset returns only once an operation the
+        # blocks were computing has stopped writing memory (a numpy kernel cannot be interrupted
+        # midway; its result is then discarded as abandoned). Not from the computing thread itself.
+        deadline = time.monotonic() + RESET_QUIESCE_S
+        while any(self._abandoned(w, targets) for w in self._running):
+            if any(w.thread is threading.current_thread() for w in self._running):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.log.append("reset: an abandoned operation is still computing")
+                break
+            self._quiescing += 1
+            try:
+                self._cond.wait(left)
+            finally:
+                self._quiescing -= 1
+
+    @staticmethod
+    def _abandoned(work: Work, targets: list[Block]) -> bool:
+        if work.block in targets and work.block.epoch != work.epoch:
+            return True
+        return work.partner is not None and work.partner[0] in targets \
+            and work.partner[0].epoch != work.partner_epoch

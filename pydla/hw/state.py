@@ -1,0 +1,72 @@
+"""The state the parts of the virtual device share (:mod:`pydla.hw.device` creates it).
+
+The device is one object made of parts, each in its own module and each a base class of
+:class:`~pydla.hw.device.VirtualDevice`: the register file the host reads and writes
+(:mod:`pydla.hw.regfile`), the execution of operations and the interrupt line
+(:mod:`pydla.hw.execution`), fault injection and reset (:mod:`pydla.hw.faults`). They call one
+another as methods of the one object, so that a register access costs no call more than it did
+when they were one class; this base declares what they share, for the type checker.
+
+Usage::
+
+    class Part(DeviceState):
+        def method(self) -> None:
+            with self._lock: ...
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.hw.config import DeviceConfig
+from pydla.hw.decoded import DecodedCache
+from pydla.hw.memory import DeviceMemory, Iommu
+
+if TYPE_CHECKING:
+    from pydla.hw.execution import Work
+    from pydla.hw.regfile import Block, RegAccess
+
+
+class DeviceState:
+    """Declarations only: :meth:`VirtualDevice.__init__` sets every attribute."""
+
+    config: DeviceConfig
+    instance: int
+    mode: str
+    memory: DeviceMemory
+    iommu: Iommu
+    _where: dict[int, tuple[Block | None, int] | None]
+    _word_targets: dict[bytes, tuple[Block, npt.NDArray[np.intp]] | None]
+    _lock: threading.RLock
+    _cond: threading.Condition
+    _quiescing: int
+    _blocks: dict[int, Block]
+    _pending: collections.deque[tuple[Block, int]]
+    _running: list[Work]
+    _irq_handlers: list[Callable[[], object]]
+    _kicking: bool
+    _closed: bool
+    intr_mask: int
+    intr_status: int
+    fault: tuple[int, int, int]
+    ops_done: int
+    bus_errors: int
+    log: collections.deque[str]
+    trace: list[RegAccess] | None
+    _precisions: tuple[int, ...]
+    decoded: DecodedCache
+    _threads: list[threading.Thread]
+
+    if TYPE_CHECKING:
+        # What one part calls of another (defined there; nothing here at run time).
+
+        def _run_runnable(self) -> None: ...  # execution
+        def _raise_irq(self) -> None: ...  # execution
+        def _wake(self, block: Block) -> None: ...  # execution
+        def _reset(self, bits: int) -> None: ...  # faults

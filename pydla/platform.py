@@ -1,0 +1,147 @@
+"""The composition root: the one place that builds virtual devices, their KMDs and the ports.
+
+A :class:`Platform` is what a machine has: the device instances of one configuration, each built with
+its KMD (over the in-process KMD port, :class:`~pydla.kmd.port_virtual.VirtualDevicePort`) the first
+time it is probed. The in-process port and the KMD daemon both get their drivers from one, and
+:func:`open_port` builds the port an application asks for; nothing else builds a device or a driver.
+From there capabilities travel through the interfaces, never as a configuration object: the KMD asks
+its port (``dla_get_device_info``), the UMD asks its own (``NvDlaGetDeviceInfo``), answered from the
+KMD in-process and through GET_PARAM on Linux.
+
+Usage::
+
+    platform = Platform("full", mode="threaded")
+    kmd = platform.probe(0).kmd
+    port = open_port("inprocess", "small")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeAlias
+
+from pydla.errors import DlaError, NvError
+from pydla.hw.config import DeviceConfig, load_config
+from pydla.hw.device import VirtualDevice
+from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
+from pydla.kmd.port_virtual import VirtualDevicePort
+from pydla.portability.interface import NvDlaPort
+
+ConfigLike: TypeAlias = DeviceConfig | str | Path  # a configuration, a bundled one's name, or a file
+PORTS = ("inprocess", "linux")
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A device instance and the driver bound to it."""
+
+    device: VirtualDevice
+    kmd: Kmd
+
+    def close(self) -> None:
+        """The driver first (it aborts its jobs), then the device."""
+        self.kmd.close()
+        self.device.close()
+
+
+def probe(config: ConfigLike = "full", *, instance: int = 0, mode: str = "deterministic",
+          default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Probed:
+    """Build device ``instance`` of ``config`` running in ``mode``, and bind a KMD to it.
+
+    Usage: ``probed = probe("small", mode="step"); probed.kmd.open_context()``
+    """
+    device = VirtualDevice(config, instance=instance, mode=mode)
+    try:
+        kmd = Kmd(VirtualDevicePort(device), default_timeout_ms=default_timeout_ms)
+    except BaseException:
+        device.close()
+        raise
+    return Probed(device, kmd)
+
+
+class Platform:
+    """The device instances of one configuration, each probed (built with its KMD) on first use.
+    Thread-safe; :meth:`close` closes what was probed."""
+
+    def __init__(self, config: ConfigLike = "full", *, mode: str = "deterministic",
+                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        self._config = load_config(config)
+        self.mode = mode
+        self.default_timeout_ms = default_timeout_ms
+        self._lock = threading.Lock()
+        self._probed: dict[int, Probed] = {}
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The configuration's name (for messages)."""
+        return self._config.name
+
+    @property
+    def instances(self) -> int:
+        """Device instances the machine has."""
+        return self._config.instances
+
+    def probe(self, instance: int) -> Probed:
+        """Device ``instance`` and its KMD, built the first time."""
+        with self._lock:
+            if self._closed:
+                raise DlaError(NvError.InvalidState, "the platform was closed")
+            probed = self._probed.get(instance)
+            if probed is None:
+                probed = self._probed[instance] = probe(self._config, instance=instance, mode=self.mode,
+                                                        default_timeout_ms=self.default_timeout_ms)
+            return probed
+
+    def probe_all(self) -> list[Probed]:
+        """Every instance, in order."""
+        return [self.probe(i) for i in range(self.instances)]
+
+    @property
+    def probed(self) -> list[Probed]:
+        """The instances built so far."""
+        with self._lock:
+            return list(self._probed.values())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            probed = list(self._probed.values())
+        for p in probed:
+            p.close()
+
+
+def open_port(spec: str | None = None, config: ConfigLike = "full", *,
+              path: str | os.PathLike[str] | None = None, mode: str = "deterministic",
+              timeout_ms: int = 10_000) -> NvDlaPort:
+    """A new port from its name: ``inprocess``, ``linux`` (with ``path``) or ``linux:PATH``; None
+    means ``$PYDLA_PORT``, else ``inprocess``. PATH is the KMD daemon's mount directory (or a device
+    file in it). ``config`` and ``mode`` are those of the in-process port's devices (the daemon has
+    its own).
+
+    Usage: ``port = open_port("linux:/run/pydla")``
+    """
+    spec = spec if spec is not None else os.environ.get("PYDLA_PORT", "inprocess")
+    name, _, rest = spec.partition(":")
+    if name == "inprocess" and not rest:
+        from pydla.portability.inprocess import InProcessPort
+
+        return InProcessPort(platform=Platform(config, mode=mode, default_timeout_ms=timeout_ms))
+    if name == "linux":
+        where = rest or (os.fspath(path) if path is not None else "")
+        if not where:
+            raise DlaError(NvError.BadParameter, "port 'linux' needs the daemon's mount directory: "
+                                                 "createRuntime(port='linux', path='/run/pydla') or "
+                                                 "PYDLA_PORT=linux:/run/pydla")
+        if not sys.platform.startswith("linux"):
+            raise DlaError(NvError.NotSupported, f"port 'linux' on {sys.platform}")
+        from pydla.portability.linux import LinuxPort
+
+        return LinuxPort(where)
+    raise DlaError(NvError.NotSupported, f"port '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
