@@ -38,6 +38,11 @@ from pydla.hw.memory import MmuFault
 from pydla.hw.regfile import ENABLED, IDLE, MMU_FAULT_BIT, RUNNING, SDP_SRC_MODE, Block, done_bit, error_bit
 from pydla.hw.state import DeviceState
 
+# Asked for every enabled operation: plain ints, not enum members.
+_SDP, _CONV = int(dla_block_e.SDP), int(dla_block_e.CONV)
+_SRC_MODE_WORD = SDP_SRC_MODE >> 2
+_FLYING = int(R.sdp_src_mode_e.FLYING)
+
 
 @dataclass
 class Work:
@@ -50,7 +55,7 @@ class Work:
     hang: bool
     injected: int
     partner_epoch: int = 0
-    thread: threading.Thread | None = None  # the one computing it
+    thread: int = 0  # threading.get_ident() of the one computing it
 
 
 class Execution(DeviceState):
@@ -86,14 +91,15 @@ class Execution(DeviceState):
         """False if (block, group) cannot run now; else its flying partner (or None)."""
         if block.state[group] != ENABLED or block.consumer != group:
             return False
-        if block.kind == dla_block_e.SDP and block.reg(group, SDP_SRC_MODE) == R.sdp_src_mode_e.FLYING:
+        kind = block.index
+        if kind == _SDP and block.words[group][_SRC_MODE_WORD] == _FLYING:
             return False  # runs with its CONV operation
-        if block.kind == dla_block_e.CONV:
-            sdp = self._blocks.get(int(dla_block_e.SDP))
+        if kind == _CONV:
+            sdp = self._blocks.get(_SDP)
             if sdp is None:
                 return False
             g = sdp.consumer
-            if sdp.state[g] != ENABLED or sdp.reg(g, SDP_SRC_MODE) != R.sdp_src_mode_e.FLYING:
+            if sdp.state[g] != ENABLED or sdp.words[g][_SRC_MODE_WORD] != _FLYING:
                 return False
             return sdp, g
         return None
@@ -124,7 +130,7 @@ class Execution(DeviceState):
                     injected = b.injected_errors.popleft()
             pair = partner if isinstance(partner, tuple) else None
             work = Work(block, group, pair, block.epoch, hang, injected,
-                         pair[0].epoch if pair is not None else 0, threading.current_thread())
+                         pair[0].epoch if pair is not None else 0, threading.get_ident())
             if not hang:
                 self._running.append(work)
             return work

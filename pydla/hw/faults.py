@@ -77,7 +77,7 @@ class FaultsAndReset(DeviceState):
         # midway; its result is then discarded as abandoned). Not from the computing thread itself.
         deadline = time.monotonic() + RESET_QUIESCE_S
         while any(self._abandoned(w, targets) for w in self._running):
-            if any(w.thread is threading.current_thread() for w in self._running):
+            if any(w.thread == threading.get_ident() for w in self._running):
                 break
             left = deadline - time.monotonic()
             if left <= 0:

@@ -49,6 +49,7 @@ _S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
+_GLB_INTR_STATUS, _GLB_OPS_DONE = R.GLB_INTR_STATUS, R.GLB_OPS_DONE
 
 
 def done_bit(block: int, group: int) -> int:
@@ -247,9 +248,9 @@ class RegisterFile(DeviceState):
         return block.words[block.producer][offset >> 2], block.producer
 
     def _read_glb(self, address: int) -> int:
-        if address == R.GLB_INTR_STATUS:  # read by every interrupt handler: first
+        if address == _GLB_INTR_STATUS:  # read by every interrupt handler: first
             return self.intr_status
-        if address == R.GLB_OPS_DONE:  # read at every job start
+        if address == _GLB_OPS_DONE:  # read at every job start
             return self.ops_done & 0xFFFFFFFF
         fault_addr, fault_ctx, fault_block = self.fault
         return {
@@ -295,6 +296,9 @@ class RegisterFile(DeviceState):
         return group, 0
 
     def _write_glb(self, address: int, value: int) -> int:
+        if address == _GLB_INTR_STATUS:  # written by every interrupt handler: first
+            self.intr_status &= ~value
+            return 0
         if address == R.GLB_INTR_MASK:
             self.intr_mask = value
             return _STATUS  # unmasking may expose pending status

@@ -33,6 +33,9 @@ WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
 _BLOCK_RANGE = range(len(BLOCKS))
+# The events as plain ints (an IntEnum's attribute lookup and comparison cost more, at every event).
+_OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), int(T.dla_event_e.OP_ENABLED),
+                                              int(T.dla_event_e.OP_COMPLETED))
 
 ERROR_CODES = {
     int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
@@ -229,7 +232,7 @@ class Engine:
         run.state[index] = DONE
         run.busy[block][event.group] = None
         run.completed += 1
-        self._signal(run, index, T.dla_event_e.OP_COMPLETED)
+        self._signal(run, index, _OP_COMPLETED)
         if run.completed == len(run.graph.operations):
             self._finish(run)
             return
@@ -243,43 +246,53 @@ class Engine:
             self._fail(run, e)
 
     def _signal(self, run: TaskRun, index: int, event: int) -> None:
+        deps, state, ready = run.deps, run.state, run.ready
         for c in run.graph.operations[index].consumers:
             if c.event != event:
                 continue
-            run.deps[c.index] -= 1
-            if run.deps[c.index] == 0 and run.state[c.index] == PROGRAMMED:
-                run.ready.append(c.index)
+            deps[c.index] -= 1
+            if deps[c.index] == 0 and state[c.index] == PROGRAMMED:
+                ready.append(c.index)
 
     def _schedule(self, run: TaskRun) -> None:
-        """Program every operation that has a free group; enable every one that is ready."""
+        """Program every operation that has a free group; enable every one that is ready. (Run at
+        every event of every job: the run's state is read into locals once.)"""
+        graph, port, task = run.graph, self.port, run.task
+        ops, chains, programs = graph.operations, graph.chains, graph.programs
+        busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
+        deps, state, ready, group_of = run.deps, run.state, run.ready, run.group_of
         progress = True
         while progress and not run.finished:
             progress = False
-            for block in run.graph.blocks:
-                chain = run.graph.chains[block]
-                while run.chain_pos[block] < len(chain):
-                    g = run.next_group[block]
-                    if run.busy[block][g] is not None:
+            for block in graph.blocks:
+                chain, groups = chains[block], busy[block]
+                pos = chain_pos[block]
+                while pos < len(chain):
+                    g = next_group[block]
+                    if groups[g] is not None:
                         break
-                    index = chain[run.chain_pos[block]]
-                    op = run.graph.operations[index]
-                    program_operation(self.port, run.task, op, g, run.graph.programs)
-                    run.busy[block][g] = index
-                    run.group_of[index] = g
-                    run.next_group[block] = g ^ 1
-                    run.chain_pos[block] += 1
-                    run.state[index] = PROGRAMMED
-                    if run.deps[index] == 0:
-                        run.ready.append(index)
-                    self._signal(run, index, T.dla_event_e.OP_PROGRAMMED)
+                    index = chain[pos]
+                    op = ops[index]
+                    program_operation(port, task, op, g, programs)
+                    groups[g] = index
+                    group_of[index] = g
+                    next_group[block] = g ^ 1
+                    pos += 1
+                    chain_pos[block] = pos
+                    state[index] = PROGRAMMED
+                    if deps[index] == 0:
+                        ready.append(index)
+                    if op.consumers:
+                        self._signal(run, index, _OP_PROGRAMMED)
                     progress = True
-            while run.ready and not run.finished:
-                index = run.ready.popleft()
-                op = run.graph.operations[index]
-                run.state[index] = ENABLED
+            while ready and not run.finished:
+                index = ready.popleft()
+                op = ops[index]
+                state[index] = ENABLED
                 run.enable_order.append(index)
-                enable_operation(self.port, op, run.group_of[index])
-                self._signal(run, index, T.dla_event_e.OP_ENABLED)
+                enable_operation(port, op, group_of[index])
+                if op.consumers:
+                    self._signal(run, index, _OP_ENABLED)
                 progress = True
 
     def _finish(self, run: TaskRun) -> None:
