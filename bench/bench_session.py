@@ -13,7 +13,9 @@ in-process port -> KMD -> virtual device, deterministic mode):
   (SqueezeNet 1.1); Split, depthwise convolutions, Concat and the Reshape -> Transpose -> Reshape
   channel shuffle (ShuffleNet-v2 x1.0); goal pydla / onnxruntime <= 2.5x.
 onnxruntime runs the same model with as many intra-op threads as the machine has cores (OpenBLAS,
-which the device's convolutions use, does the same). Runs of the two alternate; medians are quoted;
+which the device's convolutions use, does the same). Blocks of runs of the two alternate (each
+block: one untimed run, then --block timed ones; 50 ms apart, so that neither runs in the other's
+wake); medians over all timed runs are quoted;
 the ratio is pydla / onnxruntime, printed with its goal and met / NOT met. The outputs are checked
 to agree (allclose, tolerance relative to the output's largest magnitude). A network pydla's
 compiler or runtime refuses (DlaError) is printed as "refused: <message>" and counts as not met.
@@ -23,7 +25,8 @@ With ``--size 32`` every chosen network takes a 32x32 input: what remains is mos
 device operation (MobileNet-v2 is judged against its 32x32 goal there; the others at their default
 size only).
 
-Run: python bench/bench_session.py [--model NAME|all | --nets NAME,NAME,...] [--repeats 7] [--size N]
+Run: python bench/bench_session.py [--model NAME|all | --nets NAME,NAME,...] [--repeats 7] [--block 3]
+     [--size N]
 """
 
 from __future__ import annotations
@@ -325,7 +328,7 @@ NETWORKS: dict[str, tuple[Callable[[int], Any], int, float]] = {
 }
 
 
-def measure(name: str, model: Any, repeats: int, goal: float) -> float | None:
+def measure(name: str, model: Any, repeats: int, goal: float, block: int = 3) -> float | None:
     """Print pydla against onnxruntime on ``model``; the ratio, or None when pydla refuses the model."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
@@ -363,16 +366,18 @@ def measure(name: str, model: Any, repeats: int, goal: float) -> float | None:
             ("pydla", lambda: sess.run({"input": x})), ("onnxruntime", lambda: ref.run(None, {"input": x})))
         for _ in range(repeats):
             for who, fn in runs:
-                t0 = time.perf_counter()
-                fn()
-                times[who].append(time.perf_counter() - t0)
-                time.sleep(0.05)
+                fn()  # each block starts warm: one run dropped, then ``block`` timed
+                for _ in range(block):
+                    t0 = time.perf_counter()
+                    fn()
+                    times[who].append(time.perf_counter() - t0)
+                time.sleep(0.05)  # the other's threads and caches settle between blocks
     finally:
         sess.close()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     ratio = med["pydla"] / med["onnxruntime"]
     print(f"{name} {shape[2]}x{shape[3]}: compile + load {setup_ms:.0f} ms; max relative error {err:.1e}")
-    print(f"  pydla Session.run   {med['pydla']:8.1f} ms  (median of {repeats})")
+    print(f"  pydla Session.run   {med['pydla']:8.1f} ms  (median of {repeats} blocks of {block})")
     print(f"  onnxruntime         {med['onnxruntime']:8.1f} ms  ({threads} threads)")
     print(f"  ratio {ratio:.2f}x (goal <= {goal}): {'met' if ratio <= goal else 'NOT met'}")
     return ratio
@@ -384,7 +389,9 @@ def main() -> None:
     which.add_argument("--model", choices=(*NETWORKS, "all"), default="all",
                        help="one network, or all of them (the default)")
     which.add_argument("--nets", help=f"a comma-separated subset of {','.join(NETWORKS)}")
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs of each (default 7)")
+    parser.add_argument("--repeats", type=int, default=7, help="alternating blocks of each (default 7)")
+    parser.add_argument("--block", type=int, default=3,
+                        help="timed runs per block, after one untimed warm-up run (default 3)")
     parser.add_argument("--size", type=int, default=None,
                         help="input height and width for every chosen network (default: each network's "
                         + ", ".join(f"{n} {NETWORKS[n][1]}" for n in NETWORKS) + ")")
@@ -405,7 +412,7 @@ def main() -> None:
         build, size, goal = NETWORKS[name]
         if name == "mobilenetv2" and args.size == 32:
             goal = GOAL_MOBILENET_32
-        ratio = measure(name, build(args.size or size), args.repeats, goal)
+        ratio = measure(name, build(args.size or size), args.repeats, goal, args.block)
         met.append(ratio is not None and ratio <= goal)
     sys.exit(0 if all(met) else 1)
 
