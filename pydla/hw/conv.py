@@ -24,7 +24,6 @@ from pydla.hw.arrays import (
     bad,
     check_out,
     check_pads,
-    f32_target,
     feature,
     finish,
     flat_hw,
@@ -97,31 +96,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
     matmul, batched over groups, written straight into ``out`` when ``out`` is float32 with packed
     lines.
     """
-    c, h, wd = feature(x, "x")
-    if not isinstance(w, np.ndarray) or w.ndim != 4:
-        raise bad(f"w: expected a (K, C/groups, kh, kw) array, got {getattr(w, 'shape', type(w))}")
-    k, cg, kh, kw = (int(v) for v in w.shape)
-    if groups < 1 or c % groups or k % groups:
-        raise bad(f"groups: {groups} does not divide input channels {c} and output channels {k}")
-    if cg != c // groups:
-        raise bad(f"w: {cg} input channels per group, expected {c // groups} ({c} / {groups} groups)")
-    sh, sw = pair(stride, "stride", 1)
-    dh, dw = pair(dilation, "dilation", 1)
-    pt, pl, pb, pr = check_pads(pads)
-    ho = conv_output_size(h, kh, sh, pt, pb, dh)
-    wo = conv_output_size(wd, kw, sw, pl, pr, dw)
-    check_out(out, (k, ho, wo))
-    adds = _check_addends(addends, (k, ho, wo), "conv2d")
-    dtype = result_dtype(x, out)
-    if shift_gemm_applies(w, groups):
-        return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends), out, dtype)
-    w32 = w.astype(np.float32, copy=False)
-    res = f32_target(out, (k, ho, wo), x)
-    if depthwise_applies(c, w, groups):
-        _depthwise(x, w32, (sh, sw), (pt, pl), (dh, dw), res, adds)
-    else:
-        _gemm_conv(x, w32, groups, (sh, sw), (pt, pl, pb, pr), (dh, dw), res, adds)
-    return finish(res, out, dtype)
+    return plan_conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out,
+                       addends=addends)()
 
 
 def plan_conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),

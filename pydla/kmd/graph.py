@@ -28,6 +28,7 @@ from typing import Any
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.task_layout import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
@@ -42,18 +43,6 @@ MAX_LUTS = 1024
 LUT_SIZE = ctypes.sizeof(T.dla_lut_param_t)
 LUT_TABLE = T.dla_lut_param_t.table.offset
 
-OP_DESC = {
-    dla_block_e.BDMA: T.dla_bdma_op_desc_t, dla_block_e.CONV: T.dla_conv_op_desc_t,
-    dla_block_e.SDP: T.dla_sdp_op_desc_t, dla_block_e.PDP: T.dla_pdp_op_desc_t,
-    dla_block_e.CDP: T.dla_cdp_op_desc_t, dla_block_e.RUBIK: T.dla_rubik_op_desc_t,
-}
-SURFACE_DESC = {
-    dla_block_e.BDMA: T.dla_bdma_surface_desc_t, dla_block_e.CONV: T.dla_conv_surface_desc_t,
-    dla_block_e.SDP: T.dla_sdp_surface_desc_t, dla_block_e.PDP: T.dla_pdp_surface_desc_t,
-    dla_block_e.CDP: T.dla_pdp_surface_desc_t, dla_block_e.RUBIK: T.dla_pdp_surface_desc_t,
-}
-OP_DESC_SIZE = max(ctypes.sizeof(t) for t in OP_DESC.values())
-SURFACE_DESC_SIZE = max(ctypes.sizeof(t) for t in SURFACE_DESC.values())
 ELEMENT = {int(R.dla_precision_e.FP32): 4, int(R.dla_precision_e.FP16): 2}
 
 

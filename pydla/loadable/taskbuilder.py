@@ -36,6 +36,7 @@ import numpy.typing as npt
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.task_layout import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
 
 DESCRIPTORS = "descriptors"
@@ -51,21 +52,8 @@ POOLS = {"max": R.pdp_method_e.MAX, "avg": R.pdp_method_e.AVG, "min": R.pdp_meth
 RUBIK = {"contract": R.rubik_mode_e.CONTRACT, "split": R.rubik_mode_e.SPLIT,
          "merge": R.rubik_mode_e.MERGE, "transpose": R.rubik_mode_e.TRANSPOSE,
          "space_to_depth": R.rubik_mode_e.SPACE_TO_DEPTH}
-# The descriptor layout of dla_task.yaml: each block's operation and surface descriptor; every
-# operation takes a slot of the largest of each kind (the network descriptor's op_desc_size and
-# surface_desc_size), as the reader of a task (the KMD) expects.
-OP_DESC = {
-    dla_block_e.BDMA: T.dla_bdma_op_desc_t, dla_block_e.CONV: T.dla_conv_op_desc_t,
-    dla_block_e.SDP: T.dla_sdp_op_desc_t, dla_block_e.PDP: T.dla_pdp_op_desc_t,
-    dla_block_e.CDP: T.dla_cdp_op_desc_t, dla_block_e.RUBIK: T.dla_rubik_op_desc_t,
-}
-SURFACE_DESC = {
-    dla_block_e.BDMA: T.dla_bdma_surface_desc_t, dla_block_e.CONV: T.dla_conv_surface_desc_t,
-    dla_block_e.SDP: T.dla_sdp_surface_desc_t, dla_block_e.PDP: T.dla_pdp_surface_desc_t,
-    dla_block_e.CDP: T.dla_pdp_surface_desc_t, dla_block_e.RUBIK: T.dla_pdp_surface_desc_t,
-}
-OP_DESC_SIZE = max(ctypes.sizeof(t) for t in OP_DESC.values())
-SURFACE_DESC_SIZE = max(ctypes.sizeof(t) for t in SURFACE_DESC.values())
+# The descriptor layout (which descriptor each block uses, the slot sizes) is the contract's:
+# pydla.deviceapi.task_layout, which the KMD reads by.
 
 
 @dataclass(frozen=True)

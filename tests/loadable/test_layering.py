@@ -48,11 +48,18 @@ def test_the_compiler_reads_speed_rules_from_its_config_not_from_hw_constants() 
 
 
 def test_descriptor_layout_is_the_one_the_kmd_reads() -> None:
+    """One declaration (the contract's task_layout), read by the KMD and written by the encoder."""
+    from pydla.deviceapi import task_layout
+    from pydla.deviceapi.generated import dla_task as T
     from pydla.kmd import graph
 
-    assert taskbuilder.OP_DESC == graph.OP_DESC and taskbuilder.SURFACE_DESC == graph.SURFACE_DESC
-    assert (taskbuilder.OP_DESC_SIZE, taskbuilder.SURFACE_DESC_SIZE) == (graph.OP_DESC_SIZE,
-                                                                         graph.SURFACE_DESC_SIZE)
+    assert graph.OP_DESC is task_layout.OP_DESC and graph.SURFACE_DESC is task_layout.SURFACE_DESC
+    tb = taskbuilder.TaskBuilder()
+    x, y = tb.cube("x", (1, 4, 4)), tb.cube("y", (1, 2, 2))
+    tb.pdp(x, y, kernel=(2, 2), stride=(2, 2))
+    net = T.dla_network_desc_t.from_buffer_copy(tb.build().descriptors)
+    assert (net.op_desc_size, net.surface_desc_size) == (task_layout.OP_DESC_SIZE,
+                                                         task_layout.SURFACE_DESC_SIZE)
 
 
 def test_task_addresses_carry_the_fields_of_the_kmd_address_entries() -> None:
