@@ -48,7 +48,16 @@ from pydla.linux.fuse_mount import FuseMountError
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
 from pydla.linux.shm import check_shared_fd
-from pydla.linux.uapi import BY_COMMAND, ERRNO, MAX_ADDRESSES, MAX_FENCES, STRUCTS, text, untext
+from pydla.linux.uapi import (
+    BY_COMMAND,
+    ERRNO,
+    INLINE_FENCES,
+    MAX_ADDRESSES,
+    MAX_FENCES,
+    STRUCTS,
+    text,
+    untext,
+)
 from pydla.platform import ConfigLike, Platform
 
 log = logging.getLogger("pydla.linux.daemon")
@@ -132,7 +141,9 @@ class KmdDaemon:
             U.dla_ioctl_e.BO_DESTROY: self._bo_destroy, U.dla_ioctl_e.SUBMIT: self._submit,
             U.dla_ioctl_e.WAIT: self._wait, U.dla_ioctl_e.SYNC_CREATE: self._sync_create,
             U.dla_ioctl_e.SYNC_SIGNAL: self._sync_signal, U.dla_ioctl_e.SYNC_QUERY: self._sync_query,
-            U.dla_ioctl_e.SYNC_DESTROY: self._sync_destroy,
+            U.dla_ioctl_e.SYNC_DESTROY: self._sync_destroy, U.dla_ioctl_e.PREPARE: self._prepare,
+            U.dla_ioctl_e.SUBMIT_PREPARED: self._submit_prepared,
+            U.dla_ioctl_e.RELEASE_PREPARED: self._release_prepared,
         }
 
     # -- serving ---------------------------------------------------------------------------------
@@ -325,9 +336,9 @@ class KmdDaemon:
         return 0
 
     def _read_array(self, ctx: RequestContext, address: int, count: int, cls: Any, limit: int,
-                    what: str) -> list[Any]:
+                    what: str, command: str = "SUBMIT") -> list[Any]:
         if not 0 <= count <= limit:
-            raise FuseError(errno.EINVAL, f"SUBMIT: {count} {what} (at most {limit})")
+            raise FuseError(errno.EINVAL, f"{command}: {count} {what} (at most {limit})")
         if count == 0:
             return []
         size = ctypes.sizeof(cls)
@@ -335,7 +346,7 @@ class KmdDaemon:
             raw = read_process_memory(ctx.pid, address, count * size)
         except OSError as e:
             reason = os.strerror(e.errno or 0)
-            raise FuseError(errno.EFAULT, f"SUBMIT: {what} at {address:#x}: {reason}") from None
+            raise FuseError(errno.EFAULT, f"{command}: {what} at {address:#x}: {reason}") from None
         return [cls.from_buffer_copy(raw, i * size) for i in range(count)]
 
     def _fences(self, client: Client, fences: list[Any]) -> list[tuple[TimelineSemaphore, int]]:
@@ -356,6 +367,40 @@ class KmdDaemon:
                                 post_fences=self._fences(client, post))
         a.task_id = job.job_id
         a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+        return 0
+
+    def _prepare(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        entries = self._read_array(ctx, a.addresses, a.num_addresses, U.dla_address_t, MAX_ADDRESSES,
+                                   "addresses", "PREPARE")
+        if not entries:
+            raise FuseError(errno.EINVAL, "PREPARE: the address list is empty")
+        addresses = [AddressEntry(self._buffer(client, e.handle), int(e.offset), int(e.size) or None)
+                     for e in entries]
+        a.prepared = client.kmd.prepare(client.ctx, addresses)
+        return 0
+
+    def _submit_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        """Nothing is read from the caller's memory: the fences are in the struct."""
+        if not (0 <= a.num_pre_fences <= INLINE_FENCES and 0 <= a.num_post_fences <= INLINE_FENCES):
+            raise FuseError(errno.EINVAL, f"SUBMIT_PREPARED: {a.num_pre_fences} and {a.num_post_fences} "
+                                          f"fences (at most {INLINE_FENCES} each; more: SUBMIT)")
+        pre = self._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
+        post = self._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
+        kmd = client.kmd
+        try:
+            job = kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
+                                      timeout_ms=a.timeout_ms or None, pre_fences=pre, post_fences=post)
+        except DlaError as e:
+            if e.code == NvError.BadParameter and a.prepared not in kmd.prepared_ids(client.ctx):
+                raise FuseError(errno.ENOENT, f"SUBMIT_PREPARED: prepared task {a.prepared} does not "
+                                              "exist (released, or dropped with a buffer it used)") from None
+            raise
+        a.task_id = job.job_id
+        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+        return 0
+
+    def _release_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        client.kmd.release_prepared(client.ctx, a.prepared)
         return 0
 
     def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:

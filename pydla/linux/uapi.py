@@ -31,8 +31,11 @@ STRUCTS: dict[int, Any] = {
     U.dla_ioctl_e.BO_DESTROY: U.dla_bo_destroy_t, U.dla_ioctl_e.SUBMIT: U.dla_submit_t,
     U.dla_ioctl_e.WAIT: U.dla_wait_t, U.dla_ioctl_e.SYNC_CREATE: U.dla_sync_create_t,
     U.dla_ioctl_e.SYNC_SIGNAL: U.dla_sync_signal_t, U.dla_ioctl_e.SYNC_QUERY: U.dla_sync_query_t,
-    U.dla_ioctl_e.SYNC_DESTROY: U.dla_sync_destroy_t,
+    U.dla_ioctl_e.SYNC_DESTROY: U.dla_sync_destroy_t, U.dla_ioctl_e.PREPARE: U.dla_prepare_t,
+    U.dla_ioctl_e.SUBMIT_PREPARED: U.dla_submit_prepared_t,
+    U.dla_ioctl_e.RELEASE_PREPARED: U.dla_release_prepared_t,
 }
+INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 
 
 def iowr(nr: int, size: int) -> int:

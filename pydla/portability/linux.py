@@ -37,7 +37,7 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.linux.shm import SharedBuffer
-from pydla.linux.uapi import COMMANDS, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
+from pydla.linux.uapi import COMMANDS, INLINE_FENCES, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
 from pydla.portability.interface import (
     NvDlaDeviceInfo,
     NvDlaEngineSelect,
@@ -45,6 +45,7 @@ from pydla.portability.interface import (
     NvDlaHeap,
     NvDlaMemHandle,
     NvDlaPort,
+    NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
 )
@@ -63,6 +64,15 @@ class LinuxSemaphore:
     def note_reached(self, value: int) -> None:
         """SUBMIT said so, or this port signalled it: a timeline only goes up."""
         self.reached = max(self.reached, value)
+
+
+class _LinuxPrepared:
+    """The Linux port's handle to a prepared task: the daemon's id for it on one device file."""
+
+    __slots__ = ("device", "prepared")
+
+    def __init__(self, device: LinuxDevice, prepared: int) -> None:
+        self.device, self.prepared = device, prepared
 
 
 class LinuxMem(NvDlaMemHandle):
@@ -357,20 +367,7 @@ class LinuxPort(NvDlaPort):
             if len(task.pre_fences) > MAX_FENCES or len(task.post_fences) > MAX_FENCES:
                 raise DlaError(NvError.BadParameter,
                                f"NvDlaSubmit task {i}: at most {MAX_FENCES} fences each")
-            addresses = (U.dla_address_t * len(entries))()
-            for j, entry in enumerate(entries):
-                what = f"NvDlaSubmit task {i} address {j}"
-                if not isinstance(entry, tuple) or len(entry) not in (2, 3):
-                    raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
-                                                         f"not {entry!r}")
-                mem = self._mem(device, entry[0], what)
-                size = entry[2] if len(entry) == 3 else 0
-                if len(entry) == 3 and size == 0:  # 0 would mean "to the end" in the uAPI
-                    raise DlaError(NvError.BadParameter, f"{what}: size 0")
-                for value, field_name in ((entry[1], "offset"), (size, "size")):
-                    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
-                        raise DlaError(NvError.BadParameter, f"{what}: {field_name} {value!r}")
-                addresses[j] = U.dla_address_t(handle=mem.handle, offset=entry[1], size=size)
+            addresses = self._address_array(device, entries, f"NvDlaSubmit task {i}")
             pre = (U.dla_fence_t * max(1, len(task.pre_fences)))()
             for j, f in enumerate(task.pre_fences):
                 pre[j] = self._fence(f)[1]
@@ -388,6 +385,80 @@ class LinuxPort(NvDlaPort):
                     f.semaphore.note_reached(f.value)
             statuses.append(NvDlaTaskStatus(done.task_id, None))
         return statuses
+
+    def _address_array(self, device: LinuxDevice, entries: list[Any], what: str) -> Any:
+        """The uAPI's array of dla_address_t for a task's address list (each entry checked)."""
+        addresses = (U.dla_address_t * len(entries))()
+        for j, entry in enumerate(entries):
+            where = f"{what} address {j}"
+            if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+                raise DlaError(NvError.BadParameter, f"{where}: (mem, offset) or (mem, offset, size), "
+                                                     f"not {entry!r}")
+            mem = self._mem(device, entry[0], where)
+            size = entry[2] if len(entry) == 3 else 0
+            if len(entry) == 3 and size == 0:  # 0 would mean "to the end" in the uAPI
+                raise DlaError(NvError.BadParameter, f"{where}: size 0")
+            for value, field_name in ((entry[1], "offset"), (size, "size")):
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+                    raise DlaError(NvError.BadParameter, f"{where}: {field_name} {value!r}")
+            addresses[j] = U.dla_address_t(handle=mem.handle, offset=entry[1], size=size)
+        return addresses
+
+    def _prepare(self, device: LinuxDevice, task: NvDlaTask) -> int:
+        entries = task.address_list
+        if not 0 < len(entries) <= MAX_ADDRESSES:
+            raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: {len(entries)} addresses "
+                                                 f"(1..{MAX_ADDRESSES})")
+        addresses = self._address_array(device, entries, "NvDlaPrepareTask")
+        args = U.dla_prepare_t(addresses=ctypes.addressof(addresses), num_addresses=len(entries))
+        return int(device.ioctl(U.dla_ioctl_e.PREPARE, args).prepared)  # the array is read during the call
+
+    def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
+        """As the interface's; the daemon validates the task once and keeps it (PREPARE), so that a
+        submit carries only its handle and fences (SUBMIT_PREPARED). A daemon older than uAPI 2.3
+        gets the interface's default (a SUBMIT each time)."""
+        device = self._device(h)
+        if device.daemon_version[:2] < (2, 3):
+            return super().NvDlaPrepareTask(h, task)
+        kept = NvDlaTask(list(task.address_list))
+        return NvDlaPreparedTask(kept, _LinuxPrepared(device, self._prepare(device, kept)))
+
+    def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
+                            post_fences: list[NvDlaFence], *, priority: int = 0,
+                            timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        device = self._device(h)
+        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        if mine is None or len(pre_fences) > INLINE_FENCES or len(post_fences) > INLINE_FENCES:
+            # prepared for an older daemon, or more fences than the struct carries: a SUBMIT
+            return super().NvDlaSubmitPrepared(h, prepared, pre_fences, post_fences, priority=priority,
+                                               timeout_ms=timeout_ms)
+        if not isinstance(mine, _LinuxPrepared) or mine.device is not device:
+            raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this device prepared")
+        if not isinstance(priority, int) or not -(1 << 31) <= priority < 1 << 31:
+            raise DlaError(NvError.BadParameter, f"NvDlaSubmitPrepared: priority {priority!r}")
+        args = U.dla_submit_prepared_t(prepared=mine.prepared, num_pre_fences=len(pre_fences),
+                                       num_post_fences=len(post_fences), priority=priority,
+                                       timeout_ms=0 if timeout_ms is None else int(timeout_ms))
+        for j, f in enumerate(pre_fences):
+            args.pre_fences[j] = self._fence(f)[1]
+        for j, f in enumerate(post_fences):
+            args.post_fences[j] = self._fence(f)[1]
+        done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args, again=(errno.ENOENT,))
+        if done is None:
+            # The daemon dropped it (a buffer it used was destroyed): prepare it again, which checks
+            # every address anew and says what is wrong now.
+            mine.prepared = args.prepared = self._prepare(device, prepared.task)
+            done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args)
+        if done.completed:
+            for f in post_fences:
+                f.semaphore.note_reached(f.value)
+        return NvDlaTaskStatus(done.task_id, None)
+
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
+        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        if isinstance(mine, _LinuxPrepared) and mine.device is h and mine.device.fd >= 0:
+            self._device(h).ioctl(U.dla_ioctl_e.RELEASE_PREPARED,
+                                  U.dla_release_prepared_t(prepared=mine.prepared))
 
     def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
         device, f = self._fence(fence)
