@@ -53,12 +53,23 @@ class DecodedCache:
         self.iommu = iommu
         self.precisions = precisions
         self._entries: dict[bytes, tuple[int, Execute]] = {}
+        # The keys decoded in each context: dropped when its mappings change, so that no decoded
+        # operation keeps a freed buffer's memory alive through its views.
+        self._by_ctx: dict[int, set[bytes]] = {}
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        iommu.add_listener(self.forget)
+
+    def forget(self, ctx: int) -> None:
+        """Drop the operations decoded in context ``ctx`` (its mappings changed, or it is gone)."""
+        with self._lock:
+            for key in self._by_ctx.pop(ctx, ()):
+                self._entries.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._by_ctx.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -69,7 +80,8 @@ class DecodedCache:
         if partner is not None:
             key += bytes(memoryview(partner[0].groups[partner[1]])[:partner[0].regs_size])
         # Read before decoding: a change of the mappings during the decode then leaves a stale stamp.
-        generation = self.iommu.generation(block.words[group][_CTX_WORD])
+        ctx = block.words[group][_CTX_WORD]
+        generation = self.iommu.generation(ctx)
         hit = self._entries.get(key)
         if hit is not None and hit[0] == generation and generation is not None:
             self.hits += 1
@@ -78,9 +90,13 @@ class DecodedCache:
         execute = self._decode(block, group, partner)
         if generation is not None:
             with self._lock:
+                if self.iommu.generation(ctx) != generation:
+                    return execute  # the mappings changed meanwhile: use it once, keep nothing
                 if len(self._entries) >= CAPACITY:
                     self._entries.clear()
+                    self._by_ctx.clear()
                 self._entries[key] = (generation, execute)
+                self._by_ctx.setdefault(ctx, set()).add(key)
         return execute
 
     def _decode(self, block: Group, group: int, partner: tuple[Group, int] | None) -> Execute:

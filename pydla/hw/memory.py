@@ -24,6 +24,7 @@ import bisect
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,11 +134,21 @@ class Iommu:
         self._spaces: dict[int, AddressSpace] = {}
         self._next_ctx = 1
         self._generations = 0
+        self.listeners: list[Callable[[int], None]] = []
 
     def _bump(self, space: AddressSpace) -> None:
-        """Under the lock: a new generation for ``space`` (see AddressSpace.generation)."""
+        """Under the lock: a new generation for ``space`` (see AddressSpace.generation); listeners
+        (the device's decoded operations) drop what they derived from its mappings."""
         self._generations += 1
         space.generation = self._generations
+        for listener in self.listeners:
+            listener(space.ctx)
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(ctx)`` (under the IOMMU's lock: it must not call back) whenever the
+        mappings of context ``ctx`` change or the context goes."""
+        with self._lock:
+            self.listeners.append(listener)
 
     def generation(self, ctx: int) -> int | None:
         """The mapping generation of context ``ctx`` (None: no such context). Anything derived from
@@ -171,6 +182,8 @@ class Iommu:
         with self._lock:
             if self._spaces.pop(ctx, None) is None:
                 raise DlaError(NvError.BadParameter, f"context {ctx} does not exist")
+            for listener in self.listeners:
+                listener(ctx)
 
     @property
     def contexts(self) -> list[int]:

@@ -149,3 +149,17 @@ def test_sdp_activation_from_memory_with_overlapping_source_and_destination(dev:
     assert status(dev) & done_bit("SDP", 0)
     expect = {"relu": np.maximum(x, 0), "clamp": np.clip(x, -0.5, 0.5), "none": x}[act]
     np.testing.assert_array_equal(arena.get(dst), expect)
+
+
+def test_a_change_of_mappings_drops_that_contexts_decodes_only(dev: VirtualDevice) -> None:
+    """Nothing decoded keeps a freed buffer's memory alive: an unmap (or free, or a destroyed
+    context) drops the decodes of that context, and only those."""
+    a, b = Arena(dev), Arena(dev)
+    x = np.ones((1, 4, 4), np.float32)
+    pdp_op(dev, a.put(x), a.cube((1, 2, 2)), a.ctx, group=0)
+    pdp_op(dev, b.put(x), b.cube((1, 2, 2)), b.ctx, group=1)
+    assert len(dev.decoded) == 2
+    dev.iommu.unmap(a.ctx, a.iova)
+    assert len(dev.decoded) == 1
+    dev.iommu.destroy_context(b.ctx)
+    assert len(dev.decoded) == 0
