@@ -246,3 +246,31 @@ def test_system_services(port: NvDlaPort) -> None:
     assert time.monotonic() - time0 >= 0.004
     assert (port.NvDlaGetTimeMS() - t0) & 0xFFFFFFFF >= 4
     port.NvDlaDebugPrintf("conformance %d", 1)
+
+
+def test_prepared_tasks_run_again_and_again(port: NvDlaPort) -> None:
+    """NvDlaPrepareTask / NvDlaSubmitPrepared / NvDlaReleaseTask (the interface's defaults submit
+    the kept task with NvDlaSubmit; a port may keep a prepared form): each submit computes on the
+    data of its time, with its own fences; a task whose memory was freed is refused, not run."""
+    h = port.NvDlaOpen(0)
+    try:
+        addresses, mems = relu_task(port, h, x_values(0))
+        prepared = port.NvDlaPrepareTask(h, NvDlaTask(addresses))
+        for seed in range(3):
+            x = x_values(seed)
+            port.NvDlaMemWrite(mems["x"], 0, x)
+            done = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+            port.NvDlaSubmitPrepared(h, prepared, [], [done], timeout_ms=10_000)
+            port.NvDlaWaitFence(done, 10_000)
+            y = np.frombuffer(port.NvDlaMemRead(mems["y"], 0, 32), np.float32).reshape(1, 2, 4)
+            np.testing.assert_array_equal(y, np.maximum(x, 0))
+        port.NvDlaFreeMem(h, mems["x"])
+        with pytest.raises(DlaError) as e:
+            done = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+            port.NvDlaSubmitPrepared(h, prepared, [], [done], timeout_ms=10_000)
+            port.NvDlaWaitFence(done, 10_000)
+        assert e.value.code in (NvError.BadParameter, NvError.InvalidState)
+        port.NvDlaReleaseTask(h, prepared)
+        port.NvDlaReleaseTask(h, prepared)  # idempotent
+    finally:
+        port.NvDlaClose(h)
