@@ -60,21 +60,33 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") ->
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """A hash of what decides a compiled loadable: the compiler's sources, the device limits and the
-    binary-contract specs. Part of the cache key, so that a changed compiler (a development install,
-    a patched one) never serves loadables the old one made."""
+    """A hash of what decides a compiled loadable: the compiler's sources, the loadable side it
+    writes with (the task encoder, the CPU operator tables, the container and ELF writers), the
+    device configurations and limits, and the binary-contract specs and layouts. Part of the cache
+    key, so that a changed compiler (a development install, a patched one) never serves loadables
+    the old one made."""
     root = Path(__file__).parent
-    files = sorted([*(root / "compiler").rglob("*.py"), root / "hw" / "config.py",
-                    *(root / "deviceapi" / "specs").rglob("*.yaml")])
     digest = hashlib.sha256(__version__.encode())
-    for f in files:
+    for f in fingerprinted_files():
         digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:16]
 
 
+def fingerprinted_files() -> list[Path]:
+    """The files :func:`compiler_fingerprint` hashes."""
+    root = Path(__file__).parent
+    return sorted([*(root / "compiler").rglob("*.py"), *(root / "loadable").rglob("*.py"),
+                   *(root / "elf").rglob("*.py"), root / "hw" / "config.py",
+                   *(root / "hw" / "configs").glob("*.json"), root / "deviceapi" / "task_layout.py",
+                   *(root / "deviceapi" / "specs").rglob("*.yaml")])
+
+
 def _compile_cached(onnx_bytes: bytes, config: str, precision: str) -> bytes:
     fingerprint = compiler_fingerprint()
-    key = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{fingerprint}".encode()).hexdigest()
+    # A configuration given as a file is part of the key by its contents, not only its name.
+    config_file = Path(config)
+    contents = config_file.read_bytes() if config_file.suffix == ".json" and config_file.is_file() else b""
+    key = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{fingerprint}|".encode() + contents).hexdigest()
     path = cache_dir() / f"{key}.dla"
     if path.is_file():
         return path.read_bytes()

@@ -169,3 +169,32 @@ def test_random_inputs_of_every_loadable_type() -> None:
     assert b.dtype == np.bool_ and 400 < b.sum() < 600
     f = random_input(rng, (2, 3), np.dtype(np.float16))
     assert f.dtype == np.float16 and f.shape == (2, 3) and f.std() > 0.3
+
+
+def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, cache: Path) -> None:
+    """The fingerprint hashes the compiler and the loadable side it writes with (task encoder, CPU
+    operator tables, writers), the device configurations and the contracts; a configuration given
+    as a file is keyed by its contents."""
+    import json
+
+    import pydla.session as session_module
+
+    root = Path(session_module.__file__).parent
+    hashed = {f.relative_to(root).as_posix() for f in session_module.fingerprinted_files()}
+    for needed in ("compiler/api.py", "loadable/taskbuilder.py", "loadable/cpuops.py", "elf/writer.py",
+                   "hw/config.py", "hw/configs/full.json", "deviceapi/task_layout.py",
+                   "deviceapi/specs/dla_task.yaml"):
+        assert needed in hashed, needed
+    onnx_bytes = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 2, 2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 2, 2])]),
+        opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    config = tmp_path / "my.json"
+    full = json.loads((root / "hw" / "configs" / "full.json").read_text())
+    config.write_text(json.dumps(full))
+    session_module._compile_cached(onnx_bytes, str(config), "fp32")
+    full["tap_major_min_channels"] = 32  # the same name, other contents: another key
+    config.write_text(json.dumps(full))
+    session_module._compile_cached(onnx_bytes, str(config), "fp32")
+    assert len(list(cache.glob("*.dla"))) == 2
