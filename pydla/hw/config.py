@@ -73,6 +73,20 @@ class DeviceConfig:
     tap_major_min_channels: int = SHIFT_MIN_CHANNELS
     tap_major_max_extra: float = SHIFT_MAX_EXTRA
 
+    # What one operation may do (the architecture's limits, the same on every configuration): the
+    # KMD reads them through its device information, not as constants of this module.
+    @property
+    def max_bytes_per_op(self) -> int:
+        return MAX_BYTES_PER_OP
+
+    @property
+    def max_kernel(self) -> int:
+        return MAX_KERNEL
+
+    @property
+    def max_stride(self) -> int:
+        return MAX_STRIDE
+
     def tap_major_pays(self, kernel_w: int, dilation_w: int, stride_w: int, out_w: int) -> bool:
         """Whether the extra columns of a tap-major convolution are few enough: at most
         ``tap_major_max_extra`` of an output line of ``out_w``."""

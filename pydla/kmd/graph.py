@@ -30,7 +30,6 @@ from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.task_layout import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
 
 NUM_BLOCKS = len(dla_block_e)
@@ -377,7 +376,7 @@ def _check_ref(task: TaskDesc, ref: Any, need: int, what: str, align: int = 1) -
                        f"{ref.address} ({entry.size} bytes from its offset)")
 
 
-def _check_cube(task: TaskDesc, c: Any, element: int, what: str) -> None:
+def _check_cube(task: TaskDesc, c: Any, element: int, what: str, max_bytes: int) -> None:
     dims = (c.channels, c.height, c.width)
     if not all(0 < d <= 1 << 16 for d in dims):
         raise DlaError(NvError.BadValue, f"{what}: dimensions C,H,W = {dims} must be 1..65536")
@@ -391,9 +390,9 @@ def _check_cube(task: TaskDesc, c: Any, element: int, what: str) -> None:
                        f"small for width {c.width} of {element}-byte elements")
     # The device computes in float32 over the logical cube: bound that, not only the bytes it spans
     # (overlapping strides would make a small buffer a huge cube).
-    if c.channels * c.height * c.width * 4 > MAX_BYTES_PER_OP:
+    if c.channels * c.height * c.width * 4 > max_bytes:
         raise DlaError(NvError.BadValue, f"{what}: a {c.channels}x{c.height}x{c.width} cube exceeds "
-                                         f"{MAX_BYTES_PER_OP} bytes per operation")
+                                         f"{max_bytes} bytes per operation")
     _check_no_overlap(c, element, what)
     _check_ref(task, c, _cube_extent(c, element), what, element)
 
@@ -426,6 +425,7 @@ def _precision(p: int, config: DeviceCaps, what: str) -> int:
 
 
 def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: str) -> None:
+    max_bytes, max_kernel, max_stride = config.max_bytes_per_op, config.max_kernel, config.max_stride
     at = f"{where}: {op.name}"
     d, s = op.op, op.surface
     for name, _ in s._fields_:
@@ -435,16 +435,16 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: st
             task.entry(ref.address, f"{at}: {name}")
     if op.block == dla_block_e.BDMA:
         shape = (d.surf_repeat, d.line_repeat, d.line_size)
-        if not all(0 < v <= 1 << 30 for v in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES_PER_OP:
+        if not all(0 < v <= 1 << 30 for v in shape) or shape[0] * shape[1] * shape[2] > max_bytes:
             raise DlaError(NvError.BadValue, f"{at}: surf_repeat, line_repeat, line_size = {shape}: "
-                                             f"at most {MAX_BYTES_PER_OP} bytes per operation")
+                                             f"at most {max_bytes} bytes per operation")
         for ref, ls, ss, name in ((s.src, d.src_line_stride, d.src_surf_stride, "src"),
                                   (s.dst, d.dst_line_stride, d.dst_surf_stride, "dst")):
             need = (shape[0] - 1) * ss + (shape[1] - 1) * ls + shape[2]
             _check_ref(task, ref, need, f"{at}: {name}")
     elif op.block == dla_block_e.CONV:
         el = _precision(d.precision, config, f"{at}: precision")
-        _check_cube(task, s.src, el, f"{at}: src")
+        _check_cube(task, s.src, el, f"{at}: src", max_bytes)
         if d.mode not in (R.conv_mode_e.DIRECT, R.conv_mode_e.DECONV):
             raise DlaError(NvError.BadValue, f"{at}: mode {d.mode} is unknown")
         if d.weight_format not in R.conv_weight_format_e._value2member_map_ or (
@@ -456,11 +456,11 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: st
             raise DlaError(NvError.BadValue,
                            f"{at}: kernels, kernel_channels, kernel_height, kernel_width, groups = {dims}")
         steps = (d.stride_x, d.stride_y, d.dilation_x, d.dilation_y)
-        if not all(0 < v <= MAX_STRIDE for v in steps) or max(d.kernel_height, d.kernel_width) > MAX_KERNEL:
-            raise DlaError(NvError.BadValue, f"{at}: strides and dilations {steps} (1..{MAX_STRIDE}) or "
-                                             f"kernel {d.kernel_height}x{d.kernel_width} (<= {MAX_KERNEL})")
+        if not all(0 < v <= max_stride for v in steps) or max(d.kernel_height, d.kernel_width) > max_kernel:
+            raise DlaError(NvError.BadValue, f"{at}: strides and dilations {steps} (1..{max_stride}) or "
+                                             f"kernel {d.kernel_height}x{d.kernel_width} (<= {max_kernel})")
         out_bytes = d.kernels * d.out_height * d.out_width * 4
-        if out_bytes > MAX_BYTES_PER_OP or max(d.out_height, d.out_width) > 1 << 16:
+        if out_bytes > max_bytes or max(d.out_height, d.out_width) > 1 << 16:
             raise DlaError(NvError.BadValue, f"{at}: output {d.kernels}x{d.out_height}x{d.out_width} is too "
                                              "large for one operation")
         count = (s.src.channels if d.mode == R.conv_mode_e.DECONV else d.kernels) * d.kernel_channels
@@ -469,8 +469,8 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: st
         el = _precision(d.precision, config, f"{at}: precision")
         out_el = _precision(d.out_precision, config, f"{at}: out_precision")
         if d.src_mode == R.sdp_src_mode_e.MEMORY:
-            _check_cube(task, s.src, el, f"{at}: src")
-        _check_cube(task, s.dst, out_el, f"{at}: dst")
+            _check_cube(task, s.src, el, f"{at}: src", max_bytes)
+        _check_cube(task, s.dst, out_el, f"{at}: dst", max_bytes)
         c = s.src.channels
         for enabled, ref, name in ((d.bias_enable, s.bias, "bias"), (d.bn_enable, s.scale, "scale"),
                                    (d.bn_enable, s.shift, "shift"),
@@ -479,16 +479,16 @@ def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: st
                 _check_ref(task, ref, c * el, f"{at}: {name}", el)
         if d.ew_op != R.sdp_ew_op_e.NONE:
             if d.ew_mode == R.sdp_ew_mode_e.CUBE:
-                _check_cube(task, s.ew, el, f"{at}: ew")
+                _check_cube(task, s.ew, el, f"{at}: ew", max_bytes)
             else:
                 n = c if d.ew_mode == R.sdp_ew_mode_e.PER_CHANNEL else 1
                 _check_ref(task, s.ew, n * el, f"{at}: ew", el)
     else:
         el = _precision(d.precision, config, f"{at}: precision")
-        _check_cube(task, s.src, el, f"{at}: src")
-        _check_cube(task, s.dst, el, f"{at}: dst")
+        _check_cube(task, s.src, el, f"{at}: src", max_bytes)
+        _check_cube(task, s.dst, el, f"{at}: dst", max_bytes)
         if op.block == dla_block_e.PDP:
             k = (d.kernel_height, d.kernel_width)
-            if max(k) > MAX_KERNEL or not all(0 < v <= MAX_STRIDE for v in (d.stride_x, d.stride_y)):
-                raise DlaError(NvError.BadValue, f"{at}: kernel {k} (<= {MAX_KERNEL}) or strides "
-                                                 f"({d.stride_y}, {d.stride_x}) (1..{MAX_STRIDE})")
+            if max(k) > max_kernel or not all(0 < v <= max_stride for v in (d.stride_x, d.stride_y)):
+                raise DlaError(NvError.BadValue, f"{at}: kernel {k} (<= {max_kernel}) or strides "
+                                                 f"({d.stride_y}, {d.stride_x}) (1..{max_stride})")

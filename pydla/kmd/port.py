@@ -81,8 +81,9 @@ class TaskDesc:
 
 
 class DeviceCaps(Protocol):
-    """What descriptor validation needs to know of the device: its name (for messages), its blocks
-    and its precisions. :class:`KmdDeviceInfo` answers it (and so does a device configuration)."""
+    """What descriptor validation needs to know of the device: its name (for messages), its blocks,
+    its precisions and what one operation may do (bytes, kernel size, strides). :class:`KmdDeviceInfo`
+    answers it (and so does a device configuration)."""
 
     @property
     def name(self) -> str: ...
@@ -90,6 +91,12 @@ class DeviceCaps(Protocol):
     def blocks(self) -> tuple[dla_block_e, ...]: ...
     @property
     def precisions(self) -> tuple[dla_precision_e, ...]: ...
+    @property
+    def max_bytes_per_op(self) -> int: ...
+    @property
+    def max_kernel(self) -> int: ...
+    @property
+    def max_stride(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,9 @@ class KmdDeviceInfo:
     precisions: tuple[dla_precision_e, ...]
     memory_bytes: int
     contexts: int
+    max_bytes_per_op: int = 1 << 30
+    max_kernel: int = 1024
+    max_stride: int = 64
 
 
 class KmdPortability(abc.ABC):

@@ -80,7 +80,8 @@ class VirtualDevicePort(KmdPortability):
     def dla_get_device_info(self) -> KmdDeviceInfo:
         dev, config = self.device, self.device.config
         return KmdDeviceInfo(dev.instance, dev.mode, config.name, config.hw_version, config.blocks,
-                             config.precisions, config.memory_bytes, config.contexts)
+                             config.precisions, config.memory_bytes, config.contexts,
+                             config.max_bytes_per_op, config.max_kernel, config.max_stride)
 
     def dla_create_context(self) -> int:
         return self.device.iommu.create_context()

@@ -144,3 +144,18 @@ def test_programs_are_written_packed_and_give_the_same_registers(make_kmd: MakeK
         results.append([bytes(g) for b in dev._blocks.values() for g in b.groups])
     assert results[0] == results[1]
     assert np.count_nonzero(np.frombuffer(b"".join(results[0]), np.uint8)) > 0
+
+
+def test_validation_takes_the_limits_from_the_device_information(kmd_full: tuple[Any, Kmd]) -> None:
+    """The KMD knows what one operation may do from its device information (not from constants of
+    the device's package): a device that allows smaller kernels gets a 2x2 pool refused."""
+    import dataclasses
+
+    _, kmd = kmd_full
+    assert (kmd.info.max_kernel, kmd.info.max_stride) == (1024, 64)
+    ctx = kmd.open_context()
+    addresses = single_pdp().load(kmd, ctx).addresses
+    kmd.config = dataclasses.replace(kmd.info, max_kernel=1)
+    with pytest.raises(DlaError) as info:
+        kmd.prepare(ctx, addresses)  # type: ignore[arg-type]
+    assert info.value.code == NvError.BadValue and "<= 1" in info.value.message
