@@ -38,6 +38,9 @@ QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
 def check_job_args(priority: int, timeout_ms: int | None, default_timeout_ms: int) -> int:
     """The job's timeout (``default_timeout_ms`` for None), once both arguments are checked."""
     timeout_ms = default_timeout_ms if timeout_ms is None else timeout_ms
+    if type(timeout_ms) is not int or type(priority) is not int:
+        raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms!r} and priority {priority!r} must be "
+                                             "integers")
     if not 0 < timeout_ms <= 3_600_000:
         raise DlaError(NvError.BadParameter, f"timeout_ms {timeout_ms} must be 1..3600000")
     if not 0 <= priority <= 255:

@@ -39,6 +39,8 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    check_prepared_submit,
+    check_task,
 )
 
 _U8 = np.dtype(np.uint8)
@@ -250,10 +252,10 @@ class InProcessPort(NvDlaPort):
         session.semaphores.add(sem)  # a session's tasks may use only its own fences
         return sem
 
-    def _addresses(self, session: Session, task: NvDlaTask, i: int) -> list[AddressEntry]:
+    def _addresses(self, session: Session, task: NvDlaTask, task_name: str) -> list[AddressEntry]:
         addresses = []
         for j, entry in enumerate(task.address_list):
-            what = f"NvDlaSubmit task {i} address {j}"
+            what = f"{task_name} address {j}"
             if not isinstance(entry, tuple) or len(entry) not in (2, 3):
                 raise DlaError(NvError.BadParameter, f"{what}: (mem, offset) or (mem, offset, size), "
                                                      f"not {entry!r}")
@@ -265,7 +267,7 @@ class InProcessPort(NvDlaPort):
         session = self._session(h)
         statuses = []
         for i, task in enumerate(tasks):
-            addresses = self._addresses(session, task, i)
+            addresses = self._addresses(session, task, f"NvDlaSubmit task {i}")
             job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
                                      timeout_ms=task.timeout_ms,
                                      pre_fences=[self._fence(f, session) for f in task.pre_fences],
@@ -276,15 +278,16 @@ class InProcessPort(NvDlaPort):
     def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
         """As the interface's; the KMD validates the task once and keeps its copy (a prepared job)."""
         session = self._session(h)
-        kept = NvDlaTask(list(task.address_list))
-        prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, 0))
+        kept = NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list))
+        prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, "NvDlaPrepareTask"))
         return NvDlaPreparedTask(kept, _Prepared(session, prep_id))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
                             post_fences: list[NvDlaFence], *, priority: int = 0,
                             timeout_ms: int | None = None) -> NvDlaTaskStatus:
         session = self._session(h)
-        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
+        mine = prepared.handle
         if not isinstance(mine, _Prepared) or mine.session is not session:
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this session prepared")
         fence = self._fence
@@ -299,14 +302,16 @@ class InProcessPort(NvDlaPort):
                 raise
             # The KMD dropped it (a buffer it used was destroyed): prepare it again, which checks
             # every address anew and says what is wrong now.
-            mine.prep_id = kmd.prepare(session.ctx, self._addresses(session, prepared.task, 0))
+            addresses = self._addresses(session, prepared.task, "NvDlaPrepareTask")
+            mine.prep_id = kmd.prepare(session.ctx, addresses)
             job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
                                       pre_fences=pre, post_fences=post)
         return NvDlaTaskStatus(job.job_id, job)
 
     def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
         session = self._session(h)
-        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        super().NvDlaReleaseTask(h, prepared)  # checks what it was given
+        mine = prepared.handle
         if isinstance(mine, _Prepared) and mine.session is session:
             session.kmd.release_prepared(session.ctx, mine.prep_id)
 
@@ -322,6 +327,8 @@ class InProcessPort(NvDlaPort):
             session.semaphores.discard(semaphore)
 
     def _fence(self, fence: NvDlaFence, session: Session | None = None) -> tuple[TimelineSemaphore, int]:
+        if not isinstance(fence, NvDlaFence):
+            raise DlaError(NvError.BadParameter, f"fence: an NvDlaFence, not {fence!r:.80}")
         sem = fence.semaphore
         if type(sem) is _Semaphore and not sem.destroyed and (session is None or sem.session is session) \
                 and sem.session.port is self:

@@ -164,21 +164,23 @@ class NvDlaPort(abc.ABC):
             p = port.NvDlaPrepareTask(h, NvDlaTask(addresses))
             port.NvDlaSubmitPrepared(h, p, [], [fence])
         """
-        return NvDlaPreparedTask(NvDlaTask(list(task.address_list)))
+        return NvDlaPreparedTask(NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list)))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
                             post_fences: list[NvDlaFence], *, priority: int = 0,
                             timeout_ms: int | None = None) -> NvDlaTaskStatus:
         """Submit a task from :meth:`NvDlaPrepareTask`, waiting for ``pre_fences`` and reaching
         ``post_fences``, as NvDlaSubmit would submit it."""
-        if not isinstance(prepared, NvDlaPreparedTask):
-            raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not from NvDlaPrepareTask")
+        check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
         task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority,
                          timeout_ms)
         return self.NvDlaSubmit(h, [task])[0]
 
-    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:  # noqa: B027 (optional)
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
         """Forget a prepared task (tasks already submitted from it run on). Idempotent."""
+        if not isinstance(prepared, NvDlaPreparedTask):
+            raise DlaError(NvError.BadParameter,
+                           f"NvDlaReleaseTask: not from NvDlaPrepareTask: {prepared!r:.80}")
 
     @abc.abstractmethod
     def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
@@ -300,6 +302,29 @@ class NvDlaPort(abc.ABC):
         import time
 
         return int(time.monotonic() * 1000) & 0xFFFFFFFF
+
+
+def check_task(task: Any, what: str) -> NvDlaTask:
+    """``task`` if it is an NvDlaTask whose address list is a list or tuple; else BadParameter."""
+    if not isinstance(task, NvDlaTask) or not isinstance(task.address_list, (list, tuple)):
+        raise DlaError(NvError.BadParameter, f"{what}: an NvDlaTask with an address list, not {task!r:.80}")
+    return task
+
+
+def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, priority: Any,
+                          timeout_ms: Any, what: str) -> None:
+    """The arguments of NvDlaSubmitPrepared, by type (their values are the driver's to judge; each
+    fence is checked where the port resolves it)."""
+    if not isinstance(prepared, NvDlaPreparedTask):
+        raise DlaError(NvError.BadParameter, f"{what}: not from NvDlaPrepareTask: {prepared!r:.80}")
+    for fences, name in ((pre_fences, "pre_fences"), (post_fences, "post_fences")):
+        if not isinstance(fences, (list, tuple)):
+            raise DlaError(NvError.BadParameter, f"{what}: {name} must be a list of NvDlaFence, "
+                                                 f"not {fences!r:.80}")
+    if type(priority) is not int:
+        raise DlaError(NvError.BadParameter, f"{what}: priority {priority!r} is not an integer")
+    if timeout_ms is not None and type(timeout_ms) is not int:
+        raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
 
 
 def _check_range(mem: NvDlaMemHandle, offset: int, size: int, what: str) -> None:

@@ -48,6 +48,8 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    check_prepared_submit,
+    check_task,
 )
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
@@ -346,6 +348,8 @@ class LinuxPort(NvDlaPort):
         semaphore.device.ioctl(U.dla_ioctl_e.SYNC_DESTROY, U.dla_sync_destroy_t(sync=semaphore.sync))
 
     def _fence(self, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
+        if not isinstance(fence, NvDlaFence):
+            raise DlaError(NvError.BadParameter, f"fence: an NvDlaFence, not {fence!r:.80}")
         sem = fence.semaphore
         if not isinstance(sem, LinuxSemaphore) or sem.device.port is not self:
             raise DlaError(NvError.BadParameter, "fence: its semaphore is not one of this port's")
@@ -420,22 +424,24 @@ class LinuxPort(NvDlaPort):
         device = self._device(h)
         if device.daemon_version[:2] < (2, 3):
             return super().NvDlaPrepareTask(h, task)
-        kept = NvDlaTask(list(task.address_list))
+        kept = NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list))
         return NvDlaPreparedTask(kept, _LinuxPrepared(device, self._prepare(device, kept)))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
                             post_fences: list[NvDlaFence], *, priority: int = 0,
                             timeout_ms: int | None = None) -> NvDlaTaskStatus:
         device = self._device(h)
-        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
+        mine = prepared.handle
         if mine is None or len(pre_fences) > INLINE_FENCES or len(post_fences) > INLINE_FENCES:
             # prepared for an older daemon, or more fences than the struct carries: a SUBMIT
             return super().NvDlaSubmitPrepared(h, prepared, pre_fences, post_fences, priority=priority,
                                                timeout_ms=timeout_ms)
         if not isinstance(mine, _LinuxPrepared) or mine.device is not device:
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this device prepared")
-        if not isinstance(priority, int) or not -(1 << 31) <= priority < 1 << 31:
-            raise DlaError(NvError.BadParameter, f"NvDlaSubmitPrepared: priority {priority!r}")
+        if not -(1 << 31) <= priority < 1 << 31 or not 0 <= (timeout_ms or 0) < 1 << 32:
+            raise DlaError(NvError.BadParameter, f"NvDlaSubmitPrepared: priority {priority} or timeout_ms "
+                                                 f"{timeout_ms} out of range")
         args = U.dla_submit_prepared_t(prepared=mine.prepared, num_pre_fences=len(pre_fences),
                                        num_post_fences=len(post_fences), priority=priority,
                                        timeout_ms=0 if timeout_ms is None else int(timeout_ms))
@@ -455,7 +461,8 @@ class LinuxPort(NvDlaPort):
         return NvDlaTaskStatus(done.task_id, None)
 
     def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
-        mine = prepared.handle if isinstance(prepared, NvDlaPreparedTask) else None
+        super().NvDlaReleaseTask(h, prepared)  # checks what it was given
+        mine = prepared.handle
         if isinstance(mine, _LinuxPrepared) and mine.device is h and mine.device.fd >= 0:
             self._device(h).ioctl(U.dla_ioctl_e.RELEASE_PREPARED,
                                   U.dla_release_prepared_t(prepared=mine.prepared))

@@ -274,3 +274,29 @@ def test_prepared_tasks_run_again_and_again(port: NvDlaPort) -> None:
         port.NvDlaReleaseTask(h, prepared)  # idempotent
     finally:
         port.NvDlaClose(h)
+
+
+def test_prepared_task_calls_refuse_bad_arguments(port: NvDlaPort) -> None:
+    """Every wrong argument of the prepared-task calls is a DlaError BadParameter, never a Python
+    TypeError or AttributeError."""
+    h = port.NvDlaOpen(0)
+    try:
+        addresses, _ = relu_task(port, h, x_values(0))
+        prepared = port.NvDlaPrepareTask(h, NvDlaTask(addresses))
+        done = NvDlaFence(port.NvDlaCreateSemaphore(h), 1)
+        calls = {
+            "task not an NvDlaTask": lambda: port.NvDlaPrepareTask(h, "task"),
+            "address entry": lambda: port.NvDlaPrepareTask(h, NvDlaTask([("mem", 0)])),
+            "not prepared": lambda: port.NvDlaSubmitPrepared(h, "task", [], [done]),
+            "pre_fences not a list": lambda: port.NvDlaSubmitPrepared(h, prepared, 5, [done]),  # type: ignore[arg-type]
+            "a fence not a fence": lambda: port.NvDlaSubmitPrepared(h, prepared, [], ["fence"]),  # type: ignore[list-item]
+            "priority": lambda: port.NvDlaSubmitPrepared(h, prepared, [], [done], priority="high"),  # type: ignore[arg-type]
+            "timeout": lambda: port.NvDlaSubmitPrepared(h, prepared, [], [done], timeout_ms="1s"),  # type: ignore[arg-type]
+            "release junk": lambda: port.NvDlaReleaseTask(h, "task"),  # type: ignore[arg-type]
+        }
+        for name, call in calls.items():
+            with pytest.raises(DlaError) as e:
+                call()
+            assert e.value.code == NvError.BadParameter, name
+    finally:
+        port.NvDlaClose(h)
