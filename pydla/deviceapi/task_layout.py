@@ -1,7 +1,7 @@
-"""How a task's descriptors are laid out, beyond the generated structs: which operation and surface
-descriptor each block uses, and the slot every operation takes (the largest of each kind, as the
-network descriptor's op_desc_size and surface_desc_size say). The task encoder (the loadable side)
-writes by it and the KMD reads by it: one declaration for both.
+"""How a task is laid out, beyond the generated structs: which operation and surface descriptor each
+block uses, the slot every operation takes (the largest of each kind, as the network descriptor's
+op_desc_size and surface_desc_size say), and an entry of its address list. The task encoder (the
+loadable side) writes by it and the KMD reads by it: one declaration for both.
 
 Usage::
 
@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import Any
 
 from pydla.deviceapi.generated import dla_task as T
@@ -29,3 +30,13 @@ SURFACE_DESC: dict[dla_block_e, Any] = {
 }
 OP_DESC_SIZE = max(ctypes.sizeof(t) for t in OP_DESC.values())
 SURFACE_DESC_SIZE = max(ctypes.sizeof(t) for t in SURFACE_DESC.values())
+
+
+@dataclass(frozen=True)
+class AddressEntry:
+    """One entry of a task's address list: a buffer of the submitting context, an offset, and the
+    bytes from there the task may use (None: to the end of the buffer; a sub-buffer otherwise)."""
+
+    handle: int
+    offset: int = 0
+    size: int | None = None

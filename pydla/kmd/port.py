@@ -28,18 +28,9 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
+from pydla.deviceapi.task_layout import AddressEntry as AddressEntry  # the KMD takes the contract's entry
 from pydla.errors import DlaError, NvError
 from pydla.hw.memory import BufferObject
-
-
-@dataclass(frozen=True)
-class AddressEntry:
-    """One entry of a task's address list: a buffer of the submitting context, an offset, and the
-    bytes from there the task may use (None: to the end of the buffer; a sub-buffer otherwise)."""
-
-    handle: int
-    offset: int = 0
-    size: int | None = None
 
 
 @dataclass(frozen=True)

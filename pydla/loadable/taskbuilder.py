@@ -3,7 +3,8 @@
 It lives on the loadable side (it writes the descriptor layouts of ``dla_task.yaml``) and depends on
 no driver: :meth:`BuiltTask.load` writes a built task into the buffers of any object with
 ``bo_create`` / ``bo_array`` (the KMD's driver object has them), and its address list holds
-:class:`TaskAddress` entries, which carry the fields of the KMD's address-list entries.
+:class:`TaskAddress` entries: the contract's address-list entry
+(:class:`pydla.deviceapi.task_layout.AddressEntry`), which the KMD takes as it is.
 
 Buffers are named; cubes and memory references point into them. Each operation records the byte
 ranges it reads and writes, and the builder derives the dependency graph from them (read after
@@ -36,7 +37,7 @@ import numpy.typing as npt
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.deviceapi.task_layout import OP_DESC_SIZE, SURFACE_DESC_SIZE
+from pydla.deviceapi.task_layout import OP_DESC_SIZE, SURFACE_DESC_SIZE, AddressEntry
 from pydla.errors import DlaError, NvError
 
 DESCRIPTORS = "descriptors"
@@ -105,16 +106,7 @@ class Op:
     buffers: dict[str, str] = field(default_factory=dict)  # surface field -> buffer name
 
 
-@dataclass(frozen=True)
-class TaskAddress:
-    """One entry of a task's address list: a buffer handle, an offset, and the bytes from there the
-    task may use (None: to the end of the buffer). The fields of the KMD's address-list entries, by
-    name, so that the list goes to ``Kmd.submit`` as it is."""
-
-    handle: int
-    offset: int = 0
-    size: int | None = None
-
+TaskAddress = AddressEntry  # the name this module's users know
 
 class BufferAllocator(Protocol):
     """What :meth:`BuiltTask.load` needs of a driver: buffers of a context and their bytes."""
