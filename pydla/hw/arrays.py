@@ -99,9 +99,14 @@ def f32_target(out: FloatArray | None, shape: tuple[int, ...], *inputs: FloatArr
     Accumulating kernels write partial results, so ``out`` is used only when it is float32 and cannot
     overlap an input (an overlapping ``out`` would be read after being written).
     """
-    if out is not None and out.dtype == F32 and not any(np.may_share_memory(out, a) for a in inputs):
+    if out is not None and accumulates_into(out, *inputs):
         return out
     return np.empty(shape, dtype=np.float32)
+
+
+def accumulates_into(out: FloatArray, *inputs: FloatArray) -> bool:
+    """Whether an accumulating kernel may use ``out`` itself (see :func:`f32_target`)."""
+    return out.dtype == F32 and not any(np.may_share_memory(out, a) for a in inputs)
 
 
 def finish(res: F32Array, out: FloatArray | None, dtype: np.dtype[Any]) -> FloatArray:

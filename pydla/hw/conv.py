@@ -21,6 +21,7 @@ from pydla.hw.arrays import (
     ITEM,
     F32Array,
     FloatArray,
+    accumulates_into,
     bad,
     check_out,
     check_pads,
@@ -136,9 +137,8 @@ def plan_conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1
         def shift_gemm() -> FloatArray:
             return finish(_shift_gemm(x, w, (sh, sw), (pt, pl), (dh, dw), (ho, wo), addends), out, dtype)
         return shift_gemm
-    # Accumulating kernels write partial results: ``out`` is the target only when it is float32 and
-    # cannot overlap the input (f32_target's rule, decided here once).
-    target = out if out is not None and out.dtype == F32 and not np.may_share_memory(out, x) else None
+    # f32_target's rule, decided here once: ``out`` is the target when it can accumulate.
+    target = out if out is not None and accumulates_into(out, x) else None
     if (target is not None and groups == 1 and kh == kw == 1 and sh == sw == 1 and not (pt or pl or pb or pr)
             and x.dtype == F32 and w.dtype == F32 and w.strides[1] == ITEM):
         # 1x1: one product of the weights and x as they lie in memory, into the target's lines.
