@@ -53,9 +53,7 @@ class TimelineSemaphore:
         with self._lock:
             if value > self._value:
                 self._value = value
-            if self._waiters:
-                self._cond.notify_all()
-            listeners = self._listeners and list(self._listeners)
+            listeners = self._changed_locked()
         for listener in listeners:
             listener()
 
@@ -63,14 +61,16 @@ class TimelineSemaphore:
         """The work that was to signal this semaphore failed: waiters get ``error``."""
         with self._lock:
             self.error = error
-        self._notify()
-
-    def _notify(self) -> None:
-        with self._lock:
-            self._cond.notify_all()
-            listeners = list(self._listeners)
+            listeners = self._changed_locked()
         for listener in listeners:
             listener()
+
+    def _changed_locked(self) -> list[Callable[[], None]]:
+        """Under the lock: wake the waiters, if any; return the listeners, to be called once the
+        lock is released."""
+        if self._waiters:
+            self._cond.notify_all()
+        return list(self._listeners) if self._listeners else []
 
     def reached(self, value: int) -> bool:
         return self._value >= value  # one read of an int: atomic
