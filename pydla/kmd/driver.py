@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -225,8 +226,12 @@ class Kmd:
             return prep_id
 
     def submit_prepared(self, ctx: int, prep_id: int, *, priority: int = 0, timeout_ms: int | None = None,
-                        pre_fences: list[Fence] | None = None, post_fences: list[Fence] | None = None) -> Job:
-        """Queue prepared job ``prep_id`` of ``ctx`` (see :meth:`prepare`), as :meth:`submit` would."""
+                        pre_fences: list[Fence] | None = None, post_fences: list[Fence] | None = None,
+                        on_done: Callable[[Job], None] | None = None) -> Job:
+        """Queue prepared job ``prep_id`` of ``ctx`` (see :meth:`prepare`), as :meth:`submit` would.
+        ``on_done(job)`` is called once when the job ends (completed or failed; after its post-fences
+        are signalled or failed), from the thread that ends it, possibly before this returns: it must
+        be quick and must not call into the KMD."""
         timeout_ms = check_job_args(priority, timeout_ms, self.default_timeout_ms)
         with self._lock:
             self._check_open()
@@ -239,7 +244,8 @@ class Kmd:
             job_id = self._next_job
             self._next_job += 1
             task = TaskDesc(job_id, ctx, prepared.addresses)
-            return self._enqueue(context, task, prepared.graph, priority, timeout_ms, pre_fences, post_fences)
+            return self._enqueue(context, task, prepared.graph, priority, timeout_ms, pre_fences, post_fences,
+                                 on_done)
 
     def prepared_ids(self, ctx: int) -> list[int]:
         """The ids of the prepared jobs ``ctx`` holds."""
@@ -253,13 +259,15 @@ class Kmd:
             self._context(ctx).prepared.pop(prep_id, None)
 
     def _enqueue(self, context: Context, task: TaskDesc, graph: TaskGraph, priority: int, timeout_ms: int,
-                 pre_fences: list[Fence] | None, post_fences: list[Fence] | None) -> Job:
+                 pre_fences: list[Fence] | None, post_fences: list[Fence] | None,
+                 on_done: Callable[[Job], None] | None = None) -> Job:
         """Under the lock: queue a validated task as a job, and start it if the device is idle."""
         self._check_open()
         ctx = context.ctx
         if self._contexts.get(ctx) is not context:
             raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
         job = Job(self, task.task_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
+        job.on_done = on_done
         job._listen()
         self._queues[ctx].append(job)
         if self._service is None and self._polled_at_submit:

@@ -15,9 +15,11 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
@@ -25,6 +27,8 @@ from pydla.kmd.engine import TaskRun
 from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import TaskDesc
 from pydla.kmd.sync import TimelineSemaphore
+
+log = logging.getLogger("pydla.kmd")
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context
@@ -74,6 +78,7 @@ class Job:
         self._done = False
         self._event: threading.Event | None = None  # made by a thread that waits (see _wait_step)
         self._listening = False  # the KMD listens to the pre-fences while the job is queued
+        self.on_done: Callable[[Job], None] | None = None  # see Kmd.submit_prepared
 
     def _listen(self) -> None:
         if not self.pre_fences:
@@ -124,6 +129,13 @@ class Job:
                 sem.signal(value)
             else:
                 sem.fail(error)
+        on_done = self.on_done
+        if on_done is not None:
+            self.on_done = None
+            try:
+                on_done(self)
+            except Exception:  # the caller's hook must not break the driver's bottom half
+                log.exception("job %d: its on_done hook failed", self.job_id)
 
     def __repr__(self) -> str:
         return f"Job({self.job_id}, ctx={self.context.ctx}, {self.state})"

@@ -30,10 +30,12 @@ import ctypes
 import errno
 import itertools
 import logging
+import mmap
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,8 @@ from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.fuse_mount import FuseMountError
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
+from pydla.linux.ring import MAX_ENTRIES, MIN_ENTRIES, RingLayout, is_eventfd, valid_entries
+from pydla.linux.ring_server import RingServer, ServedRing
 from pydla.linux.shm import check_shared_fd
 from pydla.linux.uapi import (
     BY_COMMAND,
@@ -93,6 +97,7 @@ class Client:
     closed: bool = False
     bytes: int = 0  # of its buffers
     waits: int = 0  # WAITs in progress
+    ring: Any = None  # its ServedRing (RING_SETUP), if any
 
 
 class _DeviceFile:
@@ -144,7 +149,9 @@ class KmdDaemon:
             U.dla_ioctl_e.SYNC_DESTROY: self._sync_destroy, U.dla_ioctl_e.PREPARE: self._prepare,
             U.dla_ioctl_e.SUBMIT_PREPARED: self._submit_prepared,
             U.dla_ioctl_e.RELEASE_PREPARED: self._release_prepared,
+            U.dla_ioctl_e.RING_SETUP: self._ring_setup,
         }
+        self._rings = RingServer(self._ring_submit)
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -160,6 +167,7 @@ class KmdDaemon:
             clients = list(self._clients)
         for c in clients:
             self.release(c)
+        self._rings.close()
         self.platform.close()
 
     def counts(self) -> dict[str, int]:
@@ -187,6 +195,9 @@ class KmdDaemon:
                 self._buffers.pop(h, None)
             for s in client.syncs:
                 self._syncs.pop(s, None)
+            ring, client.ring = client.ring, None
+        if isinstance(ring, ServedRing):
+            self._rings.remove(ring)  # before the abort below: no answers into a closed ring
         error = DlaError(NvError.Disconnected, f"client {client.pid} closed its device file")
         for sem in client.syncs.values():
             sem.fail(error)
@@ -381,22 +392,93 @@ class KmdDaemon:
 
     def _submit_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:
         """Nothing is read from the caller's memory: the fences are in the struct."""
+        job = self._queue_prepared(client, a, None, "SUBMIT_PREPARED")
+        a.task_id = job.job_id
+        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+        return 0
+
+    def _queue_prepared(self, client: Client, a: Any, on_done: Callable[[Any], None] | None,
+                        what: str) -> Any:
+        """Queue prepared task ``a.prepared`` with the fences in ``a`` (a dla_submit_prepared_t or a
+        ring's dla_ring_sqe_t); the KMD's job."""
         if not (0 <= a.num_pre_fences <= INLINE_FENCES and 0 <= a.num_post_fences <= INLINE_FENCES):
-            raise FuseError(errno.EINVAL, f"SUBMIT_PREPARED: {a.num_pre_fences} and {a.num_post_fences} "
+            raise FuseError(errno.EINVAL, f"{what}: {a.num_pre_fences} and {a.num_post_fences} "
                                           f"fences (at most {INLINE_FENCES} each; more: SUBMIT)")
         pre = self._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
         post = self._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
         kmd = client.kmd
         try:
-            job = kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
-                                      timeout_ms=a.timeout_ms or None, pre_fences=pre, post_fences=post)
+            return kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
+                                       timeout_ms=a.timeout_ms or None, pre_fences=pre, post_fences=post,
+                                       on_done=on_done)
         except DlaError as e:
             if e.code == NvError.BadParameter and a.prepared not in kmd.prepared_ids(client.ctx):
-                raise FuseError(errno.ENOENT, f"SUBMIT_PREPARED: prepared task {a.prepared} does not "
+                raise FuseError(errno.ENOENT, f"{what}: prepared task {a.prepared} does not "
                                               "exist (released, or dropped with a buffer it used)") from None
             raise
-        a.task_id = job.job_id
-        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+
+    def _ring_submit(self, client: Client, sqe: Any, on_done: Callable[[Any], None]) -> Any:
+        """A ring entry, queued as SUBMIT_PREPARED would queue it; the reason of a refusal is the
+        client's LAST_ERROR, as after a failed ioctl."""
+        try:
+            if client.closed:
+                raise FuseError(errno.EBADF, "SUBMIT_PREPARED (ring): the file is closed")
+            return self._queue_prepared(client, sqe, on_done, "SUBMIT_PREPARED (ring)")
+        except DlaError as e:
+            client.last_error = e.message
+            raise
+        except FuseError as e:
+            client.last_error = e.message
+            raise
+
+    def _ring_setup(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        if not valid_entries(int(a.entries)):
+            raise FuseError(errno.EINVAL, f"RING_SETUP: entries {a.entries} (a power of two in "
+                                          f"{MIN_ENTRIES}..{MAX_ENTRIES})")
+        layout = RingLayout(int(a.entries))
+        if int(a.ring_bytes) < layout.size:
+            raise FuseError(errno.EINVAL, f"RING_SETUP: ring_bytes {a.ring_bytes}, a ring of {a.entries} "
+                                          f"entries takes {layout.size}")
+        with self._lock:
+            if client.ring is not None:
+                raise FuseError(errno.EBUSY, "RING_SETUP: this file has a ring already")
+            client.ring = "setting up"
+        taken: list[int] = []
+        try:
+            for name in ("ring_fd", "submit_efd", "complete_efd"):
+                number = int(getattr(a, name))
+                try:
+                    taken.append(take_process_fd(ctx.pid, number))
+                except OSError as e:
+                    raise FuseError(errno.EBADF, f"RING_SETUP: {name} {number} of process {ctx.pid}: "
+                                                 f"{os.strerror(e.errno or 0)}") from None
+            ring_fd, submit_efd, complete_efd = taken
+            try:
+                check_shared_fd(ring_fd, layout.size)
+            except ValueError as e:
+                raise FuseError(errno.EINVAL, f"RING_SETUP: ring_fd {a.ring_fd}: {e}") from None
+            for name, fd in (("submit_efd", submit_efd), ("complete_efd", complete_efd)):
+                if not is_eventfd(fd):
+                    raise FuseError(errno.EINVAL, f"RING_SETUP: {name} {getattr(a, name)} is not an eventfd")
+            mapping = mmap.mmap(ring_fd, layout.size)
+            os.close(ring_fd)
+            taken.remove(ring_fd)
+            ring = ServedRing(client, mapping, layout, submit_efd, complete_efd)
+            taken.clear()
+            with self._lock:
+                client.ring = ring
+                if client.closed:  # closed meanwhile: release() did not see this ring
+                    client.ring = None
+                    ring.close_locked()
+                    raise FuseError(errno.EBADF, "RING_SETUP: the file is closed")
+            self._rings.add(ring)
+        except BaseException:
+            for fd in taken:
+                os.close(fd)
+            with self._lock:
+                if client.ring == "setting up":
+                    client.ring = None
+            raise
         return 0
 
     def _release_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:

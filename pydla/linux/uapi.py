@@ -34,6 +34,7 @@ STRUCTS: dict[int, Any] = {
     U.dla_ioctl_e.SYNC_DESTROY: U.dla_sync_destroy_t, U.dla_ioctl_e.PREPARE: U.dla_prepare_t,
     U.dla_ioctl_e.SUBMIT_PREPARED: U.dla_submit_prepared_t,
     U.dla_ioctl_e.RELEASE_PREPARED: U.dla_release_prepared_t,
+    U.dla_ioctl_e.RING_SETUP: U.dla_ring_setup_t,
 }
 INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 

@@ -5,7 +5,10 @@ The port is the same interface as the in-process one (:class:`~pydla.portability
 application code does not change. ``path`` is the daemon's mount directory (``DIR``; instance N is
 ``DIR/dlaN``) or one device file. Opening a device makes a context in the daemon, checked by a
 version handshake; its buffers are memfds this process creates and maps and the daemon takes a
-reference to (BO_CREATE), its fences sync objects there.
+reference to (BO_CREATE), its fences sync objects there. A prepared task's submit goes through a
+submission ring the file shares with the daemon (memory both map and an eventfd each way, uAPI 2.4),
+not an ioctl, unless ``ring=False`` or PYDLA_LINUX_RING=0; the ioctls remain for everything else and
+as the fallback.
 Every failure is a DlaError: a refused ioctl carries the daemon's reason (LAST_ERROR); a daemon that
 died gives NvError Disconnected, never a hang.
 
@@ -51,6 +54,7 @@ from pydla.portability.interface import (
     check_prepared_submit,
     check_task,
 )
+from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
 
@@ -119,6 +123,8 @@ class LinuxDevice:
                 from None
         self.mems: dict[int, LinuxMem] = {}
         self._lock = threading.Lock()
+        self._ring: ClientRing | None = None
+        self._ring_tried = not port.use_ring
         try:
             self.daemon_version = self._handshake()
             self.daemon_pid = self.param(U.dla_param_e.DAEMON_PID)
@@ -191,22 +197,36 @@ class LinuxDevice:
             self.param(p.HW_VERSION), tuple(b for b in dla_block_e if block_mask >> int(b) & 1),
             tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES))
 
+    def ring(self) -> ClientRing | None:
+        """This file's submission ring, set up on first use; None without one (see the module)."""
+        if not self._ring_tried:
+            with self._lock:
+                if not self._ring_tried and self.fd >= 0:
+                    self._ring = ClientRing.open(self)
+                    self._ring_tried = True
+        ring = self._ring
+        return None if ring is None or ring.broken else ring
+
     def close(self) -> None:
         with self._lock:
             if self.fd < 0:
                 return
             fd, self.fd = self.fd, -1
             mems, self.mems = list(self.mems.values()), {}
+            ring, self._ring, self._ring_tried = self._ring, None, True
         for m in mems:
             m._unmap()
         os.close(fd)  # the daemon aborts this context's jobs and frees its buffers
+        if ring is not None:
+            ring.close()
 
 
 class LinuxPort(NvDlaPort):
     """See the module docstring."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, ring: bool | None = None) -> None:
         self.path = Path(path)
+        self.use_ring = os.environ.get("PYDLA_LINUX_RING", "1") != "0" if ring is None else bool(ring)
         if self.path.is_dir():
             self.directory, self.first = self.path, None
         else:
@@ -449,6 +469,19 @@ class LinuxPort(NvDlaPort):
             args.pre_fences[j] = self._fence(f)[1]
         for j, f in enumerate(post_fences):
             args.post_fences[j] = self._fence(f)[1]
+        ring = device.ring()
+        if ring is not None:
+            posts = [(f.semaphore, f.value) for f in post_fences]
+            try:
+                answer = ring.submit(args, posts)
+            except TaskGone:
+                mine.prepared = args.prepared = self._prepare(device, prepared.task)
+                answer = ring.submit(args, posts)
+            if answer is not None:
+                if answer[1]:
+                    for f in post_fences:
+                        f.semaphore.note_reached(f.value)
+                return NvDlaTaskStatus(answer[0], None)
         done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args, again=(errno.ENOENT,))
         if done is None:
             # The daemon dropped it (a buffer it used was destroyed): prepare it again, which checks
@@ -471,6 +504,10 @@ class LinuxPort(NvDlaPort):
         device, f = self._fence(fence)
         if fence.semaphore.reached >= f.value:
             return  # already known to be reached
+        ring = device.ring()
+        if ring is not None and ring.wait_fence(fence.semaphore, f.value,
+                                                min(RING_WAIT_S, timeout_ms / 1000)):
+            return  # a ring job that signals it ended well
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             left_ms = max(0, int((deadline - time.monotonic()) * 1000))

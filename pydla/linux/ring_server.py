@@ -1,0 +1,261 @@
+"""The daemon's side of submission rings (uAPI 2.4, RING_SETUP; layout in :mod:`pydla.linux.ring`).
+
+One thread serves every client's ring: it sleeps in epoll on the rings' submit eventfds, takes what
+each ready ring holds (a few entries per ring per turn, so that one busy client cannot starve the
+others), queues each entry as SUBMIT_PREPARED would, and answers it in the ring's completion queue:
+ACCEPTED at once, FINISHED when the job ends (from whichever thread ends it). Everything read from the
+ring is checked as an ioctl's arguments are: the daemon keeps its own indices and never trusts the
+client's beyond one bounds check. A client that breaks the ring's rules (an index out of range, a
+completion queue it does not empty) loses its ring (header flag BROKEN) and keeps its file.
+
+Usage::
+
+    server = RingServer(submit)              # submit(client, sqe, on_done) -> Job; raises FuseError
+    server.add(ServedRing(client, mapping, layout, submit_efd, complete_efd))
+    ...
+    server.close()
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import select
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from pydla.deviceapi.generated import dla_uapi as U
+from pydla.errors import DlaError
+from pydla.linux.fuse_context import FuseError
+from pydla.linux.ring import (
+    CQ_HEAD,
+    CQ_TAIL,
+    CQE,
+    ENTRIES,
+    FLAGS,
+    INDEX,
+    INDEX_MASK,
+    SQ_HEAD,
+    SQ_TAIL,
+    RingLayout,
+    drain,
+    kick,
+)
+from pydla.linux.uapi import ERRNO
+
+log = logging.getLogger("pydla.linux.ring")
+
+TURN = 8  # entries taken from one ring before the next ring's turn
+ACCEPTED, FINISHED = int(U.dla_ring_cqe_kind_e.ACCEPTED), int(U.dla_ring_cqe_kind_e.FINISHED)
+BROKEN = int(U.dla_ring_flags_e.BROKEN)
+
+#: How the daemon queues one entry: (client, entry, on_done) -> the KMD's job. Raises FuseError
+#: or DlaError for an entry it refuses, having recorded the reason as the client's LAST_ERROR.
+Submit = Callable[[Any, Any, Callable[[Any], None]], Any]
+
+
+class ServedRing:
+    """One client's ring, as the daemon holds it. The ring thread alone reads the submission queue
+    and closes the mapping; completions may be written from any thread, under ``lock``."""
+
+    def __init__(self, client: Any, mapping: mmap.mmap, layout: RingLayout, submit_efd: int,
+                 complete_efd: int) -> None:
+        self.client, self.mapping, self.layout = client, mapping, layout
+        self.submit_efd, self.complete_efd = submit_efd, complete_efd
+        self.lock = threading.Lock()
+        self.sq_head = 0  # the daemon's own copies: never read back from the ring
+        self.cq_tail = 0
+        self.unfinished = 0  # accepted entries whose job has not ended
+        self.closed = False
+        self.broken = False
+        INDEX.pack_into(mapping, ENTRIES, layout.entries)
+        for offset in (SQ_HEAD, CQ_TAIL, FLAGS):
+            INDEX.pack_into(mapping, offset, 0)
+
+    def post(self, user_data: int, task_id: int, kind: int, status: int, completed: int = 0) -> bool:
+        """Write one completion entry (False: the ring is closed or broken, nothing written)."""
+        with self.lock:
+            if self.closed or self.broken:
+                return False
+            if kind == FINISHED:
+                self.unfinished -= 1
+            m = self.mapping
+            used = (self.cq_tail - INDEX.unpack_from(m, CQ_HEAD)[0]) & INDEX_MASK
+            if used >= self.layout.cq_entries:
+                self._break_locked(f"its completion queue is full ({used} entries unread)")
+                return False
+            CQE.pack_into(m, self.layout.cqe_offset(self.cq_tail), user_data, task_id, kind, status,
+                          completed)
+            self.cq_tail = (self.cq_tail + 1) & INDEX_MASK
+            INDEX.pack_into(m, CQ_TAIL, self.cq_tail)
+            return True
+
+    def break_ring(self, why: str) -> None:
+        with self.lock:
+            self._break_locked(why)
+
+    def _break_locked(self, why: str) -> None:
+        if self.broken or self.closed:
+            return
+        self.broken = True
+        log.warning("client %d broke its submission ring (%s): it goes on with ioctls",
+                    self.client.pid, why)
+        INDEX.pack_into(self.mapping, FLAGS, BROKEN)
+        kick(self.complete_efd)
+
+    def close_locked(self) -> None:
+        """Under ``lock``, from the ring thread: release the mapping and the descriptors."""
+        self.closed = True
+        self.mapping.close()
+        os.close(self.submit_efd)
+        os.close(self.complete_efd)
+
+
+class RingServer:
+    """The thread that serves every ring (started with the first one)."""
+
+    def __init__(self, submit: Submit) -> None:
+        self._submit = submit
+        self._lock = threading.Lock()
+        self._epoll = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._epoll.register(self._wake, select.EPOLLIN)
+        self._rings: dict[int, ServedRing] = {}  # submit eventfd -> ring
+        self._retire: list[ServedRing] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._ident = -1
+
+    def add(self, ring: ServedRing) -> None:
+        with self._lock:
+            if self._stopping:
+                raise FuseError(errno.ESHUTDOWN, "RING_SETUP: the daemon is stopping")
+            self._rings[ring.submit_efd] = ring
+            self._epoll.register(ring.submit_efd, select.EPOLLIN)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="pydla-rings", daemon=True)
+                self._thread.start()
+        kick(ring.submit_efd)  # entries written before the setup answered are taken now
+
+    def remove(self, ring: ServedRing) -> None:
+        """The client closed its file: its ring is closed by the ring thread (or here, if none runs)."""
+        with ring.lock:
+            if ring.closed:
+                return
+            ring.broken = True  # no more completions; the ring thread unmaps it
+        with self._lock:
+            if self._rings.pop(ring.submit_efd, None) is None:
+                return
+            self._epoll.unregister(ring.submit_efd)
+            self._retire.append(ring)
+        kick(self._wake)
+        if self._thread is None:
+            self._close_retired()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stopping = True
+            rings, self._rings = list(self._rings.values()), {}
+            self._retire.extend(rings)
+            thread = self._thread
+        kick(self._wake)
+        if thread is not None:
+            thread.join(timeout=10)
+        self._close_retired()
+        self._epoll.close()
+        os.close(self._wake)
+
+    def _close_retired(self) -> None:
+        with self._lock:
+            retire, self._retire = self._retire, []
+        for ring in retire:
+            with ring.lock:
+                if not ring.closed:
+                    ring.close_locked()
+
+    # -- the ring thread ----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        self._ident = threading.get_ident()
+        ready: deque[ServedRing] = deque()
+        while not self._stopping:
+            try:
+                events = self._epoll.poll(1.0 if not ready else 0)
+            except InterruptedError:
+                continue
+            with self._lock:
+                for fd, _ in events:
+                    if fd == self._wake:
+                        drain(fd)
+                        continue
+                    ring = self._rings.get(fd)
+                    if ring is not None and ring not in ready:
+                        drain(fd)
+                        ready.append(ring)
+                retire = bool(self._retire)
+            if retire:
+                ready = deque(r for r in ready if not r.broken)
+                self._close_retired()
+            answered: list[ServedRing] = []
+            for _ in range(len(ready)):
+                ring = ready.popleft()
+                try:
+                    more = self._take(ring)
+                except Exception:  # a bug here must not stop every client's ring
+                    log.exception("serving the ring of client %d", ring.client.pid)
+                    ring.break_ring("the daemon failed serving it")
+                    more = False
+                answered.append(ring)
+                if more:
+                    ready.append(ring)
+            for ring in answered:
+                if not ring.closed:
+                    kick(ring.complete_efd)
+        self._close_retired()
+
+    def _take(self, ring: ServedRing) -> bool:
+        """Queue up to TURN entries of ``ring``; True if it holds more."""
+        if ring.broken or ring.closed:
+            return False
+        m, layout = ring.mapping, ring.layout
+        avail = (INDEX.unpack_from(m, SQ_TAIL)[0] - ring.sq_head) & INDEX_MASK
+        if avail > layout.entries:
+            ring.break_ring(f"sq_tail is {avail} entries past sq_head, the ring holds {layout.entries}")
+            return False
+        for _ in range(min(avail, TURN)):
+            sqe = U.dla_ring_sqe_t.from_buffer_copy(m, layout.sqe_offset(ring.sq_head))
+            ring.sq_head = (ring.sq_head + 1) & INDEX_MASK
+            INDEX.pack_into(m, SQ_HEAD, ring.sq_head)
+            self._queue(ring, sqe)
+        return bool(avail > TURN)
+
+    def _queue(self, ring: ServedRing, sqe: Any) -> None:
+        user_data = int(sqe.user_data)
+        with ring.lock:
+            full = ring.unfinished >= ring.layout.entries
+            if not full:
+                ring.unfinished += 1  # counted before the job can end (on_done may run inside submit)
+        if full:
+            ring.client.last_error = (f"SUBMIT_PREPARED (ring): {ring.layout.entries} accepted entries are "
+                                      "unfinished, the ring's limit")
+            ring.post(user_data, 0, ACCEPTED, errno.EAGAIN)
+            return
+
+        def on_done(job: Any) -> None:
+            status = 0 if job.error is None else int(job.error.code)
+            if ring.post(user_data, job.job_id, FINISHED, status) and threading.get_ident() != self._ident:
+                kick(ring.complete_efd)  # from the interrupt thread; the ring thread kicks once per turn
+
+        try:
+            job = self._submit(ring.client, sqe, on_done)
+        except (FuseError, DlaError) as e:
+            with ring.lock:
+                ring.unfinished -= 1
+            code = e.errno if isinstance(e, FuseError) else ERRNO.get(e.code, errno.EIO)
+            ring.post(user_data, 0, ACCEPTED, code)
+            return
+        ring.post(user_data, job.job_id, ACCEPTED, 0, int(job.done and job.error is None))
