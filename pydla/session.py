@@ -27,7 +27,7 @@ from pydla._version import __version__
 from pydla.cachedir import cache_dir
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
-from pydla.umd.runtime import createRuntime
+from pydla.umd.runtime import close_quietly, createRuntime
 
 
 @dataclass(frozen=True)
@@ -177,11 +177,12 @@ class Session:
                     for mem, t in zip(self._out_mems, self.outputs, strict=True)}
 
     def close(self) -> None:
+        """Wait for a run in flight (up to the runtime's timeout), then free everything."""
         self.runtime.close()
 
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        close_quietly(self, exc_type)
 

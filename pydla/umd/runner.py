@@ -345,19 +345,23 @@ class Runner:
         step.function.callable(args)
 
     def close(self) -> None:
-        if self._timeline is not None:
-            self._release(self._timeline)
-            self._timeline = None
-        for mem in list(self.owned.values()):
-            self.port.NvDlaFreeMem(self.handle, mem)
-        self.owned.clear()
+        """Free what the runner holds. Resumable: after an error (Busy: a job in flight still uses
+        a buffer) a later call frees what is left, never the same thing twice."""
+        timeline, self._timeline = self._timeline, None
+        if timeline is not None:
+            self._release(timeline)
+        while self.owned:
+            name = next(iter(self.owned))
+            self.port.NvDlaFreeMem(self.handle, self.owned[name])
+            del self.owned[name]
         for step in self.steps:
             if isinstance(step, _Npu):
-                if step.prepared is not None:
-                    self.port.NvDlaReleaseTask(self.handle, step.prepared)
-                    step.prepared = step.prepared_with = None
-                for mem in step.descriptors:
-                    self.port.NvDlaFreeMem(self.handle, mem)
+                prepared, step.prepared, step.prepared_with = step.prepared, None, None
+                if prepared is not None:
+                    self.port.NvDlaReleaseTask(self.handle, prepared)
+                while step.descriptors:
+                    self.port.NvDlaFreeMem(self.handle, step.descriptors[-1])
+                    step.descriptors.pop()
         self.steps.clear()
 
 

@@ -15,10 +15,12 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable, TensorDesc
@@ -27,6 +29,8 @@ from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
+
+log = logging.getLogger("pydla")
 
 if TYPE_CHECKING:
     from pydla.platform import ConfigLike
@@ -55,8 +59,8 @@ class IRuntime:
     def __enter__(self) -> IRuntime:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        close_quietly(self, exc_type)
 
     # -- devices ---------------------------------------------------------------------------------
 
@@ -89,6 +93,23 @@ class IRuntime:
                 self.runner.close()
             self.loadable = self.runner = None
             self._inputs, self._outputs = [], []
+
+    def _unload_when_idle(self, deadline: float) -> None:
+        """Unload, waiting while a job in flight still uses a buffer (Busy) until ``deadline``."""
+        nap = 0.001
+        while True:
+            try:
+                self.unload()
+                return
+            except DlaError as e:
+                if e.code != NvError.Busy:
+                    raise
+                if time.monotonic() >= deadline:
+                    log.warning("close(): a run still in flight after %d ms is cancelled (%s)",
+                                self.timeout_ms, e.message)
+                    return
+            time.sleep(nap)
+            nap = min(nap * 2, 0.05)
 
     def _drop_staging(self, key: tuple[str, int] | None = None) -> None:
         for k in [key] if key is not None else list(self._staging):
@@ -216,12 +237,30 @@ class IRuntime:
             if s.network.direction.name == "OUTPUT":
                 s.from_network()
 
-    def submitNonBlocking(self, input_syncs: list[ISync] | None = None) -> list[ISync]:
-        """Start the network once ``input_syncs`` are signaled; return the output syncs."""
+    def submitNonBlocking(self, outputSyncs: list[ISync] | None = None, *,  # noqa: N803 (the API's name)
+                          wait_for: list[ISync] | None = None) -> list[ISync]:
+        """Start the network (once every sync in ``wait_for`` is signaled) and return at once.
+        As in the NVDLA runtime API, the output syncs are appended to ``outputSyncs`` when a list is
+        given; they are returned too. ``wait(timeout_ms)`` on one returns when the run has ended.
+
+        Usage: ``syncs = []; rt.submitNonBlocking(syncs); syncs[0].wait(1000)``;
+        ``(b,) = rt.submitNonBlocking(wait_for=[a])`` (starts after ``a``)
+        """
+        if outputSyncs is not None and not isinstance(outputSyncs, list):
+            raise DlaError(NvError.BadParameter, f"submitNonBlocking: outputSyncs must be a list the output "
+                                                 f"syncs are appended to, not {type(outputSyncs).__name__}")
+        if wait_for is not None and (not isinstance(wait_for, list | tuple)
+                                     or not all(isinstance(s, ISync) for s in wait_for)):
+            raise DlaError(NvError.BadParameter, "submitNonBlocking: wait_for must be a list of ISync")
+        syncs = self._submit_non_blocking(list(wait_for or []))
+        if outputSyncs is not None:
+            outputSyncs.extend(syncs)
+        return syncs
+
+    def _submit_non_blocking(self, syncs: list[ISync]) -> list[ISync]:
         runner = self._loaded()
         semaphore = self.port.NvDlaCreateSemaphore(self.handle)
         out = ISync(self.port, semaphore, 1, owned=True)
-        syncs = list(input_syncs or [])
         pre = [s.fence for s in syncs]
         post = NvDlaFence(semaphore, 1)
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
@@ -257,11 +296,17 @@ class IRuntime:
             raise DlaError(NvError.InvalidState, "the runtime was closed")
 
     def close(self) -> None:
+        """Wait for runs still in flight (up to ``timeout_ms``), cancel what is left, free
+        everything and close the device. Idempotent."""
         if self._closed:
             return
-        self.unload()
-        self._closed = True
-        self.port.NvDlaClose(self.handle)
+        try:
+            self._unload_when_idle(time.monotonic() + self.timeout_ms / 1000)
+        finally:
+            # Closing the device aborts whatever is still queued or running (its syncs fail, so no
+            # waiter hangs) and frees what the unload could not.
+            self._closed = True
+            self.port.NvDlaClose(self.handle)
         if self._owns_port:
             close = getattr(self.port, "close", None)
             if callable(close):
@@ -290,3 +335,15 @@ def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "ful
                 close()
             raise
     return IRuntime(port, device, timeout_ms=timeout_ms)
+
+
+def close_quietly(closable: IRuntime | Any, exc_type: type[BaseException] | None) -> None:
+    """``closable.close()`` at the end of a ``with`` block: when the block ends with an exception,
+    an error from closing is logged, never raised in its place."""
+    if exc_type is None:
+        closable.close()
+        return
+    try:
+        closable.close()
+    except Exception as e:  # the block's own exception is the one the user must see
+        log.warning("closing after %s: %s", exc_type.__name__, e)

@@ -414,7 +414,7 @@ for _ in range(5):
 print(calls[int(U.dla_ioctl_e.SUBMIT)] + calls[int(U.dla_ioctl_e.SUBMIT_PREPARED)],
       calls[int(U.dla_ioctl_e.WAIT)], calls[int(U.dla_ioctl_e.SUBMIT_PREPARED)])
 first = rt.submitNonBlocking()
-rt.submitNonBlocking(first)[0].wait(10_000)
+rt.submitNonBlocking(wait_for=first)[0].wait(10_000)
 np.save({str(tmp_path / "x.npy")!r}, x)
 np.save({str(tmp_path / "y.npy")!r}, run_net(rt, 3)[1])
 """))
@@ -466,7 +466,7 @@ rt = pydla.createRuntime(port)
 rt.load(BLOB)
 run_net(rt, 0)                            # binds the tensors
 gate = rt.createSync()
-syncs = rt.submitNonBlocking([gate])     # queued: waits for a signal that never comes
+syncs = rt.submitNonBlocking(wait_for=[gate])     # queued: waits for a signal that never comes
 print("waiting", flush=True)
 syncs[0].wait(60_000)
 """

@@ -88,8 +88,8 @@ def test_non_blocking_chain_and_application_signal(net) -> None:
         results[0][0].array(np.float32, results[0][2].dims)[...] = x
         results[1][0].array(np.float32, results[1][2].dims)[...] = x
         gate = a.createSync()
-        (done_a,) = a.submitNonBlocking([gate])
-        (done_b,) = b.submitNonBlocking([done_a])  # B waits for A
+        (done_a,) = a.submitNonBlocking(wait_for=[gate])
+        (done_b,) = b.submitNonBlocking(wait_for=[done_a])  # B waits for A
         with pytest.raises(DlaError) as e:
             done_b.wait(50)
         assert e.value.code == NvError.Timeout

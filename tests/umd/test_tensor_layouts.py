@@ -81,7 +81,7 @@ def test_nhwc_input_and_padded_output_at_an_offset(net) -> None:
         # Non-blocking, released by the application's signal.
         x = RNG.standard_normal(X_DIMS).astype(np.float32)
         gate = rt.createSync()
-        (done,) = rt.submitNonBlocking([gate])
+        (done,) = rt.submitNonBlocking(wait_for=[gate])
         place(mem_in, d_in, x)  # written before the signal, read after it
         gate.signal()
         done.wait(10_000)
