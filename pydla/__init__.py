@@ -9,15 +9,23 @@ Usage::
         print(e.code.name, e)
 """
 
-from typing import Any
+from typing import Any as _Any
 
 from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
-__all__ = ["DlaError", "NvError", "Session", "__version__", "createRuntime"]
+__all__ = ["DlaError", "ILoadable", "IRuntime", "ISync", "NvError", "Session", "__version__", "createRuntime"]
+
+# Imported on first use, so that importing pydla stays light: name -> (module, attribute).
+_LAZY = {
+    "Session": ("pydla.session", "Session"),
+    "IRuntime": ("pydla.umd.runtime", "IRuntime"),
+    "ISync": ("pydla.umd.sync", "ISync"),
+    "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it
+}
 
 
-def createRuntime(*args: Any, **kwargs: Any) -> Any:
+def createRuntime(*args: _Any, **kwargs: _Any) -> _Any:
     """A runtime (IRuntime) on the in-process port: see :func:`pydla.umd.runtime.createRuntime`.
 
     Usage: ``rt = pydla.createRuntime(); rt.load("model.dla")``
@@ -27,10 +35,14 @@ def createRuntime(*args: Any, **kwargs: Any) -> Any:
     return runtime.createRuntime(*args, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    # Session is imported on first use, so that importing pydla stays light.
-    if name == "Session":
-        from pydla.session import Session
+def __getattr__(name: str) -> _Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pydla' has no attribute {name!r}")
+    import importlib
 
-        return Session
-    raise AttributeError(f"module 'pydla' has no attribute {name!r}")
+    return getattr(importlib.import_module(where[0]), where[1])
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | {"__doc__", "__name__", "__file__"})

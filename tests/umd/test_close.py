@@ -1,4 +1,4 @@
-"""Closing with work in flight, and the NVDLA runtime API's submitNonBlocking(outputSyncs): close()
+"""Closing with work in flight, the NVDLA runtime API's submitNonBlocking(outputSyncs) and names: close()
 waits for runs in flight, cancels what cannot finish, frees everything; an exception that ends a
 ``with`` block is never replaced by one from closing."""
 
@@ -102,3 +102,16 @@ def test_an_exception_in_a_with_block_is_not_replaced_by_closing(net) -> None:
         gate = rt.createSync()
         rt.submitNonBlocking(wait_for=[gate])
         raise KeyboardInterrupt
+
+
+def test_the_package_lists_what_it_offers() -> None:
+    """dir(pydla) shows the public names (not typing's); the NVDLA runtime API's class names work."""
+    names = dir(pydla)
+    for name in ("Session", "createRuntime", "IRuntime", "ISync", "ILoadable", "DlaError", "NvError"):
+        assert name in names and getattr(pydla, name) is not None
+    assert "Any" not in names
+    from pydla.loadable.container import Loadable
+
+    assert pydla.ILoadable is Loadable
+    with pytest.raises(AttributeError):
+        pydla.NoSuchThing  # noqa: B018
