@@ -184,5 +184,5 @@ class Session:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        close_quietly(self, exc_type)
+        close_quietly(self.close, exc_type)
 

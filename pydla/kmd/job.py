@@ -97,6 +97,11 @@ class Job:
     def done(self) -> bool:
         return self._done
 
+    @property
+    def signalled(self) -> bool:
+        """It completed and its post-fences are reached: a waiter for them need not wait."""
+        return self.state == COMPLETED and all(sem.reached(v) for sem, v in self.post_fences)
+
     def _wait_step(self, seconds: float) -> None:
         """Sleep until the job finishes or ``seconds`` pass. The event is made before ``done`` is
         looked at, and _finish sets ``done`` before it looks for the event: one of them sees the

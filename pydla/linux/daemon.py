@@ -42,7 +42,7 @@ from typing import Any
 from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.kmd.driver import COMPLETED, Kmd
+from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.fuse_context import FuseError, RequestContext
@@ -377,7 +377,7 @@ class KmdDaemon:
                                 timeout_ms=a.timeout_ms or None, pre_fences=self._fences(client, pre),
                                 post_fences=self._fences(client, post))
         a.task_id = job.job_id
-        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+        a.completed = int(job.signalled)
         return 0
 
     def _prepare(self, client: Client, ctx: RequestContext, a: Any) -> int:
@@ -394,7 +394,7 @@ class KmdDaemon:
         """Nothing is read from the caller's memory: the fences are in the struct."""
         job = self._queue_prepared(client, a, None, "SUBMIT_PREPARED")
         a.task_id = job.job_id
-        a.completed = int(job.state == COMPLETED and all(sem.reached(v) for sem, v in job.post_fences))
+        a.completed = int(job.signalled)
         return 0
 
     def _queue_prepared(self, client: Client, a: Any, on_done: Callable[[Any], None] | None,

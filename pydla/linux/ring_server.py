@@ -258,4 +258,4 @@ class RingServer:
             code = e.errno if isinstance(e, FuseError) else ERRNO.get(e.code, errno.EIO)
             ring.post(user_data, 0, ACCEPTED, code)
             return
-        ring.post(user_data, job.job_id, ACCEPTED, 0, int(job.done and job.error is None))
+        ring.post(user_data, job.job_id, ACCEPTED, 0, int(job.signalled))

@@ -469,6 +469,9 @@ class LinuxPort(NvDlaPort):
             args.pre_fences[j] = self._fence(f)[1]
         for j, f in enumerate(post_fences):
             args.post_fences[j] = self._fence(f)[1]
+        # The daemon may have dropped the task (a buffer it used was destroyed; TaskGone or ENOENT):
+        # prepare it again, which checks every address anew and says what is wrong now.
+        answer: tuple[int, int] | None = None
         ring = device.ring()
         if ring is not None:
             posts = [(f.semaphore, f.value) for f in post_fences]
@@ -477,21 +480,17 @@ class LinuxPort(NvDlaPort):
             except TaskGone:
                 mine.prepared = args.prepared = self._prepare(device, prepared.task)
                 answer = ring.submit(args, posts)
-            if answer is not None:
-                if answer[1]:
-                    for f in post_fences:
-                        f.semaphore.note_reached(f.value)
-                return NvDlaTaskStatus(answer[0], None)
-        done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args, again=(errno.ENOENT,))
-        if done is None:
-            # The daemon dropped it (a buffer it used was destroyed): prepare it again, which checks
-            # every address anew and says what is wrong now.
-            mine.prepared = args.prepared = self._prepare(device, prepared.task)
-            done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args)
-        if done.completed:
+        if answer is None:  # no ring, or it cannot take this one: the ioctl
+            done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args, again=(errno.ENOENT,))
+            if done is None:
+                mine.prepared = args.prepared = self._prepare(device, prepared.task)
+                done = device.ioctl(U.dla_ioctl_e.SUBMIT_PREPARED, args)
+            answer = (done.task_id, done.completed)
+        task_id, completed = answer
+        if completed:
             for f in post_fences:
                 f.semaphore.note_reached(f.value)
-        return NvDlaTaskStatus(done.task_id, None)
+        return NvDlaTaskStatus(task_id, None)
 
     def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
         super().NvDlaReleaseTask(h, prepared)  # checks what it was given

@@ -19,8 +19,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable, TensorDesc
@@ -60,7 +61,7 @@ class IRuntime:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        close_quietly(self, exc_type)
+        close_quietly(self.close, exc_type)
 
     # -- devices ---------------------------------------------------------------------------------
 
@@ -251,7 +252,8 @@ class IRuntime:
                                                  f"syncs are appended to, not {type(outputSyncs).__name__}")
         if wait_for is not None and (not isinstance(wait_for, list | tuple)
                                      or not all(isinstance(s, ISync) for s in wait_for)):
-            raise DlaError(NvError.BadParameter, "submitNonBlocking: wait_for must be a list of ISync")
+            raise DlaError(NvError.BadParameter, f"submitNonBlocking: wait_for must be a list of ISync, "
+                                                 f"not {wait_for!r}")
         syncs = self._submit_non_blocking(list(wait_for or []))
         if outputSyncs is not None:
             outputSyncs.extend(syncs)
@@ -337,13 +339,13 @@ def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "ful
     return IRuntime(port, device, timeout_ms=timeout_ms)
 
 
-def close_quietly(closable: IRuntime | Any, exc_type: type[BaseException] | None) -> None:
-    """``closable.close()`` at the end of a ``with`` block: when the block ends with an exception,
-    an error from closing is logged, never raised in its place."""
+def close_quietly(close: Callable[[], None], exc_type: type[BaseException] | None) -> None:
+    """``close()`` at the end of a ``with`` block: when the block ends with an exception, an error
+    from closing is logged, never raised in its place."""
     if exc_type is None:
-        closable.close()
+        close()
         return
     try:
-        closable.close()
+        close()
     except Exception as e:  # the block's own exception is the one the user must see
         log.warning("closing after %s: %s", exc_type.__name__, e)
