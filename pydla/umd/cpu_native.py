@@ -1,4 +1,4 @@
-"""CPU libraries as shared libraries (seed 000's dlopen form), through the C ABI of
+"""CPU libraries as shared libraries (the dlopen form of XRT's CPU kernels), through the C ABI of
 ``pydla/cpu_library_api.h``: ``library_init`` sets a lookup function; a found function is wrapped
 so the runner calls it like a Python one, with the run's argument list in argidx order.
 
@@ -27,11 +27,20 @@ CpuFunctionType = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(abi.cpu_arg_t)
 LookupType = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(abi.cpu_lookup_args_t))
 
 
-def include_dir() -> Path:
-    """The directory to pass to a C compiler with -I for ``#include "pydla/cpu_library_api.h"``."""
+def include_dirs() -> list[Path]:
+    """The directories to pass to a C compiler with -I for ``#include "pydla/cpu_library_api.h"``:
+    this package's hand-written header, then the generated structs it includes."""
     from pydla.deviceapi.generate import include_dir as deviceapi_include
 
-    return deviceapi_include()
+    return [Path(__file__).parent / "include", deviceapi_include()]
+
+
+def cflags() -> str:
+    """The ``-I`` options of :func:`include_dirs`, for a shell command line.
+
+    Usage: ``cc -shared -fPIC $(python -c 'import pydla.umd.cpu_native as c; print(c.cflags())') ...``
+    """
+    return " ".join(f"-I{d}" for d in include_dirs())
 
 
 class NativeLibrary:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pydla.umd.cpu_native import include_dir
+from pydla.umd.cpu_native import include_dirs
 
 SOURCE = Path(__file__).parent / "data" / "sample_cpulib.c"
 
@@ -19,5 +19,5 @@ def build_sample_library(out_dir: Path, name: str = "libsample.so") -> Path:
         pytest.skip("no C compiler (cc, gcc or clang) on PATH to build the sample CPU library")
     out = out_dir / name
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-std=c11",
-                    f"-I{include_dir()}", str(SOURCE), "-o", str(out)], check=True, timeout=60)
+                    *(f"-I{d}" for d in include_dirs()), str(SOURCE), "-o", str(out)], check=True, timeout=60)
     return out

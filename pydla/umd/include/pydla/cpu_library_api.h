@@ -1,6 +1,6 @@
 /* pydla CPU library ABI: the function types that go with the structs of pydla/cpu_library.h.
  * Written by hand (the structs are generated from specs/cpu_library.yaml; C function-pointer types
- * are not something the spec language describes). This is the C form of seed 000's xrt::cpu
+ * are not something the spec language describes). This is the C form of XRT's xrt::cpu
  * interface: library_init fills in a lookup function; lookup(name) gives the number of arguments and
  * the function; a function takes the run's arguments as an array in argidx order.
  *
@@ -12,7 +12,8 @@
  *   }
  *
  * Error codes a function returns are NvError values (pydla.errors); 0 is success. A library is built
- * with e.g. `cc -shared -fPIC -I$(python -c 'import pydla.umd.cpu as c; print(c.include_dir())')`. */
+ * with e.g. `cc -shared -fPIC $(python -c 'import pydla.umd.cpu_native as c; print(c.cflags())')`
+ * (this header sits apart from the generated ones: it is written by hand). */
 #ifndef PYDLA_CPU_LIBRARY_API_H
 #define PYDLA_CPU_LIBRARY_API_H
 
