@@ -1,4 +1,4 @@
-"""What changed between two versions of a spec, and the semver bump the seed's rules require.
+"""What changed between two versions of a spec, and the semver bump the device API's versioning rules require.
 
 Major (breaks the binary format): deleting, moving (reordering) or retyping a field, inserting a
 field in the middle, shrinking a struct, growing a struct that sits in the middle of something (or

@@ -1,6 +1,6 @@
 """Turning a loaded YAML document into a checked, laid-out :class:`Spec`.
 
-The schema says what may be written; this module enforces what the schema cannot: the seed's rules
+The schema says what may be written; this module enforces what the schema cannot: the device API's rules
 for messages and trace events, unique names and ids, type references, alignment. Every problem is
 collected with its location and reported together in one :class:`SpecError`.
 
@@ -370,7 +370,7 @@ class _Builder:
 
         walk(top)
 
-    # -- the seed's rules for messages and trace events ------------------------------------------
+    # -- the device API's rules for messages and trace events ------------------------------------------
 
     def check_message_rules(self) -> None:
         checked_structs: set[str] = set()

@@ -1,4 +1,4 @@
-"""The trace ring: binary log entries the device writes and the host pulls (seed 004, tracing).
+"""The trace ring: binary log entries the device writes and the host pulls (the device API's tracing).
 
 Layout (``trace_ring_header_t`` and ``trace_entry_header_t`` in ``specs/headers.yaml``): a header,
 then a data area of ``capacity`` bytes. ``head`` and ``tail`` count bytes ever written; an entry lives

@@ -38,7 +38,7 @@ SCALARS: dict[str, Scalar] = {
         Scalar("i16", 2, True, False, "int16_t", "c_int16", "h"),
         Scalar("i32", 4, True, False, "int32_t", "c_int32", "i"),
         Scalar("i64", 8, True, False, "int64_t", "c_int64", "q"),
-        # bool is stored as one byte (seed rule); C and C++ see uint8_t so the layout never depends
+        # bool is stored as one byte (a device-API rule); C and C++ see uint8_t so the layout never depends
         # on a compiler's idea of bool.
         Scalar("bool", 1, False, False, "uint8_t", "c_uint8", "B"),
         # f16 travels as its IEEE-754 binary16 bits: neither C nor ctypes has a portable half type.
@@ -48,7 +48,7 @@ SCALARS: dict[str, Scalar] = {
     )
 }
 
-# The seed writes C spellings (``uint64_t``); both are accepted and mean the same type.
+# Specs write C spellings (``uint64_t``); both are accepted and mean the same type.
 ALIASES: dict[str, str] = {
     "uint8_t": "u8",
     "uint16_t": "u16",

@@ -1,6 +1,6 @@
 """Versions of binary contracts, and the check used wherever two sides meet.
 
-The policy (seed 004, "Handling Mismatching API Versions", made concrete):
+The policy (the device API's "Handling Mismatching API Versions", made concrete):
 
 - a different contract name, or a different major version: an error that names both versions, says
   which side is newer and what to upgrade;

@@ -1,4 +1,4 @@
-"""Kernel ELFs (seed 001): a compute kernel's code for a SHAVE-style vector core.
+"""Kernel ELFs (as in the VPUX software layers): a compute kernel's code for a SHAVE-style vector core.
 
 A kernel ELF holds ``.text`` (the code), optionally ``.rodata`` (its constants) and ``.data``, and a
 global function symbol that is its entry point. The loadable carries kernels in sections named

@@ -1,4 +1,4 @@
-"""The engine scheduler (seed 003): ``dla_engine_init``, ``dla_execute_task``, ``dla_isr_handler``,
+"""The engine scheduler (as in the NVDLA firmware): ``dla_engine_init``, ``dla_execute_task``, ``dla_isr_handler``,
 ``dla_process_events``.
 
 Scheduling, per block: operations are programmed in their chain order into the block's register
@@ -116,7 +116,7 @@ class Engine:
         self.mmu_fault: tuple[int, int, int] | None = None
         self._initialised = False
 
-    # -- the seed's entry points -------------------------------------------------------------------
+    # -- the NVDLA engine scheduler's entry points -------------------------------------------------------------------
 
     def dla_engine_init(self, priv_data: object = None) -> int:
         """Reset the device's interrupt state and hook up the ISR. Called once, at probe time."""

@@ -1,4 +1,4 @@
-"""The KMD portability layer: everything the KMD needs from the system (seed 003).
+"""The KMD portability layer: everything the KMD needs from the system (the NVDLA KMD's portability layer).
 
 The engine scheduler touches the device only through :class:`KmdPortability`: register reads and
 writes, the DMA and CPU addresses of the task's address-list entries, reads and writes of data, and
@@ -57,7 +57,7 @@ class ResolvedEntry:
 
 @dataclass
 class TaskDesc:
-    """The seed's ``dla_task_desc``: the submitting context and its resolved address list."""
+    """The NVDLA KMD's ``dla_task_desc``: the submitting context and its resolved address list."""
 
     task_id: int
     ctx: int
@@ -114,7 +114,7 @@ class KmdDeviceInfo:
 
 
 class KmdPortability(abc.ABC):
-    """What the KMD calls; names and meaning as in the seed where the seed has them."""
+    """What the KMD calls; names and meaning as in the NVDLA KMD where it has them."""
 
     @abc.abstractmethod
     def dla_get_device_info(self) -> KmdDeviceInfo:

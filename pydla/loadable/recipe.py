@@ -1,17 +1,17 @@
-"""The run recipe (seed 000): a network's execution plan as JSON (header, resources, execution).
+"""The run recipe (XRT's run recipe): a network's execution plan as JSON (header, resources, execution).
 
 The loadable carries one; a standalone recipe file can name external files instead. This module
 checks a recipe by hand (the core needs no jsonschema) and reports every problem with its JSON path;
 ``schema/recipe.schema.json`` states the same rules for other tools, and a test runs every recipe
 the project uses through both.
 
-Decisions on the seed's examples (which contain slips):
+Decisions on the examples of XRT's run-recipe documentation (which contain slips):
 
 - trailing commas are not JSON and are rejected, with the line and column;
 - a buffer type must be one of input, output, inout, internal, weight, spill, unknown (so the
-  seed's ``"internal:`` is rejected, naming the valid types);
+  documentation's ``"internal:`` is rejected, naming the valid types);
 - sizes, offsets and int constants may be written as JSON integers or as strings of decimal digits
-  (the seed writes ``"size": "1024"`` and ``{"value": "3", "type": "int"}``); a constant without a
+  (the documentation writes ``"size": "1024"`` and ``{"value": "3", "type": "int"}``); a constant without a
   type is a string;
 - ``where`` defaults to ``npu``.
 

@@ -1,4 +1,4 @@
-"""A run recipe on its own (seed 000's recipe.json): the JSON names external files, relative to its
+"""A run recipe on its own (XRT's recipe.json): the JSON names external files, relative to its
 own directory, instead of carrying them as a loadable does:
 
 - a kernel's ``ctrlcode`` is a control-code ELF file (:mod:`pydla.elf.controlcode`);
