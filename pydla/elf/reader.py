@@ -21,6 +21,7 @@ import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -91,6 +92,14 @@ class ElfReader:
                            f"{h.e_shoff}) does not fit the {len(self.data)}-byte file")
         if not 0 < h.e_shstrndx < n:
             raise DlaError(NvError.BadValue, f"{self.what}: e_shstrndx {h.e_shstrndx} is not a section")
+        null = self.elf._get_section_header(0)
+        if null.sh_type != "SHT_NULL" or null.sh_offset or null.sh_size:
+            raise DlaError(NvError.BadValue, f"{self.what}: section 0 is not the null section (type "
+                                             f"{null.sh_type}, offset {null.sh_offset}, size {null.sh_size})")
+        strtab = self.elf._get_section_header(h.e_shstrndx)
+        if strtab.sh_type != "SHT_STRTAB":
+            raise DlaError(NvError.BadValue, f"{self.what}: the section-name table (section {h.e_shstrndx}) "
+                                             f"has type {strtab.sh_type}, expected SHT_STRTAB")
         spans = []
         self._by_name: dict[str, int] = {}
         for i in range(1, n):
@@ -122,32 +131,42 @@ class ElfReader:
     def has_section(self, name: str) -> bool:
         return name in self._by_name
 
-    def _section(self, name: str) -> Section:
+    def _header(self, name: str) -> Any:
+        """Section ``name``'s header as parsed (and bounds-checked) at open; pyelftools builds no typed
+        section object for it, so a changed ``sh_type`` cannot make pyelftools itself fail here."""
         i = self._by_name.get(name)
         if i is None:
             raise DlaError(NvError.BadValue, f"{self.what}: no section '{name}'")
-        return self.elf.get_section(i)
+        return self.elf._get_section_header(i)
 
-    def section(self, name: str) -> memoryview:
-        """The bytes of section ``name``, a zero-copy slice of the file."""
-        sec = self._section(name)
-        if sec["sh_type"] == "SHT_NOBITS":
+    def _section(self, name: str) -> Section:
+        """The typed pyelftools section (symbol and relocation tables), its exceptions made DlaError."""
+        self._header(name)
+        with _malformed(self.what, name):
+            return self.elf.get_section(self._by_name[name])
+
+    def section(self, name: str, sh_type: str = "SHT_PROGBITS") -> memoryview:
+        """The bytes of section ``name``, a zero-copy slice of the file. The section must have type
+        ``sh_type``: a data section whose type was changed is corrupt, not something to read anyway."""
+        sh = self._header(name)
+        if sh.sh_type != sh_type:
+            raise DlaError(NvError.BadValue, f"{self.what}: section '{name}' has type {sh.sh_type}, "
+                                             f"expected {sh_type}")
+        if sh_type == "SHT_NOBITS":
             return memoryview(b"")
-        return self.data[sec["sh_offset"]:sec["sh_offset"] + sec["sh_size"]]
+        return self.data[sh.sh_offset:sh.sh_offset + sh.sh_size]
 
     def section_offset(self, name: str) -> int:
         """Where section ``name`` starts in the file."""
-        return int(self._section(name)["sh_offset"])
+        return int(self._header(name).sh_offset)
 
     def section_info(self, name: str) -> dict[str, int | str]:
-        sec = self._section(name)
-        return {k: sec[k] for k in ("sh_type", "sh_flags", "sh_offset", "sh_size", "sh_addralign")}
+        sh = self._header(name)
+        return {k: sh[k] for k in ("sh_type", "sh_flags", "sh_offset", "sh_size", "sh_addralign")}
 
     def notes(self, name: str) -> Iterator[Note]:
         """The notes of SHT_NOTE section ``name``, parsed with every size checked."""
-        if self._section(name)["sh_type"] != "SHT_NOTE":
-            raise DlaError(NvError.BadValue, f"{self.what}: section '{name}' is not a note section")
-        data = self.section(name)
+        data = self.section(name, "SHT_NOTE")
         pos = 0
         while pos < len(data):
             if pos + 12 > len(data):

@@ -4,6 +4,7 @@ DlaErrors (never another exception)."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import struct
 import subprocess
@@ -58,7 +59,7 @@ def test_round_trip() -> None:
     assert bytes(r.section(".dla.network")) == bytes(range(64))
     assert r.section_offset(".dla.network") % 64 == 0
     assert r.section_offset(".dla.weights") % 4096 == 0
-    assert bytes(r.section(".bss")) == b""
+    assert bytes(r.section(".bss", "SHT_NOBITS")) == b""
     assert r.section_info(".bss")["sh_size"] == 4096
     notes = list(r.notes(".note.pydla"))
     assert [(n.owner, n.note_type, n.desc) for n in notes] == [
@@ -151,7 +152,7 @@ def test_truncated_note_and_wrong_section_kinds() -> None:
     short = _patch_section(blob, i, "size", 20)
     with pytest.raises(DlaError, match=r"runs past|truncated"):
         list(ElfReader(short).notes(".note.pydla"))
-    with pytest.raises(DlaError, match="not a note section"):
+    with pytest.raises(DlaError, match=r"section '\.text' has type SHT_PROGBITS, expected SHT_NOTE"):
         list(ElfReader(blob).notes(".text"))
     with pytest.raises(DlaError, match=r"no section '\.nope'"):
         ElfReader(blob).section(".nope")
@@ -167,6 +168,30 @@ def test_relocation_outside_its_section() -> None:
     shrunk = _patch_section(blob, 1, "size", 16)
     with pytest.raises(DlaError, match=r"outside section '\.a'"):
         ElfReader(shrunk).relocations(".a")
+
+
+@pytest.mark.parametrize("sh_type", [2, 4, 9, 11, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF])
+@pytest.mark.parametrize("name", [".dla.network", ".dla.weights", ".text", ".note.pydla"])
+def test_a_changed_section_type_is_a_dla_error_naming_the_section(name: str, sh_type: int) -> None:
+    # pyelftools builds a typed object per sh_type (a symbol table, REL entries...) and raises its own
+    # ELFError when that type's rules fail; reading a data section must never go through that.
+    changed = _patch_section(sample(), _index_of(sample(), name), "type", sh_type)
+    reader = ElfReader(changed)
+    expected = rf"section '{re.escape(name)}' has type \S+, expected SHT_(PROGBITS|NOTE)"
+    with pytest.raises(DlaError, match=expected):
+        if name == ".note.pydla":
+            list(reader.notes(name))
+        else:
+            reader.section(name)
+
+
+def test_section_zero_and_the_name_table_are_checked() -> None:
+    blob = sample()
+    with pytest.raises(DlaError, match="section 0 is not the null section"):
+        ElfReader(_patch_section(blob, 0, "type", 1))
+    shstrndx = struct.unpack_from("<H", blob, 0x3E)[0]
+    with pytest.raises(DlaError, match=r"section-name table .* has type SHT_PROGBITS, expected SHT_STRTAB"):
+        ElfReader(_patch_section(blob, shstrndx, "type", 1))
 
 
 def _touch_everything(r: ElfReader) -> None:
