@@ -9,6 +9,7 @@ must be static.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,7 +372,7 @@ MAX_TENSOR_BYTES = 1 << 32  # a tensor beyond this is a corrupt model or none a 
 
 
 def _initializer(init: onnx.TensorProto) -> np.ndarray:
-    count = int(np.prod(init.dims, dtype=np.float64)) if init.dims else 1
+    count = int(math.prod(float(d) for d in init.dims))
     if count * 8 > MAX_TENSOR_BYTES or min(init.dims, default=0) < 0:
         raise DlaError(NvError.NotSupported, f"initializer '{init.name}' of dims {list(init.dims)}: "
                                              f"more than {MAX_TENSOR_BYTES >> 30} GiB, or negative")
@@ -384,7 +385,7 @@ def _initializer(init: onnx.TensorProto) -> np.ndarray:
 
 def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
                 dtypes: dict[str, np.dtype[Any]]) -> None:
-    size = float(np.prod(shapes[name], dtype=np.float64)) * dtypes.get(name, np.dtype(np.float32)).itemsize
+    size = math.prod(float(d) for d in shapes[name]) * dtypes.get(name, np.dtype(np.float32)).itemsize
     if size > MAX_TENSOR_BYTES:
         raise DlaError(NvError.NotSupported, f"{where}: '{name}' of shape {shapes[name]} takes {size:.3g} "
                                              f"bytes, more than {MAX_TENSOR_BYTES >> 30} GiB")

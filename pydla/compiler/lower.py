@@ -68,16 +68,23 @@ class Lowering:
         self.runs: list[tuple[str, TaskBuilder | dict[str, Any]]] = []
         self.temp_used = 0  # bytes of the current step's temporaries, after the planned arena
         self.temp_peak = 0
+        # Each graph input's and output's position (the first, as list.index gave it): asked for
+        # every cube, so a dictionary rather than a scan of the lists.
+        self.input_index: dict[str, int] = {}
+        self.output_index: dict[str, int] = {}
+        for names, index in ((graph.inputs, self.input_index), (graph.outputs, self.output_index)):
+            for i, name in enumerate(names):
+                index.setdefault(name, i)
 
     # -- placement ------------------------------------------------------------------------------------
 
     def buffer_of(self, tensor: str) -> str:
         if self.precision == "fp16" and self.is_float(tensor):
             return SCRATCH  # fp16 copies of the inputs and outputs live in scratch (converted by SDP)
-        if tensor in self.g.inputs:
-            return f"in{self.g.inputs.index(tensor)}"
-        if tensor in self.g.outputs:
-            return f"out{self.g.outputs.index(tensor)}"
+        if tensor in self.input_index:
+            return f"in{self.input_index[tensor]}"
+        if tensor in self.output_index:
+            return f"out{self.output_index[tensor]}"
         return SCRATCH
 
     def is_float(self, tensor: str) -> bool:
@@ -144,8 +151,8 @@ class Lowering:
             return cpuops.Buf(ref.buffer, ref.offset, value.nbytes)
         dtype = self.g.dtypes[tensor]
         size = prod(self.g.shapes[tensor]) * dtype.itemsize
-        if tensor in self.g.inputs:
-            return cpuops.Buf(f"in{self.g.inputs.index(tensor)}", 0, size)
+        if tensor in self.input_index:
+            return cpuops.Buf(f"in{self.input_index[tensor]}", 0, size)
         if self.storage_dtype(tensor) != dtype:
             raise DlaError(NvError.NotSupported, f"{where}: parameter '{tensor}' is computed in "
                                                  f"{self.precision}; compile with fp32")

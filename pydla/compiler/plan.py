@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pydla.compiler.graph import Graph, Node
-from pydla.compiler.layout import channel_values
+from pydla.compiler.layout import channel_values, prod
 from pydla.errors import DlaError, NvError
 from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS
 
@@ -64,6 +64,12 @@ def group_steps(graph: Graph) -> list[Step]:
     steps: list[Step] = []
     fused: set[int] = set()
     producer = {o: j for j, n in enumerate(graph.nodes) for o in n.outputs}
+    # Built once: looking a node up in the list, or scanning it for a tensor's readers, per node
+    # made compiling quadratic in the graph's size. Nodes are found by identity (their dataclass
+    # equality compares every field).
+    position = {id(n): j for j, n in enumerate(graph.nodes)}
+    users = consumer_map(graph)
+    outputs = set(graph.outputs)
     for i, node in enumerate(graph.nodes):
         if i in fused:
             continue
@@ -72,8 +78,8 @@ def group_steps(graph: Graph) -> list[Step]:
             chain = [node]
             out = node.outputs[0]
             for nxt_kind in ("BatchNormalization", "eltwise", "activation"):
-                nxt = _sole_consumer(graph, out)
-                if nxt is None or graph.nodes.index(nxt) in fused:
+                nxt = _sole_consumer(users, outputs, out)
+                if nxt is None or position[id(nxt)] in fused:
                     break
                 constant = all(not t or t in graph.consts for t in nxt.inputs[1:])
                 image = op == "Conv" and len(graph.shapes.get(node.inputs[0], ())) <= 4  # not a volume
@@ -86,7 +92,7 @@ def group_steps(graph: Graph) -> list[Step]:
                 if not ok:
                     continue
                 chain.append(nxt)
-                fused.add(graph.nodes.index(nxt))
+                fused.add(position[id(nxt)])
                 out = nxt.outputs[0]
             kind = {"Conv": "conv", "ConvTranspose": "deconv"}.get(op, "gemm")
             inputs = [t for n in chain for t in n.inputs if t and t not in graph.consts
@@ -168,11 +174,21 @@ def _per_channel(graph: Graph, act: Node, producer_op: str) -> bool:
     return channel_values(graph.consts[act.inputs[1]], shape, axis) is not None
 
 
-def _sole_consumer(graph: Graph, tensor: str) -> Node | None:
-    if tensor in graph.outputs:
+def consumer_map(graph: Graph) -> dict[str, list[Node]]:
+    """Every tensor's readers, in graph order, each node once (as :meth:`Graph.consumers` gives
+    them one tensor at a time)."""
+    users: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for name in dict.fromkeys(n.inputs):
+            users.setdefault(name, []).append(n)
+    return users
+
+
+def _sole_consumer(users: dict[str, list[Node]], outputs: set[str], tensor: str) -> Node | None:
+    if tensor in outputs:
         return None
-    users = graph.consumers(tensor)
-    return users[0] if len(users) == 1 else None
+    readers = users.get(tensor, [])
+    return readers[0] if len(readers) == 1 else None
 
 
 def _other_is_fusable(graph: Graph, add: Node, mine: str, producer: dict[str, int], at: int) -> bool:
@@ -207,11 +223,12 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
     or output cannot share their bytes: it becomes a copy step."""
     def size_of(t: str) -> int:
         el = element(t) if callable(element) else element
-        return int(np.prod(graph.shapes[t])) * el
+        return prod(graph.shapes[t]) * el
 
     root: dict[str, str] = {}
     within: dict[str, int] = {}
     producers = {s.output: s for s in steps}
+    users = consumer_map(graph) if any(s.kind == "concat" for s in steps) else {}
 
     def find(t: str) -> str:
         while t in root:
@@ -219,7 +236,7 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
         return t
 
     for step in steps:
-        if step.kind == "concat" and _concat_in_place(graph, step, producers, root, external):
+        if step.kind == "concat" and _concat_in_place(graph, step, producers, root, external, users):
             step.kind = "concat_view"
             offset = 0
             for t in step.head.inputs:
@@ -284,17 +301,17 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
 
 
 def _concat_in_place(graph: Graph, step: Step, producers: dict[str, Step], root: dict[str, str],
-                     external: set[str]) -> bool:
+                     external: set[str], users: dict[str, list[Node]]) -> bool:
     node = step.head
     shape = graph.shapes.get(step.output, ())
     axis = int(node.attrs.get("axis", 1))
     axis = axis + len(shape) if axis < 0 else axis
-    if not 0 <= axis < len(shape) or int(np.prod(shape[:axis])) != 1 or step.output in root:
+    if not 0 <= axis < len(shape) or prod(shape[:axis]) != 1 or step.output in root:
         return False  # only when each input's range of the output is contiguous
     for t in node.inputs:
         p = producers.get(t)
         if (p is None or p.kind in ("alias", "concat_view", "concat") or t in external or t in root
-                or t in graph.outputs or len(graph.consumers(t)) != 1 or node.inputs.count(t) != 1):
+                or t in graph.outputs or len(users.get(t, ())) != 1 or node.inputs.count(t) != 1):
             return False
     return True
 
