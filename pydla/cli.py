@@ -1,6 +1,9 @@
 """The ``pydla`` command. Each component adds its subcommands through a ``register`` function.
 
-Usage: ``pydla --help``; ``pydla deviceapi generate --check``.
+The options every command takes (``-v``, ``--log-level``) are added here to every subcommand,
+nested ones included, so that they work before or after the command's name.
+
+Usage: ``pydla --help``; ``pydla deviceapi generate --check``; ``pydla run m.onnx --log-level info``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,34 @@ from collections.abc import Sequence
 
 from pydla import __version__
 from pydla.errors import DlaError
+from pydla.logconfig import ENV, LEVELS, cli_logging
+
+VERBOSE_HELP = "show a traceback when a command fails, and log at level info (unless --log-level)"
+LOG_LEVEL_HELP = (f"log the pydla stack (runtime, KMD, daemon) to stderr at LEVEL: {', '.join(LEVELS)} "
+                  f"(default: ${ENV}, else warning)")
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-v`` and ``--log-level``. On a subcommand their default is SUPPRESS, so a value given before
+    the subcommand's name is not overwritten by the subcommand's default."""
+    group = parser.add_argument_group("common options")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       default=False if top else argparse.SUPPRESS, help=VERBOSE_HELP)
+    group.add_argument("--log-level", metavar="LEVEL", default=None if top else argparse.SUPPRESS,
+                       help=LOG_LEVEL_HELP)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand parser under ``parser``, nested ones included, each once (aliases share one)."""
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if id(sub) not in found:
+                    found[id(sub)] = sub
+                    for nested in _subcommands(sub):
+                        found.setdefault(id(nested), nested)
+    return list(found.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,8 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'pydla COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"pydla {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show a traceback when a command fails")
+    add_common_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
@@ -40,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     compiler_cli.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)
+    for sub in _subcommands(parser):
+        add_common_options(sub, top=False)
     return parser
 
 
@@ -47,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        result: int = args.func(args)
+        with cli_logging(args.log_level, verbose=args.verbose):
+            result: int = args.func(args)
         return result
     except DlaError as e:
         if args.verbose:

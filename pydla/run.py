@@ -1,10 +1,20 @@
-"""``pydla run``: run a loadable or an ONNX model on the virtual device from the command line."""
+"""``pydla run``: run a loadable or an ONNX model on the virtual device from the command line.
+
+It loads the model once, runs ``--warmup`` untimed runs, then ``--iterations`` timed ones, and
+reports the last run's outputs, the load time and the latency (median, p90, min, max; throughput
+only over several runs). ``--json`` prints the same as one JSON object on stdout, and everything
+else on stderr, so that a script can read stdout as it is.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,13 +46,21 @@ def register(commands: Any) -> None:
     p = commands.add_parser(
         "run", help="run a model (.dla or .onnx) and report its outputs and latency",
         description="Run a loadable, or an ONNX model (compiled on the fly and cached), on the "
-                    "virtual device. Inputs come from .npy files, or are random when omitted.")
+                    "virtual device. Inputs come from .npy files, or are random when omitted. "
+                    "Reports each output (dtype, shape, min, max, mean), the load time and the "
+                    "latency of the timed runs.")
     p.add_argument("model", type=Path, metavar="MODEL.dla|MODEL.onnx")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input from a .npy file (repeatable); random inputs otherwise")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write each output as NAME.npy here")
     p.add_argument("--iterations", type=int, default=1, metavar="N",
-                   help="run N times and report median and p90 latency and throughput")
+                   help="time N runs and report median, p90, min and max latency, and with N > 1 the "
+                        "throughput (default 1)")
+    p.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="untimed runs before the timed ones (default: 1 when --iterations > 1, else 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (model, inputs, outputs, load_ms, latency_ms, "
+                        "throughput, iterations, warmup, port) and everything else on stderr")
     p.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
                    help="portability layer: inprocess, or linux:DIR for the KMD daemon serving DIR "
                         "(default: $PYDLA_PORT, else inprocess)")
@@ -54,20 +72,52 @@ def register(commands: Any) -> None:
     p.set_defaults(func=_run)
 
 
+def _number(value: Any) -> float | int | bool | str:
+    """A statistic as JSON: a bool or int stays one; NaN and infinities become the strings "NaN",
+    "Infinity" and "-Infinity" (as in protobuf's JSON mapping), since JSON has no such numbers."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    x = float(value)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def latency_stats(seconds: list[float]) -> dict[str, float]:
+    """Median, p90 (nearest rank), min and max of ``seconds``, in milliseconds."""
+    ms = sorted(t * 1e3 for t in seconds)
+    p90 = ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))]
+    return {"median": statistics.median(ms), "p90": p90, "min": ms[0], "max": ms[-1]}
+
+
+def _read_inputs(items: list[str]) -> dict[str, tuple[np.ndarray, str]]:
+    feeds: dict[str, tuple[np.ndarray, str]] = {}
+    for item in items:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise DlaError(NvError.BadParameter, f"--input {item!r}: write NAME=FILE.npy")
+        try:
+            feeds[name] = (np.load(file, allow_pickle=False), file)
+        except (OSError, ValueError) as e:
+            raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
+    return feeds
+
+
 def _run(args: argparse.Namespace) -> int:
     from pydla.session import Session
 
     if args.iterations < 1:
         raise DlaError(NvError.BadParameter, f"--iterations {args.iterations}: at least 1")
-    feeds_given: dict[str, np.ndarray] = {}
-    for item in args.input:
-        name, sep, file = item.partition("=")
-        if not sep or not name or not file:
-            raise DlaError(NvError.BadParameter, f"--input {item!r}: write NAME=FILE.npy")
-        try:
-            feeds_given[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
+    warmup = args.warmup if args.warmup is not None else (1 if args.iterations > 1 else 0)
+    if warmup < 0:
+        raise DlaError(NvError.BadParameter, f"--warmup {warmup}: 0 or more")
+    # With --json, stdout carries the JSON object alone; what a person reads goes to stderr.
+    text = sys.stderr if args.json else sys.stdout
+    given = _read_inputs(args.input)
     if args.output_dir is not None:  # before the run: a long run should not fail at its end
         try:
             args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -78,37 +128,63 @@ def _run(args: argparse.Namespace) -> int:
     with Session(args.model, port=args.port, config=args.config, device=args.device) as sess:
         load_ms = (time.perf_counter() - t0) * 1e3
         names = [t.name for t in sess.inputs]
-        for name in feeds_given:
+        for name in given:
             if name not in names:
                 raise DlaError(NvError.BadParameter, f"--input {name}: the model has no input '{name}' "
                                                      f"(its inputs: {', '.join(names)})")
         rng = np.random.default_rng(args.seed)
-        feeds = {}
+        feeds, inputs = {}, []
         for t in sess.inputs:
-            if t.name in feeds_given:
-                feeds[t.name] = feeds_given[t.name]
+            if t.name in given:
+                feeds[t.name], source = given[t.name]
             else:
-                feeds[t.name] = random_input(rng, t.shape, np.dtype(t.dtype))
-                print(f"input {t.name}: random {t.dtype} {t.shape}")
+                feeds[t.name], source = random_input(rng, t.shape, np.dtype(t.dtype)), "random"
+                print(f"input {t.name}: random {t.dtype} {t.shape}", file=text)
+            inputs.append({"name": t.name, "shape": list(feeds[t.name].shape),
+                           "dtype": str(feeds[t.name].dtype), "source": source})
+        for _ in range(warmup):
+            sess.run(feeds)
         times = []
         for _ in range(args.iterations):
             t0 = time.perf_counter()
             outputs = sess.run(feeds)
             times.append(time.perf_counter() - t0)
-    print(f"loaded in {load_ms:.1f} ms")
+    print(f"loaded in {load_ms:.1f} ms", file=text)
+    results = []
     for name, value in outputs.items():
-        stats = (f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.mean():.6g}" if value.size
+        stats = ({"min": _number(value.min()), "max": _number(value.max()), "mean": _number(value.mean())}
+                 if value.size else {"min": None, "max": None, "mean": None})
+        shown = (f"  min {value.min():.6g}  max {value.max():.6g}  mean {value.mean():.6g}" if value.size
                  else "  (empty)")
-        print(f"output {name}: {value.dtype} {value.shape}{stats}")
+        print(f"output {name}: {value.dtype} {value.shape}{shown}", file=text)
+        path = None
         if args.output_dir is not None:
             path = args.output_dir / f"{output_file_name(name)}.npy"
             try:
                 np.save(path, value)
             except OSError as e:
                 raise DlaError(NvError.FileWriteFailed, f"output {name}: cannot write {path}: {e}") from e
-            print(f"  written to {path}")
-    ms = sorted(t * 1e3 for t in times)
-    p90 = ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))]
-    print(f"latency over {len(ms)} run(s): median {statistics.median(ms):.2f} ms, p90 {p90:.2f} ms, "
-          f"throughput {1000 / statistics.median(ms):.1f} runs/s")
+            print(f"  written to {path}", file=text)
+        results.append({"name": name, "shape": list(value.shape), "dtype": str(value.dtype), **stats,
+                        "file": None if path is None else str(path)})
+    latency = latency_stats(times)
+    # One run's latency says nothing about throughput (no pipelining, a cold cache...): over several
+    # runs, throughput is runs per second of timed wall time.
+    throughput = len(times) / sum(times) if len(times) > 1 and sum(times) > 0 else None
+    after = f" (after {warmup} untimed warm-up run{'s' if warmup != 1 else ''})" if warmup else ""
+    if len(times) > 1:
+        ms = {k: f"{v:.2f} ms" for k, v in latency.items()}
+        print(f"latency over {len(times)} run(s): median {ms['median']}, p90 {ms['p90']}, min {ms['min']}, "
+              f"max {ms['max']}{after}", file=text)
+        if throughput is not None:
+            print(f"throughput: {throughput:.1f} runs/s", file=text)
+    else:
+        print(f"latency of 1 run: {latency['median']:.2f} ms{after} (--iterations N for median, p90 and "
+              "throughput)", file=text)
+    if args.json:
+        report = {"model": str(args.model), "config": args.config, "device": args.device,
+                  "port": args.port or os.environ.get("PYDLA_PORT") or "inprocess",
+                  "inputs": inputs, "outputs": results, "load_ms": load_ms, "latency_ms": latency,
+                  "throughput": throughput, "iterations": args.iterations, "warmup": warmup}
+        print(json.dumps(report))
     return 0

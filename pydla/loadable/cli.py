@@ -1,21 +1,29 @@
-"""``pydla validate``: check a run recipe."""
+"""``pydla validate`` (check a run recipe, on its own or inside a loadable) and ``pydla info``
+(describe a loadable, list its sections, dump one as ``xclbinutil --dump-section`` does)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from pydla.loadable.recipe import RecipeError, load_recipe
+from pydla.errors import DlaError, NvError
+from pydla.loadable.recipe import Recipe, RecipeError, load_recipe, loads, parse_recipe
+
+# pydla.loadable.container and .sections are imported where used: they pull in the generated
+# contracts, which `pydla --help` and the other commands do not need.
 
 
 def register(commands: Any) -> None:
     p = commands.add_parser(
-        "validate", help="check a run recipe (JSON) and print 'valid' or every problem",
+        "validate", help="check a run recipe (JSON, or the one inside a loadable) and print 'valid' or "
+                         "every problem",
         description="Check a run recipe against the recipe rules (the same rules as "
                     "pydla/loadable/schema/recipe.schema.json). Prints 'valid', or every problem with "
-                    "its JSON path; exit code 0 or 1.")
-    p.add_argument("recipe", type=Path, metavar="RECIPE.json")
+                    "its JSON path; exit code 0 or 1. Given a loadable (.dla), checks the recipe it "
+                    "holds, then the rest of the loadable.")
+    p.add_argument("recipe", type=Path, metavar="RECIPE.json|MODEL.dla")
     p.add_argument("--allow-unsafe-paths", action="store_true",
                    help="accept absolute library paths and '..'")
     p.set_defaults(func=_validate)
@@ -27,6 +35,14 @@ def register(commands: Any) -> None:
                     "list, each NPU task with its operations per block, CPU runs, and section sizes.")
     i.add_argument("loadable", type=Path, metavar="MODEL.dla")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    i.add_argument("--list-sections", action="store_true",
+                   help="list the sections (name, ELF name, size) and nothing else; works on a loadable "
+                        "that fails its checks")
+    i.add_argument("--dump-section", action="append", default=[], metavar="NAME[:FILE]",
+                   help="write the bytes of section NAME to FILE, or to stdout when FILE is '-' or left "
+                        "out (repeatable). NAME: recipe, tensors, memory, weights, ctrl.<task>, note, or "
+                        "an ELF section name as readelf -S shows it; --list-sections lists them. Works "
+                        "on a loadable that fails its checks. E.g. --dump-section recipe:recipe.json")
     i.set_defaults(func=_info)
 
 
@@ -35,6 +51,7 @@ def describe(lo: Any) -> dict[str, Any]:
     import collections
 
     from pydla.deviceapi.generated.device_api import dla_block_e
+    from pydla.loadable.sections import section_names
 
     tasks = []
     for run in lo.recipe.runs:
@@ -62,6 +79,7 @@ def describe(lo: Any) -> dict[str, Any]:
         "cpu_runs": [{"run": r.name, "library": lo.recipe.cpus[r.name].library_path}
                      for r in lo.recipe.runs if r.where == "cpu"],
         "sections": lo.section_sizes(),
+        "section_names": section_names(lo.elf),
     }
 
 
@@ -69,7 +87,11 @@ def _info(args: argparse.Namespace) -> int:
     import json
 
     from pydla.loadable.container import Loadable
+    from pydla.loadable.sections import check_is_loadable
 
+    if args.dump_section or args.list_sections:
+        return _sections(args)
+    check_is_loadable(args.loadable)
     info = describe(Loadable.open(args.loadable))
     if args.json:
         print(json.dumps(info, indent=2))
@@ -90,19 +112,82 @@ def _info(args: argparse.Namespace) -> int:
         print(f"npu task {t['run']}: {t['operations']} operations ({blocks})")
     for r in info["cpu_runs"]:
         print(f"cpu run {r['run']} from {r['library']}")
-    print("sections: " + ", ".join(f"{n} {s}" for n, s in info["sections"].items()))
+    print("sections (dump one with --dump-section NAME[:FILE]):")
+    _print_sections(info["sections"])
+    return 0
+
+
+def _print_sections(sizes: dict[str, int]) -> None:
+    from pydla.loadable.sections import short_name
+
+    for elf_name, size in sizes.items():
+        print(f"  {short_name(elf_name):<24} {elf_name:<28} {size:>12} bytes")
+
+
+def _sections(args: argparse.Namespace) -> int:
+    from pydla.loadable.sections import read_elf, section_bytes, short_name
+
+    elf = read_elf(args.loadable)
+    if args.list_sections:
+        sizes = {n: int(elf.section_info(n)["sh_size"]) for n in elf.section_names if n}
+        if args.json:
+            import json
+
+            print(json.dumps([{"name": short_name(n), "elf_name": n, "size": s} for n, s in sizes.items()]))
+        else:
+            _print_sections(sizes)
+    # Every name is checked before anything is written: a typo in the second leaves no half-done dump.
+    dumps = []
+    for item in args.dump_section:
+        name, _, file = item.partition(":")
+        dumps.append((section_bytes(elf, name, str(args.loadable)), name, file or "-"))
+    for data, name, file in dumps:
+        if file == "-":
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            continue
+        try:
+            Path(file).write_bytes(data)
+        except OSError as e:
+            raise DlaError(NvError.FileWriteFailed,
+                           f"--dump-section {name}: cannot write {file}: {e.strerror or e}") from e
+        print(f"{args.loadable}: section {name} ({len(data)} bytes) written to {file}", file=sys.stderr)
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from pydla.loadable.container import RECIPE
+    from pydla.loadable.sections import ELF_MAGIC, check_is_loadable, read_elf, read_head
+
+    head = read_head(args.recipe)
+    loadable = head[:4] == ELF_MAGIC
+    if not loadable and head.lstrip()[:1] != b"{":
+        check_is_loadable(args.recipe)  # an ONNX model: the error says to compile it
+    where = f"{args.recipe} ({RECIPE})" if loadable else str(args.recipe)
     try:
-        recipe = load_recipe(args.recipe, allow_unsafe_paths=args.allow_unsafe_paths)
+        if loadable:
+            text = bytes(read_elf(args.recipe).section(RECIPE))
+            recipe = parse_recipe(loads(text, where), where, allow_unsafe_paths=args.allow_unsafe_paths)
+        else:
+            recipe = load_recipe(args.recipe, allow_unsafe_paths=args.allow_unsafe_paths)
     except RecipeError as e:
-        print(f"{args.recipe}: {len(e.errors)} problem(s)")
+        print(f"{where}: {len(e.errors)} problem(s)")
         for path, message in e.errors:
             print(f"  {path or '/'}: {message}")
         return 1
-    runs = len(recipe.runs)
-    print(f"{args.recipe}: valid ({len(recipe.buffers)} buffers, {len(recipe.kernels)} kernels, "
-          f"{len(recipe.cpus)} cpu functions, {runs} runs in {len(recipe.runlists())} runlists)")
+    print(f"{where}: valid ({_summary(recipe)})")
+    if loadable:
+        from pydla.loadable.container import Loadable
+
+        # The recipe alone is not the loadable: its references into the memory list, the tensors, the
+        # control code and the weights are checked too (a DlaError names the first that fails).
+        lo = Loadable.open(args.recipe)
+        print(f"{args.recipe}: valid loadable (format {'.'.join(map(str, lo.format_version))}, device "
+              f"config '{lo.device}', {len(lo.tensors())} tensors, {len(lo.elf.section_names)} sections)")
     return 0
+
+
+def _summary(recipe: Recipe) -> str:
+    return (f"{len(recipe.buffers)} buffers, {len(recipe.kernels)} kernels, {len(recipe.cpus)} cpu "
+            f"functions, {len(recipe.runs)} runs in {len(recipe.runlists())} runlists")
