@@ -3,36 +3,40 @@
 Usage::
 
     import pydla
+    out = pydla.Session("model.onnx").run({"input": x})     # numpy in, numpy out
+    sess = pydla.InferenceSession("model.onnx")              # onnxruntime's API
+    rt = pydla.createRuntime()                               # the NVDLA runtime API (IRuntime)
     try:
         ...
     except pydla.DlaError as e:
         print(e.code.name, e)
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
-__all__ = ["DlaError", "ILoadable", "IRuntime", "ISync", "NvError", "Session", "__version__", "createRuntime"]
+if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from pydla.loadable.container import Loadable as ILoadable
+    from pydla.session import InferenceSession, Session
+    from pydla.umd.runtime import IRuntime, createRuntime
+    from pydla.umd.sync import ISync
 
-# Imported on first use, so that importing pydla stays light: name -> (module, attribute).
+__all__ = ["DlaError", "ILoadable", "IRuntime", "ISync", "InferenceSession", "NvError", "Session",
+           "__version__", "createRuntime"]
+
+# Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
+# the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
 _LAZY = {
+    "createRuntime": ("pydla.umd.runtime", "createRuntime"),
     "Session": ("pydla.session", "Session"),
+    "InferenceSession": ("pydla.session", "InferenceSession"),
     "IRuntime": ("pydla.umd.runtime", "IRuntime"),
     "ISync": ("pydla.umd.sync", "ISync"),
     "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it
 }
-
-
-def createRuntime(*args: _Any, **kwargs: _Any) -> _Any:
-    """A runtime (IRuntime) on the in-process port: see :func:`pydla.umd.runtime.createRuntime`.
-
-    Usage: ``rt = pydla.createRuntime(); rt.load("model.dla")``
-    """
-    from pydla.umd import runtime
-
-    return runtime.createRuntime(*args, **kwargs)
 
 
 def __getattr__(name: str) -> _Any:
@@ -41,7 +45,9 @@ def __getattr__(name: str) -> _Any:
         raise AttributeError(f"module 'pydla' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(where[0]), where[1])
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value  # found directly from now on
+    return value
 
 
 def __dir__() -> list[str]:

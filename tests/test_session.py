@@ -105,8 +105,14 @@ def test_session_errors_say_what_was_expected(demo, tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         pydla.Session(tmp_path / "missing.onnx")
     assert e.value.code == NvError.FileNotFound
-    with pytest.raises(DlaError, match="not a loadable and not an ONNX model"):
+    with pytest.raises(DlaError, match=r"not a loadable \(.dla\) and not an ONNX model") as e:
         pydla.Session(b"neither")
+    assert e.value.code == NvError.BadValue
+    for name, data in (("model.bin", b"neither"), ("empty.onnx", b"")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DlaError, match=rf"{name}: not a loadable \(.dla\) and not an ONNX model") as e:
+            pydla.Session(tmp_path / name)
+        assert e.value.code == NvError.BadValue and str(tmp_path) in e.value.message
     with pytest.raises(DlaError, match="give a path"):
         pydla.Session(42)
 
@@ -198,3 +204,205 @@ def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, ca
     config.write_text(json.dumps(full))
     session_module._compile_cached(onnx_bytes, str(config), "fp32")
     assert len(list(cache.glob("*.dla"))) == 2
+
+
+# -- models whose weights live in external data files -------------------------------------------
+
+
+def matmul_model(w: np.ndarray) -> onnx.ModelProto:
+    h = onnx.helper
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, w.shape[0]])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, w.shape[1]])],
+                         [onnx.numpy_helper.from_array(w, "w")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+
+
+def save_external(w: np.ndarray, directory: Path, location: str = "weights.bin") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "m.onnx"
+    onnx.save_model(matmul_model(w), str(path), save_as_external_data=True, location=location,
+                    size_threshold=0)
+    return path
+
+
+def ort_run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)  # type: ignore[no-any-return]
+
+
+def test_external_data_is_read_next_to_the_model_from_any_cwd(tmp_path: Path, monkeypatch,
+                                                              cache: Path) -> None:
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    path = save_external(w, tmp_path / "model")
+    assert (tmp_path / "model" / "weights.bin").stat().st_size == w.nbytes
+    assert len(path.read_bytes()) < w.nbytes  # the weights really are outside the .onnx file
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    feeds = {"x": rng.standard_normal((1, 16)).astype(np.float32)}
+    with pydla.Session(path) as sess:
+        got = sess.run(feeds)["y"]
+    np.testing.assert_allclose(got, ort_run(path, feeds)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, feeds["x"] @ w, rtol=1e-5, atol=1e-5)
+    # New weights in the same file, the .onnx file unchanged: the new result, not the cached one.
+    onnx_bytes = path.read_bytes()
+    (tmp_path / "model" / "weights.bin").write_bytes((w * 4 + 1).tobytes())
+    assert path.read_bytes() == onnx_bytes
+    with pydla.Session(path) as sess:
+        got = sess.run(feeds)["y"]
+    np.testing.assert_allclose(got, ort_run(path, feeds)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, feeds["x"] @ (w * 4 + 1), rtol=1e-5, atol=1e-4)
+    assert len(list(cache.glob("*.dla"))) == 2
+    # `pydla run` reads it the same way.
+    assert main(["run", str(path)]) == 0
+
+
+def test_external_data_that_is_missing_or_outside_the_model_directory_is_refused(tmp_path: Path) -> None:
+    w = np.ones((4, 2), np.float32)
+    path = save_external(w, tmp_path / "a")
+    (tmp_path / "a" / "weights.bin").unlink()
+    with pytest.raises(DlaError, match=r"m.onnx: tensor 'w' keeps its data in external file 'weights.bin': "
+                                       r".*weights.bin does not exist") as e:
+        pydla.Session(path)
+    assert e.value.code == NvError.FileNotFound
+    for location in ("../secret.bin", "sub/../../secret.bin", "/etc/passwd"):
+        model = matmul_model(w)
+        onnx.external_data_helper.convert_model_to_external_data(model, location="weights.bin",
+                                                                 size_threshold=0)
+        entry = next(e for e in model.graph.initializer[0].external_data if e.key == "location")
+        entry.value = location
+        (tmp_path / "secret.bin").write_bytes(w.tobytes())
+        (tmp_path / "b").mkdir(exist_ok=True)
+        (tmp_path / "b" / "m.onnx").write_bytes(model.SerializeToString())
+        with pytest.raises(DlaError, match=rf"tensor 'w' keeps its data in external file '{location}': the "
+                                           r"location must be a path inside the model's directory") as e:
+            pydla.Session(tmp_path / "b" / "m.onnx")
+        assert e.value.code == NvError.BadParameter
+    # Weights shorter than the model says: refused, naming the file.
+    path = save_external(w, tmp_path / "c")
+    (tmp_path / "c" / "weights.bin").write_bytes(b"\0" * 8)
+    with pytest.raises(DlaError, match=r"tensor 'w' in .*weights.bin: offset 0 \+ length 32 is outside the "
+                                       r"file's 8 bytes") as e:
+        pydla.Session(path)
+    assert e.value.code == NvError.BadValue
+    # A model in memory whose external data was not loaded: no directory to find it in.
+    model = onnx.load(str(save_external(w, tmp_path / "d")), load_external_data=False)
+    with pytest.raises(DlaError, match=r"keeps its data in external file 'weights.bin', which is not loaded: "
+                                       r"give the model's path") as e:
+        pydla.Session(model)
+    assert e.value.code == NvError.BadParameter
+    with pydla.Session(onnx.load(str(tmp_path / "d" / "m.onnx"))) as sess:  # loaded: fine
+        assert sess.run({"x": np.ones((1, 4), np.float32)})["y"].tolist() == [[4.0, 4.0]]
+
+
+def test_external_data_may_be_a_link_to_elsewhere(tmp_path: Path) -> None:
+    """A model directory that links its weights from another place (as the Hugging Face cache lays
+    out its snapshots) works: only the location written in the model must stay inside."""
+    w = np.arange(8, dtype=np.float32).reshape(4, 2)
+    save_external(w, tmp_path / "blobs")
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "m.onnx").write_bytes((tmp_path / "blobs" / "m.onnx").read_bytes())
+    (tmp_path / "snapshot" / "weights.bin").symlink_to(tmp_path / "blobs" / "weights.bin")
+    with pydla.Session(tmp_path / "snapshot" / "m.onnx") as sess:
+        assert sess.run({"x": np.ones((1, 4), np.float32)})["y"].tolist() == [[12.0, 16.0]]
+
+
+# -- onnxruntime's habits -------------------------------------------------------------------------
+
+
+def test_session_speaks_onnxruntime(demo) -> None:
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(demo.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {"input": x(4)}
+    with pydla.Session(demo) as sess:
+        def described(args) -> list:
+            return [(a.name, a.shape, a.type) for a in args]
+
+        assert described(sess.get_inputs()) == described(ref.get_inputs()) == [
+            ("input", [1, 3, 32, 32], "tensor(float)")]
+        assert described(sess.get_outputs()) == described(ref.get_outputs()) == [
+            ("probabilities", [1, 10], "tensor(float)")]
+        assert sess.get_providers() == ["PydlaExecutionProvider"]
+        expected = ref.run(None, feeds)
+        for got in (sess.run(None, feeds), sess.run(["probabilities"], feeds), sess.run([], feeds),
+                    sess.run(None, feeds, None)):
+            assert isinstance(got, list) and len(got) == 1
+            np.testing.assert_allclose(got[0], expected[0], atol=1e-5)
+        as_dict = sess.run(feeds)  # pydla's own form stays a dict
+        assert list(as_dict) == ["probabilities"]
+        np.testing.assert_allclose(as_dict["probabilities"], expected[0], atol=1e-5)
+
+
+def test_session_refuses_what_neither_form_accepts(demo) -> None:
+    forms = r"the accepted forms: run\(\{name: array\}\) -> \{name: array\}; run\(None, \{name: array\}\)"
+    with pydla.Session(demo) as sess:
+        cases = [
+            (lambda: sess.run([x()]), r"run\(\[array\(1, 3, 32, 32\)\]\): the inputs must be a dict "
+                                      r"\{input name: array\}, not list; " + forms),
+            (lambda: sess.run(None, [x()]), r"not list; " + forms),
+            (lambda: sess.run(None, x()), r"not ndarray; " + forms),
+            (lambda: sess.run(), r"run\(\): the inputs must be a dict"),
+            (lambda: sess.run(["nope"], {"input": x()}),
+             r"output_names: \['nope'\] are not outputs of the model \(its outputs: \['probabilities'\]\)"),
+            (lambda: sess.run("probabilities", {"input": x()}),
+             r"output_names 'probabilities': None or a list of output names"),
+            (lambda: sess.run(None, {"input": x()}, "fast"), r"run_options 'fast': None or an onnxruntime"),
+            (lambda: sess.run({0: x()}), r"unknown \[0\], missing \['input'\]"),
+        ]
+        for call, message in cases:
+            with pytest.raises(DlaError, match=message) as e:
+                call()
+            assert e.value.code == NvError.BadParameter
+
+
+def test_inference_session_takes_onnxruntimes_place(demo, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    onnx.save(demo, str(path))
+    feeds = {"input": x(5)}
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    options = ort.SessionOptions()
+    for sess in (pydla.InferenceSession(str(path)), pydla.InferenceSession(path.read_bytes(), options),
+                 pydla.InferenceSession(str(path), providers=["CPUExecutionProvider"]),
+                 pydla.InferenceSession(str(path), None, [("CPUExecutionProvider", {})], [{}],
+                                        config="full")):
+        with sess:
+            assert isinstance(sess, pydla.Session) and sess.get_providers() == ["PydlaExecutionProvider"]
+            name = sess.get_inputs()[0].name
+            (got,) = sess.run(None, {name: feeds["input"]})
+            np.testing.assert_allclose(got, expected[0], atol=1e-5)
+            (got,) = sess.run(["probabilities"], feeds, ort.RunOptions())
+            np.testing.assert_allclose(got, expected[0], atol=1e-5)
+            with pytest.raises(DlaError, match=r"InferenceSession.run\(\{'input': array\(1, 3, 32, 32\)\}\): "
+                                               r"the inputs must be a dict \{input name: array\}, not dict; "
+                                               r"the accepted form: run\(None, "):
+                sess.run(feeds)  # onnxruntime's run has no one-argument form
+            sess.set_providers(["CPUExecutionProvider"])
+    for kwargs, message in (
+            ({"providerz": ["CPU"]}, r"unknown keyword argument\(s\) \['providerz'\]: pydla takes"),
+            ({"providers": "CPUExecutionProvider"}, r"providers 'CPUExecutionProvider': None or a list"),
+            ({"provider_options": {}}, r"provider_options \{\}: None or a list of dicts")):
+        with pytest.raises(DlaError, match=message) as e:
+            pydla.InferenceSession(str(path), **kwargs)
+        assert e.value.code == NvError.BadParameter
+
+
+def test_the_package_shows_its_signatures_and_documentation() -> None:
+    import inspect
+
+    from pydla.umd.runtime import createRuntime
+
+    assert pydla.createRuntime is createRuntime
+    assert list(inspect.signature(pydla.createRuntime).parameters) == ["port", "config", "device", "mode",
+                                                                       "timeout_ms", "path"]
+    for cls in (pydla.Session, pydla.InferenceSession):
+        doc = inspect.getdoc(cls) or ""
+        assert "Usage::" in doc and "Parameters:" in doc and "module docstring" not in doc
+    assert list(inspect.signature(pydla.InferenceSession).parameters) == [
+        "path_or_bytes", "sess_options", "providers", "provider_options", "kwargs"]
+    assert "InferenceSession" in dir(pydla)
