@@ -32,7 +32,8 @@ def register(commands: Any) -> None:
         "info", help="describe a loadable: versions, tensors, memory, tasks, sections",
         description="What a loadable holds (as xclbinutil --info does for an xclbin): format and "
                     "contract versions, device configuration, input and output tensors, the memory "
-                    "list, each NPU task with its operations per block, CPU runs, and section sizes.")
+                    "list, each NPU task with its operations per block, CPU runs, and its sections "
+                    "(name, ELF name, size), any of which --dump-section writes out.")
     i.add_argument("loadable", type=Path, metavar="MODEL.dla")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.add_argument("--list-sections", action="store_true",
