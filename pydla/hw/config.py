@@ -122,11 +122,19 @@ def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfi
                            f"device config '{text_name}': not a bundled config "
                            f"({', '.join(bundled_configs())}) nor a file")
         source = str(path)
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise DlaError(NvError.FileReadFailed, f"device config {source}: {e.strerror or e}") from e
+        except UnicodeDecodeError as e:
+            raise DlaError(NvError.BadValue,
+                           f"device config {source}: not UTF-8 text (byte {e.start})") from e
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise DlaError(NvError.BadValue, f"{source}: not valid JSON: {e}") from e
+    except RecursionError:
+        raise DlaError(NvError.BadValue, f"{source}: JSON nested too deep") from None
     return parse_config(raw, source)
 
 

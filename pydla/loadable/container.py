@@ -223,7 +223,7 @@ class Loadable:
                            f"{self.source}: loadable format {theirs}, this pydla reads {mine}.x; "
                            f"{newer} is newer: {fix}")
         try:
-            contracts = json.loads(notes[NT_CONTRACTS])
+            contracts = loads(notes[NT_CONTRACTS], f"{self.source} contract note")
             self.contracts = {name: ContractVersion(name, parse_semver(c["version"]),
                                                     int(c["layout_hash64"], 16))
                               for name, c in contracts.items()}

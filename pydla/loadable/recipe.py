@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -35,6 +36,8 @@ BUFFER_TYPES = ("input", "output", "inout", "internal", "weight", "spill", "unkn
 EXTERNAL_TYPES = ("input", "output", "inout")
 CONSTANT_TYPES = ("int", "float", "string")
 MAX_ARGIDX = 255
+# The recipe format this pydla writes; it reads any recipe of the same major version.
+RECIPE_VERSION = (1, 0, 0)
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -195,6 +198,13 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
             version = c.string(header["version"], "/header/version")
             if version is not None and not _semver(version):
                 c.error("/header/version", f"'{version}' is not MAJOR.MINOR.PATCH")
+            elif version is not None and int(version.split(".")[0]) != RECIPE_VERSION[0]:
+                major = int(version.split(".")[0])
+                fix = ("the recipe is newer: upgrade pydla" if major > RECIPE_VERSION[0]
+                       else "the recipe is older: rewrite it for this version")
+                mine = ".".join(map(str, RECIPE_VERSION))
+                c.error("/header/version", f"'{version}': this pydla reads recipe version "
+                                           f"{RECIPE_VERSION[0]}.x (writes {mine}); {fix}")
         for key in ("name", "description"):
             if key in header and not isinstance(header[key], str):
                 c.error(f"/header/{key}", "must be a string")
@@ -359,19 +369,45 @@ def _kind(value: Any) -> str:
 
 
 def loads(text: str | bytes, source: str = "recipe") -> Any:
-    """Strict JSON: no NaN or Infinity; a syntax error names line and column."""
+    """Strict JSON: no NaN or Infinity, nesting at most MAX_JSON_DEPTH deep; a syntax error names
+    line and column."""
     def reject(constant: str) -> Any:
         raise DlaError(NvError.BadValue, f"{source}: {constant} is not JSON")
 
     try:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8")
+        _check_depth(text, source)
         return json.loads(text, parse_constant=reject)
     except UnicodeDecodeError as e:
         raise DlaError(NvError.BadValue, f"{source}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except RecursionError:  # a safety net: _check_depth bounds the nesting before json sees it
+        raise DlaError(NvError.BadValue, f"{source}: JSON nested too deep") from None
     except json.JSONDecodeError as e:
         before = e.doc[:e.pos].rstrip()
         hint = " (a trailing comma?)" if before.endswith(",") else ""
         raise DlaError(NvError.BadValue,
                        f"{source}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from e
+
+
+# A recipe is about six levels deep; json's parser recurses once per level and raises
+# RecursionError near a thousand, so the depth is bounded well before that.
+MAX_JSON_DEPTH = 64
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _check_depth(text: str, source: str) -> None:
+    depth = 0
+    for m in _JSON_TOKENS.finditer(text):
+        token = m.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                line = text.count("\n", 0, m.start()) + 1
+                raise DlaError(NvError.BadValue, f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} "
+                                                 f"levels (line {line})")
+        elif token in "]}":
+            depth -= 1
 
 
 def load_recipe(path: str | Path, *, allow_unsafe_paths: bool = False) -> Recipe:

@@ -51,3 +51,16 @@ def test_bad_rules_are_refused_naming_the_field(field: str, value: Any, words: l
     assert e.value.code == NvError.BadValue
     for word in [*words, "test config"]:
         assert word in str(e.value), (word, str(e.value))
+
+
+@pytest.mark.parametrize(("content", "code", "words"), [
+    (b"[" * 5000 + b"]" * 5000, NvError.BadValue, "nested too deep"),
+    (b'{"name": "\xff"}', NvError.BadValue, "not UTF-8"),
+    (b'{"name": ', NvError.BadValue, "not valid JSON"),
+])
+def test_a_bad_config_file_is_a_dla_error(tmp_path: Any, content: bytes, code: NvError, words: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(DlaError, match=words) as e:
+        load_config(path)
+    assert e.value.code == code and str(path) in str(e.value)

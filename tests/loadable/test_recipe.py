@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pydla import DlaError
+from pydla import DlaError, NvError
 from pydla.cli import main
 from pydla.loadable.recipe import RecipeError, load_recipe, loads, parse_recipe, schema
 
@@ -121,6 +121,10 @@ BAD: dict[str, tuple[Any, str, str]] = {
     "bad-constant-type": (lambda d: d["execution"]["runs"][1]["constants"][0].update(type="bool"),
                           "/execution/runs/1/constants/0/type", "not a constant type"),
     "runs-not-array": (lambda d: d["execution"].update(runs={}), "/execution/runs", "must be an array"),
+    "newer-major-version": (lambda d: d["header"].update(version="7.0.0"), "/header/version",
+                            "reads recipe version 1.x (writes 1.0.0); the recipe is newer: upgrade pydla"),
+    "older-major-version": (lambda d: d["header"].update(version="0.9.0"), "/header/version",
+                            "the recipe is older"),
 }
 
 
@@ -140,7 +144,8 @@ def test_schema_agrees_with_the_code(case: str) -> None:
     doc = _mutated(BAD[case][0])
     semantic = {"internal-without-size", "duplicate-buffer", "absolute-library", "dotdot-library",
                 "unknown-kernel", "unknown-cpu", "unknown-buffer", "sub-buffer-past-end", "argidx-twice",
-                "argidx-constant-clash", "int-constant-not-int", "size-zero"}
+                "argidx-constant-clash", "int-constant-not-int", "size-zero", "newer-major-version",
+                "older-major-version"}
     assert schema_ok(doc) == (case in semantic)
 
 
@@ -165,6 +170,25 @@ def test_trailing_comma_and_nan_are_not_json() -> None:
         loads('{"header": {"device": "full",}}', "r.json")
     with pytest.raises(DlaError, match="NaN is not JSON"):
         loads('{"x": NaN}', "r.json")
+
+
+def test_json_nesting_is_bounded() -> None:
+    # json's parser recurses per level: 2,000 levels would raise RecursionError, not a DlaError.
+    for deep in ("[" * 2000 + "]" * 2000, '{"a":' * 2000 + "1" + "}" * 2000):
+        with pytest.raises(DlaError, match="nested deeper than 64 levels") as e:
+            loads(deep, "r.json")
+        assert e.value.code == NvError.BadValue
+    assert loads("[" * 64 + "]" * 64, "r.json") == eval("[" * 64 + "]" * 64)
+    # brackets inside strings (escaped quotes too) are text, not nesting
+    text = '{"s": "' + "[{" * 100 + '\\" [[["}'
+    assert loads(text, "r.json") == json.loads(text)
+
+
+def test_validate_reports_deep_json_as_an_error(tmp_path: Path, capsys) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    assert main(["validate", str(deep)]) == 1
+    assert "nested deeper than 64 levels" in capsys.readouterr().err
 
 
 def test_validate_command(tmp_path: Path, capsys) -> None:
