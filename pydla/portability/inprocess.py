@@ -39,6 +39,7 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    check_free_args,
     check_prepared_submit,
     check_task,
 )
@@ -156,7 +157,7 @@ class InProcessPort(NvDlaPort):
                            f"{what}: device {select!r}; config '{self.platform.name}' has {n} (0..{n - 1})")
         return int(select)
 
-    # -- the seed's functions --------------------------------------------------------------------
+    # -- the NVDLA portability layer's functions --------------------------------------------------------
 
     def NvDlaGetMaxDevices(self) -> int:
         return self.platform.instances
@@ -208,9 +209,12 @@ class InProcessPort(NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
-    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
+                     size: int | None = None) -> None:
+        """As the interface's."""
         session = self._session(h)
         m = self._mem(session, mem, "NvDlaFreeMem")
+        check_free_args(m, pData, size)
         session.kmd.bo_destroy(session.ctx, m.handle)  # Busy while a job uses it: then still usable
         m.usable = False
         del session.mems[m.handle]

@@ -1,6 +1,6 @@
-"""The UMD portability layer (seed 003): what an integrator implements to put pydla's UMD on an OS
-or a device. Names and meaning follow the seed; out-parameters of the C API are return values, and
-failures raise DlaError.
+"""The UMD portability layer of the NVDLA runtime API: what an integrator implements to put pydla's
+UMD on an OS or a device. Names and meaning follow the NVDLA portability layer; out-parameters of
+the C API are return values, and failures raise DlaError.
 
 An implementation provides every method of :class:`NvDlaPort`. pydla ships an in-process port
 (:mod:`pydla.portability.inprocess`: direct calls into a KMD in the same process); a port over real
@@ -137,7 +137,7 @@ class NvDlaTaskStatus:
 
 
 class NvDlaPort(abc.ABC):
-    """The seed's NvDla* functions, as methods of one port instance."""
+    """The NVDLA portability layer's NvDla* functions, as methods of one port instance."""
 
     @abc.abstractmethod
     def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Any:
@@ -189,12 +189,21 @@ class NvDlaPort(abc.ABC):
         host's view of the bytes (pData)."""
 
     @abc.abstractmethod
-    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
-        """Free memory from NvDlaGetMem."""
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
+                     size: int | None = None) -> None:
+        """Free memory from NvDlaGetMem. As in the NVDLA portability layer, ``pData`` (the host
+        view NvDlaGetMem returned) and ``size`` (the size allocated) may be given: they must match
+        that allocation (:func:`check_free_args`), else NvError BadParameter; None skips each check.
+        NvError Busy while a submitted task still uses the memory (it stays usable).
+
+        Usage: ``mem, data = port.NvDlaGetMem(h, 64); port.NvDlaFreeMem(h, mem, data, 64)``
+        (or ``port.NvDlaFreeMem(h, mem)``)
+        """
 
     @abc.abstractmethod
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> Any:
-        """A timeline semaphore for NvDlaFence (pydla's addition: the seed leaves fences to the port)."""
+        """A timeline semaphore for NvDlaFence (pydla's addition: the NVDLA portability layer leaves
+        fences to the port)."""
 
     @abc.abstractmethod
     def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
@@ -221,7 +230,8 @@ class NvDlaPort(abc.ABC):
 
     @abc.abstractmethod
     def NvDlaGetMaxDevices(self) -> int:
-        """Device instances the configuration has."""
+        """Device instances the configuration has (0..n-1 for NvDlaOpen); IRuntime.getNumDevices
+        counts those that open."""
 
     def NvDlaGetDeviceInfo(self, select: NvDlaEngineSelect | int) -> NvDlaDeviceInfo:
         """What device instance ``select`` is and can do (pydla's addition). A port that cannot tell
@@ -287,8 +297,8 @@ class NvDlaPort(abc.ABC):
         return bytearray(size)
 
     def NvDlaFree(self, ptr: bytearray | None) -> None:
-        """Freeing None is fine (the seed's rule); Python frees the rest when the last reference
-        goes, so this only checks what it was given."""
+        """Freeing None is fine (the NVDLA portability layer's rule); Python frees the rest when the
+        last reference goes, so this only checks what it was given."""
         if ptr is not None and not isinstance(ptr, bytearray):
             raise DlaError(NvError.BadParameter, f"NvDlaFree: {type(ptr).__name__} is not from NvDlaAlloc")
 
@@ -298,10 +308,29 @@ class NvDlaPort(abc.ABC):
         time.sleep(max(0, msec) / 1000)
 
     def NvDlaGetTimeMS(self) -> int:
-        """Milliseconds of a monotonic clock, wrapping at 2^32 as the seed's NvU32."""
+        """Milliseconds of a monotonic clock, wrapping at 2^32 as the NVDLA portability layer's NvU32."""
         import time
 
         return int(time.monotonic() * 1000) & 0xFFFFFFFF
+
+
+def check_free_args(mem: NvDlaMemHandle, pData: Any, size: Any, what: str = "NvDlaFreeMem") -> None:  # noqa: N803
+    """NvDlaFreeMem's ``pData`` and ``size`` against the allocation of ``mem``: ``pData`` must
+    start where the buffer's host view starts (the view NvDlaGetMem returned, or a view of the
+    same bytes), ``size`` must be the size allocated; None is not checked. Else BadParameter."""
+    if size is not None and (type(size) is not int or size != mem.size):
+        raise DlaError(NvError.BadParameter, f"{what}: size {size!r} is not the {mem.size} bytes allocated")
+    if pData is None:
+        return
+    try:
+        address = np.frombuffer(pData, np.uint8).__array_interface__["data"][0]
+    except (TypeError, ValueError, AttributeError, BufferError):
+        raise DlaError(NvError.BadParameter, f"{what}: pData {type(pData).__name__} is not the host view "
+                                             "NvDlaGetMem returned (a buffer)") from None
+    expected = mem.bytes_view().__array_interface__["data"][0]
+    if address != expected:
+        raise DlaError(NvError.BadParameter, f"{what}: pData at 0x{address:x} is not the host view "
+                                             f"NvDlaGetMem returned for this memory (at 0x{expected:x})")
 
 
 def check_task(task: Any, what: str) -> NvDlaTask:

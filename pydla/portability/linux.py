@@ -51,6 +51,7 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    check_free_args,
     check_prepared_submit,
     check_task,
 )
@@ -264,7 +265,7 @@ class LinuxPort(NvDlaPort):
             raise DlaError(NvError.InvalidState, f"{h.path}: the device was closed")
         return h
 
-    # -- the seed's functions --------------------------------------------------------------------
+    # -- the NVDLA portability layer's functions --------------------------------------------------------
 
     def NvDlaGetMaxDevices(self) -> int:
         return self.instances
@@ -343,9 +344,12 @@ class LinuxPort(NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
-    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle) -> None:
+    def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
+                     size: int | None = None) -> None:
+        """As the interface's."""
         device = self._device(h)
         m = self._mem(device, mem, "NvDlaFreeMem")
+        check_free_args(m, pData, size)
         device.ioctl(U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle=m.handle))
         with device._lock:
             device.mems.pop(m.handle, None)

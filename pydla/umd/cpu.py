@@ -1,4 +1,4 @@
-"""CPU libraries (seed 000): loaded at run time, entered through ``library_init``, asked for
+"""CPU libraries (XRT's run recipe): loaded at run time, entered through ``library_init``, asked for
 functions by name through ``lookup``.
 
 Two forms are loaded: shared libraries (``.so``, ``.dylib``, ``.dll``) through ctypes with the C ABI

@@ -1,4 +1,4 @@
-"""pydla's own CPU library: the functions the compiler emits as CPU runs (seed 000's CPU functions).
+"""pydla's own CPU library: the functions the compiler emits as CPU runs (XRT run recipe CPU functions).
 
 It is loaded the way any CPU library is (a Python module exposing ``library_init``): the runner
 calls ``library_init(args)``, which sets ``args.lookup_fn``; ``lookup_fn(name, lookup_args)`` fills
@@ -557,7 +557,7 @@ FUNCTIONS: dict[str, tuple[int, Callable[[list[Any]], None]]] = {
 
 
 def lookup(name: str, lookup_args: Any) -> None:
-    """The seed's lookup: fill in the function's argument count and callable."""
+    """The run recipe's lookup: fill in the function's argument count and callable."""
     if name not in FUNCTIONS:
         raise DlaError(NvError.NotSupported,
                        f"CPU library pydla.umd.cpulib has no function '{name}' "

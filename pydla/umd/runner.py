@@ -1,4 +1,4 @@
-"""The runner (seed 000): executes a run recipe through a portability layer.
+"""The runner: executes a run recipe (as XRT's runner does) through a portability layer.
 
 The recipe comes from a loadable or from a standalone recipe JSON file that names external files
 (:mod:`pydla.loadable.recipe_file`). Runs are grouped into runlists of contiguous NPU or CPU runs,
@@ -9,7 +9,7 @@ the run's arguments in order, each the bound memory at the argument's offset); C
 of CPU libraries with their arguments in argidx order. Every argument's offset and size is checked
 against the memory it lands in before anything is submitted.
 
-Usage (the seed's API)::
+Usage (the XRT runner's API)::
 
     rt = pydla.createRuntime()
     runner = Runner(rt, "recipe.json")            # or a loadable path, or a Loadable
@@ -219,7 +219,7 @@ class Runner:
             self._snapshot = snapshot
         return snapshot
 
-    # -- execution (the seed's execute / wait) ------------------------------------------------------
+    # -- execution (the XRT runner's execute / wait) ---------------------------------------------------
 
     def execute(self) -> None:
         """Start the recipe with the current bindings; :meth:`wait` for it. One execution at a time."""

@@ -1,4 +1,4 @@
-"""IRuntime (seed 003): load a loadable, describe and bind its tensors, submit.
+"""IRuntime (the NVDLA runtime API): load a loadable, describe and bind its tensors, submit.
 
 Usage::
 
@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 
 
 class IRuntime:
-    """The seed's runtime interface, on one device instance of a portability layer."""
+    """The NVDLA runtime API's IRuntime, on one device instance of a portability layer.
+
+    Usage: ``rt = pydla.createRuntime(); rt.load("model.dla"); rt.getInputTensorDesc(0)``
+    """
 
     def __init__(self, port: NvDlaPort, device: int = 0, *, owns_port: bool = False,
                  timeout_ms: int = 10_000) -> None:
@@ -66,11 +69,39 @@ class IRuntime:
     # -- devices ---------------------------------------------------------------------------------
 
     def getMaxDevices(self) -> int:
+        """The number of device instances the hardware configuration has (the port's
+        NvDlaGetMaxDevices), whether or not they can be opened now; instances are numbered
+        0..getMaxDevices()-1 (``createRuntime(device=i)``).
+
+        Usage: ``rt.getMaxDevices()`` -> 2 for the "full" configuration
+        """
         return self.port.NvDlaGetMaxDevices()
 
     def getNumDevices(self) -> int:
-        """Devices available: every instance of the configuration (all are virtual here)."""
-        return self.port.NvDlaGetMaxDevices()
+        """The number of those devices that are available: this runtime's own device and each
+        other instance the port opens now (as the NVDLA runtime counts them, by opening each; an
+        instance that fails to open, e.g. a missing device file, is not counted). At most
+        :meth:`getMaxDevices`.
+
+        Usage: ``rt.getNumDevices()`` -> 2 when both instances of "full" can be opened
+        """
+        self._check_open()
+        available = 0
+        for instance in range(self.port.NvDlaGetMaxDevices()):
+            if instance == self.device:  # open already: this runtime holds it
+                available += 1
+                continue
+            try:
+                handle = self.port.NvDlaOpen(instance)
+            except DlaError as e:
+                log.info("getNumDevices: device %d is not available: %s", instance, e)
+                continue
+            available += 1
+            try:
+                self.port.NvDlaClose(handle)
+            except DlaError as e:  # counted: it opened; closing trouble is the port's to log
+                log.warning("getNumDevices: closing device %d: %s", instance, e)
+        return available
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -190,6 +221,7 @@ class IRuntime:
         return mem  # freed by freeSystemMemory, or with the session on close()
 
     def freeSystemMemory(self, mem: NvDlaMemHandle) -> None:
+        """Free memory from :meth:`allocateSystemMemory` (NvError Busy while a run uses it)."""
         self._check_open()
         self.port.NvDlaFreeMem(self.handle, mem)
 

@@ -1,4 +1,4 @@
-"""ISync (seed 003): a sync point on a timeline semaphore: wait, signal, and its values.
+"""ISync (the NVDLA runtime API): a sync point on a timeline semaphore: wait, signal, and its values.
 
 Usage::
 

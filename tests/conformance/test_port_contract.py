@@ -101,6 +101,33 @@ def test_memory(port: NvDlaPort) -> None:
     assert e.value.code == NvError.InvalidState
 
 
+def test_free_mem_takes_the_nvdla_arguments(port: NvDlaPort) -> None:
+    """NvDlaFreeMem(h, mem, pData, size) as in the NVDLA portability layer: pData and size must be
+    the allocation's (BadParameter otherwise, and the memory stays usable); the short form works."""
+    h = port.NvDlaOpen(0)
+    mem, data = port.NvDlaGetMem(h, 64)
+    other, other_data = port.NvDlaGetMem(h, 64)
+    port.NvDlaMemWrite(mem, 0, b"kept")
+    not_this = r"NvDlaFreeMem: pData at 0x[0-9a-f]+ is not the host view NvDlaGetMem returned for this memory"
+    for p_data, size, message in ((data, 32, r"NvDlaFreeMem: size 32 is not the 64 bytes allocated"),
+                                  (data, 64.0, r"NvDlaFreeMem: size 64.0 is not the 64 bytes allocated"),
+                                  (other_data, 64, not_this + r" \(at 0x[0-9a-f]+\)"),
+                                  (data[8:], 64, not_this),
+                                  (12345, None, r"NvDlaFreeMem: pData int is not the host view")):
+        with pytest.raises(DlaError, match=message) as e:
+            port.NvDlaFreeMem(h, mem, p_data, size)
+        assert e.value.code == NvError.BadParameter
+    assert port.NvDlaMemRead(mem, 0, 4) == b"kept"  # refused: nothing was freed
+    view = port.NvDlaMemMap(mem, 0, 64)  # a view of the same bytes is the same pData
+    port.NvDlaMemUnmap(mem, view, 64)
+    port.NvDlaFreeMem(h, mem, data, 64)
+    with pytest.raises(DlaError) as e:
+        port.NvDlaMemRead(mem, 0, 1)
+    assert e.value.code == NvError.InvalidState
+    port.NvDlaFreeMem(h, other)  # the short form
+    port.NvDlaClose(h)
+
+
 def test_submit_runs_a_task_with_the_right_numbers(port: NvDlaPort) -> None:
     h = port.NvDlaOpen(0)
     x = x_values(0)

@@ -63,6 +63,29 @@ def test_the_seed_api_method_by_method(net) -> None:
         np.testing.assert_allclose(run_once(rt, x2), reference(m, {"x": x2})["y"], rtol=1e-5, atol=1e-6)
 
 
+def test_get_num_devices_counts_the_devices_that_open(monkeypatch) -> None:
+    """getMaxDevices is what the configuration has; getNumDevices, as the NVDLA runtime counts it,
+    those that open (this runtime's own among them)."""
+    with pydla.createRuntime() as rt, pydla.createRuntime(config="small") as small:
+        assert (rt.getMaxDevices(), rt.getNumDevices()) == (2, 2)
+        assert (small.getMaxDevices(), small.getNumDevices()) == (1, 1)
+        opened = []
+        real_open = rt.port.NvDlaOpen
+
+        def open_all_but_1(select):
+            opened.append(select)
+            if select == 1:
+                raise DlaError(NvError.DeviceNotFound, "device 1 is gone")
+            return real_open(select)
+
+        monkeypatch.setattr(rt.port, "NvDlaOpen", open_all_but_1)
+        assert (rt.getMaxDevices(), rt.getNumDevices()) == (2, 1)
+        assert opened == [1]  # its own device 0 is open already: not opened again
+    with pytest.raises(DlaError) as e:
+        rt.getNumDevices()
+    assert e.value.code == NvError.InvalidState
+
+
 def test_load_from_a_path_and_a_memoryview(net, tmp_path) -> None:
     _, blob = net
     path = tmp_path / "net.dla"
