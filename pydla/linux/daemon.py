@@ -15,43 +15,43 @@ Buffer memory is the client's own memfd, which the daemon takes with pidfd_getfd
 hold is bounded (:class:`Quotas`: buffers, bytes, sync objects, WAITs in progress) and one WAIT blocks
 a request thread at most ``max_wait_ms``, so that no client can exhaust the daemon for the others.
 
+Beside the device files, ``DIR/status`` is a read-only JSON document of the daemon's state (versions,
+configuration, clients, job counts, uptime: :mod:`pydla.linux.status`), which ``pydla devices``
+reads. Serving refuses a non-empty directory and clears a stale mount a killed daemon left there.
+
 Usage::
 
     daemon = KmdDaemon("full")
-    with daemon.serve("/run/pydla"):          # /run/pydla/dla0, /run/pydla/dla1
+    with daemon.serve("/run/pydla"):          # /run/pydla/dla0, /run/pydla/dla1, /run/pydla/status
         ...
     # or from a shell: pydla kmd --mount /run/pydla
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import errno
 import itertools
 import logging
-import mmap
 import os
-import signal
-import sys
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
+from pydla.linux.clients import Client, DeviceFile, Quotas
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.fuse_mount import FuseMountError
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
-from pydla.linux.ring import MAX_ENTRIES, MIN_ENTRIES, RingLayout, is_eventfd, valid_entries
-from pydla.linux.ring_server import RingServer, ServedRing
+from pydla.linux.ring_server import RingServer, ServedRing, set_up_ring
 from pydla.linux.shm import check_shared_fd
+from pydla.linux.status import STATUS_FILE, JobCounter, StatusFile, status_document
 from pydla.linux.uapi import (
     BY_COMMAND,
     ERRNO,
@@ -64,59 +64,11 @@ from pydla.linux.uapi import (
 )
 from pydla.platform import ConfigLike, Platform
 
+__all__ = ["Client", "KmdDaemon", "Quotas", "register"]
 log = logging.getLogger("pydla.linux.daemon")
 WAIT_SLICE_S = 0.05  # how often a WAIT on a deterministic device drives its driver
 MAX_WAIT_MS = 1000  # the longest one WAIT blocks a request thread; clients repeat longer waits
-
-
-@dataclass(frozen=True)
-class Quotas:
-    """What one open device file may hold at once; beyond it a request fails (EDQUOT, EAGAIN for
-    WAITs). ``bytes`` None: half of the device memory. The request-thread pool grows to 64 threads;
-    with ``waits`` per file and every WAIT ending within ``max_wait_ms``, a request thread is free
-    again within a second whatever the clients do."""
-
-    buffers: int = 4096
-    bytes: int | None = None
-    syncs: int = 4096
-    waits: int = 8
-
-
-@dataclass(eq=False)
-class Client:
-    """One open device file: a KMD context and what it created."""
-
-    device: int
-    kmd: Kmd
-    ctx: int
-    pid: int
-    compatible: bool = False
-    last_error: str = ""
-    buffers: dict[int, tuple[int, int]] = field(default_factory=dict)  # handle -> (KMD handle, size)
-    syncs: dict[int, TimelineSemaphore] = field(default_factory=dict)
-    closed: bool = False
-    bytes: int = 0  # of its buffers
-    waits: int = 0  # WAITs in progress
-    ring: Any = None  # its ServedRing (RING_SETUP), if any
-
-
-class _DeviceFile:
-    """The FileHandler of ``dla<index>``."""
-
-    def __init__(self, daemon: KmdDaemon, index: int) -> None:
-        self.daemon, self.index = daemon, index
-
-    def open(self, ctx: RequestContext) -> object:
-        return self.daemon.open_client(self.index, ctx.pid)
-
-    def ioctl(self, fh: object, ctx: RequestContext, cmd: int, data: bytes,
-              out_size: int) -> tuple[int, bytes]:
-        assert isinstance(fh, Client)
-        return self.daemon.ioctl(fh, ctx, cmd, data)
-
-    def release(self, fh: object, ctx: RequestContext) -> None:
-        assert isinstance(fh, Client)
-        self.daemon.release(fh)
+FS_NAME = "pydla"  # the mounts' source; their type is fuse.pydla (how `pydla devices` finds daemons)
 
 
 class KmdDaemon:
@@ -152,15 +104,50 @@ class KmdDaemon:
             U.dla_ioctl_e.RING_SETUP: self._ring_setup,
         }
         self._rings = RingServer(self._ring_submit)
+        self.jobs = JobCounter(len(self.kmds))
+        self.started = time.time()
+        self._started_monotonic = time.monotonic()
+        self.mountpoint: str | None = None  # where serve() (or `pydla kmd`) serves the files
 
     # -- serving ---------------------------------------------------------------------------------
 
     def files(self) -> dict[str, Any]:
-        return {f"dla{i}": _DeviceFile(self, i) for i in range(len(self.kmds))}
+        """What the daemon serves: ``dla0``, ``dla1``... and the read-only ``status`` document."""
+        files: dict[str, Any] = {f"dla{i}": DeviceFile(self, i) for i in range(len(self.kmds))}
+        files[STATUS_FILE] = StatusFile(self.status)
+        return files
+
+    def server(self, mountpoint: str | os.PathLike[str]) -> FuseServer:
+        """An unstarted FUSE server for this daemon's files at ``mountpoint``."""
+        self.mountpoint = os.path.realpath(os.fspath(mountpoint))
+        return FuseServer(mountpoint, self.files(), threads=self.threads, name=FS_NAME)
 
     def serve(self, mountpoint: str | os.PathLike[str]) -> FuseServer:
-        """A started FUSE server for this daemon's device files (``with`` stops and unmounts it)."""
-        return FuseServer(mountpoint, self.files(), threads=self.threads, name="pydla").start()
+        """A started FUSE server for this daemon's files (``with`` stops and unmounts it). A stale
+        mount a killed daemon left at ``mountpoint`` is cleared first; a non-empty directory, a live
+        mount or another file system's stale mount is refused (DlaError ResourceError, saying why
+        and what to do)."""
+        server = self.server(mountpoint)
+        try:
+            return server.start()
+        except FuseMountError as e:
+            raise DlaError(NvError.ResourceError, str(e)) from None
+
+    def status(self) -> dict[str, Any]:
+        """The document ``DIR/status`` serves (:func:`pydla.linux.status.status_document`)."""
+        return status_document(self)
+
+    @property
+    def uptime(self) -> float:
+        """Seconds since the daemon was made."""
+        return time.monotonic() - self._started_monotonic
+
+    def client_rows(self) -> list[dict[str, Any]]:
+        """What each open device file holds, snapshot under the daemon's lock (for the status)."""
+        with self._lock:
+            return [{"client": c, "pid": c.pid, "device": c.device, "buffers": len(c.buffers),
+                     "buffer_bytes": c.bytes, "syncs": len(c.syncs), "waits": c.waits,
+                     "ring": isinstance(c.ring, ServedRing)} for c in self._clients]
 
     def close(self) -> None:
         with self._lock:
@@ -207,6 +194,7 @@ class KmdDaemon:
             log.warning("closing the context of client %d: %s", client.pid, e)
         client.buffers.clear()
         client.syncs.clear()
+        self.jobs.forget(client)
 
     def ioctl(self, client: Client, ctx: RequestContext, cmd: int, data: bytes) -> tuple[int, bytes]:
         nr = BY_COMMAND.get(cmd)
@@ -376,6 +364,7 @@ class KmdDaemon:
         job = client.kmd.submit(client.ctx, addresses, priority=a.priority,
                                 timeout_ms=a.timeout_ms or None, pre_fences=self._fences(client, pre),
                                 post_fences=self._fences(client, post))
+        self.jobs.watch(client, job)
         a.task_id = job.job_id
         a.completed = int(job.signalled)
         return 0
@@ -408,9 +397,11 @@ class KmdDaemon:
         post = self._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
         kmd = client.kmd
         try:
-            return kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
-                                       timeout_ms=a.timeout_ms or None, pre_fences=pre, post_fences=post,
-                                       on_done=on_done)
+            job = kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
+                                      timeout_ms=a.timeout_ms or None, pre_fences=pre, post_fences=post,
+                                      on_done=self.jobs.hook(on_done))
+            self.jobs.submitted(client, job)
+            return job
         except DlaError as e:
             if e.code == NvError.BadParameter and a.prepared not in kmd.prepared_ids(client.ctx):
                 raise FuseError(errno.ENOENT, f"{what}: prepared task {a.prepared} does not "
@@ -432,53 +423,7 @@ class KmdDaemon:
             raise
 
     def _ring_setup(self, client: Client, ctx: RequestContext, a: Any) -> int:
-        if not valid_entries(int(a.entries)):
-            raise FuseError(errno.EINVAL, f"RING_SETUP: entries {a.entries} (a power of two in "
-                                          f"{MIN_ENTRIES}..{MAX_ENTRIES})")
-        layout = RingLayout(int(a.entries))
-        if int(a.ring_bytes) < layout.size:
-            raise FuseError(errno.EINVAL, f"RING_SETUP: ring_bytes {a.ring_bytes}, a ring of {a.entries} "
-                                          f"entries takes {layout.size}")
-        with self._lock:
-            if client.ring is not None:
-                raise FuseError(errno.EBUSY, "RING_SETUP: this file has a ring already")
-            client.ring = "setting up"
-        taken: list[int] = []
-        try:
-            for name in ("ring_fd", "submit_efd", "complete_efd"):
-                number = int(getattr(a, name))
-                try:
-                    taken.append(take_process_fd(ctx.pid, number))
-                except OSError as e:
-                    raise FuseError(errno.EBADF, f"RING_SETUP: {name} {number} of process {ctx.pid}: "
-                                                 f"{os.strerror(e.errno or 0)}") from None
-            ring_fd, submit_efd, complete_efd = taken
-            try:
-                check_shared_fd(ring_fd, layout.size)
-            except ValueError as e:
-                raise FuseError(errno.EINVAL, f"RING_SETUP: ring_fd {a.ring_fd}: {e}") from None
-            for name, fd in (("submit_efd", submit_efd), ("complete_efd", complete_efd)):
-                if not is_eventfd(fd):
-                    raise FuseError(errno.EINVAL, f"RING_SETUP: {name} {getattr(a, name)} is not an eventfd")
-            mapping = mmap.mmap(ring_fd, layout.size)
-            os.close(ring_fd)
-            taken.remove(ring_fd)
-            ring = ServedRing(client, mapping, layout, submit_efd, complete_efd)
-            taken.clear()
-            with self._lock:
-                client.ring = ring
-                if client.closed:  # closed meanwhile: release() did not see this ring
-                    client.ring = None
-                    ring.close_locked()
-                    raise FuseError(errno.EBADF, "RING_SETUP: the file is closed")
-            self._rings.add(ring)
-        except BaseException:
-            for fd in taken:
-                os.close(fd)
-            with self._lock:
-                if client.ring == "setting up":
-                    client.ring = None
-            raise
+        set_up_ring(self._rings, self._lock, client, ctx.pid, a)
         return 0
 
     def _release_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:
@@ -563,73 +508,7 @@ class KmdDaemon:
 
 
 def register(commands: Any) -> None:
-    p = commands.add_parser(
-        "kmd", help="run the KMD daemon: device files served through FUSE, reached with ioctl(2)",
-        description="Run the KMD and the virtual devices of a configuration in this process, serving "
-                    "DIR/dla0, DIR/dla1, ... through FUSE (needs root and /dev/fuse). Clients use "
-                    "createRuntime(port='linux', path='DIR'), Session(..., port='linux'), or "
-                    "PYDLA_PORT=linux:DIR. Stops (and unmounts) on SIGTERM or SIGINT.")
-    p.add_argument("--mount", required=True, metavar="DIR", help="an empty directory to serve the device "
-                                                                  "files in")
-    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
-    p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
-                   help="how the virtual devices run (default: threaded, beside the daemon)")
-    p.add_argument("--threads", type=int, default=4,
-                   help="request threads to start with; the pool grows to 64 while WAITs block some")
-    p.add_argument("--timeout-ms", type=int, default=10_000, help="default job timeout")
-    p.add_argument("--client-memory", type=int, metavar="BYTES",
-                   help="bytes of buffer objects one open device file may hold (default: half the "
-                        "device memory)")
-    p.add_argument("--client-buffers", type=int, default=Quotas.buffers, metavar="N",
-                   help="buffer objects one open device file may hold (default: %(default)s)")
-    p.add_argument("--client-syncs", type=int, default=Quotas.syncs, metavar="N",
-                   help="sync objects one open device file may hold (default: %(default)s)")
-    p.add_argument("--client-waits", type=int, default=Quotas.waits, metavar="N",
-                   help="WAITs of one open device file in progress at once (default: %(default)s)")
-    p.set_defaults(func=_main)
+    """Add ``pydla kmd`` (:mod:`pydla.linux.kmd_command`) to the ``pydla`` command."""
+    from pydla.linux import kmd_command
 
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value <= 0:
-        raise DlaError(NvError.BadParameter, f"{name} {value}: must be positive")
-
-
-def _main(args: argparse.Namespace) -> int:
-    for name in ("threads", "timeout_ms", "client_memory", "client_buffers", "client_syncs",
-                 "client_waits"):
-        _positive("--" + name.replace("_", "-"), getattr(args, name))
-    quotas = Quotas(args.client_buffers, args.client_memory, args.client_syncs, args.client_waits)
-    daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms, quotas=quotas,
-                       threads=args.threads)
-    # Not dumpable: a process of another uid can then neither ptrace the daemon nor open anything
-    # under /proc/<pid>/ (its memory, its descriptors).
-    _set_dumpable(False)
-    server = FuseServer(args.mount, daemon.files(), threads=args.threads, name="pydla")
-    # Handlers first: a SIGTERM that arrives while mounting must still stop (and unmount) cleanly.
-    previous = {sig: signal.signal(sig, lambda *_: server.request_stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        try:
-            server.start()
-        except FuseMountError as e:  # a stale mount, no /dev/fuse, no privilege: say so in one line
-            raise DlaError(NvError.ResourceError, str(e)) from e
-        names = ", ".join(sorted(daemon.files()))
-        print(f"pydla kmd: serving {names} in {server.mountpoint} (pid {os.getpid()}, config "
-              f"'{daemon.platform.name}'); SIGTERM or Ctrl-C stops", flush=True)
-        server.run(install_signal_handlers=False)
-    finally:
-        server.stop()
-        daemon.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    print("pydla kmd: stopped", file=sys.stderr, flush=True)
-    return 0
-
-
-_PR_SET_DUMPABLE = 4
-
-
-def _set_dumpable(on: bool) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_DUMPABLE): %s", os.strerror(ctypes.get_errno()))
+    kmd_command.register(commands)

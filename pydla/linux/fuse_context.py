@@ -125,7 +125,11 @@ class FileHandler(Protocol):
       An unknown ``cmd`` raises FuseError(ENOTTY) (never ENOSYS: the server maps that to ENOTTY,
       because after one ENOSYS the kernel refuses every later ioctl on the mount);
     - ``release(fh, ctx)`` when the last descriptor of that open is closed (also when the caller was
-      killed); it cannot fail the close.
+      killed); it cannot fail the close;
+    - optionally ``read(fh, ctx, offset, size) -> bytes`` (at most ``size`` bytes from ``offset``;
+      fewer at the end): the file can then be read (a status document); without it read(2) fails
+      with EINVAL. The file's size shows as 0, so a reader reads until it gets no bytes;
+    - optionally a ``file_mode`` attribute (e.g. 0o444) instead of the server's mode for its files.
 
     Raising FuseError(err) answers ``err``; any other exception answers EIO and is logged.
 

@@ -4,7 +4,7 @@ No libfuse and no fusermount: the caller needs CAP_SYS_ADMIN (root) and ``/dev/f
 
 Usage::
 
-    check_mountpoint(path)            # raises StaleMountError on a dead FUSE mount
+    check_mountpoint(path, "fuse.pydla")  # clears our own stale mount; refuses others, non-empty dirs
     fd = open_fuse_device()
     mount_fuse(fd, path, "pydla")
     ...
@@ -18,8 +18,13 @@ import ctypes
 import errno
 import os
 import re
+import stat
 import tempfile
+import threading
 from functools import lru_cache
+from typing import NamedTuple
+
+from pydla.linux.fuse_context import log
 
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -65,31 +70,124 @@ def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) 
         raise OSError(err, f"mount({source!r}, {target!r}, {fstype!r}): {os.strerror(err)}")
 
 
-def check_mountpoint(path: str) -> None:
-    """Raise unless ``path`` is an existing directory that is not already a mount point.
+def check_mountpoint(path: str, own_fstype: str | None = None, *, probe_timeout: float = 2.0) -> int:
+    """Raise unless ``path`` is an existing, empty directory that is not a mount point; returns how
+    many stale mounts of ``own_fstype`` it cleared from it first.
 
-    A dead FUSE mount (its daemon exited without unmounting) answers stat with ENOTCONN: that is a
-    StaleMountError whose message says how to clear it.
+    A FUSE mount whose server died without unmounting (a daemon killed with SIGKILL) stays until it
+    is unmounted: a directory listing there answers ENOTCONN (stat may not, from cached attributes).
+    When its type is ``own_fstype`` (``fuse.pydla``: ours) it is detached with umount2(MNT_DETACH)
+    and logged; anything else raises StaleMountError with the command that clears it. A live mount,
+    or one whose server does not answer within ``probe_timeout`` seconds, is never touched.
 
-    Usage: ``check_mountpoint("/run/pydla")``
+    Usage: ``check_mountpoint("/run/pydla", "fuse.pydla")``
     """
+    real = os.path.realpath(path)  # non-strict: a dead mount on the way is not an error here
+    cleared = 0
+    while (found := find_mount(real)) is not None:
+        fstype = found[2]
+        state = _probe_listing(real, probe_timeout)
+        if state == "dead" and own_fstype is not None and fstype == own_fstype and cleared < 8:
+            try:
+                unmount(real)
+            except OSError as e:
+                raise StaleMountError(e.errno or errno.EPERM,
+                                      f"{path} is a stale mount of {fstype} (its daemon is gone) and "
+                                      f"could not be cleared ({os.strerror(e.errno or 0)}): run "
+                                      f"`umount -l {path}` as root and start again") from None
+            cleared += 1
+            log.warning("cleared a stale %s mount at %s: its daemon had exited without unmounting",
+                        fstype, path)
+            continue
+        if state == "dead":
+            raise StaleMountError(errno.ENOTCONN, f"{path} is a stale FUSE mount of type {fstype} (its "
+                                  f"daemon is gone); clear it with `umount -l {path}` and start again")
+        if state == "hung":
+            raise FuseMountError(errno.EBUSY, f"{path} is a mount of type {fstype} whose server does not "
+                                 f"answer within {probe_timeout:g} s (stopped or hung); stop it, or run "
+                                 f"`umount -l {path}` if it is yours")
+        if own_fstype is not None and fstype == own_fstype:
+            raise FuseMountError(errno.EBUSY, f"{path} is served by a running daemon already "
+                                 f"(`pydla devices {path}` shows it): stop that one first, or choose "
+                                 "another directory")
+        raise FuseMountError(errno.EBUSY, f"{path} is already a mount point (type {fstype}): choose "
+                             "another directory")
     try:
-        os.stat(path)
+        st = os.stat(path)
     except OSError as e:
-        if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
-            raise StaleMountError(e.errno, f"{path} is a stale FUSE mount (its daemon is gone); "
-                                  f"clear it with `umount -l {path}` and start again") from None
         raise FuseMountError(e.errno or errno.EINVAL, f"mount point {path}: {e.strerror}") from None
-    if not os.path.isdir(path):
+    if not stat.S_ISDIR(st.st_mode):
         raise FuseMountError(errno.ENOTDIR, f"mount point {path} is not a directory")
-    if find_mount(os.path.realpath(path)) is not None:
-        raise FuseMountError(errno.EBUSY, f"{path} is already a mount point; another daemon may be "
-                             f"serving it (unmount it with `umount -l {path}` if not)")
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as e:
+        raise FuseMountError(e.errno or errno.EACCES, f"mount point {path}: {e.strerror}") from None
+    if entries:
+        # Mounting would hide these files for as long as the mount lives.
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise FuseMountError(errno.ENOTEMPTY, f"mount point {path} is not empty (it holds {shown}); "
+                             "the served files would hide them: give an empty directory "
+                             f"(`mkdir` a new one) or empty this one")
+    return cleared
+
+
+def _probe_listing(path: str, timeout: float) -> str:
+    """"live", "dead" (ENOTCONN / ECONNABORTED) or "hung": what listing ``path`` answers.
+
+    A listing, not a stat: after its server died, a FUSE mount may still answer stat from the
+    attributes the kernel cached, but every directory open is a request. It runs in a helper thread
+    so that a stopped server cannot block the caller longer than ``timeout``."""
+    result: list[str] = []
+
+    def probe() -> None:
+        try:
+            os.listdir(path)
+            result.append("live")
+        except OSError as e:
+            result.append("dead" if e.errno in (errno.ENOTCONN, errno.ECONNABORTED) else "live")
+
+    t = threading.Thread(target=probe, name="pydla-mount-probe", daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else "hung"
 
 
 def _unescape(field: str) -> str:
     # /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo octal.
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+class MountEntry(NamedTuple):
+    """One line of /proc/self/mountinfo: where, which file system type and source, device number."""
+
+    mount_point: str
+    fstype: str
+    source: str
+    major: int
+    minor: int
+
+
+def list_mounts(fstype: str | None = None) -> list[MountEntry]:
+    """The mounts this process sees (of type ``fstype`` only, if given), in mount order. Reading
+    mountinfo never sends a request to any FUSE server.
+
+    Usage: ``[m.mount_point for m in list_mounts("fuse.pydla")]``
+    """
+    found: list[MountEntry] = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 7 or "-" not in fields[6:]:
+                continue
+            rest = fields[fields.index("-", 6) + 1:]
+            major, _, minor = fields[2].partition(":")
+            kind = rest[0] if rest else ""
+            if fstype is not None and kind != fstype:
+                continue
+            with contextlib.suppress(ValueError):
+                found.append(MountEntry(_unescape(fields[4]), kind, _unescape(rest[1]) if len(rest) > 1
+                                        else "", int(major), int(minor)))
+    return found
 
 
 def find_mount(path: str) -> tuple[int, int, str] | None:
@@ -101,20 +199,8 @@ def find_mount(path: str) -> tuple[int, int, str] | None:
 
     Usage: ``_, conn_id, fstype = find_mount(os.path.realpath(path))``
     """
-    target = path
-    found: tuple[int, int, str] | None = None
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) < 7 or "-" not in fields[6:]:
-                continue
-            if _unescape(fields[4]) != target:
-                continue
-            rest = fields[fields.index("-", 6) + 1:]
-            major, _, minor = fields[2].partition(":")
-            with contextlib.suppress(ValueError):
-                found = (int(major), int(minor), rest[0] if rest else "")
-    return found
+    here = [m for m in list_mounts() if m.mount_point == path]
+    return (here[-1].major, here[-1].minor, here[-1].fstype) if here else None
 
 
 def open_fuse_device() -> int:

@@ -19,13 +19,11 @@ Usage::
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import itertools
 import os
 import select
 import signal
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,44 +40,19 @@ from pydla.linux.fuse_mount import (
     open_fuse_device,
     unmount,
 )
+from pydla.linux.fuse_tree import FuseTree, Node
+from pydla.linux.fuse_tree import payload as fuse_payload
 
 Op = fp.FuseOpcode
 _EARLY_INTERRUPTS_MAX = 4096  # interrupts whose request was not (yet) seen; bounded, oldest dropped
 _EARLY_INTERRUPT_AGE = 30.0
 
 
-class _Node:
-    """One inode: the root directory (nodeid 1) or a file."""
-
-    __slots__ = ("attr", "entry", "handler", "is_dir", "name", "nodeid")
-
-    def __init__(self, nodeid: int, name: str, handler: FileHandler | None, mode: int,
-                 attr_timeout: float) -> None:
-        self.nodeid, self.name, self.handler = nodeid, name, handler
-        self.is_dir = stat.S_ISDIR(mode)
-        now = int(time.time())
-        a = fp.fuse_attr(ino=nodeid, mode=mode, nlink=2 if self.is_dir else 1, uid=os.getuid(),
-                         gid=os.getgid(), atime=now, mtime=now, ctime=now, blksize=4096)
-        secs, nsec = int(attr_timeout), int((attr_timeout % 1) * 1e9)
-        # The files never change, so the replies are built once.
-        self.attr = bytes(fp.fuse_attr_out(attr_valid=secs, attr_valid_nsec=nsec, attr=a))
-        self.entry = bytes(fp.fuse_entry_out(nodeid=nodeid, generation=1, entry_valid=secs,
-                                             attr_valid=secs, entry_valid_nsec=nsec,
-                                             attr_valid_nsec=nsec, attr=a))
-
-
 class _Open:
     __slots__ = ("node", "state")
 
-    def __init__(self, node: _Node, state: object) -> None:
+    def __init__(self, node: Node, state: object) -> None:
         self.node, self.state = node, state
-
-
-def _payload(data: memoryview, cls: type[Any]) -> Any:
-    """The fixed-size argument ``cls`` at the start of ``data``, or EINVAL if it is too short."""
-    if len(data) < ctypes.sizeof(cls):
-        raise FuseError(errno.EINVAL, f"{cls.__name__}: {len(data)} bytes, need {ctypes.sizeof(cls)}")
-    return cls.from_buffer_copy(data[:ctypes.sizeof(cls)])
 
 
 class FuseServer:
@@ -105,30 +78,23 @@ class FuseServer:
         if not 4096 <= max_write <= 1 << 20:
             raise ValueError(f"max_write={max_write}: must be within 4096..1048576")
         self.mountpoint = os.path.realpath(os.fspath(mountpoint))
+        self.given_path = os.fspath(mountpoint)  # as the user wrote it, for messages
+        self.cleared_stale = 0
         self.name, self.threads, self.max_threads = name, threads, max_threads
         self._allow_other, self._default_permissions = allow_other, default_permissions
         self._max_write = max_write
         # fs/fuse/dev.c refuses reads into buffers smaller than this (EINVAL).
         self._bufsize = max(fp.FUSE_MIN_READ_BUFFER, fp.READ_BUFFER_OVERHEAD + max_write)
-        self._nodes: dict[int, _Node] = {
-            fp.FUSE_ROOT_ID: _Node(fp.FUSE_ROOT_ID, "", None, stat.S_IFDIR | 0o755, attr_timeout)}
-        self._by_name: dict[bytes, _Node] = {}
-        for i, fname in enumerate(sorted(files)):
-            if not fname or fname in (".", "..") or "/" in fname or "\0" in fname \
-                    or len(os.fsencode(fname)) > 255:
-                raise ValueError(f"file name {fname!r}: must be 1..255 bytes without '/' or NUL")
-            node = _Node(fp.FUSE_ROOT_ID + 1 + i, fname, files[fname],
-                         stat.S_IFREG | (file_mode & 0o777), attr_timeout)
-            self._nodes[node.nodeid] = node
-            self._by_name[os.fsencode(fname)] = node
+        self._tree = tree = FuseTree(files, file_mode=file_mode, attr_timeout=attr_timeout,
+                                     max_write=max_write)
         self._ops: dict[int, Callable[[fp.fuse_in_header, memoryview], bytes | None]] = {
             Op.FUSE_INIT: self._op_init, Op.FUSE_DESTROY: self._op_empty,
-            Op.FUSE_LOOKUP: self._op_lookup, Op.FUSE_GETATTR: self._op_getattr,
-            Op.FUSE_SETATTR: self._op_setattr, Op.FUSE_OPEN: self._op_open,
+            Op.FUSE_LOOKUP: tree.lookup, Op.FUSE_GETATTR: tree.getattr,
+            Op.FUSE_SETATTR: tree.setattr, Op.FUSE_OPEN: self._op_open, Op.FUSE_READ: self._op_read,
             Op.FUSE_RELEASE: self._op_release, Op.FUSE_FLUSH: self._op_empty,
-            Op.FUSE_OPENDIR: self._op_opendir, Op.FUSE_READDIR: self._op_readdir,
+            Op.FUSE_OPENDIR: tree.opendir, Op.FUSE_READDIR: tree.readdir,
             Op.FUSE_RELEASEDIR: self._op_empty, Op.FUSE_ACCESS: self._op_empty,
-            Op.FUSE_STATFS: self._op_statfs}  # FUSE_IOCTL: its own path in _process
+            Op.FUSE_STATFS: tree.statfs}  # FUSE_IOCTL: its own path in _process
         self._lock = threading.Lock()
         self._readers_done = threading.Condition(self._lock)
         self._fd = -1
@@ -169,11 +135,14 @@ class FuseServer:
     def start(self, timeout: float = 5.0) -> FuseServer:
         """Mount and serve; returns once the kernel's INIT is answered. Usage: ``server.start()``
 
-        Raises FuseMountError (StaleMountError on a dead FUSE mount, with the command that clears it).
+        A stale mount of this server's own type (``fuse.<name>``: a server killed without unmounting)
+        is cleared first (``cleared_stale`` counts them). Raises FuseMountError for a non-empty
+        directory, a live mount, or a stale mount of another type (StaleMountError, with the command
+        that clears it); messages name the directory as it was given.
         """
         if self._running:
             raise RuntimeError(f"server on {self.mountpoint} is already running")
-        check_mountpoint(self.mountpoint)
+        self.cleared_stale = check_mountpoint(self.given_path, f"fuse.{self.name}")
         fd = open_fuse_device()
         try:
             mount_fuse(fd, self.mountpoint, self.name, allow_other=self._allow_other,
@@ -197,7 +166,7 @@ class FuseServer:
             self.stop()
             raise FuseMountError(errno.EPROTO, f"FUSE on {self.mountpoint}: {why}")
         log.info("serving %s (%d files, protocol 7.%d, conn %s)", self.mountpoint,
-                 len(self._by_name), self._proto_minor, self._conn_id)
+                 len(self._tree.by_name), self._proto_minor, self._conn_id)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -395,7 +364,7 @@ class FuseServer:
                     self._call_release(h, RequestContext(unique, Op.FUSE_RELEASE, h.node.nodeid,
                                                          0, 0, 0, h.node.name))
 
-    def _context(self, hdr: fp.fuse_in_header, node: _Node, flags: int) -> RequestContext:
+    def _context(self, hdr: fp.fuse_in_header, node: Node, flags: int) -> RequestContext:
         return RequestContext(hdr.unique, hdr.opcode, hdr.nodeid, hdr.uid, hdr.gid, hdr.pid,
                               node.name, flags, self._lock)
 
@@ -425,12 +394,6 @@ class FuseServer:
             with self._lock:
                 self._in_flight.pop(ctx.unique, None)
 
-    def _node(self, nodeid: int) -> _Node:
-        node = self._nodes.get(nodeid)
-        if node is None:
-            raise FuseError(errno.ENOENT, f"no node {nodeid}")
-        return node
-
     def _op_init(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
         if len(payload) < fp.FUSE_COMPAT_INIT_IN_SIZE:
             raise FuseError(errno.EINVAL, "short INIT")
@@ -457,54 +420,9 @@ class FuseServer:
     def _op_empty(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
         return None
 
-    def _op_lookup(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        if hdr.nodeid != fp.FUSE_ROOT_ID:
-            raise FuseError(errno.ENOTDIR if hdr.nodeid in self._nodes else errno.ENOENT)
-        raw = bytes(payload[:257])
-        end = raw.find(b"\0")
-        if end < 0:
-            raise FuseError(errno.ENAMETOOLONG if len(raw) > 256 else errno.EINVAL, "unterminated name")
-        node = self._by_name.get(raw[:end])
-        if node is None:
-            raise FuseError(errno.ENOENT)
-        return node.entry
-
-    def _op_getattr(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        return self._node(hdr.nodeid).attr
-
-    def _op_setattr(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        self._node(hdr.nodeid)
-        raise FuseError(errno.EPERM, "the files' attributes are fixed")
-
-    def _op_statfs(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        return bytes(fp.fuse_statfs_out(st=fp.fuse_kstatfs(bsize=4096, frsize=4096, namelen=255,
-                                                            files=len(self._nodes))))
-
-    def _op_opendir(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        if not self._node(hdr.nodeid).is_dir:
-            raise FuseError(errno.ENOTDIR)
-        return bytes(fp.fuse_open_out(fh=0))
-
-    def _op_readdir(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        arg = _payload(payload, fp.fuse_read_in)
-        if hdr.nodeid != fp.FUSE_ROOT_ID:
-            raise FuseError(errno.ENOTDIR)
-        entries = [(fp.FUSE_ROOT_ID, b".", stat.S_IFDIR), (fp.FUSE_ROOT_ID, b"..", stat.S_IFDIR)]
-        entries += [(n.nodeid, name, stat.S_IFREG) for name, n in self._by_name.items()]
-        out, limit = bytearray(), min(arg.size, self._max_write)
-        # The offset is ours: the index of the next entry, as returned in fuse_dirent.off.
-        for i in range(min(arg.offset, len(entries)), len(entries)):
-            ino, name, mode = entries[i]
-            size = fp.dirent_size(len(name))
-            if len(out) + size > limit:
-                break
-            d = bytes(fp.fuse_dirent(ino=ino, off=i + 1, namelen=len(name), type=mode >> 12))
-            out += (d + name).ljust(size, b"\0")
-        return bytes(out)
-
     def _op_open(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        arg = _payload(payload, fp.fuse_open_in)
-        node = self._node(hdr.nodeid)
+        arg = fuse_payload(payload, fp.fuse_open_in)
+        node = self._tree.node(hdr.nodeid)
         if node.handler is None:
             raise FuseError(errno.EISDIR)
         handler = node.handler
@@ -516,8 +434,22 @@ class FuseServer:
         # Direct I/O: no page cache for these files; nonseekable: there is no file position.
         return bytes(fp.fuse_open_out(fh=fh, open_flags=fp.FOPEN_DIRECT_IO | fp.FOPEN_NONSEEKABLE))
 
+    def _op_read(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
+        """A file whose handler has ``read(fh, ctx, offset, size) -> bytes`` can be read (a status
+        document); the device files cannot (EINVAL, as read(2) on an object unsuitable for reading)."""
+        arg = fuse_payload(payload, fp.fuse_read_in)
+        h = self._handles.get(arg.fh)  # a single dict read: atomic, no lock needed
+        if h is None or h.node.nodeid != hdr.nodeid:
+            raise FuseError(errno.EBADF, f"no open file {arg.fh}")
+        reader = getattr(h.node.handler, "read", None)
+        if reader is None:
+            raise FuseError(errno.EINVAL, f"{h.node.name} cannot be read")
+        ctx = self._context(hdr, h.node, arg.flags)
+        data = self._call_handler(ctx, lambda: reader(h.state, ctx, int(arg.offset), int(arg.size)))
+        return bytes(data[:arg.size])
+
     def _op_release(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
-        arg = _payload(payload, fp.fuse_release_in)
+        arg = fuse_payload(payload, fp.fuse_release_in)
         with self._lock:
             h = self._handles.pop(arg.fh, None)
         if h is None:

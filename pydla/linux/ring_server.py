@@ -31,6 +31,7 @@ from typing import Any
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError
 from pydla.linux.fuse_context import FuseError
+from pydla.linux.process_memory import take_process_fd
 from pydla.linux.ring import (
     CQ_HEAD,
     CQ_TAIL,
@@ -39,12 +40,17 @@ from pydla.linux.ring import (
     FLAGS,
     INDEX,
     INDEX_MASK,
+    MAX_ENTRIES,
+    MIN_ENTRIES,
     SQ_HEAD,
     SQ_TAIL,
     RingLayout,
     drain,
+    is_eventfd,
     kick,
+    valid_entries,
 )
+from pydla.linux.shm import check_shared_fd
 from pydla.linux.uapi import ERRNO
 
 log = logging.getLogger("pydla.linux.ring")
@@ -259,3 +265,56 @@ class RingServer:
             ring.post(user_data, 0, ACCEPTED, code)
             return
         ring.post(user_data, job.job_id, ACCEPTED, 0, int(job.signalled))
+
+
+def set_up_ring(rings: RingServer, lock: threading.Lock, client: Any, pid: int, a: Any) -> None:
+    """RING_SETUP for ``client`` (its ``ring`` and ``closed`` are guarded by the daemon's ``lock``):
+    check the arguments ``a``, take the ring memory and eventfds from process ``pid``, and serve the
+    ring; FuseError with the reason otherwise."""
+    if not valid_entries(int(a.entries)):
+        raise FuseError(errno.EINVAL, f"RING_SETUP: entries {a.entries} (a power of two in "
+                                      f"{MIN_ENTRIES}..{MAX_ENTRIES})")
+    layout = RingLayout(int(a.entries))
+    if int(a.ring_bytes) < layout.size:
+        raise FuseError(errno.EINVAL, f"RING_SETUP: ring_bytes {a.ring_bytes}, a ring of {a.entries} "
+                                      f"entries takes {layout.size}")
+    with lock:
+        if client.ring is not None:
+            raise FuseError(errno.EBUSY, "RING_SETUP: this file has a ring already")
+        client.ring = "setting up"
+    taken: list[int] = []
+    try:
+        for name in ("ring_fd", "submit_efd", "complete_efd"):
+            number = int(getattr(a, name))
+            try:
+                taken.append(take_process_fd(pid, number))
+            except OSError as e:
+                raise FuseError(errno.EBADF, f"RING_SETUP: {name} {number} of process {pid}: "
+                                             f"{os.strerror(e.errno or 0)}") from None
+        ring_fd, submit_efd, complete_efd = taken
+        try:
+            check_shared_fd(ring_fd, layout.size)
+        except ValueError as e:
+            raise FuseError(errno.EINVAL, f"RING_SETUP: ring_fd {a.ring_fd}: {e}") from None
+        for name, fd in (("submit_efd", submit_efd), ("complete_efd", complete_efd)):
+            if not is_eventfd(fd):
+                raise FuseError(errno.EINVAL, f"RING_SETUP: {name} {getattr(a, name)} is not an eventfd")
+        mapping = mmap.mmap(ring_fd, layout.size)
+        os.close(ring_fd)
+        taken.remove(ring_fd)
+        ring = ServedRing(client, mapping, layout, submit_efd, complete_efd)
+        taken.clear()
+        with lock:
+            client.ring = ring
+            if client.closed:  # closed meanwhile: release() did not see this ring
+                client.ring = None
+                ring.close_locked()
+                raise FuseError(errno.EBADF, "RING_SETUP: the file is closed")
+        rings.add(ring)
+    except BaseException:
+        for fd in taken:
+            os.close(fd)
+        with lock:
+            if client.ring == "setting up":
+                client.ring = None
+        raise

@@ -134,13 +134,13 @@ call(fd, WAIT, bytearray(8))
                                   "bytearray(64)))") == ["0"]
 
 
-def test_stale_mount_is_refused_with_the_fix(mountpoint: Path) -> None:
+def test_stale_mount_of_another_file_system_is_refused_with_the_fix(mountpoint: Path) -> None:
     reason = fuse_unavailable()
     if reason:
         pytest.skip(reason)
     fd = open_fuse_device()
     try:
-        mount_fuse(fd, str(mountpoint), "pydla")
+        mount_fuse(fd, str(mountpoint), "otherfs")
     finally:
         os.close(fd)  # the "daemon" dies without unmounting
     try:

@@ -1,0 +1,99 @@
+"""``pydla kmd``: run the KMD daemon (:class:`pydla.linux.daemon.KmdDaemon`) from a shell, serving
+``DIR/dla0``, ``DIR/dla1``... and ``DIR/status`` until SIGTERM or SIGINT.
+
+Usage: ``pydla kmd --mount /run/pydla --config small``
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from pydla.errors import DlaError, NvError
+from pydla.linux.clients import Quotas
+from pydla.linux.daemon import KmdDaemon
+from pydla.linux.fuse_mount import FuseMountError
+from pydla.linux.status import STATUS_FILE
+
+log = logging.getLogger("pydla.linux.daemon")
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "kmd", help="run the KMD daemon: device files served through FUSE, reached with ioctl(2)",
+        description="Run the KMD and the virtual devices of a configuration in this process, serving "
+                    "DIR/dla0, DIR/dla1, ... through FUSE (needs root and /dev/fuse), and DIR/status, the "
+                    "daemon's state as JSON (`pydla devices DIR` shows it). Clients use "
+                    "createRuntime(port='linux', path='DIR'), Session(..., port='linux'), or "
+                    "PYDLA_PORT=linux:DIR. Stops (and unmounts) on SIGTERM or SIGINT.")
+    p.add_argument("--mount", required=True, metavar="DIR",
+                   help="an empty directory to serve the device files in; a stale mount that a killed "
+                        "daemon left there is cleared first")
+    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
+                   help="how the virtual devices run (default: threaded, beside the daemon)")
+    p.add_argument("--threads", type=int, default=4,
+                   help="request threads to start with; the pool grows to 64 while WAITs block some")
+    p.add_argument("--timeout-ms", type=int, default=10_000, help="default job timeout")
+    p.add_argument("--client-memory", type=int, metavar="BYTES",
+                   help="bytes of buffer objects one open device file may hold (default: half the "
+                        "device memory)")
+    p.add_argument("--client-buffers", type=int, default=Quotas.buffers, metavar="N",
+                   help="buffer objects one open device file may hold (default: %(default)s)")
+    p.add_argument("--client-syncs", type=int, default=Quotas.syncs, metavar="N",
+                   help="sync objects one open device file may hold (default: %(default)s)")
+    p.add_argument("--client-waits", type=int, default=Quotas.waits, metavar="N",
+                   help="WAITs of one open device file in progress at once (default: %(default)s)")
+    p.set_defaults(func=_main)
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise DlaError(NvError.BadParameter, f"{name} {value}: must be positive")
+
+
+def _main(args: argparse.Namespace) -> int:
+    for name in ("threads", "timeout_ms", "client_memory", "client_buffers", "client_syncs",
+                 "client_waits"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    quotas = Quotas(args.client_buffers, args.client_memory, args.client_syncs, args.client_waits)
+    daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms, quotas=quotas,
+                       threads=args.threads)
+    # Not dumpable: a process of another uid can then neither ptrace the daemon nor open anything
+    # under /proc/<pid>/ (its memory, its descriptors).
+    _set_dumpable(False)
+    server = daemon.server(args.mount)
+    # Handlers first: a SIGTERM that arrives while mounting must still stop (and unmount) cleanly.
+    previous = {sig: signal.signal(sig, lambda *_: server.request_stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            server.start()
+        except FuseMountError as e:  # a stale mount, no /dev/fuse, no privilege: say so in one line
+            raise DlaError(NvError.ResourceError, str(e)) from e
+        names = ", ".join(sorted(n for n in daemon.files() if n != STATUS_FILE))
+        print(f"pydla kmd: serving {names} in {server.mountpoint} (pid {os.getpid()}, config "
+              f"'{daemon.platform.name}'; state: `pydla devices {args.mount}`); SIGTERM or Ctrl-C "
+              "stops", flush=True)
+        server.run(install_signal_handlers=False)
+    finally:
+        server.stop()
+        daemon.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("pydla kmd: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def _set_dumpable(on: bool) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_DUMPABLE): %s", os.strerror(ctypes.get_errno()))
