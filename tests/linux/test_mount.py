@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pydla.errors import DlaError, NvError
-from pydla.linux import FuseServer, unmount
+from pydla.linux import FuseServer
 from pydla.linux.daemon import KmdDaemon
 from pydla.linux.fuse_mount import FuseMountError, list_mounts, mount_fuse, open_fuse_device
 from tests.linux.conftest import TestHandler, fuse_unavailable
