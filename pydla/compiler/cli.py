@@ -14,8 +14,10 @@ from pydla.errors import DlaError, NvError
 def register(commands: Any) -> None:
     p = commands.add_parser(
         "compile", help="compile an ONNX model into a loadable (.dla)",
-        description="Compile an ONNX model (opset 11 or later, batch 1, static shapes) into a pydla "
-                    "loadable for a device configuration. Needs the onnx extra.")
+        description="Compile an ONNX model into a pydla loadable for a device configuration. The model's "
+                    "shapes must be static (any batch size, fixed when exporting); opsets before 11 are "
+                    "upgraded to 11 by onnx's version converter. Progress is shown on stderr when it is "
+                    "a terminal. Needs the onnx extra.")
     p.add_argument("model", type=Path, metavar="MODEL.onnx")
     p.add_argument("-o", "--output", type=Path, metavar="MODEL.dla",
                    help="where to write the loadable (default: the model's name with .dla)")
@@ -33,12 +35,16 @@ def _compile(args: argparse.Namespace) -> int:
     if not args.model.is_file():
         raise DlaError(NvError.FileNotFound, f"{args.model}: no such file")
     progress = None
-    if sys.stdout.isatty() and not args.quiet:
-        from pydla.compiler.lower import terminal_progress
+    if sys.stderr.isatty() and not args.quiet:  # a bar in a log file or a pipe is only noise
+        from pydla.compiler.progress import TerminalProgress
 
-        progress = terminal_progress
+        progress = TerminalProgress(sys.stderr)
     t0 = time.perf_counter()
-    result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress)
+    try:
+        result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()  # an error's message starts on a line of its own
     out = args.output or args.model.with_suffix(".dla")
     try:
         out.write_bytes(result.blob)

@@ -8,10 +8,8 @@ must be static.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,9 +18,18 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from pydla.compiler import ceil_mode
+from pydla.compiler.onnx_model import (
+    MIN_OPSET,
+    check_attributes,
+    check_names,
+    check_not_empty,
+    check_type_constraints,
+    upgraded,
+)
+from pydla.compiler.operators import SUPPORTED, unsupported
+from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
 
-MIN_OPSET = 11
 FOLD_LIMIT = 1 << 24  # elements: larger constant results stay as they are
 
 
@@ -59,97 +66,18 @@ class Graph:
         return name in self.consts and self.consts[name].size == 0
 
 
-def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        return onnx.load(str(model))
-    except Exception as e:  # onnx raises several types for unreadable or invalid files
-        raise DlaError(NvError.FileReadFailed, f"{model}: cannot read the ONNX model: {e}") from e
-
-
-def _label(n: onnx.NodeProto, i: int) -> str:
-    """How messages name node ``i`` (as :meth:`Node.where` does once it is imported)."""
-    return f"node '{n.name or f'{n.op_type}_{i}'}' ({n.op_type})"
-
-
-def check_names(g: onnx.GraphProto) -> None:
-    """Every node input is a graph input, an initializer or an earlier node's output (onnx's own
-    checker also insists on declared output shapes, which models built with onnx.helper often lack)."""
-    known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
-    for i, n in enumerate(g.node):
-        for name in n.input:
-            if name not in known:
-                raise DlaError(NvError.BadValue, f"{_label(n, i)}: input '{name}' is not "
-                                                 "a graph input, an initializer or an earlier node's output")
-        known.update(n.output)
-    for o in g.output:
-        if o.name not in known:
-            raise DlaError(NvError.BadValue, f"output '{o.name}' is not computed by any node")
-
-
-def check_attributes(model: onnx.ModelProto) -> None:
-    """Every node's attributes against its operator's schema in the model's opsets: known names, the
-    declared types, the required ones present (onnx's per-node check; a misspelled attribute would
-    otherwise be ignored and its default used). Operators without a schema are left to the
-    compiler, which says it does not support them."""
-    ctx = onnx.checker.C.CheckerContext()
-    ctx.ir_version = max(model.ir_version, 3)
-    opsets = {"" if o.domain == "ai.onnx" else o.domain: o.version for o in model.opset_import}
-    ctx.opset_imports = opsets
-    scope = onnx.checker.C.LexicalScopeContext()
-    for i, n in enumerate(model.graph.node):
-        domain = "" if n.domain == "ai.onnx" else n.domain
-        if domain not in opsets or not onnx.defs.has(n.op_type, opsets[domain], domain):
-            if domain in opsets and onnx.defs.has(n.op_type, domain):
-                since = _first_opset(n.op_type, domain)
-                raise DlaError(NvError.BadValue,
-                               f"{_label(n, i)}: {n.op_type} is not an operator of the model's opset "
-                               f"{opsets[domain]} (it first appears in opset {since})")
-            continue
-        try:
-            onnx.checker.check_node(n, ctx, scope)
-        except onnx.checker.ValidationError as e:
-            detail = str(e).strip().splitlines()[0]
-            raise DlaError(NvError.BadValue, f"{_label(n, i)}: {detail}") from None
-
-
-@functools.cache
-def _first_opset(op_type: str, domain: str) -> int:
-    """The opset in which ``op_type`` first appears."""
-    return min(s.since_version for s in onnx.defs.get_all_schemas_with_history()
-               if s.name == op_type and s.domain == domain)
-
-
-def _upgraded(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
-    """A model of an opset before MIN_OPSET, converted to MIN_OPSET by onnx's version converter
-    (the semantics pydla lowers: Pad's and Resize's inputs, Clip's bounds, ...)."""
-    from onnx import version_converter
-
-    for i, n in enumerate(model.graph.node):
-        if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type):
-            raise DlaError(NvError.NotSupported,
-                           f"{_label(n, i)}: {n.op_type} is not an ONNX operator (the model's opset "
-                           f"{opset} is upgraded to {MIN_OPSET} first)")
-    try:
-        if opset < 1:
-            raise ValueError("the model imports no ONNX opset")
-        return version_converter.convert_version(model, MIN_OPSET)
-    except Exception as e:  # the converter raises several types for what it cannot convert
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DlaError(NvError.NotSupported,
-                       f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later, and onnx's version "
-                       f"converter could not upgrade this model: {detail}") from None
-
-
-def import_graph(model: onnx.ModelProto) -> Graph:
-    """Static shapes, folded constants, and the remaining nodes in order."""
+def import_graph(model: onnx.ModelProto, progress: Progress | None = None) -> Graph:
+    """Static shapes, folded constants, and the remaining nodes in order (``progress``: see
+    :mod:`pydla.compiler.progress`)."""
+    report(progress, "checking")
+    check_not_empty(model)
     check_names(model.graph)
     check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
-        model = _upgraded(model, opset)
+        model = upgraded(model, opset)
         opset = MIN_OPSET
+    report(progress, "shape inference")
     g, inferred, _ = _infer_with_pools_fixed(model.graph, opset, "ONNX shape inference")
     consts = {init.name: _initializer(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
@@ -166,7 +94,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             shapes[vi.name] = declared
     for name, value in consts.items():
         shapes[name], dtypes[name] = tuple(value.shape), value.dtype
-    _check_type_constraints(g, opset, {vi.name: vi.type.tensor_type.elem_type for vi in
+    check_type_constraints(g, opset, {vi.name: vi.type.tensor_type.elem_type for vi in
                                        [*g.input, *inferred.graph.value_info, *inferred.graph.output]}
                             | {init.name: init.data_type for init in g.initializer})
     inputs = [i.name for i in g.input if i.name not in consts]
@@ -179,6 +107,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
         if 0 in shapes[name]:  # an empty input holds nothing: it is known now (and still an input)
             consts[name] = np.empty(shapes[name], dtypes[name])
     graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset)
+    report(progress, "folding constants")
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
                     {a.name: helper.get_attribute_value(a) for a in n.attribute})
@@ -186,6 +115,7 @@ def import_graph(model: onnx.ModelProto) -> Graph:
             raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
         if not _fold(graph, node, n, opset):
             graph.nodes.append(node)
+    _check_operators(graph)
     missing = [o for n in graph.nodes for o in n.outputs
                if o and (o not in shapes or min(shapes[o], default=1) < 0)]
     if missing:
@@ -207,6 +137,20 @@ def import_graph(model: onnx.ModelProto) -> Graph:
     graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
     _distinct_outputs(graph)
     return graph
+
+
+def _check_operators(graph: Graph) -> None:
+    """Each remaining node's operator is one pydla compiles. Asked before the shapes must be static:
+    an operator whose output shape depends on the data (NonMaxSuppression, NonZero) is refused as
+    the operator it is. A node all of whose outputs are known to be empty is left to
+    :func:`_settle_empty`, which removes it."""
+    for node in graph.nodes:
+        if node.op_type in SUPPORTED:
+            continue
+        shapes = [graph.shapes.get(o) for o in node.outputs if o]
+        if shapes and all(s is not None and min(s, default=1) >= 0 and 0 in s for s in shapes):
+            continue
+        raise DlaError(NvError.NotSupported, f"{node.where()}: {unsupported(node.op_type)}")
 
 
 def _distinct_outputs(graph: Graph) -> None:
@@ -480,30 +424,6 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
 
 def _dims(t: onnx.TypeProto.Tensor) -> tuple[int, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-
-
-def _check_type_constraints(g: onnx.GraphProto, opset: int, elem_types: dict[str, int]) -> None:
-    """The inputs a node's schema binds to one type parameter (Gemm's A, B and C are all "T") have
-    one element type, as onnxruntime requires; shape inference lets a float64 weight beside a
-    float32 input through, and the compiler would quietly convert it."""
-    for i, n in enumerate(g.node):
-        if n.domain not in ("", "ai.onnx") or not onnx.defs.has(n.op_type, opset):
-            continue
-        formal = onnx.defs.get_schema(n.op_type, opset).inputs
-        bound: dict[str, tuple[str, int]] = {}
-        for k, name in enumerate(n.input):
-            if not name or not formal or name not in elem_types or not elem_types[name]:
-                continue
-            param = formal[min(k, len(formal) - 1)]
-            if k >= len(formal) and param.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
-                continue
-            first = bound.setdefault(param.type_str, (name, elem_types[name]))
-            if first[1] != elem_types[name]:
-                types = [helper.tensor_dtype_to_string(t).removeprefix("TensorProto.").lower()
-                         for t in (first[1], elem_types[name])]
-                raise DlaError(NvError.BadValue,
-                               f"{_label(n, i)}: '{first[0]}' is {types[0]} and '{name}' is {types[1]}, but "
-                               f"{n.op_type} takes one type for both ({param.type_str})")
 
 
 def _typed(inputs: Any, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

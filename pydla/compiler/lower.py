@@ -12,7 +12,6 @@ pooling, data movement, matrix products, 3-D convolutions and CPU runs in their 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from pydla.compiler.layout import (
     spatial_pads,
 )
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
+from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
 from pydla.hw import config as device_config
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
@@ -56,7 +56,7 @@ class Compiled:
 
 class Lowering:
     def __init__(self, graph: Graph, config: device_config.DeviceConfig,
-                 progress: Callable[[int, int, str], None] | None, precision: str = "fp32") -> None:
+                 progress: Progress | None, precision: str = "fp32") -> None:
         self.g = graph
         self.config = config  # the device configuration compiled for: its blocks and speed rules
         self.device = config.name
@@ -176,6 +176,7 @@ class Lowering:
     # -- the steps -------------------------------------------------------------------------------------
 
     def run(self) -> Compiled:
+        report(self.progress, "planning")
         steps = group_steps(self.g)
         fp16 = self.precision == "fp16"
         external = {t for t in [*self.g.inputs, *self.g.outputs] if not fp16 or not self.is_float(t)}
@@ -191,8 +192,7 @@ class Lowering:
                     shape = flat_cube(self.g.shapes[name], f"input '{name}'")
                     self.tb.sdp(self.tb.cube(f"in{i}", shape, precision="fp32"), self.cube(name, name))
         for i, step in enumerate(steps):
-            if self.progress is not None:
-                self.progress(i + 1, len(steps), step.head.name)
+            report(self.progress, "lowering", i + 1, len(steps), step.head.name)
             self.temp_used = 0
             lower = LOWER.get(step.kind)
             if lower is not None:
@@ -204,6 +204,7 @@ class Lowering:
                 if self.is_float(name) and not self.g.is_empty(name):
                     shape = flat_cube(self.g.shapes[name], f"output '{name}'")
                     self.tb.sdp(self.cube(name, name), self.tb.cube(f"out{i}", shape, precision="fp32"))
+        report(self.progress, "writing")
         return self.emit(len(steps))
 
     def _alias(self, step: Step) -> None:
@@ -461,15 +462,6 @@ class Lowering:
         lw.set_recipe({"header": {"device": self.device, "version": "1.0.0"}, "resources": resources,
                        "execution": {"runs": runs}})
         return Compiled(lw.build(), steps, counts, self.plan, len(self.weights))
-
-
-def terminal_progress(done: int, total: int, what: str) -> None:
-    width = 30
-    filled = width * done // total
-    sys.stdout.write(f"\rcompiling [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what[:30]:<30}")
-    if done == total:
-        sys.stdout.write("\n")
-    sys.stdout.flush()
 
 
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {

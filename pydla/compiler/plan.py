@@ -17,19 +17,19 @@ import numpy as np
 
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import channel_values, prod
+from pydla.compiler.operators import (
+    ACTIVATIONS,
+    ALIASES,
+    CPU_UNARY,
+    ELTWISE,
+    POOLS,
+    PRODUCTS,
+    SDP_COMPOSITES,
+    unsupported,
+)
 from pydla.errors import DlaError, NvError
-from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS
+from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS
 
-ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu", "HardSigmoid"}
-# Element-wise functions SDP computes in more than one operation (HardSwish: its gate as a lookup
-# table, then the product), on the device's float types; on others they are CPU runs.
-SDP_COMPOSITES = {"HardSwish"}
-ELTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
-ALIASES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
-POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-# Element-wise math SDP has no form for: CPU runs of pydla's CPU library (Gelu's tanh form is its
-# own entry there). The CPU library's operator tables are the contract's (pydla.loadable.cpuops).
-CPU_UNARY = set(UNARY_OPS) - {"GeluTanh"}
 ALIGN = 64
 
 
@@ -74,7 +74,7 @@ def group_steps(graph: Graph) -> list[Step]:
         if i in fused:
             continue
         op = node.op_type
-        if op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+        if op in PRODUCTS:
             chain = [node]
             out = node.outputs[0]
             for nxt_kind in ("BatchNormalization", "eltwise", "activation"):
@@ -140,9 +140,7 @@ def group_steps(graph: Graph) -> list[Step]:
                 if out and out not in graph.consts:
                     steps.append(Step("split", [node], [node.inputs[0]], out))
         else:
-            raise DlaError(NvError.NotSupported,
-                           f"{node.where()}: the {op} operator is not supported by the device and has "
-                           "no CPU fallback yet")
+            raise DlaError(NvError.NotSupported, f"{node.where()}: {unsupported(op)}")
     # Outputs known at compile time (a Dropout's mask, a folded value, a reduction of an empty
     # tensor): the constant is copied into the output buffer. An empty output has nothing to copy.
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)

@@ -469,13 +469,20 @@ def test_concat_writes_producers_in_place_when_it_can() -> None:
     assert result2.operations["BDMA"] == 2
 
 
-def test_progress_bar_text(capsys) -> None:
-    from pydla.compiler.lower import terminal_progress
+def test_progress_bar_text() -> None:
+    import io
+
+    from pydla.compiler.progress import TerminalProgress
 
     calls = []
     result = compile_model(conv_case(), progress=lambda done, total, what: calls.append((done, total, what)))
-    assert calls and calls[-1][0] == calls[-1][1] == result.steps
-    terminal_progress(1, 2, "conv1")
-    terminal_progress(2, 2, "relu")
-    out = capsys.readouterr().out
-    assert "[###############...............] 1/2 conv1" in out and out.endswith("2/2 relu" + " " * 26 + "\n")
+    lowering = [c for c in calls if c[2].startswith("lowering: ")]
+    assert lowering[-1][:2] == (result.steps, result.steps) and calls[-1] == (1, 1, "done")
+    stream = io.StringIO()
+    bar = TerminalProgress(stream, interval=0)
+    bar(1, 2, "lowering: conv1")
+    bar(2, 2, "lowering: relu")
+    out = stream.getvalue()
+    assert "\rcompiling [###############...............] 1/2 lowering: conv1" in out
+    # padded to the length of the line before, so that nothing of it is left on the screen
+    assert out.endswith("\rcompiling [##############################] 2/2 lowering: relu ")
