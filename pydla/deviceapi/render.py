@@ -1,7 +1,8 @@
 """Rendering a checked spec into Python ctypes, a C header and a C++ header with Jinja2.
 
-The templates use the device-API generator's delimiters (``<% %>`` statements, ``<< >>`` expressions) so that the
-braces of C stay readable. A template sees the spec as ``spec`` and the helper :class:`Gen` as ``g``.
+The templates use the device-API generator's delimiters (``<% %>`` statements, ``<< >>``
+expressions) so that the braces of C stay readable. A template sees the spec as ``spec`` and the
+helper :class:`Gen` as ``g``.
 """
 
 from __future__ import annotations

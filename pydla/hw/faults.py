@@ -1,10 +1,12 @@
 """Fault injection and reset of the virtual device.
 
-A driver developer makes the next operations of a block hang (:meth:`FaultsAndReset.inject_hang`) or
-fail with an error code (:meth:`FaultsAndReset.inject_error`). The GLB reset register resets blocks
-(a bit per block) or the whole device (``DEVICE_RESET_BIT``): their groups go idle, their pending
-enables and injected faults are dropped, an operation they were computing is abandoned (its result
-discarded), and the reset returns once such an operation has stopped writing memory.
+A driver developer makes the next operations of a block hang (:meth:`FaultsAndReset.inject_hang`),
+fail with an error code (:meth:`FaultsAndReset.inject_error`), or makes the block ignore its reset
+bit so that only a device reset recovers it (:meth:`FaultsAndReset.inject_wedge`). The GLB reset
+register resets blocks (a bit per block) or the whole device (``DEVICE_RESET_BIT``): their groups go
+idle, their pending enables and injected faults are dropped, an operation they were computing is
+abandoned (its result discarded), and the reset returns once such an operation has stopped writing
+memory.
 
 Usage::
 
@@ -37,6 +39,12 @@ class FaultsAndReset(DeviceState):
         with self._lock:
             self._block(block).hangs += count
 
+    def inject_wedge(self, block: dla_block_e | str) -> None:
+        """``block`` ignores its own bit of the reset register (a wedged block): a block reset leaves
+        it as it is (busy, with its injected hangs); only a device reset brings it back."""
+        with self._lock:
+            self._block(block).wedged = True
+
     def inject_error(self, block: dla_block_e | str, code: int = int(R.dla_hw_error_e.BAD_CONFIG)) -> None:
         """The next operation of ``block`` fails with ``code`` (a dla_hw_error_e)."""
         if code not in R.dla_hw_error_e._value2member_map_ or code == R.dla_hw_error_e.NONE:
@@ -55,8 +63,9 @@ class FaultsAndReset(DeviceState):
 
     def _reset(self, bits: int) -> None:
         targets = list(self._blocks.values()) if bits >> DEVICE_RESET_BIT & 1 else [
-            b for b in self._blocks.values() if bits >> b.index & 1]
+            b for b in self._blocks.values() if bits >> b.index & 1 and not b.wedged]
         for block in targets:
+            block.wedged = False
             block.epoch += 1
             block.reset()
             block.hangs = 0

@@ -97,6 +97,7 @@ class Block:
         self.hangs = 0
         self.injected_errors: collections.deque[int] = collections.deque()
         self.epoch = 0
+        self.wedged = False  # ignores its block-reset bit (fault injection); a device reset clears it
 
     def reset(self) -> None:
         self.state = [IDLE, IDLE]

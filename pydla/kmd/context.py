@@ -56,6 +56,8 @@ class Context:
     next_handle: int = 1
     prepared: dict[int, PreparedJob] = field(default_factory=dict)
     next_prepared: int = 1
+    hangs: int = 0  # its jobs the watchdog declared hung
+    banned: str | None = None  # why its submits are refused (see pydla.kmd.recovery)
 
 
 def buffer_of(context: Context, handle: int) -> Buffer:

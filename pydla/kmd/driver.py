@@ -4,8 +4,10 @@ One :class:`Kmd` drives one device through an :class:`~pydla.kmd.engine.Engine`.
 contexts (each its own device address space), create buffer objects in them, and submit tasks
 (address lists of their own buffers); see :mod:`pydla.kmd.context`. Jobs from all contexts wait in
 one queue and start by priority, round-robin across contexts, then in order (:mod:`pydla.kmd.job`).
-Every job has a timeout with a progress check; a device error fails the job, an MMU fault also the
-other queued jobs of its context, never another context's (:mod:`pydla.kmd.recovery`).
+A watchdog declares a job hung when none of its operations completes within the driver's hang
+timeout (``tdr_ms``, which a job's own timeout can only shorten) and runs the recovery ladder; a
+device error fails the job, an MMU fault also the other queued jobs of its context, never another
+context's (:mod:`pydla.kmd.recovery`).
 
 The driver reaches its device only through its :class:`~pydla.kmd.port.KmdPortability`: registers
 and the interrupt (through the engine), address spaces and buffer objects, and what the device is
@@ -32,7 +34,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.context import (
@@ -61,7 +62,15 @@ from pydla.kmd.job import (
 )
 from pydla.kmd.port import AddressEntry, KmdPortability, TaskDesc
 from pydla.kmd.port_virtual import VirtualDevicePort
-from pydla.kmd.recovery import MAX_EXTENSIONS, abort_context, check_timeout, fail_running
+from pydla.kmd.recovery import (
+    BAN_AFTER_HANGS,
+    DEFAULT_TDR_MS,
+    MAX_EXTENSIONS,
+    Watchdog,
+    abort_context,
+    fail_running,
+    mmu_fault_error,
+)
 from pydla.kmd.taskcache import TaskCache
 
 __all__ = [
@@ -76,7 +85,11 @@ class Kmd:
     """The driver of one device. See the module docstring."""
 
     def __init__(self, port: KmdPortability | VirtualDevice, *,
-                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS,
+                 ban_after: int = BAN_AFTER_HANGS) -> None:
+        """``tdr_ms``: how long a job may go without completing an operation before it is declared
+        hung (a submitter's ``timeout_ms`` can only shorten it); ``ban_after``: how many hung jobs
+        get a context banned."""
         # A VirtualDevice is taken as shorthand for the in-process port over it (driver tests).
         self.port = port if isinstance(port, KmdPortability) else VirtualDevicePort(port)
         info = self.port.dla_get_device_info()
@@ -86,6 +99,7 @@ class Kmd:
         # submit then polls at once (the job usually finished within it).
         self._polled_at_submit = info.mode == "deterministic"
         self.engine = Engine(self.port, info)
+        self.watchdog = Watchdog(self.engine, self.port, tdr_ms=tdr_ms, ban_after=ban_after)
         self.tasks = TaskCache()
         self.engine.dla_engine_init()
         self.default_timeout_ms = default_timeout_ms
@@ -266,6 +280,9 @@ class Kmd:
         ctx = context.ctx
         if self._contexts.get(ctx) is not context:
             raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
+        if context.banned is not None:
+            raise DlaError(NvError.InvalidState, f"context {ctx} is banned: {context.banned}; close it "
+                                                 "and open a new one")
         job = Job(self, task.task_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
         job.on_done = on_done
         job._listen()
@@ -298,7 +315,8 @@ class Kmd:
                 if left <= 0:
                     raise DlaError(NvError.Timeout,
                                    f"job {job.job_id} did not finish within {timeout_ms} ms "
-                                   f"(it is {job.state})")
+                                   f"(it is {job.state}; the driver declares a job hung when none of "
+                                   f"its operations completes within {self.watchdog.window_ms(job)} ms)")
                 nap = min(nap, left)
             if self._service is None:
                 if nap:
@@ -352,7 +370,7 @@ class Kmd:
             engine.dla_process_events()
             running = self._running
             if running is not None:
-                check_timeout(engine, self.port, running)
+                self.watchdog.check(running, self._queues.get(running.context.ctx))
             started = self._running is None and self._start_next()
             if not started and engine.pending_events() == 0:
                 return
@@ -365,7 +383,7 @@ class Kmd:
         self.history.append(job)
         job._finish(run.error)
         if run.error is not None and run.error.code == NvError.InvalidAddress:
-            abort_context(self._queues.get(job.context.ctx), job)
+            abort_context(self._queues.get(job.context.ctx), mmu_fault_error(job))
 
     def _start_next(self) -> bool:
         if self._running is not None:
@@ -375,9 +393,7 @@ class Kmd:
             return False
         self._running = job
         job.state = RUNNING
-        job.started_at = time.monotonic()
-        job.deadline = job.started_at + job.timeout_ms / 1000
-        job.ops_seen = self.port.dla_reg_read(R.GLB_OPS_DONE)
+        self.watchdog.start(job)
         try:
             job.run = self.engine.dla_execute_task(job.task, job.graph, self._on_finish)
         except DlaError as e:
@@ -426,4 +442,6 @@ class Kmd:
                 "queued": sum(len(q) for q in self._queues.values()),
                 "running": self._running.job_id if self._running else None,
                 "buffers": sum(len(c.buffers) for c in self._contexts.values()),
+                "banned_contexts": sorted(c.ctx for c in self._contexts.values() if c.banned is not None),
+                "recovery": self.watchdog.as_dict(),
             }

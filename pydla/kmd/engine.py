@@ -1,5 +1,5 @@
-"""The engine scheduler (as in the NVDLA firmware): ``dla_engine_init``, ``dla_execute_task``, ``dla_isr_handler``,
-``dla_process_events``.
+"""The engine scheduler (as in the NVDLA firmware): ``dla_engine_init``, ``dla_execute_task``,
+``dla_isr_handler``, ``dla_process_events``.
 
 Scheduling, per block: operations are programmed in their chain order into the block's register
 groups as soon as a group is free (so up to two per block are in flight), and each is enabled once
@@ -116,7 +116,7 @@ class Engine:
         self.mmu_fault: tuple[int, int, int] | None = None
         self._initialised = False
 
-    # -- the NVDLA engine scheduler's entry points -------------------------------------------------------------------
+    # -- the NVDLA engine scheduler's entry points -----------------------------------------------
 
     def dla_engine_init(self, priv_data: object = None) -> int:
         """Reset the device's interrupt state and hook up the ISR. Called once, at probe time."""

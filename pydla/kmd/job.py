@@ -68,9 +68,13 @@ class Job:
         self.state = QUEUED
         self.error: DlaError | None = None
         self.run: TaskRun | None = None
+        # The watchdog's (pydla.kmd.recovery): when it looks next, the end of the job's time budget,
+        # when an operation last completed and how many had then, and how often progress extended it.
         self.deadline = 0.0
+        self.budget_end = 0.0
+        self.last_progress = 0.0
+        self.completed_seen = 0
         self.extensions = 0
-        self.ops_seen = 0
         self.started_at = 0.0
         self.finished_at = 0.0
         self.pre_fences = list(pre_fences or [])

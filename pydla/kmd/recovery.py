@@ -1,61 +1,220 @@
-"""Recovery of the KMD: job timeouts with a progress check, and aborts (DESIGN.md: "Recovery is a
-ladder").
+"""Recovery of the KMD: a watchdog over the running job and the recovery ladder (DESIGN.md:
+"Recovery is a ladder").
 
-Every job has a timeout. When it expires the driver checks for progress (the device's completed-
-operation counter): while the device keeps completing operations the deadline is extended, up to
-``MAX_EXTENSIONS`` times; otherwise the job is aborted (the engine resets the blocks it used through
-the GLB reset register) and fails with NvError Timeout naming the operation that hung. The next
-job then runs normally. An MMU fault also fails the other queued jobs of the same context (the
-context is aborted), never another context's. A failure of the driver's own bottom half fails the
-running job and leaves the driver serving the next.
+**Hang detection (TDR).** The driver owns a hang timeout, ``tdr_ms`` (2 s by default, as the Linux
+ivpu driver's; set by whoever builds the driver, e.g. the daemon's administrator). A job whose
+submitter gave a shorter ``timeout_ms`` is watched with that instead: a client may shorten the
+window, never lengthen it. A job is *hung* when no operation of it completed for one window, counted
+from its start or its last completed operation. A job that keeps completing operations may run up
+to ``(MAX_EXTENSIONS + 1) * timeout_ms`` in all (its time budget); past that it fails with Timeout.
+
+**The ladder**, when a job is declared hung:
+
+1. the job fails with NvError Timeout, naming the operations that were stuck and what was reset;
+2. its context is *guilty*: its other queued jobs are aborted (they may depend on the hung one);
+3. the blocks the job used are reset (the GLB reset register, a bit per block); other contexts'
+   queued work is untouched and runs next;
+4. if a block is still busy after its reset, the whole device is reset; if even that fails the
+   error says so.
+
+A context whose jobs hung ``ban_after`` times is *banned*: its submits are refused until it is closed
+and a new one opened, so that one misbehaving client cannot keep resetting the device for everyone.
+An MMU fault also aborts the faulting job's context (never another one's), and a failure of the
+driver's own bottom half fails the running job and leaves the driver serving the next. Every rung
+is logged (logger ``pydla.kmd``) and counted in :attr:`Watchdog.stats`.
 
 Usage (under the driver's lock)::
 
-    check_timeout(engine, port, job)      # from the poll loop, while a job runs
+    watchdog = Watchdog(engine, port, tdr_ms=2000)
+    watchdog.start(job)                   # when the job starts on the device
+    watchdog.check(job, queue)            # from the poll loop, while the job runs
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.kmd.engine import Engine
 from pydla.kmd.job import Job
 from pydla.kmd.port import KmdPortability
+from pydla.kmd.program import STATUS
 
-MAX_EXTENSIONS = 10
+log = logging.getLogger("pydla.kmd")
 
-
-def check_timeout(engine: Engine, port: KmdPortability, job: Job) -> None:
-    """Past its deadline, extend ``job`` (the running one) if the device progressed, else abort it."""
-    if job.run is None or time.monotonic() < job.deadline:
-        return
-    ops = port.dla_reg_read(R.GLB_OPS_DONE)
-    if ops != job.ops_seen and job.extensions < MAX_EXTENSIONS:
-        job.ops_seen = ops
-        job.extensions += 1
-        job.deadline = time.monotonic() + job.timeout_ms / 1000
-        return
-    detail = engine.describe_stuck(job.run)
-    blocks = ", ".join(b.name for b in job.graph.blocks)
-    error = DlaError(NvError.Timeout,
-                     f"task {job.job_id} timed out after {job.timeout_ms} ms"
-                     f"{f' (+{job.extensions} extensions for progress)' if job.extensions else ''}: "
-                     f"{detail}; blocks {blocks} were reset")
-    engine.abort(job.run, error)
+DEFAULT_TDR_MS = 2_000
+MAX_TDR_MS = 3_600_000
+MAX_EXTENSIONS = 10  # a progressing job may run (MAX_EXTENSIONS + 1) * timeout_ms in all
+BAN_AFTER_HANGS = 3
+DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
+_BUSY_MASK = 0x0003_0003  # both groups' state fields of s_status: non-zero is ENABLED or RUNNING
 
 
-def abort_context(queue: deque[Job] | None, job: Job) -> None:
-    """``job`` caused an MMU fault: fail the jobs its context still has queued (``queue``)."""
-    if queue is None:
-        return
-    abort = DlaError(NvError.InvalidState,
-                     f"aborted: job {job.job_id} of context {job.context.ctx} caused an MMU fault")
+@dataclass
+class RecoveryStats:
+    """What the watchdog did since the driver started."""
+
+    hangs: int = 0  # jobs declared hung (no operation completed within the window)
+    budget_timeouts: int = 0  # jobs that kept progressing past their time budget
+    context_aborts: int = 0  # guilty contexts whose queued jobs were aborted
+    block_resets: int = 0
+    device_resets: int = 0  # a block stayed busy after its reset
+    failed_resets: int = 0  # a block stayed busy after the device reset too
+    bans: int = 0  # contexts banned for hanging ban_after times
+
+
+def check_recovery_args(tdr_ms: int, ban_after: int) -> None:
+    if type(tdr_ms) is not int or not 0 < tdr_ms <= MAX_TDR_MS:
+        raise DlaError(NvError.BadParameter, f"tdr_ms {tdr_ms!r} must be an integer 1..{MAX_TDR_MS}")
+    if type(ban_after) is not int or ban_after < 1:
+        raise DlaError(NvError.BadParameter, f"ban_after {ban_after!r} must be an integer >= 1")
+
+
+class Watchdog:
+    """The running job's hang and budget checks, and the recovery ladder. See the module docstring."""
+
+    def __init__(self, engine: Engine, port: KmdPortability, *, tdr_ms: int = DEFAULT_TDR_MS,
+                 ban_after: int = BAN_AFTER_HANGS) -> None:
+        check_recovery_args(tdr_ms, ban_after)
+        self.engine = engine
+        self.port = port
+        self.tdr_ms = tdr_ms
+        self.ban_after = ban_after
+        self.stats = RecoveryStats()
+
+    def window_ms(self, job: Job) -> int:
+        """How long ``job`` may go without completing an operation: the TDR, or the job's own
+        shorter timeout."""
+        return min(job.timeout_ms, self.tdr_ms)
+
+    def start(self, job: Job) -> None:
+        """``job`` was just started on the device."""
+        now = time.monotonic()
+        job.started_at = job.last_progress = now
+        job.completed_seen = 0
+        job.budget_end = now + job.timeout_ms * (MAX_EXTENSIONS + 1) / 1000
+        job.deadline = min(now + self.window_ms(job) / 1000, job.budget_end)
+
+    def check(self, job: Job, queue: deque[Job] | None) -> None:
+        """From the poll loop, with ``job`` running: note its progress; past its deadline, extend it
+        if the job progressed, else run the ladder. ``queue`` holds the job's context's queued jobs."""
+        run = job.run
+        if run is None:
+            return
+        now = time.monotonic()
+        if run.completed != job.completed_seen:
+            job.completed_seen = run.completed
+            job.last_progress = now
+        if now < job.deadline:
+            return
+        if now >= job.budget_end:
+            self._budget_exceeded(job)
+            return
+        if job.last_progress > job.deadline - self.window_ms(job) / 1000:
+            # progress since the window began: the next window counts from the last completion
+            job.extensions += 1
+            job.deadline = min(job.last_progress + self.window_ms(job) / 1000, job.budget_end)
+            return
+        self._hung(job, queue)
+
+    # -- the ladder --------------------------------------------------------------------------------
+
+    def _budget_exceeded(self, job: Job) -> None:
+        assert job.run is not None
+        detail = self.engine.describe_stuck(job.run)
+        self.stats.budget_timeouts += 1
+        reset = self._reset_blocks(job)
+        error = DlaError(NvError.Timeout,
+                         f"task {job.job_id} ran past its time budget of "
+                         f"{job.timeout_ms * (MAX_EXTENSIONS + 1)} ms ({MAX_EXTENSIONS + 1} times its "
+                         f"timeout of {job.timeout_ms} ms) although it was progressing "
+                         f"(+{job.extensions} extensions for progress): {detail}; {reset}")
+        log.warning("%s", error.message)
+        self.engine.abort(job.run, error)
+
+    def _hung(self, job: Job, queue: deque[Job] | None) -> None:
+        assert job.run is not None
+        context = job.context
+        window = self.window_ms(job)
+        detail = self.engine.describe_stuck(job.run)
+        self.stats.hangs += 1
+        context.hangs += 1
+        reset = self._reset_blocks(job)
+        extended = f", after +{job.extensions} extensions for progress" if job.extensions else ""
+        parts = [f"task {job.job_id} of context {context.ctx} hung: no operation completed for "
+                 f"{window} ms (the driver's hang timeout is {self.tdr_ms} ms; the job's own "
+                 f"{job.timeout_ms} ms){extended}", detail, reset]
+        if context.hangs >= self.ban_after and context.banned is None:
+            context.banned = (f"its jobs hung {context.hangs} times (the last: task {job.job_id}, "
+                              f"{detail})")
+            self.stats.bans += 1
+            parts.append(f"context {context.ctx} is now banned after {context.hangs} hung jobs")
+        error = DlaError(NvError.Timeout, "; ".join(parts))
+        log.warning("%s", error.message)
+        self.engine.abort(job.run, error)
+        aborted = abort_context(queue, DlaError(
+            NvError.Timeout, f"aborted: task {job.job_id} of context {context.ctx} hung before it "
+                             f"({detail}); the context's queued jobs were aborted"))
+        if aborted:
+            self.stats.context_aborts += 1
+            log.warning("context %d: %d queued job(s) aborted after task %d hung", context.ctx, aborted,
+                        job.job_id)
+
+    def _reset_blocks(self, job: Job) -> str:
+        """Reset the blocks ``job`` used; escalate to a device reset when one stays busy. Says what ran."""
+        blocks = job.graph.blocks
+        names = ", ".join(b.name for b in blocks)
+        mask = 0
+        for b in blocks:
+            mask |= 1 << int(b)
+        self.port.dla_reg_write(R.GLB_RESET, mask)
+        self.stats.block_resets += 1
+        busy = self._busy(blocks)
+        if not busy:
+            log.info("blocks %s were reset after task %d", names, job.job_id)
+            return f"blocks {names} were reset"
+        self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
+        self.stats.device_resets += 1
+        still = self._busy(list(dla_block_e))
+        what = (f"blocks {names} were reset, {', '.join(b.name for b in busy)} stayed busy, so the "
+                f"device was reset")
+        if still:
+            self.stats.failed_resets += 1
+            what += (f", and {', '.join(b.name for b in still)} stayed busy even so: the device needs "
+                     "attention")
+            log.error("%s", what)
+        else:
+            log.warning("task %d: %s", job.job_id, what)
+        return what
+
+    def _busy(self, blocks: Iterable[dla_block_e]) -> list[dla_block_e]:
+        present = set(self.engine.config.blocks)
+        return [b for b in blocks if b in present and self.port.dla_reg_read(STATUS[b]) & _BUSY_MASK]
+
+    def as_dict(self) -> dict[str, int]:
+        return {"tdr_ms": self.tdr_ms, "ban_after": self.ban_after, **asdict(self.stats)}
+
+
+def abort_context(queue: deque[Job] | None, error: DlaError) -> int:
+    """Fail the jobs a context still has queued (``queue``) with ``error``; how many there were."""
+    if not queue:
+        return 0
+    n = len(queue)
     for queued in queue:
-        queued._finish(abort)
+        queued._finish(error)
     queue.clear()
+    return n
+
+
+def mmu_fault_error(job: Job) -> DlaError:
+    return DlaError(NvError.InvalidState,
+                    f"aborted: job {job.job_id} of context {job.context.ctx} caused an MMU fault")
 
 
 def fail_running(engine: Engine, job: Job | None, e: Exception) -> None:

@@ -1,0 +1,212 @@
+"""The watchdog and the recovery ladder (pydla.kmd.recovery): hang detection bounded by the driver's
+TDR, progress counted from the last completed operation, each rung by injection (block reset,
+device reset for a wedged block, the guilty context's queued jobs aborted, a ban after repeated
+hangs), and other contexts' work surviving with bounded latency."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pydla import DlaError, NvError
+from pydla.kmd.driver import COMPLETED, FAILED, Kmd
+from tests.kmd.support import MakeKmd, conv_sdp_pdp, single_pdp
+
+WAIT_MS = 10_000
+
+
+def _hang_in_conv(kmd: Kmd, dev, ctx: int, timeout_ms: int = 60_000):  # type: ignore[no-untyped-def]
+    """Submit conv_sdp_pdp on ``ctx`` with its CONV operation made to hang."""
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, ctx)
+    case.feed(kmd, ctx, loaded, seed=0)
+    dev.inject_hang("CONV")
+    return kmd.submit(ctx, loaded.addresses, timeout_ms=timeout_ms)
+
+
+def test_the_driver_tdr_bounds_a_hang_whatever_the_client_asked(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=200)
+    ctx = kmd.open_context()
+    start = time.monotonic()
+    job = _hang_in_conv(kmd, dev, ctx, timeout_ms=3_600_000)  # the client asks for an hour
+    with pytest.raises(DlaError) as info:
+        job.wait(WAIT_MS)
+    took = time.monotonic() - start
+    assert info.value.code == NvError.Timeout
+    assert ("hung: no operation completed for 200 ms (the driver's hang timeout is 200 ms"
+            in info.value.message)
+    assert "operation 0 (CONV)" in info.value.message and "were reset" in info.value.message
+    assert 0.2 <= took < 2.0, took
+    assert dev.idle()
+
+
+def test_a_client_timeout_shortens_the_window(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=5_000)
+    ctx = kmd.open_context()
+    job = _hang_in_conv(kmd, dev, ctx, timeout_ms=100)
+    with pytest.raises(DlaError, match=r"no operation completed for 100 ms \(the driver's hang timeout is "
+                                       r"5000 ms; the job's own 100 ms\)"):
+        job.wait(WAIT_MS)
+    assert job.finished_at - job.started_at < 1.0
+
+
+def test_progress_counts_from_the_last_completed_operation(make_kmd: MakeKmd) -> None:
+    """CONV and SDP complete, PDP hangs: the hang is declared one window after SDP completed, not a
+    window after the first check that saw progress (which could be nearly two windows)."""
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=300)
+    ctx = kmd.open_context()
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, ctx)
+    case.feed(kmd, ctx, loaded, seed=0)
+    dev.inject_hang("PDP")
+    job = kmd.submit(ctx, loaded.addresses)
+    with pytest.raises(DlaError, match=r"operation 2 \(PDP\)"):
+        job.wait(WAIT_MS)
+    assert job.run is not None and job.run.completed == 2
+    stalled_for = job.finished_at - job.last_progress
+    assert 0.3 <= stalled_for < 0.3 + 0.25, stalled_for
+
+
+def test_the_guilty_context_loses_its_queue_and_others_keep_theirs(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=200)
+    guilty, innocent = kmd.open_context(), kmd.open_context()
+    hung = _hang_in_conv(kmd, dev, guilty)
+    behind = single_pdp()
+    lb = behind.load(kmd, guilty)
+    behind.feed(kmd, guilty, lb, seed=1)
+    queued_guilty = kmd.submit(guilty, lb.addresses)
+    case = single_pdp()
+    li = case.load(kmd, innocent)
+    expected = case.feed(kmd, innocent, li, seed=2)
+    queued_innocent = kmd.submit(innocent, li.addresses)
+
+    with pytest.raises(DlaError):
+        hung.wait(WAIT_MS)
+    with pytest.raises(DlaError) as aborted:
+        queued_guilty.wait(WAIT_MS)
+    assert aborted.value.code == NvError.Timeout
+    assert f"task {hung.job_id} of context {guilty} hung before it" in aborted.value.message
+    assert queued_guilty.run is None, "an aborted job never reaches the device"
+    queued_innocent.wait(WAIT_MS)
+    assert queued_innocent.state == COMPLETED
+    case.check(kmd, innocent, li, expected)
+    recovery = kmd.stats()["recovery"]
+    assert (recovery["hangs"], recovery["context_aborts"], recovery["block_resets"],
+            recovery["device_resets"]) == (1, 1, 1, 0)
+
+    # the guilty context recovers on its next submit
+    expected = behind.feed(kmd, guilty, lb, seed=3)
+    kmd.submit(guilty, lb.addresses).wait(WAIT_MS)
+    behind.check(kmd, guilty, lb, expected)
+
+
+def test_a_wedged_block_escalates_to_a_device_reset(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=200)
+    ctx, other = kmd.open_context(), kmd.open_context()
+    dev.inject_wedge("CONV")
+    job = _hang_in_conv(kmd, dev, ctx)
+    with pytest.raises(DlaError) as info:
+        job.wait(WAIT_MS)
+    assert "CONV stayed busy, so the device was reset" in info.value.message, info.value.message
+    assert dev.idle()
+    recovery = kmd.stats()["recovery"]
+    assert (recovery["block_resets"], recovery["device_resets"], recovery["failed_resets"]) == (1, 1, 0)
+    for c, seed in ((ctx, 4), (other, 5)):  # the device works again, for everyone
+        case = conv_sdp_pdp()
+        loaded = case.load(kmd, c)
+        expected = case.feed(kmd, c, loaded, seed=seed)
+        kmd.submit(c, loaded.addresses).wait(WAIT_MS)
+        case.check(kmd, c, loaded, expected)
+
+
+def test_a_context_that_keeps_hanging_is_banned_until_reopened(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=100, ban_after=2)
+    ctx = kmd.open_context()
+    for n in (1, 2):
+        with pytest.raises(DlaError) as info:
+            _hang_in_conv(kmd, dev, ctx).wait(WAIT_MS)
+        assert ("is now banned after 2 hung jobs" in info.value.message) == (n == 2)
+    case = single_pdp()
+    loaded = case.load(kmd, ctx)
+    with pytest.raises(DlaError) as refused:
+        kmd.submit(ctx, loaded.addresses)
+    assert refused.value.code == NvError.InvalidState
+    assert f"context {ctx} is banned: its jobs hung 2 times" in refused.value.message
+    assert "open a new one" in refused.value.message
+    assert kmd.stats()["banned_contexts"] == [ctx]
+    assert kmd.stats()["recovery"]["bans"] == 1
+    kmd.close_context(ctx)
+    fresh = kmd.open_context()
+    loaded = case.load(kmd, fresh)
+    expected = case.feed(kmd, fresh, loaded, seed=6)
+    kmd.submit(fresh, loaded.addresses).wait(WAIT_MS)
+    case.check(kmd, fresh, loaded, expected)
+
+
+def test_a_wait_shorter_than_the_window_says_when_the_driver_will_decide(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=1_000)
+    ctx = kmd.open_context()
+    job = _hang_in_conv(kmd, dev, ctx)
+    with pytest.raises(DlaError) as info:
+        job.wait(50)
+    assert "declares a job hung when none of its operations completes within 1000 ms" in info.value.message
+    with pytest.raises(DlaError, match="hung: no operation completed"):  # the diagnosis, on a retry
+        job.wait(WAIT_MS)
+
+
+@pytest.mark.parametrize("others", [1, 3])
+def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_kmd: MakeKmd,
+                                                                          others: int) -> None:
+    """A fault campaign in small: one context hangs CONV three times (and is banned); meanwhile other
+    contexts run PDP jobs in a loop. They see no error, and no job of theirs waits longer than the
+    TDR plus one job (with slack for a loaded 2-core machine)."""
+    tdr_ms = 250
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=tdr_ms, ban_after=3)
+    bad = kmd.open_context()
+    stop = threading.Event()
+    errors: list[str] = []
+    latencies: list[float] = []
+    counts = [0] * others
+
+    def client(i: int) -> None:
+        ctx = kmd.open_context()
+        case = single_pdp(c=4, h=8)
+        loaded = case.load(kmd, ctx)
+        seed = 100 * i
+        while not stop.is_set():
+            seed += 1
+            expected = case.feed(kmd, ctx, loaded, seed=seed)
+            t0 = time.monotonic()
+            try:
+                kmd.submit(ctx, loaded.addresses).wait(WAIT_MS)
+                case.check(kmd, ctx, loaded, expected)
+            except (DlaError, AssertionError) as e:
+                errors.append(f"client {i}: {e}")
+                return
+            latencies.append(time.monotonic() - t0)
+            counts[i] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(others)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.1)
+        for _ in range(3):
+            with pytest.raises(DlaError) as info:
+                _hang_in_conv(kmd, dev, bad).wait(WAIT_MS)
+            assert info.value.code == NvError.Timeout
+        with pytest.raises(DlaError, match="is banned"):
+            _hang_in_conv(kmd, dev, bad)
+        time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors
+    assert all(counts), counts
+    worst = max(latencies)
+    assert worst < tdr_ms / 1000 + 0.5, f"worst latency {worst * 1000:.0f} ms"
+    assert kmd.stats()["recovery"]["hangs"] == 3
+    assert all(job.state in (COMPLETED, FAILED) for job in kmd.history)
