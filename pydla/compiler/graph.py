@@ -1,9 +1,9 @@
 """The compiler's view of an ONNX model: tensors with static shapes, constants folded.
 
 Exported models compute shapes and pads at run time (Shape, Gather, Concat, ConstantOfShape, Cast,
-Slice, Unsqueeze, ...). Every node whose inputs are all known is evaluated here with onnx's reference
-implementation, so what is left is the network itself. Shapes come from onnx's shape inference and
-must be static.
+Slice, Unsqueeze, ...). Every node whose inputs are all known is evaluated with onnx's reference
+implementation (:mod:`pydla.compiler.fold`), so what is left is the network itself. Shapes come from
+onnx's shape inference and must be static.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
-from onnx.reference import ReferenceEvaluator
 
 from pydla.compiler import ceil_mode
+from pydla.compiler.fold import fold, settle_empty
 from pydla.compiler.onnx_model import (
     MIN_OPSET,
     check_attributes,
@@ -29,8 +29,6 @@ from pydla.compiler.onnx_model import (
 from pydla.compiler.operators import SUPPORTED, unsupported
 from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
-
-FOLD_LIMIT = 1 << 24  # elements: larger constant results stay as they are
 
 
 @dataclass
@@ -113,7 +111,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None) -> Gr
                     {a.name: helper.get_attribute_value(a) for a in n.attribute})
         if n.domain not in ("", "ai.onnx"):
             raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
-        if not _fold(graph, node, n, opset):
+        if not fold(graph, node, n, opset):
             graph.nodes.append(node)
     _check_operators(graph)
     missing = [o for n in graph.nodes for o in n.outputs
@@ -127,7 +125,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None) -> Gr
                                f"{node.where()}: the shape of '{name}' is not static")
             if name:
                 _check_size(node.where(), name, graph.shapes, graph.dtypes)
-    _settle_empty(graph, opset)
+    settle_empty(graph, opset)
     for node in graph.nodes:
         index = VECTOR_INPUTS.get(node.op_type)
         name = node.inputs[index] if index is not None and index < len(node.inputs) else ""
@@ -143,7 +141,7 @@ def _check_operators(graph: Graph) -> None:
     """Each remaining node's operator is one pydla compiles. Asked before the shapes must be static:
     an operator whose output shape depends on the data (NonMaxSuppression, NonZero) is refused as
     the operator it is. A node all of whose outputs are known to be empty is left to
-    :func:`_settle_empty`, which removes it."""
+    :func:`pydla.compiler.fold.settle_empty`, which removes it."""
     for node in graph.nodes:
         if node.op_type in SUPPORTED:
             continue
@@ -335,74 +333,6 @@ def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
                                              f"bytes, more than {MAX_TENSOR_BYTES >> 30} GiB")
 
 
-# What a reduction of no value gives (ONNX: the identity of the operation; Max and Min of floats
-# -inf and +inf, of integers the type's extremes).
-_EMPTY_REDUCTION = {"ReduceSum": 0, "ReduceL1": 0, "ReduceL2": 0, "ReduceSumSquare": 0, "ReduceProd": 1,
-                    "ReduceLogSum": -np.inf, "ReduceLogSumExp": -np.inf, "ReduceMean": np.nan,
-                    "ReduceMax": -np.inf, "ReduceMin": np.inf}
-
-
-def _empty_reduction(op_type: str, dtype: np.dtype[Any]) -> Any:
-    value = _EMPTY_REDUCTION[op_type]
-    if dtype == np.bool_ and op_type in ("ReduceMax", "ReduceMin"):
-        return op_type == "ReduceMin"
-    if dtype.kind in "iu" and op_type in ("ReduceMax", "ReduceMin"):
-        info = np.iinfo(dtype)
-        return info.min if op_type == "ReduceMax" else info.max
-    return value
-
-
-# Operators whose second input is data too (a product's other factor, a convolution's weights).
-_WEIGHTED = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
-
-
-def _settle_empty(graph: Graph, opset: int) -> None:
-    """Tensors of no element (a dimension of 0) hold nothing: each is known when compiling, as a
-    constant. A node all of whose outputs are known goes; one whose inputs all became known is
-    folded; a reduction of an empty tensor into a non-empty one is its identity value everywhere;
-    Concat leaves empty inputs out. What remains computes only tensors with elements."""
-    changed = True
-    while changed:
-        changed = False
-        kept: list[Node] = []
-        for node in graph.nodes:
-            for o in node.outputs:
-                if o and o not in graph.consts and 0 in graph.shapes[o]:
-                    graph.consts[o] = np.empty(graph.shapes[o], graph.dtypes[o])
-            if all(not o or o in graph.consts for o in node.outputs):
-                changed = True
-                continue
-            data = node.inputs[0] if node.inputs else ""
-            if node.op_type in _EMPTY_REDUCTION and graph.is_empty(data):
-                out = node.outputs[0]
-                dtype = graph.dtypes[out]
-                graph.consts[out] = np.full(graph.shapes[out], _empty_reduction(node.op_type, dtype), dtype)
-                changed = True
-                continue
-            if node.op_type == "Concat":
-                node.inputs = [i for i in node.inputs if not graph.is_empty(i)]
-                if len(node.inputs) == 1:  # the concatenation of one tensor is that tensor
-                    node.op_type, node.attrs = "Identity", {}
-            if all(i == "" or i in graph.consts for i in node.inputs) and any(
-                    graph.is_empty(i) for i in node.inputs):
-                proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
-                                         **node.attrs)
-                if _fold(graph, node, proto, opset):
-                    changed = True
-                    continue
-            # An empty parameter (Resize's roi, a Reduce's axes) is a constant like any other; empty
-            # data that must be computed on is not (an element-wise result of it is empty, gone above).
-            empty = [i for k, i in enumerate(node.inputs) if graph.is_empty(i)
-                     and (k == 0 or (k == 1 and node.op_type in _WEIGHTED))]
-            if empty:
-                raise DlaError(NvError.NotSupported,
-                               f"{node.where()}: input '{empty[0]}' has shape {graph.shapes[empty[0]]} "
-                               f"(empty) and an output has elements; pydla computes {node.op_type} of "
-                               "non-empty tensors")
-            kept.append(node)
-        graph.nodes = kept
-
-
 def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     """Shapes that depended on folded values (a Reshape to a computed shape): infer them again on
     the folded graph."""
@@ -477,43 +407,3 @@ def _infer(g: onnx.GraphProto, opset: int, what: str) -> onnx.ModelProto:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:
         raise DlaError(NvError.BadValue, f"{what} failed: {str(e).strip()}") from e
-
-
-def _fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
-    """Evaluate ``node`` now when all its inputs are known; record its outputs as constants."""
-    if node.op_type == "Constant":
-        value = node.attrs.get("value")
-        if value is None:
-            raise DlaError(NvError.NotSupported, f"{node.where()}: only the 'value' form is supported")
-        graph.consts[node.outputs[0]] = numpy_helper.to_array(value)
-        return True
-    if node.op_type == "Shape" and node.inputs[0] in graph.shapes and min(graph.shapes[node.inputs[0]]) > 0:
-        shape = np.array(graph.shapes[node.inputs[0]], dtype=np.int64)
-        start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
-        graph.consts[node.outputs[0]] = shape[start:end]
-        return True
-    if not all(i == "" or i in graph.consts for i in node.inputs):
-        return False
-    if node.op_type in _EMPTY_REDUCTION and graph.is_empty(node.inputs[0]):
-        return False  # left to _settle_empty, which gives ONNX's value of an empty reduction
-    feeds = {i: graph.consts[i] for i in node.inputs if i}
-    if sum(v.size for v in feeds.values()) > FOLD_LIMIT:
-        return False
-    if any(min(graph.shapes.get(o, (-1,)), default=1) < 0
-           or np.prod(graph.shapes[o], dtype=np.float64) > FOLD_LIMIT for o in node.outputs if o):
-        return False  # an output of unknown or large size (ConstantOfShape, Expand...): left to run
-    model = helper.make_model(
-        helper.make_graph([proto], "fold",
-                          [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-                           for i, v in feeds.items()],
-                          [helper.make_tensor_value_info(o, 0, None) for o in node.outputs if o]),
-        opset_imports=[helper.make_opsetid("", opset)])
-    try:
-        results = ReferenceEvaluator(model).run(None, feeds)
-    except Exception as e:
-        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from e
-    for name, value in zip([o for o in node.outputs if o], results, strict=True):
-        arr = np.asarray(value)
-        graph.consts[name] = arr
-        graph.shapes[name], graph.dtypes[name] = tuple(arr.shape), arr.dtype
-    return True
