@@ -139,8 +139,10 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
     contents = config_file.read_bytes() if config_file.suffix == ".json" and config_file.is_file() else b""
     digest = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{fingerprint}|".encode() + contents)
     # So are the external data files, whole: the weights change while the .onnx file stays the same.
+    # Keyed by their locations in the model, not where the model lies: a copy elsewhere is a hit.
     for file in sorted({f for _, f in external}):
-        digest.update(b"\0" + str(file).encode() + b"\0" + _file_digest(file, model_file))
+        location = file.relative_to(model_file.parent).as_posix() if model_file is not None else ""
+        digest.update(b"\0" + location.encode() + b"\0" + _file_digest(file, model_file))
     path = cache_dir() / f"{digest.hexdigest()}.dla"
     if path.is_file():
         return path.read_bytes()

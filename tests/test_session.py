@@ -256,6 +256,13 @@ def test_external_data_is_read_next_to_the_model_from_any_cwd(tmp_path: Path, mo
     np.testing.assert_allclose(got, ort_run(path, feeds)[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, feeds["x"] @ (w * 4 + 1), rtol=1e-5, atol=1e-4)
     assert len(list(cache.glob("*.dla"))) == 2
+    # The same model and weights in another directory: the same key (a cache hit).
+    import shutil
+
+    shutil.copytree(tmp_path / "model", tmp_path / "copy")
+    with pydla.Session(tmp_path / "copy" / "m.onnx") as sess:
+        np.testing.assert_array_equal(sess.run(feeds)["y"], got)
+    assert len(list(cache.glob("*.dla"))) == 2
     # `pydla run` reads it the same way.
     assert main(["run", str(path)]) == 0
 

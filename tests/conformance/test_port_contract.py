@@ -1,6 +1,6 @@
 """The portability interface as a contract: what every NvDlaPort must do, method by method, with the
-seed's meaning (NvDlaOpen .. NvDlaGetTimeMS) and pydla's fences. Run against your own port with
-``pytest tests/conformance --port mypackage.myport:MyPort`` (see conftest.py)."""
+NVDLA portability layer's meaning (NvDlaOpen .. NvDlaGetTimeMS) and pydla's fences. Run against
+your own port with ``pytest tests/conformance --port mypackage.myport:MyPort`` (see conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The in-process port: the seed's NvDla* functions over a KMD in this process."""
+"""The in-process port: the NVDLA portability layer's NvDla* functions over a KMD in this process."""
 
 from __future__ import annotations
 

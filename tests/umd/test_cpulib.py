@@ -1,4 +1,4 @@
-"""pydla's CPU library through the seed's interface: library_init, lookup, the callable."""
+"""pydla's CPU library through the run recipe's CPU library interface: library_init, lookup, the callable."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def library_init(args):
 
 
 def kernel_elf() -> bytes:
-    """ofm = relu(ifm + wts): one SDP operation, arguments at the seed's argidx 3, 4, 5."""
+    """ofm = relu(ifm + wts): one SDP operation, arguments at the run recipe's argidx 3, 4, 5."""
     tb = TaskBuilder()
     ifm, wts, ofm = tb.cube("ifm", SHAPE), tb.cube("wts", SHAPE), tb.cube("ofm", SHAPE)
     tb.sdp(ifm, ofm, ew=wts, ew_op="add", act="relu")

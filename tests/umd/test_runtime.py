@@ -1,5 +1,5 @@
-"""IRuntime used as the seed lists it, method by method, on compiled networks against onnxruntime;
-non-blocking chains; errors."""
+"""IRuntime used as the NVDLA runtime API lists it, method by method, on compiled networks against
+onnxruntime; non-blocking chains; errors."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def run_once(rt, x: np.ndarray) -> np.ndarray:
     return mem_out.array(np.float32, d_out.dims).copy()
 
 
-def test_the_seed_api_method_by_method(net) -> None:
+def test_the_nvdla_runtime_api_method_by_method(net) -> None:
     m, blob = net
     with pydla.createRuntime() as rt:
         assert rt.getMaxDevices() == 2 and rt.getNumDevices() == 2
