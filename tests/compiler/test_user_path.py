@@ -248,3 +248,42 @@ def test_a_device_without_a_block_the_network_needs_is_named(tmp_path: Path) -> 
     assert e.value.code == NvError.NotSupported
     assert e.value.message == ("the compiled network needs the PDP block(s), which device config 'no-pdp' "
                                "does not have")
+
+
+# -- compile time grows linearly -----------------------------------------------------------------------
+
+
+def _chain(blocks: int) -> onnx.ModelProto:
+    """Conv -> Relu -> Add(the block's input), ``blocks`` times (bench/bench_compile_scaling.py's model)."""
+    nodes, inits = [], {}
+    x = "x"
+    for i in range(blocks):
+        inits[f"w{i}"] = np.full((2, 2, 1, 1), 0.5, np.float32)
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("Add", [f"r{i}", x], [f"a{i}"])]
+        x = f"a{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    return model(nodes, {"x": (1, 2, 2, 2)}, ["y"], inits)
+
+
+def test_grouping_and_planning_take_time_in_proportion_to_the_graph() -> None:
+    """They were quadratic (a list.index and a scan for each node's readers per convolution): at
+    2,000 blocks each node cost 20 times what it did at 100. The bound leaves room for a noisy machine."""
+    import time
+
+    from pydla.compiler.graph import import_graph
+    from pydla.compiler.plan import group_steps, plan_memory
+
+    per_node = {}
+    for blocks in (100, 2000):
+        graph = import_graph(_chain(blocks))
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            steps = group_steps(graph)
+            plan_memory(graph, steps, {"x", "y"})
+            best = min(best, time.perf_counter() - t0)
+        assert len(steps) == 2 * blocks + 1  # conv+relu fused, the add, the identity (a view)
+        per_node[blocks] = best / len(graph.nodes)
+    assert per_node[2000] < 3 * per_node[100]
