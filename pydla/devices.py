@@ -101,7 +101,11 @@ def examine(directory: str | None = None, timeout: float = 2.0) -> dict[str, Any
     if directory is None:
         return {"configurations": configurations(),
                 "daemons": [read_daemon(m, timeout) for m in daemon_mounts()]}
-    real = os.path.realpath(directory)  # non-strict: a stale mount on the way is no error here
+    if not os.path.exists("/proc/self/mountinfo"):
+        raise DlaError(NvError.NotSupported, "KMD daemons run on Linux only (no /proc/self/mountinfo)")
+    from pydla.linux.fuse_mount import resolve_mountpoint
+
+    real = resolve_mountpoint(directory)  # without asking the daemon: it may be stopped
     if real not in daemon_mounts():
         raise DlaError(NvError.DeviceNotFound, f"{directory}: no pydla daemon serves it (no {FSTYPE} "
                                                f"mount there); start one with `pydla kmd --mount "

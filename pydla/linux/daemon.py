@@ -46,7 +46,7 @@ from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.clients import Client, DeviceFile, Quotas
 from pydla.linux.fuse_context import FuseError, RequestContext
-from pydla.linux.fuse_mount import FuseMountError
+from pydla.linux.fuse_mount import FuseMountError, resolve_mountpoint
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
 from pydla.linux.ring_server import RingServer, ServedRing, set_up_ring
@@ -119,7 +119,7 @@ class KmdDaemon:
 
     def server(self, mountpoint: str | os.PathLike[str]) -> FuseServer:
         """An unstarted FUSE server for this daemon's files at ``mountpoint``."""
-        self.mountpoint = os.path.realpath(os.fspath(mountpoint))
+        self.mountpoint = resolve_mountpoint(mountpoint)
         return FuseServer(mountpoint, self.files(), threads=self.threads, name=FS_NAME)
 
     def serve(self, mountpoint: str | os.PathLike[str]) -> FuseServer:

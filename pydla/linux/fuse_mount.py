@@ -70,6 +70,24 @@ def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) 
         raise OSError(err, f"mount({source!r}, {target!r}, {fstype!r}): {os.strerror(err)}")
 
 
+def resolve_mountpoint(path: str | os.PathLike[str]) -> str:
+    """``os.path.realpath(path)`` that never stats ``path`` itself when it is a mount point.
+
+    Resolving a mount point looks up the mounted file system's root: for a FUSE mount that is a
+    request to its server, which never comes back when the server is stopped. Mount points are
+    directories (never symlinks) and mountinfo lists them resolved, so when the resolved parent
+    joined with the last name is one, that is the answer.
+
+    Usage: ``real = resolve_mountpoint("mnt")``
+    """
+    absolute = os.path.abspath(os.fspath(path))
+    head, tail = os.path.split(absolute)
+    candidate = os.path.join(os.path.realpath(head), tail) if tail else absolute
+    if any(m.mount_point == candidate for m in list_mounts()):
+        return candidate
+    return os.path.realpath(candidate)
+
+
 def check_mountpoint(path: str, own_fstype: str | None = None, *, probe_timeout: float = 2.0) -> int:
     """Raise unless ``path`` is an existing, empty directory that is not a mount point; returns how
     many stale mounts of ``own_fstype`` it cleared from it first.
@@ -82,7 +100,7 @@ def check_mountpoint(path: str, own_fstype: str | None = None, *, probe_timeout:
 
     Usage: ``check_mountpoint("/run/pydla", "fuse.pydla")``
     """
-    real = os.path.realpath(path)  # non-strict: a dead mount on the way is not an error here
+    real = resolve_mountpoint(path)
     cleared = 0
     while (found := find_mount(real)) is not None:
         fstype = found[2]

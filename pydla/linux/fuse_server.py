@@ -38,6 +38,7 @@ from pydla.linux.fuse_mount import (
     find_mount,
     mount_fuse,
     open_fuse_device,
+    resolve_mountpoint,
     unmount,
 )
 from pydla.linux.fuse_tree import FuseTree, Node
@@ -77,7 +78,7 @@ class FuseServer:
             raise ValueError(f"threads={threads}, max_threads={max_threads}: need 1 <= threads <= max")
         if not 4096 <= max_write <= 1 << 20:
             raise ValueError(f"max_write={max_write}: must be within 4096..1048576")
-        self.mountpoint = os.path.realpath(os.fspath(mountpoint))
+        self.mountpoint = resolve_mountpoint(mountpoint)
         self.given_path = os.fspath(mountpoint)  # as the user wrote it, for messages
         self.cleared_stale = 0
         self.name, self.threads, self.max_threads = name, threads, max_threads

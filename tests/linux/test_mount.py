@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pydla import devices
 from pydla.errors import DlaError, NvError
 from pydla.linux import FuseServer
 from pydla.linux.daemon import KmdDaemon
@@ -71,3 +76,28 @@ def test_list_mounts_finds_our_mounts(serve: Callable[..., FuseServer], mountpoi
     serve()
     found = [m for m in list_mounts("fuse.pydla") if m.mount_point == str(mountpoint)]
     assert len(found) == 1 and found[0].source == "pydla"
+
+
+def test_a_stopped_daemon_is_neither_waited_for_nor_unmounted(mountpoint: Path) -> None:
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    daemon = subprocess.Popen([sys.executable, "-m", "pydla", "kmd", "--mount", str(mountpoint),
+                               "--config", "small"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert daemon.stdout is not None and "serving dla0" in daemon.stdout.readline()
+        daemon.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(FuseMountError) as e:
+            FuseServer(mountpoint, {"x": TestHandler()}, threads=1).start()
+        assert e.value.errno == errno.EBUSY and "does not answer within 2 s" in str(e.value)
+        entry = devices.examine(str(mountpoint), timeout=1.0)
+        assert entry["state"] == "not answering"
+        assert time.monotonic() - started < 10
+        assert any(m.mount_point == str(mountpoint) for m in list_mounts("fuse.pydla"))
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+        daemon.terminate()
+        daemon.communicate(timeout=30)
+    assert not any(m.mount_point == str(mountpoint) for m in list_mounts())
