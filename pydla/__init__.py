@@ -52,3 +52,11 @@ def __getattr__(name: str) -> _Any:
 
 def __dir__() -> list[str]:
     return sorted(set(__all__) | {"__doc__", "__name__", "__file__"})
+
+
+# PYDLA_LOG=debug|info|warning|error turns on pydla's logs on stderr without code (nothing when unset;
+# logging is then not even imported).
+if __import__("os").environ.get("PYDLA_LOG"):
+    from pydla.logconfig import configure_from_env as _configure_log
+
+    _configure_log()

@@ -56,13 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from pydla import demo, run
+    from pydla import demo, devices, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.loadable import cli as loadable_cli
 
     demo.register(commands)
     run.register(commands)
+    devices.register(commands)
     if sys.platform.startswith("linux"):
         from pydla.linux import daemon
 

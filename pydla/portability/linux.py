@@ -26,6 +26,8 @@ import errno
 import fcntl
 import mmap
 import os
+import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -111,6 +113,35 @@ class LinuxMem(NvDlaMemHandle):
         self._array = np.zeros(0, dtype=np.uint8)
 
 
+_STALE_ERRNOS = (errno.ENOTCONN, errno.ECONNABORTED)
+
+
+def _names_a_device_file(path: Path) -> bool:
+    """Whether ``path`` is a device file (an existing non-directory, or a missing dla0, dla1...)
+    rather than the directory a daemon serves."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as e:
+        if e.errno in _STALE_ERRNOS:
+            raise _stale(path, path) from None
+        return re.fullmatch(r"dla\d+", path.name) is not None
+
+
+def _stale(path: Path, directory: Path) -> DlaError:
+    return DlaError(NvError.Disconnected,
+                    f"{path}: the KMD daemon serving {directory} is gone (a stale mount); "
+                    f"`pydla kmd --mount {directory}` clears it and serves again")
+
+
+def _open_error(path: Path, directory: Path, e: OSError) -> DlaError:
+    """Why a device file did not open, and what to run about it."""
+    if e.errno in _STALE_ERRNOS:
+        return _stale(path, directory)
+    code = NvError.DeviceNotFound if e.errno == errno.ENOENT else NvError.Disconnected
+    return DlaError(code, f"{path}: {e.strerror} (is `pydla kmd --mount {directory}` running? "
+                          f"`pydla devices` lists the daemons)")
+
+
 class LinuxDevice:
     """An open device file: what NvDlaOpen returns."""
 
@@ -119,9 +150,7 @@ class LinuxDevice:
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as e:
-            code = NvError.DeviceNotFound if e.errno == errno.ENOENT else NvError.Disconnected
-            raise DlaError(code, f"{path}: {e.strerror} (is `pydla kmd --mount {path.parent}` running?)") \
-                from None
+            raise _open_error(path, port.directory, e) from None
         self.mems: dict[int, LinuxMem] = {}
         self._lock = threading.Lock()
         self._ring: ClientRing | None = None
@@ -228,10 +257,11 @@ class LinuxPort(NvDlaPort):
     def __init__(self, path: str | os.PathLike[str], *, ring: bool | None = None) -> None:
         self.path = Path(path)
         self.use_ring = os.environ.get("PYDLA_LINUX_RING", "1") != "0" if ring is None else bool(ring)
-        if self.path.is_dir():
-            self.directory, self.first = self.path, None
-        else:
+        self.first: str | None
+        if _names_a_device_file(self.path):
             self.directory, self.first = self.path.parent, self.path.name
+        else:  # a directory the daemon serves (or should: a missing one is named as given)
+            self.directory, self.first = self.path, None
         probe = LinuxDevice(self, 0, self._device_path(0))
         try:
             self.instances = probe.param(U.dla_param_e.NUM_DEVICES)
