@@ -4,7 +4,9 @@ Sections (``readelf -S model.dla`` lists them):
 
 - ``.note.pydla``: note 1, the loadable format's semver; note 2, JSON naming the version and
   64-bit layout hash of each binary contract the file was written with (``dla_task``,
-  ``dla_regs``, ``loadable``); note 3, the device configuration it was compiled for;
+  ``dla_regs``, ``loadable``); note 3, the device configuration it was compiled for; note 4, the
+  SHA-256 of every other section and of notes 1-3 (JSON), checked at load, so that a corrupted file
+  is refused naming the section instead of running with changed weights or descriptors;
 - ``.pydla.recipe``: the run recipe (JSON, :mod:`pydla.loadable.recipe`);
 - ``.pydla.tensors``: ``dla_tensor_desc_t`` per network input and output;
 - ``.pydla.memory``: ``dla_memory_entry_t`` per recipe buffer, in the recipe's order;
@@ -27,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import mmap
 import os
@@ -46,9 +49,13 @@ from pydla.elf.writer import ElfWriter
 from pydla.errors import DlaError, NvError
 from pydla.loadable.recipe import EXTERNAL_TYPES, Recipe, loads, parse_recipe
 
-FORMAT_VERSION = (1, 0, 0)
+# 1.1: the section digests (note 4), which this pydla requires.
+FORMAT_VERSION = (1, 1, 0)
 NOTE_SECTION, NOTE_OWNER = ".note.pydla", "pydla"
-NT_FORMAT, NT_CONTRACTS, NT_DEVICE = 1, 2, 3
+NT_FORMAT, NT_CONTRACTS, NT_DEVICE, NT_DIGESTS = 1, 2, 3, 4
+# The ELF's own bookkeeping: the digests cannot cover the section-name table (written by the ELF
+# writer) and the note that holds them; a changed section name makes a section go missing instead.
+UNDIGESTED = ("", ".shstrtab", NOTE_SECTION)
 RECIPE, TENSORS, MEMORY, WEIGHTS, CTRL = (".pydla.recipe", ".pydla.tensors", ".pydla.memory",
                                           ".pydla.weights", ".pydla.ctrl.")
 PAGE = 4096
@@ -156,17 +163,24 @@ class LoadableWriter:
         if self.recipe is None:
             raise DlaError(NvError.InvalidState, "loadable writer: no recipe")
         w = ElfWriter()
-        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_FORMAT, ".".join(map(str, FORMAT_VERSION)).encode())
         contracts = {name: {"version": ".".join(map(str, api.VERSION)),
                             "layout_hash64": f"{api.LAYOUT_HASH64:016x}"} for name, api in CONTRACTS.items()}
-        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_CONTRACTS, json.dumps(contracts, sort_keys=True).encode())
-        w.add_note(NOTE_SECTION, NOTE_OWNER, NT_DEVICE, self.device.encode())
-        w.add_section(RECIPE, json.dumps(self.recipe, indent=1).encode(), align=1)
-        w.add_section(TENSORS, b"".join(bytes(t) for t in self.tensors), align=8)
-        w.add_section(MEMORY, b"".join(bytes(m) for m in self.memory), align=8)
-        for kernel, elf in self.ctrl.items():
-            w.add_section(CTRL + kernel, elf, align=64)
-        w.add_section(WEIGHTS, bytes(self._weights), align=PAGE)
+        notes = {NT_FORMAT: ".".join(map(str, FORMAT_VERSION)).encode(),
+                 NT_CONTRACTS: json.dumps(contracts, sort_keys=True).encode(),
+                 NT_DEVICE: self.device.encode()}
+        sections: list[tuple[str, bytes, int]] = [
+            (RECIPE, json.dumps(self.recipe, indent=1).encode(), 1),
+            (TENSORS, b"".join(bytes(t) for t in self.tensors), 8),
+            (MEMORY, b"".join(bytes(m) for m in self.memory), 8),
+            *((CTRL + kernel, elf, 64) for kernel, elf in self.ctrl.items()),
+            (WEIGHTS, bytes(self._weights), PAGE)]
+        digests = {"notes": _notes_digest(notes),
+                   "sections": {name: hashlib.sha256(data).hexdigest() for name, data, _ in sections}}
+        notes[NT_DIGESTS] = json.dumps(digests, sort_keys=True).encode()
+        for kind, desc in notes.items():
+            w.add_note(NOTE_SECTION, NOTE_OWNER, kind, desc)
+        for name, data, align in sections:
+            w.add_section(name, data, align=align)
         return w.build()
 
 
@@ -222,6 +236,7 @@ class Loadable:
             raise DlaError(NvError.VersionMismatch,
                            f"{self.source}: loadable format {theirs}, this pydla reads {mine}.x; "
                            f"{newer} is newer: {fix}")
+        self._check_digests(notes)  # before the notes' contents are believed
         try:
             contracts = loads(notes[NT_CONTRACTS], f"{self.source} contract note")
             self.contracts = {name: ContractVersion(name, parse_semver(c["version"]),
@@ -235,6 +250,36 @@ class Loadable:
             check_compatible(ContractVersion.of(api.API), self.contracts[name], local_role="runtime",
                              peer_role="loadable")
         self.device = notes[NT_DEVICE].decode(errors="replace")
+
+    def _check_digests(self, notes: dict[int, bytes]) -> None:
+        """Every section and the other notes against the SHA-256 the writer recorded (note 4)."""
+        where = f"{self.source}: {NOTE_SECTION} note {NT_DIGESTS} (section digests)"
+        if NT_DIGESTS not in notes:
+            raise DlaError(NvError.BadValue, f"{where} is missing: the loadable was written by an older "
+                                             "pydla; compile the model again")
+        digests = loads(notes[NT_DIGESTS], where)
+        sections = digests.get("sections") if isinstance(digests, dict) else None
+        if not isinstance(sections, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in sections.items()):
+            raise DlaError(NvError.BadValue, f"{where} is malformed")
+        if digests.get("notes") != _notes_digest({k: notes[k] for k in (NT_FORMAT, NT_CONTRACTS, NT_DEVICE)}):
+            raise DlaError(NvError.BadValue, f"{self.source}: the notes of {NOTE_SECTION} (format, "
+                                             "contracts, device) do not match their digest: the file is "
+                                             "corrupt")
+        present = [n for n in self.elf.section_names if n not in UNDIGESTED]
+        unlisted = sorted(set(present) - set(sections))
+        if unlisted:
+            raise DlaError(NvError.BadValue, f"{self.source}: section '{unlisted[0]}' has no digest: it was "
+                                             "added after the loadable was written")
+        for name, want in sections.items():
+            if name not in present:
+                raise DlaError(NvError.BadValue, f"{self.source}: section '{name}' is missing (it has a "
+                                                 "digest)")
+            got = hashlib.sha256(self.elf.section(name)).hexdigest()
+            if got != want:
+                raise DlaError(NvError.BadValue,
+                               f"{self.source}: section '{name}' is corrupt: its SHA-256 is {got[:16]}..., "
+                               f"the loadable records {want[:16]}...")
 
     def _read_memory(self) -> dict[str, MemoryEntry]:
         raw = self._table(MEMORY, L.dla_memory_entry_t)
@@ -371,6 +416,13 @@ class Loadable:
     def section_sizes(self) -> dict[str, int]:
         return {name: int(self.elf.section_info(name)["sh_size"]) for name in self.elf.section_names}
 
+
+
+def _notes_digest(notes: dict[int, bytes]) -> str:
+    h = hashlib.sha256()
+    for kind in sorted(notes):
+        h.update(kind.to_bytes(4, "little") + len(notes[kind]).to_bytes(8, "little") + notes[kind])
+    return h.hexdigest()
 
 
 def blocks_needed(controls: Iterable[ControlCode]) -> set[str]:

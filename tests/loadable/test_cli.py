@@ -10,7 +10,10 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from pydla.cli import main
+from pydla.loadable.container import FORMAT_VERSION
 from tests.loadable.test_container import build_writer
+
+FORMAT = ".".join(map(str, FORMAT_VERSION))
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,7 +136,7 @@ def test_dumped_recipe_validates_and_so_does_the_loadable(dla: Path, tmp_path: P
     assert main(["validate", str(dla)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{dla} (.pydla.recipe): {summary}"
-    assert out[1].startswith(f"{dla}: valid loadable (format 1.0.0, device config 'full', 2 tensors, ")
+    assert out[1].startswith(f"{dla}: valid loadable (format {FORMAT}, device config 'full', 2 tensors, ")
 
 
 def test_validate_a_loadable_with_a_bad_recipe_lists_its_problems(broken_dla: Path, tmp_path: Path,

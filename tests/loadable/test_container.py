@@ -134,7 +134,8 @@ def test_newer_major_format_names_both_versions(monkeypatch) -> None:
     with pytest.raises(DlaError) as e:
         Loadable.open(newer)
     assert e.value.code == NvError.VersionMismatch
-    assert "2.1.0" in str(e.value) and "1.0.0" in str(e.value) and "upgrade pydla" in str(e.value)
+    mine = ".".join(map(str, c.FORMAT_VERSION))
+    assert "2.1.0" in str(e.value) and mine in str(e.value) and "upgrade pydla" in str(e.value)
 
 
 def test_older_minor_format_loads(monkeypatch) -> None:
@@ -281,3 +282,63 @@ def test_info_command(blob: bytes, tmp_path: Path, capsys) -> None:
     assert info["npu_tasks"][0]["per_block"] == {"CONV": 1, "SDP": 1, "PDP": 1}
     assert info["memory_total"]["weight"] == W.nbytes + B.nbytes
     assert main(["info", str(tmp_path / "missing.dla")]) == 1
+
+
+# -- integrity: the section digests -------------------------------------------------------------------
+
+
+def _section_span(blob: bytes, name: str) -> tuple[int, int]:
+    from pydla.elf.reader import ElfReader
+
+    info = ElfReader(blob).section_info(name)
+    return int(info["sh_offset"]), int(info["sh_size"])
+
+
+@pytest.mark.parametrize("name", [".pydla.weights", ".pydla.recipe", ".pydla.tensors", ".pydla.memory",
+                                  ".pydla.ctrl.task0"])
+def test_a_changed_byte_in_any_section_is_refused_naming_it(name: str) -> None:
+    blob = bytearray(build_writer().build())
+    offset, size = _section_span(bytes(blob), name)
+    blob[offset + size // 2] ^= 0x01  # one bit, in the middle
+    with pytest.raises(DlaError) as e:
+        Loadable.open(bytes(blob))
+    assert e.value.code == NvError.BadValue
+    assert f"section '{name}' is corrupt: its SHA-256 is" in e.value.message
+
+
+def test_the_notes_are_covered_too() -> None:
+    blob = bytearray(build_writer().build())
+    offset, size = _section_span(bytes(blob), ".note.pydla")
+    at = bytes(blob).index(b"full", offset, offset + size)
+    blob[at:at + 4] = b"smal"  # the device note: 'full' -> 'smal' (a config that does not exist)
+    with pytest.raises(DlaError, match=r"\(format, contracts, device\) do not match their digest"):
+        Loadable.open(bytes(blob))
+
+
+def test_a_loadable_without_digests_is_refused_with_the_fix(monkeypatch) -> None:
+    import pydla.loadable.container as c
+
+    monkeypatch.setattr(c, "NT_DIGESTS", 99)  # written under another note type: note 4 is missing
+    old = build_writer().build()
+    monkeypatch.undo()
+    with pytest.raises(DlaError, match=r"note 4 \(section digests\) is missing: the loadable was written by "
+                                       r"an older pydla; compile the model again"):
+        Loadable.open(old)
+
+
+def test_a_section_added_afterwards_is_refused() -> None:
+    from pydla.elf.reader import ElfReader
+    from pydla.elf.writer import ElfWriter
+
+    blob = build_writer().build()
+    reader = ElfReader(blob)
+    w = ElfWriter()
+    for name in reader.section_names:
+        if name in ("", ".shstrtab"):
+            continue
+        info = reader.section_info(name)
+        w.add_section(name, bytes(reader.section(name, str(info["sh_type"]))),
+                      sh_type=7 if info["sh_type"] == "SHT_NOTE" else 1, align=int(info["sh_addralign"]) or 1)
+    w.add_section(".pydla.extra", b"\x00" * 16)
+    with pytest.raises(DlaError, match=r"section '\.pydla\.extra' has no digest"):
+        Loadable.open(w.build())

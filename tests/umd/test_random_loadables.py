@@ -1,6 +1,8 @@
 """Corrupted loadables: a compiled network with random bytes changed is refused by ``load`` with a
-DlaError, or loads and then runs or fails with one; nothing else is raised, nothing hangs, nothing
-warns, and the runtime goes on loading. (A recipe section that is not UTF-8 raised
+DlaError (almost always: the section digests catch a changed byte of any section), or loads and then
+runs or fails with one; nothing else is raised, nothing hangs, nothing warns, and the runtime goes
+on loading. (That a corrupted loadable which runs gives the original's outputs is the fuzz
+campaign's check: tests/test_fuzz.py.) (A recipe section that is not UTF-8 raised
 UnicodeDecodeError before this test.) More mutations: ``PYDLA_RANDOM_LOADABLES=20000 python -m
 pytest tests/umd/test_random_loadables.py``.
 """
@@ -68,7 +70,8 @@ def test_corrupted_loadables_are_refused_or_run(blob: bytes) -> None:
             assert time.monotonic() - start < 5, f"mutation {seed}"
         assert _load_and_run(rt, blob) == "ran"
     refused = sum(n for k, n in outcomes.items() if k.startswith("load"))
-    assert outcomes["ran"] > MUTATIONS // 10 and refused > MUTATIONS // 10, outcomes
+    # What still loads changed only ELF bookkeeping (padding, addresses, flags) the digests leave out.
+    assert refused > MUTATIONS * 0.8 and outcomes["ran"] > 0, outcomes
 
 
 def test_a_recipe_that_is_not_utf8_is_a_dlaerror() -> None:
