@@ -287,3 +287,16 @@ def test_grouping_and_planning_take_time_in_proportion_to_the_graph() -> None:
         assert len(steps) == 2 * blocks + 1  # conv+relu fused, the add, the identity (a view)
         per_node[blocks] = best / len(graph.nodes)
     assert per_node[2000] < 3 * per_node[100]
+
+
+def test_pydla_compile_leaves_the_collector_as_it_found_it(tmp_path: Path) -> None:
+    import gc
+
+    path = tmp_path / "net.onnx"
+    onnx.save(_conv_relu(), str(path))
+    assert gc.isenabled()
+    assert cli._compile(_compile_args(path)) == 0
+    assert gc.isenabled()
+    with pytest.raises(DlaError):
+        cli._compile(_compile_args(tmp_path / "missing.onnx"))
+    assert gc.isenabled()
