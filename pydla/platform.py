@@ -29,6 +29,7 @@ from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.port_virtual import VirtualDevicePort
+from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.interface import NvDlaPort
 
 ConfigLike: TypeAlias = DeviceConfig | str | Path  # a configuration, a bundled one's name, or a file
@@ -49,14 +50,15 @@ class Probed:
 
 
 def probe(config: ConfigLike = "full", *, instance: int = 0, mode: str = "deterministic",
-          default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Probed:
-    """Build device ``instance`` of ``config`` running in ``mode``, and bind a KMD to it.
+          default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS) -> Probed:
+    """Build device ``instance`` of ``config`` running in ``mode``, and bind a KMD to it (whose hang
+    timeout is ``tdr_ms``: see :mod:`pydla.kmd.recovery`).
 
     Usage: ``probed = probe("small", mode="step"); probed.kmd.open_context()``
     """
     device = VirtualDevice(config, instance=instance, mode=mode)
     try:
-        kmd = Kmd(VirtualDevicePort(device), default_timeout_ms=default_timeout_ms)
+        kmd = Kmd(VirtualDevicePort(device), default_timeout_ms=default_timeout_ms, tdr_ms=tdr_ms)
     except BaseException:
         device.close()
         raise
@@ -68,10 +70,12 @@ class Platform:
     Thread-safe; :meth:`close` closes what was probed."""
 
     def __init__(self, config: ConfigLike = "full", *, mode: str = "deterministic",
-                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+                 default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS) -> None:
+        check_recovery_args(tdr_ms, BAN_AFTER_HANGS)  # at once, not at the first probe
         self._config = load_config(config)
         self.mode = mode
         self.default_timeout_ms = default_timeout_ms
+        self.tdr_ms = tdr_ms
         self._lock = threading.Lock()
         self._probed: dict[int, Probed] = {}
         self._closed = False
@@ -94,7 +98,8 @@ class Platform:
             probed = self._probed.get(instance)
             if probed is None:
                 probed = self._probed[instance] = probe(self._config, instance=instance, mode=self.mode,
-                                                        default_timeout_ms=self.default_timeout_ms)
+                                                        default_timeout_ms=self.default_timeout_ms,
+                                                        tdr_ms=self.tdr_ms)
             return probed
 
     def probe_all(self) -> list[Probed]:

@@ -3,8 +3,9 @@ through FUSE, so that clients in other processes reach them with real ioctl(2) c
 
 Each open of a device file is a KMD context (a client). The ioctls are those of the ``dla_uapi``
 binary contract (:mod:`pydla.linux.uapi`). Buffer-object and sync-object handles are numbered across
-the whole daemon, so a handle of another client is recognised as such (EPERM) rather than mistaken for
-one of the caller's. Every handle, count, offset and size a client sends is checked against the
+the whole daemon, so a handle of another client is never mistaken for one of the caller's; it is
+answered as a handle that does not exist (ENOENT), so that a client cannot learn which numbers others
+hold. Every handle, count, offset and size a client sends is checked against the
 caller's own context before anything reaches the KMD; a failed request answers an errno and leaves the
 reason in LAST_ERROR. When a client closes its file, or dies, its jobs are aborted and its buffers and
 sync objects freed (RELEASE). A WAIT blocks only its own request thread and is abandoned at once when
@@ -43,6 +44,7 @@ from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.kmd.port import AddressEntry
+from pydla.kmd.recovery import DEFAULT_TDR_MS
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.clients import Client, DeviceFile, Quotas
 from pydla.linux.fuse_context import FuseError, RequestContext
@@ -77,8 +79,9 @@ class KmdDaemon:
 
     def __init__(self, config: ConfigLike = "full", *, mode: str = "threaded",
                  default_timeout_ms: int = 10_000, quotas: Quotas | None = None,
-                 max_wait_ms: int = MAX_WAIT_MS, threads: int = 4) -> None:
-        self.platform = Platform(config, mode=mode, default_timeout_ms=default_timeout_ms)
+                 max_wait_ms: int = MAX_WAIT_MS, threads: int = 4,
+                 tdr_ms: int = DEFAULT_TDR_MS) -> None:
+        self.platform = Platform(config, mode=mode, default_timeout_ms=default_timeout_ms, tdr_ms=tdr_ms)
         probed = self.platform.probe_all()
         self.devices = [p.device for p in probed]  # for tests and diagnostics; served through the KMDs
         self.kmds = [p.kmd for p in probed]
@@ -223,18 +226,18 @@ class KmdDaemon:
 
     def _own(self, client: Client, handle: int, table: dict[int, Client], what: str) -> None:
         # Under self._lock (a concurrent destroy or release must not slip between check and use).
+        # One answer for "nobody's" and "another client's": a different one would let a client probe
+        # which handle numbers the others hold.
         owner = table.get(handle)
-        if owner is None or owner.closed:
-            raise FuseError(errno.ENOENT, f"{what} {handle} does not exist")
-        if owner is not client:
-            raise FuseError(errno.EPERM, f"{what} {handle} belongs to another client")
+        if owner is None or owner.closed or owner is not client:
+            raise FuseError(errno.ENOENT, f"{what} {handle} is not one of this client's")
 
     def _buffer(self, client: Client, handle: int) -> int:
         with self._lock:
             self._own(client, handle, self._buffers, "buffer object")
             entry = client.buffers.get(handle)
         if entry is None:
-            raise FuseError(errno.ENOENT, f"buffer object {handle} does not exist")
+            raise FuseError(errno.ENOENT, f"buffer object {handle} is not one of this client's")
         return entry[0]
 
     def _sync(self, client: Client, handle: int) -> TimelineSemaphore:
@@ -242,7 +245,7 @@ class KmdDaemon:
             self._own(client, handle, self._syncs, "sync object")
             sem = client.syncs.get(handle)
         if sem is None:
-            raise FuseError(errno.ENOENT, f"sync object {handle} does not exist")
+            raise FuseError(errno.ENOENT, f"sync object {handle} is not one of this client's")
         return sem
 
     # -- commands ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from pydla.errors import DlaError, NvError
+from pydla.kmd.recovery import DEFAULT_TDR_MS
 from pydla.linux.clients import Quotas
 from pydla.linux.daemon import KmdDaemon
 from pydla.linux.fuse_mount import FuseMountError
@@ -40,6 +41,10 @@ def register(commands: Any) -> None:
     p.add_argument("--threads", type=int, default=4,
                    help="request threads to start with; the pool grows to 64 while WAITs block some")
     p.add_argument("--timeout-ms", type=int, default=10_000, help="default job timeout")
+    p.add_argument("--tdr-ms", type=int, default=DEFAULT_TDR_MS, metavar="MS",
+                   help="hang timeout: a job none of whose operations completes within MS is declared "
+                        "hung and the recovery ladder runs; clients can only shorten it "
+                        f"(default {DEFAULT_TDR_MS})")
     p.add_argument("--client-memory", type=int, metavar="BYTES",
                    help="bytes of buffer objects one open device file may hold (default: half the "
                         "device memory)")
@@ -58,12 +63,12 @@ def _positive(name: str, value: int | None) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    for name in ("threads", "timeout_ms", "client_memory", "client_buffers", "client_syncs",
+    for name in ("threads", "timeout_ms", "tdr_ms", "client_memory", "client_buffers", "client_syncs",
                  "client_waits"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     quotas = Quotas(args.client_buffers, args.client_memory, args.client_syncs, args.client_waits)
     daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms, quotas=quotas,
-                       threads=args.threads)
+                       threads=args.threads, tdr_ms=args.tdr_ms)
     # Not dumpable: a process of another uid can then neither ptrace the daemon nor open anything
     # under /proc/<pid>/ (its memory, its descriptors).
     _set_dumpable(False)

@@ -202,7 +202,9 @@ def status_document(daemon: KmdDaemon) -> dict[str, Any]:
                         "precisions": [p.name for p in info.precisions],
                         "memory_bytes": info.memory_bytes, "contexts": stats["contexts"],
                         "jobs": {"queued": stats["queued"], "running": int(stats["running"] is not None),
-                                 **device_jobs[i]}})
+                                 **device_jobs[i]},
+                        "banned_contexts": len(stats["banned_contexts"]),
+                        "recovery": stats["recovery"]})
     empty = {"submitted": 0, "completed": 0, "failed": 0, "in_flight": 0}
     clients = []
     for row in rows:

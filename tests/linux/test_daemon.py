@@ -165,17 +165,20 @@ except OSError as e:
         owner.kill()
         owner.wait()
     perm, outside, nobody, destroy, unknown = lines[:5]
-    assert perm.startswith("BadParameter") and "belongs to another client" in perm
+    # another client's handle and nobody's get the same answer (no probing of others' handles)
+    assert perm.startswith("BadParameter") and f"buffer object {handle} is not one of this client's" in perm
     assert outside.startswith("BadParameter") and "offset 64 is outside" in outside
-    assert nobody.startswith("BadParameter") and "does not exist" in nobody
-    assert "belongs to another client" in destroy
+    assert nobody.startswith("BadParameter") and "buffer object 999999 is not one of this client's" in nobody
+    assert perm.replace(str(handle), "N") == nobody.replace("999999", "N")
+    assert f"{handle} is not one of this client's" in destroy
     assert unknown == "ENOTTY"
     assert sum(dev.ops_done for dev in d.devices) == 0  # nothing reached a device
     wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
 
 
 def test_raw_errnos_for_isolation(daemon, net) -> None:
-    """The errno itself, as a C client sees it: EPERM for another's handle, EINVAL for an offset, and
+    """The errno itself, as a C client sees it: ENOENT for another's handle (as for nobody's), EINVAL
+    for an offset, and
     BO_CREATE takes only a size-sealed memfd of the caller's own."""
     _, mnt = daemon
     blob, _ = net
@@ -216,7 +219,7 @@ print(info.size, info.iova == a.iova, a.fd)
 # the memory is shared: what the daemon's device sees is what this process wrote
 mem.view[:4] = b"abcd"
 """))
-    assert lines[:10] == ["EPROTO", "EPERM", "EINVAL", "EFAULT", "EINVAL",
+    assert lines[:10] == ["EPROTO", "ENOENT", "EINVAL", "EFAULT", "EINVAL",
                           "EINVAL", "EINVAL", "EINVAL", "EBADF", "EINVAL"]
     assert lines[10] == "64 True -1"
 
@@ -591,3 +594,19 @@ print("ran", flush=True)
         if daemon.poll() is None:
             daemon.kill()
         unmount(str(mnt))
+
+
+def test_the_administrator_sets_the_hang_timeout() -> None:
+    """The daemon's --tdr-ms reaches every device's driver; a client's job timeout only shortens it."""
+    from pydla import DlaError, NvError
+    from pydla.cli import main
+
+    d = KmdDaemon("full", tdr_ms=750)
+    try:
+        assert [k.watchdog.tdr_ms for k in d.kmds] == [750, 750]
+    finally:
+        d.close()
+    with pytest.raises(DlaError) as e:
+        KmdDaemon("full", tdr_ms=0)
+    assert e.value.code == NvError.BadParameter and "tdr_ms 0" in e.value.message
+    assert main(["kmd", "--mount", "/nonexistent", "--tdr-ms", "-5"]) == 1

@@ -74,6 +74,10 @@ def test_devices_json_reports_versions_contexts_clients_and_jobs(
         assert dev0["jobs"] == {"queued": 0, "running": 0, "submitted": 3, "completed": 3, "failed": 0}
         assert dev1["jobs"]["completed"] == 2  # the jobs of a client that has gone still count
         assert "CONV" in dev0["blocks"] and dev0["memory_bytes"] == d.memory_bytes
+        assert dev0["banned_contexts"] == 0
+        assert dev0["recovery"] == {"tdr_ms": d.kmds[0].watchdog.tdr_ms, "ban_after": 3, "hangs": 0,
+                                    "budget_timeouts": 0, "context_aborts": 0, "block_resets": 0,
+                                    "device_resets": 0, "failed_resets": 0, "bans": 0}
         [c] = s["clients"]
         assert c["pid"] == holder.pid and c["device"] == 0 and c["command"].startswith("python")
         assert c["jobs"] == {"submitted": 3, "completed": 3, "failed": 0, "in_flight": 0}
