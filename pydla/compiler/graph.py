@@ -338,7 +338,8 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     the folded graph."""
     used = {i for n in graph.nodes for i in n.inputs if i in graph.consts}
     nodes = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, **n.attrs) for n in graph.nodes]
-    inputs = [i for i in g.input if i.name in graph.inputs]
+    graph_inputs = set(graph.inputs)
+    inputs = [i for i in g.input if i.name in graph_inputs]
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
     # Pools whose input shapes only folding made known get their ceil_mode fixed here.

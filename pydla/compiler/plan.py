@@ -227,6 +227,7 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
     within: dict[str, int] = {}
     producers = {s.output: s for s in steps}
     users = consumer_map(graph) if any(s.kind == "concat" for s in steps) else {}
+    outputs = set(graph.outputs)
 
     def find(t: str) -> str:
         while t in root:
@@ -234,7 +235,8 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
         return t
 
     for step in steps:
-        if step.kind == "concat" and _concat_in_place(graph, step, producers, root, external, users):
+        if step.kind == "concat" and _concat_in_place(graph, step, producers, root, external, users,
+                                                          outputs):
             step.kind = "concat_view"
             offset = 0
             for t in step.head.inputs:
@@ -271,8 +273,9 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
     plan = MemoryPlan()
     live: list[tuple[int, int, str]] = []  # (offset, size, tensor)
     order = sorted(first, key=lambda t: first[t])
+    graph_inputs = set(graph.inputs)
     for t in order:
-        if t in external or (t in graph.inputs and not keep_io):
+        if t in external or (t in graph_inputs and not keep_io):
             continue
         i = first[t]
         live = [entry for entry in live if last[entry[2]] >= i]
@@ -299,17 +302,19 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
 
 
 def _concat_in_place(graph: Graph, step: Step, producers: dict[str, Step], root: dict[str, str],
-                     external: set[str], users: dict[str, list[Node]]) -> bool:
+                     external: set[str], users: dict[str, list[Node]], outputs: set[str]) -> bool:
     node = step.head
     shape = graph.shapes.get(step.output, ())
     axis = int(node.attrs.get("axis", 1))
     axis = axis + len(shape) if axis < 0 else axis
     if not 0 <= axis < len(shape) or prod(shape[:axis]) != 1 or step.output in root:
         return False  # only when each input's range of the output is contiguous
+    if len(set(node.inputs)) != len(node.inputs):
+        return False  # an input given twice would be written to two places
     for t in node.inputs:
         p = producers.get(t)
         if (p is None or p.kind in ("alias", "concat_view", "concat") or t in external or t in root
-                or t in graph.outputs or len(users.get(t, ())) != 1 or node.inputs.count(t) != 1):
+                or t in outputs or len(users.get(t, ())) != 1):
             return False
     return True
 
