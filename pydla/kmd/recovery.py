@@ -146,10 +146,11 @@ class Watchdog:
         self.stats.hangs += 1
         context.hangs += 1
         reset = self._reset_blocks(job)
-        extended = f", after +{job.extensions} extensions for progress" if job.extensions else ""
+        extended = f", +{job.extensions} extensions for progress" if job.extensions else ""
+        # What was stuck and what was reset come first: a port may carry only the first 192 bytes.
         parts = [f"task {job.job_id} of context {context.ctx} hung: no operation completed for "
-                 f"{window} ms (the driver's hang timeout is {self.tdr_ms} ms; the job's own "
-                 f"{job.timeout_ms} ms){extended}", detail, reset]
+                 f"{window} ms", reset, f"{detail} (hang timeout: the driver's {self.tdr_ms} ms, the "
+                 f"job's {job.timeout_ms} ms{extended})"]
         if context.hangs >= self.ban_after and context.banned is None:
             context.banned = (f"its jobs hung {context.hangs} times (the last: task {job.job_id}, "
                               f"{detail})")

@@ -556,14 +556,26 @@ class LinuxPort(NvDlaPort):
                 continue
             if done.status == 0:
                 return
-            if done.status == NvError.Timeout and time.monotonic() < deadline:
-                continue  # the daemon bounds one WAIT (MAX_WAIT_MS); ours is longer
+            if done.status == NvError.Timeout and not self._failed(device, f):
+                if time.monotonic() < deadline:
+                    continue  # the daemon bounds one WAIT (MAX_WAIT_MS); ours is longer
+            elif done.status == NvError.Timeout:
+                # Not this WAIT's limit: the task that was to signal the fence failed with Timeout
+                # (the driver declared it hung): its diagnosis, not a generic "not reached".
+                raise DlaError(NvError.Timeout, untext(bytes(done.message)))
             known = done.status in NvError._value2member_map_
             code = NvError(done.status) if known else NvError.ResourceError
             if code == NvError.Timeout:
                 raise DlaError(code, f"fence (sync {f.sync}, value {f.value}) not reached within "
                                      f"{timeout_ms} ms")
             raise DlaError(code, untext(bytes(done.message)))
+
+    @staticmethod
+    def _failed(device: LinuxDevice, f: Any) -> bool:
+        """Whether the daemon's sync object behind fence ``f`` failed (a WAIT answers NvError Timeout
+        both when its own time ran out and when the task failed with Timeout)."""
+        query = device.ioctl(U.dla_ioctl_e.SYNC_QUERY, U.dla_sync_query_t(sync=f.sync))
+        return bool(query.status) and int(query.value) < int(f.value)
 
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
         device, f = self._fence(fence)

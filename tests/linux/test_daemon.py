@@ -610,3 +610,33 @@ def test_the_administrator_sets_the_hang_timeout() -> None:
         KmdDaemon("full", tdr_ms=0)
     assert e.value.code == NvError.BadParameter and "tdr_ms 0" in e.value.message
     assert main(["kmd", "--mount", "/nonexistent", "--tdr-ms", "-5"]) == 1
+
+
+@pytest.mark.parametrize("ring", ["1", "0"])
+def test_a_client_gets_the_drivers_hang_diagnosis_not_a_generic_timeout(daemon, net, ring: str) -> None:
+    """A job the driver declares hung fails its fence with NvError Timeout and the diagnosis; the
+    client's wait reports that at once (not after its own 60 s, as "fence not reached"), and the
+    client's next run works."""
+    d, mnt = daemon
+    blob, _ = net
+    d.devices[0].inject_hang("CONV")
+    lines = finish(client(mnt, blob, f"""
+os.environ["PYDLA_LINUX_RING"] = "{ring}"
+rt = pydla.createRuntime("linux", path=MNT, timeout_ms=60_000)
+rt.load(BLOB)
+t0 = time.monotonic()
+try:
+    run_net(rt, 1)
+    print("ran")
+except DlaError as e:
+    print(e.code.name, round(time.monotonic() - t0, 1), "|", e.message)
+x, y = run_net(rt, 2)
+print("again", bool(np.isfinite(y).all()))
+rt.close()
+"""))
+    head, message = lines[0].split(" | ", 1)
+    code, elapsed = head.split()
+    assert code == "Timeout" and "hung: no operation completed for 2000 ms; blocks CONV" in message, lines[0]
+    assert "were reset; running and not finishing: operation 0 (CONV)" in message
+    assert float(elapsed) < 10, lines[0]
+    assert lines[1] == "again True"
