@@ -102,6 +102,9 @@ def _read_inputs(items: list[str]) -> dict[str, tuple[np.ndarray, str]]:
             raise DlaError(NvError.BadParameter, f"--input {item!r}: write NAME=FILE.npy")
         try:
             feeds[name] = (np.load(file, allow_pickle=False), file)
+        except EOFError:  # numpy's answer to an empty file
+            raise DlaError(NvError.FileReadFailed,
+                           f"--input {name}: {file} is empty, not a .npy array") from None
         except (OSError, ValueError) as e:
             raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
     return feeds

@@ -373,6 +373,11 @@ class Session:
 
     def _run_ort(self, output_names: Any, input_feed: Any, run_options: Any, what: str) -> list[np.ndarray]:
         inputs = [t.name for t in self.inputs]
+        if input_feed is None and isinstance(output_names, Mapping):
+            # InferenceSession.run({...}): the feeds were given where onnxruntime takes output names
+            raise DlaError(NvError.BadParameter,
+                           f"{what}({_short(output_names)}): onnxruntime's run takes the output names "
+                           f"first: write {what}(None, feeds) (pydla.Session.run(feeds) returns a dict)")
         if not isinstance(input_feed, Mapping):
             given, feed = ((f"{what}({'' if output_names is None else _short(output_names)})", output_names)
                            if input_feed is None else

@@ -199,3 +199,17 @@ def test_output_statistics_as_json_numbers() -> None:
     values = (np.float32(1.5), np.int64(3), np.bool_(True), np.float32("nan"), np.float64("inf"), -np.inf)
     assert [_number(v) for v in values] == [1.5, 3, True, "NaN", "Infinity", "-Infinity"]
     assert latency_stats([0.001, 0.003, 0.002]) == pytest.approx({"median": 2, "p90": 3, "min": 1, "max": 3})
+
+
+def test_run_input_files_that_are_not_arrays_are_one_line_errors(demo_dla: Path, tmp_path: Path,
+                                                                 capsys) -> None:
+    from pydla.cli import main
+
+    empty, text = tmp_path / "empty.npy", tmp_path / "text.npy"
+    empty.write_bytes(b"")
+    text.write_text("not an array")
+    for path, words in ((empty, "is empty, not a .npy array"), (text, "cannot read")):
+        assert main(["run", str(demo_dla), "--input", f"input={path}"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("pydla: error: --input input: ") and words in err and "Traceback" not in err
+        assert "[FileReadFailed]" in err

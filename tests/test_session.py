@@ -386,8 +386,8 @@ def test_inference_session_takes_onnxruntimes_place(demo, tmp_path: Path) -> Non
             (got,) = sess.run(["probabilities"], feeds, ort.RunOptions())
             np.testing.assert_allclose(got, expected[0], atol=1e-5)
             with pytest.raises(DlaError, match=r"InferenceSession.run\(\{'input': array\(1, 3, 32, 32\)\}\): "
-                                               r"the inputs must be a dict \{input name: array\}, not dict; "
-                                               r"the accepted form: run\(None, "):
+                                               r"onnxruntime's run takes the output names first: write "
+                                               r"InferenceSession.run\(None, feeds\)"):
                 sess.run(feeds)  # onnxruntime's run has no one-argument form
             sess.set_providers(["CPUExecutionProvider"])
     for kwargs, message in (

@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
         description="Run the KMD and the virtual devices of a configuration in this process, serving "
                     "DIR/dla0, DIR/dla1, ... through FUSE (needs root and /dev/fuse), and DIR/status, the "
                     "daemon's state as JSON (`pydla devices DIR` shows it). Clients use "
-                    "createRuntime(port='linux', path='DIR'), Session(..., port='linux'), or "
+                    "createRuntime(port='linux', path='DIR'), Session(..., port='linux:DIR'), or "
                     "PYDLA_PORT=linux:DIR. Stops (and unmounts) on SIGTERM or SIGINT.")
     p.add_argument("--mount", required=True, metavar="DIR",
                    help="an empty directory to serve the device files in; a stale mount that a killed "

@@ -57,6 +57,10 @@ class IRuntime:
         self._staging: dict[tuple[str, int], Staging] = {}  # tensors in the application's own layout
         self._lock = threading.Lock()
         self._staging_lock = threading.Lock()  # a run through staging buffers is one at a time
+        # Non-blocking runs not known to have ended: their output sync and the memory they use. A run
+        # that waits for other syncs has not reached the KMD yet, so only this knows its memory is
+        # in use (freeSystemMemory answers Busy for it).
+        self._runs: list[tuple[ISync, list[NvDlaMemHandle]]] = []
         self._closed = False
         self.libraries = CpuLibraries()
 
@@ -221,8 +225,14 @@ class IRuntime:
         return mem  # freed by freeSystemMemory, or with the session on close()
 
     def freeSystemMemory(self, mem: NvDlaMemHandle) -> None:
-        """Free memory from :meth:`allocateSystemMemory` (NvError Busy while a run uses it)."""
+        """Free memory from :meth:`allocateSystemMemory` (NvError Busy while a run uses it, also one
+        of :meth:`submitNonBlocking` still waiting for its ``wait_for`` syncs)."""
         self._check_open()
+        with self._lock:
+            self._runs = [(sync, mems) for sync, mems in self._runs if not _ended(sync)]
+            if any(m is mem for _, mems in self._runs for m in mems):
+                raise DlaError(NvError.Busy, "freeSystemMemory: the memory is bound to a run still in flight "
+                                             "(submitNonBlocking): wait for its sync first")
         self.port.NvDlaFreeMem(self.handle, mem)
 
     def _bind_staged(self, staging: Staging, mem: NvDlaMemHandle, what: str) -> None:
@@ -298,6 +308,10 @@ class IRuntime:
         pre = [s.fence for s in syncs]
         post = NvDlaFence(semaphore, 1)
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
+        uses = [*runner.bound.values(), *(m for s in staged for m in (s.dense, s.user) if m is not None)]
+        with self._lock:
+            self._runs = [(sync, mems) for sync, mems in self._runs if not _ended(sync)]
+            self._runs.append((out, uses))
         if not staged:
             runner.execute_async(pre, post, keep=(syncs, out))
             return [out]
@@ -393,3 +407,15 @@ def close_quietly(close: Callable[[], None], exc_type: type[BaseException] | Non
         close()
     except Exception as e:  # the block's own exception is the one the user must see
         log.warning("closing after %s: %s", exc_type.__name__, e)
+
+
+def _ended(sync: ISync) -> bool:
+    """Whether the run behind ``sync`` has ended (signaled or failed), without waiting."""
+    try:
+        sync.wait(0)
+    except DlaError as e:
+        # A wait of 0 ms on a pending run answers Timeout with the port's "not reached" wording; a run
+        # that failed answers its own error, which may be a Timeout too (a hung job): told apart here.
+        pending = e.code == NvError.Timeout and ("not reached" in e.message or "did not reach" in e.message)
+        return not pending
+    return True

@@ -115,3 +115,23 @@ def test_the_package_lists_what_it_offers() -> None:
     assert pydla.ILoadable is Loadable
     with pytest.raises(AttributeError):
         pydla.NoSuchThing  # noqa: B018
+
+
+@pytest.mark.parametrize("mode", ["threaded", "deterministic"])
+def test_memory_of_a_run_waiting_for_its_syncs_cannot_be_freed(net, mode: str) -> None:
+    """A non-blocking run that waits for other syncs has not reached the driver yet: freeing its
+    memory is Busy all the same, until the run has ended; then it frees."""
+    _, blob = net
+    with pydla.createRuntime(mode=mode, timeout_ms=5000) as rt:
+        _, out = bound(rt, blob)
+        gate = rt.createSync()
+        (done,) = rt.submitNonBlocking(wait_for=[gate])
+        with pytest.raises(DlaError) as e:
+            rt.freeSystemMemory(out)
+        assert e.value.code == NvError.Busy and "bound to a run still in flight" in e.value.message
+        spare = rt.allocateSystemMemory(64)
+        rt.freeSystemMemory(spare)  # memory no run uses frees at once
+        gate.signal()
+        done.wait(5000)
+        rt.unload()
+        rt.freeSystemMemory(out)
