@@ -8,7 +8,7 @@ anchor is onnxruntime's InferenceSession creation for the same serialized model,
 optimizes and plans the graph as a compiler does. Printed: the compile time per ONNX node at each
 size and their ratio (goal <= 1.3: compile time grows linearly with the graph), the total for the
 larger model (goal < 10 s at 10,000 blocks), and pydla / onnxruntime at each size. Medians of
---repeats runs (the larger size runs fewer times by default: --big-repeats).
+--repeats runs of the smaller model and --big-repeats of the larger, the two sizes alternating.
 
 Run: python bench/bench_compile_scaling.py [--small 1000] [--big 10000] [--repeats 3] [--big-repeats 3]
 """
@@ -55,16 +55,14 @@ def chain(blocks: int, seed: int = 0) -> Any:
     return model
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
-def ort_session_time(model: Any, repeats: int) -> float | None:
+def ort_session(model: Any) -> Callable[[], object] | None:
+    """Creating onnxruntime's session for ``model`` (None without onnxruntime)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -72,11 +70,7 @@ def ort_session_time(model: Any, repeats: int) -> float | None:
     data = model.SerializeToString()
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1  # one core, as pydla's compiler uses
-
-    def create() -> object:
-        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-
-    return median_time(create, repeats)
+    return lambda: ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 
 def main() -> int:
@@ -87,20 +81,30 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of the smaller model (median quoted)")
     parser.add_argument("--big-repeats", type=int, default=3, help="runs of the larger model (median quoted)")
     args = parser.parse_args()
+    models = {blocks: chain(blocks) for blocks in (args.small, args.big)}
+    repeats = {args.small: args.repeats, args.big: args.big_repeats}
+    times: dict[int, list[float]] = {blocks: [] for blocks in models}
+    anchors: dict[int, list[float]] = {blocks: [] for blocks in models}
+    # The two sizes alternate, round by round, so that a busy spell of the machine weighs on both.
+    for round_ in range(max(repeats.values())):
+        for blocks, model in models.items():
+            if round_ < repeats[blocks]:
+                times[blocks].append(timed(lambda: compile_model(model)))  # noqa: B023 (called at once)
+                create = ort_session(model)
+                if create is not None:
+                    anchors[blocks].append(timed(create))
     per_node: dict[int, float] = {}
-    totals: dict[int, float] = {}
-    for blocks, repeats in ((args.small, args.repeats), (args.big, args.big_repeats)):
-        model = chain(blocks)
+    for blocks, model in models.items():
         nodes = len(model.graph.node)
-        total = median_time(lambda: compile_model(model), repeats)  # noqa: B023 (called at once)
-        anchor = ort_session_time(model, repeats)
-        per_node[blocks], totals[blocks] = total / nodes, total
+        total = statistics.median(times[blocks])
+        per_node[blocks] = total / nodes
+        anchor = statistics.median(anchors[blocks]) if anchors[blocks] else None
         versus = (f"; onnxruntime session {anchor * 1e3:8.0f} ms, pydla / onnxruntime {total / anchor:5.1f}x"
                   if anchor else "; onnxruntime not installed")
         print(f"{blocks:6d} blocks ({nodes:6d} nodes): compile {total * 1e3:8.0f} ms median, "
-              f"{per_node[blocks] * 1e6:6.1f} us per node{versus}", flush=True)
+              f"{per_node[blocks] * 1e6:6.1f} us per node{versus}")
     ratio = per_node[args.big] / per_node[args.small]
-    big_total = totals[args.big]
+    big_total = statistics.median(times[args.big])
     ok_ratio = ratio <= PER_NODE_RATIO_GOAL
     ok_total = big_total < BIG_TOTAL_GOAL_S or args.big != 10000
     print(f"per-node time {args.big} / {args.small} blocks: {ratio:.2f} (goal <= {PER_NODE_RATIO_GOAL}: "
