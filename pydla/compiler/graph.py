@@ -56,9 +56,6 @@ class Graph:
     # :func:`_distinct_outputs`).
     output_names: list[str] = field(default_factory=list)
 
-    def consumers(self, name: str) -> list[Node]:
-        return [n for n in self.nodes if name in n.inputs]
-
     def is_empty(self, name: str) -> bool:
         """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""
         return name in self.consts and self.consts[name].size == 0

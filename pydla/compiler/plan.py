@@ -173,8 +173,8 @@ def _per_channel(graph: Graph, act: Node, producer_op: str) -> bool:
 
 
 def consumer_map(graph: Graph) -> dict[str, list[Node]]:
-    """Every tensor's readers, in graph order, each node once (as :meth:`Graph.consumers` gives
-    them one tensor at a time)."""
+    """Every tensor's readers, in graph order, each node once. Built once per pass: scanning the
+    nodes for one tensor's readers at a time made compiling quadratic in the graph's size."""
     users: dict[str, list[Node]] = {}
     for n in graph.nodes:
         for name in dict.fromkeys(n.inputs):
