@@ -347,7 +347,7 @@ class Harness:
 # -- the soak -----------------------------------------------------------------------------------------
 
 
-def soak(clients: int, submits: int, kill_every_s: float, seed: int) -> int:
+def soak(clients: int, submits: int, kill_every_s: float, seed: int, chunk: int = 1000) -> int:
     from pydla.linux import unmount
     from pydla.linux.daemon import KmdDaemon
 
@@ -362,8 +362,10 @@ def soak(clients: int, submits: int, kill_every_s: float, seed: int) -> int:
     start = time.monotonic()
     try:
         def spawn(i: int, left: int) -> subprocess.Popen[str]:
+            # A client process runs a chunk of its slot's jobs and exits; the next one goes on. A
+            # kill loses the chunk in flight (it is run again), so each slot finishes in time.
             return subprocess.Popen([sys.executable, __file__, "_client", "--mount", str(mnt),
-                                     "--block", "PDP", "--seed", str(i), "--limit", str(left)],
+                                     "--block", "PDP", "--seed", str(i), "--limit", str(min(left, chunk))],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
         left = [submits] * clients
@@ -461,6 +463,10 @@ def _faulty_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def tdr_ms(args: argparse.Namespace) -> int:
+    return int(args.tdr_ms)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -491,15 +497,20 @@ def main() -> int:
         return soak(args.clients, args.submits, args.kill_every, args.seed)
     rows = fault_campaign(args.port, args.others, args.tdr_ms, args.blocks)
     print(f"fault campaign, port {args.port}, TDR {args.tdr_ms} ms")
+    # The goal's bound is TDR + one job. With N other contexts each holding a queued job, round-robin
+    # serves up to N - 1 of them first: TDR + N jobs is the fair queue's own bound, printed beside it.
     print(f"{'block':<6} {'fault':<6} {'others':>6} {'faulty errors':>13} {'recovered':>9} "
-          f"{'other jobs':>10} {'other errors':>12} {'worst ms':>9} {'bound ms':>9} {'worst/bound':>11}")
+          f"{'other jobs':>10} {'other errors':>12} {'worst ms':>9} {'TDR+1 job':>9} {'worst/it':>8} "
+          f"{'TDR+N jobs':>10}")
     bad = 0
     for r in rows:
         ok = not r.other_errors and r.recovered and len(r.faulty_errors) == 2 and r.worst_ms <= r.bound_ms
+        job = r.bound_ms - tdr_ms(args)
         bad += not ok
         print(f"{r.block:<6} {r.fault:<6} {r.others:>6} {len(r.faulty_errors):>13} {r.recovered!s:>9} "
               f"{r.other_jobs:>10} {len(r.other_errors):>12} {r.worst_ms:>9.0f} {r.bound_ms:>9.0f} "
-              f"{r.worst_ms / r.bound_ms:>11.2f}{'' if ok else '  <-- short of the goal'}")
+              f"{r.worst_ms / r.bound_ms:>8.2f} {tdr_ms(args) + r.others * job:>10.0f}"
+              f"{'' if ok else '  <-- short of the goal'}")
     for r in rows:
         for e in r.other_errors[:2]:
             print(f"  {r.block} {r.fault} other: {e}")
