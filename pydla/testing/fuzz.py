@@ -251,9 +251,10 @@ def _run_target(target: Target, report: Report, cases: int, seed: int, case_time
 def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> list[Target]:
     """Every reader of untrusted input, seeded from ``loadable`` (a valid compiled network) and
     from inputs built here: the loadable (loaded and run against the original's outputs), its
-    control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, and a
-    device configuration."""
+    control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
+    device configuration, and the KMD daemon's ioctl arguments (Linux)."""
     makers: dict[str, Callable[[], Target]] = {
+        "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
         "control-code": lambda: control_code_target(loadable),
         "recipe": lambda: recipe_target(loadable),
@@ -383,3 +384,90 @@ def device_config_target() -> Target:
     return Target("device-config", seeds, check, json=True)
 
 
+
+
+def ioctl_target() -> Target:
+    """The KMD daemon's ioctl handler (what a client process sends through its device file), called
+    in this process with mutated arguments of every command: its answer is an errno (FuseError), or
+    success. An input is the command number (4 bytes) and the argument struct's bytes; the seeds are
+    valid calls on a client that holds a buffer, a sync object and a prepared task, named in the
+    seeds by marker values that each case replaces with the real handles (a mutated marker is then
+    a handle nobody holds). Linux only."""
+    import ctypes
+    import os
+
+    from pydla.deviceapi.generated import dla_uapi as U
+    from pydla.linux.daemon import KmdDaemon
+    from pydla.linux.fuse_context import FuseError, RequestContext
+    from pydla.linux.shm import SharedBuffer
+    from pydla.linux.uapi import COMMANDS
+
+    bo_mark, sync_mark = 0x5A5A0001, 0x5A5A0002
+    daemon = KmdDaemon("full", mode="deterministic", max_wait_ms=5)
+    state: dict[str, Any] = {}
+    shm = SharedBuffer(4096)
+    addresses = (U.dla_address_t * 2)()
+    fences = (U.dla_fence_t * 1)()
+    handshake = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],
+                                  layout_hash64=U.LAYOUT_HASH64)
+
+    def call(nr: int, args: Any) -> Any:
+        _, out = daemon.ioctl(state["client"], RequestContext(1, 0, 2, 0, 0, os.getpid()), COMMANDS[nr],
+                              bytes(args))
+        return type(args).from_buffer_copy(out)
+
+    def fresh_client() -> None:
+        if "client" in state:
+            daemon.release(state["client"])
+        state["client"] = daemon.open_client(0, os.getpid())
+        call(U.dla_ioctl_e.HANDSHAKE, handshake)
+        bo = call(U.dla_ioctl_e.BO_CREATE, U.dla_bo_create_t(size=4096, fd=shm.fd)).handle
+        sync = call(U.dla_ioctl_e.SYNC_CREATE, U.dla_sync_create_t(initial=0)).sync
+        # the memory SUBMIT and PREPARE read through the caller's pid names the real handles
+        addresses[0], addresses[1] = U.dla_address_t(handle=bo), U.dla_address_t(handle=bo, offset=64)
+        fences[0] = U.dla_fence_t(sync=sync, value=1)
+        state["bo"], state["sync"] = bo, sync
+        state["marks"] = {bo_mark.to_bytes(4, "little"): bo.to_bytes(4, "little"),
+                          sync_mark.to_bytes(4, "little"): sync.to_bytes(4, "little")}
+        state["age"] = 0
+
+    fresh_client()
+    fence = U.dla_fence_t(sync=sync_mark, value=1)
+    calls: list[tuple[int, Any]] = [
+        (U.dla_ioctl_e.HANDSHAKE, handshake),
+        (U.dla_ioctl_e.GET_PARAM, U.dla_get_param_t(param=int(U.dla_param_e.NUM_DEVICES))),
+        (U.dla_ioctl_e.BO_INFO, U.dla_bo_info_t(handle=bo_mark)),
+        (U.dla_ioctl_e.BO_DESTROY, U.dla_bo_destroy_t(handle=bo_mark)),
+        (U.dla_ioctl_e.SUBMIT, U.dla_submit_t(addresses=ctypes.addressof(addresses), num_addresses=2,
+                                              post_fences=ctypes.addressof(fences), num_post_fences=1,
+                                              timeout_ms=50)),
+        (U.dla_ioctl_e.WAIT, U.dla_wait_t(fence=fence, timeout_ms=1)),
+        (U.dla_ioctl_e.SYNC_SIGNAL, U.dla_sync_signal_t(fence=fence)),
+        (U.dla_ioctl_e.SYNC_QUERY, U.dla_sync_query_t(sync=sync_mark)),
+        (U.dla_ioctl_e.SYNC_DESTROY, U.dla_sync_destroy_t(sync=sync_mark)),
+        (U.dla_ioctl_e.PREPARE, U.dla_prepare_t(addresses=ctypes.addressof(addresses), num_addresses=2)),
+        (U.dla_ioctl_e.SUBMIT_PREPARED, U.dla_submit_prepared_t(prepared=1, timeout_ms=50)),
+        (U.dla_ioctl_e.RELEASE_PREPARED, U.dla_release_prepared_t(prepared=1)),
+        (U.dla_ioctl_e.RING_SETUP, U.dla_ring_setup_t()),
+    ]
+    seeds = [int(nr).to_bytes(4, "little") + bytes(args) for nr, args in calls]
+
+    def check(data: bytes) -> None:
+        state["age"] += 1
+        if state["age"] >= 100 or not state["client"].compatible:
+            fresh_client()  # what mutated calls made or broke goes with the old client
+        nr = int.from_bytes(data[:4].ljust(4, b"\0"), "little")
+        payload = data[4:]
+        for mark, real in state["marks"].items():
+            payload = payload.replace(mark, real)
+        try:
+            daemon.ioctl(state["client"], RequestContext(1, 0, 2, 0, 0, os.getpid()), COMMANDS.get(nr, nr),
+                         payload)
+        except FuseError as e:  # the daemon's answer: an errno, with the reason in LAST_ERROR
+            if nr in (U.dla_ioctl_e.BO_DESTROY, U.dla_ioctl_e.SYNC_DESTROY):
+                state["age"] = 100
+            raise DlaError(NvError.BadParameter, f"errno {e.errno}: {e.message}") from None
+        if nr in (U.dla_ioctl_e.BO_DESTROY, U.dla_ioctl_e.SYNC_DESTROY):
+            state["age"] = 100  # the next case starts with a buffer and a sync again
+
+    return Target("ioctl", seeds, check)
