@@ -320,7 +320,7 @@ class Session:
         self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms, path=path)
         self._lock = threading.Lock()
         try:
-            self.runtime.load(blob)
+            self.runtime.load(blob, name=_model_name(model))
             self.inputs = self._describe("input")
             self.outputs = self._describe("output")
             # An empty tensor (a dimension of 0) has no bytes: no memory, nothing to bind or copy.
@@ -527,3 +527,11 @@ def _check_providers(providers: Any, provider_options: Any) -> None:
                                          or not all(isinstance(o, dict) for o in provider_options)):
         raise DlaError(NvError.BadParameter, f"provider_options {_short(provider_options)}: None or a list "
                                              "of dicts is expected")
+
+
+def _model_name(model: Any) -> str | None:
+    """What errors about the model's loadable call it: its file (a compiled ONNX model says so)."""
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        return str(path) if path.suffix.lower() != ".onnx" else f"{path} (compiled)"
+    return None

@@ -213,3 +213,15 @@ def test_run_input_files_that_are_not_arrays_are_one_line_errors(demo_dla: Path,
         err = capsys.readouterr().err
         assert err.startswith("pydla: error: --input input: ") and words in err and "Traceback" not in err
         assert "[FileReadFailed]" in err
+
+
+def test_run_names_the_file_of_a_corrupt_loadable(demo_dla: Path, tmp_path: Path, capsys) -> None:
+    from pydla.cli import main
+
+    blob = bytearray(demo_dla.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # somewhere in the weights
+    bad = tmp_path / "bad.dla"
+    bad.write_bytes(bytes(blob))
+    assert main(["run", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"pydla: error: {bad}: section '") and "is corrupt" in err

@@ -24,6 +24,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -79,6 +80,7 @@ __all__ = [
 ]
 
 MAX_PREPARED = 4096  # prepared jobs per context
+log = logging.getLogger("pydla.kmd")
 
 
 class Kmd:
@@ -130,6 +132,7 @@ class Kmd:
             ctx = self.port.dla_create_context()
             self._contexts[ctx] = Context(ctx)
             self._queues[ctx] = deque()
+            log.debug("device %d: context %d opened (%d open)", self.info.instance, ctx, len(self._contexts))
             return ctx
 
     def close_context(self, ctx: int) -> None:
@@ -148,6 +151,7 @@ class Kmd:
             del self._queues[ctx]
             release_context(self.port, context)
             self.tasks.forget(ctx)
+            log.debug("device %d: context %d closed (%d open)", self.info.instance, ctx, len(self._contexts))
 
     def bo_create(self, ctx: int, size: int, *, fd: int | None = None) -> int:
         """A new buffer object of ``size`` bytes mapped into ``ctx``; returns its handle. With ``fd``

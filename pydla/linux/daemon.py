@@ -172,6 +172,7 @@ class KmdDaemon:
         client = Client(device, kmd, kmd.open_context(), pid)
         with self._lock:
             self._clients.add(client)
+        log.info("client pid %d opened dla%d (context %d)", pid, device, client.ctx)
         return client
 
     def release(self, client: Client) -> None:
@@ -198,6 +199,7 @@ class KmdDaemon:
         client.buffers.clear()
         client.syncs.clear()
         self.jobs.forget(client)
+        log.info("client pid %d closed dla%d (context %d)", client.pid, client.device, client.ctx)
 
     def ioctl(self, client: Client, ctx: RequestContext, cmd: int, data: bytes) -> tuple[int, bytes]:
         nr = BY_COMMAND.get(cmd)

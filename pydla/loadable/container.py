@@ -202,10 +202,11 @@ class Loadable:
         self._ctrl = self._read_control_code()
 
     @classmethod
-    def open(cls, source: str | Path | bytes | bytearray | memoryview) -> Loadable:
-        """A loadable from a path (memory-mapped, never copied) or from the caller's buffer."""
+    def open(cls, source: str | Path | bytes | bytearray | memoryview, name: str | None = None) -> Loadable:
+        """A loadable from a path (memory-mapped, never copied) or from the caller's buffer; ``name``
+        is what its errors call it (default: the path, or "loadable")."""
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return cls(source)
+            return cls(source, name or "loadable")
         if not isinstance(source, (str, os.PathLike)):
             raise DlaError(NvError.BadParameter,
                            f"a loadable is a path, bytes or a memoryview, not {type(source).__name__}"
@@ -216,7 +217,7 @@ class Loadable:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             raise DlaError(NvError.FileReadFailed, f"{path}: cannot map the loadable: {e}") from e
-        return cls(mapped, str(path))
+        return cls(mapped, name or str(path))
 
     # -- checks --------------------------------------------------------------------------------------
 

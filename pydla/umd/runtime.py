@@ -109,10 +109,11 @@ class IRuntime:
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def load(self, buf: bytes | bytearray | memoryview | str | Path) -> None:
-        """Load a loadable (bytes, a memoryview, or a path): checked, weights uploaded once."""
+    def load(self, buf: bytes | bytearray | memoryview | str | Path, *, name: str | None = None) -> None:
+        """Load a loadable (bytes, a memoryview, or a path): checked, weights uploaded once. ``name``
+        is what errors call it (default: the path, or "loadable")."""
         self._check_open()
-        loadable = Loadable.open(buf)
+        loadable = Loadable.open(buf, name)
         runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
             self._drop_staging()
@@ -121,6 +122,9 @@ class IRuntime:
             self.loadable, self.runner = loadable, runner
             self._inputs = loadable.tensors("input")
             self._outputs = loadable.tensors("output")
+        log.info("loaded %s: %d inputs, %d outputs, %d runs, format %s, device config '%s'", loadable.source,
+                 len(self._inputs), len(self._outputs), len(loadable.recipe.runs),
+                 ".".join(map(str, loadable.format_version)), loadable.device)
 
     def unload(self) -> None:
         with self._lock:
