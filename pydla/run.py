@@ -128,7 +128,17 @@ def _run(args: argparse.Namespace) -> int:
             raise DlaError(NvError.FileWriteFailed,
                            f"--output-dir {args.output_dir}: {e.strerror or e}") from e
     t0 = time.perf_counter()
-    with Session(args.model, port=args.port, config=args.config, device=args.device) as sess:
+    progress = None
+    if sys.stderr.isatty():  # compiling a large ONNX model takes a while: show it, as pydla compile does
+        from pydla.compiler.progress import TerminalProgress
+
+        progress = TerminalProgress(sys.stderr)
+    try:
+        sess = Session(args.model, port=args.port, config=args.config, device=args.device, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    with sess:
         load_ms = (time.perf_counter() - t0) * 1e3
         names = [t.name for t in sess.inputs]
         for name in given:

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -37,6 +37,8 @@ from pydla.loadable.container import NUMPY_TYPES
 from pydla.umd.runtime import close_quietly, createRuntime
 
 _ELF_MAGIC = b"\x7fELF"
+
+Progress = Callable[[int, int, str], None]  # (done, total, what): see pydla.compiler.progress
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class NodeArg:
     __hash__ = None  # type: ignore[assignment]  # a list inside: equal by value, not hashable
 
 
-def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") -> bytes:
+def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
+                   progress: Progress | None = None) -> bytes:
     """A loadable for ``model``: a .dla path or bytes as they are; ONNX compiled (and cached).
 
     An ONNX model given as a path has its external data files read from the model file's
@@ -81,7 +84,7 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") ->
     """
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
-        return data if data[:4] == _ELF_MAGIC else _compile_cached(data, config, precision)
+        return data if data[:4] == _ELF_MAGIC else _compile_cached(data, config, precision, progress=progress)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         try:
@@ -89,12 +92,14 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32") ->
         except OSError as e:
             code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
             raise DlaError(code, f"{path}: {e.strerror or e}") from e
-        return data if data[:4] == _ELF_MAGIC else _compile_cached(data, config, precision, model_file=path)
+        if data[:4] == _ELF_MAGIC:
+            return data
+        return _compile_cached(data, config, precision, model_file=path, progress=progress)
     serialize = getattr(model, "SerializeToString", None)
     if not callable(serialize):
         raise DlaError(NvError.BadParameter, f"model of type {type(model).__name__}: give a path, bytes "
                                              "or an onnx.ModelProto")
-    return _compile_cached(serialize(), config, precision)
+    return _compile_cached(serialize(), config, precision, progress=progress)
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,7 +126,7 @@ def fingerprinted_files() -> list[Path]:
 
 
 def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
-                    model_file: Path | None = None) -> bytes:
+                    model_file: Path | None = None, progress: Progress | None = None) -> bytes:
     """The loadable of an ONNX model (``onnx_bytes``, read from ``model_file`` when given: its
     external data files are then found in that file's directory), from the cache or compiled."""
     onnx = _import_onnx()
@@ -150,7 +155,7 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
 
     for tensor, file in external:
         _load_external(tensor, file, label)
-    blob: bytes = compile_model(model, config=config, precision=precision).blob
+    blob: bytes = compile_model(model, config=config, precision=precision, progress=progress).blob
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -308,6 +313,8 @@ class Session:
         precision: what an ONNX model is compiled to: "fp32" or "fp16".
         timeout_ms: how long a run (and closing) may take before NvError Timeout.
         path: the KMD daemon's directory for ``port="linux"``.
+        progress: called as an ONNX model compiles (not from the cache), with (done, total, phase):
+            ``pydla.compiler.progress.TerminalProgress(sys.stderr)`` draws it on a terminal.
 
     Attributes: ``inputs`` and ``outputs`` (lists of :class:`TensorInfo`), ``runtime`` (the
     :class:`~pydla.umd.runtime.IRuntime` underneath).
@@ -315,8 +322,8 @@ class Session:
 
     def __init__(self, model: Any, *, port: str | None = None, config: str = "full", device: int = 0,
                  precision: str = "fp32", timeout_ms: int = 60_000,
-                 path: str | os.PathLike[str] | None = None) -> None:
-        blob = loadable_bytes(model, config, precision)
+                 path: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> None:
+        blob = loadable_bytes(model, config, precision, progress=progress)
         self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms, path=path)
         self._lock = threading.Lock()
         try:

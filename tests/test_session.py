@@ -413,3 +413,18 @@ def test_the_package_shows_its_signatures_and_documentation() -> None:
     assert list(inspect.signature(pydla.InferenceSession).parameters) == [
         "path_or_bytes", "sess_options", "providers", "provider_options", "kwargs"]
     assert "InferenceSession" in dir(pydla)
+
+
+def test_session_reports_compile_progress_and_not_for_a_cache_hit(demo, tmp_path: Path, cache: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(demo, str(path))
+    calls: list[tuple[int, int, str]] = []
+    with pydla.Session(path, progress=lambda done, total, what: calls.append((done, total, what))):
+        pass
+    phases = [what.split(":")[0] for _, _, what in calls]
+    assert phases[0] == "checking" and calls[-1] == (1, 1, "done"), calls  # read by the session
+    assert "lowering" in phases and "writing" in phases
+    calls.clear()
+    with pydla.Session(path, progress=lambda *a: calls.append(a)):  # from the cache: nothing to report
+        pass
+    assert calls == []
