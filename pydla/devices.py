@@ -146,6 +146,11 @@ def format_daemon(entry: dict[str, Any]) -> list[str]:
              f"{s['totals']['clients']} client(s)"]
     for d in s["devices"]:
         lines.append(f"    {d['file']}: {d['contexts']} context(s); jobs: {_jobs(d['jobs'])}")
+        r = d.get("recovery")  # a daemon of an older pydla has none
+        if r is not None:
+            lines.append(f"      hang timeout {r['tdr_ms']} ms; {r['hangs']} hang(s), "
+                         f"{r['block_resets']} block reset(s), {r['device_resets']} device reset(s), "
+                         f"{d.get('banned_contexts', 0)} banned context(s)")
     for c in s["clients"]:
         j = c["jobs"]
         lines.append(f"    client pid {c['pid']} ({c['command'] or '?'}) on dla{c['device']}: "

@@ -86,6 +86,7 @@ def test_devices_json_reports_versions_contexts_clients_and_jobs(
                                "jobs_completed": 5, "jobs_failed": 0}
         text = pydla_devices(capsys, str(mnt))
         assert "uAPI 2." in text and "dla0: 1 context(s); jobs: 0 queued, 0 running, 3 completed" in text
+        assert "hang timeout 2000 ms; 0 hang(s), 0 block reset(s), 0 device reset(s), 0 banned" in text
         assert f"client pid {holder.pid}" in text
         holder.communicate("go\n", timeout=30)  # it closes its file: its context goes
         wait_until(lambda: json.loads(pydla_devices(capsys, "--json", str(mnt)))["status"]["devices"][0]
