@@ -15,6 +15,14 @@ Decisions on the examples of XRT's run-recipe documentation (which contain slips
   type is a string;
 - ``where`` defaults to ``npu``.
 
+The header names the device configuration as XRT does (``xclbin``) or as pydla always has
+(``device``); both may be given if they say the same. Other header keys are metadata ("the header
+section can be amended") and are kept, not checked; every other object is strict.
+
+Buffers follow XRT's rules: one with a ``size`` (or a ``file``) is created by the runner whatever
+its type, and binding one is then optional; one without is bound by the application. An internal
+buffer cannot be bound, so one without a size makes a recipe that can never run: refused here.
+
 Usage::
 
     recipe = load_recipe("recipe.json")          # RecipeError listing every problem
@@ -25,15 +33,26 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydla.errors import DlaError, NvError
 
+# Re-exported: the reader was here first and other modules import it from here.
+from pydla.loadable.recipe_json import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from pydla.loadable.recipe_json import loads as loads
+
 BUFFER_TYPES = ("input", "output", "inout", "internal", "weight", "spill", "unknown")
+# The types a loadable's runtime binds (its tensors), whatever their size.
 EXTERNAL_TYPES = ("input", "output", "inout")
+# What the runner's bind_input and bind_output accept (XRT binds any buffer but an internal one,
+# which the runner manages): graph inputs and what feeds kernels; graph outputs; either for the
+# types that say nothing of a direction.
+BIND_INPUT_TYPES = ("input", "inout", "weight", "spill", "unknown")
+BIND_OUTPUT_TYPES = ("output", "inout", "spill", "unknown")
+# Header keys with a meaning here; others are metadata.
+HEADER_KEYS = ("xclbin", "device", "version", "name", "description")
 CONSTANT_TYPES = ("int", "float", "string")
 MAX_ARGIDX = 255
 # The recipe format this pydla writes; it reads any recipe of the same major version.
@@ -60,8 +79,13 @@ class Buffer:
 
     @property
     def external(self) -> bool:
-        """Bound by the application (no size given), rather than created by the runner."""
-        return self.size is None
+        """Bound by the application: neither a size nor a file says how to create it."""
+        return self.size is None and self.file is None
+
+    @property
+    def bindable(self) -> bool:
+        """Whether the application may bind memory to it (any type but internal)."""
+        return self.type in BIND_INPUT_TYPES or self.type in BIND_OUTPUT_TYPES
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Recipe:
+    # The device configuration, from header.xclbin (XRT's key) or header.device (pydla's).
     device: str
     version: str | None
     buffers: dict[str, Buffer]
@@ -109,6 +134,13 @@ class Recipe:
     cpus: dict[str, Cpu]
     runs: tuple[Run, ...]
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def device_path(self) -> str:
+        """The JSON path the configuration came from (for errors about it)."""
+        header = self.raw.get("header") if isinstance(self.raw, dict) else None
+        key = "xclbin" if isinstance(header, dict) and "xclbin" in header else "device"
+        return f"/header/{key}"
 
     def runlists(self) -> list[tuple[str, list[Run]]]:
         """Contiguous runs of the same ``where`` grouped, in order (the runner's runlists)."""
@@ -129,14 +161,16 @@ class _Checker:
     def error(self, path: str, message: str) -> None:
         self.errors.append((path, message))
 
-    def obj(self, value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...]) -> bool:
+    def obj(self, value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...],
+            *, more: bool = False) -> bool:
+        """An object with the required keys and, unless ``more``, no key but the optional ones."""
         if not isinstance(value, dict):
             self.error(path, f"must be an object, not {_kind(value)}")
             return False
         for key in required:
             if key not in value:
                 self.error(path, f"'{key}' is required")
-        for key in value:
+        for key in () if more else value:
             if key not in required and key not in optional:
                 allowed = ", ".join((*required, *optional))
                 self.error(f"{path}/{key}", f"unknown key '{key}' (allowed: {allowed})")
@@ -178,11 +212,10 @@ class _Checker:
             return None
         return value
 
-    def library_path(self, value: str, path: str) -> None:
+    def relative(self, value: str, path: str, against: str) -> None:
         p = PurePosixPath(value.replace("\\", "/"))
         if not self.allow_unsafe_paths and (p.is_absolute() or ".." in p.parts or ":" in value):
-            self.error(path, f"'{value}' must be relative, without '..' (libraries resolve against "
-                             "PYDLA_LIBRARY_PATH or the install location)")
+            self.error(path, f"'{value}' must be relative, without '..' ({against})")
 
 
 def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool = False) -> Recipe:
@@ -190,25 +223,7 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
     c = _Checker(allow_unsafe_paths)
     if not c.obj(doc, "", ("header", "resources", "execution"), ()):
         raise RecipeError(source, c.errors)
-    header = doc.get("header")
-    device, version = "", None
-    if c.obj(header, "/header", ("device",), ("version", "name", "description")):
-        device = c.string(header.get("device"), "/header/device") or ""
-        if "version" in header:
-            version = c.string(header["version"], "/header/version")
-            if version is not None and not _semver(version):
-                c.error("/header/version", f"'{version}' is not MAJOR.MINOR.PATCH")
-            elif version is not None and int(version.split(".")[0]) != RECIPE_VERSION[0]:
-                major = int(version.split(".")[0])
-                fix = ("the recipe is newer: upgrade pydla" if major > RECIPE_VERSION[0]
-                       else "the recipe is older: rewrite it for this version")
-                mine = ".".join(map(str, RECIPE_VERSION))
-                c.error("/header/version", f"'{version}': this pydla reads recipe version "
-                                           f"{RECIPE_VERSION[0]}.x (writes {mine}); {fix}")
-        for key in ("name", "description"):
-            if key in header and not isinstance(header[key], str):
-                c.error(f"/header/{key}", "must be a string")
-
+    device, version = _header(c, doc.get("header"))
     buffers: dict[str, Buffer] = {}
     kernels: dict[str, Kernel] = {}
     cpus: dict[str, Cpu] = {}
@@ -225,9 +240,12 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
             size = c.count(b["size"], f"{path}/size") if "size" in b else None
             if "size" in b and size == 0:
                 c.error(f"{path}/size", "must be at least 1")
-            if btype == "internal" and "size" not in b:
-                c.error(path, f"internal buffer '{name}' needs a size (the runner creates it)")
             file = c.string(b["file"], f"{path}/file") if "file" in b else None
+            if btype == "internal" and "size" not in b and "file" not in b:
+                # Nothing binds an internal buffer, so without a size the runner cannot make it
+                # and no run can ever start: said now, not at execute().
+                c.error(path, f"internal buffer '{name}' needs a size: the runner creates internal "
+                              "buffers and nothing can bind one, so this recipe could never run")
             if name is not None:
                 if name in buffers:
                     c.error(f"{path}/name", f"buffer '{name}' is defined twice")
@@ -251,7 +269,8 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
             name = c.string(cpu.get("name"), f"{path}/name", name=True)
             lib = c.string(cpu.get("library_path"), f"{path}/library_path")
             if lib is not None:
-                c.library_path(lib, f"{path}/library_path")
+                c.relative(lib, f"{path}/library_path",
+                           "libraries resolve against PYDLA_LIBRARY_PATH or the install location")
             if name is not None and (name in cpus or name in kernels):
                 c.error(f"{path}/name", f"'{name}' is defined twice")
             elif name and lib:
@@ -267,6 +286,43 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
     if c.errors:
         raise RecipeError(source, c.errors)
     return Recipe(device, version, buffers, kernels, cpus, tuple(runs), doc)
+
+
+def _header(c: _Checker, header: Any) -> tuple[str, str | None]:
+    """The configuration (header.xclbin or header.device) and the version; other keys are metadata."""
+    if not c.obj(header, "/header", (), (), more=True):
+        return "", None
+    names: dict[str, str] = {}
+    for key in ("xclbin", "device"):
+        if key in header:
+            value = c.string(header[key], f"/header/{key}")
+            if value is not None:
+                # A file is found next to the recipe, as its other files are.
+                c.relative(value, f"/header/{key}", "a bundled configuration name, or a file next "
+                                                    "to the recipe")
+                names[key] = value
+    if "xclbin" not in header and "device" not in header:
+        c.error("/header", "'xclbin' (or pydla's 'device') is required: the device configuration, a "
+                           "bundled name or a configuration file")
+    if len(set(names.values())) > 1:
+        c.error("/header/device", f"'{names['device']}' and header.xclbin '{names['xclbin']}' must "
+                                  "name the same device configuration (give one of them)")
+    version = None
+    if "version" in header:
+        version = c.string(header["version"], "/header/version")
+        if version is not None and not _semver(version):
+            c.error("/header/version", f"'{version}' is not MAJOR.MINOR.PATCH")
+        elif version is not None and int(version.split(".")[0]) != RECIPE_VERSION[0]:
+            major = int(version.split(".")[0])
+            fix = ("the recipe is newer: upgrade pydla" if major > RECIPE_VERSION[0]
+                   else "the recipe is older: rewrite it for this version")
+            mine = ".".join(map(str, RECIPE_VERSION))
+            c.error("/header/version", f"'{version}': this pydla reads recipe version "
+                                       f"{RECIPE_VERSION[0]}.x (writes {mine}); {fix}")
+    for key in ("name", "description"):
+        if key in header and not isinstance(header[key], str):
+            c.error(f"/header/{key}", "must be a string")
+    return names.get("xclbin", names.get("device", "")), version
 
 
 def _run(c: _Checker, r: Any, path: str, buffers: dict[str, Buffer], kernels: dict[str, Kernel],
@@ -368,56 +424,23 @@ def _kind(value: Any) -> str:
             int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def loads(text: str | bytes, source: str = "recipe") -> Any:
-    """Strict JSON: no NaN or Infinity, nesting at most MAX_JSON_DEPTH deep; a syntax error names
-    line and column."""
-    def reject(constant: str) -> Any:
-        raise DlaError(NvError.BadValue, f"{source}: {constant} is not JSON")
-
-    try:
-        if isinstance(text, (bytes, bytearray)):
-            text = bytes(text).decode("utf-8")
-        _check_depth(text, source)
-        return json.loads(text, parse_constant=reject)
-    except UnicodeDecodeError as e:
-        raise DlaError(NvError.BadValue, f"{source}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except RecursionError:  # a safety net: _check_depth bounds the nesting before json sees it
-        raise DlaError(NvError.BadValue, f"{source}: JSON nested too deep") from None
-    except json.JSONDecodeError as e:
-        before = e.doc[:e.pos].rstrip()
-        hint = " (a trailing comma?)" if before.endswith(",") else ""
-        raise DlaError(NvError.BadValue,
-                       f"{source}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from e
-
-
-# A recipe is about six levels deep; json's parser recurses once per level and raises
-# RecursionError near a thousand, so the depth is bounded well before that.
-MAX_JSON_DEPTH = 64
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def _check_depth(text: str, source: str) -> None:
-    depth = 0
-    for m in _JSON_TOKENS.finditer(text):
-        token = m.group()
-        if token in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                line = text.count("\n", 0, m.start()) + 1
-                raise DlaError(NvError.BadValue, f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} "
-                                                 f"levels (line {line})")
-        elif token in "]}":
-            depth -= 1
-
-
-def load_recipe(path: str | Path, *, allow_unsafe_paths: bool = False) -> Recipe:
-    """Read and check a recipe JSON file."""
+def load_recipe(path: str | Path, *, allow_unsafe_paths: bool = False, check_config: bool = True) -> Recipe:
+    """Read and check a recipe JSON file. With ``check_config``, also load the device configuration
+    its header names (a bundled name, or a file next to the recipe) and check every kernel's
+    instance against the configuration's compute units (:mod:`pydla.loadable.recipe_config`)."""
     p = Path(path)
     try:
         text = p.read_bytes()
     except OSError as e:
         raise DlaError(NvError.FileReadFailed, f"{p}: cannot read the recipe: {e.strerror}") from e
-    return parse_recipe(loads(text, str(p)), str(p), allow_unsafe_paths=allow_unsafe_paths)
+    recipe = parse_recipe(loads(text, str(p)), str(p), allow_unsafe_paths=allow_unsafe_paths)
+    if check_config:
+        # Imported here: it loads device configurations (pydla.hw.config), which a recipe read
+        # for the runner does not (the UMD learns its device through its port).
+        from pydla.loadable.recipe_config import check_config as check
+
+        check(recipe, p, allow_unsafe_paths=allow_unsafe_paths)
+    return recipe
 
 
 def schema() -> dict[str, Any]:

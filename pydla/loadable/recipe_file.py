@@ -2,8 +2,9 @@
 own directory, instead of carrying them as a loadable does:
 
 - a kernel's ``ctrlcode`` is a control-code ELF file (:mod:`pydla.elf.controlcode`);
-- a buffer's ``file`` gives its initial contents (weights, or an internal buffer's start value); a
-  weight buffer without a ``size`` takes the file's size, and a file larger than ``size`` is refused.
+- a buffer's ``file`` gives its initial contents (weights, or any created buffer's start value); a
+  buffer without a ``size`` takes the file's size, and a file larger than ``size`` is refused. A
+  buffer with a size or a file is created by the runner whatever its type; binding one replaces it.
 
 File paths are relative and may not contain ``..`` unless the caller allows it, and what they name
 (symbolic links followed) must lie inside the recipe's directory, so a recipe cannot reach outside it.
@@ -23,7 +24,7 @@ from typing import Any
 
 from pydla.elf.controlcode import ControlCode
 from pydla.errors import DlaError, NvError
-from pydla.loadable.recipe import EXTERNAL_TYPES, Recipe, load_recipe
+from pydla.loadable.recipe import Recipe, load_recipe
 
 MAX_FILE_BYTES = 1 << 32
 
@@ -35,21 +36,21 @@ class RecipeFile:
         self.path = Path(path)
         self.source = str(self.path)
         self.allow_unsafe_paths = allow_unsafe_paths
-        self.recipe: Recipe = load_recipe(self.path, allow_unsafe_paths=allow_unsafe_paths)
+        # The device configuration is not loaded here: the runner opens recipes too, and it learns
+        # its device through its port (``check_device``), never from pydla.hw's configuration.
+        self.recipe: Recipe = load_recipe(self.path, allow_unsafe_paths=allow_unsafe_paths,
+                                          check_config=False)
         self._controls = {name: ControlCode(self._read(k.ctrlcode, f"kernel '{name}' ctrlcode"),
                                             f"{self.source}: kernel '{name}' ({k.ctrlcode})")
                           for name, k in self.recipe.kernels.items()}
         self._files: dict[str, bytes] = {}
         for name, buf in self.recipe.buffers.items():
-            if buf.type == "weight" and buf.size is None and buf.file is None:
-                raise DlaError(NvError.BadParameter, f"{self.source}: weight buffer '{name}' needs a size or "
-                                                     "a file")
             if buf.file is None:
                 continue
-            if buf.type in EXTERNAL_TYPES:
-                raise DlaError(NvError.BadParameter, f"{self.source}: buffer '{name}' is {buf.type} (bound "
-                                                     "by the application): it cannot have a file")
             data = self._read(buf.file, f"buffer '{name}' file")
+            if buf.size is None and not data:
+                raise DlaError(NvError.InvalidSize, f"{self.source}: buffer '{name}': file '{buf.file}' is "
+                                                    "empty and no size is given")
             if buf.size is not None and len(data) > buf.size:
                 raise DlaError(NvError.InvalidSize,
                                f"{self.source}: buffer '{name}': file '{buf.file}' holds {len(data)} bytes, "
@@ -57,28 +58,9 @@ class RecipeFile:
             self._files[name] = data
 
     def _read(self, relative: str, what: str) -> bytes:
-        p = PurePosixPath(relative.replace("\\", "/"))
-        if not self.allow_unsafe_paths and (p.is_absolute() or ".." in p.parts):
-            raise DlaError(NvError.BadParameter, f"{self.source}: {what} '{relative}': absolute paths and "
-                                                 "'..' are not allowed (paths are relative to the recipe)")
-        full = Path(relative) if p.is_absolute() else self.path.parent / Path(*p.parts)
+        real = resolve_file(self.path, relative, what, allow_unsafe_paths=self.allow_unsafe_paths)
         try:
-            real = full.resolve(strict=True)
-            if not self.allow_unsafe_paths and not real.is_relative_to(self.path.parent.resolve()):
-                raise DlaError(NvError.BadParameter,
-                               f"{self.source}: {what} '{relative}' leads to {real}, outside the recipe's "
-                               "directory (a symbolic link)")
-            if not real.is_file():
-                raise DlaError(NvError.BadParameter, f"{self.source}: {what} '{relative}' is not a regular "
-                                                     "file")
-            size = real.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise DlaError(NvError.InvalidSize, f"{self.source}: {what} '{relative}' has {size} bytes "
-                                                    f"(at most {MAX_FILE_BYTES})")
             return real.read_bytes()
-        except FileNotFoundError:
-            raise DlaError(NvError.FileNotFound, f"{self.source}: {what} '{relative}' not found "
-                                                 f"(looked for {full})") from None
         except OSError as e:
             raise DlaError(NvError.FileReadFailed, f"{self.source}: {what} '{relative}': {e.strerror}") from e
 
@@ -90,10 +72,9 @@ class RecipeFile:
         return self._controls[kernel]
 
     def created_size(self, name: str) -> int | None:
-        """Bytes of a buffer the runner creates, or None for one the application binds."""
+        """Bytes of a buffer the runner creates (one with a size or a file, whatever its type, as
+        XRT's runner does), or None for one the application binds."""
         buf = self.recipe.buffers[name]
-        if buf.type in EXTERNAL_TYPES:
-            return None
         if buf.size is not None:
             return buf.size
         return len(self._files[name]) if name in self._files else None
@@ -110,3 +91,33 @@ class RecipeFile:
         from pydla.loadable.container import check_blocks
 
         check_blocks(self._controls.values(), config, self.source)
+
+
+def resolve_file(recipe: Path, relative: str, what: str, *, allow_unsafe_paths: bool = False) -> Path:
+    """The regular file ``relative`` names next to ``recipe`` (a recipe file's path), checked: no
+    absolute path or '..', nothing outside the recipe's directory (symbolic links followed), at most
+    MAX_FILE_BYTES, unless ``allow_unsafe_paths``. DlaError naming ``what`` otherwise."""
+    source = str(recipe)
+    p = PurePosixPath(relative.replace("\\", "/"))
+    if not allow_unsafe_paths and (p.is_absolute() or ".." in p.parts):
+        raise DlaError(NvError.BadParameter, f"{source}: {what} '{relative}': absolute paths and "
+                                             "'..' are not allowed (paths are relative to the recipe)")
+    full = Path(relative) if p.is_absolute() else recipe.parent / Path(*p.parts)
+    try:
+        real = full.resolve(strict=True)
+        if not allow_unsafe_paths and not real.is_relative_to(recipe.parent.resolve()):
+            raise DlaError(NvError.BadParameter,
+                           f"{source}: {what} '{relative}' leads to {real}, outside the recipe's "
+                           "directory (a symbolic link)")
+        if not real.is_file():
+            raise DlaError(NvError.BadParameter, f"{source}: {what} '{relative}' is not a regular file")
+        size = real.stat().st_size
+    except FileNotFoundError:
+        raise DlaError(NvError.FileNotFound, f"{source}: {what} '{relative}' not found "
+                                             f"(looked for {full})") from None
+    except OSError as e:
+        raise DlaError(NvError.FileReadFailed, f"{source}: {what} '{relative}': {e.strerror}") from e
+    if size > MAX_FILE_BYTES:
+        raise DlaError(NvError.InvalidSize, f"{source}: {what} '{relative}' has {size} bytes "
+                                            f"(at most {MAX_FILE_BYTES})")
+    return real

@@ -2,8 +2,10 @@
 
 The recipe comes from a loadable or from a standalone recipe JSON file that names external files
 (:mod:`pydla.loadable.recipe_file`). Runs are grouped into runlists of contiguous NPU or CPU runs,
-executed in order. Buffers the runner creates (internal, weights: those with a size) are made when it
-is built, weights uploaded once; external buffers (inputs, outputs) are bound by name. Each NPU run's
+executed in order. Buffers the runner creates (in a standalone recipe, as in XRT's runner: every
+buffer with a size or a file, whatever its type; in a loadable, internal buffers and weights) are made
+when it is built, initial contents uploaded once; the others are bound by name, and a created buffer
+that may be bound (any but an internal one) is replaced by the memory bound to it. Each NPU run's
 control code is patched once for the address list the runner builds (descriptor sections first, then
 the run's arguments in order, each the bound memory at the argument's offset); CPU runs call functions
 of CPU libraries with their arguments in argidx order. Every argument's offset and size is checked
@@ -17,6 +19,7 @@ Usage (the XRT runner's API)::
     runner.bind_output("ofm", out_mem)
     runner.execute()                              # starts
     runner.wait()                                 # its error, or Timeout, raises here
+    runner.memory("tmp")                          # a buffer the runner created, to read
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS, ControlCode
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
-from pydla.loadable.recipe import Argument, Recipe, Run
+from pydla.loadable.recipe import BIND_INPUT_TYPES, BIND_OUTPUT_TYPES, Argument, Recipe, Run
 from pydla.loadable.recipe_file import RecipeFile
 from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
 from pydla.umd.cpu import CpuFunction, CpuLibraries
@@ -147,10 +150,13 @@ class Runner:
                 self.steps.append(_Cpu(run, function))
                 continue
             if run.constants:
+                # Scalars of an NPU run go to the compute unit's argument registers, which need the
+                # KMD's compute-unit scheduling (issue 17 part 2); a control-code task has none.
                 where = ", ".join(str(c.argidx) for c in run.constants)
                 raise DlaError(NvError.NotSupported,
-                               f"npu run '{run.name}': constants at argidx {where}: DLA control code takes "
-                               "buffer arguments only (scalars belong to its descriptors)")
+                               f"npu run '{run.name}': constants at argidx {where}: scalar arguments of "
+                               "an NPU kernel are not supported yet (DLA control code takes buffer "
+                               "arguments only; its scalars belong to its descriptors)")
             code = self.lo.control_code(run.name)
             parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
             mems = []
@@ -170,13 +176,17 @@ class Runner:
 
     # -- binding ----------------------------------------------------------------------------------
 
-    def _bind(self, name: str, mem: NvDlaMemHandle, kinds: tuple[str, ...]) -> None:
+    def _bind(self, name: str, mem: NvDlaMemHandle, kinds: tuple[str, ...], method: str) -> None:
         buf = self.lo.recipe.buffers.get(name)
         if buf is None or buf.type not in kinds:
-            names = [n for n, b in self.lo.recipe.buffers.items() if b.type in kinds]
-            raise DlaError(NvError.BadParameter, f"no {'/'.join(kinds)} buffer '{name}' (there are: "
-                                                 f"{', '.join(names)})")
-        need = self.lo.external_size(name)
+            names = ", ".join(n for n, b in self.lo.recipe.buffers.items() if b.type in kinds)
+            what = "no buffer" if buf is None else f"{buf.type} buffer"
+            why = " (the runner's own, never bound)" if buf is not None and buf.type == "internal" else ""
+            raise DlaError(NvError.BadParameter, f"{method}: {what} '{name}'{why}; {method} binds "
+                                                 f"{', '.join(kinds)} buffers (here: {names or 'none'})")
+        # A created buffer keeps its size when memory is bound in its place (runs were checked
+        # against it); XRT asks for the same size, pydla for at least as much.
+        need = self.lo.external_size(name) or self.lo.created_size(name)
         if need is not None and mem.size < need:
             raise DlaError(NvError.InvalidSize, f"buffer '{name}' needs {need} bytes, the memory bound to it "
                                                 f"has {mem.size}")
@@ -193,18 +203,30 @@ class Runner:
             self._snapshot = None
 
     def bind_input(self, name: str, mem: NvDlaMemHandle) -> None:
-        """Bind memory to input buffer ``name`` (its size is checked against every use)."""
-        self._bind(name, mem, ("input", "inout"))
+        """Bind memory to buffer ``name``: an input, inout, weight, spill or unknown buffer (its size
+        is checked against every use). A buffer the runner created is then replaced by ``mem``."""
+        self._bind(name, mem, BIND_INPUT_TYPES, "bind_input")
 
     def bind_output(self, name: str, mem: NvDlaMemHandle) -> None:
-        """Bind memory to output buffer ``name`` (its size is checked against every use)."""
-        self._bind(name, mem, ("output", "inout"))
+        """Bind memory to buffer ``name``: an output, inout, spill or unknown buffer (its size is
+        checked against every use). A buffer the runner created is then replaced by ``mem``."""
+        self._bind(name, mem, BIND_OUTPUT_TYPES, "bind_output")
+
+    def memory(self, name: str) -> NvDlaMemHandle:
+        """The memory buffer ``name`` uses now: what is bound to it, else what the runner created
+        (how an application reads an output the recipe gave a size and it did not bind)."""
+        if name not in self.lo.recipe.buffers:
+            raise DlaError(NvError.BadParameter, f"no buffer '{name}' (there are: "
+                                                 f"{', '.join(self.lo.recipe.buffers)})")
+        return self._mem(name, self.bound)
 
     def _mem(self, name: str, bound: dict[str, NvDlaMemHandle]) -> NvDlaMemHandle:
         mem = bound.get(name) or self.owned.get(name)
         if mem is None:
             kind = self.lo.recipe.buffers[name].type
-            raise DlaError(NvError.InvalidState, f"{kind} buffer '{name}' is not bound")
+            how = "bind_output" if kind == "output" else "bind_input"
+            raise DlaError(NvError.InvalidState, f"{kind} buffer '{name}' is not bound (it has no size "
+                                                 f"in the recipe: {how} memory to it)")
         return mem
 
     def _bindings(self) -> dict[str, NvDlaMemHandle]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,17 @@ def _mutated(change) -> dict[str, Any]:
 BAD: dict[str, tuple[Any, str, str]] = {
     "missing-header": (lambda d: d.pop("header"), "", "'header' is required"),
     "unknown-top-key": (lambda d: d.update(extra=1), "/extra", "unknown key"),
-    "no-device": (lambda d: d["header"].pop("device"), "/header", "'device' is required"),
+    "no-device": (lambda d: d["header"].pop("device"), "/header", "'xclbin' (or pydla's 'device') is "
+                  "required"),
+    "header-not-object": (lambda d: d.update(header=["full"]), "/header", "must be an object"),
+    "empty-xclbin": (lambda d: d["header"].update(xclbin=""), "/header/xclbin", "non-empty string"),
+    "xclbin-and-device-disagree": (lambda d: d["header"].update(xclbin="small"), "/header/device",
+                                   "must name the same device configuration"),
+    "absolute-xclbin": (lambda d: d["header"].update(xclbin="/etc/d.xclbin", device="/etc/d.xclbin"),
+                        "/header/xclbin", "must be relative"),
+    "dotdot-device": (lambda d: d["header"].update(device="../full.json"), "/header/device",
+                      "must be relative"),
+    "header-name-not-string": (lambda d: d["header"].update(name=3), "/header/name", "must be a string"),
     "bad-version": (lambda d: d["header"].update(version="1.0"), "/header/version", "MAJOR.MINOR.PATCH"),
     "typo-type": (lambda d: d["resources"]["buffers"][3].update(type="internal:"),
                   "/resources/buffers/3/type", "is not a buffer type"),
@@ -142,7 +153,8 @@ def test_schema_agrees_with_the_code(case: str) -> None:
     """What the code rejects for its shape, the schema rejects too (references between sections,
     argidx clashes and sub-buffer bounds are beyond a schema: those the schema accepts)."""
     doc = _mutated(BAD[case][0])
-    semantic = {"internal-without-size", "duplicate-buffer", "absolute-library", "dotdot-library",
+    semantic = {"internal-without-size", "duplicate-buffer", "xclbin-and-device-disagree", "absolute-xclbin",
+                "dotdot-device", "absolute-library", "dotdot-library",
                 "unknown-kernel", "unknown-cpu", "unknown-buffer", "sub-buffer-past-end", "argidx-twice",
                 "argidx-constant-clash", "int-constant-not-int", "size-zero", "newer-major-version",
                 "older-major-version"}
@@ -206,3 +218,385 @@ def test_validate_command(tmp_path: Path, capsys) -> None:
     assert main(["validate", str(broken)]) == 1
     assert "not valid JSON at line 1" in capsys.readouterr().err
     assert load_recipe(good).device == "full"
+
+
+GOOD: dict[str, Any] = {
+    "xclbin-only": lambda d: (d["header"].pop("device"), d["header"].update(xclbin="full")),
+    "xclbin-and-device-equal": lambda d: d["header"].update(xclbin="full"),
+    "header-metadata": lambda d: d["header"].update(compiler="VAIML 1.2", build={"id": 7, "tags": ["a"]}),
+    "spill-without-size": lambda d: d["resources"]["buffers"].append({"name": "s", "type": "spill"}),
+    "unknown-with-size": lambda d: d["resources"]["buffers"].append({"name": "u", "type": "unknown",
+                                                                     "size": 64}),
+    "output-with-size": lambda d: d["resources"]["buffers"][2].update(size=8196),
+    "input-with-file": lambda d: d["resources"]["buffers"][1].update(file="ifm.bin"),
+    "internal-with-file": lambda d: d["resources"]["buffers"].__setitem__(
+        3, {"name": "ifm_int", "type": "internal", "file": "start.bin"}),
+}
+
+
+@pytest.mark.parametrize("case", list(GOOD))
+def test_xrt_header_and_buffer_rules_accept(case: str) -> None:
+    doc = _mutated(GOOD[case])
+    parse_recipe(doc)
+    assert schema_ok(doc)
+
+
+def test_created_and_bound_buffers() -> None:
+    doc = _mutated(lambda d: d["resources"]["buffers"].extend([
+        {"name": "s", "type": "spill"}, {"name": "o2", "type": "output", "size": 16},
+        {"name": "i2", "type": "internal", "file": "x.bin"}]))
+    buffers = parse_recipe(doc).buffers
+    assert [n for n, b in buffers.items() if b.external] == ["wts", "ifm", "ofm", "s"]
+    assert all(b.bindable for n, b in buffers.items() if b.type != "internal")
+    assert not buffers["ifm_int"].bindable
+
+
+# XRT's run-recipe documentation, every example, as written there but for its JSON slips: trailing
+# commas, a '"internal:' left open, stray ']' after the constants, a missing ',' after '"where":
+# "cpu"', and '...' for "more runs". Fragments of a recipe ("resources": {...}) are wrapped in braces.
+DOC_HEADER = """{
+  "header": {
+    "xclbin": "design.xclbin"
+  }
+}"""
+DOC_KERNELS = """{
+  "resources": {
+    "kernels": [
+      {
+        "name": "k1",
+        "instance": "DPU",
+        "ctrlcode": "no-ctrl-packet.elf"
+      }
+    ]
+  }
+}"""
+DOC_CPUS = """{
+  "resources": {
+    "cpus": [
+      {
+        "name": "convert_ifm",
+        "library_path": "umd/convert.dll"
+      },
+      {
+        "name": "convert_ofm",
+        "library_path": "umd/convert.dll"
+      },
+      {
+        "name": "average_pool",
+        "library_path": "umd/operators.dll"
+      }
+    ]
+  }
+}"""
+DOC_EXTERNAL_BUFFERS = """{
+  "resources": {
+    "buffers": [
+      {
+        "name": "wts",
+        "type": "input"
+      },
+      {
+        "name": "ifm",
+        "type": "input"
+      },
+      {
+        "name": "ofm",
+        "type": "output"
+      }
+    ]
+  }
+}"""
+DOC_SIZED_OUTPUT = """{
+        "name": "ofm",
+        "type": "output",
+        "size": 8196
+      }"""
+DOC_INTERNAL_BUFFERS = """{
+  "resources": {
+    "buffers": [
+      {
+        "name": "ifm_int",
+        "type": "internal",
+        "size": "1024"
+      },
+      {
+        "name": "ofm_int",
+        "type": "internal",
+        "size": "1024"
+      },
+      {
+        "name": "b0",
+        "type": "internal",
+        "size": "1024"
+      },
+      {
+        "name": "b1",
+        "type": "internal",
+        "size": "1024"
+      },
+      {
+        "name": "b2",
+        "type": "internal",
+        "size": "1024"
+      }
+    ]
+  }
+}"""
+DOC_EXECUTION = """{
+  "execution": {
+    "runs": [
+      {
+        "name": "convert_ifm",
+        "where": "cpu",
+        "arguments" : [
+            { "name": "ifm", "argidx": 0 },
+            { "name": "ifm_int", "argidx": 1 }
+         ],
+         "constants" : [
+            { "value": "nchw2nchw4c", "type": "string", "argidx": 2 }
+         ]
+      },
+      {
+        "name": "k1",
+        "arguments" : [
+            { "name": "ifm_int", "size": 512, "offset": 0, "argidx": 3 },
+            { "name": "wts", "argidx": 4 },
+            { "name": "ofm_int", "size": 512, "offset": 512, "argidx": 5 }
+        ]
+      },
+      {
+        "name": "k1",
+        "arguments" : [
+            { "name": "ifm_int", "size": 512, "offset": 512, "argidx": 3 },
+            { "name": "wts", "argidx": 4 },
+            { "name": "ofm_int", "size": 512, "offset": 0, "argidx": 5 }
+        ]
+      },
+      {
+        "name": "convert_ofm",
+        "where": "cpu",
+        "arguments" : [
+            { "name": "ofm_int", "argidx": 0 },
+            { "name": "ofm", "argidx": 1 }
+         ],
+         "constants" : [
+            { "value": "nchw4c2nchw", "argidx": 2 }
+         ]
+      }
+    ]
+  }
+}"""
+DOC_DPU_CONSTANTS = """{
+  "execution": {
+    "runs": [
+      {
+        "name": "k1",
+        "arguments" : [
+            { "name": "wts", "argidx": 4 },
+            { "name": "ifm", "argidx": 3 },
+            { "name": "ofm", "argidx": 5 }
+        ],
+        "constants" : [
+            { "value": "3", "type": "int", "argidx": 0 },
+            { "value": "0", "type": "int", "argidx": 1 },
+            { "value": "0", "type": "int", "argidx": 2 },
+            { "value": "0", "type": "int", "argidx": 6 },
+            { "value": "0", "type": "int", "argidx": 7 }
+        ]
+      }
+    ]
+  }
+}"""
+DOC_COMPLETE = """{
+  "header": {
+    "xclbin": "design.xclbin"
+  },
+  "resources": {
+    "buffers": [
+      {
+        "name": "wts",
+        "type": "input"
+      },
+      {
+        "name": "ifm",
+        "type": "input"
+      },
+      {
+        "name": "ofm",
+        "type": "output"
+      }
+    ],
+    "kernels": [
+      {
+        "name": "k1",
+        "instance": "DPU",
+        "ctrlcode": "no-ctrl-packet.elf"
+      }
+    ]
+  },
+  "execution": {
+    "runs": [
+      {
+        "name": "k1",
+        "arguments" : [
+            { "name": "wts", "argidx": 4 },
+            { "name": "ifm", "argidx": 3 },
+            { "name": "ofm", "argidx": 5 }
+         ],
+         "constants": [
+            { "value": "3", "type": "int", "argidx": 0 },
+            { "value": "0", "type": "int", "argidx": 1 },
+            { "value": "0", "type": "int", "argidx": 2 },
+            { "value": "0", "type": "int", "argidx": 6 },
+            { "value": "0", "type": "int", "argidx": 7 }
+        ]
+      }
+    ]
+  }
+}"""
+
+
+def doc_recipe(*fragments: str, sized_output: bool = False) -> dict[str, Any]:
+    """A recipe assembled from the documentation's fragments (loads() checks each as JSON)."""
+    out: dict[str, Any] = {"header": {}, "resources": {}, "execution": {"runs": []}}
+    for text in fragments:
+        part = loads(text, "the documentation")
+        out["header"].update(part.get("header", {}))
+        for key, items in part.get("resources", {}).items():
+            out["resources"].setdefault(key, []).extend(items)
+        out["execution"]["runs"] += part.get("execution", {}).get("runs", [])
+    if sized_output:
+        sized = loads(DOC_SIZED_OUTPUT, "the documentation")
+        out["resources"]["buffers"] = [sized if b["name"] == sized["name"] else b
+                                       for b in out["resources"]["buffers"]]
+    return out
+
+
+# The documentation's recipes: its CPU pipeline (every resource snippet and the execution snippet),
+# the same with its sized output, the DPU run with its constants, and the complete recipe.
+DOC_PIPELINE = (DOC_HEADER, DOC_EXTERNAL_BUFFERS, DOC_INTERNAL_BUFFERS, DOC_KERNELS, DOC_CPUS, DOC_EXECUTION)
+DOC_RECIPES: dict[str, dict[str, Any]] = {
+    "pipeline": doc_recipe(*DOC_PIPELINE),
+    "pipeline-sized-output": doc_recipe(*DOC_PIPELINE, sized_output=True),
+    "dpu-constants": doc_recipe(DOC_HEADER, DOC_EXTERNAL_BUFFERS, DOC_KERNELS, DOC_DPU_CONSTANTS),
+    "complete": loads(DOC_COMPLETE, "the documentation"),
+}
+
+
+@pytest.mark.parametrize("name", list(DOC_RECIPES))
+def test_the_documentation_recipes_validate(name: str) -> None:
+    doc = DOC_RECIPES[name]
+    recipe = parse_recipe(doc)
+    assert schema_ok(doc)
+    assert recipe.device == "design.xclbin" and recipe.device_path == "/header/xclbin"
+    assert recipe.kernels["k1"].instance == "DPU"
+
+
+def test_the_documentation_pipeline_as_parsed() -> None:
+    recipe = parse_recipe(DOC_RECIPES["pipeline-sized-output"])
+    assert [(w, [r.name for r in runs]) for w, runs in recipe.runlists()] == [
+        ("cpu", ["convert_ifm"]), ("npu", ["k1", "k1"]), ("cpu", ["convert_ofm"])]
+    assert recipe.buffers["ofm"].size == 8196 and not recipe.buffers["ofm"].external
+    assert recipe.buffers["b1"].size == 1024 and recipe.buffers["wts"].external
+    assert recipe.runs[3].constants[0].type == "string"  # no type: a string
+    assert [c.value for c in parse_recipe(DOC_RECIPES["complete"]).runs[0].constants] == [3, 0, 0, 0, 0]
+
+
+def test_the_documentation_slips_are_refused_as_json() -> None:
+    slips = {'"xclbin": "design.xclbin",\n  }': "(a trailing comma?)",
+             '"type": "internal:,\n        "size": "1024"':
+                 "line 1 column 21: Invalid control character at (a string not closed on its line?)",
+             '"where": "cpu"\n        "arguments" : []': "Expecting ',' delimiter"}
+    for text, message in slips.items():
+        with pytest.raises(DlaError, match=re.escape(message)) as e:
+            loads("{" + text + "}", "r.json")
+        assert e.value.code == NvError.BadValue
+
+
+def config_file(path: Path, name: str = "design") -> Path:
+    """A device configuration file (the bundled 'full' one, renamed) at ``path``."""
+    from importlib import resources
+
+    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw["name"] = name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def unit(kernel: str, instance: str) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=f"{kernel}:{instance}", kernel=kernel, instance=instance)
+
+
+def test_the_header_names_a_configuration_file_next_to_the_recipe(tmp_path: Path, capsys) -> None:
+    from pydla.loadable.recipe_config import check_config
+
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(DOC_COMPLETE)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(recipe)
+    assert e.value.errors == [("/header/xclbin", f"device configuration (header.xclbin) 'design.xclbin' not "
+                                                 f"found (looked for {tmp_path / 'design.xclbin'}); nor is "
+                                                 "it a bundled configuration (full, small)")]
+    assert main(["validate", str(recipe)]) == 1
+    out = capsys.readouterr().out
+    assert "/header/xclbin: device configuration (header.xclbin) 'design.xclbin' not found" in out
+    (tmp_path / "design.xclbin").write_text("{}")
+    with pytest.raises(RecipeError, match=r"/header/xclbin: .*missing field"):
+        load_recipe(recipe)
+    config_file(tmp_path / "design.xclbin")
+    assert load_recipe(recipe).device == "design.xclbin"
+    assert check_config(load_recipe(recipe), recipe).name == "design"
+    assert main(["validate", str(recipe)]) == 0
+    # a bundled name; a file elsewhere only when unsafe paths are allowed
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"small"'))
+    assert check_config(load_recipe(recipe), recipe).name == "small"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "link.json").symlink_to(config_file(tmp_path.parent / "outside.json"))
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"sub/link.json"'))
+    with pytest.raises(RecipeError, match="outside the recipe's directory"):
+        load_recipe(recipe)
+    assert load_recipe(recipe, allow_unsafe_paths=True).device == "sub/link.json"
+    # load_recipe(check_config=False) (what the runner reads) loads no configuration
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"nowhere.json"'))
+    assert load_recipe(recipe, check_config=False).device == "nowhere.json"
+
+
+def test_kernel_instances_must_name_compute_units() -> None:
+    from types import SimpleNamespace
+
+    from pydla.loadable.recipe_config import compute_unit_errors
+
+    config = SimpleNamespace(name="design", ip_layout=(unit("DPU", "DPU"), unit("dla", "dla")))
+    recipe = parse_recipe(DOC_RECIPES["complete"])
+    assert compute_unit_errors(recipe, config) == []
+    for instance in ("dla", "dla:dla", "DPU:DPU"):  # instance, kernel:instance or kernel name
+        doc = copy.deepcopy(DOC_RECIPES["complete"])
+        doc["resources"]["kernels"][0]["instance"] = instance
+        assert compute_unit_errors(parse_recipe(doc), config) == []
+    doc["resources"]["kernels"][0]["instance"] = "dpu"  # names are case-sensitive, as in XRT
+    assert compute_unit_errors(parse_recipe(doc), config) == [(
+        "/resources/kernels/0/instance", "'dpu' is no compute unit of device configuration 'design' (its "
+                                         "IP_LAYOUT has: DPU (DPU:DPU), dla (dla:dla))")]
+    # a configuration without an IP_LAYOUT has nothing to check against
+    assert compute_unit_errors(parse_recipe(doc), SimpleNamespace(name="old")) == []
+
+
+def test_validate_refuses_an_unknown_instance(tmp_path: Path, capsys, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from pydla.loadable import recipe_config
+
+    layout = (unit("DPU", "DPU"),)
+    monkeypatch.setattr(recipe_config, "load_config",
+                        lambda p: SimpleNamespace(name="design", ip_layout=layout))
+    config_file(tmp_path / "design.xclbin")
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(DOC_COMPLETE.replace('"DPU"', '"NPU"'))
+    assert main(["validate", str(recipe)]) == 1
+    out = capsys.readouterr().out
+    assert out == (f"{recipe}: 1 problem(s)\n  /resources/kernels/0/instance: 'NPU' is no compute unit of "
+                   "device configuration 'design' (its IP_LAYOUT has: DPU (DPU:DPU))\n")
+    recipe.write_text(DOC_COMPLETE)
+    assert main(["validate", str(recipe)]) == 0
