@@ -20,6 +20,7 @@ from typing import Any
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
+from pydla.hw.cu.layout import ComputeUnitInfo, parse_ip_layout
 
 _FIELDS: dict[str, type] = {
     "name": str,
@@ -52,6 +53,9 @@ SHIFT_MAX_EXTRA = 0.15
 _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "tap_major_min_channels": ((int,), SHIFT_MIN_CHANNELS),
     "tap_major_max_extra": ((int, float), SHIFT_MAX_EXTRA),
+    # Compute units (pydla.hw.cu.layout): XRT's IP_LAYOUT, and the clock their latencies count in.
+    "ip_layout": ((list,), []),
+    "clock_mhz": ((int, float), 1000),
 }
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
@@ -72,6 +76,12 @@ class DeviceConfig:
     # Speed rules for compilers (see SHIFT_MIN_CHANNELS and SHIFT_MAX_EXTRA).
     tap_major_min_channels: int = SHIFT_MIN_CHANNELS
     tap_major_max_extra: float = SHIFT_MAX_EXTRA
+    ip_layout: tuple[ComputeUnitInfo, ...] = ()
+    clock_mhz: float = 1000.0
+
+    def compute_unit(self, name: str) -> ComputeUnitInfo | None:
+        """The IP_LAYOUT entry named ``name`` ("kernel:instance" or the instance alone)."""
+        return next((cu for cu in self.ip_layout if name in (cu.name, cu.instance)), None)
 
     # What one operation may do (the architecture's limits, the same on every configuration): the
     # KMD reads them through its device information, not as constants of this module.
@@ -173,6 +183,7 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
          "at least a page, ending below 2^48"),
         (optional["tap_major_min_channels"] >= 1, "tap_major_min_channels", ">= 1"),
         (0 <= optional["tap_major_max_extra"] < math.inf, "tap_major_max_extra", "a finite number >= 0"),
+        (0.001 <= optional["clock_mhz"] <= 100000, "clock_mhz", "0.001..100000"),
     ]
     for ok, key, rule in checks:
         if not ok:
@@ -183,7 +194,8 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     return DeviceConfig(raw["name"], raw["description"], raw["instances"], raw["hw_version"],
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
                         raw["iova_size"], optional["tap_major_min_channels"],
-                        float(optional["tap_major_max_extra"]))
+                        float(optional["tap_major_max_extra"]),
+                        parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]))
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:

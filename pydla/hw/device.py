@@ -11,8 +11,9 @@ reproducible to the register write), ``step`` (:meth:`VirtualDevice.step` execut
 
 The device is made of parts, one concern each (see :mod:`pydla.hw.state`): the register file and
 the host's access to it (:mod:`pydla.hw.regfile`), execution and the interrupt line
-(:mod:`pydla.hw.execution`), fault injection and reset (:mod:`pydla.hw.faults`). This module puts
-them together and creates the state they share.
+(:mod:`pydla.hw.execution`), fault injection and reset (:mod:`pydla.hw.faults`), the compute units
+of the configuration's IP_LAYOUT (:mod:`pydla.hw.compute_units`). This module puts them together
+and creates the state they share.
 
 Usage::
 
@@ -28,12 +29,14 @@ import threading
 from pathlib import Path
 
 from pydla.errors import DlaError, NvError
+from pydla.hw.compute_units import ComputeUnits
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.decoded import DecodedCache
 from pydla.hw.execution import Execution
 from pydla.hw.faults import DEVICE_RESET_BIT, RESET_QUIESCE_S, FaultsAndReset
 from pydla.hw.memory import DeviceMemory
 from pydla.hw.regfile import (
+    _NAMES,
     ENABLED,
     IDLE,
     MMU_FAULT_BIT,
@@ -56,7 +59,7 @@ __all__ = [
 MODES = ("deterministic", "step", "threaded")
 
 
-class VirtualDevice(RegisterFile, Execution, FaultsAndReset):
+class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ComputeUnits):
     """One device instance. See the module docstring."""
 
     def __init__(self, config: DeviceConfig | str | Path = "full", *, instance: int = 0,
@@ -96,6 +99,8 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset):
         self._precisions = tuple(int(p) for p in self.config.precisions)
         self.decoded = DecodedCache(self.iommu, self._precisions)
         self._threads = []
+        self._names = dict(_NAMES)
+        self._init_cus()
         if mode == "threaded":
             for block in self._blocks.values():
                 t = threading.Thread(target=self._worker, args=(block,), daemon=True,
@@ -109,5 +114,8 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset):
             self._cond.notify_all()
             for block in self._blocks.values():
                 block.wake.notify()
+            for unit in self._cus:
+                unit.wake.notify()
+                unit.stream.notify_all()
         for t in self._threads:
             t.join(timeout=5)

@@ -71,13 +71,14 @@ class Execution(DeviceState):
             self._irq_handlers.remove(handler)
 
     def step(self) -> bool:
-        """In step mode, execute the next runnable operation; False when there is none."""
+        """In step mode, execute the next runnable operation, or else move the compute units to their
+        next event; False when there is neither."""
         if self.mode != "step":
             raise DlaError(NvError.InvalidState, f"step() needs mode 'step', not '{self.mode}'")
         with self._lock:
             work = self._take_runnable(None)
         if work is None:
-            return False
+            return self._cu_step()  # then the compute units' next event, if any
         with np.errstate(all="ignore"):  # see _execute
             self._execute(work)
         return True

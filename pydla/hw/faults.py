@@ -76,6 +76,7 @@ class FaultsAndReset(DeviceState):
         if bits >> DEVICE_RESET_BIT & 1:
             self.intr_status = 0
             self.fault = (0, 0, 0)
+            self._cu_reset()  # compute units are reset with the device (they have no reset bit)
         self.decoded.clear()  # a decode is a function of registers and mappings; a reset starts over
         self.log.append(f"reset of {', '.join(b.kind.name for b in targets) or 'nothing'}")
         self._cond.notify_all()

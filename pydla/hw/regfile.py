@@ -31,6 +31,8 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.hw.compute_units import CU_INTR_BIT as _CU_INTR_BIT
+from pydla.hw.compute_units import CuInterrupt
 from pydla.hw.state import DeviceState
 
 WINDOW = 0x1000
@@ -49,7 +51,7 @@ _S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
 _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
-_GLB_INTR_STATUS, _GLB_OPS_DONE = R.GLB_INTR_STATUS, R.GLB_OPS_DONE
+_GLB_INTR_STATUS, _GLB_OPS_DONE, _GLB_CU_INTR_STATUS = R.GLB_INTR_STATUS, R.GLB_OPS_DONE, R.GLB_CU_INTR_STATUS
 
 
 def done_bit(block: int, group: int) -> int:
@@ -124,18 +126,26 @@ class RegisterFile(DeviceState):
             return self.trace if self.trace is not None else []
 
     def reg_read(self, address: int) -> int:
-        with self._lock:
-            value, group = self._read(address)
-            if self.trace is not None:
-                self.trace.append(RegAccess("R", address, _NAMES.get(address, f"{address:#x}"), value, group))
-            return value
+        try:
+            with self._lock:
+                value, group = self._read(address)
+                if self.trace is not None:
+                    name = self._names.get(address, f"{address:#x}")
+                    self.trace.append(RegAccess("R", address, name, value, group))
+                return value
+        except CuInterrupt as e:
+            # A read of a compute unit moved its clock on and it interrupts: the line is raised
+            # without the lock, as after any event (a try costs nothing on the fast path).
+            self._raise_irq()
+            return e.value
 
     def reg_write(self, address: int, value: int) -> None:
         value &= 0xFFFFFFFF
         with self._lock:
             group, effect = self._write(address, value)
             if self.trace is not None:
-                self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value, group))
+                self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"), value,
+                                            group))
             kick = effect == _ENABLED and self.mode == "deterministic" and not self._kicking
             if kick:
                 self._kicking = True  # this thread runs what is runnable, others' enables included
@@ -166,8 +176,8 @@ class RegisterFile(DeviceState):
                             continue
                     group, effect = self._write(address, value)
                     if self.trace is not None:
-                        self.trace.append(RegAccess("W", address, _NAMES.get(address, f"{address:#x}"), value,
-                                                    group))
+                        self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"),
+                                                    value, group))
                     if effect == _ENABLED and self.mode == "deterministic" and not self._kicking:
                         self._kicking = kick = True
                         break
@@ -229,8 +239,7 @@ class RegisterFile(DeviceState):
         except KeyError:
             where = self._locate(address)
         if where is None:
-            self.bus_errors += 1
-            return 0, None
+            return self._cu_read(address)  # a compute unit's window, or a bus error
         block, offset = where
         if block is None:
             return self._read_glb(address), None
@@ -253,6 +262,8 @@ class RegisterFile(DeviceState):
             return self.intr_status
         if address == _GLB_OPS_DONE:  # read at every job start
             return self.ops_done & 0xFFFFFFFF
+        if address == _GLB_CU_INTR_STATUS:
+            return self._cu_read_status()
         fault_addr, fault_ctx, fault_block = self.fault
         return {
             R.GLB_HW_VERSION: self.config.hw_version,
@@ -272,8 +283,7 @@ class RegisterFile(DeviceState):
         except KeyError:
             where = self._locate(address)
         if where is None:
-            self.bus_errors += 1
-            return None, 0
+            return self._cu_write(address, value)  # a compute unit's window, or a bus error
         block, offset = where
         if block is None:
             return None, self._write_glb(address, value)
@@ -299,6 +309,8 @@ class RegisterFile(DeviceState):
     def _write_glb(self, address: int, value: int) -> int:
         if address == _GLB_INTR_STATUS:  # written by every interrupt handler: first
             self.intr_status &= ~value
+            if self.cu_intr_status:  # bit 30 stays while a compute unit's bit does
+                self.intr_status |= 1 << _CU_INTR_BIT
             return 0
         if address == R.GLB_INTR_MASK:
             self.intr_mask = value
@@ -310,4 +322,6 @@ class RegisterFile(DeviceState):
             self.intr_status &= ~value
         elif address == R.GLB_RESET:
             self._reset(value)
+        elif address == _GLB_CU_INTR_STATUS:
+            return self._cu_ack(value)
         return 0

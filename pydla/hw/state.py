@@ -29,6 +29,7 @@ from pydla.hw.decoded import DecodedCache
 from pydla.hw.memory import DeviceMemory, Iommu
 
 if TYPE_CHECKING:
+    from pydla.hw.cu.unit import ComputeUnit
     from pydla.hw.execution import Work
     from pydla.hw.regfile import Block, RegAccess
 
@@ -62,6 +63,17 @@ class DeviceState:
     _precisions: tuple[int, ...]
     decoded: DecodedCache
     _threads: list[threading.Thread]
+    _names: dict[int, str]  # register names for the trace (the units' included)
+    # compute units (pydla.hw.compute_units)
+    _cus: list[ComputeUnit]
+    _cu_bases: list[int]
+    _cu_by_name: dict[str, ComputeUnit]
+    _cu_hz: float
+    _cu_t0: float
+    _cu_clock: int
+    _cu_poll: tuple[int, int] | None
+    cu_intr_status: int
+    _cu_workers: set[int]
 
     if TYPE_CHECKING:
         # What one part calls of another (defined there; nothing here at run time).
@@ -70,3 +82,9 @@ class DeviceState:
         def _raise_irq(self) -> None: ...  # execution
         def _wake(self, block: Block) -> None: ...  # execution
         def _reset(self, bits: int) -> None: ...  # faults
+        def _cu_read(self, address: int) -> tuple[int, None]: ...  # compute_units
+        def _cu_write(self, address: int, value: int) -> tuple[None, int]: ...  # compute_units
+        def _cu_read_status(self) -> int: ...  # compute_units
+        def _cu_ack(self, value: int) -> int: ...  # compute_units
+        def _cu_step(self) -> bool: ...  # compute_units
+        def _cu_reset(self) -> None: ...  # compute_units

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """dla_task 1.2.0: Network, operation and surface descriptors of a task
 
-Layout hash 282e03a3c3486dd34a3b7b9a3c282be640839f8269f2b2f39ac3ef940dc6b89e.
+Layout hash 2858ce54869588d7b5fe4d98931ea55711a8eecb97d36eace83c86799cd9aed5.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_task"
 VERSION = (1, 2, 0)
-LAYOUT_HASH = "282e03a3c3486dd34a3b7b9a3c282be640839f8269f2b2f39ac3ef940dc6b89e"
-LAYOUT_HASH64 = 0x282e03a3c3486dd3
+LAYOUT_HASH = "2858ce54869588d7b5fe4d98931ea55711a8eecb97d36eace83c86799cd9aed5"
+LAYOUT_HASH64 = 0x2858ce54869588d7
 
 
 class dla_event_e(enum.IntEnum):

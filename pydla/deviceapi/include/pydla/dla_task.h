@@ -15,8 +15,8 @@
 #define DLA_TASK_VERSION_MINOR 2
 #define DLA_TASK_VERSION_PATCH 0
 #define DLA_TASK_VERSION_STRING "1.2.0"
-#define DLA_TASK_LAYOUT_HASH "282e03a3c3486dd34a3b7b9a3c282be640839f8269f2b2f39ac3ef940dc6b89e"
-#define DLA_TASK_LAYOUT_HASH64 UINT64_C(0x282e03a3c3486dd3)
+#define DLA_TASK_LAYOUT_HASH "2858ce54869588d7b5fe4d98931ea55711a8eecb97d36eace83c86799cd9aed5"
+#define DLA_TASK_LAYOUT_HASH64 UINT64_C(0x2858ce54869588d7)
 
 /* dla_event_e: What an operation signals to a consumer */
 typedef uint8_t dla_event_e;

@@ -17,8 +17,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 2;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.2.0";
-constexpr const char* LAYOUT_HASH = "282e03a3c3486dd34a3b7b9a3c282be640839f8269f2b2f39ac3ef940dc6b89e";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x282e03a3c3486dd3);
+constexpr const char* LAYOUT_HASH = "2858ce54869588d7b5fe4d98931ea55711a8eecb97d36eace83c86799cd9aed5";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x2858ce54869588d7);
 
 // What an operation signals to a consumer
 enum class dla_event_e : uint8_t {
