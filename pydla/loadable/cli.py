@@ -1,5 +1,6 @@
 """``pydla validate`` (check a run recipe, on its own or inside a loadable) and ``pydla info``
-(describe a loadable, list its sections, dump one as ``xclbinutil --dump-section`` does)."""
+(describe a loadable, list its sections, dump one as ``xclbinutil --dump-section`` does; or, with
+``--config``, a device configuration and its IP_LAYOUT, dumped in xclbinutil's JSON shape)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ def register(commands: Any) -> None:
     p.set_defaults(func=_validate)
 
     i = commands.add_parser(
-        "info", help="describe a loadable: versions, tensors, memory, tasks, sections",
+        "info", help="describe a loadable (versions, tensors, memory, tasks, sections) or, with --config, "
+                     "a device configuration and its compute units (IP_LAYOUT)",
         description="What a loadable holds (as xclbinutil --info does for an xclbin): format and "
                     "contract versions, device configuration, input and output tensors, the memory "
                     "list, each NPU task with its operations per block, CPU runs, and its sections "
-                    "(name, ELF name, size), any of which --dump-section writes out.")
-    i.add_argument("loadable", type=Path, metavar="MODEL.dla")
+                    "(name, ELF name, size), any of which --dump-section writes out. With --config NAME "
+                    "instead of a loadable: the device configuration (a bundled name or a JSON file) "
+                    "and its compute units; --dump-section IP_LAYOUT:json:FILE writes them as "
+                    "xclbinutil does.")
+    i.add_argument("loadable", type=Path, metavar="MODEL.dla", nargs="?")
+    i.add_argument("--config", metavar="NAME",
+                   help="describe device configuration NAME (bundled: full, small; or a JSON file) "
+                        "instead of a loadable")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.add_argument("--list-sections", action="store_true",
                    help="list the sections (name, ELF name, size) and nothing else; works on a loadable "
@@ -90,6 +98,13 @@ def _info(args: argparse.Namespace) -> int:
     from pydla.loadable.container import Loadable
     from pydla.loadable.sections import check_is_loadable
 
+    if args.config is not None:
+        if args.loadable is not None:
+            raise DlaError(NvError.BadParameter, f"pydla info: give a loadable ({args.loadable}) or "
+                                                 f"--config {args.config}, not both")
+        return _config_info(args)
+    if args.loadable is None:
+        raise DlaError(NvError.BadParameter, "pydla info: give a loadable (MODEL.dla) or --config NAME")
     if args.dump_section or args.list_sections:
         return _sections(args)
     check_is_loadable(args.loadable)
@@ -115,6 +130,64 @@ def _info(args: argparse.Namespace) -> int:
         print(f"cpu run {r['run']} from {r['library']}")
     print("sections (dump one with --dump-section NAME[:FILE]):")
     _print_sections(info["sections"])
+    return 0
+
+
+def _config_info(args: argparse.Namespace) -> int:
+    """``pydla info --config NAME``: the configuration, its IP_LAYOUT as a table, or the IP_LAYOUT
+    section in xclbinutil's JSON shape (``--dump-section IP_LAYOUT:json:FILE``)."""
+    import json
+
+    from pydla.hw.config import load_config
+    from pydla.hw.cu.layout import xclbin_ip_layout
+
+    config = load_config(args.config)
+    if args.list_sections:
+        print("IP_LAYOUT")
+    dumps = []
+    for item in args.dump_section:
+        name, _, rest = item.partition(":")
+        form, _, file = rest.partition(":")
+        if name.upper() != "IP_LAYOUT":
+            raise DlaError(NvError.BadParameter,
+                           f"--dump-section {item}: a device configuration has section IP_LAYOUT only")
+        if form.lower() not in ("", "json"):
+            raise DlaError(NvError.BadParameter,
+                           f"--dump-section {item}: format '{form}': IP_LAYOUT is written as json")
+        dumps.append((item, file or "-"))
+    text = json.dumps(xclbin_ip_layout(config.ip_layout), indent=4) + "\n"
+    for item, file in dumps:
+        if file == "-":
+            sys.stdout.write(text)
+            continue
+        try:
+            Path(file).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise DlaError(NvError.FileWriteFailed,
+                           f"--dump-section {item}: cannot write {file}: {e.strerror or e}") from e
+        print(f"device config '{config.name}': section IP_LAYOUT ({len(config.ip_layout)} compute units) "
+              f"written to {file}", file=sys.stderr)
+    if dumps or args.list_sections:
+        return 0
+    if args.json:
+        layout = [{**cu.xclbin_entry(), "window": f"{cu.window:#x}", "model": cu.model,
+                   "pipeline_depth": cu.pipeline_depth, "latency_cycles": cu.latency_cycles}
+                  for cu in config.ip_layout]
+        print(json.dumps({"name": config.name, "description": config.description,
+                          "blocks": [b.name for b in config.blocks], "clock_mhz": config.clock_mhz,
+                          "ip_layout": layout}, indent=2))
+        return 0
+    print(f"device config '{config.name}': {config.description}")
+    print(f"blocks: {', '.join(b.name for b in config.blocks)}; clock {config.clock_mhz:g} MHz")
+    print(f"IP_LAYOUT ({len(config.ip_layout)} compute units; dump with --dump-section IP_LAYOUT:json:FILE):")
+    rows = [("m_name", "m_type", "m_ip_control", "m_base_address", "window", "int", "id", "depth",
+             "latency", "model")]
+    rows += [(cu.name, cu.m_type, cu.m_ip_control, f"{cu.m_base_address:#010x}", f"{cu.window:#x}",
+              str(cu.m_int_enable), str(cu.m_interrupt_id), str(cu.pipeline_depth), str(cu.latency_cycles),
+              cu.model) for cu in config.ip_layout]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return 0
 
 
