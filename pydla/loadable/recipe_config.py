@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, bundled_configs, load_config
@@ -46,10 +45,10 @@ def recipe_config(recipe: Recipe, path: Path, *, allow_unsafe_paths: bool = Fals
         raise RecipeError(str(path), [(recipe.device_path, message)]) from e
 
 
-def compute_unit_errors(recipe: Recipe, config: Any) -> list[tuple[str, str]]:
+def compute_unit_errors(recipe: Recipe, config: DeviceConfig) -> list[tuple[str, str]]:
     """(JSON path, message) for each kernel whose instance is no compute unit of ``config``; none
     when the configuration declares no IP_LAYOUT (nothing to check against)."""
-    layout = tuple(getattr(config, "ip_layout", ()))  # TODO(issue 17): config.ip_layout once it lands
+    layout = config.ip_layout
     if not layout:
         return []
     known = {n for cu in layout for n in (cu.instance, cu.name, cu.kernel)}

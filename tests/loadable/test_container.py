@@ -41,7 +41,7 @@ def build_writer() -> LoadableWriter:
             "buffers": [{"name": "x", "type": "input"}, {"name": "w", "type": "weight"},
                         {"name": "b", "type": "weight"}, {"name": "y", "type": "internal", "size": 1024},
                         {"name": "z", "type": "output"}],
-            "kernels": [{"name": "task0", "instance": "dla0", "ctrlcode": "task0"}]},
+            "kernels": [{"name": "task0", "instance": "dla", "ctrlcode": "task0"}]},
         "execution": {"runs": [{"name": "task0", "arguments": [
             {"name": n, "argidx": i} for n, i in ARGS.items()]}]},
     })

@@ -18,7 +18,8 @@ from pydla.loadable.recipe import RecipeError, load_recipe, loads, parse_recipe,
 
 
 def seed_example() -> dict[str, Any]:
-    """The seed's complete example with its CPU runs, adapted: header names a device config."""
+    """XRT's complete example with its CPU runs, adapted: the header names a bundled device
+    configuration, whose DLA engine is compute unit 'dla'."""
     return {
         "header": {"device": "full", "version": "1.0.0"},
         "resources": {
@@ -29,7 +30,7 @@ def seed_example() -> dict[str, Any]:
                 {"name": "ifm_int", "type": "internal", "size": "1024"},
                 {"name": "ofm_int", "type": "internal", "size": 1024},
             ],
-            "kernels": [{"name": "k1", "instance": "DPU", "ctrlcode": "no-ctrl-packet.elf"}],
+            "kernels": [{"name": "k1", "instance": "dla", "ctrlcode": "no-ctrl-packet.elf"}],
             "cpus": [{"name": "convert_ifm", "library_path": "umd/convert.so"},
                      {"name": "convert_ofm", "library_path": "umd/convert.so"}],
         },
@@ -513,20 +514,28 @@ def test_the_documentation_slips_are_refused_as_json() -> None:
         assert e.value.code == NvError.BadValue
 
 
-def config_file(path: Path, name: str = "design") -> Path:
-    """A device configuration file (the bundled 'full' one, renamed) at ``path``."""
+def config_file(path: Path, name: str = "design", engine: str = "DPU:DPU") -> Path:
+    """A device configuration file at ``path``: the bundled 'full' one, renamed, its DLA engine the
+    compute unit ``engine`` (XRT's documentation runs kernel k1 on instance DPU)."""
     from importlib import resources
 
     raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
     raw["name"] = name
+    engines = [cu for cu in raw["ip_layout"] if cu["model"] == "engine"]
+    engines[0]["m_name"] = engine
     path.write_text(json.dumps(raw))
     return path
 
 
-def unit(kernel: str, instance: str) -> Any:
-    from types import SimpleNamespace
+def layout(*names: str) -> Any:
+    """A configuration with compute units ``names`` ("kernel:instance") and nothing else."""
+    from dataclasses import replace
 
-    return SimpleNamespace(name=f"{kernel}:{instance}", kernel=kernel, instance=instance)
+    from pydla.hw.config import load_config
+
+    config = load_config("full")
+    units = tuple(replace(config.ip_layout[0], name=n) for n in names)
+    return replace(config, name="design", ip_layout=units)
 
 
 def test_the_header_names_a_configuration_file_next_to_the_recipe(tmp_path: Path, capsys) -> None:
@@ -550,7 +559,7 @@ def test_the_header_names_a_configuration_file_next_to_the_recipe(tmp_path: Path
     assert check_config(load_recipe(recipe), recipe).name == "design"
     assert main(["validate", str(recipe)]) == 0
     # a bundled name; a file elsewhere only when unsafe paths are allowed
-    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"small"'))
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"small"').replace('"DPU"', '"dla"'))
     assert check_config(load_recipe(recipe), recipe).name == "small"
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "link.json").symlink_to(config_file(tmp_path.parent / "outside.json"))
@@ -564,11 +573,9 @@ def test_the_header_names_a_configuration_file_next_to_the_recipe(tmp_path: Path
 
 
 def test_kernel_instances_must_name_compute_units() -> None:
-    from types import SimpleNamespace
-
     from pydla.loadable.recipe_config import compute_unit_errors
 
-    config = SimpleNamespace(name="design", ip_layout=(unit("DPU", "DPU"), unit("dla", "dla")))
+    config = layout("DPU:DPU", "dla:dla")
     recipe = parse_recipe(DOC_RECIPES["complete"])
     assert compute_unit_errors(recipe, config) == []
     for instance in ("dla", "dla:dla", "DPU:DPU"):  # instance, kernel:instance or kernel name
@@ -580,23 +587,26 @@ def test_kernel_instances_must_name_compute_units() -> None:
         "/resources/kernels/0/instance", "'dpu' is no compute unit of device configuration 'design' (its "
                                          "IP_LAYOUT has: DPU (DPU:DPU), dla (dla:dla))")]
     # a configuration without an IP_LAYOUT has nothing to check against
-    assert compute_unit_errors(parse_recipe(doc), SimpleNamespace(name="old")) == []
+    assert compute_unit_errors(parse_recipe(doc), layout()) == []
 
 
-def test_validate_refuses_an_unknown_instance(tmp_path: Path, capsys, monkeypatch) -> None:
-    from types import SimpleNamespace
-
-    from pydla.loadable import recipe_config
-
-    layout = (unit("DPU", "DPU"),)
-    monkeypatch.setattr(recipe_config, "load_config",
-                        lambda p: SimpleNamespace(name="design", ip_layout=layout))
+def test_validate_refuses_an_unknown_instance(tmp_path: Path, capsys) -> None:
     config_file(tmp_path / "design.xclbin")
     recipe = tmp_path / "recipe.json"
     recipe.write_text(DOC_COMPLETE.replace('"DPU"', '"NPU"'))
     assert main(["validate", str(recipe)]) == 1
     out = capsys.readouterr().out
     assert out == (f"{recipe}: 1 problem(s)\n  /resources/kernels/0/instance: 'NPU' is no compute unit of "
-                   "device configuration 'design' (its IP_LAYOUT has: DPU (DPU:DPU))\n")
+                   "device configuration 'design' (its IP_LAYOUT has: DPU (DPU:DPU), noop_hs (noop:noop_hs), "
+                   "noop_chain (noop:noop_chain), vadd (vadd:vadd), scale (scale_i16:scale))\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(recipe)
+    assert e.value.errors[0][0] == "/resources/kernels/0/instance"
     recipe.write_text(DOC_COMPLETE)
     assert main(["validate", str(recipe)]) == 0
+    # the bundled configurations name the DLA engine 'dla', as compiled loadables do
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"full"'))
+    with pytest.raises(RecipeError, match="'DPU' is no compute unit of device configuration 'full'"):
+        load_recipe(recipe)
+    recipe.write_text(DOC_COMPLETE.replace('"design.xclbin"', '"full"').replace('"DPU"', '"dla"'))
+    assert load_recipe(recipe).kernels["k1"].instance == "dla"
