@@ -122,6 +122,8 @@ def parse_ip_layout(raw: Any, source: str) -> tuple[ComputeUnitInfo, ...]:
 def _entry(item: Any, where: str) -> ComputeUnitInfo:
     if not isinstance(item, dict):
         raise DlaError(NvError.BadValue, f"{where}: must be a JSON object, not {item!r}")
+    if isinstance(item.get("m_name"), str):
+        where = f"{where} ('{item['m_name']}')"
     for key, typ in _FIELDS.items():
         value = item.get(key)
         if value is None:
@@ -135,7 +137,6 @@ def _entry(item: Any, where: str) -> ComputeUnitInfo:
             raise DlaError(NvError.BadValue, f"{where}: '{key}' must be an int, not {value!r}")
         optional[key] = value
     name, control, base, window = item["m_name"], item["m_ip_control"], item["m_base_address"], item["window"]
-    where = f"{where} ('{name}')"
     engine = item["model"] == ENGINE_MODEL
     checks = [
         (bool(_NAME.match(name)), "m_name", "'kernel:instance' (letters, digits, _)"),

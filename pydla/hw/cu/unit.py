@@ -121,6 +121,7 @@ class ComputeUnit:
         self.next_accept = now
         self.last_finish = now
         self.last_continue = now
+        self.time = now  # the unit's own time: events are dated from it, never backwards
         self.ready_seen = self.control != "NONE"
         self.fifo_in = bytearray()
         self.fifo_out = bytearray()
@@ -214,12 +215,15 @@ class ComputeUnit:
         return min(times) if times else None
 
     def advance(self, now: int) -> None:
-        """Fire every event due at or before ``now``, in time order."""
+        """Fire every event due at or before ``now``, in time order; then the unit is at ``now``
+        (what the host does next happens then: an event it enables is not dated earlier)."""
         while True:
-            t = self.next_time(0)
+            t = self.next_time(self.time)
             if t is None or t > now:
-                return
+                break
+            self.time = t
             self._fire(t)
+        self.time = max(self.time, now)
 
     def _fire(self, t: int) -> None:
         if self.control == "NONE":
