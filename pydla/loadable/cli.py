@@ -243,6 +243,7 @@ def _validate(args: argparse.Namespace) -> int:
         if loadable:
             text = bytes(read_elf(args.recipe).section(RECIPE))
             recipe = parse_recipe(loads(text, where), where, allow_unsafe_paths=args.allow_unsafe_paths)
+            _check_instances(recipe, where)
         else:
             recipe = load_recipe(args.recipe, allow_unsafe_paths=args.allow_unsafe_paths)
     except RecipeError as e:
@@ -260,6 +261,18 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"{args.recipe}: valid loadable (format {'.'.join(map(str, lo.format_version))}, device "
               f"config '{lo.device}', {len(lo.tensors())} tensors, {len(lo.elf.section_names)} sections)")
     return 0
+
+
+def _check_instances(recipe: Recipe, where: str) -> None:
+    """A loadable's kernels against the IP_LAYOUT of the bundled configuration it names (one it
+    does not name as a bundled configuration cannot be looked up from here: nothing to check)."""
+    from pydla.hw.config import bundled_configs, load_config
+    from pydla.loadable.recipe_config import compute_unit_errors
+
+    if recipe.device in bundled_configs():
+        errors = compute_unit_errors(recipe, load_config(recipe.device))
+        if errors:
+            raise RecipeError(where, errors)
 
 
 def _summary(recipe: Recipe) -> str:

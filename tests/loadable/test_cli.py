@@ -152,3 +152,19 @@ def test_validate_a_loadable_with_a_bad_recipe_lists_its_problems(broken_dla: Pa
     assert recipe.read_bytes() == elf_section(broken_dla, ".pydla.recipe")
     assert main(["validate", str(recipe)]) == 1
     assert "/resources/buffers/3/type" in capsys.readouterr().out
+
+
+def test_validate_checks_a_loadables_kernel_instances_against_its_configuration(
+        tmp_path: Path, capsys) -> None:
+    import pydla.loadable.container as c
+
+    w = build_writer()
+    assert w.recipe is not None
+    w.recipe["resources"]["kernels"][0]["instance"] = "nowhere"
+    bad = tmp_path / "bad.dla"
+    bad.write_bytes(w.build())
+    assert main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "/resources/kernels/0/instance: 'nowhere' is no compute unit of device configuration 'full'" in out
+    assert "dla (dla_engine:dla)" in out
+    assert c.RECIPE in out
