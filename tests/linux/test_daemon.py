@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,7 +170,7 @@ except OSError as e:
     assert perm.startswith("BadParameter") and f"buffer object {handle} is not one of this client's" in perm
     assert outside.startswith("BadParameter") and "offset 64 is outside" in outside
     assert nobody.startswith("BadParameter") and "buffer object 999999 is not one of this client's" in nobody
-    assert perm.replace(str(handle), "N") == nobody.replace("999999", "N")
+    assert re.sub(r"object \d+", "object N", perm) == re.sub(r"object \d+", "object N", nobody)
     assert f"{handle} is not one of this client's" in destroy
     assert unknown == "ENOTTY"
     assert sum(dev.ops_done for dev in d.devices) == 0  # nothing reached a device
