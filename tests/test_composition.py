@@ -66,8 +66,11 @@ def test_the_kmd_learns_its_device_from_the_port() -> None:
     try:
         config = load_config("small")
         assert isinstance(probed.kmd.port, VirtualDevicePort)
-        assert probed.kmd.info == KmdDeviceInfo(0, "step", "small", config.hw_version, config.blocks,
-                                                config.precisions, config.memory_bytes, config.contexts)
+        info = probed.kmd.info
+        assert info == KmdDeviceInfo(0, "step", "small", config.hw_version, config.blocks,
+                                     config.precisions, config.memory_bytes, config.contexts,
+                                     compute_units=info.compute_units)
+        assert [cu.name for cu in info.compute_units] == [cu.name for cu in config.ip_layout]
         ctx = probed.kmd.open_context()
         h = probed.kmd.bo_create(ctx, 100)
         assert probed.device.iommu.mappings(ctx)[0].iova == probed.kmd.bo_iova(ctx, h)

@@ -48,6 +48,8 @@ from pydla.kmd.context import (
     release_context,
     resolve,
 )
+from pydla.kmd.cu_api import KmdComputeUnits
+from pydla.kmd.cu_sched import CuScheduler
 from pydla.kmd.engine import Engine, TaskRun
 from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.job import (
@@ -83,8 +85,8 @@ MAX_PREPARED = 4096  # prepared jobs per context
 log = logging.getLogger("pydla.kmd")
 
 
-class Kmd:
-    """The driver of one device. See the module docstring."""
+class Kmd(KmdComputeUnits):
+    """The driver of one device. See the module docstring; compute units: :mod:`pydla.kmd.cu_api`."""
 
     def __init__(self, port: KmdPortability | VirtualDevice, *,
                  default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS,
@@ -103,6 +105,8 @@ class Kmd:
         self.engine = Engine(self.port, info)
         self.watchdog = Watchdog(self.engine, self.port, tdr_ms=tdr_ms, ban_after=ban_after)
         self.tasks = TaskCache()
+        self.cus = CuScheduler(self.port, info, tdr_ms=tdr_ms, ban_after=ban_after,
+                               default_timeout_ms=default_timeout_ms, reset_device=self._cu_device_reset)
         self.engine.dla_engine_init()
         self.default_timeout_ms = default_timeout_ms
         self._lock = threading.RLock()
@@ -147,6 +151,7 @@ class Kmd:
             if running is not None and running.context is context and running.run is not None:
                 self.engine.abort(running.run, error)
             self._poll_locked()
+            self.cus.forget_context(context)
             del self._contexts[ctx]
             del self._queues[ctx]
             release_context(self.port, context)
@@ -170,7 +175,7 @@ class Kmd:
         with self._lock:
             context = self._context(ctx)
             buf = buffer_of(context, handle)
-            if self._in_use(context, buf):
+            if self._in_use(context, buf) or self.cus.busy_with(buf.bo):
                 raise DlaError(NvError.Busy, f"buffer {handle} of context {ctx} is used by a queued "
                                              "or running job")
             destroy_buffer(self.port, context, handle)
@@ -339,6 +344,7 @@ class Kmd:
             if self._service is not None:
                 self.port.disconnect_interrupt(self._irq_thread)
         self.engine.wake()
+        self.cus.close()
         if self._service is not None:
             self._service.join(timeout=5)
 
@@ -364,6 +370,14 @@ class Kmd:
         if self._running is not None and self._running.context is context:
             tasks.append(self._running.task)
         return any(e.bo is buf.bo for task in tasks for e in task.addresses)
+
+    def _cu_device_reset(self, reset: Callable[[], None]) -> bool:
+        """For the compute-unit scheduler: run ``reset`` (a device reset) if no DLA job runs."""
+        with self._lock:
+            if self._running is not None or self._closed:
+                return False
+            reset()
+            return True
 
     def _wake(self) -> None:
         self.engine.wake()
@@ -448,4 +462,5 @@ class Kmd:
                 "buffers": sum(len(c.buffers) for c in self._contexts.values()),
                 "banned_contexts": sorted(c.ctx for c in self._contexts.values() if c.banned is not None),
                 "recovery": self.watchdog.as_dict(),
+                "compute_units": self.cus.stats(),
             }

@@ -91,6 +91,28 @@ class DeviceCaps(Protocol):
 
 
 @dataclass(frozen=True)
+class CuDesc:
+    """One compute unit of the device's IP_LAYOUT as the KMD sees it (XRT's fields, the KMD's names):
+    ``control`` is ``HS``, ``CHAIN`` or ``NONE`` (AP_CTRL_*), ``base``/``window`` its register window,
+    ``int_enable``/``interrupt_id`` its wiring to GLB cu_intr_status, ``pipeline_depth`` how many
+    executions a CHAIN unit takes at once; ``engine`` marks the DLA engine's own entry (run by the
+    task path, not as a CU)."""
+
+    name: str  # "kernel:instance"
+    control: str
+    base: int
+    window: int
+    int_enable: bool
+    interrupt_id: int
+    pipeline_depth: int = 1
+    engine: bool = False
+
+    @property
+    def instance(self) -> str:
+        return self.name.split(":", 1)[-1]
+
+
+@dataclass(frozen=True)
 class KmdDeviceInfo:
     """What the KMD learns of its device at probe time (:meth:`KmdPortability.dla_get_device_info`):
     which instance it is, how it runs, and what it can do.
@@ -111,6 +133,7 @@ class KmdDeviceInfo:
     max_bytes_per_op: int = 1 << 30
     max_kernel: int = 1024
     max_stride: int = 64
+    compute_units: tuple[CuDesc, ...] = ()  # the IP_LAYOUT, in its order
 
 
 class KmdPortability(abc.ABC):
@@ -162,6 +185,15 @@ class KmdPortability(abc.ABC):
     @abc.abstractmethod
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         """Stop calling ``handler``."""
+
+    def dla_cu_stream_write(self, cu: CuDesc, data: bytes, timeout_s: float) -> None:
+        """Write ``data`` into AP_CTRL_NONE unit ``cu``'s input stream (all of it, within
+        ``timeout_s``: DlaError Timeout otherwise). A port without streams refuses."""
+        raise DlaError(NvError.NotSupported, f"this port has no streams (compute unit '{cu.name}')")
+
+    def dla_cu_stream_read(self, cu: CuDesc, nbytes: int, timeout_s: float) -> bytes:
+        """Read exactly ``nbytes`` of ``cu``'s output stream within ``timeout_s``."""
+        raise DlaError(NvError.NotSupported, f"this port has no streams (compute unit '{cu.name}')")
 
     # -- address spaces and buffer objects (what a kernel driver gets from its OS: the IOMMU's
     # domains, GEM objects) -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
-from pydla.kmd.port import CpuAddress, KmdDeviceInfo, KmdPortability, TaskDesc
+from pydla.kmd.port import CpuAddress, CuDesc, KmdDeviceInfo, KmdPortability, TaskDesc
 
 
 class VirtualDevicePort(KmdPortability):
@@ -81,7 +81,17 @@ class VirtualDevicePort(KmdPortability):
         dev, config = self.device, self.device.config
         return KmdDeviceInfo(dev.instance, dev.mode, config.name, config.hw_version, config.blocks,
                              config.precisions, config.memory_bytes, config.contexts,
-                             config.max_bytes_per_op, config.max_kernel, config.max_stride)
+                             config.max_bytes_per_op, config.max_kernel, config.max_stride,
+                             tuple(CuDesc(cu.name, cu.m_ip_control[len("AP_CTRL_"):], cu.m_base_address,
+                                          cu.window, bool(cu.m_int_enable), cu.m_interrupt_id,
+                                          cu.pipeline_depth, cu.is_engine)
+                                   for cu in config.ip_layout))
+
+    def dla_cu_stream_write(self, cu: CuDesc, data: bytes, timeout_s: float) -> None:
+        self.device.cu_stream_write(cu.name, data, timeout_s)
+
+    def dla_cu_stream_read(self, cu: CuDesc, nbytes: int, timeout_s: float) -> bytes:
+        return self.device.cu_stream_read(cu.name, nbytes, timeout_s)
 
     def dla_create_context(self) -> int:
         return self.device.iommu.create_context()

@@ -1,0 +1,160 @@
+"""Compute-unit executions of the KMD: what a client submits to a CU and what it waits on.
+
+A client names a compute unit of the device's IP_LAYOUT (``kernel:instance`` or the instance) and
+gives its argument words: an ``int`` is one 32-bit word, a :class:`CuBuffer` is two (the low and
+high halves of a device address in the submitting context, resolved and bounds-checked here, as XRT
+passes a buffer object to ``clSetKernelArg``). The scheduler (:mod:`pydla.kmd.cu_sched`) starts it by
+the unit's execution model.
+
+Usage::
+
+    ex = kmd.cu_submit(ctx, "vadd", [CuBuffer(a), CuBuffer(b), CuBuffer(out), n], timeout_ms=1000)
+    ex.wait(1000)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.errors import DlaError, NvError
+from pydla.hw.memory import BufferObject
+from pydla.kmd.job import COMPLETED, FAILED, QUEUED, RUNNING, Fence
+from pydla.kmd.port import CuDesc
+
+if TYPE_CHECKING:
+    from pydla.kmd.context import Context
+    from pydla.kmd.cu_sched import CuScheduler
+
+_F = {f[0]: getattr(R.cu_ctrl_regs_t, f[0]).offset for f in R.cu_ctrl_regs_t._fields_}
+CTRL, GIE, IER, ISR, ARGS = _F["ctrl"], _F["gie"], _F["ier"], _F["isr"], _F["args"]
+CTX, ERROR, ERROR_EXEC, FAULT_LO, FAULT_HI = (_F["ctx"], _F["error"], _F["error_exec"], _F["fault_addr_lo"],
+                                              _F["fault_addr_hi"])
+REGS_END = R.cu_ctrl_regs_t.SIZE  # the control block, arguments and the device's own registers
+MAX_ARG_WORDS = (CTX - ARGS) // 4
+AP_START, AP_DONE, AP_IDLE, AP_READY, AP_CONTINUE = (int(R.cu_ctrl_e.AP_START), int(R.cu_ctrl_e.AP_DONE),
+                                                     int(R.cu_ctrl_e.AP_IDLE), int(R.cu_ctrl_e.AP_READY),
+                                                     int(R.cu_ctrl_e.AP_CONTINUE))
+ISR_DONE, ISR_READY = 1, 2
+CU_ERRORS = {int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
+             int(R.dla_hw_error_e.BAD_CONFIG): NvError.BadValue,
+             int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported}
+
+
+@dataclass(frozen=True)
+class CuBuffer:
+    """A buffer argument: the device address of buffer ``handle`` plus ``offset`` in the submitting
+    context, as two argument words (low, high). ``size``: the bytes from ``offset`` the unit may use
+    (to the end of the buffer by default); it must lie inside the buffer."""
+
+    handle: int
+    offset: int = 0
+    size: int | None = None
+
+
+CuArg = int | CuBuffer
+
+
+def encode_args(context: Context, cu: CuDesc, args: Sequence[CuArg]) -> tuple[list[int], list[BufferObject]]:
+    """The argument words and the buffer objects they use; every value checked and named."""
+    words: list[int] = []
+    bos: list[BufferObject] = []
+    if not isinstance(args, (list, tuple)):
+        raise DlaError(NvError.BadParameter, f"compute unit '{cu.name}': args must be a list, not {args!r}")
+    for i, arg in enumerate(args):
+        where = f"compute unit '{cu.name}': argument {i}"
+        if isinstance(arg, CuBuffer):
+            buf = context.buffers.get(arg.handle) if type(arg.handle) is int else None
+            if buf is None:
+                raise DlaError(NvError.BadParameter,
+                               f"{where}: handle {arg.handle!r} is not a buffer of context {context.ctx}")
+            size = buf.bo.size
+            if type(arg.offset) is not int or not 0 <= arg.offset < size:
+                raise DlaError(NvError.BadParameter,
+                               f"{where}: offset {arg.offset!r} is outside buffer {arg.handle} "
+                               f"({size} bytes)")
+            if arg.size is not None and (type(arg.size) is not int or not 0 < arg.size <= size - arg.offset):
+                raise DlaError(NvError.InvalidSize,
+                               f"{where}: size {arg.size!r} at offset {arg.offset} is outside buffer "
+                               f"{arg.handle} ({size} bytes)")
+            address = buf.iova + arg.offset
+            words += [address & 0xFFFFFFFF, address >> 32]
+            bos.append(buf.bo)
+        elif type(arg) is int and -(1 << 31) <= arg < (1 << 32):
+            words.append(arg & 0xFFFFFFFF)  # a negative int32 is its two's complement
+        else:
+            raise DlaError(NvError.BadParameter,
+                           f"{where}: {arg!r} is neither a 32-bit integer nor a CuBuffer")
+    if len(words) > MAX_ARG_WORDS:
+        raise DlaError(NvError.BadParameter,
+                       f"compute unit '{cu.name}': {len(words)} argument words; at most {MAX_ARG_WORDS}")
+    return words, bos
+
+
+class CuExecution:
+    """One submitted execution of a compute unit. ``wait`` returns when it completed and raises its
+    error when it failed (NvError Timeout when it hung; the device's error otherwise)."""
+
+    def __init__(self, sched: CuScheduler, exec_id: int, cu: CuDesc, context: Context, words: list[int],
+                 bos: list[BufferObject], timeout_ms: int, pre_fences: list[Fence] | None,
+                 post_fences: list[Fence] | None) -> None:
+        self.sched = sched
+        self.exec_id = exec_id
+        self.cu = cu
+        self.context = context
+        self.words = words
+        self.bos = bos
+        self.timeout_ms = timeout_ms
+        self.pre_fences = list(pre_fences or [])
+        self.post_fences = list(post_fences or [])
+        self.state = QUEUED
+        self.error: DlaError | None = None
+        self.submitted_at = time.monotonic()
+        self.started_at = 0.0
+        self.finished_at = 0.0
+        self.deadline = 0.0
+        self._event = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def blocked(self) -> DlaError | bool:
+        """A pre-fence's failure, True while a pre-fence is not reached, False when it may start."""
+        for sem, value in self.pre_fences:
+            if sem.error is not None and not sem.reached(value):
+                return DlaError(sem.error.code, f"execution {self.exec_id} of '{self.cu.name}' never ran: "
+                                                f"its pre-fence failed: {sem.error.message}")
+            if not sem.reached(value):
+                return True
+        return False
+
+    def wait(self, timeout_ms: float | None = None) -> None:
+        """Wait for the end (``timeout_ms``: its own timeout by default); raise its error if it failed."""
+        self.sched.wait_for(self, self.timeout_ms if timeout_ms is None else timeout_ms)
+        if self.error is not None:
+            raise self.error
+
+    def _finish(self, error: DlaError | None) -> None:
+        """Under the scheduler's lock: the terminal state, the post-fences, the waiters."""
+        if self._event.is_set():
+            return
+        self.error = error
+        self.state = FAILED if error is not None else COMPLETED
+        self.finished_at = time.monotonic()
+        for sem, value in self.post_fences:
+            if error is None:
+                sem.signal(value)
+            else:
+                sem.fail(error)
+        self._event.set()
+
+    def __repr__(self) -> str:
+        return f"CuExecution({self.exec_id}, {self.cu.name!r}, {self.state})"
+
+
+__all__ = ["COMPLETED", "FAILED", "QUEUED", "RUNNING", "CuArg", "CuBuffer", "CuExecution"]

@@ -1,0 +1,221 @@
+"""The KMD schedules compute units by XRT's execution models: the sequences of XRT's documentation
+read back from the device's control event trace, interrupts and the polling fallback, arguments,
+fences, refusals, a driver developer's own model, and recovery of a unit that never finishes."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pydla import DlaError, NvError
+from pydla.hw.config import DeviceConfig, parse_config
+from pydla.hw.device import VirtualDevice
+from pydla.kmd.cu import CuBuffer
+from pydla.kmd.sync import TimelineSemaphore
+from tests.hw.cu_driver import GIE, sequence
+from tests.hw.regs import raw_config
+from tests.kmd.support import MakeKmd
+
+HS_SEQUENCE = "START1=>DONE1=>START2=>DONE2=>START3=>DONE3"
+CHAIN_SEQUENCE = "START1=>START2=>START3=>DONE1=>START4=>DONE2=>START5=>DONE3=>DONE4=>DONE5"
+MODEL = "python:tests.hw.cu_user_models:"
+
+
+def cu_config(int_enable: int = 1, latency: int = 3000, **extra: Any) -> DeviceConfig:
+    common = {"m_type": "IP_KERNEL", "m_int_enable": int_enable, "window": 0x10000, "latency_cycles": latency}
+    return parse_config(raw_config(ip_layout=[
+        {**common, "m_name": "noop:noop_hs", "m_interrupt_id": 0, "m_ip_control": "AP_CTRL_HS",
+         "m_base_address": 0x10000, "model": "noop"},
+        {**common, "m_name": "noop:noop_chain", "m_interrupt_id": 1, "m_ip_control": "AP_CTRL_CHAIN",
+         "m_base_address": 0x20000, "model": "noop", "pipeline_depth": 3},
+        {**common, "m_name": "saxpy:saxpy_hs", "m_interrupt_id": 2, "m_ip_control": "AP_CTRL_HS",
+         "m_base_address": 0x30000, "model": MODEL + "Saxpy", "max_n": 4096},
+        {**common, "m_name": "saxpy:saxpy_chain", "m_interrupt_id": 3, "m_ip_control": "AP_CTRL_CHAIN",
+         "m_base_address": 0x40000, "model": MODEL + "Saxpy", "pipeline_depth": 3},
+        {**common, "m_name": "xor:xor", "m_interrupt_id": 4, "m_ip_control": "AP_CTRL_NONE",
+         "m_base_address": 0x50000, "m_int_enable": 0, "model": MODEL + "XorStream", "fifo_bytes": 256,
+         "chunk_bytes": 64},
+        {**common, "m_name": "slow:slow", "m_interrupt_id": 5, "m_ip_control": "AP_CTRL_HS",
+         "m_base_address": 0x60000, "model": "noop", "latency_cycles": 1 << 40},
+    ], **extra))
+
+
+def test_hs_three_requests_run_one_at_a_time(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    executions = [kmd.cu_submit(ctx, "noop_hs", []) for _ in range(3)]
+    for ex in executions:
+        ex.wait(5000)
+    assert sequence(dev, "noop_hs") == HS_SEQUENCE
+    assert [ex.state for ex in executions] == ["completed"] * 3
+
+
+def test_chain_depth_three_five_requests_overlap_and_finish_in_order(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    executions = [kmd.cu_submit(ctx, "noop:noop_chain", []) for _ in range(5)]
+    executions[-1].wait(5000)
+    assert all(ex.done and ex.error is None for ex in executions)
+    assert sequence(dev, "noop_chain") == CHAIN_SEQUENCE
+    assert [str(e) for e in dev.cu_events("noop_chain") if e.kind == "CONTINUE"] == \
+        [f"CONTINUE{i}" for i in range(1, 6)]
+    assert [ex.finished_at for ex in executions] == sorted(ex.finished_at for ex in executions)
+
+
+@pytest.mark.parametrize("int_enable", [1, 0], ids=["interrupts", "polling"])
+def test_threaded_device_keeps_the_models(make_kmd: MakeKmd, int_enable: int) -> None:
+    dev, kmd = make_kmd(cu_config(int_enable, latency=200_000), mode="threaded")
+    ctx = kmd.open_context()
+    hs = [kmd.cu_submit(ctx, "noop_hs", []) for _ in range(3)]
+    chain = [kmd.cu_submit(ctx, "noop_chain", []) for _ in range(6)]
+    for ex in hs + chain:
+        ex.wait(5000)
+    assert sequence(dev, "noop_hs") == HS_SEQUENCE
+    events = [e for e in dev.cu_events("noop_chain") if e.kind in ("START", "DONE")]
+    assert [e.n for e in events if e.kind == "DONE"] == [1, 2, 3, 4, 5, 6]
+    in_flight = peak = 0
+    for e in events:
+        in_flight += 1 if e.kind == "START" else -1
+        peak = max(peak, in_flight)
+    assert peak == 3  # pipelined, never deeper than the unit
+    assert dev.reg_read(kmd.cus.unit("noop_hs").desc.base + GIE) == int_enable  # polled units: no GIE
+
+
+def test_vadd_arguments_are_device_addresses_of_the_context(make_kmd: MakeKmd) -> None:
+    _, kmd = make_kmd()
+    ctx = kmd.open_context()
+    n = 100
+    a, b, out = (kmd.bo_create(ctx, 4 * n) for _ in range(3))
+    kmd.bo_array(ctx, a).view(np.float32)[:] = np.arange(n)
+    kmd.bo_array(ctx, b).view(np.float32)[:] = 10
+    kmd.cu_submit(ctx, "vadd", [CuBuffer(a), CuBuffer(b), CuBuffer(out, size=4 * n), n]).wait(5000)
+    np.testing.assert_array_equal(kmd.bo_array(ctx, out).view(np.float32), np.arange(n) + 10)
+    # The unit's own accesses are checked by the IOMMU: beyond the buffer is the execution's error.
+    ex = kmd.cu_submit(ctx, "vadd", [CuBuffer(a), CuBuffer(b), CuBuffer(out), 1 << 20])
+    with pytest.raises(DlaError) as err:
+        ex.wait(5000)
+    assert err.value.code == NvError.InvalidAddress and "'vadd:vadd'" in err.value.message
+    kmd.cu_submit(ctx, "vadd", [CuBuffer(a), CuBuffer(b), CuBuffer(out), n]).wait(5000)  # the unit goes on
+
+
+def test_bad_arguments_and_units_are_refused(make_kmd: MakeKmd) -> None:
+    _, kmd = make_kmd()
+    ctx, other = kmd.open_context(), kmd.open_context()
+    h = kmd.bo_create(ctx, 64)
+    kmd.bo_create(other, 64)
+    theirs = kmd.bo_create(other, 64)  # handle 2: ctx has no buffer 2 (handles are per context)
+    cases: list[tuple[str, list[Any], NvError, str]] = [
+        ("scale", [], NvError.NotSupported, "AP_CTRL_NONE"),
+        ("dla", [], NvError.NotSupported, "DLA engine"),
+        ("nope", [], NvError.BadParameter, "noop:noop_hs"),
+        ("vadd", [CuBuffer(theirs)], NvError.BadParameter,
+         f"handle {theirs} is not a buffer of context {ctx}"),
+        ("vadd", [CuBuffer(h, 64)], NvError.BadParameter, "offset 64"),
+        ("vadd", [CuBuffer(h, 8, 57)], NvError.InvalidSize, "size 57 at offset 8"),
+        ("vadd", [1 << 32], NvError.BadParameter, "argument 0: 4294967296"),
+        ("vadd", [1.5], NvError.BadParameter, "1.5"),
+        ("vadd", [0] * 957, NvError.BadParameter, "957 argument words"),
+    ]
+    for cu, args, code, text in cases:
+        with pytest.raises(DlaError) as err:
+            kmd.cu_submit(ctx, cu, args)
+        assert err.value.code == code and text in err.value.message, (cu, err.value.message)
+    with pytest.raises(DlaError) as err:
+        kmd.cu_submit(ctx, "noop_hs", [], timeout_ms=0)
+    assert err.value.code == NvError.BadParameter
+
+
+def test_fences_order_executions(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    pre, post, bad = TimelineSemaphore(), TimelineSemaphore(), TimelineSemaphore()
+    ex = kmd.cu_submit(ctx, "noop_hs", [], pre_fences=[(pre, 1)], post_fences=[(post, 7)])
+    with pytest.raises(DlaError) as err:
+        ex.wait(20)
+    assert err.value.code == NvError.Timeout and ex.state == "queued" and dev.cu_events("noop_hs") == []
+    pre.signal(1)
+    ex.wait(5000)
+    assert post.value == 7
+    bad.fail(DlaError(NvError.BadValue, "upstream broke"))
+    failed = kmd.cu_submit(ctx, "noop_hs", [], pre_fences=[(bad, 1)])
+    with pytest.raises(DlaError, match="pre-fence failed: upstream broke"):
+        failed.wait(5000)
+
+
+def test_closing_the_context_fails_its_executions_and_buffers_in_use_stay(make_kmd: MakeKmd) -> None:
+    _, kmd = make_kmd()
+    ctx = kmd.open_context()
+    h = kmd.bo_create(ctx, 64)
+    pre = TimelineSemaphore()
+    ex = kmd.cu_submit(ctx, "vadd", [CuBuffer(h)], pre_fences=[(pre, 1)])
+    with pytest.raises(DlaError) as err:
+        kmd.bo_destroy(ctx, h)
+    assert err.value.code == NvError.Busy
+    kmd.close_context(ctx)
+    with pytest.raises(DlaError, match=f"context {ctx} was closed"):
+        ex.wait(100)
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_user_model_driven_by_the_kmd_in_all_three_execution_models(make_kmd: MakeKmd, mode: str) -> None:
+    dev, kmd = make_kmd(cu_config(), mode=mode)
+    ctx = kmd.open_context()
+    n = 256
+    x, y = kmd.bo_create(ctx, 4 * n), kmd.bo_create(ctx, 4 * n)
+    kmd.bo_array(ctx, x).view(np.float32)[:] = np.arange(n)
+    for name, count in (("saxpy_hs", 3), ("saxpy_chain", 5)):
+        kmd.bo_array(ctx, y)[:] = 0
+        runs = [kmd.cu_submit(ctx, name, [CuBuffer(x), CuBuffer(y), n, f32(i + 1)]) for i in range(count)]
+        for ex in runs:
+            ex.wait(5000)
+        np.testing.assert_array_equal(kmd.bo_array(ctx, y).view(np.float32),
+                                      np.arange(n, dtype=np.float32) * sum(range(1, count + 1)))
+    if mode == "deterministic":
+        assert sequence(dev, "saxpy_hs") == HS_SEQUENCE
+        assert sequence(dev, "saxpy_chain") == CHAIN_SEQUENCE
+    # The NONE unit is never started: the host talks to it through its streams.
+    with pytest.raises(DlaError, match="AP_CTRL_NONE"):
+        kmd.cu_submit(ctx, "xor", [])
+    data = bytes(range(200))
+    kmd.cu_stream_write(ctx, "xor", data, timeout_ms=5000)
+    assert kmd.cu_stream_read(ctx, "xor", len(data), timeout_ms=5000) == data  # key 0 after reset
+
+
+def test_streams_refuse_and_time_out(make_kmd: MakeKmd) -> None:
+    _, kmd = make_kmd(cu_config())
+    ctx = kmd.open_context()
+    with pytest.raises(DlaError, match="only AP_CTRL_NONE"):
+        kmd.cu_stream_write(ctx, "noop_hs", b"ab", timeout_ms=10)
+    with pytest.raises(DlaError) as err:
+        kmd.cu_stream_read(ctx, "xor", 4, timeout_ms=10)
+    assert err.value.code == NvError.Timeout
+    with pytest.raises(DlaError, match="timeout_ms 0"):
+        kmd.cu_stream_read(ctx, "xor", 4, timeout_ms=0)
+
+
+def test_a_unit_that_never_finishes_is_recovered(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(cu_config(), mode="threaded", tdr_ms=100, ban_after=2)
+    ctx, innocent = kmd.open_context(), kmd.open_context()
+    hung = kmd.cu_submit(ctx, "slow", [])
+    behind = kmd.cu_submit(ctx, "slow", [])
+    with pytest.raises(DlaError) as err:
+        hung.wait(5000)
+    assert err.value.code == NvError.Timeout
+    assert "compute unit 'slow:slow'" in err.value.message and "hung" in err.value.message
+    with pytest.raises(DlaError, match="aborted"):
+        behind.wait(5000)
+    kmd.cu_submit(innocent, "noop_chain", []).wait(5000)  # after the device reset, others run
+    assert kmd.stats()["compute_units"]["device_resets"] == 1
+    with pytest.raises(DlaError, match="now banned after 2 hangs"):
+        kmd.cu_submit(ctx, "slow", []).wait(5000)
+    with pytest.raises(DlaError, match="banned"):
+        kmd.cu_submit(ctx, "noop_hs", [])
+    assert isinstance(dev, VirtualDevice)
+
+
+def f32(v: float) -> int:
+    word: int = struct.unpack("<I", struct.pack("<f", v))[0]
+    return word
