@@ -242,15 +242,22 @@ class CuScheduler:
     def _isr(self) -> None:
         """Top half: which units interrupt; clear their ISR and GLB bits; then the bottom half here if
         the scheduler is free (saving a thread handoff), else the service thread's."""
-        status = self.port.dla_reg_read(R.GLB_CU_INTR_STATUS)
+        status = 0
+        # A unit's event between the read of its ISR and the write of GLB keeps its GLB bit set
+        # without a new edge (the line is level-like): read GLB again until it is clear.
+        for _ in range(8):
+            pending = self.port.dla_reg_read(R.GLB_CU_INTR_STATUS)
+            if not pending:
+                break
+            status |= pending
+            for iid, u in self._by_id.items():
+                if pending >> iid & 1:
+                    isr = self.port.dla_reg_read(u.desc.base + ISR)
+                    if isr:
+                        self.port.dla_reg_write(u.desc.base + ISR, isr)  # toggle on write: clears them
+            self.port.dla_reg_write(R.GLB_CU_INTR_STATUS, pending)
         if not status:
             return
-        for iid, u in self._by_id.items():
-            if status >> iid & 1:
-                isr = self.port.dla_reg_read(u.desc.base + ISR)
-                if isr:
-                    self.port.dla_reg_write(u.desc.base + ISR, isr)  # toggle on write: clears them
-        self.port.dla_reg_write(R.GLB_CU_INTR_STATUS, status)
         if self.mode != "threaded" or not self._lock.acquire(blocking=False):
             self._kick.set()  # the waiter (nested in its own register read) or the service thread
             return
