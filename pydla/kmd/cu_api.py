@@ -8,6 +8,17 @@ Usage::
     ex.wait(1000)
     kmd.cu_stream_write(ctx, "scale", data, timeout_ms=1000)
     out = kmd.cu_stream_read(ctx, "scale", len(data), timeout_ms=1000)
+    kmd.cu_open_context(ctx, "scale", exclusive=True)        # xclOpenContext
+    kmd.cu_reg_write(ctx, "scale", 0x10, 0x40000000)         # xclRegWrite (scale = 2.0)
+    kmd.cu_reg_read(ctx, "scale", 0x10)                      # xclRegRead
+    kmd.cu_close_context(ctx, "scale")                       # xclCloseContext
+
+**CU contexts** (XRT's xclOpenContext): a client context opens a unit *shared* (several may) or
+*exclusive* (only while no other context has it open, shared or exclusive; and no other context can
+open it meanwhile: NvError Busy). Register reads and writes (xclRegRead / xclRegWrite) are allowed
+only under an exclusive context (NvError InvalidState otherwise, which the Linux port answers with
+EPERM), at a 4-byte-aligned offset inside the unit's register block. While a context holds a unit
+exclusively, other contexts' executions of it are refused (Busy): the holder owns its registers.
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.cu import CuArg, CuExecution
+from pydla.kmd.cu import REGS_END, CuArg, CuExecution
 from pydla.kmd.cu_sched import CuScheduler, CuUnit
 from pydla.kmd.job import Fence
 from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
@@ -53,7 +64,85 @@ class KmdComputeUnits:
         pre-fences are reached; it signals (or fails) its post-fences when it ends."""
         with self._lock:
             self._check_open()
+            u = self.cus.unit(cu)
+            if u.exclusive is not None and u.exclusive != ctx:
+                raise DlaError(NvError.Busy, f"compute unit '{u.desc.name}' is held exclusively by context "
+                                             f"{u.exclusive}")
             return self.cus.submit(self._context(ctx), cu, args, timeout_ms, pre_fences, post_fences)
+
+    # -- CU contexts and register access (XRT's xclOpenContext, xclRegRead, xclRegWrite) -----------
+
+    def cu_open_context(self, ctx: int, cu: str, *, exclusive: bool) -> None:
+        """Open a CU context on unit ``cu`` for ``ctx``, exclusive or shared (see the module docstring)."""
+        if type(exclusive) is not bool:
+            raise DlaError(NvError.BadParameter, f"exclusive {exclusive!r} must be True or False")
+        with self._lock:
+            self._check_open()
+            self._context(ctx)
+            u = self.cus.unit(cu)
+            if u.desc.engine:
+                raise DlaError(NvError.NotSupported, f"compute unit '{u.desc.name}' is the DLA engine: its "
+                                                     "registers belong to the driver")
+            if ctx == u.exclusive or ctx in u.shared:
+                raise DlaError(NvError.InvalidState, f"context {ctx} already has a CU context on "
+                                                     f"'{u.desc.name}'")
+            if u.exclusive is not None or (exclusive and u.shared):
+                holder = (f"context {u.exclusive} holds it exclusively" if u.exclusive is not None
+                          else f"context(s) {', '.join(map(str, sorted(u.shared)))} hold it shared")
+                raise DlaError(NvError.Busy, f"compute unit '{u.desc.name}': cannot open it "
+                                             f"{'exclusive' if exclusive else 'shared'}: {holder}")
+            if exclusive:
+                u.exclusive = ctx
+            else:
+                u.shared.add(ctx)
+
+    def cu_close_context(self, ctx: int, cu: str) -> None:
+        """Close ``ctx``'s CU context on unit ``cu`` (xclCloseContext)."""
+        with self._lock:
+            u = self.cus.unit(cu)
+            if u.exclusive == ctx:
+                u.exclusive = None
+            elif ctx in u.shared:
+                u.shared.discard(ctx)
+            else:
+                raise DlaError(NvError.InvalidState, f"context {ctx} has no CU context on '{u.desc.name}'")
+
+    def cu_reg_read(self, ctx: int, cu: str, offset: int) -> int:
+        """Read the register at ``offset`` of unit ``cu`` (xclRegRead): an exclusive context only."""
+        with self._lock:
+            u = self._reg_unit(ctx, cu, offset, "read")
+            return self.port.dla_reg_read(u.desc.base + offset)
+
+    def cu_reg_write(self, ctx: int, cu: str, offset: int, value: int) -> None:
+        """Write ``value`` to the register at ``offset`` of unit ``cu`` (xclRegWrite): exclusive only."""
+        if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
+            raise DlaError(NvError.BadParameter, f"register value {value!r} must be 0..0xffffffff")
+        with self._lock:
+            u = self._reg_unit(ctx, cu, offset, "write")
+            self.port.dla_reg_write(u.desc.base + offset, value)
+
+    def _reg_unit(self, ctx: int, cu: str, offset: int, what: str) -> CuUnit:
+        self._check_open()
+        self._context(ctx)
+        u = self.cus.unit(cu)
+        if u.exclusive != ctx:
+            raise DlaError(NvError.InvalidState,
+                           f"register {what} of compute unit '{u.desc.name}' needs an exclusive CU context "
+                           f"(xclOpenContext); context {ctx} has "
+                           f"{'a shared one' if ctx in u.shared else 'none'}")
+        limit = min(REGS_END, u.desc.window)
+        if type(offset) is not int or not 0 <= offset < limit or offset % 4:
+            raise DlaError(NvError.BadParameter,
+                           f"register {what} of compute unit '{u.desc.name}': offset {offset!r} must be a "
+                           f"multiple of 4 in 0..{limit - 4:#x}")
+        return u
+
+    def _cu_release(self, ctx: int) -> None:
+        """Under the lock, ``ctx`` closing: its CU contexts go."""
+        for u in set(self.cus.units.values()):
+            u.shared.discard(ctx)
+            if u.exclusive == ctx:
+                u.exclusive = None
 
     def cu_stream_write(self, ctx: int, cu: str, data: bytes, *, timeout_ms: int) -> None:
         """Write all of ``data`` into AP_CTRL_NONE unit ``cu``'s input stream within ``timeout_ms``."""

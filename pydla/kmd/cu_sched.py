@@ -82,6 +82,8 @@ class CuUnit:
     completed: int = 0
     failed: int = 0
     hangs: int = 0
+    exclusive: int | None = None  # the client context holding its CU context exclusively
+    shared: set[int] = field(default_factory=set)  # those holding shared CU contexts
 
 
 class CuScheduler:

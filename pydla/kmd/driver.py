@@ -152,6 +152,7 @@ class Kmd(KmdComputeUnits):
                 self.engine.abort(running.run, error)
             self._poll_locked()
             self.cus.forget_context(context)
+            self._cu_release(ctx)
             del self._contexts[ctx]
             del self._queues[ctx]
             release_context(self.port, context)

@@ -194,6 +194,32 @@ class InProcessPort(NvDlaPort):
             if session in self._sessions:
                 self._sessions.remove(session)
 
+    # -- compute units: the KMD's CU contexts, registers and streams, for this handle's context ---
+
+    def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
+        session = self._session(h)
+        session.kmd.cu_open_context(session.ctx, cu, exclusive=exclusive)
+
+    def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
+        session = self._session(h)
+        session.kmd.cu_close_context(session.ctx, cu)
+
+    def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
+        session = self._session(h)
+        return session.kmd.cu_reg_read(session.ctx, cu, offset)
+
+    def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
+        session = self._session(h)
+        session.kmd.cu_reg_write(session.ctx, cu, offset, value)
+
+    def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
+        session = self._session(h)
+        session.kmd.cu_stream_write(session.ctx, cu, data, timeout_ms=timeout_ms)
+
+    def NvDlaStreamRead(self, h: Any, cu: str, nbytes: int, timeout_ms: int) -> bytes:
+        session = self._session(h)
+        return session.kmd.cu_stream_read(session.ctx, cu, nbytes, timeout_ms=timeout_ms)
+
     def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
                     flags: int = 0) -> tuple[NvDlaMemHandle, npt.NDArray[np.uint8]]:
         session = self._session(h)

@@ -246,6 +246,45 @@ class NvDlaPort(abc.ABC):
         raise DlaError(NvError.NotSupported, f"NvDlaGetDeviceInfo: {type(self).__name__} does not report "
                                              "device information")
 
+    # -- compute units (XRT's xclOpenContext / xclRegRead / xclRegWrite / xclCloseContext and the
+    # streams of AP_CTRL_NONE units); a port without them raises NotSupported (these defaults) ---
+
+    def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
+        """Open a CU context on compute unit ``cu`` (``kernel:instance`` or the instance) for the
+        handle ``h``: ``exclusive`` only while no other handle has one on it (NvError Busy).
+
+        Usage::
+
+            port.NvDlaOpenCuContext(h, "scale", exclusive=True)
+            port.NvDlaRegWrite(h, "scale", 0x10, 0x40000000)
+            port.NvDlaCloseCuContext(h, "scale")
+        """
+        raise DlaError(NvError.NotSupported,
+                       f"NvDlaOpenCuContext: {type(self).__name__} has no compute units")
+
+    def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
+        """Close ``h``'s CU context on ``cu``."""
+        raise DlaError(NvError.NotSupported,
+                       f"NvDlaCloseCuContext: {type(self).__name__} has no compute units")
+
+    def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
+        """The 32-bit register at ``offset`` of ``cu``'s window: under an exclusive CU context only
+        (NvError InvalidState otherwise), at a 4-byte-aligned offset inside it (BadParameter)."""
+        raise DlaError(NvError.NotSupported, f"NvDlaRegRead: {type(self).__name__} has no compute units")
+
+    def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
+        """Write a 32-bit register of ``cu``: the rules of :meth:`NvDlaRegRead`."""
+        raise DlaError(NvError.NotSupported, f"NvDlaRegWrite: {type(self).__name__} has no compute units")
+
+    def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
+        """Write all of ``data`` into AP_CTRL_NONE unit ``cu``'s input stream within ``timeout_ms``
+        (NvError Timeout otherwise, saying how much went in)."""
+        raise DlaError(NvError.NotSupported, f"NvDlaStreamWrite: {type(self).__name__} has no streams")
+
+    def NvDlaStreamRead(self, h: Any, cu: str, nbytes: int, timeout_ms: int) -> bytes:
+        """Read exactly ``nbytes`` of ``cu``'s output stream within ``timeout_ms``."""
+        raise DlaError(NvError.NotSupported, f"NvDlaStreamRead: {type(self).__name__} has no streams")
+
     # -- memory access: the same for every port whose memory handles have a host view ------------
 
     def NvDlaMemMap(self, mem: NvDlaMemHandle, offset: int, size: int, flags: int = 0) -> memoryview:

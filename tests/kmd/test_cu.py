@@ -219,3 +219,20 @@ def test_a_unit_that_never_finishes_is_recovered(make_kmd: MakeKmd) -> None:
 def f32(v: float) -> int:
     word: int = struct.unpack("<I", struct.pack("<f", v))[0]
     return word
+
+
+def test_an_exclusive_cu_context_owns_the_unit(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx, other = kmd.open_context(), kmd.open_context()
+    kmd.cu_open_context(ctx, "noop_hs", exclusive=True)
+    with pytest.raises(DlaError) as err:
+        kmd.cu_submit(other, "noop_hs", [])
+    assert err.value.code == NvError.Busy and f"held exclusively by context {ctx}" in err.value.message
+    kmd.cu_submit(ctx, "noop_hs", []).wait(5000)  # the holder still runs it through the driver
+    base = kmd.cus.unit("noop_hs").desc.base
+    kmd.cu_reg_write(ctx, "noop_hs", 0x10, 0x1234)
+    assert dev.reg_read(base + 0x10) == 0x1234 == kmd.cu_reg_read(ctx, "noop_hs", 0x10)
+    with pytest.raises(DlaError, match="DLA engine"):
+        kmd.cu_open_context(ctx, "dla", exclusive=True)
+    kmd.close_context(ctx)  # its CU contexts go with it
+    kmd.cu_open_context(other, "noop_hs", exclusive=True)

@@ -1,0 +1,76 @@
+"""The port contract for compute units: CU contexts exclusive or shared (XRT's xclOpenContext),
+register access only under an exclusive one and inside the unit's window (xclRegRead /
+xclRegWrite), and the streams of an AP_CTRL_NONE unit with timeouts. Needs a device with the "full"
+configuration's units (``scale``: AP_CTRL_NONE, int16 samples scaled by the float32 in word 0); a port
+without compute units (NotSupported) skips."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pydla import DlaError, NvError
+from pydla.portability.interface import NvDlaPort
+
+SCALE_ARG = 0x10  # argument word 0 of the scale unit: its float32 factor
+
+
+def _cu_port(port: NvDlaPort) -> tuple[object, object]:
+    h1, h2 = port.NvDlaOpen(0), port.NvDlaOpen(0)
+    try:
+        port.NvDlaOpenCuContext(h1, "scale", exclusive=False)
+    except DlaError as e:
+        if e.code == NvError.NotSupported:
+            pytest.skip(f"{type(port).__name__}: {e.message}")
+        raise
+    port.NvDlaCloseCuContext(h1, "scale")
+    return h1, h2
+
+
+def _code(call: object, *args: object) -> NvError:
+    with pytest.raises(DlaError) as err:
+        call(*args)  # type: ignore[operator]
+    return err.value.code
+
+
+def test_register_access_needs_an_exclusive_cu_context(port: NvDlaPort) -> None:
+    h1, h2 = _cu_port(port)
+    assert _code(port.NvDlaRegRead, h1, "scale", SCALE_ARG) == NvError.InvalidState  # no context
+    port.NvDlaOpenCuContext(h1, "scale", exclusive=True)
+    assert _code(port.NvDlaOpenCuContext, h2, "scale", True) == NvError.Busy
+    assert _code(port.NvDlaOpenCuContext, h2, "scale", False) == NvError.Busy
+    assert _code(port.NvDlaRegRead, h2, "scale", SCALE_ARG) == NvError.InvalidState  # not the holder
+    two = struct.unpack("<I", struct.pack("<f", 2.0))[0]
+    port.NvDlaRegWrite(h1, "scale", SCALE_ARG, two)
+    assert port.NvDlaRegRead(h1, "scale", SCALE_ARG) == two
+    for offset in (0x1000, 2, -4):
+        assert _code(port.NvDlaRegRead, h1, "scale", offset) == NvError.BadParameter, offset
+    assert _code(port.NvDlaRegWrite, h1, "scale", SCALE_ARG, 1 << 32) == NvError.BadParameter
+    assert _code(port.NvDlaRegRead, h1, "no_such_unit", 0) == NvError.BadParameter
+    port.NvDlaCloseCuContext(h1, "scale")
+    assert _code(port.NvDlaCloseCuContext, h1, "scale") == NvError.InvalidState
+    # Shared contexts: several at once, none may touch registers, none lets an exclusive one in.
+    port.NvDlaOpenCuContext(h1, "scale", exclusive=False)
+    port.NvDlaOpenCuContext(h2, "scale", exclusive=False)
+    assert _code(port.NvDlaRegWrite, h2, "scale", SCALE_ARG, 0) == NvError.InvalidState
+    port.NvDlaCloseCuContext(h2, "scale")
+    assert _code(port.NvDlaOpenCuContext, h2, "scale", True) == NvError.Busy
+    port.NvDlaClose(h1)  # closing the handle releases its CU contexts
+    port.NvDlaOpenCuContext(h2, "scale", exclusive=True)
+    port.NvDlaClose(h2)
+
+
+def test_streams_of_a_none_unit(port: NvDlaPort) -> None:
+    h1, h2 = _cu_port(port)
+    port.NvDlaOpenCuContext(h1, "scale", exclusive=True)
+    port.NvDlaRegWrite(h1, "scale", SCALE_ARG, struct.unpack("<I", struct.pack("<f", 3.0))[0])
+    x = np.arange(-500, 500, dtype="<i2")
+    port.NvDlaStreamWrite(h1, "scale", x.tobytes(), 5000)
+    y = np.frombuffer(port.NvDlaStreamRead(h1, "scale", x.nbytes, 5000), dtype="<i2")
+    np.testing.assert_array_equal(y, x * 3)
+    assert _code(port.NvDlaStreamRead, h2, "scale", 2, 20) == NvError.Timeout  # nothing comes
+    assert _code(port.NvDlaStreamWrite, h2, "noop_hs", b"ab", 20) == NvError.NotSupported  # not NONE
+    port.NvDlaClose(h1)
+    port.NvDlaClose(h2)
