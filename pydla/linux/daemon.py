@@ -8,7 +8,8 @@ answered as a handle that does not exist (ENOENT), so that a client cannot learn
 hold. Every handle, count, offset and size a client sends is checked against the
 caller's own context before anything reaches the KMD; a failed request answers an errno and leaves the
 reason in LAST_ERROR. When a client closes its file, or dies, its jobs are aborted and its buffers and
-sync objects freed (RELEASE). A WAIT blocks only its own request thread and is abandoned at once when
+sync objects freed and its CU contexts closed (RELEASE). The compute-unit commands are in
+:mod:`pydla.linux.cu_handlers`. A WAIT blocks only its own request thread and is abandoned at once when
 the caller is killed (FUSE_INTERRUPT).
 
 Buffer memory is the client's own memfd, which the daemon takes with pidfd_getfd (see
@@ -47,6 +48,7 @@ from pydla.kmd.port import AddressEntry
 from pydla.kmd.recovery import DEFAULT_TDR_MS
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.linux.clients import Client, DeviceFile, Quotas
+from pydla.linux.cu_handlers import cu_handlers
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.fuse_mount import FuseMountError, resolve_mountpoint
 from pydla.linux.fuse_server import FuseServer
@@ -60,6 +62,7 @@ from pydla.linux.uapi import (
     INLINE_FENCES,
     MAX_ADDRESSES,
     MAX_FENCES,
+    MAX_STREAM_BYTES,
     STRUCTS,
     text,
     untext,
@@ -106,6 +109,7 @@ class KmdDaemon:
             U.dla_ioctl_e.RELEASE_PREPARED: self._release_prepared,
             U.dla_ioctl_e.RING_SETUP: self._ring_setup,
         }
+        self._handlers.update(cu_handlers(self))  # CU contexts, registers, streams, IP_LAYOUT (2.5)
         self._rings = RingServer(self._ring_submit)
         self.jobs = JobCounter(len(self.kmds))
         self.started = time.time()
@@ -271,7 +275,8 @@ class KmdDaemon:
                   p.PRECISION_MASK: sum(1 << int(x) for x in info.precisions),
                   p.MEMORY_BYTES: info.memory_bytes, p.DAEMON_PID: os.getpid(),
                   p.MAX_WAIT_MS: self.max_wait_ms, p.QUOTA_BUFFERS: q.buffers, p.QUOTA_BYTES: q.bytes,
-                  p.QUOTA_SYNCS: q.syncs, p.QUOTA_WAITS: q.waits}
+                  p.QUOTA_SYNCS: q.syncs, p.QUOTA_WAITS: q.waits,
+                  p.NUM_CUS: len(client.kmd.compute_units), p.MAX_STREAM_BYTES: MAX_STREAM_BYTES}
         texts = {p.CONFIG_NAME: info.name, p.LAST_ERROR: client.last_error}
         if a.param in values:
             a.value = values[a.param]

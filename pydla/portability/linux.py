@@ -8,7 +8,7 @@ version handshake; its buffers are memfds this process creates and maps and the 
 reference to (BO_CREATE), its fences sync objects there. A prepared task's submit goes through a
 submission ring the file shares with the daemon (memory both map and an eventfd each way, uAPI 2.4),
 not an ioctl, unless ``ring=False`` or PYDLA_LINUX_RING=0; the ioctls remain for everything else and
-as the fallback.
+as the fallback. Compute units (uAPI 2.5): :mod:`pydla.portability.linux_cu`.
 Every failure is a DlaError: a refused ioctl carries the daemon's reason (LAST_ERROR); a daemon that
 died gives NvError Disconnected, never a hang.
 
@@ -57,6 +57,7 @@ from pydla.portability.interface import (
     check_prepared_submit,
     check_task,
 )
+from pydla.portability.linux_cu import LinuxCuMethods
 from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
@@ -251,8 +252,9 @@ class LinuxDevice:
             ring.close()
 
 
-class LinuxPort(NvDlaPort):
-    """See the module docstring."""
+class LinuxPort(LinuxCuMethods, NvDlaPort):
+    """See the module docstring; the compute-unit methods (CU contexts, registers, streams, the
+    IP_LAYOUT) are :class:`~pydla.portability.linux_cu.LinuxCuMethods`'."""
 
     def __init__(self, path: str | os.PathLike[str], *, ring: bool | None = None) -> None:
         self.path = Path(path)

@@ -1,0 +1,199 @@
+"""The Linux port's compute-unit methods (uAPI 2.5): CU contexts (XRT's xclOpenContext /
+xclCloseContext), register access (xclRegRead / xclRegWrite) and the streams of AP_CTRL_NONE units,
+each an ioctl on the handle's device file; and the device's IP_LAYOUT (:meth:`compute_units`).
+
+The daemon answers a refusal with an errno and its reason (LAST_ERROR); here it becomes the NvError the
+in-process port raises for the same call: EBUSY -> Busy (another file holds the unit), EPERM ->
+InvalidState (no exclusive context, a second one, a close without one), EOPNOTSUPP -> NotSupported (the
+DLA engine's unit; a stream of a unit that is not AP_CTRL_NONE), ENOENT / EINVAL -> BadParameter,
+ETIMEDOUT -> Timeout.
+
+A stream call moves at most MAX_STREAM_BYTES per ioctl and waits at most the daemon's MAX_WAIT_MS
+(GET_PARAM): larger transfers are repeated in pieces, each with the time that is left. A piece that
+runs out of the daemon's time while the caller's remains is not repeated: the KMD's stream calls move
+all the bytes or time out, and one that timed out may have moved part of them, so the call raises
+Timeout saying so (never a silent duplicate or gap).
+
+Usage::
+
+    port.NvDlaOpenCuContext(h, "scale", exclusive=True)
+    port.NvDlaRegWrite(h, "scale", 0x10, 0x40000000)
+    port.compute_units(0)        # the IP_LAYOUT, as the daemon's KMD has it
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydla.deviceapi.generated import dla_uapi as U
+from pydla.errors import DlaError, NvError
+from pydla.kmd.port import CuDesc
+from pydla.linux.uapi import untext
+
+if TYPE_CHECKING:
+    from pydla.portability.linux import LinuxDevice
+
+CONTROL = {U.dla_cu_control_e.AP_CTRL_HS: "HS", U.dla_cu_control_e.AP_CTRL_CHAIN: "CHAIN",
+           U.dla_cu_control_e.AP_CTRL_NONE: "NONE"}
+NAME_BYTES = 64
+
+
+def _cu_ioctl(device: LinuxDevice, nr: int, args: Any) -> Any:
+    """``device.ioctl`` with EPERM (the CU commands' answer to InvalidState) as NvError InvalidState."""
+    done = device.ioctl(nr, args, again=(errno.EPERM,))
+    if done is not None:
+        return done
+    reason = device.param_text(U.dla_param_e.LAST_ERROR)  # why (the daemon's LAST_ERROR)
+    name = U.dla_ioctl_e(nr).name
+    raise DlaError(NvError.InvalidState,
+                   f"{device.path}: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
+
+
+def _ref(cu: Any, what: str) -> dict[str, Any]:
+    """The name/index fields naming ``cu`` (a name, or an index into :meth:`compute_units`)."""
+    if isinstance(cu, str):
+        raw = cu.encode("utf-8", "surrogatepass") if cu else b""
+        if not cu or len(raw) >= NAME_BYTES or "\0" in cu:
+            raise DlaError(NvError.BadParameter, f"{what}: compute unit name {cu!r} must be "
+                                                 f"1..{NAME_BYTES - 1} bytes of UTF-8 without NUL")
+        return {"name": raw, "index": 0}
+    if isinstance(cu, bool) or not isinstance(cu, int) or not 0 <= cu < 1 << 32:
+        raise DlaError(NvError.BadParameter, f"{what}: compute unit {cu!r}: a name or an index")
+    return {"name": b"", "index": cu}
+
+
+def _u32(value: Any, what: str, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+        raise DlaError(NvError.BadParameter, f"{what}: {field} {value!r} must be 0..0xffffffff")
+    return value
+
+
+class LinuxCuMethods:
+    """Mixed into :class:`~pydla.portability.linux.LinuxPort` (which provides ``_device``)."""
+
+    if TYPE_CHECKING:
+        def _device(self, h: Any) -> LinuxDevice: ...
+
+    def _cu_device(self, h: Any, what: str) -> LinuxDevice:
+        device = self._device(h)
+        if device.daemon_version[:2] < (2, 5):
+            version = ".".join(map(str, device.daemon_version))
+            raise DlaError(NvError.NotSupported, f"{what}: the daemon speaks uAPI {version}; compute units "
+                                                 "need 2.5 (run the same pydla on both sides)")
+        return device
+
+    def compute_units(self, select: int) -> tuple[CuDesc, ...]:
+        """Device instance ``select``'s IP_LAYOUT as its KMD in the daemon has it (NUM_CUS, CU_QUERY):
+        the same records the in-process port's ``kmd.compute_units`` holds. A daemon older than
+        uAPI 2.5 reports none."""
+        device = self._learning_device(select)
+        try:
+            if device.daemon_version[:2] < (2, 5):
+                return ()
+            units = []
+            for i in range(device.param(U.dla_param_e.NUM_CUS)):
+                q = device.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i))
+                units.append(CuDesc(untext(bytes(q.name)), CONTROL.get(q.control, "HS"), int(q.base),
+                                    int(q.window), bool(q.int_enable), int(q.interrupt_id),
+                                    int(q.pipeline_depth), bool(q.engine)))
+            return tuple(units)
+        finally:
+            device.close()
+
+    def _learning_device(self, select: int) -> LinuxDevice:
+        """A device file of instance ``select`` opened for a question (the caller closes it)."""
+        from pydla.portability.linux import LinuxDevice
+
+        port: Any = self
+        select = port._select(select, "compute_units")
+        return LinuxDevice(port, select, port._device_path(select))
+
+    def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
+        what = "NvDlaOpenCuContext"
+        device = self._cu_device(h, what)
+        if type(exclusive) is not bool:
+            raise DlaError(NvError.BadParameter, f"{what}: exclusive {exclusive!r} must be True or False")
+        flags = int(U.dla_cu_flags_e.EXCLUSIVE) if exclusive else 0
+        _cu_ioctl(device, U.dla_ioctl_e.CU_OPEN, U.dla_cu_context_t(**_ref(cu, what), flags=flags))
+
+    def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
+        what = "NvDlaCloseCuContext"
+        device = self._cu_device(h, what)
+        _cu_ioctl(device, U.dla_ioctl_e.CU_CLOSE, U.dla_cu_context_t(**_ref(cu, what)))
+
+    def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
+        what = "NvDlaRegRead"
+        device = self._cu_device(h, what)
+        args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"))
+        return int(_cu_ioctl(device, U.dla_ioctl_e.CU_REG_READ, args).value)
+
+    def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
+        what = "NvDlaRegWrite"
+        device = self._cu_device(h, what)
+        args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"),
+                              value=_u32(value, what, "register value"))
+        _cu_ioctl(device, U.dla_ioctl_e.CU_REG_WRITE, args)
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
+        what = "NvDlaStreamWrite"
+        device = self._cu_device(h, what)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise DlaError(NvError.BadParameter, f"{what}: data must be bytes, not {type(data).__name__}")
+        raw = bytes(data)
+        buf = ctypes.create_string_buffer(raw, max(1, len(raw)))
+        self._stream(device, U.dla_ioctl_e.CU_STREAM_WRITE, cu, buf, len(raw), timeout_ms, what)
+
+    def NvDlaStreamRead(self, h: Any, cu: str, nbytes: int, timeout_ms: int) -> bytes:
+        what = "NvDlaStreamRead"
+        device = self._cu_device(h, what)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes <= 1 << 31:
+            raise DlaError(NvError.BadParameter, f"{what}: nbytes {nbytes!r} must be 0..2^31")
+        buf = ctypes.create_string_buffer(max(1, nbytes))
+        self._stream(device, U.dla_ioctl_e.CU_STREAM_READ, cu, buf, nbytes, timeout_ms, what)
+        return buf.raw[:nbytes]
+
+    def _stream(self, device: LinuxDevice, nr: int, cu: Any, buf: Any, size: int, timeout_ms: int,
+                what: str) -> None:
+        """Move ``size`` bytes of ``buf`` in pieces of at most MAX_STREAM_BYTES (see the module)."""
+        ref = _ref(cu, what)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= 3_600_000:
+            raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} must be 1..3600000")
+        if size == 0:
+            return  # nothing to move (the in-process port's answer too, for an AP_CTRL_NONE unit)
+        piece_max = device.param(U.dla_param_e.MAX_STREAM_BYTES)
+        max_wait = device.param(U.dla_param_e.MAX_WAIT_MS)
+        deadline = time.monotonic() + timeout_ms / 1000
+        done = 0
+        while done < size:
+            piece = min(piece_max, size - done)
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            args = U.dla_cu_stream_t(**ref, timeout_ms=min(left_ms, 3_600_000),
+                                     data=ctypes.addressof(buf) + done, size=piece)
+            try:
+                if device.ioctl(nr, args, again=(errno.EAGAIN,)) is None:
+                    self._again(device, nr, args)
+            except DlaError as e:
+                if e.code == NvError.Timeout:
+                    cut = (f" (the daemon waits at most {max_wait} ms per call; the piece that ran "
+                           "out may have moved in part)") if left_ms > max_wait else ""
+                    raise DlaError(NvError.Timeout, f"{what} '{cu}': {done} of {size} bytes within "
+                                                    f"{timeout_ms} ms{cut}: {e.message}") from None
+                raise
+            done += piece
+
+    @staticmethod
+    def _again(device: LinuxDevice, nr: int, args: Any) -> Any:
+        """EAGAIN (the file's WAITs and stream calls are at its quota): retry for up to a second."""
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            time.sleep(0.002)
+            done = device.ioctl(nr, args, again=(errno.EAGAIN,))
+            if done is not None:
+                return done
+        return device.ioctl(nr, args)
+
