@@ -215,7 +215,7 @@ def test_stream_round_trip_in_pieces(daemon, monkeypatch: pytest.MonkeyPatch) ->
         def write() -> None:
             try:
                 port.NvDlaStreamWrite(writer, "scale", x.tobytes(), 20_000)
-            except BaseException as e:  # noqa: BLE001 (reported by the test)
+            except BaseException as e:  # reported by the test
                 failed.append(e)
 
         t = threading.Thread(target=write)
