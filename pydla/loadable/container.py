@@ -395,8 +395,10 @@ class Loadable:
         return blocks_needed(self._ctrl.values())
 
     def check_device(self, config: Any) -> None:
-        """NvError NotSupported naming the block when the configuration lacks one this network uses."""
+        """NvError NotSupported naming the block when the configuration lacks one this network uses,
+        or the kernel instance that is no compute unit of it."""
         check_blocks(self._ctrl.values(), config, self.source)
+        check_instances(self.recipe.kernels.values(), config, self.source)
 
     # -- what the runner asks of a recipe source (see also pydla.loadable.recipe_file) ----------------
 
@@ -436,6 +438,21 @@ def blocks_needed(controls: Iterable[ControlCode]) -> set[str]:
             known = op_type in dla_block_e._value2member_map_
             needed.add(dla_block_e(op_type).name if known else f"unknown block {op_type}")
     return needed
+
+
+def check_instances(kernels: Iterable[Any], config: Any, source: str) -> None:
+    """NvError NotSupported naming a kernel whose instance is no compute unit of device ``config``
+    (its ``compute_units``, as a port's device information reports them; nothing to check against
+    when it reports none)."""
+    units: tuple[str, ...] = tuple(getattr(config, "compute_units", ()))
+    if not units:
+        return
+    for kernel in kernels:
+        if not config.has_compute_unit(kernel.instance):
+            raise DlaError(NvError.NotSupported,
+                           f"{source}: kernel '{kernel.name}' runs on instance '{kernel.instance}', which "
+                           f"is no compute unit of device config '{config.name}' (its units: "
+                           f"{', '.join(units)})")
 
 
 def check_blocks(controls: Iterable[ControlCode], config: Any, source: str) -> None:

@@ -88,9 +88,10 @@ class RecipeFile:
         return None
 
     def check_device(self, config: Any) -> None:
-        from pydla.loadable.container import check_blocks
+        from pydla.loadable.container import check_blocks, check_instances
 
         check_blocks(self._controls.values(), config, self.source)
+        check_instances(self.recipe.kernels.values(), config, self.source)
 
 
 def resolve_file(recipe: Path, relative: str, what: str, *, allow_unsafe_paths: bool = False) -> Path:

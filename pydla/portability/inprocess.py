@@ -167,7 +167,8 @@ class InProcessPort(NvDlaPort):
         select = self._select(select, "NvDlaGetDeviceInfo")
         info = self.kmd_of(select).info
         return NvDlaDeviceInfo(select, self.platform.instances, info.name, info.hw_version, info.blocks,
-                               info.precisions, info.memory_bytes)
+                               info.precisions, info.memory_bytes,
+                               tuple(cu.name for cu in info.compute_units))
 
     def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Session:
         select = self._select(select, "NvDlaOpen")

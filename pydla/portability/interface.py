@@ -72,7 +72,9 @@ class NvDlaMemHandle(abc.ABC):
 @dataclass(frozen=True)
 class NvDlaDeviceInfo:
     """What :meth:`NvDlaPort.NvDlaGetDeviceInfo` reports of a device instance: which it is (of how
-    many), its configuration's name, version register, functional blocks, precisions and memory.
+    many), its configuration's name, version register, functional blocks, precisions and memory,
+    and the names ("kernel:instance") of its compute units (its IP_LAYOUT; empty when a port or an
+    older daemon does not say).
 
     Usage: ``port.NvDlaGetDeviceInfo(0).has_block("PDP")``
     """
@@ -84,6 +86,11 @@ class NvDlaDeviceInfo:
     blocks: tuple[dla_block_e, ...]
     precisions: tuple[dla_precision_e, ...]
     memory_bytes: int
+    compute_units: tuple[str, ...] = ()
+
+    def has_compute_unit(self, name: str) -> bool:
+        """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
+        return any(name in (cu, *cu.split(":", 1)) for cu in self.compute_units)
 
     def has_block(self, block: dla_block_e | str) -> bool:
         """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""

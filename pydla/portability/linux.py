@@ -226,7 +226,15 @@ class LinuxDevice:
         return NvDlaDeviceInfo(
             self.param(p.DEVICE_INDEX), self.param(p.NUM_DEVICES), self.param_text(p.CONFIG_NAME),
             self.param(p.HW_VERSION), tuple(b for b in dla_block_e if block_mask >> int(b) & 1),
-            tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES))
+            tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES),
+            self._compute_unit_names())
+
+    def _compute_unit_names(self) -> tuple[str, ...]:
+        """The device's compute units (uAPI 2.5: NUM_CUS, CU_QUERY); none from an older daemon."""
+        if self.daemon_version[:2] < (2, 5):
+            return ()
+        return tuple(untext(bytes(self.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i)).name))
+                     for i in range(self.param(U.dla_param_e.NUM_CUS)))
 
     def ring(self) -> ClientRing | None:
         """This file's submission ring, set up on first use; None without one (see the module)."""

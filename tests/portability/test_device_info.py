@@ -38,7 +38,11 @@ def test_the_in_process_port_reports_what_the_configuration_says(name: str) -> N
         infos = [port.NvDlaGetDeviceInfo(i) for i in range(port.NvDlaGetMaxDevices())]
         for i, info in enumerate(infos):
             assert info == NvDlaDeviceInfo(i, config.instances, config.name, config.hw_version, config.blocks,
-                                           config.precisions, config.memory_bytes)
+                                           config.precisions, config.memory_bytes,
+                                           tuple(cu.name for cu in config.ip_layout))
+        assert infos[0].compute_units[0] == "dla_engine:dla"
+        assert infos[0].has_compute_unit("dla") and infos[0].has_compute_unit("noop:noop_hs")
+        assert not infos[0].has_compute_unit("DPU")
         assert infos[0].has_block("pdp") and infos[0].has_precision("FP16")
         assert infos[0].has_block("RUBIK") == (name == "full")
         with pytest.raises(DlaError) as e:

@@ -49,6 +49,11 @@ def recipe_dir(d: Path, doc: dict[str, Any] | str, libraries: Path, monkeypatch:
     return d / "recipe.json"
 
 
+def design(recipe: Path) -> str:
+    """The device the recipe's header names: its kernels run on its DPU compute unit."""
+    return str(recipe.parent / "design.xclbin")
+
+
 def pipeline(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """What the documentation's execution does: convert_ifm, k1 on each half into the other half of
     ofm_int, convert_ofm."""
@@ -72,7 +77,7 @@ def test_the_documentation_pipeline_runs(tmp_path: Path, libraries: Path, monkey
     assert "valid (8 buffers, 1 kernels, 3 cpu functions, 4 runs in 3 runlists)" in capsys.readouterr().out
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal(4 * PIXELS).astype(np.float32), rng.standard_normal(128).astype(np.float32)
-    with pydla.createRuntime() as rt:
+    with pydla.createRuntime(config=design(path)) as rt:
         runner = Runner(rt, path)
         ifm, wts, ofm = floats(rt, x), floats(rt, w), rt.allocateSystemMemory(1024)
         runner.bind_input("ifm", ifm)
@@ -91,7 +96,7 @@ def test_a_sized_output_is_created_and_binding_it_is_optional(tmp_path: Path, li
     path = recipe_dir(tmp_path, DOC_RECIPES["pipeline-sized-output"], libraries, monkeypatch)
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal(4 * PIXELS).astype(np.float32), rng.standard_normal(128).astype(np.float32)
-    with pydla.createRuntime() as rt:
+    with pydla.createRuntime(config=design(path)) as rt:
         runner = Runner(rt, path)
         runner.bind_input("ifm", floats(rt, x))
         runner.bind_input("wts", floats(rt, w))
@@ -122,7 +127,7 @@ def test_npu_constants_are_refused_until_compute_units_take_scalars(tmp_path: Pa
     runner refuses them when it is built. Without them the same recipe runs."""
     path = recipe_dir(tmp_path, DOC_RECIPES[name], libraries, monkeypatch)
     assert main(["validate", str(path)]) == 0
-    with pydla.createRuntime() as rt:
+    with pydla.createRuntime(config=design(path)) as rt:
         with pytest.raises(DlaError) as e:
             Runner(rt, path)
         assert e.value.code == NvError.NotSupported
@@ -165,7 +170,7 @@ def test_buffer_types_as_xrt_describes_them(tmp_path: Path, libraries: Path, mon
                          {"name": "out", "type": "spill"}, {"name": "u", "type": "unknown", "size": 512},
                          args=("ifm", "wts", "out"))
     path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
-    with pydla.createRuntime() as rt:
+    with pydla.createRuntime(config=design(path)) as rt:
         runner = Runner(rt, path)
         with pytest.raises(DlaError, match=r"spill buffer 'out' is not bound \(it has no size in the recipe: "
                                            "bind_input memory to it\\)") as e:
@@ -188,7 +193,7 @@ def test_internal_buffers_are_never_bound_and_need_a_size(tmp_path: Path, librar
     doc = buffers_recipe({"name": "ifm", "type": "input"}, {"name": "wts", "type": "input"},
                          {"name": "ofm", "type": "internal", "size": 512})
     path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
-    with pydla.createRuntime() as rt:
+    with pydla.createRuntime(config=design(path)) as rt:
         runner = Runner(rt, path)
         with pytest.raises(DlaError, match=r"bind_output: internal buffer 'ofm' \(the runner's own, "
                                            r"never bound\); bind_output binds output, inout, spill, unknown "
@@ -202,5 +207,19 @@ def test_internal_buffers_are_never_bound_and_need_a_size(tmp_path: Path, librar
     assert capsys.readouterr().out == (
         f"{path}: 1 problem(s)\n  /resources/buffers/2: internal buffer 'ofm' needs a size: the runner "
         "creates internal buffers and nothing can bind one, so this recipe could never run\n")
-    with pydla.createRuntime() as rt, pytest.raises(DlaError, match="/resources/buffers/2: internal"):
+    with pydla.createRuntime(config=design(path)) as rt, \
+            pytest.raises(DlaError, match="/resources/buffers/2: internal"):
         Runner(rt, path)
+
+
+def test_a_recipe_for_another_device_is_refused_naming_its_instance(tmp_path: Path, libraries: Path,
+                                                                   monkeypatch) -> None:
+    """The pipeline's k1 runs on instance DPU, a compute unit of design.xclbin: on a bundled
+    configuration, which has none of that name, the runner refuses it before making anything."""
+    path = recipe_dir(tmp_path, DOC_RECIPES["pipeline"], libraries, monkeypatch)
+    with pydla.createRuntime() as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
+    assert e.value.code == NvError.NotSupported
+    words = "kernel 'k1' runs on instance 'DPU', which is no compute unit of device config 'full'"
+    assert words in str(e.value)
+    assert "dla_engine:dla" in str(e.value)
