@@ -21,11 +21,12 @@ from pydla.errors import DlaError, NvError
 if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from pydla.loadable.container import Loadable as ILoadable
     from pydla.session import InferenceSession, Session
+    from pydla.umd.cu import ComputeUnit
     from pydla.umd.runtime import IRuntime, createRuntime
     from pydla.umd.sync import ISync
 
-__all__ = ["DlaError", "ILoadable", "IRuntime", "ISync", "InferenceSession", "NvError", "Session",
-           "__version__", "createRuntime"]
+__all__ = ["ComputeUnit", "DlaError", "ILoadable", "IRuntime", "ISync", "InferenceSession", "NvError",
+           "Session", "__version__", "createRuntime"]
 
 # Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
 # the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
@@ -36,6 +37,7 @@ _LAZY = {
     "IRuntime": ("pydla.umd.runtime", "IRuntime"),
     "ISync": ("pydla.umd.sync", "ISync"),
     "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it
+    "ComputeUnit": ("pydla.umd.cu", "ComputeUnit"),  # XRT's xrt::kernel
 }
 
 

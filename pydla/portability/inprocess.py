@@ -16,6 +16,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -25,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
+from pydla.kmd.cu import CuArg, CuBuffer, CuExecution
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Job, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
@@ -39,6 +41,7 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    check_cu_args,
     check_free_args,
     check_prepared_submit,
     check_task,
@@ -120,6 +123,9 @@ class InProcessPort(NvDlaPort):
         self._polled: list[Kmd] = []  # ... of those whose devices progress only when polled
         self._sessions: list[Session] = []
         self._destroyed: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()
+        # CU executions on devices that progress only when polled: NvDlaWaitFence drives them, as
+        # it polls the drivers for tasks (Kmd.poll does not service compute units).
+        self._cu_polled: list[CuExecution] = []
         self._closed = False
 
     def __enter__(self) -> InProcessPort:
@@ -212,6 +218,30 @@ class InProcessPort(NvDlaPort):
     def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
         session = self._session(h)
         session.kmd.cu_reg_write(session.ctx, cu, offset, value)
+
+    def NvDlaSubmitCu(self, h: Any, cu: str, args: list[Any], pre_fences: list[NvDlaFence],
+                      post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        """As the interface's: the KMD's cu_submit, each buffer resolved to this session's handle."""
+        session = self._session(h)
+        what = f"NvDlaSubmitCu {cu!r:.70}"
+        words: list[CuArg] = []
+        for i, arg in enumerate(check_cu_args(args, what)):
+            if isinstance(arg, tuple):
+                mem = self._mem(session, arg[0], f"{what} argument {i}")
+                words.append(CuBuffer(mem.handle, arg[1], arg[2] if len(arg) == 3 else None))
+            else:
+                words.append(arg)
+        for fences, name in ((pre_fences, "pre_fences"), (post_fences, "post_fences")):
+            if not isinstance(fences, (list, tuple)):
+                raise DlaError(NvError.BadParameter, f"{what}: {name} must be a list of NvDlaFence")
+        ex = session.kmd.cu_submit(session.ctx, cu, words, timeout_ms=timeout_ms,
+                                   pre_fences=[self._fence(f, session) for f in pre_fences],
+                                   post_fences=[self._fence(f, session) for f in post_fences])
+        if session.kmd.info.mode != "threaded":
+            with self._lock:
+                self._cu_polled = [e for e in self._cu_polled if not e.done]
+                self._cu_polled.append(ex)
+        return NvDlaTaskStatus(ex.exec_id, ex)
 
     def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
         session = self._session(h)
@@ -386,6 +416,7 @@ class InProcessPort(NvDlaPort):
                 kmds = list(self._polled)
             for kmd in kmds:
                 kmd.poll()
+            self._drive_compute_units()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
@@ -395,6 +426,21 @@ class InProcessPort(NvDlaPort):
             except DlaError as e:
                 if e.code != NvError.Timeout:
                     raise
+
+    def _drive_compute_units(self) -> None:
+        """Let the KMD service the units of unfinished CU executions on polled devices (a wait on
+        one drives its unit for up to a millisecond; its error, if any, reaches the fence)."""
+        with self._lock:
+            self._cu_polled = [e for e in self._cu_polled if not e.done]
+            pending = list(self._cu_polled)
+        served: set[str] = set()
+        for ex in pending:
+            if ex.cu.name in served or ex.done or ex.blocked() is True:  # True: pre-fences not reached
+                continue
+            served.add(ex.cu.name)
+            # A timeout of this slice, or the execution's error: its fences carry that.
+            with contextlib.suppress(DlaError):
+                ex.wait(1)
 
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
         sem, value = self._fence(fence)

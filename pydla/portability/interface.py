@@ -143,6 +143,10 @@ class NvDlaTaskStatus:
     handle: Any
 
 
+NvDlaCuArg = int | tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]
+"""One argument of :meth:`NvDlaPort.NvDlaSubmitCu`: a 32-bit word, or a buffer as in NvDlaTask."""
+
+
 class NvDlaPort(abc.ABC):
     """The NVDLA portability layer's NvDla* functions, as methods of one port instance."""
 
@@ -283,6 +287,25 @@ class NvDlaPort(abc.ABC):
         """Write a 32-bit register of ``cu``: the rules of :meth:`NvDlaRegRead`."""
         raise DlaError(NvError.NotSupported, f"NvDlaRegWrite: {type(self).__name__} has no compute units")
 
+    def NvDlaSubmitCu(self, h: Any, cu: str, args: list[NvDlaCuArg], pre_fences: list[NvDlaFence],
+                      post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        """Start one execution of compute unit ``cu`` (XRT's ``xrt::run::start``) for handle ``h``
+        once ``pre_fences`` are reached; it reaches ``post_fences`` when it ends (or fails them with
+        its error: NvDlaWaitFence raises it). ``args`` are the unit's arguments in order: an int is
+        one 32-bit word (-2^31..2^32-1), ``(mem, offset)`` or ``(mem, offset, size)`` a buffer of
+        ``h``'s from NvDlaGetMem, passed as its device address (two words), as NvDlaTask's address
+        list spells them. ``timeout_ms``: how long it may run (None: the driver's default).
+        Refusals: NotSupported for an AP_CTRL_NONE unit (use its streams) or the DLA engine's own
+        unit; Busy while another handle holds ``cu`` exclusively; BadParameter for an unknown unit,
+        an argument of the wrong type, or a buffer that is not ``h``'s.
+
+        Usage::
+
+            port.NvDlaSubmitCu(h, "vadd", [(a, 0), (b, 0), (out, 0), 1024], [], [NvDlaFence(sem, 1)])
+            port.NvDlaWaitFence(NvDlaFence(sem, 1), 1000)
+        """
+        raise DlaError(NvError.NotSupported, f"NvDlaSubmitCu: {type(self).__name__} has no compute units")
+
     def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
         """Write all of ``data`` into AP_CTRL_NONE unit ``cu``'s input stream within ``timeout_ms``
         (NvError Timeout otherwise, saying how much went in)."""
@@ -400,6 +423,24 @@ def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, prio
         raise DlaError(NvError.BadParameter, f"{what}: priority {priority!r} is not an integer")
     if timeout_ms is not None and type(timeout_ms) is not int:
         raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
+
+
+def check_cu_args(args: Any, what: str) -> list[NvDlaCuArg]:
+    """NvDlaSubmitCu's ``args``, by type: each an int of 32 bits (negative ones as int32), or a
+    ``(mem, offset)`` / ``(mem, offset, size)`` tuple of a memory handle and ints (whose values and
+    owner the port and the driver check). Else BadParameter naming the argument."""
+    if not isinstance(args, (list, tuple)):
+        raise DlaError(NvError.BadParameter, f"{what}: args must be a list, not {type(args).__name__}")
+    for i, arg in enumerate(args):
+        if type(arg) is int:
+            if not -(1 << 31) <= arg < 1 << 32:
+                raise DlaError(NvError.BadParameter, f"{what}: argument {i}: {arg} does not fit 32 bits")
+        elif (not isinstance(arg, tuple) or len(arg) not in (2, 3) or not isinstance(arg[0], NvDlaMemHandle)
+              or any(type(v) is not int for v in arg[1:])):
+            raise DlaError(NvError.BadParameter,
+                           f"{what}: argument {i}: {arg!r:.80} is neither a 32-bit int nor (mem, offset) / "
+                           "(mem, offset, size) of NvDlaGetMem memory")
+    return list(args)
 
 
 def _check_range(mem: NvDlaMemHandle, offset: int, size: int, what: str) -> None:
