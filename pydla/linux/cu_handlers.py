@@ -1,6 +1,9 @@
-"""The daemon's compute-unit ioctls (uAPI 2.5): CU contexts (XRT's xclOpenContext /
+"""The daemon's compute-unit ioctls (uAPI 2.5, CU_SUBMIT 2.6): CU contexts (XRT's xclOpenContext /
 xclCloseContext), register access under an exclusive one (xclRegRead / xclRegWrite), the streams of
-AP_CTRL_NONE units, and the IP_LAYOUT (CU_QUERY).
+AP_CTRL_NONE units, the IP_LAYOUT (CU_QUERY), and executions of HS / CHAIN units (CU_SUBMIT, XRT's
+xrt::run::start): at most :data:`MAX_CU_ARGS` arguments, each buffer one of the caller's own (ENOENT
+otherwise, as SUBMIT answers) with its offset and size inside it, the fences the caller's sync
+objects (at most 4 each, in the struct).
 
 Every field is checked here before anything reaches the KMD: the unit's name (NUL-terminated UTF-8
 naming a unit of the device) or index, the flags, reserved words, the register offset (4-byte
@@ -27,12 +30,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.kmd.cu import REGS_END
+from pydla.kmd.cu import REGS_END, CuArg, CuBuffer
 from pydla.kmd.port import CuDesc
 from pydla.linux.clients import Client
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import read_process_memory, write_process_memory
-from pydla.linux.uapi import ERRNO, MAX_STREAM_BYTES, text
+from pydla.linux.uapi import ERRNO, INLINE_FENCES, MAX_STREAM_BYTES, text
 
 if TYPE_CHECKING:
     from pydla.linux.daemon import KmdDaemon
@@ -42,6 +45,7 @@ CONTROL = {"HS": U.dla_cu_control_e.AP_CTRL_HS, "CHAIN": U.dla_cu_control_e.AP_C
            "NONE": U.dla_cu_control_e.AP_CTRL_NONE}
 CU_ERRNO = {NvError.InvalidState: errno.EPERM}  # the CU commands' own answers, before ERRNO's
 MAX_STREAM_TIMEOUT_MS = 3_600_000  # what the KMD accepts; the daemon waits at most max_wait_ms of it
+MAX_CU_ARGS = 64  # CU_SUBMIT's arguments (a buffer is two words; the KMD bounds the words too)
 
 
 def cu_handlers(daemon: KmdDaemon) -> dict[int, Callable[[Client, RequestContext, Any], int]]:
@@ -49,7 +53,8 @@ def cu_handlers(daemon: KmdDaemon) -> dict[int, Callable[[Client, RequestContext
     h = CuHandlers(daemon)
     e = U.dla_ioctl_e
     return {e.CU_OPEN: h.open, e.CU_CLOSE: h.close, e.CU_REG_READ: h.reg_read, e.CU_REG_WRITE: h.reg_write,
-            e.CU_STREAM_WRITE: h.stream_write, e.CU_STREAM_READ: h.stream_read, e.CU_QUERY: h.query}
+            e.CU_STREAM_WRITE: h.stream_write, e.CU_STREAM_READ: h.stream_read, e.CU_QUERY: h.query,
+            e.CU_SUBMIT: h.submit}
 
 
 def _kmd(command: str, call: Callable[[], T]) -> T:
@@ -224,3 +229,52 @@ class CuHandlers:
         a.interrupt_id, a.int_enable, a.pipeline_depth = d.interrupt_id, int(d.int_enable), d.pipeline_depth
         a.engine, a.reserved = int(d.engine), 0
         return 0
+
+    # -- executions (XRT's xrt::run::start) --------------------------------------------------------
+
+    def submit(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        command = "CU_SUBMIT"
+        desc = self.unit(client, a, command)
+        if desc.engine:
+            raise FuseError(errno.EOPNOTSUPP, f"{command}: compute unit '{desc.name}' is the DLA engine: "
+                                              "SUBMIT runs its tasks")
+        if desc.control == "NONE":
+            raise FuseError(errno.EOPNOTSUPP, f"{command}: compute unit '{desc.name}' is AP_CTRL_NONE: it "
+                                              "is never started (use its streams)")
+        if not (0 <= a.num_pre_fences <= INLINE_FENCES and 0 <= a.num_post_fences <= INLINE_FENCES):
+            raise FuseError(errno.EINVAL, f"{command}: num_pre_fences {a.num_pre_fences}, num_post_fences "
+                                          f"{a.num_post_fences} (at most {INLINE_FENCES} each)")
+        daemon = self.daemon
+        entries = daemon._read_array(ctx, a.args, a.num_args, U.dla_cu_arg_t, MAX_CU_ARGS, "arguments",
+                                     command)
+        args = [self._argument(client, i, e) for i, e in enumerate(entries)]
+        pre = daemon._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
+        post = daemon._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
+        timeout = int(a.timeout_ms) or None
+        ex = _kmd(command, lambda: client.kmd.cu_submit(client.ctx, desc.name, args, timeout_ms=timeout,
+                                                        pre_fences=pre, post_fences=post))
+        a.exec_id = ex.exec_id
+        a.completed = int(ex.done and ex.error is None)
+        return 0
+
+    def _argument(self, client: Client, i: int, e: Any) -> CuArg:
+        """Argument ``i`` (a dla_cu_arg_t) as the KMD takes it, every field checked."""
+        where = f"CU_SUBMIT: argument {i}"
+        if e.kind == U.dla_cu_arg_kind_e.WORD:
+            if e.offset or e.size:
+                raise FuseError(errno.EINVAL, f"{where}: a WORD has offset {e.offset} and size {e.size}: 0")
+            return int(e.value)
+        if e.kind != U.dla_cu_arg_kind_e.BUFFER:
+            raise FuseError(errno.EINVAL, f"{where}: kind {e.kind} (WORD 1 or BUFFER 2)")
+        try:
+            handle = self.daemon._buffer(client, int(e.value))
+        except FuseError as err:
+            raise FuseError(err.errno, f"{where}: {err.message}") from None
+        size = client.kmd.bo_size(client.ctx, handle)
+        if not e.offset < size:
+            raise FuseError(errno.EINVAL, f"{where}: offset {e.offset} is outside buffer object {e.value} "
+                                          f"({size} bytes)")
+        if e.size > size - e.offset:
+            raise FuseError(errno.EINVAL, f"{where}: size {e.size} at offset {e.offset} is outside buffer "
+                                          f"object {e.value} ({size} bytes)")
+        return CuBuffer(handle, int(e.offset), int(e.size) or None)

@@ -38,7 +38,7 @@ STRUCTS: dict[int, Any] = {
     U.dla_ioctl_e.CU_OPEN: U.dla_cu_context_t, U.dla_ioctl_e.CU_CLOSE: U.dla_cu_context_t,
     U.dla_ioctl_e.CU_REG_READ: U.dla_cu_reg_t, U.dla_ioctl_e.CU_REG_WRITE: U.dla_cu_reg_t,
     U.dla_ioctl_e.CU_STREAM_WRITE: U.dla_cu_stream_t, U.dla_ioctl_e.CU_STREAM_READ: U.dla_cu_stream_t,
-    U.dla_ioctl_e.CU_QUERY: U.dla_cu_query_t,
+    U.dla_ioctl_e.CU_QUERY: U.dla_cu_query_t, U.dla_ioctl_e.CU_SUBMIT: U.dla_cu_submit_t,
 }
 INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 MAX_STREAM_BYTES = 1 << 20  # the most one CU_STREAM_WRITE / CU_STREAM_READ moves

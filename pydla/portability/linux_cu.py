@@ -1,6 +1,7 @@
 """The Linux port's compute-unit methods (uAPI 2.5): CU contexts (XRT's xclOpenContext /
 xclCloseContext), register access (xclRegRead / xclRegWrite) and the streams of AP_CTRL_NONE units,
-each an ioctl on the handle's device file; and the device's IP_LAYOUT (:meth:`compute_units`).
+each an ioctl on the handle's device file; the device's IP_LAYOUT (:meth:`compute_units`); and
+executions (NvDlaSubmitCu: CU_SUBMIT, uAPI 2.6), whose completion reaches their post-fences.
 
 The daemon answers a refusal with an errno and its reason (LAST_ERROR); here it becomes the NvError the
 in-process port raises for the same call: EBUSY -> Busy (another file holds the unit), EPERM ->
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.kmd.port import CuDesc
-from pydla.linux.uapi import untext
+from pydla.linux.uapi import INLINE_FENCES, untext
+from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_args
 
 if TYPE_CHECKING:
     from pydla.portability.linux import LinuxDevice
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 CONTROL = {U.dla_cu_control_e.AP_CTRL_HS: "HS", U.dla_cu_control_e.AP_CTRL_CHAIN: "CHAIN",
            U.dla_cu_control_e.AP_CTRL_NONE: "NONE"}
 NAME_BYTES = 64
+MAX_CU_ARGS = 64  # what CU_SUBMIT takes (the daemon's bound)
 
 
 def _cu_ioctl(device: LinuxDevice, nr: int, args: Any) -> Any:
@@ -136,6 +139,55 @@ class LinuxCuMethods:
         args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"),
                               value=_u32(value, what, "register value"))
         _cu_ioctl(device, U.dla_ioctl_e.CU_REG_WRITE, args)
+
+    # -- executions ------------------------------------------------------------------------------
+
+    def NvDlaSubmitCu(self, h: Any, cu: str, args: list[Any], pre_fences: list[NvDlaFence],
+                      post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        """As the interface's: one CU_SUBMIT, the arguments in an array the daemon reads during the
+        call, the fences (at most 4 each) in the struct."""
+        what = f"NvDlaSubmitCu {cu!r:.70}"
+        device = self._cu_device(h, what)
+        if device.daemon_version[:2] < (2, 6):
+            version = ".".join(map(str, device.daemon_version))
+            raise DlaError(NvError.NotSupported, f"{what}: the daemon speaks uAPI {version}; starting "
+                                                 "compute units needs 2.6 (run the same pydla on both sides)")
+        checked = check_cu_args(args, what)
+        if len(checked) > MAX_CU_ARGS:
+            raise DlaError(NvError.BadParameter, f"{what}: {len(checked)} arguments (at most {MAX_CU_ARGS})")
+        for fences, name in ((pre_fences, "pre_fences"), (post_fences, "post_fences")):
+            if not isinstance(fences, (list, tuple)) or len(fences) > INLINE_FENCES:
+                raise DlaError(NvError.BadParameter, f"{what}: {name} must be a list of at most "
+                                                     f"{INLINE_FENCES} NvDlaFence")
+        if timeout_ms is not None and (type(timeout_ms) is not int or not 0 < timeout_ms < 1 << 32):
+            raise DlaError(NvError.BadParameter,
+                           f"{what}: timeout_ms {timeout_ms!r} must be 1..2^32-1 or None")
+        port: Any = self
+        array = (U.dla_cu_arg_t * max(1, len(checked)))()
+        for i, arg in enumerate(checked):
+            if isinstance(arg, tuple):
+                mem = port._mem(device, arg[0], f"{what} argument {i}")
+                size = arg[2] if len(arg) == 3 else 0
+                if len(arg) == 3 and size <= 0:  # 0 would mean "to the end" in the uAPI
+                    raise DlaError(NvError.BadParameter, f"{what} argument {i}: size {size}")
+                if not 0 <= arg[1] < 1 << 64:
+                    raise DlaError(NvError.BadParameter, f"{what} argument {i}: offset {arg[1]}")
+                array[i] = U.dla_cu_arg_t(kind=U.dla_cu_arg_kind_e.BUFFER, value=mem.handle, offset=arg[1],
+                                          size=size)
+            else:
+                array[i] = U.dla_cu_arg_t(kind=U.dla_cu_arg_kind_e.WORD, value=arg & 0xFFFFFFFF)
+        a = U.dla_cu_submit_t(**_ref(cu, what), num_args=len(checked), args=ctypes.addressof(array),
+                              num_pre_fences=len(pre_fences), num_post_fences=len(post_fences),
+                              timeout_ms=timeout_ms or 0)
+        for j, f in enumerate(pre_fences):
+            a.pre_fences[j] = port._fence(f)[1]
+        for j, f in enumerate(post_fences):
+            a.post_fences[j] = port._fence(f)[1]
+        done = _cu_ioctl(device, U.dla_ioctl_e.CU_SUBMIT, a)  # the daemon reads the array during the call
+        if done.completed:
+            for f in post_fences:
+                f.semaphore.note_reached(f.value)
+        return NvDlaTaskStatus(int(done.exec_id), None)
 
     # -- streams ---------------------------------------------------------------------------------
 
