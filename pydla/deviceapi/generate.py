@@ -10,12 +10,14 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydla.deviceapi.model import Spec
 from pydla.deviceapi.render import LANGUAGES, render
 from pydla.deviceapi.spec import bundled_specs_dir, load_spec
+from pydla.errors import DlaError, NvError
 
 # Order matters only for reading: imports come first.
 BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library", "dla_uapi")
@@ -70,8 +72,38 @@ def bundled_outputs(out_dir: Path | None = None,
     return outputs
 
 
+_VERSION_LINE = re.compile(r"^VERSION = \((\d+), (\d+), (\d+)\)$", re.M)
+_HASH_LINE = re.compile(r"^LAYOUT_HASH64 = (0x[0-9a-f]+)$", re.M)
+
+
+def _version_and_hash(text: str) -> tuple[tuple[int, ...], str] | None:
+    version, layout = _VERSION_LINE.search(text), _HASH_LINE.search(text)
+    if version is None or layout is None:
+        return None
+    return tuple(int(g) for g in version.groups()), layout.group(1)
+
+
+def check_version_bump(out: Output) -> None:
+    """DlaError when ``out`` (a Python output) would replace a file of the same contract version
+    with another layout hash: the layout changed (perhaps only through a spec it imports, whose hash
+    its own covers) without the version bump that tells the other side (`pydla deviceapi diff`)."""
+    if out.language != "python" or not out.path.is_file():
+        return
+    old = _version_and_hash(out.path.read_text(encoding="utf-8"))
+    new = _version_and_hash(out.text)
+    if old is not None and new is not None and old[0] == new[0] and old[1] != new[1]:
+        version = ".".join(map(str, new[0]))
+        raise DlaError(NvError.VersionMismatch,
+                       f"{out.spec.name} {version}: its layout hash changes ({old[1]} -> {new[1]}) but its "
+                       "version does not; bump the spec's Version (a change in a spec it imports counts: "
+                       "its hash covers them); `pydla deviceapi diff` says which part")
+
+
 def write(outputs: list[Output]) -> list[Output]:
-    """Write the outputs that differ from what is on disk; return those written."""
+    """Write the outputs that differ from what is on disk; return those written. Refused (nothing
+    written) when a contract's layout changed at the same version (:func:`check_version_bump`)."""
+    for out in outputs:
+        check_version_bump(out)
     written = []
     for out in outputs:
         if not out.is_current():

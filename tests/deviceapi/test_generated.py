@@ -368,3 +368,26 @@ def test_runtime_fast_header_matches_generated_header() -> None:
     assert (h.size.offset, h.id.offset, h.type.offset) == (0, 4, 6)
     assert (h.size.size, h.id.size, h.type.size) == (4, 2, 1)
     assert runtime._COMMON.size == 7
+
+
+def test_generate_refuses_a_layout_change_without_a_version_bump(tmp_path: Path) -> None:
+    """A spec whose layout changed (here: a field added) at the same version is refused before
+    anything is written, and written once its version is bumped."""
+    specs = tmp_path / "specs"
+    shutil.copytree(generate.bundled_specs_dir(), specs)  # with the specs it imports
+    spec = specs / "dla_task.yaml"
+    out = tmp_path / "out"
+    generate.write(generate.outputs_for(spec, out, ("python",)))
+    text = spec.read_text()
+    version_line = next(line for line in text.splitlines() if line.startswith("Version: "))
+    first_fields = text.index("Fields:\n") + len("Fields:\n")  # a field added to the first struct
+    changed = text[:first_fields] + "          - {Name: added_field, Type: u32}\n" + text[first_fields:]
+    spec.write_text(changed)
+    before = (out / "dla_task.py").read_text()
+    with pytest.raises(DlaError) as e:
+        generate.write(generate.outputs_for(spec, out, ("python",)))
+    assert e.value.code == NvError.VersionMismatch and "bump the spec's Version" in e.value.message
+    assert (out / "dla_task.py").read_text() == before
+    major, minor, _ = version_line.split()[1].split(".")
+    spec.write_text(changed.replace(version_line, f"Version: {major}.{int(minor) + 1}.0"))
+    assert generate.write(generate.outputs_for(spec, out, ("python",)))
