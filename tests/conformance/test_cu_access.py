@@ -74,3 +74,31 @@ def test_streams_of_a_none_unit(port: NvDlaPort) -> None:
     assert _code(port.NvDlaStreamWrite, h2, "noop_hs", b"ab", 20) == NvError.NotSupported  # not NONE
     port.NvDlaClose(h1)
     port.NvDlaClose(h2)
+
+
+def test_a_cu_execution_computes_and_signals_its_fence(port: NvDlaPort) -> None:
+    """NvDlaSubmitCu: the vadd unit (out = a + b over n float32, XRT's HS model) with buffer
+    arguments of the handle's own memory and a scalar; its post-fence is reached with the sum."""
+    from pydla.portability.interface import NvDlaFence
+
+    h, _ = _cu_port(port)
+    n = 64
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    mems = []
+    for values in (a, b, np.zeros(n, np.float32)):
+        mem, data = port.NvDlaGetMem(h, n * 4)
+        data.view(np.float32)[:n] = values
+        mems.append(mem)
+    sem = port.NvDlaCreateSemaphore(h, 0)
+    try:
+        port.NvDlaSubmitCu(h, "vadd", [(mems[0], 0), (mems[1], 0), (mems[2], 0), n], [], [NvDlaFence(sem, 1)])
+    except DlaError as e:
+        if e.code == NvError.NotSupported:
+            pytest.skip(f"{type(port).__name__}: {e.message}")
+        raise
+    port.NvDlaWaitFence(NvDlaFence(sem, 1), 10_000)
+    np.testing.assert_array_equal(mems[2].bytes_view().view(np.float32)[:n], a + b)
+    assert _code(port.NvDlaSubmitCu, h, "scale", [], [], []) == NvError.NotSupported  # AP_CTRL_NONE
+    port.NvDlaDestroySemaphore(sem)
+    port.NvDlaClose(h)
