@@ -183,6 +183,20 @@ class CuScheduler:
             if self.mode == "step" and not ex.done:
                 time.sleep(min(left, 0.001))  # the device's owner steps it
 
+    def poll(self) -> None:
+        """Outside threaded mode: service every unit with work, and check deadlines (what the
+        service thread does in threaded mode); the driver's poll calls it. Never blocks."""
+        if self.mode == "threaded":
+            return
+        with self._lock:
+            units = [u for u in self.units.values() if u.queue or u.inflight]
+            if not units:
+                return
+            for u in units:
+                self._service(u)
+            self._check_deadlines()
+        self._after()
+
     def busy_with(self, bo: BufferObject) -> bool:
         """A queued or running execution uses ``bo`` (it may not be destroyed)."""
         with self._lock:

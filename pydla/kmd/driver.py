@@ -306,9 +306,11 @@ class Kmd(KmdComputeUnits):
         return job
 
     def poll(self) -> None:
-        """Process device events, check timeouts, start the next job. Never blocks."""
+        """Process device events, check timeouts, start the next job; on a device that is not
+        threaded, drive the compute units' executions too. Never blocks."""
         with self._lock:
             self._poll_locked()
+        self.cus.poll()  # outside the driver's lock: a unit's recovery may take it (a device reset)
 
     def wait_for(self, job: Job, timeout_ms: float | None) -> None:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000

@@ -16,7 +16,6 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
@@ -26,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.cu import CuArg, CuBuffer, CuExecution
+from pydla.kmd.cu import CuArg, CuBuffer
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Job, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
@@ -123,9 +122,6 @@ class InProcessPort(NvDlaPort):
         self._polled: list[Kmd] = []  # ... of those whose devices progress only when polled
         self._sessions: list[Session] = []
         self._destroyed: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()
-        # CU executions on devices that progress only when polled: NvDlaWaitFence drives them, as
-        # it polls the drivers for tasks (Kmd.poll does not service compute units).
-        self._cu_polled: list[CuExecution] = []
         self._closed = False
 
     def __enter__(self) -> InProcessPort:
@@ -237,10 +233,6 @@ class InProcessPort(NvDlaPort):
         ex = session.kmd.cu_submit(session.ctx, cu, words, timeout_ms=timeout_ms,
                                    pre_fences=[self._fence(f, session) for f in pre_fences],
                                    post_fences=[self._fence(f, session) for f in post_fences])
-        if session.kmd.info.mode != "threaded":
-            with self._lock:
-                self._cu_polled = [e for e in self._cu_polled if not e.done]
-                self._cu_polled.append(ex)
         return NvDlaTaskStatus(ex.exec_id, ex)
 
     def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
@@ -415,8 +407,7 @@ class InProcessPort(NvDlaPort):
             with self._lock:
                 kmds = list(self._polled)
             for kmd in kmds:
-                kmd.poll()
-            self._drive_compute_units()
+                kmd.poll()  # its compute units' executions too
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
@@ -426,21 +417,6 @@ class InProcessPort(NvDlaPort):
             except DlaError as e:
                 if e.code != NvError.Timeout:
                     raise
-
-    def _drive_compute_units(self) -> None:
-        """Let the KMD service the units of unfinished CU executions on polled devices (a wait on
-        one drives its unit for up to a millisecond; its error, if any, reaches the fence)."""
-        with self._lock:
-            self._cu_polled = [e for e in self._cu_polled if not e.done]
-            pending = list(self._cu_polled)
-        served: set[str] = set()
-        for ex in pending:
-            if ex.cu.name in served or ex.done or ex.blocked() is True:  # True: pre-fences not reached
-                continue
-            served.add(ex.cu.name)
-            # A timeout of this slice, or the execution's error: its fences carry that.
-            with contextlib.suppress(DlaError):
-                ex.wait(1)
 
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
         sem, value = self._fence(fence)

@@ -236,3 +236,17 @@ def test_an_exclusive_cu_context_owns_the_unit(make_kmd: MakeKmd) -> None:
         kmd.cu_open_context(ctx, "dla", exclusive=True)
     kmd.close_context(ctx)  # its CU contexts go with it
     kmd.cu_open_context(other, "noop_hs", exclusive=True)
+
+
+def test_the_drivers_poll_drives_compute_units_on_a_deterministic_device(make_kmd: MakeKmd) -> None:
+    """Nobody waits on the executions: polling the driver (what a port's wait loop or the daemon's
+    WAIT does on a device that is not threaded) is enough to run them to the end."""
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    executions = [kmd.cu_submit(ctx, "noop_chain", []) for _ in range(5)]
+    for _ in range(10_000):
+        if all(ex.done for ex in executions):
+            break
+        kmd.poll()
+    assert all(ex.done and ex.error is None for ex in executions)
+    assert sequence(dev, "noop_chain") == CHAIN_SEQUENCE
