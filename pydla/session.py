@@ -32,11 +32,10 @@ import numpy as np
 
 from pydla._version import __version__
 from pydla.cachedir import cache_dir
+from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
 from pydla.umd.runtime import close_quietly, createRuntime
-
-_ELF_MAGIC = b"\x7fELF"
 
 Progress = Callable[[int, int, str], None]  # (done, total, what): see pydla.compiler.progress
 
@@ -84,7 +83,7 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
     """
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
-        return data if data[:4] == _ELF_MAGIC else _compile_cached(data, config, precision, progress=progress)
+        return data if data[:4] == ELF_MAGIC else _compile_cached(data, config, precision, progress=progress)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         try:
@@ -92,7 +91,7 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
         except OSError as e:
             code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
             raise DlaError(code, f"{path}: {e.strerror or e}") from e
-        if data[:4] == _ELF_MAGIC:
+        if data[:4] == ELF_MAGIC:
             return data
         return _compile_cached(data, config, precision, model_file=path, progress=progress)
     serialize = getattr(model, "SerializeToString", None)

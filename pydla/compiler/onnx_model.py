@@ -12,10 +12,10 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
+from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
 
 MIN_OPSET = 11
-ELF_MAGIC = b"\x7fELF"
 
 
 def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:

@@ -30,6 +30,7 @@ from elftools.elf.sections import Section, SymbolTableSection
 
 from pydla.errors import DlaError, NvError
 
+ELF_MAGIC = b"\x7fELF"  # e_ident[0:4] of every ELF file
 MAX_SECTIONS = 65280
 
 
@@ -65,7 +66,7 @@ class ElfReader:
                  elf_type: str | None = None) -> None:
         self.what = what
         self.data = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
-        if len(self.data) < 64 or bytes(self.data[:4]) != b"\x7fELF":
+        if len(self.data) < 64 or bytes(self.data[:4]) != ELF_MAGIC:
             raise DlaError(NvError.BadValue, f"{what}: not an ELF file ({len(self.data)} bytes, "
                                              f"magic {bytes(self.data[:4])!r})")
         if self.data[4] != 2 or self.data[5] != 1:

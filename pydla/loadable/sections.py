@@ -20,12 +20,11 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
-from pydla.elf.reader import ElfReader
+from pydla.elf.reader import ELF_MAGIC, ElfReader
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NOTE_SECTION
 
 PREFIX = ".pydla."
-ELF_MAGIC = b"\x7fELF"
 # Field tags (field number << 3 | wire type) a serialized onnx.ModelProto starts with after its
 # ir_version (field 1, varint: 0x08): producer_name, producer_version, domain, model_version,
 # doc_string, graph, opset_import, metadata_props, training_info, functions.
