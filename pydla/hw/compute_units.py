@@ -182,9 +182,8 @@ class ComputeUnits(DeviceState):
         now = self._cu_now()
         if self.mode == "threaded":
             u.advance(now)
-        value = u.peek(offset, now)
-        if offset in _POLLED and self._cu_poll_moves(address, value):
-            value = u.peek(offset, self._cu_now())
+        if offset in _POLLED:  # the same value read again: the host polls (see _cu_poll_moves)
+            self._cu_poll_moves(address, u.peek(offset, now))
         value = u.read(offset, self._cu_now())
         return self._cu_read_done(address, value)
 
