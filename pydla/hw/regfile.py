@@ -273,7 +273,6 @@ class RegisterFile(DeviceState):
             R.GLB_MMU_FAULT_ADDR_HI: fault_addr >> 32,
             R.GLB_MMU_FAULT_CTX: fault_ctx,
             R.GLB_MMU_FAULT_BLOCK: fault_block,
-            R.GLB_OPS_DONE: self.ops_done & 0xFFFFFFFF,
         }.get(address, 0)
 
     def _write(self, address: int, value: int) -> tuple[int | None, int]:
@@ -318,9 +317,7 @@ class RegisterFile(DeviceState):
         if address == R.GLB_INTR_SET:
             self.intr_status |= value
             return _STATUS
-        if address == R.GLB_INTR_STATUS:
-            self.intr_status &= ~value
-        elif address == R.GLB_RESET:
+        if address == R.GLB_RESET:
             self._reset(value)
         elif address == _GLB_CU_INTR_STATUS:
             return self._cu_ack(value)
