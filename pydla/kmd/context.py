@@ -60,6 +60,13 @@ class Context:
     banned: str | None = None  # why its submits are refused (see pydla.kmd.recovery)
 
 
+def check_not_banned(context: Context) -> None:
+    """Refuse work of a banned context (its jobs' and executions' submits alike)."""
+    if context.banned is not None:
+        raise DlaError(NvError.InvalidState, f"context {context.ctx} is banned: {context.banned}; close it "
+                                             "and open a new one")
+
+
 def buffer_of(context: Context, handle: int) -> Buffer:
     buf = context.buffers.get(handle)
     if buf is None:

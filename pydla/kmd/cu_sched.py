@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.hw.memory import BufferObject
-from pydla.kmd.context import Context
+from pydla.kmd.context import Context, check_not_banned
 from pydla.kmd.cu import (
     AP_CONTINUE,
     AP_DONE,
@@ -61,6 +61,7 @@ from pydla.kmd.cu import (
 )
 from pydla.kmd.job import Fence, check_job_args
 from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
+from pydla.kmd.recovery import DEVICE_RESET_BIT
 
 log = logging.getLogger("pydla.kmd")
 POLL_NAP_S = 0.0002  # threaded mode: how often a polled unit with work in flight is looked at
@@ -139,9 +140,7 @@ class CuScheduler:
                            f"compute unit '{desc.name}' is AP_CTRL_NONE: it runs continuously on its "
                            "streams and is never started; use its streams (and register writes under an "
                            "exclusive context for its scalars)")
-        if context.banned is not None:
-            raise DlaError(NvError.InvalidState, f"context {context.ctx} is banned: {context.banned}; close "
-                                                 "it and open a new one")
+        check_not_banned(context)
         words, bos = encode_args(context, desc, args)
         with self._lock:
             if self._closed:
@@ -431,7 +430,7 @@ class CuScheduler:
         with self._lock:
             if not self._reset_wanted or any(u.inflight for u in self.units.values()):
                 return
-            self.port.dla_reg_write(R.GLB_RESET, 1 << 31)
+            self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
             self.device_resets += 1
             log.warning("device reset for compute units: %s", self._reset_wanted)
             self._reset_wanted = ""

@@ -43,6 +43,7 @@ from pydla.kmd.context import (
     Context,
     PreparedJob,
     buffer_of,
+    check_not_banned,
     create_buffer,
     destroy_buffer,
     release_context,
@@ -290,9 +291,7 @@ class Kmd(KmdComputeUnits):
         ctx = context.ctx
         if self._contexts.get(ctx) is not context:
             raise DlaError(NvError.InvalidState, f"context {ctx} was closed")
-        if context.banned is not None:
-            raise DlaError(NvError.InvalidState, f"context {ctx} is banned: {context.banned}; close it "
-                                                 "and open a new one")
+        check_not_banned(context)
         job = Job(self, task.task_id, context, task, graph, priority, timeout_ms, pre_fences, post_fences)
         job.on_done = on_done
         job._listen()
