@@ -171,18 +171,8 @@ class CuHandlers:
         return desc, int(a.size), min(int(a.timeout_ms), self.daemon.max_wait_ms)
 
     def _counted(self, client: Client, command: str, call: Callable[[], T]) -> T:
-        """``call()`` counted as one of the file's WAITs in progress (its quota bounds them)."""
-        daemon = self.daemon
-        with daemon._lock:
-            if client.waits >= daemon.quotas.waits:
-                raise FuseError(errno.EAGAIN, f"{command}: {client.waits} WAITs and stream calls of this "
-                                              "file are in progress (its quota); try again")
-            client.waits += 1
-        try:
-            return call()
-        finally:
-            with daemon._lock:
-                client.waits -= 1
+        """``call()`` counted as one of the file's WAITs in progress (the daemon's quota)."""
+        return self.daemon._counted(client, command, call, "WAITs and stream calls")
 
     def stream_write(self, client: Client, ctx: RequestContext, a: Any) -> int:
         desc, size, timeout_ms = self._stream(client, a, "CU_STREAM_WRITE")
@@ -248,8 +238,7 @@ class CuHandlers:
         entries = daemon._read_array(ctx, a.args, a.num_args, U.dla_cu_arg_t, MAX_CU_ARGS, "arguments",
                                      command)
         args = [self._argument(client, i, e) for i, e in enumerate(entries)]
-        pre = daemon._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
-        post = daemon._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
+        pre, post = daemon._inline_fences(client, a)
         timeout = int(a.timeout_ms) or None
         ex = _kmd(command, lambda: client.kmd.cu_submit(client.ctx, desc.name, args, timeout_ms=timeout,
                                                         pre_fences=pre, post_fences=post))

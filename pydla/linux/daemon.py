@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
@@ -71,6 +71,7 @@ from pydla.platform import ConfigLike, Platform
 
 __all__ = ["Client", "KmdDaemon", "Quotas", "register"]
 log = logging.getLogger("pydla.linux.daemon")
+T = TypeVar("T")
 WAIT_SLICE_S = 0.05  # how often a WAIT on a deterministic device drives its driver
 MAX_WAIT_MS = 1000  # the longest one WAIT blocks a request thread; clients repeat longer waits
 FS_NAME = "pydla"  # the mounts' source; their type is fuse.pydla (how `pydla devices` finds daemons)
@@ -361,6 +362,13 @@ class KmdDaemon:
     def _fences(self, client: Client, fences: list[Any]) -> list[tuple[TimelineSemaphore, int]]:
         return [(self._sync(client, f.sync), int(f.value)) for f in fences]
 
+    def _inline_fences(self, client: Client, a: Any) -> tuple[list[tuple[TimelineSemaphore, int]],
+                                                               list[tuple[TimelineSemaphore, int]]]:
+        """The pre- and post-fences a struct carries inline (its counts checked by the caller)."""
+        pre = self._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
+        post = self._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
+        return pre, post
+
     def _submit(self, client: Client, ctx: RequestContext, a: Any) -> int:
         entries = self._read_array(ctx, a.addresses, a.num_addresses, U.dla_address_t, MAX_ADDRESSES,
                                    "addresses")
@@ -403,8 +411,7 @@ class KmdDaemon:
         if not (0 <= a.num_pre_fences <= INLINE_FENCES and 0 <= a.num_post_fences <= INLINE_FENCES):
             raise FuseError(errno.EINVAL, f"{what}: {a.num_pre_fences} and {a.num_post_fences} "
                                           f"fences (at most {INLINE_FENCES} each; more: SUBMIT)")
-        pre = self._fences(client, a.pre_fences[:a.num_pre_fences]) if a.num_pre_fences else []
-        post = self._fences(client, a.post_fences[:a.num_post_fences]) if a.num_post_fences else []
+        pre, post = self._inline_fences(client, a)
         kmd = client.kmd
         try:
             job = kmd.submit_prepared(client.ctx, a.prepared, priority=a.priority,
@@ -440,18 +447,23 @@ class KmdDaemon:
         client.kmd.release_prepared(client.ctx, a.prepared)
         return 0
 
-    def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:
-        sem = self._sync(client, a.fence.sync)
+    def _counted(self, client: Client, command: str, call: Callable[[], T], counted: str = "WAITs") -> T:
+        """``call()`` counted as one of the file's WAITs in progress (its quota bounds them: EAGAIN
+        beyond, naming what is ``counted``)."""
         with self._lock:
             if client.waits >= self.quotas.waits:
-                raise FuseError(errno.EAGAIN, f"WAIT: {client.waits} WAITs of this file are in progress "
-                                              "(its quota); try again")
+                raise FuseError(errno.EAGAIN, f"{command}: {client.waits} {counted} of this file are in "
+                                              "progress (its quota); try again")
             client.waits += 1
         try:
-            return self._wait_fence(client, ctx, a, sem)
+            return call()
         finally:
             with self._lock:
                 client.waits -= 1
+
+    def _wait(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        sem = self._sync(client, a.fence.sync)
+        return self._counted(client, "WAIT", lambda: self._wait_fence(client, ctx, a, sem))
 
     def _wait_fence(self, client: Client, ctx: RequestContext, a: Any, sem: TimelineSemaphore) -> int:
         value, timeout_ms = int(a.fence.value), min(int(a.timeout_ms), self.max_wait_ms)
