@@ -231,8 +231,9 @@ def _sections(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from pydla.elf.reader import ELF_MAGIC
     from pydla.loadable.container import RECIPE
-    from pydla.loadable.sections import ELF_MAGIC, check_is_loadable, read_elf, read_head
+    from pydla.loadable.sections import check_is_loadable, read_elf, read_head
 
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
