@@ -23,7 +23,7 @@ import functools
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -32,12 +32,11 @@ import numpy as np
 
 from pydla._version import __version__
 from pydla.cachedir import cache_dir
+from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
 from pydla.umd.runtime import close_quietly, createRuntime
-
-Progress = Callable[[int, int, str], None]  # (done, total, what): see pydla.compiler.progress
 
 
 @dataclass(frozen=True)
@@ -268,6 +267,10 @@ def _load_external(tensor: Any, file: Path, label: str) -> None:
     del tensor.external_data[:]
 
 
+def _describe(descs: list[Any]) -> list[TensorInfo]:
+    return [TensorInfo(d.name, d.dims, NUMPY_TYPES[d.data_type]) for d in descs]
+
+
 def _forms(model_inputs: list[str], what: str) -> str:
     ort = "run(None, {name: array}) or run([output names], {name: array}) -> [array, ...]"
     if what.startswith("InferenceSession"):  # onnxruntime's run only
@@ -327,13 +330,14 @@ class Session:
         self._lock = threading.Lock()
         try:
             self.runtime.load(blob, name=_model_name(model))
-            self.inputs = self._describe("input")
-            self.outputs = self._describe("output")
+            in_descs, out_descs = self._descs("input"), self._descs("output")
+            self.inputs = _describe(in_descs)
+            self.outputs = _describe(out_descs)
             # An empty tensor (a dimension of 0) has no bytes: no memory, nothing to bind or copy.
             self._in_mems = [self.runtime.allocateSystemMemory(t.size) if t.size else None
-                             for t in self._descs("input")]
+                             for t in in_descs]
             self._out_mems = [self.runtime.allocateSystemMemory(t.size) if t.size else None
-                              for t in self._descs("output")]
+                              for t in out_descs]
             for i, mem in enumerate(self._in_mems):
                 if mem is not None:
                     self.runtime.bindInputTensor(i, mem)
@@ -349,10 +353,6 @@ class Session:
         if direction == "input":
             return [rt.getInputTensorDesc(i) for i in range(rt.getNumInputTensors())]
         return [rt.getOutputTensorDesc(i) for i in range(rt.getNumOutputTensors())]
-
-    def _describe(self, direction: str) -> list[TensorInfo]:
-        return [TensorInfo(d.name, d.dims, NUMPY_TYPES[d.data_type])
-                for d in self._descs(direction)]
 
     # -- running -------------------------------------------------------------------------------
 
@@ -378,7 +378,6 @@ class Session:
         return self._run_ort(output_names, input_feed, run_options, "run")
 
     def _run_ort(self, output_names: Any, input_feed: Any, run_options: Any, what: str) -> list[np.ndarray]:
-        inputs = [t.name for t in self.inputs]
         if input_feed is None and isinstance(output_names, Mapping):
             # InferenceSession.run({...}): the feeds were given where onnxruntime takes output names
             raise DlaError(NvError.BadParameter,
@@ -389,7 +388,8 @@ class Session:
                            if input_feed is None else
                            (f"{what}({_short(output_names)}, {_short(input_feed)})", input_feed))
             raise DlaError(NvError.BadParameter, f"{given}: the inputs must be a dict {{input name: array}}, "
-                                                 f"not {type(feed).__name__}; {_forms(inputs, what)}")
+                                                 f"not {type(feed).__name__}; "
+                                                 f"{_forms([t.name for t in self.inputs], what)}")
         names = self._output_names(output_names, what)
         if run_options is not None and type(run_options).__name__ != "RunOptions":
             raise DlaError(NvError.BadParameter, f"{what}: run_options {_short(run_options)}: None or an "

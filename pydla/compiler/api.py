@@ -9,16 +9,16 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import load_config
 
 
 def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
-                  progress: Callable[[int, int, str], None] | None = None) -> Any:
+                  progress: Progress | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``progress(done, total, what)`` is called as each phase starts and for each step lowered
