@@ -233,11 +233,15 @@ class IRuntime:
         of :meth:`submitNonBlocking` still waiting for its ``wait_for`` syncs)."""
         self._check_open()
         with self._lock:
-            self._runs = [(sync, mems) for sync, mems in self._runs if not _ended(sync)]
+            self._forget_ended_runs()
             if any(m is mem for _, mems in self._runs for m in mems):
                 raise DlaError(NvError.Busy, "freeSystemMemory: the memory is bound to a run still in flight "
                                              "(submitNonBlocking): wait for its sync first")
         self.port.NvDlaFreeMem(self.handle, mem)
+
+    def _forget_ended_runs(self) -> None:
+        """Drop the non-blocking runs that have ended from ``_runs`` (the caller holds ``_lock``)."""
+        self._runs = [(sync, mems) for sync, mems in self._runs if not _ended(sync)]
 
     def _bind_staged(self, staging: Staging, mem: NvDlaMemHandle, what: str) -> None:
         d = staging.desc
@@ -314,7 +318,7 @@ class IRuntime:
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
         uses = [*runner.bound.values(), *(m for s in staged for m in (s.dense, s.user) if m is not None)]
         with self._lock:
-            self._runs = [(sync, mems) for sync, mems in self._runs if not _ended(sync)]
+            self._forget_ended_runs()
             self._runs.append((out, uses))
         if not staged:
             runner.execute_async(pre, post, keep=(syncs, out))
