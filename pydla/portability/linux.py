@@ -57,7 +57,7 @@ from pydla.portability.interface import (
     check_prepared_submit,
     check_task,
 )
-from pydla.portability.linux_cu import LinuxCuMethods
+from pydla.portability.linux_cu import LinuxCuMethods, query_compute_units
 from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
@@ -164,9 +164,11 @@ class LinuxDevice:
             self.fd = -1
             raise
 
-    def ioctl(self, nr: int, args: Any, *, again: tuple[int, ...] = ()) -> Any:
+    def ioctl(self, nr: int, args: Any, *, again: tuple[int, ...] = (),
+              codes: dict[int, NvError] = NVERROR) -> Any:
         """Issue command ``nr`` with ``args`` (its struct), which the daemon's answer overwrites.
-        None when it failed with an errno in ``again`` (for the caller to repeat)."""
+        None when it failed with an errno in ``again`` (for the caller to repeat); another errno is
+        a DlaError with the daemon's reason, its code from ``codes``."""
         if self.fd < 0:
             raise DlaError(NvError.InvalidState, f"{self.path}: the device was closed")
         buf = bytearray(bytes(args))
@@ -176,7 +178,7 @@ class LinuxDevice:
         except OSError as e:
             if e.errno in again:
                 return None
-            code = NVERROR.get(e.errno or 0, NvError.IoctlFailed)
+            code = codes.get(e.errno or 0, NvError.IoctlFailed)
             if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
                 raise DlaError(NvError.Disconnected, f"{self.path}: {name}: the KMD daemon is gone "
                                                      f"({e.strerror})") from None
@@ -231,10 +233,7 @@ class LinuxDevice:
 
     def _compute_unit_names(self) -> tuple[str, ...]:
         """The device's compute units (uAPI 2.5: NUM_CUS, CU_QUERY); none from an older daemon."""
-        if self.daemon_version[:2] < (2, 5):
-            return ()
-        return tuple(untext(bytes(self.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i)).name))
-                     for i in range(self.param(U.dla_param_e.NUM_CUS)))
+        return tuple(cu.name for cu in query_compute_units(self))
 
     def ring(self) -> ClientRing | None:
         """This file's submission ring, set up on first use; None without one (see the module)."""

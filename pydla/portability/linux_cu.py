@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.kmd.port import CuDesc
-from pydla.linux.uapi import INLINE_FENCES, untext
+from pydla.linux.uapi import INLINE_FENCES, NVERROR, untext
 from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_args
 
 if TYPE_CHECKING:
@@ -44,15 +44,25 @@ NAME_BYTES = 64
 MAX_CU_ARGS = 64  # what CU_SUBMIT takes (the daemon's bound)
 
 
+CU_NVERROR = {**NVERROR, errno.EPERM: NvError.InvalidState}  # EPERM: the CU commands' InvalidState
+
+
 def _cu_ioctl(device: LinuxDevice, nr: int, args: Any) -> Any:
     """``device.ioctl`` with EPERM (the CU commands' answer to InvalidState) as NvError InvalidState."""
-    done = device.ioctl(nr, args, again=(errno.EPERM,))
-    if done is not None:
-        return done
-    reason = device.param_text(U.dla_param_e.LAST_ERROR)  # why (the daemon's LAST_ERROR)
-    name = U.dla_ioctl_e(nr).name
-    raise DlaError(NvError.InvalidState,
-                   f"{device.path}: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
+    return device.ioctl(nr, args, codes=CU_NVERROR)
+
+
+def query_compute_units(device: LinuxDevice) -> tuple[CuDesc, ...]:
+    """The IP_LAYOUT of ``device``'s instance as the daemon's KMD has it (NUM_CUS, CU_QUERY); none
+    from a daemon older than uAPI 2.5."""
+    if device.daemon_version[:2] < (2, 5):
+        return ()
+    units = []
+    for i in range(device.param(U.dla_param_e.NUM_CUS)):
+        q = device.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i))
+        units.append(CuDesc(untext(bytes(q.name)), CONTROL.get(q.control, "HS"), int(q.base), int(q.window),
+                            bool(q.int_enable), int(q.interrupt_id), int(q.pipeline_depth), bool(q.engine)))
+    return tuple(units)
 
 
 def _ref(cu: Any, what: str) -> dict[str, Any]:
@@ -94,15 +104,7 @@ class LinuxCuMethods:
         uAPI 2.5 reports none."""
         device = self._learning_device(select)
         try:
-            if device.daemon_version[:2] < (2, 5):
-                return ()
-            units = []
-            for i in range(device.param(U.dla_param_e.NUM_CUS)):
-                q = device.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i))
-                units.append(CuDesc(untext(bytes(q.name)), CONTROL.get(q.control, "HS"), int(q.base),
-                                    int(q.window), bool(q.int_enable), int(q.interrupt_id),
-                                    int(q.pipeline_depth), bool(q.engine)))
-            return tuple(units)
+            return query_compute_units(device)
         finally:
             device.close()
 
@@ -218,7 +220,6 @@ class LinuxCuMethods:
         if size == 0:
             return  # nothing to move (the in-process port's answer too, for an AP_CTRL_NONE unit)
         piece_max = device.param(U.dla_param_e.MAX_STREAM_BYTES)
-        max_wait = device.param(U.dla_param_e.MAX_WAIT_MS)
         deadline = time.monotonic() + timeout_ms / 1000
         done = 0
         while done < size:
@@ -231,6 +232,7 @@ class LinuxCuMethods:
                     self._again(device, nr, args)
             except DlaError as e:
                 if e.code == NvError.Timeout:
+                    max_wait = device.param(U.dla_param_e.MAX_WAIT_MS)  # asked only to explain
                     cut = (f" (the daemon waits at most {max_wait} ms per call; the piece that ran "
                            "out may have moved in part)") if left_ms > max_wait else ""
                     raise DlaError(NvError.Timeout, f"{what} '{cu}': {done} of {size} bytes within "
