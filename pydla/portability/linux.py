@@ -410,6 +410,13 @@ class LinuxPort(LinuxCuMethods, NvDlaPort):
             semaphore.destroyed = True
         semaphore.device.ioctl(U.dla_ioctl_e.SYNC_DESTROY, U.dla_sync_destroy_t(sync=semaphore.sync))
 
+    def _inline_fences(self, args: Any, pre_fences: list[NvDlaFence], post_fences: list[NvDlaFence]) -> None:
+        """Fill the fence arrays a struct carries inline (its counts are the caller's, checked)."""
+        for j, f in enumerate(pre_fences):
+            args.pre_fences[j] = self._fence(f)[1]
+        for j, f in enumerate(post_fences):
+            args.post_fences[j] = self._fence(f)[1]
+
     def _fence(self, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
         if not isinstance(fence, NvDlaFence):
             raise DlaError(NvError.BadParameter, f"fence: an NvDlaFence, not {fence!r:.80}")
@@ -508,10 +515,7 @@ class LinuxPort(LinuxCuMethods, NvDlaPort):
         args = U.dla_submit_prepared_t(prepared=mine.prepared, num_pre_fences=len(pre_fences),
                                        num_post_fences=len(post_fences), priority=priority,
                                        timeout_ms=0 if timeout_ms is None else int(timeout_ms))
-        for j, f in enumerate(pre_fences):
-            args.pre_fences[j] = self._fence(f)[1]
-        for j, f in enumerate(post_fences):
-            args.post_fences[j] = self._fence(f)[1]
+        self._inline_fences(args, pre_fences, post_fences)
         # The daemon may have dropped the task (a buffer it used was destroyed; TaskGone or ENOENT):
         # prepare it again, which checks every address anew and says what is wrong now.
         answer: tuple[int, int] | None = None

@@ -181,10 +181,7 @@ class LinuxCuMethods:
         a = U.dla_cu_submit_t(**_ref(cu, what), num_args=len(checked), args=ctypes.addressof(array),
                               num_pre_fences=len(pre_fences), num_post_fences=len(post_fences),
                               timeout_ms=timeout_ms or 0)
-        for j, f in enumerate(pre_fences):
-            a.pre_fences[j] = port._fence(f)[1]
-        for j, f in enumerate(post_fences):
-            a.post_fences[j] = port._fence(f)[1]
+        port._inline_fences(a, pre_fences, post_fences)
         done = _cu_ioctl(device, U.dla_ioctl_e.CU_SUBMIT, a)  # the daemon reads the array during the call
         if done.completed:
             for f in post_fences:
