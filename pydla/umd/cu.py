@@ -51,7 +51,6 @@ class ComputeUnit:
             if e.code != NvError.NotSupported:
                 raise
             return  # a port that cannot say: the driver refuses an unknown unit at the first use
-        self.units = info.compute_units
         if not info.has_compute_unit(name):
             raise DlaError(NvError.NotSupported, f"ComputeUnit: device {rt.device} ('{info.name}') has no "
                                                  f"compute unit {name!r} (it has: "
