@@ -139,7 +139,7 @@ class KmdComputeUnits:
 
     def _cu_release(self, ctx: int) -> None:
         """Under the lock, ``ctx`` closing: its CU contexts go."""
-        for u in set(self.cus.units.values()):
+        for u in self.cus.all_units:
             u.shared.discard(ctx)
             if u.exclusive == ctx:
                 u.exclusive = None

@@ -99,10 +99,11 @@ class CuScheduler:
         self.ban_after = ban_after
         self.default_timeout_ms = default_timeout_ms
         self._reset_device = reset_device
-        self.units: dict[str, CuUnit] = {}
+        self.units: dict[str, CuUnit] = {}  # by m_name and by instance
+        self.all_units: tuple[CuUnit, ...] = tuple(CuUnit(desc) for desc in info.compute_units)  # each once
         self._by_id: dict[int, CuUnit] = {}
-        for desc in info.compute_units:
-            u = CuUnit(desc)
+        for u in self.all_units:
+            desc = u.desc
             self.units[desc.name] = self.units[desc.instance] = u
             if desc.int_enable and not desc.engine:
                 self._by_id[desc.interrupt_id] = u
@@ -199,7 +200,7 @@ class CuScheduler:
     def busy_with(self, bo: BufferObject) -> bool:
         """A queued or running execution uses ``bo`` (it may not be destroyed)."""
         with self._lock:
-            return any(b is bo for u in self.units.values() for q in (u.queue, u.inflight)
+            return any(b is bo for u in self.all_units for q in (u.queue, u.inflight)
                        for ex in q for b in ex.bos)
 
     def forget_context(self, context: Context) -> None:
@@ -207,7 +208,7 @@ class CuScheduler:
         their unit's order until their done is read (the unit still holds them)."""
         error = DlaError(NvError.InvalidState, f"context {context.ctx} was closed")
         with self._lock:
-            for u in self.units.values():
+            for u in self.all_units:
                 for ex in [e for e in u.queue if e.context is context]:
                     u.queue.remove(ex)
                     self._end(ex, error)
@@ -219,7 +220,7 @@ class CuScheduler:
         with self._lock:
             self._closed = True
             error = DlaError(NvError.InvalidState, "the driver was closed")
-            for u in self.units.values():
+            for u in self.all_units:
                 for ex in list(u.queue) + list(u.inflight):
                     self._end(ex, error)
                 u.queue.clear()
@@ -235,7 +236,7 @@ class CuScheduler:
             units = {u.desc.name: {"control": u.desc.control, "queued": len(u.queue),
                                    "inflight": len(u.inflight), "started": u.started,
                                    "completed": u.completed, "failed": u.failed, "hangs": u.hangs}
-                     for u in self.units.values() if not u.desc.engine}
+                     for u in self.all_units if not u.desc.engine}
             return {"units": units, "device_resets": self.device_resets}
 
     # -- setup and the interrupt ----------------------------------------------------------------
@@ -292,14 +293,14 @@ class CuScheduler:
         """Threaded mode: service units the ISR could not, polled units, and deadlines."""
         while not self._closed:
             with self._lock:
-                polled = any(u.inflight or u.queue for u in self.units.values() if not u.desc.int_enable)
-                waiting = any(u.queue or u.inflight for u in self.units.values())
+                polled = any(u.inflight or u.queue for u in self.all_units if not u.desc.int_enable)
+                waiting = any(u.queue or u.inflight for u in self.all_units)
             self._kick.wait(POLL_NAP_S if polled else IDLE_NAP_S if waiting else 0.5)
             self._kick.clear()
             if self._closed:
                 return
             with self._lock:
-                for u in set(self.units.values()):
+                for u in self.all_units:
                     if u.queue or u.inflight:
                         self._service(u)
                 self._check_deadlines()
@@ -385,7 +386,7 @@ class CuScheduler:
     def _check_deadlines(self) -> None:
         """Under the lock: a unit whose oldest execution is past its deadline is hung."""
         now = time.monotonic()
-        for u in set(self.units.values()):
+        for u in self.all_units:
             if u.inflight and now >= u.inflight[0].deadline:
                 self._hung(u, now)
 
@@ -421,22 +422,22 @@ class CuScheduler:
         if not self._reset_wanted:
             return
         with self._lock:
-            if any(u.inflight for u in self.units.values()):
+            if any(u.inflight for u in self.all_units):
                 return
         if self._reset_device(self._do_reset):
             self._kick.set()
 
     def _do_reset(self) -> None:
         with self._lock:
-            if not self._reset_wanted or any(u.inflight for u in self.units.values()):
+            if not self._reset_wanted or any(u.inflight for u in self.all_units):
                 return
             self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
             self.device_resets += 1
             log.warning("device reset for compute units: %s", self._reset_wanted)
             self._reset_wanted = ""
-            for u in self.units.values():
+            for u in self.all_units:
                 u.ready = False
-            for u in set(self.units.values()):
+            for u in self.all_units:
                 if u.queue:
                     self._setup(u)
                     self._service(u)
