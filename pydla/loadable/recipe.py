@@ -51,8 +51,6 @@ EXTERNAL_TYPES = ("input", "output", "inout")
 # types that say nothing of a direction.
 BIND_INPUT_TYPES = ("input", "inout", "weight", "spill", "unknown")
 BIND_OUTPUT_TYPES = ("output", "inout", "spill", "unknown")
-# Header keys with a meaning here; others are metadata.
-HEADER_KEYS = ("xclbin", "device", "version", "name", "description")
 CONSTANT_TYPES = ("int", "float", "string")
 MAX_ARGIDX = 255
 # The recipe format this pydla writes; it reads any recipe of the same major version.
