@@ -77,10 +77,8 @@ class ComputeUnit:
                 raise DlaError(NvError.BadParameter, f"ComputeUnit '{self.name}'.start: wait_for[{i}] is "
                                                      f"{type(s).__name__}, not an ISync")
             pre.append(s.fence)
-        rt = self.rt
-        rt._check_open()
-        sync = ISync(self.port, self.port.NvDlaCreateSemaphore(rt.handle, 0), 1, owned=True)
-        self.port.NvDlaSubmitCu(rt.handle, self.name, words, pre, [sync.fence], timeout_ms=timeout_ms)
+        sync = self.rt.createSync()  # its end signals it
+        self.port.NvDlaSubmitCu(self.rt.handle, self.name, words, pre, [sync.fence], timeout_ms=timeout_ms)
         return sync
 
     def __call__(self, *args: Any, timeout_ms: int | None = None) -> None:
