@@ -186,12 +186,12 @@ class CuScheduler:
     def poll(self) -> None:
         """Outside threaded mode: service every unit with work, and check deadlines (what the
         service thread does in threaded mode); the driver's poll calls it. Never blocks."""
-        if self.mode == "threaded":
+        # Unlocked first look: a device whose units nobody uses costs the driver's poll nothing more
+        # (a unit given work meanwhile is seen on the next poll).
+        if self.mode == "threaded" or not any(u.queue or u.inflight for u in self.all_units):
             return
         with self._lock:
-            units = [u for u in self.units.values() if u.queue or u.inflight]
-            if not units:
-                return
+            units = [u for u in self.all_units if u.queue or u.inflight]  # each unit once
             for u in units:
                 self._service(u)
             self._check_deadlines()
