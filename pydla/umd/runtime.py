@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable, TensorDesc
-from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort
+from pydla.portability.interface import NvDlaMemHandle, NvDlaPort
 from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
@@ -311,10 +311,9 @@ class IRuntime:
 
     def _submit_non_blocking(self, syncs: list[ISync]) -> list[ISync]:
         runner = self._loaded()
-        semaphore = self.port.NvDlaCreateSemaphore(self.handle)
-        out = ISync(self.port, semaphore, 1, owned=True)
+        out = self.createSync()  # the run's end signals it
         pre = [s.fence for s in syncs]
-        post = NvDlaFence(semaphore, 1)
+        post = out.fence
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
         uses = [*runner.bound.values(), *(m for s in staged for m in (s.dense, s.user) if m is not None)]
         with self._lock:
