@@ -35,7 +35,14 @@ from pydla.kmd.port import CuDesc
 from pydla.linux.clients import Client
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import read_process_memory, write_process_memory
-from pydla.linux.uapi import ERRNO, INLINE_FENCES, MAX_STREAM_BYTES, text
+from pydla.linux.uapi import (
+    ERRNO,
+    INLINE_FENCES,
+    MAX_CU_ARGS,
+    MAX_STREAM_BYTES,
+    MAX_STREAM_TIMEOUT_MS,
+    text,
+)
 
 if TYPE_CHECKING:
     from pydla.linux.daemon import KmdDaemon
@@ -44,8 +51,6 @@ T = TypeVar("T")
 CONTROL = {"HS": U.dla_cu_control_e.AP_CTRL_HS, "CHAIN": U.dla_cu_control_e.AP_CTRL_CHAIN,
            "NONE": U.dla_cu_control_e.AP_CTRL_NONE}
 CU_ERRNO = {NvError.InvalidState: errno.EPERM}  # the CU commands' own answers, before ERRNO's
-MAX_STREAM_TIMEOUT_MS = 3_600_000  # what the KMD accepts; the daemon waits at most max_wait_ms of it
-MAX_CU_ARGS = 64  # CU_SUBMIT's arguments (a buffer is two words; the KMD bounds the words too)
 
 
 def cu_handlers(daemon: KmdDaemon) -> dict[int, Callable[[Client, RequestContext, Any], int]]:

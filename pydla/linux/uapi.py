@@ -42,6 +42,8 @@ STRUCTS: dict[int, Any] = {
 }
 INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 MAX_STREAM_BYTES = 1 << 20  # the most one CU_STREAM_WRITE / CU_STREAM_READ moves
+MAX_STREAM_TIMEOUT_MS = 3_600_000  # a stream call's timeout (the KMD's bound; one WAIT takes less)
+MAX_CU_ARGS = 64  # CU_SUBMIT's arguments (a buffer is two words; the KMD bounds the words too)
 
 
 def iowr(nr: int, size: int) -> int:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.kmd.port import CuDesc
-from pydla.linux.uapi import INLINE_FENCES, NVERROR, untext
+from pydla.linux.uapi import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS, NVERROR, untext
 from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_args
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 CONTROL = {U.dla_cu_control_e.AP_CTRL_HS: "HS", U.dla_cu_control_e.AP_CTRL_CHAIN: "CHAIN",
            U.dla_cu_control_e.AP_CTRL_NONE: "NONE"}
 NAME_BYTES = 64
-MAX_CU_ARGS = 64  # what CU_SUBMIT takes (the daemon's bound)
 
 
 CU_NVERROR = {**NVERROR, errno.EPERM: NvError.InvalidState}  # EPERM: the CU commands' InvalidState
@@ -212,8 +211,9 @@ class LinuxCuMethods:
                 what: str) -> None:
         """Move ``size`` bytes of ``buf`` in pieces of at most MAX_STREAM_BYTES (see the module)."""
         ref = _ref(cu, what)
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= 3_600_000:
-            raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} must be 1..3600000")
+        limit = MAX_STREAM_TIMEOUT_MS
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= limit:
+            raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} must be 1..{limit}")
         if size == 0:
             return  # nothing to move (the in-process port's answer too, for an AP_CTRL_NONE unit)
         piece_max = device.param(U.dla_param_e.MAX_STREAM_BYTES)
@@ -222,7 +222,7 @@ class LinuxCuMethods:
         while done < size:
             piece = min(piece_max, size - done)
             left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-            args = U.dla_cu_stream_t(**ref, timeout_ms=min(left_ms, 3_600_000),
+            args = U.dla_cu_stream_t(**ref, timeout_ms=min(left_ms, MAX_STREAM_TIMEOUT_MS),
                                      data=ctypes.addressof(buf) + done, size=piece)
             try:
                 if device.ioctl(nr, args, again=(errno.EAGAIN,)) is None:
