@@ -32,7 +32,6 @@ from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
 log = logging.getLogger("pydla")
-RUNS_KEPT = 64  # non-blocking runs remembered before the ended ones are dropped
 
 if TYPE_CHECKING:
     from pydla.platform import ConfigLike
@@ -318,10 +317,7 @@ class IRuntime:
         staged = [Staging(s.desc, s.network, s.dense, s.user) for s in self._staging.values()]
         uses = [*runner.bound.values(), *(m for s in staged for m in (s.dense, s.user) if m is not None)]
         with self._lock:
-            # Asking whether a run ended costs a wait (an ioctl on Linux): not on every submit, only
-            # when the list grows (freeSystemMemory, the one reader, asks before it looks).
-            if len(self._runs) >= RUNS_KEPT:
-                self._forget_ended_runs()
+            self._forget_ended_runs()
             self._runs.append((out, uses))
         if not staged:
             runner.execute_async(pre, post, keep=(syncs, out))
