@@ -85,6 +85,20 @@ def diff_specs(old: Spec, new: Spec) -> DiffReport:
         if sorted(o) != sorted(n):
             add(Change("patch", f"retired {what} ids {sorted(o)} -> {sorted(n)}"))
 
+    old_consts = {c.name: c for c in old.constants}
+    new_consts = {c.name: c for c in new.constants}
+    for name in sorted(old_consts.keys() - new_consts.keys()):
+        add(Change("major", f"constant '{name}' deleted"))
+    for name in sorted(new_consts.keys() - old_consts.keys()):
+        add(Change("minor", f"constant '{name}' added"))
+    for name in sorted(old_consts.keys() & new_consts.keys()):
+        oc, nc = old_consts[name], new_consts[name]
+        if (oc.storage, oc.value) != (nc.storage, nc.value):
+            add(Change("major", f"constant '{name}': {oc.storage} {oc.value:#x} -> "
+                                f"{nc.storage} {nc.value:#x}"))
+        elif oc.description != nc.description:
+            add(Change("patch", f"constant '{name}': description changed"))
+
     old_enums = {e.name: e for e in old.enums}
     new_enums = {e.name: e for e in new.enums}
     for name in old_enums.keys() - new_enums.keys():
@@ -144,6 +158,8 @@ def _diff_struct(old: StructDef, new: StructDef, new_spec: Spec) -> list[Change]
     changes = []
     if old.msg_id != new.msg_id:
         changes.append(Change("major", f"{what}: id {old.msg_id} -> {new.msg_id}"))
+    if old.packed != new.packed:
+        changes.append(Change("major", f"{what}: packed {old.packed} -> {new.packed}"))
     if old.msg_type != new.msg_type or old.command != new.command:
         changes.append(Change("major", f"{what}: type or command changed"))
     new_fields = {f.name: f for f in new.fields}

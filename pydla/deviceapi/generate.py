@@ -20,7 +20,8 @@ from pydla.deviceapi.spec import bundled_specs_dir, load_spec
 from pydla.errors import DlaError, NvError
 
 # Order matters only for reading: imports come first.
-BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library", "dla_uapi")
+BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library", "dla_uapi",
+           "shave")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 

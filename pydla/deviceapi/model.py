@@ -75,11 +75,26 @@ class StructDef:
     spec: str = ""
     size: int = 0
     align: int = 1
+    # Packed: no alignment rules and no padding (a kernel ABI's __attribute__((packed)) struct whose
+    # fields sit where the other side put them); its alignment is 1 wherever it is held.
+    packed: bool = False
 
     @property
     def payload(self) -> list[Field]:
         """The fields after the header for a message; every field otherwise."""
         return self.fields[1:] if self.category == MESSAGE else self.fields
+
+
+@dataclass
+class ConstDef:
+    """A named integer constant of the contract (an address window, a limit)."""
+
+    name: str
+    storage: str
+    value: int
+    description: str
+    module: str
+    location: Location
 
 
 @dataclass
@@ -98,6 +113,7 @@ class Spec:
     retired_message_ids: list[int] = field(default_factory=list)
     retired_trace_event_ids: list[int] = field(default_factory=list)
     register_map: str | None = None
+    constants: list[ConstDef] = field(default_factory=list)
 
     @property
     def version_string(self) -> str:
@@ -132,7 +148,9 @@ class Spec:
             return [[f.name, f.kind, f.type_name, f.count, f.length, f.offset, f.size] for f in s.fields]
 
         def struct(s: StructDef) -> dict[str, Any]:
+            packed = {"packed": True} if s.packed else {}  # absent when false: older hashes stay
             return {
+                **packed,
                 "name": s.name,
                 "category": s.category,
                 "size": s.size,
@@ -143,7 +161,12 @@ class Spec:
                 "fields": fields(s),
             }
 
+        # Constants are part of the contract (a window address is); absent when there are none, so
+        # that the hashes of specs written before constants existed do not change.
+        constants = {"constants": sorted([c.name, c.storage, c.value] for c in self.constants)} \
+            if self.constants else {}
         return {
+            **constants,
             "name": self.name,
             "imports": {spec.name: spec.layout_hash for spec in self.imports},
             "enums": sorted(

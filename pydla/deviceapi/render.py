@@ -112,6 +112,11 @@ class Gen:
             base = f.type_name
         return f"{base} * {f.count}" if f.is_array else base
 
+    @staticmethod
+    def py_constant(value: int) -> str:
+        """Addresses and masks read best in hex."""
+        return f"{value:#x}" if value >= 0x1000 else str(value)
+
     def py_enums(self, s: StructDef) -> list[tuple[str, str]]:
         return [(f.name, f.type_name) for f in s.fields if f.kind == "enum"]
 
@@ -162,6 +167,14 @@ class Gen:
                 return f"INT64_C({value})"
             return f"({value})"
         return f"UINT64_C({value})" if scalar.size == 8 else f"{value}u"
+
+    @classmethod
+    def c_constant(cls, storage: str, value: int) -> str:
+        """A constant's literal: unsigned ones in hex (they are addresses and masks)."""
+        scalar = SCALARS[storage]
+        if scalar.signed:
+            return cls.c_literal(storage, value)
+        return f"UINT64_C({value:#x})" if scalar.size == 8 else f"{value:#x}u"
 
     @staticmethod
     def comment(text: str) -> str:

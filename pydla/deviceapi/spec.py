@@ -34,6 +34,7 @@ from pydla.deviceapi.model import (
     RESPONSE,
     STRUCT,
     TRACE_EVENT,
+    ConstDef,
     EnumDef,
     EnumMember,
     Field,
@@ -138,6 +139,8 @@ class _Builder:
                 names[item.name] = item.location
         for module in self.doc["Modules"]:
             mname = module["Name"]
+            for raw in module.get("Constants", []):
+                self.add_constant(raw, mname, names)
             for raw in module.get("Enums", []):
                 self.add_enum(raw, mname, names)
             for key, category in (("Structs", STRUCT), ("Messages", MESSAGE),
@@ -162,6 +165,20 @@ class _Builder:
                          f"{what} name '{name}' is already used at {names[name]}")
         else:
             names[name] = where
+
+    def add_constant(self, raw: dict[str, Any], module: str, names: dict[str, Location]) -> None:
+        name = raw["Name"]
+        where = self.where(raw, module, "constant", name)
+        self.claim_name(name, where, names, "constant")
+        storage = canonical_scalar(raw["Type"])
+        assert storage is not None  # the schema allows integer types only
+        scalar = SCALARS[storage]
+        if not scalar.min_value <= raw["Value"] <= scalar.max_value:
+            self.problem("constant-range", where,
+                         f"value {raw['Value']} does not fit the type {storage} "
+                         f"({scalar.min_value}..{scalar.max_value})")
+        self.spec.constants.append(ConstDef(name, storage, raw["Value"], raw.get("Description", ""),
+                                            module, where))
 
     def add_enum(self, raw: dict[str, Any], module: str, names: dict[str, Location]) -> None:
         name = raw["Name"]
@@ -215,7 +232,8 @@ class _Builder:
             seen.add(f["Name"])
             fields.append(self.make_field(f, at))
         struct = StructDef(name, category, fields, raw.get("Description", ""), module, where,
-                           raw.get("Id"), msg_type, raw.get("Command"), self.spec.name)
+                           raw.get("Id"), msg_type, raw.get("Command"), self.spec.name,
+                           packed=bool(raw.get("Packed", False)))
         {STRUCT: self.spec.structs, MESSAGE: self.spec.messages,
          TRACE_EVENT: self.spec.trace_events}[category].append(struct)
 
@@ -312,6 +330,8 @@ class _Builder:
                     continue
                 size, f.align = inner.size, inner.align
             f.size = size * (f.count or 1)
+            if s.packed:
+                f.align = 1  # a packed struct holds its fields where they fall
             if offset % f.align:
                 self.problem("alignment", f.location,
                              f"offset {offset} is not a multiple of the field's alignment {f.align}; "
