@@ -114,7 +114,9 @@ class Kmd(KmdComputeUnits):
         self._contexts: dict[int, Context] = {}
         self.queues = JobQueues()
         self._queues = self.queues.by_context  # the same dict: the driver appends to it directly
-        self._running: Job | None = None
+        # The jobs on the device, in order: the first runs, the others are programmed behind it
+        # (the engine's pipeline depth: pydla.kmd.engine, "The engine as a compute unit").
+        self._inflight: list[Job] = []
         self._next_job = 1
         self.history: deque[Job] = deque(maxlen=64)
         self.service_errors: deque[str] = deque(maxlen=64)
@@ -148,9 +150,9 @@ class Kmd(KmdComputeUnits):
             for job in list(self._queues[ctx]):
                 job._finish(error)
             self._queues[ctx].clear()
-            running = self._running
-            if running is not None and running.context is context and running.run is not None:
-                self.engine.abort(running.run, error)
+            for running in [j for j in self._inflight if j.context is context]:
+                if running.run is not None:
+                    self.engine.abort(running.run, error)
             self._poll_locked()
             self.cus.forget_context(context)
             self._cu_release(ctx)
@@ -369,14 +371,13 @@ class Kmd(KmdComputeUnits):
 
     def _in_use(self, context: Context, buf: Buffer) -> bool:
         tasks = [job.task for job in self._queues[context.ctx]] + list(self._submitting)
-        if self._running is not None and self._running.context is context:
-            tasks.append(self._running.task)
+        tasks += [job.task for job in self._inflight if job.context is context]
         return any(e.bo is buf.bo for task in tasks for e in task.addresses)
 
     def _cu_device_reset(self, reset: Callable[[], None]) -> bool:
         """For the compute-unit scheduler: run ``reset`` (a device reset) if no DLA job runs."""
         with self._lock:
-            if self._running is not None or self._closed:
+            if self._inflight or self._closed:
                 return False
             reset()
             return True
@@ -384,40 +385,63 @@ class Kmd(KmdComputeUnits):
     def _wake(self) -> None:
         self.engine.wake()
 
+    @property
+    def _running(self) -> Job | None:
+        """The job that runs now: the first of those on the device."""
+        return self._inflight[0] if self._inflight else None
+
     def _poll_locked(self) -> None:
         engine = self.engine
         while True:
             engine.dla_process_events()
-            running = self._running
-            if running is not None:
+            if self._inflight:
+                running = self._inflight[0]
                 self.watchdog.check(running, self._queues.get(running.context.ctx))
-            started = self._running is None and self._start_next()
+            started = self._start_next()
             if not started and engine.pending_events() == 0:
                 return
 
     def _on_finish(self, run: TaskRun) -> None:
-        job = self._running
-        if job is None or job.run is not run:
+        job = next((j for j in self._inflight if j.task is run.task), None)
+        if job is None:
             return
-        self._running = None
+        head = job is self._inflight[0]
+        self._inflight.remove(job)
         self.history.append(job)
         job._finish(run.error)
-        if run.error is not None and run.error.code == NvError.InvalidAddress:
-            abort_context(self._queues.get(job.context.ctx), mmu_fault_error(job))
+        error = run.error
+        if error is not None and (error.code == NvError.InvalidAddress or job.hung):
+            # The context is guilty: its jobs behind this one may depend on it (the watchdog aborts
+            # the queued ones of a hung job; those already programmed behind it are aborted here).
+            why = (mmu_fault_error(job) if error.code == NvError.InvalidAddress else
+                   DlaError(NvError.Timeout, f"aborted: task {job.job_id} of context {job.context.ctx} "
+                                             "hung before it"))
+            if error.code == NvError.InvalidAddress:
+                abort_context(self._queues.get(job.context.ctx), why)
+            behind = [j.run for j in self._inflight if j.context is job.context and j.run is not None]
+            if behind and job.hung and not self._queues.get(job.context.ctx):
+                self.watchdog.stats.context_aborts += 1  # else the watchdog counts it with the queue
+            for later in behind:
+                if later is not None:
+                    self.engine.abort(later, why)
+        if head and self._inflight:
+            self.watchdog.start(self._inflight[0])  # its time counts from now: it runs now
 
     def _start_next(self) -> bool:
-        if self._running is not None:
+        if len(self._inflight) >= self.engine.depth:
             return False
         job = self.queues.pick()
         if job is None:
             return False
-        self._running = job
+        self._inflight.append(job)
         job.state = RUNNING
-        self.watchdog.start(job)
+        if len(self._inflight) == 1:
+            self.watchdog.start(job)
         try:
             job.run = self.engine.dla_execute_task(job.task, job.graph, self._on_finish)
         except DlaError as e:
-            self._running = None
+            if job in self._inflight:
+                self._inflight.remove(job)
             job._finish(e)
         return True
 
@@ -461,6 +485,7 @@ class Kmd(KmdComputeUnits):
                 "contexts": len(self._contexts),
                 "queued": sum(len(q) for q in self._queues.values()),
                 "running": self._running.job_id if self._running else None,
+                "in_flight": [j.job_id for j in self._inflight],
                 "buffers": sum(len(c.buffers) for c in self._contexts.values()),
                 "banned_contexts": sorted(c.ctx for c in self._contexts.values() if c.banned is not None),
                 "recovery": self.watchdog.as_dict(),

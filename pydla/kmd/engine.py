@@ -12,6 +12,18 @@ consumers that wait for it. Blocks run in parallel wherever the graph allows.
 
 Per-submit state (dependency counters, group assignment, progress) lives in a :class:`TaskRun`; the
 :class:`~pydla.kmd.graph.TaskGraph` is never modified, so a task runs any number of times.
+
+**The engine as a compute unit.** The device's IP_LAYOUT declares the DLA engine as a compute unit
+with an execution model (XRT's AP_CTRL_HS or AP_CTRL_CHAIN). Under AP_CTRL_CHAIN with pipeline depth
+``n``, up to ``n`` tasks are in flight: the first (the *head*) runs; each later one is *gated*: it
+programs its operations into the register groups the tasks before it have left free (a block's
+groups are taken in turn, so it starts on a block only once the tasks before it have programmed all
+of theirs there), but enables none until every task before it has ended. Programming the next task
+thus overlaps the current one's computing, results are as if the tasks ran one after another (a
+task may read what the one before it wrote), and tasks end in submission order. AP_CTRL_HS (or no
+engine entry) is depth 1: one task at a time. When a task fails, its blocks are reset and the gated
+tasks behind it start their programming again; a gated task that is aborted resets nothing (it
+never enabled an operation).
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ class TaskRun:
         "enable_order",
         "error",
         "finished",
+        "gated",
         "graph",
         "group_of",
         "next_group",
@@ -76,27 +89,42 @@ class TaskRun:
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
                  on_finish: Callable[[TaskRun], None] | None = None) -> None:
-        n = len(graph.operations)
         self.task = task
         self.graph = graph
         self.on_finish = on_finish
+        self.gated = False  # a task before it is still in flight: it programs, it enables nothing
+        self.error: DlaError | None = None
+        self.finished = False
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to nothing programmed (a gated run whose groups a reset or an abort before it undid)."""
+        graph = self.graph
+        n = len(graph.operations)
         self.deps = list(graph.dependency_counts)
         self.state = [WAITING] * n
         self.group_of = [-1] * n
         # Per block of the graph: the operation in each register group, the position in its chain,
-        # the group it programs next.
+        # the group it programs next (-1: not known until the tasks before it programmed that block).
         self.busy: dict[dla_block_e, list[int | None]] = {b: [None, None] for b in graph.blocks}
         self.chain_pos: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
-        self.next_group: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
+        self.next_group: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, -1)
         self.ready: collections.deque[int] = collections.deque()
         self.completed = 0
         self.enable_order: list[int] = []
-        self.error: DlaError | None = None
-        self.finished = False
 
     def operation_in(self, block: dla_block_e, group: int) -> int | None:
         busy = self.busy.get(block)
         return None if busy is None else busy[group]
+
+
+def engine_depth(config: object) -> int:
+    """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
+    AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
+    for cu in getattr(config, "compute_units", ()):
+        if getattr(cu, "engine", False):
+            return max(1, int(cu.pipeline_depth)) if cu.control == "CHAIN" else 1
+    return 1
 
 
 class Engine:
@@ -109,7 +137,14 @@ class Engine:
         self._events_lock = threading.Lock()
         self._events: collections.deque[HwEvent] = collections.deque()
         self.events_arrived = threading.Condition(self._events_lock)
-        self.current: TaskRun | None = None
+        self.depth = engine_depth(config)
+        # The tasks in flight, in submission order: the head runs, the others are gated.
+        self.inflight: list[TaskRun] = []
+        # Which run holds each block's register groups (runs share the device's groups).
+        self._owner: dict[dla_block_e, list[TaskRun | None]] = {b: [None, None] for b in BLOCKS}
+        # The engine unit's executions as XRT's execution models describe them: ("START", task id)
+        # when a task is taken, ("DONE", task id) when it ends, in order.
+        self.cu_events: collections.deque[tuple[str, int]] = collections.deque(maxlen=256)
         # Whether a thread may wait in wait_for_events (a driver's bottom half): the ISR notifies
         # only then. Set before that thread starts.
         self.listening = False
@@ -137,17 +172,28 @@ class Engine:
         if graph is None:
             graph = load_task(self.port, task, self.config)
         with self._lock:
-            if self.current is not None and not self.current.finished:
-                raise DlaError(NvError.Busy,
-                               f"task {self.current.task.task_id} is still running on this device")
+            if len(self.inflight) >= self.depth:
+                head = self.inflight[0]
+                what = (f"task {head.task.task_id} is still running" if self.depth == 1 else
+                        f"{self.depth} tasks (the engine's pipeline depth) are in flight, the first task "
+                        f"{head.task.task_id}")
+                raise DlaError(NvError.Busy, f"{what} on this device")
             run = TaskRun(task, graph, on_finish)
+            run.gated = bool(self.inflight)
+            self.inflight.append(run)
             for block in graph.blocks:
-                # A block runs its groups in turn and remembers where it stopped (the consumer bit);
-                # the first group this task programs must be the one the block runs next.
-                run.next_group[block] = self.port.dla_reg_read(POINTER[block]) >> 16 & 1
-            self.current = run
+                run.next_group[block] = self._first_group(run, block)
+            self.cu_events.append(("START", task.task_id))
             self._schedule_or_fail(run)
             return run
+
+    @property
+    def current(self) -> TaskRun | None:
+        """The task that runs now (the head of those in flight), or None."""
+        return self.inflight[0] if self.inflight else None
+
+    def idle(self) -> bool:
+        return not self.inflight
 
     def dla_isr_handler(self) -> int:
         """Read and clear the interrupt status; record what completed or failed.
@@ -194,10 +240,12 @@ class Engine:
                         return count
                     event = self._events.popleft()
                 count += 1
-                run = self.current
+                run = self._owner[BLOCKS[event.block]][event.group]
                 if run is None or run.finished:
                     continue
                 self._handle(run, event)
+                if len(self.inflight) > 1:
+                    self._schedule_gated()
 
     # -- scheduling ---------------------------------------------------------------------------------
 
@@ -217,8 +265,8 @@ class Engine:
     def _handle(self, run: TaskRun, event: HwEvent) -> None:
         block = BLOCKS[event.block]
         index = run.busy[block][event.group]
-        if index is None:
-            return  # a group this run does not use (a stale bit after a reset)
+        if index is None or run.state[index] != ENABLED:
+            return  # a group this run does not run (a stale bit after a reset, a gated run's group)
         op = run.graph.operations[index]
         if event.failed:
             code = self.port.dla_reg_read(ERROR[block])
@@ -231,6 +279,7 @@ class Engine:
             return
         run.state[index] = DONE
         run.busy[block][event.group] = None
+        self._owner[block][event.group] = None
         run.completed += 1
         self._signal(run, index, _OP_COMPLETED)
         if run.completed == len(run.graph.operations):
@@ -244,6 +293,28 @@ class Engine:
             self._schedule(run)
         except DlaError as e:
             self._fail(run, e)
+
+    def _schedule_gated(self) -> None:
+        """Let the gated runs program into the groups that became free."""
+        for run in self.inflight[1:]:
+            if run.gated and not run.finished:
+                self._schedule_or_fail(run)
+
+    def _first_group(self, run: TaskRun, block: dla_block_e) -> int:
+        """The group ``run`` programs first in ``block``: where the nearest run before it that uses the
+        block stops, once that run has programmed all of its operations there (-1 until then); with no
+        such run, the group the block runs next (its consumer bit: a block runs its groups in turn)."""
+        before = None
+        for other in self.inflight:
+            if other is run:
+                break
+            if block in other.busy:
+                before = other
+        if before is None:
+            return self.port.dla_reg_read(POINTER[block]) >> 16 & 1
+        if before.chain_pos[block] < len(before.graph.chains[block]):
+            return -1
+        return before.next_group[block]
 
     def _signal(self, run: TaskRun, index: int, event: int) -> None:
         deps, state, ready = run.deps, run.state, run.ready
@@ -261,20 +332,24 @@ class Engine:
         ops, chains, programs = graph.operations, graph.chains, graph.programs
         busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
         deps, state, ready, group_of = run.deps, run.state, run.ready, run.group_of
+        owner = self._owner
         progress = True
         while progress and not run.finished:
             progress = False
             for block in graph.blocks:
-                chain, groups = chains[block], busy[block]
+                chain, groups, holders = chains[block], busy[block], owner[block]
                 pos = chain_pos[block]
+                if pos < len(chain) and next_group[block] < 0:
+                    next_group[block] = self._first_group(run, block)
                 while pos < len(chain):
                     g = next_group[block]
-                    if groups[g] is not None:
+                    if g < 0 or holders[g] is not None:
                         break
                     index = chain[pos]
                     op = ops[index]
                     program_operation(port, task, op, g, programs)
                     groups[g] = index
+                    holders[g] = run
                     group_of[index] = g
                     next_group[block] = g ^ 1
                     pos += 1
@@ -285,7 +360,7 @@ class Engine:
                     if op.consumers:
                         self._signal(run, index, _OP_PROGRAMMED)
                     progress = True
-            while ready and not run.finished:
+            while ready and not run.finished and not run.gated:
                 index = ready.popleft()
                 op = ops[index]
                 state[index] = ENABLED
@@ -295,22 +370,47 @@ class Engine:
                     self._signal(run, index, _OP_ENABLED)
                 progress = True
 
+    def _release(self, run: TaskRun) -> None:
+        for b in run.graph.blocks:
+            holders = self._owner[b]
+            for g in (0, 1):
+                if holders[g] is run:
+                    holders[g] = None
+
     def _finish(self, run: TaskRun) -> None:
         run.finished = True
+        if run in self.inflight:
+            self.inflight.remove(run)
+        self._release(run)
+        self.cu_events.append(("DONE", run.task.task_id))
         if run.on_finish is not None:
             run.on_finish(run)
+        if self.inflight and self.inflight[0].gated:
+            head = self.inflight[0]  # every task before it ended: it may enable its operations
+            head.gated = False
+            self._schedule_or_fail(head)
+        if len(self.inflight) > 1:
+            self._schedule_gated()
 
     def _fail(self, run: TaskRun, error: DlaError) -> None:
-        """Stop ``run``: reset the blocks it used (abandoning their groups) and finish it."""
+        """Stop ``run``: reset the blocks it used (abandoning their groups) and finish it. A gated run
+        enabled nothing: nothing is reset, and the runs after it program again."""
         if run.finished:
             return
         run.error = error
-        mask = 0
-        for b in run.graph.blocks:
-            mask |= 1 << int(b)
-        self.port.dla_reg_write(R.GLB_RESET, mask)
-        with self._events_lock:
-            self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
+        if run.gated:
+            later = self.inflight[self.inflight.index(run) + 1:] if run in self.inflight else []
+        else:
+            mask = 0
+            for b in run.graph.blocks:
+                mask |= 1 << int(b)
+            self.port.dla_reg_write(R.GLB_RESET, mask)
+            with self._events_lock:
+                self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
+            later = [r for r in self.inflight if r is not run]  # the reset undid their programming
+        for other in later:
+            self._release(other)
+            other.restart()
         self._finish(run)
 
     def abort(self, run: TaskRun, error: DlaError) -> None:

@@ -75,6 +75,7 @@ class Job:
         self.last_progress = 0.0
         self.completed_seen = 0
         self.extensions = 0
+        self.hung = False  # the watchdog declared it hung (its context is guilty)
         self.started_at = 0.0
         self.finished_at = 0.0
         self.pre_fences = list(pre_fences or [])

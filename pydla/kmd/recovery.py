@@ -158,6 +158,7 @@ class Watchdog:
             parts.append(f"context {context.ctx} is now banned after {context.hangs} hung jobs")
         error = DlaError(NvError.Timeout, "; ".join(parts))
         log.warning("%s", error.message)
+        job.hung = True
         self.engine.abort(job.run, error)
         aborted = abort_context(queue, DlaError(
             NvError.Timeout, f"aborted: task {job.job_id} of context {context.ctx} hung before it "

@@ -88,7 +88,8 @@ def test_the_guilty_context_loses_its_queue_and_others_keep_theirs(make_kmd: Mak
         queued_guilty.wait(WAIT_MS)
     assert aborted.value.code == NvError.Timeout
     assert f"task {hung.job_id} of context {guilty} hung before it" in aborted.value.message
-    assert queued_guilty.run is None, "an aborted job never reaches the device"
+    # it never ran: at most programmed behind the hung one (the engine's pipeline), never enabled
+    assert queued_guilty.run is None or not queued_guilty.run.enable_order
     queued_innocent.wait(WAIT_MS)
     assert queued_innocent.state == COMPLETED
     case.check(kmd, innocent, li, expected)
