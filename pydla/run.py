@@ -66,6 +66,10 @@ def register(commands: Any) -> None:
                         "(default: $PYDLA_PORT, else inprocess)")
     p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
     p.add_argument("--device", type=int, default=0, help="device instance")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="for an ONNX model: the whole shape of input NAME, sizing its symbolic dimensions "
+                        "(batch, sequence), e.g. --input-shape input_ids=1,128 (repeatable); for a "
+                        "loadable it must be the shape compiled in")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs (floats: standard normal; integers: uniform in "
                         "-100..100, 0..200 unsigned; bools: half true)")
@@ -111,8 +115,10 @@ def _read_inputs(items: list[str]) -> dict[str, tuple[np.ndarray, str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pydla.compiler.input_shapes import parse_input_shapes
     from pydla.session import Session
 
+    shapes = parse_input_shapes(args.input_shape)
     if args.iterations < 1:
         raise DlaError(NvError.BadParameter, f"--iterations {args.iterations}: at least 1")
     warmup = args.warmup if args.warmup is not None else (1 if args.iterations > 1 else 0)
@@ -134,7 +140,8 @@ def _run(args: argparse.Namespace) -> int:
 
         progress = TerminalProgress(sys.stderr)
     try:
-        sess = Session(args.model, port=args.port, config=args.config, device=args.device, progress=progress)
+        sess = Session(args.model, port=args.port, config=args.config, device=args.device, progress=progress,
+                       input_shapes=shapes)
     finally:
         if progress is not None:
             progress.close()

@@ -32,6 +32,7 @@ import numpy as np
 
 from pydla._version import __version__
 from pydla.cachedir import cache_dir
+from pydla.compiler.input_shapes import InputShapes, cache_text, check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
@@ -71,8 +72,11 @@ class NodeArg:
 
 
 def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
-                   progress: Progress | None = None) -> bytes:
+                   progress: Progress | None = None,
+                   input_shapes: Mapping[str, Sequence[int]] | None = None) -> bytes:
     """A loadable for ``model``: a .dla path or bytes as they are; ONNX compiled (and cached).
+    ``input_shapes`` sizes an ONNX model's symbolic input dimensions ({name: shape}); it is part
+    of the cache key.
 
     An ONNX model given as a path has its external data files read from the model file's
     directory; bytes or an ``onnx.ModelProto`` must hold their weights inline (or, for a
@@ -80,9 +84,12 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
 
     Usage: ``blob = loadable_bytes("model.onnx"); pydla.createRuntime().load(blob)``
     """
+    shapes = check_input_shapes(input_shapes)
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
-        return data if data[:4] == ELF_MAGIC else _compile_cached(data, config, precision, progress=progress)
+        if data[:4] == ELF_MAGIC:
+            return data
+        return _compile_cached(data, config, precision, shapes, progress=progress)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         try:
@@ -92,12 +99,12 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
             raise DlaError(code, f"{path}: {e.strerror or e}") from e
         if data[:4] == ELF_MAGIC:
             return data
-        return _compile_cached(data, config, precision, model_file=path, progress=progress)
+        return _compile_cached(data, config, precision, shapes, model_file=path, progress=progress)
     serialize = getattr(model, "SerializeToString", None)
     if not callable(serialize):
         raise DlaError(NvError.BadParameter, f"model of type {type(model).__name__}: give a path, bytes "
                                              "or an onnx.ModelProto")
-    return _compile_cached(serialize(), config, precision, progress=progress)
+    return _compile_cached(serialize(), config, precision, shapes, progress=progress)
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,8 +130,9 @@ def fingerprinted_files() -> list[Path]:
                    *(root / "deviceapi" / "specs").rglob("*.yaml")])
 
 
-def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
-                    model_file: Path | None = None, progress: Progress | None = None) -> bytes:
+def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
+                    input_shapes: InputShapes | None = None, *, model_file: Path | None = None,
+                    progress: Progress | None = None) -> bytes:
     """The loadable of an ONNX model (``onnx_bytes``, read from ``model_file`` when given: its
     external data files are then found in that file's directory), from the cache or compiled."""
     onnx = _import_onnx()
@@ -140,7 +148,11 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
     # A configuration given as a file is part of the key by its contents, not only its name.
     config_file = Path(config)
     contents = config_file.read_bytes() if config_file.suffix == ".json" and config_file.is_file() else b""
-    digest = hashlib.sha256(onnx_bytes + f"|{config}|{precision}|{fingerprint}|".encode() + contents)
+    # The input shapes decide the loadable's shapes: one model compiled for two sequence lengths is
+    # two entries.
+    input_shapes = input_shapes or {}
+    key = f"|{config}|{precision}|{fingerprint}|{cache_text(input_shapes)}|"
+    digest = hashlib.sha256(onnx_bytes + key.encode() + contents)
     # So are the external data files, whole: the weights change while the .onnx file stays the same.
     # Keyed by their locations in the model, not where the model lies: a copy elsewhere is a hit.
     for file in sorted({f for _, f in external}):
@@ -153,7 +165,8 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str, *,
 
     for tensor, file in external:
         _load_external(tensor, file, label)
-    blob: bytes = compile_model(model, config=config, precision=precision, progress=progress).blob
+    blob: bytes = compile_model(model, config=config, precision=precision, progress=progress,
+                                input_shapes=input_shapes).blob
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -317,6 +330,9 @@ class Session:
         path: the KMD daemon's directory for ``port="linux"``.
         progress: called as an ONNX model compiles (not from the cache), with (done, total, phase):
             ``pydla.compiler.progress.TerminalProgress(sys.stderr)`` draws it on a terminal.
+        input_shapes: the shapes of an ONNX model's inputs whose dimensions are symbolic (the
+            batch, a sequence length), {input name: shape}, e.g. ``{"input_ids": (1, 128)}``; for a
+            loadable they must be the shapes it was compiled with.
 
     Attributes: ``inputs`` and ``outputs`` (lists of :class:`TensorInfo`), ``runtime`` (the
     :class:`~pydla.umd.runtime.IRuntime` underneath).
@@ -324,8 +340,10 @@ class Session:
 
     def __init__(self, model: Any, *, port: str | None = None, config: str = "full", device: int = 0,
                  precision: str = "fp32", timeout_ms: int = 60_000,
-                 path: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> None:
-        blob = loadable_bytes(model, config, precision, progress=progress)
+                 path: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+        shapes = check_input_shapes(input_shapes)
+        blob = loadable_bytes(model, config, precision, progress=progress, input_shapes=shapes)
         self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms, path=path)
         self._lock = threading.Lock()
         try:
@@ -333,6 +351,7 @@ class Session:
             in_descs, out_descs = self._descs("input"), self._descs("output")
             self.inputs = _describe(in_descs)
             self.outputs = _describe(out_descs)
+            _check_loaded_shapes(self.inputs, shapes)
             # An empty tensor (a dimension of 0) has no bytes: no memory, nothing to bind or copy.
             self._in_mems = [self.runtime.allocateSystemMemory(t.size) if t.size else None
                              for t in in_descs]
@@ -467,7 +486,7 @@ class Session:
 
 # pydla's keyword arguments that InferenceSession passes on to Session, and onnxruntime's keyword
 # arguments that change nothing here (accepted so that code written for onnxruntime runs as is).
-_SESSION_KEYWORDS = frozenset({"port", "config", "device", "precision", "timeout_ms", "path"})
+_SESSION_KEYWORDS = frozenset({"port", "config", "device", "precision", "timeout_ms", "path", "input_shapes"})
 _ORT_KEYWORDS_WITHOUT_EFFECT = frozenset({"disabled_optimizers", "read_config_from_model"})
 
 
@@ -488,8 +507,8 @@ class InferenceSession(Session):
         providers: None, or a list of provider names or (name, options) pairs: no effect (the
             model runs on pydla's device, ``get_providers()`` says so).
         provider_options: None, or a list of dicts: no effect.
-        **kwargs: :class:`Session`'s keywords (port, config, device, precision, timeout_ms, path);
-            anything else is refused with DlaError BadParameter.
+        **kwargs: :class:`Session`'s keywords (port, config, device, precision, timeout_ms, path,
+            input_shapes); anything else is refused with DlaError BadParameter.
     """
 
     def __init__(self, path_or_bytes: Any, sess_options: Any = None,
@@ -533,6 +552,21 @@ def _check_providers(providers: Any, provider_options: Any) -> None:
                                          or not all(isinstance(o, dict) for o in provider_options)):
         raise DlaError(NvError.BadParameter, f"provider_options {_short(provider_options)}: None or a list "
                                              "of dicts is expected")
+
+
+def _check_loaded_shapes(inputs: list[TensorInfo], shapes: InputShapes) -> None:
+    """The loaded network has the input shapes asked for (a loadable's are fixed when compiling;
+    a compiled ONNX model has them by construction)."""
+    loaded = {t.name: t.shape for t in inputs}
+    for name, dims in shapes.items():
+        if name not in loaded:
+            raise DlaError(NvError.BadParameter, f"input_shapes: the model has no input '{name}' "
+                                                 f"(its inputs: {', '.join(loaded) or 'none'})")
+        if loaded[name] != dims:
+            raise DlaError(NvError.BadParameter,
+                           f"input_shapes['{name}'] = {dims}: the loadable's input '{name}' has shape "
+                           f"{loaded[name]}, fixed when it was compiled (compile the ONNX model with the "
+                           "shapes you want)")
 
 
 def _model_name(model: Any) -> str | None:

@@ -9,17 +9,24 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydla.compiler.input_shapes import check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import load_config
 
 
 def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
-                  progress: Progress | None = None) -> Any:
+                  progress: Progress | None = None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
+
+    ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
+    length), whole shapes by input name: ``{"input_ids": (1, 128)}``. Without it a model whose
+    inputs have symbolic dimensions is refused, each named.
 
     ``progress(done, total, what)`` is called as each phase starts and for each step lowered
     (the phases and the arguments: :mod:`pydla.compiler.progress`); the first call comes before
@@ -32,6 +39,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     except ImportError as e:
         raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
                                              "pip install 'pydla[onnx]'") from e
+    shapes = check_input_shapes(input_shapes)
     if precision not in ("fp32", "fp16"):
         raise DlaError(NvError.BadParameter, f"precision '{precision}': choose fp32 or fp16")
     cfg = load_config(config)
@@ -41,7 +49,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         report(progress, "reading", detail=str(model))
     onnx_model = load_model(model)
     try:
-        result = Lowering(import_graph(onnx_model, progress), cfg, progress, precision).run()
+        result = Lowering(import_graph(onnx_model, progress, shapes), cfg, progress, precision).run()
     except DlaError:
         raise
     except MemoryError:

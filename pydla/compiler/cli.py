@@ -15,10 +15,12 @@ from pydla.errors import DlaError, NvError
 def register(commands: Any) -> None:
     p = commands.add_parser(
         "compile", help="compile an ONNX model into a loadable (.dla)",
-        description="Compile an ONNX model into a pydla loadable for a device configuration. The model's "
-                    "shapes must be static (any batch size, fixed when exporting); opsets before 11 are "
-                    "upgraded to 11 by onnx's version converter. Progress is shown on stderr when it is "
-                    "a terminal. Needs the onnx extra.")
+        description="Compile an ONNX model into a pydla loadable for a device configuration. A "
+                    "loadable's shapes are static (any batch size): an input with symbolic dimensions (a "
+                    "dynamic batch or sequence length, as exporters leave them) needs --input-shape; the "
+                    "shape arithmetic of exported models is folded at compile time. Opsets before 11 are "
+                    "upgraded to 11 by onnx's version converter. Progress is shown on stderr when it is a "
+                    "terminal. Needs the onnx extra.")
     p.add_argument("model", type=Path, metavar="MODEL.onnx")
     p.add_argument("-o", "--output", type=Path, metavar="MODEL.dla",
                    help="where to write the loadable (default: the model's name with .dla)")
@@ -26,13 +28,23 @@ def register(commands: Any) -> None:
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
                    help="device precision: fp16 halves the weights and converts inputs and outputs "
                         "(which keep the model's fp32) on the device")
+    add_input_shape_option(p)
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=_compile)
 
 
+def add_input_shape_option(p: argparse.ArgumentParser) -> None:
+    """``--input-shape NAME=D0,D1,...`` (repeatable), for the commands that compile ONNX models."""
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="the whole shape of input NAME, sizing its symbolic dimensions (batch, sequence), "
+                        "e.g. --input-shape input_ids=1,128; repeat it for each such input")
+
+
 def _compile(args: argparse.Namespace) -> int:
     from pydla.compiler.api import compile_model
+    from pydla.compiler.input_shapes import parse_input_shapes
 
+    shapes = parse_input_shapes(args.input_shape)  # a malformed flag fails before the model is read
     if not args.model.is_file():
         raise DlaError(NvError.FileNotFound, f"{args.model}: no such file")
     progress = None
@@ -47,7 +59,8 @@ def _compile(args: argparse.Namespace) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress)
+        result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress,
+                               input_shapes=shapes)
     finally:
         if collecting:
             gc.enable()

@@ -14,10 +14,11 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from pydla.compiler.shapes import evaluate
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:  # graph.py imports this module: the types are for annotations only
-    from pydla.compiler.graph import Graph, Node
+    from pydla.compiler.graph_types import Graph, Node
 
 FOLD_LIMIT = 1 << 24  # elements: larger constant results stay as they are
 
@@ -93,15 +94,18 @@ def settle_empty(graph: Graph, opset: int) -> None:
 def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     """Evaluate ``node`` now when all its inputs are known; record its outputs as constants."""
     if node.op_type == "Constant":
-        value = node.attrs.get("value")
-        if value is None:
-            raise DlaError(NvError.NotSupported, f"{node.where()}: only the 'value' form is supported")
-        graph.consts[node.outputs[0]] = numpy_helper.to_array(value)
+        value = _constant(node)
+        graph.consts[node.outputs[0]] = value
+        graph.shapes[node.outputs[0]], graph.dtypes[node.outputs[0]] = tuple(value.shape), value.dtype
         return True
-    if node.op_type == "Shape" and node.inputs[0] in graph.shapes and min(graph.shapes[node.inputs[0]]) > 0:
-        shape = np.array(graph.shapes[node.inputs[0]], dtype=np.int64)
+    source = graph.shapes.get(node.inputs[0]) if node.inputs else None
+    if node.op_type in ("Shape", "Size") and source is not None and min(source, default=1) > 0:
+        shape = np.array(source, dtype=np.int64)
         start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
-        graph.consts[node.outputs[0]] = shape[start:end]
+        # Python's slice is ONNX's: negative ends count from the back, both are clamped.
+        value = shape[start:end] if node.op_type == "Shape" else np.array(np.prod(shape), dtype=np.int64)
+        graph.consts[node.outputs[0]] = value
+        graph.shapes[node.outputs[0]], graph.dtypes[node.outputs[0]] = tuple(value.shape), value.dtype
         return True
     if not all(i == "" or i in graph.consts for i in node.inputs):
         return False
@@ -113,6 +117,14 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     if any(min(graph.shapes.get(o, (-1,)), default=1) < 0
            or np.prod(graph.shapes[o], dtype=np.float64) > FOLD_LIMIT for o in node.outputs if o):
         return False  # an output of unknown or large size (ConstantOfShape, Expand...): left to run
+    try:
+        values = [graph.consts[i] if i else None for i in node.inputs]
+        fast = evaluate(node.op_type, node.attrs, values, opset)
+    except (ValueError, IndexError, TypeError, KeyError) as e:
+        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from None
+    if fast is not None:
+        _record(graph, [o for o in node.outputs if o], fast)
+        return True
     model = helper.make_model(
         helper.make_graph([proto], "fold",
                           [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
@@ -123,8 +135,29 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
         results = ReferenceEvaluator(model).run(None, feeds)
     except Exception as e:
         raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from e
-    for name, value in zip([o for o in node.outputs if o], results, strict=True):
+    _record(graph, [o for o in node.outputs if o], list(results))
+    return True
+
+
+def _record(graph: Graph, names: list[str], values: list[Any]) -> None:
+    for name, value in zip(names, values, strict=True):
         arr = np.asarray(value)
         graph.consts[name] = arr
         graph.shapes[name], graph.dtypes[name] = tuple(arr.shape), arr.dtype
-    return True
+
+
+# Constant's forms other than 'value' (a TensorProto): the attribute and the type it makes.
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                   "value_ints": np.int64}
+
+
+def _constant(node: Node) -> np.ndarray:
+    """The tensor a Constant node holds: its 'value', or a float / int (list) form."""
+    if "value" in node.attrs:
+        return np.asarray(numpy_helper.to_array(node.attrs["value"]))
+    for name, dtype in _CONSTANT_FORMS.items():
+        if name in node.attrs:
+            return np.asarray(node.attrs[name], dtype=dtype)
+    forms = ", ".join(sorted(node.attrs)) or "no attribute"
+    raise DlaError(NvError.NotSupported, f"{node.where()}: a Constant of {forms}: pydla takes the value, "
+                                         f"{', '.join(_CONSTANT_FORMS)} forms")

@@ -9,7 +9,6 @@ onnx's shape inference and must be static.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,11 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from pydla.compiler import ceil_mode
+from pydla.compiler.decompose import layer_norm
 from pydla.compiler.fold import fold, settle_empty
+from pydla.compiler.graph_types import Graph as Graph
+from pydla.compiler.graph_types import Node as Node
+from pydla.compiler.input_shapes import InputShapes, with_input_shapes
 from pydla.compiler.onnx_model import (
     MIN_OPSET,
     check_attributes,
@@ -28,45 +31,19 @@ from pydla.compiler.onnx_model import (
 )
 from pydla.compiler.operators import SUPPORTED, unsupported
 from pydla.compiler.progress import Progress, report
+from pydla.compiler.shapes import infer_node
 from pydla.errors import DlaError, NvError
 
 
-@dataclass
-class Node:
-    name: str
-    op_type: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict[str, Any]
-
-    def where(self) -> str:
-        return f"node '{self.name}' ({self.op_type})"
-
-
-@dataclass
-class Graph:
-    inputs: list[str]
-    outputs: list[str]
-    shapes: dict[str, tuple[int, ...]]
-    dtypes: dict[str, np.dtype[Any]]
-    consts: dict[str, np.ndarray] = field(default_factory=dict)
-    nodes: list[Node] = field(default_factory=list)
-    opset: int = 13
-    # The names the loadable gives the outputs (``outputs`` may hold internal names instead: see
-    # :func:`_distinct_outputs`).
-    output_names: list[str] = field(default_factory=list)
-
-    def is_empty(self, name: str) -> bool:
-        """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""
-        return name in self.consts and self.consts[name].size == 0
-
-
-def import_graph(model: onnx.ModelProto, progress: Progress | None = None) -> Graph:
+def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
+                 input_shapes: InputShapes | None = None) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order (``progress``: see
-    :mod:`pydla.compiler.progress`)."""
+    :mod:`pydla.compiler.progress`; ``input_shapes``: the sizes of the inputs' symbolic
+    dimensions, see :mod:`pydla.compiler.input_shapes`)."""
     report(progress, "checking")
     check_not_empty(model)
     check_names(model.graph)
+    model = with_input_shapes(model, input_shapes or {})
     check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
@@ -108,6 +85,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None) -> Gr
                     {a.name: helper.get_attribute_value(a) for a in n.attribute})
         if n.domain not in ("", "ai.onnx"):
             raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
+        n = infer_node(graph, node, n, opset)
         if not fold(graph, node, n, opset):
             graph.nodes.append(node)
     _check_operators(graph)
@@ -176,6 +154,8 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
         return _binary(graph, node)
     if node.op_type == "Dropout":
         return _dropout(graph, node)
+    if node.op_type == "LayerNormalization":
+        return layer_norm(graph, node)
     if node.op_type == "PRelu" and len(node.inputs) == 2 and not _prelu_on_sdp(graph, *node.inputs):
         return _prelu_of_a_tensor(graph, node)
     if node.op_type in ("Neg", "Abs", "Reciprocal"):

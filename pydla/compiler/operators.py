@@ -23,8 +23,9 @@ PRODUCTS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 OWN_STEPS = {"BatchNormalization", "LRN", "Concat", "Transpose", "Softmax", "LogSoftmax", "Gather",
              "Expand", "Tile", "Where", "Cast", "Pow", "Slice", "Pad", "Resize", "Split"}
 # Operators the import rewrites into the ones above (pydla.compiler.graph._rewrite), and those it
-# only ever evaluates while folding constants (Constant; Shape of a tensor of static shape).
-REWRITTEN = {"Sum", "Mean", "Neg", "Abs", "Reciprocal", "Not", "Constant", "Shape"}
+# only ever evaluates while folding constants (Constant; Shape and Size of a tensor of static shape).
+REWRITTEN = {"Sum", "Mean", "Neg", "Abs", "Reciprocal", "Not", "LayerNormalization", "Constant", "Shape",
+             "Size"}
 
 SUPPORTED: frozenset[str] = frozenset(
     ACTIVATIONS | SDP_COMPOSITES | ELTWISE | ALIASES | POOLS | CPU_UNARY | PRODUCTS | OWN_STEPS | REWRITTEN

@@ -1,0 +1,39 @@
+"""The compiler's graph: nodes as the import keeps them, and the tensors' static shapes, element
+types and known values (constants and folded results)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+
+    def where(self) -> str:
+        return f"node '{self.name}' ({self.op_type})"
+
+
+@dataclass
+class Graph:
+    inputs: list[str]
+    outputs: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype[Any]]
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    opset: int = 13
+    # The names the loadable gives the outputs (``outputs`` may hold internal names instead: see
+    # :func:`_distinct_outputs`).
+    output_names: list[str] = field(default_factory=list)
+
+    def is_empty(self, name: str) -> bool:
+        """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""
+        return name in self.consts and self.consts[name].size == 0

@@ -1,0 +1,205 @@
+"""Dynamic dimensions fixed at compile time: ``--input-shape NAME=1,128`` / ``input_shapes=``.
+
+Exporters leave the batch and sequence dimensions symbolic (torch.onnx's ``dynamic_axes``, tf2onnx's
+``unk__N``). A loadable has static shapes, so each symbolic dimension of a graph input is given a
+size when compiling: the model's input types are rewritten to the sizes given, and every other
+declared shape (outputs, value_info) has its symbolic dimensions replaced by the size of the same
+name, or forgotten, so that shape inference computes them from the inputs instead of merging with
+stale declarations.
+
+Usage::
+
+    shapes = parse_input_shapes(["input_ids=1,128", "attention_mask=1,128"])
+    model = with_input_shapes(model, shapes)      # a copy; the original is left as it was
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import onnx
+
+from pydla.errors import DlaError, NvError
+
+InputShapes = dict[str, tuple[int, ...]]
+
+FLAG = "--input-shape"
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,...`` (the command line's form) as (name, dims). The name is what precedes the
+    last '=', so a name holding '=' still works; dims are positive integers ('x' also separates
+    them: ``1x128``)."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name or not dims.strip():
+        raise DlaError(NvError.BadParameter, f"{FLAG} {text!r}: write NAME=D0,D1,... (e.g. input_ids=1,128)")
+    parts = [p.strip() for p in dims.replace("x", ",").split(",")]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise DlaError(NvError.BadParameter, f"{FLAG} {text!r}: the dimensions {dims!r} are not integers "
+                                             "separated by commas (e.g. input_ids=1,128)") from None
+    return name, _positive(name, values)
+
+
+def parse_input_shapes(items: Iterable[str]) -> InputShapes:
+    """Several ``NAME=D0,D1,...``; the same name twice is refused."""
+    shapes: InputShapes = {}
+    for item in items:
+        name, dims = parse_input_shape(item)
+        if name in shapes:
+            raise DlaError(NvError.BadParameter, f"{FLAG} {name}: given twice ({shapes[name]} and {dims})")
+        shapes[name] = dims
+    return shapes
+
+
+def check_input_shapes(value: Any) -> InputShapes:
+    """``input_shapes`` as the API takes it: None, or a mapping {input name: sequence of positive
+    ints}; returned as a dict of tuples (a cache key and the compiler read the same thing)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DlaError(NvError.BadParameter, f"input_shapes of type {type(value).__name__}: give a dict "
+                                             "{input name: shape}, e.g. {'input_ids': (1, 128)}")
+    shapes: InputShapes = {}
+    for name, dims in value.items():
+        if not isinstance(name, str):
+            raise DlaError(NvError.BadParameter, f"input_shapes: key {name!r} is not an input name (a str)")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+            raise DlaError(NvError.BadParameter, f"input_shapes['{name}'] = {dims!r}: give a tuple of "
+                                                 "positive ints, e.g. (1, 128)")
+        items = list(dims)
+        if not all(_is_int(d) for d in items):
+            raise DlaError(NvError.BadParameter, f"input_shapes['{name}'] = {items!r}: every dimension "
+                                                 "must be an int")
+        shapes[name] = _positive(name, tuple(int(d) for d in items))
+    return shapes
+
+
+def _is_int(d: Any) -> bool:
+    return not isinstance(d, bool) and hasattr(d, "__index__")
+
+
+def _positive(name: str, dims: tuple[int, ...]) -> tuple[int, ...]:
+    bad = [d for d in dims if d < 1]
+    if bad:
+        raise DlaError(NvError.BadParameter, f"{FLAG} {name}={','.join(map(str, dims))}: dimension {bad[0]} "
+                                             "is not positive (each is a size of 1 or more)")
+    return dims
+
+
+def cache_text(shapes: InputShapes) -> str:
+    """The shapes as one canonical line, for a cache key: ``a=1,128;b=1,128`` (sorted by name)."""
+    return ";".join(f"{n}={','.join(map(str, d))}" for n, d in sorted(shapes.items()))
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """A declared tensor shape: ints, dim_param names, None for a dimension with neither; None
+    when no shape is declared (not even the rank)."""
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def _symbolic(d: int | str | None) -> bool:
+    """A dimension without a size: a dim_param name, or neither a name nor a value."""
+    return not isinstance(d, int)
+
+
+def _symbolic_text(dims: list[int | str | None]) -> str:
+    return ", ".join(f"{i} {repr(d) if d else '(unnamed)'}" for i, d in enumerate(dims) if _symbolic(d))
+
+
+def _example(dims: list[int | str | None] | None) -> list[str]:
+    """The sizes a message suggests: the fixed ones, 1 for each symbolic one."""
+    if dims is None:
+        return ["D0", "D1", "..."]
+    return [str(d) if isinstance(d, int) else "1" for d in dims]
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds (not those that are also initializers, as older exporters list)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """``model`` with the given input sizes in place of its symbolic dimensions (a copy when any
+    changes). Refused, naming the input and the flag: a name that is no input, a rank other than
+    the declared one, a size other than a fixed one, and any symbolic dimension left without a size."""
+    inputs = graph_inputs(model)
+    by_name = {vi.name: vi for vi in inputs}
+    unknown = sorted(set(shapes) - set(by_name))
+    if unknown:
+        raise DlaError(NvError.BadParameter, f"{FLAG} {unknown[0]}: the model has no input '{unknown[0]}' "
+                                             f"(its inputs: {', '.join(by_name) or 'none'})")
+    sizes: dict[str, int] = {}  # dim_param -> the size given for it
+    for name, given in shapes.items():
+        declared = _dims(by_name[name])
+        if declared is None:
+            continue
+        if len(declared) != len(given):
+            raise DlaError(NvError.BadParameter,
+                           f"{FLAG} {name}={','.join(map(str, given))}: {len(given)} dimensions, but input "
+                           f"'{name}' has {len(declared)} ({_show(declared)})")
+        for axis, (d, g) in enumerate(zip(declared, given, strict=True)):
+            if isinstance(d, int) and d != g:
+                raise DlaError(NvError.BadParameter,
+                               f"{FLAG} {name}={','.join(map(str, given))}: dimension {axis} of input "
+                               f"'{name}' is fixed at {d} in the model ({_show(declared)}), not {g}")
+            if isinstance(d, str) and sizes.setdefault(d, g) != g:
+                raise DlaError(NvError.BadParameter,
+                               f"{FLAG} {name}: dimension {axis} is '{d}', given {sizes[d]} elsewhere and "
+                               f"{g} here (one symbolic dimension has one size)")
+    missing = []
+    for vi in inputs:
+        declared = _dims(vi)
+        if vi.name in shapes:
+            continue
+        if declared is None:
+            missing.append(f"input '{vi.name}' declares no shape")
+        elif any(_symbolic(d) for d in declared):
+            missing.append(f"input '{vi.name}' {_show(declared)} has symbolic dimension(s) "
+                           f"{_symbolic_text(declared)}")
+    if missing:
+        todo = [(vi.name, _example(_dims(vi))) for vi in inputs if vi.name not in shapes and _needs_shape(vi)]
+        examples = " ".join(f"{FLAG} {name}={','.join(dims)}" for name, dims in todo)
+        pairs = ", ".join(f"'{name}': ({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+                          for name, dims in todo)
+        raise DlaError(NvError.NotSupported,
+                       f"{'; '.join(missing)}: a loadable has static shapes, so give each such input's "
+                       f"sizes: {examples} (pydla compile / pydla run), or input_shapes={{{pairs}}} "
+                       "(pydla.Session, compile_model)")
+    if not shapes:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    g = fixed.graph
+    for vi in g.input:
+        if vi.name in shapes:
+            _set_dims(vi, list(shapes[vi.name]))
+    for vi in [*g.output, *g.value_info]:
+        declared = _dims(vi)
+        if declared is not None and any(_symbolic(d) for d in declared):
+            _set_dims(vi, [sizes.get(d) if isinstance(d, str) else d for d in declared])
+    return fixed
+
+
+def _needs_shape(vi: onnx.ValueInfoProto) -> bool:
+    declared = _dims(vi)
+    return declared is None or any(_symbolic(d) for d in declared)
+
+
+def _show(dims: list[int | str | None]) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else repr(d) if d else "?" for d in dims) + "]"
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims: list[int | None]) -> None:
+    shape = vi.type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        dim = shape.dim.add()
+        if d is not None:
+            dim.dim_value = d
