@@ -21,6 +21,7 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.hw.cu.layout import ComputeUnitInfo, parse_ip_layout
+from pydla.hw.shave.config import ShaveConfig, parse_shave
 
 _FIELDS: dict[str, type] = {
     "name": str,
@@ -56,6 +57,8 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     # Compute units (pydla.hw.cu.layout): XRT's IP_LAYOUT, and the clock their latencies count in.
     "ip_layout": ((list,), []),
     "clock_mhz": ((int, float), 1000),
+    # SHAVE tiles (pydla.hw.shave.config): none unless the configuration has the field.
+    "shave": ((dict, type(None)), None),
 }
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
@@ -78,6 +81,7 @@ class DeviceConfig:
     tap_major_max_extra: float = SHIFT_MAX_EXTRA
     ip_layout: tuple[ComputeUnitInfo, ...] = ()
     clock_mhz: float = 1000.0
+    shave: ShaveConfig | None = None
 
     def compute_unit(self, name: str) -> ComputeUnitInfo | None:
         """The IP_LAYOUT entry named ``name`` ("kernel:instance" or the instance alone)."""
@@ -195,7 +199,8 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
                         raw["iova_size"], optional["tap_major_min_channels"],
                         float(optional["tap_major_max_extra"]),
-                        parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]))
+                        parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
+                        parse_shave(optional["shave"], source))
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:

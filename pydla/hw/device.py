@@ -50,6 +50,7 @@ from pydla.hw.regfile import (
     done_bit,
     error_bit,
 )
+from pydla.hw.shave.part import ShaveTiles
 
 __all__ = [
     "DEVICE_RESET_BIT", "ENABLED", "IDLE", "MMU_FAULT_BIT", "MODES", "OP_ENABLE", "RESET_QUIESCE_S",
@@ -59,7 +60,8 @@ __all__ = [
 MODES = ("deterministic", "step", "threaded")
 
 
-class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ComputeUnits):
+# ShaveTiles before ComputeUnits: it takes the SHAVE register window of the slow path first.
+class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, ComputeUnits):
     """One device instance. See the module docstring."""
 
     def __init__(self, config: DeviceConfig | str | Path = "full", *, instance: int = 0,
@@ -101,12 +103,18 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ComputeUnits):
         self._threads = []
         self._names = dict(_NAMES)
         self._init_cus()
+        self._init_shave()
         if mode == "threaded":
             for block in self._blocks.values():
                 t = threading.Thread(target=self._worker, args=(block,), daemon=True,
                                      name=f"pydla-dev{instance}-{block.kind.name}")
                 t.start()
                 self._threads.append(t)
+
+    def _reset(self, bits: int) -> None:
+        super()._reset(bits)
+        if bits >> DEVICE_RESET_BIT & 1:
+            self._shave_reset()  # the SHAVE tiles are reset with the device (SHAVE_RESET alone)
 
     def close(self) -> None:
         with self._cond:
@@ -119,3 +127,5 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ComputeUnits):
                 unit.stream.notify_all()
         for t in self._threads:
             t.join(timeout=5)
+        with self._lock:
+            self._close_shave()

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """shave 1.0.0: SHAVE tile windows, kernel argument structs and task descriptors
 
-Layout hash f86b22fae22f1bd69ded061cd6f304701290f6e04df5f602a0a28bb1326ceba1.
+Layout hash ccb138f41b356e3e8c1cff20190c754d006563638ed7076914f9ae5560da3bb8.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "shave"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "f86b22fae22f1bd69ded061cd6f304701290f6e04df5f602a0a28bb1326ceba1"
-LAYOUT_HASH64 = 0xf86b22fae22f1bd6
+LAYOUT_HASH = "ccb138f41b356e3e8c1cff20190c754d006563638ed7076914f9ae5560da3bb8"
+LAYOUT_HASH64 = 0xccb138f41b356e3e
 
 WIN_D = 0x1c000000  # kernel code + RO data (read and execute only)
 WIN_D_BYTES = 0x100000  # size of WIN_D
 WIN_E = 0x1d000000  # invocation arguments (at WIN_E) + the kernel's RW data (from WIN_E + ARGS_MAX_BYTES)
-WIN_E_BYTES = 0x100000  # size of WIN_E; zeroed before every invocation
+WIN_E_BYTES = 0x10000  # size of WIN_E; zeroed before every invocation
 ARGS_MAX_BYTES = 0x8000  # largest argument buffer; RW data is linked at WIN_E + ARGS_MAX_BYTES
 WIN_F = 0x1f000000  # the tile's CMX slice (its size is the configuration's cmx_bytes; the stack is its top stack_size bytes)
 WIN_F_MAX_BYTES = 0x1000000  # the largest CMX slice

@@ -15,13 +15,13 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "f86b22fae22f1bd69ded061cd6f304701290f6e04df5f602a0a28bb1326ceba1";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xf86b22fae22f1bd6);
+constexpr const char* LAYOUT_HASH = "ccb138f41b356e3e8c1cff20190c754d006563638ed7076914f9ae5560da3bb8";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xccb138f41b356e3e);
 
 constexpr uint32_t WIN_D = 0x1c000000u; // kernel code + RO data (read and execute only)
 constexpr uint32_t WIN_D_BYTES = 0x100000u; // size of WIN_D
 constexpr uint32_t WIN_E = 0x1d000000u; // invocation arguments (at WIN_E) + the kernel's RW data (from WIN_E + ARGS_MAX_BYTES)
-constexpr uint32_t WIN_E_BYTES = 0x100000u; // size of WIN_E; zeroed before every invocation
+constexpr uint32_t WIN_E_BYTES = 0x10000u; // size of WIN_E; zeroed before every invocation
 constexpr uint32_t ARGS_MAX_BYTES = 0x8000u; // largest argument buffer; RW data is linked at WIN_E + ARGS_MAX_BYTES
 constexpr uint32_t WIN_F = 0x1f000000u; // the tile's CMX slice (its size is the configuration's cmx_bytes; the stack is its top stack_size bytes)
 constexpr uint32_t WIN_F_MAX_BYTES = 0x1000000u; // the largest CMX slice

@@ -1,0 +1,57 @@
+"""The SHAVE part of a device configuration: ``"shave": {"tiles": 2, "cmx_bytes": ..., ...}``.
+
+Fields (all but ``tiles`` optional): ``tiles`` (1..MAX_TILES), ``cmx_bytes`` (each tile's CMX slice,
+WIN_F: a multiple of 4 KiB up to WIN_F_MAX_BYTES), ``barriers`` (physical barriers, 1..MAX_BARRIERS),
+``instruction_budget`` (the most instructions a kernel, or the runtime kernel between two accesses
+to its control page, may execute before the tile stops with error BUDGET).
+
+Usage: ``parse_shave({"tiles": 2}, "full.json")``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydla.deviceapi.generated import shave as S
+from pydla.errors import DlaError, NvError
+
+DEFAULT_CMX = 2 << 20
+DEFAULT_BUDGET = 200_000_000  # about 2 s of emulation; a 64k-element softmax takes ~5M
+_PAGE = 4096
+
+
+@dataclass(frozen=True)
+class ShaveConfig:
+    tiles: int
+    cmx_bytes: int = DEFAULT_CMX
+    barriers: int = S.MAX_BARRIERS
+    instruction_budget: int = DEFAULT_BUDGET
+
+
+def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
+    """The checked SHAVE configuration, or None when ``raw`` is None (no tiles)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise DlaError(NvError.BadValue, f"{source}: 'shave' must be an object, not {raw!r}")
+    known = {"tiles", "cmx_bytes", "barriers", "instruction_budget"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise DlaError(NvError.BadValue, f"{source}: 'shave' has unknown field(s) {', '.join(unknown)}")
+    values = {"tiles": raw.get("tiles"), "cmx_bytes": raw.get("cmx_bytes", DEFAULT_CMX),
+              "barriers": raw.get("barriers", S.MAX_BARRIERS),
+              "instruction_budget": raw.get("instruction_budget", DEFAULT_BUDGET)}
+    rules: dict[str, tuple[Callable[[int], bool], str]] = {
+        "tiles": (lambda v: 1 <= v <= S.MAX_TILES, f"1..{S.MAX_TILES}"),
+        "cmx_bytes": (lambda v: _PAGE <= v <= S.WIN_F_MAX_BYTES and v % _PAGE == 0,
+                      f"a multiple of {_PAGE} up to {S.WIN_F_MAX_BYTES}"),
+        "barriers": (lambda v: 1 <= v <= S.MAX_BARRIERS, f"1..{S.MAX_BARRIERS}"),
+        "instruction_budget": (lambda v: 1000 <= v <= 1 << 40, "1000..2^40"),
+    }
+    for key, (ok, rule) in rules.items():
+        value = values[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
+            raise DlaError(NvError.BadValue, f"{source}: 'shave.{key}' = {value!r} must be {rule}")
+    return ShaveConfig(**values)

@@ -1,0 +1,244 @@
+"""The SHAVE system of one device: its tiles, DMA engine and barriers behind the SHAVE registers.
+
+:meth:`ShaveSystem.read` and :meth:`ShaveSystem.write` take register addresses (dla_regs SHAVE_*);
+a write that can let work progress (a push, a START, a barrier configured) runs the scheduler:
+the DMA's head task, then each tile in index order, again until nothing can progress. A tile runs
+until its runtime kernel sleeps (empty FIFO, unfired barrier) or ends a task, so the order of
+events depends only on the register writes and memory: deterministic.
+
+An error stops its tile (or the DMA), sets its error registers and a bit of ``intr_status``; the
+caller raises the device's interrupt line (GLB intr_status bit 29) when :meth:`write` says so.
+
+Usage::
+
+    shave = ShaveSystem(config.shave, iommu)
+    raised = shave.write(R.SHAVE_T0_CTRL, 1)
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.hw.memory import Iommu
+from pydla.hw.shave.barriers import Barriers
+from pydla.hw.shave.config import ShaveConfig
+from pydla.hw.shave.dma import Dma
+from pydla.hw.shave.faults import E, ShaveFault
+from pydla.hw.shave.tasks import Pushed, read_bytes
+
+BASE = R.SHAVE_TILES
+TILE_STRIDE = R.SHAVE_T1_CTRL - R.SHAVE_T0_CTRL
+DMA_INTR_BIT, NOTIFY_INTR_BIT = 16, 17
+START, HALT = 1, 2
+MAX_RUNTIME_BYTES = 1 << 20
+# A tile register's offset from its tile's ctrl -> its name in shave_tile_regs_t.
+_TILE_REGS = {R.REGISTERS[f"SHAVE_T0_{n.upper()}"] - R.SHAVE_T0_CTRL: n for n in (
+    "ctrl", "state", "rt_addr_lo", "rt_addr_hi", "rt_size", "stack_size", "push_lo", "push_hi", "level",
+    "done", "error", "error_pc", "error_addr", "error_kernel", "error_task")}
+
+
+class _TileRegs:
+    """What the host wrote for one tile (the tile model holds the rest)."""
+
+    def __init__(self) -> None:
+        self.rt_addr_lo = self.rt_addr_hi = self.rt_size = self.stack_size = 0
+        self.push_lo = 0
+
+
+class ShaveSystem:
+    def __init__(self, config: ShaveConfig, iommu: Iommu, log: Callable[[str], None] = print) -> None:
+        from pydla.hw.shave.tile import Tile  # imports the emulator: only for devices with tiles
+
+        self.config = config
+        self.iommu = iommu
+        self.log = log
+        self.barriers = Barriers(config.barriers)
+        self._cmx: list[tuple[mmap.mmap, npt.NDArray[np.uint8]] | None] = [None] * config.tiles
+        self.tiles = [Tile(i, config, self._cmx_view(i), iommu, self.barriers) for i in range(config.tiles)]
+        self.dma = Dma(iommu, self.barriers, self.cmx, config.tiles, config.cmx_bytes)
+        self.regs = [_TileRegs() for _ in range(config.tiles)]
+        self.reset()
+
+    def _cmx_view(self, tile: int) -> npt.NDArray[np.uint8]:
+        # Anonymous memory: the kernel only backs the pages a kernel or DMA touches.
+        m = mmap.mmap(-1, self.config.cmx_bytes)
+        self._cmx[tile] = (m, np.frombuffer(m, dtype=np.uint8))
+        return self._cmx[tile][1]  # type: ignore[index]
+
+    def cmx(self, tile: int) -> npt.NDArray[np.uint8]:
+        """Tile ``tile``'s CMX slice (WIN_F) as bytes: for the DMA, and for tests and debuggers."""
+        return self.tiles[tile].cmx
+
+    def reset(self) -> None:
+        self.ctx = 0
+        self.intr_status = 0
+        self.bar_select = 0
+        self.dma_push_lo = 0
+        self.push_seq = 0
+        self.barriers.reset()
+        self.dma.reset()
+        for tile, regs in zip(self.tiles, self.regs, strict=True):
+            tile.halt()
+            regs.__init__()  # type: ignore[misc]
+            tile.cmx[:] = 0
+
+    def close(self) -> None:
+        for tile in self.tiles:
+            tile.close()
+
+    # -- registers --------------------------------------------------------------------------------
+
+    def read(self, address: int) -> int | None:
+        """A SHAVE register's value; None for an address that is not one (a bus error)."""
+        tile_regs = self._tile_reg(address)
+        if tile_regs is not None:
+            index, name = tile_regs
+            t, regs = self.tiles[index], self.regs[index]
+            values = {"state": int(t.state), "level": len(t.fifo), "done": t.done, "error": int(t.error),
+                      "error_pc": t.error_pc, "error_addr": t.error_addr, "error_kernel": t.error_kernel,
+                      "error_task": t.error_task}
+            return values[name] if name in values else getattr(regs, name, 0)
+        b = self.barriers
+        return {
+            R.SHAVE_TILES: self.config.tiles, R.SHAVE_BARRIERS: self.config.barriers,
+            R.SHAVE_CMX_BYTES: self.config.cmx_bytes, R.SHAVE_CTX: self.ctx,
+            R.SHAVE_INTR_STATUS: self.intr_status, R.SHAVE_RESET: 0, R.SHAVE_BAR_SELECT: self.bar_select,
+            R.SHAVE_BAR_CONFIG: (b.producers[self.bar_select] | b.consumers[self.bar_select] << 16)
+            if self.bar_select < b.count else 0,
+            R.SHAVE_BAR_STATE: b.state(self.bar_select) if self.bar_select < b.count else 0,
+            R.SHAVE_BAR_FIRED: b.fired, R.SHAVE_BAR_NOTIFY: b.notify,
+            R.SHAVE_DMA_PUSH_LO: self.dma_push_lo, R.SHAVE_DMA_PUSH_HI: 0,
+            R.SHAVE_DMA_LEVEL: len(self.dma.fifo), R.SHAVE_DMA_DONE: self.dma.done,
+            R.SHAVE_DMA_ERROR: self.dma.error, R.SHAVE_DMA_ERROR_TASK: self.dma.error_task,
+            R.SHAVE_DMA_ERROR_ADDR_LO: self.dma.error_addr & 0xFFFFFFFF,
+            R.SHAVE_DMA_ERROR_ADDR_HI: self.dma.error_addr >> 32,
+        }.get(address)
+
+    def write(self, address: int, value: int) -> bool | None:
+        """Apply a write and run what it lets run. True when a new intr_status bit was set (raise the
+        interrupt line); None for an address that is not a register (a bus error)."""
+        before = self.intr_status
+        tile_regs = self._tile_reg(address)
+        if tile_regs is not None:
+            self._write_tile(*tile_regs, value)
+        elif address == R.SHAVE_CTX:
+            self.ctx = value
+        elif address == R.SHAVE_INTR_STATUS:
+            self.intr_status &= ~value
+            before = self.intr_status
+        elif address == R.SHAVE_RESET:
+            if value & 1:
+                self.reset()
+                before = 0
+        elif address == R.SHAVE_BAR_SELECT:
+            self.bar_select = value
+        elif address == R.SHAVE_BAR_CONFIG:
+            if self.bar_select < self.barriers.count:
+                self.barriers.configure(self.bar_select, value & 0xFFFF, value >> 16)
+            else:  # a bad barrier configuration: the DMA reports it (no task runs on a bad setup)
+                self._dma_fault(ShaveFault(E.BAD_BARRIER, f"bar_config of barrier {self.bar_select}: the "
+                                                          f"device has {self.barriers.count}",
+                                           addr=self.bar_select), 0)
+        elif address == R.SHAVE_BAR_FIRED:
+            self.barriers.fired &= ~value
+        elif address == R.SHAVE_BAR_NOTIFY:
+            self.barriers.notify = value & self.barriers.all_mask
+        elif address == R.SHAVE_DMA_PUSH_LO:
+            self.dma_push_lo = value
+        elif address == R.SHAVE_DMA_PUSH_HI:
+            self.push_seq += 1
+            try:
+                self.dma.push(Pushed(self.ctx, self.dma_push_lo | value << 32, self.push_seq))
+            except ShaveFault as fault:
+                self._dma_fault(fault, self.push_seq)
+        elif self.read(address) is None:
+            return None
+        self.run()
+        return bool(self.intr_status & ~before)
+
+    def _tile_reg(self, address: int) -> tuple[int, str] | None:
+        index, offset = divmod(address - R.SHAVE_T0_CTRL, TILE_STRIDE)
+        if not 0 <= index < self.config.tiles or offset not in _TILE_REGS:
+            return None
+        return index, _TILE_REGS[offset]
+
+    def _write_tile(self, index: int, name: str, value: int) -> None:
+        tile, regs = self.tiles[index], self.regs[index]
+        if name == "ctrl":
+            if value & HALT:
+                tile.halt()
+                self.intr_status &= ~(1 << index)
+            if value & START:
+                try:
+                    addr = regs.rt_addr_lo | regs.rt_addr_hi << 32
+                    if not 0 < regs.rt_size <= MAX_RUNTIME_BYTES:
+                        raise ShaveFault(E.BAD_ELF, f"tile {index}: rt_size {regs.rt_size} must be "
+                                                    f"1..{MAX_RUNTIME_BYTES}", addr=regs.rt_size)
+                    image = read_bytes(self.iommu, self.ctx, addr, regs.rt_size,
+                                       f"tile {index} runtime kernel")
+                    tile.start(image, regs.stack_size)
+                except ShaveFault as fault:
+                    self._tile_fault(index, fault)
+        elif name == "push_hi":
+            self.push_seq += 1
+            try:
+                tile.push(Pushed(self.ctx, regs.push_lo | value << 32, self.push_seq))
+            except ShaveFault as fault:
+                self._tile_fault(index, fault)
+        elif name in ("rt_addr_lo", "rt_addr_hi", "rt_size", "stack_size", "push_lo"):
+            setattr(regs, name, value)
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the DMA and the tiles until none can progress."""
+        progress = True
+        while progress:
+            progress = False
+            try:
+                while self.dma.step():
+                    progress = True
+            except ShaveFault as fault:
+                self._dma_fault(fault, self.dma.fifo[0].seq if self.dma.fifo else 0)
+            for tile in self.tiles:
+                if tile.runnable():
+                    progress = True
+                    try:
+                        tile.resume()
+                    except ShaveFault as fault:
+                        self._tile_fault(tile.index, fault, recorded=True)
+            if self.barriers.notified:
+                self.barriers.notified = False
+                self.intr_status |= 1 << NOTIFY_INTR_BIT
+
+    def _tile_fault(self, index: int, fault: ShaveFault, recorded: bool = False) -> None:
+        tile = self.tiles[index]
+        if not recorded:  # a fault of the host's request, not of running code
+            tile.state = tile.state.ERROR
+            tile.error = fault.error
+            tile.error_pc = fault.pc
+            tile.error_addr = fault.addr & 0xFFFFFFFF
+            tile.error_task = 0
+            tile.error_kernel = 0
+        self.intr_status |= 1 << index
+        self.log(f"SHAVE tile {index}: {fault} (kernel {tile.error_kernel:#x}, pc {tile.error_pc:#x}, "
+                 f"address {tile.error_addr:#x})")
+
+    def _dma_fault(self, fault: ShaveFault, seq: int) -> None:
+        if not self.dma.error:
+            self.dma.error = int(fault.error)
+            self.dma.error_task = seq
+            self.dma.error_addr = fault.addr
+        self.intr_status |= 1 << DMA_INTR_BIT
+        self.log(f"SHAVE DMA: {fault}")
+
+    def error_text(self, index: int) -> str:
+        """The error of tile ``index`` in words (for logs and tests)."""
+        t = self.tiles[index]
+        return (f"tile {index}: {E(t.error).name}, kernel {t.error_kernel:#x}, task {t.error_task}, "
+                f"pc {t.error_pc:#x}, address {t.error_addr:#x}")

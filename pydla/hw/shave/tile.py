@@ -1,0 +1,366 @@
+"""One SHAVE tile: an RV32IMF core (the unicorn CPU emulator) and its windows.
+
+The tile's address space holds only its windows: RT_WIN (the runtime kernel, read + execute), WIN_D
+(the current kernel's code and read-only data, read + execute), WIN_E (the invocation's arguments
+and read-write data, read + write, zeroed before every invocation), WIN_F (the tile's CMX slice,
+read + write, the stack at its top), and the control page RT_CTRL, whose accesses call the device
+model (unicorn's mmio_map). Any other access, an instruction RV32IMF lacks, ebreak / ecall, or more
+than the instruction budget between two accesses to the control page stops the tile with a
+:class:`ShaveFault`; the host never sees an emulator error.
+
+A runtime kernel that reads an empty FIFO or unfired barriers is stopped (emu_stop) and
+:meth:`Tile.resume` later continues it at the same loop, which reads again: the tile sleeps instead
+of spinning, and the order in which tiles run is the caller's (deterministic).
+
+Usage::
+
+    tile = Tile(0, config, cmx, iommu, barriers)
+    tile.start(runtime_elf, stack_size)
+    tile.push(Pushed(ctx, iova, 1)); tile.resume()     # ShaveFault when the tile stops with an error
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import mmap
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated import shave as S
+from pydla.hw.memory import Iommu
+from pydla.hw.shave.barriers import Barriers
+from pydla.hw.shave.config import ShaveConfig
+from pydla.hw.shave.elfload import check_entry, parse_elf
+from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
+from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
+
+# The emulator's Python binding has no type information: it is used through Any.
+unicorn: Any = importlib.import_module("unicorn")
+rv: Any = importlib.import_module("unicorn.riscv_const")
+
+State = R.shave_tile_state_e
+UNTIL = 0xFFFFFFFC  # emu_start's end address: never executed (outside every window)
+MSTATUS_FS = 1 << 13
+EBREAK, ECALL = 0x00100073, 0x00000073  # the F extension is off until mstatus.FS is set
+# Control page registers (byte offsets in shave_ctrl_page_t).
+_PAGE = S.shave_ctrl_page_t
+_POP, _WAIT, _PRODUCED, _CONSUMED, _DONE = (getattr(_PAGE, f).offset for f in (
+    "fifo_pop", "barrier_wait", "barrier_produced", "barrier_consumed", "task_done"))
+_TASK_FIELDS = {getattr(_PAGE, f).offset: f for f in (
+    "task_entry", "task_args", "task_args_size", "task_wait_mask", "task_update_mask", "tile", "stack_size")}
+# RISC-V exception causes (mcause) -> the tile's error.
+_CAUSES = {0: E.FETCH_FAULT, 1: E.FETCH_FAULT, 12: E.FETCH_FAULT, 2: E.ILLEGAL_INSTRUCTION,
+           3: E.TRAP, 8: E.TRAP, 9: E.TRAP, 11: E.TRAP, 4: E.READ_FAULT, 5: E.READ_FAULT, 13: E.READ_FAULT,
+           6: E.WRITE_FAULT, 7: E.WRITE_FAULT, 15: E.WRITE_FAULT}
+
+
+def _buffer(size: int) -> tuple[mmap.mmap, npt.NDArray[np.uint8]]:
+    """Page-aligned zeroed memory the emulator maps directly (mem_map_ptr): no copies in or out."""
+    m = mmap.mmap(-1, size)
+    return m, np.frombuffer(m, dtype=np.uint8)
+
+
+class Tile:
+    def __init__(self, index: int, config: ShaveConfig, cmx: npt.NDArray[np.uint8], iommu: Iommu,
+                 barriers: Barriers) -> None:
+        self.index = index
+        self.config = config
+        self.cmx = cmx
+        self.iommu = iommu
+        self.barriers = barriers
+        self.fifo: collections.deque[Pushed] = collections.deque()
+        self.uc: Any = None  # created at the first START (a device whose tiles nobody uses has none)
+        self.state = State.IDLE
+        self.pc = 0
+        self.stack_size = 0
+        self.done = 0
+        self.error = E.NONE
+        self.error_pc = self.error_addr = self.error_task = 0
+        self.error_kernel = 0
+        self.task: S.ActKernelTask | None = None
+        self.task_seq = 0
+        self.wait_mask = 0
+        self._loaded_kernel: bytes | None = None  # the ELF image WIN_D holds now
+        self._kernel_extent = 0
+        self._fault: ShaveFault | None = None
+        self._stop: State | None = None  # why the emulator stopped, set by the control page
+        self._yield = False  # a task ended since the emulator was started: stop at the next pop
+        self.instructions_budget = config.instruction_budget
+
+    # -- the host's side -------------------------------------------------------------------------
+
+    def start(self, runtime: bytes, stack_size: int) -> None:
+        """Load the runtime kernel and make the tile runnable (ShaveFault when the image is bad).
+        Tasks pushed before the START stay queued: the runtime kernel takes them first."""
+        queued = list(self.fifo)
+        self.halt()
+        self.fifo.extend(queued)
+        if stack_size % 16 or not 256 <= stack_size <= self.config.cmx_bytes // 2:
+            raise ShaveFault(E.BAD_TASK, f"tile {self.index}: stack_size {stack_size} must be a multiple "
+                                         f"of 16 in 256..{self.config.cmx_bytes // 2}", addr=stack_size)
+        image = parse_elf(runtime, f"tile {self.index} runtime kernel", [(S.RT_WIN, S.RT_WIN_BYTES, False)])
+        check_entry(image, image.entry, f"tile {self.index} runtime kernel")
+        self._ensure_uc()
+        self._rt[:] = 0
+        for seg in image.segments:
+            at = seg.vaddr - S.RT_WIN
+            self._rt[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
+        uc = self.uc
+        for reg in range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1):
+            uc.reg_write(reg, 0)
+        uc.reg_write(rv.UC_RISCV_REG_SP, S.WIN_F + self.config.cmx_bytes)
+        uc.reg_write(rv.UC_RISCV_REG_MSTATUS, uc.reg_read(rv.UC_RISCV_REG_MSTATUS) | MSTATUS_FS)
+        self.pc = image.entry
+        self.stack_size = stack_size
+        self.state = State.RUNNING
+
+    def halt(self) -> None:
+        """Stop the tile, empty its FIFO, clear its error (the host's HALT, a reset)."""
+        self.fifo.clear()
+        self.state = State.IDLE
+        self.task = None
+        self.wait_mask = 0
+        self.done = self.task_seq = 0
+        self._yield = False
+        self.error = E.NONE
+        self.error_pc = self.error_addr = self.error_task = self.error_kernel = 0
+
+    def push(self, pushed: Pushed) -> None:
+        if len(self.fifo) >= S.FIFO_DEPTH:
+            raise ShaveFault(E.FIFO_FULL, f"tile {self.index}: push of {pushed.addr:#x} to a full FIFO "
+                                          f"({S.FIFO_DEPTH} tasks)", addr=pushed.addr)
+        self.fifo.append(pushed)
+
+    def runnable(self) -> bool:
+        if self.state == State.RUNNING:
+            return True
+        if self.state == State.WAIT_FIFO:
+            return bool(self.fifo)
+        if self.state == State.WAIT_BARRIER:
+            return self.barriers.ready(self.wait_mask)
+        return False
+
+    def resume(self) -> None:
+        """Run the tile until it sleeps, ends a task, or stops with an error (raised as ShaveFault
+        after the tile's error registers are set)."""
+        uc = self.uc
+        self._fault = None
+        self._stop = None
+        self.state = State.RUNNING
+        try:
+            uc.emu_start(self.pc, UNTIL, count=self.instructions_budget)
+        except unicorn.UcError as e:
+            if self._fault is None:
+                self._fault = self._emulator_error(e)
+        pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+        if self._fault is None and self._stop is None:
+            if pc == UNTIL:
+                self._fault = ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
+            else:
+                self._fault = ShaveFault(E.BUDGET, f"ran past the instruction budget of "
+                                                   f"{self.instructions_budget} instructions", pc=pc, addr=pc)
+        if self._fault is not None:
+            fault = self._fault
+            self.state = State.ERROR
+            self.error = fault.error
+            self.error_pc = fault.pc or pc
+            self.error_addr = fault.addr & 0xFFFFFFFF
+            self.error_task = self.task_seq
+            self.error_kernel = self.task.invocation.kernel_id if self.task is not None else RUNTIME_KERNEL
+            raise fault
+        self.pc = pc
+        assert self._stop is not None
+        self.state = self._stop
+
+    # -- the emulator ---------------------------------------------------------------------------------
+
+    def _ensure_uc(self) -> None:
+        if self.uc is not None:
+            return
+        uc = unicorn.Uc(unicorn.UC_ARCH_RISCV, unicorn.UC_MODE_RISCV32)
+        self._maps = [_buffer(S.RT_WIN_BYTES), _buffer(S.WIN_D_BYTES), _buffer(S.WIN_E_BYTES)]
+        self._rt, self._win_d, self._win_e = (m[1] for m in self._maps)
+        rx = unicorn.UC_PROT_READ | unicorn.UC_PROT_EXEC
+        rw = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE
+        uc.mem_map_ptr(S.RT_WIN, S.RT_WIN_BYTES, rx, self._rt.ctypes.data)
+        uc.mem_map_ptr(S.WIN_D, S.WIN_D_BYTES, rx, self._win_d.ctypes.data)
+        uc.mem_map_ptr(S.WIN_E, S.WIN_E_BYTES, rw, self._win_e.ctypes.data)
+        uc.mem_map_ptr(S.WIN_F, self.config.cmx_bytes, rw, self.cmx.ctypes.data)
+        uc.mmio_map(S.RT_CTRL, 0x1000, self._ctrl_read, None, self._ctrl_write, None)
+        uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_bad_access)
+        uc.hook_add(unicorn.UC_HOOK_INTR, self._on_exception)
+        self.uc = uc
+
+    def _emulator_error(self, e: Any) -> ShaveFault:
+        """An error the emulator raised without a hook seeing it first: ebreak and ecall come here
+        as invalid instructions, told apart by the instruction word at the PC."""
+        pc = self.uc.reg_read(rv.UC_RISCV_REG_PC)
+        try:
+            word = int.from_bytes(self.uc.mem_read(pc, 4), "little")
+        except unicorn.UcError:
+            word = 0
+        if word in (EBREAK, ECALL):
+            name = "ebreak (a kernel's assert)" if word == EBREAK else "ecall"
+            return ShaveFault(E.TRAP, f"{name} at pc {pc:#x}", addr=word, pc=pc)
+        return ShaveFault(_uc_error(e), f"emulator: {e} at pc {pc:#x} (instruction {word:#010x})",
+                          addr=word, pc=pc)
+
+    def _fail(self, fault: ShaveFault) -> None:
+        if self._fault is None:
+            self._fault = fault
+        self.uc.emu_stop()
+
+    def _on_bad_access(self, uc: Any, access: int, address: int, size: int, value: int, _: Any) -> bool:
+        pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+        if access in (unicorn.UC_MEM_WRITE_UNMAPPED, unicorn.UC_MEM_WRITE_PROT):
+            error, what = E.WRITE_FAULT, "store to"
+        elif access in (unicorn.UC_MEM_FETCH_UNMAPPED, unicorn.UC_MEM_FETCH_PROT):
+            error, what = E.FETCH_FAULT, "instruction fetch from"
+        else:
+            error, what = E.READ_FAULT, "load from"
+        window = "read-only memory" if access == unicorn.UC_MEM_WRITE_PROT else "outside the windows"
+        self._fault = self._fault or ShaveFault(error, f"{what} {address:#x} ({size} bytes), {window}",
+                                                addr=address, pc=pc)
+        return False  # the emulator stops with an error, caught in resume()
+
+    def _on_exception(self, uc: Any, cause: int, _: Any) -> None:
+        pc = uc.reg_read(rv.UC_RISCV_REG_MEPC) or uc.reg_read(rv.UC_RISCV_REG_PC)
+        error = _CAUSES.get(cause, E.ILLEGAL_INSTRUCTION)
+        addr = uc.reg_read(rv.UC_RISCV_REG_MTVAL)
+        if error == E.ILLEGAL_INSTRUCTION and not addr:
+            try:
+                addr = int.from_bytes(uc.mem_read(pc, 4), "little")
+            except unicorn.UcError:
+                addr = 0
+        self._fail(ShaveFault(error, f"exception cause {cause} at pc {pc:#x}", addr=addr, pc=pc))
+
+    def _ctrl_read(self, uc: Any, offset: int, size: int, _: Any) -> int:
+        try:
+            if size != 4 or offset % 4:
+                raise self._bad_access("read", offset, size)
+            if offset == _POP:
+                return self._pop()
+            if offset == _WAIT:
+                if self.barriers.ready(self.wait_mask):
+                    return 1
+                self._sleep(State.WAIT_BARRIER)
+                return 0
+            field = _TASK_FIELDS.get(offset)
+            if field == "tile":
+                return self.index
+            if field == "stack_size":
+                return self.stack_size
+            if field is None or self.task is None:
+                raise self._bad_access("read", offset, size)
+            inv = self.task.invocation
+            values: dict[str, int] = {"task_entry": S.WIN_D + inv.entry_offset, "task_args": S.WIN_E,
+                    "task_args_size": inv.args_size, "task_wait_mask": self.task.wait_mask,
+                    "task_update_mask": self.task.update_mask}
+            return values[field]
+        except ShaveFault as fault:
+            self._fail(fault)
+            return 0
+
+    def _ctrl_write(self, uc: Any, offset: int, size: int, value: int, _: Any) -> None:
+        try:
+            if size != 4 or offset % 4:
+                raise self._bad_access("write", offset, size)
+            who = f"tile {self.index} task {self.task_seq}"
+            if offset == _WAIT:
+                self.barriers.check_mask(value, "barrier_wait", who)
+                self.wait_mask = value
+            elif offset == _PRODUCED:
+                self.barriers.produce(value, who)
+            elif offset == _CONSUMED:
+                self.barriers.consume(value, who)
+            elif offset == _DONE and self.task is not None:
+                self.done = (self.done + 1) & 0xFFFFFFFF
+                self.task = None
+                self.wait_mask = 0
+                self._yield = True
+            else:
+                raise self._bad_access("write", offset, size)
+        except ShaveFault as fault:
+            self._fail(fault)
+
+    def _bad_access(self, op: str, offset: int, size: int) -> ShaveFault:
+        return ShaveFault(E.BAD_ACCESS, f"control page {op} of {size} bytes at offset {offset:#x}"
+                          + ("" if self.task is not None else " with no current task"),
+                          addr=S.RT_CTRL + offset, pc=self.uc.reg_read(rv.UC_RISCV_REG_PC))
+
+    def _sleep(self, state: State) -> None:
+        self._stop = state
+        self.uc.emu_stop()
+
+    # -- a task -------------------------------------------------------------------------------------
+
+    def _pop(self) -> int:
+        if self.task is not None:
+            raise self._bad_access("read (fifo_pop before task_done)", _POP, 4)
+        if self._yield:
+            # The previous task ended: stop before the next, which then runs with a fresh instruction
+            # budget after the scheduler ran what that task's barriers let run (in a fixed order).
+            # Stopping here, not in the task_done write: the emulator may execute the stopping
+            # access again when it resumes, and a read returning 0 is read again anyway.
+            self._yield = False
+            self._sleep(State.RUNNING)
+            return 0
+        if not self.fifo:
+            self._sleep(State.WAIT_FIFO)
+            return 0
+        pushed = self.fifo.popleft()
+        self.task_seq = pushed.seq
+        task = read_kernel_task(self.iommu, pushed, self.index, self.barriers)
+        self.task = task  # from here on, errors name its kernel
+        self._load(task, pushed)
+        return 1
+
+    def _load(self, task: S.ActKernelTask, pushed: Pushed) -> None:
+        """Map the invocation's windows: its kernel in WIN_D (unless already there), its arguments
+        and data in a zeroed WIN_E."""
+        inv = task.invocation
+        what = f"kernel {inv.kernel_id} (task {pushed.seq})"
+        elf = read_bytes(self.iommu, pushed.ctx, inv.kernel_addr, inv.kernel_size, f"{what} ELF image")
+        if elf != self._loaded_kernel:
+            rw_data = (S.WIN_E + S.ARGS_MAX_BYTES, S.WIN_E_BYTES - S.ARGS_MAX_BYTES, True)
+            image = parse_elf(elf, what, [(S.WIN_D, S.WIN_D_BYTES, False), rw_data])
+            self._win_d[:self._kernel_extent] = 0
+            self._loaded_kernel = None
+            extent = 0
+            for seg in image.segments:
+                if not seg.writable:
+                    at = seg.vaddr - S.WIN_D
+                    self._win_d[at:at + seg.memsz] = 0
+                    self._win_d[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
+                    extent = max(extent, at + seg.memsz)
+            self._kernel_extent = extent
+            self._kernel_image = image
+            self._loaded_kernel = elf
+        check_entry(self._kernel_image, S.WIN_D + inv.entry_offset, what)
+        self._win_e[:] = 0
+        for seg in self._kernel_image.segments:
+            if seg.writable:  # initial values of the kernel's RW data, every invocation
+                at = seg.vaddr - S.WIN_E
+                self._win_e[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
+        if inv.args_size:
+            args = read_bytes(self.iommu, pushed.ctx, inv.args_addr, inv.args_size, f"{what} arguments")
+            self._win_e[:inv.args_size] = np.frombuffer(args, dtype=np.uint8)
+        if inv.data_size:
+            data = read_bytes(self.iommu, pushed.ctx, inv.data_addr, inv.data_size, f"{what} data")
+            self._win_e[inv.data_offset:inv.data_offset + inv.data_size] = np.frombuffer(data, dtype=np.uint8)
+
+    def close(self) -> None:
+        if self.uc is not None:
+            self.uc = None
+            self._maps.clear()
+
+
+def _uc_error(e: Any) -> E:
+    return {unicorn.UC_ERR_READ_UNMAPPED: E.READ_FAULT, unicorn.UC_ERR_WRITE_UNMAPPED: E.WRITE_FAULT,
+            unicorn.UC_ERR_FETCH_UNMAPPED: E.FETCH_FAULT, unicorn.UC_ERR_WRITE_PROT: E.WRITE_FAULT,
+            unicorn.UC_ERR_FETCH_PROT: E.FETCH_FAULT, unicorn.UC_ERR_INSN_INVALID: E.ILLEGAL_INSTRUCTION,
+            }.get(e.errno, E.ILLEGAL_INSTRUCTION)
