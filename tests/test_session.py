@@ -428,3 +428,58 @@ def test_session_reports_compile_progress_and_not_for_a_cache_hit(demo, tmp_path
     with pydla.Session(path, progress=lambda *a: calls.append(a)):  # from the cache: nothing to report
         pass
     assert calls == []
+
+
+# -- symbolic input dimensions ------------------------------------------------------------------------
+
+
+def _symbolic_model() -> onnx.ModelProto:
+    """y = relu(x) * 2 + 1 on x of shape (batch, sequence, 4)."""
+    h = onnx.helper
+    graph = h.make_graph(
+        [h.make_node("Relu", ["x"], ["r"]), h.make_node("Mul", ["r", "two"], ["m"]),
+         h.make_node("Add", ["m", "one"], ["y"])], "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence", 4])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", "sequence", 4])],
+        [onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+         onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def test_session_input_shapes_compile_each_shape_once(cache: Path) -> None:
+    """Each shape is its own cache entry: the second session of a shape is a cache hit, and a
+    model compiled for one shape never serves another."""
+    m = _symbolic_model()
+    for shape in [(1, 5, 4), (3, 2, 4), (1, 5, 4)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        with pydla.Session(m, input_shapes={"x": shape}) as sess:
+            assert sess.inputs[0].shape == shape and sess.outputs[0].shape == shape
+            np.testing.assert_allclose(sess.run({"x": x})["y"], np.maximum(x, 0) * 2 + 1, rtol=1e-6)
+    assert len(list(cache.glob("*.dla"))) == 2
+
+
+def test_session_without_input_shapes_names_the_dimensions() -> None:
+    with pytest.raises(DlaError) as e:
+        pydla.Session(_symbolic_model())
+    assert e.value.code == NvError.NotSupported
+    assert "0 'batch', 1 'sequence'" in e.value.message and "input_shapes={'x': (1, 1, 4)}" in e.value.message
+
+
+def test_input_shapes_of_a_loadable_must_be_its_own(tmp_path: Path) -> None:
+    blob = compile_model(_symbolic_model(), input_shapes={"x": (2, 3, 4)}).blob
+    with pydla.Session(blob, input_shapes={"x": (2, 3, 4)}) as sess:
+        assert sess.inputs[0].shape == (2, 3, 4)
+    with pytest.raises(DlaError) as e:
+        pydla.Session(blob, input_shapes={"x": (1, 3, 4)})
+    assert e.value.code == NvError.BadParameter
+    assert "input_shapes['x'] = (1, 3, 4): the loadable's input 'x' has shape (2, 3, 4)" in e.value.message
+    with pytest.raises(DlaError, match="the model has no input 'z'"):
+        pydla.Session(blob, input_shapes={"z": (1,)})
+
+
+def test_inference_session_takes_input_shapes() -> None:
+    with pydla.InferenceSession(_symbolic_model(), providers=["CPUExecutionProvider"],
+                                input_shapes={"x": (2, 2, 4)}) as sess:
+        assert sess.get_inputs()[0].shape == [2, 2, 4]
+        y, = sess.run(None, {"x": np.ones((2, 2, 4), np.float32)})
+        np.testing.assert_allclose(y, 3.0)

@@ -31,7 +31,7 @@ from pydla.compiler.onnx_model import (
 )
 from pydla.compiler.operators import SUPPORTED, unsupported
 from pydla.compiler.progress import Progress, report
-from pydla.compiler.shapes import infer_node
+from pydla.compiler.shapes import check_same_elements, infer_node
 from pydla.errors import DlaError, NvError
 
 
@@ -100,6 +100,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
                                f"{node.where()}: the shape of '{name}' is not static")
             if name:
                 _check_size(node.where(), name, graph.shapes, graph.dtypes)
+    check_same_elements(graph)
     settle_empty(graph, opset)
     for node in graph.nodes:
         index = VECTOR_INPUTS.get(node.op_type)

@@ -77,6 +77,25 @@ def infer_node(graph: Any, node: Any, proto: onnx.NodeProto, opset: int) -> onnx
     return proto
 
 
+# Operators that keep their input's elements as they are (the lowering makes them aliases).
+SAME_ELEMENTS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def check_same_elements(graph: Any) -> None:
+    """A Reshape (or Flatten, Squeeze, ...) keeps the number of elements: onnx's inference of a
+    Reshape to a shape without -1 does not check it, and the lowering would alias tensors of two
+    sizes."""
+    for node in graph.nodes:
+        if node.op_type not in SAME_ELEMENTS or not node.inputs or not node.outputs[0]:
+            continue
+        x, y = node.inputs[0], node.outputs[0]
+        before, after = np.prod(graph.shapes[x], dtype=np.float64), np.prod(graph.shapes[y], dtype=np.float64)
+        if before != after:
+            raise DlaError(NvError.BadValue,
+                           f"{node.where()}: '{x}' of shape {graph.shapes[x]} has {before:.0f} elements, its "
+                           f"output '{y}' of shape {graph.shapes[y]} {after:.0f}")
+
+
 # -- numpy evaluation of the shape arithmetic ------------------------------------------------------
 
 Values = list[np.ndarray | None]

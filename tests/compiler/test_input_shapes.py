@@ -1,0 +1,158 @@
+"""Symbolic input dimensions: refused with each named and the flag shown; sized by input_shapes /
+--input-shape; a bad shape (unknown input, wrong rank, non-positive, against a fixed dimension) is a
+one-line error naming it. Also `pydla compile` and `pydla run` with --input-shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pydla.cli import main
+from pydla.compiler.api import compile_model
+from pydla.compiler.input_shapes import check_input_shapes, parse_input_shape, parse_input_shapes
+from pydla.errors import DlaError, NvError
+from pydla.loadable.container import Loadable
+from tests.compiler import exporter_models as em
+
+
+def _two_inputs(x_dims: Any = ("batch", "sequence", 4), y_dims: Any = ("batch", 1, 4)) -> onnx.ModelProto:
+    """y broadcast over x's sequence: x + y (x: (batch, sequence, 4), y: (batch, 1, 4))."""
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims)],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                             ["batch", "sequence", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _error(m: onnx.ModelProto, shapes: Any = None) -> DlaError:
+    with pytest.raises(DlaError) as info:
+        compile_model(m, input_shapes=shapes)
+    assert "\n" not in info.value.message
+    return info.value
+
+
+def test_without_shapes_each_symbolic_dimension_is_named_with_the_flag() -> None:
+    e = _error(_two_inputs())
+    assert e.code == NvError.NotSupported
+    assert "input 'x' ['batch', 'sequence', 4] has symbolic dimension(s) 0 'batch', 1 'sequence'" in e.message
+    assert "input 'y' ['batch', 1, 4] has symbolic dimension(s) 0 'batch'" in e.message
+    assert "--input-shape x=1,1,4 --input-shape y=1,1,4" in e.message
+    assert "input_shapes={'x': (1, 1, 4), 'y': (1, 1, 4)}" in e.message
+
+
+def test_an_unnamed_dimension_and_an_input_without_a_shape_are_named() -> None:
+    e = _error(_two_inputs(x_dims=[None, 3, 4], y_dims=None))
+    assert "input 'x' [?, 3, 4] has symbolic dimension(s) 0 (unnamed)" in e.message
+    assert "input 'y' declares no shape" in e.message and "--input-shape y=D0,D1,..." in e.message
+
+
+def test_only_the_inputs_still_without_sizes_are_asked_for() -> None:
+    e = _error(_two_inputs(), {"x": (2, 3, 4)})
+    assert "'x'" not in e.message and "--input-shape y=1,1,4" in e.message
+
+
+@pytest.mark.parametrize("shapes,fragment", [
+    ({"z": (1, 2, 4)}, "--input-shape z: the model has no input 'z' (its inputs: x, y)"),
+    ({"x": (1, 2)}, "--input-shape x=1,2: 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])"),
+    ({"x": (1, 2, 5)}, "--input-shape x=1,2,5: dimension 2 of input 'x' is fixed at 4 in the model"),
+    ({"x": (1, 0, 4)}, "--input-shape x=1,0,4: dimension 0 is not positive"),
+    ({"x": (2, 3, 4), "y": (1, 1, 4)},
+     "--input-shape y: dimension 0 is 'batch', given 2 elsewhere and 1 here"),
+])
+def test_a_bad_shape_is_a_one_line_error_naming_it(shapes: dict[str, tuple[int, ...]], fragment: str) -> None:
+    e = _error(_two_inputs(), shapes)
+    assert e.code == NvError.BadParameter
+    assert fragment in e.message
+
+
+@pytest.mark.parametrize("value,fragment", [
+    ([("x", (1, 2, 4))], "input_shapes of type list: give a dict"),
+    ({"x": "1,2,4"}, "input_shapes['x'] = '1,2,4': give a tuple of positive ints"),
+    ({"x": (1, 2.5, 4)}, "input_shapes['x'] = [1, 2.5, 4]: every dimension must be an int"),
+    ({"x": (True, 2, 4)}, "every dimension must be an int"),
+    ({"x": (1, -2, 4)}, "dimension -2 is not positive"),
+    ({3: (1, 2, 4)}, "input_shapes: key 3 is not an input name"),
+])
+def test_the_api_checks_input_shapes_types(value: Any, fragment: str) -> None:
+    with pytest.raises(DlaError) as info:
+        check_input_shapes(value)
+    assert info.value.code == NvError.BadParameter and fragment in info.value.message
+
+
+def test_numpy_integers_and_lists_are_dimensions() -> None:
+    assert check_input_shapes({"x": [np.int64(1), 2, np.int32(4)]}) == {"x": (1, 2, 4)}
+    assert check_input_shapes(None) == {}
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("x", "--input-shape 'x': write NAME=D0,D1,..."),
+    ("x=", "write NAME=D0,D1,..."),
+    ("=1,2", "write NAME=D0,D1,..."),
+    ("x=1,a", "the dimensions '1,a' are not integers"),
+    ("x=1,,2", "are not integers"),
+    ("x=1,0", "dimension 0 is not positive"),
+])
+def test_the_flag_text_is_checked(text: str, fragment: str) -> None:
+    with pytest.raises(DlaError) as info:
+        parse_input_shape(text)
+    assert info.value.code == NvError.BadParameter and fragment in info.value.message
+
+
+def test_the_flag_text_forms() -> None:
+    assert parse_input_shape("input_ids=1,128") == ("input_ids", (1, 128))
+    assert parse_input_shape("input:0=2x3x5") == ("input:0", (2, 3, 5))
+    assert parse_input_shape("a=b=1, 2") == ("a=b", (1, 2))  # a name may hold '='
+    with pytest.raises(DlaError, match="given twice"):
+        parse_input_shapes(["x=1,2", "x=1,3"])
+
+
+def test_shapes_of_a_static_input_are_accepted_when_they_agree() -> None:
+    m = _two_inputs(x_dims=[2, 3, 4], y_dims=[2, 1, 4])
+    blob = compile_model(m, input_shapes={"x": (2, 3, 4)}).blob
+    assert {t.name: t.dims for t in Loadable.open(blob).tensors()}["z"] == (2, 3, 4)
+
+
+def test_stale_symbolic_value_info_does_not_conflict() -> None:
+    """An exporter's value_info and outputs carry its symbolic names (and names of its own making
+    for computed dimensions): they take the sizes given, or are inferred again."""
+    m = _two_inputs()
+    stale = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "Add_dim_1", 4])
+    m.graph.value_info.append(stale)
+    blob = compile_model(m, input_shapes={"x": (2, 3, 4), "y": (2, 1, 4)}).blob
+    assert {t.name: t.dims for t in Loadable.open(blob).tensors()}["z"] == (2, 3, 4)
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+
+def test_pydla_compile_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "gpt.onnx"
+    onnx.save(em.gpt_block(), str(path))
+    assert main(["compile", str(path), "--quiet", "--input-shape", "inputs_embeds=2,6,32"]) == 0
+    tensors = {t.name: t.dims for t in Loadable.open(tmp_path / "gpt.dla").tensors()}
+    assert tensors == {"inputs_embeds": (2, 6, 32), "hidden_states": (2, 6, 32)}
+    assert main(["compile", str(path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "0 'batch', 1 'sequence'" in err
+    assert "--input-shape inputs_embeds=1,1,32" in err
+    assert main(["compile", str(path), "--input-shape", "inputs_embeds=2,6"]) == 1
+    assert "2 dimensions, but input 'inputs_embeds' has 3" in capsys.readouterr().err
+    assert main(["compile", str(path), "--input-shape", "embeds=2,6,32"]) == 1
+    assert "the model has no input 'embeds' (its inputs: inputs_embeds)" in capsys.readouterr().err
+
+
+def test_pydla_run_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "block.onnx"
+    onnx.save(em.mobilenet_v3_block(), str(path))
+    assert main(["run", str(path), "--input-shape", "x=3,16,12,12"]) == 0
+    assert "features" in capsys.readouterr().out
+    assert main(["run", str(path)]) == 1
+    assert "--input-shape x=1,16,12,12" in capsys.readouterr().err
