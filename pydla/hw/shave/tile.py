@@ -228,7 +228,9 @@ class Tile:
         return False  # the emulator stops with an error, caught in resume()
 
     def _on_exception(self, uc: Any, cause: int, _: Any) -> None:
-        pc = uc.reg_read(rv.UC_RISCV_REG_MEPC) or uc.reg_read(rv.UC_RISCV_REG_PC)
+        # unicorn 2.1 leaves mepc at 0 and reports the PC after the 4-byte instruction that trapped
+        # (measured: tests/hw/shave/test_faults.py checks the PC of an illegal instruction).
+        pc = uc.reg_read(rv.UC_RISCV_REG_MEPC) or (uc.reg_read(rv.UC_RISCV_REG_PC) - 4) & 0xFFFFFFFF
         error = _CAUSES.get(cause, E.ILLEGAL_INSTRUCTION)
         addr = uc.reg_read(rv.UC_RISCV_REG_MTVAL)
         if error == E.ILLEGAL_INSTRUCTION and not addr:

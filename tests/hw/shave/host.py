@@ -172,3 +172,28 @@ class Host:
 
 def cmx(offset: int) -> int:
     return S.WIN_F + offset
+
+
+# -- hand-made kernels (no toolchain needed): RV32I machine code in a minimal ELF ------------------
+
+def tiny_elf(words: list[int], base: int = S.WIN_D) -> bytes:
+    """An ELF32 RISC-V executable with one read + execute segment at ``base`` holding ``words``."""
+    code = b"".join(struct.pack("<I", w) for w in words)
+    ehdr = struct.pack("<16sHHIIIIIHHHHHH", b"\x7fELF\x01\x01\x01" + bytes(9), 2, 243, 1, base, 52, 0, 0,
+                       52, 32, 1, 0, 0, 0)
+    phdr = struct.pack("<IIIIIIII", 1, 84, base, base, len(code), len(code), 5, 4)
+    return ehdr + phdr + code
+
+
+def lw(rd: int, rs1: int, imm: int) -> int:
+    return (imm & 0xFFF) << 20 | rs1 << 15 | 2 << 12 | rd << 7 | 0x03
+
+
+def sw(rs2: int, rs1: int, imm: int) -> int:
+    return ((imm >> 5) & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | 2 << 12 | (imm & 0x1F) << 7 | 0x23
+
+
+AUIPC_T0 = 0x00000297  # auipc t0, 0
+RET = 0x00008067  # jalr x0, 0(ra)
+LOOP = 0x0000006F  # jal x0, 0: a loop forever
+EBREAK_WORD = 0x00100073

@@ -1,0 +1,107 @@
+"""The shipped kernels on a tile: softmax against numpy (relative tolerance 1e-5: a degree-6
+polynomial exp, float32 sums), the dynamic-shape MemRefData case (the kernel writes the output's
+dims and strides in WIN_F), and the committed ELFs against their sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pydla.deviceapi.generated import shave as S
+from pydla.hw.shave import build
+from tests.hw.shave.host import Args, Host, cmx, treg
+from tests.hw.shave.test_scenario import clamp_args
+
+RTOL = 1e-5  # the documented tolerance of the softmax kernel (kernels/src/softmax.c)
+
+
+def np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+def run_softmax(host: Host, x: np.ndarray, axis: int, tile: int = 0, dynamic_at: int | None = None
+                ) -> np.ndarray:
+    out_off = 0x100000
+    src, out = host.put(x), host.alloc(x.nbytes)
+    host.barrier(0, 1, 1)
+    host.barrier(1, 1, 1)
+    host.dma(src, cmx(0), x.nbytes, dst_tile=tile, update=1)
+    a = Args(S.SoftmaxParams)
+    a.memref("input", cmx(0), x.shape, np.float32)
+    a.memref("output", cmx(out_off), x.shape, np.float32,
+             dynamic_at=None if dynamic_at is None else cmx(dynamic_at))
+    a.params.axis = axis
+    host.kernel(tile, "softmax", a, wait=1, update=2)
+    host.dma(cmx(out_off), out, x.nbytes, src_tile=tile, wait=2)
+    assert host.r(treg(tile, "error")) == 0, host.dev.shave.error_text(tile)  # type: ignore[union-attr]
+    return np.frombuffer(host.read(out, x.nbytes), np.float32).reshape(x.shape)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((1000,), 0), ((6, 70), -1), ((6, 70), 0), ((3, 4, 50), 1)])
+def test_softmax_matches_numpy(host: Host, shape: tuple[int, ...], axis: int) -> None:
+    host.start_tile(1)
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 10).astype(np.float32)
+    got = run_softmax(host, x, axis, tile=1)
+    np.testing.assert_allclose(got, np_softmax(x, axis), rtol=RTOL, atol=1e-30)
+
+
+def test_softmax_extremes(host: Host) -> None:
+    host.start_tile(0)
+    x = np.array([0.0, -200.0, 88.0, 88.0, -1e30, 3.5], np.float32)
+    np.testing.assert_allclose(run_softmax(host, x, 0), np_softmax(x, 0), rtol=RTOL, atol=1e-30)
+
+
+def _dynamic_dims(host: Host, tile: int, at: int, ndims: int) -> tuple[list[int], list[int]]:
+    """The dims and strides the kernel wrote in WIN_F, fetched by DMA as a host would."""
+    out = host.alloc(64 + 8 * ndims)
+    host.dma(cmx(at), out, 64 + 8 * ndims, src_tile=tile)
+    raw = host.read(out, 64 + 8 * ndims)
+    dims = np.frombuffer(raw[:4 * ndims], np.int32).tolist()
+    strides = np.frombuffer(raw[64:64 + 8 * ndims], np.int64).tolist()
+    return dims, strides
+
+
+def test_dynamic_output_shape_softmax(host: Host) -> None:
+    host.start_tile(0)
+    x = np.random.default_rng(5).standard_normal((5, 33)).astype(np.float32)
+    got = run_softmax(host, x, -1, dynamic_at=0x1F0000)
+    np.testing.assert_allclose(got, np_softmax(x, -1), rtol=RTOL, atol=1e-30)
+    assert _dynamic_dims(host, 0, 0x1F0000, 2) == ([5, 33], [33 * 32, 32])  # strides in bits
+
+
+def test_dynamic_output_shape_clamp(host: Host) -> None:
+    host.start_tile(1)
+    x = np.linspace(-5, 5, 2 * 3 * 7).astype(np.float16).reshape(2, 3, 7)
+    src, out = host.put(x), host.alloc(x.nbytes)
+    host.barrier(9, 1, 1)
+    host.barrier(10, 1, 1)
+    host.dma(src, cmx(0), x.nbytes, dst_tile=1, update=1 << 9)
+    host.kernel(1, "clamp", clamp_args(cmx(0), cmx(0x400), x.shape, np.float16, -1, 2,
+                                       dynamic_at=cmx(0x800)), wait=1 << 9, update=1 << 10)
+    host.dma(cmx(0x400), out, x.nbytes, src_tile=1, wait=1 << 10)
+    got = np.frombuffer(host.read(out, x.nbytes), np.float16).reshape(x.shape)
+    assert np.array_equal(got, np.clip(x, np.float16(-1), np.float16(2)))
+    assert _dynamic_dims(host, 1, 0x800, 3) == ([2, 3, 7], [21 * 16, 7 * 16, 16])
+
+
+needs_toolchain = pytest.mark.skipif(build.compiler() is None,
+                                     reason="riscv64-unknown-elf-gcc is not installed (apt-get install "
+                                            "gcc-riscv64-unknown-elf): the kernels cannot be rebuilt")
+
+
+@needs_toolchain
+def test_committed_kernels_are_built_from_their_sources() -> None:
+    stale = build.stale_kernels()
+    assert not stale, f"run tools/build-kernels: stale {', '.join(stale)}"
+
+
+@needs_toolchain
+def test_builds_are_reproducible() -> None:
+    source = build.SOURCE_DIR / "clamp.c"
+    assert build.build(source) == build.build(source)
+
+
+def test_every_source_has_its_elf() -> None:
+    assert sorted(p.stem for p in build.sources()) == sorted(p.stem for p in build.KERNELS_DIR.glob("*.elf"))
+    assert {"runtime", "clamp", "softmax"} <= {p.stem for p in build.sources()}
