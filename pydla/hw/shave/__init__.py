@@ -44,5 +44,6 @@ is latched with each push and START):
 Execution: in every device mode the tiles and the DMA run inside the register write that lets them
 progress (a push, a START, a barrier configuration), in a fixed order (the DMA's ready tasks, then
 tile 0, 1, ...; a tile runs until its runtime kernel sleeps or ends a task), so that a run is
-reproducible to the register write. A kernel gets at most ``instruction_budget`` instructions.
+reproducible to the register write. A kernel runs within its budget (``instruction_budget`` or
+``time_budget_ms``, :mod:`pydla.hw.shave.config`).
 """

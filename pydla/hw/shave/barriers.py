@@ -81,7 +81,8 @@ class Barriers:
             if self.cons_left[b] == 0:
                 self.prod_left[b] = self.producers[b]
                 self.cons_left[b] = self.consumers[b]
-                self.fired_now &= ~(1 << b)
+                if self.producers[b]:  # with no producers it is fired again at once
+                    self.fired_now &= ~(1 << b)
 
 
 def _bits(mask: int) -> list[int]:

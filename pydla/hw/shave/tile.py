@@ -37,6 +37,7 @@ from pydla.hw.shave.config import ShaveConfig
 from pydla.hw.shave.elfload import check_entry, parse_elf
 from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
+from pydla.hw.shave.watchdog import WATCHDOG
 
 # The emulator's Python binding has no type information: it is used through Any.
 unicorn: Any = importlib.import_module("unicorn")
@@ -89,7 +90,9 @@ class Tile:
         self._fault: ShaveFault | None = None
         self._stop: State | None = None  # why the emulator stopped, set by the control page
         self._yield = False  # a task ended since the emulator was started: stop at the next pop
-        self.instructions_budget = config.instruction_budget
+        # The budget: exact instructions (count, deterministic, slower) or emulation time (timeout).
+        self.instruction_budget = config.instruction_budget
+        self.time_budget_s = config.time_budget_ms / 1000
 
     # -- the host's side -------------------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class Tile:
             at = seg.vaddr - S.RT_WIN
             self._rt[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
         uc = self.uc
+        uc.ctl_remove_cache(S.RT_WIN, S.RT_WIN + S.RT_WIN_BYTES)  # another runtime may have run before
         for reg in range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1):
             uc.reg_write(reg, 0)
         uc.reg_write(rv.UC_RISCV_REG_SP, S.WIN_F + self.config.cmx_bytes)
@@ -152,7 +156,11 @@ class Tile:
         self._stop = None
         self.state = State.RUNNING
         try:
-            uc.emu_start(self.pc, UNTIL, count=self.instructions_budget)
+            if self.instruction_budget:
+                uc.emu_start(self.pc, UNTIL, count=self.instruction_budget)
+            else:
+                with WATCHDOG.watch(uc, self.time_budget_s):
+                    uc.emu_start(self.pc, UNTIL)
         except unicorn.UcError as e:
             if self._fault is None:
                 self._fault = self._emulator_error(e)
@@ -161,8 +169,9 @@ class Tile:
             if pc == UNTIL:
                 self._fault = ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
             else:
-                self._fault = ShaveFault(E.BUDGET, f"ran past the instruction budget of "
-                                                   f"{self.instructions_budget} instructions", pc=pc, addr=pc)
+                budget = f"{self.instruction_budget} instructions" if self.instruction_budget \
+                    else f"{self.time_budget_s * 1000:.0f} ms of emulation"
+                self._fault = ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
         if self._fault is not None:
             fault = self._fault
             self.state = State.ERROR
@@ -342,6 +351,9 @@ class Tile:
             self._kernel_extent = extent
             self._kernel_image = image
             self._loaded_kernel = elf
+            # The emulator caches translated code and does not see writes through the host's view of
+            # its memory: drop what it translated from the previous kernel.
+            self.uc.ctl_remove_cache(S.WIN_D, S.WIN_D + S.WIN_D_BYTES)
         check_entry(self._kernel_image, S.WIN_D + inv.entry_offset, what)
         self._win_e[:] = 0
         for seg in self._kernel_image.segments:

@@ -96,10 +96,11 @@ def test_a_kernel_assert_is_a_trap(host: Host) -> None:
     usable_after(host)
 
 
-@pytest.fixture
-def small_budget() -> Iterator[Host]:
+@pytest.fixture(params=[{"instruction_budget": 100_000}, {"time_budget_ms": 50}],
+                ids=["instructions", "time"])
+def small_budget(request: pytest.FixtureRequest) -> Iterator[Host]:
     raw = raw_config()
-    raw["shave"] = {"tiles": 2, "cmx_bytes": 1 << 20, "instruction_budget": 100_000}
+    raw["shave"] = {"tiles": 2, "cmx_bytes": 1 << 20, **request.param}
     dev = VirtualDevice(parse_config(raw, "test"))
     yield Host(dev)
     dev.close()
@@ -108,6 +109,7 @@ def small_budget() -> Iterator[Host]:
 def test_runaway_loop_stops_at_the_budget(small_budget: Host) -> None:
     s = fault_of(small_budget, 1, "spin", [LOOP])
     assert s["error"] == E.BUDGET and s["error_pc"] == S.WIN_D
+    assert any("budget" in line for line in small_budget.dev.log)
     usable_after(small_budget)
 
 
@@ -211,7 +213,8 @@ def test_fifo_full(host: Host) -> None:
 def test_small_config_cmx_config_rules() -> None:
     raw = raw_config()
     for bad in ({"tiles": 0}, {"tiles": 2, "cmx_bytes": 1000}, {"tiles": 2, "barriers": 33},
-                {"tiles": 2, "instruction_budget": True}, {"tiles": 2, "extra": 1}, [2]):
+                {"tiles": 2, "instruction_budget": True},
+                {"tiles": 2, "time_budget_ms": 0}, {"tiles": 2, "extra": 1}, [2]):
         raw["shave"] = bad
         with pytest.raises(Exception, match="shave"):
             parse_config(raw, "test")

@@ -105,3 +105,19 @@ def test_builds_are_reproducible() -> None:
 def test_every_source_has_its_elf() -> None:
     assert sorted(p.stem for p in build.sources()) == sorted(p.stem for p in build.KERNELS_DIR.glob("*.elf"))
     assert {"runtime", "clamp", "softmax"} <= {p.stem for p in build.sources()}
+
+
+def test_kernels_and_runtimes_replace_each_other_on_a_tile(host: Host) -> None:
+    """The emulator caches translated code: a new kernel in WIN_D (or runtime in RT_WIN) must run,
+    not the code that was there before."""
+    from tests.hw.shave.host import RET, tiny_elf
+
+    host.start_tile(0)
+    x = np.random.default_rng(9).standard_normal(300).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(run_softmax(host, x, 0), np_softmax(x, 0), rtol=RTOL, atol=1e-30)
+        host.kernel(0, "empty", b"", image=tiny_elf([RET]))
+        assert host.r(treg(0, "error")) == 0
+        got = run_softmax(host, x * 2, 0)
+        np.testing.assert_allclose(got, np_softmax(x * 2, 0), rtol=RTOL, atol=1e-30)
+        host.start_tile(0)  # the same runtime again, reloaded

@@ -1,0 +1,70 @@
+"""The time budget of emulated kernels: one daemon thread for the whole process stops (emu_stop) an
+emulation that runs longer than its budget.
+
+unicorn's own ``timeout`` starts a thread for every emu_start (about 0.3 ms each, measured: more than
+an empty kernel's whole invocation), and its instruction ``count`` slows emulation about 2.5x; this
+costs two attribute writes per emulation. The thread starts with the first watched emulation and
+polls every ``POLL_S`` (or a tenth of the shortest budget), so a runaway kernel stops within its
+budget plus one poll.
+
+Usage::
+
+    with WATCHDOG.watch(uc, budget_s) as hit:
+        uc.emu_start(...)
+    if hit.stopped: ...   # the budget ran out
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+POLL_S = 0.05
+
+
+class Watch:
+    def __init__(self, uc: Any, deadline: float) -> None:
+        self.uc = uc
+        self.deadline = deadline
+        self.stopped = False
+
+
+class Watchdog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: set[Watch] = set()
+        self._thread: threading.Thread | None = None
+        self._poll = POLL_S
+
+    @contextmanager
+    def watch(self, uc: Any, budget_s: float) -> Iterator[Watch]:
+        w = Watch(uc, time.monotonic() + budget_s)
+        with self._lock:
+            self._watches.add(w)
+            self._poll = min(self._poll, max(budget_s / 10, 0.001))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="pydla-shave-watchdog")
+                self._thread.start()
+        try:
+            yield w
+        finally:
+            with self._lock:
+                self._watches.discard(w)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._poll)
+            now = time.monotonic()
+            with self._lock:
+                for w in self._watches:
+                    if now >= w.deadline:
+                        # Again at every poll until the emulation ends: a stop requested just before
+                        # the emulator started would be forgotten by it.
+                        w.stopped = True
+                        w.uc.emu_stop()
+
+
+WATCHDOG = Watchdog()
