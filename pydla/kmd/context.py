@@ -44,6 +44,7 @@ class PreparedJob:
     handles: frozenset[int]
     addresses: list[ResolvedEntry]
     graph: TaskGraph
+    scalars: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass

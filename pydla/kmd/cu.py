@@ -45,6 +45,52 @@ CU_ERRORS = {int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
              int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported}
 
 
+MAX_SCALARS = 64  # scalar arguments of one DLA task (the engine unit's argument registers)
+_U64 = (1 << 64) - 1
+
+
+def engine_unit(info: object) -> CuDesc | None:
+    """The DLA engine's own entry of the device's IP_LAYOUT (``info.compute_units``), if declared."""
+    return next((cu for cu in getattr(info, "compute_units", ()) if cu.engine), None)
+
+
+def check_scalars(info: object, scalars: Sequence[tuple[int, int]], what: str) -> tuple[tuple[int, int], ...]:
+    """The scalar arguments of a DLA task, checked: ``(argidx, value)`` pairs, each argidx once and
+    inside the engine unit's argument registers (a 64-bit slot each, low word at 0x10 + 8 * argidx),
+    each value a 64-bit integer (a negative one is stored in two's complement); sorted by argidx.
+    NotSupported on a device whose IP_LAYOUT declares no engine unit."""
+    if not scalars:
+        return ()
+    engine = engine_unit(info)
+    if engine is None:
+        raise DlaError(NvError.NotSupported,
+                       f"{what}: scalar arguments go to the DLA engine's compute unit, and device "
+                       f"'{getattr(info, 'name', '?')}' declares none (no IP_LAYOUT entry with model "
+                       "'engine')")
+    if not isinstance(scalars, (list, tuple)) or len(scalars) > MAX_SCALARS:
+        raise DlaError(NvError.BadParameter, f"{what}: scalar arguments must be a list of at most "
+                                             f"{MAX_SCALARS} (argidx, value) pairs")
+    slots = (min(CTX, engine.window) - ARGS) // 8
+    checked: dict[int, int] = {}
+    for item in scalars:
+        if (not isinstance(item, tuple) or len(item) != 2 or type(item[0]) is not int
+                or type(item[1]) is not int):
+            raise DlaError(NvError.BadParameter,
+                           f"{what}: scalar argument {item!r} must be an (argidx, value) pair of integers")
+        argidx, value = item
+        if not 0 <= argidx < slots:
+            raise DlaError(NvError.BadParameter,
+                           f"{what}: scalar argidx {argidx} is outside the argument registers of compute "
+                           f"unit '{engine.name}' (0..{slots - 1})")
+        if argidx in checked:
+            raise DlaError(NvError.BadParameter, f"{what}: scalar argidx {argidx} given twice")
+        if not -(1 << 63) <= value <= _U64:
+            raise DlaError(NvError.BadParameter,
+                           f"{what}: scalar argidx {argidx}: value {value} does not fit 64 bits")
+        checked[argidx] = value & _U64
+    return tuple(sorted(checked.items()))
+
+
 @dataclass(frozen=True)
 class CuBuffer:
     """A buffer argument: the device address of buffer ``handle`` plus ``offset`` in the submitting

@@ -19,6 +19,13 @@ open it meanwhile: NvError Busy). Register reads and writes (xclRegRead / xclReg
 only under an exclusive context (NvError InvalidState otherwise, which the Linux port answers with
 EPERM), at a 4-byte-aligned offset inside the unit's register block. While a context holds a unit
 exclusively, other contexts' executions of it are refused (Busy): the holder owns its registers.
+
+**The DLA engine's unit.** On a device without a microcontroller the driver's engine scheduler is
+the engine's controller, so the engine unit's control block is the driver's: a context may open it
+(shared or exclusive) and, exclusive, read it; writes are refused (NotSupported). CTRL reads
+ap_start while a task runs, ap_idle when none does, ap_ready while the engine takes another task
+(fewer in flight than its pipeline depth); the argument registers (a 64-bit slot per argidx from
+0x10, low word first) hold the scalar arguments of the running task (see ``Kmd.submit``).
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ import threading
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.cu import REGS_END, CuArg, CuExecution
+from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL, CTX, REGS_END, CuArg, CuExecution
 from pydla.kmd.cu_sched import CuScheduler, CuUnit
 from pydla.kmd.job import Fence
 from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context
+    from pydla.kmd.engine import Engine
 
 MAX_STREAM_BYTES = 1 << 26  # one stream read or write
 
@@ -44,6 +52,7 @@ class KmdComputeUnits:
     port: KmdPortability
     info: KmdDeviceInfo
     cus: CuScheduler
+    engine: Engine
     _lock: threading.RLock
 
     if TYPE_CHECKING:
@@ -80,9 +89,6 @@ class KmdComputeUnits:
             self._check_open()
             self._context(ctx)
             u = self.cus.unit(cu)
-            if u.desc.engine:
-                raise DlaError(NvError.NotSupported, f"compute unit '{u.desc.name}' is the DLA engine: its "
-                                                     "registers belong to the driver")
             if ctx == u.exclusive or ctx in u.shared:
                 raise DlaError(NvError.InvalidState, f"context {ctx} already has a CU context on "
                                                      f"'{u.desc.name}'")
@@ -111,6 +117,8 @@ class KmdComputeUnits:
         """Read the register at ``offset`` of unit ``cu`` (xclRegRead): an exclusive context only."""
         with self._lock:
             u = self._reg_unit(ctx, cu, offset, "read")
+            if u.desc.engine:
+                return self._engine_register(offset)
             return self.port.dla_reg_read(u.desc.base + offset)
 
     def cu_reg_write(self, ctx: int, cu: str, offset: int, value: int) -> None:
@@ -119,7 +127,26 @@ class KmdComputeUnits:
             raise DlaError(NvError.BadParameter, f"register value {value!r} must be 0..0xffffffff")
         with self._lock:
             u = self._reg_unit(ctx, cu, offset, "write")
+            if u.desc.engine:
+                raise DlaError(NvError.NotSupported,
+                               f"register write of compute unit '{u.desc.name}': it is the DLA engine, whose "
+                               "control block is the driver's engine scheduler (read it; submit tasks)")
             self.port.dla_reg_write(u.desc.base + offset, value)
+
+    def _engine_register(self, offset: int) -> int:
+        """The engine unit's control block as the driver keeps it (see the module docstring)."""
+        engine = self.engine
+        head = engine.current
+        if offset == CTRL:
+            value = AP_START if head is not None else AP_IDLE
+            return value | (AP_READY if len(engine.inflight) < engine.depth else 0)
+        if head is None or not ARGS <= offset < CTX:
+            return 0
+        slot, word = divmod(offset - int(ARGS), 8)
+        for argidx, value in head.task.scalars:
+            if argidx == slot:
+                return value >> (8 * word) & 0xFFFFFFFF
+        return 0
 
     def _reg_unit(self, ctx: int, cu: str, offset: int, what: str) -> CuUnit:
         self._check_open()

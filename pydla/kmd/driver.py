@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from pydla.kmd.context import (
     release_context,
     resolve,
 )
+from pydla.kmd.cu import check_scalars
 from pydla.kmd.cu_api import KmdComputeUnits
 from pydla.kmd.cu_sched import CuScheduler
 from pydla.kmd.engine import Engine, TaskRun
@@ -202,17 +203,20 @@ class Kmd(KmdComputeUnits):
 
     def submit(self, ctx: int, addresses: list[AddressEntry], *, priority: int = 0,
                timeout_ms: int | None = None, pre_fences: list[Fence] | None = None,
-               post_fences: list[Fence] | None = None) -> Job:
+               post_fences: list[Fence] | None = None, scalars: Sequence[tuple[int, int]] = ()) -> Job:
         """Validate the task whose network descriptor is ``addresses[0]`` and queue it. It starts
         once every pre-fence's semaphore reaches its value (a context's jobs start in order); on
-        completion it signals its post-fences (on failure it fails them)."""
+        completion it signals its post-fences (on failure it fails them). ``scalars``: (argidx,
+        value) integer arguments of the engine's compute unit (its argument registers while the task
+        runs: XRT's scalar kernel arguments, such as the DPU opcode)."""
         timeout_ms = check_job_args(priority, timeout_ms, self.default_timeout_ms)
         with self._lock:
             self._check_open()
             context = self._context(ctx)
             job_id = self._next_job
             self._next_job += 1
-            task = TaskDesc(job_id, ctx, resolve(context, addresses, f"task {job_id}"))
+            checked = check_scalars(self.info, scalars, f"task {job_id}")
+            task = TaskDesc(job_id, ctx, resolve(context, addresses, f"task {job_id}"), checked)
             self._submitting.append(task)  # its buffers are in use while they are being checked
         try:
             # Copies and checks every descriptor (or reuses the graph of identical ones).
@@ -223,10 +227,12 @@ class Kmd(KmdComputeUnits):
         with self._lock:
             return self._enqueue(context, task, graph, priority, timeout_ms, pre_fences, post_fences)
 
-    def prepare(self, ctx: int, addresses: list[AddressEntry]) -> int:
+    def prepare(self, ctx: int, addresses: list[AddressEntry],
+                scalars: Sequence[tuple[int, int]] = ()) -> int:
         """Validate a task once and keep it (the KMD's copy of its descriptors, its resolved
-        addresses); :meth:`submit_prepared` then queues it any number of times. Returns its id in
-        ``ctx``. A prepared job is dropped when a buffer it uses is destroyed or its context closes."""
+        addresses, its ``scalars`` as :meth:`submit` takes them); :meth:`submit_prepared` then queues
+        it any number of times. Returns its id in ``ctx``. A prepared job is dropped when a buffer it
+        uses is destroyed or its context closes."""
         with self._lock:
             self._check_open()
             context = self._context(ctx)
@@ -236,7 +242,8 @@ class Kmd(KmdComputeUnits):
             prep_id = context.next_prepared
             context.next_prepared += 1
             what = f"prepared task {prep_id}"
-            task = TaskDesc(prep_id, ctx, resolve(context, addresses, what))
+            checked = check_scalars(self.info, scalars, what)
+            task = TaskDesc(prep_id, ctx, resolve(context, addresses, what), checked)
             self._submitting.append(task)
         try:
             graph = load_task(self.port, task, self.config)
@@ -249,7 +256,7 @@ class Kmd(KmdComputeUnits):
             handles = frozenset(e.handle for e in addresses)
             if any(h not in context.buffers for h in handles):
                 raise DlaError(NvError.InvalidState, f"{what}: a buffer it uses was destroyed meanwhile")
-            context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph)
+            context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph, task.scalars)
             return prep_id
 
     def submit_prepared(self, ctx: int, prep_id: int, *, priority: int = 0, timeout_ms: int | None = None,
@@ -270,7 +277,7 @@ class Kmd(KmdComputeUnits):
                                "released, or dropped when a buffer it uses was destroyed)")
             job_id = self._next_job
             self._next_job += 1
-            task = TaskDesc(job_id, ctx, prepared.addresses)
+            task = TaskDesc(job_id, ctx, prepared.addresses, prepared.scalars)
             return self._enqueue(context, task, prepared.graph, priority, timeout_ms, pre_fences, post_fences,
                                  on_done)
 

@@ -62,6 +62,8 @@ class TaskDesc:
     task_id: int
     ctx: int
     addresses: list[ResolvedEntry] = field(default_factory=list)
+    # (argidx, value) of the engine compute unit's scalar arguments, checked (pydla.kmd.cu.check_scalars)
+    scalars: tuple[tuple[int, int], ...] = ()
 
     def entry(self, index: int, what: str) -> ResolvedEntry:
         if not 0 <= index < len(self.addresses):

@@ -10,7 +10,8 @@ naming a unit of the device) or index, the flags, reserved words, the register o
 aligned, inside the unit's window), the stream's size (at most :data:`MAX_STREAM_BYTES`), address and
 timeout. The KMD then decides what only it knows (who holds the unit), and its refusals become errnos
 as the issue asks: Busy -> EBUSY, InvalidState -> EPERM (no exclusive context, a second
-context, a close without one); the DLA engine's own unit -> EOPNOTSUPP (the KMD's NotSupported). A
+context, a close without one); a write to the DLA engine's own unit -> EOPNOTSUPP (the KMD's
+NotSupported: its control block is the driver's; it may be opened and read). A
 stream call blocks its request thread at most the daemon's ``max_wait_ms`` and counts against the
 file's WAIT quota (EAGAIN beyond). A file
 that is closed, or whose process dies, loses its CU contexts with its KMD context (RELEASE).
@@ -107,19 +108,12 @@ class CuHandlers:
         raise FuseError(errno.ENOENT, f"{command}: name {name!r} is not a compute unit of the device "
                                       f"(it has: {names})")
 
-    @staticmethod
-    def _no_engine(desc: CuDesc, command: str) -> None:
-        if desc.engine:
-            raise FuseError(errno.EOPNOTSUPP, f"{command}: compute unit '{desc.name}' is the DLA engine: its "
-                                          "registers belong to the driver (SUBMIT runs it)")
-
     # -- CU contexts -----------------------------------------------------------------------------
 
     def open(self, client: Client, ctx: RequestContext, a: Any) -> int:
         desc = self.unit(client, a, "CU_OPEN")
         if a.flags & ~int(U.dla_cu_flags_e.EXCLUSIVE):
             raise FuseError(errno.EINVAL, f"CU_OPEN: flags {a.flags:#x}: only EXCLUSIVE (1) is defined")
-        self._no_engine(desc, "CU_OPEN")
         exclusive = bool(a.flags & U.dla_cu_flags_e.EXCLUSIVE)
         _kmd("CU_OPEN", lambda: client.kmd.cu_open_context(client.ctx, desc.name, exclusive=exclusive))
         return 0
@@ -137,7 +131,6 @@ class CuHandlers:
         desc = self.unit(client, a, command)
         if a.reserved:
             raise FuseError(errno.EINVAL, f"{command}: reserved {a.reserved:#x} must be 0")
-        self._no_engine(desc, command)
         limit = min(REGS_END, desc.window)
         if a.offset % 4 or a.offset >= limit:
             raise FuseError(errno.EINVAL, f"{command}: offset {a.offset:#x} must be a multiple of 4 in "

@@ -62,6 +62,7 @@ from pydla.linux.uapi import (
     INLINE_FENCES,
     MAX_ADDRESSES,
     MAX_FENCES,
+    MAX_SCALARS,
     MAX_STREAM_BYTES,
     STRUCTS,
     text,
@@ -106,7 +107,7 @@ class KmdDaemon:
             U.dla_ioctl_e.WAIT: self._wait, U.dla_ioctl_e.SYNC_CREATE: self._sync_create,
             U.dla_ioctl_e.SYNC_SIGNAL: self._sync_signal, U.dla_ioctl_e.SYNC_QUERY: self._sync_query,
             U.dla_ioctl_e.SYNC_DESTROY: self._sync_destroy, U.dla_ioctl_e.PREPARE: self._prepare,
-            U.dla_ioctl_e.SUBMIT_PREPARED: self._submit_prepared,
+            U.dla_ioctl_e.SUBMIT_PREPARED: self._submit_prepared, U.dla_ioctl_e.PREPARE_ARGS: self._prepare,
             U.dla_ioctl_e.RELEASE_PREPARED: self._release_prepared,
             U.dla_ioctl_e.RING_SETUP: self._ring_setup,
         }
@@ -388,13 +389,19 @@ class KmdDaemon:
         return 0
 
     def _prepare(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        """PREPARE, and PREPARE_ARGS (the same with the task's scalar arguments)."""
+        what = "PREPARE_ARGS" if isinstance(a, U.dla_prepare_args_t) else "PREPARE"
         entries = self._read_array(ctx, a.addresses, a.num_addresses, U.dla_address_t, MAX_ADDRESSES,
-                                   "addresses", "PREPARE")
+                                   "addresses", what)
         if not entries:
-            raise FuseError(errno.EINVAL, "PREPARE: the address list is empty")
+            raise FuseError(errno.EINVAL, f"{what}: the address list is empty")
+        scalars: list[tuple[int, int]] = []
+        if what == "PREPARE_ARGS":
+            scalars = [(int(s.argidx), int(s.value)) for s in self._read_array(
+                ctx, a.scalars, a.num_scalars, U.dla_scalar_t, MAX_SCALARS, "scalars", what)]
         addresses = [AddressEntry(self._buffer(client, e.handle), int(e.offset), int(e.size) or None)
                      for e in entries]
-        a.prepared = client.kmd.prepare(client.ctx, addresses)
+        a.prepared = client.kmd.prepare(client.ctx, addresses, scalars)
         return 0
 
     def _submit_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:

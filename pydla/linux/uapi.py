@@ -39,11 +39,13 @@ STRUCTS: dict[int, Any] = {
     U.dla_ioctl_e.CU_REG_READ: U.dla_cu_reg_t, U.dla_ioctl_e.CU_REG_WRITE: U.dla_cu_reg_t,
     U.dla_ioctl_e.CU_STREAM_WRITE: U.dla_cu_stream_t, U.dla_ioctl_e.CU_STREAM_READ: U.dla_cu_stream_t,
     U.dla_ioctl_e.CU_QUERY: U.dla_cu_query_t, U.dla_ioctl_e.CU_SUBMIT: U.dla_cu_submit_t,
+    U.dla_ioctl_e.PREPARE_ARGS: U.dla_prepare_args_t,
 }
 INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 MAX_STREAM_BYTES = 1 << 20  # the most one CU_STREAM_WRITE / CU_STREAM_READ moves
 MAX_STREAM_TIMEOUT_MS = 3_600_000  # a stream call's timeout (the KMD's bound; one WAIT takes less)
 MAX_CU_ARGS = 64  # CU_SUBMIT's arguments (a buffer is two words; the KMD bounds the words too)
+MAX_SCALARS = 64  # PREPARE_ARGS's scalar arguments (the KMD's own bound: pydla.kmd.cu.MAX_SCALARS)
 
 
 def iowr(nr: int, size: int) -> int:

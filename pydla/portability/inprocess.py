@@ -324,15 +324,18 @@ class InProcessPort(NvDlaPort):
             job = session.kmd.submit(session.ctx, addresses, priority=task.priority,
                                      timeout_ms=task.timeout_ms,
                                      pre_fences=[self._fence(f, session) for f in task.pre_fences],
-                                     post_fences=[self._fence(f, session) for f in task.post_fences])
+                                     post_fences=[self._fence(f, session) for f in task.post_fences],
+                                     scalars=task.scalars)
             statuses.append(NvDlaTaskStatus(job.job_id, job))
         return statuses
 
     def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
         """As the interface's; the KMD validates the task once and keeps its copy (a prepared job)."""
         session = self._session(h)
-        kept = NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list))
-        prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, "NvDlaPrepareTask"))
+        checked = check_task(task, "NvDlaPrepareTask")
+        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars))
+        prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, "NvDlaPrepareTask"),
+                                      kept.scalars)
         return NvDlaPreparedTask(kept, _Prepared(session, prep_id))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
@@ -356,7 +359,7 @@ class InProcessPort(NvDlaPort):
             # The KMD dropped it (a buffer it used was destroyed): prepare it again, which checks
             # every address anew and says what is wrong now.
             addresses = self._addresses(session, prepared.task, "NvDlaPrepareTask")
-            mine.prep_id = kmd.prepare(session.ctx, addresses)
+            mine.prep_id = kmd.prepare(session.ctx, addresses, prepared.task.scalars)
             job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
                                       pre_fences=pre, post_fences=post)
         return NvDlaTaskStatus(job.job_id, job)

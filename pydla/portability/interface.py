@@ -117,13 +117,17 @@ class NvDlaFence:
 class NvDlaTask:
     """One task to submit: its address list (entry 0 is the network descriptor) and the fences it
     waits for and signals. An entry is ``(mem, offset)`` (from ``offset`` to the end of ``mem``) or
-    ``(mem, offset, size)`` (a sub-buffer: the task may use only those bytes)."""
+    ``(mem, offset, size)`` (a sub-buffer: the task may use only those bytes). ``scalars``: the
+    task's scalar arguments as ``(argidx, value)`` integer pairs, which the driver puts in the
+    argument registers of the DLA engine's compute unit (XRT's scalar kernel arguments, such as the
+    DPU opcode of XRT's run recipe); a device that declares no engine unit refuses them."""
 
     address_list: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
     pre_fences: list[NvDlaFence] = field(default_factory=list)
     post_fences: list[NvDlaFence] = field(default_factory=list)
     priority: int = 0
     timeout_ms: int | None = None
+    scalars: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -184,7 +188,7 @@ class NvDlaPort(abc.ABC):
         ``post_fences``, as NvDlaSubmit would submit it."""
         check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
         task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority,
-                         timeout_ms)
+                         timeout_ms, list(prepared.task.scalars))
         return self.NvDlaSubmit(h, [task])[0]
 
     def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
@@ -403,9 +407,17 @@ def check_free_args(mem: NvDlaMemHandle, pData: Any, size: Any, what: str = "NvD
 
 
 def check_task(task: Any, what: str) -> NvDlaTask:
-    """``task`` if it is an NvDlaTask whose address list is a list or tuple; else BadParameter."""
+    """``task`` if it is an NvDlaTask whose address list is a list or tuple and whose scalars are a
+    list of ``(argidx, value)`` integer pairs (their values are the driver's to judge); else
+    BadParameter."""
     if not isinstance(task, NvDlaTask) or not isinstance(task.address_list, (list, tuple)):
         raise DlaError(NvError.BadParameter, f"{what}: an NvDlaTask with an address list, not {task!r:.80}")
+    scalars = task.scalars
+    if not isinstance(scalars, (list, tuple)) or not all(
+            isinstance(s, tuple) and len(s) == 2 and type(s[0]) is int and type(s[1]) is int
+            for s in scalars):
+        raise DlaError(NvError.BadParameter, f"{what}: scalars must be a list of (argidx, value) integer "
+                                             f"pairs, not {scalars!r:.80}")
     return task
 
 

@@ -42,7 +42,16 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.linux.shm import SharedBuffer
-from pydla.linux.uapi import COMMANDS, INLINE_FENCES, MAX_ADDRESSES, MAX_FENCES, NVERROR, text, untext
+from pydla.linux.uapi import (
+    COMMANDS,
+    INLINE_FENCES,
+    MAX_ADDRESSES,
+    MAX_FENCES,
+    MAX_SCALARS,
+    NVERROR,
+    text,
+    untext,
+)
 from pydla.portability.interface import (
     NvDlaDeviceInfo,
     NvDlaEngineSelect,
@@ -434,6 +443,9 @@ class LinuxPort(LinuxCuMethods, NvDlaPort):
         device = self._device(h)
         statuses = []
         for i, task in enumerate(tasks):
+            if task.scalars:
+                statuses.append(self._submit_with_scalars(h, task, f"NvDlaSubmit task {i}"))
+                continue
             entries = task.address_list
             if not 0 < len(entries) <= MAX_ADDRESSES:
                 raise DlaError(NvError.BadParameter, f"NvDlaSubmit task {i}: {len(entries)} addresses "
@@ -478,14 +490,46 @@ class LinuxPort(LinuxCuMethods, NvDlaPort):
             addresses[j] = U.dla_address_t(handle=mem.handle, offset=entry[1], size=size)
         return addresses
 
+    def _submit_with_scalars(self, h: Any, task: NvDlaTask, what: str) -> NvDlaTaskStatus:
+        """A task with scalar arguments goes as PREPARE_ARGS, SUBMIT_PREPARED, RELEASE_PREPARED (the
+        job runs on after its prepared task is released): SUBMIT has no room for them."""
+        if len(task.pre_fences) > INLINE_FENCES or len(task.post_fences) > INLINE_FENCES:
+            raise DlaError(NvError.BadParameter, f"{what}: a task with scalar arguments takes at most "
+                                                 f"{INLINE_FENCES} fences each way on the Linux port")
+        prepared = self.NvDlaPrepareTask(h, task)
+        try:
+            return self.NvDlaSubmitPrepared(h, prepared, task.pre_fences, task.post_fences,
+                                            priority=task.priority, timeout_ms=task.timeout_ms)
+        finally:
+            self.NvDlaReleaseTask(h, prepared)
+
     def _prepare(self, device: LinuxDevice, task: NvDlaTask) -> int:
         entries = task.address_list
         if not 0 < len(entries) <= MAX_ADDRESSES:
             raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: {len(entries)} addresses "
                                                  f"(1..{MAX_ADDRESSES})")
         addresses = self._address_array(device, entries, "NvDlaPrepareTask")
-        args = U.dla_prepare_t(addresses=ctypes.addressof(addresses), num_addresses=len(entries))
-        return int(device.ioctl(U.dla_ioctl_e.PREPARE, args).prepared)  # the array is read during the call
+        if not task.scalars:
+            args = U.dla_prepare_t(addresses=ctypes.addressof(addresses), num_addresses=len(entries))
+            return int(device.ioctl(U.dla_ioctl_e.PREPARE, args).prepared)  # arrays: read during the call
+        if device.daemon_version[:2] < (2, 7):
+            have = ".".join(map(str, device.daemon_version))
+            raise DlaError(NvError.NotSupported, f"NvDlaPrepareTask: the daemon speaks uAPI {have}; a task's "
+                                                 "scalar arguments need 2.7 or newer: upgrade the daemon "
+                                                 "(pydla kmd)")
+        if len(task.scalars) > MAX_SCALARS:
+            raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: {len(task.scalars)} scalar arguments "
+                                                 f"(at most {MAX_SCALARS})")
+        scalars = (U.dla_scalar_t * len(task.scalars))()
+        for j, (argidx, value) in enumerate(task.scalars):
+            if not 0 <= argidx < 1 << 32 or not -(1 << 63) <= value < 1 << 64:
+                raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: scalar ({argidx}, {value}) does not "
+                                                     "fit the uAPI's u32 argidx and 64-bit value")
+            scalars[j] = U.dla_scalar_t(argidx=argidx, value=value & ((1 << 64) - 1))
+        with_args = U.dla_prepare_args_t(addresses=ctypes.addressof(addresses),
+                                         scalars=ctypes.addressof(scalars), num_addresses=len(entries),
+                                         num_scalars=len(task.scalars))
+        return int(device.ioctl(U.dla_ioctl_e.PREPARE_ARGS, with_args).prepared)
 
     def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask:
         """As the interface's; the daemon validates the task once and keeps it (PREPARE), so that a
@@ -494,7 +538,8 @@ class LinuxPort(LinuxCuMethods, NvDlaPort):
         device = self._device(h)
         if device.daemon_version[:2] < (2, 3):
             return super().NvDlaPrepareTask(h, task)
-        kept = NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list))
+        checked = check_task(task, "NvDlaPrepareTask")
+        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars))
         return NvDlaPreparedTask(kept, _LinuxPrepared(device, self._prepare(device, kept)))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],

@@ -25,7 +25,7 @@ Usage (the XRT runner's API)::
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,6 +70,8 @@ class _Npu:
     # run with the same bindings submits it again; new bindings prepare anew.
     prepared: NvDlaPreparedTask | None = None
     prepared_with: dict[str, NvDlaMemHandle] | None = None
+    # The run's constants: scalar arguments of the engine's compute unit, (argidx, value)
+    scalars: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -149,14 +151,7 @@ class Runner:
                                    f"{function.num_args}")
                 self.steps.append(_Cpu(run, function))
                 continue
-            if run.constants:
-                # Scalars of an NPU run go to the compute unit's argument registers, which need the
-                # KMD's compute-unit scheduling (issue 17 part 2); a control-code task has none.
-                where = ", ".join(str(c.argidx) for c in run.constants)
-                raise DlaError(NvError.NotSupported,
-                               f"npu run '{run.name}': constants at argidx {where}: scalar arguments of "
-                               "an NPU kernel are not supported yet (DLA control code takes buffer "
-                               "arguments only; its scalars belong to its descriptors)")
+            scalars = _scalars(run)
             code = self.lo.control_code(run.name)
             parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
             mems = []
@@ -165,7 +160,7 @@ class Runner:
                 mem, view = self.port.NvDlaGetMem(self.handle, len(blob))
                 view[:] = np.frombuffer(blob, dtype=np.uint8)
                 mems.append(mem)
-            self.steps.append(_Npu(run, mems))
+            self.steps.append(_Npu(run, mems, scalars=scalars))
 
     def _check_static(self, run: Run) -> None:
         """Arguments of created buffers are checked once, here; bound ones at each execute."""
@@ -346,7 +341,7 @@ class Runner:
                 mem = self._mem(a.name, bound)
                 start, end = _check_range(step.run, a, mem.size)
                 addresses.append((mem, start) if a.size is None else (mem, start, end - start))
-            prepared = self.port.NvDlaPrepareTask(self.handle, NvDlaTask(addresses))
+            prepared = self.port.NvDlaPrepareTask(self.handle, NvDlaTask(addresses, scalars=step.scalars))
             if step.prepared is not None:
                 self.port.NvDlaReleaseTask(self.handle, step.prepared)
             step.prepared, step.prepared_with = prepared, bound
@@ -385,6 +380,19 @@ class Runner:
                     self.port.NvDlaFreeMem(self.handle, step.descriptors[-1])
                     step.descriptors.pop()
         self.steps.clear()
+
+
+def _scalars(run: Run) -> list[tuple[int, int]]:
+    """The constants of an NPU run as scalar arguments of the engine's compute unit: integers only
+    (XRT's DPU takes its opcode and sentinels so); the driver checks their argidx and range."""
+    scalars = []
+    for c in run.constants:
+        if c.type != "int" or type(c.value) is not int:
+            raise DlaError(NvError.NotSupported,
+                           f"npu run '{run.name}': constant at argidx {c.argidx} is a {c.type}: the DLA "
+                           "engine's compute unit takes integer scalar arguments only")
+        scalars.append((c.argidx, c.value))
+    return scalars
 
 
 def _check_range(run: Run, a: Argument, available: int) -> tuple[int, int]:

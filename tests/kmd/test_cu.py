@@ -232,8 +232,9 @@ def test_an_exclusive_cu_context_owns_the_unit(make_kmd: MakeKmd) -> None:
     base = kmd.cus.unit("noop_hs").desc.base
     kmd.cu_reg_write(ctx, "noop_hs", 0x10, 0x1234)
     assert dev.reg_read(base + 0x10) == 0x1234 == kmd.cu_reg_read(ctx, "noop_hs", 0x10)
-    with pytest.raises(DlaError, match="DLA engine"):
-        kmd.cu_open_context(ctx, "dla", exclusive=True)
+    kmd.cu_open_context(ctx, "dla", exclusive=True)  # the engine's unit: its control block reads
+    with pytest.raises(DlaError, match="it is the DLA engine"):
+        kmd.cu_reg_write(ctx, "dla", 0x10, 1)  # ... and the driver's scheduler alone drives it
     kmd.close_context(ctx)  # its CU contexts go with it
     kmd.cu_open_context(other, "noop_hs", exclusive=True)
 

@@ -153,7 +153,9 @@ show(call(fds[0], E.CU_REG_READ, reg(b"scale", offset=0x10, reserved=1)))
 show(call(fds[0], E.CU_OPEN, ctx(b"nope", flags=1)))                 # ENOENT
 show(call(fds[0], E.CU_OPEN, ctx(b"", index=99)))                    # ENOENT
 show(call(fds[0], E.CU_OPEN, ctx(b"noop_hs", flags=6)))              # unknown flags: EINVAL
-show(call(fds[0], E.CU_OPEN, ctx(b"dla")))                           # the DLA engine: EOPNOTSUPP
+show(call(fds[0], E.CU_OPEN, ctx(b"dla", flags=1)))                  # the DLA engine's unit opens
+show(call(fds[0], E.CU_REG_READ, reg(b"dla", offset=0)))             # and reads (CTRL)
+show(call(fds[0], E.CU_REG_WRITE, reg(b"dla", offset=0x10)))         # but never writes: EOPNOTSUPP
 raw = bytearray(bytes(ctx(b"")))
 raw[:64] = b"x" * 64                                                 # no NUL: EINVAL
 show(call(fds[0], E.CU_OPEN, U.dla_cu_context_t.from_buffer_copy(bytes(raw))))
@@ -180,8 +182,8 @@ def test_raw_errnos(daemon, tmp_path: Path) -> None:
     lines = finish(client(mnt, blob, RAW))
     nosup = errno.errorcode[errno.EOPNOTSUPP]  # ENOTSUP on Linux: the same number
     assert lines[:-1] == ["EPERM", "ok", "EBUSY", "EBUSY", "EPERM", "EPERM", "EINVAL", "EINVAL", "EINVAL",
-                          "ENOENT", "ENOENT", "EINVAL", nosup, "EINVAL", nosup, "EFAULT", "EFAULT", "EINVAL",
-                          "EINVAL", "ETIMEDOUT", "EINVAL", "ok", "EPERM", "ok"]
+                          "ENOENT", "ENOENT", "EINVAL", "ok", "ok", nosup, "EINVAL", nosup, "EFAULT",
+                          "EFAULT", "EINVAL", "EINVAL", "ETIMEDOUT", "EINVAL", "ok", "EPERM", "ok"]
 
 
 def test_compute_units_mirror_the_kmds_ip_layout(daemon) -> None:

@@ -1,6 +1,7 @@
 """Prepared tasks through the Linux port: PREPARE once, SUBMIT_PREPARED with the handle and the
 fences in the struct; more fences than the struct carries fall back to SUBMIT; a task the daemon
-dropped is prepared again; a freed buffer is refused; an unknown handle is ENOENT."""
+dropped is prepared again; a freed buffer is refused; an unknown handle is ENOENT. A task's scalar
+arguments travel as PREPARE_ARGS."""
 
 from __future__ import annotations
 
@@ -68,3 +69,43 @@ def test_prepared_tasks_through_the_daemon(daemon: tuple[KmdDaemon, Path],  # no
     x, y = np.load(tmp_path / "x.npy"), np.load(tmp_path / "y.npy")
     np.testing.assert_allclose(y, reference(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
     assert d.counts() == {"clients": 0, "buffers": 0, "syncs": 0}
+
+
+SCALARS_BODY = """
+from pydla.portability.interface import NvDlaTask
+rt = pydla.createRuntime("linux", path=MNT)
+rt.load(BLOB)
+x, y = run_net(rt, 3)
+port, h = rt.port, rt.handle
+step = next(s for s in rt.runner.steps if getattr(s, "prepared", None) is not None)
+addresses = step.prepared.task.address_list
+# the DPU opcode of XRT's run recipe and a negative sentinel, as PREPARE_ARGS carries them
+prepared = port.NvDlaPrepareTask(h, NvDlaTask(addresses, scalars=[(0, 3), (6, -1)]))
+status = port.NvDlaSubmitPrepared(h, prepared, [], [])
+print("prepared", status.task_id)
+status = port.NvDlaSubmit(h, [NvDlaTask(addresses, scalars=[(1, 7)])])[0]
+print("submitted", status.task_id)
+rt.submit()  # the runtime's own task (no scalars) is untouched
+for bad in ([(5000, 1)], [(1, 0), (1, 0)]):
+    try:
+        port.NvDlaPrepareTask(h, NvDlaTask(addresses, scalars=bad))
+    except DlaError as e:
+        print("refused", e.code.name, e.message)
+port.NvDlaReleaseTask(h, prepared)
+"""
+
+
+def test_scalar_arguments_travel_through_the_daemon(daemon: tuple[KmdDaemon, Path],  # noqa: F811 (fixture)
+                                                    net: tuple[Path, object]) -> None:  # noqa: F811
+    d, mnt = daemon
+    blob, _ = net
+    lines = finish(client(mnt, blob, SCALARS_BODY))
+    prepared_id, submitted_id = int(lines[0].split()[1]), int(lines[1].split()[1])
+    history = {job.job_id: job for job in d.kmds[0].history}
+    assert history[prepared_id].task.scalars == ((0, 3), (6, (1 << 64) - 1))
+    assert history[submitted_id].task.scalars == ((1, 7),)
+    assert history[prepared_id].state == history[submitted_id].state == "completed"
+    assert lines[2].startswith("refused BadParameter")
+    assert "scalar argidx 5000 is outside the argument registers of compute unit 'dla_engine:dla' (0..477)" \
+        in lines[2]
+    assert lines[3].startswith("refused BadParameter") and "scalar argidx 1 given twice" in lines[3]

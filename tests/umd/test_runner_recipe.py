@@ -220,8 +220,9 @@ def test_npu_sub_buffer_limits_what_the_device_may_touch(recipe_dir: Path) -> No
     (lambda d: d["resources"]["kernels"][0].update(ctrlcode="wts.bin"), NvError.BadValue, "ELF"),
     (lambda d: d["resources"]["buffers"][2].update(size=16), NvError.InvalidSize,
      "holds 128 bytes, more than its size 16"),
-    (lambda d: d["execution"]["runs"][1].update(constants=[{"value": 3, "type": "int", "argidx": 0}]),
-     NvError.NotSupported, "constants at argidx 0: scalar arguments of an NPU kernel are not supported yet"),
+    (lambda d: d["execution"]["runs"][1].update(constants=[{"value": "3", "type": "string", "argidx": 0}]),
+     NvError.NotSupported, "constant at argidx 0 is a string: the DLA engine's compute unit takes integer "
+                           "scalar arguments only"),
     (lambda d: d["resources"]["cpus"][0].update(library_path="umd/nope.so"), NvError.FileNotFound,
      "not found"),
     (lambda d: d["execution"]["runs"][0]["constants"].pop(), NvError.CountMismatch,

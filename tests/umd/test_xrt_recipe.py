@@ -120,24 +120,17 @@ def test_a_sized_output_is_created_and_binding_it_is_optional(tmp_path: Path, li
 
 
 @pytest.mark.parametrize("name", ["complete", "dpu-constants"])
-def test_npu_constants_are_refused_until_compute_units_take_scalars(tmp_path: Path, libraries: Path,
-                                                                    monkeypatch, name: str) -> None:
-    """The DPU opcode constants (argidx 0, 1, 2, 6, 7) are scalar kernel arguments: they need
-    compute-unit argument registers, which the runner does not drive yet. Validation passes; the
-    runner refuses them when it is built. Without them the same recipe runs."""
+def test_npu_constants_are_scalar_arguments_of_the_engine_unit(tmp_path: Path, libraries: Path,
+                                                                monkeypatch, name: str) -> None:
+    """The DPU opcode constants (argidx 0, 1, 2, 6, 7) of XRT's documentation are scalar kernel
+    arguments: they travel with the task to the driver, which puts them in the argument registers of
+    the engine's compute unit (DPU here); the recipe validates and runs as written."""
     path = recipe_dir(tmp_path, DOC_RECIPES[name], libraries, monkeypatch)
     assert main(["validate", str(path)]) == 0
     with pydla.createRuntime(config=design(path)) as rt:
-        with pytest.raises(DlaError) as e:
-            Runner(rt, path)
-        assert e.value.code == NvError.NotSupported
-        assert e.value.message == ("npu run 'k1': constants at argidx 0, 1, 2, 6, 7: scalar arguments of an "
-                                   "NPU kernel are not supported yet (DLA control code takes buffer "
-                                   "arguments only; its scalars belong to its descriptors)")
-        doc = json.loads(DOC_COMPLETE)
-        del doc["execution"]["runs"][0]["constants"]
-        path.write_text(json.dumps(doc))
         runner = Runner(rt, path)
+        k1 = next(step for step in runner.steps if step.run.name == "k1")
+        assert k1.scalars == [(0, 3), (1, 0), (2, 0), (6, 0), (7, 0)]
         x, w = np.linspace(-2, 2, 128, dtype=np.float32), np.full(128, 0.5, np.float32)
         ofm = rt.allocateSystemMemory(512)
         runner.bind_input("ifm", floats(rt, x))
@@ -147,6 +140,39 @@ def test_npu_constants_are_refused_until_compute_units_take_scalars(tmp_path: Pa
         runner.wait()
         np.testing.assert_array_equal(ofm.array(np.float32, (128,)), np.maximum(x + w, 0))
         runner.close()
+
+
+def test_a_non_integer_npu_constant_is_refused_by_name(tmp_path: Path, libraries: Path, monkeypatch) -> None:
+    doc = json.loads(DOC_COMPLETE)
+    doc["execution"]["runs"][0]["constants"][1] = {"value": "0.5", "type": "float", "argidx": 1}
+    path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
+    with pydla.createRuntime(config=design(path)) as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
+    assert e.value.code == NvError.NotSupported
+    assert e.value.message == ("npu run 'k1': constant at argidx 1 is a float: the DLA engine's compute "
+                               "unit takes integer scalar arguments only")
+
+
+def test_npu_constants_on_a_device_without_an_engine_unit_are_refused(tmp_path: Path, libraries: Path,
+                                                                       monkeypatch) -> None:
+    path = recipe_dir(tmp_path, DOC_RECIPES["complete"], libraries, monkeypatch)
+    raw = json.loads((path.parent / "design.xclbin").read_text())
+    # instance DPU stays (the recipe's kernel names it), but as a plain HS unit, not the engine
+    dpu = {"model": "noop", "m_ip_control": "AP_CTRL_HS", "m_base_address": 0x50000, "window": 0x10000,
+           "m_interrupt_id": 5, "pipeline_depth": 1}
+    raw["ip_layout"] = [{**cu, **dpu} if cu["model"] == "engine" else cu for cu in raw["ip_layout"]]
+    (path.parent / "design.xclbin").write_text(json.dumps(raw))
+    with pydla.createRuntime(config=design(path)) as rt:
+        runner = Runner(rt, path)
+        runner.bind_input("ifm", rt.allocateSystemMemory(1024))
+        runner.bind_input("wts", rt.allocateSystemMemory(512))
+        runner.bind_output("ofm", rt.allocateSystemMemory(512))
+        with pytest.raises(DlaError) as e:
+            runner.execute()  # the driver refuses the task when it is prepared
+        runner.close()
+    assert e.value.code == NvError.NotSupported
+    assert "scalar arguments go to the DLA engine's compute unit, and device 'design' declares none" in \
+        e.value.message
 
 
 def buffers_recipe(*buffers: dict[str, Any],

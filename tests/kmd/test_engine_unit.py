@@ -1,5 +1,6 @@
 """The DLA engine as a compute unit: AP_CTRL_CHAIN lets the next task program its operations while the
-one before it computes; results and order are as if the tasks ran one after another."""
+one before it computes (results and order as if the tasks ran one after another); the unit's control
+block as the driver keeps it, and the scalar arguments of a task in its argument registers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, load_config
+from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL
 from pydla.kmd.engine import DONE, ENABLED, PROGRAMMED
 from pydla.kmd.job import COMPLETED
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, pdp_chain, single_pdp, wait_all
@@ -167,3 +169,84 @@ def test_closing_the_context_of_a_gated_task_leaves_the_running_one_alone(make_k
     running.wait(WAIT_MS)
     case.check(kmd, ctx, loaded, expected)
     assert kmd.stats()["in_flight"] == []
+
+
+# -- the engine unit's registers and scalar arguments ---------------------------------------------------
+
+
+def test_scalars_are_in_the_engine_units_argument_registers_while_the_task_runs(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="step")
+    ctx = kmd.open_context()
+    case = single_pdp()
+    loaded = case.load(kmd, ctx)
+    expected = case.feed(kmd, ctx, loaded, seed=5)
+    kmd.cu_open_context(ctx, "dla", exclusive=True)
+    assert kmd.cu_reg_read(ctx, "dla", CTRL) == AP_IDLE | AP_READY
+    job = kmd.submit(ctx, loaded.addresses, timeout_ms=WAIT_MS, scalars=[(0, 3), (6, -2), (2, 1 << 40)])
+    kmd.poll()
+    assert job.task.scalars == ((0, 3), (2, 1 << 40), (6, (1 << 64) - 2))
+    assert kmd.cu_reg_read(ctx, "dla", CTRL) == AP_START | AP_READY  # depth 2: it takes another
+    words = {off: kmd.cu_reg_read(ctx, "dla", off) for off in range(ARGS, ARGS + 8 * 8, 4)}
+    assert words[ARGS] == 3 and words[ARGS + 4] == 0  # argidx 0: the DPU opcode, low word first
+    assert (words[ARGS + 16], words[ARGS + 20]) == (0, 1 << 8)  # argidx 2 = 2^40
+    assert (words[ARGS + 48], words[ARGS + 52]) == (0xFFFFFFFE, 0xFFFFFFFF)  # argidx 6 = -2
+    assert sum(words.values()) == 3 + (1 << 8) + 0xFFFFFFFE + 0xFFFFFFFF  # nothing else
+    with pytest.raises(DlaError) as info:
+        kmd.cu_reg_write(ctx, "dla", ARGS, 4)
+    assert info.value.code == NvError.NotSupported
+    assert "it is the DLA engine" in info.value.message
+    drive(kmd, dev, [job])
+    case.check(kmd, ctx, loaded, expected)
+    assert kmd.cu_reg_read(ctx, "dla", CTRL) == AP_IDLE | AP_READY
+    assert kmd.cu_reg_read(ctx, "dla", ARGS) == 0
+
+
+def test_a_prepared_task_keeps_its_scalars(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd(mode="step")
+    ctx = kmd.open_context()
+    case = single_pdp()
+    loaded = case.load(kmd, ctx)
+    case.feed(kmd, ctx, loaded, seed=6)
+    prep = kmd.prepare(ctx, loaded.addresses, [(1, 7)])
+    kmd.cu_open_context(ctx, "dla", exclusive=True)
+    for _ in range(2):
+        job = kmd.submit_prepared(ctx, prep, timeout_ms=WAIT_MS)
+        kmd.poll()
+        assert kmd.cu_reg_read(ctx, "dla", ARGS + 8) == 7
+        drive(kmd, dev, [job])
+
+
+@pytest.mark.parametrize(("scalars", "words"), [
+    ([(4094, 1)], "scalar argidx 4094 is outside the argument registers of compute unit 'dla_engine:dla' "
+                  "(0..477)"),
+    ([(1, 0), (1, 2)], "scalar argidx 1 given twice"),
+    ([(0, 1 << 64)], "scalar argidx 0: value 18446744073709551616 does not fit 64 bits"),
+    ([(0, 1.5)], "scalar argument (0, 1.5) must be an (argidx, value) pair of integers"),
+    ([(-1, 0)], "scalar argidx -1 is outside"),
+    ([(i, 0) for i in range(65)], "a list of at most 64 (argidx, value) pairs"),
+])
+def test_bad_scalars_are_refused_by_name(make_kmd: MakeKmd, scalars: list[tuple[int, int]],
+                                         words: str) -> None:
+    _, kmd = make_kmd()
+    ctx = kmd.open_context()
+    loaded = single_pdp().load(kmd, ctx)
+    for call in (lambda: kmd.submit(ctx, loaded.addresses, scalars=scalars),
+                 lambda: kmd.prepare(ctx, loaded.addresses, scalars)):
+        with pytest.raises(DlaError) as info:
+            call()
+        assert info.value.code == NvError.BadParameter
+        assert words in info.value.message
+
+
+def test_scalars_on_a_device_without_an_engine_unit_are_not_supported(make_kmd: MakeKmd) -> None:
+    config = load_config("full")
+    bare = replace(config, name="bare", ip_layout=tuple(cu for cu in config.ip_layout if not cu.is_engine))
+    _, kmd = make_kmd(bare)
+    assert kmd.engine.depth == 1  # no engine unit: one task at a time
+    ctx = kmd.open_context()
+    loaded = single_pdp().load(kmd, ctx)
+    kmd.submit(ctx, loaded.addresses).wait(WAIT_MS)  # without scalars all is as before
+    with pytest.raises(DlaError) as info:
+        kmd.submit(ctx, loaded.addresses, scalars=[(0, 3)])
+    assert info.value.code == NvError.NotSupported
+    assert "device 'bare' declares none" in info.value.message
