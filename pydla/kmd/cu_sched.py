@@ -416,6 +416,29 @@ class CuScheduler:
                                                         f"{context.ctx} hung on '{u.desc.name}' before it"))
         self._reset_wanted = message
 
+    def device_was_reset(self, reason: str) -> None:
+        """The driver reset the whole device (its recovery ladder's last rung, after a DLA job hung):
+        every unit's pipeline was cleared with it, so what was in flight fails now, naming the reason,
+        instead of waiting out its own hang timeout; queued executions start once the units are set
+        up again. Called under the driver's lock (taken before this one, as everywhere)."""
+        with self._lock:
+            lost = [(u, ex) for u in self.all_units for ex in u.inflight]
+            for u, ex in lost:
+                self._end(ex, DlaError(NvError.ResourceError,
+                                       f"execution {ex.exec_id} of compute unit '{u.desc.name}' was lost: "
+                                       f"the device was reset ({reason})"))
+            for u in self.all_units:
+                u.inflight.clear()
+                u.ready = False
+            self._reset_wanted = ""  # the reset a hung unit waited for has happened
+            for u in self.all_units:
+                if u.queue:
+                    self._setup(u)
+                    self._service(u)
+        if lost:
+            log.warning("device reset: %d compute-unit execution(s) lost (%s)", len(lost), reason)
+        self._kick.set()
+
     def _after(self) -> None:
         """Outside the lock: a due device reset, once nothing is in flight (the driver checks that
         the DLA engine is idle under its own lock, taken first)."""

@@ -109,6 +109,7 @@ class Kmd(KmdComputeUnits):
         self.tasks = TaskCache()
         self.cus = CuScheduler(self.port, info, tdr_ms=tdr_ms, ban_after=ban_after,
                                default_timeout_ms=default_timeout_ms, reset_device=self._cu_device_reset)
+        self.watchdog.on_device_reset = self.cus.device_was_reset
         self.engine.dla_engine_init()
         self.default_timeout_ms = default_timeout_ms
         self._lock = threading.RLock()

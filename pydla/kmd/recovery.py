@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -84,6 +84,8 @@ class Watchdog:
         check_recovery_args(tdr_ms, ban_after)
         self.engine = engine
         self.port = port
+        # Told when the ladder reset the whole device (the compute units' pipelines went with it).
+        self.on_device_reset: Callable[[str], None] | None = None
         self.tdr_ms = tdr_ms
         self.ban_after = ban_after
         self.stats = RecoveryStats()
@@ -186,6 +188,8 @@ class Watchdog:
         still = self._busy(list(dla_block_e))
         what = (f"blocks {names} were reset, {', '.join(b.name for b in busy)} stayed busy, so the "
                 f"device was reset")
+        if self.on_device_reset is not None:
+            self.on_device_reset(f"task {job.job_id} hung and {', '.join(b.name for b in busy)} stayed busy")
         if still:
             self.stats.failed_resets += 1
             what += (f", and {', '.join(b.name for b in still)} stayed busy even so: the device needs "

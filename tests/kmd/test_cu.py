@@ -5,6 +5,7 @@ fences, refusals, a driver developer's own model, and recovery of a unit that ne
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from pydla.kmd.cu import CuBuffer
 from pydla.kmd.sync import TimelineSemaphore
 from tests.hw.cu_driver import GIE, sequence
 from tests.hw.regs import raw_config
-from tests.kmd.support import MakeKmd
+from tests.kmd.support import MakeKmd, conv_sdp_pdp
 
 HS_SEQUENCE = "START1=>DONE1=>START2=>DONE2=>START3=>DONE3"
 CHAIN_SEQUENCE = "START1=>START2=>START3=>DONE1=>START4=>DONE2=>START5=>DONE3=>DONE4=>DONE5"
@@ -251,3 +252,30 @@ def test_the_drivers_poll_drives_compute_units_on_a_deterministic_device(make_km
         kmd.poll()
     assert all(ex.done and ex.error is None for ex in executions)
     assert sequence(dev, "noop_chain") == CHAIN_SEQUENCE
+
+
+def test_a_device_reset_of_the_dla_ladder_fails_the_units_executions_at_once(make_kmd: MakeKmd) -> None:
+    """A DLA job hangs in a wedged block: the driver's ladder resets the whole device, which clears the
+    compute units' pipelines too. An execution in flight then fails at once, naming the reset, instead
+    of waiting out its own hang timeout; the units work again afterwards."""
+    dev, kmd = make_kmd(cu_config(), mode="threaded", tdr_ms=300)
+    ctx, other = kmd.open_context(), kmd.open_context()
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, ctx)
+    case.feed(kmd, ctx, loaded, seed=0)
+    dev.inject_wedge("CONV")
+    dev.inject_hang("CONV")
+    job = kmd.submit(ctx, loaded.addresses, timeout_ms=60_000)
+    time.sleep(0.1)
+    slow = kmd.cu_submit(other, "slow", [], timeout_ms=60_000)  # its own hang window ends 200 ms later
+    with pytest.raises(DlaError) as lost:
+        slow.wait(5000)
+    assert lost.value.code == NvError.ResourceError
+    assert f"execution {slow.exec_id} of compute unit 'slow:slow' was lost: the device was reset (task " \
+           f"{job.job_id} hung and CONV stayed busy)" == lost.value.message
+    with pytest.raises(DlaError, match="the device was reset"):
+        job.wait(5000)
+    assert abs(slow.finished_at - job.finished_at) < 0.1  # together, not at the unit's own timeout
+    kmd.cu_submit(other, "noop_hs", []).wait(5000)
+    assert kmd.stats()["recovery"]["device_resets"] == 1
+    assert kmd.stats()["compute_units"]["device_resets"] == 0  # the units' own recovery never ran
