@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pydla.compiler import cpu_reasons
 from pydla.compiler.graph import Node
 from pydla.compiler.layout import normalize_axis, prod
 from pydla.compiler.plan import Step, attr
@@ -39,6 +40,7 @@ Arg = Buf | tuple[Any, str]  # a buffer, or a constant (value, "int" | "float" |
 def cpu_run(lw: Lowering, function: str, args: list[Arg]) -> None:
     """A CPU run of ``function`` with ``args`` in argidx order."""
     lw.finish_task()
+    lw.cpu_notes.append(cpu_reasons.note(function, lw.node, len(lw.runs)))
     arguments: list[dict[str, Any]] = []
     constants: list[dict[str, Any]] = []
     for i, a in enumerate(args):

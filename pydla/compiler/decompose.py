@@ -1,7 +1,9 @@
 """Operators the import writes as the ones pydla lowers: LayerNormalization (opset 17) as the
 decomposed form exporters emit before it (ReduceMean, Sub, Mul, ReduceMean, Add, Sqrt, Div, Mul,
-Add), so that a transformer's normalisation compiles; the element-wise parts run on SDP, the means
-and the root as CPU runs (a later step puts them on the device).
+Add), so that a transformer's normalisation compiles; and a mean or sum over the last axis alone
+(the means of that form, also as exporters emit them) as a MatMul by a constant column, which the
+device computes. The element-wise parts run on SDP, the root as a CPU run (a later step puts it on
+the device).
 """
 
 from __future__ import annotations
@@ -65,10 +67,47 @@ def layer_norm(graph: Graph, node: Node) -> list[Node]:
     std = add("Sqrt", [add("Add", [variance, epsilon], tensor("variance_eps", kept))], tensor("std", kept))
     if inv_out:
         add("Div", [const("one", 1.0), std], tensor("", kept, inv_out))
-    if not y:
-        return parts
-    normalised = add("Div", [centred, std], tensor("normalised", shape))
-    scaled = add("Mul", [normalised, scale], tensor("scaled", shape) if bias else y)
-    if bias:
-        add("Add", [scaled, bias], y)
-    return parts
+    if y:
+        normalised = add("Div", [centred, std], tensor("normalised", shape))
+        scaled = add("Mul", [normalised, scale], tensor("scaled", shape) if bias else y)
+        if bias:
+            add("Add", [scaled, bias], y)
+    return [part for n in parts for part in (last_axis_product(graph, n) if n.op_type == "ReduceMean"
+                                             else None) or [n]]
+
+
+# The opsets from which a reduction takes its axes as an input, not an attribute.
+AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": REDUCE_MEAN_AXES_INPUT}
+
+
+def last_axis_product(graph: Graph, node: Node) -> list[Node] | None:
+    """ReduceMean / ReduceSum of a float32 tensor over its last axis alone as a MatMul by a
+    constant column of 1 / D (or ones): a CONV operation on the device instead of a CPU run, which
+    would split the NPU work (a transformer's normalisations reduce so, twice each). None when the
+    node reduces otherwise."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = graph.shapes.get(x, ())
+    if graph.dtypes.get(x) != np.float32 or len(shape) < 2 or shape[-1] < 1:
+        return None
+    if graph.opset >= AXES_INPUT_SINCE[node.op_type]:
+        name = node.inputs[1] if len(node.inputs) > 1 else ""
+        if name not in graph.consts:
+            return None
+        axes = [int(a) for a in np.asarray(graph.consts[name]).ravel()]
+    else:
+        axes = [int(a) for a in node.attrs.get("axes", [])]
+    if [a % len(shape) for a in axes] != [len(shape) - 1]:
+        return None
+    depth = shape[-1]
+    column = f"{out}/reduce_column"
+    value = 1.0 / depth if node.op_type == "ReduceMean" else 1.0
+    graph.consts[column] = np.full((depth, 1), value, np.float32)
+    graph.shapes[column], graph.dtypes[column] = (depth, 1), np.dtype(np.float32)
+    if int(node.attrs.get("keepdims", 1)):
+        return [Node(node.name, "MatMul", [x, column], [out], {})]
+    kept, target = f"{out}/kept", f"{out}/shape"
+    graph.shapes[kept], graph.dtypes[kept] = (*shape[:-1], 1), np.dtype(np.float32)
+    graph.consts[target] = np.array(shape[:-1], np.int64)
+    graph.shapes[target], graph.dtypes[target] = (len(shape) - 1,), np.dtype(np.int64)
+    return [Node(f"{node.name}/product", "MatMul", [x, column], [kept], {}),
+            Node(node.name, "Reshape", [kept, target], [out], {})]

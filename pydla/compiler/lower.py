@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler import conv3d, cpuops, elementwise, matmul, movement, pooling
+from pydla.compiler import conv3d, cpu_reasons, cpuops, elementwise, matmul, movement, pooling
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import (
     check_auto_pad,
@@ -52,6 +52,8 @@ class Compiled:
     memory: MemoryPlan
     weights_bytes: int
     notes: list[str] = field(default_factory=list)
+    # Why each CPU run exists (pydla.compiler.cpu_reasons): also in the recipe header.
+    cpu_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Lowering:
@@ -66,6 +68,8 @@ class Lowering:
         self.tb = TaskBuilder(precision)
         self.weights = bytearray()
         self.runs: list[tuple[str, TaskBuilder | dict[str, Any]]] = []
+        self.node: Node | None = None  # the head of the step being lowered (named by CPU runs' notes)
+        self.cpu_notes: list[dict[str, Any]] = []
         self.temp_used = 0  # bytes of the current step's temporaries, after the planned arena
         self.temp_peak = 0
         # Each graph input's and output's position (the first, as list.index gave it): asked for
@@ -194,6 +198,7 @@ class Lowering:
         for i, step in enumerate(steps):
             report(self.progress, "lowering", i + 1, len(steps), step.head.name)
             self.temp_used = 0
+            self.node = step.head
             lower = LOWER.get(step.kind)
             if lower is not None:
                 lower(self, step)
@@ -459,9 +464,11 @@ class Lowering:
         resources: dict[str, Any] = {"buffers": buffers, "kernels": kernels}
         if cpus:
             resources["cpus"] = list(cpus.values())
-        lw.set_recipe({"header": {"device": self.device, "version": "1.0.0"}, "resources": resources,
-                       "execution": {"runs": runs}})
-        return Compiled(lw.build(), steps, counts, self.plan, len(self.weights))
+        header: dict[str, Any] = {"device": self.device, "version": "1.0.0"}
+        if self.cpu_notes:
+            header[cpu_reasons.HEADER_KEY] = self.cpu_notes
+        lw.set_recipe({"header": header, "resources": resources, "execution": {"runs": runs}})
+        return Compiled(lw.build(), steps, counts, self.plan, len(self.weights), cpu_runs=self.cpu_notes)
 
 
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {

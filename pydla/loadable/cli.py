@@ -55,6 +55,21 @@ def register(commands: Any) -> None:
     i.set_defaults(func=_info)
 
 
+def _cpu_runs(recipe: Any) -> list[dict[str, Any]]:
+    """Each CPU run, with the node that made it and why when the compiler said so (its recipe
+    header's ``cpu_runs`` metadata: entries whose index is a CPU run's position and whose fields are
+    strings; anything else in that metadata is ignored, as metadata is not trusted to be well formed)."""
+    header = recipe.raw.get("header") if isinstance(recipe.raw, dict) else None
+    notes = header.get("cpu_runs") if isinstance(header, dict) else None
+    by_index: dict[int, dict[str, str]] = {}
+    for entry in notes if isinstance(notes, list) else []:
+        if isinstance(entry, dict) and type(entry.get("index")) is int:
+            by_index[entry["index"]] = {k: entry[k] for k in ("node", "op", "why")
+                                        if isinstance(entry.get(k), str)}
+    return [{"run": r.name, "library": recipe.cpus[r.name].library_path, **by_index.get(i, {})}
+            for i, r in enumerate(recipe.runs) if r.where == "cpu"]
+
+
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
@@ -85,8 +100,7 @@ def describe(lo: Any) -> dict[str, Any]:
         "memory_total": {kind: sum(m.size for m in lo.memory.values() if m.kind == kind)
                          for kind in sorted({m.kind for m in lo.memory.values()})},
         "npu_tasks": tasks,
-        "cpu_runs": [{"run": r.name, "library": lo.recipe.cpus[r.name].library_path}
-                     for r in lo.recipe.runs if r.where == "cpu"],
+        "cpu_runs": _cpu_runs(lo.recipe),
         "sections": lo.section_sizes(),
         "section_names": section_names(lo.elf),
     }
@@ -126,8 +140,12 @@ def _info(args: argparse.Namespace) -> int:
     for t in info["npu_tasks"]:
         blocks = ", ".join(f"{b} {n}" for b, n in sorted(t["per_block"].items()))
         print(f"npu task {t['run']}: {t['operations']} operations ({blocks})")
+    if info["cpu_runs"]:
+        print(f"cpu runs: {len(info['cpu_runs'])} (each splits the NPU work: a task ends, the CPU computes, "
+              "the next task starts)")
     for r in info["cpu_runs"]:
-        print(f"cpu run {r['run']} from {r['library']}")
+        made_by = f" for node '{r['node']}' ({r.get('op', '?')}): {r.get('why', '')}" if "node" in r else ""
+        print(f"cpu run {r['run']} from {r['library']}{made_by}")
     print("sections (dump one with --dump-section NAME[:FILE]):")
     _print_sections(info["sections"])
     return 0

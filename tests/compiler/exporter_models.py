@@ -135,7 +135,8 @@ def encoder_layer(e: Exporter, x: str, i: int, d: int, heads: int, mask: str | N
     return e.op("Add", [h, e.linear(up, f"layers.{i}.fc2", 2 * d, d)])
 
 
-def bert_encoder(layers: int = 2, d: int = 32, heads: int = 4, vocab: int = 50) -> onnx.ModelProto:
+def bert_encoder(layers: int = 2, d: int = 32, heads: int = 4, vocab: int = 50,
+                 positions: int = 64) -> onnx.ModelProto:
     """Token ids and an attention mask, both (batch, sequence) int64: embeddings (token table Gather,
     positions by Range over the sequence length), the extended mask (1 - mask) * -10000 as
     (B, 1, 1, T), ``layers`` pre-norm layers, a final LayerNorm."""
@@ -143,8 +144,8 @@ def bert_encoder(layers: int = 2, d: int = 32, heads: int = 4, vocab: int = 50) 
     e.scope = "/embeddings"
     tokens = e.op("Gather", [e.weight("embeddings.word", (vocab, d), 0.5), "input_ids"], axis=0)
     seq = e.dim("input_ids", 1)
-    positions = e.op("Unsqueeze", [e.op("Range", [e.const(0), seq, e.const(1)]), e.const([0])])
-    pos = e.op("Gather", [e.weight("embeddings.position", (64, d), 0.5), positions], axis=0)
+    position_ids = e.op("Unsqueeze", [e.op("Range", [e.const(0), seq, e.const(1)]), e.const([0])])
+    pos = e.op("Gather", [e.weight("embeddings.position", (positions, d), 0.5), position_ids], axis=0)
     x = e.op("Add", [tokens, pos])
     e.scope = ""
     m = e.unsqueeze(e.unsqueeze("attention_mask", [1]), [2])

@@ -169,3 +169,24 @@ def test_a_node_that_does_not_fit_its_computed_input_shape_is_named() -> None:
     assert info.value.code == NvError.BadValue
     assert info.value.message.startswith(
         "node 'proj' (MatMul): its inputs ('r' (2, 3, 2), 'w' (4, 5)) do not fit")
+
+
+@pytest.mark.parametrize("op,keepdims,opset", [("ReduceMean", 1, 17), ("ReduceMean", 0, 18),
+                                               ("ReduceSum", 1, 13), ("ReduceSum", 0, 11)])
+def test_a_mean_or_sum_over_the_last_axis_is_a_product_on_the_device(op: str, keepdims: int,
+                                                                      opset: int) -> None:
+    """An exported LayerNorm's ReduceMean(x, axes=[-1]): a MatMul by a constant column, no CPU run."""
+    from pydla.loadable.container import Loadable
+
+    since = 18 if op == "ReduceMean" else 13
+    inits = {"axes": np.array([-1], I64)} if opset >= since else {}
+    attrs = {} if opset >= since else {"axes": [-1]}
+    m = model([helper.make_node(op, ["x", *inits], ["y"], keepdims=keepdims, **attrs)], {"x": (2, 3, 7)},
+              ["y"], inits, opset=opset)
+    x = np.random.default_rng(2).standard_normal((2, 3, 7)).astype(np.float32)
+    blob = compile_model(m).blob
+    assert [r.where for r in Loadable.open(blob).recipe.runs] == ["npu"]
+    want = reference(m, {"x": x})["y"]
+    got = run_loadable(blob, {"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
