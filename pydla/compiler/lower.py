@@ -132,7 +132,10 @@ class Lowering:
 
     def const_raw(self, values: np.ndarray, dtype: np.dtype[Any]) -> Ref:
         """Constant ``values`` as ``dtype`` in the weights buffer."""
-        data = np.ascontiguousarray(values, dtype=dtype).tobytes()
+        # A float32 beyond fp16's range becomes +-inf in fp16, as the device's own conversion makes
+        # it: an attention mask's float32 minimum masks as -inf does. Not worth a warning.
+        with np.errstate(over="ignore"):
+            data = np.ascontiguousarray(values, dtype=dtype).tobytes()
         self.weights += b"\0" * (-len(self.weights) % ALIGN)
         offset = len(self.weights)
         self.weights += data

@@ -9,6 +9,7 @@ and Expand of known shapes is folded away (no such node reaches the loadable).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,22 @@ def test_exported_model_agrees_with_onnxruntime(case: str, batch: int, seq: int)
         assert got[name].shape == want.shape, name
         np.testing.assert_allclose(got[name], want, rtol=1e-3, atol=1e-4, err_msg=f"{case}: {name}")
     assert compile_s < 5, f"{case} took {compile_s:.1f} s to compile"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exported_model_in_fp16(case: str) -> None:
+    """The device in fp16 (inputs and outputs keep the model's types): the same within fp16's
+    precision, and an attention mask's float32 minimum (beyond fp16) is -inf there, silently."""
+    build, make_feeds = CASES[case]
+    m = build()
+    feeds = make_feeds(2, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        blob = compile_model(m, input_shapes={n: v.shape for n, v in feeds.items()}, precision="fp16").blob
+    expected = _ort(m, feeds)
+    got = _pydla(blob, feeds)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-2, atol=1e-2, err_msg=f"{case}: {name}")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
