@@ -23,7 +23,9 @@ is latched with each push and START):
 3. Configure each barrier used: SHAVE_BAR_SELECT = b; SHAVE_BAR_CONFIG = producers | consumers << 16
    (the tasks that update / wait on it). A barrier fires when its producers are done and resets to
    this configuration when its consumers are done, so it can be used again. SHAVE_BAR_NOTIFY: the
-   barriers whose firing interrupts the host (typically one updated by the last task).
+   barriers whose firing interrupts the host (typically one updated by the last task). Selecting a
+   barrier the device does not have and configuring it is reported as a DMA error (BAD_BARRIER):
+   the task lists that would use it must not run.
 4. Write the descriptors into device memory: ActKernelTask (an ActKernelInvocation: the kernel's
    ELF image, its entry offset in WIN_D, the argument buffer copied to WIN_E, an optional RW data
    section copied to WIN_E + data_offset, the tile, a kernel id; plus wait / update barrier masks)

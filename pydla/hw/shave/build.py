@@ -23,12 +23,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pydla.deviceapi.generate import include_dir
+import pydla.deviceapi
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 SOURCE_DIR = KERNELS_DIR / "src"
+# The generated headers (pydla/shave.h); not through pydla.deviceapi.generate, which needs the
+# codegen extra: reading a shipped kernel (kernel_elf) needs nothing but the package.
+INCLUDE_DIR = Path(pydla.deviceapi.__file__).resolve().parent / "include"
 RUNTIME = "runtime"
 RUNTIME_ENTRY = "runtime_main"
 CC_ENV = "PYDLA_RISCV_CC"  # another compiler than riscv64-unknown-elf-gcc
@@ -80,7 +83,7 @@ def build(source: Path, cc: str | None = None) -> bytes:
         script.write_text(runtime_script() if name == RUNTIME else kernel_script())
         out = Path(tmp) / f"{name}.elf"
         # Relative source paths and a fixed working directory: nothing of this machine in the ELF.
-        argv = [cc, *CFLAGS, "-I", str(include_dir()), "-I", ".", f"{name}.c", "-o", str(out),
+        argv = [cc, *CFLAGS, "-I", str(INCLUDE_DIR), "-I", ".", f"{name}.c", "-o", str(out),
                 f"-Wl,-T,{script}", f"-Wl,-e,{entry}", *LDFLAGS]
         result = subprocess.run(argv, cwd=source.parent, capture_output=True, text=True)
         if result.returncode != 0:

@@ -61,7 +61,7 @@ class ShaveSystem:
         self._cmx: list[tuple[mmap.mmap, npt.NDArray[np.uint8]] | None] = [None] * config.tiles
         self.tiles = [Tile(i, config, self._cmx_view(i), iommu, self.barriers) for i in range(config.tiles)]
         self.dma = Dma(iommu, self.barriers, self.cmx, config.tiles, config.cmx_bytes)
-        self.regs = [_TileRegs() for _ in range(config.tiles)]
+        self._used = False  # the CMX slices were written since the last reset
         self.reset()
 
     def _cmx_view(self, tile: int) -> npt.NDArray[np.uint8]:
@@ -82,10 +82,12 @@ class ShaveSystem:
         self.push_seq = 0
         self.barriers.reset()
         self.dma.reset()
-        for tile, regs in zip(self.tiles, self.regs, strict=True):
+        self.regs = [_TileRegs() for _ in self.tiles]
+        for tile in self.tiles:
             tile.halt()
-            regs.__init__()  # type: ignore[misc]
-            tile.cmx[:] = 0
+            if self._used:  # fresh slices are zero already (and untouched pages cost nothing)
+                tile.cmx[:] = 0
+        self._used = False
 
     def close(self) -> None:
         for tile in self.tiles:
@@ -123,6 +125,7 @@ class ShaveSystem:
         """Apply a write and run what it lets run. True when a new intr_status bit was set (raise the
         interrupt line); None for an address that is not a register (a bus error)."""
         before = self.intr_status
+        self._used = True
         tile_regs = self._tile_reg(address)
         if tile_regs is not None:
             self._write_tile(*tile_regs, value)
