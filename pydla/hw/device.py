@@ -102,6 +102,7 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, Compute
         self.decoded = DecodedCache(self.iommu, self._precisions)
         self._threads = []
         self._names = dict(_NAMES)
+        self.glb_extra = {}
         self._init_cus()
         self._init_shave()
         if mode == "threaded":

@@ -264,6 +264,9 @@ class RegisterFile(DeviceState):
             return self.ops_done & 0xFFFFFFFF
         if address == _GLB_CU_INTR_STATUS:
             return self._cu_read_status()
+        extra = self.glb_extra.get(address)
+        if extra is not None:
+            return extra[0]()
         fault_addr, fault_ctx, fault_block = self.fault
         return {
             R.GLB_HW_VERSION: self.config.hw_version,
@@ -321,4 +324,8 @@ class RegisterFile(DeviceState):
             self._reset(value)
         elif address == _GLB_CU_INTR_STATUS:
             return self._cu_ack(value)
+        else:
+            extra = self.glb_extra.get(address)
+            if extra is not None:
+                return extra[1](value)
         return 0

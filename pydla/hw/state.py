@@ -64,6 +64,9 @@ class DeviceState:
     decoded: DecodedCache
     _threads: list[threading.Thread]
     _names: dict[int, str]  # register names for the trace (the units' included)
+    # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
+    # address -> (read, write); a write returns what it changed (0, or a status change to act on).
+    glb_extra: dict[int, tuple[Callable[[], int], Callable[[int], int]]]
     # compute units (pydla.hw.compute_units)
     _cus: list[ComputeUnit]
     _cu_bases: list[int]
