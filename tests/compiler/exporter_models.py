@@ -136,10 +136,12 @@ def encoder_layer(e: Exporter, x: str, i: int, d: int, heads: int, mask: str | N
 
 
 def bert_encoder(layers: int = 2, d: int = 32, heads: int = 4, vocab: int = 50,
-                 positions: int = 64) -> onnx.ModelProto:
+                 positions: int = 64, mask_form: str = "scaled") -> onnx.ModelProto:
     """Token ids and an attention mask, both (batch, sequence) int64: embeddings (token table Gather,
-    positions by Range over the sequence length), the extended mask (1 - mask) * -10000 as
-    (B, 1, 1, T), ``layers`` pre-norm layers, a final LayerNorm."""
+    positions by Range over the sequence length), the additive mask, ``layers`` pre-norm layers, a
+    final LayerNorm. ``mask_form`` "scaled": BERT's (1 - mask) * -10000 as (B, 1, 1, T); "expanded":
+    Hugging Face's _expand_mask, mask[:, None, None, :].expand(B, 1, T, T), 1 - it, then
+    masked_fill(inverted.bool(), finfo.min) as Cast to bool and Where."""
     e = Exporter(1)
     e.scope = "/embeddings"
     tokens = e.op("Gather", [e.weight("embeddings.word", (vocab, d), 0.5), "input_ids"], axis=0)
@@ -149,8 +151,15 @@ def bert_encoder(layers: int = 2, d: int = 32, heads: int = 4, vocab: int = 50,
     x = e.op("Add", [tokens, pos])
     e.scope = ""
     m = e.unsqueeze(e.unsqueeze("attention_mask", [1]), [2])
-    m = e.op("Cast", [m], to=TensorProto.FLOAT)
-    m = e.op("Mul", [e.op("Sub", [e.const(1.0, np.float32), m]), e.const(-10000.0, np.float32)])
+    if mask_form == "expanded":
+        b, t = e.dim("attention_mask", 0), e.dim("attention_mask", 1)
+        m = e.op("Cast", [torch_expand(e, m, e.shape_of(b, 1, t, t))], to=TensorProto.FLOAT)
+        inverted = e.op("Sub", [e.const(1.0, np.float32), m])
+        lowest = e.const(float(np.finfo(np.float32).min), np.float32)
+        m = e.op("Where", [e.op("Cast", [inverted], to=TensorProto.BOOL), lowest, inverted])
+    else:
+        m = e.op("Cast", [m], to=TensorProto.FLOAT)
+        m = e.op("Mul", [e.op("Sub", [e.const(1.0, np.float32), m]), e.const(-10000.0, np.float32)])
     for i in range(layers):
         x = encoder_layer(e, x, i, d, heads, m)
     e.scope = ""
