@@ -81,6 +81,24 @@ def test_exported_model_agrees_with_onnxruntime(case: str, batch: int, seq: int)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+def test_exported_model_at_the_newest_opset(case: str) -> None:
+    """The same models declared at the newest opset the installed onnx knows (the operators they use
+    are unchanged there, or changed in ways pydla reads: ReduceMean's axes as an input from 18)."""
+    build, make_feeds = CASES[case]
+    m = build()
+    m.opset_import[0].version = onnx.defs.onnx_opset_version()
+    m.ir_version = onnx.IR_VERSION
+    feeds = make_feeds(2, 4)
+    try:
+        expected = _ort(m, feeds)
+    except Exception as e:  # an onnxruntime older than the onnx package
+        pytest.skip(f"onnxruntime cannot run opset {m.opset_import[0].version}: {str(e)[:100]}")
+    got = _pydla(compile_model(m, input_shapes={n: v.shape for n, v in feeds.items()}).blob, feeds)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-3, atol=1e-4, err_msg=f"{case}: {name}")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_exported_model_in_fp16(case: str) -> None:
     """The device in fp16 (inputs and outputs keep the model's types): the same within fp16's
     precision, and an attention mask's float32 minimum (beyond fp16) is -inf there, silently."""
