@@ -4,8 +4,8 @@ emulation that runs longer than its budget.
 unicorn's own ``timeout`` starts a thread for every emu_start (about 0.3 ms each, measured: more than
 an empty kernel's whole invocation), and its instruction ``count`` slows emulation about 2.5x; this
 costs two attribute writes per emulation. The thread starts with the first watched emulation and
-polls every ``POLL_S`` (or a tenth of the shortest budget), so a runaway kernel stops within its
-budget plus one poll.
+polls every ``POLL_S`` (or a tenth of the shortest budget seen, at least ``MIN_POLL_S``), so a
+runaway kernel stops within its budget plus one poll.
 
 Usage::
 
@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 POLL_S = 0.05
+MIN_POLL_S = 0.01  # a short budget (a test's) polls faster, never more than 100 times a second
 
 
 class Watch:
@@ -44,7 +45,7 @@ class Watchdog:
         w = Watch(uc, time.monotonic() + budget_s)
         with self._lock:
             self._watches.add(w)
-            self._poll = min(self._poll, max(budget_s / 10, 0.001))
+            self._poll = min(self._poll, max(budget_s / 10, MIN_POLL_S))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="pydla-shave-watchdog")
                 self._thread.start()
