@@ -190,3 +190,19 @@ def test_a_mean_or_sum_over_the_last_axis_is_a_product_on_the_device(op: str, ke
     got = run_loadable(blob, {"x": x})["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_reshape_of_computed_data_with_0_and_minus_1() -> None:
+    """x (batch, 4, 6) -> Reshape [0, 0, 2, -1] -> Transpose -> Reshape [0, -1]: the 0s copy the
+    input's sizes, the -1 takes what is left, with the batch symbolic."""
+    m = model([helper.make_node("Relu", ["x"], ["r"]),
+               helper.make_node("Reshape", ["r", "split"], ["s"]),
+               helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3]),
+               helper.make_node("Reshape", ["t", "flat"], ["y"])],
+              {"x": ("batch", 4, 6)}, ["y"], {"split": np.array([0, 0, 2, -1], I64),
+                                               "flat": np.array([0, -1], I64)})
+    x = np.random.default_rng(3).standard_normal((3, 4, 6)).astype(np.float32)
+    blob = compile_model(m, input_shapes={"x": (3, 4, 6)}).blob
+    want = reference(m, {"x": x})["y"]
+    assert want.shape == (3, 24)
+    np.testing.assert_array_equal(run_loadable(blob, {"x": x})["y"], want)
