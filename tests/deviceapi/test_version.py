@@ -62,7 +62,7 @@ def test_contract_version_of_api_and_str() -> None:
 
     cv = ContractVersion.of(trace.API)
     assert cv == ContractVersion("trace", trace.VERSION, trace.LAYOUT_HASH64)
-    assert cv.version_string == "1.0.0"
+    assert cv.version_string == ".".join(map(str, trace.VERSION))
     assert f"{trace.LAYOUT_HASH64:016x}" in str(cv)
     assert _check(cv, cv) is Compatibility.IDENTICAL
 
