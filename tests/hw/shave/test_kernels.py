@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.hw.shave import build
 from tests.hw.shave.host import Args, Host, cmx, treg
@@ -154,3 +155,55 @@ def test_activation_kernel(host: Host, op: str) -> None:
     got = np.frombuffer(host.read(out, 2 * x.nbytes), np.float32).reshape(5, 399, 2)[:, :, 0]
     atol = 0.0 if op in ("EXP", "SIGMOID") else 1e-6
     np.testing.assert_allclose(got, _reference(op, x), rtol=1e-5, atol=atol or 1e-37)
+
+
+def np_layernorm(x: np.ndarray, axis: int, scale: np.ndarray | None, bias: np.ndarray | None,
+                 eps: float) -> np.ndarray:
+    d = x.astype(np.float64)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    y = (d - d.mean(axis=axes, keepdims=True)) / np.sqrt(d.var(axis=axes, keepdims=True) + eps)
+    shape = x.shape[axis % x.ndim:]
+    if scale is not None:
+        y = y * scale.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+@pytest.mark.parametrize(("shape", "axis", "affine"), [((4, 3, 50), -1, True), ((4, 3, 50), 1, True),
+                                                      ((7, 64), -1, False), ((300,), 0, True)])
+def test_layernorm_kernel(host: Host, shape: tuple[int, ...], axis: int, affine: bool) -> None:
+    """ONNX LayerNormalization: relative 1e-5, absolute 1e-5 (values near 0), as layernorm.c says."""
+    host.start_tile(1)
+    rng = np.random.default_rng(len(shape) + axis)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    group = int(np.prod(shape[axis % len(shape):]))
+    scale = rng.standard_normal(group).astype(np.float32) if affine else None
+    bias = rng.standard_normal(group).astype(np.float32) if affine else None
+    blob = np.concatenate([x.ravel()] + ([scale, bias] if affine else [])).astype(np.float32)
+    src, out = host.put(blob), host.alloc(x.nbytes)
+    host.barrier(0, 1, 1)
+    host.barrier(1, 1, 1)
+    host.dma(src, cmx(0), blob.nbytes, dst_tile=1, update=1)
+    a = Args(S.LayerNormParams)
+    a.memref("input", cmx(0), shape, np.float32)
+    a.memref("output", cmx(0x80000), shape, np.float32)
+    if affine:
+        a.memref("scale", cmx(x.nbytes), (group,), np.float32)
+        a.memref("bias", cmx(x.nbytes + 4 * group), (group,), np.float32)
+    a.params.axis, a.params.epsilon = axis, 1e-5
+    host.kernel(1, "layernorm", a, wait=1, update=2)
+    host.dma(cmx(0x80000), out, x.nbytes, src_tile=1, wait=2)
+    assert host.r(treg(1, "error")) == 0, host.dev.shave.error_text(1)  # type: ignore[union-attr]
+    got = np.frombuffer(host.read(out, x.nbytes), np.float32).reshape(shape)
+    np.testing.assert_allclose(got, np_layernorm(x, axis, scale, bias, 1e-5), rtol=1e-5, atol=1e-5)
+
+
+def test_layernorm_refuses_a_strided_group(host: Host) -> None:
+    host.start_tile(0)
+    a = Args(S.LayerNormParams)
+    a.memref("input", cmx(0), (4, 8), np.float32, strides=(64, 8))  # every other float
+    a.memref("output", cmx(0x1000), (4, 8), np.float32)
+    a.params.axis, a.params.epsilon = -1, 1e-5
+    host.kernel(0, "layernorm", a)
+    assert host.r(treg(0, "error")) == R.shave_error_e.TRAP

@@ -70,6 +70,13 @@ static inline float from_bits(uint32_t u) {
     return b.f;
 }
 
+/* The F extension's square root (GCC would call libm's sqrtf to set errno for negative inputs). */
+static inline float sqrt_f(float x) {
+    float r;
+    __asm__("fsqrt.s %0, %1" : "=f"(r) : "f"(x));
+    return r;
+}
+
 /* exp(x) for -87.3 <= x <= 88.7 (the caller handles the ends): 2^(n/256) e^r with
  * n = round(x * 256 / ln2), |r| <= ln2 / 512; relative error about 1e-7. */
 static inline float exp_core(float x) {
