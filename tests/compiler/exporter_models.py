@@ -300,3 +300,20 @@ def tf2onnx_reshape(d: int = 8) -> onnx.ModelProto:
     return e.model([helper.make_tensor_value_info("input:0", TensorProto.FLOAT, ["unk__1", 3, 5, d])],
                    [helper.make_tensor_value_info("output:0", TensorProto.FLOAT, ["unk__1", 15, 4])],
                    opset=15)
+
+
+def channel_shuffle(c: int = 8, groups: int = 2, size: int = 6) -> onnx.ModelProto:
+    """ShuffleNet's channel shuffle as torch exports it: b, c, h, w read from the shape, c // groups
+    as Div of int64s, view(b, groups, c // groups, h, w), transpose(1, 2), view(b, -1, h, w)."""
+    e = Exporter(6)
+    e.scope = "/stage2/shuffle"
+    x = e.op("Conv", ["x", e.weight("conv.weight", (c, c, 1, 1)), e.weight("conv.bias", (c,), 0.1)],
+             kernel_shape=[1, 1])
+    b, channels, h, w = (e.dim(x, i) for i in range(4))
+    per_group = e.op("Div", [channels, e.const(groups)])
+    v = e.op("Reshape", [x, e.shape_of(b, groups, per_group, h, w)])
+    t = e.op("Transpose", [v], perm=[0, 2, 1, 3, 4])
+    y = e.op("Reshape", [t, e.shape_of(b, -1, h, w)])
+    e.nodes.append(helper.make_node("Identity", [y], ["y"], name="/Identity"))
+    return e.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", c, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", c, size, size])])

@@ -57,6 +57,7 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], Callable[[int, int], dict[
     "gpt_range_mask": (lambda: em.gpt_block("range"), lambda b, s: _floats("inputs_embeds", (b, s, 32))),
     "gpt_trilu_mask": (lambda: em.gpt_block("trilu"), lambda b, s: _floats("inputs_embeds", (b, s, 32))),
     "mobilenet_v3_block": (em.mobilenet_v3_block, lambda b, s: _floats("x", (b, 16, 12, 12))),
+    "channel_shuffle": (em.channel_shuffle, lambda b, s: _floats("x", (b, 8, 6, 6))),
     "tf2onnx_reshape": (em.tf2onnx_reshape, lambda b, s: _floats("input:0", (b, 3, 5, 8))),
 }
 
@@ -128,6 +129,16 @@ def test_shape_arithmetic_is_folded_away(case: str) -> None:
             assert all(not i or i in graph.consts for i in n.inputs[1:]), (n.name, n.inputs)
         for o in n.outputs:
             assert min(graph.shapes[o], default=1) > 0, (n.name, o, graph.shapes[o])
+
+
+@pytest.mark.parametrize("case", ["mobilenet_v3_block", "channel_shuffle", "tf2onnx_reshape"])
+def test_cnn_patterns_have_no_cpu_run(case: str) -> None:
+    """HardSwish, squeeze-excite (HardSigmoid and the channel-wise product) and channel shuffle run
+    on the device's blocks: no CPU run splits the NPU work."""
+    build, make_feeds = CASES[case]
+    feeds = make_feeds(2, 6)
+    compiled = compile_model(build(), input_shapes={n: v.shape for n, v in feeds.items()})
+    assert compiled.cpu_runs == [] and "CPU" not in compiled.operations
 
 
 def test_loadable_has_the_given_shapes() -> None:
