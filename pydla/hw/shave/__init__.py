@@ -37,7 +37,8 @@ is latched with each push and START):
    (SHAVE_BAR_FIRED says which; write 1s to clear), bit t: tile t stopped with an error, bit 16:
    the DMA did), with a timeout: the device never hangs the host, but a task list whose barriers
    never fire waits forever. Clear both (write 1s to SHAVE_INTR_STATUS, then to GLB bit 29): bit 29
-   is set again only by a new SHAVE_INTR_STATUS bit. SHAVE_Tt_DONE and SHAVE_DMA_DONE count completed tasks (progress).
+   is set again only by a new SHAVE_INTR_STATUS bit. SHAVE_Tt_DONE and SHAVE_DMA_DONE count
+   completed tasks (progress).
 6. On an error: SHAVE_Tt_ERROR (shave_error_e), _ERROR_PC, _ERROR_ADDR, _ERROR_KERNEL (the task's
    kernel_id; 0xFFFFFFFF: the runtime kernel), _ERROR_TASK (the push number); SHAVE_DMA_ERROR,
    _ERROR_TASK, _ERROR_ADDR_LO/HI. Recover with SHAVE_RESET = 1 (every tile halted, FIFOs emptied,
@@ -49,9 +50,10 @@ runtime kernel, ``clamp`` (ClampParams, as the VPUX software layers' example), `
 (SoftmaxParams), ``activation`` (ActivationParams: exp, sigmoid, tanh, erf, gelu) and ``layernorm``
 (LayerNormParams). A kernel's ActKernelInvocation.entry_offset is its ELF's e_entry - WIN_D.
 
-Execution: in every device mode the tiles and the DMA run inside the register write that lets them
-progress (a push, a START, a barrier configuration), in a fixed order (the DMA's ready tasks, then
-tile 0, 1, ...; a tile runs until its runtime kernel sleeps or ends a task), so that a run is
-reproducible to the register write. A kernel runs within its budget (``instruction_budget`` or
+Execution: in ``deterministic`` and ``step`` modes the tiles and the DMA run inside the register
+write that lets them progress (a push, a START, a barrier configuration), in a fixed order (the
+DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sleeps or ends a task),
+so that a run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs
+them in the same order, beside the host. A kernel runs within its budget (``instruction_budget`` or
 ``time_budget_ms``, :mod:`pydla.hw.shave.config`).
 """

@@ -6,6 +6,10 @@ register file's slow path, in front of the compute units' windows: this part's `
 every SHAVE address is a bus error. A new SHAVE interrupt bit sets GLB ``intr_status`` bit 29 and
 raises the device's interrupt line (unless bit 29 is masked).
 
+In ``deterministic`` and ``step`` modes the tiles run inside the register write that lets them
+progress; in ``threaded`` mode a SHAVE worker thread runs them (holding the device lock while a tile
+emulates: the host's register accesses wait for the tile's next stop), so a push returns at once.
+
 Usage::
 
     dev = VirtualDevice("full")
@@ -14,10 +18,13 @@ Usage::
 
 from __future__ import annotations
 
+import threading
+
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw.shave.system import ShaveSystem
 from pydla.hw.state import DeviceState
 
+WORKER_NAP_S = 0.1  # the longest the SHAVE worker sleeps without a kick (it re-checks for close)
 SHAVE_INTR_BIT = 29  # GLB intr_status: the SHAVE tiles interrupt (see SHAVE_INTR_STATUS)
 WINDOW_START = R.SHAVE_TILES
 WINDOW_END = R.SHAVE_TILES + R.shave_regs_t.SIZE
@@ -31,6 +38,42 @@ class ShaveTiles(DeviceState):
     def _init_shave(self) -> None:
         cfg = self.config.shave
         self.shave = None if cfg is None else ShaveSystem(cfg, self.iommu, self.log.append)
+        self._shave_wake = threading.Condition(self._lock)
+        self._shave_kicked = False
+        self._shave_thread: threading.Thread | None = None
+
+    def _shave_kick(self) -> None:
+        """Under the lock, threaded mode: the worker runs what the last write lets run."""
+        self._shave_kicked = True
+        if self._shave_thread is None and not self._closed:
+            self._shave_thread = threading.Thread(target=self._shave_worker, daemon=True,
+                                                  name=f"pydla-dev{self.instance}-shave")
+            self._shave_thread.start()
+            self._threads.append(self._shave_thread)
+        self._shave_wake.notify()
+
+    def _shave_worker(self) -> None:
+        shave = self.shave
+        assert shave is not None
+        while True:
+            with self._lock:
+                while not self._shave_kicked and not self._closed:
+                    self._shave_wake.wait(WORKER_NAP_S)
+                if self._closed:
+                    return
+                self._shave_kicked = False
+                before = shave.intr_status
+                shave.run()
+                irq = self._shave_irq(bool(shave.intr_status & ~before))
+            if irq:
+                self._raise_irq()
+
+    def _shave_irq(self, raised: bool) -> bool:
+        """Under the lock: a new SHAVE interrupt bit sets GLB bit 29; True if the line goes up."""
+        if not raised:
+            return False
+        self.intr_status |= 1 << SHAVE_INTR_BIT
+        return not self.intr_mask >> SHAVE_INTR_BIT & 1
 
     def _close_shave(self) -> None:
         if self.shave is not None:
@@ -52,13 +95,15 @@ class ShaveTiles(DeviceState):
 
     def _cu_write(self, address: int, value: int) -> tuple[None, int]:
         if WINDOW_START <= address < WINDOW_END:
-            raised = self.shave.write(address, value) if self.shave is not None and address % 4 == 0 else None
+            threaded = self.mode == "threaded"
+            raised = None
+            if self.shave is not None and address % 4 == 0:
+                raised = self.shave.write(address, value, run=not threaded)
             if raised is None:
                 self.bus_errors += 1
                 return None, 0
-            if raised:
-                self.intr_status |= 1 << SHAVE_INTR_BIT
-                if not self.intr_mask >> SHAVE_INTR_BIT & 1:
-                    return None, 2  # the register file raises the line once the lock is released
-            return None, 0
+            if threaded:
+                self._shave_kick()
+            # 2: the register file raises the line once the lock is released
+            return None, 2 if self._shave_irq(raised) else 0
         return super()._cu_write(address, value)

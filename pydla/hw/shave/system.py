@@ -121,9 +121,9 @@ class ShaveSystem:
             R.SHAVE_DMA_ERROR_ADDR_HI: self.dma.error_addr >> 32,
         }.get(address)
 
-    def write(self, address: int, value: int) -> bool | None:
-        """Apply a write and run what it lets run. True when a new intr_status bit was set (raise the
-        interrupt line); None for an address that is not a register (a bus error)."""
+    def write(self, address: int, value: int, run: bool = True) -> bool | None:
+        """Apply a write and (``run``) run what it lets run. True when a new intr_status bit was set
+        (raise the interrupt line); None for an address that is not a register (a bus error)."""
         before = self.intr_status
         self._used = True
         tile_regs = self._tile_reg(address)
@@ -161,7 +161,8 @@ class ShaveSystem:
                 self._dma_fault(fault, self.push_seq)
         elif self.read(address) is None:
             return None
-        self.run()
+        if run:
+            self.run()
         return bool(self.intr_status & ~before)
 
     def _tile_reg(self, address: int) -> tuple[int, str] | None:

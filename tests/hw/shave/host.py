@@ -86,6 +86,7 @@ class Host:
         self.kernels: dict[str, tuple[int, int, int]] = {}  # name -> iova, size, entry offset
         self.kernel_ids: dict[str, int] = {}
         self.seq = 0
+        self.last_dma_dst = 0
 
     def _irq(self) -> None:
         self.irqs += 1
@@ -137,6 +138,7 @@ class Host:
                       line_repeat=lines, src_line_stride=src_stride, dst_line_stride=dst_stride,
                       surf_repeat=1, wait_mask=wait, update_mask=update)
         iova = self.put(bytes(t))
+        self.last_dma_dst = dst
         self.w(R.SHAVE_DMA_PUSH_LO, iova & 0xFFFFFFFF)
         self.w(R.SHAVE_DMA_PUSH_HI, iova >> 32)
         return iova

@@ -3,6 +3,8 @@ waits b0 and updates b1; DMA CMX->DDR waits b1. Plus the barrier, FIFO and reset
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -150,9 +152,25 @@ def test_device_reset_resets_the_tiles(host: Host, dev: VirtualDevice) -> None:
 
 @pytest.mark.parametrize("mode", ["threaded", "step"])
 def test_other_device_modes_run_the_scenario(mode: str) -> None:
+    """Threaded: a worker thread runs the tiles; the host waits for the notify barrier's interrupt
+    (with a timeout, as a KMD does)."""
     dev = VirtualDevice("full", mode=mode)
     host = Host(dev)
+    fired = threading.Event()
+    dev.connect_irq(lambda: fired.set() if dev.reg_read(R.SHAVE_INTR_STATUS) & 1 << 17 else None)
     host.start_tile(0)
     x = np.linspace(-4, 9, 100).astype(F16)
-    assert np.array_equal(run_clamp(host, x, 0, 6), np.clip(x, F16(0), F16(6)))
+    for _ in range(3):
+        fired.clear()
+        host.w(R.SHAVE_INTR_STATUS, 0xFFFFFFFF)
+        got = run_clamp(host, x, 0, 6)
+        assert fired.wait(10.0), "no interrupt from the notify barrier"
+        assert host.r(R.SHAVE_DMA_DONE) % 2 == 0
+        got = np.frombuffer(host.read(host_last_out(host), x.nbytes), F16) if mode == "threaded" else got
+        assert np.array_equal(got, np.clip(x, F16(0), F16(6)))
     dev.close()
+
+
+def host_last_out(host: Host) -> int:
+    """The output buffer of the last run_clamp: its last DMA task's destination."""
+    return host.last_dma_dst
