@@ -114,7 +114,9 @@ class Tile:
             self._rt[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
         uc = self.uc
         uc.ctl_remove_cache(S.RT_WIN, S.RT_WIN + S.RT_WIN_BYTES)  # another runtime may have run before
-        for reg in range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1):
+        # Every register from zero, so that a START runs the same whatever ran before it.
+        for reg in (*range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1),
+                    *range(rv.UC_RISCV_REG_F0, rv.UC_RISCV_REG_F31 + 1), rv.UC_RISCV_REG_FCSR):
             uc.reg_write(reg, 0)
         uc.reg_write(rv.UC_RISCV_REG_SP, S.WIN_F + self.config.cmx_bytes)
         uc.reg_write(rv.UC_RISCV_REG_MSTATUS, uc.reg_read(rv.UC_RISCV_REG_MSTATUS) | MSTATUS_FS)
