@@ -39,6 +39,7 @@ from pydla.hw.cu.layout import ComputeUnitInfo
 from pydla.hw.cu.models import create_model
 from pydla.hw.cu.unit import CTRL, ISR, REG_NAMES, ComputeUnit, CuEvent
 from pydla.hw.state import DeviceState
+from pydla.hw.trace_out import LAYER
 
 CU_INTR_BIT = 30  # GLB intr_status: some compute unit interrupts (see cu_intr_status)
 _POLLED = (CTRL, ISR)
@@ -57,6 +58,21 @@ class CuInterrupt(Exception):
 class ComputeUnits(DeviceState):
     """Compute units (a part of :class:`~pydla.hw.device.VirtualDevice`)."""
 
+    def _cu_traced(self, unit: ComputeUnit, kind: str, n: int, t: int) -> None:
+        """Under the lock: a unit's START or DONE as cu_start / cu_end in the trace ring (class LAYER);
+        durations in ns from the units' clock (cycles at the configuration's clock_mhz)."""
+        if not self.trace_mask & LAYER:
+            unit.trace_starts.clear()
+            return
+        index = self.config.ip_layout.index(unit.info)  # the IP_LAYOUT's numbering, as CU_QUERY's
+        if kind == "START":
+            unit.trace_starts[n] = t
+            self.trace_cu(index, n, None)
+            return
+        start = unit.trace_starts.pop(n, t)
+        error = unit.error if unit.error_exec == n else 0
+        self.trace_cu(index, n, int((t - start) * 1000 / self.config.clock_mhz), error)
+
     def _init_cus(self) -> None:
         inline = self.mode != "threaded"
         self._cus: list[ComputeUnit] = []
@@ -65,6 +81,8 @@ class ComputeUnits(DeviceState):
                 self._cus.append(ComputeUnit(info, create_model(info), len(self._cus), self.iommu,
                                              self._lock, inline))
         self._cus.sort(key=lambda u: u.info.m_base_address)
+        for u in self._cus:
+            u.traced = self._cu_traced
         self._cu_bases = [u.info.m_base_address for u in self._cus]
         self._cu_by_name = {n: u for u in self._cus for n in (u.info.name, u.info.instance)}
         self._cu_hz = self.config.clock_mhz * 1e6

@@ -51,6 +51,7 @@ from pydla.hw.regfile import (
     error_bit,
 )
 from pydla.hw.shave.part import ShaveTiles
+from pydla.hw.trace_out import TraceOutput
 
 __all__ = [
     "DEVICE_RESET_BIT", "ENABLED", "IDLE", "MMU_FAULT_BIT", "MODES", "OP_ENABLE", "RESET_QUIESCE_S",
@@ -61,7 +62,7 @@ MODES = ("deterministic", "step", "threaded")
 
 
 # ShaveTiles before ComputeUnits: it takes the SHAVE register window of the slow path first.
-class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, ComputeUnits):
+class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, ComputeUnits, TraceOutput):
     """One device instance. See the module docstring."""
 
     def __init__(self, config: DeviceConfig | str | Path = "full", *, instance: int = 0,
@@ -103,6 +104,7 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, Compute
         self._threads = []
         self._names = dict(_NAMES)
         self.glb_extra = {}
+        self._init_trace()
         self._init_cus()
         self._init_shave()
         if mode == "threaded":
@@ -116,6 +118,7 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, Compute
         super()._reset(bits)
         if bits >> DEVICE_RESET_BIT & 1:
             self._shave_reset()  # the SHAVE tiles are reset with the device (SHAVE_RESET alone)
+            self._trace_reset()  # and tracing stops (its registers read 0)
 
     def close(self) -> None:
         with self._cond:

@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from pydla.hw import blocks
 from pydla.hw.memory import MmuFault
 from pydla.hw.regfile import ENABLED, IDLE, MMU_FAULT_BIT, RUNNING, SDP_SRC_MODE, Block, done_bit, error_bit
 from pydla.hw.state import DeviceState
+from pydla.hw.trace_out import CTX_WORD, ERROR, INTERRUPT, LAYER
 
 # Asked for every enabled operation: plain ints, not enum members.
 _SDP, _CONV = int(dla_block_e.SDP), int(dla_block_e.CONV)
@@ -56,6 +58,7 @@ class Work:
     injected: int
     partner_epoch: int = 0
     thread: int = 0  # threading.get_ident() of the one computing it
+    started_ns: int = 0  # when it was taken, while the device traces (pydla.hw.trace_out)
 
 
 class Execution(DeviceState):
@@ -132,6 +135,11 @@ class Execution(DeviceState):
             pair = partner if isinstance(partner, tuple) else None
             work = Work(block, group, pair, block.epoch, hang, injected,
                          pair[0].epoch if pair is not None else 0, threading.get_ident())
+            if self.trace_mask & LAYER:
+                work.started_ns = time.monotonic_ns()
+                for b in involved:
+                    g = group if b is block else partner[1]  # type: ignore[index]
+                    self.trace_op_start(b.index, g, b.words[g][CTX_WORD[b.index]])
             if not hang:
                 self._running.append(work)
             return work
@@ -209,9 +217,12 @@ class Execution(DeviceState):
         if work.block.epoch != work.epoch and work.partner and work.partner[0].epoch == work.partner_epoch:
             # CONV was reset under its pair: the SDP half lost its input.
             error, detail, fault = int(R.dla_hw_error_e.NO_PRODUCER), "CONV reset during the pair", None
+        tracing = self.trace_mask & (LAYER | ERROR)
         for block, group, epoch in parts:
             if block.epoch != epoch:
                 continue  # this block was reset while the operation ran: its part is abandoned
+            if tracing:
+                self._trace_completion(block, group, work, error, fault)
             block.state[group] = IDLE
             block.consumer = group ^ 1
             if error:
@@ -230,6 +241,14 @@ class Execution(DeviceState):
                 self.fault = (fault.address, fault.ctx, block_index)
                 self.intr_status |= 1 << MMU_FAULT_BIT
 
+    def _trace_completion(self, block: Block, group: int, work: Work, error: int,
+                          fault: MmuFault | None) -> None:
+        if self.trace_mask & LAYER and work.started_ns:
+            self.trace_op_end(block.index, group, block.words[group][CTX_WORD[block.index]],
+                              time.monotonic_ns() - work.started_ns, error)
+        if error and self.trace_mask & ERROR:
+            self.trace_error(block.index, error, fault.address if fault is not None else 0)
+
     def _wake(self, block: Block) -> None:
         """Under the lock: wake the worker of ``block``, and CONV's when SDP changed (a flying SDP
         operation is what lets a CONV operation start)."""
@@ -247,5 +266,7 @@ class Execution(DeviceState):
             if not self._irq_pending():
                 return
             handlers = list(self._irq_handlers)
+            if self.trace_mask & INTERRUPT:
+                self.trace_interrupt(self.intr_status, self.intr_mask)
         for handler in handlers:
             handler()

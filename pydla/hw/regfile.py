@@ -52,6 +52,7 @@ _REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
 _NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
 _GLB_INTR_STATUS, _GLB_OPS_DONE, _GLB_CU_INTR_STATUS = R.GLB_INTR_STATUS, R.GLB_OPS_DONE, R.GLB_CU_INTR_STATUS
+_TRACE_REG_WRITE = int(R.trace_class_e.REG_WRITE)  # the class of reg_write events (pydla.hw.trace_out)
 
 
 def done_bit(block: int, group: int) -> int:
@@ -146,6 +147,8 @@ class RegisterFile(DeviceState):
             if self.trace is not None:
                 self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"), value,
                                             group))
+            if self.trace_mask & _TRACE_REG_WRITE:
+                self._trace_write(address, value, group)
             kick = effect == _ENABLED and self.mode == "deterministic" and not self._kicking
             if kick:
                 self._kicking = True  # this thread runs what is runnable, others' enables included
@@ -162,6 +165,8 @@ class RegisterFile(DeviceState):
         while i < n:
             kick = status = False
             with self._lock:
+                # the fast path stores without recording: not while accesses are recorded or traced
+                plain = self.trace is None and not self.trace_mask & _TRACE_REG_WRITE
                 while i < n:
                     address, value = writes[i]
                     i += 1
@@ -169,7 +174,7 @@ class RegisterFile(DeviceState):
                     # Most writes are a configuration register of a block's D group (a program is
                     # some 40 of them): stored here directly, without the general path's calls.
                     where = where_of(address)
-                    if where is not None and self.trace is None:
+                    if where is not None and plain:
                         block, offset = where
                         if block is not None and offset >= S_AREA and offset != OP_ENABLE:
                             block.words[block.producer][offset >> 2] = value
@@ -178,6 +183,8 @@ class RegisterFile(DeviceState):
                     if self.trace is not None:
                         self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"),
                                                     value, group))
+                    if self.trace_mask & _TRACE_REG_WRITE:
+                        self._trace_write(address, value, group)
                     if effect == _ENABLED and self.mode == "deterministic" and not self._kicking:
                         self._kicking = kick = True
                         break
@@ -205,10 +212,17 @@ class RegisterFile(DeviceState):
         if target is not None and len(values) == len(target[1]):
             block, index = target
             with self._lock:
-                if self.trace is None:
+                if self.trace is None and not self.trace_mask & _TRACE_REG_WRITE:
                     block.word_arrays[block.producer][index] = values
                     return
         self.reg_write_many(list(zip(addresses.tolist(), values.tolist(), strict=True)))
+
+    def _trace_write(self, address: int, value: int, group: int | None) -> None:
+        """Under the lock: a reg_write event in the device's trace ring (block 255: not a block's)."""
+        where = self._where.get(address)
+        block = where[0] if where is not None else None
+        self.trace_reg_write(address, value, block.index if block is not None else 0xFF,
+                             0xFF if group is None else group)
 
     def _word_target(self, addresses: list[int]) -> tuple[Block, npt.NDArray[np.intp]] | None:
         where = [self._locate(a) for a in addresses]

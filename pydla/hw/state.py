@@ -67,6 +67,7 @@ class DeviceState:
     # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
     # address -> (read, write); a write returns what it changed (0, or a status change to act on).
     glb_extra: dict[int, tuple[Callable[[], int], Callable[[int], int]]]
+    trace_mask: int  # the trace_class_e classes written now (pydla.hw.trace_out)
     # compute units (pydla.hw.compute_units)
     _cus: list[ComputeUnit]
     _cu_bases: list[int]
@@ -91,3 +92,12 @@ class DeviceState:
         def _cu_ack(self, value: int) -> int: ...  # compute_units
         def _cu_step(self) -> bool: ...  # compute_units
         def _cu_reset(self) -> None: ...  # compute_units
+        def trace_op_start(self, block_index: int, group: int, ctx: int) -> None: ...  # trace_out
+        def trace_op_end(self, block_index: int, group: int, ctx: int, duration_ns: int,
+                         error: int) -> None: ...  # trace_out
+        def trace_error(self, block_index: int, error: int, fault_address: int) -> None: ...  # trace_out
+        def trace_interrupt(self, status: int, mask: int) -> None: ...  # trace_out
+        def trace_reg_write(self, address: int, value: int, block_index: int,
+                            group: int) -> None: ...  # trace_out
+        def trace_cu(self, unit: int, execution: int, duration_ns: int | None,
+                     error: int = 0) -> None: ...  # trace_out

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -99,6 +100,9 @@ class ComputeUnit:
         self.wake = threading.Condition(lock)  # its worker waits here (threaded mode)
         self.stream = threading.Condition(lock)  # stream readers and writers wait here
         self.events: collections.deque[CuEvent] = collections.deque(maxlen=MAX_EVENTS)
+        # Told of each START and DONE (unit, kind, execution, cycle): the device's trace ring.
+        self.traced: Callable[[ComputeUnit, str, int, int], None] | None = None
+        self.trace_starts: dict[int, int] = {}  # execution -> its START cycle, while traced
         self.epoch = 0
         self.log: collections.deque[str] = collections.deque(maxlen=64)
         self.reset(0)
@@ -290,6 +294,8 @@ class ComputeUnit:
 
     def _event(self, kind: str, n: int | None, t: int) -> None:
         self.events.append(CuEvent(kind, n, t))
+        if self.traced is not None and n is not None and kind in ("START", "DONE"):
+            self.traced(self, kind, n, t)
 
     # -- streams (AP_CTRL_NONE) ---------------------------------------------------------------
 
