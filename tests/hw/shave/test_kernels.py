@@ -207,3 +207,51 @@ def test_layernorm_refuses_a_strided_group(host: Host) -> None:
     a.params.axis, a.params.epsilon = -1, 1e-5
     host.kernel(0, "layernorm", a)
     assert host.r(treg(0, "error")) == R.shave_error_e.TRAP
+
+
+def _run_unary(host: Host, name: str, params: type, x: np.ndarray, out_dtype: type,
+               **fields: int) -> np.ndarray:
+    host.start_tile(0)
+    out_bytes = x.size * np.dtype(out_dtype).itemsize
+    src, out = host.put(x), host.alloc(out_bytes)
+    host.barrier(0, 1, 1)
+    host.barrier(1, 1, 1)
+    host.dma(src, cmx(0), x.nbytes, dst_tile=0, update=1)
+    a = Args(params)
+    a.memref("input", cmx(0), x.shape, x.dtype)
+    a.memref("output", cmx(0x40000), x.shape, out_dtype)
+    for key, value in fields.items():
+        setattr(a.params, key, value)
+    host.kernel(0, name, a, wait=1, update=2)
+    host.dma(cmx(0x40000), out, out_bytes, src_tile=0, wait=2)
+    assert host.r(treg(0, "error")) == 0, host.dev.shave.error_text(0)  # type: ignore[union-attr]
+    return np.frombuffer(host.read(out, out_bytes), out_dtype).reshape(x.shape)
+
+
+def test_fp16_output_rounds_to_nearest_even(host: Host) -> None:
+    """exp over -20..12 into FP16: zeros, subnormals, normals and infinities, each within one unit in
+    the last place of numpy's float64 result rounded to float16 (the kernel's float32 exp differs by
+    ~1e-7 relative, which can move a value across a rounding boundary)."""
+    x = np.linspace(-20, 12, 4000).astype(np.float32)
+    got = _run_unary(host, "activation", S.ActivationParams, x, np.float16, op=S.shave_activation_e.EXP)
+    with np.errstate(over="ignore"):  # the top of the range is infinite in float16, as intended
+        want = np.exp(x.astype(np.float64)).astype(np.float16)
+    assert np.isinf(got[-1]) and got[0] == 0 and np.any((got > 0) & (got < np.float16(6.1e-5)))
+    diff = np.abs(got.view(np.int16).astype(np.int32) - want.view(np.int16).astype(np.int32))
+    assert diff.max() <= 1 and np.count_nonzero(diff) < x.size // 100
+
+
+@pytest.mark.parametrize(("in_dtype", "out_dtype"), [(np.float16, np.float16), (np.float16, np.float32),
+                                                     (np.float32, np.float16)])
+def test_softmax_fp16(host: Host, in_dtype: type, out_dtype: type) -> None:
+    x = (np.random.default_rng(3).standard_normal((4, 120)) * 4).astype(in_dtype)
+    got = _run_unary(host, "softmax", S.SoftmaxParams, x, out_dtype, axis=-1)
+    want = np_softmax(x.astype(np.float32), -1)
+    rtol = 1e-3 if out_dtype is np.float16 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=1e-7)
+
+
+def test_activation_fp16_input(host: Host) -> None:
+    x = np.linspace(-6, 6, 777).astype(np.float16)
+    got = _run_unary(host, "activation", S.ActivationParams, x, np.float32, op=S.shave_activation_e.SIGMOID)
+    np.testing.assert_allclose(got, _reference("SIGMOID", x.astype(np.float32)), rtol=1e-5)

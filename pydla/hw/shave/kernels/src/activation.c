@@ -1,6 +1,6 @@
 /* activation(argsAddr, argsSize): ActivationParams {input, output, op}: op (shave_activation_e)
- * applied to each element; FP32 data, any rank up to SHAVE_MAX_DIMS and any strides; the output may
- * be dynamic. Accuracy against float64 references (tests/hw/shave): EXP and SIGMOID relative 1e-5
+ * applied to each element; FP32 or FP16 data (input and output each; computed in float32), any rank
+ * up to SHAVE_MAX_DIMS and any strides; the output may be dynamic. Accuracy against float64 references (tests/hw/shave): EXP and SIGMOID relative 1e-5
  * (results under 2^-126 flush to 0); TANH, ERF and GELU absolute 1e-6 and relative 1e-5. */
 #include "mathf.h"
 #include "memref.h"
@@ -53,7 +53,9 @@ void activation(uint32_t argsAddr, uint32_t argsSize) {
     view_t in, out;
     view_of(&p->input, &in);
     output_view(&p->output, &in, &out);
-    KERNEL_CHECK(p->input.dataType == SHAVE_DATA_TYPE_FP32 && p->output.dataType == SHAVE_DATA_TYPE_FP32);
+    uint32_t ti = p->input.dataType, to = p->output.dataType;
+    KERNEL_CHECK((ti == SHAVE_DATA_TYPE_FP32 || ti == SHAVE_DATA_TYPE_FP16)
+                 && (to == SHAVE_DATA_TYPE_FP32 || to == SHAVE_DATA_TYPE_FP16));
     if (any_empty(&in)) return;
     uint32_t n = in.ndims, last = n - 1;
     int32_t idx[SHAVE_MAX_DIMS] = {0};
@@ -61,6 +63,6 @@ void activation(uint32_t argsAddr, uint32_t argsSize) {
     do {
         const uint8_t *s = in.data + off_in;
         uint8_t *d = out.data + off_out;
-        for (int32_t i = 0; i < len; i++, s += si, d += so) *(float *)d = apply(op, *(const float *)s);
+        for (int32_t i = 0; i < len; i++, s += si, d += so) store_f(d, to, apply(op, load_f(s, ti)));
     } while (next_index(n, last, in.dims, idx, in.step, &off_in, out.step, &off_out));
 }

@@ -2,26 +2,12 @@
  * minVal, maxVal}; data FP16 (the seed's memref<*xf16>) or FP32, input and output of one type, any
  * rank up to SHAVE_MAX_DIMS and any strides; bounds are f16. A NaN input stays NaN. The output may be
  * dynamic (its dims and strides written by the kernel). Bit-exact with numpy.clip. */
+#include "mathf.h"
 #include "memref.h"
 
 /* An f16 as an integer that orders like the value (for non-NaN values; -0 and +0 compare equal). */
 static inline int32_t h_key(uint32_t h) { return (h & 0x8000u) ? -(int32_t)(h & 0x7fffu) : (int32_t)h; }
 static inline int h_nan(uint32_t h) { return (h & 0x7fffu) > 0x7c00u; }
-
-static float h_to_f(uint32_t h) {
-    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-    union { float f; uint32_t u; } v;
-    if (e == 0) {
-        v.f = (float)m * (1.0f / 16777216.0f); /* subnormal: m * 2^-24, exact */
-        bits = v.u | sign;
-    } else if (e == 31) {
-        bits = sign | 0x7f800000u | (m << 13);
-    } else {
-        bits = sign | ((e + 112u) << 23) | (m << 13);
-    }
-    v.u = bits;
-    return v.f;
-}
 
 void clamp(uint32_t argsAddr, uint32_t argsSize) {
     KERNEL_CHECK(argsSize == sizeof(ClampParams));

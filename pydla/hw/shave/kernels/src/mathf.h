@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "pydla/shave.h"
+
 /* The bits of 2^(j/256), j = 0..255, rounded to float32. */
 static const uint32_t EXP2_256[256] = {
     0x3f800000u, 0x3f8058d8u, 0x3f80b1edu, 0x3f810b41u, 0x3f8164d2u, 0x3f81bea1u,
@@ -95,6 +97,51 @@ static inline float exp_f(float x) {
     if (x < -87.3f) return 0.0f;
     if (x > 88.7f) return from_bits(0x7f800000u);
     return exp_core(x);
+}
+
+/* An IEEE-754 binary16 (its bits) as a float: exact. */
+static inline float h_to_f(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float f = (float)m * (1.0f / 16777216.0f); /* zero or subnormal: m * 2^-24, exact */
+        union { float f; uint32_t u; } v;
+        v.f = f;
+        return from_bits(v.u | sign);
+    }
+    if (e == 31) return from_bits(sign | 0x7f800000u | (m << 13));
+    return from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* A float as binary16 bits, rounded to nearest even as numpy's astype(float16): integer operations
+ * only. NaN stays NaN (quiet), overflow gives infinity, underflow a subnormal or zero. */
+static inline uint32_t f_to_h(float f) {
+    union { float f; uint32_t u; } b;
+    b.f = f;
+    uint32_t x = b.u, sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xffu) return sign | 0x7c00u | (m ? 0x200u | (m >> 13) : 0u);
+    int32_t he = (int32_t)e - 112; /* the binary16 exponent field */
+    if (he >= 31) return sign | 0x7c00u;
+    if (he <= 0) {
+        if (he < -10) return sign;
+        m |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - he), half = 1u << (shift - 1);
+        uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1u);
+        if (rem > half || (rem == half && (hm & 1u))) hm++;
+        return sign | hm;
+    }
+    uint32_t h = sign | ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+    return h;
+}
+
+/* An element of an FP32 or FP16 buffer, as a float; and back. */
+static inline float load_f(const uint8_t *p, uint32_t type) {
+    return type == SHAVE_DATA_TYPE_FP16 ? h_to_f(*(const uint16_t *)p) : *(const float *)p;
+}
+
+static inline void store_f(uint8_t *p, uint32_t type, float v) {
+    if (type == SHAVE_DATA_TYPE_FP16) *(uint16_t *)p = (uint16_t)f_to_h(v);
+    else *(float *)p = v;
 }
 
 #endif
