@@ -21,15 +21,50 @@ def register(commands: Any) -> None:
     sub = p.add_subparsers(dest="deviceapi_command", metavar="SUBCOMMAND")
     sub.required = True
 
-    g = sub.add_parser("generate", help="write (or with --check, verify) the generated files",
-                       description="Render specs into Python, C and C++. Without --spec: the bundled "
-                                   "specs, into the package (the committed generated files).")
+    g = sub.add_parser(
+        "generate", help="write (or with --check, verify) the generated files",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Render specs into Python, C and C++, and with your own templates into anything. "
+                    "Without --spec: the bundled specs, into the package (the committed generated files).",
+        epilog="""\
+user templates (--template):
+  Jinja files with the delimiters of the Device API code generation design: <% statement %>,
+  << expression >>, <# comment #>. A template receives `spec` (the checked, laid-out spec: enums,
+  structs, messages with ids, trace events, fields with offsets and sizes, version, layout hash),
+  `g` (the bundled templates' helpers), `cgh` (the spec's items as YAML-keyed mappings, as the
+  design's example template reads them), `source`, `template` and `output`, and the filters c_type,
+  c_decl, hex, pascal, camel, macro and comment. An undefined name is an error, never empty text.
+  A template NAME.jinja writes NAME into --out-dir (default: the current directory), with {spec}
+  in NAME replaced by the spec's name; --output FILE names the file instead (one spec, one template).
+  A directory stands for its *.jinja files; those starting with '_' are only included by others.
+  With --template, only the templates' outputs are written unless --lang asks for bundled ones too.
+
+user schema (--schema):
+  A JSON schema (its $schema picks the draft; 2020-12 by default) that every spec given with --spec
+  must satisfy in addition to the bundled schema, which stays in force because the layout rules
+  and the templates rely on it: use it to narrow what your specs may say (required descriptions,
+  naming patterns, id ranges). A violation names the spec file, line and JSON path.
+
+examples:
+  pydla deviceapi generate --spec api.yaml --template docs.md.jinja --out-dir build/
+  pydla deviceapi generate --spec api.yaml --schema api.schema.json \\
+      --template device_api_types.h.jinja --output build/device_api_types.h
+  pydla deviceapi generate --spec api.yaml --template templates/ --lang c --out-dir build/
+""")
     g.add_argument("--spec", action="append", type=Path, metavar="FILE",
                    help="a spec to generate (repeatable); default: the bundled specs")
     g.add_argument("--out-dir", type=Path, metavar="DIR",
-                   help="write here instead (Python as DIR/NAME.py, C and C++ as DIR/pydla/NAME.h[pp])")
-    g.add_argument("--lang", default=",".join(_LANGS),
-                   help="comma-separated languages among python, c, cpp (default: all)")
+                   help="write here instead (Python as DIR/NAME.py, C and C++ as DIR/pydla/NAME.h[pp], "
+                        "user templates' outputs as DIR/NAME)")
+    g.add_argument("--lang", default=None,
+                   help="comma-separated languages among python, c, cpp (default: all; with --template: "
+                        "none)")
+    g.add_argument("--template", action="append", type=Path, metavar="FILE_OR_DIR",
+                   help="a Jinja template of your own, or a directory of them (repeatable)")
+    g.add_argument("--output", type=Path, metavar="FILE",
+                   help="the file the one --template writes (needs exactly one --spec)")
+    g.add_argument("--schema", type=Path, metavar="FILE",
+                   help="a JSON schema every --spec must satisfy too (the bundled one still applies)")
     g.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and list the files that are missing or stale")
     g.set_defaults(func=_generate)
@@ -85,13 +120,31 @@ def _languages(text: str) -> tuple[str, ...]:
 
 def _generate(args: argparse.Namespace) -> int:
     gen = _codegen()
-    langs = _languages(args.lang)
+    from pydla.deviceapi.loader import load_user_schema
+    from pydla.deviceapi.templates_user import find_templates
+
+    templates = tuple(find_templates(args.template or []))
+    langs = _languages(args.lang) if args.lang is not None else (() if templates else _LANGS)
+    if args.output is not None and (len(templates) != 1 or len(args.spec or []) != 1):
+        raise DlaError(NvError.BadParameter,
+                       f"--output {args.output}: names the file of one template rendered for one spec; "
+                       f"got {len(templates)} template(s) and {len(args.spec or [])} --spec; use "
+                       "--out-dir and {spec} in the template's file name for more")
+    if args.schema is not None and not args.spec:
+        raise DlaError(NvError.BadParameter,
+                       f"--schema {args.schema}: checks the specs given with --spec; the bundled specs "
+                       "follow the bundled schema only")
+    user_schema = load_user_schema(args.schema) if args.schema is not None else None
     if args.spec:
         outputs = []
         for spec in args.spec:
-            outputs += gen.outputs_for(spec, args.out_dir, langs)
+            outputs += gen.outputs_for(spec, args.out_dir, langs, templates, args.output, user_schema)
     else:
         outputs = gen.bundled_outputs(args.out_dir, langs)
+        for spec in gen.BUNDLED:
+            outputs += gen.outputs_for(gen.bundled_specs_dir() / f"{spec}.yaml", args.out_dir, (),
+                                       templates)
+    gen.check_distinct(outputs)
     if args.check:
         stale = gen.stale(outputs)
         for out in stale:

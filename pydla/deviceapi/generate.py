@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydla.deviceapi import templates_user
+from pydla.deviceapi.loader import UserSchema
 from pydla.deviceapi.model import Spec
 from pydla.deviceapi.render import LANGUAGES, render
 from pydla.deviceapi.spec import bundled_specs_dir, load_spec
@@ -35,7 +37,10 @@ class Output:
     text: str
 
     def is_current(self) -> bool:
-        return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
+        try:
+            return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
+        except (OSError, UnicodeDecodeError):
+            return False  # unreadable counts as stale: writing it says what is wrong
 
 
 def include_dir() -> Path:
@@ -54,15 +59,39 @@ def output_path(out_dir: Path | None, spec_name: str, language: str) -> Path:
 
 
 def outputs_for(spec_file: Path, out_dir: Path | None = None,
-                languages: tuple[str, ...] = tuple(LANGUAGES)) -> list[Output]:
-    """Render ``spec_file`` into each of ``languages``."""
-    spec = load_spec(spec_file)
+                languages: tuple[str, ...] = tuple(LANGUAGES), templates: tuple[Path, ...] = (),
+                output: Path | None = None, user_schema: UserSchema | None = None) -> list[Output]:
+    """Render ``spec_file`` into each of ``languages`` and with each user template.
+
+    A user template's output goes to ``output`` when given, else into ``out_dir`` (default: the
+    current directory) named after the template (:func:`templates_user.output_name`).
+    """
+    spec = load_spec(spec_file, user_schema)
     try:
         source = spec_file.resolve().relative_to(PACKAGE_DIR.parent.parent).as_posix()
     except ValueError:
         source = spec_file.name
-    return [Output(spec, lang, output_path(out_dir, spec.name, lang), render(spec, lang, source))
-            for lang in languages]
+    outputs = [Output(spec, lang, output_path(out_dir, spec.name, lang), render(spec, lang, source))
+               for lang in languages]
+    for template in templates:
+        name = templates_user.output_name(template, spec)
+        path = output if output is not None else (out_dir or Path()) / name
+        text = templates_user.render_template(template, spec, source, path.name)
+        outputs.append(Output(spec, f"template {template}", path, text))
+    return outputs
+
+
+def check_distinct(outputs: list[Output]) -> None:
+    """DlaError when two outputs would be written to one file (the second would overwrite the first)."""
+    seen: dict[Path, Output] = {}
+    for out in outputs:
+        key = out.path.resolve()
+        first = seen.setdefault(key, out)
+        if first is not out:
+            raise DlaError(NvError.BadParameter,
+                           f"{out.path}: both {first.spec.name} ({first.language}) and {out.spec.name} "
+                           f"({out.language}) would be written here; put {{spec}} in the template's "
+                           "file name, or generate one spec at a time")
 
 
 def bundled_outputs(out_dir: Path | None = None,
@@ -108,8 +137,12 @@ def write(outputs: list[Output]) -> list[Output]:
     written = []
     for out in outputs:
         if not out.is_current():
-            out.path.parent.mkdir(parents=True, exist_ok=True)
-            out.path.write_text(out.text, encoding="utf-8")
+            try:
+                out.path.parent.mkdir(parents=True, exist_ok=True)
+                out.path.write_text(out.text, encoding="utf-8")
+            except OSError as e:
+                raise DlaError(NvError.FileWriteFailed,
+                               f"{out.path}: cannot write it: {e.strerror}") from None
             written.append(out)
     return written
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import referencing.exceptions
 import yaml
 
 from pydla.errors import DlaError, NvError
@@ -215,14 +216,68 @@ _Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
 
 def schema_problems(doc: Any, source_map: SourceMap, default_file: str) -> list[Problem]:
     """Every schema violation in ``doc``, each with its location."""
-    validator = _Validator(load_schema())
+    return _problems(_Validator(load_schema()), doc, source_map, default_file, "schema", "")
+
+
+def _problems(validator: Any, doc: Any, source_map: SourceMap, default_file: str, rule: str,
+              suffix: str) -> list[Problem]:
     problems = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
         path = list(error.absolute_path)
         where = locate(doc, path, source_map, default_file)
         json_path = "/".join(str(p) for p in path) or "(top level)"
-        problems.append(Problem("schema", where, f"{json_path}: {_schema_message(error)}"))
+        problems.append(Problem(rule, where, f"{json_path}: {_schema_message(error)}{suffix}"))
     return problems
+
+
+@dataclass(frozen=True)
+class UserSchema:
+    """A user's JSON schema (``--schema``) that a spec must satisfy besides the bundled one.
+
+    It can only narrow what a spec may say (require descriptions, restrict names, cap ids): the
+    bundled schema stays in force because the layout rules and the templates rely on it.
+    """
+
+    file: str
+    validator: Any
+
+    def problems(self, doc: Any, source_map: SourceMap, default_file: str) -> list[Problem]:
+        try:
+            return _problems(self.validator, doc, source_map, default_file, "user-schema",
+                             f" (user schema {self.file})")
+        except referencing.exceptions.Unresolvable as e:
+            raise DlaError(NvError.BadValue, f"{self.file}: cannot resolve the reference {e.ref!r}: "
+                           "a user schema must be self-contained ($ref within the file)") from None
+
+
+def load_user_schema(path: str | Path) -> UserSchema:
+    """Read and check the JSON schema in ``path``; its ``$schema`` picks the draft (default 2020-12)."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DlaError(NvError.FileNotFound, f"--schema {file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise DlaError(NvError.FileReadFailed, f"--schema {file}: cannot read it: {why}") from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DlaError(NvError.BadValue, f"{file}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    if not isinstance(schema, dict):
+        raise DlaError(NvError.BadValue, f"{file}: a JSON schema here is an object, "
+                                         f"not a {type(schema).__name__}")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise DlaError(NvError.BadValue, f"{file}: not a valid JSON schema: at {where}: "
+                                         f"{e.message}") from None
+    # The same strict integers as the bundled schema: 2.0 is not an id.
+    strict = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        cls, type_checker=cls.TYPE_CHECKER.redefine("integer", _strict_integer))
+    return UserSchema(file, strict(schema))
 
 
 def _schema_message(error: jsonschema.ValidationError) -> str:

@@ -8,9 +8,11 @@ helper :class:`Gen` as ``g``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jinja2
 
+from pydla.deviceapi.helpers import FILTERS, DesignHelpers
 from pydla.deviceapi.model import MESSAGE, EnumDef, Field, Spec, StructDef
 from pydla.deviceapi.types import SCALARS
 
@@ -18,9 +20,11 @@ LANGUAGES = {"python": ".py", "c": ".h", "cpp": ".hpp"}
 _TEMPLATES = {"python": "python.py.jinja", "c": "c.h.jinja", "cpp": "cpp.hpp.jinja"}
 
 
-def environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("pydla.deviceapi", "templates"),
+def environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+    """The Jinja environment of bundled and user templates alike: the design's delimiters, an
+    undefined name is an error (never silently empty), blocks do not leave blank lines."""
+    env = jinja2.Environment(
+        loader=loader or jinja2.PackageLoader("pydla.deviceapi", "templates"),
         block_start_string="<%",
         block_end_string="%>",
         variable_start_string="<<",
@@ -33,12 +37,21 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
+    env.filters.update(FILTERS)
+    return env
+
+
+def context(spec: Spec, source: str, template: str, output: str) -> dict[str, Any]:
+    """The names a template receives (documented in the contract authors' guide)."""
+    return {"spec": spec, "g": Gen(spec, source), "cgh": DesignHelpers(spec), "source": source,
+            "template": template, "output": output}
 
 
 def render(spec: Spec, language: str, source: str) -> str:
     """The text of ``spec`` in ``language`` (python, c or cpp); ``source`` names the spec file."""
-    template = environment().get_template(_TEMPLATES[language])
-    return template.render(spec=spec, g=Gen(spec, source))
+    name = _TEMPLATES[language]
+    template = environment().get_template(name)
+    return template.render(context(spec, source, name, spec.name + LANGUAGES[language]))
 
 
 @dataclass

@@ -19,11 +19,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydla.deviceapi.design import design_problems
 from pydla.deviceapi.loader import (
     Location,
     Problem,
     SourceMap,
     SpecError,
+    UserSchema,
     load_yaml,
     schema_problems,
 )
@@ -67,17 +69,34 @@ def headers_spec() -> Spec:
     return load_spec(bundled_specs_dir() / f"{HEADERS_SPEC}.yaml")
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Load, validate and lay out the spec in ``path``; raise SpecError listing every problem."""
+def load_spec(path: str | Path, user_schema: UserSchema | None = None) -> Spec:
+    """Load, validate and lay out the spec in ``path``; raise SpecError listing every problem.
+
+    ``user_schema`` (``--schema``) is a JSON schema the spec must satisfy as well as the bundled
+    one; the specs it imports are not checked against it.
+    """
     doc, source_map = load_yaml(path)
     file = str(Path(path))
+    # What the design's way of writing a spec lacks comes first, and is filled in so that the other
+    # checks still run: the author sees every problem at once.
+    design = design_problems(doc, source_map, file)
+    if not isinstance(doc, dict):
+        raise SpecError(design or schema_problems(doc, source_map, file))
     problems = schema_problems(doc, source_map, file)
+    if user_schema is not None:
+        problems += user_schema.problems(doc, source_map, file)
     if problems:
-        raise SpecError(problems)
+        raise SpecError(design + problems)
     imports = [] if doc["Name"] == HEADERS_SPEC else [headers_spec()]
     for name in doc.get("Imports", []):
         imports.append(_import_spec(Path(path).resolve().parent, name, file))
-    return _Builder(doc, source_map, file, imports).build()
+    try:
+        spec = _Builder(doc, source_map, file, imports).build()
+    except SpecError as e:
+        raise SpecError(design + e.problems) from None
+    if design:
+        raise SpecError(design)
+    return spec
 
 
 def _import_spec(directory: Path, name: str, file: str) -> Spec:
@@ -277,9 +296,7 @@ class _Builder:
                                  f"only a Response names a Command; this is a {m.msg_type}")
                 continue
             if m.command is None:
-                self.problem("response-command", m.location,
-                             "a Response must name the Command it answers ('Command: <name>')")
-                continue
+                continue  # design_problems said what to add
             cmd = by_name.get(m.command)
             if cmd is None:
                 self.problem("response-command", m.location,
@@ -352,7 +369,10 @@ class _Builder:
             self.problem("unknown-type", f.location,
                          f"'{f.type_name}' is a {found.category}, not a struct a field can hold")
         else:
-            self.problem("unknown-type", f.location, f"no {what} named '{f.type_name}'")
+            key = "Enums" if what == "enum" else "Structs"
+            self.problem("unknown-type", f.location,
+                         f"no {what} named '{f.type_name}': define it under a module's `{key}:`, or "
+                         "add the spec that defines it to `Imports:`")
 
     # -- register maps ------------------------------------------------------------------------------
 
