@@ -1,8 +1,9 @@
 """Constant folding, and tensors of no element: what the import evaluates while compiling.
 
-A node whose inputs are all known is evaluated with onnx's reference implementation (the shape
-subgraphs of exported models: Shape, Gather, Concat, ...); a tensor with a dimension of 0 holds
-nothing and is known too, so the nodes computing only such tensors go.
+A node whose inputs are all known is evaluated (the shape subgraphs of exported models: Shape,
+Gather, Concat, ...): in numpy for the shape operators (:func:`pydla.compiler.shapes.evaluate`),
+with onnx's reference implementation for the others; a tensor with a dimension of 0 holds nothing
+and is known too, so the nodes computing only such tensors go.
 """
 
 from __future__ import annotations

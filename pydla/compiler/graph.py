@@ -1,9 +1,11 @@
 """The compiler's view of an ONNX model: tensors with static shapes, constants folded.
 
 Exported models compute shapes and pads at run time (Shape, Gather, Concat, ConstantOfShape, Cast,
-Slice, Unsqueeze, ...). Every node whose inputs are all known is evaluated with onnx's reference
-implementation (:mod:`pydla.compiler.fold`), so what is left is the network itself. Shapes come from
-onnx's shape inference and must be static.
+Slice, Unsqueeze, ...). The inputs' symbolic dimensions are sized first
+(:mod:`pydla.compiler.input_shapes`); every node whose inputs are all known is then evaluated
+(:mod:`pydla.compiler.fold`), so what is left is the network itself. Shapes come from onnx's shape
+inference of the whole graph, and, where that could not know them before folding, of each node as it
+is reached (:mod:`pydla.compiler.shapes`); they must be static.
 """
 
 from __future__ import annotations
