@@ -130,6 +130,11 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     changes). Refused, naming the input and the flag: a name that is no input, a rank other than
     the declared one, a size other than a fixed one, and any symbolic dimension left without a size."""
     inputs = graph_inputs(model)
+    for vi in inputs:
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":  # a sequence, map or optional: no shape to give, and no loadable tensor
+            raise DlaError(NvError.NotSupported, f"input '{vi.name}' is of type {kind or 'none'}: pydla "
+                                                 "compiles tensor inputs")
     by_name = {vi.name: vi for vi in inputs}
     unknown = sorted(set(shapes) - set(by_name))
     if unknown:

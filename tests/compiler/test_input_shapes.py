@@ -161,3 +161,11 @@ def test_pydla_run_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "features" in capsys.readouterr().out
     assert main(["run", str(path)]) == 1
     assert "--input-shape x=1,16,12,12" in capsys.readouterr().err
+
+
+def test_an_input_that_is_no_tensor_is_refused_as_such() -> None:
+    m = _two_inputs()
+    m.graph.input[1].CopyFrom(helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None))
+    e = _error(m, {"x": (1, 2, 4)})
+    assert e.code == NvError.NotSupported
+    assert e.message == "input 'y' is of type sequence_type: pydla compiles tensor inputs"
