@@ -76,4 +76,8 @@ def _compile(args: argparse.Namespace) -> int:
         print(f"{out}: {len(result.blob)} bytes, {sum(result.operations.values())} device operations "
               f"({ops}) from {result.steps} steps in {(time.perf_counter() - t0) * 1e3:.0f} ms")
         print(f"memory: {result.memory.report()}; weights {result.weights_bytes} bytes")
+        if result.cpu_runs:
+            made_by = ", ".join(sorted({n["op"] for n in result.cpu_runs if n.get("op")}))
+            print(f"cpu runs: {len(result.cpu_runs)} ({made_by}), each a split of the NPU work: "
+                  f"`pydla info {out}` says why each exists")
     return 0

@@ -82,3 +82,14 @@ def test_the_reasons_cover_every_cpu_library_function_the_compiler_calls() -> No
     called |= {"softmax", "log_softmax", "eltwise", "eltwise_int"}  # named through variables
     assert called <= set(WHY), called - set(WHY)
     assert np.all([len(w) > 10 for w in WHY.values()])
+
+
+def test_pydla_compile_counts_the_cpu_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_softmax_then_cast(), str(path))
+    assert main(["compile", str(path)]) == 0
+    out = capsys.readouterr().out
+    dla = tmp_path / "m.dla"
+    assert f"cpu runs: 2 (Cast, Softmax), each a split of the NPU work: `pydla info {dla}`" in out
