@@ -72,6 +72,8 @@ examples:
     v = sub.add_parser("validate", help="check specs against the schema and the rules",
                        description="Prints 'valid' per spec, or every problem with its location.")
     v.add_argument("specs", nargs="+", type=Path, metavar="SPEC")
+    v.add_argument("--schema", type=Path, metavar="FILE",
+                   help="a JSON schema the specs must satisfy too (as generate --schema)")
     v.set_defaults(func=_validate)
 
     lay = sub.add_parser("layout", help="print the offset and size of every field",
@@ -163,13 +165,14 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     _codegen()
-    from pydla.deviceapi.loader import SpecError
+    from pydla.deviceapi.loader import SpecError, load_user_schema
     from pydla.deviceapi.spec import load_spec
 
+    user_schema = load_user_schema(args.schema) if args.schema is not None else None
     failed = 0
     for path in args.specs:
         try:
-            spec = load_spec(path)
+            spec = load_spec(path, user_schema)
         except SpecError as e:
             failed += 1
             print(f"{path}: {len(e.problems)} problem(s)")

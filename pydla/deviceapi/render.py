@@ -1,8 +1,10 @@
 """Rendering a checked spec into Python ctypes, a C header and a C++ header with Jinja2.
 
-The templates use the device-API generator's delimiters (``<% %>`` statements, ``<< >>``
-expressions) so that the braces of C stay readable. A template sees the spec as ``spec`` and the
-helper :class:`Gen` as ``g``.
+The templates use the delimiters of the Device API code generation design (``<% %>`` statements,
+``<< >>`` expressions) so that the braces of C stay readable. A template, bundled or a user's
+(:mod:`pydla.deviceapi.templates_user`), receives :func:`context`: the spec as ``spec``, the helper
+:class:`Gen` as ``g``, the design's helper as ``cgh``, and the filters of
+:mod:`pydla.deviceapi.helpers`.
 """
 
 from __future__ import annotations

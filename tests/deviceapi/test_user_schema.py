@@ -128,3 +128,12 @@ def test_a_reference_outside_the_schema_is_an_error(tmp_path: Path) -> None:
         load_spec(write(tmp_path, "s.yaml", SPEC), schema)
     assert "cannot resolve the reference 'https://example.invalid/other.json'" in e.value.message
     assert str(tmp_path / "ref.json") in e.value.message
+
+
+def test_validate_takes_the_schema_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path, "sensor.yaml", SPEC)
+    schema = write(tmp_path, "ours.json", json.dumps(OURS))
+    assert main(["deviceapi", "validate", str(spec)]) == 0
+    assert main(["deviceapi", "validate", "--schema", str(schema), str(spec)]) == 1
+    out = capsys.readouterr().out
+    assert f"{spec}: 3 problem(s)" in out and "[user-schema]" in out
