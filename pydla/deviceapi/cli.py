@@ -147,6 +147,13 @@ def _generate(args: argparse.Namespace) -> int:
             outputs += gen.outputs_for(gen.bundled_specs_dir() / f"{spec}.yaml", args.out_dir, (),
                                        templates)
     gen.check_distinct(outputs)
+    inputs = {p.resolve(): "--template" for p in templates} | \
+        {p.resolve(): "--spec" for p in args.spec or []}
+    for out in outputs:
+        if out.path.resolve() in inputs:
+            raise DlaError(NvError.BadParameter,
+                           f"{out.path}: is the {inputs[out.path.resolve()]} file itself; "
+                           "write the output elsewhere (--output, --out-dir)")
     if args.check:
         stale = gen.stale(outputs)
         for out in stale:

@@ -287,4 +287,19 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         required = error.schema.get("not", {}).get("required")
         if required:
             return f"'{required[0]}' is not allowed with this Type"
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [k for k in _REQUIRED_HINTS if k in error.validator_value and k not in error.instance]
+        if missing:
+            return f"{error.message}: {_REQUIRED_HINTS[missing[0]]}"
     return str(error.message)
+
+
+# What to write when a key is missing, for the keys an author coming from the Device API code
+# generation design's examples is likely to leave out.
+_REQUIRED_HINTS = {
+    "Length": "add `Length: <bytes>` (a string is a fixed-size char array, NUL-padded: a message has no "
+              "variable-length data)",
+    "Storage": "add `Storage: <u8, u16, u32, ...>` (an enum is stored as the integer type it names)",
+    "Enum": "add `Enum: <the enum's name>`",
+    "Struct": "add `Struct: <the struct's name>`",
+}

@@ -249,3 +249,17 @@ def test_the_command_is_suggested_only_when_the_names_pair_up(tmp_path: Path, me
     path.write_text(f"Name: s\nVersion: 1.0.0\nModules:\n  - Name: m\n    Messages: {messages}\n")
     (problem,) = [p for p in problems_of(path) if p.rule == "response-command"]
     assert expected in problem.message
+
+
+@pytest.mark.parametrize(("field", "hint"), [
+    ("{Name: text, Type: string}", "'Length' is a required property: add `Length: <bytes>`"),
+    ("{Name: kind, Type: enum}", "'Enum' is a required property: add `Enum: <the enum's name>`"),
+])
+def test_missing_keys_say_what_to_add(tmp_path: Path, field: str, hint: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("Name: s\nVersion: 1.0.0\nModules:\n  - Name: m\n    Enums: [{Name: k_e, Members: "
+                    f"[{{Name: A, Value: 0}}]}}]\n    TraceEvents: [{{Name: t, Id: 1, Fields: [{field}]}}]\n")
+    messages = [p.message for p in problems_of(path)]
+    assert "Modules/0/Enums/0: 'Storage' is a required property: add `Storage: <u8, u16, u32, ...>` (an " \
+           "enum is stored as the integer type it names)" in messages
+    assert any(hint in m for m in messages), messages

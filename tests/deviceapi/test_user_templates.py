@@ -277,6 +277,16 @@ def test_errors_about_the_template_files(tmp_path: Path, capsys: pytest.CaptureF
     assert f"{blocker / 'ok.txt'}: cannot write it" in err
 
 
+def test_an_output_never_overwrites_an_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = small_spec(tmp_path)
+    template = tmp_path / "ids.jinja"
+    template.write_text(LIST)
+    for target, flag in ((template, "--template"), (spec, "--spec")):
+        err = error_of(capsys, "--spec", spec, "--template", template, "--output", target)
+        assert f"{target}: is the {flag} file itself" in err
+    assert template.read_text() == LIST and spec.read_text() == SMALL.format(name="small")
+
+
 def test_errors_are_dlaerrors_from_the_api(tmp_path: Path) -> None:
     from pydla.deviceapi.templates_user import render_template
 
