@@ -111,3 +111,51 @@ def last_axis_product(graph: Graph, node: Node) -> list[Node] | None:
     graph.shapes[target], graph.dtypes[target] = (len(shape) - 1,), np.dtype(np.int64)
     return [Node(f"{node.name}/product", "MatMul", [x, column], [kept], {}),
             Node(node.name, "Reshape", [kept, target], [out], {})]
+
+
+def gather_as_slice(graph: Graph, node: Node) -> list[Node] | None:
+    """Gather of a computed tensor by constant indices that step evenly forward (one index, as
+    ``x[:, 0]`` exports; or i, i + d, i + 2d, ...: a packed projection's parts) as a Slice, which
+    the device copies, and for one index a Reshape dropping the axis: no CPU run. None for other
+    indices (left to the CPU library's gather). An index outside the axis is refused here, as
+    ONNX refuses it."""
+    data, indices, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    if data in graph.consts or indices not in graph.consts:
+        return None
+    shape = graph.shapes[data]
+    values = np.asarray(graph.consts[indices])
+    if values.dtype.kind not in "iu" or values.ndim > 1 or values.size == 0 or not shape:
+        return None
+    axis = int(node.attrs.get("axis", 0))
+    if not -len(shape) <= axis < len(shape):
+        raise DlaError(NvError.BadValue, f"{node.where()}: axis {axis} of a rank-{len(shape)} input '{data}'")
+    axis %= len(shape)
+    dim = shape[axis]
+    flat = [int(v) for v in values.ravel()]
+    bad = [v for v in flat if not -dim <= v < dim]
+    if bad:
+        raise DlaError(NvError.BadValue, f"{node.where()}: index {bad[0]} is outside axis {axis} of '{data}' "
+                                         f"(size {dim})")
+    flat = [v % dim for v in flat]
+    step = flat[1] - flat[0] if len(flat) > 1 else 1
+    if step < 1 or flat != list(range(flat[0], flat[0] + step * len(flat), step)):
+        return None
+
+    def const(suffix: str, value: int) -> str:
+        name = f"{out}/{suffix}"
+        graph.consts[name] = np.array([value], np.int64)
+        graph.shapes[name], graph.dtypes[name] = (1,), np.dtype(np.int64)
+        return name
+
+    params = [const("starts", flat[0]), const("ends", flat[-1] + 1), const("axes", axis),
+              const("steps", step)]
+    if values.ndim == 1:
+        return [Node(node.name, "Slice", [data, *params], [out], {})]
+    part = f"{out}/slice"
+    graph.shapes[part] = (*shape[:axis], 1, *shape[axis + 1:])
+    graph.dtypes[part] = graph.dtypes[data]
+    target = f"{out}/shape"
+    graph.consts[target] = np.array(graph.shapes[out], np.int64)
+    graph.shapes[target], graph.dtypes[target] = (len(graph.shapes[out]),), np.dtype(np.int64)
+    return [Node(f"{node.name}/slice", "Slice", [data, *params], [part], {}),
+            Node(node.name, "Reshape", [part, target], [out], {})]

@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from pydla.compiler import ceil_mode
-from pydla.compiler.decompose import last_axis_product, layer_norm
+from pydla.compiler.decompose import gather_as_slice, last_axis_product, layer_norm
 from pydla.compiler.fold import fold, settle_empty
 from pydla.compiler.graph_types import Graph as Graph
 from pydla.compiler.graph_types import Node as Node
@@ -161,6 +161,8 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
         return layer_norm(graph, node)
     if node.op_type in ("ReduceMean", "ReduceSum"):
         return last_axis_product(graph, node) or [node]
+    if node.op_type == "Gather":
+        return gather_as_slice(graph, node) or [node]
     if node.op_type == "PRelu" and len(node.inputs) == 2 and not _prelu_on_sdp(graph, *node.inputs):
         return _prelu_of_a_tensor(graph, node)
     if node.op_type in ("Neg", "Abs", "Reciprocal"):

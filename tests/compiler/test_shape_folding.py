@@ -206,3 +206,35 @@ def test_a_reshape_of_computed_data_with_0_and_minus_1() -> None:
     want = reference(m, {"x": x})["y"]
     assert want.shape == (3, 24)
     np.testing.assert_array_equal(run_loadable(blob, {"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("indices,axis,on_device", [
+    (np.array(0, I64), 1, True),          # x[:, 0]: a class token
+    (np.array(-1, I64), 2, True),
+    (np.array([1, 3, 5], I64), 2, True),  # evenly stepped: a strided slice
+    (np.array([2], I64), 0, True),
+    (np.array([-3, -2], I64), 1, True),
+    (np.array([0, 2, 3], I64), 2, False),  # not evenly stepped: the CPU library's gather
+    (np.array([[0, 1]], I64), 1, False),
+])
+def test_gather_by_constant_indices_of_computed_data(indices: np.ndarray, axis: int, on_device: bool) -> None:
+    from pydla.loadable.container import Loadable
+
+    m = model([helper.make_node("Relu", ["x"], ["r"]),
+               helper.make_node("Gather", ["r", "i"], ["y"], axis=axis)],
+              {"x": (3, 4, 6)}, ["y"], {"i": indices})
+    x = np.random.default_rng(4).standard_normal((3, 4, 6)).astype(np.float32)
+    blob = compile_model(m).blob
+    assert ([r.where for r in Loadable.open(blob).recipe.runs] == ["npu"]) == on_device
+    want = reference(m, {"x": x})["y"]
+    np.testing.assert_array_equal(run_loadable(blob, {"x": x})["y"], want)
+
+
+def test_a_constant_gather_index_outside_the_axis_is_refused_when_compiling() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["r"]),
+               helper.make_node("Gather", ["r", "i"], ["y"], axis=1, name="pick")],
+              {"x": (3, 4)}, ["y"], {"i": np.array(4, I64)})
+    with pytest.raises(DlaError) as info:
+        compile_model(m)
+    assert info.value.code == NvError.BadValue
+    assert info.value.message == "node 'pick' (Gather): index 4 is outside axis 1 of 'r' (size 4)"
