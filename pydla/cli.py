@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.loadable import cli as loadable_cli
+    from pydla.trace import cli as trace_cli
 
     demo.register(commands)
     run.register(commands)
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     compiler_cli.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)
+    trace_cli.register(commands)
     for sub in _subcommands(parser):
         add_common_options(sub, top=False)
     return parser

@@ -70,6 +70,15 @@ def register(commands: Any) -> None:
                    help="for an ONNX model: the whole shape of input NAME, sizing its symbolic dimensions "
                         "(batch, sequence), e.g. --input-shape input_ids=1,128 (repeatable); for a "
                         "loadable it must be the shape compiled in")
+    p.add_argument("--trace", type=Path, metavar="FILE.json",
+                   help="write a Perfetto / Chrome trace of the timed runs: the device's blocks and compute "
+                        "units, the host's calls, CPU runs and fence waits on one timeline (open it at "
+                        "https://ui.perfetto.dev)")
+    p.add_argument("--trace-ring", type=Path, metavar="FILE",
+                   help="also save the device's trace ring as read, for 'pydla trace FILE'")
+    p.add_argument("--profile", action="store_true",
+                   help="print a per-operation profile of the timed runs: each operation's block, shape and "
+                        "device time, and each step's host overhead, sorted by cost")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs (floats: standard normal; integers: uniform in "
                         "-100..100, 0..200 unsigned; bools: half true)")
@@ -117,6 +126,7 @@ def _read_inputs(items: list[str]) -> dict[str, tuple[np.ndarray, str]]:
 def _run(args: argparse.Namespace) -> int:
     from pydla.compiler.input_shapes import parse_input_shapes
     from pydla.session import Session
+    from pydla.trace.capture import Capture
 
     shapes = parse_input_shapes(args.input_shape)
     if args.iterations < 1:
@@ -164,11 +174,23 @@ def _run(args: argparse.Namespace) -> int:
                            "dtype": str(feeds[t.name].dtype), "source": source})
         for _ in range(warmup):
             sess.run(feeds)
+        traced_wanted = args.trace is not None or args.trace_ring is not None or args.profile
+        capture = Capture(sess.runtime) if traced_wanted else None
         times = []
         for _ in range(args.iterations):
             t0 = time.perf_counter()
             outputs = sess.run(feeds)
             times.append(time.perf_counter() - t0)
+        if capture is not None:
+            traced = capture.finish()
+            if args.trace is not None:
+                traced.write_chrome(args.trace)
+                print(f"trace of {len(times)} run(s) written to {args.trace} ({len(traced.ops)} device "
+                      f"operations; open it at https://ui.perfetto.dev)", file=text)
+            if args.trace_ring is not None:
+                traced.write_ring(args.trace_ring)
+            if args.profile:
+                print(traced.profile_text(), file=text)
     print(f"loaded in {load_ms:.1f} ms", file=text)
     results = []
     for name, value in outputs.items():

@@ -37,6 +37,7 @@ from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
+from pydla.trace.capture import Capture, TraceResult
 from pydla.umd.runtime import close_quietly, createRuntime
 
 
@@ -333,6 +334,9 @@ class Session:
         input_shapes: the shapes of an ONNX model's inputs whose dimensions are symbolic (the
             batch, a sequence length), {input name: shape}, e.g. ``{"input_ids": (1, 128)}``; for a
             loadable they must be the shapes it was compiled with.
+        trace: a file to write a Perfetto / Chrome trace of every run to, when the session closes
+            (or at :meth:`stop_trace`): the device's blocks and compute units, and the host's calls,
+            CPU runs and fence waits, on one timeline (open it at https://ui.perfetto.dev).
 
     Attributes: ``inputs`` and ``outputs`` (lists of :class:`TensorInfo`), ``runtime`` (the
     :class:`~pydla.umd.runtime.IRuntime` underneath).
@@ -341,7 +345,8 @@ class Session:
     def __init__(self, model: Any, *, port: str | None = None, config: str = "full", device: int = 0,
                  precision: str = "fp32", timeout_ms: int = 60_000,
                  path: str | os.PathLike[str] | None = None, progress: Progress | None = None,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 trace: str | os.PathLike[str] | None = None) -> None:
         shapes = check_input_shapes(input_shapes)
         blob = loadable_bytes(model, config, precision, progress=progress, input_shapes=shapes)
         self.runtime = createRuntime(port, config, device, timeout_ms=timeout_ms, path=path)
@@ -363,6 +368,8 @@ class Session:
             for i, mem in enumerate(self._out_mems):
                 if mem is not None:
                     self.runtime.bindOutputTensor(i, mem)
+            self._trace_path = trace
+            self._capture = Capture(self.runtime) if trace is not None else None
         except BaseException:
             self.runtime.close()
             raise
@@ -473,9 +480,24 @@ class Session:
 
     # -- lifetime --------------------------------------------------------------------------------
 
+    def stop_trace(self) -> TraceResult | None:
+        """Stop tracing (``trace=``), write the trace file, and return what it found (also its
+        profile: ``result.profile_text()``); None when the session does not trace. Idempotent."""
+        capture, self._capture = self._capture, None
+        if capture is None:
+            return None
+        result = capture.finish()
+        if self._trace_path is not None:
+            result.write_chrome(self._trace_path)
+        return result
+
     def close(self) -> None:
-        """Wait for a run in flight (up to the runtime's timeout), then free everything."""
-        self.runtime.close()
+        """Wait for a run in flight (up to the runtime's timeout), write the trace file if the
+        session traces, then free everything."""
+        try:
+            self.stop_trace()
+        finally:
+            self.runtime.close()
 
     def __enter__(self) -> Session:
         return self
@@ -486,7 +508,8 @@ class Session:
 
 # pydla's keyword arguments that InferenceSession passes on to Session, and onnxruntime's keyword
 # arguments that change nothing here (accepted so that code written for onnxruntime runs as is).
-_SESSION_KEYWORDS = frozenset({"port", "config", "device", "precision", "timeout_ms", "path", "input_shapes"})
+_SESSION_KEYWORDS = frozenset({"port", "config", "device", "precision", "timeout_ms", "path", "input_shapes",
+                               "trace"})
 _ORT_KEYWORDS_WITHOUT_EFFECT = frozenset({"disabled_optimizers", "read_config_from_model"})
 
 

@@ -88,6 +88,28 @@ class ControlCode:
         return [dla_task.dla_common_op_desc_t.from_buffer_copy(graph[i * common:(i + 1) * common]).op_type
                 for i in range(n)]
 
+    def shapes(self) -> list[str]:
+        """Per operation, what its surface descriptor says it reads and writes, as ``CxHxW`` cubes
+        ("src 8x4x4 -> dst 8x2x2"; "" where the descriptor holds no cube): for profiles and logs."""
+        from pydla.deviceapi.generated import dla_task
+        from pydla.deviceapi.generated.device_api import dla_block_e
+
+        network = dla_task.dla_network_desc_t.from_buffer_copy(
+            self.sections[".dla.network"][:ctypes.sizeof(dla_task.dla_network_desc_t)])
+        surfaces, size = self.sections[".dla.surfaces"], network.surface_desc_size
+        out = []
+        for i, op_type in enumerate(self.op_types()):
+            name = dla_block_e(op_type).name.lower() if op_type in dla_block_e._value2member_map_ else ""
+            cls = getattr(dla_task, f"dla_{name}_surface_desc_t", None)
+            if cls is None or size < ctypes.sizeof(cls) or (i + 1) * size > len(surfaces):
+                out.append("")
+                continue
+            desc = cls.from_buffer_copy(surfaces[i * size:i * size + ctypes.sizeof(cls)])
+            cubes = [f"{field} {c.channels}x{c.height}x{c.width}"
+                     for field in ("src", "dst") if hasattr(c := getattr(desc, field, None), "channels")]
+            out.append(" -> ".join(cubes))
+        return out
+
     @property
     def argidxs(self) -> list[int]:
         return sorted(set(self.arguments.values()))

@@ -29,6 +29,7 @@ from pydla.kmd.cu import CuArg, CuBuffer
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Job, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
+from pydla.kmd.trace import KmdTrace
 from pydla.platform import ConfigLike, Platform
 from pydla.portability.interface import (
     NvDlaDeviceInfo,
@@ -40,6 +41,7 @@ from pydla.portability.interface import (
     NvDlaPreparedTask,
     NvDlaTask,
     NvDlaTaskStatus,
+    NvDlaTrace,
     check_cu_args,
     check_free_args,
     check_prepared_submit,
@@ -85,6 +87,7 @@ class Session:
         self.ctx = kmd.open_context()
         self.mems: dict[int, InProcessMem] = {}
         self.semaphores: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()  # gone when unused
+        self.traces: list[KmdTrace] = []  # trace rings it started (stopped when it closes)
         self.closed = False
 
 
@@ -188,6 +191,9 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaClose(self, h: Any) -> None:
         session = self._session(h)
+        for trace in list(session.traces):
+            trace.stop()
+        session.traces.clear()
         session.closed = True
         for m in session.mems.values():
             m.usable = False
@@ -196,6 +202,31 @@ class InProcessPort(NvDlaPort):
         with self._lock:
             if session in self._sessions:
                 self._sessions.remove(session)
+
+    # -- the device's trace ring ------------------------------------------------------------------
+
+    def NvDlaTraceStart(self, h: Any, size: int, mask: int) -> NvDlaTrace:
+        session = self._session(h)
+        trace = KmdTrace(session.kmd, size=size, mask=mask)
+        session.traces.append(trace)
+        return NvDlaTrace(trace, session.ctx)
+
+    def _trace(self, h: Any, trace: Any, what: str) -> tuple[Session, KmdTrace]:
+        session = self._session(h)
+        mine = trace.handle if isinstance(trace, NvDlaTrace) else None
+        if not isinstance(mine, KmdTrace) or mine not in session.traces:
+            raise DlaError(NvError.BadParameter, f"{what}: not a trace this handle started: {trace!r:.60}")
+        return session, mine
+
+    def NvDlaTraceRead(self, h: Any, trace: NvDlaTrace) -> bytes:
+        return self._trace(h, trace, "NvDlaTraceRead")[1].snapshot()
+
+    def NvDlaTraceStop(self, h: Any, trace: NvDlaTrace) -> bytes:
+        if isinstance(trace, NvDlaTrace) and isinstance(trace.handle, KmdTrace) and trace.handle.stopped:
+            return trace.handle.stop()  # idempotent
+        session, mine = self._trace(h, trace, "NvDlaTraceStop")
+        session.traces.remove(mine)
+        return mine.stop()
 
     # -- compute units: the KMD's CU contexts, registers and streams, for this handle's context ---
 

@@ -106,6 +106,16 @@ class NvDlaDeviceInfo:
 
 
 @dataclass(frozen=True)
+class NvDlaTrace:
+    """What :meth:`NvDlaPort.NvDlaTraceStart` returns: the port's own ``handle`` of the trace, and the
+    device's number of the context the starting handle runs in (its operations' ``context_id`` in
+    the trace's events; -1 when the port does not say)."""
+
+    handle: Any
+    context_id: int = -1
+
+
+@dataclass(frozen=True)
 class NvDlaFence:
     """A sync point: ``semaphore`` (from :meth:`NvDlaPort.NvDlaCreateSemaphore`) reaching ``value``."""
 
@@ -320,6 +330,30 @@ class NvDlaPort(abc.ABC):
         raise DlaError(NvError.NotSupported, f"NvDlaStreamRead: {type(self).__name__} has no streams")
 
     # -- memory access: the same for every port whose memory handles have a host view ------------
+
+    # -- the device's trace ring (pydla's addition; the device and its firmware write it) ----------
+
+    def NvDlaTraceStart(self, h: Any, size: int, mask: int) -> NvDlaTrace:
+        """Have the device write a trace ring of ``size`` bytes with the event classes ``mask``
+        (``trace_class_e`` bits of the register map) for handle ``h``; returns the trace, for
+        :meth:`NvDlaTraceRead` and :meth:`NvDlaTraceStop`. One per device at a time (Busy).
+
+        Usage::
+
+            trace = port.NvDlaTraceStart(h, 1 << 20, 0x3)   # TASK | LAYER
+            ring = port.NvDlaTraceRead(h, trace)            # bytes: pydla.deviceapi.trace.read_ring
+            port.NvDlaTraceStop(h, trace)
+        """
+        raise DlaError(NvError.NotSupported,
+                       f"NvDlaTraceStart: {type(self).__name__} cannot trace the device")
+
+    def NvDlaTraceRead(self, h: Any, trace: NvDlaTrace) -> bytes:
+        """The trace ring's bytes now (a consistent copy; the device goes on writing)."""
+        raise DlaError(NvError.NotSupported, f"NvDlaTraceRead: {type(self).__name__} cannot trace the device")
+
+    def NvDlaTraceStop(self, h: Any, trace: NvDlaTrace) -> bytes:
+        """Stop the trace; its last bytes. Idempotent."""
+        raise DlaError(NvError.NotSupported, f"NvDlaTraceStop: {type(self).__name__} cannot trace the device")
 
     def NvDlaMemMap(self, mem: NvDlaMemHandle, offset: int, size: int, flags: int = 0) -> memoryview:
         """Map ``size`` bytes from ``offset`` into the process; return the view (pVirtAddr)."""

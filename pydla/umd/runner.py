@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from pydla.loadable.recipe import BIND_INPUT_TYPES, BIND_OUTPUT_TYPES, Argument,
 from pydla.loadable.recipe_file import RecipeFile
 from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
 from pydla.umd.cpu import CpuFunction, CpuLibraries
+
+if TYPE_CHECKING:
+    from pydla.trace.host import HostTrace
 
 
 class RecipeSource(Protocol):
@@ -111,6 +114,8 @@ class Runner:
         self.steps: list[_Npu | _Cpu] = []
         self._pending: NvDlaFence | None = None
         self._timeline: Any = None  # the semaphore of blocking runs (see run)
+        # While traced (pydla.trace): each step's span on the host's timeline.
+        self.tracer: HostTrace | None = None
         self._tick = 0
         try:
             self._create()
@@ -268,6 +273,9 @@ class Runner:
         """Run the recipe to its end in the calling thread, with the current bindings (or ``bound``)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         bindings = self._bindings() if bound is None else bound
+        if self.tracer is not None:
+            self._run_traced(self.tracer, timeout, bindings)
+            return
         with self._lock:
             for step in self.steps:
                 if isinstance(step, _Cpu):
@@ -288,6 +296,28 @@ class Runner:
                     self._timeline = None
                     self._release(fence.semaphore)
                     raise
+
+    def _run_traced(self, tracer: HostTrace, timeout: float, bindings: dict[str, NvDlaMemHandle]) -> None:
+        """:meth:`run`, each step a span on the host's timeline: the NPU steps' submits and fence
+        waits, the CPU runs. A step is submitted on a fresh semaphore (tracing is not the fast path)."""
+        with self._lock:
+            for step in self.steps:
+                name = step.run.name
+                if isinstance(step, _Cpu):
+                    with tracer.span(f"cpu {name}", "cpu", step=name):
+                        self._cpu(step, bindings)
+                    continue
+                semaphore = self.port.NvDlaCreateSemaphore(self.handle)
+                fence = NvDlaFence(semaphore, 1)
+                try:
+                    with tracer.span(f"npu {name}", "npu", step=name):
+                        with tracer.span("NvDlaSubmitPrepared", "umd", step=name):
+                            self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), [],
+                                                          [fence], timeout_ms=self.timeout_ms)
+                        with tracer.span("NvDlaWaitFence", "fence", step=name):
+                            self.port.NvDlaWaitFence(fence, timeout)
+                finally:
+                    self._release(semaphore)
 
     def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence, keep: object = None) -> None:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
