@@ -482,5 +482,5 @@ LOWER: dict[str, Callable[[Lowering, Step], None]] = {
     "lrn": pooling.lower_lrn, "cpu": cpuops.softmax, "unary": cpuops.unary_run,
     "reduce": cpuops.reduce_run, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
     "where": cpuops.where_run, "cast": cpuops.cast_run, "argmax": cpuops.argmax_run,
-    "gather": cpuops.gather_run, "expand": cpuops.expand_run, "tile": cpuops.tile_run,
+    "gather": cpuops.gather_run, "expand": movement.expand, "tile": cpuops.tile_run,
 }

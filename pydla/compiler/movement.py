@@ -80,6 +80,21 @@ def broadcast(lw: Lowering, tensor: str, out_shape: tuple[int, ...], where: str,
     return dst
 
 
+def expand(lw: Lowering, step: Step) -> None:
+    """Expand of a computed tensor: one BDMA broadcast copy (stride 0 along the expanded axes)
+    straight into the result, no CPU run (an attention mask expanded to (B, 1, T, T)). A constant's
+    Expand too large to fold, or one whose element sizes differ where they are stored, stays the
+    CPU library's."""
+    src, out = step.head.inputs[0], step.output
+    if src in lw.g.consts or lw.elsize(src) != lw.elsize(out):
+        cpuops.expand_run(lw, step)
+        return
+    el = lw.elsize(out)
+    shape = lw.g.shapes[out]
+    bdma_copy(lw, lw.storage(src), lw.storage(out), shape, broadcast_strides(lw.g.shapes[src], shape, el),
+              dense_strides(shape, el), el, step.head.where())
+
+
 def transpose(lw: Lowering, step: Step) -> None:
     n = step.head
     src = n.inputs[0]

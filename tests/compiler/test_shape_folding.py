@@ -238,3 +238,28 @@ def test_a_constant_gather_index_outside_the_axis_is_refused_when_compiling() ->
         compile_model(m)
     assert info.value.code == NvError.BadValue
     assert info.value.message == "node 'pick' (Gather): index 4 is outside axis 1 of 'r' (size 4)"
+
+
+@pytest.mark.parametrize("shape,target,dtype", [((2, 1, 3), (2, 4, 3), np.float32),
+                                                ((3,), (2, 1, 3), np.float32),
+                                                ((2, 1, 1, 5), (2, 1, 5, 5), np.int64),
+                                                ((4, 1), (1, 3), np.float32)])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_expand_of_computed_data_is_one_broadcast_copy(shape: tuple[int, ...], target: tuple[int, ...],
+                                                       dtype: Any, precision: str) -> None:
+    from pydla.loadable.container import Loadable
+    from pydla.session import Session
+
+    kind = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", kind, shape)], [helper.make_tensor_value_info("y", kind, None)],
+        [numpy_helper.from_array(np.array(target, I64), "shape")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = (np.random.default_rng(5).standard_normal(shape) * 10).astype(dtype)
+    compiled = compile_model(m, precision=precision)
+    assert compiled.cpu_runs == [] and [r.where for r in Loadable.open(compiled.blob).recipe.runs] == ["npu"]
+    with Session(compiled.blob) as sess:
+        got = sess.run({"x": x})["y"]
+    want = reference(m, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-3 if precision == "fp16" else 0)
