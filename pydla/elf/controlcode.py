@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from pydla.elf.reader import ElfReader
 from pydla.errors import DlaError, NvError
@@ -105,8 +106,11 @@ class ControlCode:
                 out.append("")
                 continue
             desc = cls.from_buffer_copy(surfaces[i * size:i * size + ctypes.sizeof(cls)])
-            cubes = [f"{field} {c.channels}x{c.height}x{c.width}"
-                     for field in ("src", "dst") if hasattr(c := getattr(desc, field, None), "channels")]
+            cubes = []
+            for field in ("src", "dst"):  # a data cube (CONV's weights are a memory reference)
+                cube: Any = getattr(desc, field, None)
+                if hasattr(cube, "channels"):
+                    cubes.append(f"{field} {cube.channels}x{cube.height}x{cube.width}")
             out.append(" -> ".join(cubes))
         return out
 

@@ -56,6 +56,7 @@ from pydla.linux.process_memory import read_process_memory, take_process_fd
 from pydla.linux.ring_server import RingServer, ServedRing, set_up_ring
 from pydla.linux.shm import check_shared_fd
 from pydla.linux.status import STATUS_FILE, JobCounter, StatusFile, status_document
+from pydla.linux.trace_handlers import TraceHandlers, trace_handlers
 from pydla.linux.uapi import (
     BY_COMMAND,
     ERRNO,
@@ -81,6 +82,8 @@ FS_NAME = "pydla"  # the mounts' source; their type is fuse.pydla (how `pydla de
 class KmdDaemon:
     """The devices of configuration ``config`` (one per instance, from the composition root), their
     drivers, and the clients. What the daemon reports of a device is its driver's knowledge of it."""
+
+    trace_handlers: TraceHandlers  # set by pydla.linux.trace_handlers.trace_handlers
 
     def __init__(self, config: ConfigLike = "full", *, mode: str = "threaded",
                  default_timeout_ms: int = 10_000, quotas: Quotas | None = None,
@@ -112,6 +115,7 @@ class KmdDaemon:
             U.dla_ioctl_e.RING_SETUP: self._ring_setup,
         }
         self._handlers.update(cu_handlers(self))  # CU contexts, registers, streams, IP_LAYOUT (2.5)
+        self._handlers.update(trace_handlers(self))  # the device's trace ring (2.8)
         self._rings = RingServer(self._ring_submit)
         self.jobs = JobCounter(len(self.kmds))
         self.started = time.time()
@@ -198,6 +202,7 @@ class KmdDaemon:
         error = DlaError(NvError.Disconnected, f"client {client.pid} closed its device file")
         for sem in client.syncs.values():
             sem.fail(error)
+        self.trace_handlers.forget(client)  # its traces stop (their contexts are the driver's)
         try:
             client.kmd.close_context(client.ctx)  # aborts its jobs and frees its buffers
         except DlaError as e:

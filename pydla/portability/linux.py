@@ -68,6 +68,7 @@ from pydla.portability.interface import (
 )
 from pydla.portability.linux_cu import LinuxCuMethods, query_compute_units
 from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
+from pydla.portability.linux_trace import LinuxTraceMethods
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
 
@@ -268,7 +269,7 @@ class LinuxDevice:
             ring.close()
 
 
-class LinuxPort(LinuxCuMethods, NvDlaPort):
+class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
     """See the module docstring; the compute-unit methods (CU contexts, registers, streams, the
     IP_LAYOUT) are :class:`~pydla.portability.linux_cu.LinuxCuMethods`'."""
 

@@ -171,9 +171,9 @@ def chrome_trace(host: HostTrace | None, ops: Sequence[DeviceOp], units: Sequenc
             args["hw_error"] = o.hw_error
         ev.append({"ph": "X", "pid": DEVICE_PID, "tid": _block_tid(o.block), "name": o.label, "cat": "device",
                    "ts": o.start_ns / 1000, "dur": o.duration_ns / 1000, "args": args})
-    for u in sorted({u.unit for u in units}):
-        name = unit_names[u] if u < len(unit_names) else f"compute unit {u}"
-        meta(DEVICE_PID, CU_TID + u, "thread_name", f"CU {name}")
+    for index in sorted({u.unit for u in units}):
+        name = unit_names[index] if index < len(unit_names) else f"compute unit {index}"
+        meta(DEVICE_PID, CU_TID + index, "thread_name", f"CU {name}")
     for u in units:
         ev.append({"ph": "X", "pid": DEVICE_PID, "tid": CU_TID + u.unit, "name": f"execution {u.execution}",
                    "cat": "cu", "ts": u.start_ns / 1000, "dur": u.duration_ns / 1000,
