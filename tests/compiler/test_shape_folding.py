@@ -263,3 +263,23 @@ def test_expand_of_computed_data_is_one_broadcast_copy(shape: tuple[int, ...], t
         got = sess.run({"x": x})["y"]
     want = reference(m, {"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-3 if precision == "fp16" else 0)
+
+
+@pytest.mark.parametrize("op,values,attrs", [
+    ("Unsqueeze", [np.array(5, I64)], {"axes": [0]}),
+    ("Unsqueeze", [SHAPE], {"axes": [-1, 1]}),
+    ("Squeeze", [np.array([[7]], I64)], {"axes": [0]}),
+    ("Squeeze", [np.array([[7]], I64)], {}),
+])
+def test_axes_as_attributes_before_opset_13(op: str, values: list[Any], attrs: dict[str, Any]) -> None:
+    names = [f"i{k}" for k in range(len(values))]
+    node = helper.make_node(op, names, ["out"], **attrs)
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for n, v in zip(names, values, strict=True)]
+    out = helper.make_tensor_value_info("out", 0, None)
+    m = helper.make_model(helper.make_graph([node], "g", inputs, [out]),
+                          opset_imports=[helper.make_opsetid("", 11)])
+    want = ReferenceEvaluator(m).run(None, dict(zip(names, values, strict=True)))[0]
+    got = evaluate(op, {a.name: helper.get_attribute_value(a) for a in node.attribute}, values, 11)
+    assert got is not None and got[0].shape == want.shape
+    np.testing.assert_array_equal(got[0], want)
