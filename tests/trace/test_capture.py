@@ -40,13 +40,13 @@ def test_a_session_writes_one_timeline_of_device_and_host(blob: bytes, tmp_path:
     events = json.loads(out.read_text())["traceEvents"]
     names = {(e["pid"], e["name"]) for e in events if e["ph"] == "M"}
     assert (2, "thread_name") in names and (1, "process_name") in names
-    tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 2}
+    tracks = {e["args"]["name"] for e in events
+              if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 2}
     assert {"CONV", "SDP", "PDP"} <= tracks
     device = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
     assert len(device) == 3 * OPS_PER_RUN
-    assert sorted({e["name"] for e in device}) == sorted(
-        f"task0: operation {i} ({b})" for i, b in enumerate(["CONV", "SDP", "CONV", "SDP", "PDP", "PDP", "CONV",
-                                                              "SDP"]))
+    blocks = ["CONV", "SDP", "CONV", "SDP", "PDP", "PDP", "CONV", "SDP"]
+    assert sorted({e["name"] for e in device}) == sorted(f"task0: operation {i} ({b})" for i, b in enumerate(blocks))
     assert all(e["dur"] > 0 and "shape" in e["args"] for e in device)
     host = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert [e["name"] for e in host].count("npu task0") == 3
