@@ -46,7 +46,8 @@ def test_a_session_writes_one_timeline_of_device_and_host(blob: bytes, tmp_path:
     device = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
     assert len(device) == 3 * OPS_PER_RUN
     blocks = ["CONV", "SDP", "CONV", "SDP", "PDP", "PDP", "CONV", "SDP"]
-    assert sorted({e["name"] for e in device}) == sorted(f"task0: operation {i} ({b})" for i, b in enumerate(blocks))
+    expected = sorted(f"task0: operation {i} ({b})" for i, b in enumerate(blocks))
+    assert sorted({e["name"] for e in device}) == expected
     assert all(e["dur"] > 0 and "shape" in e["args"] for e in device)
     host = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert [e["name"] for e in host].count("npu task0") == 3
