@@ -82,6 +82,9 @@ class DeviceConfig:
     ip_layout: tuple[ComputeUnitInfo, ...] = ()
     clock_mhz: float = 1000.0
     shave: ShaveConfig | None = None
+    # A microcontroller beside the blocks runs the engine scheduler (headed mode, pydla.hw.mcu): the
+    # host reaches it through the device-API mailbox.
+    headed: bool = False
 
     def compute_unit(self, name: str) -> ComputeUnitInfo | None:
         """The IP_LAYOUT entry named ``name`` ("kernel:instance" or the instance alone)."""
@@ -156,7 +159,7 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     """Check every field of a configuration and build it; errors name the field and value."""
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
-    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL))
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL) - {"headed"})
     if unknown:
         raise DlaError(NvError.BadValue, f"{source}: unknown field(s) {', '.join(unknown)}")
     for key, typ in _FIELDS.items():
@@ -173,6 +176,9 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
             raise DlaError(NvError.BadValue, f"{source}: '{key}' must be a "
                                              f"{' or '.join(t.__name__ for t in types)}, not {value!r}")
         optional[key] = value
+    headed = raw.get("headed", False)
+    if not isinstance(headed, bool):  # the only boolean field (the others refuse a bool)
+        raise DlaError(NvError.BadValue, f"{source}: 'headed' must be true or false, not {headed!r}")
     blocks = tuple(_member(dla_block_e, b, "blocks", source) for b in raw["blocks"])
     precisions = tuple(_member(dla_precision_e, p, "precisions", source) for p in raw["precisions"])
     checks = [
@@ -200,7 +206,7 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
                         raw["iova_size"], optional["tap_major_min_channels"],
                         float(optional["tap_major_max_extra"]),
                         parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
-                        parse_shave(optional["shave"], source))
+                        parse_shave(optional["shave"], source), headed)
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:

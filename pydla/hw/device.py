@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.compute_units import ComputeUnits
@@ -52,6 +53,9 @@ from pydla.hw.regfile import (
 )
 from pydla.hw.shave.part import ShaveTiles
 from pydla.hw.trace_out import TraceOutput
+
+if TYPE_CHECKING:
+    from pydla.hw.mcu import Microcontroller
 
 __all__ = [
     "DEVICE_RESET_BIT", "ENABLED", "IDLE", "MMU_FAULT_BIT", "MODES", "OP_ENABLE", "RESET_QUIESCE_S",
@@ -107,6 +111,11 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, Compute
         self._init_trace()
         self._init_cus()
         self._init_shave()
+        self.mcu: Microcontroller | None = None
+        if self.config.headed:  # the microcontroller running the engine scheduler (pydla.hw.mcu)
+            from pydla.hw.mcu import Microcontroller  # here: the firmware imports the KMD, which imports this
+
+            self.mcu = Microcontroller(self)
         if mode == "threaded":
             for block in self._blocks.values():
                 t = threading.Thread(target=self._worker, args=(block,), daemon=True,
@@ -121,6 +130,8 @@ class VirtualDevice(RegisterFile, Execution, FaultsAndReset, ShaveTiles, Compute
             self._trace_reset()  # and tracing stops (its registers read 0)
 
     def close(self) -> None:
+        if self.mcu is not None:
+            self.mcu.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()

@@ -41,7 +41,7 @@ from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context
-    from pydla.kmd.engine import Engine
+    from pydla.kmd.engine_api import EngineApi
 
 MAX_STREAM_BYTES = 1 << 26  # one stream read or write
 
@@ -52,7 +52,7 @@ class KmdComputeUnits:
     port: KmdPortability
     info: KmdDeviceInfo
     cus: CuScheduler
-    engine: Engine
+    engine: EngineApi
     _lock: threading.RLock
 
     if TYPE_CHECKING:

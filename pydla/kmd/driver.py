@@ -52,8 +52,9 @@ from pydla.kmd.context import (
 from pydla.kmd.cu import check_scalars
 from pydla.kmd.cu_api import KmdComputeUnits
 from pydla.kmd.cu_sched import CuScheduler
-from pydla.kmd.engine import Engine, TaskRun
+from pydla.kmd.engine_api import EngineApi, RunState
 from pydla.kmd.graph import TaskGraph, load_task
+from pydla.kmd.headed import make_engine
 from pydla.kmd.job import (
     COMPLETED,
     DEFAULT_TIMEOUT_MS,
@@ -104,12 +105,13 @@ class Kmd(KmdComputeUnits):
         # Deterministic devices compute inside the register write that enables an operation: a
         # submit then polls at once (the job usually finished within it).
         self._polled_at_submit = info.mode == "deterministic"
-        self.engine = Engine(self.port, info)
+        # The engine scheduler itself, or on a headed device the proxy to it (pydla.kmd.headed).
+        self.engine: EngineApi = make_engine(self.port, info, rpc_timeout_ms=max(50, min(tdr_ms, 2000)))
         self.watchdog = Watchdog(self.engine, self.port, tdr_ms=tdr_ms, ban_after=ban_after)
         self.tasks = TaskCache()
         self.cus = CuScheduler(self.port, info, tdr_ms=tdr_ms, ban_after=ban_after,
                                default_timeout_ms=default_timeout_ms, reset_device=self._cu_device_reset)
-        self.watchdog.on_device_reset = self.cus.device_was_reset
+        self.watchdog.on_device_reset = self.engine.on_device_reset = self.cus.device_was_reset
         self.engine.dla_engine_init()
         self.default_timeout_ms = default_timeout_ms
         self._lock = threading.RLock()
@@ -127,8 +129,9 @@ class Kmd(KmdComputeUnits):
         self._service: threading.Thread | None = None
         if info.mode == "threaded":
             # The ISR wakes no one: the interrupt's thread runs the bottom half (_irq_thread) and
-            # wakes the service thread only when it cannot.
-            self.port.connect_interrupt(self._irq_thread)  # after the engine's ISR
+            # wakes the service thread only when it cannot (headed: the service thread always does).
+            if self.engine.bottom_half_on_irq:
+                self.port.connect_interrupt(self._irq_thread)  # after the engine's ISR
             self._service = threading.Thread(target=self._service_loop, daemon=True,
                                              name=f"pydla-kmd{info.instance}")
             self._service.start()
@@ -353,8 +356,9 @@ class Kmd(KmdComputeUnits):
                 self.close_context(ctx)
             self._closed = True
             self.port.disconnect_interrupt(self.engine.dla_isr_handler)
-            if self._service is not None:
+            if self._service is not None and self.engine.bottom_half_on_irq:
                 self.port.disconnect_interrupt(self._irq_thread)
+            self.engine.close()
         self.engine.wake()
         self.cus.close()
         if self._service is not None:
@@ -409,7 +413,7 @@ class Kmd(KmdComputeUnits):
             if not started and engine.pending_events() == 0:
                 return
 
-    def _on_finish(self, run: TaskRun) -> None:
+    def _on_finish(self, run: RunState) -> None:
         job = next((j for j in self._inflight if j.task is run.task), None)
         if job is None:
             return

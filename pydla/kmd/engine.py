@@ -30,19 +30,22 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
+from pydla.kmd.engine_api import RunState, stuck_text
 from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
 from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_operation
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
+DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
+_BUSY_MASK = 0x0003_0003  # both groups' state fields of s_status: non-zero is ENABLED or RUNNING
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
 _BLOCK_RANGE = range(len(BLOCKS))
 # The events as plain ints (an IntEnum's attribute lookup and comparison cost more, at every event).
@@ -66,35 +69,29 @@ class HwEvent:
     failed: bool
 
 
-class TaskRun:
+class TaskRun(RunState):
     """The state of one execution of a task graph (made at every submit: kept lean)."""
 
     __slots__ = (
         "busy",
         "chain_pos",
-        "completed",
         "deps",
         "enable_order",
-        "error",
-        "finished",
+        "failed",
         "gated",
-        "graph",
         "group_of",
         "next_group",
-        "on_finish",
         "ready",
         "state",
-        "task",
     )
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
-                 on_finish: Callable[[TaskRun], None] | None = None) -> None:
-        self.task = task
-        self.graph = graph
-        self.on_finish = on_finish
+                 on_finish: Callable[[RunState], None] | None = None) -> None:
+        super().__init__(task, graph, on_finish)
         self.gated = False  # a task before it is still in flight: it programs, it enables nothing
-        self.error: DlaError | None = None
-        self.finished = False
+        # (operation index, dla_hw_error_e, MMU fault address) when a block reported its failure: what
+        # a headed firmware sends the host (task_failed_evt)
+        self.failed: tuple[int, int, int] | None = None
         self.restart()
 
     def restart(self) -> None:
@@ -128,7 +125,13 @@ def engine_depth(config: object) -> int:
 
 
 class Engine:
-    """The engine scheduler of one device, driving it through a :class:`KmdPortability`."""
+    """The engine scheduler of one device, driving it through a :class:`KmdPortability`: on the host
+    (headless) or in the device's microcontroller firmware (headed, :mod:`pydla.hw.mcu`)."""
+
+    # The thread that raised the interrupt may run the driver's bottom half (see Kmd._irq_thread).
+    bottom_half_on_irq = True
+    # run.completed is current at every poll (the watchdog may read it each time).
+    live_progress = True
 
     def __init__(self, port: KmdPortability, config: DeviceCaps) -> None:
         self.port = port
@@ -149,6 +152,7 @@ class Engine:
         # only then. Set before that thread starts.
         self.listening = False
         self.mmu_fault: tuple[int, int, int] | None = None
+        self.on_device_reset: Callable[[str], None] | None = None  # unused: the watchdog resets here
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -165,7 +169,7 @@ class Engine:
             return 0
 
     def dla_execute_task(self, task: TaskDesc, graph: TaskGraph | None = None,
-                         on_finish: Callable[[TaskRun], None] | None = None) -> TaskRun:
+                         on_finish: Callable[[RunState], None] | None = None) -> TaskRun:
         """Validate (unless ``graph`` is the validated graph of ``task``) and start ``task``."""
         if not self._initialised:
             raise DlaError(NvError.NotInitialized, "dla_engine_init was not called")
@@ -272,9 +276,11 @@ class Engine:
             code = self.port.dla_reg_read(ERROR[block])
             name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
             message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
+            fault = 0
             if code == R.dla_hw_error_e.MMU_FAULT and self.mmu_fault is not None:
-                addr, ctx, _ = self.mmu_fault
-                message += f" (access to {addr:#x} outside the mappings of context {ctx})"
+                fault, ctx, _ = self.mmu_fault
+                message += f" (access to {fault:#x} outside the mappings of context {ctx})"
+            run.failed = (index, code, fault)
             self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
             return
         run.state[index] = DONE
@@ -413,13 +419,43 @@ class Engine:
             other.restart()
         self._finish(run)
 
-    def abort(self, run: TaskRun, error: DlaError) -> None:
+    def abort(self, run: RunState, error: DlaError) -> None:
         """Abort ``run`` (a timeout, a context being closed): its blocks are reset."""
+        assert isinstance(run, TaskRun)
         with self._lock:
             self._fail(run, error)
 
-    def describe_stuck(self, run: TaskRun) -> str:
-        """Which operations were running or waiting, read from the blocks' status registers."""
+    # -- what the driver's watchdog asks of an engine (pydla.kmd.recovery; the headed proxy answers
+    # the same through messages) ---------------------------------------------------------------------
+
+    def progress(self, run: RunState) -> int | None:
+        """Operations of ``run`` completed so far."""
+        return run.completed
+
+    def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
+        """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
+        mask = 0
+        for b in blocks:
+            mask |= 1 << int(b)
+        self.port.dla_reg_write(R.GLB_RESET, mask)
+        return self.busy(blocks)
+
+    def reset_device(self) -> list[dla_block_e]:
+        """Reset the whole device; the blocks still busy after it."""
+        self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
+        return self.busy(list(dla_block_e))
+
+    def busy(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
+        """Of ``blocks``, those the device has whose register groups are enabled or running."""
+        present = set(self.config.blocks)
+        return [b for b in blocks if b in present and self.port.dla_reg_read(STATUS[b]) & _BUSY_MASK]
+
+    def close(self) -> None:
+        """Nothing to release (the headed proxy detaches its mailbox)."""
+
+    def stuck_operations(self, run: TaskRun) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The (operation, group) pairs of ``run`` that are running, and those enabled and waiting,
+        read from the blocks' status registers."""
         with self._lock:
             running, waiting = [], []
             for b in run.graph.blocks:
@@ -429,18 +465,16 @@ class Engine:
                     index = run.busy[b][g]
                     if index is None:
                         continue
-                    name = f"{run.graph.operations[index].name} in group {g}"
                     if state == R.group_state_e.RUNNING:
-                        running.append(name)
+                        running.append((index, g))
                     elif state == R.group_state_e.ENABLED:
-                        waiting.append(name)
-            parts = []
-            if running:
-                parts.append("running and not finishing: " + ", ".join(running))
-            if waiting:
-                parts.append("enabled and waiting: " + ", ".join(waiting))
-            unprogrammed = len(run.graph.operations) - run.completed - len(running) - len(waiting)
-            parts.append(f"{run.completed} of {len(run.graph.operations)} operations completed")
-            if unprogrammed > 0 and not running:
-                parts.append(f"{unprogrammed} not started")
-            return "; ".join(parts)
+                        waiting.append((index, g))
+            return running, waiting
+
+    def describe_stuck(self, run: RunState) -> str:
+        """Which operations were running or waiting, read from the blocks' status registers."""
+        assert isinstance(run, TaskRun)
+        running, waiting = self.stuck_operations(run)
+        ops = run.graph.operations
+        return stuck_text(len(ops), run.completed, [f"{ops[i].name} in group {g}" for i, g in running],
+                          [f"{ops[i].name} in group {g}" for i, g in waiting], len(running), len(waiting))

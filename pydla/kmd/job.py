@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine import TaskRun
+from pydla.kmd.engine_api import RunState
 from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import TaskDesc
 from pydla.kmd.sync import TimelineSemaphore
@@ -67,7 +67,7 @@ class Job:
         self.timeout_ms = timeout_ms
         self.state = QUEUED
         self.error: DlaError | None = None
-        self.run: TaskRun | None = None
+        self.run: RunState | None = None
         # The watchdog's (pydla.kmd.recovery): when it looks next, the end of the job's time budget,
         # when an operation last completed and how many had then, and how often progress extended it.
         self.deadline = 0.0

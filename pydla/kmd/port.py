@@ -119,6 +119,7 @@ class KmdDeviceInfo:
     """What the KMD learns of its device at probe time (:meth:`KmdPortability.dla_get_device_info`):
     which instance it is, how it runs, and what it can do.
 
+    ``headed`` says the device has a microcontroller running the engine scheduler (GLB mcu_status).
     ``mode`` says who makes the device progress: ``deterministic``, it computes inside the register
     write that enables an operation (the driver polls right after a submit); ``step``, only when
     its owner steps it (the driver polls when asked); ``threaded``, on its own (the driver runs a
@@ -136,6 +137,9 @@ class KmdDeviceInfo:
     max_kernel: int = 1024
     max_stride: int = 64
     compute_units: tuple[CuDesc, ...] = ()  # the IP_LAYOUT, in its order
+    # A microcontroller runs the engine scheduler (headed mode): the driver reaches it through the
+    # device-API mailbox (pydla.kmd.headed) instead of programming the blocks itself.
+    headed: bool = False
 
 
 class KmdPortability(abc.ABC):

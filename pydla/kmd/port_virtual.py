@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
@@ -85,7 +86,8 @@ class VirtualDevicePort(KmdPortability):
                              tuple(CuDesc(cu.name, cu.m_ip_control[len("AP_CTRL_"):], cu.m_base_address,
                                           cu.window, bool(cu.m_int_enable), cu.m_interrupt_id,
                                           cu.pipeline_depth, cu.is_engine)
-                                   for cu in config.ip_layout))
+                                   for cu in config.ip_layout),
+                             headed=bool(dev.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))
 
     def dla_cu_stream_write(self, cu: CuDesc, data: bytes, timeout_s: float) -> None:
         self.device.cu_stream_write(cu.name, data, timeout_s)

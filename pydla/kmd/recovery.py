@@ -35,16 +35,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from pydla.deviceapi.generated import dla_regs as R
-from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine import Engine
+from pydla.kmd.engine import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # the compute units reset the device too
+from pydla.kmd.engine_api import EngineApi
 from pydla.kmd.job import Job
 from pydla.kmd.port import KmdPortability
-from pydla.kmd.program import STATUS
 
 log = logging.getLogger("pydla.kmd")
 
@@ -52,8 +50,6 @@ DEFAULT_TDR_MS = 2_000
 MAX_TDR_MS = 3_600_000
 MAX_EXTENSIONS = 10  # a progressing job may run (MAX_EXTENSIONS + 1) * timeout_ms in all
 BAN_AFTER_HANGS = 3
-DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
-_BUSY_MASK = 0x0003_0003  # both groups' state fields of s_status: non-zero is ENABLED or RUNNING
 
 
 @dataclass
@@ -79,7 +75,7 @@ def check_recovery_args(tdr_ms: int, ban_after: int) -> None:
 class Watchdog:
     """The running job's hang and budget checks, and the recovery ladder. See the module docstring."""
 
-    def __init__(self, engine: Engine, port: KmdPortability, *, tdr_ms: int = DEFAULT_TDR_MS,
+    def __init__(self, engine: EngineApi, port: KmdPortability, *, tdr_ms: int = DEFAULT_TDR_MS,
                  ban_after: int = BAN_AFTER_HANGS) -> None:
         check_recovery_args(tdr_ms, ban_after)
         self.engine = engine
@@ -110,8 +106,13 @@ class Watchdog:
         if run is None:
             return
         now = time.monotonic()
-        if run.completed != job.completed_seen:
-            job.completed_seen = run.completed
+        if not self.engine.live_progress and now < job.deadline:
+            return  # progress costs a message to the firmware (headed): asked at the deadline only
+        completed = self.engine.progress(run)
+        if completed is None or run.finished:
+            return  # the engine could not tell, and ended the job itself (a firmware reset)
+        if completed != job.completed_seen:
+            job.completed_seen = completed
             job.last_progress = now
         if now < job.deadline:
             return
@@ -174,18 +175,13 @@ class Watchdog:
         """Reset the blocks ``job`` used; escalate to a device reset when one stays busy. Says what ran."""
         blocks = job.graph.blocks
         names = ", ".join(b.name for b in blocks)
-        mask = 0
-        for b in blocks:
-            mask |= 1 << int(b)
-        self.port.dla_reg_write(R.GLB_RESET, mask)
+        busy = self.engine.reset_blocks(blocks)
         self.stats.block_resets += 1
-        busy = self._busy(blocks)
         if not busy:
             log.info("blocks %s were reset after task %d", names, job.job_id)
             return f"blocks {names} were reset"
-        self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
         self.stats.device_resets += 1
-        still = self._busy(list(dla_block_e))
+        still = self.engine.reset_device()
         what = (f"blocks {names} were reset, {', '.join(b.name for b in busy)} stayed busy, so the "
                 f"device was reset")
         if self.on_device_reset is not None:
@@ -198,10 +194,6 @@ class Watchdog:
         else:
             log.warning("task %d: %s", job.job_id, what)
         return what
-
-    def _busy(self, blocks: Iterable[dla_block_e]) -> list[dla_block_e]:
-        present = set(self.engine.config.blocks)
-        return [b for b in blocks if b in present and self.port.dla_reg_read(STATUS[b]) & _BUSY_MASK]
 
     def as_dict(self) -> dict[str, int]:
         return {"tdr_ms": self.tdr_ms, "ban_after": self.ban_after, **asdict(self.stats)}
@@ -223,7 +215,7 @@ def mmu_fault_error(job: Job) -> DlaError:
                     f"aborted: job {job.job_id} of context {job.context.ctx} caused an MMU fault")
 
 
-def fail_running(engine: Engine, job: Job | None, e: Exception) -> None:
+def fail_running(engine: EngineApi, job: Job | None, e: Exception) -> None:
     """The driver's bottom half failed with ``e`` while ``job`` ran: the job fails, the driver goes on."""
     if job is not None and job.run is not None:
         engine.abort(job.run, DlaError(NvError.ResourceError, f"job {job.job_id} failed in the driver: {e}"))

@@ -1,25 +1,47 @@
-"""Fixtures of the KMD tests: devices and drivers that are closed after each test."""
+"""Fixtures of the KMD tests: devices and drivers that are closed after each test.
+
+Every test that builds its driver with ``make_kmd`` (or ``kmd_full``) runs twice: headless (the
+engine scheduler in the host's KMD) and headed (the same scheduler on the device's microcontroller,
+the KMD talking to it through the device-API mailbox). A test that inspects what only a headless
+driver has (the engine's TaskRun state, the exact register trace of the host's programming) is
+marked ``@pytest.mark.headless_only`` with the reason, and runs headless only.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
-from pydla.hw.config import DeviceConfig
+from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from tests.kmd.support import MakeKmd
 
 
+@pytest.fixture(params=["headless", "headed"])
+def kmd_mode(request: pytest.FixtureRequest) -> str:
+    """Where the engine scheduler runs: on the host (headless) or on the device's microcontroller."""
+    if request.param == "headed" and request.node.get_closest_marker("headless_only") is not None:
+        pytest.skip("headless only: " + str(request.node.get_closest_marker("headless_only").args[0]))
+    return str(request.param)
+
+
+def with_mode(config: str | DeviceConfig, mode: str) -> DeviceConfig:
+    """``config`` (a configuration or a bundled one's name), headed when ``mode`` says so."""
+    loaded = load_config(config)
+    return dataclasses.replace(loaded, headed=mode == "headed")
+
+
 @pytest.fixture
-def make_kmd() -> Iterator[MakeKmd]:
+def make_kmd(kmd_mode: str) -> Iterator[MakeKmd]:
     """``make_kmd(config="full", mode="deterministic", **kmd_kwargs) -> (device, kmd)``."""
     made: list[tuple[VirtualDevice, Kmd]] = []
 
     def make(config: str | DeviceConfig = "full", mode: str = "deterministic",
              **kwargs: object) -> tuple[VirtualDevice, Kmd]:
-        dev = VirtualDevice(config, mode=mode)
+        dev = VirtualDevice(with_mode(config, kmd_mode), mode=mode)
         kmd = Kmd(dev, **kwargs)  # type: ignore[arg-type]
         made.append((dev, kmd))
         return dev, kmd
@@ -34,3 +56,8 @@ def make_kmd() -> Iterator[MakeKmd]:
 def kmd_full(make_kmd: MakeKmd) -> tuple[VirtualDevice, Kmd]:
     """A driver over a deterministic "full" device."""
     return make_kmd()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "headless_only(reason): the test inspects what only a headless "
+                                       "driver has; it does not run headed")

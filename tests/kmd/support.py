@@ -38,6 +38,13 @@ COMPLETED = int(T.dla_event_e.OP_COMPLETED)
 PROGRAMMED = int(T.dla_event_e.OP_PROGRAMMED)
 ENABLED = int(T.dla_event_e.OP_ENABLED)
 
+# Why a test runs headless only (pytest.mark.headless_only, see tests/kmd/conftest.py).
+ENGINE_INTERNALS = ("inspects the engine's TaskRun (its enable order, its gating) and the host's register "
+                    "trace; headed runs the same engine on the microcontroller, out of the host's sight")
+HOST_COPY = ("the host KMD's copy of the descriptors runs headless; headed, the firmware reads and validates "
+             "its own copy when the task starts")
+HOST_PROGRAMS = "the host's graph holds the register programs only when the host programs the blocks"
+
 
 # -- numpy references ------------------------------------------------------------------------------
 

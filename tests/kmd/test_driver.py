@@ -14,6 +14,8 @@ from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import COMPLETED, FAILED, MAX_EXTENSIONS, Job, Kmd
 from pydla.loadable.taskbuilder import LoadedTask
 from tests.kmd.support import (
+    ENGINE_INTERNALS,
+    HOST_COPY,
     Case,
     Descriptors,
     MakeKmd,
@@ -248,6 +250,7 @@ def test_priority_then_round_robin_then_submission_order(make_kmd: MakeKmd) -> N
         case.check(kmd, ctx, loaded, expected)
 
 
+@pytest.mark.headless_only(ENGINE_INTERNALS)
 def test_same_task_twenty_times(make_kmd: MakeKmd) -> None:
     """The loaded task is submitted again and again without re-uploading anything: correct numbers
     every time, the descriptors unchanged, no buffer allocated."""
@@ -399,6 +402,7 @@ def test_submit_after_the_driver_was_closed(make_kmd: MakeKmd) -> None:
 # -- what submit copies and holds -----------------------------------------------------------------------
 
 
+@pytest.mark.headless_only(HOST_COPY)
 def test_descriptors_are_copied_at_submit(make_kmd: MakeKmd) -> None:
     """Corrupting the descriptor buffer after submit validated it changes nothing: the engine runs
     from its copy."""

@@ -13,7 +13,7 @@ from pydla.hw.config import DeviceConfig, load_config
 from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL
 from pydla.kmd.engine import DONE, ENABLED, PROGRAMMED
 from pydla.kmd.job import COMPLETED
-from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, pdp_chain, single_pdp, wait_all
+from tests.kmd.support import ENGINE_INTERNALS, MakeKmd, conv_sdp_pdp, drive, pdp_chain, single_pdp, wait_all
 
 WAIT_MS = 10_000
 
@@ -32,6 +32,7 @@ def test_the_full_configuration_declares_a_chain_engine_of_depth_two(make_kmd: M
     assert hs.engine.depth == 1
 
 
+@pytest.mark.headless_only(ENGINE_INTERNALS)
 def test_chain_takes_the_next_task_while_one_runs_and_ends_them_in_order(make_kmd: MakeKmd) -> None:
     """Depth 2, three tasks of three contexts: START1 START2 DONE1 START3 DONE2 DONE3. The second
     task is programmed (into the group the first left free) but enables nothing until the first
@@ -78,6 +79,7 @@ def test_hs_takes_one_task_at_a_time(make_kmd: MakeKmd) -> None:
     assert list(kmd.engine.cu_events) == [e for i in ids for e in (("START", i), ("DONE", i))]
 
 
+@pytest.mark.headless_only(ENGINE_INTERNALS)
 def test_a_task_reading_what_the_one_before_wrote_sees_it(make_kmd: MakeKmd) -> None:
     """The same loaded network twice in one context, with no fence between: the second run's input
     is the first's output buffer refilled by nobody; gating keeps the results as if serial. Here
@@ -124,6 +126,7 @@ def test_many_tasks_of_several_contexts_agree_with_their_references(make_kmd: Ma
     assert done == sorted(done), "tasks end in the order they were taken"
 
 
+@pytest.mark.headless_only(ENGINE_INTERNALS)
 def test_a_failed_task_restarts_the_one_programmed_behind_it(make_kmd: MakeKmd) -> None:
     """The head fails on the device (a bad configuration reaches PDP): its blocks are reset, which
     undoes the programming of the gated task behind it; that one programs again and completes."""
@@ -148,6 +151,7 @@ def test_a_failed_task_restarts_the_one_programmed_behind_it(make_kmd: MakeKmd) 
     good.check(kmd, good_ctx, lg, expected)
 
 
+@pytest.mark.headless_only(ENGINE_INTERNALS)
 def test_closing_the_context_of_a_gated_task_leaves_the_running_one_alone(make_kmd: MakeKmd) -> None:
     dev, kmd = make_kmd(mode="step")
     ctx, other = kmd.open_context(), kmd.open_context()

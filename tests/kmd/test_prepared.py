@@ -10,7 +10,7 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.kmd.driver import MAX_PREPARED, Kmd
-from tests.kmd.support import Descriptors, MakeKmd, conv_sdp_pdp, pdp_chain, single_pdp
+from tests.kmd.support import HOST_COPY, Descriptors, MakeKmd, conv_sdp_pdp, pdp_chain, single_pdp
 
 WAIT_MS = 5000
 
@@ -47,6 +47,7 @@ def test_prepare_refuses_what_submit_refuses(kmd_full: tuple[Any, Kmd]) -> None:
     assert kmd.prepared_ids(ctx) == []
 
 
+@pytest.mark.headless_only(HOST_COPY)
 def test_the_kmd_runs_its_own_copy_of_the_descriptors(kmd_full: tuple[Any, Kmd]) -> None:
     """Descriptors changed in the client's memory after prepare change nothing the prepared job
     does (the KMD validated and kept its copy); preparing again validates the new bytes."""

@@ -12,6 +12,7 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.kmd.driver import COMPLETED, FAILED, Kmd
+from pydla.kmd.engine import TaskRun
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, single_pdp
 
 WAIT_MS = 10_000
@@ -89,7 +90,9 @@ def test_the_guilty_context_loses_its_queue_and_others_keep_theirs(make_kmd: Mak
     assert aborted.value.code == NvError.Timeout
     assert f"task {hung.job_id} of context {guilty} hung before it" in aborted.value.message
     # it never ran: at most programmed behind the hung one (the engine's pipeline), never enabled
-    assert queued_guilty.run is None or not queued_guilty.run.enable_order
+    run = queued_guilty.run
+    assert run is None or run.completed == 0
+    assert not isinstance(run, TaskRun) or not run.enable_order  # headless: it enabled nothing
     queued_innocent.wait(WAIT_MS)
     assert queued_innocent.state == COMPLETED
     case.check(kmd, innocent, li, expected)

@@ -17,6 +17,7 @@ from pydla.kmd.driver import Job
 from pydla.kmd.program import STATUS
 from tests.kmd.support import (
     COMPLETED,
+    ENGINE_INTERNALS,
     PROGRAMMED,
     Case,
     MakeKmd,
@@ -34,6 +35,9 @@ from tests.kmd.support import (
 
 B = dla_block_e
 
+
+
+pytestmark = pytest.mark.headless_only(ENGINE_INTERNALS)
 
 def run_traced(make_kmd: MakeKmd, case: Case, seed: int = 0) -> tuple[Job, Replay]:
     """Run ``case`` once on a fresh deterministic device with the register trace on; check its

@@ -9,9 +9,10 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.kmd.port import AddressEntry
-from tests.kmd.support import Descriptors, MakeKmd, conv_sdp_pdp
+from tests.kmd.support import HOST_PROGRAMS, Descriptors, MakeKmd, conv_sdp_pdp
 
 
+@pytest.mark.headless_only(HOST_PROGRAMS)
 def test_resubmits_hit_and_stay_correct(make_kmd: MakeKmd) -> None:
     _, kmd = make_kmd()
     ctx = kmd.open_context()

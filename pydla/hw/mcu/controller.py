@@ -1,0 +1,238 @@
+"""The microcontroller of a headed device: its GLB registers, its interrupt, where its firmware runs.
+
+Registers (GLB, served through the device's ``glb_extra``): ``mcu_mbox_base_lo/hi``, ``mcu_mbox_ctx``
+and ``mcu_mbox_size`` say where the mailbox is (writing the size makes the firmware take it, 0 lets
+it go); ``mcu_doorbell`` wakes the firmware after the host added commands; ``mcu_status`` reads
+RUNNING, ATTACHED and STOPPED (mcu_status_e) and, in bits 31:16, the device-API major version of the
+firmware; ``mcu_reset`` restarts the firmware (a new boot, detached, nothing of the old one kept).
+The firmware raises GLB intr_status bit 28 when it posted responses or events.
+
+Where the firmware runs follows the device's mode, as the blocks' execution does:
+
+- ``threaded``: on the microcontroller's own thread; an interrupt from a block may also run it at
+  once on the thread that raised it, when the firmware is idle (as the host KMD's bottom half does);
+- ``deterministic`` and ``step``: in the caller's thread, right after the register write that rang
+  the doorbell (or attached, or reset) returns, and from the interrupt a block raises; so a headed
+  KMD test is as reproducible as a headless one.
+
+Fault injection: :meth:`Microcontroller.inject_hang` makes the firmware stop taking commands and
+events (a hung firmware) until ``mcu_reset``. An internal error of the firmware (a bug) stops it with
+STOPPED set, and never reaches the host or the device's threads.
+
+Usage::
+
+    dev = VirtualDevice("full-headed")       # dev.mcu is the microcontroller
+    dev.mcu.flash(other_device_api_module)   # boot firmware built from another spec
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import traceback
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from pydla.deviceapi.generated import device_api
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.errors import DlaError, NvError
+from pydla.hw.mcu.firmware import Firmware
+from pydla.hw.mcu.port import FIRMWARE_INTR_BITS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pydla.hw.device import VirtualDevice
+
+MAILBOX_BIT = 1 << 28
+_RUNNING, _ATTACHED, _STOPPED = (int(R.mcu_status_e.RUNNING), int(R.mcu_status_e.ATTACHED),
+                                 int(R.mcu_status_e.STOPPED))
+_IDLE_WAIT_S = 0.05
+
+
+class Microcontroller:
+    """See the module docstring. Made by the device when its configuration says ``headed``."""
+
+    def __init__(self, device: VirtualDevice, api: ModuleType = device_api) -> None:
+        self.device = device
+        self.api = api
+        self._bus_write = device.reg_write  # the register bus itself (before the host's is wrapped)
+        self._lock = threading.Lock()  # the registers and requests below
+        self._wake = threading.Condition(self._lock)
+        self._serving = threading.Lock()  # held while the firmware runs: one runner at a time
+        self._work = False
+        self._due = False
+        self._requests: collections.deque[tuple[str, int, int, int]] = collections.deque()
+        self._mbox = [0, 0, 0, 0]  # base_lo, base_hi, ctx, size
+        self.hung = False
+        self.stopped: str | None = None
+        self.attach_error: str | None = None
+        self.firmware = Firmware(device, self._bus_write, api)
+        self._closed = False
+        regs = {R.GLB_MCU_MBOX_BASE_LO: 0, R.GLB_MCU_MBOX_BASE_HI: 1, R.GLB_MCU_MBOX_CTX: 2,
+                R.GLB_MCU_MBOX_SIZE: 3}
+        for address, index in regs.items():
+            device.glb_extra[address] = self._mbox_register(index)
+        device.glb_extra[R.GLB_MCU_DOORBELL] = (lambda: 0, self._doorbell)
+        device.glb_extra[R.GLB_MCU_STATUS] = (self.status, lambda v: 0)
+        device.glb_extra[R.GLB_MCU_RESET] = (lambda: 0, self._reset_write)
+        device.connect_irq(self._irq)
+        self._thread: threading.Thread | None = None
+        if device.mode == "threaded":
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name=f"pydla-dev{device.instance}-mcu")
+            self._thread.start()
+        else:
+            # The firmware runs right after the host's register write that needs it returns (the
+            # device's lock is then free): the host's write is wrapped, on this device only.
+            bus_write = self._bus_write
+
+            def reg_write(address: int, value: int) -> None:
+                bus_write(address, value)
+                if self._due:
+                    self._due = False
+                    self._serve()
+
+            device.reg_write = reg_write  # type: ignore[method-assign]
+
+    # -- registers (called under the device's lock: they only record and wake) -------------------------
+
+    def status(self) -> int:
+        value = _RUNNING | int(self.firmware.api.VERSION[0]) << 16
+        if self.firmware.mailbox is not None:
+            value |= _ATTACHED
+        if self.stopped is not None:
+            value = (value & ~_RUNNING) | _STOPPED
+        return value
+
+    def _mbox_register(self, index: int) -> tuple[Callable[[], int], Callable[[int], int]]:
+        def read() -> int:
+            return self._mbox[index]
+
+        def write(value: int) -> int:
+            return self._mbox_write(index, value)
+
+        return read, write
+
+    def _mbox_write(self, index: int, value: int) -> int:
+        self._mbox[index] = value
+        if index == 3:
+            base = self._mbox[0] | self._mbox[1] << 32
+            self._request(("attach", base, self._mbox[2], value))
+        return 0
+
+    def _doorbell(self, value: int) -> int:
+        if value & 1:
+            self._kick()
+        return 0
+
+    def _reset_write(self, value: int) -> int:
+        if value & 1:
+            self._request(("reset", 0, 0, 0))
+        return 0
+
+    def _request(self, request: tuple[str, int, int, int]) -> None:
+        with self._lock:
+            self._requests.append(request)
+        self._kick()
+
+    def _kick(self) -> None:
+        self._work = True
+        if self._thread is not None:
+            with self._wake:
+                self._wake.notify()
+        else:
+            self._due = True
+
+    # -- the interrupt and the firmware's runs ------------------------------------------------------
+
+    def _irq(self) -> None:
+        """The device raised its interrupt: the firmware's ISR takes the block bits routed to it."""
+        device = self.device
+        if not device.intr_status & ~device.intr_mask & FIRMWARE_INTR_BITS:
+            return  # only the host's bits (the mailbox, SHAVE, compute units)
+        isr = self.firmware.isr
+        if isr is not None and not self.hung and self.stopped is None:
+            isr()
+        self._work = True
+        if not self._serve() and self._thread is not None:
+            with self._wake:
+                self._wake.notify()
+
+    def _serve(self) -> bool:
+        """Run the firmware until it has nothing left to do, unless another thread runs it (then
+        that one sees the work: it looks again after letting go). False when it could not run it."""
+        ran = False
+        while self._work:
+            if not self._serving.acquire(blocking=False):
+                return ran
+            try:
+                while self._work:
+                    self._work = False
+                    self._step()
+            finally:
+                self._serving.release()
+            ran = True
+        return ran
+
+    def _step(self) -> None:
+        with self._lock:
+            requests = list(self._requests)
+            self._requests.clear()
+        for kind, base, ctx, size in requests:
+            if kind == "reset":
+                self._reboot(self.api)
+            elif size:
+                self.attach_error = self.firmware.attach(base, ctx, size)
+            else:
+                self.firmware.mailbox = None
+        if self.hung or self.stopped is not None:
+            return
+        try:
+            posted = self.firmware.step()
+        except Exception as e:  # a bug in the firmware stops it; it never throws into a caller
+            self.stopped = f"{type(e).__name__}: {e}"
+            self.device.log.append(f"mcu: the firmware stopped: {self.stopped}; "
+                                   + traceback.format_exc(limit=3).replace("\n", " | "))
+            posted = False
+        if posted:
+            self._bus_write(R.GLB_INTR_SET, MAILBOX_BIT)
+
+    def _reboot(self, api: ModuleType) -> None:
+        self.firmware = Firmware(self.device, self._bus_write, api)
+        self.hung = False
+        self.stopped = None
+        self.attach_error = None
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                if not self._work and not self._closed:
+                    self._wake.wait(_IDLE_WAIT_S)
+            if self._closed:
+                return
+            self._serve()
+
+    # -- for driver developers and tests ------------------------------------------------------------
+
+    def inject_hang(self) -> None:
+        """The firmware stops taking commands and events, as if stuck, until ``mcu_reset``."""
+        self.hung = True
+
+    def flash(self, api: ModuleType, timeout_s: float = 5.0) -> None:
+        """Boot firmware built from device-API module ``api`` (a generated ``device_api``), detached
+        from any mailbox: the next boots run it too."""
+        if not self._serving.acquire(timeout=timeout_s):
+            raise DlaError(NvError.Timeout, f"the firmware did not stop to be flashed within {timeout_s} s")
+        try:
+            self.api = api
+            self._reboot(api)
+        finally:
+            self._serving.release()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

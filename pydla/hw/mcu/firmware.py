@@ -1,0 +1,358 @@
+"""The microcontroller's firmware: the engine scheduler behind the device-API mailbox.
+
+What runs here is the host's KMD core, unchanged: :class:`pydla.kmd.engine.Engine` (dla_engine_init,
+dla_execute_task, dla_isr_handler, dla_process_events) over the firmware's portability layer
+(:mod:`pydla.hw.mcu.port`), and :func:`pydla.kmd.graph.load_task` validating each task from the
+firmware's own copy of its descriptors, with a cache of validated tasks
+(:class:`pydla.kmd.taskcache.TaskCache`: a graph is reused only when every byte it was read from is
+unchanged), so a repeated task is not validated again.
+
+Around it, the mailbox (:mod:`pydla.kmd.headed_ring`): commands are taken from the command ring and
+each is answered in the response ring; task_failed_evt and task_done_evt go to the event ring. The
+firmware trusts nothing it reads: every message is checked against its header and its generated
+layout; every field (context, task id, address list, sizes, reset scope) against what it points
+into. A message it does not know, a malformed one or one out of order is answered with an error
+status (its own response when it has a status field, else an ``error_evt`` whose ``context_id`` is
+0xFFFF, ``task_id`` the message's tag and ``op_index`` its id), never with an exception.
+
+``api`` is the generated device-API module the firmware is built with: a test builds firmware from an
+older or a newer spec to exercise the host's version check.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pydla.deviceapi.generated import device_api
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.runtime import Message, MessageType, decode
+from pydla.errors import DlaError, NvError
+from pydla.hw.mcu.port import UNMAPPED, FirmwarePort
+from pydla.hw.memory import MmuFault
+from pydla.kmd.context import MAX_ADDRESSES
+from pydla.kmd.engine import Engine, TaskRun
+from pydla.kmd.engine_api import RunState
+from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
+from pydla.kmd.port import ResolvedEntry, TaskDesc
+from pydla.kmd.taskcache import TaskCache
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pydla.hw.device import VirtualDevice
+
+NO_OP = 0xFFFF
+MAX_COMMANDS_PER_STEP = 64  # a flood of commands cannot starve the engine's events
+_COMMON = struct.Struct("<IHB")
+_ENTRY = np.dtype([("iova", "<u8"), ("size", "<u8")])
+_STATUS_OF = {NvError.InvalidAddress: "MMU_FAULT", NvError.Timeout: "TIMEOUT"}
+
+
+@dataclass
+class _Mailbox:
+    mem: np.ndarray[Any, np.dtype[np.uint8]]
+    ctx: int
+    base: int
+    layout: Layout
+    cmd: Ring
+    rsp: Ring
+    evt: Ring
+
+
+class Firmware:
+    """One boot of the firmware (a reset of the microcontroller makes a new one)."""
+
+    def __init__(self, device: VirtualDevice, write: Callable[[int, int], None],
+                 api: ModuleType = device_api) -> None:
+        self.device = device
+        self.api = api
+        self.isr: Callable[[], object] | None = None
+        self.port = FirmwarePort(device, write, self._connect)
+        self.info = self.port.dla_get_device_info()
+        self.engine = Engine(self.port, self.info)
+        self.engine.dla_engine_init()
+        self.cache = TaskCache()
+        self.mailbox: _Mailbox | None = None
+        self.handshaken = False
+        self.runs: dict[int, tuple[TaskRun, int]] = {}  # task id -> (run, start time)
+        self.aborted: set[int] = set()
+        self._ended: list[TaskRun] = []
+        self.refused = 0  # messages answered with an error status
+        status_e = getattr(api, "dla_status_e", device_api.dla_status_e)
+        self.status = status_e
+        self._responses: dict[int, type[Message]] = {
+            cls.COMMAND.MSG_ID: cls for cls in api.API.messages.values()
+            if cls.MSG_TYPE == MessageType.RESPONSE and cls.COMMAND is not None}
+        handlers: dict[str, Callable[[Any], Message | None]] = {
+            "version_query_cmd": self._version_query, "task_submit_cmd": self._task_submit_v1,
+            "task_submit_list_cmd": self._task_submit, "abort_cmd": self._abort, "reset_cmd": self._reset,
+            "task_status_cmd": self._task_status}
+        self._handlers = {getattr(api, name).MSG_ID: h for name, h in handlers.items() if hasattr(api, name)}
+
+    def _connect(self, handler: Callable[[], object] | None) -> None:
+        self.isr = handler
+
+    # -- the mailbox --------------------------------------------------------------------------------
+
+    def attach(self, base: int, ctx: int, size: int) -> str | None:
+        """Take the mailbox the host described in GLB mcu_mbox_*; the reason when it is refused."""
+        self.mailbox = None
+        self.handshaken = False
+        if not 0 < size <= 1 << 26:
+            return f"mcu_mbox_size {size} must be 1..{1 << 26}"
+        try:
+            bo, offset = self.device.iommu.translate(ctx, base, size)
+            mem = bo.array[offset:offset + size]
+            layout = Layout.read(mem)
+        except MmuFault as e:
+            return f"mailbox at {base:#x} in context {ctx}: {e}"
+        except DlaError as e:
+            return e.message
+        self.mailbox = _Mailbox(mem, ctx, base, layout, Ring(mem, layout.cmd, producer=False),
+                                Ring(mem, layout.rsp, producer=True), Ring(mem, layout.evt, producer=True))
+        return None
+
+    def step(self) -> bool:
+        """Take the waiting commands, act on the engine's events, post what ended. True when
+        something was posted (the microcontroller then raises the host's mailbox interrupt)."""
+        box = self.mailbox
+        if box is None:
+            self.engine.dla_process_events()  # runs of a detached mailbox still end
+            self._ended.clear()
+            return False
+        posted = False
+        for _ in range(MAX_COMMANDS_PER_STEP):
+            try:
+                data = box.cmd.read()
+            except RingError as e:
+                posted |= self._error_evt(0, NO_OP, self.status.BAD_MESSAGE, e.code)
+                continue
+            if data is None:
+                break
+            posted |= self._command(box, data)
+            posted |= self._post_ended()
+        self.engine.dla_process_events()
+        return self._post_ended() or posted
+
+    def _post(self, ring: Ring, msg: Message) -> bool:
+        if ring.write(bytes(msg)):
+            return True
+        if ring is not None and self.mailbox is not None and ring is self.mailbox.evt:
+            words = counters(self.mailbox.mem)
+            words[7] = int(words[7]) + 1  # evt_dropped: the host learns what it missed
+        return False
+
+    def _command(self, box: _Mailbox, data: bytes) -> bool:
+        _, msg_id, msg_type = _COMMON.unpack_from(data)
+        tag = int.from_bytes(data[8:16], "little")
+        api = self.api.API
+        cls = api.messages.get(msg_id)
+        if cls is None or cls.MSG_TYPE != MessageType.COMMAND or msg_type != int(MessageType.COMMAND):
+            status = self.status.NOT_SUPPORTED if cls is None else self.status.BAD_MESSAGE
+            return self._error_evt(tag, msg_id, status, NvError.NotSupported)
+        try:
+            msg = decode(api, data, allow_longer=True)  # a newer host may append fields
+        except DlaError as e:
+            return self._reject(box, cls, data, self.status.BAD_MESSAGE, e.code)
+        if not self.handshaken and cls is not getattr(self.api, "version_query_cmd", None):
+            return self._reject(box, cls, data, self.status.OUT_OF_ORDER, NvError.InvalidState)
+        handler = self._handlers.get(msg_id)
+        if handler is None:
+            return self._reject(box, cls, data, self.status.NOT_SUPPORTED, NvError.NotSupported)
+        reply = handler(msg)
+        return reply is not None and self._post(box.rsp, reply)
+
+    def _reject(self, box: _Mailbox, cls: type[Message], data: bytes, status: int, code: int) -> bool:
+        """Answer a command with an error status: in its own response when that has a status field."""
+        self.refused += 1
+        rsp = self._responses.get(cls.MSG_ID)
+        names = {f[0] for f in rsp._fields_} if rsp is not None else set()
+        if rsp is None or "status" not in names:
+            return self._error_evt(int.from_bytes(data[8:16], "little"), cls.MSG_ID, status, code)
+        command = cls.from_buffer_copy(data[:cls.SIZE].ljust(cls.SIZE, b"\0"))
+        fields: dict[str, int] = {"status": int(status)}
+        if "nv_error" in names:
+            fields["nv_error"] = int(code)
+        if "op_index" in names:
+            fields["op_index"] = NO_OP
+        if "task_id" in names:
+            fields["task_id"] = int(getattr(command, "task_id", 0))
+        return self._post(box.rsp, rsp.answer(command, **fields))
+
+    def _error_evt(self, tag: int, msg_id: int, status: int, code: int) -> bool:
+        """A message the firmware refused and cannot answer in a response of its own."""
+        self.refused += 1
+        if self.mailbox is None or not hasattr(self.api, "error_evt"):
+            return False
+        evt = self.api.error_evt.new(timestamp_ns=time.monotonic_ns(), task_id=tag, fault_address=int(code),
+                                     status=int(status), op_index=msg_id & 0xFFFF, context_id=0xFFFF)
+        return self._post(self.mailbox.evt, evt)
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    def _version_query(self, cmd: Any) -> Message:
+        api = self.api
+        self.handshaken = True
+        major, minor, patch = api.VERSION
+        version = api.api_version_t(layout_hash=api.LAYOUT_HASH64, major=major, minor=minor, patch=patch)
+        reply: Message = api.version_query_rsp.answer(
+            cmd, api=version, hw_version=self.port.dla_reg_read(R.GLB_HW_VERSION),
+            num_blocks=len(self.info.blocks), num_contexts=self.info.contexts)
+        return reply
+
+    def _task_submit_v1(self, cmd: Any) -> Message:
+        # A task needs its address list (task_submit_list_cmd); one address cannot describe it.
+        reply: Message = self.api.task_submit_rsp.answer(cmd, task_id=cmd.task_id,
+                                                         status=int(self.status.NOT_SUPPORTED))
+        self.refused += 1
+        return reply
+
+    def _task_submit(self, cmd: Any) -> Message:
+        api, st = self.api, self.status
+        task_id, ctx, n = int(cmd.task_id), int(cmd.context_id), int(cmd.num_addresses)
+
+        def answer(status: int, code: int = 0, op: int = NO_OP) -> Message:
+            if status != st.OK:
+                self.refused += 1
+            reply: Message = api.task_submit_list_rsp.answer(cmd, task_id=task_id, status=int(status),
+                                                             nv_error=int(code), op_index=op)
+            return reply
+
+        box = self.mailbox
+        assert box is not None
+        if task_id in self.runs:
+            return answer(st.BAD_PARAMETER, NvError.BadParameter)
+        if not 0 < n <= MAX_ADDRESSES:
+            return answer(st.BAD_PARAMETER, NvError.BadParameter)
+        if ctx == box.ctx or self.device.iommu.generation(ctx) is None:
+            return answer(st.BAD_PARAMETER, NvError.BadParameter)
+        if len(self.engine.inflight) >= self.engine.depth:
+            return answer(st.BUSY, NvError.Busy)
+        try:
+            bo, offset = self.device.iommu.translate(box.ctx, int(cmd.address_list), n * ENTRY_SIZE)
+            entries = np.frombuffer(bo.array[offset:offset + n * ENTRY_SIZE].tobytes(), dtype=_ENTRY)
+            addresses = []
+            for iova, size in zip(entries["iova"].tolist(), entries["size"].tolist(), strict=True):
+                if not 0 < size <= 1 << 40:
+                    return answer(st.BAD_PARAMETER, NvError.InvalidSize)
+                addresses.append(self._resolve(ctx, iova, size))
+        except MmuFault:
+            return answer(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
+        task = TaskDesc(task_id, ctx, addresses)
+        try:
+            # The firmware's own copy of the descriptors, validated (or a cached graph whose bytes are
+            # all unchanged); buffer handles are never reused, so they key the cache safely.
+            graph = self.cache.get(self.port, task, tuple(a.bo.handle for a in addresses), self.info)
+            run = self.engine.dla_execute_task(task, graph, self._on_finish)
+        except DlaError as e:
+            return answer(st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)
+        # Held until its events are posted (also when it failed while being programmed).
+        self.runs[task_id] = (run, time.monotonic_ns())
+        return answer(st.OK)
+
+    def _resolve(self, ctx: int, iova: int, size: int) -> ResolvedEntry:
+        """An address-list entry, translated in the task's context. One that is not mapped is kept
+        as it is: reading descriptors from it is refused (FirmwarePort), and a block that accesses it
+        faults on the device, as it would for a headless driver."""
+        try:
+            bo, offset = self.device.iommu.translate(ctx, iova, size)
+        except MmuFault:
+            return ResolvedEntry(UNMAPPED, iova, 0, size)
+        return ResolvedEntry(bo, iova - offset, offset, size)
+
+    def _on_finish(self, run: RunState) -> None:
+        assert isinstance(run, TaskRun)
+        self._ended.append(run)
+
+    def _post_ended(self) -> bool:
+        """task_failed_evt (when it failed) and task_done_evt for each run that ended."""
+        posted = False
+        box = self.mailbox
+        while self._ended:
+            run = self._ended.pop(0)
+            task_id = run.task.task_id
+            _, started = self.runs.pop(task_id, (run, time.monotonic_ns()))
+            if task_id in self.aborted:
+                self.aborted.discard(task_id)
+                status = int(self.status.ABORTED)
+            elif run.error is None:
+                status = int(self.status.OK)
+            else:
+                status = int(getattr(self.status, _STATUS_OF.get(run.error.code, "ERROR")))
+            if box is None:
+                continue
+            now = time.monotonic_ns()
+            failed = run.error is not None and status != self.status.ABORTED
+            if failed and run.error is not None and hasattr(self.api, "task_failed_evt"):
+                op, hw, fault = run.failed if run.failed is not None else (NO_OP, 0, 0)
+                block = int(run.graph.operations[op].block) if op != NO_OP else 0
+                posted |= self._post(box.evt, self.api.task_failed_evt.new(
+                    timestamp_ns=now, task_id=task_id, fault_address=fault, status=status,
+                    nv_error=int(run.error.code), hw_error=hw, op_index=op, context_id=run.task.ctx,
+                    block=block))
+            posted |= self._post(box.evt, self.api.task_done_evt.new(
+                timestamp_ns=now, task_id=task_id, duration_ns=now - started, status=status,
+                ops_completed=run.completed, context_id=run.task.ctx))
+        return posted
+
+    def _abort(self, cmd: Any) -> Message:
+        task_id, ctx = int(cmd.task_id), int(cmd.context_id)
+        if task_id:
+            held = self.runs.get(task_id)
+            targets = [held[0]] if held is not None and held[0].task.ctx == ctx else []
+        else:
+            targets = [r for r, _ in self.runs.values() if r.task.ctx == ctx]
+        for run in targets:
+            self.aborted.add(run.task.task_id)
+            error = DlaError(NvError.InvalidState, f"task {run.task.task_id}: aborted by the host")
+            self.engine.abort(run, error)
+        status = self.status.OK if targets else self.status.OUT_OF_ORDER
+        reply: Message = self.api.abort_rsp.answer(cmd, aborted=len(targets), status=int(status))
+        return reply
+
+    def _reset(self, cmd: Any) -> Message:
+        api, st = self.api, self.status
+        scope, mask = int(cmd.scope), int(cmd.engine_mask)
+        present = 0
+        for b in self.info.blocks:
+            present |= 1 << int(b)
+        if scope == api.reset_scope_e.DEVICE:
+            busy = self.engine.reset_device()
+        elif scope == api.reset_scope_e.ENGINE and mask and not mask & ~present:
+            busy = self.engine.reset_blocks([b for b in self.info.blocks if mask >> int(b) & 1])
+        else:
+            self.refused += 1
+            refused: Message = api.reset_rsp.answer(cmd, status=int(st.BAD_PARAMETER), **self._busy_field(0))
+            return refused
+        busy_mask = 0
+        for b in busy:
+            busy_mask |= 1 << int(b)
+        reply: Message = api.reset_rsp.answer(cmd, status=int(st.ERROR if busy else st.OK),
+                                              **self._busy_field(busy_mask))
+        return reply
+
+    def _busy_field(self, mask: int) -> dict[str, int]:
+        names = {f[0] for f in self.api.reset_rsp._fields_}
+        return {"busy_mask": mask} if "busy_mask" in names else {}
+
+    def _task_status(self, cmd: Any) -> Message:
+        api, st = self.api, self.status
+        held = self.runs.get(int(cmd.task_id))
+        if held is None or held[0].finished:
+            reply: Message = api.task_status_rsp.answer(cmd, task_id=cmd.task_id, status=int(st.OUT_OF_ORDER),
+                                                        first_running=NO_OP, first_waiting=NO_OP)
+            return reply
+        run = held[0]
+        running, waiting = self.engine.stuck_operations(run)
+        reply = api.task_status_rsp.answer(
+            cmd, task_id=cmd.task_id, status=int(st.OK), ops_completed=run.completed,
+            ops_total=len(run.graph.operations), running=len(running), waiting=len(waiting),
+            first_running=running[0][0] if running else NO_OP,
+            first_waiting=waiting[0][0] if waiting else NO_OP)
+        return reply

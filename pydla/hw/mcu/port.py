@@ -1,0 +1,100 @@
+"""The firmware's KMD portability layer: the device's local register bus and its memory.
+
+The engine scheduler (:class:`pydla.kmd.engine.Engine`, unchanged) runs on the microcontroller behind
+this port exactly as it runs on the host behind :class:`~pydla.kmd.port_virtual.VirtualDevicePort`:
+registers are reached directly (the microcontroller sits on the device's register bus), task memory
+through the IOMMU in the task's context (the address list the firmware resolved itself), and the
+interrupt is the block interrupts, which are routed to the microcontroller. The host keeps its own
+bits of GLB intr_status (the mailbox bit 28, the SHAVE and compute-unit bits 29 and 30): this port
+shows and clears only the firmware's (block done and error bits, the MMU fault bit 31).
+
+Address spaces and buffer objects are the host KMD's business: the firmware refuses to make them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.errors import DlaError, NvError
+from pydla.hw.memory import BufferObject
+from pydla.kmd.port import CpuAddress, TaskDesc
+from pydla.kmd.port_virtual import VirtualDevicePort
+
+if TYPE_CHECKING:
+    from pydla.hw.device import VirtualDevice
+
+# GLB intr_status bits routed to the microcontroller: each block's done (0..11) and error (16..27)
+# bits and the MMU fault (31).
+FIRMWARE_INTR_BITS = 0x0FFF | 0x0FFF << 16 | 1 << 31
+_INTR_STATUS, _INTR_MASK = R.GLB_INTR_STATUS, R.GLB_INTR_MASK
+# Stands for the memory of an address-list entry that is not mapped in the task's context.
+UNMAPPED = BufferObject(0, 0)
+
+
+class FirmwarePort(VirtualDevicePort):
+    """The KMD portability layer of the firmware (see the module docstring)."""
+
+    def __init__(self, device: VirtualDevice, write: Callable[[int, int], None],
+                 connect: Callable[[Callable[[], object] | None], None]) -> None:
+        """``write``: the register bus's write (the device's own, not the host's wrapped one);
+        ``connect``: how the microcontroller's interrupt controller takes the firmware's ISR."""
+        super().__init__(device)
+        self._write = write
+        self._connect = connect
+        self._read = device.reg_read
+        # The hot paths (an operation's program, its enable) go straight to the bus.
+        self.dla_reg_write_words = device.reg_write_words  # type: ignore[method-assign]
+        self.dla_reg_write = self._reg_write  # type: ignore[method-assign]
+        self.dla_reg_read = self._reg_read  # type: ignore[method-assign]
+
+    def _reg_write(self, addr: int, reg: int) -> None:
+        if addr == _INTR_STATUS:
+            reg &= FIRMWARE_INTR_BITS  # write-1-to-clear: never the host's bits
+        elif addr == _INTR_MASK:
+            reg = (self._read(_INTR_MASK) & ~FIRMWARE_INTR_BITS) | (reg & FIRMWARE_INTR_BITS)
+        self._write(addr, reg)
+
+    def _reg_read(self, addr: int) -> int:
+        value = self._read(addr)
+        return value & FIRMWARE_INTR_BITS if addr == _INTR_STATUS else value
+
+    def dla_reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
+        for addr, value in writes:
+            self._reg_write(addr, value)
+
+    def dla_read_cpu_address(self, task: TaskDesc, index: int, what: str = "address") -> CpuAddress:
+        entry = task.entry(index, what)
+        if entry.bo is UNMAPPED:
+            raise DlaError(NvError.InvalidAddress,
+                           f"task {task.task_id}: {what}: address-list entry {index} ({entry.iova:#x}, "
+                           f"{entry.size} bytes) is not mapped in context {task.ctx}")
+        return CpuAddress(entry.bo, entry.offset, entry.size)
+
+    def connect_interrupt(self, handler: Callable[[], object]) -> None:
+        self._connect(handler)
+
+    def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
+        self._connect(None)
+
+    def _refuse(self, what: str) -> DlaError:
+        return DlaError(NvError.NotSupported, f"the device firmware does not {what}: the host KMD does")
+
+    def dla_create_context(self) -> int:
+        raise self._refuse("create address spaces")
+
+    def dla_destroy_context(self, ctx: int) -> None:
+        raise self._refuse("destroy address spaces")
+
+    def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
+        raise self._refuse("allocate buffer objects")
+
+    def dla_free(self, bo: BufferObject) -> None:
+        raise self._refuse("free buffer objects")
+
+    def dla_map(self, ctx: int, bo: BufferObject) -> int:
+        raise self._refuse("map buffer objects")
+
+    def dla_unmap(self, ctx: int, iova: int) -> None:
+        raise self._refuse("unmap buffer objects")
