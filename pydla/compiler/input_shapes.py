@@ -4,8 +4,9 @@ Exporters leave the batch and sequence dimensions symbolic (torch.onnx's ``dynam
 ``unk__N``). A loadable has static shapes, so each symbolic dimension of a graph input is given a
 size when compiling: the model's input types are rewritten to the sizes given, and every other
 declared shape (outputs, value_info) has its symbolic dimensions replaced by the size of the same
-name, or forgotten, and the intermediate tensors' recorded shapes are dropped, so that shape
-inference computes them from the inputs instead of merging with stale declarations.
+name, or forgotten (fixed sizes too: they are the exporter's example's), and the intermediate tensors'
+recorded shapes are dropped, so that shape inference computes them from the inputs instead of
+merging with stale declarations.
 
 Usage::
 
@@ -185,14 +186,16 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     for vi in g.input:
         if vi.name in shapes:
             _set_dims(vi, list(shapes[vi.name]))
-    # The shapes an exporter recorded for intermediate tensors were traced with its example input:
-    # fixed there, they may contradict the sizes given now (a batch of 1 written out), and shape
-    # inference, which is strict, would refuse the model. They are inferred again instead.
+    # The shapes an exporter recorded for intermediate tensors and outputs were traced with its
+    # example input: fixed there (an output left out of torch's dynamic_axes keeps the example's
+    # batch), they may contradict the sizes given now, and shape inference, which is strict, would
+    # refuse the model where onnxruntime only warns. They are inferred again instead; an output keeps
+    # the sizes of the symbolic names it shares with the inputs.
     del g.value_info[:]
     for vi in g.output:
         declared = _dims(vi)
-        if declared is not None and any(_symbolic(d) for d in declared):
-            _set_dims(vi, [sizes.get(d) if isinstance(d, str) else d for d in declared])
+        if declared is not None:
+            _set_dims(vi, [sizes.get(d) if isinstance(d, str) else None for d in declared])
     return fixed
 
 

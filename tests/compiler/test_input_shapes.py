@@ -120,17 +120,20 @@ def test_shapes_of_a_static_input_are_accepted_when_they_agree() -> None:
 
 def test_stale_symbolic_value_info_does_not_conflict() -> None:
     """An exporter's outputs carry its symbolic names (and names of its own making for computed
-    dimensions), and its value_info the sizes of the example it traced: the outputs take the sizes
-    given or are inferred, the intermediate shapes are inferred again."""
+    dimensions) or, when left out of the dynamic axes, the sizes of the example it traced, as its
+    value_info does: the outputs take the sizes given or are inferred, the intermediate shapes are
+    inferred again."""
     m = _two_inputs()
     m.graph.node.append(helper.make_node("Relu", ["z"], ["r"]))
     m.graph.node.append(helper.make_node("Relu", ["r"], ["w"]))
+    m.graph.node.append(helper.make_node("Relu", ["r"], ["v"]))
     m.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, ["batch", "Relu_dim_1", 4]))
+    m.graph.output.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 3, 4]))  # not dynamic
     # traced with a batch of 1 and a sequence of 3: recorded as fixed sizes
     m.graph.value_info.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 3, 4]))
     blob = compile_model(m, input_shapes={"x": (2, 3, 4), "y": (2, 1, 4)}).blob
     tensors = {t.name: t.dims for t in Loadable.open(blob).tensors()}
-    assert tensors["z"] == tensors["w"] == (2, 3, 4)
+    assert tensors["z"] == tensors["w"] == tensors["v"] == (2, 3, 4)
 
 
 # -- the command line ---------------------------------------------------------------------------------
