@@ -74,6 +74,9 @@ def register(commands: Any) -> None:
                    help="write a Perfetto / Chrome trace of the timed runs: the device's blocks and compute "
                         "units, the host's calls, CPU runs and fence waits on one timeline (open it at "
                         "https://ui.perfetto.dev)")
+    p.add_argument("--trace-events", default=None, metavar="CLASS,...",
+                   help="the device's event classes a trace records: task, layer, interrupt, error, log, "
+                        "reg_write (default: all but reg_write, one event per register write)")
     p.add_argument("--trace-ring", type=Path, metavar="FILE",
                    help="also save the device's trace ring as read, for 'pydla trace FILE'")
     p.add_argument("--profile", action="store_true",
@@ -83,6 +86,26 @@ def register(commands: Any) -> None:
                    help="seed of the random inputs (floats: standard normal; integers: uniform in "
                         "-100..100, 0..200 unsigned; bools: half true)")
     p.set_defaults(func=_run)
+
+
+def trace_mask(classes: str | None) -> int:
+    """``--trace-events``: a comma-separated list of trace_class_e names (any case), as a mask."""
+    from pydla.deviceapi.generated import dla_regs as R
+    from pydla.trace.capture import DEFAULT_MASK
+
+    if classes is None:
+        return DEFAULT_MASK
+    known = {c.name.lower(): int(c) for c in R.trace_class_e}
+    mask = 0
+    for name in filter(None, (n.strip().lower() for n in classes.split(","))):
+        if name not in known:
+            raise DlaError(NvError.BadParameter, f"--trace-events {classes}: '{name}' is not one of "
+                                                 f"{', '.join(known)}")
+        mask |= known[name]
+    if not mask:
+        raise DlaError(NvError.BadParameter,
+                       f"--trace-events {classes!r}: name at least one of {', '.join(known)}")
+    return mask
 
 
 def _number(value: Any) -> float | int | bool | str:
@@ -175,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
         for _ in range(warmup):
             sess.run(feeds)
         traced_wanted = args.trace is not None or args.trace_ring is not None or args.profile
-        capture = Capture(sess.runtime) if traced_wanted else None
+        capture = Capture(sess.runtime, mask=trace_mask(args.trace_events)) if traced_wanted else None
         times = []
         for _ in range(args.iterations):
             t0 = time.perf_counter()

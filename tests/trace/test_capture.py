@@ -159,3 +159,18 @@ def test_a_port_that_cannot_trace_says_so(blob: bytes) -> None:
         NvDlaPort.NvDlaTraceStart(sess.runtime.port, sess.runtime.handle, 1 << 16, 1)
     assert info.value.code == NvError.NotSupported and "cannot trace the device" in info.value.message
     sess.close()
+
+
+def test_pydla_run_records_the_event_classes_asked_for(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import onnx
+
+    model = tmp_path / "m.onnx"
+    onnx.save(build_demo_model(), str(model))
+    ring = tmp_path / "ring.bin"
+    assert main(["run", str(model), "--trace-ring", str(ring), "--trace-events", "interrupt, REG_WRITE"]) == 0
+    capsys.readouterr()
+    assert main(["trace", str(ring), "--format", "jsonl"]) == 0
+    kinds = {json.loads(line)["event"] for line in capsys.readouterr().out.splitlines()}
+    assert kinds == {"interrupt", "reg_write"}
+    assert main(["run", str(model), "--profile", "--trace-events", "layer,nonsense"]) == 1
+    assert "'nonsense' is not one of task, layer, reg_write, interrupt, error, log" in capsys.readouterr().err
