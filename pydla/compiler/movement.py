@@ -91,8 +91,13 @@ def expand(lw: Lowering, step: Step) -> None:
         return
     el = lw.elsize(out)
     shape = lw.g.shapes[out]
-    bdma_copy(lw, lw.storage(src), lw.storage(out), shape, broadcast_strides(lw.g.shapes[src], shape, el),
-              dense_strides(shape, el), el, step.head.where())
+    src_strides, dst_strides = broadcast_strides(lw.g.shapes[src], shape, el), dense_strides(shape, el)
+    try:
+        copy_plan(shape, src_strides, dst_strides, el, step.head.where())
+    except DlaError:  # more BDMA operations than a copy may take: one CPU run does it instead
+        cpuops.expand_run(lw, step)
+        return
+    bdma_copy(lw, lw.storage(src), lw.storage(out), shape, src_strides, dst_strides, el, step.head.where())
 
 
 def transpose(lw: Lowering, step: Step) -> None:

@@ -283,3 +283,14 @@ def test_axes_as_attributes_before_opset_13(op: str, values: list[Any], attrs: d
     got = evaluate(op, {a.name: helper.get_attribute_value(a) for a in node.attribute}, values, 11)
     assert got is not None and got[0].shape == want.shape
     np.testing.assert_array_equal(got[0], want)
+
+
+def test_an_expand_too_scattered_for_bdma_copies_stays_a_cpu_run() -> None:
+    """(8200, 1, 2, 1) -> (8200, 2, 2, 2): 8200 * 2 BDMA operations of 2 x 2 elements, more than one
+    copy may take: the CPU library's expand, and still right."""
+    m = model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])],
+              {"x": (8200, 1, 2, 1)}, ["y"], {"shape": np.array([8200, 2, 2, 2], I64)})
+    compiled = compile_model(m)
+    assert [n["op"] for n in compiled.cpu_runs] == ["Expand"]
+    x = np.random.default_rng(6).standard_normal((8200, 1, 2, 1)).astype(np.float32)
+    np.testing.assert_array_equal(run_loadable(compiled.blob, {"x": x})["y"], reference(m, {"x": x})["y"])
