@@ -1,0 +1,100 @@
+"""A bare host side of the headed-mode mailbox, for tests and fuzzing: raw bytes in, messages out.
+
+It does what :class:`pydla.kmd.headed.HeadedEngine` does to reach the firmware (a mailbox buffer in a
+context of its own, GLB mcu_mbox_*, the doorbell) and nothing more, so that a test can write any bytes
+into the command ring, valid or not, and read what the firmware answered.
+
+Usage::
+
+    dev = VirtualDevice("full-headed")
+    box = MailboxClient(dev)
+    rsp = box.call(api.version_query_cmd.new())
+    box.send_raw(b"\\x10\\x00\\x00\\x00\\xff\\x7f\\x01\\x00" + bytes(8))   # an unknown id
+    print(box.receive())
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from pydla.deviceapi.generated import device_api as api
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.runtime import Message, MessageType, decode
+from pydla.errors import DlaError, NvError
+from pydla.kmd.headed_ring import Layout, Ring
+from pydla.kmd.port_virtual import VirtualDevicePort
+
+if TYPE_CHECKING:
+    from pydla.hw.device import VirtualDevice
+
+
+class MailboxClient:
+    """See the module docstring. ``timeout_s`` bounds every wait for an answer."""
+
+    def __init__(self, device: VirtualDevice, *, timeout_s: float = 2.0, lists_size: int = 65536) -> None:
+        self.device = device
+        self.timeout_s = timeout_s
+        self.port = VirtualDevicePort(device)
+        self.ctx = self.port.dla_create_context()
+        self.layout = Layout.default(lists_size)
+        self.bo = self.port.dla_alloc(self.layout.size)
+        self.iova = self.port.dla_map(self.ctx, self.bo)
+        self.mem = self.bo.array
+        self.tag = 0
+        self.attach()
+
+    def attach(self) -> None:
+        self.layout.write_header(self.mem)
+        self.cmd = Ring(self.mem, self.layout.cmd, producer=True)
+        self.rsp = Ring(self.mem, self.layout.rsp, producer=False)
+        self.evt = Ring(self.mem, self.layout.evt, producer=False)
+        for reg, value in ((R.GLB_MCU_MBOX_BASE_LO, self.iova & 0xFFFFFFFF),
+                           (R.GLB_MCU_MBOX_BASE_HI, self.iova >> 32), (R.GLB_MCU_MBOX_CTX, self.ctx),
+                           (R.GLB_MCU_MBOX_SIZE, self.layout.size)):
+            self.port.dla_reg_write(reg, value)
+        deadline = time.monotonic() + self.timeout_s
+        while not self.status() & R.mcu_status_e.ATTACHED:
+            if time.monotonic() > deadline:
+                raise DlaError(NvError.Timeout,
+                               f"the firmware did not attach (mcu_status {self.status():#x})")
+            time.sleep(0.0005)
+
+    def status(self) -> int:
+        return self.port.dla_reg_read(R.GLB_MCU_STATUS)
+
+    def send_raw(self, data: bytes) -> None:
+        """Write ``data`` as one message into the command ring (whatever it says) and ring the bell."""
+        if not self.cmd.write(data):
+            raise DlaError(NvError.Busy, "the command ring is full")
+        self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+
+    def send(self, msg: Message) -> int:
+        """Send a command with a fresh tag; returns the tag."""
+        self.tag += 1
+        msg.header.tag = self.tag
+        self.send_raw(bytes(msg))
+        return self.tag
+
+    def receive(self, wait_s: float = 0.0) -> list[Message]:
+        """The responses and events posted so far (waiting up to ``wait_s`` for the first)."""
+        deadline = time.monotonic() + wait_s
+        out: list[Message] = []
+        while True:
+            for ring in (self.rsp, self.evt):
+                while (data := ring.read()) is not None:
+                    out.append(decode(api.API, data, allow_longer=True))
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(0.0005)
+
+    def call(self, msg: Message) -> Message:
+        """Send a command and return its response (events that came meanwhile are dropped)."""
+        tag = self.send(msg)
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            for m in self.receive(wait_s=0.01):
+                if m.MSG_TYPE == MessageType.RESPONSE and m.header.command.tag == tag:
+                    return m
+        raise DlaError(NvError.Timeout, f"no response to {type(msg).__name__} (tag {tag}) within "
+                                        f"{self.timeout_s} s (mcu_status {self.status():#x})")
