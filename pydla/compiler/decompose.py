@@ -140,6 +140,8 @@ def gather_as_slice(graph: Graph, node: Node) -> list[Node] | None:
     step = flat[1] - flat[0] if len(flat) > 1 else 1
     if step < 1 or flat != list(range(flat[0], flat[0] + step * len(flat), step)):
         return None
+    # A slice along one axis is one BDMA operation whatever the shape (the axes before it are its
+    # surfaces, the axis its lines, the axes after it one line), so it never exceeds a copy's limit.
 
     def const(suffix: str, value: int) -> str:
         name = f"{out}/{suffix}"
