@@ -252,7 +252,8 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
     """Every reader of untrusted input, seeded from ``loadable`` (a valid compiled network) and
     from inputs built here: the loadable (loaded and run against the original's outputs), its
     control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
-    device configuration, and the KMD daemon's ioctl arguments (Linux)."""
+    device configuration, the KMD daemon's ioctl arguments (Linux), and the commands a headed device's
+    firmware takes from its mailbox."""
     makers: dict[str, Callable[[], Target]] = {
         "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
@@ -262,12 +263,19 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "device-api": device_api_target,
         "trace-ring": trace_ring_target,
         "device-config": device_config_target,
+        "mailbox": _mailbox_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
     if unknown:
         raise DlaError(NvError.BadParameter, f"fuzz targets {unknown}: choose from {', '.join(makers)}")
     return [makers[n]() for n in names]
+
+
+def _mailbox_target() -> Target:
+    from pydla.testing.mailbox import mailbox_target
+
+    return mailbox_target()
 
 
 def loadable_target(blob: bytes) -> Target:

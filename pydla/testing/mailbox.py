@@ -18,15 +18,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
+
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
+from pydla.hw.memory import BufferObject
 from pydla.kmd.headed_ring import Layout, Ring
 from pydla.kmd.port_virtual import VirtualDevicePort
 
 if TYPE_CHECKING:
     from pydla.hw.device import VirtualDevice
+    from pydla.testing.fuzz import Target
 
 
 class MailboxClient:
@@ -98,3 +103,72 @@ class MailboxClient:
                     return m
         raise DlaError(NvError.Timeout, f"no response to {type(msg).__name__} (tag {tag}) within "
                                         f"{self.timeout_s} s (mcu_status {self.status():#x})")
+
+
+class _Buffers:
+    """Buffer objects of one context through the port (what TaskBuilder's ``load`` asks of a KMD)."""
+
+    def __init__(self, port: VirtualDevicePort, ctx: int) -> None:
+        self.port = port
+        self.ctx = ctx
+        self.bos: dict[int, tuple[BufferObject, int]] = {}
+
+    def bo_create(self, ctx: int, size: int) -> int:
+        bo = self.port.dla_alloc(size)
+        self.bos[bo.handle] = (bo, self.port.dla_map(self.ctx, bo))
+        return bo.handle
+
+    def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]:
+        return self.bos[handle][0].array
+
+
+def mailbox_target() -> Target:
+    """The firmware's command handling: each input is written as one message into the command ring
+    of a headed device (deterministic mode) whose firmware already did the handshake. The firmware
+    must answer (an error status is a refusal), keep running (mcu_status never STOPPED) and still
+    answer a version query afterwards. Seeds: every command, a task_submit_list of a real network
+    (its address list in the lists area, its buffers in a context of their own)."""
+    from pydla.hw.device import VirtualDevice
+    from pydla.loadable.taskbuilder import TaskBuilder
+    from pydla.testing.fuzz import Target
+
+    dev = VirtualDevice("full-headed")
+    box = MailboxClient(dev)
+    box.call(api.version_query_cmd.new())
+    ctx = box.port.dla_create_context()
+    tb = TaskBuilder()
+    tb.pdp(tb.cube("x", (2, 4, 4)), tb.cube("y", (2, 2, 2)), kernel=(2, 2), stride=(2, 2))
+    buffers = _Buffers(box.port, ctx)
+    loaded = tb.build().load(buffers, ctx)
+    entries = np.array([(buffers.bos[a.handle][1] + a.offset, buffers.bos[a.handle][0].size - a.offset)
+                        for a in loaded.addresses], dtype="<u8")
+    lists = box.layout.lists.offset
+    box.mem[lists:lists + entries.nbytes] = entries.view(np.uint8).reshape(-1)
+    seeds = [bytes(m) for m in (
+        api.version_query_cmd.new(tag=1),
+        api.task_submit_list_cmd.new(tag=2, address_list=box.iova + lists, task_id=7,
+                                     num_addresses=len(entries), context_id=ctx),
+        api.task_status_cmd.new(tag=3, task_id=7), api.abort_cmd.new(tag=4, task_id=7, context_id=ctx),
+        api.reset_cmd.new(tag=5, engine_mask=1 << 3, scope=api.reset_scope_e.ENGINE),
+        api.task_submit_cmd.new(tag=6, task_id=8))]
+    bad = {int(s) for s in api.dla_status_e if s != api.dla_status_e.OK}
+
+    def check(data: bytes) -> None:
+        if len(data) > 256:
+            raise DlaError(NvError.InvalidSize, "longer than a message may be")
+        box.send_raw(data)
+        answers = box.receive()
+        mcu = dev.mcu
+        assert mcu is not None
+        if mcu.stopped is not None:
+            stopped, mcu.stopped = mcu.stopped, None
+            raise RuntimeError(f"the firmware stopped: {stopped}")
+        try:
+            box.call(api.version_query_cmd.new())
+        except DlaError as e:
+            raise RuntimeError(f"the firmware no longer answers: {e}") from None
+        statuses = [int(getattr(m, "status", 0)) for m in answers]
+        if any(s in bad for s in statuses):
+            raise DlaError(NvError.BadValue, f"answered with {statuses}")
+
+    return Target("mailbox", seeds, check)
