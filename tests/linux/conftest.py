@@ -167,3 +167,7 @@ def start_client(mountpoint: Path, body: str) -> subprocess.Popen[str]:
     """Start a client; its stdin, stdout and stderr are pipes."""
     return subprocess.Popen([sys.executable, "-c", client_code(mountpoint, body)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "headless_only(reason): the test does not run over headed devices")

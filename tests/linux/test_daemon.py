@@ -55,14 +55,18 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     return path, model
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[KmdDaemon, Path]]:
+@pytest.fixture(params=["full", "full-headed"])
+def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[KmdDaemon, Path]]:
+    """A daemon over headless devices and one over headed ones (the engine scheduler on each device's
+    microcontroller, the daemon's KMDs talking to it through the device-API mailbox)."""
     reason = fuse_unavailable()
     if reason:
         pytest.skip(reason)
+    if request.param == "full-headed" and request.node.get_closest_marker("headless_only") is not None:
+        pytest.skip("headless only: " + str(request.node.get_closest_marker("headless_only").args[0]))
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    d = KmdDaemon("full", default_timeout_ms=20_000)
+    d = KmdDaemon(request.param, default_timeout_ms=20_000)
     server = d.serve(mnt)
     try:
         yield d, mnt
@@ -476,6 +480,8 @@ syncs[0].wait(60_000)
 """
 
 
+@pytest.mark.headless_only("it exercises the FUSE server's handling of killed clients, which does not depend "
+                           "on where the engine scheduler runs (and is the slowest of these tests)")
 def test_clients_killed_mid_wait_twenty_times(daemon, net) -> None:
     d, mnt = daemon
     blob, _ = net
@@ -641,3 +647,37 @@ rt.close()
     assert "were reset; running and not finishing: operation 0 (CONV)" in message
     assert float(elapsed) < 10, lines[0]
     assert lines[1] == "again True"
+
+
+def test_pydla_kmd_serves_headed_devices(tmp_path: Path, net: tuple[Path, object]) -> None:
+    """``pydla kmd --config full-headed``: the daemon's KMDs reach each device's firmware through the
+    mailbox; a client process runs the network and gets the reference's numbers."""
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    command = [sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt), "--config", "full-headed"]
+    daemon = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert daemon.stdout is not None and "serving dla0, dla1" in daemon.stdout.readline()
+        out = mnt.parent / "out"
+        out.mkdir()
+        lines = finish(client(mnt, net[0], f"""
+rt = pydla.createRuntime(port="linux", path=MNT, device=1)
+rt.load(BLOB)
+x, y = run_net(rt, 5)
+np.save("{out}/x.npy", x); np.save("{out}/y.npy", y)
+print("ran", flush=True)
+"""))
+        assert lines[0] == "ran"
+        from pydla.demo import reference
+
+        x, y = np.load(out / "x.npy"), np.load(out / "y.npy")
+        np.testing.assert_allclose(y, reference(net[1], {"input": x})[0], rtol=1e-5, atol=1e-6)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        unmount(str(mnt))
