@@ -39,8 +39,9 @@ def _relu_model() -> Any:
     from onnx import TensorProto, helper
 
     node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph([node], "relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "relu", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
@@ -65,7 +66,7 @@ def submit_round_trip(repeats: int, block: int) -> dict[str, float]:
     for mode in ("deterministic", "threaded"):
         runtimes = {c: _runtime(blob, c, mode) for c in CONFIGS}
         times: dict[str, list[float]] = {c: [] for c in CONFIGS}
-        for c, (rt, _) in runtimes.items():
+        for rt, _ in runtimes.values():
             for _ in range(50):
                 rt.submit()  # warm: caches, threads
         for _ in range(repeats):
