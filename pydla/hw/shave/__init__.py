@@ -18,7 +18,9 @@ is latched with each push and START):
 2. Per tile t: write the runtime kernel's ELF (pydla's is ``kernels/runtime.elf``; a loadable may
    carry another, linked at RT_WIN) into device memory; SHAVE_Tt_RT_ADDR_LO/HI, SHAVE_Tt_RT_SIZE,
    SHAVE_Tt_STACK_SIZE (the tile's stack, VPURT.Graph's stack_configuration, a multiple of 16
-   bytes, 256 .. cmx_bytes / 2, at the top of WIN_F); then SHAVE_Tt_CTRL = 1 (START). The tile
+   bytes, 256 .. cmx_bytes / 2, at the top of WIN_F, rounded up to 4 KiB pages; the page below it
+   is an unmapped guard, so kernel data must end below WIN_F + cmx_bytes - stack - 4 KiB, and a
+   stack overflow is a WRITE_FAULT there); then SHAVE_Tt_CTRL = 1 (START). The tile
    runs its runtime kernel, which sleeps on the empty FIFO (SHAVE_Tt_STATE = WAIT_FIFO).
 3. Configure each barrier used: SHAVE_BAR_SELECT = b; SHAVE_BAR_CONFIG = producers | consumers << 16
    (the tasks that update / wait on it). A barrier fires when its producers are done and resets to

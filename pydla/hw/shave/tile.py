@@ -45,8 +45,9 @@ rv: Any = importlib.import_module("unicorn.riscv_const")
 
 State = R.shave_tile_state_e
 UNTIL = 0xFFFFFFFC  # emu_start's end address: never executed (outside every window)
-MSTATUS_FS = 1 << 13
-EBREAK, ECALL = 0x00100073, 0x00000073  # the F extension is off until mstatus.FS is set
+MSTATUS_FS = 1 << 13  # the F extension is off until mstatus.FS is set
+EBREAK, ECALL = 0x00100073, 0x00000073  # traps the emulator reports as invalid instructions
+GUARD_BYTES = 4096  # the unmapped page between a tile's data and its stack (one emulator page)
 # Control page registers (byte offsets in shave_ctrl_page_t).
 _PAGE = S.shave_ctrl_page_t
 _POP, _WAIT, _PRODUCED, _CONSUMED, _DONE = (getattr(_PAGE, f).offset for f in (
@@ -86,6 +87,8 @@ class Tile:
         self.task_seq = 0
         self.wait_mask = 0
         self._loaded_kernel: bytes | None = None  # the ELF image WIN_D holds now
+        self._cmx_maps: list[tuple[int, int]] = []  # WIN_F's mapped pieces (see _map_cmx)
+        self._guard = 0
         self._kernel_extent = 0
         self._fault: ShaveFault | None = None
         self._stop: State | None = None  # why the emulator stopped, set by the control page
@@ -108,6 +111,7 @@ class Tile:
         image = parse_elf(runtime, f"tile {self.index} runtime kernel", [(S.RT_WIN, S.RT_WIN_BYTES, False)])
         check_entry(image, image.entry, f"tile {self.index} runtime kernel")
         self._ensure_uc()
+        self._map_cmx(stack_size)
         self._rt[:] = 0
         for seg in image.segments:
             at = seg.vaddr - S.RT_WIN
@@ -200,7 +204,6 @@ class Tile:
         uc.mem_map_ptr(S.RT_WIN, S.RT_WIN_BYTES, rx, self._rt.ctypes.data)
         uc.mem_map_ptr(S.WIN_D, S.WIN_D_BYTES, rx, self._win_d.ctypes.data)
         uc.mem_map_ptr(S.WIN_E, S.WIN_E_BYTES, rw, self._win_e.ctypes.data)
-        uc.mem_map_ptr(S.WIN_F, self.config.cmx_bytes, rw, self.cmx.ctypes.data)
         uc.mmio_map(S.RT_CTRL, 0x1000, self._ctrl_read, None, self._ctrl_write, None)
         uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_bad_access)
         uc.hook_add(unicorn.UC_HOOK_INTR, self._on_exception)
@@ -220,6 +223,21 @@ class Tile:
         return ShaveFault(_uc_error(e), f"emulator: {e} at pc {pc:#x} (instruction {word:#010x})",
                           addr=word, pc=pc)
 
+    def _map_cmx(self, stack_size: int) -> None:
+        """Map WIN_F with an unmapped guard page below the stack (the stack rounded up to pages at
+        the top of the slice): a kernel that overflows its configured stack faults there instead of
+        overwriting its data. Remapped at every START (the stack size is latched then)."""
+        uc, cmx_bytes = self.uc, self.config.cmx_bytes
+        for start, size in self._cmx_maps:
+            uc.mem_unmap(start, size)
+        stack = -(-stack_size // GUARD_BYTES) * GUARD_BYTES
+        data = cmx_bytes - stack - GUARD_BYTES
+        rw = unicorn.UC_PROT_READ | unicorn.UC_PROT_WRITE
+        self._cmx_maps = [(S.WIN_F + cmx_bytes - stack, stack)] + ([(S.WIN_F, data)] if data > 0 else [])
+        for start, size in self._cmx_maps:
+            uc.mem_map_ptr(start, size, rw, self.cmx.ctypes.data + start - S.WIN_F)
+        self._guard = S.WIN_F + max(data, 0)
+
     def _fail(self, fault: ShaveFault) -> None:
         if self._fault is None:
             self._fault = fault
@@ -234,6 +252,8 @@ class Tile:
         else:
             error, what = E.READ_FAULT, "load from"
         window = "read-only memory" if access == unicorn.UC_MEM_WRITE_PROT else "outside the windows"
+        if self._guard <= address < self._guard + GUARD_BYTES:
+            window = f"the guard page below the stack: a stack overflow (stack_size {self.stack_size})"
         self._fault = self._fault or ShaveFault(error, f"{what} {address:#x} ({size} bytes), {window}",
                                                 addr=address, pc=pc)
         return False  # the emulator stops with an error, caught in resume()

@@ -76,6 +76,18 @@ def test_write_outside_the_windows_and_into_code(host: Host) -> None:
     usable_after(host)
 
 
+def test_stack_overflow_hits_the_guard_page(host: Host) -> None:
+    """A kernel pushing forever: the first store below the configured stack faults in the guard page."""
+    push_forever = [0xFF010113, sw(0, 2, 0), 0xFF9FF06F]  # addi sp, sp, -16; sw zero, 0(sp); j -8
+    host.start_tile(0, stack=8192)
+    host.kernel(0, "deep", b"", image=tiny_elf(push_forever))
+    s = host.tile_error(0)
+    top = S.WIN_F + host.r(R.SHAVE_CMX_BYTES)
+    assert s["error"] == E.WRITE_FAULT and top - 8192 - 4096 <= s["error_addr"] < top - 8192
+    assert any("stack overflow" in line for line in host.dev.log)
+    usable_after(host)
+
+
 def test_illegal_instruction(host: Host) -> None:
     s = fault_of(host, 0, "illegal", [0xFFFFFFFF, RET])
     assert s["error"] == E.ILLEGAL_INSTRUCTION and s["error_pc"] == S.WIN_D
