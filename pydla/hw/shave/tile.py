@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import importlib
 import mmap
+import time
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from pydla.hw.shave.config import ShaveConfig
 from pydla.hw.shave.elfload import check_entry, parse_elf
 from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
-from pydla.hw.shave.watchdog import WATCHDOG
+from pydla.hw.shave.watchdog import WATCHDOG, Watch
 
 # The emulator's Python binding has no type information: it is used through Any.
 unicorn: Any = importlib.import_module("unicorn")
@@ -93,6 +94,7 @@ class Tile:
         self._fault: ShaveFault | None = None
         self._stop: State | None = None  # why the emulator stopped, set by the control page
         self._yield = False  # a task ended since the emulator was started: stop at the next pop
+        self._watch: Watch | None = None  # the watchdog's record of the running emulation
         # The budget: exact instructions (count, deterministic, slower) or emulation time (timeout).
         self.instruction_budget = config.instruction_budget
         self.time_budget_s = config.time_budget_ms / 1000
@@ -165,11 +167,13 @@ class Tile:
             if self.instruction_budget:
                 uc.emu_start(self.pc, UNTIL, count=self.instruction_budget)
             else:
-                with WATCHDOG.watch(uc, self.time_budget_s):
+                with WATCHDOG.watch(uc, self.time_budget_s) as self._watch:
                     uc.emu_start(self.pc, UNTIL)
         except unicorn.UcError as e:
             if self._fault is None:
                 self._fault = self._emulator_error(e)
+        finally:
+            self._watch = None
         pc = uc.reg_read(rv.UC_RISCV_REG_PC)
         if self._fault is None and self._stop is None:
             if pc == UNTIL:
@@ -314,7 +318,12 @@ class Tile:
                 self.done = (self.done + 1) & 0xFFFFFFFF
                 self.task = None
                 self.wait_mask = 0
-                self._yield = True
+                # The next task gets a fresh budget: a new deadline for the watchdog, or (an exact
+                # instruction count) a new emulation, started after a stop at the next pop.
+                if self._watch is not None:
+                    self._watch.deadline = time.monotonic() + self.time_budget_s
+                else:
+                    self._yield = True
             else:
                 raise self._bad_access("write", offset, size)
         except ShaveFault as fault:
@@ -335,10 +344,10 @@ class Tile:
         if self.task is not None:
             raise self._bad_access("read (fifo_pop before task_done)", _POP, 4)
         if self._yield:
-            # The previous task ended: stop before the next, which then runs with a fresh instruction
-            # budget after the scheduler ran what that task's barriers let run (in a fixed order).
-            # Stopping here, not in the task_done write: the emulator may execute the stopping
-            # access again when it resumes, and a read returning 0 is read again anyway.
+            # The previous task ended (instruction budget): stop before the next, which then runs
+            # with a fresh count. Stopping here, not in the task_done write: the emulator may
+            # execute the stopping access again when it resumes, and a read returning 0 is read
+            # again anyway.
             self._yield = False
             self._sleep(State.RUNNING)
             return 0
