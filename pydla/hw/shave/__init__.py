@@ -54,8 +54,9 @@ runtime kernel, ``clamp`` (ClampParams, as the VPUX software layers' example), `
 
 Execution: in ``deterministic`` and ``step`` modes the tiles and the DMA run inside the register
 write that lets them progress (a push, a START, a barrier configuration), in a fixed order (the
-DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sleeps or ends a task),
-so that a run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs
-them in the same order, beside the host. A kernel runs within its budget (``instruction_budget`` or
+DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sleeps on an empty
+FIFO or unfired barriers, and with an exact instruction budget also after each task), so that a
+run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs them in
+the same order, beside the host. A kernel runs within its budget (``instruction_budget`` or
 ``time_budget_ms``, :mod:`pydla.hw.shave.config`).
 """

@@ -3,8 +3,9 @@
 :meth:`ShaveSystem.read` and :meth:`ShaveSystem.write` take register addresses (dla_regs SHAVE_*);
 a write that can let work progress (a push, a START, a barrier configured) runs the scheduler:
 the DMA's head task, then each tile in index order, again until nothing can progress. A tile runs
-until its runtime kernel sleeps (empty FIFO, unfired barrier) or ends a task, so the order of
-events depends only on the register writes and memory: deterministic.
+until its runtime kernel sleeps (empty FIFO, unfired barrier; with an instruction budget, also
+after each task), so the order of events depends only on the register writes and memory:
+deterministic.
 
 An error stops its tile (or the DMA), sets its error registers and a bit of ``intr_status``; the
 caller raises the device's interrupt line (GLB intr_status bit 29) when :meth:`write` says so.

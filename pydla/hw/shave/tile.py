@@ -157,8 +157,8 @@ class Tile:
         return False
 
     def resume(self) -> None:
-        """Run the tile until it sleeps, ends a task, or stops with an error (raised as ShaveFault
-        after the tile's error registers are set)."""
+        """Run the tile until it sleeps (or, with an instruction budget, ends a task) or stops with
+        an error (raised as ShaveFault after the tile's error registers are set)."""
         uc = self.uc
         self._fault = None
         self._stop = None
