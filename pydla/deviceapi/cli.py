@@ -33,7 +33,8 @@ user templates (--template):
   structs, messages with ids, trace events, fields with offsets and sizes, version, layout hash),
   `g` (the bundled templates' helpers), `cgh` (the spec's items as YAML-keyed mappings, as the
   design's example template reads them), `source`, `template` and `output`, and the filters c_type,
-  c_decl, hex, pascal, camel, macro and comment. An undefined name is an error, never empty text.
+  c_decl, hex, pascal, camel, macro and comment. An undefined name is an error, never empty text;
+  every template error names the file and line, and nothing is written.
   A template NAME.jinja writes NAME into --out-dir (default: the current directory), with {spec}
   in NAME replaced by the spec's name; --output FILE names the file instead (one spec, one template).
   A directory stands for its *.jinja files; those starting with '_' are only included by others.

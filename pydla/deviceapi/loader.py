@@ -287,8 +287,9 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         required = error.schema.get("not", {}).get("required")
         if required:
             return f"'{required[0]}' is not allowed with this Type"
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [k for k in _REQUIRED_HINTS if k in error.validator_value and k not in error.instance]
+    required = error.validator_value
+    if error.validator == "required" and isinstance(error.instance, dict) and isinstance(required, list):
+        missing = [k for k in _REQUIRED_HINTS if k in required and k not in error.instance]
         if missing:
             return f"{error.message}: {_REQUIRED_HINTS[missing[0]]}"
     return str(error.message)

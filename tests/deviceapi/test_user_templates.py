@@ -335,6 +335,29 @@ def test_cgh_gives_yaml_keyed_items_with_the_layout(tmp_path: Path) -> None:
         cgh.message_field_type("u32")
 
 
+def test_the_documented_attributes_exist() -> None:
+    """What the guide says a template receives is there (and the guide names each)."""
+    text = GUIDE.read_text()
+    table = text[text.index("`spec` (a `pydla.deviceapi.model.Spec`):"):text.index("A `StructDef` (struct")]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = [n for cell in first_cells for n in re.findall(r"`(\w+)(?:\([^`]*\))?`", cell)]
+    spec = load_spec(DEVICE_API)
+    assert len(documented) >= 17
+    for name in documented:
+        assert hasattr(spec, name), name
+    struct, field = spec.messages[1], spec.messages[1].fields[1]
+    objects = {"struct": (struct, "name description module category size align packed fields msg_id msg_type "
+                                  "command payload"),
+               "field": (field, "name description kind type_name count length is_array offset size align"),
+               "g": (__import__("pydla.deviceapi.render", fromlist=["Gen"]).Gen(spec, "x"),
+                     "ordered_structs c_type c_decl py_type enum_prefix c_literal macro_prefix doc "
+                     "external_names")}
+    for what, (obj, attrs) in objects.items():
+        for name in attrs.split():
+            assert hasattr(obj, name), (what, name)
+            assert f"`{name}`" in text or f"`g.{name}(" in text, (what, name)
+
+
 def test_help_shows_templates_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["deviceapi", "generate", "--help"])
