@@ -414,11 +414,15 @@ class Kmd(KmdComputeUnits):
                 return
 
     def _on_finish(self, run: RunState) -> None:
-        job = next((j for j in self._inflight if j.task is run.task), None)
-        if job is None:
-            return
-        head = job is self._inflight[0]
-        self._inflight.remove(job)
+        inflight = self._inflight
+        if inflight and inflight[0].task is run.task:  # the usual case: the head ended
+            job, head = inflight.pop(0), True
+        else:
+            found = [j for j in inflight if j.task is run.task]
+            if not found:
+                return
+            job, head = found[0], False
+            inflight.remove(job)
         self.history.append(job)
         job._finish(run.error)
         error = run.error
@@ -447,7 +451,7 @@ class Kmd(KmdComputeUnits):
             return False
         self._inflight.append(job)
         job.state = RUNNING
-        if len(self._inflight) == 1:
+        if self._inflight[0] is job:  # it runs now (else it starts when the ones before it end)
             self.watchdog.start(job)
         try:
             job.run = self.engine.dla_execute_task(job.task, job.graph, self._on_finish)

@@ -183,10 +183,16 @@ class Engine:
                         f"{head.task.task_id}")
                 raise DlaError(NvError.Busy, f"{what} on this device")
             run = TaskRun(task, graph, on_finish)
-            run.gated = bool(self.inflight)
-            self.inflight.append(run)
-            for block in graph.blocks:
-                run.next_group[block] = self._first_group(run, block)
+            if self.inflight:  # behind another task: where it may start in each block depends on it
+                run.gated = True
+                self.inflight.append(run)
+                for block in graph.blocks:
+                    run.next_group[block] = self._first_group(run, block)
+            else:  # alone: each block's next group (its consumer bit), as dla_execute_task reads it
+                self.inflight.append(run)
+                read, next_group = self.port.dla_reg_read, run.next_group
+                for block in graph.blocks:
+                    next_group[block] = read(POINTER[block]) >> 16 & 1
             self.cu_events.append(("START", task.task_id))
             self._schedule_or_fail(run)
             return run
@@ -248,7 +254,7 @@ class Engine:
                 if run is None or run.finished:
                     continue
                 self._handle(run, event)
-                if len(self.inflight) > 1:
+                if self.inflight[1:]:  # a gated run may program into the groups this event freed
                     self._schedule_gated()
 
     # -- scheduling ---------------------------------------------------------------------------------
@@ -345,7 +351,7 @@ class Engine:
             for block in graph.blocks:
                 chain, groups, holders = chains[block], busy[block], owner[block]
                 pos = chain_pos[block]
-                if pos < len(chain) and next_group[block] < 0:
+                if next_group[block] < 0 and pos < len(chain):  # gated: where it starts is known now?
                     next_group[block] = self._first_group(run, block)
                 while pos < len(chain):
                     g = next_group[block]
@@ -385,17 +391,21 @@ class Engine:
 
     def _finish(self, run: TaskRun) -> None:
         run.finished = True
-        if run in self.inflight:
-            self.inflight.remove(run)
-        self._release(run)
+        inflight = self.inflight
+        if inflight and inflight[0] is run:
+            del inflight[0]
+        elif run in inflight:
+            inflight.remove(run)
+        if run.error is not None:  # a run that completed released each group as it completed
+            self._release(run)
         self.cu_events.append(("DONE", run.task.task_id))
         if run.on_finish is not None:
             run.on_finish(run)
-        if self.inflight and self.inflight[0].gated:
-            head = self.inflight[0]  # every task before it ended: it may enable its operations
+        if inflight and inflight[0].gated:
+            head = inflight[0]  # every task before it ended: it may enable its operations
             head.gated = False
             self._schedule_or_fail(head)
-        if len(self.inflight) > 1:
+        if inflight[1:]:
             self._schedule_gated()
 
     def _fail(self, run: TaskRun, error: DlaError) -> None:
