@@ -160,3 +160,13 @@ def test_compute_unit_executions_are_traced(rig) -> None:  # type: ignore[no-unt
         ("cu_start", 1, unit), ("cu_end", 1, unit), ("cu_start", 2, unit), ("cu_end", 2, unit)]
     latency_ns = dev.config.compute_unit("noop_hs").latency_cycles * 1000 / dev.config.clock_mhz
     assert all(e.record.duration_ns == latency_ns for e in events if e.name == "cu_end")
+
+
+def test_every_event_has_a_generated_switch_and_the_device_uses_it() -> None:
+    """The trace contract's switches (TRACE_<EVENT>_CLASS in the C header) name a class of the
+    register map's trace_class_e for every event, and the device files its events under them."""
+    classes = {int(c) for c in R.trace_class_e}
+    for event in T.API.trace_events.values():
+        assert getattr(T, f"{event.__name__.upper()}_CLASS") in classes, event.__name__
+    assert T.OP_START_CLASS == T.OP_END_CLASS == T.CU_START_CLASS == T.CU_END_CLASS == LAYER
+    assert (T.INTERRUPT_CLASS, T.ERROR_CLASS, T.REG_WRITE_CLASS) == (INTERRUPT, ERROR, REG_WRITE)
