@@ -172,3 +172,14 @@ def test_an_input_that_is_no_tensor_is_refused_as_such() -> None:
     e = _error(m, {"x": (1, 2, 4)})
     assert e.code == NvError.NotSupported
     assert e.message == "input 'y' is of type sequence_type: pydla compiles tensor inputs"
+
+
+def test_pydla_run_of_a_loadable_checks_input_shapes(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "block.dla"
+    path.write_bytes(compile_model(em.channel_shuffle(), input_shapes={"x": (2, 8, 6, 6)}).blob)
+    assert main(["run", str(path), "--input-shape", "x=2,8,6,6"]) == 0
+    assert "output y: float32 (2, 8, 6, 6)" in capsys.readouterr().out
+    assert main(["run", str(path), "--input-shape", "x=1,8,6,6"]) == 1
+    err = capsys.readouterr().err
+    assert "the loadable's input 'x' has shape (2, 8, 6, 6), fixed when it was compiled" in err
