@@ -1,0 +1,103 @@
+"""Exporter patterns recognised as one operator: Gelu written out with Erf (torch.onnx before opset
+20, tf2onnx), x * 0.5 * (1 + erf(x / sqrt 2)), becomes one Gelu node. The Erf is a CPU run either
+way; as one node it is one CPU run of the exact function instead of that run between four SDP
+operations (the division, the sum, two products), and its intermediate tensors go.
+
+Usage: ``fuse_gelu(graph)`` after the import has folded the constants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from pydla.compiler.graph_types import Graph, Node
+
+_TOLERANCE = 1e-6
+
+
+def _is(graph: Graph, name: str, value: float) -> bool:
+    """``name`` is a constant whose every element is ``value`` (within float32's rounding)."""
+    const = graph.consts.get(name)
+    return (const is not None and const.size >= 1 and const.dtype.kind == "f"
+            and bool(np.all(np.abs(const.astype(np.float64) - value) <= _TOLERANCE * max(1.0, abs(value)))))
+
+
+def _other(node: Node, name: str) -> str | None:
+    """The input of a two-input node that is not ``name`` (None when ``name`` is not one of them)."""
+    if len(node.inputs) != 2 or name not in node.inputs:
+        return None
+    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+
+def fuse_gelu(graph: Graph) -> None:
+    """Replace each Erf-form Gelu whose intermediate tensors nothing else reads by a Gelu node."""
+    producer = {o: n for n in graph.nodes for o in n.outputs if o}
+    readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
+    outputs = set(graph.outputs)
+    consumer = {i: n for n in graph.nodes for i in n.inputs if i and readers[i] == 1}
+
+    def private(name: str) -> bool:
+        return readers[name] == 1 and name not in outputs
+
+    drop: set[int] = set()
+    replace: dict[int, Node] = {}
+    for erf in graph.nodes:
+        if erf.op_type != "Erf" or graph.dtypes.get(erf.inputs[0]) != np.float32:
+            continue
+        scaled = producer.get(erf.inputs[0])
+        if scaled is None or not private(erf.inputs[0]):
+            continue
+        x = _x_of(graph, scaled)
+        add = consumer.get(erf.outputs[0])
+        if x is None or add is None or add.op_type != "Add" or not private(erf.outputs[0]):
+            continue
+        one = _other(add, erf.outputs[0])
+        if one is None or not _is(graph, one, 1.0) or not private(add.outputs[0]):
+            continue
+        found = _product(graph, x, add.outputs[0], consumer, producer, private)
+        if found is None or graph.shapes.get(found[-1].outputs[0]) != graph.shapes.get(x):
+            continue
+        last = found[-1]
+        nodes = [scaled, erf, add, *found]
+        drop.update(id(n) for n in nodes)
+        replace[id(last)] = Node(last.name, "Gelu", [x], [last.outputs[0]], {"approximate": "none"})
+    if replace:
+        graph.nodes = [replace.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in replace]
+
+
+def _x_of(graph: Graph, node: Node) -> str | None:
+    """x of x / sqrt 2 or x * (1 / sqrt 2)."""
+    if node.op_type == "Div" and len(node.inputs) == 2 and _is(graph, node.inputs[1], math.sqrt(2)):
+        return node.inputs[0]
+    if node.op_type == "Mul":
+        for x, c in (node.inputs, node.inputs[::-1]):
+            if _is(graph, c, 1 / math.sqrt(2)) and x not in graph.consts:
+                return x
+    return None
+
+
+def _product(graph: Graph, x: str, sum_: str, consumer: dict[str, Node], producer: dict[str, Node],
+             private: Callable[[str], bool]) -> list[Node] | None:
+    """The products making x * 0.5 * (1 + erf): ``(x * s) * 0.5`` or ``(0.5 * x) * s`` (s the sum),
+    in either operand order; the nodes in order, the last one writing the result."""
+    first = consumer.get(sum_)
+    if first is None or first.op_type != "Mul":
+        return None
+    other = _other(first, sum_)
+    if other == x:  # (x * s) * 0.5
+        half = consumer.get(first.outputs[0])
+        if half is None or half.op_type != "Mul" or not private(first.outputs[0]):
+            return None
+        constant = _other(half, first.outputs[0])
+        return [first, half] if constant is not None and _is(graph, constant, 0.5) else None
+    if other is None:
+        return None
+    halved = producer.get(other)
+    if halved is None or halved.op_type != "Mul" or not private(other):  # (0.5 * x) * s
+        return None
+    constant = _other(halved, x)
+    return [halved, first] if constant is not None and _is(graph, constant, 0.5) else None

@@ -1,0 +1,55 @@
+"""Gelu written out with Erf becomes one Gelu node (one CPU run of the exact function, no SDP work
+around it) in the forms exporters write it; anything else, or a form whose intermediate tensors
+something else reads, stays as written. Either way it agrees with onnxruntime."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from pydla.compiler.api import compile_model
+from pydla.compiler.graph import import_graph
+from tests.compiler.support import model, reference, run_loadable
+
+F32 = np.float32
+
+
+def _torch_form(root: float = math.sqrt(2), extra_output: bool = False) -> Any:
+    """torch.onnx's: Div(x, sqrt 2), Erf, Add 1, Mul x, Mul 0.5 (after a Relu: x is computed)."""
+    nodes = [helper.make_node("Relu", ["a"], ["x"]),
+             helper.make_node("Div", ["x", "root"], ["u"]), helper.make_node("Erf", ["u"], ["v"]),
+             helper.make_node("Add", ["v", "one"], ["w"]), helper.make_node("Mul", ["x", "w"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["y"])]
+    consts = {"root": np.array(root, F32), "one": np.array(1.0, F32), "half": np.array(0.5, F32)}
+    return model(nodes, {"a": (2, 3, 8)}, ["y", "v"] if extra_output else ["y"], consts)
+
+
+def _halved_first_form() -> Any:
+    """Another order: h = 0.5 * x first, x * (1 / sqrt 2) as a product, 1 + erf, then h * s."""
+    nodes = [helper.make_node("Relu", ["a"], ["x"]),
+             helper.make_node("Mul", ["half", "x"], ["h"]),
+             helper.make_node("Mul", ["x", "inv_root"], ["u"]), helper.make_node("Erf", ["u"], ["v"]),
+             helper.make_node("Add", ["one", "v"], ["w"]), helper.make_node("Mul", ["w", "h"], ["y"])]
+    consts = {"inv_root": np.array(1 / math.sqrt(2), F32), "one": np.array(1.0, F32),
+              "half": np.array(0.5, F32)}
+    return model(nodes, {"a": (2, 3, 8)}, ["y"], consts)
+
+
+@pytest.mark.parametrize("build,fused", [(_torch_form, True), (_halved_first_form, True),
+                                         (lambda: _torch_form(root=math.sqrt(3)), False),
+                                         (lambda: _torch_form(extra_output=True), False)])
+def test_erf_form_gelu(build: Any, fused: bool) -> None:
+    m = build()
+    ops = [n.op_type for n in import_graph(m).nodes]
+    assert (ops == ["Relu", "Gelu"]) == fused, ops
+    assert ("Erf" in ops) != fused
+    a = (np.random.default_rng(8).standard_normal((2, 3, 8)) * 3).astype(F32)
+    compiled = compile_model(m)
+    assert [n["op"] for n in compiled.cpu_runs] == (["Gelu"] if fused else ["Erf"])
+    got, want = run_loadable(compiled.blob, {"a": a}), reference(m, {"a": a})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
