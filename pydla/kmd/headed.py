@@ -40,19 +40,19 @@ from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.runtime import Message, MessageType, decode
-from pydla.deviceapi.version import ContractVersion, check_compatible
+from pydla.deviceapi.version import ContractVersion
 from pydla.errors import DlaError, NvError
 from pydla.kmd.context import MAX_ADDRESSES
 from pydla.kmd.engine import DEVICE_RESET_BIT, Engine, engine_depth
 from pydla.kmd.engine_api import EngineApi, RunState, stuck_text
 from pydla.kmd.graph import TaskGraph, load_task
+from pydla.kmd.headed_handshake import check_firmware, nv_error, status_name
 from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring, RingError
 from pydla.kmd.port import KmdDeviceInfo, KmdPortability, TaskDesc
 
 log = logging.getLogger("pydla.kmd")
 
 MAILBOX_BIT = 1 << 28
-MIN_FIRMWARE = (1, 1)  # task_submit_list_cmd, task_status_cmd and task_failed_evt came in device_api 1.1
 NO_OP = 0xFFFF
 SLOT_BYTES = MAX_ADDRESSES * ENTRY_SIZE
 _ATTACHED = int(R.mcu_status_e.ATTACHED)
@@ -119,6 +119,8 @@ class HeadedEngine:
         self._evt: Ring | None = None
         self._initialised = False
         self._broken: DlaError | None = None
+        self._last_list: object = None
+        self._last_entries = np.zeros(0, dtype=np.uint8)
 
     # -- the EngineApi ------------------------------------------------------------------------------
 
@@ -161,8 +163,10 @@ class HeadedEngine:
             slot = self._free_slots.pop()
             at = self.layout.lists.offset + slot * SLOT_BYTES
             n = len(task.addresses)
-            entries = np.array([(e.iova + e.offset, e.size) for e in task.addresses], dtype="<u8")
-            mem[at:at + n * ENTRY_SIZE] = entries.view(np.uint8).reshape(-1)
+            if task.addresses is not self._last_list:  # a prepared job submits the same list again
+                entries = np.array([(e.iova + e.offset, e.size) for e in task.addresses], dtype="<u8")
+                self._last_list, self._last_entries = task.addresses, entries.view(np.uint8).reshape(-1)
+            mem[at:at + n * ENTRY_SIZE] = self._last_entries
             run = HeadedRun(task, graph, on_finish, slot)
             tag = self._next_tag()
             self._submits[tag] = run
@@ -310,27 +314,7 @@ class HeadedEngine:
             time.sleep(0.0005)
         rsp = self._call(api.version_query_cmd.new(), api.version_query_rsp, "the version query",
                          recover=False)
-        self._check_version(rsp, status >> 16)
-
-    def _check_version(self, rsp: Any, status_major: int) -> None:
-        """The device API's mismatch policy (pydla.deviceapi.version): both versions and who upgrades."""
-        v = rsp.api
-        firmware = ContractVersion(api.NAME, (int(v.major), int(v.minor), int(v.patch)), int(v.layout_hash))
-        host = ContractVersion.of(api.API)
-        self.firmware_version = firmware
-        check_compatible(host, firmware, local_role="host KMD", peer_role="device firmware",
-                         accept_newer_peer=True)
-        if firmware.version[:2] < MIN_FIRMWARE:
-            need = ".".join(map(str, MIN_FIRMWARE))
-            raise DlaError(NvError.VersionMismatch,
-                           f"{api.NAME} version mismatch: the host KMD has {api.NAME} {host.version_string}, "
-                           f"the device firmware has {firmware.version_string}, which lacks task_submit_list "
-                           "(a task by its address list). The host KMD is newer: upgrade the device firmware "
-                           f"to {api.NAME} >= {need}.0")
-        if status_major and status_major != firmware.version[0]:
-            raise DlaError(NvError.BadValue,
-                           f"the device firmware says {api.NAME} {firmware.version_string} but mcu_status "
-                           f"says major {status_major}")
+        self.firmware_version = check_firmware(rsp, status >> 16)
 
     def _next_tag(self) -> int:
         self._tag += 1
@@ -416,8 +400,8 @@ class HeadedEngine:
             return
         self.stats["refusals"] += 1
         where = f" at {run.graph.operations[op].name}" if op < len(run.graph.operations) else ""
-        run.error = DlaError(_nv(code), f"task {run.task.task_id}: the device firmware refused it: "
-                                        f"{_status_name(rsp_status)} ({_nv(code).name}){where}")
+        run.error = DlaError(nv_error(code), f"task {run.task.task_id}: the device firmware refused it: "
+                                        f"{status_name(rsp_status)} ({nv_error(code).name}){where}")
         self._ended.append(run)
 
     def _event(self, evt: Any) -> None:
@@ -432,17 +416,17 @@ class HeadedEngine:
             run.completed = int(evt.ops_completed)
             if int(evt.status) != _OK and run.error is None:
                 run.error = DlaError(NvError.ResourceError, f"task {run.task.task_id}: the device firmware "
-                                                            f"ended it with {_status_name(int(evt.status))}")
+                                                            f"ended it with {status_name(int(evt.status))}")
             self._end(run, run.error)
         elif isinstance(evt, api.error_evt) and int(evt.context_id) == 0xFFFF:
             self.stats["refusals"] += 1
             log.warning("headed mode: the device firmware refused message id %d (tag %d): %s",
-                        int(evt.op_index), int(evt.task_id), _status_name(int(evt.status)))
+                        int(evt.op_index), int(evt.task_id), status_name(int(evt.status)))
 
     def _failure(self, run: HeadedRun, evt: Any) -> DlaError:
         """The error of a failed run, worded as the headless engine words it."""
         ops, op, hw = run.graph.operations, int(evt.op_index), int(evt.hw_error)
-        code = _nv(int(evt.nv_error))
+        code = nv_error(int(evt.nv_error))
         if op < len(ops) and hw:
             known = R.dla_hw_error_e._value2member_map_.get(hw)
             name = known.name if known is not None else str(hw)
@@ -453,7 +437,7 @@ class HeadedEngine:
             return DlaError(code, message)
         where = f" at {ops[op].name}" if op < len(ops) else ""
         return DlaError(code, f"task {run.task.task_id}: the device firmware failed it{where}: "
-                              f"{_status_name(int(evt.status))} ({code.name})")
+                              f"{status_name(int(evt.status))} ({code.name})")
 
     def _end(self, run: HeadedRun, error: DlaError | None) -> None:
         if run.finished:
@@ -507,11 +491,3 @@ class HeadedEngine:
             raise self._broken from None
         raise FirmwareHung(NvError.Timeout, f"{reason}: the microcontroller and the device were reset")
 
-
-def _nv(code: int) -> NvError:
-    return NvError(code) if code in NvError._value2member_map_ else NvError.ResourceError
-
-
-def _status_name(status: int) -> str:
-    known = api.dla_status_e._value2member_map_.get(status)
-    return known.name if known is not None else f"status {status}"

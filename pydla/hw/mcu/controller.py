@@ -82,18 +82,19 @@ class Microcontroller:
             self._thread = threading.Thread(target=self._loop, daemon=True,
                                             name=f"pydla-dev{device.instance}-mcu")
             self._thread.start()
-        else:
-            # The firmware runs right after the host's register write that needs it returns (the
-            # device's lock is then free): the host's write is wrapped, on this device only.
-            bus_write = self._bus_write
+        # The firmware runs right after the host's register write that needs it returns (the
+        # device's lock is then free): the host's write is wrapped, on this device only. Threaded, an
+        # idle firmware runs there too (the simulation's shortcut for a thread handoff); a busy one
+        # is left to its own thread.
+        bus_write = self._bus_write
 
-            def reg_write(address: int, value: int) -> None:
-                bus_write(address, value)
-                if self._due:
-                    self._due = False
-                    self._serve()
+        def reg_write(address: int, value: int) -> None:
+            bus_write(address, value)
+            if self._due:
+                self._due = False
+                self._serve()
 
-            device.reg_write = reg_write  # type: ignore[method-assign]
+        device.reg_write = reg_write  # type: ignore[method-assign]
 
     # -- registers (called under the device's lock: they only record and wake) -------------------------
 
@@ -138,11 +139,10 @@ class Microcontroller:
 
     def _kick(self) -> None:
         self._work = True
+        self._due = True
         if self._thread is not None:
             with self._wake:
                 self._wake.notify()
-        else:
-            self._due = True
 
     # -- the interrupt and the firmware's runs ------------------------------------------------------
 
@@ -166,16 +166,20 @@ class Microcontroller:
         while self._work:
             if not self._serving.acquire(blocking=False):
                 return ran
+            posted = False
             try:
                 while self._work:
                     self._work = False
-                    self._step()
+                    posted |= self._step()
             finally:
                 self._serving.release()
+            if posted:
+                # Raised once the firmware is free: the host's handlers may call back into it.
+                self._bus_write(R.GLB_INTR_SET, MAILBOX_BIT)
             ran = True
         return ran
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
         with self._lock:
             requests = list(self._requests)
             self._requests.clear()
@@ -187,7 +191,7 @@ class Microcontroller:
             else:
                 self.firmware.mailbox = None
         if self.hung or self.stopped is not None:
-            return
+            return False
         try:
             posted = self.firmware.step()
         except Exception as e:  # a bug in the firmware stops it; it never throws into a caller
@@ -195,8 +199,7 @@ class Microcontroller:
             self.device.log.append(f"mcu: the firmware stopped: {self.stopped}; "
                                    + traceback.format_exc(limit=3).replace("\n", " | "))
             posted = False
-        if posted:
-            self._bus_write(R.GLB_INTR_SET, MAILBOX_BIT)
+        return posted
 
     def _reboot(self, api: ModuleType) -> None:
         self.firmware = Firmware(self.device, self._bus_write, api)

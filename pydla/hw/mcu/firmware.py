@@ -82,6 +82,9 @@ class Firmware:
         self.handshaken = False
         self.runs: dict[int, tuple[TaskRun, int]] = {}  # task id -> (run, start time)
         self.aborted: set[int] = set()
+        # Address lists resolved in their context, kept while the context's mappings do not change
+        # (the IOMMU's generation): (context, the list's bytes) -> (generation, resolved entries).
+        self._lists: dict[tuple[int, bytes], tuple[int | None, list[ResolvedEntry]]] = {}
         self._ended: list[TaskRun] = []
         self.refused = 0  # messages answered with an error status
         status_e = getattr(api, "dla_status_e", device_api.dla_status_e)
@@ -236,14 +239,23 @@ class Firmware:
             return answer(st.BUSY, NvError.Busy)
         try:
             bo, offset = self.device.iommu.translate(box.ctx, int(cmd.address_list), n * ENTRY_SIZE)
-            entries = np.frombuffer(bo.array[offset:offset + n * ENTRY_SIZE].tobytes(), dtype=_ENTRY)
+        except MmuFault:
+            return answer(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
+        raw = bo.array[offset:offset + n * ENTRY_SIZE].tobytes()  # the firmware's copy
+        generation = self.device.iommu.generation(ctx)
+        known = self._lists.get((ctx, raw))
+        if known is not None and known[0] == generation:
+            addresses = known[1]  # the same list, resolved under the same mappings
+        else:
+            entries = np.frombuffer(raw, dtype=_ENTRY)
             addresses = []
             for iova, size in zip(entries["iova"].tolist(), entries["size"].tolist(), strict=True):
                 if not 0 < size <= 1 << 40:
                     return answer(st.BAD_PARAMETER, NvError.InvalidSize)
                 addresses.append(self._resolve(ctx, iova, size))
-        except MmuFault:
-            return answer(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
+            if len(self._lists) >= 256:
+                self._lists.clear()
+            self._lists[(ctx, raw)] = (generation, addresses)
         task = TaskDesc(task_id, ctx, addresses)
         try:
             # The firmware's own copy of the descriptors, validated (or a cached graph whose bytes are
