@@ -76,3 +76,29 @@ def test_random_graphs_give_the_same_outcomes_and_bits_headed(mode: str, count: 
         assert a[1] == b[1], f"graph {i} ({a[0]}): the buffers differ"
         ran += a[0] == "ran"
     assert 0 < ran < len(blobs)  # both kinds of outcome were compared
+
+
+def test_random_onnx_graphs_give_the_same_bits_headed() -> None:
+    """Random ONNX graphs of the compiler's tests (convolutions, pooling, data movement), compiled once
+    and run through pydla.Session on both kinds of device."""
+    pytest.importorskip("onnxruntime")
+    from pydla.compiler.api import compile_model
+    from tests.compiler.test_random_graphs import random_model
+
+    compared = 0
+    for seed in range(30):
+        model, x = random_model(seed)
+        if not model.graph.node:
+            continue
+        try:
+            blob = compile_model(model).blob
+        except DlaError:
+            continue  # a graph the compiler refuses is its tests' business
+        outputs = []
+        for config in ("full", "full-headed"):
+            with pydla.Session(bytes(blob), config=config) as sess:
+                outputs.append(sess.run({"x": x}))
+        for name, value in outputs[0].items():
+            assert value.tobytes() == outputs[1][name].tobytes(), f"seed {seed}: output {name}"
+        compared += 1
+    assert compared >= 20
