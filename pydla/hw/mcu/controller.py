@@ -9,8 +9,9 @@ The firmware raises GLB intr_status bit 28 when it posted responses or events.
 
 Where the firmware runs follows the device's mode, as the blocks' execution does:
 
-- ``threaded``: on the microcontroller's own thread; an interrupt from a block may also run it at
-  once on the thread that raised it, when the firmware is idle (as the host KMD's bottom half does);
+- ``threaded``: on the microcontroller's own thread; when the firmware is idle, the thread that rang
+  the doorbell or raised a block's interrupt runs it at once instead (as the host KMD's bottom half
+  runs on the interrupting thread: the simulation saves a thread handoff, nothing else changes);
 - ``deterministic`` and ``step``: in the caller's thread, right after the register write that rang
   the doorbell (or attached, or reset) returns, and from the interrupt a block raises; so a headed
   KMD test is as reproducible as a headless one.

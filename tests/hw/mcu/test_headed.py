@@ -56,11 +56,11 @@ def test_the_status_register_says_who_runs_the_scheduler(headed: VirtualDevice) 
         headless.close()
 
 
-@pytest.mark.parametrize("mode", ["deterministic", "threaded", "step"])
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
 def test_headed_and_headless_give_the_same_bits(mode: str) -> None:
     results = []
     for config in ("full", "full-headed"):
-        dev = VirtualDevice(config, mode=mode if mode != "step" else "deterministic")
+        dev = VirtualDevice(config, mode=mode)
         kmd = Kmd(dev)
         try:
             assert isinstance(kmd.engine, HeadedEngine) == (config == "full-headed")
