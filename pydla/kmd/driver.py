@@ -129,7 +129,7 @@ class Kmd(KmdComputeUnits):
         self._service: threading.Thread | None = None
         if info.mode == "threaded":
             # The ISR wakes no one: the interrupt's thread runs the bottom half (_irq_thread) and
-            # wakes the service thread only when it cannot (headed: the service thread always does).
+            # wakes the service thread only when it cannot.
             if self.engine.bottom_half_on_irq:
                 self.port.connect_interrupt(self._irq_thread)  # after the engine's ISR
             self._service = threading.Thread(target=self._service_loop, daemon=True,
@@ -465,7 +465,12 @@ class Kmd(KmdComputeUnits):
         """Threaded mode, after the ISR: the thread that raised the interrupt (a device block's) runs
         the bottom half itself when the driver is free, as a threaded interrupt handler does; this
         saves a thread handoff per job. It never waits for the driver: when another thread holds it,
-        the service thread (woken by the ISR) does the work."""
+        the service thread (woken by the ISR) does the work. Headed, the interrupt may come from a
+        thread inside the driver (its doorbell ran the firmware): that thread's own poll, or the
+        service thread, takes the events; and block interrupts are the firmware's, not the driver's."""
+        if self.info.headed and (not self.engine.pending_events() or getattr(self._lock, "_is_owned")()):
+            self.engine.wake()
+            return
         if not self._lock.acquire(blocking=False):
             self.engine.wake()  # the service thread does it
             return

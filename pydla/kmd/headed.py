@@ -85,7 +85,10 @@ class FirmwareHung(DlaError):
 class HeadedEngine:
     """The engine of a headed device, reached through the mailbox. See the module docstring."""
 
-    bottom_half_on_irq = False  # the interrupt comes from the firmware's thread: never run the KMD there
+    # The interrupting thread may run the driver's bottom half: the firmware raises the mailbox
+    # interrupt only once it let go of its own lock (pydla.hw.mcu.controller), so a message the
+    # bottom half sends (an abort) is served, not deadlocked.
+    bottom_half_on_irq = True
     live_progress = False  # progress costs a message: the watchdog asks at its deadline only
 
     def __init__(self, port: KmdPortability, info: KmdDeviceInfo, *, rpc_timeout_ms: int = 2000) -> None:

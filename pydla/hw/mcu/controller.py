@@ -160,12 +160,14 @@ class Microcontroller:
             with self._wake:
                 self._wake.notify()
 
-    def _serve(self) -> bool:
+    def _serve(self, wait_s: float = 0.0) -> bool:
         """Run the firmware until it has nothing left to do, unless another thread runs it (then
-        that one sees the work: it looks again after letting go). False when it could not run it."""
+        that one sees the work: it looks again after letting go). False when it could not run it.
+        ``wait_s``: how long to wait for the other thread (the microcontroller's own thread waits,
+        rather than spin while a host or device thread runs the firmware)."""
         ran = False
         while self._work:
-            if not self._serving.acquire(blocking=False):
+            if not self._serving.acquire(timeout=wait_s) if wait_s else not self._serving.acquire(False):
                 return ran
             posted = False
             try:
@@ -215,7 +217,7 @@ class Microcontroller:
                     self._wake.wait(_IDLE_WAIT_S)
             if self._closed:
                 return
-            self._serve()
+            self._serve(wait_s=_IDLE_WAIT_S)
 
     # -- for driver developers and tests ------------------------------------------------------------
 
