@@ -37,6 +37,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.hw.cu.layout import ComputeUnitInfo
 from pydla.hw.cu.models import create_model
+from pydla.hw.cu.shave_tile import ShaveTileUnit
 from pydla.hw.cu.unit import CTRL, ISR, REG_NAMES, ComputeUnit, CuEvent
 from pydla.hw.state import DeviceState
 from pydla.hw.trace_out import LAYER
@@ -83,6 +84,8 @@ class ComputeUnits(DeviceState):
         self._cus.sort(key=lambda u: u.info.m_base_address)
         for u in self._cus:
             u.traced = self._cu_traced
+            if isinstance(u.model, ShaveTileUnit):  # the tiles come after the units (_init_shave)
+                u.model.bind(lambda: getattr(self, "shave", None), self._lock)
         self._cu_bases = [u.info.m_base_address for u in self._cus]
         self._cu_by_name = {n: u for u in self._cus for n in (u.info.name, u.info.instance)}
         self._cu_hz = self.config.clock_mhz * 1e6

@@ -130,6 +130,6 @@ def test_info_config_prints_and_dumps_ip_layout(tmp_path: Path) -> None:
                                       "m_ip_control": "AP_CTRL_HS", "m_base_address": "0x10000",
                                       "m_name": "noop:noop_hs"}
     out = _pydla("info", "--config", "full", "--dump-section", "IP_LAYOUT:json:-")
-    assert out.returncode == 0 and json.loads(out.stdout)["ip_layout"]["m_count"] == "5"
+    assert out.returncode == 0 and json.loads(out.stdout)["ip_layout"]["m_count"] == "7"  # with 2 SHAVE tiles
     bad = _pydla("info", "--config", "full", "--dump-section", "BUILD_METADATA:json:-")
     assert bad.returncode != 0 and "IP_LAYOUT" in bad.stderr

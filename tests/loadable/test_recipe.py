@@ -600,7 +600,8 @@ def test_validate_refuses_an_unknown_instance(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert out == (f"{recipe}: 1 problem(s)\n  /resources/kernels/0/instance: 'NPU' is no compute unit of "
                    "device configuration 'design' (its IP_LAYOUT has: DPU (DPU:DPU), noop_hs (noop:noop_hs), "
-                   "noop_chain (noop:noop_chain), vadd (vadd:vadd), scale (scale_i16:scale))\n")
+                   "noop_chain (noop:noop_chain), vadd (vadd:vadd), scale (scale_i16:scale), tile0 "
+                   "(shave:tile0), tile1 (shave:tile1))\n")
     with pytest.raises(RecipeError) as e:
         load_recipe(recipe)
     assert e.value.errors[0][0] == "/resources/kernels/0/instance"

@@ -193,12 +193,16 @@ BUILTIN: dict[str, type[ComputeUnitModel]] = {"noop": NoOp, "vadd": VectorAdd, "
 def model_class(info: ComputeUnitInfo, where: str) -> type[ComputeUnitModel]:
     """The class an entry's ``model`` names: a built-in, or ``python:package.module:ClassName``."""
     name = info.model
+    if name == "shave_tile":  # a SHAVE tile as an HS unit (its own module: it knows the tiles)
+        from pydla.hw.cu.shave_tile import ShaveTileUnit
+
+        return ShaveTileUnit
     if not name.startswith("python:"):
         cls = BUILTIN.get(name)
         if cls is None:
             raise DlaError(NvError.BadValue,
                            f"{where}: 'model' = {name!r}: not a built-in model ({', '.join(BUILTIN)}, "
-                           "engine) nor 'python:package.module:ClassName'")
+                           "shave_tile, engine) nor 'python:package.module:ClassName'")
         return cls
     module_name, _, class_name = name[len("python:"):].partition(":")
     if not module_name or not class_name:

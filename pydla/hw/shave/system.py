@@ -221,6 +221,30 @@ class ShaveSystem:
                 self.barriers.notified = False
                 self.intr_status |= 1 << NOTIFY_INTR_BIT
 
+    def run_task(self, index: int, ctx: int, addr: int) -> str | None:
+        """Run the ActKernelTask at ``addr`` (context ``ctx``) on tile ``index`` now, to its end:
+        what the tile does as an AP_CTRL_HS compute unit (pydla.hw.cu.shave_tile). The tile must run
+        its runtime kernel and be idle (its FIFO empty), and the task must wait on no barrier.
+        Returns None when the task ended, else why not (the tile's error, in words)."""
+        tile = self.tiles[index]
+        if tile.state != R.shave_tile_state_e.WAIT_FIFO or tile.fifo:
+            return (f"tile {index} is not idle in its runtime kernel (state {tile.state.name}, "
+                    f"{len(tile.fifo)} task(s) queued): start it, and let it finish its list first")
+        done = tile.done
+        self.push_seq += 1
+        try:
+            tile.push(Pushed(ctx, addr, self.push_seq))
+        except ShaveFault as fault:
+            self._tile_fault(index, fault)
+            return self.error_text(index)
+        self.run()
+        if tile.error:
+            return self.error_text(index)
+        if tile.done == done:
+            return (f"tile {index}: the task at {addr:#x} did not end: it waits on barriers (a task "
+                    "run as a compute unit must have wait_mask 0)")
+        return None
+
     def _tile_fault(self, index: int, fault: ShaveFault, recorded: bool = False) -> None:
         tile = self.tiles[index]
         if not recorded:  # a fault of the host's request, not of running code
