@@ -468,7 +468,9 @@ class Kmd(KmdComputeUnits):
         the service thread (woken by the ISR) does the work. Headed, the interrupt may come from a
         thread inside the driver (its doorbell ran the firmware): that thread's own poll, or the
         service thread, takes the events; and block interrupts are the firmware's, not the driver's."""
-        if self.info.headed and (not self.engine.pending_events() or getattr(self._lock, "_is_owned")()):
+        # (RLock._is_owned: whether this thread holds it; threading.Condition relies on it too.)
+        if self.info.headed and (not self.engine.pending_events()
+                                 or self._lock._is_owned()):  # type: ignore[attr-defined]
             self.engine.wake()
             return
         if not self._lock.acquire(blocking=False):

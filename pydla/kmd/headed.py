@@ -243,8 +243,11 @@ class HeadedEngine:
         rsp = self._status(run)
         if rsp is None:
             return None
-        if int(rsp.status) == _OK:
-            run.completed = int(rsp.ops_completed)
+        if int(rsp.status) != _OK:
+            # Not held: it ended and its task_done_evt is on its way; counted as progress once (one
+            # more window), so a task the firmware lost still runs into the ladder after it.
+            return run.completed + 1
+        run.completed = int(rsp.ops_completed)
         return run.completed
 
     def describe_stuck(self, run: RunState) -> str:
@@ -376,7 +379,11 @@ class HeadedEngine:
                     if msg.MSG_TYPE != kind:
                         raise DlaError(NvError.BadValue, f"a {msg.MSG_TYPE.name} ({type(msg).__name__}) in "
                                                          f"the {kind.name.lower()} ring")
-                except (RingError, DlaError) as e:
+                except RingError as e:  # the ring was skipped to its head (or a bad head is ignored)
+                    self.stats["bad_messages"] += 1
+                    log.warning("headed mode: the device firmware's ring is corrupt: %s", e)
+                    break
+                except DlaError as e:
                     self.stats["bad_messages"] += 1
                     log.warning("headed mode: the device firmware posted a bad message: %s", e)
                     continue

@@ -133,9 +133,9 @@ class Firmware:
         for _ in range(MAX_COMMANDS_PER_STEP):
             try:
                 data = box.cmd.read()
-            except RingError as e:
+            except RingError as e:  # the ring was skipped to the host's head: nothing more to take
                 posted |= self._error_evt(0, NO_OP, self.status.BAD_MESSAGE, e.code)
-                continue
+                break
             if data is None:
                 break
             posted |= self._command(box, data)

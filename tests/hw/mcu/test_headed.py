@@ -251,3 +251,23 @@ def test_a_hung_firmware_is_caught_by_the_host_and_reset(mode: str) -> None:
     finally:
         kmd.close()
         dev.close()
+
+
+def test_a_corrupt_response_ring_is_counted_and_skipped_not_followed(headed: VirtualDevice) -> None:
+    """What the device writes is not trusted either: a head that went backwards, a message size that
+    cannot be, a message of the wrong kind: the host counts them and goes on."""
+    from pydla.kmd.headed_ring import counters
+
+    kmd = Kmd(headed)
+    try:
+        engine = kmd.engine
+        assert isinstance(engine, HeadedEngine) and engine._mbox is not None
+        words = counters(engine._mbox[3])
+        words[3] = 0  # rsp_head behind what the host consumed (the handshake's response)
+        engine.dla_process_events()
+        words[3] = int(words[4]) + 8  # a head past a message whose size field is 0
+        engine.dla_process_events()
+        assert engine.stats["bad_messages"] == 2
+        _run(kmd)  # the host skipped what it could not read, and the firmware goes on
+    finally:
+        kmd.close()
