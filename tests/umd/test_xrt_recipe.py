@@ -158,8 +158,8 @@ def test_npu_constants_on_a_device_without_an_engine_unit_are_refused(tmp_path: 
     path = recipe_dir(tmp_path, DOC_RECIPES["complete"], libraries, monkeypatch)
     raw = json.loads((path.parent / "design.xclbin").read_text())
     # instance DPU stays (the recipe's kernel names it), but as a plain HS unit, not the engine
-    dpu = {"model": "noop", "m_ip_control": "AP_CTRL_HS", "m_base_address": 0x50000, "window": 0x10000,
-           "m_interrupt_id": 5, "pipeline_depth": 1}
+    dpu = {"model": "noop", "m_ip_control": "AP_CTRL_HS", "m_base_address": 0x80000, "window": 0x10000,
+           "m_interrupt_id": 9, "pipeline_depth": 1}
     raw["ip_layout"] = [{**cu, **dpu} if cu["model"] == "engine" else cu for cu in raw["ip_layout"]]
     (path.parent / "design.xclbin").write_text(json.dumps(raw))
     with pydla.createRuntime(config=design(path)) as rt:
