@@ -271,3 +271,30 @@ def test_a_corrupt_response_ring_is_counted_and_skipped_not_followed(headed: Vir
         _run(kmd)  # the host skipped what it could not read, and the firmware goes on
     finally:
         kmd.close()
+
+
+def test_the_firmware_validates_its_own_copy_of_the_descriptors(headed: VirtualDevice) -> None:
+    """Headed, the host's validation at prepare does not vouch for the memory the firmware reads when
+    the task starts: descriptors made invalid in between are refused by the firmware itself (its
+    copy, its check), and the driver serves the next task."""
+    from tests.kmd.support import Descriptors
+
+    kmd = Kmd(headed)
+    try:
+        ctx = kmd.open_context()
+        case = single_pdp()
+        loaded = case.load(kmd, ctx)
+        prep = kmd.prepare(ctx, loaded.addresses)  # type: ignore[arg-type]
+        live = Descriptors.loaded(case.built, kmd, ctx, loaded)
+        original = live.surface(0).src.address
+        live.surface(0).src.address = 99  # invalid now, after the host validated it
+        with pytest.raises(DlaError) as refused:
+            kmd.submit_prepared(ctx, prep).wait(5000)
+        assert refused.value.code == NvError.BadParameter
+        assert "the device firmware refused it: BAD_PARAMETER" in refused.value.message
+        live.surface(0).src.address = original
+        expected = case.feed(kmd, ctx, loaded, 1)
+        kmd.submit_prepared(ctx, prep).wait(5000)
+        case.check(kmd, ctx, loaded, expected)
+    finally:
+        kmd.close()
