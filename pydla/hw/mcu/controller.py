@@ -41,7 +41,7 @@ from pydla.hw.mcu.firmware import Firmware
 from pydla.hw.mcu.port import FIRMWARE_INTR_BITS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pydla.hw.device import VirtualDevice
 
@@ -95,7 +95,16 @@ class Microcontroller:
                 self._due = False
                 self._serve()
 
+        bus_write_many = device.reg_write_many
+
+        def reg_write_many(writes: Sequence[tuple[int, int]]) -> None:
+            bus_write_many(writes)
+            if self._due:
+                self._due = False
+                self._serve()
+
         device.reg_write = reg_write  # type: ignore[method-assign]
+        device.reg_write_many = reg_write_many  # type: ignore[method-assign]
 
     # -- registers (called under the device's lock: they only record and wake) -------------------------
 
