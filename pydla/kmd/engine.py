@@ -115,6 +115,14 @@ class TaskRun(RunState):
         return None if busy is None else busy[group]
 
 
+def _block_mask(blocks: Sequence[dla_block_e]) -> int:
+    """The GLB reset register's bits for ``blocks`` (bit b resets block b)."""
+    mask = 0
+    for b in blocks:
+        mask |= 1 << int(b)
+    return mask
+
+
 def engine_depth(config: object) -> int:
     """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
     AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
@@ -417,9 +425,7 @@ class Engine:
         if run.gated:
             later = self.inflight[self.inflight.index(run) + 1:] if run in self.inflight else []
         else:
-            mask = 0
-            for b in run.graph.blocks:
-                mask |= 1 << int(b)
+            mask = _block_mask(run.graph.blocks)
             self.port.dla_reg_write(R.GLB_RESET, mask)
             with self._events_lock:
                 self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
@@ -444,10 +450,7 @@ class Engine:
 
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
-        mask = 0
-        for b in blocks:
-            mask |= 1 << int(b)
-        self.port.dla_reg_write(R.GLB_RESET, mask)
+        self.port.dla_reg_write(R.GLB_RESET, _block_mask(blocks))
         return self.busy(blocks)
 
     def reset_device(self) -> list[dla_block_e]:
