@@ -1,7 +1,10 @@
 """Control-code ELF: one NPU task's descriptors, and where they are patched when buffers are bound.
 
 Sections ``.dla.network``, ``.dla.graph``, ``.dla.ops``, ``.dla.surfaces`` and ``.dla.luts`` hold
-the task descriptors (``specs/dla_task.yaml``) exactly as the KMD reads them. Every descriptor
+the task descriptors (``specs/dla_task.yaml``) exactly as the KMD reads them. A SHAVE task list
+(the VPUX software layers' ActKernelRuntime, ActKernelTask and DMA lists) has ``.dla.network``
+then ``.shave.list``, ``.shave.act``, ``.shave.dma`` and ``.shave.args`` (the invocations' argument
+buffers) in the same five address-list entries (:data:`SHAVE_SECTIONS`). Every descriptor
 field that names a buffer holds an address-list index; the UMD's address list for a submit puts
 the task's own descriptor sections first (entries 0..4) and the run's arguments after them, in an
 order it chooses. So each such field is a relocation in ``.rela.dla.<section>``: type
@@ -30,6 +33,7 @@ from pydla.elf.reader import ElfReader
 from pydla.errors import DlaError, NvError
 
 SECTIONS = (".dla.network", ".dla.graph", ".dla.ops", ".dla.surfaces", ".dla.luts")
+SHAVE_SECTIONS = (".dla.network", ".shave.list", ".shave.act", ".shave.dma", ".shave.args")
 R_DLA_ARG_INDEX16 = 1
 FIXED_ENTRIES = len(SECTIONS)
 _I16 = struct.Struct("<h")
@@ -44,21 +48,25 @@ class Patch:
 
 
 class ControlCode:
-    """A checked control-code ELF; :meth:`patch` gives the descriptor sections for an address list."""
+    """A checked control-code ELF; :meth:`patch` gives the descriptor sections for an address list.
+    ``layout`` names its five descriptor sections in address-list order (:data:`SECTIONS`, or
+    :data:`SHAVE_SECTIONS` for a SHAVE task list: ``is_shave``)."""
 
     def __init__(self, data: bytes | bytearray | memoryview, what: str = "control code") -> None:
         self.what = what
         self.elf = ElfReader(data, what=what)
-        for name in SECTIONS:
+        self.is_shave = self.elf.has_section(SHAVE_SECTIONS[1])
+        self.layout = SHAVE_SECTIONS if self.is_shave else SECTIONS
+        for name in self.layout:
             if not self.elf.has_section(name):
                 raise DlaError(NvError.BadValue, f"{what}: section '{name}' is missing")
-        self.sections = {name: self.elf.section(name) for name in SECTIONS}
+        self.sections = {name: self.elf.section(name) for name in self.layout}
         self.arguments: dict[str, int] = {}
         for sym in self.elf.symbols():
             if sym.name:
                 self.arguments[sym.name] = sym.value
         self.patches: list[Patch] = []
-        for name in SECTIONS:
+        for name in self.layout:
             size = len(self.sections[name])
             for rel in self.elf.relocations(name):
                 if rel.rel_type != R_DLA_ARG_INDEX16:
@@ -73,9 +81,12 @@ class ControlCode:
                 self.patches.append(Patch(name, rel.offset, rel.symbol.value, rel.symbol.name))
 
     def op_types(self) -> list[int]:
-        """The op_type of each operation (dla_block_e values), as the network descriptor counts them."""
+        """The op_type of each operation (dla_block_e values), as the network descriptor counts them
+        (none for a SHAVE task list)."""
         from pydla.deviceapi.generated import dla_task
 
+        if self.is_shave:
+            return []
         net_size = ctypes.sizeof(dla_task.dla_network_desc_t)
         common = ctypes.sizeof(dla_task.dla_common_op_desc_t)
         network, graph = self.sections[".dla.network"], self.sections[".dla.graph"]
@@ -95,6 +106,8 @@ class ControlCode:
         from pydla.deviceapi.generated import dla_task
         from pydla.deviceapi.generated.device_api import dla_block_e
 
+        if self.is_shave:
+            return []
         network = dla_task.dla_network_desc_t.from_buffer_copy(
             self.sections[".dla.network"][:ctypes.sizeof(dla_task.dla_network_desc_t)])
         surfaces, size = self.sections[".dla.surfaces"], network.surface_desc_size

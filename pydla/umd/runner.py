@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS, ControlCode
+from pydla.elf.controlcode import FIXED_ENTRIES, ControlCode
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from pydla.loadable.recipe import BIND_INPUT_TYPES, BIND_OUTPUT_TYPES, Argument, Recipe, Run
@@ -160,7 +160,7 @@ class Runner:
             code = self.lo.control_code(run.name)
             parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
             mems = []
-            for section in SECTIONS:
+            for section in code.layout:
                 blob = parts[section] or b"\0" * 8
                 mem, view = self.port.NvDlaGetMem(self.handle, len(blob))
                 view[:] = np.frombuffer(blob, dtype=np.uint8)

@@ -7,7 +7,9 @@ page) stops its tile with error BUDGET: ``instruction_budget`` (instructions, co
 runaway kernel stops at the same instruction in every run; the emulator then runs about 2.5x
 slower: 0 = off, the default) or else ``time_budget_ms`` (milliseconds of emulation, default 2000,
 enforced by a watchdog thread (pydla.hw.shave.watchdog) at no cost while kernels run; where a
-runaway kernel is stopped then varies from run to run, its error status does not).
+runaway kernel is stopped then varies from run to run, its error status does not), and
+``emulation``: ``"fast"`` (the default: an unchanged shipped kernel runs as its numpy equivalent,
+pydla.hw.shave.hle) or ``"exact"`` (every kernel's machine code runs on the emulator).
 
 Usage: ``parse_shave({"tiles": 2}, "full.json")``
 """
@@ -33,6 +35,7 @@ class ShaveConfig:
     barriers: int = S.MAX_BARRIERS
     instruction_budget: int = 0
     time_budget_ms: int = DEFAULT_TIME_BUDGET_MS
+    emulation: str = "fast"
 
 
 def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
@@ -41,7 +44,7 @@ def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
         return None
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: 'shave' must be an object, not {raw!r}")
-    known = {"tiles", "cmx_bytes", "barriers", "instruction_budget", "time_budget_ms"}
+    known = {"tiles", "cmx_bytes", "barriers", "instruction_budget", "time_budget_ms", "emulation"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise DlaError(NvError.BadValue, f"{source}: 'shave' has unknown field(s) {', '.join(unknown)}")
@@ -61,4 +64,9 @@ def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
         value = values[key]
         if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
             raise DlaError(NvError.BadValue, f"{source}: 'shave.{key}' = {value!r} must be {rule}")
-    return ShaveConfig(**values)
+    emulation = raw.get("emulation", "fast")
+    if emulation not in ("fast", "exact"):
+        raise DlaError(NvError.BadValue, f"{source}: 'shave.emulation' = {emulation!r} must be 'fast' "
+                                         "(shipped kernels as their numpy equivalents) or 'exact' (every "
+                                         "kernel emulated)")
+    return ShaveConfig(**values, emulation=emulation)
