@@ -21,7 +21,7 @@ from pydla.hw.config import load_config
 
 def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
                   progress: Progress | None = None,
-                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
@@ -30,7 +30,11 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
 
     ``progress(done, total, what)`` is called as each phase starts and for each step lowered
     (the phases and the arguments: :mod:`pydla.compiler.progress`); the first call comes before
-    the model is read, the last is ``progress(1, 1, "done")``."""
+    the model is read, the last is ``progress(1, 1, "done")``.
+
+    ``shave``: on a configuration with SHAVE tiles, Softmax, Exp, Erf, Gelu and LayerNormalization
+    run there as SHAVE task lists (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs
+    (LayerNormalization decomposed), as on a configuration without tiles."""
     try:
         from pydla.compiler.graph import import_graph
         from pydla.compiler.lower import Lowering
@@ -49,7 +53,10 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         report(progress, "reading", detail=str(model))
     onnx_model = load_model(model)
     try:
-        result = Lowering(import_graph(onnx_model, progress, shapes), cfg, progress, precision).run()
+        whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
+            else frozenset()
+        graph = import_graph(onnx_model, progress, shapes, whole)
+        result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
     except DlaError:
         raise
     except MemoryError:
@@ -59,7 +66,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
                                          "model, or a pydla bug: please report it with the model)") from e
     # The blocks the operations use, as the runtime checks them when loading (re-reading the
     # loadable to find them cost a sixth of compiling a large graph).
-    missing = sorted(b for b in result.operations if b != "CPU" and not cfg.has_block(b))
+    missing = sorted(b for b in result.operations if b not in ("CPU", "SHAVE") and not cfg.has_block(b))
     if missing:
         raise DlaError(NvError.NotSupported, f"the compiled network needs the {', '.join(missing)} block(s), "
                                              f"which device config '{cfg.name}' does not have")

@@ -39,10 +39,11 @@ from pydla.errors import DlaError, NvError
 
 
 def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
-                 input_shapes: InputShapes | None = None) -> Graph:
+                 input_shapes: InputShapes | None = None, whole: frozenset[str] = frozenset()) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order (``progress``: see
     :mod:`pydla.compiler.progress`; ``input_shapes``: the sizes of the inputs' symbolic
-    dimensions, see :mod:`pydla.compiler.input_shapes`)."""
+    dimensions, see :mod:`pydla.compiler.input_shapes`; ``whole``: operators to keep whole where
+    the target computes them, see :func:`keeps_whole`)."""
     report(progress, "checking")
     check_not_empty(model)
     check_names(model.graph)
@@ -81,7 +82,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
         _check_size("graph input", name, shapes, dtypes)
         if 0 in shapes[name]:  # an empty input holds nothing: it is known now (and still an input)
             consts[name] = np.empty(shapes[name], dtypes[name])
-    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset)
+    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset, whole=whole)
     report(progress, "folding constants")
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
@@ -153,13 +154,34 @@ def _distinct_outputs(graph: Graph) -> None:
 VECTOR_INPUTS = {"Reshape": 1, "Expand": 1, "Tile": 1}
 
 
+# The largest normalised group a layer normalisation kept whole may have: its rows, scale and bias
+# must fit a SHAVE tile's CMX (pydla.compiler.shave_ops), in and out.
+WHOLE_LAYERNORM_MAX_GROUP = 64 << 10
+
+
+def keeps_whole(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` stays whole: a LayerNormalization of a float32 tensor with constant scale
+    and bias and no Mean / InvStdDev output, when the import was asked to keep them
+    (``whole``); else it is decomposed."""
+    if node.op_type not in graph.whole or node.op_type != "LayerNormalization":
+        return False
+    x = node.inputs[0]
+    shape = graph.shapes.get(x, ())
+    rank = len(shape)
+    axis = int(node.attrs.get("axis", -1))
+    params = [t for t in node.inputs[1:3] if t]
+    return (graph.dtypes.get(x) == np.dtype(np.float32) and rank > 0 and -rank <= axis < rank
+            and all(t in graph.consts for t in params) and not any(node.outputs[1:])
+            and int(np.prod(shape[axis % rank:])) <= WHOLE_LAYERNORM_MAX_GROUP)
+
+
 def _rewrite(graph: Graph, node: Node) -> list[Node]:
     """``node`` as the nodes the device computes it with (most nodes: itself)."""
     if node.op_type in VARIADIC:
         return _binary(graph, node)
     if node.op_type == "Dropout":
         return _dropout(graph, node)
-    if node.op_type == "LayerNormalization":
+    if node.op_type == "LayerNormalization" and not keeps_whole(graph, node):
         return layer_norm(graph, node)
     if node.op_type in ("ReduceMean", "ReduceSum"):
         return last_axis_product(graph, node) or [node]

@@ -33,6 +33,9 @@ class Graph:
     # The names the loadable gives the outputs (``outputs`` may hold internal names instead: see
     # :func:`_distinct_outputs`).
     output_names: list[str] = field(default_factory=list)
+    # Operators the target computes whole, which the import would otherwise write as others
+    # (LayerNormalization, on a device with SHAVE tiles: see pydla.compiler.shave_ops).
+    whole: frozenset[str] = frozenset()
 
     def is_empty(self, name: str) -> bool:
         """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler import conv3d, cpu_reasons, cpuops, elementwise, matmul, movement, pooling
+from pydla.compiler import conv3d, cpu_reasons, cpuops, elementwise, matmul, movement, pooling, shave_ops
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import (
     check_auto_pad,
@@ -35,6 +35,7 @@ from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
 from pydla.hw import config as device_config
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
+from pydla.loadable.shave_task import ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Cube, Ref, TaskBuilder
 
 SCRATCH, WEIGHTS = "scratch", "weights"
@@ -58,7 +59,7 @@ class Compiled:
 
 class Lowering:
     def __init__(self, graph: Graph, config: device_config.DeviceConfig,
-                 progress: Progress | None, precision: str = "fp32") -> None:
+                 progress: Progress | None, precision: str = "fp32", use_shave: bool = True) -> None:
         self.g = graph
         self.config = config  # the device configuration compiled for: its blocks and speed rules
         self.device = config.name
@@ -67,7 +68,9 @@ class Lowering:
         self.np_dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
         self.tb = TaskBuilder(precision)
         self.weights = bytearray()
-        self.runs: list[tuple[str, TaskBuilder | dict[str, Any]]] = []
+        self.runs: list[tuple[str, TaskBuilder | ShaveTaskBuilder | dict[str, Any]]] = []
+        self.use_shave = use_shave  # lower what the SHAVE kernels compute to the tiles (shave_ops)
+        self.shave_kernels: dict[str, bytes] = {}  # kernel ELFs the SHAVE task lists use, by name
         self.node: Node | None = None  # the head of the step being lowered (named by CPU runs' notes)
         self.cpu_notes: list[dict[str, Any]] = []
         self.temp_used = 0  # bytes of the current step's temporaries, after the planned arena
@@ -401,7 +404,7 @@ class Lowering:
     # -- CPU runs -------------------------------------------------------------------------------------
 
     def finish_task(self) -> None:
-        """Close the NPU task being built (a CPU run or the end follows)."""
+        """Close the NPU task being built (a CPU run, a SHAVE task list or the end follows)."""
         if self.tb.ops:
             self.runs.append(("npu", self.tb))
             self.tb = TaskBuilder(self.precision)
@@ -427,10 +430,16 @@ class Lowering:
         sizes[WEIGHTS] = max(len(self.weights), 8)
         lw = LoadableWriter(self.device)
         lw.add_weights(WEIGHTS, bytes(self.weights).ljust(sizes[WEIGHTS], b"\0"), alignment=ALIGN)
+        constant = {WEIGHTS}
+        for kernel, elf in self.shave_kernels.items():  # KernelData: each kernel's ELF, once
+            name = f"shave_{kernel}"
+            sizes[name] = len(elf)
+            lw.add_weights(name, elf, alignment=ALIGN)
+            constant.add(name)
         names = list(sizes)
         buffers = []
         for name in names:
-            kind = ("weight" if name == WEIGHTS else "internal" if name == SCRATCH
+            kind = ("weight" if name in constant else "internal" if name == SCRATCH
                     else "input" if name.startswith("in") else "output")
             lw.add_memory(name, kind, sizes[name], ALIGN)
             entry: dict[str, Any] = {"name": name, "type": kind}
@@ -453,9 +462,11 @@ class Lowering:
                 runs.append(item)
                 counts["CPU"] = counts.get("CPU", 0) + 1
                 continue
-            assert isinstance(item, TaskBuilder)
+            assert isinstance(item, (TaskBuilder, ShaveTaskBuilder))
             kernel = f"task{len(kernels)}"
             built = item.build()
+            if isinstance(item, ShaveTaskBuilder):
+                counts["SHAVE"] = counts.get("SHAVE", 0) + len(item.acts)
             args = [n for n in built.buffers if n != "descriptors"]
             arguments = {name: i for i, name in enumerate(args)}
             lw.add_control_code(kernel, built.control_code(arguments))
@@ -479,7 +490,8 @@ LOWER: dict[str, Callable[[Lowering, Step], None]] = {
     "concat": movement.concat,
     "split": movement.split, "slice": movement.slice_, "pad": movement.pad, "resize": movement.resize,
     "gemm": matmul.lower_gemm, "sdp": elementwise.lower_sdp, "pool": pooling.lower_pool,
-    "lrn": pooling.lower_lrn, "cpu": cpuops.softmax, "unary": cpuops.unary_run,
+    "lrn": pooling.lower_lrn, "cpu": shave_ops.softmax_step, "unary": shave_ops.unary_step,
+    "layernorm": shave_ops.layernorm_step,
     "reduce": cpuops.reduce_run, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
     "where": cpuops.where_run, "cast": cpuops.cast_run, "argmax": cpuops.argmax_run,
     "gather": cpuops.gather_run, "expand": movement.expand, "tile": cpuops.tile_run,

@@ -117,6 +117,8 @@ def group_steps(graph: Graph) -> list[Step]:
             steps.append(Step("transpose", [node], [node.inputs[0]], node.outputs[0]))
         elif op in ("Softmax", "LogSoftmax"):
             steps.append(Step("cpu", [node], [node.inputs[0]], node.outputs[0]))
+        elif op == "LayerNormalization":  # kept whole for the SHAVE tiles (graph.keeps_whole)
+            steps.append(Step("layernorm", [node], [node.inputs[0]], node.outputs[0]))
         elif op in CPU_UNARY:
             steps.append(Step("unary", [node], [node.inputs[0]], node.outputs[0]))
         elif op in REDUCE_OPS:

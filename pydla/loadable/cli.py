@@ -75,14 +75,20 @@ def describe(lo: Any) -> dict[str, Any]:
     import collections
 
     from pydla.deviceapi.generated.device_api import dla_block_e
+    from pydla.loadable import shave_task
     from pydla.loadable.sections import section_names
 
     tasks = []
+    shave_lists = []
     for run in lo.recipe.runs:
         if run.where != "npu":
             continue
+        code = lo.control_code(run.name)
+        if code.is_shave:
+            shave_lists.append({"run": run.name, **shave_task.describe(code)})
+            continue
         counts: collections.Counter[str] = collections.Counter()
-        for op_type in lo.control_code(run.name).op_types():
+        for op_type in code.op_types():
             known = op_type in dla_block_e._value2member_map_
             counts[dla_block_e(op_type).name if known else str(op_type)] += 1
         tasks.append({"run": run.name, "operations": sum(counts.values()), "per_block": dict(counts)})
@@ -100,6 +106,8 @@ def describe(lo: Any) -> dict[str, Any]:
         "memory_total": {kind: sum(m.size for m in lo.memory.values() if m.kind == kind)
                          for kind in sorted({m.kind for m in lo.memory.values()})},
         "npu_tasks": tasks,
+        "shave_task_lists": shave_lists,
+        "shave_kernels": sorted({t["kernel"] for s in shave_lists for t in s["kernel_tasks"]}),
         "cpu_runs": _cpu_runs(lo.recipe),
         "sections": lo.section_sizes(),
         "section_names": section_names(lo.elf),
@@ -140,6 +148,7 @@ def _info(args: argparse.Namespace) -> int:
     for t in info["npu_tasks"]:
         blocks = ", ".join(f"{b} {n}" for b, n in sorted(t["per_block"].items()))
         print(f"npu task {t['run']}: {t['operations']} operations ({blocks})")
+    _print_shave(info)
     if info["cpu_runs"]:
         print(f"cpu runs: {len(info['cpu_runs'])} (each splits the NPU work: a task ends, the CPU computes, "
               "the next task starts)")
@@ -149,6 +158,29 @@ def _info(args: argparse.Namespace) -> int:
     print("sections (dump one with --dump-section NAME[:FILE]):")
     _print_sections(info["sections"])
     return 0
+
+
+def _print_shave(info: dict[str, Any]) -> None:
+    """The SHAVE task lists: kernels (KernelData), then per list its runtime and stacks, its kernel
+    invocations, its DMA tasks and its barriers."""
+    if not info["shave_task_lists"]:
+        return
+    print(f"shave kernels: {', '.join(info['shave_kernels'])}")
+    for s in info["shave_task_lists"]:
+        stacks = ", ".join(f"tile {t} {n} bytes" for t, n in s["stacks"].items())
+        print(f"shave task list {s['run']}: runtime '{s['runtime']}' (stacks: {stacks}); "
+              f"{len(s['kernel_tasks'])} kernel tasks, {len(s['dma_tasks'])} DMA tasks, "
+              f"{len(s['barriers'])} barriers")
+        for i, t in enumerate(s["kernel_tasks"]):
+            print(f"  kernel task {i}: '{t['kernel']}' (id {t['kernel_id']}) on tile {t['tile']}, "
+                  f"{t['args_bytes']} argument bytes, waits {t['wait']}, updates {t['update']}")
+        for i, d in enumerate(s["dma_tasks"]):
+            ddr, cmx = f"'{d['buffer']}'+{d['offset']}", f"tile {d['tile']} CMX+{d['cmx_offset']}"
+            arrow = f"{ddr} -> {cmx}" if d["direction"] == "to_cmx" else f"{cmx} -> {ddr}"
+            print(f"  dma task {i}: {arrow}, {d['bytes']} bytes, waits {d['wait']}, updates {d['update']}")
+        for b in s["barriers"]:
+            print(f"  barrier {b['barrier']}: {b['producers']} producers, {b['consumers']} consumers"
+                  + (" (notifies the host)" if b["notify"] else ""))
 
 
 def _config_info(args: argparse.Namespace) -> int:

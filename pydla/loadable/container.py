@@ -456,7 +456,14 @@ def check_instances(kernels: Iterable[Any], config: Any, source: str) -> None:
 
 
 def check_blocks(controls: Iterable[ControlCode], config: Any, source: str) -> None:
-    """NvError NotSupported naming the blocks ``controls`` use that device ``config`` lacks."""
+    """NvError NotSupported naming the blocks ``controls`` use that device ``config`` lacks, or
+    its SHAVE tiles when it has none (known from its compute units, when it reports them)."""
+    controls = list(controls)
+    units = tuple(getattr(config, "compute_units", ()))
+    if units and any(c.is_shave for c in controls) and not config.has_compute_unit("shave"):
+        raise DlaError(NvError.NotSupported,
+                       f"{source}: runs SHAVE task lists, and device config '{config.name}' has no SHAVE "
+                       "tiles: compile the model for this configuration")
     missing = sorted(b for b in blocks_needed(controls) if not config.has_block(b))
     if missing:
         raise DlaError(NvError.NotSupported,

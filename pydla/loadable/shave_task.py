@@ -54,7 +54,7 @@ class KernelTaskPlan:
     args: bytes
     tile: int
     kernel_id: int
-    data: Ref | None
+    data: Ref | bytes | None  # a buffer's bytes, or bytes kept with the arguments
     data_offset: int
     wait: int
     update: int
@@ -164,10 +164,12 @@ class ShaveTaskBuilder:
     # -- tasks ------------------------------------------------------------------------------------
 
     def invoke(self, kernel: Ref, *, entry_offset: int, args: bytes, tile: int, kernel_id: int = 0,
-               data: Ref | None = None, data_offset: int = int(S.ARGS_MAX_BYTES), wait: Sequence[int] = (),
-               update: Sequence[int] = (), name: str = "") -> int:
+               data: Ref | bytes | None = None, data_offset: int = int(S.ARGS_MAX_BYTES),
+               wait: Sequence[int] = (), update: Sequence[int] = (), name: str = "") -> int:
         """An ActKernelTask: call ``kernel`` (an ELF) at WIN_D + ``entry_offset`` with ``args`` on
-        ``tile``. Returns its index in the kernel task list."""
+        ``tile``; ``data`` (a buffer's bytes, or bytes kept with the arguments) is copied to
+        WIN_E + ``data_offset`` (a kernel's static dims and strides live there). Returns its index in
+        the kernel task list."""
         what = f"kernel task {len(self.acts)}"
         self._check_tile(tile, what)
         if len(args) > S.ARGS_MAX_BYTES:
@@ -212,7 +214,8 @@ class ShaveTaskBuilder:
             raise DlaError(NvError.BadParameter, "the SHAVE task list has no tasks")
         if self.runtime_ref is None:
             raise DlaError(NvError.InvalidState, "the SHAVE task list has no runtime kernel: call runtime()")
-        for r in [self.runtime_ref, *(a.kernel for a in self.acts), *(a.data for a in self.acts if a.data)]:
+        for r in [self.runtime_ref, *(a.kernel for a in self.acts),
+                  *(a.data for a in self.acts if isinstance(a.data, Ref))]:
             self.buffer(r.buffer, r.offset + r.size)
         done = self.max_barriers - 1
         tasks: list[KernelTaskPlan | DmaTaskPlan] = [*self.acts, *self.dmas]
@@ -220,7 +223,7 @@ class ShaveTaskBuilder:
         for t in tasks:
             waited |= t.wait
         for t in tasks:
-            if not t.update & ~waited:  # it ends no chain of its own: the list's end waits for it
+            if not t.update & waited:  # nothing waits for it: the list's end does
                 t.update |= 1 << done
         names = list(self.buffers)
         index = {name: ARGS_ENTRY + 1 + i for i, name in enumerate(names)}
@@ -243,7 +246,12 @@ class ShaveTaskBuilder:
             d.args = T.dla_mem_ref_t(address=ARGS_ENTRY if a.args else -1, offset=len(args_blob),
                                      size=len(a.args))
             args_blob += a.args
-            d.data = mem_ref(a.data, ".shave.act", base + T.shave_act_task_desc_t.data.offset)
+            if isinstance(a.data, bytes):
+                args_blob += b"\0" * (-len(args_blob) % _ARG_ALIGN)
+                d.data = T.dla_mem_ref_t(address=ARGS_ENTRY, offset=len(args_blob), size=len(a.data))
+                args_blob += a.data
+            else:
+                d.data = mem_ref(a.data, ".shave.act", base + T.shave_act_task_desc_t.data.offset)
             d.entry_offset, d.data_offset = a.entry_offset, a.data_offset
             d.tile, d.kernel_id = a.tile, a.kernel_id
             d.wait_mask, d.update_mask = a.wait, a.update

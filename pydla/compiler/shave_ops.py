@@ -1,0 +1,303 @@
+"""Lowering to the device's SHAVE tiles (the VPUX software layers' ACT_SHAVE kernels).
+
+On a configuration with SHAVE tiles, the operators the shipped kernels compute run there instead of
+as host CPU runs: Softmax (``softmax``), Exp, Erf and Gelu (``activation``), and
+LayerNormalization (``layernorm``, fp32 models). Each step becomes one SHAVE task list (one task of
+the run recipe) per part that fits the tiles' CMX at once:
+
+- the tensor is cut into chunks of whole rows (a row: what the kernel normalises together, or any
+  run of elements for an element-wise kernel), each small enough for its input and output to fit
+  one tile's CMX beside the stack, and spread over the tiles when it is large enough to pay;
+- per chunk: a DMA task copies the rows into the tile's CMX (updating a barrier), the kernel task
+  waits for it and updates a second barrier, and a DMA task waits for that and copies the result
+  back; a layer normalisation's scale and bias are copied into each tile once;
+- the kernels' ELFs (and pydla's runtime kernel) are constant buffers of the loadable,
+  ``shave_<kernel>``.
+
+Where a step does not fit what a kernel handles (an integer tensor, LogSoftmax, Gelu's tanh form,
+a layer normalisation in fp16) it stays a CPU run, and a configuration without tiles (or
+``compile_model(..., shave=False)``) keeps them all on the host.
+
+Usage: ``shave_ops.softmax_step(lw, step)`` (a SHAVE task list, or the CPU run when it cannot)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pydla.compiler import cpuops
+from pydla.compiler.layout import normalize_axis, prod
+from pydla.compiler.plan import Step, attr
+from pydla.deviceapi.generated import shave as S
+from pydla.errors import DlaError, NvError
+from pydla.hw.shave.build import RUNTIME, kernel_elf
+from pydla.loadable.shave_task import DEFAULT_STACK, ShaveTaskBuilder
+from pydla.loadable.taskbuilder import Ref
+
+if TYPE_CHECKING:
+    from pydla.compiler.lower import Lowering
+
+PAGE = 4096
+GUARD = PAGE  # the unmapped page below a tile's stack (pydla.hw.shave)
+SPREAD_BYTES = 256 << 10  # a step smaller than this runs on one tile: another invocation costs more
+# unicorn's data TLB is direct-mapped over 256 pages: buffers a multiple of 1 MiB apart evict each
+# other, so a tile's buffers are laid out off that stride.
+TLB_SPAN = 1 << 20
+ACTIVATION_OPS = {"Exp": S.shave_activation_e.EXP, "Erf": S.shave_activation_e.ERF,
+                  "Gelu": S.shave_activation_e.GELU}
+_TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float16): S.shave_data_type_e.FP16}
+
+
+def enabled(lw: Lowering) -> bool:
+    shave = lw.config.shave
+    return bool(lw.use_shave and shave is not None and shave.tiles > 0)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A tensor seen as ``rows`` rows of ``row`` elements: what a chunk of it holds."""
+
+    rows: int
+    row: int
+
+
+def _memref(dims: tuple[int, ...], dtype: np.dtype[Any], addr: int, data: bytearray) -> Any:
+    """A static dense MemRefData of ``dims`` at ``addr`` (WIN_F); its dims and strides are appended
+    to ``data`` (the invocation's RW data, at WIN_E + ARGS_MAX_BYTES)."""
+    m = S.MemRefData(dataAddr=addr, isStatic=1, numDims=len(dims), dataType=int(_TYPES[dtype]))
+    n = len(dims)
+    m.dimsOrder = sum(i << (4 * (n - 1 - i)) for i in range(n))
+    strides = np.empty(dims, dtype=dtype).strides if all(dims) else (dtype.itemsize,) * n
+    data += b"\0" * (-len(data) % 8)
+    m.dimsAddr = S.WIN_E + S.ARGS_MAX_BYTES + len(data)
+    data += np.asarray(dims, dtype=np.int32).tobytes()
+    data += b"\0" * (-len(data) % 8)
+    m.stridesAddr = S.WIN_E + S.ARGS_MAX_BYTES + len(data)
+    data += np.asarray([s * 8 for s in strides], dtype=np.int64).tobytes()
+    return m
+
+
+class _Lists:
+    """The task lists one step becomes, each as many chunks as fit the tiles' CMX at once."""
+
+    def __init__(self, lw: Lowering, kernel: str, element_in: int, element_out: int, rows: Rows,
+                 resident: int = 0) -> None:
+        shave = lw.config.shave
+        assert shave is not None
+        self.lw = lw
+        self.kernel = kernel
+        self.tiles = shave.tiles
+        self.cmx = shave.cmx_bytes
+        self.barriers = shave.barriers
+        stack = -(-DEFAULT_STACK // PAGE) * PAGE
+        self.capacity = self.cmx - stack - GUARD - resident - 2 * PAGE  # room for the chunks' data
+        per_row = max(rows.row * (element_in + element_out), 1)
+        # Two pages of the room go to aligning the chunk's input and output.
+        self.rows_per_chunk = max(1, min(rows.rows, (self.capacity - 2 * PAGE) // per_row))
+        total = rows.rows * rows.row * (element_in + element_out)
+        if total >= SPREAD_BYTES and rows.rows >= self.tiles:  # spread: at least one chunk per tile
+            self.rows_per_chunk = min(self.rows_per_chunk, -(-rows.rows // self.tiles))
+
+    def fits(self, rows: Rows, element_in: int, element_out: int) -> bool:
+        need = rows.row * (element_in + element_out) + 2 * PAGE
+        return need <= self.capacity
+
+
+def _place(offset: int, size: int) -> int:
+    """The CMX offset for a buffer of ``size`` bytes after ``offset``: page aligned, off the
+    emulator's 1 MiB TLB stride from the buffers before it."""
+    at = -(-offset // PAGE) * PAGE
+    if at and at % TLB_SPAN == 0:
+        at += PAGE
+    return at
+
+
+def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: str,
+              params: Any, vectors: list[Ref] | None = None) -> bool:
+    """Lower a row-wise kernel over tensor ``src`` into ``dst``: ``params(in_addr, out_addr,
+    rows_in_chunk, vector_addrs, data)`` returns the kernel's parameter bytes."""
+    dt_in, dt_out = lw.storage_dtype(src), lw.storage_dtype(dst)
+    if dt_in not in _TYPES or dt_out not in _TYPES:
+        return False
+    resident = sum(-(-v.size // PAGE) * PAGE + PAGE for v in vectors or [])
+    lists = _Lists(lw, kernel, dt_in.itemsize, dt_out.itemsize, rows, resident)
+    if not lists.fits(rows, dt_in.itemsize, dt_out.itemsize) or rows.rows * rows.row == 0:
+        return False
+    src_buf, src_off = lw.storage(src)
+    dst_buf, dst_off = lw.storage(dst)
+    elf_runtime, elf_kernel = _kernel_ref(lw, RUNTIME), _kernel_ref(lw, kernel)
+    entry = _entry_offset(kernel_elf(kernel))
+    chunk = lists.rows_per_chunk
+    starts = list(range(0, rows.rows, chunk))
+    per_list = max(1, (lists.barriers - 1 - lists.tiles) // 2)  # two barriers a chunk, one per tile
+    lw.finish_task()
+    for first in range(0, len(starts), per_list):
+        sb = ShaveTaskBuilder(lists.tiles, lists.cmx, lists.barriers)
+        sb.runtime(elf_runtime)
+        used: dict[int, int] = {}  # tile -> CMX bytes used
+        vector_at: dict[int, tuple[list[int], int | None]] = {}
+        group = starts[first:first + per_list]
+        for i, start in enumerate(group):
+            tile = i % lists.tiles
+            count = min(chunk, rows.rows - start)
+            if tile not in vector_at:
+                addrs: list[int] = []
+                ready = None
+                if vectors:
+                    ready = sb.barrier()
+                    for v in vectors:
+                        at = _place(used.get(tile, 0), v.size)
+                        sb.dma(v, tile=tile, cmx_offset=at, to_cmx=True, line_size=v.size, update=[ready])
+                        used[tile] = at + v.size
+                        addrs.append(S.WIN_F + at)
+                vector_at[tile] = (addrs, ready)
+            addrs, ready = vector_at[tile]
+            in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.row * dt_out.itemsize
+            in_at = _place(used.get(tile, 0), in_bytes)
+            out_at = _place(in_at + in_bytes, out_bytes)
+            used[tile] = out_at + out_bytes
+            loaded, computed = sb.barrier(), sb.barrier()
+            row_in, row_out = rows.row * dt_in.itemsize, rows.row * dt_out.itemsize
+            sb.dma(Ref(src_buf, src_off + start * row_in, in_bytes), tile=tile, cmx_offset=in_at, to_cmx=True,
+                   line_size=in_bytes, update=[loaded])
+            data = bytearray()
+            args = params(S.WIN_F + in_at, S.WIN_F + out_at, count, addrs, data)
+            sb.invoke(elf_kernel, entry_offset=entry, args=bytes(args), tile=tile, data=bytes(data),
+                      kernel_id=_kernel_id(kernel), wait=[loaded] + ([ready] if ready is not None else []),
+                      update=[computed], name=step.head.name)
+            sb.dma(Ref(dst_buf, dst_off + start * row_out, out_bytes), tile=tile, cmx_offset=out_at,
+                   to_cmx=False, line_size=out_bytes, wait=[computed])
+        lw.runs.append(("shave", sb))
+    return True
+
+
+def _kernel_ref(lw: Lowering, name: str) -> Ref:
+    data = kernel_elf(name)
+    lw.shave_kernels[name] = data
+    return Ref(f"shave_{name}", 0, len(data))
+
+
+def _entry_offset(elf: bytes) -> int:
+    from pydla.hw.shave.elfload import parse_elf
+
+    rw_data = (S.WIN_E + S.ARGS_MAX_BYTES, S.WIN_E_BYTES - S.ARGS_MAX_BYTES, True)
+    image = parse_elf(elf, "kernel", [(S.WIN_D, S.WIN_D_BYTES, False), rw_data])
+    return int(image.entry - S.WIN_D)
+
+
+KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4}
+
+
+def _kernel_id(name: str) -> int:
+    return KERNEL_IDS.get(name, 0)
+
+
+# -- the operators ---------------------------------------------------------------------------------------
+
+def softmax(lw: Lowering, step: Step) -> bool:
+    """Softmax along one axis (opset 13; earlier ones over the axes from ``axis`` on, flattened)."""
+    n = step.head
+    if not enabled(lw) or n.op_type != "Softmax":
+        return False
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    if lw.g.dtypes[src].kind != "f" or not shape:
+        return False
+    rank = len(shape)
+    axis = normalize_axis(int(attr(n, "axis", -1 if lw.g.opset >= 13 else 1)), rank, n.where())
+    outer = prod(shape[:axis])
+    length = shape[axis] if lw.g.opset >= 13 else prod(shape[axis:])
+    inner = prod(shape[axis + 1:]) if lw.g.opset >= 13 else 1
+    dt_in, dt_out = lw.storage_dtype(src), lw.storage_dtype(step.output)
+
+    def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
+        dims = (count, length) if inner == 1 else (count, length, inner)
+        p = S.SoftmaxParams(input=_memref(dims, dt_in, in_addr, data),
+                            output=_memref(dims, dt_out, out_addr, data), axis=1)
+        return bytes(p)
+
+    return _run_rows(lw, step, "softmax", Rows(outer, length * inner), src, step.output, params)
+
+
+def unary(lw: Lowering, step: Step) -> bool:
+    """Exp, Erf and Gelu (its erf form) element by element."""
+    n = step.head
+    op = ACTIVATION_OPS.get(n.op_type)
+    if not enabled(lw) or op is None:
+        return False
+    if n.op_type == "Gelu":
+        approximate = attr(n, "approximate", "none")
+        if (approximate.decode() if isinstance(approximate, bytes) else str(approximate)) != "none":
+            return False
+    src = n.inputs[0]
+    if lw.g.dtypes[src].kind != "f":
+        return False
+    size = prod(lw.g.shapes[src])
+    dt_in, dt_out = lw.storage_dtype(src), lw.storage_dtype(step.output)
+    row = 256 if size % 256 == 0 else 1  # rows of 256: fewer, larger DMA lines
+
+    def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
+        dims = (count * row,)
+        return bytes(S.ActivationParams(input=_memref(dims, dt_in, in_addr, data),
+                                        output=_memref(dims, dt_out, out_addr, data), op=int(op)))
+
+    return _run_rows(lw, step, "activation", Rows(size // row, row), src, step.output, params)
+
+
+def layernorm(lw: Lowering, step: Step) -> bool:
+    """LayerNormalization (its first output) of an fp32 tensor over the axes from ``axis`` on."""
+    n = step.head
+    if not enabled(lw):
+        return False
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    if lw.storage_dtype(src) != np.float32 or lw.storage_dtype(step.output) != np.float32 or not shape:
+        return False
+    axis = normalize_axis(int(attr(n, "axis", -1)), len(shape), n.where())
+    group = prod(shape[axis:])
+    vectors: list[Ref] = []
+    for index, default in ((1, 1.0), (2, 0.0)):
+        name = n.inputs[index] if index < len(n.inputs) else ""
+        if name and name not in lw.g.consts:
+            return False  # scale or bias computed at run time: the decomposed form handles it
+        value = lw.g.consts[name] if name else np.full(group, default)
+        vectors.append(lw.const_raw(np.broadcast_to(np.asarray(value, np.float32).ravel(), (group,)),
+                                    np.dtype(np.float32)))
+    epsilon = float(attr(n, "epsilon", 1e-5))
+    empty = S.MemRefData()
+
+    def params(in_addr: int, out_addr: int, count: int, addrs: list[int], data: bytearray) -> bytes:
+        dims = (count, group)
+        f32 = np.dtype(np.float32)
+        scale = _memref((group,), f32, addrs[0], data) if addrs else empty
+        bias = _memref((group,), f32, addrs[1], data) if addrs else empty
+        return bytes(S.LayerNormParams(input=_memref(dims, f32, in_addr, data),
+                                       output=_memref(dims, f32, out_addr, data),
+                                       scale=scale, bias=bias, axis=1, epsilon=epsilon))
+
+    return _run_rows(lw, step, "layernorm", Rows(prod(shape[:axis]), group), src, step.output, params,
+                     vectors)
+
+
+# -- the steps (pydla.compiler.lower.LOWER): on the tiles where a kernel computes them, else as before --
+
+def softmax_step(lw: Lowering, step: Step) -> None:
+    if not softmax(lw, step):
+        cpuops.softmax(lw, step)
+
+
+def unary_step(lw: Lowering, step: Step) -> None:
+    if not unary(lw, step):
+        cpuops.unary_run(lw, step)
+
+
+def layernorm_step(lw: Lowering, step: Step) -> None:
+    """A LayerNormalization the import kept whole (pydla.compiler.graph.keeps_whole): the tiles
+    compute it, or the compile fails naming why (the import decomposes the others)."""
+    if not layernorm(lw, step):
+        raise DlaError(NvError.NotSupported,
+                       f"{step.head.where()}: kept whole for the SHAVE tiles, which cannot take it here "
+                       "(compile with shave=False / --no-shave to decompose it)")
