@@ -32,9 +32,10 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     (the phases and the arguments: :mod:`pydla.compiler.progress`); the first call comes before
     the model is read, the last is ``progress(1, 1, "done")``.
 
-    ``shave``: on a configuration with SHAVE tiles, Softmax, Exp, Erf, Gelu and LayerNormalization
-    run there as SHAVE task lists (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs
-    (LayerNormalization decomposed), as on a configuration without tiles."""
+    ``shave``: on a configuration with SHAVE tiles, Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu,
+    Softplus, Mish and LayerNormalization run there as SHAVE task lists
+    (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs (LayerNormalization
+    decomposed), as on a configuration without tiles."""
     try:
         from pydla.compiler.graph import import_graph
         from pydla.compiler.lower import Lowering

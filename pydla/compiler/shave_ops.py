@@ -1,9 +1,9 @@
 """Lowering to the device's SHAVE tiles (the VPUX software layers' ACT_SHAVE kernels).
 
 On a configuration with SHAVE tiles, the operators the shipped kernels compute run there instead of
-as host CPU runs: Softmax (``softmax``), Exp, Erf and Gelu (``activation``), and
-LayerNormalization (``layernorm``, fp32 models). Each step becomes one SHAVE task list (one task of
-the run recipe) per part that fits the tiles' CMX at once:
+as host CPU runs: Softmax and LogSoftmax (``softmax``, ``log_softmax``), Exp, Log, Sqrt, Erf, Gelu,
+Softplus and Mish (``activation``), and LayerNormalization (``layernorm``, fp32 models). Each step
+becomes one SHAVE task list (one task of the run recipe) per part that fits the tiles' CMX at once:
 
 - the tensor is cut into chunks of whole rows (a row: what the kernel normalises together, or any
   run of elements for an element-wise kernel), each small enough for its input and output to fit
@@ -14,8 +14,8 @@ the run recipe) per part that fits the tiles' CMX at once:
 - the kernels' ELFs (and pydla's runtime kernel) are constant buffers of the loadable,
   ``shave_<kernel>``.
 
-Where a step does not fit what a kernel handles (an integer tensor, LogSoftmax, Gelu's tanh form,
-a layer normalisation in fp16) it stays a CPU run, and a configuration without tiles (or
+Where a step does not fit what a kernel handles (an integer or float64 tensor, Gelu's tanh form, a
+layer normalisation in fp16) it stays a CPU run, and a configuration without tiles (or
 ``compile_model(..., shave=False)``) keeps them all on the host.
 
 Usage: ``shave_ops.softmax_step(lw, step)`` (a SHAVE task list, or the CPU run when it cannot)
@@ -47,7 +47,10 @@ SPREAD_BYTES = 256 << 10  # a step smaller than this runs on one tile: another i
 # other, so a tile's buffers are laid out off that stride.
 TLB_SPAN = 1 << 20
 ACTIVATION_OPS = {"Exp": S.shave_activation_e.EXP, "Erf": S.shave_activation_e.ERF,
-                  "Gelu": S.shave_activation_e.GELU}
+                  "Gelu": S.shave_activation_e.GELU, "Sqrt": S.shave_activation_e.SQRT,
+                  "Log": S.shave_activation_e.LOG, "Softplus": S.shave_activation_e.SOFTPLUS,
+                  "Mish": S.shave_activation_e.MISH}
+SOFTMAX_KERNELS = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}
 _TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float16): S.shave_data_type_e.FP16}
 
 
@@ -188,7 +191,7 @@ def _entry_offset(elf: bytes) -> int:
     return int(image.entry - S.WIN_D)
 
 
-KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4}
+KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5}
 
 
 def _kernel_id(name: str) -> int:
@@ -198,9 +201,11 @@ def _kernel_id(name: str) -> int:
 # -- the operators ---------------------------------------------------------------------------------------
 
 def softmax(lw: Lowering, step: Step) -> bool:
-    """Softmax along one axis (opset 13; earlier ones over the axes from ``axis`` on, flattened)."""
+    """Softmax or LogSoftmax along one axis (opset 13; earlier ones over the axes from ``axis`` on,
+    flattened)."""
     n = step.head
-    if not enabled(lw) or n.op_type != "Softmax":
+    kernel = SOFTMAX_KERNELS.get(n.op_type)
+    if not enabled(lw) or kernel is None:
         return False
     src = n.inputs[0]
     shape = lw.g.shapes[src]
@@ -219,11 +224,11 @@ def softmax(lw: Lowering, step: Step) -> bool:
                             output=_memref(dims, dt_out, out_addr, data), axis=1)
         return bytes(p)
 
-    return _run_rows(lw, step, "softmax", Rows(outer, length * inner), src, step.output, params)
+    return _run_rows(lw, step, kernel, Rows(outer, length * inner), src, step.output, params)
 
 
 def unary(lw: Lowering, step: Step) -> bool:
-    """Exp, Erf and Gelu (its erf form) element by element."""
+    """Exp, Log, Sqrt, Erf, Gelu (its erf form), Softplus and Mish element by element."""
     n = step.head
     op = ACTIVATION_OPS.get(n.op_type)
     if not enabled(lw) or op is None:

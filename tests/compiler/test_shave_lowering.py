@@ -1,7 +1,8 @@
-"""Softmax, Exp, Erf, Gelu and LayerNormalization on the SHAVE tiles: compiled to SHAVE task lists
-on a configuration with tiles (no CPU run left for them), kept CPU runs without tiles or with
-``shave=False``, and agreeing with onnxruntime in every case; chunked to CMX and spread over the
-tiles when large; the machine code ("exact" emulation) agrees with the numpy equivalents."""
+"""Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu, Softplus, Mish and LayerNormalization on the SHAVE
+tiles: compiled to SHAVE task lists on a configuration with tiles (no CPU run left for them), kept
+CPU runs without tiles or with ``shave=False``, and agreeing with onnxruntime in every case; chunked
+to CMX and spread over the tiles when large; the machine code ("exact" emulation) agrees with the
+numpy equivalents."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def _cases() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
     x = {"x": (RNG.standard_normal((2, 6, 40)) * 3).astype(np.float32)}
     scale, bias = RNG.standard_normal(40).astype(np.float32), RNG.standard_normal(40).astype(np.float32)
     shape = {"x": (2, 6, 40)}
+    positive = {"x": np.abs(x["x"]) + 0.01}
 
     def one(op: str, inputs: list[str], opset: int = 13, inits: dict[str, Any] | None = None,
             **attrs: Any) -> tuple[Any, dict[str, np.ndarray]]:
@@ -43,6 +45,11 @@ def _cases() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
         "layernorm": one("LayerNormalization", ["x", "s", "b"], 17, {"s": scale, "b": bias}, axis=-1),
         "layernorm_no_bias_axis1": one("LayerNormalization", ["x", "s"], 17,
                                        {"s": RNG.standard_normal((6, 40))}, axis=1, epsilon=1e-3),
+        "log_softmax": one("LogSoftmax", ["x"], axis=-1),
+        "sqrt": (one("Sqrt", ["x"])[0], positive),
+        "log": (one("Log", ["x"])[0], positive),
+        "softplus": one("Softplus", ["x"]),
+        "mish": one("Mish", ["x"], opset=18),
     }
 
 

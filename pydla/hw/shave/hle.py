@@ -178,9 +178,32 @@ def softmax(args: bytes, mem: Memory) -> Compute:
     return compute
 
 
+def log_softmax(args: bytes, mem: Memory) -> Compute:
+    p = _params(S.SoftmaxParams, args)
+    src = mem.view(p.input)
+    axis = _axis(int(p.axis), src.ndim)
+    out, publish = mem.output(p.output, src.shape)
+
+    def compute() -> None:
+        publish()
+        if src.size == 0:
+            return
+        x = src.astype(np.float32)
+        with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
+            d = x - x.max(axis=axis, keepdims=True)
+            _store(out, d - np.log(np.exp(d).sum(axis=axis, keepdims=True, dtype=np.float32)))
+
+    return compute
+
+
 def _sigmoid(x: npt.NDArray[np.float32]) -> Any:
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x: npt.NDArray[np.float32]) -> Any:
+    with np.errstate(over="ignore"):
+        return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
 
 
 ACTIVATIONS: dict[int, Callable[[npt.NDArray[np.float32]], Any]] = {
@@ -189,6 +212,10 @@ ACTIVATIONS: dict[int, Callable[[npt.NDArray[np.float32]], Any]] = {
     int(S.shave_activation_e.TANH): np.tanh,
     int(S.shave_activation_e.ERF): lambda x: erf(x),
     int(S.shave_activation_e.GELU): lambda x: 0.5 * x * (1.0 + erf(x / np.sqrt(2.0))),
+    int(S.shave_activation_e.SQRT): np.sqrt,
+    int(S.shave_activation_e.LOG): np.log,
+    int(S.shave_activation_e.SOFTPLUS): _softplus,
+    int(S.shave_activation_e.MISH): lambda x: x * np.tanh(_softplus(x)),
 }
 
 
@@ -202,7 +229,7 @@ def activation(args: bytes, mem: Memory) -> Compute:
 
     def compute() -> None:
         publish()
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             y = np.asarray(function(src.astype(np.float32)), dtype=np.float32)
         # Results below 2^-126 flush to zero (keeping their sign), as the kernel's arithmetic does.
         tiny = np.abs(y) < np.finfo(np.float32).tiny
@@ -248,7 +275,8 @@ def layernorm(args: bytes, mem: Memory) -> Compute:
 
 
 EQUIVALENTS: dict[str, Callable[[bytes, Memory], Compute]] = {
-    "clamp": clamp, "softmax": softmax, "activation": activation, "layernorm": layernorm,
+    "clamp": clamp, "softmax": softmax, "log_softmax": log_softmax, "activation": activation,
+    "layernorm": layernorm,
 }
 
 

@@ -188,3 +188,16 @@ def test_emulation_must_be_fast_or_exact() -> None:
         parse_shave({"tiles": 1, "emulation": "quick"}, "cfg.json")
     assert e.value.code == NvError.BadValue
     assert "shave.emulation" in str(e.value) and "'quick'" in str(e.value)
+
+
+@pytest.mark.parametrize(("in_dtype", "out_dtype"), [(np.float32, np.float32), (np.float16, np.float32),
+                                                     (np.float32, np.float16)])
+def test_log_softmax(hosts: dict[str, Host], in_dtype: type, out_dtype: type) -> None:
+    x = (np.random.default_rng(4).standard_normal((5, 90)) * 6).astype(in_dtype)
+
+    def run(host: Host) -> np.ndarray:
+        return _run_unary(host, "log_softmax", S.SoftmaxParams, x, out_dtype, axis=-1)
+
+    fast, exact = both(hosts, run)
+    np.testing.assert_allclose(fast.astype(np.float32), exact.astype(np.float32),
+                               rtol=1e-3 if out_dtype is np.float16 else 2e-5, atol=2e-5)

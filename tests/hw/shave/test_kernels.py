@@ -129,14 +129,19 @@ def _reference(op: str, x: np.ndarray) -> np.ndarray:
 
     d = x.astype(np.float64)
     erf = np.vectorize(math.erf)
-    return {"EXP": lambda: np.exp(d), "SIGMOID": lambda: 1 / (1 + np.exp(-d)), "TANH": lambda: np.tanh(d),
-            "ERF": lambda: erf(d), "GELU": lambda: 0.5 * d * (1 + erf(d / math.sqrt(2)))}[op]()
+    softplus = np.logaddexp(0.0, d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"EXP": lambda: np.exp(d), "SIGMOID": lambda: 1 / (1 + np.exp(-d)), "TANH": lambda: np.tanh(d),
+                "ERF": lambda: erf(d), "GELU": lambda: 0.5 * d * (1 + erf(d / math.sqrt(2))),
+                "SQRT": lambda: np.sqrt(d), "LOG": lambda: np.log(d), "SOFTPLUS": lambda: softplus,
+                "MISH": lambda: d * np.tanh(softplus)}[op]()
 
 
 @pytest.mark.parametrize("op", [m.name for m in S.shave_activation_e])
 def test_activation_kernel(host: Host, op: str) -> None:
-    """Accuracy as activation.c documents it: EXP and SIGMOID relative 1e-5; TANH, ERF and GELU
-    absolute 1e-6 and relative 1e-5; over -20..20 (EXP: -80..80) and around 0, strided output."""
+    """Accuracy as activation.c documents it: EXP and SIGMOID relative 1e-5; the others absolute
+    1e-6 and relative 1e-5; over -20..20 (EXP: -80..80) and around 0, strided output (SQRT and LOG:
+    NaN below 0, LOG -inf at 0)."""
     host.start_tile(0)
     lim = 80 if op == "EXP" else 20
     x = np.concatenate([np.linspace(-lim, lim, 1500), np.linspace(-0.6, 0.6, 490),
@@ -255,3 +260,29 @@ def test_activation_fp16_input(host: Host) -> None:
     x = np.linspace(-6, 6, 777).astype(np.float16)
     got = _run_unary(host, "activation", S.ActivationParams, x, np.float32, op=S.shave_activation_e.SIGMOID)
     np.testing.assert_allclose(got, _reference("SIGMOID", x.astype(np.float32)), rtol=1e-5)
+
+
+def test_log_over_the_whole_float_range(host: Host) -> None:
+    """LOG from subnormals to the largest floats: relative 1e-5 (absolute 1e-6 near x = 1)."""
+    x = np.concatenate([np.logspace(-44, 38, 1500), np.linspace(0.5, 2.0, 499), [np.inf]]).astype(np.float32)
+    got = _run_unary(host, "activation", S.ActivationParams, x, np.float32, op=S.shave_activation_e.LOG)
+    np.testing.assert_allclose(got, np.log(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+def np_log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    d = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
+    return d - np.log(np.exp(d).sum(axis=axis, keepdims=True))
+
+
+@pytest.mark.parametrize(("shape", "axis", "dtype"), [((6, 70), -1, np.float32), ((3, 4, 50), 1, np.float32),
+                                                      ((4, 120), -1, np.float16)])
+def test_log_softmax_kernel(host: Host, shape: tuple[int, ...], axis: int, dtype: type) -> None:
+    """(x - max) - log(sum exp(x - max)): absolute 1e-5 plus relative 1e-5 (fp16 output: its precision);
+    no -inf for elements far below the maximum."""
+    x = (np.random.default_rng(11).standard_normal(shape) * 10).astype(dtype)
+    x.flat[0] = -300.0 if dtype is np.float32 else -60000.0
+    got = _run_unary(host, "log_softmax", S.SoftmaxParams, x, dtype, axis=axis)
+    want = np_log_softmax(x, axis)
+    assert np.isfinite(got).all()
+    rtol, atol = (1e-5, 1e-5) if dtype is np.float32 else (1e-3, 1e-2)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol)

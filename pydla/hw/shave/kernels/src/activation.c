@@ -1,7 +1,9 @@
 /* activation(argsAddr, argsSize): ActivationParams {input, output, op}: op (shave_activation_e)
  * applied to each element; FP32 or FP16 data (input and output each; computed in float32), any rank
- * up to SHAVE_MAX_DIMS and any strides; the output may be dynamic. Accuracy against float64 references (tests/hw/shave): EXP and SIGMOID relative 1e-5
- * (results under 2^-126 flush to 0); TANH, ERF and GELU absolute 1e-6 and relative 1e-5. */
+ * up to SHAVE_MAX_DIMS and any strides; the output may be dynamic. Accuracy against float64
+ * references (tests/hw/shave): EXP and SIGMOID relative 1e-5 (results under 2^-126 flush to 0); TANH,
+ * ERF, GELU, LOG, SOFTPLUS and MISH absolute 1e-6 and relative 1e-5; SQRT is the F extension's,
+ * correctly rounded. */
 #include "mathf.h"
 #include "memref.h"
 
@@ -35,12 +37,22 @@ static inline float erf_f(float x) {
     return x < 0.0f ? -e : e;
 }
 
+/* log(1 + e^x): x above 20 (e^-20 below float's precision of x), else log1p of e^x. */
+static inline float softplus_f(float x) {
+    if (x > 20.0f) return x;
+    return log1p_f(exp_f(x));
+}
+
 static inline float apply(uint32_t op, float x) {
     switch (op) {
     case SHAVE_ACTIVATION_EXP: return exp_f(x);
     case SHAVE_ACTIVATION_SIGMOID: return sigmoid_f(x);
     case SHAVE_ACTIVATION_TANH: return tanh_f(x);
     case SHAVE_ACTIVATION_ERF: return erf_f(x);
+    case SHAVE_ACTIVATION_SQRT: return sqrt_f(x);
+    case SHAVE_ACTIVATION_LOG: return log_f(x);
+    case SHAVE_ACTIVATION_SOFTPLUS: return softplus_f(x);
+    case SHAVE_ACTIVATION_MISH: return x * tanh_f(softplus_f(x));
     default: return 0.5f * x * (1.0f + erf_f(x * 0.707106781f)); /* GELU */
     }
 }
@@ -49,7 +61,7 @@ void activation(uint32_t argsAddr, uint32_t argsSize) {
     KERNEL_CHECK(argsSize == sizeof(ActivationParams));
     const ActivationParams *p = (const ActivationParams *)(uintptr_t)argsAddr;
     uint32_t op = p->op;
-    KERNEL_CHECK(op <= SHAVE_ACTIVATION_GELU);
+    KERNEL_CHECK(op <= SHAVE_ACTIVATION_MISH);
     view_t in, out;
     view_of(&p->input, &in);
     output_view(&p->output, &in, &out);

@@ -99,6 +99,41 @@ static inline float exp_f(float x) {
     return exp_core(x);
 }
 
+/* log(x): -inf at 0, NaN below 0 and for NaN, +inf at +inf. x = 2^e m with m in [sqrt(1/2), sqrt(2));
+ * log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, by its odd series to s^11 (the next term
+ * is below 4e-10); e ln2 in two parts. Relative error about 1e-7 (absolute near x = 1). */
+static inline float log_f(float x) {
+    union { float f; uint32_t u; } b;
+    b.f = x;
+    if (b.u == 0u || b.u == 0x80000000u) return from_bits(0xff800000u);
+    if (b.u >> 31) return from_bits(0x7fc00000u);                /* below 0 */
+    if ((b.u & 0x7f800000u) == 0x7f800000u) return x;           /* +inf, NaN */
+    int32_t e = 0;
+    if ((b.u & 0x7f800000u) == 0u) { /* subnormal: scale by 2^24 */
+        b.f = x * 16777216.0f;
+        e = -24;
+    }
+    e += (int32_t)((b.u >> 23) & 0xffu) - 127;
+    float m = from_bits((b.u & 0x7fffffu) | 0x3f800000u);
+    if (m > 1.41421356f) {
+        m *= 0.5f;
+        e += 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+    float lm = 2.0f * s * (1.0f + z * (0.333333333f + z * (0.2f + z * (0.142857143f + z * (0.111111111f
+               + z * 0.0909090909f)))));
+    float ef = (float)e;
+    return ef * 0.693145752f + (lm + ef * 1.42860677e-06f); /* ln2 = 0.693145752 + 1.42860677e-6 */
+}
+
+/* log(1 + x) for x >= 0: 2 atanh(x / (2 + x)) while x < 0.5 (no cancellation for small x), else log_f. */
+static inline float log1p_f(float x) {
+    if (x >= 0.5f) return log_f(1.0f + x);
+    float s = x / (2.0f + x), z = s * s; /* s < 0.2: the series to s^11, next term < 2e-9 */
+    return 2.0f * s * (1.0f + z * (0.333333333f + z * (0.2f + z * (0.142857143f + z * (0.111111111f
+           + z * 0.0909090909f)))));
+}
+
 /* An IEEE-754 binary16 (its bits) as a float: exact. */
 static inline float h_to_f(uint32_t h) {
     uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
