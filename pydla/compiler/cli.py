@@ -29,6 +29,10 @@ def register(commands: Any) -> None:
                    help="device precision: fp16 halves the weights and converts inputs and outputs "
                         "(which keep the model's fp32) on the device")
     add_input_shape_option(p)
+    p.add_argument("--no-shave", action="store_true",
+                   help="keep Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu, Softplus, Mish and "
+                        "LayerNormalization on the host (CPU runs) even when the configuration has SHAVE "
+                        "tiles, which run them by default")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=_compile)
 
@@ -60,7 +64,7 @@ def _compile(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress,
-                               input_shapes=shapes)
+                               input_shapes=shapes, shave=not args.no_shave)
     finally:
         if collecting:
             gc.enable()
