@@ -37,10 +37,21 @@ class ShaveTiles(DeviceState):
 
     def _init_shave(self) -> None:
         cfg = self.config.shave
-        self.shave = None if cfg is None else ShaveSystem(cfg, self.iommu, self.log.append)
+        # The IP_LAYOUT index of each tile's compute unit: a kernel task is an execution there, so
+        # the trace shows one track per tile.
+        self._tile_units = {dict(cu.params).get("tile"): i for i, cu in enumerate(self.config.ip_layout)
+                            if cu.model == "shave_tile"}
+        self.shave = None if cfg is None else ShaveSystem(cfg, self.iommu, self.log.append, self._shave_task)
         self._shave_wake = threading.Condition(self._lock)
         self._shave_kicked = False
         self._shave_thread: threading.Thread | None = None
+
+    def _shave_task(self, tile: int, task: int, duration_ns: int | None, error: int) -> None:
+        """A kernel task started (``duration_ns`` None) or ended on ``tile``: a compute-unit trace
+        event of the tile's unit (the device's trace ring, when it is on)."""
+        unit = self._tile_units.get(tile)
+        if unit is not None:
+            self.trace_cu(unit, task & 0xFFFFFFFF, duration_ns, error)
 
     def _shave_kick(self) -> None:
         """Under the lock, threaded mode: the worker runs what the last write lets run."""

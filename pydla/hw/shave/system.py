@@ -52,7 +52,10 @@ class _TileRegs:
 
 
 class ShaveSystem:
-    def __init__(self, config: ShaveConfig, iommu: Iommu, log: Callable[[str], None] = print) -> None:
+    def __init__(self, config: ShaveConfig, iommu: Iommu, log: Callable[[str], None] = print,
+                 on_task: Callable[[int, int, int | None, int], None] | None = None) -> None:
+        """``on_task(tile, task, duration_ns or None at its start, error)``: told as each kernel task
+        starts and ends (the device's trace)."""
         from pydla.hw.shave.tile import Tile  # imports the emulator: only for devices with tiles
 
         self.config = config
@@ -61,6 +64,8 @@ class ShaveSystem:
         self.barriers = Barriers(config.barriers)
         self._cmx: list[tuple[mmap.mmap, npt.NDArray[np.uint8]] | None] = [None] * config.tiles
         self.tiles = [Tile(i, config, self._cmx_view(i), iommu, self.barriers) for i in range(config.tiles)]
+        for tile in self.tiles:
+            tile.on_task = on_task
         self.dma = Dma(iommu, self.barriers, self.cmx, config.tiles, config.cmx_bytes)
         self._used = False  # the CMX slices were written since the last reset
         self.reset()

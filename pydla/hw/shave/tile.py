@@ -25,6 +25,7 @@ import collections
 import importlib
 import mmap
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,10 @@ class Tile:
         self._hle_computes: dict[tuple[bytes, int], hle.Compute | None] = {}  # by (WIN_E, CMX limit)
         self._stub_at: int | None = None  # where WIN_D holds the bare return (no kernel loaded since)
         self.fast_invocations = 0  # invocations high-level emulation computed (tests and benches read it)
+        # Told when a kernel starts (its entry point is read, its barriers fired) and ends:
+        # (tile, task number, None | duration in ns, error): the device's trace (one track per tile).
+        self.on_task: Callable[[int, int, int | None, int], None] | None = None
+        self._task_t0 = 0
         # The budget: exact instructions (count, deterministic, slower) or emulation time (timeout).
         self.instruction_budget = config.instruction_budget
         self.time_budget_s = config.time_budget_ms / 1000
@@ -150,6 +155,7 @@ class Tile:
         self.done = self.task_seq = 0
         self._yield = False
         self._hle_compute = None
+        self._task_t0 = 0
         self.error = E.NONE
         self.error_pc = self.error_addr = self.error_task = self.error_kernel = 0
 
@@ -196,6 +202,7 @@ class Tile:
                 self._fault = ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
         if self._fault is not None:
             fault = self._fault
+            self._task_ended(int(fault.error))
             self.state = State.ERROR
             self.error = fault.error
             self.error_pc = fault.pc or pc
@@ -306,6 +313,9 @@ class Tile:
             if field is None or self.task is None:
                 raise self._bad_access("read", offset, size)
             inv = self.task.invocation
+            if field == "task_entry" and self.on_task is not None and not self._task_t0:
+                self._task_t0 = time.perf_counter_ns()
+                self.on_task(self.index, self.task_seq, None, 0)
             values: dict[str, int] = {"task_entry": S.WIN_D + inv.entry_offset, "task_args": S.WIN_E,
                     "task_args_size": inv.args_size, "task_wait_mask": self.task.wait_mask,
                     "task_update_mask": self.task.update_mask}
@@ -331,6 +341,7 @@ class Tile:
             elif offset == _DONE and self.task is not None:
                 if self._hle_compute is not None:
                     self._run_fast()
+                self._task_ended(0)
                 self.done = (self.done + 1) & 0xFFFFFFFF
                 self.task = None
                 self.wait_mask = 0
@@ -344,6 +355,11 @@ class Tile:
                 raise self._bad_access("write", offset, size)
         except ShaveFault as fault:
             self._fail(fault)
+
+    def _task_ended(self, error: int) -> None:
+        if self._task_t0 and self.on_task is not None:
+            self.on_task(self.index, self.task_seq, time.perf_counter_ns() - self._task_t0, error)
+        self._task_t0 = 0
 
     def _run_fast(self) -> None:
         compute, self._hle_compute = self._hle_compute, None
