@@ -24,6 +24,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -77,6 +78,7 @@ from pydla.kmd.recovery import (
     fail_running,
     mmu_fault_error,
 )
+from pydla.kmd.shave_run import ShaveEngine, ShaveRun, read_caps
 from pydla.kmd.taskcache import TaskCache
 
 __all__ = [
@@ -100,6 +102,8 @@ class Kmd(KmdComputeUnits):
         # A VirtualDevice is taken as shorthand for the in-process port over it (driver tests).
         self.port = port if isinstance(port, KmdPortability) else VirtualDevicePort(port)
         info = self.port.dla_get_device_info()
+        if info.shave is None:  # the SHAVE tiles, from their registers (pydla.kmd.shave_run)
+            info = dataclasses.replace(info, shave=read_caps(self.port))
         self.info = info
         self.config = info  # what descriptors are validated against (its name, blocks, precisions)
         # Deterministic devices compute inside the register write that enables an operation: a
@@ -113,6 +117,10 @@ class Kmd(KmdComputeUnits):
                                default_timeout_ms=default_timeout_ms, reset_device=self._cu_device_reset)
         self.watchdog.on_device_reset = self.engine.on_device_reset = self.cus.device_was_reset
         self.engine.dla_engine_init()
+        # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).
+        self.shave = ShaveEngine(self.port, info.shave, wake=self.engine.wake)
+        self.port.connect_interrupt(self.shave.isr)
+        self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
         self._lock = threading.RLock()
         self._contexts: dict[int, Context] = {}
@@ -121,6 +129,8 @@ class Kmd(KmdComputeUnits):
         # The jobs on the device, in order: the first runs, the others are programmed behind it
         # (the engine's pipeline depth: pydla.kmd.engine, "The engine as a compute unit").
         self._inflight: list[Job] = []
+        # A SHAVE job picked while DLA tasks were in flight: it starts, alone, once they ended.
+        self._held: Job | None = None
         self._next_job = 1
         self.history: deque[Job] = deque(maxlen=64)
         self.service_errors: deque[str] = deque(maxlen=64)
@@ -152,13 +162,17 @@ class Kmd(KmdComputeUnits):
         with self._lock:
             context = self._context(ctx)
             error = DlaError(NvError.InvalidState, f"context {ctx} was closed")
-            for job in list(self._queues[ctx]):
+            held = [self._held] if self._held is not None and self._held.context is context else []
+            for job in held + list(self._queues[ctx]):
                 job._finish(error)
+            if held:
+                self._held = None
             self._queues[ctx].clear()
             for running in [j for j in self._inflight if j.context is context]:
                 if running.run is not None:
-                    self.engine.abort(running.run, error)
+                    self._engine_of(running.run).abort(running.run, error)
             self._poll_locked()
+            self.shave.forget_context(ctx)
             self.cus.forget_context(context)
             self._cu_release(ctx)
             del self._contexts[ctx]
@@ -331,7 +345,7 @@ class Kmd(KmdComputeUnits):
                 self.poll()
                 if job.done:
                     break
-                nap = 0.001 if self.engine.pending_events() == 0 else 0.0
+                nap = 0.001 if self.engine.pending_events() + self.shave.pending_events() == 0 else 0.0
             else:
                 nap = 0.05
             if deadline is not None:
@@ -356,6 +370,7 @@ class Kmd(KmdComputeUnits):
                 self.close_context(ctx)
             self._closed = True
             self.port.disconnect_interrupt(self.engine.dla_isr_handler)
+            self.port.disconnect_interrupt(self.shave.isr)
             if self._service is not None and self.engine.bottom_half_on_irq:
                 self.port.disconnect_interrupt(self._irq_thread)
             self.engine.close()
@@ -384,6 +399,8 @@ class Kmd(KmdComputeUnits):
     def _in_use(self, context: Context, buf: Buffer) -> bool:
         tasks = [job.task for job in self._queues[context.ctx]] + list(self._submitting)
         tasks += [job.task for job in self._inflight if job.context is context]
+        if self._held is not None and self._held.context is context:
+            tasks.append(self._held.task)
         return any(e.bo is buf.bo for task in tasks for e in task.addresses)
 
     def _cu_device_reset(self, reset: Callable[[], None]) -> bool:
@@ -403,14 +420,16 @@ class Kmd(KmdComputeUnits):
         return self._inflight[0] if self._inflight else None
 
     def _poll_locked(self) -> None:
-        engine = self.engine
+        engine, shave = self.engine, self.shave
         while True:
             engine.dla_process_events()
+            if shave.irq_pending:  # (one attribute read on the DLA path)
+                shave.dla_process_events()
             if self._inflight:
                 running = self._inflight[0]
                 self.watchdog.check(running, self._queues.get(running.context.ctx))
             started = self._start_next()
-            if not started and engine.pending_events() == 0:
+            if not started and engine.pending_events() == 0 and not shave.irq_pending:
                 return
 
     def _on_finish(self, run: RunState) -> None:
@@ -439,22 +458,33 @@ class Kmd(KmdComputeUnits):
                 self.watchdog.stats.context_aborts += 1  # else the watchdog counts it with the queue
             for later in behind:
                 if later is not None:
-                    self.engine.abort(later, why)
+                    self._engine_of(later).abort(later, why)
         if head and self._inflight:
             self.watchdog.start(self._inflight[0])  # its time counts from now: it runs now
 
     def _start_next(self) -> bool:
-        if len(self._inflight) >= self.engine.depth:
-            return False
-        job = self.queues.pick()
-        if job is None:
-            return False
-        self._inflight.append(job)
+        inflight = self._inflight
+        job: Job | None = self._held
+        if job is not None:  # a SHAVE job runs alone: it waits for the DLA tasks to end
+            if inflight:
+                return False
+            self._held = None
+        else:
+            if len(inflight) >= self.engine.depth or (inflight and inflight[0].graph.shave is not None):
+                return False
+            job = self.queues.pick()
+            if job is None:
+                return False
+            if job.graph.shave is not None and inflight:
+                self._held = job  # nothing else starts before it (it keeps its turn)
+                return False
+        inflight.append(job)
         job.state = RUNNING
-        if self._inflight[0] is job:  # it runs now (else it starts when the ones before it end)
+        if inflight[0] is job:  # it runs now (else it starts when the ones before it end)
             self.watchdog.start(job)
         try:
-            job.run = self.engine.dla_execute_task(job.task, job.graph, self._on_finish)
+            runner = self.engine if job.graph.shave is None else self.shave
+            job.run = runner.dla_execute_task(job.task, job.graph, self._on_finish)
         except DlaError as e:
             if job in self._inflight:
                 self._inflight.remove(job)
@@ -486,7 +516,13 @@ class Kmd(KmdComputeUnits):
 
     def _bottom_half_failed(self, e: Exception) -> None:
         self.service_errors.append(f"{type(e).__name__}: {e}")
-        fail_running(self.engine, self._running, e)
+        running = self._running
+        fail_running(self.engine if running is None or running.run is None else self._engine_of(running.run),
+                     running, e)
+
+    def _engine_of(self, run: RunState) -> EngineApi | ShaveEngine:
+        """Who runs ``run``: the SHAVE engine for a SHAVE task list, else the engine scheduler."""
+        return self.shave if isinstance(run, ShaveRun) else self.engine
 
     def _service_loop(self) -> None:
         """Threaded mode: the driver's bottom half, acting on events and watching deadlines."""
@@ -506,11 +542,12 @@ class Kmd(KmdComputeUnits):
         with self._lock:
             return {
                 "contexts": len(self._contexts),
-                "queued": sum(len(q) for q in self._queues.values()),
+                "queued": sum(len(q) for q in self._queues.values()) + (self._held is not None),
                 "running": self._running.job_id if self._running else None,
                 "in_flight": [j.job_id for j in self._inflight],
                 "buffers": sum(len(c.buffers) for c in self._contexts.values()),
                 "banned_contexts": sorted(c.ctx for c in self._contexts.values() if c.banned is not None),
                 "recovery": self.watchdog.as_dict(),
                 "compute_units": self.cus.stats(),
+                "shave": dict(self.shave.stats),
             }

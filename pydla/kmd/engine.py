@@ -45,6 +45,7 @@ from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
 DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
+SHAVE_INTR_MASK = 1 << 29  # GLB intr_status: the SHAVE tiles interrupt, not the engine's
 _BUSY_MASK = 0x0003_0003  # both groups' state fields of s_status: non-zero is ENABLED or RUNNING
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
 _BLOCK_RANGE = range(len(BLOCKS))
@@ -223,7 +224,8 @@ class Engine:
             return self._isr_locked()
 
     def _isr_locked(self) -> int:
-        status = self.port.dla_reg_read(R.GLB_INTR_STATUS)
+        # Bit 29 is the SHAVE tiles' (pydla.kmd.shave_run clears it after SHAVE_INTR_STATUS): left set.
+        status = self.port.dla_reg_read(R.GLB_INTR_STATUS) & ~SHAVE_INTR_MASK
         if not status:
             return 0
         self.port.dla_reg_write(R.GLB_INTR_STATUS, status)

@@ -31,6 +31,7 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.task_layout import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
 from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
+from pydla.kmd.shave import ShaveList, load_shave_list
 
 NUM_BLOCKS = len(dla_block_e)
 EVENTS = (T.dla_event_e.OP_COMPLETED, T.dla_event_e.OP_PROGRAMMED, T.dla_event_e.OP_ENABLED)
@@ -77,6 +78,9 @@ class TaskGraph:
     # Register writes per operation index, filled on first programming (pydla.kmd.program): a
     # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
     programs: dict[int, Any] = field(default_factory=dict, compare=False)  # program.Program by op index
+    # A SHAVE task list (network shave_list_index != 0; no operations): pydla.kmd.shave, run by
+    # pydla.kmd.shave_run instead of the engine.
+    shave: ShaveList | None = None
 
     @functools.cached_property
     def dependency_counts(self) -> tuple[int, ...]:
@@ -105,9 +109,12 @@ def _read_struct(port: KmdPortability, task: TaskDesc, index: int, offset: int, 
 
 
 def load_task(port: KmdPortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
-    """Copy and validate the descriptors of ``task``; raise DlaError on the first problem."""
+    """Copy and validate the descriptors of ``task``; raise DlaError on the first problem. A SHAVE
+    task list (network shave_list_index != 0) is loaded by :func:`pydla.kmd.shave.load_shave_list`."""
     where = f"task {task.task_id}"
     net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
+    if net.shave_list_index:
+        return load_shave_list(port, task, config, net)
     n = net.num_operations
     if not 0 < n <= MAX_OPERATIONS:
         raise _fail(NvError.BadValue, where, f"network num_operations = {n}, must be 1..{MAX_OPERATIONS}")

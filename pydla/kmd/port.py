@@ -73,10 +73,31 @@ class TaskDesc:
         return self.addresses[index]
 
 
+@dataclass(frozen=True)
+class ShaveCaps:
+    """The device's SHAVE tiles as the KMD reads them at probe time (SHAVE_TILES, SHAVE_BARRIERS,
+    SHAVE_CMX_BYTES): what a SHAVE task list is validated against (pydla.kmd.shave)."""
+
+    tiles: int
+    barriers: int
+    cmx_bytes: int
+
+
+class ShaveCapsLike(Protocol):
+    """What SHAVE validation reads of the device (:class:`ShaveCaps`, or a configuration's ``shave``)."""
+
+    @property
+    def tiles(self) -> int: ...
+    @property
+    def barriers(self) -> int: ...
+    @property
+    def cmx_bytes(self) -> int: ...
+
+
 class DeviceCaps(Protocol):
     """What descriptor validation needs to know of the device: its name (for messages), its blocks,
-    its precisions and what one operation may do (bytes, kernel size, strides). :class:`KmdDeviceInfo`
-    answers it (and so does a device configuration)."""
+    its precisions and what one operation may do (bytes, kernel size, strides); ``shave``, its SHAVE
+    tiles (None: it has none). :class:`KmdDeviceInfo` answers it (and so does a device configuration)."""
 
     @property
     def name(self) -> str: ...
@@ -90,6 +111,8 @@ class DeviceCaps(Protocol):
     def max_kernel(self) -> int: ...
     @property
     def max_stride(self) -> int: ...
+    @property
+    def shave(self) -> ShaveCapsLike | None: ...
 
 
 @dataclass(frozen=True)
@@ -140,6 +163,8 @@ class KmdDeviceInfo:
     # A microcontroller runs the engine scheduler (headed mode): the driver reaches it through the
     # device-API mailbox (pydla.kmd.headed) instead of programming the blocks itself.
     headed: bool = False
+    # The SHAVE tiles (None: none), read from the SHAVE registers by the driver at probe time.
+    shave: ShaveCaps | None = None
 
 
 class KmdPortability(abc.ABC):

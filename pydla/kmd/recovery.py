@@ -12,7 +12,8 @@ to ``(MAX_EXTENSIONS + 1) * timeout_ms`` in all (its time budget); past that it 
 
 1. the job fails with NvError Timeout, naming the operations that were stuck and what was reset;
 2. its context is *guilty*: its other queued jobs are aborted (they may depend on the hung one);
-3. the blocks the job used are reset (the GLB reset register, a bit per block); other contexts'
+3. the blocks the job used are reset (the GLB reset register, a bit per block; for a SHAVE task
+   list, SHAVE_RESET: every tile halted, FIFOs emptied, barriers unconfigured); other contexts'
    queued work is untouched and runs next;
 4. if a block is still busy after its reset, the whole device is reset; if even that fails the
    error says so.
@@ -40,9 +41,10 @@ from dataclasses import asdict, dataclass
 
 from pydla.errors import DlaError, NvError
 from pydla.kmd.engine import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # the compute units reset the device too
-from pydla.kmd.engine_api import EngineApi
+from pydla.kmd.engine_api import EngineApi, RunState
 from pydla.kmd.job import Job
 from pydla.kmd.port import KmdPortability
+from pydla.kmd.shave_run import ShaveEngine, ShaveRun
 
 log = logging.getLogger("pydla.kmd")
 
@@ -82,9 +84,13 @@ class Watchdog:
         self.port = port
         # Told when the ladder reset the whole device (the compute units' pipelines went with it).
         self.on_device_reset: Callable[[str], None] | None = None
+        self.shave: ShaveEngine | None = None  # runs the SHAVE task lists (set by the driver)
         self.tdr_ms = tdr_ms
         self.ban_after = ban_after
         self.stats = RecoveryStats()
+
+    def _engine(self, run: RunState) -> EngineApi | ShaveEngine:
+        return self.shave if self.shave is not None and isinstance(run, ShaveRun) else self.engine
 
     def window_ms(self, job: Job) -> int:
         """How long ``job`` may go without completing an operation: the TDR, or the job's own
@@ -106,9 +112,10 @@ class Watchdog:
         if run is None:
             return
         now = time.monotonic()
-        if not self.engine.live_progress and now < job.deadline:
+        engine = self._engine(run)
+        if not engine.live_progress and now < job.deadline:
             return  # progress costs a message to the firmware (headed): asked at the deadline only
-        completed = self.engine.progress(run)
+        completed = engine.progress(run)
         if completed is None or run.finished:
             return  # the engine could not tell, and ended the job itself (a firmware reset)
         if completed != job.completed_seen:
@@ -130,7 +137,8 @@ class Watchdog:
 
     def _budget_exceeded(self, job: Job) -> None:
         assert job.run is not None
-        detail = self.engine.describe_stuck(job.run)
+        engine = self._engine(job.run)
+        detail = engine.describe_stuck(job.run)
         self.stats.budget_timeouts += 1
         reset = self._reset_blocks(job)
         error = DlaError(NvError.Timeout,
@@ -139,13 +147,14 @@ class Watchdog:
                          f"timeout of {job.timeout_ms} ms) although it was progressing "
                          f"(+{job.extensions} extensions for progress): {detail}; {reset}")
         log.warning("%s", error.message)
-        self.engine.abort(job.run, error)
+        engine.abort(job.run, error)
 
     def _hung(self, job: Job, queue: deque[Job] | None) -> None:
         assert job.run is not None
         context = job.context
         window = self.window_ms(job)
-        detail = self.engine.describe_stuck(job.run)
+        engine = self._engine(job.run)
+        detail = engine.describe_stuck(job.run)
         self.stats.hangs += 1
         context.hangs += 1
         reset = self._reset_blocks(job)
@@ -162,7 +171,7 @@ class Watchdog:
         error = DlaError(NvError.Timeout, "; ".join(parts))
         log.warning("%s", error.message)
         job.hung = True
-        self.engine.abort(job.run, error)
+        engine.abort(job.run, error)
         aborted = abort_context(queue, DlaError(
             NvError.Timeout, f"aborted: task {job.job_id} of context {context.ctx} hung before it "
                              f"({detail}); the context's queued jobs were aborted"))
@@ -172,20 +181,25 @@ class Watchdog:
                         job.job_id)
 
     def _reset_blocks(self, job: Job) -> str:
-        """Reset the blocks ``job`` used; escalate to a device reset when one stays busy. Says what ran."""
-        blocks = job.graph.blocks
-        names = ", ".join(b.name for b in blocks)
-        busy = self.engine.reset_blocks(blocks)
+        """Reset the blocks ``job`` used (the SHAVE tiles for a SHAVE task list); escalate to a device
+        reset when one stays busy. Says what ran."""
+        if self.shave is not None and job.graph.shave is not None:
+            names = "SHAVE tiles and DMA"
+            busy_names = self.shave.reset()
+        else:
+            blocks = job.graph.blocks
+            names = ", ".join(b.name for b in blocks)
+            busy_names = [b.name for b in self.engine.reset_blocks(blocks)]
         self.stats.block_resets += 1
-        if not busy:
+        if not busy_names:
             log.info("blocks %s were reset after task %d", names, job.job_id)
             return f"blocks {names} were reset"
         self.stats.device_resets += 1
-        still = self.engine.reset_device()
-        what = (f"blocks {names} were reset, {', '.join(b.name for b in busy)} stayed busy, so the "
-                f"device was reset")
+        still = self.engine.reset_device()  # the SHAVE tiles too
+        busy = ", ".join(busy_names)
+        what = f"blocks {names} were reset, {busy} stayed busy, so the device was reset"
         if self.on_device_reset is not None:
-            self.on_device_reset(f"task {job.job_id} hung and {', '.join(b.name for b in busy)} stayed busy")
+            self.on_device_reset(f"task {job.job_id} hung and {busy} stayed busy")
         if still:
             self.stats.failed_resets += 1
             what += (f", and {', '.join(b.name for b in still)} stayed busy even so: the device needs "
@@ -215,7 +229,7 @@ def mmu_fault_error(job: Job) -> DlaError:
                     f"aborted: job {job.job_id} of context {job.context.ctx} caused an MMU fault")
 
 
-def fail_running(engine: EngineApi, job: Job | None, e: Exception) -> None:
+def fail_running(engine: EngineApi | ShaveEngine, job: Job | None, e: Exception) -> None:
     """The driver's bottom half failed with ``e`` while ``job`` ran: the job fails, the driver goes on."""
     if job is not None and job.run is not None:
         engine.abort(job.run, DlaError(NvError.ResourceError, f"job {job.job_id} failed in the driver: {e}"))
