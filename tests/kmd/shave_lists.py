@@ -67,13 +67,18 @@ class ListBuilder:
         self.dmas: list[Any] = []
         self.kernels: dict[str, int] = {}
         self.used: set[int] = set()
-        self.runtime: int | None = None
+        self.runtimes: dict[bytes, int] = {}  # runtime ELF -> its entry
 
     # -- buffers -----------------------------------------------------------------------------------
 
     def alloc(self, size: int) -> int:
         """A new buffer of ``size`` bytes as an address-list entry; returns its index."""
         self.entries.append(AddressEntry(self.kmd.bo_create(self.ctx, max(size, 1))))
+        return len(self.entries) - 1
+
+    def existing(self, handle: int) -> int:
+        """Buffer ``handle`` of the context (another task's, say) as an address-list entry."""
+        self.entries.append(AddressEntry(handle))
         return len(self.entries) - 1
 
     def put(self, data: bytes | np.ndarray) -> int:
@@ -84,6 +89,10 @@ class ListBuilder:
 
     def array(self, index: int) -> np.ndarray:
         return self.kmd.bo_array(self.ctx, self.entries[index].handle)
+
+    def write(self, index: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.array(index)[:len(raw)] = raw
 
     def read(self, index: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -141,16 +150,19 @@ class ListBuilder:
                   stack: int = 16384, runtime: bytes | None = None,
                   mutate: Mutate | None = None) -> list[AddressEntry]:
         """Write the descriptors; the address list to submit. ``barriers`` defaults to every barrier a
-        task names; every tile with a kernel task gets ``stack``."""
-        if self.runtime is None or runtime is not None:
-            self.runtime = self.put(kernel_elf("runtime") if runtime is None else runtime)
+        task names; every tile with a kernel task gets ``stack``; ``runtime``: the runtime kernel's
+        ELF (the shipped one by default)."""
+        image = kernel_elf("runtime") if runtime is None else runtime
+        if image not in self.runtimes:
+            self.runtimes[image] = self.put(image)
         if barriers is None:
             mask = 0
             for d in self.acts + self.dmas:
                 mask |= d.wait_mask | d.update_mask
         else:
             mask = _mask(barriers)
-        lst = T.shave_list_desc_t(runtime=self.ref(self.runtime), act_task_index=2 if self.acts else -1,
+        lst = T.shave_list_desc_t(runtime=self.ref(self.runtimes[image]),
+                                  act_task_index=2 if self.acts else -1,
                                   dma_task_index=3 if self.dmas else -1, num_act_tasks=len(self.acts),
                                   num_dma_tasks=len(self.dmas), barrier_mask=mask, notify_mask=_mask(notify))
         for t in self.used:
