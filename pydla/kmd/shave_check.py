@@ -119,6 +119,11 @@ def _check_acyclic(where: str, tasks: Sequence[ActTask | DmaTask], edges: Edges)
         return
     # Walk the stuck nodes to a repeat: that is a cycle; describe it from a barrier on it.
     stuck = {i for i, d in enumerate(indegree) if d > 0}
+    trimmed = True
+    while trimmed:  # drop what only follows a cycle: every node left then leads into one
+        dead = {i for i in stuck if not any(t in stuck for t, _ in edges[i])}
+        stuck -= dead
+        trimmed = bool(dead)
     path: list[int] = []
     seen: dict[int, int] = {}
     node = min(stuck)
