@@ -346,8 +346,10 @@ class ShaveEngine:
                 which = f"{acts[done].name}"
             else:
                 which = f"kernel_id {kernel}"
-            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)} in {which}: kernel_id "
-                       f"{kernel if kernel != RUNTIME_KERNEL else 'runtime'}, pc {pc:#x}, address {addr:#x}")
+            kernel_id = "" if seq == 0 else \
+                f"kernel_id {kernel if kernel != RUNTIME_KERNEL else 'runtime'}, "
+            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)} in {which}: {kernel_id}"
+                       f"pc {pc:#x}, address {addr:#x}")
             return DlaError(ERROR_CODES.get(code, NvError.ResourceError), message)
         if status >> DMA_ERROR_BIT & 1:
             code = read(R.SHAVE_DMA_ERROR)
