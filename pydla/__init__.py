@@ -6,6 +6,7 @@ Usage::
     out = pydla.Session("model.onnx").run({"input": x})     # numpy in, numpy out
     sess = pydla.InferenceSession("model.onnx")              # onnxruntime's API
     rt = pydla.createRuntime()                               # the NVDLA runtime API (IRuntime)
+    y = pydla.ShaveKernel("scale_add.elf")(x, params=p)      # a custom SHAVE kernel on an array
     try:
         ...
     except pydla.DlaError as e:
@@ -19,6 +20,7 @@ from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
 if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from pydla.kernels import ShaveKernel
     from pydla.loadable.container import Loadable as ILoadable
     from pydla.session import InferenceSession, Session
     from pydla.umd.cu import ComputeUnit
@@ -26,7 +28,7 @@ if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and edito
     from pydla.umd.sync import ISync
 
 __all__ = ["ComputeUnit", "DlaError", "ILoadable", "IRuntime", "ISync", "InferenceSession", "NvError",
-           "Session", "__version__", "createRuntime"]
+           "Session", "ShaveKernel", "__version__", "createRuntime"]
 
 # Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
 # the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
@@ -38,6 +40,7 @@ _LAZY = {
     "ISync": ("pydla.umd.sync", "ISync"),
     "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it
     "ComputeUnit": ("pydla.umd.cu", "ComputeUnit"),  # XRT's xrt::kernel
+    "ShaveKernel": ("pydla.kernels", "ShaveKernel"),  # a custom SHAVE kernel on numpy arrays
 }
 
 

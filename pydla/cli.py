@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pydla import demo, devices, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
+    from pydla.hw.shave import cli as kernel_cli
     from pydla.loadable import cli as loadable_cli
     from pydla.trace import cli as trace_cli
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         daemon.register(commands)
     compiler_cli.register(commands)
+    kernel_cli.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)
     trace_cli.register(commands)

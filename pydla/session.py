@@ -159,6 +159,12 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
     for file in sorted({f for _, f in external}):
         location = file.relative_to(model_file.parent).as_posix() if model_file is not None else ""
         digest.update(b"\0" + location.encode() + b"\0" + _file_digest(file, model_file))
+    # And so are the custom SHAVE kernels' ELFs it names: rebuilding one must not serve the old one.
+    from pydla.compiler.custom_kernel import kernel_files
+
+    kernel_dir = model_file.resolve().parent if model_file is not None else None
+    for file in kernel_files(model, kernel_dir):
+        digest.update(b"\0kernel\0" + str(file).encode() + b"\0" + _file_digest(file, model_file))
     path = cache_dir() / f"{digest.hexdigest()}.dla"
     if path.is_file():
         return path.read_bytes()
@@ -167,7 +173,7 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
     for tensor, file in external:
         _load_external(tensor, file, label)
     blob: bytes = compile_model(model, config=config, precision=precision, progress=progress,
-                                input_shapes=input_shapes).blob
+                                input_shapes=input_shapes, base_dir=kernel_dir).blob
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

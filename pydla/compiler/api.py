@@ -21,7 +21,8 @@ from pydla.hw.config import load_config
 
 def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
                   progress: Progress | None = None,
-                  input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True) -> Any:
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True,
+                  base_dir: str | Path | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
@@ -35,8 +36,13 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     ``shave``: on a configuration with SHAVE tiles, Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu,
     Softplus, Mish and LayerNormalization run there as SHAVE task lists
     (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs (LayerNormalization
-    decomposed), as on a configuration without tiles."""
+    decomposed), as on a configuration without tiles.
+
+    ``base_dir``: where the relative kernel paths of custom SHAVE kernels (ONNX domain ai.pydla,
+    :mod:`pydla.compiler.custom_kernel`) start; default: the model file's directory, or the current
+    directory for a model given as an ``onnx.ModelProto``."""
     try:
+        from pydla.compiler.custom_kernel import base_dir_of
         from pydla.compiler.graph import import_graph
         from pydla.compiler.lower import Lowering
         from pydla.compiler.onnx_model import load_model
@@ -56,7 +62,8 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     try:
         whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
             else frozenset()
-        graph = import_graph(onnx_model, progress, shapes, whole)
+        kernels = Path(base_dir) if base_dir is not None else base_dir_of(model)
+        graph = import_graph(onnx_model, progress, shapes, whole, kernels)
         result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
     except DlaError:
         raise

@@ -11,13 +11,14 @@ is reached (:mod:`pydla.compiler.shapes`); they must be static.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from pydla.compiler import ceil_mode
+from pydla.compiler import ceil_mode, custom_kernel
 from pydla.compiler.decompose import gather_as_slice, last_axis_product, layer_norm
 from pydla.compiler.fold import fold, settle_empty
 from pydla.compiler.fuse import fuse_gelu
@@ -32,18 +33,20 @@ from pydla.compiler.onnx_model import (
     check_type_constraints,
     upgraded,
 )
-from pydla.compiler.operators import SUPPORTED, unsupported
+from pydla.compiler.operators import SHAVE_KERNEL, SUPPORTED, unsupported
 from pydla.compiler.progress import Progress, report
 from pydla.compiler.shapes import check_same_elements, infer_node
 from pydla.errors import DlaError, NvError
 
 
 def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
-                 input_shapes: InputShapes | None = None, whole: frozenset[str] = frozenset()) -> Graph:
+                 input_shapes: InputShapes | None = None, whole: frozenset[str] = frozenset(),
+                 base_dir: Path | None = None) -> Graph:
     """Static shapes, folded constants, and the remaining nodes in order (``progress``: see
     :mod:`pydla.compiler.progress`; ``input_shapes``: the sizes of the inputs' symbolic
     dimensions, see :mod:`pydla.compiler.input_shapes`; ``whole``: operators to keep whole where
-    the target computes them, see :func:`keeps_whole`)."""
+    the target computes them, see :func:`keeps_whole`; ``base_dir``: where custom kernels' relative
+    paths start, see :mod:`pydla.compiler.custom_kernel`)."""
     report(progress, "checking")
     check_not_empty(model)
     check_names(model.graph)
@@ -87,8 +90,13 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
                     {a.name: helper.get_attribute_value(a) for a in n.attribute})
+        if custom_kernel.is_custom(n):  # a kernel author's: neither inferred by onnx nor folded
+            graph.nodes.append(custom_kernel.import_node(node, n, base_dir))
+            custom_kernel.infer(graph, graph.nodes[-1])
+            continue
         if n.domain not in ("", "ai.onnx"):
-            raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported")
+            raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported "
+                                                 f"(pydla's is '{custom_kernel.DOMAIN}')")
         n = infer_node(graph, node, n, opset)
         if not fold(graph, node, n, opset):
             graph.nodes.append(node)
@@ -124,7 +132,7 @@ def _check_operators(graph: Graph) -> None:
     the operator it is. A node all of whose outputs are known to be empty is left to
     :func:`pydla.compiler.fold.settle_empty`, which removes it."""
     for node in graph.nodes:
-        if node.op_type in SUPPORTED:
+        if node.op_type in SUPPORTED or node.op_type == SHAVE_KERNEL:
             continue
         shapes = [graph.shapes.get(o) for o in node.outputs if o]
         if shapes and all(s is not None and min(s, default=1) >= 0 and 0 in s for s in shapes):
@@ -345,9 +353,10 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     """Shapes that depended on folded values (a Reshape to a computed shape): infer them again on
     the folded graph."""
     used = {i for n in graph.nodes for i in n.inputs if i in graph.consts}
-    nodes = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, **n.attrs) for n in graph.nodes]
+    nodes = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, **n.attrs) for n in graph.nodes
+             if n.op_type != SHAVE_KERNEL]
     graph_inputs = set(graph.inputs)
-    inputs = [i for i in g.input if i.name in graph_inputs]
+    inputs = [i for i in g.input if i.name in graph_inputs] + custom_kernel.output_infos(graph)
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
     # Pools whose input shapes only folding made known get their ceil_mode fixed here.
@@ -411,7 +420,9 @@ def _without_big_weights(g: onnx.GraphProto) -> onnx.GraphProto:
 
 
 def _infer(g: onnx.GraphProto, opset: int, what: str) -> onnx.ModelProto:
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    # pydla's domain imported, so that its nodes are left uninferred rather than refused.
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                                helper.make_opsetid(custom_kernel.DOMAIN, 1)])
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:

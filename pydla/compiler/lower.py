@@ -18,7 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler import conv3d, cpu_reasons, cpuops, elementwise, matmul, movement, pooling, shave_ops
+from pydla.compiler import (
+    conv3d,
+    cpu_reasons,
+    cpuops,
+    custom_kernel,
+    elementwise,
+    matmul,
+    movement,
+    pooling,
+    shave_ops,
+)
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import (
     check_auto_pad,
@@ -495,4 +505,5 @@ LOWER: dict[str, Callable[[Lowering, Step], None]] = {
     "reduce": cpuops.reduce_run, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
     "where": cpuops.where_run, "cast": cpuops.cast_run, "argmax": cpuops.argmax_run,
     "gather": cpuops.gather_run, "expand": movement.expand, "tile": cpuops.tile_run,
+    "custom": custom_kernel.lower,
 }

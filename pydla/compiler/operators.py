@@ -22,6 +22,9 @@ PRODUCTS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 # Operators with a step of their own (see pydla.compiler.plan.group_steps).
 OWN_STEPS = {"BatchNormalization", "LRN", "Concat", "Transpose", "Softmax", "LogSoftmax", "Gather",
              "Expand", "Tile", "Where", "Cast", "Pow", "Slice", "Pad", "Resize", "Split"}
+# A kernel author's SHAVE kernel: ONNX domain ai.pydla's ShaveKernel, as the import names it
+# (pydla.compiler.custom_kernel); not an ONNX operator, so not in SUPPORTED.
+SHAVE_KERNEL = "ai.pydla.ShaveKernel"
 # Operators the import rewrites into the ones above (pydla.compiler.graph._rewrite), and those it
 # only ever evaluates while folding constants (Constant; Shape and Size of a tensor of static shape).
 REWRITTEN = {"Sum", "Mean", "Neg", "Abs", "Reciprocal", "Not", "LayerNormalization", "Constant", "Shape",

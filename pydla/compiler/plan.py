@@ -25,6 +25,7 @@ from pydla.compiler.operators import (
     POOLS,
     PRODUCTS,
     SDP_COMPOSITES,
+    SHAVE_KERNEL,
     unsupported,
 )
 from pydla.errors import DlaError, NvError
@@ -137,6 +138,9 @@ def group_steps(graph: Graph) -> list[Step]:
             # Parameters computed at run time (starts, pads, scales, ...) are read by the step too.
             inputs = [t for t in node.inputs if t and t not in graph.consts]
             steps.append(Step(op.lower(), [node], inputs, node.outputs[0]))
+        elif op == SHAVE_KERNEL:  # a kernel author's (pydla.compiler.custom_kernel)
+            steps.append(Step("custom", [node], [t for t in node.inputs if t and t not in graph.consts],
+                              node.outputs[0]))
         elif op == "Split":
             for out in node.outputs:  # one copy per part (an empty part has nothing to copy)
                 if out and out not in graph.consts:
