@@ -188,3 +188,29 @@ def test_threaded_device_runs_many_shave_and_dla_jobs(make_kmd: MakeKmd) -> None
     for j in jobs:
         j.wait(10_000)
     assert same_bits(lb.read(out, F16, x.shape), clip16(x, -2, 2))
+
+
+def test_a_list_from_the_loadable_sides_encoder_runs(make_kmd: MakeKmd) -> None:
+    """pydla.loadable.shave_task.ShaveTaskBuilder's lists (the compiler's) pass the KMD's checks and run."""
+    from pydla.hw.shave.build import kernel_elf
+    from pydla.loadable.shave_task import ShaveTaskBuilder
+    from tests.hw.shave.host import entry_offset
+
+    _, kmd = make_kmd()
+    ctx = kmd.open_context()
+    x = np.linspace(-5, 5, 300).astype(F16)
+    rt, clamp = kernel_elf("runtime"), kernel_elf("clamp")
+    sb = ShaveTaskBuilder(tiles=2, cmx_bytes=2 << 20)
+    sb.runtime(sb.ref("rt", len(rt)))
+    b0, b1 = sb.barrier(), sb.barrier()
+    sb.dma(sb.ref("x", x.nbytes), tile=1, cmx_offset=0, to_cmx=True, line_size=x.nbytes, update=[b0])
+    args = clamp_args(0, 0x1000, x.shape, F16, -1, 2)
+    sb.invoke(sb.ref("clamp", len(clamp)), entry_offset=entry_offset(clamp), args=bytes(args),
+              data=bytes(args.data), tile=1, kernel_id=3, wait=[b0], update=[b1])
+    sb.dma(sb.ref("y", x.nbytes), tile=1, cmx_offset=0x1000, to_cmx=False, line_size=x.nbytes, wait=[b1])
+    loaded = sb.build().load(kmd, ctx)
+    for name, data in (("rt", rt), ("clamp", clamp), ("x", x.tobytes())):
+        kmd.bo_array(ctx, loaded.handles[name])[:len(data)] = np.frombuffer(data, np.uint8)
+    kmd.submit(ctx, loaded.addresses, timeout_ms=5000).wait(5000)
+    y = kmd.bo_array(ctx, loaded.handles["y"])[:x.nbytes].view(F16)
+    assert same_bits(y, clip16(x, -1, 2))
