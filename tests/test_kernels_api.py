@@ -211,3 +211,13 @@ def test_a_kernel_fault_is_an_error_naming_it_and_the_kernel_runs_again(kernels:
         with pytest.raises(pydla.DlaError, match=r"kernel 'scale_add': .*TRAP"):
             k(x, params=b"\0" * 4)
         np.testing.assert_array_equal(k(x, params=struct.pack("<ff", 2, 1)), x * 3)
+
+
+def test_the_pages_show_the_example_kernel_as_it_is() -> None:
+    """The README's and the kernel authors' guide's C block is examples/kernels/scale_add.c (which
+    the tests and the pages' Python blocks build and run)."""
+    source = SCALE_ADD.read_text()
+    for page in (ROOT / "README.md", ROOT / "docs" / "guide" / "kernel-authors.md"):
+        text = page.read_text()
+        start = text.index("```c\n") + len("```c\n")
+        assert text[start:text.index("```", start)] == source, page
