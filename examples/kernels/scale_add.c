@@ -7,7 +7,8 @@ typedef struct __attribute__((packed)) {
 
 void scale_add(uint32_t argsAddr, uint32_t argsSize) {     /* y = x * a + b, FP32 */
     const ScaleAddParams *p = (const ScaleAddParams *)(uintptr_t)argsAddr;
-    if (argsSize != sizeof *p) __asm__ volatile("ebreak");  /* stops the tile: a DlaError */
+    if (argsSize != sizeof *p || p->x.dataType != SHAVE_DATA_TYPE_FP32)
+        __asm__ volatile("ebreak");                          /* stops the tile: a DlaError */
     const int32_t *dims = (const int32_t *)(uintptr_t)p->x.dimsAddr;
     uint32_t n = 1;
     for (uint32_t i = 0; i < p->x.numDims; i++) n *= (uint32_t)dims[i];

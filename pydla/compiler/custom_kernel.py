@@ -17,8 +17,10 @@ Attributes (all optional but one of the first two):
 
 The argument convention is :mod:`pydla.kernels`': one MemRefData per input, then one for the
 output, then ``params``. The whole of every tensor goes to tile 0's CMX (DMA in, the kernel, DMA
-out). The node has one output. On a configuration without SHAVE tiles the compile fails
-(NotSupported): a custom kernel has no host equivalent. ``compile_model(..., shave=False)`` keeps
+out). The kernel sees the model's element types: in an fp16 compile, the float32 tensors the device
+keeps as fp16 are converted to float32 copies for the call and back after it. The node has one
+output. On a configuration without SHAVE tiles the compile fails (NotSupported): a custom kernel
+has no host equivalent. ``compile_model(..., shave=False)`` keeps
 only the shipped kernels' operators on the host; custom kernels still run on the tiles.
 
 Usage (building the node)::
@@ -39,7 +41,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pydla.compiler.graph_types import Graph, Node
-from pydla.compiler.layout import prod
+from pydla.compiler.layout import flat_cube, prod
 from pydla.compiler.operators import SHAVE_KERNEL
 from pydla.errors import DlaError, NvError
 from pydla.hw.shave.build import RUNTIME, kernel_elf
@@ -236,23 +238,18 @@ def lower(lw: Lowering, step: Step) -> None:
     in_refs: list[Ref] = []
     in_specs = []
     for name in [i for i in node.inputs if i]:
+        dtype = lw.g.dtypes[name]  # the kernel sees the model's types
+        _check_type(where, name, dtype)
         if name in lw.g.consts:
-            value = np.asarray(lw.g.consts[name])
-            dtype = value.dtype
-            _check_type(where, name, dtype)
-            ref = lw.const_raw(value, dtype)
+            ref = lw.const_raw(np.asarray(lw.g.consts[name]), dtype)
         else:
-            dtype = lw.storage_dtype(name)
-            _check_type(where, name, dtype)
-            buf, offset = lw.storage(name)
-            ref = Ref(buf, offset, prod(lw.g.shapes[name]) * dtype.itemsize)
+            ref = _in_model_type(lw, name, where)
         in_refs.append(ref)
         in_specs.append((tuple(lw.g.shapes[name]), dtype))
     out = step.output
-    out_dtype = lw.storage_dtype(out)
+    out_dtype = lw.g.dtypes[out]
     _check_type(where, out, out_dtype)
-    buf, offset = lw.storage(out)
-    out_ref = Ref(buf, offset, prod(lw.g.shapes[out]) * out_dtype.itemsize)
+    out_ref, converted = _output_in_model_type(lw, out, where)
     inv = plan_invocation(s.image, in_specs, [(tuple(lw.g.shapes[out]), out_dtype)], s.params,
                           shave.cmx_bytes, where, s.stack)
     runtime = _register(lw, RUNTIME, kernel_elf(RUNTIME))
@@ -262,6 +259,35 @@ def lower(lw: Lowering, step: Step) -> None:
     sb = task_list(shave.tiles, shave.cmx_bytes, shave.barriers, runtime, kernel, s.image, inv, in_refs,
                    [out_ref], kernel_id=CUSTOM_KERNEL_ID + number, name=node.name)
     lw.runs.append(("shave", sb))
+    if converted is not None:  # back to the device's fp16, in the NPU task after the list
+        lw.tb.sdp(converted, lw.cube(out, where))
+
+
+# In an fp16 compile, float32 tensors between device operations are stored as fp16: the kernel gets
+# float32 copies (SDP converts, before and after the list), so it sees the types of the model.
+
+def _in_model_type(lw: Lowering, name: str, where: str) -> Ref:
+    dtype = lw.g.dtypes[name]
+    size = prod(lw.g.shapes[name]) * dtype.itemsize
+    if lw.storage_dtype(name) == dtype:
+        buf, offset = lw.storage(name)
+        return Ref(buf, offset, size)
+    buf, offset = lw.temp(size)
+    lw.tb.sdp(lw.cube(name, where), lw.tb.cube(buf, flat_cube(lw.g.shapes[name], where), offset=offset,
+                                               precision="fp32"))
+    return Ref(buf, offset, size)
+
+
+def _output_in_model_type(lw: Lowering, name: str, where: str) -> tuple[Ref, Any]:
+    """Where the kernel writes output ``name``, and the float32 copy to convert when that is one."""
+    dtype = lw.g.dtypes[name]
+    size = prod(lw.g.shapes[name]) * dtype.itemsize
+    if lw.storage_dtype(name) == dtype:
+        buf, offset = lw.storage(name)
+        return Ref(buf, offset, size), None
+    buf, offset = lw.temp(size)
+    return Ref(buf, offset, size), lw.tb.cube(buf, flat_cube(lw.g.shapes[name], where), offset=offset,
+                                              precision="fp32")
 
 
 def _check_type(where: str, tensor: str, dtype: np.dtype[Any]) -> None:

@@ -102,6 +102,13 @@ def test_a_model_with_the_custom_operator_runs_through_session(kdir: Path) -> No
     assert compiled.operations["SHAVE"] == 1 and compiled.cpu_runs == []
 
 
+def test_in_an_fp16_compile_the_kernel_sees_the_models_float32(kdir: Path) -> None:
+    x = RNG.standard_normal((2, 3, 16)).astype(np.float32)
+    compiled = compile_model(_scale_add_model(), precision="fp16", base_dir=kdir)
+    with Session(compiled.blob) as sess:  # the kernel traps on anything but FP32 data
+        np.testing.assert_allclose(sess.run({"x": x})["y"], _expected(x), rtol=5e-3, atol=5e-3)
+
+
 def test_an_embedded_kernel_and_a_model_in_memory(kdir: Path) -> None:
     elf = np.frombuffer((kdir / "scale_add.elf").read_bytes(), np.uint8)
     m = _scale_add_model(kernel=None, kernel_elf=numpy_helper.from_array(elf), params=b"\0\0\x80\x3f\0\0\0\0")
