@@ -134,45 +134,62 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
     elf_runtime, elf_kernel = _kernel_ref(lw, RUNTIME), _kernel_ref(lw, kernel)
     entry = _entry_offset(kernel_elf(kernel))
     chunk = lists.rows_per_chunk
-    starts = list(range(0, rows.rows, chunk))
-    per_list = max(1, (lists.barriers - 1 - lists.tiles) // 2)  # two barriers a chunk, one per tile
+    limit = lists.cmx - -(-DEFAULT_STACK // PAGE) * PAGE - GUARD  # the data below the guard page
     lw.finish_task()
-    for first in range(0, len(starts), per_list):
+    # Each list holds as many chunks as its tiles' CMX holds at once (and its barriers allow): the
+    # chunks of a list are placed first, then emitted as all DMA-ins, the kernels, all DMA-outs, so
+    # that the DMA queue loads every chunk before it waits for the first kernel.
+    groups: list[list[tuple[int, int, int, int, int]]] = []  # (tile, first row, rows, in at, out at)
+    used: dict[int, int] = {}
+    vector_bytes = sum(_place(0, v.size) + v.size for v in vectors or []) + PAGE * len(vectors or [])
+    for start in range(0, rows.rows, chunk):
+        count = min(chunk, rows.rows - start)
+        group = groups[-1] if groups else None
+        barriers_left = lists.barriers - 1 - 2 * len(group or []) - (lists.tiles if vectors else 0)
+        tile = len(group) % lists.tiles if group is not None else 0
+        in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.row * dt_out.itemsize
+        base = used.get(tile, vector_bytes) if group is not None else vector_bytes
+        in_at = _place(base, in_bytes)
+        out_at = _place(in_at + in_bytes, out_bytes)
+        if group is None or barriers_left < 2 or out_at + out_bytes > limit:
+            groups.append([])
+            used = {}
+            tile = 0
+            in_at = _place(vector_bytes, in_bytes)
+            out_at = _place(in_at + in_bytes, out_bytes)
+        used[tile] = out_at + out_bytes
+        groups[-1].append((tile, start, count, in_at, out_at))
+    row_in, row_out = rows.row * dt_in.itemsize, rows.row * dt_out.itemsize
+    for group in groups:
         sb = ShaveTaskBuilder(lists.tiles, lists.cmx, lists.barriers)
         sb.runtime(elf_runtime)
-        used: dict[int, int] = {}  # tile -> CMX bytes used
         vector_at: dict[int, tuple[list[int], int | None]] = {}
-        group = starts[first:first + per_list]
-        for i, start in enumerate(group):
-            tile = i % lists.tiles
-            count = min(chunk, rows.rows - start)
-            if tile not in vector_at:
-                addrs: list[int] = []
-                ready = None
-                if vectors:
-                    ready = sb.barrier()
-                    for v in vectors:
-                        at = _place(used.get(tile, 0), v.size)
-                        sb.dma(v, tile=tile, cmx_offset=at, to_cmx=True, line_size=v.size, update=[ready])
-                        used[tile] = at + v.size
-                        addrs.append(S.WIN_F + at)
-                vector_at[tile] = (addrs, ready)
+        for tile in sorted({g[0] for g in group}):
+            addrs: list[int] = []
+            ready = None
+            if vectors:
+                ready, at = sb.barrier(), 0
+                for v in vectors:
+                    at = _place(at, v.size)
+                    sb.dma(v, tile=tile, cmx_offset=at, to_cmx=True, line_size=v.size, update=[ready])
+                    addrs.append(S.WIN_F + at)
+                    at += v.size
+            vector_at[tile] = (addrs, ready)
+        loaded = [sb.barrier() for _ in group]
+        computed = [sb.barrier() for _ in group]
+        for (tile, start, count, in_at, _), b in zip(group, loaded, strict=True):
+            sb.dma(Ref(src_buf, src_off + start * row_in, count * row_in), tile=tile, cmx_offset=in_at,
+                   to_cmx=True, line_size=count * row_in, update=[b])
+        for (tile, _, count, in_at, out_at), b_in, b_out in zip(group, loaded, computed, strict=True):
             addrs, ready = vector_at[tile]
-            in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.row * dt_out.itemsize
-            in_at = _place(used.get(tile, 0), in_bytes)
-            out_at = _place(in_at + in_bytes, out_bytes)
-            used[tile] = out_at + out_bytes
-            loaded, computed = sb.barrier(), sb.barrier()
-            row_in, row_out = rows.row * dt_in.itemsize, rows.row * dt_out.itemsize
-            sb.dma(Ref(src_buf, src_off + start * row_in, in_bytes), tile=tile, cmx_offset=in_at, to_cmx=True,
-                   line_size=in_bytes, update=[loaded])
             data = bytearray()
             args = params(S.WIN_F + in_at, S.WIN_F + out_at, count, addrs, data)
             sb.invoke(elf_kernel, entry_offset=entry, args=bytes(args), tile=tile, data=bytes(data),
-                      kernel_id=_kernel_id(kernel), wait=[loaded] + ([ready] if ready is not None else []),
-                      update=[computed], name=step.head.name)
-            sb.dma(Ref(dst_buf, dst_off + start * row_out, out_bytes), tile=tile, cmx_offset=out_at,
-                   to_cmx=False, line_size=out_bytes, wait=[computed])
+                      kernel_id=_kernel_id(kernel), wait=[b_in] + ([ready] if ready is not None else []),
+                      update=[b_out], name=step.head.name)
+        for (tile, start, count, _, out_at), b in zip(group, computed, strict=True):
+            sb.dma(Ref(dst_buf, dst_off + start * row_out, count * row_out), tile=tile, cmx_offset=out_at,
+                   to_cmx=False, line_size=count * row_out, wait=[b])
         lw.runs.append(("shave", sb))
     return True
 
