@@ -41,7 +41,8 @@ from pydla.hw.shave.build import RUNTIME, build_kernel, kernel_elf
 from pydla.loadable.shave_task import DEFAULT_STACK, ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Ref
 
-__all__ = ["MEMREF_BYTES", "ShaveKernel", "build_kernel", "check_elf", "plan_invocation"]
+__all__ = ["MEMREF_BYTES", "RUNTIME", "ShaveKernel", "build_kernel", "check_elf", "plan_invocation",
+           "runtime_elf"]
 
 MEMREF_BYTES = ctypes.sizeof(S.MemRefData)
 PAGE = 4096
@@ -54,6 +55,11 @@ DATA_TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float1
 CACHED_LOADABLES = 8  # per kernel: distinct (shapes, dtypes, params) kept loaded
 
 Spec = tuple[tuple[int, ...], np.dtype[Any]]
+
+
+def runtime_elf() -> bytes:
+    """pydla's runtime kernel (the ELF each tile runs to take tasks from its FIFO)."""
+    return kernel_elf(RUNTIME)
 
 
 # -- the kernel image ---------------------------------------------------------------------------------
@@ -271,24 +277,24 @@ def loadable(image: KernelImage, inputs: Sequence[Spec], outputs: Sequence[Spec]
                                              "SHAVE tiles (use 'full')")
     shave = cfg.shave
     inv = plan_invocation(image, inputs, outputs, params, shave.cmx_bytes, f"kernel '{name}'", stack)
-    runtime_elf = kernel_elf(RUNTIME)
+    runtime = runtime_elf()
     kernel = buffer_name(name)
     codes = {d: t for t, d in NUMPY_TYPES.items()}
     ins = [Ref(f"in{i}", 0, _nbytes(spec)) for i, spec in enumerate(inputs)]
     outs = [Ref(f"out{i}", 0, _nbytes(spec)) for i, spec in enumerate(outputs)]
-    sb = task_list(shave.tiles, shave.cmx_bytes, shave.barriers, Ref("shave_runtime", 0, len(runtime_elf)),
+    sb = task_list(shave.tiles, shave.cmx_bytes, shave.barriers, Ref("shave_runtime", 0, len(runtime)),
                    Ref(kernel, 0, len(image.elf)), image, inv, ins, outs, kernel_id=CUSTOM_KERNEL_ID,
                    name=name)
     built = sb.build()
     lw = LoadableWriter(cfg.name)
-    lw.add_weights("shave_runtime", runtime_elf)
+    lw.add_weights("shave_runtime", runtime)
     lw.add_weights(kernel, image.elf)
     buffers: list[dict[str, Any]] = []
     for i, ref in enumerate([*ins, *outs]):
         kind = "input" if i < len(ins) else "output"
         lw.add_memory(ref.buffer, kind, ref.size)
         buffers.append({"name": ref.buffer, "type": kind})
-    for weight, size in (("shave_runtime", len(runtime_elf)), (kernel, len(image.elf))):
+    for weight, size in (("shave_runtime", len(runtime)), (kernel, len(image.elf))):
         lw.add_memory(weight, "weight", size)
         buffers.append({"name": weight, "type": "weight", "size": size})
     names = [b["name"] for b in buffers]

@@ -44,14 +44,15 @@ from pydla.compiler.graph_types import Graph, Node
 from pydla.compiler.layout import flat_cube, prod
 from pydla.compiler.operators import SHAVE_KERNEL
 from pydla.errors import DlaError, NvError
-from pydla.hw.shave.build import RUNTIME, kernel_elf
 from pydla.kernels import (
     CUSTOM_KERNEL_ID,
     DATA_TYPES,
+    RUNTIME,
     KernelImage,
     check_elf,
     plan_invocation,
     read_elf,
+    runtime_elf,
     task_list,
 )
 from pydla.loadable.shave_task import DEFAULT_STACK
@@ -252,7 +253,7 @@ def lower(lw: Lowering, step: Step) -> None:
     out_ref, converted = _output_in_model_type(lw, out, where)
     inv = plan_invocation(s.image, in_specs, [(tuple(lw.g.shapes[out]), out_dtype)], s.params,
                           shave.cmx_bytes, where, s.stack)
-    runtime = _register(lw, RUNTIME, kernel_elf(RUNTIME))
+    runtime = _register(lw, RUNTIME, runtime_elf())
     kernel = _register(lw, _kernel_name(lw, s), s.image.elf)
     number = list(lw.shave_kernels).index(kernel.buffer.removeprefix("shave_"))
     lw.finish_task()
