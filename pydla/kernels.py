@@ -75,7 +75,9 @@ class KernelImage:
 
 def check_elf(elf: bytes, what: str, entry: str | None = None) -> KernelImage:
     """``elf`` checked as the device will load it (DlaError BadValue naming ``what`` otherwise);
-    ``entry``: a function to enter instead of the ELF's entry point (needs its symbol table)."""
+    ``entry``: a function to enter instead of the ELF's entry point (needs its symbol table).
+
+    Usage: ``image = check_elf(Path("scale_add.elf").read_bytes(), "kernel 'scale_add'")``"""
     from pydla.hw.shave.elfload import check_entry, parse_elf
     from pydla.hw.shave.faults import ShaveFault
 
@@ -118,7 +120,10 @@ def _symbol(elf: bytes, name: str, what: str) -> int:
 
 
 def read_elf(elf: str | os.PathLike[str] | bytes, what: str = "kernel") -> tuple[bytes, str]:
-    """A kernel ELF's bytes and a name for it (the file's stem), from a path or the bytes."""
+    """A kernel ELF's bytes and a name for it (the file's stem), from a path or the bytes.
+
+    Usage: ``data, name = read_elf("scale_add.elf")``  # name "scale_add"
+    """
     if isinstance(elf, (bytes, bytearray, memoryview)):
         return bytes(elf), "kernel"
     if not isinstance(elf, (str, os.PathLike)):
@@ -160,7 +165,10 @@ def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequenc
                     cmx_bytes: int, what: str, stack: int = DEFAULT_STACK) -> Invocation:
     """Lay out a call of ``image`` on ``inputs`` and ``outputs`` ((shape, dtype) each) with
     ``params`` after their MemRefData, in a tile of ``cmx_bytes`` CMX with a ``stack``-byte stack;
-    DlaError naming ``what`` when a tensor's type is not a MemRefData type or they do not fit."""
+    DlaError naming ``what`` when a tensor's type is not a MemRefData type or they do not fit.
+
+    Usage: ``inv = plan_invocation(image, [((4, 4), f32)], [((4, 4), f32)], b"", 2 << 20, "k")``
+    """
     if not outputs:
         raise DlaError(NvError.BadParameter, f"{what}: a kernel needs at least one output")
     if stack % 16 or not 256 <= stack <= cmx_bytes // 2:
@@ -222,7 +230,10 @@ def task_list(tiles: int, cmx_bytes: int, barriers: int, runtime: Ref, kernel: R
               inv: Invocation, inputs: Sequence[Ref], outputs: Sequence[Ref], *, kernel_id: int = 0,
               name: str = "") -> ShaveTaskBuilder:
     """The SHAVE task list of one call on tile 0: each input DMA'd into CMX, the kernel, each output
-    DMA'd back; barriers between."""
+    DMA'd back; barriers between.
+
+    Usage: ``sb = task_list(2, 2 << 20, 32, runtime_ref, kernel_ref, image, inv, [x_ref], [y_ref])``
+    """
     sb = ShaveTaskBuilder(tiles, cmx_bytes, barriers)
     sb.runtime(runtime, {0: inv.stack})
     loaded, computed = sb.barrier(), sb.barrier()
@@ -267,7 +278,10 @@ CUSTOM_KERNEL_ID = 0x100  # the kernel id error reports name for a custom kernel
 
 def loadable(image: KernelImage, inputs: Sequence[Spec], outputs: Sequence[Spec], params: bytes, *,
              config: str = "full", stack: int = DEFAULT_STACK, name: str = "kernel") -> bytes:
-    """A loadable running ``image`` once on tensors ``in0``.. ``out0``.. (see the module docstring)."""
+    """A loadable running ``image`` once on tensors ``in0``.. ``out0``.. (see the module docstring).
+
+    Usage: ``pydla.Session(loadable(image, [((8,), f32)], [((8,), f32)], params)).run({"in0": x})``
+    """
     from pydla.hw.config import load_config
     from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
 

@@ -87,7 +87,10 @@ def is_custom(proto: onnx.NodeProto) -> bool:
 
 def import_node(node: Node, proto: onnx.NodeProto, base_dir: Path | None) -> Node:
     """The compiler's node for ONNX node ``proto`` of domain ai.pydla: its attributes checked, its
-    kernel read (a path from ``base_dir``, default the current directory)."""
+    kernel read (a path from ``base_dir``, default the current directory).
+
+    Usage (pydla.compiler.graph.import_graph): ``graph.nodes.append(import_node(node, proto, base_dir))``
+    """
     where = f"node '{node.name}' ({DOMAIN} {proto.op_type})"
     if proto.op_type != OP_TYPE:
         raise DlaError(NvError.NotSupported, f"{where}: domain '{DOMAIN}' has one operator, {OP_TYPE}")
@@ -138,7 +141,10 @@ def import_node(node: Node, proto: onnx.NodeProto, base_dir: Path | None) -> Nod
 
 def kernel_path(text: str, base_dir: Path | None, where: str) -> Path:
     """Where a ``kernel`` attribute points: absolute as it is, relative from ``base_dir`` (default
-    the current directory) and inside it."""
+    the current directory) and inside it.
+
+    Usage: ``kernel_path("k/scale_add.elf", Path("/models"), where)`` -> ``/models/k/scale_add.elf``
+    """
     path = PurePath(text)
     if not text or "\0" in text:
         raise DlaError(NvError.BadValue, f"{where}: kernel {text!r} is not a path")
@@ -152,7 +158,10 @@ def kernel_path(text: str, base_dir: Path | None, where: str) -> Path:
 
 def kernel_files(model: onnx.ModelProto, base_dir: Path | None) -> list[Path]:
     """The kernel files the model's ShaveKernel nodes name (those that are files): what a compiled
-    loadable also depends on, beside the model's bytes (:mod:`pydla.session` keys its cache by them)."""
+    loadable also depends on, beside the model's bytes (:mod:`pydla.session` keys its cache by them).
+
+    Usage: ``for path in kernel_files(onnx.load(p), Path(p).parent): digest.update(path.read_bytes())``
+    """
     found = []
     for n in model.graph.node:
         if not is_custom(n):
@@ -227,7 +236,10 @@ def output_infos(graph: Graph) -> list[onnx.ValueInfoProto]:
 # -- lowering -----------------------------------------------------------------------------------------
 
 def lower(lw: Lowering, step: Step) -> None:
-    """One SHAVE task list: the inputs DMA'd into tile 0's CMX, the kernel, the output DMA'd back."""
+    """One SHAVE task list: the inputs DMA'd into tile 0's CMX, the kernel, the output DMA'd back.
+
+    Usage: ``LOWER["custom"] = custom_kernel.lower`` (pydla.compiler.lower)
+    """
     node = step.head
     s = spec(node)
     where = node.where()
