@@ -12,6 +12,12 @@ compute-unit execution (LAYER), ``interrupt`` at each rise of the interrupt line
 and device events fall on one timeline. When the ring is full the oldest entries are dropped and
 counted in its header; the host reads it whenever it likes (``read_ring``).
 
+The device writes the ring as :class:`pydla.deviceapi.trace.TraceRing` (the contract's reference
+writer) does, byte for byte, but faster (:class:`RingWriter`): it keeps the ring's counters itself,
+packs each event with its entry header in one precompiled ``struct`` call and updates the header's
+``head``; only an entry that must drop old ones or pad the end of a lap takes the slower path. An
+event costs about a microsecond instead of six, which is what keeps a traced run near an untraced one.
+
 A ring the device cannot use (not mapped in that context, a header that is not a trace ring of this
 contract, a size smaller than the header says) is refused: nothing is written and the device log
 says why. Tracing costs one attribute test per event site while it is off.
@@ -25,13 +31,16 @@ Usage (the host's side, through registers)::
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.generated.device_api import dla_block_e, dla_status_e
-from pydla.deviceapi.trace import HEADER_SIZE, TraceRing, read_ring
+from pydla.deviceapi.generated.headers import trace_entry_header_t, trace_ring_header_t
+from pydla.deviceapi.packing import record_struct
+from pydla.deviceapi.trace import ALIGN, ENTRY_SIZE, HEADER_SIZE, PAD_ID, read_ring
 from pydla.errors import DlaError
 from pydla.hw.memory import MmuFault
 from pydla.hw.state import DeviceState
@@ -43,13 +52,104 @@ _REGS = ("trace_base_lo", "trace_base_hi", "trace_ctx", "trace_size", "trace_mas
 # Per block (dla_block_e index): the word of its D group holding d_ctx_id (an operation's context).
 CTX_WORD = {int(b): (getattr(R, f"{b.name}_D_CTX_ID") - 0x1000 * (int(b) + 1)) >> 2
             for b in dla_block_e if hasattr(R, f"{b.name}_D_CTX_ID")}
+_U32 = 0xFFFFFFFF
+_HEAD = struct.Struct("<Q")
+_COUNTERS = struct.Struct("<QQQ")  # head, tail, dropped: adjacent in the ring's header
+_WRAP = struct.Struct("<I")
+_AT_HEAD, _AT_TAIL, _AT_DROPPED, _AT_WRAP = (getattr(trace_ring_header_t, f).offset
+                                             for f in ("head", "tail", "dropped", "wrap_count"))
+assert (_AT_TAIL, _AT_DROPPED) == (_AT_HEAD + 8, _AT_HEAD + 16)
+_PAD = record_struct(trace_entry_header_t)[0]
+_ENTRY_ID = struct.Struct("<H")
+_AT_ID, _AT_SIZE = trace_entry_header_t.id.offset, trace_entry_header_t.size.offset
+
+
+class EventKind:
+    """One trace event's entry (header and payload) as one precompiled struct; its values are
+    ``timestamp_ns, seq, id, size`` and then the event's fields in their order."""
+
+    __slots__ = ("id", "need", "size", "struct")
+
+    def __init__(self, cls: type[Any]) -> None:
+        head, _ = record_struct(trace_entry_header_t)
+        body, _ = record_struct(cls)
+        self.id = int(cls.TRACE_ID)
+        self.struct = struct.Struct(head.format + body.format.lstrip("<"))
+        self.size = body.size
+        self.need = (ENTRY_SIZE + body.size + ALIGN - 1) & ~(ALIGN - 1)
+
+
+_OP_START, _OP_END, _ERROR, _INTERRUPT, _REG_WRITE, _CU_START, _CU_END = (
+    EventKind(c) for c in (T.op_start, T.op_end, T.error, T.interrupt, T.reg_write, T.cu_start, T.cu_end))
+
+
+class RingWriter:
+    """The device's side of an attached ring (see the module docstring). The counters start from the
+    header the host wrote (checked by ``read_ring`` before) and are the device's own from then on:
+    entries are never read back except the oldest, when dropped, and those reads are bounded."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        header = trace_ring_header_t.from_buffer_copy(buffer[:HEADER_SIZE])
+        self.buffer = buffer
+        self.capacity = int(header.capacity)
+        start = int(header.header_size)
+        self.data = buffer[start:start + self.capacity]
+        self.head, self.tail, self.dropped = int(header.head), int(header.tail), int(header.dropped)
+        self.wrap = int(header.wrap_count)
+        self.seq = 0
+
+    def put(self, kind: EventKind, *values: int) -> None:
+        """Append one event stamped now (dropping the oldest entries when the ring is full)."""
+        now = time.monotonic_ns()
+        head, cap, need = self.head, self.capacity, kind.need
+        pos = head % cap
+        if head + need - self.tail > cap or cap - pos < need:
+            self._make_room(need, now)
+            head = self.head
+            pos = head % cap
+        kind.struct.pack_into(self.data, pos, now, self.seq, kind.id, kind.size, *values)
+        self.seq = (self.seq + 1) & _U32
+        head += need
+        self.head = head
+        if pos + need == cap:
+            self.wrap = (self.wrap + 1) & _U32
+            _WRAP.pack_into(self.buffer, _AT_WRAP, self.wrap)
+        _HEAD.pack_into(self.buffer, _AT_HEAD, head)  # after the entry: a reader never sees half of one
+
+    def _make_room(self, need: int, now: int) -> None:
+        """The slow path: pad out the rest of a lap that cannot hold the entry, and drop the oldest
+        entries until it fits (what TraceRing._write does)."""
+        cap = self.capacity
+        room_to_end = cap - self.head % cap
+        if room_to_end < need:
+            self._drop_until(room_to_end)
+            if room_to_end >= ENTRY_SIZE:  # a pad entry: a header only
+                _PAD.pack_into(self.data, self.head % cap, now, self.seq, PAD_ID, room_to_end - ENTRY_SIZE)
+            self.head += room_to_end
+            self.wrap = (self.wrap + 1) & _U32
+            _WRAP.pack_into(self.buffer, _AT_WRAP, self.wrap)
+        self._drop_until(need)
+        _COUNTERS.pack_into(self.buffer, _AT_HEAD, self.head, self.tail, self.dropped)
+
+    def _drop_until(self, need: int) -> None:
+        cap, data = self.capacity, self.data
+        while self.head + need - self.tail > cap:
+            pos = self.tail % cap
+            if cap - pos < ENTRY_SIZE:
+                self.tail += cap - pos
+                continue
+            (event_id,) = _ENTRY_ID.unpack_from(data, pos + _AT_ID)
+            (size,) = _ENTRY_ID.unpack_from(data, pos + _AT_SIZE)
+            self.tail = min(self.tail + ((ENTRY_SIZE + size + ALIGN - 1) & ~(ALIGN - 1)), self.head)
+            if event_id != PAD_ID:
+                self.dropped += 1
 
 
 class TraceOutput(DeviceState):
     """The device's side of the trace ring. See the module docstring."""
 
     trace_mask: int
-    _trace_ring: TraceRing | None
+    _trace_ring: RingWriter | None
     _trace_regs: dict[str, int]
     _trace_seq: list[int]
 
@@ -89,7 +189,7 @@ class TraceOutput(DeviceState):
             bo, offset = self.iommu.translate(r["trace_ctx"], base, size)
             buffer = bo.array[offset:offset + size].data  # a writable memoryview: written in place
             read_ring(buffer, T.API)  # the header is a ring of this contract that fits the buffer
-            self._trace_ring = TraceRing(buffer, T.API)
+            self._trace_ring = RingWriter(buffer)
         except MmuFault as e:
             self.log.append(f"trace ring at {base:#x}: refused: {e}")
             return
@@ -106,34 +206,40 @@ class TraceOutput(DeviceState):
 
     # -- what the device writes (under the device lock) ----------------------------------------------
 
-    def _trace_put(self, record: Any) -> None:
-        ring = self._trace_ring
-        if ring is not None:
-            ring.emit(record, time.monotonic_ns())
-
     def trace_op_start(self, block_index: int, group: int, ctx: int) -> None:
         seq = self._trace_seq[block_index]
-        self._trace_seq[block_index] = (seq + 1) & 0xFFFFFFFF
-        self._trace_put(T.op_start(seq=seq, context_id=ctx & 0xFFFF, block=block_index, group=group))
+        self._trace_seq[block_index] = (seq + 1) & _U32
+        ring = self._trace_ring
+        if ring is not None:
+            ring.put(_OP_START, seq, ctx & 0xFFFF, block_index, group)
 
     def trace_op_end(self, block_index: int, group: int, ctx: int, duration_ns: int, error: int) -> None:
-        seq = (self._trace_seq[block_index] - 1) & 0xFFFFFFFF
-        self._trace_put(T.op_end(duration_ns=duration_ns, seq=seq, hw_error=error, context_id=ctx & 0xFFFF,
-                                 block=block_index, group=group))
+        ring = self._trace_ring
+        if ring is not None:
+            seq = (self._trace_seq[block_index] - 1) & _U32
+            ring.put(_OP_END, duration_ns, seq, error, ctx & 0xFFFF, block_index, group)
 
     def trace_error(self, block_index: int, error: int, fault_address: int) -> None:
-        status = _STATUS_OF_ERROR.get(error, dla_status_e.ERROR)
-        self._trace_put(T.error(task_id=0, fault_address=fault_address, status=status, op_index=0xFFFF,
-                                block=block_index))
+        ring = self._trace_ring
+        if ring is not None:
+            status = int(_STATUS_OF_ERROR.get(error, dla_status_e.ERROR))
+            ring.put(_ERROR, 0, fault_address, status, 0xFFFF, block_index)
 
     def trace_interrupt(self, status: int, mask: int) -> None:
-        self._trace_put(T.interrupt(status=status, mask=mask))
+        ring = self._trace_ring
+        if ring is not None:
+            ring.put(_INTERRUPT, status, mask)
 
     def trace_reg_write(self, address: int, value: int, block_index: int, group: int) -> None:
-        self._trace_put(T.reg_write(address=address, value=value, block=block_index, group=group))
+        ring = self._trace_ring
+        if ring is not None:
+            ring.put(_REG_WRITE, address, value, block_index, group)
 
     def trace_cu(self, unit: int, execution: int, duration_ns: int | None, error: int = 0) -> None:
+        ring = self._trace_ring
+        if ring is None or not self.trace_mask & LAYER:  # (a SHAVE tile's calls do not test the class)
+            return
         if duration_ns is None:
-            self._trace_put(T.cu_start(execution=execution, unit=unit))
+            ring.put(_CU_START, execution, unit)
         else:
-            self._trace_put(T.cu_end(duration_ns=duration_ns, execution=execution, hw_error=error, unit=unit))
+            ring.put(_CU_END, duration_ns, execution, error, unit)

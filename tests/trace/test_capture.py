@@ -17,11 +17,13 @@ from pydla.demo import build_demo_model
 from pydla.trace import Capture
 
 OPS_PER_RUN = 8  # the demo network's NPU step: CONV+SDP, CONV+SDP, PDP, PDP, CONV+SDP
+# ... then its softmax, a SHAVE task list on a tile (one compute-unit execution on the tile's track)
+TILE_RUNS_PER_RUN = 1
 
 
 @pytest.fixture(scope="module")
 def blob() -> bytes:
-    return compile_model(build_demo_model()).blob
+    return bytes(compile_model(build_demo_model()).blob)
 
 
 def feeds(sess: Any, seed: int) -> dict[str, np.ndarray]:
@@ -43,16 +45,18 @@ def test_a_session_writes_one_timeline_of_device_and_host(blob: bytes, tmp_path:
     tracks = {e["args"]["name"] for e in events
               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 2}
     assert {"CONV", "SDP", "PDP"} <= tracks
-    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
+    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["name"].startswith("task")]
     assert len(device) == 3 * OPS_PER_RUN
+    tiles = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and not e["name"].startswith("task")]
+    assert len(tiles) == 3 * TILE_RUNS_PER_RUN
     blocks = ["CONV", "SDP", "CONV", "SDP", "PDP", "PDP", "CONV", "SDP"]
     expected = sorted(f"task0: operation {i} ({b})" for i, b in enumerate(blocks))
     assert sorted({e["name"] for e in device}) == expected
     assert all(e["dur"] > 0 and "shape" in e["args"] for e in device)
     host = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert [e["name"] for e in host].count("npu task0") == 3
-    assert [e["name"] for e in host].count("cpu softmax") == 3
-    assert [e["name"] for e in host].count("NvDlaWaitFence") == 3
+    assert [e["name"] for e in host].count("npu task1") == 3  # the softmax's SHAVE task list
+    assert [e["name"] for e in host].count("NvDlaWaitFence") == 3 * 2
     # each run's device work lies inside its host span (one clock for both)
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in host if e["name"] == "npu task0")
     for op in device:
@@ -75,11 +79,10 @@ def test_the_profile_names_every_operation_and_the_host_overhead(blob: bytes) ->
     totals = [float(line.split()[4]) for line in op_lines]
     assert totals == sorted(totals, reverse=True)  # sorted by cost
     assert "src 3x32x32" in text and "dst 16x16x16" in text
-    steps = {line.split()[0]: line.split() for line in lines if line.startswith(("task0 ", "softmax "))
+    steps = {line.split()[0]: line.split() for line in lines if line.startswith("task0 ")
              and len(line.split()) == 5}
     wall, device, overhead = (float(v) for v in steps["task0"][1:4])
     assert wall > device > 0 and abs(overhead - (wall - device)) < 0.2
-    assert float(steps["softmax"][2]) == 0.0  # a CPU run: no device time
 
 
 def test_one_trace_per_device_at_a_time(blob: bytes) -> None:
@@ -130,7 +133,7 @@ def test_pydla_run_traces_profiles_and_saves_the_ring(tmp_path: Path, capsys) ->
     assert f"trace of 2 run(s) written to {out}" in text
     assert "host overhead us" in text
     assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]) \
-        == 2 * OPS_PER_RUN
+        == 2 * (OPS_PER_RUN + TILE_RUNS_PER_RUN)
     assert main(["trace", str(ring)]) == 0
     shown = capsys.readouterr()
     assert shown.out.count("op_end") == 2 * OPS_PER_RUN and "events" in shown.err
