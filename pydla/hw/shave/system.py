@@ -43,6 +43,9 @@ _TILE_REGS = {R.REGISTERS[f"SHAVE_T0_{n.upper()}"] - R.SHAVE_T0_CTRL: n for n in
     "done", "error", "error_pc", "error_addr", "error_kernel", "error_task")}
 
 
+_PROGRESS = frozenset({R.SHAVE_DMA_PUSH_HI, R.SHAVE_BAR_CONFIG})
+
+
 class _TileRegs:
     """What the host wrote for one tile (the tile model holds the rest)."""
 
@@ -167,7 +170,9 @@ class ShaveSystem:
                 self._dma_fault(fault, self.push_seq)
         elif self.read(address) is None:
             return None
-        if run:
+        # Only a push, a START or a barrier configuration lets a tile or the DMA progress: the other
+        # registers (addresses, selects, clears) run nothing, at no cost per write.
+        if run and (address in _PROGRESS or (tile_regs is not None and tile_regs[1] in ("ctrl", "push_hi"))):
             self.run()
         return bool(self.intr_status & ~before)
 

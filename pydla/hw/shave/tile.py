@@ -34,12 +34,12 @@ import numpy.typing as npt
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.hw.memory import Iommu
-from pydla.hw.shave import hle
 from pydla.hw.shave.barriers import Barriers
 from pydla.hw.shave.config import ShaveConfig
 from pydla.hw.shave.elfload import check_entry, parse_elf
 from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
+from pydla.hw.shave.tile_fast import FastEmulation
 from pydla.hw.shave.watchdog import WATCHDOG, Watch
 
 # The emulator's Python binding has no type information: it is used through Any.
@@ -50,7 +50,6 @@ State = R.shave_tile_state_e
 UNTIL = 0xFFFFFFFC  # emu_start's end address: never executed (outside every window)
 MSTATUS_FS = 1 << 13  # the F extension is off until mstatus.FS is set
 EBREAK, ECALL = 0x00100073, 0x00000073  # traps the emulator reports as invalid instructions
-RET = (0x00008067).to_bytes(4, "little")  # jalr x0, 0(ra): the entry of a kernel run by high-level emulation
 GUARD_BYTES = 4096  # the unmapped page between a tile's data and its stack (one emulator page)
 # Control page registers (byte offsets in shave_ctrl_page_t).
 _PAGE = S.shave_ctrl_page_t
@@ -70,7 +69,7 @@ def _buffer(size: int) -> tuple[mmap.mmap, npt.NDArray[np.uint8]]:
     return m, np.frombuffer(m, dtype=np.uint8)
 
 
-class Tile:
+class Tile(FastEmulation):
     def __init__(self, index: int, config: ShaveConfig, cmx: npt.NDArray[np.uint8], iommu: Iommu,
                  barriers: Barriers) -> None:
         self.index = index
@@ -98,15 +97,7 @@ class Tile:
         self._stop: State | None = None  # why the emulator stopped, set by the control page
         self._yield = False  # a task ended since the emulator was started: stop at the next pop
         self._watch: Watch | None = None  # the watchdog's record of the running emulation
-        # High-level emulation (pydla.hw.shave.hle): the current task's numpy equivalent, run when the
-        # runtime kernel reports the task's barriers (its entry point is a bare return).
-        self._fast = config.emulation == hle.FAST
-        self._hle_compute: hle.Compute | None = None
-        self._hle_elf: bytes | None = None
-        self._hle_plan: Any = None
-        self._hle_computes: dict[tuple[bytes, int], hle.Compute | None] = {}  # by (WIN_E, CMX limit)
-        self._stub_at: int | None = None  # where WIN_D holds the bare return (no kernel loaded since)
-        self.fast_invocations = 0  # invocations high-level emulation computed (tests and benches read it)
+        self._init_fast(config)  # high-level emulation (FastEmulation)
         # Told when a kernel starts (its entry point is read, its barriers fired) and ends:
         # (tile, task number, None | duration in ns, error): the device's trace (one track per tile).
         self.on_task: Callable[[int, int, int | None, int], None] | None = None
@@ -134,17 +125,22 @@ class Tile:
         for seg in image.segments:
             at = seg.vaddr - S.RT_WIN
             self._rt[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
+        self.uc.ctl_remove_cache(S.RT_WIN, S.RT_WIN + S.RT_WIN_BYTES)  # another runtime may have run before
+        self._reset_registers()
+        self.pc = self._rt_entry = image.entry
+        self.stack_size = stack_size
+        self.state = State.RUNNING
+        self._runtime_started(runtime)
+
+    def _reset_registers(self) -> None:
+        """Every register from zero and sp at the top of WIN_F: a START runs the same whatever ran
+        before it."""
         uc = self.uc
-        uc.ctl_remove_cache(S.RT_WIN, S.RT_WIN + S.RT_WIN_BYTES)  # another runtime may have run before
-        # Every register from zero, so that a START runs the same whatever ran before it.
         for reg in (*range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1),
                     *range(rv.UC_RISCV_REG_F0, rv.UC_RISCV_REG_F31 + 1), rv.UC_RISCV_REG_FCSR):
             uc.reg_write(reg, 0)
         uc.reg_write(rv.UC_RISCV_REG_SP, S.WIN_F + self.config.cmx_bytes)
         uc.reg_write(rv.UC_RISCV_REG_MSTATUS, uc.reg_read(rv.UC_RISCV_REG_MSTATUS) | MSTATUS_FS)
-        self.pc = image.entry
-        self.stack_size = stack_size
-        self.state = State.RUNNING
 
     def halt(self) -> None:
         """Stop the tile, empty its FIFO, clear its error (the host's HALT, a reset)."""
@@ -177,6 +173,8 @@ class Tile:
     def resume(self) -> None:
         """Run the tile until it sleeps (or, with an instruction budget, ends a task) or stops with
         an error (raised as ShaveFault after the tile's error registers are set)."""
+        if self._resume_fast():
+            return  # the shipped runtime kernel's loop, run in Python: the tile sleeps
         uc = self.uc
         self._fault = None
         self._stop = None
@@ -213,6 +211,7 @@ class Tile:
         self.pc = pc
         assert self._stop is not None
         self.state = self._stop
+        self._machine_slept()
 
     # -- the emulator ---------------------------------------------------------------------------------
 
@@ -361,16 +360,6 @@ class Tile:
             self.on_task(self.index, self.task_seq, time.perf_counter_ns() - self._task_t0, error)
         self._task_t0 = 0
 
-    def _run_fast(self) -> None:
-        compute, self._hle_compute = self._hle_compute, None
-        assert compute is not None
-        try:
-            compute()
-        except Exception as e:  # a defect of the equivalent: reported, never hidden as a result
-            raise ShaveFault(E.BAD_TASK, f"high-level emulation of the kernel failed: {e!r} (run it "
-                                         "with shave.emulation 'exact')") from e
-        self.fast_invocations += 1
-
     def _bad_access(self, op: str, offset: int, size: int) -> ShaveFault:
         return ShaveFault(E.BAD_ACCESS, f"control page {op} of {size} bytes at offset {offset:#x}"
                           + ("" if self.task is not None else " with no current task"),
@@ -447,40 +436,6 @@ class Tile:
             data = read_bytes(self.iommu, pushed.ctx, inv.data_addr, inv.data_size, f"{what} data")
             self._win_e[inv.data_offset:inv.data_offset + inv.data_size] = np.frombuffer(data, dtype=np.uint8)
         return args
-
-    def _load_fast(self, elf: bytes, inv: S.ActKernelInvocation, pushed: Pushed, what: str) -> bool:
-        """Plan the invocation's high-level emulation; True when it will run so (its entry point is
-        then a bare return), False to run its machine code."""
-        if elf is not self._hle_elf and elf != self._hle_elf:
-            self._hle_elf, self._hle_plan = elf, hle.find(elf, inv.entry_offset)
-            self._hle_computes.clear()
-        plan = self._hle_plan
-        if plan is None or self._hle_elf is None or inv.entry_offset + 4 > S.WIN_D_BYTES:
-            return False
-        self._win_e[:] = 0  # the kernel's RW data is its own business: the equivalent has none
-        args = self._load_args(inv, pushed, what)
-        # The plan depends on WIN_E (arguments, dims, strides) and the CMX data's extent only: the
-        # views it made stay valid while those are the same (a prepared job's repeated runs).
-        key = (self._win_e[:max(inv.args_size, inv.data_offset + inv.data_size)].tobytes()
-               + inv.data_offset.to_bytes(4, "little"), self._guard)
-        if key in self._hle_computes:
-            compute = self._hle_computes[key]
-        else:
-            compute = plan(args, hle.Memory(self._win_e, self.cmx, self._guard - S.WIN_F))
-            if len(self._hle_computes) >= 64:
-                self._hle_computes.clear()
-            self._hle_computes[key] = compute
-        if compute is None:
-            return False  # not covered: _load continues with the machine code (WIN_E is reloaded)
-        at = inv.entry_offset
-        if self._stub_at != at:
-            self._win_d[at:at + 4] = np.frombuffer(RET, dtype=np.uint8)
-            self._kernel_extent = max(self._kernel_extent, at + 4)
-            self._loaded_kernel = None  # WIN_D no longer holds a whole kernel
-            self.uc.ctl_remove_cache(S.WIN_D + at, S.WIN_D + at + 4)
-            self._stub_at = at
-        self._hle_compute = compute
-        return True
 
     def close(self) -> None:
         if self.uc is not None:
