@@ -33,7 +33,8 @@ from pydla.compiler.layout import normalize_axis, prod
 from pydla.compiler.plan import Step, attr
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.shave.build import RUNTIME, kernel_elf
+from pydla.hw.shave.build import kernel_elf
+from pydla.kernels import check_elf
 from pydla.loadable.shave_task import DEFAULT_STACK, ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Ref
 
@@ -131,7 +132,7 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
         return False
     src_buf, src_off = lw.storage(src)
     dst_buf, dst_off = lw.storage(dst)
-    elf_runtime, elf_kernel = _kernel_ref(lw, RUNTIME), _kernel_ref(lw, kernel)
+    elf_runtime, elf_kernel = _kernel_ref(lw, "runtime"), _kernel_ref(lw, kernel)
     entry = _entry_offset(kernel_elf(kernel))
     chunk = lists.rows_per_chunk
     limit = lists.cmx - -(-DEFAULT_STACK // PAGE) * PAGE - GUARD  # the data below the guard page
@@ -201,11 +202,7 @@ def _kernel_ref(lw: Lowering, name: str) -> Ref:
 
 
 def _entry_offset(elf: bytes) -> int:
-    from pydla.hw.shave.elfload import parse_elf
-
-    rw_data = (S.WIN_E + S.ARGS_MAX_BYTES, S.WIN_E_BYTES - S.ARGS_MAX_BYTES, True)
-    image = parse_elf(elf, "kernel", [(S.WIN_D, S.WIN_D_BYTES, False), rw_data])
-    return int(image.entry - S.WIN_D)
+    return check_elf(elf, "shipped kernel").entry_offset
 
 
 KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5}
