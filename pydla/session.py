@@ -112,7 +112,8 @@ def loadable_bytes(model: Any, config: str = "full", precision: str = "fp32", *,
 def compiler_fingerprint() -> str:
     """A hash of what decides a compiled loadable: the compiler's sources, the loadable side it
     writes with (the task encoder, the CPU operator tables, the container and ELF writers), the
-    device configurations and limits, and the binary-contract specs and layouts. Part of the cache
+    device configurations and limits, the binary-contract specs and layouts, and the shipped SHAVE
+    kernels the loadables carry. Part of the cache
     key, so that a changed compiler (a development install, a patched one) never serves loadables
     the old one made."""
     root = Path(__file__).parent
@@ -128,7 +129,8 @@ def fingerprinted_files() -> list[Path]:
     return sorted([*(root / "compiler").rglob("*.py"), *(root / "loadable").rglob("*.py"),
                    *(root / "elf").rglob("*.py"), root / "hw" / "config.py",
                    *(root / "hw" / "configs").glob("*.json"), root / "deviceapi" / "task_layout.py",
-                   *(root / "deviceapi" / "specs").rglob("*.yaml")])
+                   *(root / "deviceapi" / "specs").rglob("*.yaml"), root / "kernels.py",
+                   *(root / "hw" / "shave" / "kernels").glob("*.elf")])  # the SHAVE kernels it embeds
 
 
 def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
