@@ -319,12 +319,14 @@ class Runner:
                 finally:
                     self._release(semaphore)
 
-    def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence, keep: object = None) -> None:
+    def execute_async(self, pre: list[NvDlaFence], post: NvDlaFence, keep: object = None,
+                      bindings: dict[str, NvDlaMemHandle] | None = None) -> None:
         """Start the recipe once ``pre`` are reached; reach ``post`` when it is done (or fail it).
         NPU-only recipes are chained on the device's fences; with CPU runs a thread runs them, which
         holds ``keep`` (the owners of the fences' semaphores) until it is done. The bindings are
-        those at the time of the call (later binds do not change a started run)."""
-        bindings = self._bindings()
+        those at the time of the call (later binds do not change a started run), or ``bindings``
+        (a snapshot taken earlier: :meth:`bindings_snapshot`)."""
+        bindings = self._bindings() if bindings is None else bindings
         if all(isinstance(s, _Npu) for s in self.steps):
             with self._lock:
                 fences = pre
@@ -357,6 +359,10 @@ class Runner:
                 self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
 
         threading.Thread(target=work, args=(keep,), daemon=True, name="pydla-runner").start()
+
+    def bindings_snapshot(self) -> dict[str, NvDlaMemHandle]:
+        """The current bindings, complete (for a run started later with them)."""
+        return self._bindings()
 
     def _release(self, semaphore: Any) -> None:
         """Destroy a semaphore of ours; submitted tasks that use it keep working."""

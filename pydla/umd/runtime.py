@@ -319,14 +319,32 @@ class IRuntime:
         with self._lock:
             self._forget_ended_runs()
             self._runs.append((out, uses))
+        foreign = [s for s in syncs if s.port is not self.port]
+        if not staged and foreign:
+            # Another runtime's syncs are waited for here on the host (their semaphores are not this
+            # port's to hand to the driver), then the run starts on this port's own fences.
+            own = [s.fence for s in syncs if s.port is self.port]
+            bindings = runner.bindings_snapshot()
+
+            def start_after(_keep: object) -> None:
+                try:
+                    for sync in foreign:
+                        sync.wait(self.timeout_ms)
+                    runner.execute_async(own, post, keep=_keep, bindings=bindings)
+                except DlaError as e:
+                    self.port.NvDlaFailFence(post, e)
+
+            threading.Thread(target=start_after, args=((syncs, out),), daemon=True,
+                             name="pydla-foreign-wait").start()
+            return [out]
         if not staged:
             runner.execute_async(pre, post, keep=(syncs, out))
             return [out]
 
         def work(_keep: object) -> None:  # conversions need the host between the fences and the run
             try:
-                for fence in pre:
-                    self.port.NvDlaWaitFence(fence, self.timeout_ms)
+                for sync in syncs:  # each on its own port (another runtime's sync too)
+                    sync.wait(self.timeout_ms)
                 with self._staging_lock:
                     self._run_staged(runner, staged)
                 self.port.NvDlaSignalFence(post)
