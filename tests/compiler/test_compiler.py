@@ -437,15 +437,19 @@ def test_resize_cubic_is_a_cpu_run_and_an_unknown_mode_is_refused() -> None:
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_softmax_becomes_a_cpu_run_between_npu_tasks(op: str, precision: str) -> None:
+    """Without the SHAVE tiles (shave=False; a configuration without tiles does the same)."""
     nodes = [helper.make_node("Gemm", ["x", "W", "B"], ["logits"], transB=1),
              helper.make_node(op, ["logits"], ["p"]),
              helper.make_node("Mul", ["p", "k"], ["y"])]
     m = model(nodes, {"x": (1, 6)}, ["y"], {"W": r(10, 6), "B": r(10), "k": np.array(2.0, np.float32)})
     x = {"x": r(1, 6)}
-    result = compile_model(m, precision=precision)
+    result = compile_model(m, precision=precision, shave=False)
     lo = Loadable.open(result.blob)
     assert [(w, [run.name for run in runs]) for w, runs in lo.recipe.runlists()] == [
         ("npu", ["task0"]), ("cpu", [op.lower().replace("logsoftmax", "log_softmax")]), ("npu", ["task1"])]
+    on_tiles = compile_model(m, precision=precision)  # the default: a SHAVE task list between them
+    assert [w for w, _ in Loadable.open(on_tiles.blob).recipe.runlists()] == ["npu"]
+    assert on_tiles.operations["SHAVE"] == 1 and "CPU" not in on_tiles.operations
     assert lo.recipe.cpus[lo.recipe.runs[1].name].library_path == "umd/cpulib.py"
     assert result.operations["CPU"] == 1
     got, want = run_loadable(result.blob, x), reference(m, x)

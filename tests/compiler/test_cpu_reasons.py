@@ -21,9 +21,9 @@ from pydla.loadable.container import Loadable
 from tests.compiler.support import model
 
 
-def _softmax_then_cast() -> Any:
+def _sine_then_cast() -> Any:
     m = model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
-               helper.make_node("Softmax", ["r"], ["s"], axis=-1, name="probs"),
+               helper.make_node("Sin", ["r"], ["s"], name="sine"),
                helper.make_node("Relu", ["s"], ["t"], name="relu2"),
                helper.make_node("Cast", ["t"], ["y"], to=TensorProto.INT32, name="to_int")],
               {"x": (2, 5)}, ["y"])
@@ -32,11 +32,11 @@ def _softmax_then_cast() -> Any:
 
 
 def test_the_compile_result_and_the_recipe_header_name_each_cpu_run() -> None:
-    compiled = compile_model(_softmax_then_cast())
+    compiled = compile_model(_sine_then_cast())
     runs = Loadable.open(compiled.blob).recipe.runs
     assert [r.where for r in runs] == ["npu", "cpu", "npu", "cpu"]
     assert compiled.cpu_runs == [
-        {"index": 1, "function": "softmax", "node": "probs", "op": "Softmax", "why": WHY["softmax"]},
+        {"index": 1, "function": "unary", "node": "sine", "op": "Sin", "why": WHY["unary"]},
         {"index": 3, "function": "cast", "node": "to_int", "op": "Cast", "why": WHY["cast"]}]
     assert Loadable.open(compiled.blob).recipe.raw["header"]["cpu_runs"] == compiled.cpu_runs
 
@@ -50,15 +50,15 @@ def test_a_network_on_the_device_alone_has_no_cpu_runs_entry() -> None:
 def test_pydla_info_reports_the_count_and_the_reasons(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "m.dla"
-    path.write_bytes(compile_model(_softmax_then_cast()).blob)
+    path.write_bytes(compile_model(_sine_then_cast()).blob)
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
     assert "cpu runs: 2 (each splits the NPU work" in out
-    assert f"cpu run softmax from umd/cpulib.py for node 'probs' (Softmax): {WHY['softmax']}" in out
+    assert f"cpu run unary from umd/cpulib.py for node 'sine' (Sin): {WHY['unary']}" in out
     assert f"cpu run cast from umd/cpulib.py for node 'to_int' (Cast): {WHY['cast']}" in out
     assert main(["info", str(path), "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["cpu_runs"]
-    assert [(r["run"], r["node"], r["op"]) for r in runs] == [("softmax", "probs", "Softmax"),
+    assert [(r["run"], r["node"], r["op"]) for r in runs] == [("unary", "sine", "Sin"),
                                                               ("cast", "to_int", "Cast")]
 
 
@@ -88,8 +88,8 @@ def test_pydla_compile_counts_the_cpu_runs(tmp_path: Path, capsys: pytest.Captur
     import onnx
 
     path = tmp_path / "m.onnx"
-    onnx.save(_softmax_then_cast(), str(path))
+    onnx.save(_sine_then_cast(), str(path))
     assert main(["compile", str(path)]) == 0
     out = capsys.readouterr().out
     dla = tmp_path / "m.dla"
-    assert f"cpu runs: 2 (Cast, Softmax), each a split of the NPU work: `pydla info {dla}`" in out
+    assert f"cpu runs: 2 (Cast, Sin), each a split of the NPU work: `pydla info {dla}`" in out

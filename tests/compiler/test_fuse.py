@@ -48,8 +48,11 @@ def test_erf_form_gelu(build: Any, fused: bool) -> None:
     assert (ops == ["Relu", "Gelu"]) == fused, ops
     assert ("Erf" in ops) != fused
     a = (np.random.default_rng(8).standard_normal((2, 3, 8)) * 3).astype(F32)
-    compiled = compile_model(m)
+    compiled = compile_model(m, shave=False)
     assert [n["op"] for n in compiled.cpu_runs] == (["Gelu"] if fused else ["Erf"])
-    got, want = run_loadable(compiled.blob, {"a": a}), reference(m, {"a": a})
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    on_tiles = compile_model(m)  # the default: the one function on a SHAVE tile
+    assert on_tiles.cpu_runs == [] and on_tiles.operations["SHAVE"] == 1
+    for blob in (compiled.blob, on_tiles.blob):
+        got, want = run_loadable(blob, {"a": a}), reference(m, {"a": a})
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -82,7 +82,7 @@ class _Terminal(io.StringIO):
 
 def _compile_args(path: Path) -> argparse.Namespace:
     return argparse.Namespace(model=path, output=None, config="full", precision="fp32", quiet=False,
-                              input_shape=[])
+                              input_shape=[], no_shave=False)
 
 
 @pytest.mark.parametrize("terminal", [True, False])
