@@ -130,8 +130,9 @@ def test_layout_matches_the_design() -> None:
 def test_demo_runs_and_checks_its_numbers(capsys) -> None:
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    for fragment in ("stages:", "compile", "submit", "wait", "device operations: CONV 3, PDP 2, SDP 3, SHAVE 1",
-                     "device BLAS: ", "max |pydla - onnxruntime|", ": OK", "next:"):
+    for fragment in ("stages:", "compile", "submit", "wait",
+                     "device operations: CONV 3, PDP 2, SDP 3, SHAVE 1", "device BLAS: ",
+                     "max |pydla - onnxruntime|", ": OK", "next:"):
         assert fragment in out, fragment
 
 

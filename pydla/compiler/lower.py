@@ -502,7 +502,7 @@ LOWER: dict[str, Callable[[Lowering, Step], None]] = {
     "gemm": matmul.lower_gemm, "sdp": elementwise.lower_sdp, "pool": pooling.lower_pool,
     "lrn": pooling.lower_lrn, "cpu": shave_ops.softmax_step, "unary": shave_ops.unary_step,
     "layernorm": shave_ops.layernorm_step,
-    "reduce": cpuops.reduce_run, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
+    "reduce": shave_ops.reduce_step, "pow": cpuops.pow_run, "compare": cpuops.compare_run,
     "where": cpuops.where_run, "cast": cpuops.cast_run, "argmax": cpuops.argmax_run,
     "gather": cpuops.gather_run, "expand": movement.expand, "tile": cpuops.tile_run,
     "custom": custom_kernel.lower,

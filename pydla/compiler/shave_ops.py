@@ -2,7 +2,8 @@
 
 On a configuration with SHAVE tiles, the operators the shipped kernels compute run there instead of
 as host CPU runs: Softmax and LogSoftmax (``softmax``, ``log_softmax``), Exp, Log, Sqrt, Erf, Gelu,
-Softplus and Mish (``activation``), and LayerNormalization (``layernorm``, fp32 models). Each step
+Softplus and Mish (``activation``), the Reduce* operators over constant adjacent axes (``reduce``),
+and LayerNormalization (``layernorm``, fp32 models). Each step
 becomes one SHAVE task list (one task of the run recipe) per part that fits the tiles' CMX at once:
 
 - the tensor is cut into chunks of whole rows (a row: what the kernel normalises together, or any
@@ -52,6 +53,12 @@ ACTIVATION_OPS = {"Exp": S.shave_activation_e.EXP, "Erf": S.shave_activation_e.E
                   "Log": S.shave_activation_e.LOG, "Softplus": S.shave_activation_e.SOFTPLUS,
                   "Mish": S.shave_activation_e.MISH}
 SOFTMAX_KERNELS = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}
+REDUCE_OPS = {"ReduceSum": S.shave_reduce_e.SUM, "ReduceMean": S.shave_reduce_e.MEAN,
+              "ReduceMax": S.shave_reduce_e.MAX, "ReduceMin": S.shave_reduce_e.MIN,
+              "ReduceProd": S.shave_reduce_e.PROD, "ReduceL1": S.shave_reduce_e.L1,
+              "ReduceL2": S.shave_reduce_e.L2,
+              "ReduceSumSquare": S.shave_reduce_e.SUM_SQUARE, "ReduceLogSum": S.shave_reduce_e.LOG_SUM,
+              "ReduceLogSumExp": S.shave_reduce_e.LOG_SUM_EXP}
 _TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float16): S.shave_data_type_e.FP16}
 
 
@@ -62,10 +69,16 @@ def enabled(lw: Lowering) -> bool:
 
 @dataclass(frozen=True)
 class Rows:
-    """A tensor seen as ``rows`` rows of ``row`` elements: what a chunk of it holds."""
+    """A tensor seen as ``rows`` rows of ``row`` elements (its result: rows of ``out_row``, or of
+    ``row`` when None): what a chunk of it holds."""
 
     rows: int
     row: int
+    out_row: int | None = None
+
+    @property
+    def result_row(self) -> int:
+        return self.row if self.out_row is None else self.out_row
 
 
 def _memref(dims: tuple[int, ...], dtype: np.dtype[Any], addr: int, data: bytearray) -> Any:
@@ -98,15 +111,15 @@ class _Lists:
         self.barriers = shave.barriers
         stack = -(-DEFAULT_STACK // PAGE) * PAGE
         self.capacity = self.cmx - stack - GUARD - resident - 2 * PAGE  # room for the chunks' data
-        per_row = max(rows.row * (element_in + element_out), 1)
+        per_row = max(rows.row * element_in + rows.result_row * element_out, 1)
         # Two pages of the room go to aligning the chunk's input and output.
         self.rows_per_chunk = max(1, min(rows.rows, (self.capacity - 2 * PAGE) // per_row))
-        total = rows.rows * rows.row * (element_in + element_out)
+        total = rows.rows * per_row
         if total >= SPREAD_BYTES and rows.rows >= self.tiles:  # spread: at least one chunk per tile
             self.rows_per_chunk = min(self.rows_per_chunk, -(-rows.rows // self.tiles))
 
     def fits(self, rows: Rows, element_in: int, element_out: int) -> bool:
-        need = rows.row * (element_in + element_out) + 2 * PAGE
+        need = rows.row * element_in + rows.result_row * element_out + 2 * PAGE
         return need <= self.capacity
 
 
@@ -148,7 +161,7 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
         group = groups[-1] if groups else None
         barriers_left = lists.barriers - 1 - 2 * len(group or []) - (lists.tiles if vectors else 0)
         tile = len(group) % lists.tiles if group is not None else 0
-        in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.row * dt_out.itemsize
+        in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.result_row * dt_out.itemsize
         base = used.get(tile, vector_bytes) if group is not None else vector_bytes
         in_at = _place(base, in_bytes)
         out_at = _place(in_at + in_bytes, out_bytes)
@@ -160,7 +173,7 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
             out_at = _place(in_at + in_bytes, out_bytes)
         used[tile] = out_at + out_bytes
         groups[-1].append((tile, start, count, in_at, out_at))
-    row_in, row_out = rows.row * dt_in.itemsize, rows.row * dt_out.itemsize
+    row_in, row_out = rows.row * dt_in.itemsize, rows.result_row * dt_out.itemsize
     for group in groups:
         sb = ShaveTaskBuilder(lists.tiles, lists.cmx, lists.barriers)
         sb.runtime(elf_runtime)
@@ -205,7 +218,7 @@ def _entry_offset(elf: bytes) -> int:
     return check_elf(elf, "shipped kernel").entry_offset
 
 
-KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5}
+KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5, "reduce": 6}
 
 
 def _kernel_id(name: str) -> int:
@@ -301,6 +314,42 @@ def layernorm(lw: Lowering, step: Step) -> bool:
                      vectors)
 
 
+def reduce(lw: Lowering, step: Step) -> bool:
+    """A Reduce* of a float tensor over constant axes that are one block of adjacent dimensions:
+    the input as (A, R, B), reduced over R."""
+    n = step.head
+    op = REDUCE_OPS.get(n.op_type)
+    src = n.inputs[0]
+    shape = lw.g.shapes[src]
+    if not enabled(lw) or op is None or lw.g.dtypes[src].kind != "f" or not shape:
+        return False
+    if lw.g.opset >= cpuops.AXES_INPUT_SINCE.get(n.op_type, 18):
+        name = n.inputs[1] if len(n.inputs) > 1 else ""
+        if name and name not in lw.g.consts:
+            return False  # axes given at run time: the CPU run reads them
+        axes = [int(a) for a in np.asarray(lw.g.consts[name]).ravel()] if name else []
+    else:
+        axes = [int(a) for a in attr(n, "axes", [])]
+    if not axes:
+        if int(attr(n, "noop_with_empty_axes", 0)):
+            return False
+        axes = list(range(len(shape)))
+    axes = sorted({normalize_axis(a, len(shape), n.where()) for a in axes})
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        return False  # not one block of adjacent dimensions
+    first, last = axes[0], axes[-1] + 1
+    outer, reduced, inner = prod(shape[:first]), prod(shape[first:last]), prod(shape[last:])
+    if reduced == 0:
+        return False
+    dt_in, dt_out = lw.storage_dtype(src), lw.storage_dtype(step.output)
+
+    def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
+        return bytes(S.ReduceParams(input=_memref((count, reduced, inner), dt_in, in_addr, data),
+                                    output=_memref((count, inner), dt_out, out_addr, data), op=int(op)))
+
+    return _run_rows(lw, step, "reduce", Rows(outer, reduced * inner, inner), src, step.output, params)
+
+
 # -- the steps (pydla.compiler.lower.LOWER): on the tiles where a kernel computes them, else as before --
 
 def softmax_step(lw: Lowering, step: Step) -> None:
@@ -320,3 +369,8 @@ def layernorm_step(lw: Lowering, step: Step) -> None:
         raise DlaError(NvError.NotSupported,
                        f"{step.head.where()}: kept whole for the SHAVE tiles, which cannot take it here "
                        "(compile with shave=False / --no-shave to decompose it)")
+
+
+def reduce_step(lw: Lowering, step: Step) -> None:
+    if not reduce(lw, step):
+        cpuops.reduce_run(lw, step)

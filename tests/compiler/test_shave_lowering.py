@@ -50,6 +50,12 @@ def _cases() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
         "log": (one("Log", ["x"])[0], positive),
         "softplus": one("Softplus", ["x"]),
         "mish": one("Mish", ["x"], opset=18),
+        "reduce_sum_axes_input": one("ReduceSum", ["x", "ax"], 13, {"ax": np.array([1], np.int64)},
+                                     keepdims=1),
+        "reduce_max_middle": one("ReduceMax", ["x"], axes=[1], keepdims=0),
+        "reduce_l2_two_axes": one("ReduceL2", ["x"], axes=[1, 2], keepdims=1),
+        "reduce_logsumexp_all": one("ReduceLogSumExp", ["x"], keepdims=0),
+        "reduce_mean_first": (one("ReduceMean", ["x"], opset=18)[0], x),
     }
 
 

@@ -290,9 +290,51 @@ def layernorm(args: bytes, mem: Memory) -> Compute:
     return compute
 
 
+def _reducer(op: int) -> Callable[[npt.NDArray[np.float32]], Any] | None:
+    r = S.shave_reduce_e
+    f32 = np.float32
+
+    def lse(x: npt.NDArray[np.float32]) -> Any:
+        m = x.max(axis=1)
+        finite = np.where(np.isfinite(m), m, f32(0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = finite + np.log(np.exp(x - finite[:, None, :]).sum(axis=1, dtype=f32))
+        return np.where(np.isfinite(m), y, m)
+
+    table: dict[int, Callable[[npt.NDArray[np.float32]], Any]] = {
+        int(r.SUM): lambda x: x.sum(axis=1, dtype=f32), int(r.MEAN): lambda x: x.mean(axis=1, dtype=f32),
+        int(r.MAX): lambda x: x.max(axis=1), int(r.MIN): lambda x: x.min(axis=1),
+        int(r.PROD): lambda x: x.prod(axis=1, dtype=f32),
+        int(r.L1): lambda x: np.abs(x).sum(axis=1, dtype=f32),
+        int(r.L2): lambda x: np.sqrt((x * x).sum(axis=1, dtype=f32)),
+        int(r.SUM_SQUARE): lambda x: (x * x).sum(axis=1, dtype=f32),
+        int(r.LOG_SUM): lambda x: np.log(x.sum(axis=1, dtype=f32)), int(r.LOG_SUM_EXP): lse,
+    }
+    return table.get(op)
+
+
+def reduce(args: bytes, mem: Memory) -> Compute:
+    p = _params(S.ReduceParams, args)
+    function = _reducer(int(p.op))
+    src = mem.view(p.input)
+    out = mem.view(p.output)
+    if function is None or src.ndim != 3 or src.shape[1] == 0:
+        raise NotCovered("op, rank or an empty reduction")
+    a, _, b = src.shape
+    if out.shape not in ((a, 1, b), (a, b)):
+        raise NotCovered("output dims")
+    target = out.reshape(a, b) if out.ndim == 2 else out[:, 0, :]
+
+    def compute() -> None:
+        with np.errstate(all="ignore"):
+            _store(target, np.asarray(function(src.astype(np.float32)), dtype=np.float32))
+
+    return compute
+
+
 EQUIVALENTS: dict[str, Callable[[bytes, Memory], Compute]] = {
     "clamp": clamp, "softmax": softmax, "log_softmax": log_softmax, "activation": activation,
-    "layernorm": layernorm,
+    "layernorm": layernorm, "reduce": reduce,
 }
 
 

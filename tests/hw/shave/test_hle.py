@@ -201,3 +201,18 @@ def test_log_softmax(hosts: dict[str, Host], in_dtype: type, out_dtype: type) ->
     fast, exact = both(hosts, run)
     np.testing.assert_allclose(fast.astype(np.float32), exact.astype(np.float32),
                                rtol=1e-3 if out_dtype is np.float16 else 2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("op", [m.name for m in S.shave_reduce_e])
+def test_reduce(hosts: dict[str, Host], op: str) -> None:
+    from tests.hw.shave.test_kernels import run_reduce
+
+    x = np.random.default_rng(9).standard_normal((4, 41, 6)).astype(np.float32)
+    if op in ("LOG_SUM", "PROD"):
+        x = (np.abs(x) + 0.5).astype(np.float32)
+
+    def run(host: Host) -> np.ndarray:
+        return run_reduce(host, x, op)
+
+    fast, exact = both(hosts, run)
+    np.testing.assert_allclose(fast, exact, rtol=2e-5, atol=2e-6)

@@ -286,3 +286,59 @@ def test_log_softmax_kernel(host: Host, shape: tuple[int, ...], axis: int, dtype
     assert np.isfinite(got).all()
     rtol, atol = (1e-5, 1e-5) if dtype is np.float32 else (1e-3, 1e-2)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol)
+
+
+def _np_reduce(op: str, x: np.ndarray) -> np.ndarray:
+    d = x.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        m = d.max(axis=1)
+        return {"SUM": lambda: d.sum(1), "MEAN": lambda: d.mean(1), "MAX": lambda: m, "MIN": lambda: d.min(1),
+                "PROD": lambda: d.prod(1), "L1": lambda: np.abs(d).sum(1),
+                "L2": lambda: np.sqrt((d * d).sum(1)),
+                "SUM_SQUARE": lambda: (d * d).sum(1), "LOG_SUM": lambda: np.log(d.sum(1)),
+                "LOG_SUM_EXP": lambda: m + np.log(np.exp(d - m[:, None, :]).sum(1))}[op]()
+
+
+def run_reduce(host: Host, x: np.ndarray, op: str, out_dtype: type = np.float32,
+               keep: bool = True) -> np.ndarray:
+    host.start_tile(0)
+    a, _, b = x.shape
+    out_shape = (a, 1, b) if keep else (a, b)
+    out_bytes = a * b * np.dtype(out_dtype).itemsize
+    src, out = host.put(x), host.alloc(out_bytes)
+    host.barrier(0, 1, 1)
+    host.barrier(1, 1, 1)
+    host.dma(src, cmx(0), x.nbytes, dst_tile=0, update=1)
+    args = Args(S.ReduceParams)
+    args.memref("input", cmx(0), x.shape, x.dtype)
+    args.memref("output", cmx(0x40000), out_shape, out_dtype)
+    args.params.op = S.shave_reduce_e[op]
+    host.kernel(0, "reduce", args, wait=1, update=2)
+    host.dma(cmx(0x40000), out, out_bytes, src_tile=0, wait=2)
+    assert host.r(treg(0, "error")) == 0, host.dev.shave.error_text(0)  # type: ignore[union-attr]
+    return np.frombuffer(host.read(out, out_bytes), out_dtype).reshape(a, b)
+
+
+@pytest.mark.parametrize("op", [m.name for m in S.shave_reduce_e])
+def test_reduce_kernel(host: Host, op: str) -> None:
+    """Each reduction over the middle of (A, R, B): relative 1e-5 (float32 sums of 37 terms),
+    absolute 1e-6; MAX and MIN exact; LOG_SUM of a positive sum."""
+    rng = np.random.default_rng(len(op))
+    x = rng.standard_normal((3, 37, 5)).astype(np.float32)
+    if op in ("LOG_SUM", "PROD"):
+        x = (np.abs(x) + 0.5).astype(np.float32)
+    got = run_reduce(host, x, op, keep=op != "MEAN")
+    want = _np_reduce(op, x)
+    if op in ("MAX", "MIN"):
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_reduce_into_fp16_and_of_infinities(host: Host) -> None:
+    x = np.array([[[1.0], [np.inf], [2.0]], [[-np.inf], [-np.inf], [-np.inf]]], np.float32)
+    got = run_reduce(host, x, "LOG_SUM_EXP", np.float16)
+    assert got[0, 0] == np.inf and got[1, 0] == -np.inf
+    y = np.random.default_rng(1).standard_normal((2, 50, 3)).astype(np.float16)
+    got16 = run_reduce(host, y, "SUM", np.float16).astype(np.float64)
+    np.testing.assert_allclose(got16, _np_reduce("SUM", y), rtol=1e-3, atol=1e-2)
