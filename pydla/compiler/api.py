@@ -34,7 +34,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     the model is read, the last is ``progress(1, 1, "done")``.
 
     ``shave``: on a configuration with SHAVE tiles, Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu,
-    Softplus, Mish and LayerNormalization run there as SHAVE task lists
+    Softplus, Mish, the Reduce* operators and LayerNormalization run there as SHAVE task lists
     (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs (LayerNormalization
     decomposed), as on a configuration without tiles.
 

@@ -30,9 +30,9 @@ def register(commands: Any) -> None:
                         "(which keep the model's fp32) on the device")
     add_input_shape_option(p)
     p.add_argument("--no-shave", action="store_true",
-                   help="keep Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu, Softplus, Mish and "
-                        "LayerNormalization on the host (CPU runs) even when the configuration has SHAVE "
-                        "tiles, which run them by default")
+                   help="keep Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu, Softplus, Mish, the "
+                        "reductions and LayerNormalization on the host (CPU runs) even when the "
+                        "configuration has SHAVE tiles, which run them by default")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=_compile)
 
