@@ -8,6 +8,7 @@ Faulting kernels are hand-made RV32I machine code in a minimal ELF, as in tests/
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import re
 
@@ -137,4 +138,36 @@ def test_a_list_whose_barriers_never_fire_times_out_and_is_recovered(make_kmd: M
     stats = kmd.stats()
     assert stats["recovery"]["hangs"] == 1 and stats["recovery"]["device_resets"] == 0
     assert dev.reg_read(R.SHAVE_T0_STATE) == State.IDLE
+    assert_usable(dev, kmd, ctx)
+
+
+def test_a_write_outside_the_windows(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    message = fail_of(kmd, ctx, one_kernel_list(kmd, ctx, [sw(0, 0, 0x200), RET], kernel_id=9),
+                      NvError.InvalidAddress)
+    assert re.search(r"WRITE_FAULT .*kernel_id 9, pc 0x1c000000, address 0x200", message), message
+    assert_usable(dev, kmd, ctx)
+
+
+@pytest.mark.parametrize("damage", ["magic", "segment_outside_the_windows", "truncated"])
+def test_a_corrupt_kernel_elf(make_kmd: MakeKmd, damage: str) -> None:
+    """A shipped kernel's ELF damaged in the loadable's memory: the device refuses to load it (the
+    fast mode's equivalent does not know it, so its machine code is what runs): BAD_ELF, named."""
+    from pydla.hw.shave.build import kernel_elf
+
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    elf = bytearray(kernel_elf("clamp"))
+    if damage == "magic":
+        elf[1:4] = b"ELX"
+    elif damage == "segment_outside_the_windows":
+        phoff = int.from_bytes(elf[28:32], "little")
+        elf[phoff + 8:phoff + 12] = (0x40000000).to_bytes(4, "little")  # p_vaddr of the first segment
+    else:
+        elf = elf[:100]
+    lb = ListBuilder(kmd, ctx)
+    lb.act(0, "broken", b"\0" * ctypes.sizeof(S.ClampParams), image=bytes(elf), kernel_id=3, update=[0])
+    message = fail_of(kmd, ctx, lb.addresses(notify=[0]), NvError.BadValue)
+    assert "BAD_ELF" in message and "kernel_id 3" in message, message
     assert_usable(dev, kmd, ctx)
