@@ -57,6 +57,18 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     return path, model
 
 
+@pytest.fixture(scope="module")
+def shave_net(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """The demo network as compiled by default: its softmax a SHAVE task list."""
+    from pydla.compiler.api import compile_model
+    from pydla.demo import build_demo_model
+
+    model = build_demo_model()
+    path = tmp_path_factory.mktemp("shave_net") / "demo.dla"
+    path.write_bytes(compile_model(model).blob)
+    return path, model
+
+
 @pytest.fixture(params=["full", "full-headed"])
 def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[KmdDaemon, Path]]:
     """A daemon over headless devices and one over headed ones (the engine scheduler on each device's

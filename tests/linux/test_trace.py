@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from pydla.linux.daemon import KmdDaemon
-from tests.linux.test_daemon import client, daemon, finish, net  # noqa: F401 (fixtures)
+from tests.linux.test_daemon import client, daemon, finish, shave_net  # noqa: F401 (fixtures)
 
 BODY = """
 from pydla.portability.interface import NvDlaTrace
@@ -49,9 +49,9 @@ os.close(fd)  # its trace stops with it
 
 
 def test_a_session_over_the_linux_port_writes_its_trace(
-        daemon: tuple[KmdDaemon, Path], net: tuple[Path, object], tmp_path: Path) -> None:  # noqa: F811
+        daemon: tuple[KmdDaemon, Path], shave_net: tuple[Path, object], tmp_path: Path) -> None:  # noqa: F811
     d, mnt = daemon
-    blob, _ = net
+    blob, _ = shave_net
     lines = finish(client(mnt, blob, f"OUT = {str(tmp_path)!r}\n" + BODY))
     assert lines[:5] == ["second Busy", "bad size EINVAL", "small EINVAL", "unknown ENOENT", "fault EFAULT"]
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
