@@ -39,15 +39,17 @@ import numpy as np
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.deviceapi.runtime import Message, MessageType, decode
+from pydla.deviceapi.runtime import Message
 from pydla.deviceapi.version import ContractVersion
 from pydla.errors import DlaError, NvError
 from pydla.kmd.context import MAX_ADDRESSES
 from pydla.kmd.engine import DEVICE_RESET_BIT, Engine, engine_depth
 from pydla.kmd.engine_api import EngineApi, RunState, stuck_text
 from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.headed_handshake import check_firmware, nv_error, status_name
-from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring, RingError
+from pydla.kmd.headed_codec import wire
+from pydla.kmd.headed_handshake import check_firmware
+from pydla.kmd.headed_posted import HeadedRun, PostedMessages
+from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring
 from pydla.kmd.port import KmdDeviceInfo, KmdPortability, TaskDesc
 
 log = logging.getLogger("pydla.kmd")
@@ -58,6 +60,9 @@ SLOT_BYTES = MAX_ADDRESSES * ENTRY_SIZE
 _ATTACHED = int(R.mcu_status_e.ATTACHED)
 _STOPPED = int(R.mcu_status_e.STOPPED)
 _OK = int(api.dla_status_e.OK)
+_WIRE = wire(api)  # the host's own device API: the task messages' structs (headed_codec)
+assert _WIRE is not None, "device_api's task messages are not laid out as pydla.kmd.headed_codec expects"
+_SUBMIT, _SUBMIT_HEAD = _WIRE.submit, _WIRE.submit_head
 
 
 def make_engine(port: KmdPortability, info: KmdDeviceInfo, *, rpc_timeout_ms: int = 2000) -> EngineApi:
@@ -67,22 +72,11 @@ def make_engine(port: KmdPortability, info: KmdDeviceInfo, *, rpc_timeout_ms: in
     return Engine(port, info)
 
 
-class HeadedRun(RunState):
-    """A task the firmware runs, as the host tracks it."""
-
-    __slots__ = ("slot",)
-
-    def __init__(self, task: TaskDesc, graph: TaskGraph, on_finish: Callable[[RunState], None] | None,
-                 slot: int) -> None:
-        super().__init__(task, graph, on_finish)
-        self.slot = slot
-
-
 class FirmwareHung(DlaError):
     """The firmware did not answer in time; it was reset (see :meth:`HeadedEngine._firmware_hung`)."""
 
 
-class HeadedEngine:
+class HeadedEngine(PostedMessages):
     """The engine of a headed device, reached through the mailbox. See the module docstring."""
 
     # The interrupting thread may run the driver's bottom half: the firmware raises the mailbox
@@ -105,17 +99,20 @@ class HeadedEngine:
         self._irq_lock = threading.Lock()
         self.events_arrived = threading.Condition(self._irq_lock)
         self._irqs = 0
+        self._waiters = 0  # threads awaiting a response (_call): the ISR notifies only when there are
+        self._ringing = 0  # the thread in dla_execute_task's doorbell write, while it is there
         self._inflight: list[HeadedRun] = []
         self._by_id: dict[int, HeadedRun] = {}
         self._submits: dict[int, HeadedRun] = {}  # tag -> run whose submit is not answered yet
         self._awaited: set[int] = set()
-        self._responses: dict[int, Message] = {}
-        self._events: collections.deque[Message] = collections.deque()
+        self._responses: dict[int, Any] = {}
+        self._events: collections.deque[Message | tuple[int, ...]] = collections.deque()
         self._ended: collections.deque[HeadedRun] = collections.deque()
         self._tag = 0
         slots = self.depth + 2
         self.layout = Layout.default(slots * SLOT_BYTES)
         self._free_slots = list(range(slots))
+        self._slot_lists: list[object] = [None] * slots  # the address list each slot holds (identity)
         self._mbox: tuple[int, Any, int, np.ndarray[Any, np.dtype[np.uint8]]] | None = None
         self._cmd: Ring | None = None
         self._rsp: Ring | None = None
@@ -166,35 +163,60 @@ class HeadedEngine:
             slot = self._free_slots.pop()
             at = self.layout.lists.offset + slot * SLOT_BYTES
             n = len(task.addresses)
-            if task.addresses is not self._last_list:  # a prepared job submits the same list again
-                entries = np.array([(e.iova + e.offset, e.size) for e in task.addresses], dtype="<u8")
-                self._last_list, self._last_entries = task.addresses, entries.view(np.uint8).reshape(-1)
-            mem[at:at + n * ENTRY_SIZE] = self._last_entries
+            if self._slot_lists[slot] is not task.addresses:  # (a prepared job's list: often there already)
+                if task.addresses is not self._last_list:
+                    entries = np.array([(e.iova + e.offset, e.size) for e in task.addresses], dtype="<u8")
+                    self._last_list, self._last_entries = task.addresses, entries.view(np.uint8).reshape(-1)
+                mem[at:at + n * ENTRY_SIZE] = self._last_entries
+                self._slot_lists[slot] = task.addresses
             run = HeadedRun(task, graph, on_finish, slot)
-            tag = self._next_tag()
+            self._tag += 1
+            tag = self._tag
             self._submits[tag] = run
             self._by_id[task.task_id] = run
             self._inflight.append(run)
             self.cu_events.append(("START", task.task_id))
-            msg = api.task_submit_list_cmd.new(tag=tag, address_list=iova + at, task_id=task.task_id,
-                                               num_addresses=n, context_id=task.ctx)
-            with contextlib.suppress(FirmwareHung):  # the run then failed with the firmware's reset
-                self._send(msg, f"the submit of task {task.task_id}")
+            values = (*_SUBMIT_HEAD, tag, iova + at, task.task_id, 0, n, task.ctx, 0, 0)
+            assert self._cmd is not None
+            if self._cmd.write_packed(_SUBMIT, *values):
+                self._ringing = threading.get_ident()  # (see dla_isr_handler)
+                try:
+                    self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+                finally:
+                    self._ringing = 0
+                return run
+            # The ring is full: wait for the firmware to take commands (or reset it: the run then
+            # failed with the firmware's reset).
+            with contextlib.suppress(FirmwareHung):
+                self._send(api.task_submit_list_cmd.from_buffer_copy(_SUBMIT.pack(*values)),
+                           f"the submit of task {task.task_id}")
             return run
 
     def dla_isr_handler(self) -> int:
         """GLB intr_status bit 28: the firmware posted responses or events. Only recorded here (this
-        runs on the thread that raised the interrupt, maybe the firmware's own)."""
+        runs on the thread that raised the interrupt, maybe the firmware's own), and RPC waiters
+        woken; the driver's bottom half takes the events, as headless.
+
+        Except when the firmware ran in this very thread, inside :meth:`dla_execute_task`'s doorbell
+        write (an idle firmware runs in the ringing thread; this thread holds the engine's lock): what
+        it posted is read now. The submit's response then needs no one else, and :meth:`wake` skips
+        waking the driver's service thread for it, a thread handoff per task saved."""
         if not self.port.dla_reg_read(R.GLB_INTR_STATUS) & MAILBOX_BIT:
             return 0
         self.port.dla_reg_write(R.GLB_INTR_STATUS, MAILBOX_BIT)
-        with self.events_arrived:
+        if self._ringing == threading.get_ident():
+            self._drain()
+            return 0
+        with self._irq_lock:
             self._irqs += 1
-            self.events_arrived.notify_all()
+            if self._waiters:
+                self.events_arrived.notify_all()
         return 0
 
     def dla_process_events(self) -> int:
         """Read what the firmware posted; end the runs it reports ended. Returns how many events."""
+        if not self.pending_events():
+            return 0  # (the driver asks before and after each start: most often nothing came)
         with self._lock:
             with self._irq_lock:
                 self._irqs = 0
@@ -218,9 +240,19 @@ class HeadedEngine:
     def wait_for_events(self, timeout: float) -> None:
         with self.events_arrived:
             if not self._irqs:
-                self.events_arrived.wait(timeout)
+                self.events_arrived.wait(timeout)  # (not counted in _waiters: the ISR wakes no one)
+
+    def _wait(self, timeout: float) -> None:
+        """Under events_arrived: wait for a response (the ISR, or a wake) at most ``timeout`` s."""
+        self._waiters += 1
+        try:
+            self.events_arrived.wait(timeout)
+        finally:
+            self._waiters -= 1
 
     def wake(self) -> None:
+        if self._ringing == threading.get_ident() and not self._ended and not self._events:
+            return  # this thread's doorbell interrupt, taken whole by dla_isr_handler: nothing to do
         with self.events_arrived:
             self.events_arrived.notify_all()
 
@@ -303,6 +335,7 @@ class HeadedEngine:
         self._rsp = Ring(mem, self.layout.rsp, producer=False)
         self._evt = Ring(mem, self.layout.evt, producer=False)
         self._free_slots = list(range(self.depth + 2))  # nothing is in flight on a new attachment
+        self._slot_lists = [None] * (self.depth + 2)
         for reg, value in ((R.GLB_MCU_MBOX_BASE_LO, iova & 0xFFFFFFFF), (R.GLB_MCU_MBOX_BASE_HI, iova >> 32),
                            (R.GLB_MCU_MBOX_CTX, ctx), (R.GLB_MCU_MBOX_SIZE, self.layout.size)):
             self.port.dla_reg_write(reg, value)
@@ -363,103 +396,9 @@ class HeadedEngine:
                         self._firmware_hung(what)
                     with self.events_arrived:
                         if not self._irqs:
-                            self.events_arrived.wait(min(left, 0.002))
+                            self._wait(min(left, 0.002))
             finally:
                 self._awaited.discard(tag)
-
-    def _drain(self) -> None:
-        """Take every response and event the firmware posted (each checked; a bad one is skipped)."""
-        for ring, kind in ((self._rsp, MessageType.RESPONSE), (self._evt, MessageType.EVENT)):
-            while ring is not None:
-                try:
-                    data = ring.read()
-                    if data is None:
-                        break
-                    msg = decode(api.API, data, allow_longer=True)
-                    if msg.MSG_TYPE != kind:
-                        raise DlaError(NvError.BadValue, f"a {msg.MSG_TYPE.name} ({type(msg).__name__}) in "
-                                                         f"the {kind.name.lower()} ring")
-                except RingError as e:  # the ring was skipped to its head (or a bad head is ignored)
-                    self.stats["bad_messages"] += 1
-                    log.warning("headed mode: the device firmware's ring is corrupt: %s", e)
-                    break
-                except DlaError as e:
-                    self.stats["bad_messages"] += 1
-                    log.warning("headed mode: the device firmware posted a bad message: %s", e)
-                    continue
-                if kind == MessageType.EVENT:
-                    self._events.append(msg)
-                    continue
-                tag = int(msg.header.command.tag)
-                run = self._submits.pop(tag, None)
-                if run is not None:
-                    self._submitted(run, msg)
-                elif tag in self._awaited:
-                    self._responses[tag] = msg
-                else:
-                    self.stats["bad_messages"] += 1
-                    log.warning("headed mode: a response to no command (tag %d): %r", tag, msg)
-
-    def _submitted(self, run: HeadedRun, rsp: Any) -> None:
-        self._free_slots.append(run.slot)
-        if not isinstance(rsp, api.task_submit_list_rsp):
-            rsp_status, code, op = int(api.dla_status_e.BAD_MESSAGE), int(NvError.BadValue), NO_OP
-        else:
-            rsp_status, code, op = int(rsp.status), int(rsp.nv_error), int(rsp.op_index)
-        if rsp_status == _OK or run.finished:
-            return
-        self.stats["refusals"] += 1
-        where = f" at {run.graph.operations[op].name}" if op < len(run.graph.operations) else ""
-        run.error = DlaError(nv_error(code), f"task {run.task.task_id}: the device firmware refused it: "
-                                        f"{status_name(rsp_status)} ({nv_error(code).name}){where}")
-        self._ended.append(run)
-
-    def _event(self, evt: Any) -> None:
-        if isinstance(evt, api.task_failed_evt):
-            run = self._by_id.get(int(evt.task_id))
-            if run is not None and not run.finished and run.error is None:
-                run.error = self._failure(run, evt)
-        elif isinstance(evt, api.task_done_evt):
-            run = self._by_id.get(int(evt.task_id))
-            if run is None or run.finished:
-                return  # aborted by the host already, or not one of ours
-            run.completed = int(evt.ops_completed)
-            if int(evt.status) != _OK and run.error is None:
-                run.error = DlaError(NvError.ResourceError, f"task {run.task.task_id}: the device firmware "
-                                                            f"ended it with {status_name(int(evt.status))}")
-            self._end(run, run.error)
-        elif isinstance(evt, api.error_evt) and int(evt.context_id) == 0xFFFF:
-            self.stats["refusals"] += 1
-            log.warning("headed mode: the device firmware refused message id %d (tag %d): %s",
-                        int(evt.op_index), int(evt.task_id), status_name(int(evt.status)))
-
-    def _failure(self, run: HeadedRun, evt: Any) -> DlaError:
-        """The error of a failed run, worded as the headless engine words it."""
-        ops, op, hw = run.graph.operations, int(evt.op_index), int(evt.hw_error)
-        code = nv_error(int(evt.nv_error))
-        if op < len(ops) and hw:
-            known = R.dla_hw_error_e._value2member_map_.get(hw)
-            name = known.name if known is not None else str(hw)
-            message = f"task {run.task.task_id}: {ops[op].name} failed on the device: {name}"
-            if hw == R.dla_hw_error_e.MMU_FAULT:
-                message += (f" (access to {int(evt.fault_address):#x} outside the mappings of context "
-                            f"{run.task.ctx})")
-            return DlaError(code, message)
-        where = f" at {ops[op].name}" if op < len(ops) else ""
-        return DlaError(code, f"task {run.task.task_id}: the device firmware failed it{where}: "
-                              f"{status_name(int(evt.status))} ({code.name})")
-
-    def _end(self, run: HeadedRun, error: DlaError | None) -> None:
-        if run.finished:
-            return
-        run.error = error
-        run.finished = True
-        if run in self._inflight:
-            self._inflight.remove(run)
-        self._by_id.pop(run.task.task_id, None)
-        self.cu_events.append(("DONE", run.task.task_id))
-        if run.on_finish is not None:
-            run.on_finish(run)
 
     def _status(self, run: RunState) -> Any:
         try:

@@ -20,12 +20,21 @@ Usage::
     layout.write_header(mem)                       # the host, before it attaches the mailbox
     cmds = Ring(mem, layout.cmd, producer=True)    # the host's side of the command ring
     cmds.write(bytes(msg))
+    cmds.write_packed(st, *values)                 # or packed straight into the ring (one struct)
+
+On the hot path (a task's submit, its response and its task_done event) each side packs and unpacks
+messages with one precompiled ``struct`` (:mod:`pydla.deviceapi.packing`) straight in the ring's
+memory (:meth:`Ring.write_packed`, :meth:`Ring.peek` then :meth:`Ring.consume`), and reads the
+counters through a memoryview: a ctypes message costs a call per field, a numpy scalar several
+times a memoryview's item.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +51,7 @@ _U64 = {name: getattr(api.mailbox_header_t, name).offset // 8
         for name in ("magic", "cmd_head", "cmd_tail", "rsp_head", "rsp_tail", "evt_head", "evt_tail",
                      "evt_dropped")}
 _U32_BASE = api.mailbox_header_t.cmd_offset.offset
+_SIZE = struct.Struct("<I")  # a message's first field: its size
 _AREAS = ("cmd", "rsp", "evt", "lists")
 
 
@@ -131,44 +141,69 @@ class Ring:
         self.mem = mem
         self.area = area
         self.data = mem[area.offset:area.offset + area.size]
+        self.view = self.data.data  # the same bytes as a memoryview: struct packs into it
         self.capacity = area.size
-        self.words = counters(mem)
+        self.words: memoryview[int] = mem[:64].data.cast("Q")  # the header's u64 fields, as counters()
         self._head = _U64[f"{area.name}_head"]
         self._tail = _U64[f"{area.name}_tail"]
         self.producer = producer
         self.count = 0  # this side's counter (head of a producer, tail of a consumer), never re-read
+        self._taken = 0  # bytes of the message peek() returned, consumed by consume()
         self.words[self._head if producer else self._tail] = 0
 
     # -- consumer --------------------------------------------------------------------------------
 
     def unread(self) -> int:
         """Bytes written and not yet read (as the producer's head says; checked by :meth:`read`)."""
-        return (int(self.words[self._head]) - self.count) & 0xFFFF_FFFF_FFFF_FFFF
+        return int(self.words[self._head] - self.count) & 0xFFFF_FFFF_FFFF_FFFF
 
     def read(self) -> bytes | None:
         """The next message's bytes, or None when there is none. RingError when the producer's head
         or a message's size is impossible; what was left in the ring is then dropped."""
-        head = int(self.words[self._head])
-        avail = head - self.count
+        found = self.peek()
+        if found is None:
+            return None
+        buf, at, size = found
+        data = bytes(buf[at:at + size])
+        self.consume()
+        return data
+
+    def peek(self) -> tuple[Any, int, int] | None:
+        """The next message, not consumed yet: ``(buffer, offset, size)`` to unpack it from (the
+        ring's own memory, or a copy when the message wraps around its end); then :meth:`consume`.
+        None when there is none; RingError as :meth:`read`."""
+        count = self.count
+        head = self.words[self._head]
+        avail = head - count
         if avail == 0:
             return None
         if avail < 0 or avail > self.capacity or avail % ALIGN:
             self._drop(head)
             raise RingError(NvError.BadValue, f"mailbox {self.area.name} ring: head {head} with "
-                                              f"{self.count} consumed: not a multiple of {ALIGN} within "
+                                              f"{count} consumed: not a multiple of {ALIGN} within "
                                               f"the {self.capacity}-byte ring; the ring was skipped to it")
-        size = int.from_bytes(self._copy(self.count, 4), "little")
+        start = count % self.capacity
+        if start + 4 <= self.capacity:
+            (size,) = _SIZE.unpack_from(self.view, start)
+        else:
+            size = int.from_bytes(self._copy(count, 4), "little")
         padded = -(-size // ALIGN) * ALIGN
         if not 8 <= size <= MAX_MESSAGE or padded > avail:
             self._drop(head)
             raise RingError(NvError.InvalidSize,
-                            f"mailbox {self.area.name} ring: message size {size} at {self.count}: must be "
+                            f"mailbox {self.area.name} ring: message size {size} at {count}: must be "
                             f"8..{MAX_MESSAGE} and within the {avail} bytes written; the ring was skipped "
                             f"to {head}")
-        data = self._copy(self.count, size)
-        self.count += padded
+        self._taken = padded
+        if start + size <= self.capacity:
+            return self.view, start, size
+        return self._copy(count, size), 0, size
+
+    def consume(self) -> None:
+        """Let the producer reuse the message :meth:`peek` returned (unpack it before)."""
+        self.count += self._taken
+        self._taken = 0
         self.words[self._tail] = self.count
-        return data
 
     def _drop(self, head: int) -> None:
         if 0 <= head - self.count <= self.capacity:
@@ -188,10 +223,10 @@ class Ring:
 
     def free(self) -> int:
         """Bytes the producer may write; 0 when the consumer's tail is impossible (treated as full)."""
-        used = self.count - int(self.words[self._tail])
+        used = self.count - self.words[self._tail]
         if not 0 <= used <= self.capacity:
             return 0
-        return self.capacity - used
+        return self.capacity - int(used)
 
     def write(self, data: bytes) -> bool:
         """Append one message; False (nothing written) when it does not fit."""
@@ -209,5 +244,25 @@ class Ring:
             self.data[start:] = buf[:first]
             self.data[:size - first] = buf[first:]
         self.count += padded
+        self.words[self._head] = self.count  # after the bytes: the consumer never sees a partial message
+        return True
+
+    def write_packed(self, st: struct.Struct, *values: Any) -> bool:
+        """Append one message packed by ``st`` from ``values``; False (nothing written) when it does
+        not fit. The same bytes as ``write(st.pack(*values))``, without the copies."""
+        count, capacity = self.count, self.capacity
+        padded = -(-st.size // ALIGN) * ALIGN
+        used = count - self.words[self._tail]
+        if not 0 <= used <= capacity - padded:
+            return False
+        start = count % capacity
+        if start + st.size <= capacity:
+            st.pack_into(self.view, start, *values)
+        else:  # it wraps around the end: pack it, then copy its two parts
+            data = np.frombuffer(st.pack(*values), dtype=np.uint8)
+            first = capacity - start
+            self.data[start:] = data[:first]
+            self.data[:st.size - first] = data[first:]
+        self.count = count + padded
         self.words[self._head] = self.count  # after the bytes: the consumer never sees a partial message
         return True

@@ -7,6 +7,11 @@ RUNNING, ATTACHED and STOPPED (mcu_status_e) and, in bits 31:16, the device-API 
 firmware; ``mcu_reset`` restarts the firmware (a new boot, detached, nothing of the old one kept).
 The firmware raises GLB intr_status bit 28 when it posted responses or events.
 
+Interrupt routing: the blocks' done and error bits and the MMU fault (``FIRMWARE_INTR_BITS``) go to
+the microcontroller; the host's interrupt handlers (``connect_irq`` on a headed device) are called
+only when one of the host's bits (the mailbox, SHAVE, compute units) is pending, as a real interrupt
+controller would route them: a block's completion does not interrupt the host.
+
 Where the firmware runs follows the device's mode, as the blocks' execution does:
 
 - ``threaded``: on the microcontroller's own thread; when the firmware is idle, the thread that rang
@@ -49,6 +54,7 @@ MAILBOX_BIT = 1 << 28
 _RUNNING, _ATTACHED, _STOPPED = (int(R.mcu_status_e.RUNNING), int(R.mcu_status_e.ATTACHED),
                                  int(R.mcu_status_e.STOPPED))
 _IDLE_WAIT_S = 0.05
+_HOST_INTR_BITS = 0xFFFFFFFF & ~FIRMWARE_INTR_BITS
 
 
 class Microcontroller:
@@ -63,6 +69,7 @@ class Microcontroller:
         self._serving = threading.Lock()  # held while the firmware runs: one runner at a time
         self._work = False
         self._due = False
+        self._kicks = 0  # doorbells and requests, counted: see _serve
         self._requests: collections.deque[tuple[str, int, int, int]] = collections.deque()
         self._mbox = [0, 0, 0, 0]  # base_lo, base_hi, ctx, size
         self.hung = False
@@ -78,6 +85,25 @@ class Microcontroller:
         device.glb_extra[R.GLB_MCU_STATUS] = (self.status, lambda v: 0)
         device.glb_extra[R.GLB_MCU_RESET] = (lambda: 0, self._reset_write)
         device.connect_irq(self._irq)
+        # The host's handlers: called by _irq when a host bit is pending (see the module docstring).
+        self._host_handlers: tuple[Callable[[], object], ...] = ()
+        device_disconnect = device.disconnect_irq
+
+        def connect_irq(handler: Callable[[], object]) -> None:
+            with self._lock:
+                self._host_handlers = (*self._host_handlers, handler)
+
+        def disconnect_irq(handler: Callable[[], object]) -> None:
+            with self._lock:
+                if handler not in self._host_handlers:
+                    device_disconnect(handler)
+                    return
+                handlers = list(self._host_handlers)
+                handlers.remove(handler)
+                self._host_handlers = tuple(handlers)
+
+        device.connect_irq = connect_irq  # type: ignore[method-assign]
+        device.disconnect_irq = disconnect_irq  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
         if device.mode == "threaded":
             self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -148,6 +174,7 @@ class Microcontroller:
         self._kick()
 
     def _kick(self) -> None:
+        self._kicks += 1  # before _work: _serve relies on the order
         self._work = True
         self._due = True
         if self._thread is not None:
@@ -157,13 +184,22 @@ class Microcontroller:
     # -- the interrupt and the firmware's runs ------------------------------------------------------
 
     def _irq(self) -> None:
-        """The device raised its interrupt: the firmware's ISR takes the block bits routed to it."""
+        """The device raised its interrupt: the firmware's ISR takes the block bits routed to it, the
+        host's handlers the host's bits."""
         device = self.device
-        if not device.intr_status & ~device.intr_mask & FIRMWARE_INTR_BITS:
-            return  # only the host's bits (the mailbox, SHAVE, compute units)
-        isr = self.firmware.isr
+        pending = device.intr_status & ~device.intr_mask
+        if pending & FIRMWARE_INTR_BITS:
+            self._firmware_irq()
+        if pending & _HOST_INTR_BITS:
+            for handler in self._host_handlers:
+                handler()
+
+    def _firmware_irq(self) -> None:
+        firmware = self.firmware
+        isr = firmware.isr
         if isr is not None and not self.hung and self.stopped is None:
             isr()
+        firmware.irqs += 1  # after the ISR recorded it, before _work: _serve relies on the order
         self._work = True
         if not self._serve() and self._thread is not None:
             with self._wake:
@@ -182,7 +218,15 @@ class Microcontroller:
             try:
                 while self._work:
                     self._work = False
+                    kicks = self._kicks
                     posted |= self._step()
+                    if self._work and self._kicks == kicks and self.firmware.settled():
+                        # Only interrupts came meanwhile, and the step's events pass took them (a
+                        # block that ends while the firmware programs it): no second step. Cleared,
+                        # then checked again: a doorbell or interrupt in between sets it back.
+                        self._work = False
+                        if self._kicks != kicks or not self.firmware.settled():
+                            self._work = True
             finally:
                 self._serving.release()
             if posted:
@@ -192,9 +236,11 @@ class Microcontroller:
         return ran
 
     def _step(self) -> bool:
-        with self._lock:
-            requests = list(self._requests)
-            self._requests.clear()
+        requests: list[tuple[str, int, int, int]] = []
+        if self._requests:  # (most steps have none: no lock taken)
+            with self._lock:
+                requests = list(self._requests)
+                self._requests.clear()
         for kind, base, ctx, size in requests:
             if kind == "reset":
                 self._reboot(self.api)

@@ -4,8 +4,9 @@ What runs here is the host's KMD core, unchanged: :class:`pydla.kmd.engine.Engin
 dla_execute_task, dla_isr_handler, dla_process_events) over the firmware's portability layer
 (:mod:`pydla.hw.mcu.port`), and :func:`pydla.kmd.graph.load_task` validating each task from the
 firmware's own copy of its descriptors, with a cache of validated tasks
-(:class:`pydla.kmd.taskcache.TaskCache`: a graph is reused only when every byte it was read from is
-unchanged), so a repeated task is not validated again.
+(:class:`pydla.hw.mcu.prepared.PreparedTasks`: a task's resolved address list and graph are reused
+only under the same mappings and while every byte they were read from is unchanged), so a repeated
+task is not validated again.
 
 Around it, the mailbox (:mod:`pydla.kmd.headed_ring`): commands are taken from the command ring and
 each is answered in the response ring; task_failed_evt and task_done_evt go to the event ring. The
@@ -17,6 +18,10 @@ status (its own response when it has a status field, else an ``error_evt`` whose
 
 ``api`` is the generated device-API module the firmware is built with: a test builds firmware from an
 older or a newer spec to exercise the host's version check.
+
+A task's own messages (its submit, the response, its task_done event) are unpacked and packed with
+one struct each in the rings (:mod:`pydla.kmd.headed_codec`) when ``api`` lays them out as the codec
+expects; the checks are the same either way (:meth:`Firmware._submit`).
 """
 
 from __future__ import annotations
@@ -33,14 +38,15 @@ from pydla.deviceapi.generated import device_api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
-from pydla.hw.mcu.port import UNMAPPED, FirmwarePort
-from pydla.hw.memory import MmuFault
+from pydla.hw.mcu.port import FirmwarePort
+from pydla.hw.mcu.prepared import PreparedTasks
+from pydla.hw.memory import BufferObject, MmuFault
 from pydla.kmd.context import MAX_ADDRESSES
 from pydla.kmd.engine import Engine, TaskRun
 from pydla.kmd.engine_api import RunState
+from pydla.kmd.headed_codec import wire
 from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
-from pydla.kmd.port import ResolvedEntry, TaskDesc
-from pydla.kmd.taskcache import TaskCache
+from pydla.kmd.port import TaskDesc
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,7 +56,7 @@ if TYPE_CHECKING:
 NO_OP = 0xFFFF
 MAX_COMMANDS_PER_STEP = 64  # a flood of commands cannot starve the engine's events
 _COMMON = struct.Struct("<IHB")
-_ENTRY = np.dtype([("iova", "<u8"), ("size", "<u8")])
+_COMMAND = int(MessageType.COMMAND)
 _STATUS_OF = {NvError.InvalidAddress: "MMU_FAULT", NvError.Timeout: "TIMEOUT"}
 
 
@@ -77,14 +83,16 @@ class Firmware:
         self.info = self.port.dla_get_device_info()
         self.engine = Engine(self.port, self.info)
         self.engine.dla_engine_init()
-        self.cache = TaskCache()
+        self.cache = PreparedTasks(device.iommu, self.info)
+        self.wire = wire(api)  # None: this API's task messages take the generic path
         self.mailbox: _Mailbox | None = None
         self.handshaken = False
         self.runs: dict[int, tuple[TaskRun, int]] = {}  # task id -> (run, start time)
+        self.irqs = self.irqs_seen = 0  # block interrupts taken (the microcontroller counts them)
         self.aborted: set[int] = set()
-        # Address lists resolved in their context, kept while the context's mappings do not change
-        # (the IOMMU's generation): (context, the list's bytes) -> (generation, resolved entries).
-        self._lists: dict[tuple[int, bytes], tuple[int | None, list[ResolvedEntry]]] = {}
+        # Where an address list is in the mailbox's context, kept under the same mappings:
+        # (address, entries) -> (generation, buffer, offset).
+        self._lists: dict[tuple[int, int], tuple[int | None, BufferObject, int]] = {}
         self._ended: list[TaskRun] = []
         self.refused = 0  # messages answered with an error status
         status_e = getattr(api, "dla_status_e", device_api.dla_status_e)
@@ -140,19 +148,39 @@ class Firmware:
                 break
             posted |= self._command(box, data)
             posted |= self._post_ended()
+        self.irqs_seen = self.irqs  # the interrupts taken so far: the pass below sees what they said
         self.engine.dla_process_events()
         return self._post_ended() or posted
+
+    def settled(self) -> bool:
+        """Whether another step now would find nothing to do: no command waits, and every interrupt
+        the microcontroller took came before the last step's pass over the engine's events."""
+        box = self.mailbox
+        return self.irqs_seen == self.irqs and (box is None or box.cmd.unread() == 0)
 
     def _post(self, ring: Ring, msg: Message) -> bool:
         if ring.write(bytes(msg)):
             return True
         if ring is not None and self.mailbox is not None and ring is self.mailbox.evt:
-            words = counters(self.mailbox.mem)
-            words[7] = int(words[7]) + 1  # evt_dropped: the host learns what it missed
+            self._dropped_event()
         return False
 
+    def _dropped_event(self) -> None:
+        if self.mailbox is not None:
+            words = counters(self.mailbox.mem)
+            words[7] = int(words[7]) + 1  # evt_dropped: the host learns what it missed
+
     def _command(self, box: _Mailbox, data: bytes) -> bool:
-        _, msg_id, msg_type = _COMMON.unpack_from(data)
+        size, msg_id, msg_type = _COMMON.unpack_from(data)
+        w = self.wire
+        if w is not None and msg_id == w.submit_id and size == w.submit.size == len(data) \
+                and msg_type == _COMMAND and self.handshaken:
+            # A task's submit, laid out as the codec expects: the generic path's checks, one struct.
+            v = w.submit.unpack(data)
+            task_id = v[6]
+            status, code, op = self._submit(task_id, v[9], v[8], v[5])
+            return box.rsp.write_packed(w.submit_rsp, *w.submit_rsp_head, *v[:5], task_id, status, code, op,
+                                        0)
         tag = int.from_bytes(data[8:16], "little")
         api = self.api.API
         cls = api.messages.get(msg_id)
@@ -217,66 +245,52 @@ class Firmware:
         return reply
 
     def _task_submit(self, cmd: Any) -> Message:
-        api, st = self.api, self.status
-        task_id, ctx, n = int(cmd.task_id), int(cmd.context_id), int(cmd.num_addresses)
+        task_id = int(cmd.task_id)
+        status, code, op = self._submit(task_id, int(cmd.context_id), int(cmd.num_addresses),
+                                        int(cmd.address_list))
+        reply: Message = self.api.task_submit_list_rsp.answer(cmd, task_id=task_id, status=status,
+                                                              nv_error=code, op_index=op)
+        return reply
 
-        def answer(status: int, code: int = 0, op: int = NO_OP) -> Message:
-            if status != st.OK:
-                self.refused += 1
-            reply: Message = api.task_submit_list_rsp.answer(cmd, task_id=task_id, status=int(status),
-                                                             nv_error=int(code), op_index=op)
-            return reply
-
+    def _submit(self, task_id: int, ctx: int, n: int, address_list: int) -> tuple[int, int, int]:
+        """Check a task's submit and start it: (status, NVDLA error code, operation) to answer."""
+        st = self.status
         box = self.mailbox
         assert box is not None
-        if task_id in self.runs:
-            return answer(st.BAD_PARAMETER, NvError.BadParameter)
-        if not 0 < n <= MAX_ADDRESSES:
-            return answer(st.BAD_PARAMETER, NvError.BadParameter)
-        if ctx == box.ctx or self.device.iommu.generation(ctx) is None:
-            return answer(st.BAD_PARAMETER, NvError.BadParameter)
+        iommu = self.device.iommu
+        generation = iommu.generation(ctx)
+        if task_id in self.runs or not 0 < n <= MAX_ADDRESSES or ctx == box.ctx or generation is None:
+            return self._refuse(st.BAD_PARAMETER, NvError.BadParameter)
         if len(self.engine.inflight) >= self.engine.depth:
-            return answer(st.BUSY, NvError.Busy)
-        try:
-            bo, offset = self.device.iommu.translate(box.ctx, int(cmd.address_list), n * ENTRY_SIZE)
-        except MmuFault:
-            return answer(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
-        raw = bo.array[offset:offset + n * ENTRY_SIZE].tobytes()  # the firmware's copy
-        generation = self.device.iommu.generation(ctx)
-        known = self._lists.get((ctx, raw))
-        if known is not None and known[0] == generation:
-            addresses = known[1]  # the same list, resolved under the same mappings
-        else:
-            entries = np.frombuffer(raw, dtype=_ENTRY)
-            addresses = []
-            for iova, size in zip(entries["iova"].tolist(), entries["size"].tolist(), strict=True):
-                if not 0 < size <= 1 << 40:
-                    return answer(st.BAD_PARAMETER, NvError.InvalidSize)
-                addresses.append(self._resolve(ctx, iova, size))
-            if len(self._lists) >= 256:
+            return self._refuse(st.BUSY, NvError.Busy)
+        size = n * ENTRY_SIZE
+        mailbox_generation = iommu.generation(box.ctx)
+        where = self._lists.get((address_list, n))
+        if where is None or where[0] != mailbox_generation:
+            try:
+                bo, offset = iommu.translate(box.ctx, address_list, size)
+            except MmuFault:
+                return self._refuse(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
+            if len(self._lists) >= 64:
                 self._lists.clear()
-            self._lists[(ctx, raw)] = (generation, addresses)
-        task = TaskDesc(task_id, ctx, addresses)
+            where = self._lists[(address_list, n)] = (mailbox_generation, bo, offset)
+        _, bo, offset = where
+        raw = bo.array[offset:offset + size].tobytes()  # the firmware's copy
         try:
-            # The firmware's own copy of the descriptors, validated (or a cached graph whose bytes are
-            # all unchanged); buffer handles are never reused, so they key the cache safely.
-            graph = self.cache.get(self.port, task, tuple(a.bo.handle for a in addresses), self.info)
-            run = self.engine.dla_execute_task(task, graph, self._on_finish)
+            # Resolved and validated from the firmware's own reads (or kept: same mappings, every
+            # byte read unchanged).
+            prepared = self.cache.get(self.port, ctx, raw, task_id, generation)
+            run = self.engine.dla_execute_task(TaskDesc(task_id, ctx, prepared.addresses), prepared.graph,
+                                               self._on_finish)
         except DlaError as e:
-            return answer(st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)
+            return self._refuse(st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)
         # Held until its events are posted (also when it failed while being programmed).
         self.runs[task_id] = (run, time.monotonic_ns())
-        return answer(st.OK)
+        return int(st.OK), 0, NO_OP
 
-    def _resolve(self, ctx: int, iova: int, size: int) -> ResolvedEntry:
-        """An address-list entry, translated in the task's context. One that is not mapped is kept
-        as it is: reading descriptors from it is refused (FirmwarePort), and a block that accesses it
-        faults on the device, as it would for a headless driver."""
-        try:
-            bo, offset = self.device.iommu.translate(ctx, iova, size)
-        except MmuFault:
-            return ResolvedEntry(UNMAPPED, iova, 0, size)
-        return ResolvedEntry(bo, iova - offset, offset, size)
+    def _refuse(self, status: int, code: int) -> tuple[int, int, int]:
+        self.refused += 1
+        return int(status), int(code), NO_OP
 
     def _on_finish(self, run: RunState) -> None:
         assert isinstance(run, TaskRun)
@@ -308,9 +322,16 @@ class Firmware:
                     timestamp_ns=now, task_id=task_id, fault_address=fault, status=status,
                     nv_error=int(run.error.code), hw_error=hw, op_index=op, context_id=run.task.ctx,
                     block=block))
-            posted |= self._post(box.evt, self.api.task_done_evt.new(
-                timestamp_ns=now, task_id=task_id, duration_ns=now - started, status=status,
-                ops_completed=run.completed, context_id=run.task.ctx))
+            w = self.wire
+            if w is None:
+                posted |= self._post(box.evt, self.api.task_done_evt.new(
+                    timestamp_ns=now, task_id=task_id, duration_ns=now - started, status=status,
+                    ops_completed=run.completed, context_id=run.task.ctx))
+            elif box.evt.write_packed(w.done, *w.done_head, now, task_id, now - started, status,
+                                      run.completed, run.task.ctx):
+                posted = True
+            else:
+                self._dropped_event()
         return posted
 
     def _abort(self, cmd: Any) -> Message:
