@@ -158,41 +158,34 @@ def clamp(args: bytes, mem: Memory) -> Compute:
     return compute
 
 
-def softmax(args: bytes, mem: Memory) -> Compute:
-    p = _params(S.SoftmaxParams, args)
-    src = mem.view(p.input)
-    axis = _axis(int(p.axis), src.ndim)
-    out, publish = mem.output(p.output, src.shape)
+def _normalised(log: bool) -> Callable[[bytes, Memory], Compute]:
+    """softmax, or log_softmax (``log``): SoftmaxParams, computed in float32 from the maximum."""
 
-    def compute() -> None:
-        publish()
-        if src.size == 0:
-            return
-        x = src.astype(np.float32)
-        with np.errstate(under="ignore", invalid="ignore"):
-            d = x - x.max(axis=axis, keepdims=True)
-            e = np.where(d < -87.0, np.float32(0), np.exp(d, dtype=np.float32))
-            _store(out, e / e.sum(axis=axis, keepdims=True, dtype=np.float32))
+    def equivalent(args: bytes, mem: Memory) -> Compute:
+        p = _params(S.SoftmaxParams, args)
+        src = mem.view(p.input)
+        axis = _axis(int(p.axis), src.ndim)
+        out, publish = mem.output(p.output, src.shape)
 
-    return compute
+        def compute() -> None:
+            publish()
+            if src.size == 0:
+                return
+            x = src.astype(np.float32)
+            with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
+                d = x - x.max(axis=axis, keepdims=True)
+                if log:
+                    _store(out, d - np.log(np.exp(d).sum(axis=axis, keepdims=True, dtype=np.float32)))
+                    return
+                e = np.where(d < -87.0, np.float32(0), np.exp(d, dtype=np.float32))  # the kernel's cut
+                _store(out, e / e.sum(axis=axis, keepdims=True, dtype=np.float32))
+
+        return compute
+
+    return equivalent
 
 
-def log_softmax(args: bytes, mem: Memory) -> Compute:
-    p = _params(S.SoftmaxParams, args)
-    src = mem.view(p.input)
-    axis = _axis(int(p.axis), src.ndim)
-    out, publish = mem.output(p.output, src.shape)
-
-    def compute() -> None:
-        publish()
-        if src.size == 0:
-            return
-        x = src.astype(np.float32)
-        with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
-            d = x - x.max(axis=axis, keepdims=True)
-            _store(out, d - np.log(np.exp(d).sum(axis=axis, keepdims=True, dtype=np.float32)))
-
-    return compute
+softmax, log_softmax = _normalised(log=False), _normalised(log=True)
 
 
 def _sigmoid(x: npt.NDArray[np.float32]) -> Any:

@@ -17,7 +17,7 @@ from pydla.hw.device import VirtualDevice
 from pydla.hw.shave.build import kernel_elf
 from tests.hw.shave.conftest import config
 from tests.hw.shave.host import Args, Host, cmx, treg
-from tests.hw.shave.test_kernels import _run_unary, run_softmax
+from tests.hw.shave.test_kernels import _run_unary, layernorm_case, run_layernorm, run_softmax
 from tests.hw.shave.test_scenario import run_clamp
 
 
@@ -113,31 +113,8 @@ def test_activation(hosts: dict[str, Host], op: str, in_dtype: type, out_dtype: 
 @pytest.mark.parametrize(("shape", "axis", "affine"), [((4, 3, 50), -1, True), ((4, 3, 50), 1, True),
                                                       ((7, 64), -1, False)])
 def test_layernorm(hosts: dict[str, Host], shape: tuple[int, ...], axis: int, affine: bool) -> None:
-    rng = np.random.default_rng(len(shape) + axis)
-    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
-    group = int(np.prod(shape[axis % len(shape):]))
-    vectors = [rng.standard_normal(group).astype(np.float32) for _ in range(2)] if affine else []
-    blob = np.concatenate([x.ravel(), *vectors]).astype(np.float32)
-
-    def run(host: Host) -> np.ndarray:
-        host.start_tile(1)
-        src, out = host.put(blob), host.alloc(x.nbytes)
-        host.barrier(0, 1, 1)
-        host.barrier(1, 1, 1)
-        host.dma(src, cmx(0), blob.nbytes, dst_tile=1, update=1)
-        a = Args(S.LayerNormParams)
-        a.memref("input", cmx(0), shape, np.float32)
-        a.memref("output", cmx(0x80000), shape, np.float32)
-        if affine:
-            a.memref("scale", cmx(x.nbytes), (group,), np.float32)
-            a.memref("bias", cmx(x.nbytes + 4 * group), (group,), np.float32)
-        a.params.axis, a.params.epsilon = axis, 1e-5
-        host.kernel(1, "layernorm", a, wait=1, update=2)
-        host.dma(cmx(0x80000), out, x.nbytes, src_tile=1, wait=2)
-        assert host.r(treg(1, "error")) == 0
-        return np.frombuffer(host.read(out, x.nbytes), np.float32).reshape(shape)
-
-    fast, exact = both(hosts, run)
+    x, scale, bias = layernorm_case(shape, axis, affine)
+    fast, exact = both(hosts, lambda host: run_layernorm(host, x, axis, scale, bias))
     np.testing.assert_allclose(fast, exact, rtol=2e-5, atol=2e-5)
 
 

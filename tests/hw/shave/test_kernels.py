@@ -175,32 +175,47 @@ def np_layernorm(x: np.ndarray, axis: int, scale: np.ndarray | None, bias: np.nd
     return y
 
 
-@pytest.mark.parametrize(("shape", "axis", "affine"), [((4, 3, 50), -1, True), ((4, 3, 50), 1, True),
-                                                      ((7, 64), -1, False), ((300,), 0, True)])
-def test_layernorm_kernel(host: Host, shape: tuple[int, ...], axis: int, affine: bool) -> None:
-    """ONNX LayerNormalization: relative 1e-5, absolute 1e-5 (values near 0), as layernorm.c says."""
-    host.start_tile(1)
+def layernorm_case(shape: tuple[int, ...], axis: int, affine: bool
+                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """An input and (``affine``) scale and bias for a layer normalisation from ``axis`` on."""
     rng = np.random.default_rng(len(shape) + axis)
     x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
     group = int(np.prod(shape[axis % len(shape):]))
     scale = rng.standard_normal(group).astype(np.float32) if affine else None
     bias = rng.standard_normal(group).astype(np.float32) if affine else None
-    blob = np.concatenate([x.ravel()] + ([scale, bias] if affine else [])).astype(np.float32)
-    src, out = host.put(blob), host.alloc(x.nbytes)
+    return x, scale, bias
+
+
+def run_layernorm(host: Host, x: np.ndarray, axis: int, scale: np.ndarray | None,
+                  bias: np.ndarray | None) -> np.ndarray:
+    """The layernorm kernel on tile 1: x, scale and bias copied into CMX by one DMA."""
+    host.start_tile(1)
+    shape = x.shape
+    group = int(np.prod(shape[axis % len(shape):]))
+    blob = np.concatenate([x.ravel()] + ([scale, bias] if scale is not None and bias is not None else []))
+    src, out = host.put(blob.astype(np.float32)), host.alloc(x.nbytes)
     host.barrier(0, 1, 1)
     host.barrier(1, 1, 1)
     host.dma(src, cmx(0), blob.nbytes, dst_tile=1, update=1)
     a = Args(S.LayerNormParams)
     a.memref("input", cmx(0), shape, np.float32)
     a.memref("output", cmx(0x80000), shape, np.float32)
-    if affine:
+    if scale is not None:
         a.memref("scale", cmx(x.nbytes), (group,), np.float32)
         a.memref("bias", cmx(x.nbytes + 4 * group), (group,), np.float32)
     a.params.axis, a.params.epsilon = axis, 1e-5
     host.kernel(1, "layernorm", a, wait=1, update=2)
     host.dma(cmx(0x80000), out, x.nbytes, src_tile=1, wait=2)
     assert host.r(treg(1, "error")) == 0, host.dev.shave.error_text(1)  # type: ignore[union-attr]
-    got = np.frombuffer(host.read(out, x.nbytes), np.float32).reshape(shape)
+    return np.frombuffer(host.read(out, x.nbytes), np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize(("shape", "axis", "affine"), [((4, 3, 50), -1, True), ((4, 3, 50), 1, True),
+                                                      ((7, 64), -1, False), ((300,), 0, True)])
+def test_layernorm_kernel(host: Host, shape: tuple[int, ...], axis: int, affine: bool) -> None:
+    """ONNX LayerNormalization: relative 1e-5, absolute 1e-5 (values near 0), as layernorm.c says."""
+    x, scale, bias = layernorm_case(shape, axis, affine)
+    got = run_layernorm(host, x, axis, scale, bias)
     np.testing.assert_allclose(got, np_layernorm(x, axis, scale, bias, 1e-5), rtol=1e-5, atol=1e-5)
 
 

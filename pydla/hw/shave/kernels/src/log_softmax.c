@@ -9,16 +9,7 @@
 /* One line along the axis: the maximum, the log of the sum of the shifted exponentials, the result. */
 static void log_softmax_line(const uint8_t *src, uint8_t *dst, int32_t len, int32_t si, int32_t so,
                              uint32_t ti, uint32_t to) {
-    float m = load_f(src, ti);
-    int32_t best = order_key(m);
-    for (int32_t i = 1; i < len; i++) {
-        float x = load_f(src + i * si, ti);
-        int32_t k = order_key(x);
-        if (k > best) {
-            best = k;
-            m = x;
-        }
-    }
+    float m = line_max(src, len, si, ti);
     float sum = 0.0f;
     for (int32_t i = 0; i < len; i++) sum += exp_f(load_f(src + i * si, ti) - m);
     float lse = log_f(sum);

@@ -179,4 +179,19 @@ static inline void store_f(uint8_t *p, uint32_t type, float v) {
     else *(float *)p = v;
 }
 
+/* The largest of len elements step bytes apart (compared as order keys: integer operations). */
+static inline float line_max(const uint8_t *src, int32_t len, int32_t step, uint32_t type) {
+    float m = load_f(src, type);
+    int32_t best = order_key(m);
+    for (int32_t i = 1; i < len; i++) {
+        float x = load_f(src + i * step, type);
+        int32_t k = order_key(x);
+        if (k > best) {
+            best = k;
+            m = x;
+        }
+    }
+    return m;
+}
+
 #endif

@@ -53,16 +53,7 @@ static void softmax_line(const uint8_t *src, uint8_t *dst, int32_t len, int32_t 
  * FP16 output would round them twice): the last pass computes them again. */
 static void softmax_line_any(const uint8_t *src, uint8_t *dst, int32_t len, int32_t si, int32_t so,
                              uint32_t ti, uint32_t to) {
-    float m = load_f(src, ti);
-    int32_t best = order_key(m);
-    for (int32_t i = 1; i < len; i++) {
-        float x = load_f(src + i * si, ti);
-        int32_t k = order_key(x);
-        if (k > best) {
-            best = k;
-            m = x;
-        }
-    }
+    float m = line_max(src, len, si, ti);
     int32_t low = order_key(m - 87.0f);
     float sum = 0.0f;
     for (int32_t i = 0; i < len; i++) sum += exp_shifted(load_f(src + i * si, ti), m, low);
