@@ -233,8 +233,9 @@ class HeadedEngine(PostedMessages):
 
     def pending_events(self) -> int:
         pending = self._irqs + len(self._ended) + len(self._events)
-        if not pending and self._rsp is not None and self._evt is not None:
-            pending = int(self._rsp.unread() != 0) + int(self._evt.unread() != 0)
+        rsp, evt = self._rsp, self._evt
+        if not pending and rsp is not None and evt is not None:
+            pending = (rsp.words[rsp.head_word] != rsp.count) + (evt.words[evt.head_word] != evt.count)
         return pending
 
     def wait_for_events(self, timeout: float) -> None:

@@ -68,7 +68,8 @@ class PostedMessages:
     def _drain(self) -> None:
         """Take every response and event the firmware posted (each checked; a bad one is skipped)."""
         for ring, kind in ((self._rsp, MessageType.RESPONSE), (self._evt, MessageType.EVENT)):
-            while ring is not None:
+            # (the head against this side's count first: most passes find a ring empty)
+            while ring is not None and ring.words[ring.head_word] != ring.count:
                 try:
                     found = ring.peek()
                     if found is None:

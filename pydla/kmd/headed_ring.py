@@ -146,6 +146,7 @@ class Ring:
         self.words: memoryview[int] = mem[:64].data.cast("Q")  # the header's u64 fields, as counters()
         self._head = _U64[f"{area.name}_head"]
         self._tail = _U64[f"{area.name}_tail"]
+        self.head_word = self._head  # words[head_word] != count: something to read (a consumer's check)
         self.producer = producer
         self.count = 0  # this side's counter (head of a producer, tail of a consumer), never re-read
         self._taken = 0  # bytes of the message peek() returned, consumed by consume()

@@ -138,9 +138,12 @@ class Firmware:
             self._ended.clear()
             return False
         posted = False
+        cmd = box.cmd
         for _ in range(MAX_COMMANDS_PER_STEP):
+            if cmd.words[cmd.head_word] == cmd.count:
+                break  # (nothing written since: the usual end, without a call)
             try:
-                data = box.cmd.read()
+                data = cmd.read()
             except RingError as e:  # the ring was skipped to the host's head: nothing more to take
                 posted |= self._error_evt(0, NO_OP, self.status.BAD_MESSAGE, e.code)
                 break
@@ -155,8 +158,10 @@ class Firmware:
     def settled(self) -> bool:
         """Whether another step now would find nothing to do: no command waits, and every interrupt
         the microcontroller took came before the last step's pass over the engine's events."""
-        box = self.mailbox
-        return self.irqs_seen == self.irqs and (box is None or box.cmd.unread() == 0)
+        if self.irqs_seen != self.irqs:
+            return False
+        cmd = self.mailbox.cmd if self.mailbox is not None else None
+        return cmd is None or cmd.words[cmd.head_word] == cmd.count
 
     def _post(self, ring: Ring, msg: Message) -> bool:
         if ring.write(bytes(msg)):
