@@ -58,7 +58,8 @@ def not_a_loadable(path: Path, head: bytes) -> DlaError | None:
     if is_onnx(path, head):
         return DlaError(NvError.BadParameter,
                         f"{path} is an ONNX model, not a loadable: compile it first with "
-                        f"`pydla compile {path} -o {path.with_suffix('.dla')}`")
+                        f"`pydla compile {path} -o {path.with_suffix('.dla')}` (and --input-shape "
+                        "NAME=D0,D1,... for each input with symbolic dimensions)")
     if head.lstrip()[:1] == b"{":
         return DlaError(NvError.BadParameter,
                         f"{path} is JSON (a run recipe?), not a loadable: check a recipe with "

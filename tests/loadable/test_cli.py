@@ -50,7 +50,7 @@ def test_info_on_an_onnx_model_says_to_compile_it(tmp_path: Path, capsys) -> Non
         err = capsys.readouterr().err
         assert err.startswith(f"pydla: error: {model} is an ONNX model, not a loadable: compile it first "
                               f"with `pydla compile {model} -o {tmp_path / 'model.dla'}`"), err
-        assert err.count("\n") == 1 and "[BadParameter]" in err
+        assert err.count("\n") == 1 and "[BadParameter]" in err and "--input-shape NAME=" in err
     # Recognized by its bytes too, whatever its name.
     renamed = tmp_path / "model.bin"
     renamed.write_bytes(model.read_bytes())
