@@ -1,9 +1,13 @@
 """Exporter patterns recognised as one operator: Gelu written out with Erf (torch.onnx before opset
-20, tf2onnx), x * 0.5 * (1 + erf(x / sqrt 2)), becomes one Gelu node. The Erf is a CPU run either
-way; as one node it is one CPU run of the exact function instead of that run between four SDP
-operations (the division, the sum, two products), and its intermediate tensors go.
+20, tf2onnx), x * 0.5 * (1 + erf(x / sqrt 2)), becomes one Gelu node. The Erf is a CPU run (or a
+SHAVE task) either way; as one node it is one run of the exact function instead of that run between
+four SDP operations (the division, the sum, two products), and its intermediate tensors go. And
+attention's ``Q . K^T`` as exported, a MatMul of a Transpose that swaps K's last two axes, becomes a
+MatMul reading K itself as its transposed operand (``TRANS_B``): the product's weights are K's rows
+as they lie, so neither the Transpose's copy nor the copy that would turn K^T back into weights runs.
 
-Usage: ``fuse_gelu(graph)`` after the import has folded the constants.
+Usage: ``fuse_gelu(graph)``, ``fold_transposed_operands(graph)`` after the import has folded the
+constants.
 """
 
 from __future__ import annotations
@@ -101,3 +105,52 @@ def _product(graph: Graph, x: str, sum_: str, consumer: dict[str, Node], produce
         return None
     constant = _other(halved, x)
     return [halved, first] if constant is not None and _is(graph, constant, 0.5) else None
+
+
+TRANS_B = "pydla_trans_b"  # an internal attribute of a MatMul: its second input is B transposed
+
+
+def fold_transposed_operands(graph: Graph) -> None:
+    """MatMul(A, Transpose(K)) whose Transpose swaps the last two axes only and is read by nothing
+    else: the MatMul reads K with TRANS_B set, and the Transpose goes. A Mul by a scalar constant
+    between them (scaled_dot_product_attention's export scales K^T) moves before the Transpose."""
+    producer = {o: n for n in graph.nodes for o in n.outputs if o}
+    readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
+    outputs = set(graph.outputs)
+
+    def sole(name: str) -> bool:
+        return readers[name] == 1 and name not in outputs
+
+    dropped: set[int] = set()
+    for node in graph.nodes:
+        if node.op_type != "MatMul" or len(node.inputs) != 2 or node.attrs.get(TRANS_B):
+            continue
+        b = node.inputs[1]
+        scale = producer.get(b)
+        if scale is not None and scale.op_type == "Mul" and sole(b):
+            x = next((i for i in scale.inputs if i not in graph.consts), None)
+            c = _other(scale, x) if x is not None else None
+            if x is None or c is None or c not in graph.consts or graph.consts[c].size != 1:
+                scale = None
+            else:
+                b = x
+        else:
+            scale = None
+        t = producer.get(b)
+        if t is None or t.op_type != "Transpose" or not sole(t.outputs[0]):
+            continue
+        source = t.inputs[0]
+        rank = len(graph.shapes.get(source, ()))
+        perm = [int(p) for p in t.attrs.get("perm", [])]
+        swap = [*range(rank - 2), rank - 1, rank - 2] if rank >= 2 else None
+        if perm != swap or source in graph.consts or graph.dtypes.get(source) != np.dtype(np.float32):
+            continue
+        if scale is not None:  # Mul(Transpose(K), c) -> Mul(K, c), read transposed
+            scale.inputs = [source if i == b else i for i in scale.inputs]
+            graph.shapes[scale.outputs[0]] = graph.shapes[source]
+        else:
+            node.inputs[1] = source
+        node.attrs[TRANS_B] = 1
+        dropped.add(id(t))
+    if dropped:
+        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pydla.compiler import movement
+from pydla.compiler.fuse import TRANS_B
 from pydla.compiler.layout import MAX_DIM, dense_strides, flat_cube, prod
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
@@ -51,7 +52,7 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
         trans_a, trans_b = bool(attr(n, "transA", 0)), bool(attr(n, "transB", 0))
         alpha, beta = float(attr(n, "alpha", 1.0)), float(attr(n, "beta", 1.0))
     else:
-        trans_a = trans_b = False
+        trans_a, trans_b = False, bool(n.attrs.get(TRANS_B))  # K^T of attention read as K (fuse)
         alpha, beta = 1.0, 0.0
     a2 = (1, *a_shape) if len(a_shape) == 1 else a_shape  # a vector is one row ...
     b2 = (*b_shape, 1) if len(b_shape) == 1 else b_shape  # ... or one column
@@ -61,8 +62,12 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
         raise DlaError(NvError.BadValue, f"{where}: inner dimensions {k} and {kb} differ")
     a_batch, b_batch = a2[:-2], b2[:-2]
     batch = tuple(np.broadcast_shapes(a_batch, b_batch))
-    act = lw.epilogue(step.nodes[1:], n.outputs[0], cols, axis=-1)[1]
+    ew, act = lw.epilogue(step.nodes[1:], n.outputs[0], cols, axis=-1)
     epi = _gemm_epilogue(lw, step, m, cols, alpha, beta, act) if gemm else _Epilogue(act=act)
+    if ew is not None:  # a MatMul's constant column bias, fused by plan.group_steps (_column_bias)
+        if gemm or ew[0] != "bias":
+            raise DlaError(NvError.BadValue, f"{where}: internal: a fused addition of kind {ew[0]}")
+        epi.bias = lw.const(ew[1])
     scale_weights = alpha if epi.scale is None else 1.0
     y_buf, y_off = lw.storage(step.output)
     a_src = _operand(lw, a_name)

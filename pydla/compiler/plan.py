@@ -88,6 +88,8 @@ def group_steps(graph: Graph) -> list[Step]:
                        and image and constant and not nxt.attrs.get("training_mode", 0))
                       or (nxt_kind == "eltwise" and nxt.op_type in ("Add",) and image
                           and _other_is_fusable(graph, nxt, out, producer, i))
+                      or (nxt_kind == "eltwise" and op == "MatMul" and nxt.op_type == "Add"
+                          and _column_bias(graph, nxt, out))
                       or (nxt_kind == "activation" and nxt.op_type in ACTIVATIONS and constant
                           and _per_channel(graph, nxt, op) and _on_sdp(graph, nxt)))
                 if not ok:
@@ -152,6 +154,18 @@ def group_steps(graph: Graph) -> list[Step]:
     constants = [Step("constant", [Node(f"constant output '{t}'", "Constant", [], [t], {})], [], t)
                  for t in dict.fromkeys(graph.outputs) if t in graph.consts and not graph.is_empty(t)]
     return constants + steps
+
+
+def _column_bias(graph: Graph, add: Node, out: str) -> bool:
+    """Whether ``add`` adds a constant to each column of MatMul result ``out`` (a bias over its last
+    axis, or one scalar), into a tensor of the same shape: SDP's per-channel bias of the product's
+    cube (pydla.compiler.matmul), so that a Linear is one CONV + SDP pair."""
+    other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
+    shape = graph.shapes.get(out, ())
+    if other == out or other not in graph.consts or not shape or graph.shapes.get(add.outputs[0]) != shape:
+        return False
+    value = graph.consts[other]
+    return value.dtype.kind == "f" and (value.size == 1 or (value.size == shape[-1] == value.shape[-1]))
 
 
 def _on_sdp(graph: Graph, node: Node) -> bool:

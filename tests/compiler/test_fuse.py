@@ -1,6 +1,7 @@
-"""Gelu written out with Erf becomes one Gelu node (one CPU run of the exact function, no SDP work
+"""Gelu written out with Erf becomes one Gelu node (one run of the exact function, no SDP work
 around it) in the forms exporters write it; anything else, or a form whose intermediate tensors
-something else reads, stays as written. Either way it agrees with onnxruntime."""
+something else reads, stays as written. A Linear's bias Add is the product's SDP bias, and
+attention's MatMul of a transposed K reads K as it lies. Either way it agrees with onnxruntime."""
 
 from __future__ import annotations
 
@@ -56,3 +57,46 @@ def test_erf_form_gelu(build: Any, fused: bool) -> None:
         got, want = run_loadable(blob, {"a": a}), reference(m, {"a": a})
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_linear_bias_is_the_products_sdp_bias() -> None:
+    """MatMul then Add of a constant per column (or a scalar): one CONV + SDP pair; an Add of a
+    full matrix stays an SDP operation of its own."""
+    rng = np.random.default_rng(3)
+    x = {"x": rng.standard_normal((2, 5, 8)).astype(F32)}
+    for bias, fused in ((rng.standard_normal(6), True), (np.array(0.25), True),
+                        (rng.standard_normal((5, 6)), False)):
+        m = model([helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])],
+                  {"x": (2, 5, 8)}, ["y"], {"w": rng.standard_normal((8, 6)), "b": bias})
+        compiled = compile_model(m)
+        assert (compiled.operations.get("SDP") == 1) == fused, compiled.operations
+        got, want = run_loadable(compiled.blob, x)["y"], reference(m, x)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_attention_reads_k_as_it_lies(scaled: bool) -> None:
+    """MatMul(q, Transpose(k) [* scalar]) with the Transpose swapping the last two axes: no RUBIK
+    transpose and no BDMA copy of K; K's transpose read elsewhere keeps them."""
+    rng = np.random.default_rng(4)
+    shapes = {"q": (1, 2, 6, 4), "k": (1, 2, 6, 4)}
+    feeds = {name: rng.standard_normal(shape).astype(F32) for name, shape in shapes.items()}
+    nodes = [helper.make_node("Relu", ["k"], ["kr"]),
+             helper.make_node("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2])]
+    b = "kt"
+    if scaled:
+        nodes.append(helper.make_node("Mul", ["kt", "c"], ["ks"]))
+        b = "ks"
+    nodes.append(helper.make_node("MatMul", ["q", b], ["y"]))
+    m = model(nodes, shapes, ["y"], {"c": np.array(0.5, F32)})
+    compiled = compile_model(m)
+    assert "RUBIK" not in compiled.operations and "BDMA" not in compiled.operations, compiled.operations
+    np.testing.assert_allclose(run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)
+    kept = model([*nodes, helper.make_node("Identity", ["kt"], ["z"])], shapes, ["y", "z"],
+                 {"c": np.array(0.5, F32)})
+    compiled = compile_model(kept)
+    assert "RUBIK" in compiled.operations or "BDMA" in compiled.operations
+    got, want = run_loadable(compiled.blob, feeds), reference(kept, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
