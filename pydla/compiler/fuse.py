@@ -108,6 +108,7 @@ def _product(graph: Graph, x: str, sum_: str, consumer: dict[str, Node], produce
 
 
 TRANS_B = "pydla_trans_b"  # an internal attribute of a MatMul: its second input is B transposed
+ALPHA = "pydla_alpha"  # an internal attribute of a MatMul: its product is scaled by this factor
 
 
 def fold_transposed_operands(graph: Graph) -> None:
@@ -152,5 +153,35 @@ def fold_transposed_operands(graph: Graph) -> None:
             node.inputs[1] = source
         node.attrs[TRANS_B] = 1
         dropped.add(id(t))
+    if dropped:
+        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+
+
+def fold_scalar_factors(graph: Graph) -> None:
+    """MatMul(Mul(A, a), Mul(B, b)) with scalar constants a and b, the products read by nothing
+    else: the MatMul reads A and B and scales its product by a * b (ALPHA: folded into constant
+    weights, else SDP's scale), as attention's exported 1 / sqrt(d) factors are."""
+    producer = {o: n for n in graph.nodes for o in n.outputs if o}
+    readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
+    outputs = set(graph.outputs)
+    dropped: set[int] = set()
+    for node in graph.nodes:
+        if node.op_type != "MatMul" or len(node.inputs) != 2:
+            continue
+        alpha = float(node.attrs.get(ALPHA, 1.0))
+        for index, name in enumerate(list(node.inputs)):
+            mul = producer.get(name)
+            if mul is None or mul.op_type != "Mul" or readers[name] != 1 or name in outputs:
+                continue
+            x = next((i for i in mul.inputs if i not in graph.consts), None)
+            c = _other(mul, x) if x is not None else None
+            if (x is None or c is None or c not in graph.consts or graph.consts[c].size != 1
+                    or graph.consts[c].dtype.kind != "f" or graph.shapes.get(x) != graph.shapes.get(name)):
+                continue
+            node.inputs[index] = x
+            alpha *= float(graph.consts[c].reshape(-1)[0])
+            dropped.add(id(mul))
+        if alpha != 1.0:
+            node.attrs[ALPHA] = alpha
     if dropped:
         graph.nodes = [n for n in graph.nodes if id(n) not in dropped]

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper, shape_inference
 from pydla.compiler import ceil_mode, custom_kernel
 from pydla.compiler.decompose import gather_as_slice, last_axis_product, layer_norm
 from pydla.compiler.fold import fold, settle_empty
-from pydla.compiler.fuse import fold_transposed_operands, fuse_gelu
+from pydla.compiler.fuse import fold_scalar_factors, fold_transposed_operands, fuse_gelu
 from pydla.compiler.graph_types import Graph as Graph
 from pydla.compiler.graph_types import Node as Node
 from pydla.compiler.input_shapes import InputShapes, with_input_shapes
@@ -123,6 +123,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
     graph.nodes = [part for node in graph.nodes for part in _rewrite(graph, node)]
     fuse_gelu(graph)
     fold_transposed_operands(graph)
+    fold_scalar_factors(graph)
     _distinct_outputs(graph)
     return graph
 

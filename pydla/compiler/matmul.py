@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pydla.compiler import movement
-from pydla.compiler.fuse import TRANS_B
+from pydla.compiler.fuse import ALPHA, TRANS_B
 from pydla.compiler.layout import MAX_DIM, dense_strides, flat_cube, prod
 from pydla.compiler.plan import Step, attr
 from pydla.errors import DlaError, NvError
@@ -51,9 +51,9 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
             raise DlaError(NvError.BadValue, f"{where}: Gemm of {a_shape} and {b_shape}")
         trans_a, trans_b = bool(attr(n, "transA", 0)), bool(attr(n, "transB", 0))
         alpha, beta = float(attr(n, "alpha", 1.0)), float(attr(n, "beta", 1.0))
-    else:
-        trans_a, trans_b = False, bool(n.attrs.get(TRANS_B))  # K^T of attention read as K (fuse)
-        alpha, beta = 1.0, 0.0
+    else:  # attention's K^T read as K, its scalar factors moved onto the product (pydla.compiler.fuse)
+        trans_a, trans_b = False, bool(n.attrs.get(TRANS_B))
+        alpha, beta = float(n.attrs.get(ALPHA, 1.0)), 0.0
     a2 = (1, *a_shape) if len(a_shape) == 1 else a_shape  # a vector is one row ...
     b2 = (*b_shape, 1) if len(b_shape) == 1 else b_shape  # ... or one column
     m, k = (a2[-1], a2[-2]) if trans_a else (a2[-2], a2[-1])
@@ -64,10 +64,8 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
     batch = tuple(np.broadcast_shapes(a_batch, b_batch))
     ew, act = lw.epilogue(step.nodes[1:], n.outputs[0], cols, axis=-1)
     epi = _gemm_epilogue(lw, step, m, cols, alpha, beta, act) if gemm else _Epilogue(act=act)
-    if ew is not None:  # a MatMul's constant column bias, fused by plan.group_steps (_column_bias)
-        if gemm or ew[0] != "bias":
-            raise DlaError(NvError.BadValue, f"{where}: internal: a fused addition of kind {ew[0]}")
-        epi.bias = lw.const(ew[1])
+    if not gemm:
+        epi = _matmul_epilogue(lw, n, ew, alpha, cols, act)
     scale_weights = alpha if epi.scale is None else 1.0
     y_buf, y_off = lw.storage(step.output)
     a_src = _operand(lw, a_name)
@@ -145,6 +143,23 @@ def _jobs(lw: Lowering, step: Step, a: tuple[str, int], row: int, col: int, rows
                 ew = operand
             kwargs.update(ew=ew, ew_op="add", ew_mode=mode)
         lw.tb.sdp(conv, out, bias=epi.bias, scale=epi.scale, shift=epi.shift, **kwargs)
+
+
+def _matmul_epilogue(lw: Lowering, n: Any, ew: Any, alpha: float, cols: int,
+                     act: dict[str, Any]) -> _Epilogue:
+    """A MatMul's SDP work: its constant column bias, fused by plan.group_steps (_column_bias), and
+    its ALPHA factor when B is given at run time (a constant B takes it in its weights): SDP computes
+    (x + bias) * scale + shift, so alpha * x + b is scale alpha and shift b."""
+    epi = _Epilogue(act=act)
+    if ew is not None and ew[0] != "bias":
+        raise DlaError(NvError.BadValue, f"{n.where()}: internal: a fused addition of kind {ew[0]}")
+    bias = None if ew is None else np.asarray(ew[1], dtype=np.float64)
+    if alpha != 1.0 and n.inputs[1] not in lw.g.consts:
+        epi.scale = lw.const(np.full(cols, alpha))
+        epi.shift = lw.const(bias if bias is not None else np.zeros(cols))
+    elif bias is not None:
+        epi.bias = lw.const(bias)
+    return epi
 
 
 def _gemm_epilogue(lw: Lowering, step: Step, m: int, cols: int, alpha: float, beta: float,

@@ -100,3 +100,25 @@ def test_attention_reads_k_as_it_lies(scaled: bool) -> None:
     got, want = run_loadable(compiled.blob, feeds), reference(kept, feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("constant_b", [False, True])
+def test_scalar_factors_of_a_products_operands_scale_the_product(constant_b: bool) -> None:
+    """MatMul(Mul(A, a), Mul(B, b)): the product scaled by a * b (B given at run time: SDP's scale,
+    with a bias Add fused after it; a constant B: in its weights), no SDP Mul of its own."""
+    rng = np.random.default_rng(5)
+    inits: dict[str, Any] = {"a": np.array(0.5, F32), "c": np.array(-3.0, F32),
+                             "bias": rng.standard_normal(4)}
+    shapes = {"x": (2, 3, 5)}
+    if constant_b:
+        inits["w"] = rng.standard_normal((5, 4))
+    else:
+        shapes["w"] = (5, 4)
+    nodes = [helper.make_node("Mul", ["x", "a"], ["xa"]), helper.make_node("Mul", ["c", "w"], ["wc"]),
+             helper.make_node("MatMul", ["xa", "wc"], ["p"]), helper.make_node("Add", ["p", "bias"], ["y"])]
+    m = model(nodes, shapes, ["y"], inits)
+    feeds = {name: rng.standard_normal(shape).astype(F32) for name, shape in shapes.items()}
+    compiled = compile_model(m)
+    assert compiled.operations.get("SDP") == 1, compiled.operations
+    got, want = run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
