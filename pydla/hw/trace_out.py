@@ -8,9 +8,11 @@ The device then appends, as it works and without stopping, the events of the ``t
 ``op_start``/``op_end`` of each block's operation (class LAYER), ``cu_start``/``cu_end`` of each
 compute-unit execution (LAYER), ``interrupt`` at each rise of the interrupt line (INTERRUPT),
 ``error`` for a failed operation (ERROR), ``reg_write`` for each register write it takes
-(REG_WRITE). Timestamps are the host's monotonic clock in ns (the virtual device shares it), so host
-and device events fall on one timeline. When the ring is full the oldest entries are dropped and
-counted in its header; the host reads it whenever it likes (``read_ring``).
+(REG_WRITE), ``task_start``/``task_end`` when the engine scheduler writes ``trace_task_cmd`` (TASK; see
+below), and ``log`` for each line of the device's log and of its firmware's (LOG). Timestamps are the
+host's monotonic clock in ns (the virtual device shares it), so host and device events fall on one
+timeline. When the ring is full the oldest entries are dropped and counted in its header; the host
+reads it whenever it likes (``read_ring``).
 
 The device writes the ring as :class:`pydla.deviceapi.trace.TraceRing` (the contract's reference
 writer) does, byte for byte, but faster (:class:`RingWriter`): it keeps the ring's counters itself,
@@ -22,6 +24,19 @@ A ring the device cannot use (not mapped in that context, a header that is not a
 contract, a size smaller than the header says) is refused: nothing is written and the device log
 says why. Tracing costs one attribute test per event site while it is off.
 
+Tasks: the device does not know what a task is; the engine scheduler does, wherever it runs (on the
+host, headless, or on the microcontroller, headed), and it reaches the device only through registers.
+So it tells the ring through registers: ``trace_task_lo/hi`` (the task id), ``trace_task_info`` (the
+number of operations for a start, the ``dla_status_e`` for an end), then ``trace_task_cmd`` (bits 3:0
+``TASK_START`` or ``TASK_END``, bits 31:16 the context), which writes the event when TASK is on and
+nothing otherwise. The engine writes them only while it knows a trace with TASK runs, so an untraced
+task's register writes are those of before.
+
+Log lines: the device's ``log`` (a :class:`DeviceLog`) also writes each line it takes as a ``log``
+event while LOG is on (level ``LOG_WARNING``: what the device logs is a refusal or a fault); the
+firmware writes its own lines through :meth:`TraceOutput.trace_log`. Text longer than the event's
+63 bytes is cut (UTF-8, on a character boundary).
+
 Usage (the host's side, through registers)::
 
     dev.reg_write(R.GLB_TRACE_BASE_LO, iova & 0xFFFFFFFF); dev.reg_write(R.GLB_TRACE_BASE_HI, iova >> 32)
@@ -31,8 +46,10 @@ Usage (the host's side, through registers)::
 
 from __future__ import annotations
 
+import collections
 import struct
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -48,7 +65,12 @@ from pydla.hw.state import DeviceState
 TASK, LAYER, REG_WRITE, INTERRUPT, ERROR, LOG = (int(c) for c in R.trace_class_e)
 ALL_CLASSES = TASK | LAYER | REG_WRITE | INTERRUPT | ERROR | LOG
 _STATUS_OF_ERROR = {int(R.dla_hw_error_e.MMU_FAULT): dla_status_e.MMU_FAULT}
-_REGS = ("trace_base_lo", "trace_base_hi", "trace_ctx", "trace_size", "trace_mask")
+_REGS = ("trace_base_lo", "trace_base_hi", "trace_ctx", "trace_size", "trace_mask", "trace_task_lo",
+         "trace_task_hi", "trace_task_info", "trace_task_cmd")
+TASK_START, TASK_END = 1, 2  # trace_task_cmd bits 3:0 (dla_regs.yaml)
+# The levels of a log event (its u8 level): the lower, the more severe (as syslog's).
+LOG_ERROR, LOG_WARNING, LOG_INFO, LOG_DEBUG = 3, 4, 6, 7
+_LOG_TEXT = 63  # bytes of a log event's text (trace.yaml)
 # Per block (dla_block_e index): the word of its D group holding d_ctx_id (an operation's context).
 CTX_WORD = {int(b): (getattr(R, f"{b.name}_D_CTX_ID") - 0x1000 * (int(b) + 1)) >> 2
             for b in dla_block_e if hasattr(R, f"{b.name}_D_CTX_ID")}
@@ -79,8 +101,28 @@ class EventKind:
         self.need = (ENTRY_SIZE + body.size + ALIGN - 1) & ~(ALIGN - 1)
 
 
-_OP_START, _OP_END, _ERROR, _INTERRUPT, _REG_WRITE, _CU_START, _CU_END = (
-    EventKind(c) for c in (T.op_start, T.op_end, T.error, T.interrupt, T.reg_write, T.cu_start, T.cu_end))
+_OP_START, _OP_END, _ERROR, _INTERRUPT, _REG_WRITE, _CU_START, _CU_END, _TASK_START, _TASK_END, _LOG = (
+    EventKind(c) for c in (T.op_start, T.op_end, T.error, T.interrupt, T.reg_write, T.cu_start, T.cu_end,
+                           T.task_start, T.task_end, T.log))
+
+
+def log_text(text: str) -> bytes:
+    """``text`` as a log event holds it: UTF-8, cut to its 63 bytes without splitting a character."""
+    return text.encode("utf-8", "replace")[:_LOG_TEXT].decode("utf-8", "ignore").encode("utf-8")
+
+
+class DeviceLog(collections.deque[str]):
+    """The device's log (its last lines); each line appended is also a ``log`` event of the trace
+    ring while its LOG class is on (one attribute test while it is off)."""
+
+    def __init__(self, device: TraceOutput, maxlen: int, lines: Iterable[str] = ()) -> None:
+        super().__init__(lines, maxlen=maxlen)
+        self.device = device
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        if self.device.trace_mask & LOG:
+            self.device.trace_log(LOG_WARNING, line)
 
 
 class RingWriter:
@@ -98,7 +140,7 @@ class RingWriter:
         self.wrap = int(header.wrap_count)
         self.seq = 0
 
-    def put(self, kind: EventKind, *values: int) -> None:
+    def put(self, kind: EventKind, *values: int | bytes) -> None:
         """Append one event stamped now (dropping the oldest entries when the ring is full)."""
         now = time.monotonic_ns()
         head, cap, need = self.head, self.capacity, kind.need
@@ -156,6 +198,8 @@ class TraceOutput(DeviceState):
     def _init_trace(self) -> None:
         self.trace_mask = 0  # the classes written now: 0 while no ring is attached
         self._trace_ring = None
+        # The device's log, made before this part: kept, and written to the ring too (DeviceLog).
+        self.log = DeviceLog(self, self.log.maxlen or 256, self.log)
         self._trace_regs = dict.fromkeys(_REGS, 0)
         self._trace_seq = [0] * 8
         for name in _REGS:
@@ -166,6 +210,20 @@ class TraceOutput(DeviceState):
         return lambda: self._trace_regs[name]
 
     def _trace_writer(self, name: str) -> Any:
+        regs = self._trace_regs
+        if name == "trace_task_cmd":
+            def command(value: int) -> int:
+                regs[name] = value
+                if self.trace_mask & TASK:  # (nothing to do while TASK is off)
+                    self._trace_task(value)
+                return 0
+            return command
+        if name.startswith("trace_task_"):  # written at each traced task's start and end: a store
+            def store(value: int) -> int:
+                regs[name] = value
+                return 0
+            return store
+
         def write(value: int) -> int:
             self._trace_regs[name] = value
             if name == "trace_size":
@@ -202,9 +260,32 @@ class TraceOutput(DeviceState):
     def _trace_reset(self) -> None:
         """A device reset stops tracing (the registers read 0 again)."""
         self._trace_ring, self.trace_mask = None, 0
-        self._trace_regs = dict.fromkeys(_REGS, 0)
+        self._trace_regs.update(dict.fromkeys(_REGS, 0))  # in place: the register writers hold the dict
 
     # -- what the device writes (under the device lock) ----------------------------------------------
+
+    def _trace_task(self, cmd: int) -> None:
+        """trace_task_cmd written while TASK is on: the task event the trace_task_* registers say."""
+        ring = self._trace_ring
+        if ring is None:
+            return
+        r = self._trace_regs
+        task_id = r["trace_task_hi"] << 32 | r["trace_task_lo"]
+        kind, ctx = cmd & 0xF, cmd >> 16 & 0xFFFF
+        if kind == TASK_START:
+            ring.put(_TASK_START, task_id, r["trace_task_info"], ctx)
+        elif kind == TASK_END:
+            ring.put(_TASK_END, task_id, r["trace_task_info"], ctx)
+
+    def trace_log(self, level: int, text: str) -> None:
+        """A ``log`` event, when LOG is on (the firmware's lines and the device's own). It takes the
+        device's lock (reentrant): a log line may come from a thread that does not hold it."""
+        if not self.trace_mask & LOG:
+            return
+        with self._lock:
+            ring = self._trace_ring
+            if ring is not None:
+                ring.put(_LOG, level & 0xFF, log_text(text))
 
     def trace_op_start(self, block_index: int, group: int, ctx: int) -> None:
         seq = self._trace_seq[block_index]

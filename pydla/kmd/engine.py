@@ -41,6 +41,7 @@ from pydla.kmd.engine_api import RunState, stuck_text
 from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
 from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_operation
+from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
@@ -84,6 +85,7 @@ class TaskRun(RunState):
         "next_group",
         "ready",
         "state",
+        "traced",
     )
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
@@ -93,6 +95,7 @@ class TaskRun(RunState):
         # (operation index, dla_hw_error_e, MMU fault address) when a block reported its failure: what
         # a headed firmware sends the host (task_failed_evt)
         self.failed: tuple[int, int, int] | None = None
+        self.traced = False  # its task_start was recorded: its task_end is too (pydla.kmd.trace)
         self.restart()
 
     def restart(self) -> None:
@@ -162,6 +165,10 @@ class Engine:
         self.listening = False
         self.mmu_fault: tuple[int, int, int] | None = None
         self.on_device_reset: Callable[[str], None] | None = None  # unused: the watchdog resets here
+        # Whether the device's trace ring records tasks (set by the host's trace, or the firmware):
+        # tested once per task, so an untraced task writes no register more.
+        self.trace_tasks = False
+        self._aborting: TaskRun | None = None  # the run abort() stops (its task_end says ABORTED)
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -203,6 +210,9 @@ class Engine:
                 for block in graph.blocks:
                     next_group[block] = read(POINTER[block]) >> 16 & 1
             self.cu_events.append(("START", task.task_id))
+            if self.trace_tasks:  # before its operations: in deterministic mode they run in _schedule
+                run.traced = True
+                trace_task(self.port, task, TASK_START, len(graph.operations))
             self._schedule_or_fail(run)
             return run
 
@@ -409,6 +419,8 @@ class Engine:
         if run.error is not None:  # a run that completed released each group as it completed
             self._release(run)
         self.cu_events.append(("DONE", run.task.task_id))
+        if run.traced:
+            trace_task(self.port, run.task, TASK_END, end_status(run.error, self._aborting is run))
         if run.on_finish is not None:
             run.on_finish(run)
         if inflight and inflight[0].gated:
@@ -441,7 +453,11 @@ class Engine:
         """Abort ``run`` (a timeout, a context being closed): its blocks are reset."""
         assert isinstance(run, TaskRun)
         with self._lock:
-            self._fail(run, error)
+            self._aborting = run
+            try:
+                self._fail(run, error)
+            finally:
+                self._aborting = None
 
     # -- what the driver's watchdog asks of an engine (pydla.kmd.recovery; the headed proxy answers
     # the same through messages) ---------------------------------------------------------------------

@@ -46,6 +46,7 @@ from pydla.kmd.engine_api import RunState
 from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import CpuAddress, KmdPortability, ShaveCaps, TaskDesc
 from pydla.kmd.shave import ShaveList, usable_cmx
+from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
 
 E = R.shave_error_e
 State = R.shave_tile_state_e
@@ -84,7 +85,7 @@ def error_name(code: int) -> str:
 class ShaveRun(RunState):
     """One execution of a SHAVE task list."""
 
-    __slots__ = ("dma_done0", "done0", "fired", "lst")
+    __slots__ = ("aborted", "dma_done0", "done0", "fired", "lst", "traced")
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
                  on_finish: Callable[[RunState], None] | None) -> None:
@@ -94,6 +95,8 @@ class ShaveRun(RunState):
         self.done0: dict[int, int] = {}  # tile -> its DONE counter when the list was pushed
         self.dma_done0 = 0
         self.fired = 0  # notify barriers seen fired
+        self.traced = False  # its task_start was recorded (pydla.kmd.trace)
+        self.aborted = False
 
 
 class ShaveEngine:
@@ -113,6 +116,7 @@ class ShaveEngine:
         # ctx -> the KMD's descriptor buffer there: (buffer, IOVA, the image it holds)
         self._buffers: dict[int, tuple[BufferObject, int, bytes | None]] = {}
         self.stats = {"jobs": 0, "tile_starts": 0, "tile_reuses": 0, "errors": 0, "resets": 0}
+        self.trace_tasks = False  # the device's trace ring records tasks (set by pydla.kmd.trace)
 
     # -- the engine calls the driver makes -----------------------------------------------------------
 
@@ -129,6 +133,9 @@ class ShaveEngine:
         run = ShaveRun(task, graph, on_finish)
         self.current = run
         self.stats["jobs"] += 1
+        if self.trace_tasks:
+            run.traced = True
+            trace_task(self.port, task, TASK_START, len(lst.acts) + len(lst.dmas))
         try:
             iova = self._descriptors(task.ctx, lst)
             self.port.dla_reg_write(R.SHAVE_CTX, task.ctx)
@@ -187,6 +194,7 @@ class ShaveEngine:
     def abort(self, run: RunState, error: DlaError) -> None:
         """Stop ``run`` (a timeout, its context closing): the tiles are reset, and it fails."""
         if isinstance(run, ShaveRun) and run is self.current:
+            run.aborted = True
             self._fail(run, error)
 
     def progress(self, run: RunState) -> int | None:
@@ -385,6 +393,8 @@ class ShaveEngine:
         run.finished = True
         if self.current is run:
             self.current = None
+        if run.traced:
+            trace_task(self.port, run.task, TASK_END, end_status(error, run.aborted))
         if run.on_finish is not None:
             run.on_finish(run)
 

@@ -17,6 +17,12 @@ Usage::
     ...                                        # run work
     ring = trace.snapshot()                    # bytes of a ring; read_ring(ring, trace_api.API)
     trace.stop()
+
+Tasks: the engine schedulers (:class:`pydla.kmd.engine.Engine`, on the host or the microcontroller,
+and :class:`pydla.kmd.shave_run.ShaveEngine`) have the device record a task's start and end with
+:func:`trace_task` (the GLB ``trace_task_*`` registers) only while their ``trace_tasks`` flag is set:
+a trace with the TASK class sets it on the host's engines, and the firmware sets its own from the
+device's mask at each submit. Untraced, a task costs no register access more.
 """
 
 from __future__ import annotations
@@ -29,16 +35,44 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
+from pydla.deviceapi.generated.device_api import dla_status_e
 from pydla.deviceapi.generated.headers import trace_ring_header_t
 from pydla.deviceapi.trace import HEADER_SIZE, TraceRing
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:
     from pydla.kmd.driver import Kmd
+    from pydla.kmd.port import KmdPortability, TaskDesc
 
 MIN_RING = 4096
 MAX_RING = 1 << 28
 ALL_CLASSES = sum(int(c) for c in R.trace_class_e)
+TASK_CLASS = int(R.trace_class_e.TASK)
+TASK_START, TASK_END = 1, 2  # GLB trace_task_cmd bits 3:0 (dla_regs.yaml)
+_U32 = 0xFFFFFFFF
+_STATUS_OF_CODE = {NvError.Timeout: int(dla_status_e.TIMEOUT),
+                   NvError.InvalidAddress: int(dla_status_e.MMU_FAULT)}
+
+
+def trace_task(port: KmdPortability, task: TaskDesc, cmd: int, info: int) -> None:
+    """Have the device write task_start (``cmd`` TASK_START, ``info`` the number of operations) or
+    task_end (TASK_END, ``info`` the dla_status_e) of ``task`` into its trace ring: four register
+    writes, in one call."""
+    task_id = task.task_id
+    port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id & _U32),
+                             (R.GLB_TRACE_TASK_HI, task_id >> 32 & _U32),
+                             (R.GLB_TRACE_TASK_INFO, info & _U32),
+                             (R.GLB_TRACE_TASK_CMD, cmd | (task.ctx & 0xFFFF) << 16)))
+
+
+def end_status(error: DlaError | None, aborted: bool) -> int:
+    """The dla_status_e of a task that ended with ``error`` (``aborted``: by the driver)."""
+    if error is None:
+        return int(dla_status_e.OK)
+    status = _STATUS_OF_CODE.get(error.code)
+    if status is not None:
+        return status
+    return int(dla_status_e.ABORTED if aborted else dla_status_e.ERROR)
 
 
 def check_trace_args(size: int, mask: int) -> None:
@@ -79,6 +113,7 @@ class KmdTrace:
         except BaseException:
             kmd.close_context(self.ctx)
             raise
+        self._set_task_flags(bool(mask & TASK_CLASS))
         self.stopped = False
         self._final: bytes | None = None
 
@@ -105,9 +140,17 @@ class KmdTrace:
         with self._lock:
             if self._final is not None:
                 return self._final
+            self._set_task_flags(False)
             self.kmd.port.dla_reg_write(R.GLB_TRACE_SIZE, 0)
             self._final = self._copy()
             self.stopped = True
         with contextlib.suppress(DlaError):  # a closed driver released the context with the rest
             self.kmd.close_context(self.ctx)
         return self._final
+
+    def _set_task_flags(self, on: bool) -> None:
+        """Tell the host's engine schedulers whether to record their tasks (see the module docstring;
+        a headed device's engine is the firmware's, which reads the device's mask itself)."""
+        for engine in (self.kmd.engine, getattr(self.kmd, "shave", None)):
+            if hasattr(engine, "trace_tasks"):  # (the headed proxy has none)
+                setattr(engine, "trace_tasks", on)  # noqa: B010 (an attribute the engine API does not declare)

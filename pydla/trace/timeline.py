@@ -8,6 +8,13 @@ first task's, and within a task a block runs its operations in the order of the 
 list (pydla's compiler programs each block's chain in that order); an operation count that does not
 match what the loadable says stops the naming there (the rest stay unnamed, never misnamed).
 
+Tasks: the engine scheduler has the device record ``task_start``/``task_end``; they come out of
+:func:`device_work` as marks and :func:`chrome_trace` pairs them (by context and task id) into spans
+on a "tasks" track per context, the task's status and operation count in their arguments. A start
+whose end is not in the ring (still running, or the end was not written) and an end whose start was
+dropped stay instant marks. Log lines (``log``) and the other marks are instant events on the marks
+track, a log line named by its text.
+
 Usage::
 
     ops, units, marks = device_work(read_ring(ring, trace.API).events)
@@ -28,6 +35,8 @@ from pydla.trace.host import HostTrace
 HOST_PID, DEVICE_PID = 1, 2
 MARKS_TID = 90  # interrupts, errors, log lines
 CU_TID = 100  # + the unit's IP_LAYOUT index
+TASKS_TID = 200  # + 16 * the task's context + its lane: "tasks" tracks per context
+TASK_LANES = 16
 BLOCK_ORDER = ("BDMA", "CONV", "SDP", "PDP", "CDP", "RUBIK")
 
 
@@ -69,6 +78,47 @@ class Mark:
     name: str
     time_ns: int
     args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TaskSpan:
+    """One task the engine scheduler ran, from its task_start and task_end events."""
+
+    task_id: int
+    context_id: int
+    start_ns: int
+    duration_ns: int
+    num_ops: int
+    status: str
+
+
+def task_spans(marks: Iterable[Mark]) -> tuple[list[TaskSpan], list[Mark]]:
+    """Pair the task_start and task_end marks into spans; the other marks (and the unpaired ones)
+    in their order."""
+    started: dict[tuple[int, int], Mark] = {}
+    ended: list[tuple[Mark, Mark]] = []
+    rest: list[Mark] = []
+    for m in marks:
+        if m.name == "task_start":
+            key = (int(m.args.get("context_id", 0)), int(m.args.get("task_id", 0)))
+            if key in started:  # a second start of the same id: the first never ended in the ring
+                rest.append(started.pop(key))
+            started[key] = m
+        elif m.name == "task_end":
+            begin = started.pop((int(m.args.get("context_id", 0)), int(m.args.get("task_id", 0))), None)
+            if begin is None:
+                rest.append(m)
+            else:
+                ended.append((begin, m))
+        else:
+            rest.append(m)
+    rest.extend(started.values())
+    rest.sort(key=lambda m: m.time_ns)
+    spans = [TaskSpan(int(b.args["task_id"]), int(b.args["context_id"]), b.time_ns, e.time_ns - b.time_ns,
+                      int(b.args.get("num_ops", 0)), str(e.args.get("status", "")))
+             for b, e in ended]
+    spans.sort(key=lambda t: t.start_ns)
+    return spans, rest
 
 
 @dataclass(frozen=True)
@@ -178,10 +228,30 @@ def chrome_trace(host: HostTrace | None, ops: Sequence[DeviceOp], units: Sequenc
         ev.append({"ph": "X", "pid": DEVICE_PID, "tid": CU_TID + u.unit, "name": f"execution {u.execution}",
                    "cat": "cu", "ts": u.start_ns / 1000, "dur": u.duration_ns / 1000,
                    "args": {"hw_error": u.hw_error} if u.hw_error else {}})
+    tasks, marks = task_spans(marks)
+    # Pipelined tasks of a context overlap without nesting: each goes on the first of the context's
+    # lanes (tracks) that is free by its start, as spans on one track must nest.
+    lanes: dict[int, list[int]] = {}
+    for t in tasks:
+        ends = lanes.setdefault(t.context_id, [])
+        lane = next((i for i, end in enumerate(ends) if end <= t.start_ns), len(ends))
+        if lane == len(ends):
+            if lane == TASK_LANES:
+                lane -= 1  # (never in practice: more overlapping tasks than the engine's depth)
+            else:
+                ends.append(0)
+                name = f"tasks (context {t.context_id})" + (f" {lane + 1}" if lane else "")
+                meta(DEVICE_PID, _task_tid(t.context_id, lane), "thread_name", name)
+        ends[lane] = max(ends[lane], t.start_ns + t.duration_ns)
+        ev.append({"ph": "X", "pid": DEVICE_PID, "tid": _task_tid(t.context_id, lane),
+                   "name": f"task {t.task_id}", "cat": "task", "ts": t.start_ns / 1000,
+                   "dur": t.duration_ns / 1000,
+                   "args": {"context": t.context_id, "operations": t.num_ops, "status": t.status}})
     if marks:
         meta(DEVICE_PID, MARKS_TID, "thread_name", "interrupts, errors, log")
     for m in marks:
-        ev.append({"ph": "i", "s": "t", "pid": DEVICE_PID, "tid": MARKS_TID, "name": m.name, "cat": "device",
+        name = f"log: {m.args.get('text', '')}" if m.name == "log" else m.name
+        ev.append({"ph": "i", "s": "t", "pid": DEVICE_PID, "tid": MARKS_TID, "name": name, "cat": "device",
                    "ts": m.time_ns / 1000, "args": m.args})
     if host is not None:
         meta(HOST_PID, None, "process_name", "host (UMD, KMD, CPU runs)")
@@ -198,3 +268,7 @@ def chrome_trace(host: HostTrace | None, ops: Sequence[DeviceOp], units: Sequenc
 
 def _block_tid(block: str) -> int:
     return BLOCK_ORDER.index(block) + 1 if block in BLOCK_ORDER else len(BLOCK_ORDER) + 1
+
+
+def _task_tid(context_id: int, lane: int) -> int:
+    return TASKS_TID + TASK_LANES * context_id + lane

@@ -31,6 +31,11 @@ def feeds(sess: Any, seed: int) -> dict[str, np.ndarray]:
     return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in sess.inputs}
 
 
+def tracks_by_tid(events: list[dict[str, Any]]) -> dict[int, str]:
+    return {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+            and e["pid"] == 2}
+
+
 def test_a_session_writes_one_timeline_of_device_and_host(blob: bytes, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
     with pydla.Session(blob, trace=out) as sess:
@@ -45,10 +50,21 @@ def test_a_session_writes_one_timeline_of_device_and_host(blob: bytes, tmp_path:
     tracks = {e["args"]["name"] for e in events
               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 2}
     assert {"CONV", "SDP", "PDP"} <= tracks
-    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["name"].startswith("task")]
+    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["name"].startswith("task")
+              and e["cat"] == "device"]
     assert len(device) == 3 * OPS_PER_RUN
     tiles = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and not e["name"].startswith("task")]
     assert len(tiles) == 3 * TILE_RUNS_PER_RUN
+    # The engine schedulers' tasks on the client's "tasks" track: per run, the NPU task and the SHAVE
+    # task list, each ended OK; the NPU task's span holds its operations.
+    tasks = [e for e in events if e["ph"] == "X" and e["cat"] == "task"]
+    assert len(tasks) == 3 * 2 and all(e["args"]["status"] == "OK" for e in tasks)
+    track = f"tasks (context {tasks[0]['args']['context']})"
+    assert {tracks_by_tid(events)[e["tid"]] for e in tasks} == {track}
+    npu = [e for e in tasks if e["args"]["operations"] == OPS_PER_RUN]
+    assert len(npu) == 3
+    for op in device:
+        assert any(t["ts"] <= op["ts"] and op["ts"] + op["dur"] <= t["ts"] + t["dur"] for t in npu), op
     blocks = ["CONV", "SDP", "CONV", "SDP", "PDP", "PDP", "CONV", "SDP"]
     expected = sorted(f"task0: operation {i} ({b})" for i, b in enumerate(blocks))
     assert sorted({e["name"] for e in device}) == expected
@@ -133,7 +149,7 @@ def test_pydla_run_traces_profiles_and_saves_the_ring(tmp_path: Path, capsys) ->
     assert f"trace of 2 run(s) written to {out}" in text
     assert "host overhead us" in text
     assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]) \
-        == 2 * (OPS_PER_RUN + TILE_RUNS_PER_RUN)
+        == 2 * (OPS_PER_RUN + TILE_RUNS_PER_RUN + 2)  # + the NPU task and the SHAVE task list
     assert main(["trace", str(ring)]) == 0
     shown = capsys.readouterr()
     assert shown.out.count("op_end") == 2 * OPS_PER_RUN and "events" in shown.err

@@ -22,10 +22,17 @@ older or a newer spec to exercise the host's version check.
 A task's own messages (its submit, the response, its task_done event) are unpacked and packed with
 one struct each in the rings (:mod:`pydla.kmd.headed_codec`) when ``api`` lays them out as the codec
 expects; the checks are the same either way (:meth:`Firmware._submit`).
+
+Tracing: the engine records its tasks (task_start/task_end, through the GLB ``trace_task_*``
+registers) when the device's trace mask has TASK, read from the device at each submit (the
+microcontroller sits beside the mask). The firmware's log lines (what it refused, and why; a mailbox
+it could not take) are kept in :attr:`Firmware.log` and written as ``log`` events of the trace ring
+while the mask has LOG.
 """
 
 from __future__ import annotations
 
+import collections
 import struct
 import time
 from dataclasses import dataclass
@@ -41,6 +48,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.mcu.port import FirmwarePort
 from pydla.hw.mcu.prepared import PreparedTasks
 from pydla.hw.memory import BufferObject, MmuFault
+from pydla.hw.trace_out import LOG_WARNING, TASK
 from pydla.kmd.context import MAX_ADDRESSES
 from pydla.kmd.engine import Engine, TaskRun
 from pydla.kmd.engine_api import RunState
@@ -95,6 +103,7 @@ class Firmware:
         self._lists: dict[tuple[int, int], tuple[int | None, BufferObject, int]] = {}
         self._ended: list[TaskRun] = []
         self.refused = 0  # messages answered with an error status
+        self.log: collections.deque[str] = collections.deque(maxlen=64)  # its last log lines
         status_e = getattr(api, "dla_status_e", device_api.dla_status_e)
         self.status = status_e
         self._responses: dict[int, type[Message]] = {
@@ -109,6 +118,16 @@ class Firmware:
     def _connect(self, handler: Callable[[], object] | None) -> None:
         self.isr = handler
 
+    def log_line(self, text: str, level: int = LOG_WARNING) -> None:
+        """A line of the firmware's log: kept, and a ``log`` event of the trace ring while LOG is on."""
+        self.log.append(text)
+        self.device.trace_log(level, f"mcu: {text}")
+
+    def _names(self, status: int, code: int) -> str:
+        known = self.status._value2member_map_.get(int(status))
+        status_name = known.name if known is not None else str(int(status))
+        return f"{status_name} ({NvError(code).name if code in NvError._value2member_map_ else code})"
+
     # -- the mailbox --------------------------------------------------------------------------------
 
     def attach(self, base: int, ctx: int, size: int) -> str | None:
@@ -122,8 +141,10 @@ class Firmware:
             mem = bo.array[offset:offset + size]
             layout = Layout.read(mem)
         except MmuFault as e:
+            self.log_line(f"mailbox at {base:#x} refused: {e}")
             return f"mailbox at {base:#x} in context {ctx}: {e}"
         except DlaError as e:
+            self.log_line(f"mailbox at {base:#x} refused: {e.message}")
             return e.message
         self.mailbox = _Mailbox(mem, ctx, base, layout, Ring(mem, layout.cmd, producer=False),
                                 Ring(mem, layout.rsp, producer=True), Ring(mem, layout.evt, producer=True))
@@ -211,6 +232,7 @@ class Firmware:
         names = {f[0] for f in rsp._fields_} if rsp is not None else set()
         if rsp is None or "status" not in names:
             return self._error_evt(int.from_bytes(data[8:16], "little"), cls.MSG_ID, status, code)
+        self.log_line(f"refused {cls.__name__}: {self._names(status, code)}")
         command = cls.from_buffer_copy(data[:cls.SIZE].ljust(cls.SIZE, b"\0"))
         fields: dict[str, int] = {"status": int(status)}
         if "nv_error" in names:
@@ -224,6 +246,9 @@ class Firmware:
     def _error_evt(self, tag: int, msg_id: int, status: int, code: int) -> bool:
         """A message the firmware refused and cannot answer in a response of its own."""
         self.refused += 1
+        cls = self.api.API.messages.get(msg_id)
+        self.log_line(f"refused {cls.__name__ if cls is not None else f'message {msg_id}'}: "
+                      f"{self._names(status, code)}")
         if self.mailbox is None or not hasattr(self.api, "error_evt"):
             return False
         evt = self.api.error_evt.new(timestamp_ns=time.monotonic_ns(), task_id=tag, fault_address=int(code),
@@ -247,6 +272,7 @@ class Firmware:
         reply: Message = self.api.task_submit_rsp.answer(cmd, task_id=cmd.task_id,
                                                          status=int(self.status.NOT_SUPPORTED))
         self.refused += 1
+        self.log_line(f"refused task_submit_cmd of task {cmd.task_id}: an address list is needed")
         return reply
 
     def _task_submit(self, cmd: Any) -> Message:
@@ -265,9 +291,9 @@ class Firmware:
         iommu = self.device.iommu
         generation = iommu.generation(ctx)
         if task_id in self.runs or not 0 < n <= MAX_ADDRESSES or ctx == box.ctx or generation is None:
-            return self._refuse(st.BAD_PARAMETER, NvError.BadParameter)
+            return self._refuse(task_id, st.BAD_PARAMETER, NvError.BadParameter)
         if len(self.engine.inflight) >= self.engine.depth:
-            return self._refuse(st.BUSY, NvError.Busy)
+            return self._refuse(task_id, st.BUSY, NvError.Busy)
         size = n * ENTRY_SIZE
         mailbox_generation = iommu.generation(box.ctx)
         where = self._lists.get((address_list, n))
@@ -275,7 +301,7 @@ class Firmware:
             try:
                 bo, offset = iommu.translate(box.ctx, address_list, size)
             except MmuFault:
-                return self._refuse(st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
+                return self._refuse(task_id, st.MMU_FAULT, NvError.InvalidAddress)  # the list itself
             if len(self._lists) >= 64:
                 self._lists.clear()
             where = self._lists[(address_list, n)] = (mailbox_generation, bo, offset)
@@ -285,16 +311,19 @@ class Firmware:
             # Resolved and validated from the firmware's own reads (or kept: same mappings, every
             # byte read unchanged).
             prepared = self.cache.get(self.port, ctx, raw, task_id, generation)
+            self.engine.trace_tasks = bool(self.device.trace_mask & TASK)  # an attribute: no bus access
             run = self.engine.dla_execute_task(TaskDesc(task_id, ctx, prepared.addresses), prepared.graph,
                                                self._on_finish)
         except DlaError as e:
-            return self._refuse(st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)
+            self.log_line(f"task {task_id}: {e.message}")
+            return self._refuse(task_id, st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)
         # Held until its events are posted (also when it failed while being programmed).
         self.runs[task_id] = (run, time.monotonic_ns())
         return int(st.OK), 0, NO_OP
 
-    def _refuse(self, status: int, code: int) -> tuple[int, int, int]:
+    def _refuse(self, task_id: int, status: int, code: int) -> tuple[int, int, int]:
         self.refused += 1
+        self.log_line(f"refused task {task_id}: {self._names(status, code)}")
         return int(status), int(code), NO_OP
 
     def _on_finish(self, run: RunState) -> None:
@@ -366,6 +395,7 @@ class Firmware:
             busy = self.engine.reset_blocks([b for b in self.info.blocks if mask >> int(b) & 1])
         else:
             self.refused += 1
+            self.log_line(f"refused reset_cmd: scope {scope}, engine mask {mask:#x}")
             refused: Message = api.reset_rsp.answer(cmd, status=int(st.BAD_PARAMETER), **self._busy_field(0))
             return refused
         busy_mask = 0
