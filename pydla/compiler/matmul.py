@@ -78,12 +78,28 @@ def lower_gemm(lw: Lowering, step: Step) -> None:
         return
     a_bs = _batch_strides(a_batch, batch, m * k * el)
     y_step = m * cols * el
+    # B given at run time as (K, N) would be copied into (N, K) weights for every matrix; the same
+    # product transposed, Y^T = B^T . A^T, reads B^T straight from B as the input cube and takes A's
+    # dense rows as its weights (attention's probabilities . V). Only without a per-column epilogue,
+    # which would then run along the result's rows.
+    swapped = (b_name not in lw.g.consts and not trans_b and not trans_a and not gemm and ew is None
+               and "prelu" not in act and prod(b_batch) > 1)
+    b_strides = dense_strides(b2, el)
+    b_bs = _batch_strides(b_batch, batch, k * cols * el)
+    b_src = lw.storage(b_name) if swapped else ("", 0)
     for i, index in enumerate(np.ndindex(*batch) if batch else [()]):
         a_off = a_src[1] + sum(j * s for j, s in zip(index, a_bs, strict=True))
+        if swapped:
+            b_off = b_src[1] + sum(j * s for j, s in zip(index, b_bs, strict=True))
+            weights = lw.tb.ref(a_src[0], m * k * el, a_off)
+            _jobs(lw, step, (b_src[0], b_off), b_strides[-1], b_strides[-2], cols, k, weights,
+                  (y_buf, y_off + i * y_step), m, epi, transposed=True)
+            continue
         b_index = tuple(j if d != 1 else 0 for j, d in zip(index[len(batch) - len(b_batch):], b_batch,
                                                            strict=True))
         weights = _weights(lw, b_name, b2, b_index, trans_b, cols, k, scale_weights, where)
         _jobs(lw, step, (a_src[0], a_off), row, col, m, k, weights, (y_buf, y_off + i * y_step), cols, epi)
+
 
 
 def _batch_strides(own: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> list[int]:
@@ -123,15 +139,20 @@ def _weights(lw: Lowering, name: str, b2: tuple[int, ...], index: tuple[int, ...
 
 
 def _jobs(lw: Lowering, step: Step, a: tuple[str, int], row: int, col: int, rows: int, k: int,
-          weights: Ref, y: tuple[str, int], cols: int, epi: _Epilogue) -> None:
-    """CONV + SDP pairs for ``rows`` rows of A (at most MAX_DIM rows each)."""
+          weights: Ref, y: tuple[str, int], cols: int, epi: _Epilogue, transposed: bool = False) -> None:
+    """CONV + SDP pairs for ``rows`` rows of A (at most MAX_DIM rows each). ``transposed``: the
+    product computed is Y^T (``rows`` is Y's column count, ``cols`` its row count), written into Y."""
     el = lw.np_dtype.itemsize
     for first in range(0, rows, MAX_DIM):
         count = min(MAX_DIM, rows - first)
         x = lw.tb.cube(a[0], (k, count, 1), offset=a[1] + first * row, line_stride=max(row, el),
                        surf_stride=col)
-        out = lw.tb.cube(y[0], (cols, count, 1), offset=y[1] + first * cols * el, line_stride=cols * el,
-                         surf_stride=el)
+        if transposed:  # channel c is Y's row c, line j its column first + j
+            out = lw.tb.cube(y[0], (cols, count, 1), offset=y[1] + first * el, line_stride=el,
+                             surf_stride=rows * el)
+        else:
+            out = lw.tb.cube(y[0], (cols, count, 1), offset=y[1] + first * cols * el, line_stride=cols * el,
+                             surf_stride=el)
         conv = lw.tb.conv(x, weights, weight_shape=(cols, k, 1, 1))
         kwargs: dict[str, Any] = dict(epi.act)
         if epi.ew is not None:
@@ -147,10 +168,15 @@ def _jobs(lw: Lowering, step: Step, a: tuple[str, int], row: int, col: int, rows
 
 def _matmul_epilogue(lw: Lowering, n: Any, ew: Any, alpha: float, cols: int,
                      act: dict[str, Any]) -> _Epilogue:
-    """A MatMul's SDP work: its constant column bias, fused by plan.group_steps (_column_bias), and
+    """A MatMul's SDP work: its column bias (constant) or operand (a vector computed at run time),
+    fused by plan.group_steps (_column_bias), and
     its ALPHA factor when B is given at run time (a constant B takes it in its weights): SDP computes
     (x + bias) * scale + shift, so alpha * x + b is scale alpha and shift b."""
     epi = _Epilogue(act=act)
+    if ew is not None and ew[0] == "cube":  # a vector computed at run time: SDP's per-channel operand
+        buf, offset = lw.storage(ew[1])
+        epi.ew = ("per_channel", lw.tb.ref(buf, cols * lw.elsize(ew[1]), offset))
+        ew = None
     if ew is not None and ew[0] != "bias":
         raise DlaError(NvError.BadValue, f"{n.where()}: internal: a fused addition of kind {ew[0]}")
     bias = None if ew is None else np.asarray(ew[1], dtype=np.float64)

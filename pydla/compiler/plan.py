@@ -158,12 +158,17 @@ def group_steps(graph: Graph) -> list[Step]:
 
 def _column_bias(graph: Graph, add: Node, out: str) -> bool:
     """Whether ``add`` adds a constant to each column of MatMul result ``out`` (a bias over its last
-    axis, or one scalar), into a tensor of the same shape: SDP's per-channel bias of the product's
-    cube (pydla.compiler.matmul), so that a Linear is one CONV + SDP pair."""
+    axis, or one scalar), or a float32 vector computed at run time along that axis, into a tensor of
+    the same shape: SDP's per-channel bias or operand of the product's cube (pydla.compiler.matmul),
+    so that a Linear is one CONV + SDP pair, and so is attention's scores plus its mask."""
     other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
     shape = graph.shapes.get(out, ())
-    if other == out or other not in graph.consts or not shape or graph.shapes.get(add.outputs[0]) != shape:
+    if other == out or not shape or graph.shapes.get(add.outputs[0]) != shape:
         return False
+    if other not in graph.consts:  # a vector computed at run time (attention's additive mask)
+        vector = graph.shapes.get(other, ())
+        return (graph.dtypes.get(other) == np.dtype(np.float32) and bool(vector)
+                and vector[-1] == shape[-1] == int(np.prod(vector)) and len(vector) <= len(shape))
     value = graph.consts[other]
     return value.dtype.kind == "f" and (value.size == 1 or (value.size == shape[-1] == value.shape[-1]))
 

@@ -122,3 +122,44 @@ def test_scalar_factors_of_a_products_operands_scale_the_product(constant_b: boo
     assert compiled.operations.get("SDP") == 1, compiled.operations
     got, want = run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_additive_mask_computed_at_run_time_is_the_products_operand() -> None:
+    """Scores (1, H, T, T) plus a mask (1, 1, 1, T) computed at run time: the product's SDP adds it
+    per channel (no broadcast copy, no SDP of its own); a mask that varies by row stays apart."""
+    rng = np.random.default_rng(6)
+    shapes = {"q": (1, 2, 5, 3), "k": (1, 2, 3, 5), "m": (1, 1, 1, 5)}
+    nodes = [helper.make_node("Relu", ["m"], ["mask"]), helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Add", ["s", "mask"], ["y"])]
+    m = model(nodes, shapes, ["y"])
+    feeds = {name: rng.standard_normal(shape).astype(F32) for name, shape in shapes.items()}
+    compiled = compile_model(m)
+    # The Relu, then one product's SDP per head (each with the mask); BDMA: K's weights per head.
+    assert compiled.operations.get("SDP") == 3 and compiled.operations.get("BDMA") == 2, compiled.operations
+    got, want = run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    shapes["m"] = (1, 1, 5, 5)
+    m = model(nodes, shapes, ["y"])
+    feeds["m"] = rng.standard_normal(shapes["m"]).astype(F32)
+    compiled = compile_model(m)
+    assert compiled.operations.get("SDP", 0) >= 4
+    np.testing.assert_allclose(run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("act", [None, "Relu"])
+def test_a_batched_product_of_two_computed_matrices_needs_no_weight_copy(act: str | None) -> None:
+    """P (H, T, T) . V (H, T, D), both computed: each head's product runs transposed (V^T read from
+    V as the input, P's rows as the weights), written into Y as it lies: no BDMA copy of V."""
+    rng = np.random.default_rng(7)
+    shapes = {"p": (1, 3, 5, 6), "v": (1, 3, 6, 4)}
+    nodes = [helper.make_node("Sigmoid", ["p"], ["ps"]), helper.make_node("Tanh", ["v"], ["vt"]),
+             helper.make_node("MatMul", ["ps", "vt"], ["y" if act is None else "z"])]
+    if act is not None:
+        nodes.append(helper.make_node(act, ["z"], ["y"]))
+    m = model(nodes, shapes, ["y"])
+    feeds = {name: rng.standard_normal(shape).astype(F32) for name, shape in shapes.items()}
+    compiled = compile_model(m)
+    assert "BDMA" not in compiled.operations, compiled.operations
+    np.testing.assert_allclose(run_loadable(compiled.blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-5,
+                               atol=1e-5)
