@@ -26,8 +26,9 @@ says why. Tracing costs one attribute test per event site while it is off.
 
 Tasks: the device does not know what a task is; the engine scheduler does, wherever it runs (on the
 host, headless, or on the microcontroller, headed), and it reaches the device only through registers.
-So it tells the ring through registers: ``trace_task_lo/hi`` (the task id), ``trace_task_info`` (the
-number of operations for a start, the ``dla_status_e`` for an end), then ``trace_task_cmd`` (bits 3:0
+So it tells the ring through registers: ``trace_task_lo/hi`` (the task id; ``hi`` reads 0 again after
+each command, so a task id that fits 32 bits needs ``lo`` only), ``trace_task_info`` (the number of
+operations for a start, the ``dla_status_e`` for an end), then ``trace_task_cmd`` (bits 3:0
 ``TASK_START`` or ``TASK_END``, bits 31:16 the context), which writes the event when TASK is on and
 nothing otherwise. The engine writes them only while it knows a trace with TASK runs, so an untraced
 task's register writes are those of before.
@@ -271,6 +272,7 @@ class TraceOutput(DeviceState):
             return
         r = self._trace_regs
         task_id = r["trace_task_hi"] << 32 | r["trace_task_lo"]
+        r["trace_task_hi"] = 0  # cleared by each command: a writer of 32-bit ids saves its write
         kind, ctx = cmd & 0xF, cmd >> 16 & 0xFFFF
         if kind == TASK_START:
             ring.put(_TASK_START, task_id, r["trace_task_info"], ctx)

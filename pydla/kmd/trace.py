@@ -56,13 +56,15 @@ _STATUS_OF_CODE = {NvError.Timeout: int(dla_status_e.TIMEOUT),
 
 def trace_task(port: KmdPortability, task: TaskDesc, cmd: int, info: int) -> None:
     """Have the device write task_start (``cmd`` TASK_START, ``info`` the number of operations) or
-    task_end (TASK_END, ``info`` the dla_status_e) of ``task`` into its trace ring: four register
-    writes, in one call."""
+    task_end (TASK_END, ``info`` the dla_status_e) of ``task`` into its trace ring: three register
+    writes in one call (four for a task id past 32 bits: trace_task_hi reads 0 after each command)."""
     task_id = task.task_id
-    port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id & _U32),
-                             (R.GLB_TRACE_TASK_HI, task_id >> 32 & _U32),
-                             (R.GLB_TRACE_TASK_INFO, info & _U32),
-                             (R.GLB_TRACE_TASK_CMD, cmd | (task.ctx & 0xFFFF) << 16)))
+    command = (R.GLB_TRACE_TASK_INFO, info & _U32), (R.GLB_TRACE_TASK_CMD, cmd | (task.ctx & 0xFFFF) << 16)
+    if task_id <= _U32:
+        port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id), *command))
+    else:
+        port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id & _U32),
+                                 (R.GLB_TRACE_TASK_HI, task_id >> 32 & _U32), *command))
 
 
 def end_status(error: DlaError | None, aborted: bool) -> int:

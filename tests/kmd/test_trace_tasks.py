@@ -14,10 +14,12 @@ from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.trace import TraceEvent, read_ring
+from pydla.errors import DlaError
 from pydla.hw.device import VirtualDevice
 from pydla.hw.trace_out import LOG_WARNING, log_text
 from pydla.kmd.driver import Kmd
-from pydla.kmd.trace import KmdTrace
+from pydla.kmd.port import TaskDesc
+from pydla.kmd.trace import TASK_END, TASK_START, KmdTrace, trace_task
 from pydla.trace.timeline import chrome_trace, device_work
 from tests.kmd.shave_lists import F16, seed_list
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, pdp_chain
@@ -105,8 +107,14 @@ def test_the_registers_write_nothing_while_task_is_off(make_kmd: MakeKmd) -> Non
     (end,) = events(trace)
     assert (end.name, end.record.task_id, end.record.context_id) == ("task_end", 1 << 32 | 5, 3)
     assert end.record.to_dict()["status"] == "ERROR"  # info 1
+    assert dev.reg_read(R.GLB_TRACE_TASK_HI) == 0  # cleared by the command
     dev.reg_write(R.GLB_TRACE_TASK_CMD, 7)  # not a command: nothing
     assert len(events(trace)) == 1
+    # What the engines write: the high word only when the id needs it.
+    trace_task(kmd.port, TaskDesc(1 << 40 | 3, 4, []), TASK_START, 9)
+    trace_task(kmd.port, TaskDesc(6, 4, []), TASK_END, 0)
+    got = [(e.name, e.record.task_id, e.record.context_id) for e in events(trace)[1:]]
+    assert got == [("task_start", 1 << 40 | 3, 4), ("task_end", 6, 4)]
 
 
 def test_a_shave_task_list_is_a_task_too(make_kmd: MakeKmd) -> None:
@@ -180,3 +188,51 @@ def test_the_timeline_shows_tasks_per_context_and_log_lines(make_kmd: MakeKmd) -
 def test_log_text_is_cut_on_a_character_boundary() -> None:
     assert log_text("é" * 40) == ("é" * 31).encode()  # 62 bytes: the 32nd would split
     assert log_text("short") == b"short"
+
+
+def test_a_task_that_times_out_ends_timed_out_or_aborted(make_kmd: MakeKmd, kmd_mode: str) -> None:
+    """Headless, the engine learns the timeout (TIMEOUT); headed, the firmware only learns that the
+    host aborted the task (ABORTED): each records what it knows."""
+    dev, kmd = make_kmd(mode="threaded", tdr_ms=200)
+    trace = KmdTrace(kmd, size=RING, mask=TASK)
+    ctx = kmd.open_context()
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, ctx)
+    case.feed(kmd, ctx, loaded, 0)
+    dev.inject_hang("CONV")
+    with pytest.raises(DlaError):
+        kmd.submit(ctx, loaded.addresses, timeout_ms=5000).wait(10_000)
+    ends = [e.record.to_dict() for e in events(trace) if e.name == "task_end"]
+    assert [e["status"] for e in ends] == ["TIMEOUT" if kmd_mode == "headless" else "ABORTED"]
+    assert ends[0]["context_id"] == ctx
+    trace.stop()
+
+
+def test_a_device_reset_clears_the_task_registers(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    KmdTrace(kmd, size=RING, mask=TASK)
+    for reg in (R.GLB_TRACE_TASK_LO, R.GLB_TRACE_TASK_HI, R.GLB_TRACE_TASK_INFO):
+        dev.reg_write(reg, 9)
+    dev.reg_write(R.GLB_RESET, 1 << 31)
+    task_regs = (R.GLB_TRACE_TASK_LO, R.GLB_TRACE_TASK_HI, R.GLB_TRACE_TASK_INFO)
+    assert [dev.reg_read(r) for r in task_regs] == [0] * 3
+    dev.reg_write(R.GLB_TRACE_TASK_HI, 4)  # the registers still work after it
+    assert dev.reg_read(R.GLB_TRACE_TASK_HI) == 4
+
+
+def test_a_shave_fault_is_a_log_event_and_its_list_ends_in_error(make_kmd: MakeKmd) -> None:
+    """The device's own log line (a SHAVE tile's fault) in the ring, beside the failed list's task_end."""
+    from tests.hw.shave.host import RET, lw
+    from tests.kmd.test_shave_faults import one_kernel_list
+
+    _, kmd = make_kmd()
+    trace = KmdTrace(kmd, size=RING, mask=TASK | LOG)
+    ctx = kmd.open_context()
+    with pytest.raises(DlaError):
+        kmd.submit(ctx, one_kernel_list(kmd, ctx, [lw(10, 0, 0x100), RET]), timeout_ms=5000).wait(5000)
+    got = [(e.name, e.record.to_dict()) for e in events(trace)]
+    faults = [d["text"] for n, d in got if n == "log" and d["text"].startswith("SHAVE tile 0: ")]
+    assert faults and "READ_FAULT" in faults[0], got
+    ends = [d for n, d in got if n == "task_end"]
+    assert [(d["status"], d["context_id"]) for d in ends] == [("MMU_FAULT", ctx)]
+    trace.stop()

@@ -55,9 +55,11 @@ def test_a_session_over_the_linux_port_writes_its_trace(
     lines = finish(client(mnt, blob, f"OUT = {str(tmp_path)!r}\n" + BODY))
     assert lines[:5] == ["second Busy", "bad size EINVAL", "small EINVAL", "unknown ENOENT", "fault EFAULT"]
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["name"].startswith("task")]
+    device = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["cat"] == "device"]
     assert len(device) == 2 * 8 and all(e["name"].startswith("task0: operation") for e in device)
+    tasks = [e for e in events if e["ph"] == "X" and e["cat"] == "task"]  # the daemon's engines record them
+    assert len(tasks) == 2 * 2 and all(e["args"]["status"] == "OK" for e in tasks)
     # and the softmax's SHAVE task list: one execution of a tile's compute unit per run
-    assert len([e for e in events if e["ph"] == "X" and e["pid"] == 2]) == 2 * 9
+    assert len([e for e in events if e["ph"] == "X" and e["pid"] == 2]) == 2 * (9 + 2)  # + its two tasks
     assert [e["name"] for e in events if e["ph"] == "X" and e["pid"] == 1].count("npu task0") == 2
     assert all(k.port.dla_reg_read(0x58) == 0 for k in d.kmds)  # GLB trace_size: every trace stopped

@@ -240,7 +240,7 @@ class glb_regs_t(Record):
         ("trace_size", ctypes.c_uint32),  # offset 88, 4 bytes; bytes of the trace ring (its header written by the host first); writing it starts tracing into the ring, 0 stops
         ("trace_mask", ctypes.c_uint32),  # offset 92, 4 bytes; trace_class_e bits: which event classes are written (0: none)
         ("trace_task_lo", ctypes.c_uint32),  # offset 96, 4 bytes; the task id of the next trace_task_cmd (low word)
-        ("trace_task_hi", ctypes.c_uint32),  # offset 100, 4 bytes
+        ("trace_task_hi", ctypes.c_uint32),  # offset 100, 4 bytes; the task id's high word; reads 0 again after each trace_task_cmd (a writer whose ids fit 32 bits writes only trace_task_lo)
         ("trace_task_info", ctypes.c_uint32),  # offset 104, 4 bytes; for a start: the task's number of operations; for an end: its dla_status_e
         ("trace_task_cmd", ctypes.c_uint32),  # offset 108, 4 bytes; bits 3:0: 1 writes task_start, 2 task_end (of trace_task_lo/hi, trace_task_info) when trace_mask has TASK, else nothing; bits 31:16: the task's context
         ("reserved", ctypes.c_uint32 * 996),  # offset 112, 3984 bytes

@@ -221,7 +221,7 @@ struct __attribute__((packed)) glb_regs_t {
     uint32_t trace_size; // offset 88, 4 bytes; bytes of the trace ring (its header written by the host first); writing it starts tracing into the ring, 0 stops
     uint32_t trace_mask; // offset 92, 4 bytes; trace_class_e bits: which event classes are written (0: none)
     uint32_t trace_task_lo; // offset 96, 4 bytes; the task id of the next trace_task_cmd (low word)
-    uint32_t trace_task_hi; // offset 100, 4 bytes
+    uint32_t trace_task_hi; // offset 100, 4 bytes; the task id's high word; reads 0 again after each trace_task_cmd (a writer whose ids fit 32 bits writes only trace_task_lo)
     uint32_t trace_task_info; // offset 104, 4 bytes; for a start: the task's number of operations; for an end: its dla_status_e
     uint32_t trace_task_cmd; // offset 108, 4 bytes; bits 3:0: 1 writes task_start, 2 task_end (of trace_task_lo/hi, trace_task_info) when trace_mask has TASK, else nothing; bits 31:16: the task's context
     uint32_t reserved[996]; // offset 112, 3984 bytes
