@@ -38,20 +38,22 @@ import numpy as np
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.shave.build import RUNTIME, build_kernel, kernel_elf
-from pydla.loadable.shave_task import DEFAULT_STACK, ShaveTaskBuilder
+from pydla.loadable.shave_task import (
+    DEFAULT_STACK,
+    MEMREF_TYPES,
+    ShaveTaskBuilder,
+    cmx_place,
+    memref,
+    usable_cmx,
+)
 from pydla.loadable.taskbuilder import Ref
 
 __all__ = ["MEMREF_BYTES", "RUNTIME", "ShaveKernel", "build_kernel", "check_elf", "plan_invocation",
            "runtime_elf"]
 
 MEMREF_BYTES = ctypes.sizeof(S.MemRefData)
-PAGE = 4096
-GUARD = PAGE  # the unmapped page below a tile's stack
-TLB_SPAN = 1 << 20  # buffers a multiple of 1 MiB apart evict each other in unicorn's data TLB
 MAX_ELF_BYTES = 16 << 20
-DATA_TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float16): S.shave_data_type_e.FP16,
-              np.dtype(np.int32): S.shave_data_type_e.I32, np.dtype(np.int16): S.shave_data_type_e.I16,
-              np.dtype(np.int8): S.shave_data_type_e.I8, np.dtype(np.uint8): S.shave_data_type_e.U8}
+DATA_TYPES = MEMREF_TYPES  # the element types a MemRefData describes
 CACHED_LOADABLES = 8  # per kernel: distinct (shapes, dtypes, params) kept loaded
 
 Spec = tuple[tuple[int, ...], np.dtype[Any]]
@@ -155,12 +157,6 @@ class Invocation:
     stack: int
 
 
-def _place(offset: int) -> int:
-    """A page-aligned CMX offset at or after ``offset``, off the emulator's 1 MiB TLB stride."""
-    at = -(-offset // PAGE) * PAGE
-    return at + PAGE if at and at % TLB_SPAN == 0 else at
-
-
 def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequence[Spec], params: bytes,
                     cmx_bytes: int, what: str, stack: int = DEFAULT_STACK) -> Invocation:
     """Lay out a call of ``image`` on ``inputs`` and ``outputs`` ((shape, dtype) each) with
@@ -174,7 +170,7 @@ def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequenc
     if stack % 16 or not 256 <= stack <= cmx_bytes // 2:
         raise DlaError(NvError.BadParameter, f"{what}: stack of {stack} bytes: a multiple of 16, "
                                              f"256..{cmx_bytes // 2}")
-    capacity = cmx_bytes - -(-stack // PAGE) * PAGE - GUARD
+    capacity = usable_cmx(cmx_bytes, stack)
     offsets: list[int] = []
     used = 0
     for k, (shape, dtype) in enumerate([*inputs, *outputs]):
@@ -185,7 +181,7 @@ def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequenc
         if len(shape) > S.MAX_DIMS or 0 in shape:
             raise DlaError(NvError.BadParameter, f"{what}: {name} of shape {tuple(shape)}: a MemRefData "
                                                  f"has 0..{S.MAX_DIMS} dimensions, none of them 0")
-        at = _place(used)
+        at = cmx_place(used)
         used = at + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offsets.append(at)
     if used > capacity:
@@ -196,7 +192,7 @@ def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequenc
                        "every tensor must fit, split the work into smaller calls")
     data_offset = -(-image.rw_end // 16) * 16
     data = bytearray()
-    memrefs = [_memref(shape, dtype, S.WIN_F + at, data, data_offset)
+    memrefs = [memref(shape, dtype, S.WIN_F + at, data, data_offset)
                for (shape, dtype), at in zip([*inputs, *outputs], offsets, strict=True)]
     args = b"".join(bytes(m) for m in memrefs) + bytes(params)
     if len(args) > S.ARGS_MAX_BYTES:
@@ -208,22 +204,6 @@ def plan_invocation(image: KernelImage, inputs: Sequence[Spec], outputs: Sequenc
                                             f"bytes) in the {S.WIN_E_BYTES}-byte WIN_E")
     n = len(inputs)
     return Invocation(args, bytes(data), data_offset, tuple(offsets[:n]), tuple(offsets[n:]), stack)
-
-
-def _memref(dims: tuple[int, ...], dtype: np.dtype[Any], addr: int, data: bytearray, base: int) -> Any:
-    """A static dense MemRefData at ``addr`` whose dims and strides are appended to ``data`` (which
-    the invocation copies to WIN_E + ``base``)."""
-    n = len(dims)
-    m = S.MemRefData(dataAddr=addr, isStatic=1, numDims=n, dataType=int(DATA_TYPES[dtype]))
-    m.dimsOrder = sum(i << (4 * (n - 1 - i)) for i in range(n))  # nibble 0: the innermost dimension
-    strides = np.empty(dims, dtype=dtype).strides if n else ()
-    data += b"\0" * (-len(data) % 8)
-    m.dimsAddr = S.WIN_E + base + len(data)
-    data += np.asarray(dims, dtype=np.int32).tobytes()
-    data += b"\0" * (-len(data) % 8)
-    m.stridesAddr = S.WIN_E + base + len(data)
-    data += np.asarray([s * 8 for s in strides], dtype=np.int64).tobytes()
-    return m
 
 
 def task_list(tiles: int, cmx_bytes: int, barriers: int, runtime: Ref, kernel: Ref, image: KernelImage,

@@ -36,18 +36,13 @@ from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.shave.build import kernel_elf
 from pydla.kernels import check_elf
-from pydla.loadable.shave_task import DEFAULT_STACK, ShaveTaskBuilder
+from pydla.loadable.shave_task import DEFAULT_STACK, PAGE, ShaveTaskBuilder, cmx_place, memref, usable_cmx
 from pydla.loadable.taskbuilder import Ref
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering
 
-PAGE = 4096
-GUARD = PAGE  # the unmapped page below a tile's stack (pydla.hw.shave)
 SPREAD_BYTES = 256 << 10  # a step smaller than this runs on one tile: another invocation costs more
-# unicorn's data TLB is direct-mapped over 256 pages: buffers a multiple of 1 MiB apart evict each
-# other, so a tile's buffers are laid out off that stride.
-TLB_SPAN = 1 << 20
 ACTIVATION_OPS = {"Exp": S.shave_activation_e.EXP, "Erf": S.shave_activation_e.ERF,
                   "Gelu": S.shave_activation_e.GELU, "Sqrt": S.shave_activation_e.SQRT,
                   "Log": S.shave_activation_e.LOG, "Softplus": S.shave_activation_e.SOFTPLUS,
@@ -59,7 +54,7 @@ REDUCE_OPS = {"ReduceSum": S.shave_reduce_e.SUM, "ReduceMean": S.shave_reduce_e.
               "ReduceL2": S.shave_reduce_e.L2,
               "ReduceSumSquare": S.shave_reduce_e.SUM_SQUARE, "ReduceLogSum": S.shave_reduce_e.LOG_SUM,
               "ReduceLogSumExp": S.shave_reduce_e.LOG_SUM_EXP}
-_TYPES = {np.dtype(np.float32): S.shave_data_type_e.FP32, np.dtype(np.float16): S.shave_data_type_e.FP16}
+_TYPES = (np.dtype(np.float32), np.dtype(np.float16))  # what the shipped kernels compute
 
 
 def enabled(lw: Lowering) -> bool:
@@ -81,22 +76,6 @@ class Rows:
         return self.row if self.out_row is None else self.out_row
 
 
-def _memref(dims: tuple[int, ...], dtype: np.dtype[Any], addr: int, data: bytearray) -> Any:
-    """A static dense MemRefData of ``dims`` at ``addr`` (WIN_F); its dims and strides are appended
-    to ``data`` (the invocation's RW data, at WIN_E + ARGS_MAX_BYTES)."""
-    m = S.MemRefData(dataAddr=addr, isStatic=1, numDims=len(dims), dataType=int(_TYPES[dtype]))
-    n = len(dims)
-    m.dimsOrder = sum(i << (4 * (n - 1 - i)) for i in range(n))
-    strides = np.empty(dims, dtype=dtype).strides if all(dims) else (dtype.itemsize,) * n
-    data += b"\0" * (-len(data) % 8)
-    m.dimsAddr = S.WIN_E + S.ARGS_MAX_BYTES + len(data)
-    data += np.asarray(dims, dtype=np.int32).tobytes()
-    data += b"\0" * (-len(data) % 8)
-    m.stridesAddr = S.WIN_E + S.ARGS_MAX_BYTES + len(data)
-    data += np.asarray([s * 8 for s in strides], dtype=np.int64).tobytes()
-    return m
-
-
 class _Lists:
     """The task lists one step becomes, each as many chunks as fit the tiles' CMX at once."""
 
@@ -109,8 +88,8 @@ class _Lists:
         self.tiles = shave.tiles
         self.cmx = shave.cmx_bytes
         self.barriers = shave.barriers
-        stack = -(-DEFAULT_STACK // PAGE) * PAGE
-        self.capacity = self.cmx - stack - GUARD - resident - 2 * PAGE  # room for the chunks' data
+        self.limit = usable_cmx(self.cmx, DEFAULT_STACK)  # the data below the stack's guard page
+        self.capacity = self.limit - resident - 2 * PAGE  # room for the chunks' data
         per_row = max(rows.row * element_in + rows.result_row * element_out, 1)
         # Two pages of the room go to aligning the chunk's input and output.
         self.rows_per_chunk = max(1, min(rows.rows, (self.capacity - 2 * PAGE) // per_row))
@@ -121,15 +100,6 @@ class _Lists:
     def fits(self, rows: Rows, element_in: int, element_out: int) -> bool:
         need = rows.row * element_in + rows.result_row * element_out + 2 * PAGE
         return need <= self.capacity
-
-
-def _place(offset: int, size: int) -> int:
-    """The CMX offset for a buffer of ``size`` bytes after ``offset``: page aligned, off the
-    emulator's 1 MiB TLB stride from the buffers before it."""
-    at = -(-offset // PAGE) * PAGE
-    if at and at % TLB_SPAN == 0:
-        at += PAGE
-    return at
 
 
 def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: str,
@@ -148,14 +118,14 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
     elf_runtime, elf_kernel = _kernel_ref(lw, "runtime"), _kernel_ref(lw, kernel)
     entry = _entry_offset(kernel_elf(kernel))
     chunk = lists.rows_per_chunk
-    limit = lists.cmx - -(-DEFAULT_STACK // PAGE) * PAGE - GUARD  # the data below the guard page
+    limit = lists.limit
     lw.finish_task()
     # Each list holds as many chunks as its tiles' CMX holds at once (and its barriers allow): the
     # chunks of a list are placed first, then emitted as all DMA-ins, the kernels, all DMA-outs, so
     # that the DMA queue loads every chunk before it waits for the first kernel.
     groups: list[list[tuple[int, int, int, int, int]]] = []  # (tile, first row, rows, in at, out at)
     used: dict[int, int] = {}
-    vector_bytes = sum(_place(0, v.size) + v.size for v in vectors or []) + PAGE * len(vectors or [])
+    vector_bytes = sum(v.size for v in vectors or []) + PAGE * len(vectors or [])
     for start in range(0, rows.rows, chunk):
         count = min(chunk, rows.rows - start)
         group = groups[-1] if groups else None
@@ -163,14 +133,14 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
         tile = len(group) % lists.tiles if group is not None else 0
         in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.result_row * dt_out.itemsize
         base = used.get(tile, vector_bytes) if group is not None else vector_bytes
-        in_at = _place(base, in_bytes)
-        out_at = _place(in_at + in_bytes, out_bytes)
+        in_at = cmx_place(base)
+        out_at = cmx_place(in_at + in_bytes)
         if group is None or barriers_left < 2 or out_at + out_bytes > limit:
             groups.append([])
             used = {}
             tile = 0
-            in_at = _place(vector_bytes, in_bytes)
-            out_at = _place(in_at + in_bytes, out_bytes)
+            in_at = cmx_place(vector_bytes)
+            out_at = cmx_place(in_at + in_bytes)
         used[tile] = out_at + out_bytes
         groups[-1].append((tile, start, count, in_at, out_at))
     row_in, row_out = rows.row * dt_in.itemsize, rows.result_row * dt_out.itemsize
@@ -184,7 +154,7 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
             if vectors:
                 ready, at = sb.barrier(), 0
                 for v in vectors:
-                    at = _place(at, v.size)
+                    at = cmx_place(at)
                     sb.dma(v, tile=tile, cmx_offset=at, to_cmx=True, line_size=v.size, update=[ready])
                     addrs.append(S.WIN_F + at)
                     at += v.size
@@ -247,8 +217,8 @@ def softmax(lw: Lowering, step: Step) -> bool:
 
     def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
         dims = (count, length) if inner == 1 else (count, length, inner)
-        p = S.SoftmaxParams(input=_memref(dims, dt_in, in_addr, data),
-                            output=_memref(dims, dt_out, out_addr, data), axis=1)
+        p = S.SoftmaxParams(input=memref(dims, dt_in, in_addr, data),
+                            output=memref(dims, dt_out, out_addr, data), axis=1)
         return bytes(p)
 
     return _run_rows(lw, step, kernel, Rows(outer, length * inner), src, step.output, params)
@@ -273,8 +243,8 @@ def unary(lw: Lowering, step: Step) -> bool:
 
     def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
         dims = (count * row,)
-        return bytes(S.ActivationParams(input=_memref(dims, dt_in, in_addr, data),
-                                        output=_memref(dims, dt_out, out_addr, data), op=int(op)))
+        return bytes(S.ActivationParams(input=memref(dims, dt_in, in_addr, data),
+                                        output=memref(dims, dt_out, out_addr, data), op=int(op)))
 
     return _run_rows(lw, step, "activation", Rows(size // row, row), src, step.output, params)
 
@@ -304,10 +274,10 @@ def layernorm(lw: Lowering, step: Step) -> bool:
     def params(in_addr: int, out_addr: int, count: int, addrs: list[int], data: bytearray) -> bytes:
         dims = (count, group)
         f32 = np.dtype(np.float32)
-        scale = _memref((group,), f32, addrs[0], data) if addrs else empty
-        bias = _memref((group,), f32, addrs[1], data) if addrs else empty
-        return bytes(S.LayerNormParams(input=_memref(dims, f32, in_addr, data),
-                                       output=_memref(dims, f32, out_addr, data),
+        scale = memref((group,), f32, addrs[0], data) if addrs else empty
+        bias = memref((group,), f32, addrs[1], data) if addrs else empty
+        return bytes(S.LayerNormParams(input=memref(dims, f32, in_addr, data),
+                                       output=memref(dims, f32, out_addr, data),
                                        scale=scale, bias=bias, axis=1, epsilon=epsilon))
 
     return _run_rows(lw, step, "layernorm", Rows(prod(shape[:axis]), group), src, step.output, params,
@@ -344,8 +314,8 @@ def reduce(lw: Lowering, step: Step) -> bool:
     dt_in, dt_out = lw.storage_dtype(src), lw.storage_dtype(step.output)
 
     def params(in_addr: int, out_addr: int, count: int, _: list[int], data: bytearray) -> bytes:
-        return bytes(S.ReduceParams(input=_memref((count, reduced, inner), dt_in, in_addr, data),
-                                    output=_memref((count, inner), dt_out, out_addr, data), op=int(op)))
+        return bytes(S.ReduceParams(input=memref((count, reduced, inner), dt_in, in_addr, data),
+                                    output=memref((count, inner), dt_out, out_addr, data), op=int(op)))
 
     return _run_rows(lw, step, "reduce", Rows(outer, reduced * inner, inner), src, step.output, params)
 
