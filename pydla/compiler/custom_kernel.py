@@ -265,8 +265,8 @@ def lower(lw: Lowering, step: Step) -> None:
     out_ref, converted = _output_in_model_type(lw, out, where)
     inv = plan_invocation(s.image, in_specs, [(tuple(lw.g.shapes[out]), out_dtype)], s.params,
                           shave.cmx_bytes, where, s.stack)
-    runtime = _register(lw, RUNTIME, runtime_elf())
-    kernel = _register(lw, _kernel_name(lw, s), s.image.elf)
+    runtime = lw.kernel_data(RUNTIME, runtime_elf())
+    kernel = lw.kernel_data(_kernel_name(lw, s), s.image.elf)
     number = list(lw.shave_kernels).index(kernel.buffer.removeprefix("shave_"))
     lw.finish_task()
     sb = task_list(shave.tiles, shave.cmx_bytes, shave.barriers, runtime, kernel, s.image, inv, in_refs,
@@ -317,11 +317,6 @@ def _kernel_name(lw: Lowering, s: CustomKernel) -> str:
         n += 1
         name = f"custom_{clean}_{n}"
     return name
-
-
-def _register(lw: Lowering, name: str, elf: bytes) -> Ref:
-    lw.shave_kernels[name] = elf
-    return Ref(f"shave_{name}", 0, len(elf))
 
 
 def base_dir_of(model: str | os.PathLike[str] | Any) -> Path | None:

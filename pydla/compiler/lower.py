@@ -179,6 +179,12 @@ class Lowering:
         buf, offset = self.storage(tensor)
         return cpuops.Buf(buf, offset, size)
 
+    def kernel_data(self, name: str, elf: bytes) -> Ref:
+        """SHAVE kernel ``name``'s ELF as KernelData: the loadable's constant buffer ``shave_<name>``
+        (written once, whatever the number of task lists calling it)."""
+        self.shave_kernels[name] = elf
+        return Ref(f"shave_{name}", 0, len(elf))
+
     def text_attr(self, node: Node, name: str, default: str) -> str:
         value = attr(node, name, default)
         return value.decode() if isinstance(value, bytes) else str(value)

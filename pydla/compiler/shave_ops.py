@@ -79,12 +79,10 @@ class Rows:
 class _Lists:
     """The task lists one step becomes, each as many chunks as fit the tiles' CMX at once."""
 
-    def __init__(self, lw: Lowering, kernel: str, element_in: int, element_out: int, rows: Rows,
+    def __init__(self, lw: Lowering, element_in: int, element_out: int, rows: Rows,
                  resident: int = 0) -> None:
         shave = lw.config.shave
         assert shave is not None
-        self.lw = lw
-        self.kernel = kernel
         self.tiles = shave.tiles
         self.cmx = shave.cmx_bytes
         self.barriers = shave.barriers
@@ -102,6 +100,34 @@ class _Lists:
         return need <= self.capacity
 
 
+Chunk = tuple[int, int, int, int, int]  # tile, first row, rows, input's CMX offset, output's
+
+
+def _groups(lists: _Lists, rows: int, row_in: int, row_out: int, vector_bytes: int,
+            vectors: bool) -> list[list[Chunk]]:
+    """The chunks of ``rows`` rows, in lists: each list holds as many chunks as its tiles' CMX holds
+    at once (after the vectors each tile keeps) and its barriers allow (two a chunk, one a tile's
+    vectors, one for the list's end)."""
+    groups: list[list[Chunk]] = []
+    used: dict[int, int] = {}
+    for start in range(0, rows, lists.rows_per_chunk):
+        count = min(lists.rows_per_chunk, rows - start)
+        group = groups[-1] if groups else None
+        barriers_left = lists.barriers - 1 - 2 * len(group or []) - (lists.tiles if vectors else 0)
+        tile = len(group) % lists.tiles if group is not None else 0
+        in_at = cmx_place(used.get(tile, vector_bytes) if group is not None else vector_bytes)
+        out_at = cmx_place(in_at + count * row_in)
+        if group is None or barriers_left < 2 or out_at + count * row_out > lists.limit:
+            groups.append([])
+            used = {}
+            tile = 0
+            in_at = cmx_place(vector_bytes)
+            out_at = cmx_place(in_at + count * row_in)
+        used[tile] = out_at + count * row_out
+        groups[-1].append((tile, start, count, in_at, out_at))
+    return groups
+
+
 def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: str,
               params: Any, vectors: list[Ref] | None = None) -> bool:
     """Lower a row-wise kernel over tensor ``src`` into ``dst``: ``params(in_addr, out_addr,
@@ -110,41 +136,21 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
     if dt_in not in _TYPES or dt_out not in _TYPES:
         return False
     resident = sum(-(-v.size // PAGE) * PAGE + PAGE for v in vectors or [])
-    lists = _Lists(lw, kernel, dt_in.itemsize, dt_out.itemsize, rows, resident)
+    lists = _Lists(lw, dt_in.itemsize, dt_out.itemsize, rows, resident)
     if not lists.fits(rows, dt_in.itemsize, dt_out.itemsize) or rows.rows * rows.row == 0:
         return False
     src_buf, src_off = lw.storage(src)
     dst_buf, dst_off = lw.storage(dst)
-    elf_runtime, elf_kernel = _kernel_ref(lw, "runtime"), _kernel_ref(lw, kernel)
-    entry = _entry_offset(kernel_elf(kernel))
-    chunk = lists.rows_per_chunk
-    limit = lists.limit
+    elf = kernel_elf(kernel)
+    elf_runtime = lw.kernel_data("runtime", kernel_elf("runtime"))
+    elf_kernel = lw.kernel_data(kernel, elf)
+    entry = check_elf(elf, "shipped kernel").entry_offset
     lw.finish_task()
-    # Each list holds as many chunks as its tiles' CMX holds at once (and its barriers allow): the
-    # chunks of a list are placed first, then emitted as all DMA-ins, the kernels, all DMA-outs, so
-    # that the DMA queue loads every chunk before it waits for the first kernel.
-    groups: list[list[tuple[int, int, int, int, int]]] = []  # (tile, first row, rows, in at, out at)
-    used: dict[int, int] = {}
-    vector_bytes = sum(v.size for v in vectors or []) + PAGE * len(vectors or [])
-    for start in range(0, rows.rows, chunk):
-        count = min(chunk, rows.rows - start)
-        group = groups[-1] if groups else None
-        barriers_left = lists.barriers - 1 - 2 * len(group or []) - (lists.tiles if vectors else 0)
-        tile = len(group) % lists.tiles if group is not None else 0
-        in_bytes, out_bytes = count * rows.row * dt_in.itemsize, count * rows.result_row * dt_out.itemsize
-        base = used.get(tile, vector_bytes) if group is not None else vector_bytes
-        in_at = cmx_place(base)
-        out_at = cmx_place(in_at + in_bytes)
-        if group is None or barriers_left < 2 or out_at + out_bytes > limit:
-            groups.append([])
-            used = {}
-            tile = 0
-            in_at = cmx_place(vector_bytes)
-            out_at = cmx_place(in_at + in_bytes)
-        used[tile] = out_at + out_bytes
-        groups[-1].append((tile, start, count, in_at, out_at))
     row_in, row_out = rows.row * dt_in.itemsize, rows.result_row * dt_out.itemsize
-    for group in groups:
+    vector_bytes = sum(v.size for v in vectors or []) + PAGE * len(vectors or [])
+    # Each list emits all its DMA-ins, then the kernels, then all DMA-outs, so that the DMA queue
+    # loads every chunk before it waits for the first kernel.
+    for group in _groups(lists, rows.rows, row_in, row_out, vector_bytes, bool(vectors)):
         sb = ShaveTaskBuilder(lists.tiles, lists.cmx, lists.barriers)
         sb.runtime(elf_runtime)
         vector_at: dict[int, tuple[list[int], int | None]] = {}
@@ -176,16 +182,6 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
                    to_cmx=False, line_size=count * row_out, wait=[b])
         lw.runs.append(("shave", sb))
     return True
-
-
-def _kernel_ref(lw: Lowering, name: str) -> Ref:
-    data = kernel_elf(name)
-    lw.shave_kernels[name] = data
-    return Ref(f"shave_{name}", 0, len(data))
-
-
-def _entry_offset(elf: bytes) -> int:
-    return check_elf(elf, "shipped kernel").entry_offset
 
 
 KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5, "reduce": 6}
