@@ -108,6 +108,14 @@ def _read_struct(port: KmdPortability, task: TaskDesc, index: int, offset: int, 
     return cls.from_buffer_copy(port.dla_data_read(cpu, size, offset))
 
 
+def check_num_addresses(net: Any, task: TaskDesc) -> None:
+    """The network descriptor's num_addresses is the task's address-list length (DLA and SHAVE)."""
+    if net.num_addresses != len(task.addresses):
+        raise _fail(NvError.CountMismatch, f"task {task.task_id}",
+                    f"network num_addresses = {net.num_addresses}, the task's address list has "
+                    f"{len(task.addresses)} entries")
+
+
 def load_task(port: KmdPortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
     """Copy and validate the descriptors of ``task``; raise DlaError on the first problem. A SHAVE
     task list (network shave_list_index != 0) is loaded by :func:`pydla.kmd.shave.load_shave_list`."""
@@ -118,10 +126,7 @@ def load_task(port: KmdPortability, task: TaskDesc, config: DeviceCaps) -> TaskG
     n = net.num_operations
     if not 0 < n <= MAX_OPERATIONS:
         raise _fail(NvError.BadValue, where, f"network num_operations = {n}, must be 1..{MAX_OPERATIONS}")
-    if net.num_addresses != len(task.addresses):
-        raise _fail(NvError.CountMismatch, where,
-                    f"network num_addresses = {net.num_addresses}, the task's address list has "
-                    f"{len(task.addresses)} entries")
+    check_num_addresses(net, task)
     if net.op_desc_size < OP_DESC_SIZE or net.surface_desc_size < SURFACE_DESC_SIZE:
         raise _fail(NvError.BadValue, where,
                     f"network op_desc_size {net.op_desc_size} / surface_desc_size "

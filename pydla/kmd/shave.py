@@ -165,7 +165,7 @@ def load_shave_list(port: KmdPortability, task: TaskDesc, config: DeviceCaps, ne
     """Copy and validate the SHAVE task list of ``task`` (whose network descriptor is ``net``);
     raise DlaError on the first problem. Called by :func:`pydla.kmd.graph.load_task`."""
     from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.kmd.graph import TaskGraph
+    from pydla.kmd.graph import TaskGraph, check_num_addresses
     from pydla.kmd.shave_check import check_list
 
     where = f"task {task.task_id}"
@@ -179,10 +179,7 @@ def load_shave_list(port: KmdPortability, task: TaskDesc, config: DeviceCaps, ne
                        f"{where}: a SHAVE task list (shave_list_index {net.shave_list_index}) has no DLA "
                        f"operations or LUTs: num_operations = {net.num_operations}, "
                        f"num_luts = {net.num_luts}")
-    if net.num_addresses != len(task.addresses):
-        raise DlaError(NvError.CountMismatch,
-                       f"{where}: network num_addresses = {net.num_addresses}, the task's address list has "
-                       f"{len(task.addresses)} entries")
+    check_num_addresses(net, task)
     c = _Checker(port, task, caps, config.max_bytes_per_op)
     cpu = port.dla_read_cpu_address(task, net.shave_list_index, "SHAVE list (shave_list_index)")
     size = ctypes.sizeof(T.shave_list_desc_t)
