@@ -111,34 +111,52 @@ TRANS_B = "pydla_trans_b"  # an internal attribute of a MatMul: its second input
 ALPHA = "pydla_alpha"  # an internal attribute of a MatMul: its product is scaled by this factor
 
 
+class _Uses:
+    """Who produces each tensor, and whether a tensor is read once and is no graph output."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.producer = {o: n for n in graph.nodes for o in n.outputs if o}
+        self.readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
+        self.outputs = set(graph.outputs)
+
+    def sole(self, name: str) -> bool:
+        return self.readers[name] == 1 and name not in self.outputs
+
+
+def _scaled(graph: Graph, uses: _Uses, name: str) -> tuple[Node, str, float] | None:
+    """``name`` as Mul(x, c) by a scalar float constant c, read only here and shaped like x:
+    (the Mul, x, c); None otherwise."""
+    mul = uses.producer.get(name)
+    if mul is None or mul.op_type != "Mul" or not uses.sole(name):
+        return None
+    x = next((i for i in mul.inputs if i not in graph.consts), None)
+    c = _other(mul, x) if x is not None else None
+    if (x is None or c is None or c not in graph.consts or graph.consts[c].size != 1
+            or graph.consts[c].dtype.kind != "f" or graph.shapes.get(x) != graph.shapes.get(name)):
+        return None
+    return mul, x, float(graph.consts[c].reshape(-1)[0])
+
+
+def _drop(graph: Graph, dropped: set[int]) -> None:
+    if dropped:
+        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+
+
 def fold_transposed_operands(graph: Graph) -> None:
     """MatMul(A, Transpose(K)) whose Transpose swaps the last two axes only and is read by nothing
     else: the MatMul reads K with TRANS_B set, and the Transpose goes. A Mul by a scalar constant
     between them (scaled_dot_product_attention's export scales K^T) moves before the Transpose."""
-    producer = {o: n for n in graph.nodes for o in n.outputs if o}
-    readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
-    outputs = set(graph.outputs)
-
-    def sole(name: str) -> bool:
-        return readers[name] == 1 and name not in outputs
-
+    uses = _Uses(graph)
     dropped: set[int] = set()
     for node in graph.nodes:
         if node.op_type != "MatMul" or len(node.inputs) != 2 or node.attrs.get(TRANS_B):
             continue
         b = node.inputs[1]
-        scale = producer.get(b)
-        if scale is not None and scale.op_type == "Mul" and sole(b):
-            x = next((i for i in scale.inputs if i not in graph.consts), None)
-            c = _other(scale, x) if x is not None else None
-            if x is None or c is None or c not in graph.consts or graph.consts[c].size != 1:
-                scale = None
-            else:
-                b = x
-        else:
-            scale = None
-        t = producer.get(b)
-        if t is None or t.op_type != "Transpose" or not sole(t.outputs[0]):
+        scaled = _scaled(graph, uses, b)
+        if scaled is not None:
+            b = scaled[1]
+        t = uses.producer.get(b)
+        if t is None or t.op_type != "Transpose" or not uses.sole(t.outputs[0]):
             continue
         source = t.inputs[0]
         rank = len(graph.shapes.get(source, ()))
@@ -146,42 +164,34 @@ def fold_transposed_operands(graph: Graph) -> None:
         swap = [*range(rank - 2), rank - 1, rank - 2] if rank >= 2 else None
         if perm != swap or source in graph.consts or graph.dtypes.get(source) != np.dtype(np.float32):
             continue
-        if scale is not None:  # Mul(Transpose(K), c) -> Mul(K, c), read transposed
-            scale.inputs = [source if i == b else i for i in scale.inputs]
-            graph.shapes[scale.outputs[0]] = graph.shapes[source]
+        if scaled is not None:  # Mul(Transpose(K), c) -> Mul(K, c), read transposed
+            mul = scaled[0]
+            mul.inputs = [source if i == b else i for i in mul.inputs]
+            graph.shapes[mul.outputs[0]] = graph.shapes[source]
         else:
             node.inputs[1] = source
         node.attrs[TRANS_B] = 1
         dropped.add(id(t))
-    if dropped:
-        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+    _drop(graph, dropped)
 
 
 def fold_scalar_factors(graph: Graph) -> None:
     """MatMul(Mul(A, a), Mul(B, b)) with scalar constants a and b, the products read by nothing
     else: the MatMul reads A and B and scales its product by a * b (ALPHA: folded into constant
     weights, else SDP's scale), as attention's exported 1 / sqrt(d) factors are."""
-    producer = {o: n for n in graph.nodes for o in n.outputs if o}
-    readers: Counter[str] = Counter(i for n in graph.nodes for i in n.inputs if i)
-    outputs = set(graph.outputs)
+    uses = _Uses(graph)
     dropped: set[int] = set()
     for node in graph.nodes:
         if node.op_type != "MatMul" or len(node.inputs) != 2:
             continue
         alpha = float(node.attrs.get(ALPHA, 1.0))
         for index, name in enumerate(list(node.inputs)):
-            mul = producer.get(name)
-            if mul is None or mul.op_type != "Mul" or readers[name] != 1 or name in outputs:
+            scaled = _scaled(graph, uses, name)
+            if scaled is None:
                 continue
-            x = next((i for i in mul.inputs if i not in graph.consts), None)
-            c = _other(mul, x) if x is not None else None
-            if (x is None or c is None or c not in graph.consts or graph.consts[c].size != 1
-                    or graph.consts[c].dtype.kind != "f" or graph.shapes.get(x) != graph.shapes.get(name)):
-                continue
-            node.inputs[index] = x
-            alpha *= float(graph.consts[c].reshape(-1)[0])
+            mul, node.inputs[index], factor = scaled
+            alpha *= factor
             dropped.add(id(mul))
         if alpha != 1.0:
             node.attrs[ALPHA] = alpha
-    if dropped:
-        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+    _drop(graph, dropped)
