@@ -320,31 +320,22 @@ class IRuntime:
             self._forget_ended_runs()
             self._runs.append((out, uses))
         foreign = [s for s in syncs if s.port is not self.port]
-        if not staged and foreign:
-            # Another runtime's syncs are waited for here on the host (their semaphores are not this
-            # port's to hand to the driver), then the run starts on this port's own fences.
-            own = [s.fence for s in syncs if s.port is self.port]
-            bindings = runner.bindings_snapshot()
-
-            def start_after(_keep: object) -> None:
-                try:
-                    for sync in foreign:
-                        sync.wait(self.timeout_ms)
-                    runner.execute_async(own, post, keep=_keep, bindings=bindings)
-                except DlaError as e:
-                    self.port.NvDlaFailFence(post, e)
-
-            threading.Thread(target=start_after, args=((syncs, out),), daemon=True,
-                             name="pydla-foreign-wait").start()
+        if not staged and not foreign:
+            runner.execute_async(pre, post, keep=(syncs, out))  # chained on the device's fences
             return [out]
-        if not staged:
-            runner.execute_async(pre, post, keep=(syncs, out))
-            return [out]
+        # The host waits: for conversions between the fences and the run, or for another runtime's
+        # syncs (their semaphores are not this port's to hand to the driver; the run then chains on
+        # this port's own fences, with the bindings of now).
+        bindings = None if staged else runner.bindings_snapshot()
 
-        def work(_keep: object) -> None:  # conversions need the host between the fences and the run
+        def work(_keep: object) -> None:
             try:
-                for sync in syncs:  # each on its own port (another runtime's sync too)
+                for sync in syncs if staged else foreign:  # each on its own port
                     sync.wait(self.timeout_ms)
+                if bindings is not None:
+                    runner.execute_async([s.fence for s in syncs if s.port is self.port], post, keep=_keep,
+                                         bindings=bindings)
+                    return
                 with self._staging_lock:
                     self._run_staged(runner, staged)
                 self.port.NvDlaSignalFence(post)
@@ -354,7 +345,7 @@ class IRuntime:
                 self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
 
         # The thread's argument holds the syncs until it is done, so their semaphores live as long.
-        threading.Thread(target=work, args=((syncs, out),), daemon=True, name="pydla-staged-submit").start()
+        threading.Thread(target=work, args=((syncs, out),), daemon=True, name="pydla-submit-wait").start()
         return [out]
 
     def createSync(self) -> ISync:
