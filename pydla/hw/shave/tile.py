@@ -199,15 +199,8 @@ class Tile(FastEmulation):
                     else f"{self.time_budget_s * 1000:.0f} ms of emulation"
                 self._fault = ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
         if self._fault is not None:
-            fault = self._fault
-            self._task_ended(int(fault.error))
-            self.state = State.ERROR
-            self.error = fault.error
-            self.error_pc = fault.pc or pc
-            self.error_addr = fault.addr & 0xFFFFFFFF
-            self.error_task = self.task_seq
-            self.error_kernel = self.task.invocation.kernel_id if self.task is not None else RUNTIME_KERNEL
-            raise fault
+            self._stopped_by(self._fault, pc)
+            raise self._fault
         self.pc = pc
         assert self._stop is not None
         self.state = self._stop
@@ -312,9 +305,8 @@ class Tile(FastEmulation):
             if field is None or self.task is None:
                 raise self._bad_access("read", offset, size)
             inv = self.task.invocation
-            if field == "task_entry" and self.on_task is not None and not self._task_t0:
-                self._task_t0 = time.perf_counter_ns()
-                self.on_task(self.index, self.task_seq, None, 0)
+            if field == "task_entry" and not self._task_t0:
+                self._task_started()
             values: dict[str, int] = {"task_entry": S.WIN_D + inv.entry_offset, "task_args": S.WIN_E,
                     "task_args_size": inv.args_size, "task_wait_mask": self.task.wait_mask,
                     "task_update_mask": self.task.update_mask}
@@ -340,10 +332,7 @@ class Tile(FastEmulation):
             elif offset == _DONE and self.task is not None:
                 if self._hle_compute is not None:
                     self._run_fast()
-                self._task_ended(0)
-                self.done = (self.done + 1) & 0xFFFFFFFF
-                self.task = None
-                self.wait_mask = 0
+                self._task_finished()
                 # The next task gets a fresh budget: a new deadline for the watchdog, or (an exact
                 # instruction count) a new emulation, started after a stop at the next pop.
                 if self._watch is not None:
@@ -354,6 +343,29 @@ class Tile(FastEmulation):
                 raise self._bad_access("write", offset, size)
         except ShaveFault as fault:
             self._fail(fault)
+
+    def _stopped_by(self, fault: ShaveFault, pc: int) -> None:
+        """The tile stops with ``fault``: its error registers, and the task's end in the trace."""
+        self._task_ended(int(fault.error))
+        self.state = State.ERROR
+        self.error = fault.error
+        self.error_pc = fault.pc or pc
+        self.error_addr = fault.addr & 0xFFFFFFFF
+        self.error_task = self.task_seq
+        self.error_kernel = self.task.invocation.kernel_id if self.task is not None else RUNTIME_KERNEL
+
+    def _task_finished(self) -> None:
+        """The current task ended (its barriers updated): counted, and the tile has no task."""
+        self._task_ended(0)
+        self.done = (self.done + 1) & 0xFFFFFFFF
+        self.task = None
+        self.wait_mask = 0
+
+    def _task_started(self) -> None:
+        """The current task's kernel is called (its barriers fired): its start in the trace."""
+        if self.on_task is not None:
+            self._task_t0 = time.perf_counter_ns()
+            self.on_task(self.index, self.task_seq, None, 0)
 
     def _task_ended(self, error: int) -> None:
         if self._task_t0 and self.on_task is not None:

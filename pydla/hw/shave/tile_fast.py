@@ -18,8 +18,6 @@ runs until it sleeps on an empty FIFO again. So every fault the device reports i
 from __future__ import annotations
 
 import collections
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,16 +49,10 @@ class FastEmulation:
     uc: Any
     state: State
     pc: int
-    done: int
     task: S.ActKernelTask | None
     task_seq: int
     wait_mask: int
     instruction_budget: int
-    error: E
-    error_pc: int
-    error_addr: int
-    error_task: int
-    error_kernel: int
     _rt_entry: int
     _guard: int
     _win_d: npt.NDArray[np.uint8]
@@ -68,13 +60,13 @@ class FastEmulation:
     _kernel_extent: int
     _loaded_kernel: bytes | None
 
-    on_task: Callable[[int, int, int | None, int], None] | None
-    _task_t0: int
 
     if TYPE_CHECKING:  # the tile's methods these steps use
         def _load_args(self, inv: S.ActKernelInvocation, pushed: Pushed, what: str) -> bytes: ...
         def _reset_registers(self) -> None: ...
-        def _task_ended(self, error: int) -> None: ...
+        def _task_started(self) -> None: ...
+        def _stopped_by(self, fault: ShaveFault, pc: int) -> None: ...
+        def _task_finished(self) -> None: ...
 
     def _init_fast(self, config: ShaveConfig) -> None:
         self._fast = config.emulation == hle.FAST
@@ -174,24 +166,15 @@ class FastEmulation:
             task = self.task
             assert task is not None
             who = f"tile {self.index} task {self.task_seq}"
-            if self.on_task is not None:
-                self._task_t0 = time.perf_counter_ns()
-                self.on_task(self.index, self.task_seq, None, 0)
+            self._task_started()
             try:
                 self._run_fast()
                 self.barriers.produce(task.update_mask, who)
                 self.barriers.consume(task.wait_mask, who)
             except ShaveFault as fault:
-                self._task_ended(int(fault.error))
-                self.state = State.ERROR
-                self.error, self.error_pc = fault.error, self._rt_entry
-                self.error_addr = fault.addr & 0xFFFFFFFF
-                self.error_task, self.error_kernel = self.task_seq, task.invocation.kernel_id
+                self._stopped_by(fault, self._rt_entry)
                 raise
-            self._task_ended(0)
-            self.done = (self.done + 1) & 0xFFFFFFFF
-            self.task = None
-            self.wait_mask = 0
+            self._task_finished()
 
     def _take_fast(self, pushed: Pushed) -> bool:
         """Take the task at the FIFO's head if its equivalent computes it; False (nothing taken)
