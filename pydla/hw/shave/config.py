@@ -24,6 +24,7 @@ from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 
 DEFAULT_CMX = 2 << 20
+FAST, EXACT = "fast", "exact"  # the emulation modes (pydla.hw.shave.hle)
 DEFAULT_TIME_BUDGET_MS = 2000  # a 64k-element softmax takes ~20 ms
 _PAGE = 4096
 
@@ -35,7 +36,7 @@ class ShaveConfig:
     barriers: int = S.MAX_BARRIERS
     instruction_budget: int = 0
     time_budget_ms: int = DEFAULT_TIME_BUDGET_MS
-    emulation: str = "fast"
+    emulation: str = FAST
 
 
 def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
@@ -64,8 +65,8 @@ def parse_shave(raw: Any, source: str) -> ShaveConfig | None:
         value = values[key]
         if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
             raise DlaError(NvError.BadValue, f"{source}: 'shave.{key}' = {value!r} must be {rule}")
-    emulation = raw.get("emulation", "fast")
-    if emulation not in ("fast", "exact"):
+    emulation = raw.get("emulation", FAST)
+    if emulation not in (FAST, EXACT):
         raise DlaError(NvError.BadValue, f"{source}: 'shave.emulation' = {emulation!r} must be 'fast' "
                                          "(shipped kernels as their numpy equivalents) or 'exact' (every "
                                          "kernel emulated)")

@@ -37,8 +37,6 @@ from pydla.deviceapi.generated import shave as S
 from pydla.hw.shave.build import KERNELS_DIR
 from pydla.hw.shave.elfload import parse_elf
 
-FAST, EXACT = "fast", "exact"
-MODES = (FAST, EXACT)
 _DTYPES: dict[int, np.dtype[Any]] = {int(S.shave_data_type_e.FP32): np.dtype(np.float32),
                                      int(S.shave_data_type_e.FP16): np.dtype(np.float16)}
 

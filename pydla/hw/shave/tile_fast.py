@@ -28,7 +28,7 @@ from pydla.deviceapi.generated import shave as S
 from pydla.hw.memory import Iommu
 from pydla.hw.shave import hle
 from pydla.hw.shave.barriers import Barriers
-from pydla.hw.shave.config import ShaveConfig
+from pydla.hw.shave.config import FAST, ShaveConfig
 from pydla.hw.shave.faults import E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
 
@@ -69,7 +69,7 @@ class FastEmulation:
         def _task_finished(self) -> None: ...
 
     def _init_fast(self, config: ShaveConfig) -> None:
-        self._fast = config.emulation == hle.FAST
+        self._fast = config.emulation == FAST
         self._hle_compute: hle.Compute | None = None
         self._hle_plans: dict[tuple[bytes, int], Any] = {}  # (ELF, entry): its equivalent's planner
         self._hle_computes: dict[tuple[bytes, bytes, int], hle.Compute | None] = {}  # (ELF, WIN_E, CMX)
