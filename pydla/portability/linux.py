@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -163,6 +164,9 @@ class LinuxDevice:
         except OSError as e:
             raise _open_error(path, port.directory, e) from None
         self.mems: dict[int, LinuxMem] = {}
+        # The compute-unit contexts this handle holds: closed by CU_CLOSE before the file, because
+        # the daemon learns of a close(2) asynchronously (a FUSE release), after NvDlaClose returned.
+        self.cu_contexts: set[str] = set()
         self._lock = threading.Lock()
         self._ring: ClientRing | None = None
         self._ring_tried = not port.use_ring
@@ -359,6 +363,9 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
 
     def NvDlaClose(self, h: Any) -> None:
         device = self._device(h)
+        for cu in sorted(device.cu_contexts):  # released before this returns, as the interface says
+            with contextlib.suppress(DlaError):  # the daemon releases it with the file anyway
+                self.NvDlaCloseCuContext(device, cu)
         device.close()
         with self._lock:
             if device in self._devices:

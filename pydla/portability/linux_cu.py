@@ -122,10 +122,12 @@ class LinuxCuMethods:
             raise DlaError(NvError.BadParameter, f"{what}: exclusive {exclusive!r} must be True or False")
         flags = int(U.dla_cu_flags_e.EXCLUSIVE) if exclusive else 0
         _cu_ioctl(device, U.dla_ioctl_e.CU_OPEN, U.dla_cu_context_t(**_ref(cu, what), flags=flags))
+        device.cu_contexts.add(cu)
 
     def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
         what = "NvDlaCloseCuContext"
         device = self._cu_device(h, what)
+        device.cu_contexts.discard(cu)
         _cu_ioctl(device, U.dla_ioctl_e.CU_CLOSE, U.dla_cu_context_t(**_ref(cu, what)))
 
     def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
