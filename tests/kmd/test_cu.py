@@ -68,7 +68,9 @@ def test_chain_depth_three_five_requests_overlap_and_finish_in_order(make_kmd: M
 
 @pytest.mark.parametrize("int_enable", [1, 0], ids=["interrupts", "polling"])
 def test_threaded_device_keeps_the_models(make_kmd: MakeKmd, int_enable: int) -> None:
-    dev, kmd = make_kmd(cu_config(int_enable, latency=200_000), mode="threaded")
+    # Each execution long enough (2 ms) that the six CHAIN submits are all queued before the first
+    # ends, also on a busy machine: at 0.2 ms the pipeline reached depth 3 in 8 runs of 10 only.
+    dev, kmd = make_kmd(cu_config(int_enable, latency=2_000_000), mode="threaded")
     ctx = kmd.open_context()
     hs = [kmd.cu_submit(ctx, "noop_hs", []) for _ in range(3)]
     chain = [kmd.cu_submit(ctx, "noop_chain", []) for _ in range(6)]
