@@ -72,3 +72,19 @@ def access(what: str) -> Iterator[None]:
         yield
     except DlaError as e:
         raise DlaError(e.code, f"{what}: {e.message}") from e
+
+
+RAM_MC = 1  # every block's *_RAM_TYPE field: 1 = main memory (MCIF), 0 = the secondary SRAM (CVIF)
+RAM_CV = 0
+
+
+def select(memory: NvdlaMemory, sram: NvdlaMemory | None, ram_type: int, what: str) -> NvdlaMemory:
+    """The memory a ``*_RAM_TYPE`` field picks: main memory (1) or the secondary SRAM (0)."""
+    if ram_type == RAM_MC:
+        return memory
+    if ram_type == RAM_CV:
+        if sram is None:
+            raise DlaError(NvError.NotSupported, f"{what}: RAM type 0 (SRAM, CVIF) but this device has no "
+                                                 "secondary memory")
+        return sram
+    raise DlaError(NvError.BadValue, f"{what}: RAM type {ram_type} is neither 0 (SRAM) nor 1 (MC)")

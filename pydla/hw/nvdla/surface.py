@@ -33,13 +33,11 @@ import numpy.typing as npt
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla.memory import NvdlaMemory, access
 from pydla.hw.nvdla.precision import Precision
+from pydla.hw.nvdla.strided import read_block, write_block
 from pydla.hw.nvdla.target import NvdlaTarget
 
 MAX_DIM = 8192  # width, height and channel registers are 13 bits holding size - 1
 MAX_BATCH = 32
-# A read whose span is this much larger than the bytes it needs is done line by line, so that a
-# huge stride never makes the device copy gigabytes it does not use.
-_SPARSE_SLACK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,42 +98,12 @@ def check(cube: Cube, target: NvdlaTarget, what: str) -> None:
                                          f"batch ({one} bytes)")
 
 
-def _runs(cube: Cube, target: NvdlaTarget) -> tuple[int, int, int]:
-    """How the atoms of one batch lie: (number of runs, bytes per run, stride between runs) with
-    runs of contiguous bytes, in (surface, line) order."""
-    line = cube.width * target.atom
-    surfaces = cube.surfaces(target)
-    if cube.height == 1 or cube.line_stride == line:
-        per_surface = cube.height * line
-        if surfaces == 1 or cube.surf_stride == per_surface:
-            return 1, surfaces * per_surface, 0
-        return surfaces, per_surface, cube.surf_stride
-    return surfaces * cube.height, line, -1  # one run per line
-
-
-def _run_addresses(cube: Cube, target: NvdlaTarget, base: int) -> list[int]:
-    n, _, stride = _runs(cube, target)
-    if stride >= 0:
-        return [base + i * stride for i in range(n)]
-    return [base + s * cube.surf_stride + y * cube.line_stride
-            for s in range(cube.surfaces(target)) for y in range(cube.height)]
-
-
 def _read_atoms(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, base: int) -> npt.NDArray[np.uint8]:
     """The atoms of one batch as uint8 (surfaces, height, width, atom)."""
-    atom = target.atom
-    s_count, h, w = cube.surfaces(target), cube.height, cube.width
-    span = (s_count - 1) * cube.surf_stride + (h - 1) * cube.line_stride + w * atom
-    need = s_count * h * w * atom
-    if span <= 2 * need + _SPARSE_SLACK:
-        buf = memory.read(base, span)
-        view = np.lib.stride_tricks.as_strided(
-            buf, shape=(s_count, h, w, atom), strides=(cube.surf_stride, cube.line_stride, atom, 1),
-            writeable=False)
-        return np.array(view, dtype=np.uint8)
-    _, run_bytes, _ = _runs(cube, target)
-    parts = [memory.read(a, run_bytes) for a in _run_addresses(cube, target, base)]
-    return np.concatenate(parts).reshape(s_count, h, w, atom)
+    s_count = cube.surfaces(target)
+    lines = read_block(memory, base, (s_count, cube.height), (cube.surf_stride, cube.line_stride),
+                       cube.width * target.atom)
+    return lines.reshape(s_count, cube.height, cube.width, target.atom)
 
 
 def gather_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: str, *,
@@ -180,14 +148,12 @@ def scatter_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, data: 
     full = np.zeros((cube.batch, lanes, cube.height, cube.width), dtype=cube.precision.dtype)
     full[:, :arr.shape[1]] = arr.astype(cube.precision.dtype, copy=False)
     s_count = cube.surfaces(target)
-    _, run_bytes, _ = _runs(cube, target)
     with access(what):
         for n in range(cube.batch):
             el = full[n].reshape(s_count, epa, cube.height, cube.width).transpose(0, 2, 3, 1)
-            atoms = np.ascontiguousarray(el).view(np.uint8).reshape(-1)
-            base = cube.address + n * cube.batch_stride
-            for i, a in enumerate(_run_addresses(cube, target, base)):
-                memory.write(a, atoms[i * run_bytes:(i + 1) * run_bytes])
+            atoms = np.ascontiguousarray(el).view(np.uint8).reshape(s_count, cube.height, -1)
+            write_block(memory, cube.address + n * cube.batch_stride, (cube.surf_stride, cube.line_stride),
+                        atoms)
 
 
 def scatter(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, data: npt.ArrayLike, what: str) -> None:
