@@ -40,10 +40,11 @@ def _bad(where: str, message: str, code: NvError = NvError.BadValue) -> DlaError
 def check_version(v: M.Version) -> None:
     if (v.major, v.minor) == (M.FORMAT_MAJOR, M.FORMAT_MINOR):
         return
-    newer = "the loadable is newer than this reader" if (v.major, v.minor) > (M.FORMAT_MAJOR, M.FORMAT_MINOR) \
-        else "the loadable is older than this reader"
-    raise _bad("version", f"loadable format {v}: this reader reads {M.FORMAT_MAJOR}.{M.FORMAT_MINOR}.x ({newer}; "
-                          "recompile it with an NVDLA compiler that writes 0.7)", NvError.VersionMismatch)
+    newer = (v.major, v.minor) > (M.FORMAT_MAJOR, M.FORMAT_MINOR)
+    side = "the loadable is newer than this reader" if newer else "the loadable is older than this reader"
+    raise _bad("version", f"loadable format {v}: this reader reads {M.FORMAT_MAJOR}.{M.FORMAT_MINOR}.x "
+                          f"({side}; recompile it with an NVDLA compiler that writes 0.7)",
+               NvError.VersionMismatch)
 
 
 def _ids(items: Sequence[Any], key: str) -> None:
@@ -68,12 +69,14 @@ def _tasks(lo: M.NvdlaLoadable) -> None:
     for i, t in enumerate(lo.task_list):
         where = f"task_list[{i}]"
         if t.interface not in (M.Interface.DLA1, M.Interface.EMU1):
-            raise _bad(f"{where}.interface", f"{t.interface.name}: a task runs on DLA1 or EMU1", NvError.NotSupported)
+            raise _bad(f"{where}.interface", f"{t.interface.name}: a task runs on DLA1 or EMU1",
+                       NvError.NotSupported)
         if t.instance < -1:
             raise _bad(f"{where}.instance", f"{t.instance}: -1 (any) or an engine instance")
         if len(t.address_list) > MAX_BUFFERS_PER_TASK:
             raise _bad(f"{where}.address_list", f"{len(t.address_list)} entries, more than "
-                                                f"NVDLA_MAX_BUFFERS_PER_TASK {MAX_BUFFERS_PER_TASK}", NvError.InvalidSize)
+                                                f"NVDLA_MAX_BUFFERS_PER_TASK {MAX_BUFFERS_PER_TASK}",
+                       NvError.InvalidSize)
         if not t.address_list:
             raise _bad(f"{where}.address_list", "empty: entry 0 holds the task's network descriptor")
         for j, a in enumerate(t.address_list):
@@ -91,7 +94,8 @@ def _blobs(lo: M.NvdlaLoadable) -> None:
             raise _bad(f"{where}.name", f"{b.name!r} is the name of an earlier blob too")
         seen.add(b.name)
         if b.size > len(b.data):
-            raise _bad(f"{where}.size", f"{b.size} bytes declared, {len(b.data)} in its data", NvError.InvalidSize)
+            raise _bad(f"{where}.size", f"{b.size} bytes declared, {len(b.data)} in its data",
+                       NvError.InvalidSize)
 
 
 def _memory(lo: M.NvdlaLoadable) -> None:
@@ -123,9 +127,10 @@ def _memory(lo: M.NvdlaLoadable) -> None:
             if blob is None:
                 raise _bad(f"{where}.contents[{j}]", f"no blob is called {name!r}")
             _within(offset, blob.size, m.size, f"{where}.offsets[{j}]", f"memory {i} (blob {name!r})")
-    for direction, ids in bind_ids.items():
+    for kind, ids in bind_ids.items():
         if ids and sorted(ids) != list(range(len(ids))):
-            raise _bad("memory_list", f"{direction.lower()} bind ids {sorted(ids)}: they must be 0..{len(ids) - 1}")
+            raise _bad("memory_list", f"{kind.lower()} bind ids {sorted(ids)}: they must be "
+                                      f"0..{len(ids) - 1}")
 
 
 def _addresses(lo: M.NvdlaLoadable) -> None:
@@ -137,8 +142,8 @@ def _addresses(lo: M.NvdlaLoadable) -> None:
 
 def _others(lo: M.NvdlaLoadable) -> None:
     for i, s in enumerate(lo.submit_list):
-        for j, t in enumerate(s.task_id):
-            _index(t, len(lo.task_list), f"submit_list[{i}].task_id[{j}]", "task")
+        for j, task in enumerate(s.task_id):
+            _index(task, len(lo.task_list), f"submit_list[{i}].task_id[{j}]", "task")
     for i, t in enumerate(lo.tensor_desc_list):
         where = f"tensor_desc_list[{i}]"
         _index(t.mem_id, len(lo.memory_list), f"{where}.mem_id", "memory-list entry")

@@ -86,8 +86,9 @@ def stale(flatc: str | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pydla.loadable.nvdla.codegen",
-                                     description="Regenerate the NVDLA Loadable's FlatBuffers code with flatc.")
+    parser = argparse.ArgumentParser(
+        prog="python -m pydla.loadable.nvdla.codegen",
+        description="Regenerate the NVDLA Loadable's FlatBuffers code with flatc.")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when stale")
     args = parser.parse_args(argv)
     flatc = find_flatc()

@@ -54,9 +54,10 @@ TABLES: dict[str, tuple[FieldLayout, ...]] = {
     "MemoryListEntry": (_s("id", "u16"), _s("domain", "u8"), _s("flags", "u16"), _s("size", "u64"),
                         _s("alignment", "u32"), _s("contents", "strings"), _vec("offsets", "u64"),
                         _s("bind_id", "u16"), _s("tensor_desc_id", "u16")),
-    "EventListEntry": (_s("id", "u16"), _s("type", "u8"), _s("target", "u16"), _s("val", "u32"), _s("op", "u8")),
-    "TaskListEntry": (_s("id", "u16"), _s("interface", "u32"), _s("instance", "i16"), _vec("address_list", "u16"),
-                      _vec("pre_actions", "u16"), _vec("post_actions", "u16")),
+    "EventListEntry": (_s("id", "u16"), _s("type", "u8"), _s("target", "u16"), _s("val", "u32"),
+                       _s("op", "u8")),
+    "TaskListEntry": (_s("id", "u16"), _s("interface", "u32"), _s("instance", "i16"),
+                      _vec("address_list", "u16"), _vec("pre_actions", "u16"), _vec("post_actions", "u16")),
     "AddressListEntry": (_s("id", "u16"), _s("mem_id", "u16"), _s("offset", "u64"), _s("size", "u64")),
     "SubmitListEntry": (_s("id", "u16"), _vec("task_id", "u16")),
     "TensorDescListEntry": (

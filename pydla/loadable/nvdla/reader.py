@@ -95,7 +95,8 @@ def _task(t: Any, where: str) -> M.TaskListEntry:
 
 def _event(e: Any, where: str) -> M.EventListEntry:
     return M.EventListEntry(id=int(e.Id()), type=_enum(M.EventType, e.Type(), f"{where}.type"),
-                            target=int(e.Target()), val=int(e.Val()), op=_enum(M.EventOp, e.Op(), f"{where}.op"))
+                            target=int(e.Target()), val=int(e.Val()),
+                            op=_enum(M.EventOp, e.Op(), f"{where}.op"))
 
 
 def _tensor(t: Any, where: str) -> M.TensorDescListEntry:
@@ -131,8 +132,8 @@ def parse(buf: bytes) -> M.NvdlaLoadable:
         version=_version(root.Version()),
         task_list=_list(root, "TaskList", "task_list", _task),
         memory_list=_list(root, "MemoryList", "memory_list", _memory),
-        address_list=_list(root, "AddressList", "address_list",
-                           lambda a, w: M.AddressListEntry(int(a.Id()), int(a.MemId()), int(a.Offset()), int(a.Size()))),
+        address_list=_list(root, "AddressList", "address_list", lambda a, w: M.AddressListEntry(
+            int(a.Id()), int(a.MemId()), int(a.Offset()), int(a.Size()))),
         event_list=_list(root, "EventList", "event_list", _event),
         blobs=_list(root, "Blobs", "blobs", _blob),
         tensor_desc_list=_list(root, "TensorDescList", "tensor_desc_list", _tensor),
@@ -147,11 +148,12 @@ def read_nvdla_loadable(data: bytes | bytearray | memoryview | str | Path) -> M.
     Usage: ``lo = read_nvdla_loadable("BDMA_L0_0_fbuf")``
     """
     if isinstance(data, (str, Path)):
+        path = Path(data)
         try:
-            data = Path(data).read_bytes()
+            data = path.read_bytes()
         except OSError as e:
             code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
-            raise DlaError(code, f"{data}: cannot read: {e.strerror or e}") from e
+            raise DlaError(code, f"{path}: cannot read: {e.strerror or e}") from e
     lo = parse(bytes(data))
     check_loadable(lo)
     return lo

@@ -47,15 +47,17 @@ class _Walk:
 
     def _read(self, st: struct.Struct, pos: int, where: str, what: str) -> int:
         if pos < 0 or pos + st.size > self.size:
-            raise _fail(NvError.InvalidSize, where, f"{what} at {pos} lies outside the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"{what} at {pos} lies outside the {self.size}-byte buffer")
         value: int = st.unpack_from(self.buf, pos)[0]
         return value
 
     def _spend(self, where: str) -> None:
         self.budget -= 1
         if self.budget < 0:
-            raise _fail(NvError.InvalidSize, where, f"more tables and strings than a {self.size}-byte buffer "
-                                                    "holds: offsets point at the same data again and again")
+            raise _fail(NvError.InvalidSize, where,
+                        f"more tables and strings than a {self.size}-byte buffer "
+                        "holds: offsets point at the same data again and again")
 
     def _follow(self, pos: int, where: str) -> int:
         """The target of the 32-bit offset stored at ``pos``."""
@@ -64,8 +66,9 @@ class _Walk:
             raise _fail(NvError.BadValue, where, f"offset at {pos} is 0")
         target = pos + value
         if target >= self.size:
-            raise _fail(NvError.InvalidSize, where, f"offset {value} at {pos} points to {target}, past the end "
-                                                    f"of the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"offset {value} at {pos} points to {target}, past the end "
+                        f"of the {self.size}-byte buffer")
         return target
 
     def _vector(self, pos: int, elem: int, where: str) -> tuple[int, int]:
@@ -73,8 +76,9 @@ class _Walk:
         count = self._read(_U32, pos, where, "vector length")
         start = pos + 4
         if count * elem > self.size - start:
-            raise _fail(NvError.InvalidSize, where, f"vector of {count} {elem}-byte elements at {pos} runs past "
-                                                    f"the end of the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"vector of {count} {elem}-byte elements at {pos} runs past "
+                        f"the end of the {self.size}-byte buffer")
         return start, count
 
     def string(self, pos: int, where: str) -> None:
@@ -87,15 +91,18 @@ class _Walk:
         self._spend(where)
         vtable = pos - self._read(_I32, pos, where, f"table {name}")
         if vtable < 0 or vtable + 4 > self.size:
-            raise _fail(NvError.InvalidSize, where, f"table {name} at {pos}: vtable at {vtable} lies outside "
-                                                    f"the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"table {name} at {pos}: vtable at {vtable} lies outside "
+                        f"the {self.size}-byte buffer")
         vsize = self._read(_U16, vtable, where, "vtable size")
         tsize = self._read(_U16, vtable + 2, where, "table size")
         if vsize < 4 or vsize % 2 or vtable + vsize > self.size:
-            raise _fail(NvError.InvalidSize, where, f"table {name} at {pos}: vtable size {vsize} at {vtable}")
+            raise _fail(NvError.InvalidSize, where,
+                        f"table {name} at {pos}: vtable size {vsize} at {vtable}")
         if tsize < 4 or pos + tsize > self.size:
-            raise _fail(NvError.InvalidSize, where, f"table {name} at {pos}: size {tsize} runs past the end of "
-                                                    f"the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"table {name} at {pos}: size {tsize} runs past the end of "
+                        f"the {self.size}-byte buffer")
         for slot, f in enumerate(TABLES[name]):
             entry = 4 + 2 * slot
             offset = _U16.unpack_from(self.buf, vtable + entry)[0] if entry < vsize else 0
@@ -110,8 +117,9 @@ class _Walk:
         # compiler wrote tables whose declared size ends before their last inline struct.
         pos = table + offset
         if pos + f.inline_size > self.size:
-            raise _fail(NvError.InvalidSize, where, f"field at {pos} ({f.inline_size} bytes) runs past the end "
-                                                    f"of the {self.size}-byte buffer")
+            raise _fail(NvError.InvalidSize, where,
+                        f"field at {pos} ({f.inline_size} bytes) runs past the end "
+                        f"of the {self.size}-byte buffer")
         if f.kind in SCALAR_SIZES or f.kind == "struct":
             return
         target = self._follow(pos, where)

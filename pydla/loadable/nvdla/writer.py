@@ -29,7 +29,8 @@ _PREPEND = {1: "PrependUint8", 2: "PrependUint16", 8: "PrependUint64"}
 
 
 def _camel(name: str) -> str:
-    """flatc's name for a field's functions: ``sub_interface`` -> ``SubInterface``, ``stride_0`` -> ``Stride0``."""
+    """flatc's name for a field's functions: ``sub_interface`` -> ``SubInterface``, ``stride_0`` ->
+    ``Stride0``."""
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
