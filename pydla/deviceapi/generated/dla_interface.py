@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """dla_interface 1.0.0: NVDLA firmware descriptors (dla_interface.h) carried by an NVDLA Loadable's DLA tasks
 
-Layout hash 82073c664947d9a0310fb106c7c541499213b5c37b0a7a00e8c41d519c2a090a.
+Layout hash b30cde718590f5f08401a0d5e38dc1805321c7a36a9bfa6df9233ce3f411746a.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_interface"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "82073c664947d9a0310fb106c7c541499213b5c37b0a7a00e8c41d519c2a090a"
-LAYOUT_HASH64 = 0x82073c664947d9a0
+LAYOUT_HASH = "b30cde718590f5f08401a0d5e38dc1805321c7a36a9bfa6df9233ce3f411746a"
+LAYOUT_HASH64 = 0xb30cde718590f5f0
 
 DLA_OP_NUM = 6  # processors (blocks) of the DLA engine
 DLA_NUM_GROUPS = 2  # register groups per processor
@@ -353,6 +353,95 @@ class dla_data_cube(Record):
         ("plane_stride", ctypes.c_uint32),  # offset 28, 4 bytes; RUBIK only
     ]
     _enums_: ClassVar[dict[str, type[enum.IntEnum]]] = {"type": dla_mem_e}
+
+
+class dla_data_cube_v0_11(Record):
+    """dla_data_cube before interface 0.12 (28 bytes): the address-list entry's address is the cube's (28 bytes)."""
+
+    SIZE: ClassVar[int] = 28
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("type", ctypes.c_uint16),  # offset 0, 2 bytes; dla_mem_e
+        ("address", ctypes.c_int16),  # offset 2, 2 bytes; address-list index, -1: none
+        ("size", ctypes.c_uint32),  # offset 4, 4 bytes
+        ("width", ctypes.c_uint16),  # offset 8, 2 bytes
+        ("height", ctypes.c_uint16),  # offset 10, 2 bytes
+        ("channel", ctypes.c_uint16),  # offset 12, 2 bytes
+        ("reserved0", ctypes.c_uint16),  # offset 14, 2 bytes
+        ("line_stride", ctypes.c_uint32),  # offset 16, 4 bytes
+        ("surf_stride", ctypes.c_uint32),  # offset 20, 4 bytes
+        ("plane_stride", ctypes.c_uint32),  # offset 24, 4 bytes; RUBIK only
+    ]
+    _enums_: ClassVar[dict[str, type[enum.IntEnum]]] = {"type": dla_mem_e}
+
+
+class dla_conv_surface_desc_v0_11(Record):
+    """dla_conv_surface_desc before interface 0.12 (152 bytes, offset_u at 140) (152 bytes, packed)."""
+
+    SIZE: ClassVar[int] = 152
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("weight_data", dla_data_cube_v0_11),  # offset 0, 28 bytes
+        ("wmb_data", dla_data_cube_v0_11),  # offset 28, 28 bytes
+        ("wgs_data", dla_data_cube_v0_11),  # offset 56, 28 bytes
+        ("src_data", dla_data_cube_v0_11),  # offset 84, 28 bytes
+        ("dst_data", dla_data_cube_v0_11),  # offset 112, 28 bytes
+        ("offset_u", ctypes.c_int64),  # offset 140, 8 bytes
+        ("in_line_uv_stride", ctypes.c_uint32),  # offset 148, 4 bytes
+    ]
+
+
+class dla_sdp_surface_desc_v0_11(Record):
+    """dla_sdp_surface_desc_v0_11 (140 bytes)."""
+
+    SIZE: ClassVar[int] = 140
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("src_data", dla_data_cube_v0_11),  # offset 0, 28 bytes
+        ("x1_data", dla_data_cube_v0_11),  # offset 28, 28 bytes
+        ("x2_data", dla_data_cube_v0_11),  # offset 56, 28 bytes
+        ("y_data", dla_data_cube_v0_11),  # offset 84, 28 bytes
+        ("dst_data", dla_data_cube_v0_11),  # offset 112, 28 bytes
+    ]
+
+
+class dla_pdp_surface_desc_v0_11(Record):
+    """dla_pdp_surface_desc_v0_11 (56 bytes)."""
+
+    SIZE: ClassVar[int] = 56
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("src_data", dla_data_cube_v0_11),  # offset 0, 28 bytes
+        ("dst_data", dla_data_cube_v0_11),  # offset 28, 28 bytes
+    ]
+
+
+class dla_cdp_surface_desc_v0_11(Record):
+    """dla_cdp_surface_desc_v0_11 (56 bytes)."""
+
+    SIZE: ClassVar[int] = 56
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("src_data", dla_data_cube_v0_11),  # offset 0, 28 bytes
+        ("dst_data", dla_data_cube_v0_11),  # offset 28, 28 bytes
+    ]
+
+
+class dla_rubik_surface_desc_v0_11(Record):
+    """dla_rubik_surface_desc_v0_11 (56 bytes)."""
+
+    SIZE: ClassVar[int] = 56
+    _pack_ = 1
+    _layout_ = "ms"
+    _fields_ = [
+        ("src_data", dla_data_cube_v0_11),  # offset 0, 28 bytes
+        ("dst_data", dla_data_cube_v0_11),  # offset 28, 28 bytes
+    ]
 
 
 class dla_bdma_transfer_desc(Record):

@@ -25,10 +25,14 @@ NVDLA_SIZES = {
     "dla_sdp_op_desc": 116, "dla_sdp_stat_desc": 44, "dla_pdp_surface_desc": 64, "dla_pdp_op_desc": 52,
     "dla_pdp_stat_desc": 20, "dla_cdp_surface_desc": 64, "dla_cdp_op_desc": 24, "dla_cdp_stat_desc": 44,
     "dla_rubik_surface_desc": 64, "dla_rubik_op_desc": 4, "dla_rubik_stat_desc": 12, "dla_task_status": 16,
+    # firmware interfaces 0.10 and 0.11: data cubes without an offset
+    "dla_data_cube_v0_11": 28, "dla_conv_surface_desc_v0_11": 152, "dla_sdp_surface_desc_v0_11": 140,
+    "dla_pdp_surface_desc_v0_11": 56, "dla_cdp_surface_desc_v0_11": 56, "dla_rubik_surface_desc_v0_11": 56,
 }
 OP_DESCS = ("dla_bdma_op_desc", "dla_conv_op_desc", "dla_sdp_op_desc", "dla_pdp_op_desc", "dla_cdp_op_desc",
             "dla_rubik_op_desc")
 SURFACE_DESCS = tuple(n.replace("_op_", "_surface_") for n in OP_DESCS)
+SURFACE_DESCS_V0_11 = tuple(f"{n}_v0_11" for n in SURFACE_DESCS if "bdma" not in n)
 STAT_DESCS = tuple(n.replace("_op_", "_stat_") for n in OP_DESCS)
 
 
@@ -40,6 +44,8 @@ def test_sizes_are_nvdlas(name: str, size: int) -> None:
 def test_container_sizes_are_the_largest_member() -> None:
     assert I.DLA_OPERATION_CONTAINER_SIZE == max(ctypes.sizeof(getattr(I, n)) for n in OP_DESCS) == 116
     assert I.DLA_SURFACE_CONTAINER_SIZE == max(ctypes.sizeof(getattr(I, n)) for n in SURFACE_DESCS) == 644
+    # the same slots before interface 0.12: BDMA's descriptor (no cubes) is the largest either way
+    assert max(ctypes.sizeof(getattr(I, n)) for n in SURFACE_DESCS_V0_11) < 644
     assert I.DLA_STAT_CONTAINER_SIZE == max(ctypes.sizeof(getattr(I, n)) for n in STAT_DESCS) == 44
 
 
@@ -49,6 +55,8 @@ def test_offsets_nvdla_firmware_reads() -> None:
     assert I.dla_conv_op_desc.in_cvt.offset == 76
     assert I.dla_conv_surface_desc.offset_u.offset == 160
     assert I.dla_conv_surface_desc.in_line_uv_stride.offset == 168
+    assert I.dla_conv_surface_desc_v0_11.offset_u.offset == 140
+    assert I.dla_data_cube_v0_11.size.offset == 4 and I.dla_data_cube.size.offset == 8
     assert I.dla_lut_param.linear_exp_offset.offset == 644
     assert I.dla_lut_param.linear_exp_start.offset == 648
     assert I.dla_lut_param.linear_exp_underflow_slope.offset == 680

@@ -15,8 +15,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "82073c664947d9a0310fb106c7c541499213b5c37b0a7a00e8c41d519c2a090a";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x82073c664947d9a0);
+constexpr const char* LAYOUT_HASH = "b30cde718590f5f08401a0d5e38dc1805321c7a36a9bfa6df9233ce3f411746a";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xb30cde718590f5f0);
 
 constexpr uint32_t DLA_OP_NUM = 0x6u; // processors (blocks) of the DLA engine
 constexpr uint32_t DLA_NUM_GROUPS = 0x2u; // register groups per processor
@@ -342,6 +342,92 @@ static_assert(offsetof(dla_data_cube, reserved0) == 18, "dla_data_cube.reserved0
 static_assert(offsetof(dla_data_cube, line_stride) == 20, "dla_data_cube.line_stride: offset");
 static_assert(offsetof(dla_data_cube, surf_stride) == 24, "dla_data_cube.surf_stride: offset");
 static_assert(offsetof(dla_data_cube, plane_stride) == 28, "dla_data_cube.plane_stride: offset");
+
+// dla_data_cube before interface 0.12 (28 bytes): the address-list entry's address is the cube's (struct, 28 bytes)
+struct __attribute__((packed)) dla_data_cube_v0_11 {
+    dla_mem_e type; // offset 0, 2 bytes; dla_mem_e
+    int16_t address; // offset 2, 2 bytes; address-list index, -1: none
+    uint32_t size; // offset 4, 4 bytes
+    uint16_t width; // offset 8, 2 bytes
+    uint16_t height; // offset 10, 2 bytes
+    uint16_t channel; // offset 12, 2 bytes
+    uint16_t reserved0; // offset 14, 2 bytes
+    uint32_t line_stride; // offset 16, 4 bytes
+    uint32_t surf_stride; // offset 20, 4 bytes
+    uint32_t plane_stride; // offset 24, 4 bytes; RUBIK only
+};
+static_assert(sizeof(dla_data_cube_v0_11) == 28, "dla_data_cube_v0_11: size");
+static_assert(offsetof(dla_data_cube_v0_11, type) == 0, "dla_data_cube_v0_11.type: offset");
+static_assert(offsetof(dla_data_cube_v0_11, address) == 2, "dla_data_cube_v0_11.address: offset");
+static_assert(offsetof(dla_data_cube_v0_11, size) == 4, "dla_data_cube_v0_11.size: offset");
+static_assert(offsetof(dla_data_cube_v0_11, width) == 8, "dla_data_cube_v0_11.width: offset");
+static_assert(offsetof(dla_data_cube_v0_11, height) == 10, "dla_data_cube_v0_11.height: offset");
+static_assert(offsetof(dla_data_cube_v0_11, channel) == 12, "dla_data_cube_v0_11.channel: offset");
+static_assert(offsetof(dla_data_cube_v0_11, reserved0) == 14, "dla_data_cube_v0_11.reserved0: offset");
+static_assert(offsetof(dla_data_cube_v0_11, line_stride) == 16, "dla_data_cube_v0_11.line_stride: offset");
+static_assert(offsetof(dla_data_cube_v0_11, surf_stride) == 20, "dla_data_cube_v0_11.surf_stride: offset");
+static_assert(offsetof(dla_data_cube_v0_11, plane_stride) == 24, "dla_data_cube_v0_11.plane_stride: offset");
+
+// dla_conv_surface_desc before interface 0.12 (152 bytes, offset_u at 140) (struct, 152 bytes, packed: fields at any offset)
+struct __attribute__((packed)) dla_conv_surface_desc_v0_11 {
+    dla_data_cube_v0_11 weight_data; // offset 0, 28 bytes
+    dla_data_cube_v0_11 wmb_data; // offset 28, 28 bytes
+    dla_data_cube_v0_11 wgs_data; // offset 56, 28 bytes
+    dla_data_cube_v0_11 src_data; // offset 84, 28 bytes
+    dla_data_cube_v0_11 dst_data; // offset 112, 28 bytes
+    int64_t offset_u; // offset 140, 8 bytes
+    uint32_t in_line_uv_stride; // offset 148, 4 bytes
+};
+static_assert(sizeof(dla_conv_surface_desc_v0_11) == 152, "dla_conv_surface_desc_v0_11: size");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, weight_data) == 0, "dla_conv_surface_desc_v0_11.weight_data: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, wmb_data) == 28, "dla_conv_surface_desc_v0_11.wmb_data: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, wgs_data) == 56, "dla_conv_surface_desc_v0_11.wgs_data: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, src_data) == 84, "dla_conv_surface_desc_v0_11.src_data: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, dst_data) == 112, "dla_conv_surface_desc_v0_11.dst_data: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, offset_u) == 140, "dla_conv_surface_desc_v0_11.offset_u: offset");
+static_assert(offsetof(dla_conv_surface_desc_v0_11, in_line_uv_stride) == 148, "dla_conv_surface_desc_v0_11.in_line_uv_stride: offset");
+
+// dla_sdp_surface_desc_v0_11 (struct, 140 bytes)
+struct __attribute__((packed)) dla_sdp_surface_desc_v0_11 {
+    dla_data_cube_v0_11 src_data; // offset 0, 28 bytes
+    dla_data_cube_v0_11 x1_data; // offset 28, 28 bytes
+    dla_data_cube_v0_11 x2_data; // offset 56, 28 bytes
+    dla_data_cube_v0_11 y_data; // offset 84, 28 bytes
+    dla_data_cube_v0_11 dst_data; // offset 112, 28 bytes
+};
+static_assert(sizeof(dla_sdp_surface_desc_v0_11) == 140, "dla_sdp_surface_desc_v0_11: size");
+static_assert(offsetof(dla_sdp_surface_desc_v0_11, src_data) == 0, "dla_sdp_surface_desc_v0_11.src_data: offset");
+static_assert(offsetof(dla_sdp_surface_desc_v0_11, x1_data) == 28, "dla_sdp_surface_desc_v0_11.x1_data: offset");
+static_assert(offsetof(dla_sdp_surface_desc_v0_11, x2_data) == 56, "dla_sdp_surface_desc_v0_11.x2_data: offset");
+static_assert(offsetof(dla_sdp_surface_desc_v0_11, y_data) == 84, "dla_sdp_surface_desc_v0_11.y_data: offset");
+static_assert(offsetof(dla_sdp_surface_desc_v0_11, dst_data) == 112, "dla_sdp_surface_desc_v0_11.dst_data: offset");
+
+// dla_pdp_surface_desc_v0_11 (struct, 56 bytes)
+struct __attribute__((packed)) dla_pdp_surface_desc_v0_11 {
+    dla_data_cube_v0_11 src_data; // offset 0, 28 bytes
+    dla_data_cube_v0_11 dst_data; // offset 28, 28 bytes
+};
+static_assert(sizeof(dla_pdp_surface_desc_v0_11) == 56, "dla_pdp_surface_desc_v0_11: size");
+static_assert(offsetof(dla_pdp_surface_desc_v0_11, src_data) == 0, "dla_pdp_surface_desc_v0_11.src_data: offset");
+static_assert(offsetof(dla_pdp_surface_desc_v0_11, dst_data) == 28, "dla_pdp_surface_desc_v0_11.dst_data: offset");
+
+// dla_cdp_surface_desc_v0_11 (struct, 56 bytes)
+struct __attribute__((packed)) dla_cdp_surface_desc_v0_11 {
+    dla_data_cube_v0_11 src_data; // offset 0, 28 bytes
+    dla_data_cube_v0_11 dst_data; // offset 28, 28 bytes
+};
+static_assert(sizeof(dla_cdp_surface_desc_v0_11) == 56, "dla_cdp_surface_desc_v0_11: size");
+static_assert(offsetof(dla_cdp_surface_desc_v0_11, src_data) == 0, "dla_cdp_surface_desc_v0_11.src_data: offset");
+static_assert(offsetof(dla_cdp_surface_desc_v0_11, dst_data) == 28, "dla_cdp_surface_desc_v0_11.dst_data: offset");
+
+// dla_rubik_surface_desc_v0_11 (struct, 56 bytes)
+struct __attribute__((packed)) dla_rubik_surface_desc_v0_11 {
+    dla_data_cube_v0_11 src_data; // offset 0, 28 bytes
+    dla_data_cube_v0_11 dst_data; // offset 28, 28 bytes
+};
+static_assert(sizeof(dla_rubik_surface_desc_v0_11) == 56, "dla_rubik_surface_desc_v0_11: size");
+static_assert(offsetof(dla_rubik_surface_desc_v0_11, src_data) == 0, "dla_rubik_surface_desc_v0_11.src_data: offset");
+static_assert(offsetof(dla_rubik_surface_desc_v0_11, dst_data) == 28, "dla_rubik_surface_desc_v0_11.dst_data: offset");
 
 // dla_bdma_transfer_desc (struct, 32 bytes)
 struct __attribute__((packed)) dla_bdma_transfer_desc {
