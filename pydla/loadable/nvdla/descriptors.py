@@ -4,8 +4,8 @@
 dependency graph (``num_operations`` dla_common_op_desc), each operation's descriptor and surface
 descriptor (fixed slots of DLA_OPERATION_CONTAINER_SIZE and DLA_SURFACE_CONTAINER_SIZE bytes, read as
 its block's struct: the firmware interface version of the network descriptor's blob says which layout,
-with data-cube offsets from 0.12 on, without before) and the LUTs, into the generated ``dla_interface`` records, and checks every
-index and enum the scheduler or the device will use (opcheck.py has the per-block rules):
+with data-cube offsets from 0.12 on, without before) and the LUTs, into the generated ``dla_interface``
+records, and checks every index and enum the scheduler or the device will use (opcheck.py has the per-block rules):
 
 - the network's address indices (operation, surface, dependency graph; LUTs when num_luts > 0; ROI
   array and surface when dynamic_roi; statistics unless -1) name entries of the task's address list,
@@ -43,8 +43,10 @@ SURFACE_DESC = {I.dla_op_e.BDMA: I.dla_bdma_surface_desc, I.dla_op_e.CONV: I.dla
                 I.dla_op_e.SDP: I.dla_sdp_surface_desc, I.dla_op_e.PDP: I.dla_pdp_surface_desc,
                 I.dla_op_e.CDP: I.dla_cdp_surface_desc, I.dla_op_e.RUBIK: I.dla_rubik_surface_desc}
 # Firmware interfaces before 0.12: data cubes without an offset (dla_interface.yaml's _v0_11 structs).
-SURFACE_DESC_V0_11 = {I.dla_op_e.BDMA: I.dla_bdma_surface_desc, I.dla_op_e.CONV: I.dla_conv_surface_desc_v0_11,
-                      I.dla_op_e.SDP: I.dla_sdp_surface_desc_v0_11, I.dla_op_e.PDP: I.dla_pdp_surface_desc_v0_11,
+SURFACE_DESC_V0_11 = {I.dla_op_e.BDMA: I.dla_bdma_surface_desc,
+                      I.dla_op_e.CONV: I.dla_conv_surface_desc_v0_11,
+                      I.dla_op_e.SDP: I.dla_sdp_surface_desc_v0_11,
+                      I.dla_op_e.PDP: I.dla_pdp_surface_desc_v0_11,
                       I.dla_op_e.CDP: I.dla_cdp_surface_desc_v0_11,
                       I.dla_op_e.RUBIK: I.dla_rubik_surface_desc_v0_11}
 CUBE_OFFSET_SINCE = M.Version(0, 12, 0)  # the firmware interface that gave dla_data_cube its offset
@@ -132,7 +134,8 @@ def _edge(c: Any, net: Any, blocks: list[int], block: int | None, where: str) ->
     if not 0 <= c.index < net.num_operations:
         raise _bad(f"{where}.index", f"{c.index} is not an operation (num_operations {net.num_operations})")
     if block is not None and blocks[c.index] != block:
-        raise _bad(f"{where}.index", f"operation {c.index} is a {I.dla_op_e(blocks[c.index]).name} operation, "
+        raise _bad(f"{where}.index", f"operation {c.index} is a {I.dla_op_e(blocks[c.index]).name} "
+                                     f"operation, "
                                      f"not {I.dla_op_e(block).name}")
     if c.event not in I.dla_op_event_e._value2member_map_:
         raise _bad(f"{where}.event", f"{c.event} is not an event (1..5: OP_COMPLETED .. CDMA_DT_DONE)")
@@ -141,11 +144,13 @@ def _edge(c: Any, net: Any, blocks: list[int], block: int | None, where: str) ->
 
 def _graph(lo: M.NvdlaLoadable, task: M.TaskListEntry, net: Any, where: str) -> list[Any]:
     n = net.num_operations
-    raw = read_task_memory(lo, task, net.dependency_graph_index, 0, n * COMMON_SIZE, f"{where} dependency graph")
+    raw = read_task_memory(lo, task, net.dependency_graph_index, 0, n * COMMON_SIZE, f"{where} dependency "
+                                                                                     f"graph")
     commons = [I.dla_common_op_desc.from_buffer_copy(raw, i * COMMON_SIZE) for i in range(n)]
     for i, c in enumerate(commons):
         if c.op_type not in I.dla_op_e._value2member_map_:
-            raise _bad(f"{where}.operations[{i}].op_type", f"{c.op_type} is not a block (0..5: BDMA .. RUBIK)")
+            raise _bad(f"{where}.operations[{i}].op_type", f"{c.op_type} is not a block (0..5: BDMA .. "
+                                                           f"RUBIK)")
         if not 0 <= c.roi_index < net.num_rois:
             raise _bad(f"{where}.operations[{i}].roi_index", f"{c.roi_index}: num_rois is {net.num_rois}")
     for b, head in enumerate(net.op_head):
@@ -170,7 +175,8 @@ def interface_version(lo: M.NvdlaLoadable, task: M.TaskListEntry) -> M.Version:
     newest = NEWEST_INTERFACE
     if (version.major, version.minor) > (newest.major, newest.minor):
         raise _bad(f"task_list[{task.id}]", f"firmware interface {version} (its network descriptor's blob): "
-                                            f"this reader knows up to {newest.major}.{newest.minor}.x (the loadable "
+                                            f"this reader knows up to {newest.major}.{newest.minor}.x (the "
+                                            f"loadable "
                                             "is newer)", NvError.VersionMismatch)
     return version
 
@@ -202,7 +208,8 @@ def _operations(lo: M.NvdlaLoadable, task: M.TaskListEntry, net: Any, commons: l
         op_desc = OP_DESC[block].from_buffer_copy(ops_raw, i * I.DLA_OPERATION_CONTAINER_SIZE)
         surface = surface_desc[block].from_buffer_copy(surf_raw, i * I.DLA_SURFACE_CONTAINER_SIZE)
         check_operation(lo, task, net, block, op_desc, surface, at)
-        operations.append(Operation(i, block, int(c.roi_index), c, op_desc, surface, tuple(consumers), parent))
+        operations.append(Operation(i, block, int(c.roi_index), c, op_desc, surface, tuple(consumers),
+                                    parent))
     for i, c in enumerate(commons):
         if c.dependency_count != incoming[i]:
             raise _bad(f"{where}.operations[{i}].dependency_count",

@@ -24,16 +24,19 @@ def read_memory(lo: M.NvdlaLoadable, mem_id: int, offset: int, size: int, what: 
                                          f"({len(lo.memory_list)} entries)")
     mem = lo.memory_list[mem_id]
     if offset < 0 or size < 0 or offset + size > mem.size:
-        raise DlaError(NvError.InvalidSize, f"NVDLA Loadable: {what}: {size} bytes at offset {offset} of memory "
+        raise DlaError(NvError.InvalidSize, f"NVDLA Loadable: {what}: {size} bytes at offset {offset} of "
+                                            f"memory "
                                             f"{mem_id} run past its end ({mem.size} bytes)")
     if not mem.flags & M.MemoryFlags.SET:
-        raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: memory {mem_id} is not filled by the loadable "
+        raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: memory {mem_id} is not filled by the "
+                                         f"loadable "
                                          f"(flags {int(mem.flags):#x} without SET)")
     out = bytearray(size)
     for name, at in zip(mem.contents, mem.offsets, strict=True):
         blob = lo.blob(name)
         if blob is None:
-            raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: memory {mem_id} names no blob {name!r}")
+            raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: memory {mem_id} names no blob "
+                                             f"{name!r}")
         lo_end, hi_end = max(at, offset), min(at + blob.size, offset + size)
         if lo_end < hi_end:
             out[lo_end - offset:hi_end - offset] = blob.data[lo_end - at:hi_end - at]
@@ -47,7 +50,8 @@ def task_address(lo: M.NvdlaLoadable, task: M.TaskListEntry, index: int, what: s
                                          f"{task.id}'s address list ({len(task.address_list)} entries)")
     entry = task.address_list[index]
     if not 0 <= entry < len(lo.address_list):
-        raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: task {task.id}'s address index {index} names "
+        raise DlaError(NvError.BadValue, f"NVDLA Loadable: {what}: task {task.id}'s address index {index} "
+                                         f"names "
                                          f"address-list entry {entry}, which does not exist")
     return lo.address_list[entry]
 
@@ -58,6 +62,7 @@ def read_task_memory(lo: M.NvdlaLoadable, task: M.TaskListEntry, index: int, off
     entry's size when it gives one: 0 means up to the end of its memory)."""
     address = task_address(lo, task, index, what)
     if address.size and offset + size > address.size:
-        raise DlaError(NvError.InvalidSize, f"NVDLA Loadable: {what}: {size} bytes at offset {offset} of address "
+        raise DlaError(NvError.InvalidSize, f"NVDLA Loadable: {what}: {size} bytes at offset {offset} of "
+                                            f"address "
                                             f"index {index} run past its {address.size} bytes")
     return read_memory(lo, address.mem_id, address.offset + offset, size, what)

@@ -64,8 +64,10 @@ def _in_memory(lo: M.NvdlaLoadable, task: M.TaskListEntry, index: int, offset: i
     address = task_address(lo, task, index, where)
     mem = lo.memory_list[address.mem_id]
     if address.offset + offset + size > mem.size:
-        raise _bad(where, f"offset {offset} + size {size} from address index {index} (memory {address.mem_id} "
-                          f"at {address.offset}) runs past the end of its {mem.size} bytes", NvError.InvalidSize)
+        raise _bad(where, f"offset {offset} + size {size} from address index {index} (memory "
+                          f"{address.mem_id} "
+                          f"at {address.offset}) runs past the end of its {mem.size} "
+                          f"bytes", NvError.InvalidSize)
 
 
 def _cube(lo: M.NvdlaLoadable, task: M.TaskListEntry, cube: Any, required: bool, where: str) -> None:
@@ -81,7 +83,8 @@ def _bdma(lo: M.NvdlaLoadable, task: M.TaskListEntry, op: Any, surface: Any, whe
                                                      f"{I.NUM_MAX_BDMA_OPS}", NvError.InvalidSize)
     if surface.num_transfers != op.num_transfers:
         raise _bad(f"{where}.surface_desc.num_transfers", f"{surface.num_transfers}, but the operation "
-                                                          f"descriptor says {op.num_transfers}", NvError.CountMismatch)
+                                                          f"descriptor says "
+                                                          f"{op.num_transfers}", NvError.CountMismatch)
     for name in ("source_type", "destination_type"):
         if getattr(surface, name) not in I.dla_mem_e._value2member_map_:
             raise _bad(f"{where}.surface_desc.{name}", f"{getattr(surface, name)} is not a dla_mem_e")
@@ -109,6 +112,7 @@ def check_operation(lo: M.NvdlaLoadable, task: M.TaskListEntry, net: Any, block:
             if sdp_op.enable:
                 for name, cls in _SDP_UNIT_ENUMS:
                     _enum(sdp_op, name, cls, f"{where}.op_desc.{unit}")
+    required: tuple[str, ...]
     if block == I.dla_op_e.CONV and op.weight_format == I.weight_format_e.COMPRESSED:
         required = ("weight_data", "wmb_data", "wgs_data")
     else:
@@ -121,7 +125,8 @@ def check_operation(lo: M.NvdlaLoadable, task: M.TaskListEntry, net: Any, block:
 
 def precision_of(block: I.dla_op_e, op: Any) -> str:
     """A block's input precision, and ``->`` its output's when that differs (``-`` for BDMA)."""
-    pairs = {I.dla_op_e.CONV: ("in_precision", "out_precision"), I.dla_op_e.SDP: ("src_precision", "dst_precision"),
+    pairs = {I.dla_op_e.CONV: ("in_precision", "out_precision"),
+             I.dla_op_e.SDP: ("src_precision", "dst_precision"),
              I.dla_op_e.CDP: ("in_precision", "out_precision"), I.dla_op_e.PDP: ("precision", "precision"),
              I.dla_op_e.RUBIK: ("precision", "precision")}
     if block not in pairs:
