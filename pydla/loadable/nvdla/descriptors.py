@@ -5,7 +5,8 @@ dependency graph (``num_operations`` dla_common_op_desc), each operation's descr
 descriptor (fixed slots of DLA_OPERATION_CONTAINER_SIZE and DLA_SURFACE_CONTAINER_SIZE bytes, read as
 its block's struct: the firmware interface version of the network descriptor's blob says which layout,
 with data-cube offsets from 0.12 on, without before) and the LUTs, into the generated ``dla_interface``
-records, and checks every index and enum the scheduler or the device will use (opcheck.py has the per-block rules):
+records, and checks every index and enum the scheduler or the device will use (opcheck.py has the
+per-block rules):
 
 - the network's address indices (operation, surface, dependency graph; LUTs when num_luts > 0; ROI
   array and surface when dynamic_roi; statistics unless -1) name entries of the task's address list,
