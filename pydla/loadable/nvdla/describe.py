@@ -112,10 +112,11 @@ def describe(lo: M.NvdlaLoadable) -> dict[str, Any]:
                      "nchw": [t.n, t.c, t.h,
                               t.w], "data_format": t.data_format.name, "data_type": t.data_type.name,
                      "data_category": t.data_category.name, "pixel_format": t.pixel_format.name,
-                     "pixel_mapping": t.pixel_mapping.name, "strides": list(t.strides)} for t in lo.tensor_desc_list],
+                     "pixel_mapping": t.pixel_mapping.name, "strides": list(t.strides)}
+                    for t in lo.tensor_desc_list],
         "relocations": [{"address_id": r.address_id, "write_id": r.write_id, "offset": r.offset,
-                         "interface": r.interface.name, "sub_interface": r.sub_interface, "reloc_type": r.reloc_type}
-                        for r in lo.reloc_list],
+                         "interface": r.interface.name, "sub_interface": r.sub_interface,
+                         "reloc_type": r.reloc_type} for r in lo.reloc_list],
         "submit_list": [list(s.task_id) for s in lo.submit_list],
     }
 

@@ -86,7 +86,8 @@ def test_every_pydla_header_compiles_together_with_nvdlas_names(tmp_path: Path) 
                      "ACTIVATION_PRELU, SDP_ALU_OP_EQL, FORMAT_FEATURE, LUT_PRI_LINEAR_ONLY, "
                      "DLA_OP_EVENT_CDMA_DT_DONE, (int)sizeof(dla_network_desc)); return 0; }\n")
     exe = tmp_path / "all"
-    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I", str(generate.include_dir()),
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I",
+                    str(generate.include_dir()),
                     str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     assert out == "2 5 1 1 2 3 3 36 1 5 40"  # NVDLA's values
@@ -96,6 +97,8 @@ def test_every_pydla_header_compiles_together_with_nvdlas_names(tmp_path: Path) 
 def test_cpp_header_compiles(tmp_path: Path) -> None:
     src = tmp_path / "x.cpp"
     src.write_text('#include "pydla/dla_interface.hpp"\n#include "pydla/dla_task.hpp"\n'
-                   "static_assert(sizeof(::pydla::dla_interface::dla_lut_param) == 700, \"lut\");\nint main() { return 0; }\n")
-    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(generate.include_dir()), "-c", str(src),
+                   "static_assert(sizeof(::pydla::dla_interface::dla_lut_param) == 700, \"lut\");\nint "
+                   "main() { return 0; }\n")
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(generate.include_dir()), "-c",
+                    str(src),
                     "-o", str(tmp_path / "x.o")], check=True, capture_output=True, text=True)
