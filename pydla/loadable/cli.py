@@ -129,6 +129,11 @@ def _info(args: argparse.Namespace) -> int:
         raise DlaError(NvError.BadParameter, "pydla info: give a loadable (MODEL.dla) or --config NAME")
     if args.dump_section or args.list_sections:
         return _sections(args)
+    nvdla = _nvdla_kind(args.loadable)
+    if nvdla is not None:  # an NVDLA Loadable or a .dimg, by content
+        from pydla.loadable.nvdla.describe import info as nvdla_info
+
+        return nvdla_info(args.loadable, nvdla, as_json=args.json)
     check_is_loadable(args.loadable)
     info = describe(Loadable.open(args.loadable))
     if args.json:
@@ -285,6 +290,11 @@ def _validate(args: argparse.Namespace) -> int:
     from pydla.loadable.container import RECIPE
     from pydla.loadable.sections import check_is_loadable, read_elf, read_head
 
+    nvdla = _nvdla_kind(args.recipe)
+    if nvdla is not None:  # an NVDLA Loadable or a .dimg, by content
+        from pydla.loadable.nvdla.describe import validate
+
+        return validate(args.recipe, nvdla)
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
     if not loadable and head.lstrip()[:1] != b"{":
@@ -312,6 +322,12 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"{args.recipe}: valid loadable (format {'.'.join(map(str, lo.format_version))}, device "
               f"config '{lo.device}', {len(lo.tensors())} tensors, {len(lo.elf.section_names)} sections)")
     return 0
+
+
+def _nvdla_kind(path: Path) -> str | None:
+    from pydla.loadable.nvdla.describe import file_kind
+
+    return file_kind(path)
 
 
 def _check_instances(recipe: Recipe, where: str) -> None:

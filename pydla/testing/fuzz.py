@@ -60,6 +60,7 @@ class Target:
     check: Callable[[bytes], None]
     elf: bool = False
     json: bool = False
+    mutator: Callable[[random.Random, bytes], bytes] | None = None  # instead of mutate()
 
 
 @dataclass
@@ -218,7 +219,9 @@ def _run_target(target: Target, report: Report, cases: int, seed: int, case_time
         if time_limit_s is not None and time.monotonic() - start > time_limit_s:
             break
         rng = random.Random(f"{seed}:{name}:{case}")
-        data = mutate(rng, rng.choice(target.seeds), elf=target.elf, as_json=target.json)
+        seed_data = rng.choice(target.seeds)
+        data = target.mutator(rng, seed_data) if target.mutator else mutate(rng, seed_data, elf=target.elf,
+                                                                             as_json=target.json)
         try:
             if alarm:
                 signal.setitimer(signal.ITIMER_REAL, case_timeout_s)
@@ -264,12 +267,19 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "trace-ring": trace_ring_target,
         "device-config": device_config_target,
         "mailbox": _mailbox_target,
+        "nvdla-loadable": _nvdla_loadable_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
     if unknown:
         raise DlaError(NvError.BadParameter, f"fuzz targets {unknown}: choose from {', '.join(makers)}")
     return [makers[n]() for n in names]
+
+
+def _nvdla_loadable_target() -> Target:
+    from pydla.testing.fuzz_nvdla import nvdla_loadable_target
+
+    return nvdla_loadable_target()
 
 
 def _mailbox_target() -> Target:

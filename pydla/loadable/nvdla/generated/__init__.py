@@ -1,0 +1,1 @@
+"""Code flatc generates from pydla/loadable/nvdla/schema/loadable.fbs (tools/regenerate)."""
