@@ -32,6 +32,17 @@ def shift_right_round(x: npt.ArrayLike, shift: npt.ArrayLike) -> I64:
     before its saturation; combine with :func:`saturate`). ``shift`` may be an array."""
     v = _as_i64(x)
     s = _as_i64(shift)
+    if s.ndim == 0:
+        k = int(s)
+        if k < 0:
+            raise ValueError("shift_right_round: negative shift")
+        if k == 0:
+            return v
+        if k <= 62:
+            # |x| <= 2^62, so |x| + 2^(k-1) stays below 2^63: round the magnitude, restore the sign
+            sign = v >> 63  # 0 or -1
+            mag: I64 = (np.abs(v) + (1 << (k - 1))) >> k
+            return (mag ^ sign) - sign
     if np.any(s < 0):
         raise ValueError("shift_right_round: negative shift")
     s1 = np.minimum(s - 1, 63)  # shifting by s-1 keeps the bit that decides the rounding
@@ -66,7 +77,8 @@ def shift_left_sat(x: npt.ArrayLike, shift: npt.ArrayLike, bits: int) -> I64:
 def saturate(x: npt.ArrayLike, bits: int) -> I64:
     """Clamp to the signed ``bits``-bit range (NVDLA's ``IntSaturation``)."""
     lim = 1 << (bits - 1)
-    return np.clip(_as_i64(x), -lim, lim - 1).astype(np.int64)
+    out: I64 = np.clip(_as_i64(x), -lim, lim - 1)
+    return out
 
 
 def saturate_unsigned(x: npt.ArrayLike, bits: int) -> I64:

@@ -211,7 +211,7 @@ def _input(p: SdpParams, pin: Precision, proc: Precision, lanes: int, batches: i
                             lanes=True)
         # SDP_RDMA hands 16-bit values to the data path (INT8 sign-extended); FP16 processing
         # widens them to FP32, integer processing to int32.
-        v16 = el.astype(np.int8 if pin is Precision.INT8 else "<i2").astype(np.int64)
+        v16 = np.asarray(el if pin is Precision.INT8 else el.view("<i2"), dtype=np.int64)
         vals = sdp_fp.fp16_to_fp32(v16 & 0xFFFF)[None] if proc is Precision.FP16 else v16[None]
     if vals.shape[1] < lanes:
         pad = np.zeros((vals.shape[0], lanes - vals.shape[1], h, w), np.int64)

@@ -133,40 +133,34 @@ def lut_int(x: I64, lut: SdpLut) -> I64:
 
     le_tab = wrap(np.asarray(lut.le_table, dtype=np.int64), 16)
     lo_tab = wrap(np.asarray(lut.lo_table, dtype=np.int64), 16)
-    y0 = np.where(use_lo, lo_tab[np.minimum(pick.index, LO_LAST)], le_tab[np.minimum(pick.index, LE_LAST)])
-    nxt = np.minimum(pick.index + 1, LO_LAST)
-    y1 = np.where(use_lo, lo_tab[nxt], le_tab[np.minimum(nxt, LE_LAST)])
-    hit = (y0 * ((1 << FRAC) - pick.fraction) + y1 * pick.fraction)
-    hit_out = saturate(shift_right_round(hit, FRAC), 32)
-
-    # Extrapolation past a table's end: the slope registers of the table and side that missed.
-    def slope(name: str) -> tuple[int, int]:
-        return (sign_extend(getattr(lut, f"{name}_scale"), 16), sign_extend(getattr(lut, f"{name}_shift"), 5))
-
-    scale = np.zeros_like(x)
-    shift = np.zeros_like(x)
-    base = np.zeros_like(x)
+    out = np.empty_like(x)
+    # Hits interpolate between the entry and the next one.
+    hit = np.nonzero(~(pick.uflow | pick.oflow))
+    if hit[0].size:
+        idx, frac, lo_h = pick.index[hit], pick.fraction[hit], use_lo[hit]
+        y0 = np.where(lo_h, lo_tab[np.minimum(idx, LO_LAST)], le_tab[np.minimum(idx, LE_LAST)])
+        y1 = np.where(lo_h, lo_tab[np.minimum(idx + 1, LO_LAST)], le_tab[np.minimum(idx + 1, LE_LAST)])
+        out[hit] = saturate(shift_right_round(y0 * ((1 << FRAC) - frac) + y1 * frac, FRAC), 32)
+    # Misses extrapolate from the table's end with the slope registers of that table and side.
     for lo_side, over, name, start_end in ((False, False, "le_slope_uflow", le_start),
                                            (False, True, "le_slope_oflow", le_end),
                                            (True, False, "lo_slope_uflow", lo_start),
                                            (True, True, "lo_slope_oflow", lo_end)):
-        sel = (use_lo == lo_side) & (pick.oflow if over else pick.uflow)
-        sc, sh = slope(name)
-        scale = np.where(sel, sc, scale)
-        shift = np.where(sel, sh, shift)
-        base = np.where(sel, start_end, base)
-    if exponent and offset > 0:
-        # (uint32_t)1 << offset in the C model's wrapper, a 32-bit x86 shift (the count taken mod 32)
-        bias = np.where(~use_lo & pick.uflow, 1 << (offset & 31), 0)
-        base = base + bias
-    a = x - base
-    b = a * scale
-    # IntSignedShiftRight<50, 5, 32>: a left shift for negative shifts, saturated to 32 bits either way
-    right = shift_right_round(b, np.maximum(shift, 0))
-    left = np.clip(b, -(1 << 40), 1 << 40) << np.maximum(-shift, 0)
-    c = saturate(np.where(shift >= 0, right, left), 32)
-    flow_out = saturate(y0 + c, 32)
-    return np.where(pick.uflow | pick.oflow, flow_out, hit_out)
+        sel = np.nonzero((use_lo == lo_side) & (pick.oflow if over else pick.uflow))
+        if not sel[0].size:
+            continue
+        scale = sign_extend(getattr(lut, f"{name}_scale"), 16)
+        shift = sign_extend(getattr(lut, f"{name}_shift"), 5)
+        base = start_end
+        if exponent and offset > 0 and not lo_side and not over:
+            # (uint32_t)1 << offset in the C model's wrapper: a 32-bit x86 shift, the count mod 32
+            base += 1 << (offset & 31)
+        b = (x[sel] - base) * scale
+        # IntSignedShiftRight<50, 5, 32>: a negative shift shifts left; saturated to 32 bits either way
+        c = shift_right_round(b, shift) if shift >= 0 else np.clip(b, -(1 << 40), 1 << 40) << -shift
+        y0 = (lo_tab if lo_side else le_tab)[LO_LAST if lo_side and over else LE_LAST if over else 0]
+        out[sel] = saturate(y0 + saturate(c, 32), 32)
+    return out
 
 
 def _fp_table_lookup(x: I64, start: int, select: int, last: int) -> Lookup:
@@ -210,29 +204,29 @@ def lut_fp16(x: I64, lut: SdpLut) -> I64:
     use_lo, pick = _choose(le, lo, lut)
     le_tab = np.asarray(lut.le_table, dtype=np.int64) & 0xFFFF
     lo_tab = np.asarray(lut.lo_table, dtype=np.int64) & 0xFFFF
-    y0 = np.where(use_lo, lo_tab[np.minimum(pick.index, LO_LAST)], le_tab[np.minimum(pick.index, LE_LAST)])
-    nxt = np.minimum(pick.index + 1, LO_LAST)
-    y1 = np.where(use_lo, lo_tab[nxt], le_tab[np.minimum(nxt, LE_LAST)])
-
-    a0 = np.where(pick.fraction == 0, ONE_FP17, fraction_to_fp17((1 << FRAC) - pick.fraction))
-    a1 = fraction_to_fp17(pick.fraction)
-    hit = fp_add(fp_mul(a0, fp16_to_fp17(y0), FP17), fp_mul(a1, fp16_to_fp17(y1), FP17), FP17)
-
-    scale = np.zeros_like(x)
-    base = np.zeros_like(x)
+    out = np.empty_like(x)
+    hit = np.nonzero(~(pick.uflow | pick.oflow))
+    if hit[0].size:
+        idx, frac, lo_h = pick.index[hit], pick.fraction[hit], use_lo[hit]
+        y0 = np.where(lo_h, lo_tab[np.minimum(idx, LO_LAST)], le_tab[np.minimum(idx, LE_LAST)])
+        y1 = np.where(lo_h, lo_tab[np.minimum(idx + 1, LO_LAST)], le_tab[np.minimum(idx + 1, LE_LAST)])
+        a0 = np.where(frac == 0, ONE_FP17, fraction_to_fp17((1 << FRAC) - frac))
+        a1 = fraction_to_fp17(frac)
+        out[hit] = fp_add(fp_mul(a0, fp16_to_fp17(y0), FP17), fp_mul(a1, fp16_to_fp17(y1), FP17), FP17)
     for lo_side, over, name, start_end in ((False, False, "le_slope_uflow_scale", le_start),
                                            (False, True, "le_slope_oflow_scale", le_end),
                                            (True, False, "lo_slope_uflow_scale", lo_start),
                                            (True, True, "lo_slope_oflow_scale", lo_end)):
-        sel = (use_lo == lo_side) & (pick.oflow if over else pick.uflow)
-        scale = np.where(sel, getattr(lut, name) & 0xFFFF, scale)
-        base = np.where(sel, start_end, base)
-    # An exponent LE underflow measures from start + 2^offset: the C model's float pow(2, offset).
-    bias = np.where(exponent & ~use_lo & pick.uflow, _pow2_fp32(offset), 0)
-    ob = fp_add(base, bias, FP32)
-    a = fp32_to_fp17(fp_sub(x, ob, FP32))
-    flow = fp_add(fp16_to_fp17(y0), fp_mul(a, fp16_to_fp17(scale), FP17), FP17)
-    return fp17_to_fp32(np.where(pick.uflow | pick.oflow, flow, hit))
+        sel = np.nonzero((use_lo == lo_side) & (pick.oflow if over else pick.uflow))
+        if not sel[0].size:
+            continue
+        # An exponent LE underflow measures from start + 2^offset: the C model's float pow(2, offset).
+        bias = _pow2_fp32(offset) if exponent and not lo_side and not over else 0
+        ob = fp_add(start_end, bias, FP32)
+        a = fp32_to_fp17(fp_sub(x[sel], ob, FP32))
+        y0 = (lo_tab if lo_side else le_tab)[LO_LAST if lo_side and over else LE_LAST if over else 0]
+        out[sel] = fp_add(fp16_to_fp17(y0), fp_mul(a, fp16_to_fp17(getattr(lut, name) & 0xFFFF), FP17), FP17)
+    return fp17_to_fp32(out)
 
 
 ONE_FP17 = 0x7C00

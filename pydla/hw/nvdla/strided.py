@@ -57,12 +57,15 @@ def read_block(memory: NvdlaMemory, address: int, counts: tuple[int, ...], strid
                line_bytes: int) -> U8:
     """The lines of the block as a new uint8 array of shape ``counts + (line_bytes,)``."""
     shape = (*counts, line_bytes)
+    mc, ms, mlb = _merged(counts, strides, line_bytes)
+    if not mc:  # one contiguous run: the memory's copy is the result
+        whole: U8 = memory.read(address, mlb).reshape(shape)
+        return whole
     if _dense(counts, strides, line_bytes):
         buf = memory.read(address, span(counts, strides, line_bytes))
         view = np.lib.stride_tricks.as_strided(buf, shape=shape, strides=(*strides, 1), writeable=False)
         out: U8 = np.array(view, dtype=np.uint8)
         return out
-    mc, ms, mlb = _merged(counts, strides, line_bytes)
     parts = [memory.read(address + off, mlb) for off in _offsets(mc, ms)]
     joined: U8 = np.concatenate(parts).reshape(shape)
     return joined

@@ -61,8 +61,11 @@ def test_add_and_mul_of_normal_values_round_like_ieee(f: Fmt) -> None:
     spread = min(f.bias - 2, 12)
     a, b = normals(rng, 3000, f, spread), normals(rng, 3000, f, spread)
     b[:500] = a[:500] ^ (1 << (f.e + f.m)) ^ rng.integers(0, 4, 500)  # cancellation
-    for op, exact in ((F.fp_add, lambda x, y: x + y), (F.fp_sub, lambda x, y: x - y),
-                      (F.fp_mul, lambda x, y: x * y)):
+    for op, exact in (
+        (F.fp_add, lambda x, y: x + y),
+        (F.fp_sub, lambda x, y: x - y),
+        (F.fp_mul, lambda x, y: x * y),
+    ):
         got = op(a, b, f)
         checked = 0
         for x, y, g in zip(a.tolist(), b.tolist(), got.tolist(), strict=True):
@@ -89,18 +92,18 @@ NVIDIA_VECTORS = [
     (F.fp_add, 0x00000001, 0x00000001, 0x00800001, FP32),  # exponent 0 is read as a normal exponent
     (F.fp_add, 0x00800000, 0x80000001, 0x00000000, FP32),  # below the normal range: zero
     (F.fp_add, 0x80000000, 0x00000000, 0x80000000, FP32),  # -0 + +0 = -0
-    (F.fp_add, s(1.0), s(-1.0), 0x00000000, FP32),         # x + (-x): the first operand's sign
+    (F.fp_add, s(1.0), s(-1.0), 0x00000000, FP32),  # x + (-x): the first operand's sign
     (F.fp_add, s(-1.0), s(1.0), 0x80000000, FP32),
     (F.fp_add, 0x7F800000, 0xFF800000, 0x00000000, FP32),  # "Inf" + "-Inf"
     (F.fp_add, 0x7F7FFFFF, 0x7F7FFFFF, 0x7F7FFFFF, FP32),  # overflow: the largest finite value
     (F.fp_mul, 0x7F800000, 0xFF800000, 0xFF7FFFFF, FP32),
     (F.fp_mul, 0x00000001, 0x00000001, 0x00000000, FP32),
     (F.fp_mul, 0x80000000, 0x00000000, 0x80000000, FP32),
-    (F.fp_mul, 0x7FC00000, s(1.0), 0x7FC00000, FP32),      # NaN propagates
+    (F.fp_mul, 0x7FC00000, s(1.0), 0x7FC00000, FP32),  # NaN propagates
     (F.fp_add, s(1.0), 0x7FC00001, 0x7FC00001, FP32),
     (F.fp_add, h(65504.0), h(65504.0), 0x7BFF, FP16),
     (F.fp_mul, 0x7C00, 0x3C00, 0x7BFF, FP16),
-    (F.fp_max, 0x0000, 0x8000, 0x0000, FP16),              # +0 is greater than -0
+    (F.fp_max, 0x0000, 0x8000, 0x0000, FP16),  # +0 is greater than -0
     (F.fp_min, 0x0000, 0x8000, 0x8000, FP16),
     (F.fp_max, 0x7E00, 0x3C00, 0x7E00, FP16),
     (F.fp_max, 0x3C00, 0x7E01, 0x7E01, FP16),
@@ -135,8 +138,8 @@ def test_fp32_to_fp16_rounds_to_nearest_even_and_saturates() -> None:
     assert int(F.fp32_to_fp16(np.array([s(70000.0)]))[0]) == 0x7BFF  # IEEE: infinity
     assert int(F.fp32_to_fp16(np.array([s(-1e30)]))[0]) == 0xFBFF
     assert int(F.fp32_to_fp16(np.array([0x7FC00000]))[0]) == 0x7C00  # NaN keeps its low mantissa bits
-    assert int(F.fp32_to_fp16(np.array([s(2.0 ** -20)]))[0]) == 0x0010  # FP16 subnormals exist
-    assert int(F.fp32_to_fp17(np.array([s(2.0 ** -35)]))[0]) == 0  # FP17 has none
+    assert int(F.fp32_to_fp16(np.array([s(2.0**-20)]))[0]) == 0x0010  # FP16 subnormals exist
+    assert int(F.fp32_to_fp17(np.array([s(2.0**-35)]))[0]) == 0  # FP17 has none
 
 
 def test_fp17_conversions_keep_values() -> None:
@@ -177,3 +180,35 @@ def test_int_and_fraction_conversions() -> None:
             assert i == min(math.floor(q), 511)
             if math.floor(q) < 512:
                 assert fr_ == math.floor((q - math.floor(q)) * (1 << 35))
+
+
+@pytest.mark.parametrize("f", [FP16, FP17, FP32])
+def test_fast_paths_equal_the_exact_algorithms(f: Fmt) -> None:
+    from pydla.hw.nvdla import nvfloat_exact as X
+
+    rng = np.random.default_rng(7 + f.e)
+    n = 60000
+    sign = rng.integers(0, 2, (2, n)) << (f.e + f.m)
+    e = rng.integers(0, f.emax + 1, (2, n))
+    e[:, : n // 3] = rng.integers(0, 4, (2, n // 3))  # near the bottom: flushes and the lowest binade
+    e[1, n // 3 : 2 * n // 3] = np.clip(
+        f.bias - e[0, n // 3 : 2 * n // 3] + rng.integers(-2, 3, n // 3), 0, f.emax
+    )
+    m = rng.integers(0, 1 << f.m, (2, n))
+    m[:, ::5] = (1 << f.m) - 1
+    a, b = sign | (e << f.m) | m
+    for fast, slow in (
+        (F.fp_add, X.fp_add),
+        (F.fp_sub, X.fp_sub),
+        (F.fp_mul, X.fp_mul),
+        (F.fp_max, X.fp_max),
+        (F.fp_min, X.fp_min),
+    ):
+        assert np.array_equal(fast(a, b, f), slow(a, b, f)), fast.__name__
+    if f == FP32:
+        assert np.array_equal(F.fp32_to_fp16(a), X.fp32_to_fp16(a))
+        assert np.array_equal(F.fp32_to_fp17(a), X.fp32_to_fp17(a))
+    if f == FP17:
+        x = np.arange(1 << 17)
+        assert np.array_equal(F.fp17_to_fp16(x), X.fp17_to_fp16(x))
+        assert np.array_equal(F.fp17_to_fp32(x), X.fp17_to_fp32(x))
