@@ -119,7 +119,7 @@ def lrn_int(x: npt.NDArray[np.generic], channels: int, p: CdpParams, prec: Preci
         s = xi
     else:
         half = p.normalz_len + 1
-        sq = np.zeros((lanes + 2 * half,) + raw.shape[1:], dtype=np.int64)
+        sq = np.zeros((lanes + 2 * half, *raw.shape[1:]), dtype=np.int64)
         sq[half:half + lanes] = xi * xi
         s = sq[0:lanes].copy()
         for k in range(1, 2 * half + 1):
@@ -138,7 +138,8 @@ def execute(params: CdpParams, memory: NvdlaMemory, target: NvdlaTarget, *,
     src = surface.Cube(params.src_base_addr, w, h, c, params.src_line_stride, params.src_surface_stride, prec)
     dst = surface.Cube(params.dst_base_addr, w, h, c, params.dst_line_stride, params.dst_surface_stride, prec)
     surface.check(dst, target, "CDP dst")
-    x = surface.gather(select(memory, sram, params.src_ram_type, "CDP src"), src, target, "CDP src", lanes=True)
+    x = surface.gather(select(memory, sram, params.src_ram_type, "CDP src"), src, target, "CDP src",
+                       lanes=True)
     if prec is Precision.FP16:
         b = x.astype(np.int64)
         top = ((b >> 10) & 31) == 31

@@ -79,15 +79,17 @@ def lookup(s: I64, table: tuple[int, ...], upper: int, exp_mode: bool, start: in
     hit = fp_add(fp_mul(diff17, fraction_to_fp17(frac16 << 19), FP17), fp16_to_fp17(y0), FP17)
     origin = start & 0xFFFFFFFF
     if exp_mode:
-        offset = 0.0 if index_offset <= -127 else float(np.float32(2.0 ** index_offset))  # C's float(pow(2, k))
+        # C's float(pow(2, k)), 0 from k <= -127
+        offset = 0.0 if index_offset <= -127 else float(np.float32(2.0 ** index_offset))
         origin_bits = fp_add(origin, _float_bits(offset), FP32)
         under_diff = fp_sub(s, origin_bits, FP32)
     else:
         under_diff = sub
-    under = fp_add(fp_mul(fp32_to_fp17(under_diff), fp16_to_fp17(slopes[0]), FP17), fp16_to_fp17(int(tab[0])), FP17)
+    under = fp_add(fp_mul(fp32_to_fp17(under_diff), fp16_to_fp17(slopes[0]), FP17),
+                   fp16_to_fp17(int(tab[0])), FP17)
     over_diff = fp_sub(s, end & 0xFFFFFFFF, FP32)
-    over = fp_add(fp_mul(fp32_to_fp17(over_diff), fp16_to_fp17(slopes[1]), FP17), fp16_to_fp17(int(tab[upper])),
-                  FP17)
+    over = fp_add(fp_mul(fp32_to_fp17(over_diff), fp16_to_fp17(slopes[1]), FP17),
+                  fp16_to_fp17(int(tab[upper])), FP17)
     value: I64 = np.where(uflow, under, np.where(oflow, over, hit))
     return Table(uflow, oflow, value)
 
@@ -118,7 +120,7 @@ def lrn_fp16(x: npt.NDArray[np.generic], channels: int, p: CdpParams) -> tuple[I
     if p.sqsum_bypass:
         s = v32
     else:
-        q = np.zeros((lanes + 8,) + bits.shape[1:], dtype=np.int64)
+        q = np.zeros((lanes + 8, *bits.shape[1:]), dtype=np.int64)
         q[4:4 + lanes] = fp_mul(v32, v32, FP32)
         s = _window_sum(q, p.normalz_len)
     lut = p.lut
