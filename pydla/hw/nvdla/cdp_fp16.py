@@ -73,24 +73,27 @@ def lookup(s: I64, table: tuple[int, ...], upper: int, exp_mode: bool, start: in
             frac = (kept - whole.astype(np.float32)) * np.float32(65536)  # C's float arithmetic
         index = whole
         frac16 = frac.astype(np.int64) & 0xFFFF
-    i = np.clip(index, 0, upper - 1)
-    y0, y1 = tab[i], tab[i + 1]
-    diff17 = fp32_to_fp17(fp_sub(fp16_to_fp32(y1), fp16_to_fp32(y0), FP32))
-    hit = fp_add(fp_mul(diff17, fraction_to_fp17(frac16 << 19), FP17), fp16_to_fp17(y0), FP17)
-    origin = start & 0xFFFFFFFF
-    if exp_mode:
-        # C's float(pow(2, k)), 0 from k <= -127
-        offset = 0.0 if index_offset <= -127 else float(np.float32(2.0 ** index_offset))
-        origin_bits = fp_add(origin, _float_bits(offset), FP32)
-        under_diff = fp_sub(s, origin_bits, FP32)
-    else:
-        under_diff = sub
-    under = fp_add(fp_mul(fp32_to_fp17(under_diff), fp16_to_fp17(slopes[0]), FP17),
-                   fp16_to_fp17(int(tab[0])), FP17)
-    over_diff = fp_sub(s, end & 0xFFFFFFFF, FP32)
-    over = fp_add(fp_mul(fp32_to_fp17(over_diff), fp16_to_fp17(slopes[1]), FP17),
-                  fp16_to_fp17(int(tab[upper])), FP17)
-    value: I64 = np.where(uflow, under, np.where(oflow, over, hit))
+    value = np.empty(s.shape, dtype=np.int64)
+    hit = ~(uflow | oflow)
+    if hit.any():  # each path is computed for its own elements only
+        i = np.clip(index[hit], 0, upper - 1)
+        y0, y1 = tab[i], tab[i + 1]
+        diff17 = fp32_to_fp17(fp_sub(fp16_to_fp32(y1), fp16_to_fp32(y0), FP32))
+        value[hit] = fp_add(fp_mul(diff17, fraction_to_fp17(frac16[hit] << 19), FP17), fp16_to_fp17(y0), FP17)
+    if uflow.any():
+        if exp_mode:
+            # C's float(pow(2, k)), 0 from k <= -127
+            offset = 0.0 if index_offset <= -127 else float(np.float32(2.0 ** index_offset))
+            origin_bits = fp_add(start & 0xFFFFFFFF, _float_bits(offset), FP32)
+            under_diff = fp_sub(s[uflow], origin_bits, FP32)
+        else:
+            under_diff = sub[uflow]
+        value[uflow] = fp_add(fp_mul(fp32_to_fp17(under_diff), fp16_to_fp17(slopes[0]), FP17),
+                              fp16_to_fp17(int(tab[0])), FP17)
+    if oflow.any():
+        over_diff = fp_sub(s[oflow], end & 0xFFFFFFFF, FP32)
+        value[oflow] = fp_add(fp_mul(fp32_to_fp17(over_diff), fp16_to_fp17(slopes[1]), FP17),
+                              fp16_to_fp17(int(tab[upper])), FP17)
     return Table(uflow, oflow, value)
 
 

@@ -103,7 +103,7 @@ def _table(values: tuple[int, ...]) -> I64:
     return np.array([sign_extend(int(v), 16) for v in values], dtype=np.int64)
 
 
-def _slope(s: I64, origin: I64 | int, scale: int, shift: int, entry: int) -> I64:
+def _slope(s: I64, origin: int, scale: int, shift: int, entry: int) -> I64:
     term = convert((s - origin) * np.int64(_signed(scale, 16)), _signed(shift, 5), SLOPE_BITS)
     return _clamp16(entry + term)
 
@@ -112,6 +112,23 @@ def _interpolate(table: I64, index: I64, frac: I64, last: int) -> I64:
     i = np.clip(index, 0, last - 1)
     y0, y1 = table[i], table[i + 1]
     return _clamp16(y0 + convert((y1 - y0) * frac, 16, SLOPE_BITS))
+
+
+def _combine(s: I64, uflow: B, oflow: B, under: tuple[int, int, int, int], over: tuple[int, int, int, int],
+             hit: tuple[I64, I64, I64, int]) -> I64:
+    """Each element's answer, computed for the elements that take that path only."""
+    value = np.empty(s.shape, dtype=np.int64)
+    hit_mask = ~(uflow | oflow)
+    origin, scale, shift, entry = under
+    if uflow.any():
+        value[uflow] = _slope(s[uflow], origin, scale, shift, entry)
+    end, scale, shift, entry = over
+    if oflow.any():
+        value[oflow] = _slope(s[oflow], end, scale, shift, entry)
+    table, index, frac, last = hit
+    if hit_mask.any():
+        value[hit_mask] = _interpolate(table, index[hit_mask], frac[hit_mask], last)
+    return value
 
 
 def linear(s: I64, start: int, end: int, select: int, table: I64, last: int, scales: tuple[int, int, int, int]
@@ -126,9 +143,8 @@ def linear(s: I64, start: int, end: int, select: int, table: I64, last: int, sca
     else:
         frac = t & np.int64((1 << (select & 31)) - 1)
         frac = frac >> np.int64((select - 16) & 63) if select > 16 else frac << np.int64((16 - select) & 63)
-    value = np.where(uflow, _slope(s, start, scales[0], scales[1], int(table[0])),
-                     np.where(oflow, _slope(s, end, scales[2], scales[3], int(table[last])),
-                              _interpolate(table, index, frac, last)))
+    value = _combine(s, uflow, oflow, (start, scales[0], scales[1], int(table[0])),
+                     (end, scales[2], scales[3], int(table[last])), (table, index, frac, last))
     return Table(uflow, oflow, value)
 
 
@@ -145,9 +161,8 @@ def exponent(s: I64, start: int, end: int, offset: int, table: I64, scales: tupl
     frac = np.where(log > 16, frac >> np.maximum(log - 16, 0), frac << np.maximum(16 - log, 0))
     with np.errstate(over="ignore"):
         under_origin = np.int64(start) + np.int64(bias)  # wraps like the C model's int64 arithmetic
-    value = np.where(uflow, _slope(s, under_origin, scales[0], scales[1], int(table[0])),
-                     np.where(oflow, _slope(s, end, scales[2], scales[3], int(table[64])),
-                              _interpolate(table, index, frac, 64)))
+    value = _combine(s, uflow, oflow, (int(under_origin), scales[0], scales[1], int(table[0])),
+                     (end, scales[2], scales[3], int(table[64])), (table, index, frac, 64))
     return Table(uflow, oflow, value)
 
 

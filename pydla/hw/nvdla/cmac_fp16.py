@@ -30,8 +30,9 @@ from pydla.hw.nvdla.intmath import I64
 
 U32 = npt.NDArray[np.uint32]
 MAC_NAN = 63
-_SIGN_COMP = {0: 0xAAAB0000, 4: 0xFAAAB000, 8: 0xFFAAAB00, 12: 0xFFFAAAB0, 16: 0xFFFFAAAB,
-              20: 0xFFFFFAAB, 24: 0xFFFFFFAB, 28: 0xFFFFFFFB}
+# the sign-compensation constant added after the right shift by 0, 4, ... 28 (32 and more: the product is 0)
+_COMP_TABLE = np.array([0xAAAB0000, 0xFAAAB000, 0xFFAAAB00, 0xFFFAAAB0, 0xFFFFAAAB, 0xFFFFFAAB, 0xFFFFFFAB,
+                        0xFFFFFFFB, 0], dtype=np.uint32)
 
 
 def _csa(a: U32, b: U32, c: U32) -> tuple[U32, U32]:
@@ -50,18 +51,22 @@ def _reduce(pp: list[U32]) -> tuple[U32, U32]:
 def booth(negative: npt.NDArray[np.bool_], wt_mts: U32, dat_mts: U32, shift: npt.NDArray[np.int64]
           ) -> npt.NDArray[np.int64]:
     """``cal_fp16_booth``: ``±wt·dat / 2^shift`` as the cell's Booth multiplier and carry-save adders
-    produce it (mantissas up to 14 bits, shifts multiples of 4)."""
-    rev = np.where(negative, np.uint32(7), np.uint32(0))
-    w = wt_mts.astype(np.uint32) << np.uint32(1)
-    d = dat_mts.astype(np.uint32)
+    produce it (mantissas up to 14 bits, shifts multiples of 4). The arguments broadcast: the Booth
+    digits are taken from the weights' array before it meets the data."""
+    w = np.asarray(wt_mts).astype(np.uint32) << np.uint32(1)
+    d = np.asarray(dat_mts).astype(np.uint32)
     one = np.uint32(0x10000)
     pp, inv = [], []
     for i in range(8):
-        code = ((w >> np.uint32(2 * i)) & np.uint32(7)) ^ rev
-        neg = (code >= 4) & (code <= 6)
-        mag = np.where((code == 3) | (code == 4), d << np.uint32(1),
-                       np.where((code == 0) | (code == 7), np.uint32(0), d))
-        pp.append(np.where(neg, ~mag & np.uint32(0xFFFF), mag | one).astype(np.uint32))
+        code = (w >> np.uint32(2 * i)) & np.uint32(7)
+        # the digit's magnitude (0, 1, 2) and sign, on the weights alone; a negative product flips the
+        # sign (the cell complements the code), a zero digit stays positive (codes 0 and 7)
+        mag = np.where((code == 3) | (code == 4), np.uint32(2), np.where((code == 0) | (code == 7), 0, 1))
+        digit_neg = code >= 4
+        nonzero = mag != 0
+        neg = (digit_neg ^ negative) & nonzero
+        prod = d * mag.astype(np.uint32)
+        pp.append(np.where(neg, ~prod & np.uint32(0xFFFF), prod | one).astype(np.uint32))
         inv.append(neg.astype(np.uint32))
     csa = [pp[0],
            (pp[1] << np.uint32(2)) | inv[0],
@@ -78,9 +83,7 @@ def booth(negative: npt.NDArray[np.bool_], wt_mts: U32, dat_mts: U32, shift: npt
     s, c = _csa(s0, c0, s1)
     s, c = _csa(s, c, c1)
     k = np.clip(shift, 0, 31).astype(np.uint32)
-    comp = np.zeros(shift.shape, dtype=np.uint32)
-    for sft, value in _SIGN_COMP.items():
-        comp = np.where(shift == sft, np.uint32(value), comp)
+    comp = _COMP_TABLE[np.minimum(shift >> 2, 8)]
     total = (s >> k) + (c >> k) + comp
     out: I64 = np.where(shift >= 32, 0, total.astype(np.int32).astype(np.int64))
     return out
@@ -89,31 +92,38 @@ def booth(negative: npt.NDArray[np.bool_], wt_mts: U32, dat_mts: U32, shift: npt
 def mac_atom(data: npt.ArrayLike, weights: npt.ArrayLike) -> tuple[I64, I64]:
     """One atom's (exponent, 38-bit mantissa) from FP16 data and weights of shape (..., n), n <= 64
     (broadcast against each other; channels past the data are zero in the hardware)."""
-    x, w = np.broadcast_arrays(np.asarray(data, dtype=np.int64) & 0xFFFF,
-                               np.asarray(weights, dtype=np.int64) & 0xFFFF)
-    de, we = (x >> 10) & 31, (w >> 10) & 31
-    live = ((x & 0x7FFF) != 0) & ((w & 0x7FFF) != 0)
-    high = np.where(live, (de >> 2) + (we >> 2), 0)
+    x = np.asarray(data, dtype=np.int64) & 0xFFFF
+    w = np.asarray(weights, dtype=np.int64) & 0xFFFF
+
+    def operand(v: I64) -> tuple[I64, I64, I64, npt.NDArray[np.bool_]]:
+        """(exponent's high part, mantissa shifted by the low part, sign, non-zero) of each operand."""
+        e = (v >> 10) & 31
+        mts = ((v & 0x3FF) | ((e != 0).astype(np.int64) << 10)) << np.where(e == 0, 1, e & 3)
+        return e >> 2, mts, v >> 15, (v & 0x7FFF) != 0
+
+    dh, dat, ds, dz = operand(x)
+    wh, wt, ws, wz = operand(w)
+    live = dz & wz
+    high = np.where(live, dh + wh, 0)
     emax = high.max(axis=-1, initial=0)
     shift = (emax[..., None] - high) << 2
-    d_sft = np.where(de == 0, 1, de & 3)
-    w_sft = np.where(we == 0, 1, we & 3)
-    dat = ((x & 0x3FF) | ((de != 0).astype(np.int64) << 10)) << d_sft
-    wt = ((w & 0x3FF) | ((we != 0).astype(np.int64) << 10)) << w_sft
-    negative = ((x ^ w) >> 15) == 1
-    prod = booth(negative, wt.astype(np.uint32), dat.astype(np.uint32), shift)
+    prod = booth((ds ^ ws) == 1, wt.astype(np.uint32), dat.astype(np.uint32), shift)
     mant = np.where(live, prod, 0).sum(axis=-1)
     exp = emax << 2
-    # NaN: the first NaN weight, else the first NaN datum
-    nan_w = (we == 31) & ((w & 0x3FF) != 0)
-    nan_d = (de == 31) & ((x & 0x3FF) != 0)
+    # NaN: the first NaN weight, else the first NaN datum (lane order)
+    nan_w = (((w >> 10) & 31) == 31) & ((w & 0x3FF) != 0)
+    nan_d = (((x >> 10) & 31) == 31) & ((x & 0x3FF) != 0)
+    if not (nan_w.any() or nan_d.any()):
+        return exp.astype(np.int64), mant.astype(np.int64)
+    xb, wb, nan_d, nan_w = np.broadcast_arrays(x, w, nan_d, nan_w)
+    any_w, any_d = nan_w.any(axis=-1), nan_d.any(axis=-1)
+    any_nan = any_w | any_d
     first_w = np.argmax(nan_w, axis=-1)[..., None]
     first_d = np.argmax(nan_d, axis=-1)[..., None]
-    src = np.where(nan_w.any(axis=-1)[..., None], np.take_along_axis(w, first_w, -1),
-                   np.take_along_axis(x, first_d, -1))[..., 0]
+    src = np.where(np.asarray(any_w)[..., None], np.take_along_axis(wb, first_w, -1),
+                   np.take_along_axis(xb, first_d, -1))[..., 0]
     nan_mant = ((src >> 15) << 37) | ((src & 0x3FF) << 27)
     nan_mant = nan_mant - ((nan_mant >> 37) << 38)  # as a signed 38-bit value
-    any_nan = nan_w.any(axis=-1) | nan_d.any(axis=-1)
     out_e: I64 = np.where(any_nan, MAC_NAN, exp).astype(np.int64)
     out_m: I64 = np.where(any_nan, nan_mant, mant).astype(np.int64)
     return out_e, out_m

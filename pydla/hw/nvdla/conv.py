@@ -14,7 +14,8 @@ as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
 CACC hands its output to the SDP (in NVDLA 1.0 the SDP writes a convolution's result, CACC has no
 path to memory): :attr:`ConvResult.to_sdp` is what the SDP's ``flying_input`` takes.
 
-Not implemented (refused with NotSupported): Winograd, image (pixel) input, compressed weights.
+Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. Not
+implemented (refused with NotSupported): Winograd, image (pixel) input.
 
 Usage::
 
@@ -29,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pydla.hw.nvdla import cacc, conv_fp16, conv_int, conv_weights, surface
+from pydla.hw.nvdla import cacc, conv_compressed, conv_fp16, conv_int, conv_weights, surface
 from pydla.hw.nvdla.conv_checks import check
-from pydla.hw.nvdla.conv_params import ConvParams
+from pydla.hw.nvdla.conv_params import COMPRESSED, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.intmath import saturate, shift_right_round, sign_extend
 from pydla.hw.nvdla.memory import NvdlaMemory, access, select
@@ -91,8 +92,16 @@ def _weights(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, s
     if prec is Precision.FP16:
         nan, inf = _nan_inf(np.ascontiguousarray(raw[:raw.size // 2 * 2]).view("<u2"))
         nans, infs = int(nan.sum()), int(inf.sum())
-    w = conv_weights.unpack(raw, g.kernels, g.channel, g.kernel_height, g.kernel_width, target, prec)
-    return w, nans, infs
+    sizes = (g.kernels, g.channel, g.kernel_height, g.kernel_width)
+    if d.weight_format == COMPRESSED:
+        kf, _ = conv_weights.groups(target, prec)
+        with access("CDMA WMB"):
+            wmb = mem.read(d.wmb_addr, d.wmb_bytes)
+        wgs_bytes = -(-g.kernels // kf) * 4  # one u32 per kernel group, read in whole atoms
+        with access("CDMA WGS"):
+            wgs = mem.read(d.wgs_addr, -(-wgs_bytes // target.atom) * target.atom)
+        return conv_compressed.decompress(wmb, raw, wgs, *sizes, target, prec), nans, infs
+    return conv_weights.unpack(raw, *sizes, target, prec), nans, infs
 
 
 def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,

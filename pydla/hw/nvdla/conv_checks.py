@@ -13,6 +13,7 @@ from dataclasses import fields
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla.cacc import MAX_TRUNCATE
+from pydla.hw.nvdla.conv_compressed import WITH_COMPRESSION
 from pydla.hw.nvdla.conv_params import COMPRESSED, CONV_WINOGRAD, PIXEL, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry
 from pydla.hw.nvdla.conv_weights import groups
@@ -73,6 +74,7 @@ _EQUAL = (
     (("csc", "dataout_height"), ("cacc", "dataout_height")),
     (("cdma", "batches"), ("csc", "batches"), ("cacc", "batches")),
     (("cdma", "weight_bytes"), ("csc", "weight_bytes")),
+    (("cdma", "wmb_bytes"), ("csc", "wmb_bytes")),
 )
 
 
@@ -97,8 +99,8 @@ def check(p: ConvParams, target: NvdlaTarget) -> tuple[Geometry, Precision]:
         raise _bad("CDMA conv_mode", "Winograd convolution is not implemented", NvError.NotSupported)
     if d.datain_format == PIXEL:
         raise _bad("CDMA datain_format", "image (pixel) input is not implemented", NvError.NotSupported)
-    if d.weight_format == COMPRESSED:
-        raise _bad("CDMA weight_format", "compressed weights are not implemented", NvError.NotSupported)
+    if d.weight_format == COMPRESSED and target.name not in WITH_COMPRESSION:
+        raise _bad("CDMA weight_format", f"{target.name} has no weight compression", NvError.NotSupported)
     prec = precision(d.proc_precision, "CDMA D_MISC_CFG.PROC_PRECISION")
     target.require(prec, "convolution")
     if d.in_precision != d.proc_precision:
@@ -120,11 +122,13 @@ def check(p: ConvParams, target: NvdlaTarget) -> tuple[Geometry, Precision]:
         raise _bad("CDMA byte_per_kernel", f"{d.byte_per_kernel} (bytes - 1) is not {bpk - 1} for "
                                            f"{g.kernel_width}x{g.kernel_height}x{g.channel} {prec.name} "
                                            "kernels")
-    if d.weight_bytes < bpk * g.kernels:
+    if d.weight_format != COMPRESSED and d.weight_bytes < bpk * g.kernels:
         raise _bad("CDMA weight_bytes", f"{d.weight_bytes} is less than the {bpk * g.kernels} bytes of "
                                         f"{g.kernels} kernels", NvError.InvalidSize)
-    if d.weight_addr % target.atom:
-        raise _bad("CDMA weight_addr", f"{d.weight_addr:#x} is not a multiple of the {target.atom}-byte atom")
+    for name in ("weight_addr", "wmb_addr", "wgs_addr"):
+        if getattr(d, name) % target.atom:
+            raise _bad(f"CDMA {name}", f"{getattr(d, name):#x} is not a multiple of the {target.atom}-byte "
+                                       "atom")
     if a.clip_truncate > MAX_TRUNCATE:
         raise _bad("CACC clip_truncate", f"{a.clip_truncate} is above {MAX_TRUNCATE} (the 48-bit sum "
                                          "truncated must leave 32 bits)")

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pytest
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.nvdla import cacc, conv, conv_int, conv_params, conv_weights, surface
+from pydla.hw.nvdla import cacc, conv, conv_compressed, conv_int, conv_params, conv_weights, surface
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.precision import Precision
@@ -255,8 +255,7 @@ def test_weight_bytes_must_hold_the_kernels() -> None:
 
 
 @pytest.mark.parametrize(("block", "changes", "text"), [
-    ("cdma", dict(conv_mode=1), "Winograd"), ("cdma", dict(datain_format=1), "image"),
-    ("cdma", dict(weight_format=1), "compressed")])
+    ("cdma", dict(conv_mode=1), "Winograd"), ("cdma", dict(datain_format=1), "image")])
 def test_not_implemented_modes(block: str, changes: dict[str, int], text: str) -> None:
     p = _params()
     for b in ("cdma", "csc", "cmac_a", "cmac_b", "cacc"):
@@ -290,3 +289,66 @@ def test_memory_outside_is_refused_naming_the_field() -> None:
     with pytest.raises(DlaError) as e:
         conv.execute(_with(p, "cdma", datain_addr_0=1 << 40), ByteMemory(1 << 22), NV_FULL)
     assert e.value.code == NvError.InvalidAddress and "CDMA data" in e.value.message
+
+
+def test_compressed_weight_format_by_hand() -> None:
+    """One kernel of 3 channels (5, 0, 7): mask bits 1, 0, 1 (least significant first), the stored
+    elements 5 and 7, one group of 2 bytes."""
+    w = np.array([5, 0, 7]).reshape(1, 3, 1, 1)
+    wmb, stream, wgs = conv_compressed.compress(w, NV_FULL, Precision.INT8)
+    assert (wmb[0], wmb[1:].any(), wmb.size) == (0b101, False, 128)
+    assert stream[:2].tolist() == [5, 7] and not stream[2:].any()
+    assert wgs[:4].tolist() == [2, 0, 0, 0] and wgs.size == 32
+
+
+@pytest.mark.parametrize("prec", [Precision.INT8, Precision.INT16, Precision.FP16])
+def test_compressed_weights_round_trip(prec: Precision) -> None:
+    rng = np.random.default_rng(int(prec))
+    w = rng.integers(-100, 100, (37, 70, 2, 3)) * (rng.random((37, 70, 2, 3)) < 0.4)
+    if prec is Precision.FP16:
+        w = w.astype(np.float16).view(np.uint16).astype(np.int64)
+    wmb, stream, wgs = conv_compressed.compress(w, NV_FULL, prec)
+    back = conv_compressed.decompress(wmb, stream, wgs, 37, 70, 2, 3, NV_FULL, prec)
+    assert (back.astype(np.int64) == w).all()
+    assert stream.size < conv_weights.pack(w, NV_FULL, prec).size
+
+
+def _compressed(p: conv_params.ConvParams, mem: ByteMemory, w: npt.NDArray[np.int64], prec: Precision
+                ) -> conv_params.ConvParams:
+    wmb, stream, wgs = conv_compressed.compress(w, NV_FULL, prec)
+    wmb_addr, wgs_addr = WEIGHTS + 0x100000, WEIGHTS + 0x180000
+    mem.write(WEIGHTS, stream)
+    mem.write(wmb_addr, wmb)
+    mem.write(wgs_addr, wgs)
+    p = _with(p, "cdma", weight_format=1, weight_bytes=stream.size, wmb_addr=wmb_addr, wmb_bytes=wmb.size,
+              wgs_addr=wgs_addr)
+    return _with(p, "csc", weight_format=1, weight_bytes=stream.size, wmb_bytes=wmb.size)
+
+
+def test_convolution_with_compressed_weights() -> None:
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 70, 4, 5))
+    w = rng.integers(-128, 128, (40, 70, 3, 3)) * (rng.random((40, 70, 3, 3)) < 0.3)
+    p, mem = setup(NV_FULL, Precision.INT8, x, w, pad=(1, 1, 1, 1))
+    dense = conv.execute(p, mem, NV_FULL).to_sdp
+    mem.write(WEIGHTS, np.zeros(p.cdma.weight_bytes, np.uint8))  # the uncompressed copy is gone
+    pc = _compressed(p, mem, w, Precision.INT8)
+    assert (conv.execute(pc, mem, NV_FULL).to_sdp == dense).all()
+    # a group size below what the group stores would let CSC read weights that have not arrived
+    mem.write(pc.cdma.wgs_addr, np.array([1, 0, 0, 0], np.uint8))
+    with pytest.raises(DlaError) as e:
+        conv.execute(pc, mem, NV_FULL)
+    assert e.value.code == NvError.BadValue and "kernel group 0" in e.value.message
+    short = _with(_with(pc, "cdma", wmb_bytes=128), "csc", wmb_bytes=128)
+    with pytest.raises(DlaError) as e:
+        conv.execute(short, mem, NV_FULL)
+    assert e.value.code == NvError.InvalidSize and "wmb_bytes" in e.value.message
+
+
+def test_compressed_weights_need_nv_full() -> None:
+    p = conv_params.direct(target=NV_SMALL, precision=Precision.INT8, width=2, height=2, channel=8, kernels=8,
+                           kernel_width=1, kernel_height=1, data_addr=DATA, weight_addr=WEIGHTS)
+    p = _with(_with(p, "cdma", weight_format=1), "csc", weight_format=1)
+    with pytest.raises(DlaError) as e:
+        conv.execute(p, ByteMemory(1 << 22), NV_SMALL)
+    assert e.value.code == NvError.NotSupported and "compression" in e.value.message
