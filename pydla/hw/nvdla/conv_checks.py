@@ -44,6 +44,8 @@ def _bad(where: str, message: str, code: NvError = NvError.BadValue) -> DlaError
     return DlaError(code, f"{where}: {message}")
 
 
+# Configurations with the nvdlav1 register map, whose WEIGHT_BYTES and WMB_BYTES fields count 128 bytes.
+_BYTES_IN_128 = frozenset({"nv_full"})
 # Fields that hold a signed value: the value or the field's bits are accepted.
 _SIGNED = {"cvt_offset", "cvt_scale", "pad_value", "mean_ry", "mean_gu", "mean_bv", "mean_ax"}
 
@@ -125,6 +127,11 @@ def check(p: ConvParams, target: NvdlaTarget) -> tuple[Geometry, Precision]:
     if d.weight_format != COMPRESSED and d.weight_bytes < bpk * g.kernels:
         raise _bad("CDMA weight_bytes", f"{d.weight_bytes} is less than the {bpk * g.kernels} bytes of "
                                         f"{g.kernels} kernels", NvError.InvalidSize)
+    if target.name in _BYTES_IN_128:
+        for name in ("weight_bytes", "wmb_bytes"):
+            if getattr(d, name) % 128:
+                raise _bad(f"CDMA {name}", f"{getattr(d, name)} is not a multiple of 128 ({target.name}'s "
+                                           "register drops the low 7 bits)")
     for name in ("weight_addr", "wmb_addr", "wgs_addr"):
         if getattr(d, name) % target.atom:
             raise _bad(f"CDMA {name}", f"{getattr(d, name):#x} is not a multiple of the {target.atom}-byte "

@@ -352,3 +352,12 @@ def test_compressed_weights_need_nv_full() -> None:
     with pytest.raises(DlaError) as e:
         conv.execute(p, ByteMemory(1 << 22), NV_SMALL)
     assert e.value.code == NvError.NotSupported and "compression" in e.value.message
+
+
+def test_nv_full_weight_bytes_count_128() -> None:
+    """nv_full's D_WEIGHT_BYTES holds bits 31:7: a size that is not a multiple of 128 would lose its tail."""
+    p = _with(_with(_params(), "cdma", weight_bytes=2900), "csc", weight_bytes=2900)
+    with pytest.raises(DlaError) as e:
+        conv.execute(p, ByteMemory(1 << 22), NV_FULL)
+    assert e.value.code == NvError.BadValue and "CDMA weight_bytes" in e.value.message
+    assert "128" in e.value.message
