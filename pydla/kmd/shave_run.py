@@ -82,6 +82,26 @@ def error_name(code: int) -> str:
     return E(code).name if code in E._value2member_map_ else f"error {code}"
 
 
+# The system instructions a tile's error_addr may hold (ILLEGAL_INSTRUCTION and TRAP: its bits).
+WFI = 0x10500073
+_SYSTEM = {WFI: "wfi", 0x30200073: "mret", 0x10200073: "sret", 0x00200073: "uret", 0x00000073: "ecall",
+           0x00100073: "ebreak"}
+_WHY = {WFI: "; a SHAVE kernel may not use wfi: it has no interrupt to wait for (its barriers fired before "
+             "the runtime kernel called it)",
+        0x00100073: "; an ebreak is a kernel's assert (KERNEL_CHECK)"}
+_CSR_OPS = {1: "csrrw", 2: "csrrs", 3: "csrrc", 5: "csrrwi", 6: "csrrsi", 7: "csrrci"}
+
+
+def instruction_name(word: int) -> str:
+    """What the RV32 instruction ``word`` is, when it is one a kernel is refused ("" otherwise):
+    the system instructions by name, a CSR access with its CSR number."""
+    if word in _SYSTEM:
+        return _SYSTEM[word]
+    if word & 0x7F == 0x73 and word >> 12 & 7 in _CSR_OPS:
+        return f"{_CSR_OPS[word >> 12 & 7]} of CSR {word >> 20:#05x}"
+    return ""
+
+
 class ShaveRun(RunState):
     """One execution of a SHAVE task list."""
 
@@ -357,8 +377,11 @@ class ShaveEngine:
                 which = f"kernel_id {kernel}"
             kernel_id = "" if seq == 0 else \
                 f"kernel_id {kernel if kernel != RUNTIME_KERNEL else 'runtime'}, "
-            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)} in {which}: {kernel_id}"
-                       f"pc {pc:#x}, address {addr:#x}")
+            insn = instruction_name(addr) if code in (E.ILLEGAL_INSTRUCTION, E.TRAP) else ""
+            named, why = (f" ({insn})", _WHY.get(addr, "")) if insn else ("", "")
+            # What names the fault comes first (a port may carry only the first 192 bytes).
+            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)}{named} in {which}: "
+                       f"{kernel_id}pc {pc:#x}, address {addr:#x}{why}")
             return DlaError(ERROR_CODES.get(code, NvError.ResourceError), message)
         if status >> DMA_ERROR_BIT & 1:
             code = read(R.SHAVE_DMA_ERROR)
