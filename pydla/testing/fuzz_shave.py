@@ -37,6 +37,7 @@ import numpy as np
 
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError
+from pydla.testing.fuzz import Target
 
 # -- a tiny RV32 encoder ---------------------------------------------------------------------------
 
@@ -321,13 +322,12 @@ class ShaveBench:
         self.close()
 
 
-def shave_kernel_target(bench: ShaveBench | None = None) -> Any:
+def shave_kernel_target(bench: ShaveBench | None = None) -> Target:
     """The fuzz target (:class:`pydla.testing.fuzz.Target`) ``shave-kernel``: the seeds are the
     hostile payloads and the shipped kernels; each mutated kernel runs (a DlaError is the refusal
     the campaign counts), then the canary must give the right bits (a RuntimeError otherwise, which
     the campaign reports as a finding)."""
     from pydla.hw.shave.build import kernel_elf
-    from pydla.testing.fuzz import Target
 
     held = bench if bench is not None else ShaveBench()
     seeds = [kernel_image(words) for words in HOSTILE.values()]
