@@ -27,6 +27,10 @@ A job, in the order of the protocol:
 A list whose barriers never fire is caught by the driver's watchdog (its progress is the DONE
 counters) and recovered through the ladder: SHAVE_RESET, and the device reset if a tile stays busy.
 
+The tiles are also compute units (``shave:tileN``): a list owns every tile it uses from its start to
+its end, and the driver holds it back while a unit's execution owns one (:meth:`ShaveEngine.claim`,
+:mod:`pydla.kmd.tile_owner`).
+
 Usage (the driver does this)::
 
     shave = ShaveEngine(port, wake=engine.wake)
@@ -46,6 +50,7 @@ from pydla.kmd.engine_api import RunState
 from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import CpuAddress, KmdPortability, ShaveCaps, TaskDesc
 from pydla.kmd.shave import ShaveList, usable_cmx
+from pydla.kmd.tile_owner import LIST, TileOwners
 from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
 
 E = R.shave_error_e
@@ -137,6 +142,21 @@ class ShaveEngine:
         self._buffers: dict[int, tuple[BufferObject, int, bytes | None]] = {}
         self.stats = {"jobs": 0, "tile_starts": 0, "tile_reuses": 0, "errors": 0, "resets": 0}
         self.trace_tasks = False  # the device's trace ring records tasks (set by pydla.kmd.trace)
+        self.owners = TileOwners()  # shared with the compute units' scheduler (CuScheduler.share_tiles)
+        self.owners.wake[LIST] = wake
+
+    # -- the tiles' owner ---------------------------------------------------------------------------
+
+    def claim(self, job_id: int, graph: TaskGraph) -> bool:
+        """The tiles of ``graph``'s list for job ``job_id``, before :meth:`dla_execute_task`: False
+        while a compute unit's execution owns one (or asked first); the driver then holds the job and
+        asks again when woken. They are the list's until it ends."""
+        return graph.shave is None or self.owners.acquire(LIST, list_tiles(graph.shave), f"task {job_id}")
+
+    def unclaim(self, graph: TaskGraph) -> None:
+        """A held job that claimed its tiles in vain was dropped (its context closed)."""
+        if graph.shave is not None:
+            self.owners.withdraw(LIST, list_tiles(graph.shave))
 
     # -- the engine calls the driver makes -----------------------------------------------------------
 
@@ -148,6 +168,8 @@ class ShaveEngine:
             raise DlaError(NvError.Busy, f"SHAVE task {self.current.task.task_id} is still running")
         lst = graph.shave
         if lst is None or self.caps is None:
+            if lst is not None:
+                self.owners.release(LIST, list_tiles(lst))
             raise DlaError(NvError.NotSupported,
                            f"task {task.task_id}: not a SHAVE task list, or no SHAVE tiles")
         run = ShaveRun(task, graph, on_finish)
@@ -346,7 +368,7 @@ class ShaveEngine:
             return  # another notify barrier is still to fire
         run.completed = self._completed(run)
         total = len(lst.acts) + len(lst.dmas)
-        # (More is possible: an execution of a tile's compute unit (pydla.hw.cu.shave_tile) counts too.)
+        # (No unit execution runs on its tiles meanwhile (pydla.kmd.tile_owner): the counters are its own.)
         if run.completed < total:
             self._fail(run, DlaError(NvError.ResourceError,
                                      f"task {run.task.task_id}: the SHAVE list's notify barriers fired with "
@@ -416,10 +438,16 @@ class ShaveEngine:
         run.finished = True
         if self.current is run:
             self.current = None
+        self.owners.release(LIST, list_tiles(run.lst))  # (after the reset of a failed list)
         if run.traced:
             trace_task(self.port, run.task, TASK_END, end_status(error, run.aborted))
         if run.on_finish is not None:
             run.on_finish(run)
+
+
+def list_tiles(lst: ShaveList) -> set[int]:
+    """The tiles ``lst`` uses: those it runs kernels on, and those its DMA tasks reach."""
+    return set(lst.tiles) | {d.tile for d in lst.dmas}
 
 
 def _mask(barriers: dict[int, tuple[int, int]]) -> int:
