@@ -204,8 +204,8 @@ class Tile(FastEmulation):
                 return  # asleep; or (exact count) a task ended: the next one gets a fresh count
 
     def _emulate(self) -> bool:
-        """One run of the machine code from ``self.pc``. True when a task ended (the hart was reset
-        and the runtime kernel is at its entry again), False when the tile sleeps."""
+        """One run of the machine code from ``self.pc``. True when a task ended with more queued (the
+        hart was reset and the runtime kernel is at its entry again), False when the tile sleeps."""
         uc = self.uc
         self._fault = None
         self._stop = None
@@ -225,6 +225,11 @@ class Tile(FastEmulation):
             self._reset_hart()
             self.pc = self._rt_entry
             self._machine_restarted()
+            if not self.fifo:
+                # Nothing to take: the runtime kernel, entered now, would only read fifo_pop and
+                # sleep; it sleeps at its entry instead (one emulation fewer per task).
+                self.state = State.WAIT_FIFO
+                return False
             return True
         if self._fault is None and self._stop is None:
             self._fault = self._halt_fault(pc)
