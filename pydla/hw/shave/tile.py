@@ -156,9 +156,9 @@ class Tile(FastEmulation):
     def _reset_hart(self) -> None:
         """The architectural reset of the hart (before every task and at START), so that nothing a
         kernel did to the privilege mode, the CSRs or the registers reaches the next task, of any
-        context: the CPU state saved by :meth:`_hart_at` copied back (about 0.5 us); fflags, which
+        context: the CPU state saved by :meth:`_hart_at` copied back (under 1 us); fflags, which
         the emulator keeps outside that state (measured: a restore leaves them as they were), set
-        to 0; and the emulator's TLB emptied (about 2 us): translations made while a kernel had
+        to 0 (2 us); and the emulator's TLB emptied (3 us): translations made while a kernel had
         turned on paging (satp) or MPRV, or changed the PMP, are not the reset hart's."""
         uc = self.uc
         uc.context_restore(self._entry_state)

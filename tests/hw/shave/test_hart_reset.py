@@ -179,8 +179,8 @@ def test_translations_a_kernel_made_with_paging_on_do_not_outlive_it(host: Host)
     assert int.from_bytes(cmx0[OBS:OBS + 4].tobytes(), "little") == 0x600DCAFE
 
 
-def test_the_reset_costs_one_state_copy(host: Host) -> None:
-    """The reset is a copy of the saved CPU state: tasks after START do not re-run the START."""
+def test_every_task_restores_the_state_saved_at_start(host: Host) -> None:
+    """The reset per task copies back the state saved at START (it is not built again per task)."""
     host.start_tile(0)
     tile = host.dev.shave.tiles[0]  # type: ignore[union-attr]
     saved = tile._entry_state
