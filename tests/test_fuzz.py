@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 
 import pytest
@@ -17,7 +18,8 @@ CASES = int(os.environ.get("PYDLA_FUZZ_CASES", "0"))
 # Inputs per target in the suite: the slow readers (a loadable is loaded and run) get fewer.
 DEFAULT_CASES = {"loadable": 1500, "control-code": 1500, "recipe": 4000, "kernel-elf": 1500,
                  "device-api": 20_000, "trace-ring": 8000, "device-config": 8000, "ioctl": 30_000,
-                 "nvdla-loadable": 1000}
+                 "nvdla-loadable": 1000,
+                 "shave-kernel": 200}
 SEED = 20261125
 
 
@@ -40,6 +42,38 @@ def test_readers_raise_only_dla_errors_and_never_answer_wrongly(loadable: bytes,
     if name == "loadable":
         # the digests refuse almost every change; what loads changed only ELF bookkeeping
         assert report.refused[name] > 0.8 * report.cases[name], report.summary()
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_hostile_shave_kernels_end_in_a_named_fault_or_run(mode: str) -> None:
+    """Each hand-written payload (privilege changes, CSR writes of every class, wfi, ecall, accesses
+    and jumps outside the windows, endless loops) is a one-line DlaError naming the tile's error, or
+    runs; after each, the canary kernel gives the right bits on the same tile."""
+    from pydla.deviceapi.generated.dla_regs import shave_error_e
+    from pydla.testing.fuzz_shave import HOSTILE, ShaveBench
+
+    names = {e.name for e in shave_error_e} - {"NONE"}
+    outcomes: dict[str, str | None] = {}
+    with ShaveBench(mode=mode) as bench:
+        bench.check_canary("nothing")
+        for name in HOSTILE:
+            error = bench.run_payload(name)
+            bench.check_canary(name)  # RuntimeError if the device is not usable
+            outcomes[name] = None
+            if error is not None:
+                found = re.search(r"SHAVE tile 0 stopped with (\w+)", error.message)
+                assert found and found.group(1) in names and "\n" not in error.message, (name, error)
+                outcomes[name] = found.group(1)
+    expected = {"mret": "FETCH_FAULT", "mret_to_user": None, "uret": "ILLEGAL_INSTRUCTION",
+                "wfi": "ILLEGAL_INSTRUCTION", "ecall": "TRAP", "ebreak": "TRAP", "frm_towards_zero": None,
+                "fp_off": None, "paging_and_mprv": "READ_FAULT", "load_null": "READ_FAULT",
+                "store_code": "WRITE_FAULT", "store_runtime": "WRITE_FAULT", "pop_from_kernel": "BAD_ACCESS",
+                "jump_args": "FETCH_FAULT", "jump_cmx": "FETCH_FAULT", "jump_runtime": "BAD_ACCESS",
+                "loop": "BUDGET", "stack_forever": "WRITE_FAULT", "csr_machine_mstatus_ones": None,
+                "csr_machine_ro_mvendorid_ones": "ILLEGAL_INSTRUCTION", "csr_user_counter_ro_zero":
+                "ILLEGAL_INSTRUCTION"}
+    assert {k: outcomes[k] for k in expected} == expected
+    assert sum(v is None for v in outcomes.values()) >= 10  # some ran (and changed the hart's state)
 
 
 def test_the_campaign_reports_what_it_is_looking_for() -> None:

@@ -119,6 +119,7 @@ class Kmd(KmdComputeUnits):
         self.engine.dla_engine_init()
         # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).
         self.shave = ShaveEngine(self.port, info.shave, wake=self.engine.wake)
+        self.cus.share_tiles(self.shave.owners, self.poll)  # a tile's unit executions and lists take turns
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
@@ -167,6 +168,7 @@ class Kmd(KmdComputeUnits):
                 job._finish(error)
             if held:
                 self._held = None
+                self.shave.unclaim(held[0].graph)
             self._queues[ctx].clear()
             for running in [j for j in self._inflight if j.context is context]:
                 if running.run is not None:
@@ -466,7 +468,7 @@ class Kmd(KmdComputeUnits):
         inflight = self._inflight
         job: Job | None = self._held
         if job is not None:  # a SHAVE job runs alone: it waits for the DLA tasks to end
-            if inflight:
+            if inflight or not self.shave.claim(job.job_id, job.graph):
                 return False
             self._held = None
         else:
@@ -475,7 +477,8 @@ class Kmd(KmdComputeUnits):
             job = self.queues.pick()
             if job is None:
                 return False
-            if job.graph.shave is not None and inflight:
+            # (and for its tiles, while a compute unit's execution has one: pydla.kmd.tile_owner)
+            if job.graph.shave is not None and (inflight or not self.shave.claim(job.job_id, job.graph)):
                 self._held = job  # nothing else starts before it (it keeps its turn)
                 return False
         inflight.append(job)

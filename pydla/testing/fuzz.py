@@ -255,8 +255,8 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
     """Every reader of untrusted input, seeded from ``loadable`` (a valid compiled network) and
     from inputs built here: the loadable (loaded and run against the original's outputs), its
     control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
-    device configuration, the KMD daemon's ioctl arguments (Linux), and the commands a headed device's
-    firmware takes from its mailbox."""
+    device configuration, the KMD daemon's ioctl arguments (Linux), the commands a headed device's
+    firmware takes from its mailbox, and kernels run on a SHAVE tile (pydla.testing.fuzz_shave)."""
     makers: dict[str, Callable[[], Target]] = {
         "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
@@ -268,6 +268,7 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "device-config": device_config_target,
         "mailbox": _mailbox_target,
         "nvdla-loadable": _nvdla_loadable_target,
+        "shave-kernel": _shave_kernel_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
@@ -286,6 +287,12 @@ def _mailbox_target() -> Target:
     from pydla.testing.mailbox import mailbox_target
 
     return mailbox_target()
+
+
+def _shave_kernel_target() -> Target:
+    from pydla.testing.fuzz_shave import shave_kernel_target
+
+    return shave_kernel_target()
 
 
 def loadable_target(blob: bytes) -> Target:
