@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import pickle
 import re
@@ -238,3 +239,25 @@ def test_release_check_names_missing_package_data(tmp_path: Path) -> None:
     problems = release_check.check_wheel(wheel("bad.whl", leave_out="pydla/hw/configs/full.json"))
     assert problems == ["bad.whl lacks pydla/hw/configs/full.json"]
     assert "console script" in " ".join(release_check.check_wheel(wheel("noentry.whl", entry_point=False)))
+
+
+def test_every_config_option_names_every_bundled_configuration() -> None:
+    """`--config` help lists the configurations there are (full-headed was left out)."""
+    from pydla.hw.config import bundled_configs
+
+    names = bundled_configs()
+    assert {"full", "small", "full-headed"} <= set(names)
+    found = []
+    for path in _all_command_paths(build_parser()):
+        if path == ("demo",):  # its help text is pydla/demo.py's, changed with that module
+            continue
+        parser = build_parser()
+        for step in path:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[step]
+        for action in parser._actions:
+            if "--config" in action.option_strings:
+                found.append(path)
+                missing = [n for n in names if n not in (action.help or "")]
+                assert not missing, f"pydla {' '.join(path)} --config help omits {missing}: {action.help}"
+    assert {("run",), ("compile",), ("info",)} <= set(found)
