@@ -261,3 +261,22 @@ def test_every_config_option_names_every_bundled_configuration() -> None:
                 missing = [n for n in names if n not in (action.help or "")]
                 assert not missing, f"pydla {' '.join(path)} --config help omits {missing}: {action.help}"
     assert {("run",), ("compile",), ("info",)} <= set(found)
+
+
+def test_the_demo_points_to_a_readme_section_that_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    named = re.findall(r"README: '([^']+)'", capsys.readouterr().out)
+    assert named, "the demo's last line names a README section"
+    headings = [line[3:] for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("## ")]
+    for name in named:
+        assert any(h.startswith(name) for h in headings), (name, headings)
+
+
+def test_readme_quick_start_says_how_long_and_how_to_enter_the_environment() -> None:
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    demo, tests = quick.split("```sh", 2)[:2]
+    assert re.search(r"\d+ (?:s|seconds)\b", demo), "the quick start says how long the demo takes"
+    assert re.search(r"\d+ minutes", tests), "the quick start says how long the tests take"
+    assert ". .venv/bin/activate" in quick  # the commands after it are typed as bare `pydla`
+    assert len(text.splitlines()) <= 250
