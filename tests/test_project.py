@@ -195,7 +195,7 @@ def _tool(name: str):  # type: ignore[no-untyped-def]
     return module
 
 
-@pytest.mark.parametrize("name", ["regenerate", "release-check"])
+@pytest.mark.parametrize("name", ["regenerate", "release-check", "build-kernels"])
 def test_tools_are_executable_and_take_help(name: str) -> None:
     path = ROOT / "tools" / name
     assert os.access(path, os.X_OK), f"tools/{name} is not executable"
