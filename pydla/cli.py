@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from pydla import demo, devices, run
+    from pydla import cache, demo, devices, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.hw.shave import cli as kernel_cli
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         daemon.register(commands)
     compiler_cli.register(commands)
     kernel_cli.register(commands)
+    cache.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)
     trace_cli.register(commands)

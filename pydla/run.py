@@ -64,7 +64,10 @@ def register(commands: Any) -> None:
     p.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
                    help="portability layer: inprocess, or linux:DIR for the KMD daemon serving DIR "
                         "(default: $PYDLA_PORT, else inprocess)")
-    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    from pydla.hw.config import bundled_configs
+
+    p.add_argument("--config", default="full",
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
     p.add_argument("--device", type=int, default=0, help="device instance")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="for an ONNX model: the whole shape of input NAME, sizing its symbolic dimensions "

@@ -40,9 +40,11 @@ def register(commands: Any) -> None:
                     "and its compute units; --dump-section IP_LAYOUT:json:FILE writes them as "
                     "xclbinutil does.")
     i.add_argument("loadable", type=Path, metavar="MODEL.dla", nargs="?")
+    from pydla.hw.config import bundled_configs
+
     i.add_argument("--config", metavar="NAME",
-                   help="describe device configuration NAME (bundled: full, small; or a JSON file) "
-                        "instead of a loadable")
+                   help=f"describe device configuration NAME (bundled: {', '.join(bundled_configs())}; or a "
+                        "JSON file) instead of a loadable")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.add_argument("--list-sections", action="store_true",
                    help="list the sections (name, ELF name, size) and nothing else; works on a loadable "
