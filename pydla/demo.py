@@ -86,7 +86,7 @@ def _demo(args: argparse.Namespace) -> int:
         import onnx  # noqa: F401
     except ImportError as e:
         raise DlaError(NvError.NotSupported,
-                       "pydla demo needs the onnx packages: pip install 'pydla[onnx]'") from e
+                       "pydla demo needs the onnx extra: pip install 'pydla[onnx]'") from e
     import pydla
     from pydla.compiler.api import compile_model
 
