@@ -19,6 +19,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.blas import describe as blas_kernels
 
 TOLERANCE = 1e-4
+NEXT_READING = "docs/guide/applications.md"  # what the demo's last line points to (a test checks it is there)
 
 
 def build_demo_model(seed: int = 0) -> Any:
@@ -135,6 +136,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"output: {d_out.name} {d_out.dims}, top class {int(got.argmax())} "
           f"(p = {float(got.max()):.4f})")
     print(f"max |pydla - {against}| = {error:.2e} (tolerance {TOLERANCE:.0e}): {'OK' if ok else 'MISMATCH'}")
-    print("\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; "
-          "pydla.createRuntime() in Python (README: 'The runtime')")
+    print(f"\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; pydla.Session or "
+          f"pydla.createRuntime() in Python ({NEXT_READING})")
     return 0 if ok else 1

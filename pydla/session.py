@@ -201,7 +201,7 @@ class Session(OrtMethods):
         loaded = self._loaded.pop(key)
         if self._current is loaded:
             self._current = None
-        if self._trace is not None and self._trace_runtime_is(loaded):
+        if self._trace is not None and self._trace.follows(loaded.runtime):
             self._trace.pause()
         loaded.close(cancel=cancel)
 
@@ -209,9 +209,6 @@ class Session(OrtMethods):
                       failed: Callable[[], BaseException | None]) -> None:
         """Unload, cancelling a run in flight when closing was asked to or was interrupted."""
         self._unload(key, cancel=cancel or isinstance(failed(), KeyboardInterrupt))
-
-    def _trace_runtime_is(self, loaded: Loaded) -> bool:
-        return self._trace is not None and self._trace._runtime is loaded.runtime
 
     # -- running -------------------------------------------------------------------------------
 
@@ -350,9 +347,10 @@ class Session(OrtMethods):
 
     # -- bindings (onnxruntime's IOBinding: pydla.ort_values) ------------------------------------
 
-    def _bind_and_run(self, ins: Mapping[str, Any], outs: Mapping[str, Any], place: Any) -> None:
-        """Run with the application's memory: ``place(loaded)`` gives, for the network that runs, the
-        memory of each input and output (None: the network's own) and what to do after the run."""
+    def _bind_and_run(self, ins: Mapping[str, np.ndarray], place: Any) -> None:
+        """Run with the application's memory, for the shapes of ``ins``: ``place(loaded)`` gives, for
+        the network that runs, the memory of each input and output (None: the network's own) and
+        what to do after the run."""
         with self._lock:
             self._check_open()
             loaded = self._loaded_for(ins)

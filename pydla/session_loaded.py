@@ -64,9 +64,6 @@ class Loaded:
         """Whether the application holds a device value of this context (so it stays loaded)."""
         return any(True for _ in self.users)
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {t.name: tuple(int(d) for d in t.shape if d is not None) for t in self.inputs}
-
     def bind(self, ins: Mems, outs: Mems) -> None:
         """Have the runtime use ``ins`` and ``outs`` (rebinding only those that changed)."""
         rt = self.runtime

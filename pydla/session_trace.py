@@ -47,6 +47,10 @@ class SessionTrace:
         self._capture = Capture(runtime)
         self._runtime = runtime
 
+    def follows(self, runtime: Any) -> bool:
+        """Whether the capture in progress is of ``runtime``."""
+        return self._capture is not None and runtime is self._runtime
+
     def pause(self) -> None:
         """Finish the capture in progress (before its runtime closes)."""
         capture, self._capture, self._runtime = self._capture, None, None

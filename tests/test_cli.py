@@ -1,11 +1,14 @@
-"""The command line's common options (-v, --log-level, PYDLA_LOG, before or after any subcommand) and
-`pydla run`'s report: warm-up, latency, throughput only over several runs, --json."""
+"""The command line's common options (-v, --log-level, PYDLA_LOG, before or after any subcommand);
+`pydla run`'s report (warm-up, latency, throughput only over several runs, --json), its inputs (files,
+dynamic shapes from them, integers within the axis they index, what is no .npy), its files checked
+before the runs; Ctrl-C ending `pydla run` and `pydla demo` within 2 s."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -441,3 +444,13 @@ def test_run_checks_its_trace_files_before_the_runs(demo_dla: Path, tmp_path: Pa
                                 f"{tmp_path / 'no'} does not exist [FileWriteFailed]\n")
         assert main(["run", str(demo_dla), flag, str(tmp_path)]) == 1
         assert f"{flag} {tmp_path}: a directory; give a file name" in capsys.readouterr().err
+
+
+def test_demo_points_to_a_page_that_is_there(capsys, tmp_path: Path, monkeypatch) -> None:
+    """It pointed to a README section that was renamed."""
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["demo"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    pages = re.findall(r"\((docs/[\w/.-]+\.md)\)", last)
+    assert last.startswith("next: ") and pages, last
+    assert all((ROOT / page).is_file() for page in pages), pages
