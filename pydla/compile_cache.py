@@ -247,7 +247,7 @@ def _external_tensors(model: Any, model_file: Path | None) -> list[tuple[Any, Pa
                            f"{model_file.parent} (relative, without '..')")
         file = model_file.parent / location
         if not file.is_file():
-            raise DlaError(NvError.FileNotFound, f"{label}: {where}: {file} does not exist"
+            raise DlaError(NvError.FileNotFound, f"{label}: {where}: {file}: no such file"
                            if not file.exists() else f"{label}: {where}: {file} is not a file")
         found.append((tensor, file))
     return found

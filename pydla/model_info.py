@@ -87,10 +87,12 @@ def loadable_metadata(header: Any) -> ModelMetadata:
     return ModelMetadata(graph_name=text.get("name", ""), description=text.get("description", ""))
 
 
-def declared_io(model: Any, shapes: InputShapes) -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """The inputs a caller feeds and the outputs of ``model`` (an onnx.ModelProto) as declared,
-    each input given in ``shapes`` with those sizes (checked against its declaration); the outputs'
-    types and shapes inferred where the model does not declare them, as onnxruntime does."""
+def declared_io(model: Any, shapes: InputShapes, *,
+                outputs: bool = True) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """The inputs a caller feeds and (with ``outputs``) the outputs of ``model`` (an
+    onnx.ModelProto) as declared, each input given in ``shapes`` with those sizes (checked against
+    its declaration); the outputs' types and shapes inferred where the model does not declare them,
+    as onnxruntime does."""
     from onnx import helper, shape_inference
 
     inits = {i.name for i in model.graph.initializer}
@@ -99,15 +101,15 @@ def declared_io(model: Any, shapes: InputShapes) -> tuple[list[TensorInfo], list
     if unknown:
         raise DlaError(NvError.BadParameter, f"input_shapes: the model has no input '{unknown[0]}' (its "
                                              f"inputs: {', '.join(vi.name for vi in inputs) or 'none'})")
-    outputs = list(model.graph.output)
-    if any(not _declares(vi) for vi in outputs):
+    results = list(model.graph.output) if outputs else []
+    if any(not _declares(vi) for vi in results):
         try:  # onnx's inference fills in what the exporter left out, symbolic names kept
             inferred = shape_inference.infer_shapes(model, strict_mode=False)
-            outputs = list(inferred.graph.output)
+            results = list(inferred.graph.output)
         except Exception:  # the compile reports what is wrong with the model
             pass
     found = []
-    for kind, infos in (("input", inputs), ("output", outputs)):
+    for kind, infos in (("input", inputs), ("output", results)):
         described = []
         for vi in infos:
             tensor = vi.type.tensor_type

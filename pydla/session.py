@@ -119,9 +119,11 @@ class Session(OrtMethods):
                 self.inputs, self.outputs = loaded.inputs, loaded.outputs
             else:
                 self.metadata = onnx_metadata(source.proto)
-                self.inputs, self.outputs = declared_io(source.proto, shapes)
+                self.inputs, self.outputs = declared_io(source.proto, shapes, outputs=False)
                 self._given = shapes
-                if not self.dynamic:  # compiled now, as always; a dynamic model at its first run
+                if self.dynamic:  # compiled at its first run: its outputs as the model declares them
+                    self.outputs = declared_io(source.proto, shapes)[1]
+                else:  # compiled now, as always
                     loaded = self._load(source.loadable(config, precision, shapes, progress=progress), ())
                     self.inputs, self.outputs = loaded.inputs, loaded.outputs
             if self._trace is not None and self._current is not None:

@@ -454,3 +454,17 @@ def test_demo_points_to_a_page_that_is_there(capsys, tmp_path: Path, monkeypatch
     pages = re.findall(r"\((docs/[\w/.-]+\.md)\)", last)
     assert last.startswith("next: ") and pages, last
     assert all((ROOT / page).is_file() for page in pages), pages
+
+
+def test_run_and_compile_word_a_broken_onnx_file_alike(tmp_path: Path, capsys) -> None:
+    from pydla.compiler import cli as compiler_cli  # noqa: F401 (pydla compile is there)
+
+    empty, cut = tmp_path / "empty.onnx", tmp_path / "cut.onnx"
+    empty.write_bytes(b"")
+    cut.write_bytes((ROOT / "examples" / "demo_model.onnx").read_bytes()[:100])
+    for path in (empty, cut):
+        said = []
+        for command in ("run", "compile"):
+            assert main([command, str(path)]) == 1
+            said.append(capsys.readouterr().err)
+        assert said[0] == said[1] and said[0].startswith(f"pydla: error: {path}: "), said
