@@ -146,7 +146,8 @@ def index_limits(model: Any) -> dict[str, int]:
     limits: dict[str, int] = {}
     inits = {i.name for i in g.initializer}
     for graph_input in (i.name for i in g.input if i.name not in inits):
-        seen, todo, found = {graph_input}, [graph_input], []
+        seen, todo = {graph_input}, [graph_input]
+        found: list[int | None] = []
         while todo:
             tensor = todo.pop()
             for node in consumers.get(tensor, []):
@@ -159,12 +160,22 @@ def index_limits(model: Any) -> dict[str, int]:
                     if data and -len(data) <= axis < len(data):
                         found.append(data[axis])
                 elif node.op_type == "OneHot" and node.input[0] == tensor and len(node.input) > 1:
-                    depth = scalars.get(node.input[1])
-                    if depth is not None:
-                        from onnx import numpy_helper
-
-                        found.append(int(np.asarray(numpy_helper.to_array(depth)).reshape(-1)[0]))
-        known = [int(s) for s in found if isinstance(s, int) and s > 0]
+                    found.append(_scalar(scalars.get(node.input[1])))
+        known = [int(n) for n in found if isinstance(n, int) and n > 0]
         if known:
             limits[graph_input] = min(known)
     return limits
+
+
+def _scalar(tensor: Any) -> int | None:
+    """The integer an initializer holds (None when it holds no one integer, or its data is in an
+    external file, not read here)."""
+    if tensor is None:
+        return None
+    from onnx import numpy_helper
+
+    try:
+        values = np.asarray(numpy_helper.to_array(tensor)).reshape(-1)
+    except Exception:  # external data, a type numpy lacks: no limit known
+        return None
+    return int(values[0]) if values.size == 1 and values.dtype.kind in "iuf" else None

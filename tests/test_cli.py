@@ -468,3 +468,29 @@ def test_run_and_compile_word_a_broken_onnx_file_alike(tmp_path: Path, capsys) -
             assert main([command, str(path)]) == 1
             said.append(capsys.readouterr().err)
         assert said[0] == said[1] and said[0].startswith(f"pydla: error: {path}: "), said
+
+
+def test_index_limits_follow_what_indexes_an_axis() -> None:
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from pydla.run_inputs import index_limits
+
+    def model(nodes, inputs, inits=()):
+        graph = h.make_graph(nodes, "g", inputs, [h.make_tensor_value_info("y", 1, None)], list(inits))
+        return h.make_model(graph)
+
+    one_hot = model([h.make_node("OneHot", ["i", "d", "v"], ["y"])], [h.make_tensor_value_info("i", 7, [3])],
+                    [nh.from_array(np.array(7, np.int64), "d"),
+                     nh.from_array(np.array([0, 1], np.float32), "v")])
+    elements = model([h.make_node("GatherElements", ["data", "i"], ["y"], axis=1)],
+                     [h.make_tensor_value_info("data", 1, [2, 9]), h.make_tensor_value_info("i", 7, [2, 3])])
+    # indices of two tables: the smaller one bounds them; an unknown axis size bounds nothing
+    two = model([h.make_node("Gather", ["a", "i"], ["p"]), h.make_node("Gather", ["b", "i"], ["q"]),
+                 h.make_node("Gather", ["c", "j"], ["y"])],
+                [h.make_tensor_value_info("i", 7, [4]), h.make_tensor_value_info("j", 7, [4]),
+                 h.make_tensor_value_info("c", 1, ["rows", 3])],
+                [nh.from_array(np.zeros((30, 2), np.float32), "a"),
+                 nh.from_array(np.zeros((12, 2), np.float32), "b")])
+    assert index_limits(one_hot) == {"i": 7} and index_limits(elements) == {"i": 9}
+    assert index_limits(two) == {"i": 12}
