@@ -19,6 +19,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.blas import describe as blas_kernels
 
 TOLERANCE = 1e-4
+NEXT_READING = "docs/guide/applications.md"  # what the demo's last line points to (a test checks it is there)
 
 
 def build_demo_model(seed: int = 0) -> Any:
@@ -86,7 +87,7 @@ def _demo(args: argparse.Namespace) -> int:
         import onnx  # noqa: F401
     except ImportError as e:
         raise DlaError(NvError.NotSupported,
-                       "pydla demo needs the onnx packages: pip install 'pydla[onnx]'") from e
+                       "pydla demo needs the onnx extra: pip install 'pydla[onnx]'") from e
     import pydla
     from pydla.compiler.api import compile_model
 
@@ -135,6 +136,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"output: {d_out.name} {d_out.dims}, top class {int(got.argmax())} "
           f"(p = {float(got.max()):.4f})")
     print(f"max |pydla - {against}| = {error:.2e} (tolerance {TOLERANCE:.0e}): {'OK' if ok else 'MISMATCH'}")
-    print("\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; "
-          "pydla.createRuntime() in Python (README: 'The runtime API')")
+    print(f"\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; pydla.Session or "
+          f"pydla.createRuntime() in Python (README: 'The runtime API'; {NEXT_READING})")
     return 0 if ok else 1

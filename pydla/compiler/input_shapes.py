@@ -17,11 +17,12 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from pydla.errors import DlaError, NvError
+
+if TYPE_CHECKING:  # onnx is imported where a model is rewritten: running a .dla needs no onnx extra
+    import onnx
 
 InputShapes = dict[str, tuple[int, ...]]
 
@@ -180,6 +181,8 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
                        "(pydla.Session, compile_model)")
     if not shapes:
         return model
+    import onnx
+
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     g = fixed.graph

@@ -303,7 +303,7 @@ def loadable_target(blob: bytes) -> Target:
 
     with Session(blob) as sess:
         rng = np.random.default_rng(0)
-        feeds = {t.name: _sample(rng, t.shape, t.dtype) for t in sess.inputs}
+        feeds = {t.name: _sample(rng, t.sizes, t.dtype) for t in sess.inputs}
         expected = sess.run(feeds)
 
     def check(data: bytes) -> None:
