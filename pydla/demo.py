@@ -77,7 +77,10 @@ def register(commands: Any) -> None:
         description="Build a small CNN with random weights, compile it, run it on the virtual "
                     "device through runtime, portability layer and KMD, and compare the result with "
                     "onnxruntime. Exit code 0 only when the numbers match. Needs the onnx extra.")
-    p.add_argument("--config", default="full", help="device configuration (full, small, or a JSON file)")
+    from pydla.hw.config import bundled_configs
+
+    p.add_argument("--config", default="full",
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
     p.add_argument("--seed", type=int, default=0, help="weights and input seed")
     p.set_defaults(func=_demo)
 

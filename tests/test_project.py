@@ -249,8 +249,6 @@ def test_every_config_option_names_every_bundled_configuration() -> None:
     assert {"full", "small", "full-headed"} <= set(names)
     found = []
     for path in _all_command_paths(build_parser()):
-        if path == ("demo",):  # its help text is pydla/demo.py's, changed with that module
-            continue
         parser = build_parser()
         for step in path:
             sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
