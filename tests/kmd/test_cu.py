@@ -281,3 +281,33 @@ def test_a_device_reset_of_the_dla_ladder_fails_the_units_executions_at_once(mak
     kmd.cu_submit(other, "noop_hs", []).wait(5000)
     assert kmd.stats()["recovery"]["device_resets"] == 1
     assert kmd.stats()["compute_units"]["device_resets"] == 0  # the units' own recovery never ran
+
+
+def test_a_unit_hang_is_declared_for_whoever_frees_its_buffer_after_a_wait_gave_up(make_kmd: MakeKmd) -> None:
+    """As for DLA jobs (tests/kmd/test_recovery.py): the execution's waiter gives up before the TDR
+    and nothing waits any more; the first free of its buffer once the TDR has passed declares the
+    hang, instead of Busy for good. Step mode: the unit never finishes unless its owner steps the
+    device (a deterministic device's clock jumps to the unit's end when the waiter polls)."""
+    dev, kmd = make_kmd(cu_config(), mode="step", tdr_ms=200)
+    ctx = kmd.open_context()
+    buf = kmd.bo_create(ctx, 64)
+    hung = kmd.cu_submit(ctx, "slow", [CuBuffer(buf)])
+    with pytest.raises(DlaError) as gave_up:
+        hung.wait(50)
+    assert "did not finish within 50 ms" in gave_up.value.message
+    with pytest.raises(DlaError) as busy:
+        kmd.bo_destroy(ctx, buf)
+    assert busy.value.code == NvError.Busy
+    time.sleep(max(0.0, hung.deadline - time.monotonic()) + 0.01)  # nobody calls in meanwhile
+    assert not hung.done
+    kmd.bo_destroy(ctx, buf)  # the first call after the TDR: not Busy
+    assert hung.done
+    with pytest.raises(DlaError) as why:
+        hung.wait(0)
+    assert why.value.code == NvError.Timeout and "compute unit 'slow:slow' (context" in why.value.message
+    assert kmd.stats()["compute_units"]["device_resets"] == 1
+    again = kmd.cu_submit(ctx, "noop_hs", [])  # the units work again
+    kmd.poll()
+    while dev.step():
+        kmd.poll()
+    again.wait(5000)

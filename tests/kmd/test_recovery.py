@@ -13,7 +13,7 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.kmd.driver import COMPLETED, FAILED, Kmd
 from pydla.kmd.engine import TaskRun
-from tests.kmd.support import MakeKmd, conv_sdp_pdp, single_pdp
+from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, single_pdp
 
 WAIT_MS = 10_000
 
@@ -214,3 +214,63 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
     assert worst < tdr_ms / 1000 + 0.5, f"worst latency {worst * 1000:.0f} ms"
     assert kmd.stats()["recovery"]["hangs"] == 3
     assert all(job.state in (COMPLETED, FAILED) for job in kmd.history)
+
+
+# -- whoever calls in drives the hang detection ----------------------------------------------------------
+
+TDR_MS = 200
+GIVE_UP_MS = 50  # well before the TDR: the waiter never sees the hang itself
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "step"])
+@pytest.mark.parametrize("asker", ["free", "submit", "submit_prepared", "stats"])
+def test_a_hang_is_declared_for_whoever_calls_in_after_a_wait_gave_up(make_kmd: MakeKmd, mode: str,
+                                                                        asker: str) -> None:
+    """A reliability probe's sequence: a job hangs, its waiter gives up before the TDR, and nothing
+    waits any more. In deterministic (and step) mode only a waiter polled the driver, so the hang
+    was never declared: the job's buffers stayed Busy for every later free (1,532 in a row in the
+    probe). Now the first call into the driver once the TDR has passed declares it: the guilty
+    context gets the hang's error, the other context's job runs and sees none."""
+    dev, kmd = make_kmd(mode=mode, tdr_ms=TDR_MS)
+    guilty, other = kmd.open_context(), kmd.open_context()
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, guilty)
+    case.feed(kmd, guilty, loaded, seed=0)
+    dev.inject_hang("CONV")
+    hung = kmd.submit(guilty, loaded.addresses)
+    innocent = single_pdp()
+    li = innocent.load(kmd, other)
+    expected = innocent.feed(kmd, other, li, seed=7)
+    prepared = kmd.prepare(other, li.addresses)
+    queued = kmd.submit(other, li.addresses)
+    with pytest.raises(DlaError) as gave_up:
+        hung.wait(GIVE_UP_MS)  # (step mode: this wait's polls start the jobs)
+    assert f"job {hung.job_id} did not finish within {GIVE_UP_MS} ms" in gave_up.value.message
+    y = loaded.handles["y"]
+    with pytest.raises(DlaError) as busy:
+        kmd.bo_destroy(guilty, y)  # before the TDR: the running job uses it
+    assert busy.value.code == NvError.Busy
+
+    time.sleep(max(0.0, hung.deadline - time.monotonic()) + 0.01)  # nobody calls in meanwhile
+    assert not hung.done and kmd.watchdog.stats.hangs == 0  # the wedge's condition
+    jobs = [queued]
+    if asker == "free":
+        kmd.bo_destroy(guilty, y)  # the first call after the TDR: not Busy
+    elif asker == "submit":
+        jobs.append(kmd.submit(other, li.addresses))
+    elif asker == "submit_prepared":
+        jobs.append(kmd.submit_prepared(other, prepared))
+    else:
+        assert kmd.stats()["recovery"]["hangs"] == 1
+    assert hung.done and kmd.watchdog.stats.hangs == 1
+    with pytest.raises(DlaError) as why:
+        hung.wait(0)
+    assert why.value.code == NvError.Timeout
+    assert f"task {hung.job_id} of context {guilty} hung: no operation completed for {TDR_MS} ms" \
+        in why.value.message
+    if mode == "step":
+        drive(kmd, dev, jobs)
+    for job in jobs:
+        job.wait(WAIT_MS)  # no error for the other context
+    innocent.check(kmd, other, li, expected)
+    kmd.bo_destroy(guilty, loaded.handles["x"])
