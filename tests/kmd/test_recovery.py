@@ -66,8 +66,11 @@ def test_progress_counts_from_the_last_completed_operation(make_kmd: MakeKmd) ->
     with pytest.raises(DlaError, match=r"operation 2 \(PDP\)"):
         job.wait(WAIT_MS)
     assert job.run is not None and job.run.completed == 2
-    stalled_for = job.finished_at - job.last_progress
-    assert 0.3 <= stalled_for < 0.3 + 0.25, stalled_for
+    assert job.finished_at - job.last_progress >= 0.3
+    # The window that ran out was counted from the last completion itself (exactly, whenever the
+    # service thread got to look: an upper bound on the time taken only measured how busy the machine
+    # was); counted from the check that extended it, it would end later.
+    assert job.extensions == 1 and job.deadline == job.last_progress + 0.3
 
 
 def test_the_guilty_context_loses_its_queue_and_others_keep_theirs(make_kmd: MakeKmd) -> None:
@@ -173,6 +176,7 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
     errors: list[str] = []
     latencies: list[float] = []
     counts = [0] * others
+    progressed = threading.Condition()  # notified at each client's completed job
 
     def client(i: int) -> None:
         ctx = kmd.open_context()
@@ -187,23 +191,36 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
                 kmd.submit(ctx, loaded.addresses).wait(WAIT_MS)
                 case.check(kmd, ctx, loaded, expected)
             except (DlaError, AssertionError) as e:
-                errors.append(f"client {i}: {e}")
+                with progressed:
+                    errors.append(f"client {i}: {e}")
+                    progressed.notify_all()
                 return
             latencies.append(time.monotonic() - t0)
-            counts[i] += 1
+            with progressed:
+                counts[i] += 1
+                progressed.notify_all()
+
+    def each_client_runs_one_more() -> None:
+        """Wait until every client completed one job more than now (a client that failed: at once)."""
+        with progressed:
+            target = [c + 1 for c in counts]
+            ran = progressed.wait_for(lambda: errors or all(map(int.__ge__, counts, target)),
+                                      timeout=WAIT_MS / 1000)
+            assert ran, f"clients' completed jobs {counts}, waited for {target}"
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(others)]
     for t in threads:
         t.start()
     try:
-        time.sleep(0.1)
+        # (Each client running was a sleep here: a client not yet scheduled then saw no hang.)
+        each_client_runs_one_more()
         for _ in range(3):
             with pytest.raises(DlaError) as info:
                 _hang_in_conv(kmd, dev, bad).wait(WAIT_MS)
             assert info.value.code == NvError.Timeout
         with pytest.raises(DlaError, match="is banned"):
             _hang_in_conv(kmd, dev, bad)
-        time.sleep(0.1)
+        each_client_runs_one_more()
     finally:
         stop.set()
         for t in threads:
