@@ -291,7 +291,7 @@ def test_a_unit_hang_is_declared_for_whoever_frees_its_buffer_after_a_wait_gave_
     and nothing waits any more; the first free of its buffer once the TDR has passed declares the
     hang, instead of Busy for good. Step mode: the unit never finishes unless its owner steps the
     device (a deterministic device's clock jumps to the unit's end when the waiter polls)."""
-    dev, kmd = make_kmd(cu_config(), mode="step", tdr_ms=200)
+    dev, kmd = make_kmd(cu_config(), mode="step", tdr_ms=400)  # far past the wait below
     ctx = kmd.open_context()
     buf = kmd.bo_create(ctx, 64)
     hung = kmd.cu_submit(ctx, "slow", [CuBuffer(buf)])
