@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.kmd.driver import COMPLETED, FAILED, Kmd
+from pydla.kmd.driver import COMPLETED, FAILED, Job, Kmd
 from pydla.kmd.engine import TaskRun
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, single_pdp
 
@@ -167,14 +167,18 @@ def test_a_wait_shorter_than_the_window_says_when_the_driver_will_decide(make_km
 def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_kmd: MakeKmd,
                                                                           others: int) -> None:
     """A fault campaign in small: one context hangs CONV three times (and is banned); meanwhile other
-    contexts run PDP jobs in a loop. They see no error, and no job of theirs waits longer than the
-    TDR plus one job (with slack for a loaded 2-core machine)."""
+    contexts run PDP jobs in a loop. They see no error, and no job of theirs waits through more than
+    two hangs: the guilty job on the device when it was queued, and the guilty context's next one,
+    which round-robin may start first (one job per context per turn). So its latency is bounded by
+    two TDR windows plus the jobs ahead of it. (As a wall-clock bound, TDR + 0.5 s, it failed under
+    load: 808 ms with three CPU hogs beside the suite; which jobs ran while one waited is what the
+    driver's policy decides, the same under any load.)"""
     tdr_ms = 250
     dev, kmd = make_kmd(mode="threaded", tdr_ms=tdr_ms, ban_after=3)
     bad = kmd.open_context()
     stop = threading.Event()
     errors: list[str] = []
-    latencies: list[float] = []
+    waited: list[tuple[float, Job]] = []  # each client job: when it was submitted, the job
     counts = [0] * others
     progressed = threading.Condition()  # notified at each client's completed job
 
@@ -188,14 +192,15 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
             expected = case.feed(kmd, ctx, loaded, seed=seed)
             t0 = time.monotonic()
             try:
-                kmd.submit(ctx, loaded.addresses).wait(WAIT_MS)
+                job = kmd.submit(ctx, loaded.addresses)
+                job.wait(WAIT_MS)
                 case.check(kmd, ctx, loaded, expected)
             except (DlaError, AssertionError) as e:
                 with progressed:
                     errors.append(f"client {i}: {e}")
                     progressed.notify_all()
                 return
-            latencies.append(time.monotonic() - t0)
+            waited.append((t0, job))
             with progressed:
                 counts[i] += 1
                 progressed.notify_all()
@@ -214,9 +219,11 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
     try:
         # (Each client running was a sleep here: a client not yet scheduled then saw no hang.)
         each_client_runs_one_more()
+        hung = []
         for _ in range(3):
+            hung.append(_hang_in_conv(kmd, dev, bad))
             with pytest.raises(DlaError) as info:
-                _hang_in_conv(kmd, dev, bad).wait(WAIT_MS)
+                hung[-1].wait(WAIT_MS)
             assert info.value.code == NvError.Timeout
         with pytest.raises(DlaError, match="is banned"):
             _hang_in_conv(kmd, dev, bad)
@@ -227,8 +234,9 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
             t.join(timeout=30)
     assert not errors, errors
     assert all(counts), counts
-    worst = max(latencies)
-    assert worst < tdr_ms / 1000 + 0.5, f"worst latency {worst * 1000:.0f} ms"
+    for submitted, job in waited:  # the hung jobs that ran while it waited to start
+        through = [h.job_id for h in hung if h.started_at < job.started_at and h.finished_at > submitted]
+        assert len(through) <= 2, f"job {job.job_id} waited through hung jobs {through}"
     assert kmd.stats()["recovery"]["hangs"] == 3
     assert all(job.state in (COMPLETED, FAILED) for job in kmd.history)
 
