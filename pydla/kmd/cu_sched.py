@@ -214,6 +214,15 @@ class CuScheduler:
             self._check_deadlines()
         self._after()
 
+    def check_deadlines(self) -> None:
+        """Step mode, for any caller of the driver: declare the executions past their deadline hung
+        (no unit is serviced: the device's owner moves it). Never blocks."""
+        if self.mode == "threaded" or not any(u.inflight for u in self.all_units):
+            return
+        with self._lock:
+            self._check_deadlines()
+        self._after()
+
     def busy_with(self, bo: BufferObject) -> bool:
         """A queued or running execution uses ``bo`` (it may not be destroyed)."""
         with self._lock:

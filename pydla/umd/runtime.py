@@ -116,9 +116,15 @@ class IRuntime:
         loadable = Loadable.open(buf, name)
         runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
-            self._drop_staging()
-            if self.runner is not None:
-                self.runner.close()
+            try:
+                self._drop_staging()
+                if self.runner is not None:
+                    self.runner.close()
+            except BaseException:
+                # The old one stays (Busy: a job in flight uses its memory): the new one's memory is
+                # freed now, else each refused load() would leak a loadable's worth of buffers.
+                runner.close()
+                raise
             self.loadable, self.runner = loadable, runner
             self._inputs = loadable.tensors("input")
             self._outputs = loadable.tensors("output")

@@ -386,8 +386,10 @@ class Tile(FastEmulation):
     def _task_started(self) -> None:
         """The current task's kernel is called (its barriers fired): its start in the trace."""
         if self.on_task is not None:
-            self._task_t0 = time.perf_counter_ns()
             self.on_task(self.index, self.task_seq, None, 0)
+            # Counted from after the start event's stamp (see VirtualDevice's operations): the span
+            # a timeline draws from that stamp never ends past the task.
+            self._task_t0 = time.perf_counter_ns()
 
     def _task_ended(self, error: int) -> None:
         if self._task_t0 and self.on_task is not None:
