@@ -283,10 +283,10 @@ def test_grouping_and_planning_take_time_in_proportion_to_the_graph() -> None:
         graph = import_graph(_chain(blocks))
         best = float("inf")
         for _ in range(3):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # this thread's CPU time: other processes' load does not count
             steps = group_steps(graph)
             plan_memory(graph, steps, {"x", "y"})
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.thread_time() - t0)
         assert len(steps) == 2 * blocks + 1  # conv+relu fused, the add, the identity (a view)
         per_node[blocks] = best / len(graph.nodes)
     assert per_node[2000] < 3 * per_node[100]
