@@ -138,14 +138,11 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
                     progress: Progress | None = None) -> bytes:
     """The loadable of an ONNX model (``onnx_bytes``, read from ``model_file`` when given: its
     external data files are then found in that file's directory), from the cache or compiled."""
-    onnx = _import_onnx()
+    _import_onnx()
+    from pydla.compiler.onnx_model import parse_model
+
     label = str(model_file) if model_file is not None else "model"
-    try:
-        model = onnx.load_from_string(onnx_bytes)
-    except Exception as e:
-        raise DlaError(NvError.BadValue, f"{label}: not a loadable (.dla) and not an ONNX model: {e}") from e
-    if not model.HasField("graph"):  # an empty or foreign file can parse as an empty ModelProto
-        raise DlaError(NvError.BadValue, f"{label}: not a loadable (.dla) and not an ONNX model: no graph")
+    model = parse_model(onnx_bytes, label)  # worded as `pydla compile` words it
     external = _external_tensors(model, model_file)
     fingerprint = compiler_fingerprint()
     # A configuration given as a file is part of the key by its contents, not only its name.
@@ -153,7 +150,7 @@ def _compile_cached(onnx_bytes: bytes, config: str, precision: str,
     contents = config_file.read_bytes() if config_file.suffix == ".json" and config_file.is_file() else b""
     # The input shapes decide the loadable's shapes: one model compiled for two sequence lengths is
     # two entries.
-    input_shapes = input_shapes or {}
+    input_shapes = input_shapes if input_shapes is not None else {}  # keeps how they were given
     key = f"|{config}|{precision}|{fingerprint}|{cache_text(input_shapes)}|"
     digest = hashlib.sha256(onnx_bytes + key.encode() + contents)
     # So are the external data files, whole: the weights change while the .onnx file stays the same.

@@ -105,12 +105,12 @@ def test_session_errors_say_what_was_expected(demo, tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         pydla.Session(tmp_path / "missing.onnx")
     assert e.value.code == NvError.FileNotFound
-    with pytest.raises(DlaError, match=r"not a loadable \(.dla\) and not an ONNX model") as e:
+    with pytest.raises(DlaError, match=r"not an ONNX model or a loadable") as e:
         pydla.Session(b"neither")
     assert e.value.code == NvError.BadValue
     for name, data in (("model.bin", b"neither"), ("empty.onnx", b"")):
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(DlaError, match=rf"{name}: not a loadable \(.dla\) and not an ONNX model") as e:
+        with pytest.raises(DlaError, match=rf"{name}: .*not an ONNX model or a loadable") as e:
             pydla.Session(tmp_path / name)
         assert e.value.code == NvError.BadValue and str(tmp_path) in e.value.message
     with pytest.raises(DlaError, match="give a path"):

@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,12 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     except MemoryError:
         raise DlaError(NvError.InsufficientMemory, "compiling the model ran out of memory") from None
     except Exception as e:  # a malformed model the checks above let through (or a compiler bug)
-        raise DlaError(NvError.BadValue, f"cannot compile the model: {type(e).__name__}: {e} (a malformed "
-                                         "model, or a pydla bug: please report it with the model)") from e
+        from pydla.logconfig import Detail, first_line
+
+        detail = Detail("".join(traceback.format_exception(e)))
+        raise DlaError(NvError.BadValue, f"cannot compile the model: {type(e).__name__}: {first_line(e)} (a "
+                                         "malformed model, or a pydla bug: please report it with the model "
+                                         "and what `pydla compile -v` shows)") from detail
     # The blocks the operations use, as the runtime checks them when loading (re-reading the
     # loadable to find them cost a sixth of compiling a large graph).
     missing = sorted(b for b in result.operations if b not in ("CPU", "SHAVE") and not cfg.has_block(b))

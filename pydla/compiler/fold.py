@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 
 from pydla.compiler.shapes import evaluate
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line
 
 if TYPE_CHECKING:  # graph.py imports this module: the types are for annotations only
     from pydla.compiler.graph_types import Graph, Node
@@ -122,7 +123,8 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
         values = [graph.consts[i] if i else None for i in node.inputs]
         fast = evaluate(node.op_type, node.attrs, values, opset)
     except (ValueError, IndexError, TypeError, KeyError) as e:
-        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from None
+        raise DlaError(NvError.BadValue,
+                       f"{node.where()}: constant folding failed: {first_line(e)}") from Detail(str(e))
     if fast is not None:
         _record(graph, [o for o in node.outputs if o], fast)
         return True
@@ -135,7 +137,8 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     try:
         results = ReferenceEvaluator(model).run(None, feeds)
     except Exception as e:
-        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from e
+        raise DlaError(NvError.BadValue,
+                       f"{node.where()}: constant folding failed: {first_line(e)}") from Detail(str(e))
     _record(graph, [o for o in node.outputs if o], list(results))
     return True
 

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from pydla.compiler import ceil_mode
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line, printable
 
 # Constant inputs up to this many elements are handed to per-node inference as data (a Reshape's
 # shape, a Slice's starts, a Resize's scales); larger ones are weights, whose values no output
@@ -62,10 +63,9 @@ def infer_node(graph: Any, node: Any, proto: onnx.NodeProto, opset: int) -> onnx
             onnx.defs.get_schema(node.op_type, opset), proto, types, data,
             opset_imports=[helper.make_opsetid("", opset)])
     except Exception as e:  # onnx's InferenceError and the like: the inputs do not fit the node
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        given = ", ".join(f"'{i}' {graph.shapes[i]}" for i in inputs)
-        raise DlaError(NvError.BadValue,
-                       f"{node.where()}: its inputs ({given}) do not fit it: {detail}") from None
+        given = ", ".join(f"'{printable(i)}' {graph.shapes[i]}" for i in inputs)
+        raise DlaError(NvError.BadValue, f"{node.where()}: its inputs ({given}) do not fit it: "
+                                         f"{first_line(e)}") from Detail(str(e))
     for name, value in result.items():
         t = value.tensor_type
         if name not in outputs or not t.HasField("shape") or not t.elem_type:
