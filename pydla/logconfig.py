@@ -171,8 +171,10 @@ def error_lines(error: DlaError, *, verbose: bool, prog: str = "pydla") -> list[
     message (control characters escaped, line by line)."""
     if verbose:
         lines = "".join(traceback.format_exception(error)).rstrip("\n").split("\n")
-        message = "\n".join(printable(part) for part in error.message.splitlines() or [""])
-        return [*lines, f"{prog}: error: {message} [{error.code.name}]"]
+        message = [printable(part) for part in error.message.splitlines() or [""]]
+        message[0] = f"{prog}: error: {message[0]}"
+        message[-1] = f"{message[-1]} [{error.code.name}]"
+        return [*lines, *message]
     line, cut = one_line(error.message)
     hint = f" {VERBOSE_HINT}" if cut or _more_in_detail(error, line) else ""
     return [f"{prog}: error: {line} [{error.code.name}]{hint}"]

@@ -69,15 +69,16 @@ def parse_model(data: bytes, label: str) -> onnx.ModelProto:
 def check_model_bytes(head: bytes, label: str) -> None:
     """What the first bytes of a file tell: empty, or an ELF file (a compiled loadable)."""
     if not head:
-        raise DlaError(NvError.BadValue, f"{label}: the file is empty (0 bytes), not an ONNX model or a loadable")
+        raise DlaError(NvError.BadValue,
+                       f"{label}: the file is empty (0 bytes), not an ONNX model or a loadable")
     if head[:len(ELF_MAGIC)] == ELF_MAGIC:
         raise DlaError(NvError.BadValue, f"{label}: not an ONNX model: it is an ELF file (a compiled pydla "
                                          "loadable? `pydla run` and `pydla info` take those)")
 
 
 def _does_not_parse(label: str, e: Exception) -> DlaError:
-    return DlaError(NvError.BadValue, f"{label}: not an ONNX model or a loadable, or a truncated one: it does "
-                                      f"not parse as ONNX ({first_line(e)})")
+    return DlaError(NvError.BadValue, f"{label}: not an ONNX model or a loadable, or a truncated one: it "
+                                      f"does not parse as ONNX ({first_line(e)})")
 
 
 def check_not_empty(model: onnx.ModelProto, prefix: str = "") -> None:

@@ -14,7 +14,12 @@ from onnx import TensorProto, helper
 
 from pydla.cli import main
 from pydla.compiler.api import compile_model
-from pydla.compiler.input_shapes import check_input_shapes, parse_input_shape, parse_input_shapes, with_input_shapes
+from pydla.compiler.input_shapes import (
+    check_input_shapes,
+    parse_input_shape,
+    parse_input_shapes,
+    with_input_shapes,
+)
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from tests.compiler import exporter_models as em
@@ -67,13 +72,15 @@ def test_only_the_inputs_still_without_sizes_are_asked_for() -> None:
 @pytest.mark.parametrize("shapes,api,flag", [
     ({"z": (1, 2, 4)}, "input_shapes['z']: the model has no input 'z' (its inputs: x, y)",
      "--input-shape z: the model has no input 'z' (its inputs: x, y)"),
-    ({"x": (1, 2)}, "input_shapes['x'] = (1, 2): 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])",
+    ({"x": (1, 2)},
+     "input_shapes['x'] = (1, 2): 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])",
      "--input-shape x=1,2: 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])"),
     ({"x": (1, 2, 5)}, "input_shapes['x'] = (1, 2, 5): dimension 2 of input 'x' is fixed at 4 in the model",
      "--input-shape x=1,2,5: dimension 2 of input 'x' is fixed at 4 in the model"),
     ({"x": (1, 0, 4)}, "input_shapes['x'] = (1, 0, 4): dimension 0 is not positive",
      "--input-shape x=1,0,4: dimension 0 is not positive"),
-    ({"x": (2, 3, 4), "y": (1, 1, 4)}, "input_shapes['y']: dimension 0 is 'batch', given 2 elsewhere and 1 here",
+    ({"x": (2, 3, 4), "y": (1, 1, 4)},
+     "input_shapes['y']: dimension 0 is 'batch', given 2 elsewhere and 1 here",
      "--input-shape y: dimension 0 is 'batch', given 2 elsewhere and 1 here"),
 ])
 def test_a_bad_shape_is_a_one_line_error_naming_it_as_the_caller_gave_it(

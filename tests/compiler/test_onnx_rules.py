@@ -41,18 +41,18 @@ def _onnxruntime_refuses(m: onnx.ModelProto | bytes) -> str:
 
 
 def test_two_nodes_producing_one_tensor_are_refused() -> None:
-    m = model([helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Sigmoid", ["x"], ["y"], name="b")],
-              {"x": (1, 3, 4, 4)}, ["y"])
+    m = model([helper.make_node("Relu", ["x"], ["y"], name="a"),
+               helper.make_node("Sigmoid", ["x"], ["y"], name="b")], {"x": (1, 3, 4, 4)}, ["y"])
     assert "Duplicate definition of name (y)" in _onnxruntime_refuses(m)
     e = _refused(m)
     assert e.code == NvError.BadValue
-    assert e.message == ("tensor 'y' is defined twice: the output of node 'a' (Relu) and the output of node 'b' "
-                         "(Sigmoid) (an ONNX graph defines each name once)")
+    assert e.message == ("tensor 'y' is defined twice: the output of node 'a' (Relu) and the output of node "
+                         "'b' (Sigmoid) (an ONNX graph defines each name once)")
 
 
 @pytest.mark.parametrize("nodes,inits,fragment", [
-    ([helper.make_node("Relu", ["x"], ["x"], name="r")], {}, "tensor 'x' is defined twice: a graph input and the "
-                                                             "output of node 'r' (Relu)"),
+    ([helper.make_node("Relu", ["x"], ["x"], name="r")], {},
+     "tensor 'x' is defined twice: a graph input and the output of node 'r' (Relu)"),
     ([helper.make_node("Relu", ["x"], ["w"], name="r"), helper.make_node("Relu", ["x"], ["y"])],
      {"w": np.ones(1, np.float32)}, "tensor 'w' is defined twice: an initializer and the output of node 'r'"),
     ([helper.make_node("Split", ["x"], ["y", "y"], name="s", axis=1, num_outputs=2)], {},
@@ -70,8 +70,8 @@ def test_an_opset_beyond_the_newest_is_refused() -> None:
     e = _refused(m)
     newest = onnx.defs.onnx_opset_version()
     assert e.code == NvError.NotSupported
-    assert e.message == (f"ONNX opset 9999: the newest opset this onnx {onnx.__version__} (and so pydla) knows "
-                         f"is {newest}; export the model for opset {newest} or earlier")
+    assert e.message == (f"ONNX opset 9999: the newest opset this onnx {onnx.__version__} (and so pydla) "
+                         f"knows is {newest}; export the model for opset {newest} or earlier")
     m = _relu(opset=newest)
     assert compile_model(m).operations == {"SDP": 1}  # the newest itself is taken
 
@@ -87,8 +87,8 @@ def test_an_opset_imported_twice_or_below_1_is_refused() -> None:
 
 @pytest.mark.parametrize("ir_version,code,fragment", [
     (0, NvError.BadValue, "ir_version 0: the model does not set its IR version"),
-    (99, NvError.NotSupported, f"ir_version 99: newer than this onnx {onnx.__version__} reads (IR versions 1 to "
-                               f"{onnx.IR_VERSION})"),
+    (99, NvError.NotSupported,
+     f"ir_version 99: newer than this onnx {onnx.__version__} reads (IR versions 1 to {onnx.IR_VERSION})"),
 ])
 def test_an_ir_version_out_of_range_is_refused(ir_version: int, code: NvError, fragment: str) -> None:
     m = _relu()
@@ -103,8 +103,8 @@ def test_an_input_whose_initializer_has_another_shape_or_type_is_refused() -> No
     m = model([helper.make_node("Add", ["x", "x"], ["y"])], {"x": (1, 3, 4, 4)}, ["y"],
               inits={"x": np.ones((2, 2), np.float32)})
     assert "Shape of initializer x does not match" in _onnxruntime_refuses(m)
-    assert _refused(m).message == ("graph input 'x' is declared of shape [1, 3, 4, 4], but its initializer has "
-                                   "shape [2, 2]")
+    assert _refused(m).message == ("graph input 'x' is declared of shape [1, 3, 4, 4], but its initializer "
+                                   "has shape [2, 2]")
     m = model([helper.make_node("Add", ["x", "x"], ["y"])], {"x": (2, 2)}, ["y"],
               inits={"x": np.ones((2, 2), np.int64)})
     assert _refused(m).message == "graph input 'x' is declared float, but its initializer is int64"
@@ -115,26 +115,29 @@ def test_an_input_whose_initializer_has_another_shape_or_type_is_refused() -> No
 
 
 def test_a_cycle_is_named_node_by_node() -> None:
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"),
              helper.make_node("Sigmoid", ["a"], ["y"], name="out")]
     m = model(nodes, {"x": (1, 3)}, ["y"])
     assert "not acyclic" in _onnxruntime_refuses(m)
-    assert _refused(m).message == ("the graph has a cycle: node 'relu' (Relu) -> node 'add' (Add) -> node 'relu' "
-                                   "(Relu) (an ONNX graph is acyclic)")
+    assert _refused(m).message == ("the graph has a cycle: node 'relu' (Relu) -> node 'add' (Add) -> node "
+                                   "'relu' (Relu) (an ONNX graph is acyclic)")
 
 
 def test_nodes_out_of_order_are_named_with_the_later_producer() -> None:
-    nodes = [helper.make_node("Sigmoid", ["a"], ["y"], name="second"), helper.make_node("Relu", ["x"], ["a"], name="first")]
+    nodes = [helper.make_node("Sigmoid", ["a"], ["y"], name="second"),
+             helper.make_node("Relu", ["x"], ["a"], name="first")]
     assert _refused(model(nodes, {"x": (1, 3)}, ["y"])).message == (
-        "node 'second' (Sigmoid): input 'a' is the output of a later node, node 'first' (Relu): an ONNX graph lists "
-        "its nodes in topological order")
+        "node 'second' (Sigmoid): input 'a' is the output of a later node, node 'first' (Relu): an ONNX "
+        "graph lists its nodes in topological order")
 
 
 def test_a_long_chain_is_checked_without_recursion() -> None:
     nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(5000)]
     nodes.insert(0, helper.make_node("Add", ["x", "t5000"], ["t0"]))
     nodes.append(helper.make_node("Identity", ["t5000"], ["y"]))
-    assert _refused(model(nodes, {"x": (1, 3)}, ["y"])).message.startswith("the graph has a cycle: node 'Relu_")
+    message = _refused(model(nodes, {"x": (1, 3)}, ["y"])).message
+    assert message.startswith("the graph has a cycle: node 'Relu_")
 
 
 def _with_bytes(m: onnx.ModelProto, text: str, raw: bytes) -> bytes:
@@ -157,19 +160,20 @@ def test_a_string_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path, field:
     file.write_bytes(_with_bytes(m, text, raw))
     e = _refused(file)
     assert e.code == NvError.BadValue
-    assert e.message == (f"{path}: not UTF-8 text (ONNX strings are UTF-8; the model is corrupt or was written by "
-                         "a faulty tool)")
+    assert e.message == (f"{path}: not UTF-8 text (ONNX strings are UTF-8; the model is corrupt or was "
+                         "written by a faulty tool)")
 
 
 def test_an_operator_of_a_custom_domain_is_named_not_its_opset_import() -> None:
     m = model([helper.make_node("MyOp", ["x"], ["y"], name="mine", domain="com.me")], {"x": (1, 3)}, ["y"])
-    assert _refused(m).message == ("node 'mine' (com.me MyOp): the model imports no opset of domain 'com.me' (its "
-                                   "opset_import lacks it)")
+    assert _refused(m).message == ("node 'mine' (com.me MyOp): the model imports no opset of domain 'com.me' "
+                                   "(its opset_import lacks it)")
     m.opset_import.append(helper.make_opsetid("com.me", 1))
     e = _refused(m)
     assert e.code == NvError.NotSupported
-    assert e.message == ("node 'mine' (com.me MyOp): operator 'MyOp' of domain 'com.me' is not one pydla knows: "
-                         "it compiles ONNX's operators (domain '') and custom SHAVE kernels (domain 'ai.pydla')")
+    assert e.message == ("node 'mine' (com.me MyOp): operator 'MyOp' of domain 'com.me' is not one pydla "
+                         "knows: it compiles ONNX's operators (domain '') and custom SHAVE kernels (domain "
+                         "'ai.pydla')")
 
 
 def test_a_model_with_another_domain_imported_but_unused_compiles() -> None:
@@ -184,7 +188,8 @@ def test_shape_inference_errors_are_one_line_with_the_whole_report_as_detail() -
     """onnx's report of a failed inference runs over several lines: the message is the first, the
     rest is the chained Detail (what `pydla -v` shows)."""
     m = model([helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
-               helper.make_node("MatMul", ["x", "w"], ["b"], name="mm2"), helper.make_node("Add", ["a", "b"], ["y"])],
+               helper.make_node("MatMul", ["x", "w"], ["b"], name="mm2"),
+               helper.make_node("Add", ["a", "b"], ["y"])],
               {"x": (2, 3)}, ["y"], inits={"w": np.ones((4, 5), np.float32)})
     e = _refused(m)
     assert e.code == NvError.BadValue

@@ -251,9 +251,10 @@ def test_a_device_without_a_block_the_network_needs_is_named(tmp_path: Path) -> 
         compile_model(_conv_relu(), config=str(path))
     assert e.value.code == NvError.NotSupported
     # named as the node is lowered, with the configurations that have the block
-    assert e.value.message == ("node 'pool' (MaxPool): pydla computes it with the PDP block, which device "
-                               "config 'no-pdp' does not have (its blocks: BDMA, CONV, SDP, CDP, RUBIK); compile "
-                               "for device config 'full', 'full-headed' or 'small', which have it (--config full)")
+    assert e.value.message == ("node 'pool' (MaxPool): pydla computes it with the PDP block, which "
+                               "device config 'no-pdp' does not have (its blocks: BDMA, CONV, SDP, CDP, "
+                               "RUBIK); compile for device config 'full', 'full-headed' or 'small', which "
+                               "have it (--config full)")
 
 
 # -- compile time grows linearly -----------------------------------------------------------------------
