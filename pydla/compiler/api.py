@@ -66,8 +66,14 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         kernels = Path(base_dir) if base_dir is not None else base_dir_of(model)
         graph = import_graph(onnx_model, progress, shapes, whole, kernels)
         result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
-    except DlaError:
-        raise
+    except DlaError as e:
+        if e.message.isprintable():
+            raise
+        # A name from the model holding a line break or a control character, quoted as it is by
+        # some message: the message stays one line, and cannot drive a terminal.
+        from pydla.logconfig import printable
+
+        raise DlaError(e.code, printable(e.message)) from e
     except MemoryError:
         raise DlaError(NvError.InsufficientMemory, "compiling the model ran out of memory") from None
     except Exception as e:  # a malformed model the checks above let through (or a compiler bug)
