@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pydla.compiler.input_shapes import check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
@@ -64,8 +66,11 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
             else frozenset()
         kernels = Path(base_dir) if base_dir is not None else base_dir_of(model)
-        graph = import_graph(onnx_model, progress, shapes, whole, kernels)
-        result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
+        # A NaN among the weights that is a signalling one (any bit pattern a file may hold) makes
+        # numpy's casts warn; the model's NaN is computed as NaN, and says nothing to the user.
+        with np.errstate(invalid="ignore"):
+            graph = import_graph(onnx_model, progress, shapes, whole, kernels)
+            result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

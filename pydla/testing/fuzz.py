@@ -264,12 +264,19 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "trace-ring": trace_ring_target,
         "device-config": device_config_target,
         "mailbox": _mailbox_target,
+        "onnx": _onnx_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
     if unknown:
         raise DlaError(NvError.BadParameter, f"fuzz targets {unknown}: choose from {', '.join(makers)}")
     return [makers[n]() for n in names]
+
+
+def _onnx_target() -> Target:
+    from pydla.testing.fuzz_onnx import onnx_target  # ONNX graphs (needs the onnx extra)
+
+    return onnx_target()
 
 
 def _mailbox_target() -> Target:

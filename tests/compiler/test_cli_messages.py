@@ -210,3 +210,13 @@ def test_the_library_raises_the_same_wording(tmp_path: Path) -> None:
         messages.append(info.value.message)
     assert messages[0] == messages[1]
     assert messages[0] == f"{path}: the file is empty (0 bytes), not an ONNX model or a loadable"
+
+
+def test_a_signalling_nan_among_the_weights_prints_no_numpy_warning(recwarn: pytest.WarningsRecorder) -> None:
+    from pydla.compiler.api import compile_model
+
+    weights = np.ones((4, 3, 1, 1), np.float32)
+    weights.view(np.uint32)[0, 0, 0, 0] = 0x7FA00000  # a signalling NaN, as a corrupt file may hold
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": (1, 3, 4, 4)}, ["y"], inits={"w": weights})
+    assert compile_model(m).operations
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
