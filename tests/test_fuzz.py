@@ -99,7 +99,7 @@ def test_the_onnx_target_finds_an_invalid_model_compiled_and_a_message_of_two_li
     from pydla.testing.fuzz_onnx import onnx_target
 
     monkeypatch.setattr(graph, "check_model_rules", lambda model: None)
-    monkeypatch.setattr(graph, "check_names", lambda g: None)
+    monkeypatch.setattr(graph, "check_names", lambda g, ios: None)
     report = run_campaign([onnx_target()], cases=300, seed=SEED, case_timeout_s=20)
     assert any(f.kind == "silent" and "an invalid model was compiled" in f.detail for f in report.findings)
     monkeypatch.undo()

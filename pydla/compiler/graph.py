@@ -51,8 +51,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
     paths start, see :mod:`pydla.compiler.custom_kernel`)."""
     report(progress, "checking")
     check_not_empty(model)
-    check_model_rules(model)
-    check_names(model.graph)
+    check_names(model.graph, check_model_rules(model))
     model = with_input_shapes(model, input_shapes if input_shapes is not None else {})
     check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

@@ -95,22 +95,24 @@ def label(n: onnx.NodeProto, i: int) -> str:
     return f"node '{printable(n.name or f'{n.op_type}_{i}')}' ({printable(n.op_type)})"
 
 
-def check_names(g: onnx.GraphProto) -> None:
+def check_names(g: onnx.GraphProto, ios: list[tuple[list[str], list[str]]] | None = None) -> None:
     """Every node input is a graph input, an initializer or an earlier node's output, as onnx's
     checker requires (nodes in topological order); one that a node reads before it is computed
     is reported as a cycle when the nodes form one (onnxruntime: "the graph is not acyclic"), else
     as the order it is. (onnx's checker also insists on declared output shapes, which models built
-    with onnx.helper often lack: not required.)"""
+    with onnx.helper often lack: not required.) ``ios``: each node's inputs and outputs, when the
+    caller has them (:func:`pydla.compiler.onnx_rules.node_names`)."""
+    ios = [(list(n.input), list(n.output)) for n in g.node] if ios is None else ios
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
-    producer = {name: i for i, n in enumerate(g.node) for name in n.output if name}
-    for i, n in enumerate(g.node):
-        for name in n.input:
+    producer = {name: i for i, (_, outputs) in enumerate(ios) for name in outputs if name}
+    for i, (n, (inputs, outputs)) in enumerate(zip(g.node, ios, strict=True)):
+        for name in inputs:
             if name in known:
                 continue
             if name not in producer:
                 raise DlaError(NvError.BadValue, f"{label(n, i)}: input '{printable(name)}' is not "
                                                  "a graph input, an initializer or any node's output")
-            cycle = _cycle(g, producer, i)
+            cycle = _cycle(ios, producer, i)
             if cycle:
                 path = " -> ".join(label(g.node[k], k) for k in [*cycle, cycle[0]])
                 raise DlaError(NvError.BadValue, f"the graph has a cycle: {path} (an ONNX graph is acyclic)")
@@ -118,13 +120,13 @@ def check_names(g: onnx.GraphProto) -> None:
             raise DlaError(NvError.BadValue, f"{label(n, i)}: input '{printable(name)}' is the output of a "
                                              f"later node, {label(g.node[later], later)}: an ONNX graph "
                                              "lists its nodes in topological order")
-        known.update(n.output)
+        known.update(outputs)
     for o in g.output:
         if o.name not in known:
             raise DlaError(NvError.BadValue, f"output '{printable(o.name)}' is not computed by any node")
 
 
-def _cycle(g: onnx.GraphProto, producer: dict[str, int], start: int) -> list[int]:
+def _cycle(ios: list[tuple[list[str], list[str]]], producer: dict[str, int], start: int) -> list[int]:
     """The nodes of a cycle through the producers of node ``start``'s inputs (in data-flow order),
     or [] when none: a depth-first walk, iterative (a long chain must not exhaust the stack)."""
     state: dict[int, int] = {}  # 1: on the current path, 2: done
@@ -137,7 +139,7 @@ def _cycle(g: onnx.GraphProto, producer: dict[str, int], start: int) -> list[int
                 continue
             state[node] = 1
             path.append(node)
-        inputs = g.node[node].input
+        inputs = ios[node][0]
         while k < len(inputs) and inputs[k] not in producer:
             k += 1
         if k == len(inputs):

@@ -13,16 +13,16 @@ Each refusal is a :class:`~pydla.errors.DlaError` naming the node or tensor and 
 
 Usage::
 
-    check_model_rules(model)      # before the node checks of pydla.compiler.onnx_model
+    ios = check_model_rules(model)      # before the node checks of pydla.compiler.onnx_model
+    check_names(model.graph, ios)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable
+from itertools import chain
 
 import onnx
-from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-untyped]
 from onnx import helper
 
 from pydla.errors import DlaError, NvError
@@ -34,13 +34,25 @@ PYDLA_DOMAIN = "ai.pydla"
 MIN_IR_VERSION = 1
 
 
-def check_model_rules(model: onnx.ModelProto) -> None:
-    """Every rule of this module, in the order that lets each message name things as text."""
-    check_text(model)
+# Each node's inputs and outputs, as lists: reading a repeated field out of protobuf costs more than
+# a check of its names, so it is done once for every check that walks them.
+NodeNames = list[tuple[list[str], list[str]]]
+
+
+def node_names(g: onnx.GraphProto) -> NodeNames:
+    return [(list(n.input), list(n.output)) for n in g.node]
+
+
+def check_model_rules(model: onnx.ModelProto) -> NodeNames:
+    """Every rule of this module, in the order that lets each message name things as text; returns
+    each node's inputs and outputs (:data:`NodeNames`), for :func:`check_names` to take."""
+    ios = node_names(model.graph)
+    check_text(model, ios)
     check_versions(model)
-    check_single_assignment(model.graph)
+    check_single_assignment(model.graph, ios)
     check_initializer_inputs(model.graph)
     check_domains(model)
+    return ios
 
 
 def node_label(n: onnx.NodeProto, i: int) -> str:
@@ -53,35 +65,50 @@ def node_label(n: onnx.NodeProto, i: int) -> str:
 # -- UTF-8 -----------------------------------------------------------------------------------------
 
 
-def check_text(model: onnx.ModelProto) -> None:
-    """Every string field of the model, in subgraphs and attributes too, is text: DlaError naming the
-    field's path (``graph.node[3].op_type``) and the bytes. Only string and message fields are read
-    (a weight's raw_data is never touched)."""
-    for path, value in _strings(model, "model"):
-        if isinstance(value, bytes):
-            raise DlaError(NvError.BadValue, f"{path} {value!r}: not UTF-8 text (ONNX strings are UTF-8; "
-                                             "the model is corrupt or was written by a faulty tool)")
+def check_text(model: onnx.ModelProto, ios: NodeNames | None = None) -> None:
+    """Every name the compiler reads is text: the opsets' domains; the graph's inputs, outputs,
+    value_info and initializers; each node's name, operator, domain, inputs, outputs and attribute
+    names. DlaError naming the field's path (``graph.node[3].op_type``) and the bytes otherwise.
+    (A string elsewhere, a doc_string say, is never read; a subgraph's, never compiled.)"""
+    g = model.graph
+    ios = node_names(g) if ios is None else ios
+    nodes = list(g.node)
+    strings = [(o.domain for o in model.opset_import),
+               (item.name for field in (g.input, g.output, g.value_info, g.initializer) for item in field),
+               (n.name for n in nodes), (n.op_type for n in nodes), (n.domain for n in nodes),
+               chain.from_iterable(inputs + outputs for inputs, outputs in ios),
+               (a.name for n in nodes if n.attribute for a in n.attribute)]
+    if all(_all_text(part) for part in strings):  # the common case, at C speed
+        return
+    for i, o in enumerate(model.opset_import):
+        _text(o.domain, f"model.opset_import[{i}].domain")
+    for field in ("input", "output", "value_info", "initializer"):
+        for i, item in enumerate(getattr(g, field)):
+            _text(item.name, f"model.graph.{field}[{i}].name")
+    for i, n in enumerate(nodes):
+        where = f"model.graph.node[{i}]"
+        for field in ("name", "op_type", "domain"):
+            _text(getattr(n, field), f"{where}.{field}")
+        for field, names in zip(("input", "output"), ios[i], strict=True):
+            for k, name in enumerate(names):
+                _text(name, f"{where}.{field}[{k}]")
+        for k, a in enumerate(n.attribute):
+            _text(a.name, f"{where}.attribute[{k}].name")
 
 
-def _strings(message: Any, path: str) -> Iterator[tuple[str, str | bytes]]:
-    for field in message.DESCRIPTOR.fields:
-        if field.type == FieldDescriptor.TYPE_STRING:
-            if _repeated(field):
-                for i, item in enumerate(getattr(message, field.name)):
-                    yield f"{path}.{field.name}[{i}]", item
-            elif message.HasField(field.name):
-                yield f"{path}.{field.name}", getattr(message, field.name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            if _repeated(field):
-                for i, item in enumerate(getattr(message, field.name)):
-                    yield from _strings(item, f"{path}.{field.name}[{i}]")
-            elif message.HasField(field.name):
-                yield from _strings(getattr(message, field.name), f"{path}.{field.name}")
+def _all_text(strings: Iterable[str | bytes]) -> bool:
+    try:
+        "".join(strings)  # type: ignore[arg-type]  # a bytes item is what it looks for
+    except TypeError:
+        return False
+    return True
 
 
-def _repeated(field: Any) -> bool:
-    repeated = getattr(field, "is_repeated", None)  # protobuf 6 and later; ``label`` before
-    return bool(repeated if repeated is not None else field.label == FieldDescriptor.LABEL_REPEATED)
+def _text(value: str | bytes, path: str) -> None:
+    """Protobuf hands a string field holding bytes that are not UTF-8 as ``bytes``."""
+    if type(value) is not str:
+        raise DlaError(NvError.BadValue, f"{path} {value!r}: not UTF-8 text (ONNX strings are UTF-8; "
+                                         "the model is corrupt or was written by a faulty tool)")
 
 
 # -- versions --------------------------------------------------------------------------------------
@@ -121,31 +148,40 @@ def check_versions(model: onnx.ModelProto) -> None:
 # -- names -----------------------------------------------------------------------------------------
 
 
-def check_single_assignment(g: onnx.GraphProto) -> None:
+def check_single_assignment(g: onnx.GraphProto, ios: NodeNames | None = None) -> None:
     """Each tensor name defined once: graph inputs, initializers and node outputs are distinct (an
     initializer may also be listed as a graph input, as older exporters do), as onnx's checker
     (single static assignment) and onnxruntime ("Duplicate definition of name") require."""
-    defined: dict[str, str] = {}
+    # What defines each name, as (kind, node index): worded only for a message.
+    defined: dict[str, tuple[str, int]] = {}
 
-    def define(name: str, what: str) -> None:
+    def define(name: str, what: tuple[str, int]) -> None:
         if name in defined:
-            raise DlaError(NvError.BadValue, f"tensor '{printable(name)}' is defined twice: {defined[name]} "
-                                             f"and {what} (an ONNX graph defines each name once)")
+            first, second = _definer(g, defined[name]), _definer(g, what)
+            raise DlaError(NvError.BadValue, f"tensor '{printable(name)}' is defined twice: {first} and "
+                                             f"{second} (an ONNX graph defines each name once)")
         defined[name] = what
 
     for vi in g.input:
-        define(vi.name, "a graph input")
+        define(vi.name, ("input", 0))
     inputs = {vi.name for vi in g.input}
     for init in g.initializer:
         if init.name in inputs:  # the input's default value: one definition
-            defined[init.name] = "a graph input with an initializer"
+            defined[init.name] = ("input with an initializer", 0)
             inputs.discard(init.name)  # a second initializer of the same name is a duplicate
         else:
-            define(init.name, "an initializer")
-    for i, n in enumerate(g.node):
-        for name in n.output:
+            define(init.name, ("initializer", 0))
+    for i, (_, outputs) in enumerate(node_names(g) if ios is None else ios):
+        for name in outputs:
             if name:
-                define(name, f"the output of {node_label(n, i)}")
+                define(name, ("node", i))
+
+
+def _definer(g: onnx.GraphProto, what: tuple[str, int]) -> str:
+    kind, i = what
+    if kind == "node":
+        return f"the output of {node_label(g.node[i], i)}"
+    return "an initializer" if kind == "initializer" else f"a graph {kind}"
 
 
 def check_initializer_inputs(g: onnx.GraphProto) -> None:

@@ -35,8 +35,8 @@ def test_validate_reports_a_device_path_no_file_can_have(tmp_path: Path, capsys:
     path = _write(tmp_path, doc)
     assert main(["validate", str(path)]) == 1
     out = capsys.readouterr().out
-    assert out == (f"{path}: 1 problem(s)\n  /header/device: {device!r} holds a character that is not printable: "
-                   "not a file name\n")
+    assert out == (f"{path}: 1 problem(s)\n  /header/device: {device!r} holds a character that is not "
+                   "printable: not a file name\n")
     assert out.isascii() and "\x00" not in out
     # the runner's reading (configuration not loaded) refuses it as a recipe problem too
     with pytest.raises(RecipeError):
@@ -75,10 +75,12 @@ def test_resolve_file_refuses_what_the_system_cannot_open(tmp_path: Path, relati
 def test_a_recipe_file_at_a_path_with_a_nul_is_a_dla_error(tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         RecipeFile(str(tmp_path / "a\x00b.json"))
-    assert e.value.code == NvError.BadParameter and "\\x00" in e.value.message and "\x00" not in e.value.message
+    assert e.value.code == NvError.BadParameter
+    assert "\\x00" in e.value.message and "\x00" not in e.value.message
 
 
-def test_validate_prints_every_problem_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_prints_every_problem_on_one_line(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     doc = seed_example()
     doc["resources"]["buffers"][0]["name"] = "w\nts\x1b[31m"
     assert main(["validate", str(_write(tmp_path, doc))]) == 1
