@@ -125,8 +125,9 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     except (ValueError, IndexError, TypeError, KeyError) as e:
         raise DlaError(NvError.BadValue,
                        f"{node.where()}: constant folding failed: {first_line(e)}") from Detail(str(e))
-    if fast is not None:
-        _record(graph, [o for o in node.outputs if o], fast)
+    outputs = [o for o in node.outputs if o]
+    if fast is not None and len(fast) == len(outputs):  # (a BatchNormalization's training outputs: not)
+        _record(graph, outputs, fast)
         return True
     model = helper.make_model(
         helper.make_graph([proto], "fold",

@@ -185,6 +185,22 @@ def _trilu(attrs: dict[str, Any], values: Values) -> np.ndarray:
     return np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)
 
 
+def _batch_norm(attrs: dict[str, Any], values: Values, opset: int) -> np.ndarray | None:
+    """BatchNormalization as inference computes it, with the given mean and variance: onnx's
+    reference implementation of opsets 9 to 13 uses the batch's own statistics instead (its default
+    momentum taken for training), which onnxruntime and the ONNX spec do not."""
+    if attrs.get("training_mode", 0):
+        return None  # the import refuses training mode by name
+    x, scale, bias, mean, var = (_at(values, i) for i in range(5))
+    if x.dtype.kind != "f" or x.ndim < 2:
+        return None
+    channel = (-1,) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (np.asarray(v, np.float64).reshape(channel) for v in (scale, bias, mean, var))
+    with np.errstate(all="ignore"):  # NaN and infinities as float arithmetic gives them
+        y = (x - mean) / np.sqrt(var + float(attrs.get("epsilon", 1e-5))) * scale + bias
+    return np.asarray(y, dtype=x.dtype)
+
+
 def _at(values: Values, index: int) -> np.ndarray:
     """Input ``index``, which the operator requires (onnx's checker saw that it is given)."""
     value = values[index] if index < len(values) else None
@@ -230,6 +246,7 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], Values, int], Any]] = {
     "Tile": lambda attrs, v, opset: np.tile(_first(v), [int(r) for r in _at(v, 1).ravel()]),
     "Trilu": lambda attrs, v, opset: _trilu(attrs, v),
     "Max": lambda attrs, v, opset: np.maximum.reduce(np.broadcast_arrays(*_present(v))),
+    "BatchNormalization": _batch_norm,
     "Min": lambda attrs, v, opset: np.minimum.reduce(np.broadcast_arrays(*_present(v))),
 }
 # Float math a shape computation applies to a length (attention's 1 / sqrt(head size)).
