@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Sequence
 
 from pydla import __version__
 from pydla.errors import DlaError
-from pydla.logconfig import ENV, LEVELS, cli_logging
+from pydla.logconfig import ENV, LEVELS, cli_logging, error_lines
 
-VERBOSE_HELP = "show a traceback when a command fails, and log at level info (unless --log-level)"
+VERBOSE_HELP = ("show the whole error when a command fails (its traceback and every detail; without -v an "
+                "error is one line), and log at level info (unless --log-level)")
 LOG_LEVEL_HELP = (f"log the pydla stack (runtime, KMD, daemon) to stderr at LEVEL: {', '.join(LEVELS)} "
                   f"(default: ${ENV}, else warning)")
 
@@ -89,9 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result: int = args.func(args)
         return result
     except DlaError as e:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"pydla: error: {e}", file=sys.stderr)
+        print("\n".join(error_lines(e, verbose=args.verbose)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("pydla: interrupted", file=sys.stderr)

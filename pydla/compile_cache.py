@@ -79,10 +79,12 @@ class OnnxModel:
     it (its file, or "model")."""
 
     def __init__(self, data: bytes, model_file: Path | None = None) -> None:
-        onnx = import_onnx()
+        import_onnx()  # the extra's one-line hint before the compiler's modules are imported
+        from pydla.compiler.onnx_model import parse_model
+
         self.model_file = model_file
         self.label = str(model_file) if model_file is not None else "model"
-        self.proto = _parse(onnx, data, self.label, model_file)
+        self.proto = parse_model(data, self.label)  # worded as `pydla compile` words it
         self._external = _external_tensors(self.proto, model_file)
         self._external_loaded = False
         self._kernel_dir = model_file.resolve().parent if model_file is not None else None
@@ -140,28 +142,6 @@ class OnnxModel:
         except OSError:
             pass  # a cache that cannot be written only costs a compile next time
         return blob
-
-
-def _parse(onnx: Any, data: bytes, label: str, model_file: Path | None) -> Any:
-    """The ModelProto in ``data``, refused in the words ``pydla compile`` uses for a .onnx file (a
-    file of another name might have been meant as a loadable: then both are said)."""
-    what = ("not an ONNX model" if model_file is not None and model_file.suffix.lower() == ".onnx"
-            else "not a loadable (.dla) and not an ONNX model")
-    if not data:
-        raise DlaError(NvError.BadValue, f"{label}: the file is empty (0 bytes), {what}" if model_file
-                       else f"{label}: 0 bytes, {what}")
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as e:  # protobuf's DecodeError and onnx's own, for bytes that are no model
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DlaError(NvError.BadValue, f"{label}: {what} (it does not parse as one: {detail})") from None
-    g = model.graph
-    if not model.HasField("graph") or (not model.opset_import and not (g.node or g.input or g.output
-                                                                        or g.initializer)):
-        # What protobuf makes of some bytes that are no model: an empty ModelProto.
-        raise DlaError(NvError.BadValue, f"{label}: {what}: the model is empty: it has no graph (no nodes, "
-                                         "inputs or outputs) and no opset_import")
-    return model
 
 
 @functools.lru_cache(maxsize=1)

@@ -140,5 +140,5 @@ def _demo(args: argparse.Namespace) -> int:
           f"(p = {float(got.max()):.4f})")
     print(f"max |pydla - {against}| = {error:.2e} (tolerance {TOLERANCE:.0e}): {'OK' if ok else 'MISMATCH'}")
     print(f"\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; pydla.Session or "
-          f"pydla.createRuntime() in Python (README: 'The runtime API'; {NEXT_READING})")
+          f"pydla.createRuntime() in Python ({NEXT_READING}), README: 'The runtime API'")
     return 0 if ok else 1

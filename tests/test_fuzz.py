@@ -105,3 +105,62 @@ def test_mutations_are_seeded_and_change_the_input() -> None:
     b = [mutate(random.Random(f"s{i}"), data, elf=True) for i in range(50)]
     assert a == b
     assert sum(m != data for m in a) >= 45
+
+
+# -- ONNX graphs (pydla.testing.fuzz_onnx) ----------------------------------------------------------
+
+ONNX_CASES = 1000
+
+
+def test_onnx_graphs_are_refused_in_one_line_or_compiled_as_onnxruntime_runs_them(loadable: bytes) -> None:
+    from pydla.testing.fuzz_onnx import KINDS, case_model
+
+    (target,) = standard_targets(loadable, only=["onnx"])
+    report = run_campaign([target], cases=CASES or ONNX_CASES, seed=SEED, case_timeout_s=20)
+    assert not report.findings, report.summary()
+    # every kind of case reached the compiler; some were refused, some compiled and compared
+    assert report.refused["onnx"] > 0.5 * report.cases["onnx"], report.summary()
+    assert report.accepted["onnx"] >= 0.03 * report.cases["onnx"], report.summary()
+    kinds = {KINDS[seed[0] % len(KINDS)] for seed in target.seeds}
+    assert kinds == set(KINDS) and len({case_model(s)[0] for s in target.seeds}) == len(target.seeds)
+
+
+def test_the_onnx_target_finds_an_invalid_model_compiled_and_a_message_of_two_lines(
+        loadable: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oracle works: with the graph rules switched off, invalid models compile (silent findings);
+    with a message of two lines, a finding names it."""
+    import pydla.compiler.graph as graph
+    from pydla.errors import DlaError, NvError
+    from pydla.testing.fuzz_onnx import onnx_target
+
+    monkeypatch.setattr(graph, "check_model_rules", lambda model: None)
+    monkeypatch.setattr(graph, "check_names", lambda g, ios: None)
+    report = run_campaign([onnx_target()], cases=300, seed=SEED, case_timeout_s=20)
+    assert any(f.kind == "silent" and "an invalid model was compiled" in f.detail for f in report.findings)
+    monkeypatch.undo()
+
+    def two_lines(*args: object, **kwargs: object) -> None:
+        raise DlaError(NvError.BadValue, "first line\nsecond line")
+
+    import pydla.compiler.onnx_model as onnx_model
+
+    monkeypatch.setattr(onnx_model, "check_model_bytes", two_lines)
+    report = run_campaign([onnx_target()], cases=30, seed=SEED, case_timeout_s=20)
+    assert any(f.kind == "exception" and "MessageNotOneLine" in f.detail for f in report.findings)
+
+
+def test_onnx_cases_are_reproduced_from_their_descriptor() -> None:
+    import onnx
+    import onnxruntime as ort
+
+    from pydla.testing.fuzz_onnx import BASES, breaks_rules, case_model, seeds
+
+    for data in seeds():
+        assert case_model(data) == case_model(data)
+    for m in BASES:
+        assert not breaks_rules(m)
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    broken = onnx.ModelProto()
+    broken.CopyFrom(BASES[0])
+    broken.graph.node[1].output[0] = broken.graph.node[0].output[0]
+    assert breaks_rules(broken)

@@ -269,6 +269,7 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "mailbox": _mailbox_target,
         "nvdla-loadable": _nvdla_loadable_target,
         "shave-kernel": _shave_kernel_target,
+        "onnx": _onnx_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
@@ -281,6 +282,12 @@ def _nvdla_loadable_target() -> Target:
     from pydla.testing.fuzz_nvdla import nvdla_loadable_target
 
     return nvdla_loadable_target()
+
+
+def _onnx_target() -> Target:
+    from pydla.testing.fuzz_onnx import onnx_target  # ONNX graphs (needs the onnx extra)
+
+    return onnx_target()
 
 
 def _mailbox_target() -> Target:

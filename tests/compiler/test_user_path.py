@@ -167,7 +167,7 @@ def test_an_empty_file_is_named_and_said_to_be_empty(tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         compile_model(path)
     assert e.value.code == NvError.BadValue
-    assert e.value.message == f"{path}: the file is empty (0 bytes), not an ONNX model"
+    assert e.value.message == f"{path}: the file is empty (0 bytes), not an ONNX model or a loadable"
 
 
 def test_an_empty_model_says_it_has_no_graph_not_opset_0() -> None:
@@ -185,7 +185,8 @@ def test_a_file_that_is_no_onnx_model_is_named(tmp_path: Path, content: bytes) -
     with pytest.raises(DlaError) as e:
         compile_model(str(path))
     assert e.value.code == NvError.BadValue
-    assert e.value.message.startswith(f"{path}: not an ONNX model (it does not parse as one: ")
+    assert e.value.message.startswith(f"{path}: not an ONNX model or a loadable, or a truncated one: it "
+                                      "does not parse as ONNX (")
 
 
 def test_a_loadable_given_as_the_model_is_named_as_one(tmp_path: Path) -> None:
@@ -249,8 +250,11 @@ def test_a_device_without_a_block_the_network_needs_is_named(tmp_path: Path) -> 
     with pytest.raises(DlaError) as e:
         compile_model(_conv_relu(), config=str(path))
     assert e.value.code == NvError.NotSupported
-    assert e.value.message == ("the compiled network needs the PDP block(s), which device config 'no-pdp' "
-                               "does not have")
+    # named as the node is lowered, with the configurations that have the block
+    assert e.value.message == ("node 'pool' (MaxPool): pydla computes it with the PDP block, which "
+                               "device config 'no-pdp' does not have (its blocks: BDMA, CONV, SDP, CDP, "
+                               "RUBIK); compile for device config 'full', 'full-headed' or 'small', which "
+                               "have it (--config full)")
 
 
 # -- compile time grows linearly -----------------------------------------------------------------------
