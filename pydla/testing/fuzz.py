@@ -252,8 +252,8 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
     """Every reader of untrusted input, seeded from ``loadable`` (a valid compiled network) and
     from inputs built here: the loadable (loaded and run against the original's outputs), its
     control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
-    device configuration, the KMD daemon's ioctl arguments (Linux), and the commands a headed device's
-    firmware takes from its mailbox."""
+    device configuration, the KMD daemon's ioctl arguments (Linux), the commands a headed device's
+    firmware takes from its mailbox, and what a hostile client writes into its submission ring (Linux)."""
     makers: dict[str, Callable[[], Target]] = {
         "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
@@ -264,6 +264,7 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "trace-ring": trace_ring_target,
         "device-config": device_config_target,
         "mailbox": _mailbox_target,
+        "ring": _ring_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
@@ -276,6 +277,12 @@ def _mailbox_target() -> Target:
     from pydla.testing.mailbox import mailbox_target
 
     return mailbox_target()
+
+
+def _ring_target() -> Target:
+    from pydla.testing.fuzz_ring import ring_target  # the Linux daemon's submission rings
+
+    return ring_target()
 
 
 def loadable_target(blob: bytes) -> Target:
