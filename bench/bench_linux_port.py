@@ -57,17 +57,6 @@ print(n, flush=True)
 """
 
 
-def relu_network(path: Path) -> None:
-    from onnx import TensorProto, helper
-
-    from pydla.compiler.api import compile_model
-
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])])
-    path.write_bytes(compile_model(helper.make_model(g)).blob)
-
-
 def bound_runtime(port: str | None, mnt: Path, blob: bytes, ring: bool = True) -> Any:
     import pydla
 
@@ -111,11 +100,12 @@ def main() -> None:
     from pydla.deviceapi.generated import dla_uapi as U
     from pydla.linux import unmount
     from pydla.linux.uapi import COMMANDS
+    from pydla.testing.ring_load import write_relu_network
 
     with tempfile.TemporaryDirectory(prefix="pydla-bench-") as tmp:
         mnt, blob_path = Path(tmp) / "mnt", Path(tmp) / "relu.dla"
         mnt.mkdir()
-        relu_network(blob_path)
+        write_relu_network(blob_path)
         command = [sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt), "--mode", args.mode,
                    "--threads", str(max(4, args.clients + 1))]
         daemon = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
