@@ -54,12 +54,13 @@ from pydla.linux.ring import (
     RingLayout,
     header_words,
 )
+from pydla.linux.ring import ENTRIES as STOP_WORD  # the hammer's reader -> writer: stop
 from pydla.linux.shm import SharedBuffer
 from pydla.testing.fuzz import Target
 
 ANSWER_TIMEOUT_S = 5.0  # the other client's entry must be answered (and its job end) within this
 SETTLE_TIMEOUT_S = 5.0  # the daemon must have read or refused the hostile ring within this
-ENTRIES = 8
+RING_ENTRIES = 8
 RECORD = struct.Struct("<BBHI")  # one hostile action: kind, word or slot, a 16-bit field, a value
 #: What a record does, by its kind modulo 7 (see :func:`ring_target`).
 KINDS = ("store", "entry", "kick", "hammer", "poke", "reap", "fence")
@@ -109,13 +110,15 @@ class HammerResult:
 
 _WRITER = """
 import importlib, mmap, os, sys, time
-from pydla.linux.ring import FLAGS, HEADER_SIZE
+from pydla.linux.ring import ENTRIES as STOP, FLAGS, HEADER_SIZE
 module, _, name = sys.argv[3].partition(":")
 words = getattr(importlib.import_module(module), name)(mmap.mmap(int(sys.argv[1]), HEADER_SIZE))
-word, seconds = int(sys.argv[2]), float(sys.argv[4])
+word, seconds, cpu = int(sys.argv[2]), float(sys.argv[4]), int(sys.argv[5])
+if cpu >= 0:
+    os.sched_setaffinity(0, {cpu})
 words[FLAGS] = 1  # started
 value, end = 1, time.monotonic() + seconds
-while time.monotonic() < end:
+while words[STOP] == 0 and time.monotonic() < end:  # until the reader says stop
     for _ in range(2000):
         words[word] = value
         value += 1
@@ -124,19 +127,26 @@ words.release()
 """
 
 
-def hammer_index(seconds: float, *, word: int = CQ_TAIL,
-                 accessor: str = "pydla.linux.ring:header_words") -> HammerResult:
-    """A child process stores 1, 2, 3... into ``word`` of a shared ring header for ``seconds``
-    while this one loads it; both reach the header through ``accessor`` ("module:function" of a
-    mapping, returning words). Raises DlaError Timeout when the child does not start or end."""
-    shared = SharedBuffer(RingLayout(ENTRIES).size, name="pydla-hammer")
+def hammer_index(seconds: float, *, word: int = CQ_TAIL, accessor: str = "pydla.linux.ring:header_words",
+                 min_changes: int = 0, max_seconds: float = 30.0) -> HammerResult:
+    """A child process stores 1, 2, 3... into ``word`` of a shared ring header while this one loads
+    it, for ``seconds`` and then until the loads have seen ``min_changes`` new values (at most
+    ``max_seconds``); both reach the header through ``accessor`` ("module:function" of a mapping,
+    returning words). With two CPUs or more the two processes are pinned to different ones (and
+    this one's affinity restored after), so that they run at the same time whatever else runs.
+    Raises DlaError Timeout when the child does not start or end."""
+    shared = SharedBuffer(RingLayout(RING_ENTRIES).size, name="pydla-hammer")
     assert shared.mapping is not None
     module, _, name = accessor.partition(":")
     words = getattr(importlib.import_module(module), name)(shared.mapping)
-    command = [sys.executable, "-c", _WRITER, str(shared.fd), str(word), accessor, str(seconds)]
-    child = subprocess.Popen(command,
-                             pass_fds=(shared.fd,))
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = len(cpus) >= 2
+    command = [sys.executable, "-c", _WRITER, str(shared.fd), str(word), accessor, str(max_seconds + 5.0),
+               str(cpus[1] if pinned else -1)]
+    child = subprocess.Popen(command, pass_fds=(shared.fd,))
     try:
+        if pinned:
+            os.sched_setaffinity(0, {cpus[0]})
         deadline = time.monotonic() + 30.0
         while words[FLAGS] == 0:
             if child.poll() is not None or time.monotonic() > deadline:
@@ -155,12 +165,15 @@ def hammer_index(seconds: float, *, word: int = CQ_TAIL,
                     regressions += 1
                     zeros += value == 0
             reads += 2000
-            if time.monotonic() - start > seconds + 30.0:
-                raise DlaError(NvError.Timeout, "the hammering process did not end")
+            elapsed = time.monotonic() - start
+            if elapsed >= max_seconds or (elapsed >= seconds and changes >= min_changes):
+                words[STOP_WORD] = 1  # stop
         elapsed = time.monotonic() - start
         child.wait(timeout=30.0)
         return HammerResult(reads, changes, regressions, zeros, last, elapsed)
     finally:
+        if pinned:
+            os.sched_setaffinity(0, cpus)
         if child.poll() is None:
             child.kill()
             child.wait()
@@ -258,7 +271,7 @@ SEEDS = [
              ("reap", 0, 500, 0)),
     _records(("entry", 0, OWN, 1), ("entry", 1, OWN, 2), ("hammer", SQ_TAIL, 2000, 0), ("reap", 0, 0, 0)),
     _records(("entry", 0, OWN, 1), ("store", SQ_TAIL, 0, 1), ("hammer", CQ_HEAD, 2000, 0)),
-    _records(*[("entry", i % ENTRIES, OWN, i) for i in range(12)], ("store", SQ_TAIL, 0, 8),
+    _records(*[("entry", i % RING_ENTRIES, OWN, i) for i in range(12)], ("store", SQ_TAIL, 0, 8),
              ("kick", 0, 0, 0), ("store", SQ_TAIL, 0, 16), ("kick", 0, 0, 0), ("poke", 0, 12, 9)),
 ]
 
@@ -278,7 +291,7 @@ class _RawRing:
     """A well-behaved client's ring, written by hand as :mod:`pydla.linux.ring` lays it out."""
 
     def __init__(self, daemon: Any, client: Any) -> None:
-        self.layout = RingLayout(ENTRIES)
+        self.layout = RingLayout(RING_ENTRIES)
         self.shm = SharedBuffer(self.layout.size, name="pydla-good-ring")
         assert self.shm.mapping is not None
         self.words = header_words(self.shm.mapping)
@@ -287,7 +300,7 @@ class _RawRing:
         self.sq_tail = self.cq_head = 0
         _call(daemon, client, os.getpid(), U.dla_ioctl_e.RING_SETUP, U.dla_ring_setup_t(
             ring_fd=self.shm.fd, submit_efd=self.submit_efd, complete_efd=self.complete_efd,
-            entries=ENTRIES, ring_bytes=self.layout.size))
+            entries=RING_ENTRIES, ring_bytes=self.layout.size))
 
     def run(self, prepared: int, user_data: int) -> list[tuple[int, int, int, int, int]]:
         """Submit ``prepared`` and wait for its two answers (ACCEPTED, FINISHED)."""
@@ -377,8 +390,8 @@ class _RingFuzz:
         self.good: Any = None
         self.good_ring: _RawRing | None = None
         self.good_runs = 0
-        self.hostile = subprocess.Popen([sys.executable, "-c", _HOSTILE, str(ENTRIES)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
+        self.hostile = subprocess.Popen([sys.executable, "-c", _HOSTILE, str(RING_ENTRIES)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._fresh_good_client()
 
     def _fresh_good_client(self) -> None:
@@ -420,8 +433,8 @@ class _RingFuzz:
         try:
             own = self.relu.prepare(self.daemon, hostile)
             _call(self.daemon, hostile, pid, U.dla_ioctl_e.RING_SETUP, U.dla_ring_setup_t(
-                ring_fd=ring_fd, submit_efd=submit_efd, complete_efd=complete_efd, entries=ENTRIES,
-                ring_bytes=RingLayout(ENTRIES).size))
+                ring_fd=ring_fd, submit_efd=submit_efd, complete_efd=complete_efd, entries=RING_ENTRIES,
+                ring_bytes=RingLayout(RING_ENTRIES).size))
             served = hostile.ring
             self._ask(f"run {own} {self.good_prepared} {self.good_sync} {data.hex()}")
             self._settle(served)
