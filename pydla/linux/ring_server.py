@@ -107,10 +107,11 @@ class ServedRing:
             self.words[SQ_HEAD] = self.sq_head
             return sqe
 
-    def post(self, user_data: int, task_id: int, kind: int, status: int, completed: int = 0) -> bool:
+    def post(self, user_data: int, task_id: int, kind: int, status: int, completed: int = 0, *,
+             wake: bool = False) -> bool:
         """Write one completion entry, also into a broken ring (the answers the daemon owes for the
-        entries it took); False when nothing was written: the file is closed, or the completion
-        queue is full (which breaks the ring)."""
+        entries it took), and kick the client if ``wake``; False when nothing was written: the file
+        is closed, or the completion queue is full (which breaks the ring)."""
         with self.lock:
             if self.closed or self.detached:
                 return False
@@ -125,7 +126,15 @@ class ServedRing:
                           status, completed)
             self.cq_tail = (self.cq_tail + 1) & INDEX_MASK
             words[CQ_TAIL] = self.cq_tail  # after the entry: publishes it
+            if wake:  # under the lock: the ring thread closes the eventfd under it too
+                kick(self.complete_efd)
             return True
+
+    def wake(self) -> None:
+        """Kick the client (unless its ring was closed: its eventfd number may be another file's)."""
+        with self.lock:
+            if not self.closed:
+                kick(self.complete_efd)
 
     def break_ring(self, why: str) -> None:
         with self.lock:
@@ -174,7 +183,9 @@ class RingServer:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="pydla-rings", daemon=True)
                 self._thread.start()
-        kick(ring.submit_efd)  # entries written before the setup answered are taken now
+        with ring.lock:  # a release may have closed it meanwhile (and its number be another file's)
+            if not ring.closed:
+                kick(ring.submit_efd)  # entries written before the setup answered are taken now
 
     def remove(self, ring: ServedRing) -> None:
         """The client closed its file: its ring is closed by the ring thread (or here, if none runs)."""
@@ -248,8 +259,7 @@ class RingServer:
                 if more:
                     ready.append(ring)
             for ring in answered:
-                if not ring.closed:
-                    kick(ring.complete_efd)
+                ring.wake()
         self._close_retired()
 
     def _take(self, ring: ServedRing) -> bool:
@@ -282,8 +292,8 @@ class RingServer:
 
         def on_done(job: Any) -> None:
             status = 0 if job.error is None else int(job.error.code)
-            if ring.post(user_data, job.job_id, FINISHED, status) and threading.get_ident() != self._ident:
-                kick(ring.complete_efd)  # from the interrupt thread; the ring thread kicks once per turn
+            # From another thread (the job's end) it kicks at once; the ring thread kicks once per turn.
+            ring.post(user_data, job.job_id, FINISHED, status, wake=threading.get_ident() != self._ident)
 
         try:
             job = self._submit(ring.client, sqe, on_done)

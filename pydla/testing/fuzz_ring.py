@@ -385,7 +385,7 @@ class _RingFuzz:
 
         self.daemon = KmdDaemon("full", max_wait_ms=50)
         self.errors = _ErrorLog()
-        logging.getLogger("pydla.linux").addHandler(self.errors)
+        logging.getLogger("pydla").addHandler(self.errors)  # the daemon, its KMDs and devices
         self.relu = _Relu()
         self.good: Any = None
         self.good_ring: _RawRing | None = None
@@ -486,7 +486,7 @@ class _RingFuzz:
         if self.hostile.poll() is None:
             self.hostile.kill()
         self.hostile.wait()
-        logging.getLogger("pydla.linux").removeHandler(self.errors)
+        logging.getLogger("pydla").removeHandler(self.errors)
         if self.good_ring is not None:
             self.good_ring.close()
         self.daemon.close()
