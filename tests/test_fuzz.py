@@ -19,7 +19,8 @@ CASES = int(os.environ.get("PYDLA_FUZZ_CASES", "0"))
 DEFAULT_CASES = {"loadable": 1500, "control-code": 1500, "recipe": 4000, "kernel-elf": 1500,
                  "device-api": 20_000, "trace-ring": 8000, "device-config": 8000, "ioctl": 30_000,
                  "nvdla-loadable": 1000,
-                 "shave-kernel": 200}
+                 "shave-kernel": 200,
+                 "ring": 400}
 SEED = 20261125
 
 
@@ -33,7 +34,7 @@ def loadable() -> bytes:
 
 @pytest.mark.parametrize("name", list(DEFAULT_CASES))
 def test_readers_raise_only_dla_errors_and_never_answer_wrongly(loadable: bytes, name: str) -> None:
-    if name == "ioctl" and not sys.platform.startswith("linux"):
+    if name in ("ioctl", "ring") and not sys.platform.startswith("linux"):
         pytest.skip("the KMD daemon is Linux's")
     (target,) = standard_targets(loadable, only=[name])
     report = run_campaign([target], cases=CASES or DEFAULT_CASES[name], seed=SEED, case_timeout_s=20)
@@ -97,6 +98,32 @@ def test_the_campaign_reports_what_it_is_looking_for() -> None:
     assert sum(boom.data) % 5 == 1 and "IndexError" in boom.detail and "boom" in boom.detail
     again = run_campaign([target], cases=60, seed=1, case_timeout_s=0.05)
     assert [(f.case, f.kind) for f in again.findings] == [(f.case, f.kind) for f in report.findings]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the KMD daemon is Linux's")
+def test_the_ring_target_reports_a_daemon_that_fails_on_a_hostile_ring(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ring target can fail: a daemon whose ring thread raises on the hostile client's second
+    entry is a finding (the error it logged), and the other client is still served."""
+    import os
+
+    from pydla.linux.ring_server import ServedRing
+    from pydla.testing.fuzz_ring import ring_target
+
+    real_take = ServedRing.take
+
+    def take(ring: ServedRing) -> object:
+        sqe = real_take(ring)
+        if sqe is not None and ring.client.pid != os.getpid() and sqe.user_data == 11:
+            raise ValueError("a bug on the hostile ring")
+        return sqe
+
+    monkeypatch.setattr(ServedRing, "take", take)
+    target = ring_target()
+    report = run_campaign([target], cases=20, seed=SEED, case_timeout_s=20)
+    found = [f for f in report.findings if "a bug on the hostile ring" in f.detail]
+    assert found and all(f.kind == "exception" for f in found), report.summary()
+    assert not [f for f in report.findings if "another client" in f.detail], report.summary()
 
 
 def test_mutations_are_seeded_and_change_the_input() -> None:

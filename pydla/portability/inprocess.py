@@ -289,6 +289,15 @@ class InProcessPort(NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
+    def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
+        """As the interface's: the size of a handle of one of this port's open sessions, not freed;
+        else 0."""
+        if not isinstance(mem, InProcessMem) or not mem.usable:
+            return 0
+        session = mem.session
+        live = session.port is self and not session.closed and session.mems.get(mem.handle) is mem
+        return mem.size if live else 0
+
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
                      size: int | None = None) -> None:
         """As the interface's."""

@@ -400,6 +400,15 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
+    def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
+        """As the interface's: the size of a buffer of one of this port's open device files, not
+        freed; else 0."""
+        if not isinstance(mem, LinuxMem) or mem._map is None:
+            return 0
+        device = mem.device
+        live = device.port is self and device.fd >= 0 and device.mems.get(mem.handle) is mem
+        return mem.size if live else 0
+
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
                      size: int | None = None) -> None:
         """As the interface's."""

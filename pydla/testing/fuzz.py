@@ -256,7 +256,8 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
     from inputs built here: the loadable (loaded and run against the original's outputs), its
     control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
     device configuration, the KMD daemon's ioctl arguments (Linux), the commands a headed device's
-    firmware takes from its mailbox, and kernels run on a SHAVE tile (pydla.testing.fuzz_shave)."""
+    firmware takes from its mailbox, kernels run on a SHAVE tile (pydla.testing.fuzz_shave), what a
+    hostile client writes into its submission ring (Linux), NVDLA Loadables and ONNX graphs."""
     makers: dict[str, Callable[[], Target]] = {
         "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
@@ -270,6 +271,7 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "nvdla-loadable": _nvdla_loadable_target,
         "shave-kernel": _shave_kernel_target,
         "onnx": _onnx_target,
+        "ring": _ring_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
@@ -300,6 +302,12 @@ def _shave_kernel_target() -> Target:
     from pydla.testing.fuzz_shave import shave_kernel_target
 
     return shave_kernel_target()
+
+
+def _ring_target() -> Target:
+    from pydla.testing.fuzz_ring import ring_target  # the Linux daemon's submission rings
+
+    return ring_target()
 
 
 def loadable_target(blob: bytes) -> Target:

@@ -298,7 +298,7 @@ def _compare(model_bytes: bytes, blob: bytes, data: bytes, done: list[str]) -> N
 
     rng = np.random.default_rng(list(data))
     with Session(blob) as sess:
-        feeds = {t.name: _sample(rng, t.shape, t.dtype) for t in sess.inputs}
+        feeds = {t.name: _sample(rng, t.sizes, t.dtype) for t in sess.inputs}
         got = sess.run(feeds)
     options, quiet = ort.SessionOptions(), ort.RunOptions()
     # Its warnings (an initializer listed as an input) and errors (a model it does not run) are not
