@@ -635,8 +635,13 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
                 if time.monotonic() < deadline:
                     continue  # the daemon bounds one WAIT (MAX_WAIT_MS); ours is longer
             elif done.status == NvError.Timeout:
-                # Not this WAIT's limit: the task that was to signal the fence failed with Timeout
-                # (the driver declared it hung): its diagnosis, not a generic "not reached".
+                # The task that was to signal the fence failed with Timeout (the driver declared it
+                # hung): its diagnosis, not a generic "not reached". This WAIT's answer may be its own
+                # limit, reached as the hang was declared: the diagnosis is then in the next answer.
+                failed = device.ioctl(U.dla_ioctl_e.WAIT, U.dla_wait_t(fence=f, timeout_ms=0),
+                                      again=(errno.EINTR, errno.EAGAIN))
+                if failed is not None and failed.status == NvError.Timeout:
+                    done = failed
                 raise DlaError(NvError.Timeout, untext(bytes(done.message)))
             known = done.status in NvError._value2member_map_
             code = NvError(done.status) if known else NvError.ResourceError
