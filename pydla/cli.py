@@ -82,8 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # building the parser imports the commands' modules: a Ctrl-C there is an interrupt too
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("pydla: interrupted", file=sys.stderr)
+        return 130
     try:
         with cli_logging(args.log_level, verbose=args.verbose):
             result: int = args.func(args)

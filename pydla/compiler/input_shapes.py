@@ -142,10 +142,12 @@ def _symbolic_text(dims: list[int | str | None]) -> str:
 
 
 def _example(dims: list[int | str | None] | None) -> list[str]:
-    """The sizes a message suggests: the fixed ones, 1 for each symbolic one."""
+    """The sizes a message suggests: the fixed ones, 1 for a symbolic first (batch) dimension, the
+    others by their names (a CNN's H and W: 1 would be no image), for the caller to fill in."""
     if dims is None:
         return ["D0", "D1", "..."]
-    return [str(d) if isinstance(d, int) else "1" for d in dims]
+    return [str(d) if isinstance(d, int) else "1" if axis == 0 else (d or f"D{axis}")
+            for axis, d in enumerate(dims)]
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -208,9 +210,11 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
         parameter = f"input_shapes={{{pairs}}}"
         both = f"{examples} (pydla compile / pydla run), or {parameter} (pydla.Session, compile_model)"
         ask = {FLAG: examples, PARAMETER: parameter}.get(named or "", both)
+        names = sorted({d for _, dims in todo for d in dims if not d.isdigit() and d != "..."})
+        fill = f" ({', '.join(names)}: the sizes to compile for)" if names else ""
         raise DlaError(NvError.NotSupported,
                        f"{'; '.join(missing)}: a loadable has static shapes, so give each such input's "
-                       f"sizes: {ask}")
+                       f"sizes: {ask}{fill}")
     if not shapes:
         return model
     import onnx

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.loadable.recipe import Recipe, RecipeError, load_recipe, loads, parse_recipe
 from pydla.logconfig import printable
 
@@ -360,7 +360,7 @@ def check_onnx_content(path: Path) -> None:
         size = path.stat().st_size
         data = path.read_bytes() if size <= ONNX_CONTENT_CHECK_BYTES else None
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{path}: cannot read: {e.strerror or e}") from e
+        raise file_error(path, e) from e
     if data is not None:
         parse_model(data, str(path))  # DlaError: what is wrong with it
     error = not_a_loadable(path, head)

@@ -48,14 +48,17 @@ def test_without_shapes_each_symbolic_dimension_is_named_with_the_flag() -> None
     assert "input 'x' ['batch', 'sequence', 4] has symbolic dimension(s) 0 'batch', 1 'sequence'" in e.message
     assert "input 'y' ['batch', 1, 4] has symbolic dimension(s) 0 'batch'" in e.message
     # compile_model's caller is told the parameter it uses, the command line's the flag
-    assert "input_shapes={'x': (1, 1, 4), 'y': (1, 1, 4)}" in e.message and "--input-shape" not in e.message
+    assert ("input_shapes={'x': (1, sequence, 4), 'y': (1, 1, 4)} (sequence: the sizes to compile for)"
+            in e.message)
+    assert "--input-shape" not in e.message
     e = _error(_two_inputs(), parse_input_shapes([]))
-    assert "--input-shape x=1,1,4 --input-shape y=1,1,4" in e.message and "input_shapes" not in e.message
+    assert "--input-shape x=1,sequence,4 --input-shape y=1,1,4" in e.message
+    assert "input_shapes" not in e.message
     # a caller that passes a plain mapping past the API's check is shown both
     with pytest.raises(DlaError) as info:
         with_input_shapes(_two_inputs(), {})
-    assert "--input-shape x=1,1,4 --input-shape y=1,1,4" in info.value.message
-    assert "input_shapes={'x': (1, 1, 4), 'y': (1, 1, 4)}" in info.value.message
+    assert "--input-shape x=1,sequence,4 --input-shape y=1,1,4" in info.value.message
+    assert "input_shapes={'x': (1, sequence, 4), 'y': (1, 1, 4)}" in info.value.message
 
 
 def test_an_unnamed_dimension_and_an_input_without_a_shape_are_named() -> None:
@@ -176,7 +179,7 @@ def test_pydla_compile_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["compile", str(path), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "0 'batch', 1 'sequence'" in err
-    assert "--input-shape inputs_embeds=1,1,32" in err
+    assert "--input-shape inputs_embeds=1,sequence,32 (sequence: the sizes to compile for)" in err
     assert main(["compile", str(path), "--input-shape", "inputs_embeds=2,6"]) == 1
     assert "2 dimensions, but input 'inputs_embeds' has 3" in capsys.readouterr().err
     assert main(["compile", str(path), "--input-shape", "embeds=2,6,32"]) == 1
