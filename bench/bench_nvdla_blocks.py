@@ -1,0 +1,263 @@
+"""NVDLA's block kernels (pydla.hw.nvdla) against plain numpy doing the same work.
+
+Each case runs one block's ``execute`` on an nv_full-sized feature map held in a ByteMemory (so
+its time includes reading the surfaces from memory and writing them back, as the device will) and,
+in alternating order in the same run, a numpy anchor computing the same result from an array
+(without NVDLA's layout or bit-exact rounding rules): a copy for BDMA, a transpose for RUBIK,
+sliding-window max / mean for PDP, bias + ReLU + rescale for the SDP, float16 arithmetic for the
+FP16 paths. It prints the median time of each and the ratio pydla / numpy (1.0 = as fast as numpy;
+the kernels are vectorised, so the ratio measures the price of NVDLA's exact rules and layout).
+
+Run: python bench/bench_nvdla_blocks.py [--repeats 7] [--size 56] [--channels 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from pydla.hw.nvdla import bdma, pdp, rubik, sdp
+from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
+from pydla.hw.nvdla.memory import ByteMemory
+from pydla.hw.nvdla.pdp import PdpParams
+from pydla.hw.nvdla.precision import Precision
+from pydla.hw.nvdla.rubik import RubikParams
+from pydla.hw.nvdla.sdp_params import SdpLut, SdpOperandDma, SdpParams, SdpX, SdpY
+from pydla.hw.nvdla.surface import Cube, scatter
+from pydla.hw.nvdla.target import NV_FULL
+
+ATOM = NV_FULL.atom
+RECIP = [0x10000, 0x8000, 0x5555, 0x4000, 0x3333, 0x2AAA, 0x2492, 0x2000]
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def cube(address: int, w: int, h: int, c: int, prec: Precision) -> Cube:
+    return Cube(address, w, h, c, w * ATOM, w * h * ATOM, prec)
+
+
+def feature(mem: ByteMemory, cb: Cube, data: np.ndarray) -> None:
+    scatter(mem, cb, NV_FULL, data, "bench")
+
+
+def case_bdma(n: int, c: int) -> tuple[Callable[[], object], Callable[[], object], str]:
+    size = n * n * c  # bytes of an INT8 feature map
+    lines = size // 4096
+    mem = ByteMemory(2 * size)
+    mem.data[:size] = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
+    t = BdmaTransfer(0, size, 4096 // 32 - 1, lines - 1, 4096, 4096, 0, size, size)
+    src, dst = mem.data[:size].copy(), np.empty(size, np.uint8)
+    return (
+        lambda: bdma.execute(BdmaParams((t,)), mem, NV_FULL),
+        lambda: np.copyto(dst, src),
+        f"BDMA copy {size >> 10} KiB",
+    )
+
+
+def case_rubik(n: int, c: int) -> tuple[Callable[[], object], Callable[[], object], str]:
+    w = h = n // 2
+    cin = 4 * c
+    src = cube(0, w, h, cin, Precision.INT16)
+    mem = ByteMemory(4 * w * h * cin * 2 + 4096)
+    data = np.random.default_rng(1).integers(-30000, 30000, (cin, h, w)).astype(np.int16)
+    feature(mem, src, data)
+    surfs = cin // 16
+    out_addr = surfs * src.surf_stride
+    p = RubikParams(
+        rubik_mode=0,
+        in_precision=1,
+        datain_width=w - 1,
+        datain_height=h - 1,
+        datain_channel=cin - 1,
+        dain_addr=0,
+        dain_line_stride=src.line_stride,
+        dain_surf_stride=src.surf_stride,
+        dain_planar_stride=0,
+        dataout_channel=c - 1,
+        daout_addr=out_addr,
+        daout_line_stride=2 * w * ATOM,
+        daout_surf_stride=4 * w * h * ATOM,
+        daout_planar_stride=0,
+        contract_stride_0=0,
+        contract_stride_1=2 * 2 * w * ATOM,
+        deconv_x_stride=1,
+        deconv_y_stride=1,
+    )
+    arr = data.reshape(2, 2, c, h, w)
+
+    def anchor() -> object:
+        return np.ascontiguousarray(arr.transpose(2, 3, 0, 4, 1)).reshape(c, 2 * h, 2 * w)
+
+    return lambda: rubik.execute(p, mem, NV_FULL), anchor, f"RUBIK contract 2x2 {w}x{h}x{cin} INT16"
+
+
+def pdp_case(
+    n: int, c: int, prec: Precision, method: int
+) -> tuple[Callable[[], object], Callable[[], object], str]:
+    k, s, pad = 3, 2, 1
+    out = (n + 2 * pad - k) // s + 1
+    src = cube(0, n, n, c, prec)
+    dst = cube(src.surf_stride * (c * prec.bpe // ATOM), out, out, c, prec)
+    mem = ByteMemory(dst.address + dst.surf_stride * (c * prec.bpe // ATOM) + 4096)
+    rng = np.random.default_rng(2)
+    if prec is Precision.FP16:
+        data = rng.standard_normal((c, n, n)).astype(np.float16)
+        feature(mem, src, data.view(np.uint16))
+    else:
+        data = rng.integers(-128, 128, (c, n, n)).astype(np.int8)
+        feature(mem, src, data)
+    p = PdpParams(
+        cube_in_width=n - 1,
+        cube_in_height=n - 1,
+        cube_in_channel=c - 1,
+        cube_out_width=out - 1,
+        cube_out_height=out - 1,
+        cube_out_channel=c - 1,
+        pooling_method=method,
+        kernel_width=k - 1,
+        kernel_height=k - 1,
+        kernel_stride_width=s - 1,
+        kernel_stride_height=s - 1,
+        pad_left=pad,
+        pad_top=pad,
+        pad_right=pad,
+        pad_bottom=pad,
+        input_data=int(prec),
+        src_base_addr=0,
+        src_line_stride=src.line_stride,
+        src_surface_stride=src.surf_stride,
+        dst_base_addr=dst.address,
+        dst_line_stride=dst.line_stride,
+        dst_surface_stride=dst.surf_stride,
+        recip_kernel_width=RECIP[k - 1] if prec.is_int else 0x7555,
+        recip_kernel_height=RECIP[k - 1] if prec.is_int else 0x7555,
+    )
+    work = data.astype(np.float32)
+    fill = -np.inf if method == 1 else 0.0
+    padded = np.pad(work, ((0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+
+    def anchor() -> object:
+        win = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))[:, ::s, ::s]
+        res = win.max(axis=(-1, -2)) if method == 1 else win.mean(axis=(-1, -2))
+        return res.astype(np.float16 if prec is Precision.FP16 else np.int8)
+
+    name = {0: "average", 1: "max"}[method]
+    return (lambda: pdp.execute(p, mem, NV_FULL), anchor, f"PDP {name} 3x3/2 {n}x{n}x{c} {prec.name}")
+
+
+def sdp_case(
+    n: int, c: int, prec: Precision, lut: bool = False
+) -> tuple[Callable[[], object], Callable[[], object], str]:
+    src = cube(0, n, n, c, prec)
+    surfs = -(-c // NV_FULL.epa(prec))
+    dst = cube(src.surf_stride * surfs, n, n, c, prec)
+    bias_addr = dst.address + dst.surf_stride * surfs
+    mem = ByteMemory(bias_addr + 4 * c + 4096)
+    rng = np.random.default_rng(3)
+    bias = rng.integers(-100, 100, c)
+    if prec is Precision.FP16:
+        data = rng.standard_normal((c, n, n)).astype(np.float16)
+        feature(mem, src, data.view(np.uint16))
+        mem.data[bias_addr : bias_addr + 2 * c] = (bias / 64).astype(np.float16).view(np.uint8)
+    else:
+        info = np.iinfo(prec.dtype)
+        data = rng.integers(info.min, info.max, (c, n, n)).astype(prec.dtype)
+        feature(mem, src, data)
+        mem.data[bias_addr : bias_addr + 2 * c] = bias.astype("<i2").view(np.uint8)
+    x1 = SdpX(bypass=0, alu_bypass=0, alu_algo=2, alu_src=1, mul_bypass=1, relu_bypass=0)
+    dma = SdpOperandDma(disable=0, data_use=1, data_size=1, data_mode=0, base_addr=bias_addr)
+    ew = SdpY()
+    table = SdpLut()
+    if lut:
+        ew = SdpY(bypass=0, lut_bypass=0)
+        table = SdpLut(
+            le_function=1,
+            le_index_select=9,
+            lo_index_select=7,
+            le_start=(-32768) & 0xFFFFFFFF,
+            le_end=32767,
+            lo_start=(-16384) & 0xFFFFFFFF,
+            lo_end=16383,
+            le_table=tuple(int(v) & 0xFFFF for v in np.linspace(-3000, 3000, 65)),
+            lo_table=tuple(int(v) & 0xFFFF for v in np.linspace(-1000, 1000, 257)),
+        )
+    p = SdpParams(
+        width=n - 1,
+        height=n - 1,
+        channel=c - 1,
+        in_precision=int(prec),
+        proc_precision=int(prec),
+        out_precision=int(prec),
+        src_base_addr=0,
+        src_line_stride=src.line_stride,
+        src_surface_stride=src.surf_stride,
+        dst_base_addr=dst.address,
+        dst_line_stride=dst.line_stride,
+        dst_surface_stride=dst.surf_stride,
+        bs=x1,
+        brdma=dma,
+        ew=ew,
+        lut=table,
+        cvt_scale=3 if prec.is_int else 1,
+        cvt_shift=1 if prec.is_int else 0,
+    )
+    if prec is Precision.FP16:
+        fb = (bias / 64).astype(np.float16).astype(np.float32)[:, None, None]
+
+        def anchor() -> object:
+            return np.maximum(data.astype(np.float32) + fb, 0).astype(np.float16)
+    else:
+        ib = bias[:, None, None]
+        lo = np.linspace(-3000, 3000, 65)
+        grid = np.linspace(-32768, 32768, 65)
+        bits = 8 * prec.bpe
+
+        def anchor() -> object:
+            v = np.maximum(data.astype(np.int64) + ib, 0)
+            if lut:
+                v = np.interp(v, grid, lo).astype(np.int64)
+            return np.clip((v * 3 + 1) >> 1, -(1 << (bits - 1)), (1 << (bits - 1)) - 1).astype(prec.dtype)
+
+    what = "bias+ReLU" + ("+LUT" if lut else "") + "+convert"
+    return lambda: sdp.execute(p, mem, NV_FULL), anchor, f"SDP {what} {n}x{n}x{c} {prec.name}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--size", type=int, default=56, help="feature map width and height")
+    ap.add_argument("--channels", type=int, default=64)
+    args = ap.parse_args()
+    n, c = args.size, args.channels
+    cases = [
+        case_bdma(n, c),
+        case_rubik(n, c),
+        pdp_case(n, c, Precision.INT8, 1),
+        pdp_case(n, c, Precision.INT8, 0),
+        pdp_case(n, c, Precision.FP16, 1),
+        pdp_case(n, c, Precision.FP16, 0),
+        sdp_case(n, c, Precision.INT8),
+        sdp_case(n, c, Precision.INT16, lut=True),
+        sdp_case(n, c, Precision.FP16),
+    ]
+    print(f"{'case':48} {'pydla ms':>9} {'numpy ms':>9} {'ratio':>7}")
+    for fn, anchor, name in cases:
+        ours = median_time(fn, args.repeats)
+        theirs = median_time(anchor, args.repeats)
+        print(f"{name:48} {ours * 1e3:9.2f} {theirs * 1e3:9.2f} {ours / theirs:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
