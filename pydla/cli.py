@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Sequence
 
 from pydla import __version__
 from pydla.errors import DlaError
-from pydla.logconfig import ENV, LEVELS, cli_logging
+from pydla.logconfig import ENV, LEVELS, cli_logging, error_lines
 
-VERBOSE_HELP = "show a traceback when a command fails, and log at level info (unless --log-level)"
+VERBOSE_HELP = ("show the whole error when a command fails (its traceback and every detail; without -v an "
+                "error is one line), and log at level info (unless --log-level)")
 LOG_LEVEL_HELP = (f"log the pydla stack (runtime, KMD, daemon) to stderr at LEVEL: {', '.join(LEVELS)} "
                   f"(default: ${ENV}, else warning)")
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from pydla import demo, devices, run
+    from pydla import cache, demo, devices, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.hw.shave import cli as kernel_cli
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         daemon.register(commands)
     compiler_cli.register(commands)
     kernel_cli.register(commands)
+    cache.register(commands)
     loadable_cli.register(commands)
     deviceapi_cli.register(commands)
     trace_cli.register(commands)
@@ -81,16 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # building the parser imports the commands' modules: a Ctrl-C there is an interrupt too
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("pydla: interrupted", file=sys.stderr)
+        return 130
     try:
         with cli_logging(args.log_level, verbose=args.verbose):
             result: int = args.func(args)
         return result
     except DlaError as e:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"pydla: error: {e}", file=sys.stderr)
+        print("\n".join(error_lines(e, verbose=args.verbose)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("pydla: interrupted", file=sys.stderr)

@@ -19,6 +19,7 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.blas import describe as blas_kernels
 
 TOLERANCE = 1e-4
+NEXT_READING = "docs/guide/applications.md"  # what the demo's last line points to (a test checks it is there)
 
 
 def build_demo_model(seed: int = 0) -> Any:
@@ -76,7 +77,10 @@ def register(commands: Any) -> None:
         description="Build a small CNN with random weights, compile it, run it on the virtual "
                     "device through runtime, portability layer and KMD, and compare the result with "
                     "onnxruntime. Exit code 0 only when the numbers match. Needs the onnx extra.")
-    p.add_argument("--config", default="full", help="device configuration (full, small, or a JSON file)")
+    from pydla.hw.config import bundled_configs
+
+    p.add_argument("--config", default="full",
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
     p.add_argument("--seed", type=int, default=0, help="weights and input seed")
     p.set_defaults(func=_demo)
 
@@ -86,7 +90,7 @@ def _demo(args: argparse.Namespace) -> int:
         import onnx  # noqa: F401
     except ImportError as e:
         raise DlaError(NvError.NotSupported,
-                       "pydla demo needs the onnx packages: pip install 'pydla[onnx]'") from e
+                       "pydla demo needs the onnx extra: pip install 'pydla[onnx]'") from e
     import pydla
     from pydla.compiler.api import compile_model
 
@@ -135,6 +139,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"output: {d_out.name} {d_out.dims}, top class {int(got.argmax())} "
           f"(p = {float(got.max()):.4f})")
     print(f"max |pydla - {against}| = {error:.2e} (tolerance {TOLERANCE:.0e}): {'OK' if ok else 'MISMATCH'}")
-    print("\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; "
-          "pydla.createRuntime() in Python (README: 'The runtime')")
+    print(f"\nnext: pydla compile your_model.onnx -o model.dla; pydla info model.dla; pydla.Session or "
+          f"pydla.createRuntime() in Python ({NEXT_READING}), README: 'The runtime API'")
     return 0 if ok else 1

@@ -66,3 +66,14 @@ class DlaError(Exception):
 
     def __reduce__(self) -> tuple[type[DlaError], tuple[NvError, str]]:
         return (type(self), (self.code, self.message))
+
+
+def file_error(path: object, e: OSError) -> DlaError:
+    """The DlaError for a file that cannot be read, worded one way by every command: "PATH: no such
+    file" (FileNotFound), else "PATH: cannot read: <the system's reason>" (FileReadFailed).
+
+    Usage: ``except OSError as e: raise file_error(path, e) from e``
+    """
+    if isinstance(e, FileNotFoundError):
+        return DlaError(NvError.FileNotFound, f"{path}: no such file")
+    return DlaError(NvError.FileReadFailed, f"{path}: cannot read: {e.strerror or e}")

@@ -10,11 +10,16 @@ application decides where its logs go. Two conveniences turn them on without cod
 Both install one handler on the ``pydla`` logger writing ``HH:MM:SS.mmm logger LEVEL: message``
 to stderr. Records still propagate, so an application's own handlers see them as well.
 
+How the command line shows an error is decided here too (:func:`error_lines`): one line, control
+characters escaped, a long message cut with a hint; the whole of it, and the detail a library
+reported behind it (:class:`Detail`), with ``-v``.
+
 Usage::
 
     with cli_logging(args.log_level, verbose=args.verbose):
         run_the_command()
     configure_from_env()        # library: does nothing unless PYDLA_LOG is set
+    raise DlaError(NvError.BadValue, f"shape inference failed: {first_line}") from Detail(report)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -113,3 +119,70 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     if bad is not None:
         logger.warning("%s; using warning", bad.message)
     return True
+
+
+# -- how the command line shows an error ---------------------------------------------------------
+
+# A message longer than this is cut at a word on the command line (-v shows it whole): a terminal
+# line or two, which every message pydla writes on purpose fits.
+MESSAGE_CHARS = 400
+VERBOSE_HINT = "(-v shows the whole message)"
+
+
+class Detail(Exception):
+    """The long form behind a one-line :class:`DlaError` message (a library's report over several
+    lines, say), chained as its cause: the command line shows it with ``-v`` only.
+
+    Usage: ``raise DlaError(NvError.BadValue, f"shape inference failed: {first}") from Detail(text)``
+    """
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (newlines, tabs, escape sequences, other
+    control and format characters, line separators) written as its escape (``\\n``, ``\\x1b``,
+    ``\\u2028``): it stays on one line and cannot drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def one_line(text: str, limit: int = MESSAGE_CHARS) -> tuple[str, bool]:
+    """``text`` as one line of at most about ``limit`` characters (control characters escaped, cut
+    after the last whole word that fits, with "..."), and whether anything was left out."""
+    line = printable(text.strip())
+    if len(line) <= limit:
+        return line, False
+    cut = line.rfind(" ", limit // 2, limit)
+    return line[:cut if cut > 0 else limit].rstrip(" ,;:") + " ...", True
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of a library's message for ``error`` (its type's name when it has none), as
+    one printable line of at most about ``limit`` characters: for a DlaError's message, the whole of
+    it chained as a :class:`Detail`."""
+    line = next((part for part in str(error).splitlines() if part.strip()), "")
+    return one_line(line, limit)[0] if line else type(error).__name__
+
+
+def error_lines(error: DlaError, *, verbose: bool, prog: str = "pydla") -> list[str]:
+    """What the command line prints for ``error``: one line (the message as :func:`one_line` makes
+    it, its code, and :data:`VERBOSE_HINT` when something is left out: a cut, or a
+    :class:`Detail`); with ``verbose``, the traceback with every chained cause, then the whole
+    message (control characters escaped, line by line)."""
+    if verbose:
+        lines = "".join(traceback.format_exception(error)).rstrip("\n").split("\n")
+        message = [printable(part) for part in error.message.splitlines() or [""]]
+        message[0] = f"{prog}: error: {message[0]}"
+        message[-1] = f"{message[-1]} [{error.code.name}]"
+        return [*lines, *message]
+    line, cut = one_line(error.message)
+    hint = f" {VERBOSE_HINT}" if cut or _more_in_detail(error, line) else ""
+    return [f"{prog}: error: {line} [{error.code.name}]{hint}"]
+
+
+def _more_in_detail(error: DlaError, line: str) -> bool:
+    """Whether the error's :class:`Detail` says more than ``line`` (its message as shown) does."""
+    if not isinstance(error.__cause__, Detail):
+        return False
+    parts = [part for part in str(error.__cause__).splitlines() if part.strip()]
+    return len(parts) > 1 or (len(parts) == 1 and one_line(parts[0])[0] not in line)

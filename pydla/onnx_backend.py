@@ -13,12 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper
-from onnx.backend.base import Backend, BackendRep
 
 from pydla.errors import DlaError, NvError
 from pydla.session import Session
+
+try:
+    import onnx
+    from onnx import helper
+    from onnx.backend.base import Backend, BackendRep
+except ImportError as e:  # one line saying what to install, not a traceback into onnx
+    raise ImportError("pydla.onnx_backend is an ONNX backend: it needs the onnx extra: "
+                      "pip install 'pydla[onnx]'") from e
 
 
 class PydlaRep(BackendRep):

@@ -22,17 +22,17 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.run_inputs import (
+    INT_HIGH,
+    INT_LOW,
+    index_limits,
+    name_inputs,
+    random_input,
+    read_inputs,
+    shape_needed,
+)
 
-
-def random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """A random tensor of ``dtype``: values a network of that type can take without overflowing at
-    once (integers in -100..100, or 0..200 unsigned)."""
-    if dtype == np.bool_:
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtype.kind in "iu":
-        low = 0 if dtype.kind == "u" else -100
-        return rng.integers(low, low + 200, shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
+__all__ = ["random_input", "register"]
 
 
 def output_file_name(name: str) -> str:
@@ -51,7 +51,8 @@ def register(commands: Any) -> None:
                     "latency of the timed runs.")
     p.add_argument("model", type=Path, metavar="MODEL.dla|MODEL.onnx")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input from a .npy file (repeatable); random inputs otherwise")
+                   help="an input from a .npy file (repeatable; FILE.npy alone for a model of one input); an "
+                        "input with dynamic dimensions takes the file's shape; random inputs otherwise")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write each output as NAME.npy here")
     p.add_argument("--iterations", type=int, default=1, metavar="N",
                    help="time N runs and report median, p90, min and max latency, and with N > 1 the "
@@ -64,7 +65,10 @@ def register(commands: Any) -> None:
     p.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
                    help="portability layer: inprocess, or linux:DIR for the KMD daemon serving DIR "
                         "(default: $PYDLA_PORT, else inprocess)")
-    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    from pydla.hw.config import bundled_configs
+
+    p.add_argument("--config", default="full",
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
     p.add_argument("--device", type=int, default=0, help="device instance")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="for an ONNX model: the whole shape of input NAME, sizing its symbolic dimensions "
@@ -83,8 +87,8 @@ def register(commands: Any) -> None:
                    help="print a per-operation profile of the timed runs: each operation's block, shape and "
                         "device time, and each step's host overhead, sorted by cost")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the random inputs (floats: standard normal; integers: uniform in "
-                        "-100..100, 0..200 unsigned; bools: half true)")
+                   help="seed of the random inputs (floats: standard normal; integers: within the axis they "
+                        "index (a Gather's), else uniform in -100..100, 0..200 unsigned; bools: half true)")
     p.set_defaults(func=_run)
 
 
@@ -130,26 +134,100 @@ def latency_stats(seconds: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ms), "p90": p90, "min": ms[0], "max": ms[-1]}
 
 
-def _read_inputs(items: list[str]) -> dict[str, tuple[np.ndarray, str]]:
-    feeds: dict[str, tuple[np.ndarray, str]] = {}
-    for item in items:
-        name, sep, file = item.partition("=")
-        if not sep or not name or not file:
-            raise DlaError(NvError.BadParameter, f"--input {item!r}: write NAME=FILE.npy")
-        try:
-            feeds[name] = (np.load(file, allow_pickle=False), file)
-        except EOFError:  # numpy's answer to an empty file
-            raise DlaError(NvError.FileReadFailed,
-                           f"--input {name}: {file} is empty, not a .npy array") from None
-        except (OSError, ValueError) as e:
-            raise DlaError(NvError.FileReadFailed, f"--input {name}: cannot read {file}: {e}") from e
-    return feeds
+def check_writable(flag: str, path: Path) -> None:
+    """``path`` can be written (before the runs, which may be long): its directory exists and is
+    writable, and it is not a directory."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: a directory; give a file name")
+    if not directory.is_dir():
+        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: not writable (permission denied)")
+
+
+def _open(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> Any:
+    from pydla.session import Session
+
+    progress = None
+    if sys.stderr.isatty():  # compiling a large ONNX model takes a while: show it, as pydla compile does
+        from pydla.compiler.progress import TerminalProgress
+
+        progress = TerminalProgress(sys.stderr)
+    try:
+        return Session(args.model, port=args.port, config=args.config, device=args.device, progress=progress,
+                       input_shapes=shapes)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _feeds(args: argparse.Namespace, sess: Any, given: list[tuple[str | None, np.ndarray, str]],
+           text: Any) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], list[str]]:
+    """Each input: its file's array, or a random one (integers that index an axis drawn within it);
+    the report's description of each; the inputs of random integers indexing nothing known."""
+    files = name_inputs(given, sess.inputs)
+    random = [t for t in sess.inputs if t.name not in files]
+    for t in random:
+        if t.dynamic:
+            raise shape_needed(t)
+    limits = {}
+    if any(np.dtype(t.dtype).kind in "iu" for t in random) and str(args.model).lower().endswith(".onnx"):
+        import onnx
+
+        limits = index_limits(onnx.load(str(args.model), load_external_data=False))
+    rng = np.random.default_rng(args.seed)
+    feeds, inputs, random_ints = {}, [], []
+    for t in sess.inputs:
+        if t.name in files:
+            feeds[t.name], source = files[t.name]
+        else:
+            dtype = np.dtype(t.dtype)
+            limit = limits.get(t.name)
+            feeds[t.name], source = random_input(rng, t.sizes, dtype, limit), "random"
+            values = ""
+            if dtype.kind in "iu" and limit is not None:
+                values = f" in 0..{limit - 1} (indices of an axis of {limit})"
+            elif dtype.kind in "iu":
+                low, high = (0, INT_HIGH - INT_LOW) if dtype.kind == "u" else (INT_LOW, INT_HIGH)
+                values = f" in {low}..{high}"
+                random_ints.append(t.name)
+            print(f"input {t.name}: random {t.dtype} {t.sizes}{values}", file=text)
+        inputs.append({"name": t.name, "shape": list(feeds[t.name].shape),
+                       "dtype": str(feeds[t.name].dtype), "source": source})
+    return feeds, inputs, random_ints
+
+
+def _runs(args: argparse.Namespace, sess: Any, feeds: dict[str, np.ndarray], warmup: int, mask: int,
+          text: Any) -> tuple[list[float], dict[str, np.ndarray]]:
+    """The warm-up runs, then the timed ones (traced when asked): their times and the last outputs."""
+    from pydla.trace.capture import Capture
+
+    for _ in range(warmup):
+        sess.run(feeds)
+    traced_wanted = args.trace is not None or args.trace_ring is not None or args.profile
+    capture = Capture(sess.runtime, mask=mask) if traced_wanted else None
+    times = []
+    outputs: dict[str, np.ndarray] = {}
+    for _ in range(args.iterations):
+        t0 = time.perf_counter()
+        outputs = sess.run(feeds)
+        times.append(time.perf_counter() - t0)
+    if capture is not None:
+        traced = capture.finish()
+        if args.trace is not None:
+            traced.write_chrome(args.trace)
+            print(f"trace of {len(times)} run(s) written to {args.trace} ({len(traced.ops)} device "
+                  f"operations; open it at https://ui.perfetto.dev)", file=text)
+        if args.trace_ring is not None:
+            traced.write_ring(args.trace_ring)
+        if args.profile:
+            print(traced.profile_text(), file=text)
+    return times, outputs
 
 
 def _run(args: argparse.Namespace) -> int:
     from pydla.compiler.input_shapes import parse_input_shapes
-    from pydla.session import Session
-    from pydla.trace.capture import Capture
 
     shapes = parse_input_shapes(args.input_shape)
     if args.iterations < 1:
@@ -159,61 +237,39 @@ def _run(args: argparse.Namespace) -> int:
         raise DlaError(NvError.BadParameter, f"--warmup {warmup}: 0 or more")
     # With --json, stdout carries the JSON object alone; what a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    given = _read_inputs(args.input)
-    if args.output_dir is not None:  # before the run: a long run should not fail at its end
+    given = read_inputs(args.input)
+    # What the runs write is checked before them: a long run should not fail at its end.
+    if args.output_dir is not None:
         try:
             args.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DlaError(NvError.FileWriteFailed,
                            f"--output-dir {args.output_dir}: {e.strerror or e}") from e
-    t0 = time.perf_counter()
-    progress = None
-    if sys.stderr.isatty():  # compiling a large ONNX model takes a while: show it, as pydla compile does
-        from pydla.compiler.progress import TerminalProgress
+    for flag, path in (("--trace", args.trace), ("--trace-ring", args.trace_ring)):
+        if path is not None:
+            check_writable(flag, path)
+    mask = trace_mask(args.trace_events)
+    import pydla.session  # noqa: F401 (imported before the load is timed, as onnx for an ONNX model)
 
-        progress = TerminalProgress(sys.stderr)
-    try:
-        sess = Session(args.model, port=args.port, config=args.config, device=args.device, progress=progress,
-                       input_shapes=shapes)
-    finally:
-        if progress is not None:
-            progress.close()
+    if args.model.suffix.lower() == ".onnx":
+        from pydla.compile_cache import import_onnx
+
+        import_onnx()  # and here is where its absence is said
+    t0 = time.perf_counter()
+    sess = _open(args, shapes)
     with sess:
+        feeds, inputs, random_ints = _feeds(args, sess, given, text)
+        if sess.dynamic:  # compiled for the shapes of the inputs now, not in the first run
+            sess.prepare({t.name: feeds[t.name].shape for t in sess.inputs if t.dynamic})
         load_ms = (time.perf_counter() - t0) * 1e3
-        names = [t.name for t in sess.inputs]
-        for name in given:
-            if name not in names:
-                raise DlaError(NvError.BadParameter, f"--input {name}: the model has no input '{name}' "
-                                                     f"(its inputs: {', '.join(names)})")
-        rng = np.random.default_rng(args.seed)
-        feeds, inputs = {}, []
-        for t in sess.inputs:
-            if t.name in given:
-                feeds[t.name], source = given[t.name]
-            else:
-                feeds[t.name], source = random_input(rng, t.shape, np.dtype(t.dtype)), "random"
-                print(f"input {t.name}: random {t.dtype} {t.shape}", file=text)
-            inputs.append({"name": t.name, "shape": list(feeds[t.name].shape),
-                           "dtype": str(feeds[t.name].dtype), "source": source})
-        for _ in range(warmup):
-            sess.run(feeds)
-        traced_wanted = args.trace is not None or args.trace_ring is not None or args.profile
-        capture = Capture(sess.runtime, mask=trace_mask(args.trace_events)) if traced_wanted else None
-        times = []
-        for _ in range(args.iterations):
-            t0 = time.perf_counter()
-            outputs = sess.run(feeds)
-            times.append(time.perf_counter() - t0)
-        if capture is not None:
-            traced = capture.finish()
-            if args.trace is not None:
-                traced.write_chrome(args.trace)
-                print(f"trace of {len(times)} run(s) written to {args.trace} ({len(traced.ops)} device "
-                      f"operations; open it at https://ui.perfetto.dev)", file=text)
-            if args.trace_ring is not None:
-                traced.write_ring(args.trace_ring)
-            if args.profile:
-                print(traced.profile_text(), file=text)
+        try:
+            times, outputs = _runs(args, sess, feeds, warmup, mask, text)
+        except DlaError as e:
+            if not random_ints:
+                raise
+            hint = "; ".join(f"input '{n}' was random integers in {INT_LOW}..{INT_HIGH}: if it holds indices "
+                             f"or ids, give its values with --input {n}=FILE.npy" for n in random_ints)
+            raise DlaError(e.code, f"{e.message} ({hint})") from e
     print(f"loaded in {load_ms:.1f} ms", file=text)
     results = []
     for name, value in outputs.items():

@@ -1,11 +1,14 @@
-"""The command line's common options (-v, --log-level, PYDLA_LOG, before or after any subcommand) and
-`pydla run`'s report: warm-up, latency, throughput only over several runs, --json."""
+"""The command line's common options (-v, --log-level, PYDLA_LOG, before or after any subcommand);
+`pydla run`'s report (warm-up, latency, throughput only over several runs, --json), its inputs (files,
+dynamic shapes from them, integers within the axis they index, what is no .npy), its files checked
+before the runs; Ctrl-C ending `pydla run` and `pydla demo` within 2 s."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,14 +208,38 @@ def test_run_input_files_that_are_not_arrays_are_one_line_errors(demo_dla: Path,
                                                                  capsys) -> None:
     from pydla.cli import main
 
-    empty, text = tmp_path / "empty.npy", tmp_path / "text.npy"
+    empty, text, model, archive = (tmp_path / n for n in ("empty.npy", "text.npy", "m.onnx", "x.npz"))
     empty.write_bytes(b"")
     text.write_text("not an array")
-    for path, words in ((empty, "is empty, not a .npy array"), (text, "cannot read")):
+    model.write_bytes(b"\x08\x08\x12\x04test")  # what an ONNX file begins with: numpy would call it a pickle
+    np.savez(archive, input=np.ones((1, 3, 32, 32), np.float32))
+    for path, words, code in (
+            (empty, "the file is empty (0 bytes), not a .npy array", "BadValue"),
+            (text, "is not a .npy array file (numpy.save writes those)", "BadValue"),
+            (model, "is an ONNX model, not a .npy array: the model is pydla run's first argument",
+             "BadValue"),
+            (archive, "is a .npz archive, not a .npy array: save each input with numpy.save", "BadValue"),
+            (tmp_path / "missing.npy", "missing.npy: no such file", "FileNotFound")):
         assert main(["run", str(demo_dla), "--input", f"input={path}"]) == 1
         err = capsys.readouterr().err
-        assert err.startswith("pydla: error: --input input: ") and words in err and "Traceback" not in err
-        assert "[FileReadFailed]" in err
+        assert err.startswith(f"pydla: error: --input input: {path}") and err.endswith(f" [{code}]\n"), err
+        assert err.count("\n") == 1 and words in err and "pickle" not in err, err
+
+
+def test_a_missing_file_is_worded_one_way(demo_dla: Path, tmp_path: Path, capsys) -> None:
+    """The model, an input, a compile: '<path>: no such file' [FileNotFound]."""
+    from pydla.cli import main
+
+    missing = tmp_path / "missing"
+    for argv, said in ((["run", f"{missing}.dla"], f"{missing}.dla: no such file"),
+                       (["run", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
+                       (["compile", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
+                       (["run", str(demo_dla), "--input", f"input={missing}.npy"],
+                        f"--input input: {missing}.npy: no such file"),
+                       (["run", str(demo_dla), "--input", f"{missing}.npy"],
+                        f"--input: {missing}.npy: no such file")):
+        assert main(argv) == 1
+        assert capsys.readouterr().err == f"pydla: error: {said} [FileNotFound]\n", argv
 
 
 def test_run_names_the_file_of_a_corrupt_loadable(demo_dla: Path, tmp_path: Path, capsys) -> None:
@@ -225,3 +252,245 @@ def test_run_names_the_file_of_a_corrupt_loadable(demo_dla: Path, tmp_path: Path
     assert main(["run", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"pydla: error: {bad}: section '") and "is corrupt" in err
+
+
+# -- Ctrl-C: `pydla run` and `pydla demo` end within 2 s of SIGINT ----------------------------------------
+
+# Run first in the subprocess: a real SIGINT to itself when WHERE is reached (the class, the method, the
+# call number), its time on stderr; then the command.
+SIGINT_AT = """
+import importlib, os, signal, sys, time
+module, cls, method, nth = sys.argv.pop(1).split(":")
+owner = getattr(importlib.import_module(module), cls)
+real, calls = getattr(owner, method), []
+def reached(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == int(nth):
+        print(f"SIGINT {time.monotonic()!r}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(*args, **kwargs)
+setattr(owner, method, reached)
+from pydla.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _interrupted(argv: list[str], where: str,
+                 tmp_path: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    import time
+
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-c", SIGINT_AT, where, *argv], capture_output=True, text=True,
+                            env=env, timeout=120)
+    ended = time.monotonic()
+    sent = [float(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("SIGINT ")]
+    assert len(sent) == 1, (where, result.stderr)
+    return ended - sent[0], result
+
+
+@pytest.mark.parametrize("where", [
+    "pydla.umd.runtime:IRuntime:load:1",        # loading the network
+    "pydla.kmd.driver:Kmd:_poll_locked:1",      # the first run, in flight on the device
+    "pydla.kmd.driver:Kmd:_poll_locked:40",     # a later run
+    "pydla.session:Session:_close:1",           # closing, after the runs
+])
+def test_ctrl_c_ends_pydla_run_within_2_s(where: str, demo_dla: Path, tmp_path: Path) -> None:
+    iterations = "1" if where.endswith("_close:1") else "100000"
+    took, result = _interrupted(["run", str(demo_dla), "--iterations", iterations], where, tmp_path)
+    assert result.returncode == 130 and result.stderr.endswith("pydla: interrupted\n"), result.stderr
+    assert "Traceback" not in result.stderr and "cancelled" not in result.stderr
+    assert took < 2, took
+
+
+def test_ctrl_c_ends_pydla_demo_within_2_s(tmp_path: Path) -> None:
+    took, result = _interrupted(["demo"], "pydla.kmd.driver:Kmd:_poll_locked:1", tmp_path)
+    assert result.returncode == 130 and result.stderr.endswith("pydla: interrupted\n"), result.stderr
+    assert took < 2, took
+
+
+def test_sigint_from_outside_ends_pydla_run_within_2_s(demo_dla: Path, tmp_path: Path) -> None:
+    """As a terminal's Ctrl-C does: SIGINT from another process, while the runs go on."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    with subprocess.Popen([sys.executable, "-m", "pydla", "run", str(demo_dla), "--iterations", "10000000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
+        assert child.stdout is not None and child.stderr is not None
+        assert child.stdout.readline().startswith("input input: random")  # the runs start next
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        try:
+            child.wait(timeout=30)
+        finally:
+            child.kill()
+        took = time.monotonic() - sent
+        err = child.stderr.read()
+    assert child.returncode == 130 and err == "pydla: interrupted\n", err
+    assert took < 2, took
+
+
+# -- pydla run: inputs ---------------------------------------------------------------------------------
+
+
+def _save(model, path: Path) -> Path:
+    import onnx
+
+    onnx.save(model, str(path))
+    return path
+
+
+def _token_model():
+    """y = emb[reshape(ids)] * k: ids index the 50 rows of emb (through a Reshape); k indexes nothing."""
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    emb = nh.from_array(np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32), "emb")
+    nodes = [h.make_node("Reshape", ["ids", "shape"], ["flat"]),
+             h.make_node("Gather", ["emb", "flat"], ["e"]),
+             h.make_node("Cast", ["k"], ["kf"], to=1), h.make_node("Mul", ["e", "kf"], ["y"])]
+    graph = h.make_graph(nodes, "tokens", [h.make_tensor_value_info("ids", 7, [1, 6]),
+                                           h.make_tensor_value_info("k", 7, [1, 1])],
+                         [h.make_tensor_value_info("y", 1, [6, 8])],
+                         [emb, nh.from_array(np.array([6], np.int64), "shape")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+
+
+def test_run_draws_integers_within_the_axis_they_index(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Token ids feeding a Gather are drawn within its rows (random -100..100 broke it), and a
+    loadable, whose graph is compiled away, says which input needs a file when its run fails."""
+    from pydla.compiler.api import compile_model
+    from pydla.run_inputs import index_limits
+
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    model = _token_model()
+    assert index_limits(model) == {"ids": 50}
+    path = _save(model, tmp_path / "tokens.onnx")
+    for seed in range(3):
+        assert main(["run", str(path), "--seed", str(seed), "--output-dir", str(tmp_path / "out")]) == 0
+        out = capsys.readouterr().out
+        assert "input ids: random int64 (1, 6) in 0..49 (indices of an axis of 50)" in out, out
+        assert "input k: random int64 (1, 1) in -100..100" in out
+    dla = tmp_path / "tokens.dla"
+    dla.write_bytes(compile_model(model).blob)
+    assert main(["run", str(dla), "--seed", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pydla: error: ") and err.count("\n") == 1
+    assert ("(input 'ids' was random integers in -100..100: if it holds indices or ids, give its values with "
+            "--input ids=FILE.npy; input 'k' was random integers") in err, err
+    np.save(tmp_path / "ids.npy", np.arange(6, dtype=np.int64).reshape(1, 6))
+    assert main(["run", str(dla), "--input", f"ids={tmp_path / 'ids.npy'}"]) == 0
+
+
+def _dynamic_cnn():
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                          h.make_node("GlobalAveragePool", ["c"], ["y"])], "dynamic",
+                         [h.make_tensor_value_info("x", 1, ["N", 3, "H", "W"])],
+                         [h.make_tensor_value_info("y", 1, ["N", 4, 1, 1])], [w])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def test_run_takes_a_dynamic_models_shapes_from_its_input_files(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    path = _save(_dynamic_cnn(), tmp_path / "dynamic.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 3, 20, 12)).astype(np.float32)
+    np.save(tmp_path / "img.npy", x)
+    for given in (f"x={tmp_path / 'img.npy'}", str(tmp_path / "img.npy")):  # a one-input model: no name
+        assert main(["run", str(path), "--input", given, "--output-dir", str(tmp_path / "out")]) == 0
+        assert "output y: float32 (2, 4, 1, 1)" in capsys.readouterr().out
+        import onnxruntime as ort
+
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    assert main(["run", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        "pydla: error: input 'x' [N, 3, H, W] has dynamic dimensions: give its data, whose shape is taken, "
+        "with --input x=FILE.npy, or its shape, --input-shape x=1,3,H,W (H, W: the sizes to run with) "
+        "[BadParameter]\n")
+    assert main(["run", str(path), "--input-shape", "x=1,3,8,8"]) == 0
+    assert "input x: random float32 (1, 3, 8, 8)" in capsys.readouterr().out
+    np.save(tmp_path / "bad.npy", np.ones((1, 4, 8, 8), np.float32))
+    assert main(["run", str(path), "--input", str(tmp_path / "bad.npy")]) == 1
+    assert ("input 'x': expected float32 of shape [N, 3, H, W], got shape (1, 4, 8, 8): dimension 1 is fixed "
+            "at 3") in capsys.readouterr().err
+
+
+def test_run_input_without_a_name_is_for_a_model_of_one_input(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    path = _save(_token_model(), tmp_path / "tokens.onnx")
+    np.save(tmp_path / "ids.npy", np.zeros((1, 6), np.int64))
+    assert main(["run", str(path), "--input", str(tmp_path / "ids.npy")]) == 1
+    assert capsys.readouterr().err == (
+        f"pydla: error: --input {tmp_path / 'ids.npy'}: the model has 2 inputs (ids, k): name the one this "
+        "file is, --input NAME=FILE.npy [BadParameter]\n")
+    assert main(["run", str(path), "--input", f"ids={tmp_path / 'ids.npy'}", "--input",
+                 f"ids={tmp_path / 'ids.npy'}"]) == 1
+    assert "--input ids: given twice" in capsys.readouterr().err
+
+
+def test_run_checks_its_trace_files_before_the_runs(demo_dla: Path, tmp_path: Path, capsys) -> None:
+    for flag in ("--trace", "--trace-ring"):
+        assert main(["run", str(demo_dla), "--iterations", "3", flag, str(tmp_path / "no" / "t.json")]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""  # nothing ran
+        assert captured.err == (f"pydla: error: {flag} {tmp_path / 'no' / 't.json'}: the directory "
+                                f"{tmp_path / 'no'} does not exist [FileWriteFailed]\n")
+        assert main(["run", str(demo_dla), flag, str(tmp_path)]) == 1
+        assert f"{flag} {tmp_path}: a directory; give a file name" in capsys.readouterr().err
+
+
+def test_demo_points_to_a_page_that_is_there(capsys, tmp_path: Path, monkeypatch) -> None:
+    """It pointed to a README section that was renamed."""
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["demo"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    pages = re.findall(r"\((docs/[\w/.-]+\.md)\)", last)
+    assert last.startswith("next: ") and pages, last
+    assert all((ROOT / page).is_file() for page in pages), pages
+
+
+def test_run_and_compile_word_a_broken_onnx_file_alike(tmp_path: Path, capsys) -> None:
+    from pydla.compiler import cli as compiler_cli  # noqa: F401 (pydla compile is there)
+
+    empty, cut = tmp_path / "empty.onnx", tmp_path / "cut.onnx"
+    empty.write_bytes(b"")
+    cut.write_bytes((ROOT / "examples" / "demo_model.onnx").read_bytes()[:100])
+    for path in (empty, cut):
+        said = []
+        for command in ("run", "compile"):
+            assert main([command, str(path)]) == 1
+            said.append(capsys.readouterr().err)
+        assert said[0] == said[1] and said[0].startswith(f"pydla: error: {path}: "), said
+
+
+def test_index_limits_follow_what_indexes_an_axis() -> None:
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from pydla.run_inputs import index_limits
+
+    def model(nodes, inputs, inits=()):
+        graph = h.make_graph(nodes, "g", inputs, [h.make_tensor_value_info("y", 1, None)], list(inits))
+        return h.make_model(graph)
+
+    one_hot = model([h.make_node("OneHot", ["i", "d", "v"], ["y"])], [h.make_tensor_value_info("i", 7, [3])],
+                    [nh.from_array(np.array(7, np.int64), "d"),
+                     nh.from_array(np.array([0, 1], np.float32), "v")])
+    elements = model([h.make_node("GatherElements", ["data", "i"], ["y"], axis=1)],
+                     [h.make_tensor_value_info("data", 1, [2, 9]), h.make_tensor_value_info("i", 7, [2, 3])])
+    # indices of two tables: the smaller one bounds them; an unknown axis size bounds nothing
+    two = model([h.make_node("Gather", ["a", "i"], ["p"]), h.make_node("Gather", ["b", "i"], ["q"]),
+                 h.make_node("Gather", ["c", "j"], ["y"])],
+                [h.make_tensor_value_info("i", 7, [4]), h.make_tensor_value_info("j", 7, [4]),
+                 h.make_tensor_value_info("c", 1, ["rows", 3])],
+                [nh.from_array(np.zeros((30, 2), np.float32), "a"),
+                 nh.from_array(np.zeros((12, 2), np.float32), "b")])
+    assert index_limits(one_hot) == {"i": 7} and index_limits(elements) == {"i": 9}
+    assert index_limits(two) == {"i": 12}

@@ -14,6 +14,7 @@ import pytest
 import pydla
 from pydla.cli import main
 from pydla.hw.shave import build
+from pydla.hw.shave.toolchain import CC_ENV, GCC, Toolchain, find_toolchain, toolchain_of, ziglang_toolchain
 from pydla.kernels import MEMREF_BYTES, ShaveKernel, check_elf, loadable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,8 +22,10 @@ SCALE_ADD = ROOT / "examples" / "kernels" / "scale_add.c"
 RNG = np.random.default_rng(18)
 
 needs_toolchain = pytest.mark.skipif(build.compiler() is None,
-                                     reason="riscv64-unknown-elf-gcc is not installed (apt-get install "
-                                            "gcc-riscv64-unknown-elf): custom kernels cannot be built")
+                                     reason=f"no RISC-V C compiler: {build.INSTALL_HINT}")
+ZIG = ziglang_toolchain()
+needs_zig = pytest.mark.skipif(ZIG is None, reason="the ziglang package (pip install 'pydla[kernels]', part "
+                                                   "of 'pydla[dev]') is not installed")
 
 # Two inputs (x, y) and a parameter a: out = a * x + y. Its own RW data too (a .bss table and an
 # initialised .data word), which pydla's dims and strides must not overwrite.
@@ -60,7 +63,7 @@ void axpy(uint32_t argsAddr, uint32_t argsSize) {
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if build.compiler() is None:
-        pytest.skip("riscv64-unknown-elf-gcc is not installed (apt-get install gcc-riscv64-unknown-elf)")
+        pytest.skip(f"no RISC-V C compiler: {build.INSTALL_HINT}")
     d = tmp_path_factory.mktemp("kernels")
     (d / "axpy.c").write_text(AXPY)
     out = {}
@@ -108,17 +111,125 @@ def test_build_errors_name_the_cause(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "undeclared" in capsys.readouterr().err
 
 
-def test_without_the_toolchain_the_error_says_how_to_install_it(tmp_path: Path) -> None:
+@needs_toolchain
+def test_a_failed_build_leaves_no_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.c"
+    bad.write_text("void bad(void) { undeclared(); }\n")
+    out = tmp_path / "bad.elf"
+    with pytest.raises(pydla.DlaError, match="the build failed"):
+        build.build_kernel(bad, output=out)
+    assert main(["kernel", "build", str(bad)]) == 1
+    assert "undeclared" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.c"]  # no empty or partial ELF, no temporary
+    # An ELF already there stays as it was when a rebuild fails, and is replaced whole when one succeeds.
+    out.write_bytes(b"the previous build")
+    with pytest.raises(pydla.DlaError, match="the build failed"):
+        build.build_kernel(bad, output=out)
+    assert out.read_bytes() == b"the previous build"
+    elf = build.build_kernel(SCALE_ADD, output=out)
+    assert out.read_bytes() == elf and sorted(p.name for p in tmp_path.iterdir()) == ["bad.c", "bad.elf"]
+    with pytest.raises(pydla.DlaError, match=r"nowhere/k\.elf: cannot write the kernel") as e:
+        build.build_kernel(SCALE_ADD, output=tmp_path / "nowhere" / "k.elf")
+    assert e.value.code == pydla.NvError.FileWriteFailed
+
+
+def test_the_compiler_is_found_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$PYDLA_RISCV_CC, then riscv64-unknown-elf-gcc on PATH, then zig's from the ziglang package."""
+    import importlib.util
+
+    gcc = tmp_path / "bin" / GCC
+    gcc.parent.mkdir()
+    gcc.write_text("#!/bin/sh\nexit 1\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(gcc.parent))
+    monkeypatch.setenv(CC_ENV, "/opt/riscv/bin/my-gcc")
+    assert find_toolchain() == Toolchain(("/opt/riscv/bin/my-gcc",), "gcc", CC_ENV)
+    monkeypatch.setenv(CC_ENV, "zig cc")
+    assert find_toolchain() == Toolchain(("zig", "cc"), "zig", CC_ENV)
+    monkeypatch.delenv(CC_ENV)
+    assert find_toolchain() == Toolchain((str(gcc),), "gcc", "PATH")
+    assert build.reference_toolchain() == Toolchain((str(gcc),), "gcc", "PATH")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_toolchain() == ziglang_toolchain()
+    assert build.reference_toolchain() is None  # zig's bytes are not the committed ELFs'
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert find_toolchain() is None
+    # With none of them the error names all three and the pip command.
+    with pytest.raises(pydla.DlaError) as e:
+        build.build_kernel(SCALE_ADD)
+    assert e.value.code == pydla.NvError.NotSupported
+    for fragment in ("pip install 'pydla[kernels]'", "apt-get install gcc-riscv64-unknown-elf", CC_ENV):
+        assert fragment in e.value.message, fragment
     with pytest.raises(pydla.DlaError, match="apt-get install gcc-riscv64-unknown-elf") as e:
+        build.stale_kernels()  # the committed ELFs are checked with Debian's gcc only
+    assert e.value.code == pydla.NvError.NotSupported
+
+
+def test_a_compiler_command_takes_its_own_flags() -> None:
+    assert toolchain_of("riscv64-unknown-elf-gcc").cflags()[:2] == ["-march=rv32imf", "-mabi=ilp32f"]
+    assert toolchain_of("riscv64-unknown-elf-gcc").ldflags()[0] == "-Wl,--no-relax"
+    for command, argv in (("zig cc", ("zig", "cc")), ("/opt/zig/zig", ("/opt/zig/zig", "cc")),
+                          ("python3 -m ziglang cc", ("python3", "-m", "ziglang", "cc")),
+                          ("python3 -m ziglang", ("python3", "-m", "ziglang", "cc"))):
+        tc = toolchain_of(command)
+        assert (tc.kind, tc.command) == ("zig", argv), command
+        assert tc.cflags()[:3] == ["-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"]
+        assert "-mno-relax" in tc.ldflags() and "-Wl,--no-relax" not in tc.ldflags()
+
+
+def test_gcc_gets_the_options_the_shipped_kernels_were_built_with(tmp_path: Path) -> None:
+    """The command line a gcc runs (a stand-in recording its arguments): the committed ELFs are
+    Debian's gcc's bytes for exactly these options, which CI checks (tools/build-kernels --check)."""
+    record = tmp_path / "argv"
+    gcc = tmp_path / GCC
+    gcc.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {record}\n"
+                   "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && printf '\\177ELF' > \"$2\"; shift; done\n")
+    gcc.chmod(0o755)
+    assert build.build(build.SOURCE_DIR / "clamp.c", str(gcc)) == b"\x7fELF"
+    argv = record.read_text().splitlines()
+    include = str(build.INCLUDE_DIR)
+    assert argv[:17] == ["-march=rv32imf", "-mabi=ilp32f", "-O2", "-ffreestanding", "-nostdlib",
+                         "-fno-builtin", "-msmall-data-limit=0", "-fno-ident", "-g0", "-std=gnu11", "-Wall",
+                         "-Wextra", "-Werror", "-I", include, "-I", "."]
+    assert argv[17:19] == ["clamp.c", "-o"]
+    assert argv[20].startswith("-Wl,-T,") and argv[20].endswith("link.ld")
+    assert argv[21:] == ["-Wl,-e,clamp", "-Wl,--no-relax", "-Wl,--build-id=none", "-s"]
+
+
+def test_without_the_toolchain_the_error_says_how_to_install_it(tmp_path: Path) -> None:
+    with pytest.raises(pydla.DlaError, match="cannot run the RISC-V compiler") as e:
         build.build_kernel(SCALE_ADD, cc=str(tmp_path / "no-such-gcc"))
     assert e.value.code == pydla.NvError.NotSupported
+    assert "pip install 'pydla[kernels]'" in e.value.message
+
+
+@needs_zig
+def test_zig_from_pypi_builds_kernels_that_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """zig's compiler (the kernels extra), whichever compiler is found first: the example kernel
+    built with it runs as numpy says, the same source builds to the same bytes, and the build leaves
+    nothing in the user's caches (zig's caches live in the build's temporary directory)."""
+    assert ZIG is not None
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+    monkeypatch.delenv("ZIG_GLOBAL_CACHE_DIR", raising=False)
+    elf = build.build_kernel(SCALE_ADD, cc=ZIG, output=tmp_path / "k.elf")
+    assert not (tmp_path / "home").exists()
+    assert elf == build.build_kernel(SCALE_ADD, cc=ZIG)
+    x = RNG.standard_normal((7, 9)).astype(np.float32)
+    with ShaveKernel(tmp_path / "k.elf") as k:
+        np.testing.assert_allclose(k(x, params=np.array([3.0, -2.0], np.float32)),
+                                   x * np.float32(3.0) - np.float32(2.0), rtol=1e-6, atol=1e-6)
+    # The shipped kernels' sources build with it too (-Wall -Wextra -Werror: clang's warnings as well).
+    for source in build.sources():
+        assert build.build(source, ZIG)[:4] == b"\x7fELF", source.name
 
 
 def test_the_help_says_what_a_kernel_is(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["kernel", "build", "--help"])
     text = capsys.readouterr().out
-    for fragment in ("MemRefData", "--entry", "apt-get install gcc-riscv64-unknown-elf", "ai.pydla"):
+    for fragment in ("MemRefData", "--entry", "apt-get install gcc-riscv64-unknown-elf", "ai.pydla",
+                     "pip install 'pydla[kernels]'", "$PYDLA_RISCV_CC"):
         assert fragment in text
 
 
@@ -128,7 +239,7 @@ def test_scale_add_on_arrays_agrees_with_numpy(kernels: dict[str, Path]) -> None
     x = RNG.standard_normal((3, 5, 40)).astype(np.float32)
     with ShaveKernel(kernels["scale_add"]) as k:
         y = k(x, params=np.array([2.5, -1.0], np.float32))
-        # gcc fuses x * a + b into one fmadd (one rounding): within an ulp of numpy's two.
+        # The compiler may fuse x * a + b into one fmadd (one rounding): within an ulp of numpy's two.
         np.testing.assert_allclose(y, x * np.float32(2.5) + np.float32(-1.0), rtol=1e-6, atol=1e-6)
         # A ctypes struct, bytes: the same parameter bytes.
         class P(ctypes.LittleEndianStructure):

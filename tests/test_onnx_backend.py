@@ -39,3 +39,17 @@ def test_run_node_and_devices(monkeypatch, tmp_path) -> None:
     with pytest.raises(DlaError, match="device 'CUDA'"):
         backend.prepare(helper.make_model(helper.make_graph(
             [], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [])), "CUDA")
+
+
+def test_prepare_a_model_with_dynamic_axes(monkeypatch, tmp_path) -> None:
+    """As onnxruntime's backend: prepared once, run with any batch (compiled per shape at the run)."""
+    monkeypatch.setenv("PYDLA_CACHE_DIR", str(tmp_path))
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    rep = backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    for batch in (1, 3):
+        x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4) - 5
+        (y,) = rep.run([x])
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+    rep.session.close()

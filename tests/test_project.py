@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import pickle
 import re
@@ -194,7 +195,7 @@ def _tool(name: str):  # type: ignore[no-untyped-def]
     return module
 
 
-@pytest.mark.parametrize("name", ["regenerate", "release-check"])
+@pytest.mark.parametrize("name", ["regenerate", "release-check", "build-kernels"])
 def test_tools_are_executable_and_take_help(name: str) -> None:
     path = ROOT / "tools" / name
     assert os.access(path, os.X_OK), f"tools/{name} is not executable"
@@ -238,3 +239,42 @@ def test_release_check_names_missing_package_data(tmp_path: Path) -> None:
     problems = release_check.check_wheel(wheel("bad.whl", leave_out="pydla/hw/configs/full.json"))
     assert problems == ["bad.whl lacks pydla/hw/configs/full.json"]
     assert "console script" in " ".join(release_check.check_wheel(wheel("noentry.whl", entry_point=False)))
+
+
+def test_every_config_option_names_every_bundled_configuration() -> None:
+    """`--config` help lists the configurations there are (full-headed was left out)."""
+    from pydla.hw.config import bundled_configs
+
+    names = bundled_configs()
+    assert {"full", "small", "full-headed"} <= set(names)
+    found = []
+    for path in _all_command_paths(build_parser()):
+        parser = build_parser()
+        for step in path:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[step]
+        for action in parser._actions:
+            if "--config" in action.option_strings:
+                found.append(path)
+                missing = [n for n in names if n not in (action.help or "")]
+                assert not missing, f"pydla {' '.join(path)} --config help omits {missing}: {action.help}"
+    assert {("run",), ("compile",), ("info",)} <= set(found)
+
+
+def test_the_demo_points_to_a_readme_section_that_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    named = re.findall(r"README: '([^']+)'", capsys.readouterr().out)
+    assert named, "the demo's last line names a README section"
+    headings = [line[3:] for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("## ")]
+    for name in named:
+        assert any(h.startswith(name) for h in headings), (name, headings)
+
+
+def test_readme_quick_start_says_how_long_and_how_to_enter_the_environment() -> None:
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    demo, tests = quick.split("```sh", 2)[:2]
+    assert re.search(r"\d+ (?:s|seconds)\b", demo), "the quick start says how long the demo takes"
+    assert re.search(r"\d+ minutes", tests), "the quick start says how long the tests take"
+    assert ". .venv/bin/activate" in quick  # the commands after it are typed as bare `pydla`
+    assert len(text.splitlines()) <= 250

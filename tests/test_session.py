@@ -52,9 +52,9 @@ def test_session_on_an_onnx_file_is_compiled_once_and_cached(demo, tmp_path: Pat
                                    reference(demo, {"input": x(1)})[0], atol=1e-5)
     monkeypatch.setattr(api, "compile_model", compile_for_real)
     # A changed compiler (its sources' fingerprint) never gets a loadable the old one made.
-    import pydla.session as session_module
+    import pydla.compile_cache as compile_cache
 
-    monkeypatch.setattr(session_module, "compiler_fingerprint", lambda: "another compiler")
+    monkeypatch.setattr(compile_cache, "compiler_fingerprint", lambda: "another compiler")
     with pydla.Session(path):
         pass
     assert len(list(cache.glob("*.dla"))) == 2
@@ -105,12 +105,18 @@ def test_session_errors_say_what_was_expected(demo, tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         pydla.Session(tmp_path / "missing.onnx")
     assert e.value.code == NvError.FileNotFound
-    with pytest.raises(DlaError, match=r"not a loadable \(.dla\) and not an ONNX model") as e:
+    with pytest.raises(DlaError, match=r"not an ONNX model or a loadable") as e:
         pydla.Session(b"neither")
     assert e.value.code == NvError.BadValue
-    for name, data in (("model.bin", b"neither"), ("empty.onnx", b"")):
+    # One wording with `pydla compile`, `run`, `info` and `validate` (compiler.onnx_model.parse_model).
+    truncated = r"not an ONNX model or a loadable, or a truncated one: it does not parse"
+    for name, data, message in (
+            ("model.bin", b"neither", truncated),
+            ("empty.onnx", b"", r"the file is empty \(0 bytes\), not an ONNX model or a loadable"),
+            ("empty.bin", b"", r"the file is empty \(0 bytes\), not an ONNX model or a loadable"),
+            ("bad.onnx", b"\x08\x08\xff", truncated)):
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(DlaError, match=rf"{name}: not a loadable \(.dla\) and not an ONNX model") as e:
+        with pytest.raises(DlaError, match=rf"{name}: {message}") as e:
             pydla.Session(tmp_path / name)
         assert e.value.code == NvError.BadValue and str(tmp_path) in e.value.message
     with pytest.raises(DlaError, match="give a path"):
@@ -130,7 +136,7 @@ def test_run_command(demo, tmp_path: Path, capsys) -> None:
                                atol=1e-5)
     assert main(["run", str(path)]) == 0
     assert "input input: random float32 (1, 3, 32, 32)" in capsys.readouterr().out
-    assert main(["run", str(path), "--input", "bad"]) == 1
+    assert main(["run", str(path), "--input", "=bad"]) == 1
     assert "write NAME=FILE.npy" in capsys.readouterr().err
     assert main(["run", str(path), "--iterations", "0"]) == 1
     # A misspelled input name is an error, not a silently random input.
@@ -183,10 +189,10 @@ def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, ca
     as a file is keyed by its contents."""
     import json
 
-    import pydla.session as session_module
+    import pydla.compile_cache as compile_cache
 
-    root = Path(session_module.__file__).parent
-    hashed = {f.relative_to(root).as_posix() for f in session_module.fingerprinted_files()}
+    root = Path(compile_cache.__file__).parent
+    hashed = {f.relative_to(root).as_posix() for f in compile_cache.fingerprinted_files()}
     for needed in ("compiler/api.py", "loadable/taskbuilder.py", "loadable/cpuops.py", "elf/writer.py",
                    "hw/config.py", "hw/configs/full.json", "deviceapi/task_layout.py",
                    "deviceapi/specs/dla_task.yaml"):
@@ -199,10 +205,10 @@ def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, ca
     config = tmp_path / "my.json"
     full = json.loads((root / "hw" / "configs" / "full.json").read_text())
     config.write_text(json.dumps(full))
-    session_module._compile_cached(onnx_bytes, str(config), "fp32")
+    compile_cache.OnnxModel(onnx_bytes).loadable(str(config), "fp32")
     full["tap_major_min_channels"] = 32  # the same name, other contents: another key
     config.write_text(json.dumps(full))
-    session_module._compile_cached(onnx_bytes, str(config), "fp32")
+    compile_cache.OnnxModel(onnx_bytes).loadable(str(config), "fp32")
     assert len(list(cache.glob("*.dla"))) == 2
 
 
@@ -272,7 +278,7 @@ def test_external_data_that_is_missing_or_outside_the_model_directory_is_refused
     path = save_external(w, tmp_path / "a")
     (tmp_path / "a" / "weights.bin").unlink()
     with pytest.raises(DlaError, match=r"m.onnx: tensor 'w' keeps its data in external file 'weights.bin': "
-                                       r".*weights.bin does not exist") as e:
+                                       r".*weights.bin: no such file") as e:
         pydla.Session(path)
     assert e.value.code == NvError.FileNotFound
     for location in ("../secret.bin", "sub/../../secret.bin", "/etc/passwd"):
@@ -458,11 +464,25 @@ def test_session_input_shapes_compile_each_shape_once(cache: Path) -> None:
     assert len(list(cache.glob("*.dla"))) == 2
 
 
-def test_session_without_input_shapes_names_the_dimensions() -> None:
-    with pytest.raises(DlaError) as e:
-        pydla.Session(_symbolic_model())
-    assert e.value.code == NvError.NotSupported
-    assert "0 'batch', 1 'sequence'" in e.value.message and "input_shapes={'x': (1, 1, 4)}" in e.value.message
+def test_session_without_input_shapes_compiles_for_the_shapes_it_runs(cache: Path) -> None:
+    """Dynamic axes left without sizes: the session is made at once, nothing compiled; each run's
+    shapes are compiled at the run (once: the next run of a shape reuses its network)."""
+    with pydla.Session(_symbolic_model()) as sess:
+        assert [(t.name, t.shape) for t in sess.inputs] == [("x", ("batch", "sequence", 4))]
+        assert list(cache.glob("*.dla")) == []
+        with pytest.raises(DlaError, match="loaded for the input shapes of its first run") as e:
+            sess.runtime  # noqa: B018
+        assert e.value.code == NvError.InvalidState
+        for shape in [(1, 5, 4), (3, 2, 4), (1, 5, 4)]:
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(sess.run({"x": x})["y"], np.maximum(x, 0) * 2 + 1, rtol=1e-6)
+            assert sess.runtime.getInputTensorDesc(0).dims == shape
+        assert len(list(cache.glob("*.dla"))) == 2
+        with pytest.raises(DlaError, match=r"input 'x': expected float32 of shape \[batch, sequence, 4\], "
+                                           r"got shape \(1, 5, 3\): dimension 2 is fixed at 4") as e:
+            sess.run({"x": np.ones((1, 5, 3), np.float32)})
+        assert e.value.code == NvError.BadParameter
+        assert len(list(cache.glob("*.dla"))) == 2  # refused before any compile
 
 
 def test_input_shapes_of_a_loadable_must_be_its_own(tmp_path: Path) -> None:
@@ -483,3 +503,93 @@ def test_inference_session_takes_input_shapes() -> None:
         assert sess.get_inputs()[0].shape == [2, 2, 4]
         y, = sess.run(None, {"x": np.ones((2, 2, 4), np.float32)})
         np.testing.assert_allclose(y, 3.0)
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _interrupt_the_device_once(monkeypatch) -> None:
+    """Ctrl-C while a run is in flight: the first time the driver is polled for the device's
+    progress (a wait drives a deterministic device) KeyboardInterrupt is raised, the job unfinished."""
+    from pydla.kmd.driver import Kmd
+
+    real = Kmd._poll_locked
+    calls = []
+
+    def poll(self) -> None:
+        calls.append(self)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(Kmd, "_poll_locked", poll)
+
+
+def test_ctrl_c_in_a_session_block_cancels_the_run_at_once(demo, monkeypatch) -> None:
+    """The close that waits up to timeout_ms for a run in flight is a normal close's; a block ended
+    by KeyboardInterrupt cancels the run at once (it used to wait the whole timeout, 60 s)."""
+    import time
+
+    sess = pydla.Session(demo, timeout_ms=20_000)
+    _interrupt_the_device_once(monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), sess:
+        sess.run({"input": x()})
+    assert time.monotonic() - t0 < 2
+    assert sess._closed and sess._loaded == {}
+    with pytest.raises(DlaError, match="the session is closed: create another to run the model") as e:
+        sess.run({"input": x()})
+    assert e.value.code == NvError.InvalidState
+
+
+def test_ctrl_c_in_a_runtime_block_cancels_the_run_at_once(demo, monkeypatch) -> None:
+    import time
+
+    rt = pydla.createRuntime(timeout_ms=20_000)
+    rt.load(compile_model(demo).blob)
+    d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
+    rt.bindInputTensor(0, rt.allocateSystemMemory(d_in.size))
+    rt.bindOutputTensor(0, rt.allocateSystemMemory(d_out.size))
+    _interrupt_the_device_once(monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), rt:
+        rt.submit()
+    assert time.monotonic() - t0 < 2 and rt._closed
+
+
+def test_ctrl_c_while_close_waits_for_a_run_ends_the_wait(demo) -> None:
+    """A normal close waits for a run in flight; Ctrl-C during that wait cancels it at once."""
+    import _thread
+    import time
+
+    with pydla.createRuntime(timeout_ms=20_000) as rt:
+        rt.load(compile_model(demo).blob)
+        d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
+        rt.bindInputTensor(0, rt.allocateSystemMemory(d_in.size))
+        rt.bindOutputTensor(0, rt.allocateSystemMemory(d_out.size))
+        gate = rt.createSync()
+        rt.submitNonBlocking(wait_for=[gate])  # in flight until the gate opens: it never does
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        t0 = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            rt.close()
+        timer.join()
+        assert time.monotonic() - t0 < 2 and rt._closed
+
+
+def test_a_closed_session_says_it_is_closed(demo) -> None:
+    """Not the memory handle underneath ("memory handle 8 was freed")."""
+    sess = pydla.Session(demo)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("input", x())
+    binding.bind_output("probabilities")
+    sess.close()
+    sess.close()  # idempotent
+    for call in (lambda: sess.run({"input": x()}), lambda: sess.run(None, {"input": x()}),
+                 lambda: sess.run_with_iobinding(binding), sess.io_binding,
+                 lambda: sess.create_ortvalue_from_shape_and_type([1, 3, 32, 32], np.float32, "pydla")):
+        with pytest.raises(DlaError) as e:
+            call()
+        assert (e.value.code, e.value.message) == (
+            NvError.InvalidState, "the session is closed: create another to run the model")

@@ -9,9 +9,12 @@ Usage::
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pydla.compiler.input_shapes import check_input_shapes
 from pydla.compiler.progress import Progress
@@ -63,15 +66,28 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
             else frozenset()
         kernels = Path(base_dir) if base_dir is not None else base_dir_of(model)
-        graph = import_graph(onnx_model, progress, shapes, whole, kernels)
-        result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
-    except DlaError:
-        raise
+        # A NaN among the weights that is a signalling one (any bit pattern a file may hold) makes
+        # numpy's casts warn; the model's NaN is computed as NaN, and says nothing to the user.
+        with np.errstate(invalid="ignore"):
+            graph = import_graph(onnx_model, progress, shapes, whole, kernels)
+            result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
+    except DlaError as e:
+        if e.message.isprintable():
+            raise
+        # A name from the model holding a line break or a control character, quoted as it is by
+        # some message: the message stays one line, and cannot drive a terminal.
+        from pydla.logconfig import printable
+
+        raise DlaError(e.code, printable(e.message)) from e
     except MemoryError:
         raise DlaError(NvError.InsufficientMemory, "compiling the model ran out of memory") from None
     except Exception as e:  # a malformed model the checks above let through (or a compiler bug)
-        raise DlaError(NvError.BadValue, f"cannot compile the model: {type(e).__name__}: {e} (a malformed "
-                                         "model, or a pydla bug: please report it with the model)") from e
+        from pydla.logconfig import Detail, first_line
+
+        detail = Detail("".join(traceback.format_exception(e)))
+        raise DlaError(NvError.BadValue, f"cannot compile the model: {type(e).__name__}: {first_line(e)} (a "
+                                         "malformed model, or a pydla bug: please report it with the model "
+                                         "and what `pydla compile -v` shows)") from detail
     # The blocks the operations use, as the runtime checks them when loading (re-reading the
     # loadable to find them cost a sixth of compiling a large graph).
     missing = sorted(b for b in result.operations if b not in ("CPU", "SHAVE") and not cfg.has_block(b))

@@ -24,7 +24,10 @@ def register(commands: Any) -> None:
     p.add_argument("model", type=Path, metavar="MODEL.onnx")
     p.add_argument("-o", "--output", type=Path, metavar="MODEL.dla",
                    help="where to write the loadable (default: the model's name with .dla)")
-    p.add_argument("--config", default="full", help="device configuration: full, small, or a JSON file")
+    from pydla.hw.config import bundled_configs
+
+    p.add_argument("--config", default="full",
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
                    help="device precision: fp16 halves the weights and converts inputs and outputs "
                         "(which keep the model's fp32) on the device")

@@ -57,6 +57,7 @@ from pydla.kernels import (
 )
 from pydla.loadable.shave_task import DEFAULT_STACK
 from pydla.loadable.taskbuilder import Ref
+from pydla.logconfig import Detail, first_line, printable
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering
@@ -91,7 +92,7 @@ def import_node(node: Node, proto: onnx.NodeProto, base_dir: Path | None) -> Nod
 
     Usage (pydla.compiler.graph.import_graph): ``graph.nodes.append(import_node(node, proto, base_dir))``
     """
-    where = f"node '{node.name}' ({DOMAIN} {proto.op_type})"
+    where = f"node '{printable(node.name)}' ({DOMAIN} {printable(proto.op_type)})"
     if proto.op_type != OP_TYPE:
         raise DlaError(NvError.NotSupported, f"{where}: domain '{DOMAIN}' has one operator, {OP_TYPE}")
     unknown = sorted(set(node.attrs) - set(ATTRIBUTES))
@@ -194,7 +195,8 @@ def _bytes(value: Any, where: str, name: str, uint8_only: bool = False) -> bytes
         try:
             array = numpy_helper.to_array(value)
         except Exception as e:  # onnx raises several types for malformed tensors
-            raise DlaError(NvError.BadValue, f"{where}: attribute '{name}' cannot be read: {e}") from None
+            raise DlaError(NvError.BadValue,
+                           f"{where}: attribute '{name}' cannot be read: {first_line(e)}") from Detail(str(e))
         if array.dtype.kind not in "biuf" or (uint8_only and array.dtype != np.uint8):
             want = "uint8" if uint8_only else "a numeric type"
             raise DlaError(NvError.BadValue,

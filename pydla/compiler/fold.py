@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 
 from pydla.compiler.shapes import evaluate
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line
 
 if TYPE_CHECKING:  # graph.py imports this module: the types are for annotations only
     from pydla.compiler.graph_types import Graph, Node
@@ -122,9 +123,11 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
         values = [graph.consts[i] if i else None for i in node.inputs]
         fast = evaluate(node.op_type, node.attrs, values, opset)
     except (ValueError, IndexError, TypeError, KeyError) as e:
-        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from None
-    if fast is not None:
-        _record(graph, [o for o in node.outputs if o], fast)
+        raise DlaError(NvError.BadValue,
+                       f"{node.where()}: constant folding failed: {first_line(e)}") from Detail(str(e))
+    outputs = [o for o in node.outputs if o]
+    if fast is not None and len(fast) == len(outputs):  # (a BatchNormalization's training outputs: not)
+        _record(graph, outputs, fast)
         return True
     model = helper.make_model(
         helper.make_graph([proto], "fold",
@@ -135,7 +138,8 @@ def fold(graph: Graph, node: Node, proto: onnx.NodeProto, opset: int) -> bool:
     try:
         results = ReferenceEvaluator(model).run(None, feeds)
     except Exception as e:
-        raise DlaError(NvError.BadValue, f"{node.where()}: constant folding failed: {e}") from e
+        raise DlaError(NvError.BadValue,
+                       f"{node.where()}: constant folding failed: {first_line(e)}") from Detail(str(e))
     _record(graph, [o for o in node.outputs if o], list(results))
     return True
 

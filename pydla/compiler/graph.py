@@ -33,10 +33,12 @@ from pydla.compiler.onnx_model import (
     check_type_constraints,
     upgraded,
 )
+from pydla.compiler.onnx_rules import check_model_rules
 from pydla.compiler.operators import SHAVE_KERNEL, SUPPORTED, unsupported
 from pydla.compiler.progress import Progress, report
 from pydla.compiler.shapes import check_same_elements, infer_node
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line, printable
 
 
 def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
@@ -49,15 +51,19 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
     paths start, see :mod:`pydla.compiler.custom_kernel`)."""
     report(progress, "checking")
     check_not_empty(model)
-    check_names(model.graph)
-    model = with_input_shapes(model, input_shapes or {})
+    check_names(model.graph, check_model_rules(model))
+    model = with_input_shapes(model, input_shapes if input_shapes is not None else {})
     check_attributes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         model = upgraded(model, opset)
         opset = MIN_OPSET
+    # Shape inference sees every opset the model imports (its other domains' nodes were refused by
+    # name already, bar pydla's own), the default one as upgraded.
+    imports = {o.domain: o.version for o in model.opset_import if o.domain not in ("", "ai.onnx")}
+    imports = {"": opset, custom_kernel.DOMAIN: 1, **imports}
     report(progress, "shape inference")
-    g, inferred, _ = _infer_with_pools_fixed(model.graph, opset, "ONNX shape inference")
+    g, inferred, _ = _infer_with_pools_fixed(model.graph, imports, "ONNX shape inference")
     consts = {init.name: _initializer(init) for init in g.initializer}
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, np.dtype[Any]] = {}
@@ -85,7 +91,8 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
         _check_size("graph input", name, shapes, dtypes)
         if 0 in shapes[name]:  # an empty input holds nothing: it is known now (and still an input)
             consts[name] = np.empty(shapes[name], dtypes[name])
-    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset, whole=whole)
+    graph = Graph(inputs, [o.name for o in g.output], shapes, dtypes, consts, opset=opset, whole=whole,
+                  imports=imports)
     report(progress, "folding constants")
     for i, n in enumerate(g.node):
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output),
@@ -94,9 +101,6 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
             graph.nodes.append(custom_kernel.import_node(node, n, base_dir))
             custom_kernel.infer(graph, graph.nodes[-1])
             continue
-        if n.domain not in ("", "ai.onnx"):
-            raise DlaError(NvError.NotSupported, f"{node.where()}: domain '{n.domain}' is not supported "
-                                                 f"(pydla's is '{custom_kernel.DOMAIN}')")
         n = infer_node(graph, node, n, opset)
         if not fold(graph, node, n, opset):
             graph.nodes.append(node)
@@ -104,7 +108,7 @@ def import_graph(model: onnx.ModelProto, progress: Progress | None = None,
     missing = [o for n in graph.nodes for o in n.outputs
                if o and (o not in shapes or min(shapes[o], default=1) < 0)]
     if missing:
-        _reinfer(graph, g, opset)
+        _reinfer(graph, g)
     for node in graph.nodes:
         for name in node.outputs:
             if name and (name not in graph.shapes or min(graph.shapes[name], default=1) < 0):
@@ -339,8 +343,8 @@ def _initializer(init: onnx.TensorProto) -> np.ndarray:
     try:
         return numpy_helper.to_array(init)
     except Exception as e:  # onnx raises several types for malformed tensors
-        raise DlaError(NvError.BadValue,
-                       f"initializer '{init.name}' cannot be read: {type(e).__name__}: {e}") from None
+        raise DlaError(NvError.BadValue, f"initializer '{printable(init.name)}' cannot be read: "
+                                         f"{type(e).__name__}: {first_line(e)}") from Detail(str(e))
 
 
 def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
@@ -351,7 +355,7 @@ def _check_size(where: str, name: str, shapes: dict[str, tuple[int, ...]],
                                              f"bytes, more than {MAX_TENSOR_BYTES >> 30} GiB")
 
 
-def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
+def _reinfer(graph: Graph, g: onnx.GraphProto) -> None:
     """Shapes that depended on folded values (a Reshape to a computed shape): infer them again on
     the folded graph."""
     used = {i for n in graph.nodes for i in n.inputs if i in graph.consts}
@@ -362,7 +366,8 @@ def _reinfer(graph: Graph, g: onnx.GraphProto, opset: int) -> None:
     folded = helper.make_graph(nodes, "folded", inputs, list(g.output),
                                [numpy_helper.from_array(graph.consts[name], name) for name in sorted(used)])
     # Pools whose input shapes only folding made known get their ceil_mode fixed here.
-    _, inferred, pools = _infer_with_pools_fixed(folded, opset, "ONNX shape inference of the folded graph")
+    _, inferred, pools = _infer_with_pools_fixed(folded, graph.imports,
+                                                 "ONNX shape inference of the folded graph")
     for i in pools:
         graph.nodes[i].attrs["ceil_mode"] = 0
     for vi in _typed([], inferred):
@@ -382,11 +387,13 @@ def _typed(inputs: Any, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
             if vi.type.tensor_type.HasField("shape")]
 
 
-def _infer_with_pools_fixed(g: onnx.GraphProto, opset: int,
+def _infer_with_pools_fixed(g: onnx.GraphProto, imports: dict[str, int],
                             what: str) -> tuple[onnx.GraphProto, onnx.ModelProto, list[int]]:
-    """Shape inference of ``g``, with the pools whose ceil_mode adds only padding windows rewritten
-    first (see :mod:`pydla.compiler.ceil_mode`): the graph, its inference, the rewritten nodes."""
-    inferred = _infer(_without_big_weights(g), opset, what)
+    """Shape inference of ``g`` with the opsets ``imports`` (by domain), with the pools whose
+    ceil_mode adds only padding windows rewritten first (see :mod:`pydla.compiler.ceil_mode`): the
+    graph, its inference, the rewritten nodes."""
+    opset = imports[""]
+    inferred = _infer(_without_big_weights(g), imports, what)
     fixed: list[int] = []
     for _ in range(len(g.node)):  # each pass may make the input shapes of later pools known
         shapes = {vi.name: _dims(vi.type.tensor_type) for vi in _typed(g.input, inferred)}
@@ -396,7 +403,7 @@ def _infer_with_pools_fixed(g: onnx.GraphProto, opset: int,
             break
         fixed += pools
         g = ceil_mode.without_padding_windows(g, pools)
-        inferred = _infer(_without_big_weights(g), opset, what)
+        inferred = _infer(_without_big_weights(g), imports, what)
     return g, inferred, fixed
 
 
@@ -421,11 +428,9 @@ def _without_big_weights(g: onnx.GraphProto) -> onnx.GraphProto:
                              value_info=list(g.value_info))
 
 
-def _infer(g: onnx.GraphProto, opset: int, what: str) -> onnx.ModelProto:
-    # pydla's domain imported, so that its nodes are left uninferred rather than refused.
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
-                                                helper.make_opsetid(custom_kernel.DOMAIN, 1)])
+def _infer(g: onnx.GraphProto, imports: dict[str, int], what: str) -> onnx.ModelProto:
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()])
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception as e:
-        raise DlaError(NvError.BadValue, f"{what} failed: {str(e).strip()}") from e
+    except Exception as e:  # onnx's report: several lines, the first says what failed
+        raise DlaError(NvError.BadValue, f"{what} failed: {first_line(e)}") from Detail(str(e))

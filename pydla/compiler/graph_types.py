@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from pydla.logconfig import printable
+
 
 @dataclass
 class Node:
@@ -18,7 +20,8 @@ class Node:
     attrs: dict[str, Any]
 
     def where(self) -> str:
-        return f"node '{self.name}' ({self.op_type})"
+        """How messages name the node (as text on one line, whatever its name holds)."""
+        return f"node '{printable(self.name)}' ({printable(self.op_type)})"
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Graph:
     # Operators the target computes whole, which the import would otherwise write as others
     # (LayerNormalization, on a device with SHAVE tiles: see pydla.compiler.shave_ops).
     whole: frozenset[str] = frozenset()
+    # The opsets the model imports, by domain (the default one's is ``opset``): shape inference of the
+    # graph as folded sees them all.
+    imports: dict[str, int] = field(default_factory=dict)
 
     def is_empty(self, name: str) -> bool:
         """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""

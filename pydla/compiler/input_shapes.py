@@ -8,6 +8,9 @@ name, or forgotten (fixed sizes too: they are the exporter's example's), and the
 recorded shapes are dropped, so that shape inference computes them from the inputs instead of
 merging with stale declarations.
 
+Messages quote the shapes as the caller gave them: ``--input-shape x=1,0`` for the command line's,
+``input_shapes['x'] = (1, 0)`` for the API's (:class:`GivenShapes` carries which).
+
 Usage::
 
     shapes = parse_input_shapes(["input_ids=1,128", "attention_mask=1,128"])
@@ -17,15 +20,37 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from pydla.errors import DlaError, NvError
+
+if TYPE_CHECKING:  # onnx is imported where a model is rewritten: running a .dla needs no onnx extra
+    import onnx
 
 InputShapes = dict[str, tuple[int, ...]]
 
 FLAG = "--input-shape"
+PARAMETER = "input_shapes"
+
+
+class GivenShapes(dict[str, tuple[int, ...]]):
+    """Input shapes and how the caller gave them, ``named``: :data:`FLAG` (the command line) or
+    :data:`PARAMETER` (the API), so that every message about them quotes what the caller wrote.
+    :func:`parse_input_shapes` and :func:`check_input_shapes` make them; passed on as a dict, they
+    keep the name to the compiler."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]] | None = None, *,
+                 named: str = PARAMETER) -> None:
+        super().__init__(shapes or {})
+        self.named = named
+
+
+def quoted(named: str | None, name: str, dims: tuple[int, ...] | None = None) -> str:
+    """Input ``name``'s shape as the caller wrote it: ``--input-shape x=1,128`` or
+    ``input_shapes['x'] = (1, 128)`` (without ``dims``: ``--input-shape x``, ``input_shapes['x']``)."""
+    if named == FLAG:
+        return f"{FLAG} {name}" + ("" if dims is None else f"={','.join(map(str, dims))}")
+    return f"{PARAMETER}['{name}']" + ("" if dims is None else f" = {dims}")
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -41,12 +66,12 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         raise DlaError(NvError.BadParameter, f"{FLAG} {text!r}: the dimensions {dims!r} are not integers "
                                              "separated by commas (e.g. input_ids=1,128)") from None
-    return name, _positive(name, values)
+    return name, _positive(name, values, FLAG)
 
 
-def parse_input_shapes(items: Iterable[str]) -> InputShapes:
+def parse_input_shapes(items: Iterable[str]) -> GivenShapes:
     """Several ``NAME=D0,D1,...``; the same name twice is refused."""
-    shapes: InputShapes = {}
+    shapes = GivenShapes(named=FLAG)
     for item in items:
         name, dims = parse_input_shape(item)
         if name in shapes:
@@ -55,15 +80,18 @@ def parse_input_shapes(items: Iterable[str]) -> InputShapes:
     return shapes
 
 
-def check_input_shapes(value: Any) -> InputShapes:
+def check_input_shapes(value: Any) -> GivenShapes:
     """``input_shapes`` as the API takes it: None, or a mapping {input name: sequence of positive
-    ints}; returned as a dict of tuples (a cache key and the compiler read the same thing)."""
+    ints}; returned as a dict of tuples (a cache key and the compiler read the same thing), named
+    as ``value`` is when it is :class:`GivenShapes` (the command line's, passed on), else as the
+    API's parameter."""
+    named = value.named if isinstance(value, GivenShapes) else PARAMETER
     if value is None:
-        return {}
+        return GivenShapes(named=named)
     if not isinstance(value, Mapping):
         raise DlaError(NvError.BadParameter, f"input_shapes of type {type(value).__name__}: give a dict "
                                              "{input name: shape}, e.g. {'input_ids': (1, 128)}")
-    shapes: InputShapes = {}
+    shapes = GivenShapes(named=named)
     for name, dims in value.items():
         if not isinstance(name, str):
             raise DlaError(NvError.BadParameter, f"input_shapes: key {name!r} is not an input name (a str)")
@@ -74,7 +102,7 @@ def check_input_shapes(value: Any) -> InputShapes:
         if not all(_is_int(d) for d in items):
             raise DlaError(NvError.BadParameter, f"input_shapes['{name}'] = {items!r}: every dimension "
                                                  "must be an int")
-        shapes[name] = _positive(name, tuple(int(d) for d in items))
+        shapes[name] = _positive(name, tuple(int(d) for d in items), named)
     return shapes
 
 
@@ -82,10 +110,10 @@ def _is_int(d: Any) -> bool:
     return not isinstance(d, bool) and hasattr(d, "__index__")
 
 
-def _positive(name: str, dims: tuple[int, ...]) -> tuple[int, ...]:
+def _positive(name: str, dims: tuple[int, ...], named: str) -> tuple[int, ...]:
     bad = [d for d in dims if d < 1]
     if bad:
-        raise DlaError(NvError.BadParameter, f"{FLAG} {name}={','.join(map(str, dims))}: dimension {bad[0]} "
+        raise DlaError(NvError.BadParameter, f"{quoted(named, name, dims)}: dimension {bad[0]} "
                                              "is not positive (each is a size of 1 or more)")
     return dims
 
@@ -114,10 +142,12 @@ def _symbolic_text(dims: list[int | str | None]) -> str:
 
 
 def _example(dims: list[int | str | None] | None) -> list[str]:
-    """The sizes a message suggests: the fixed ones, 1 for each symbolic one."""
+    """The sizes a message suggests: the fixed ones, 1 for a symbolic first (batch) dimension, the
+    others by their names (a CNN's H and W: 1 would be no image), for the caller to fill in."""
     if dims is None:
         return ["D0", "D1", "..."]
-    return [str(d) if isinstance(d, int) else "1" for d in dims]
+    return [str(d) if isinstance(d, int) else "1" if axis == 0 else (d or f"D{axis}")
+            for axis, d in enumerate(dims)]
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -129,7 +159,10 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
     """``model`` with the given input sizes in place of its symbolic dimensions (a copy when any
     changes). Refused, naming the input and the flag: a name that is no input, a rank other than
-    the declared one, a size other than a fixed one, and any symbolic dimension left without a size."""
+    the declared one, a size other than a fixed one, and any symbolic dimension left without a size.
+    Messages quote ``shapes`` as the caller gave them (:class:`GivenShapes`; a plain mapping is
+    the API's, and a message asking for shapes then shows both forms)."""
+    named = shapes.named if isinstance(shapes, GivenShapes) else None
     inputs = graph_inputs(model)
     for vi in inputs:
         kind = vi.type.WhichOneof("value")
@@ -139,8 +172,8 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     by_name = {vi.name: vi for vi in inputs}
     unknown = sorted(set(shapes) - set(by_name))
     if unknown:
-        raise DlaError(NvError.BadParameter, f"{FLAG} {unknown[0]}: the model has no input '{unknown[0]}' "
-                                             f"(its inputs: {', '.join(by_name) or 'none'})")
+        raise DlaError(NvError.BadParameter, f"{quoted(named, unknown[0])}: the model has no input "
+                                             f"'{unknown[0]}' (its inputs: {', '.join(by_name) or 'none'})")
     sizes: dict[str, int] = {}  # dim_param -> the size given for it
     for name, given in shapes.items():
         declared = _dims(by_name[name])
@@ -148,17 +181,17 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
             continue
         if len(declared) != len(given):
             raise DlaError(NvError.BadParameter,
-                           f"{FLAG} {name}={','.join(map(str, given))}: {len(given)} dimensions, but input "
+                           f"{quoted(named, name, given)}: {len(given)} dimensions, but input "
                            f"'{name}' has {len(declared)} ({_show(declared)})")
         for axis, (d, g) in enumerate(zip(declared, given, strict=True)):
             if isinstance(d, int) and d != g:
                 raise DlaError(NvError.BadParameter,
-                               f"{FLAG} {name}={','.join(map(str, given))}: dimension {axis} of input "
+                               f"{quoted(named, name, given)}: dimension {axis} of input "
                                f"'{name}' is fixed at {d} in the model ({_show(declared)}), not {g}")
             if isinstance(d, str) and sizes.setdefault(d, g) != g:
                 raise DlaError(NvError.BadParameter,
-                               f"{FLAG} {name}: dimension {axis} is '{d}', given {sizes[d]} elsewhere and "
-                               f"{g} here (one symbolic dimension has one size)")
+                               f"{quoted(named, name)}: dimension {axis} is '{d}', given {sizes[d]} "
+                               f"elsewhere and {g} here (one symbolic dimension has one size)")
     missing = []
     for vi in inputs:
         declared = _dims(vi)
@@ -174,12 +207,18 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
         examples = " ".join(f"{FLAG} {name}={','.join(dims)}" for name, dims in todo)
         pairs = ", ".join(f"'{name}': ({', '.join(dims)}{',' if len(dims) == 1 else ''})"
                           for name, dims in todo)
+        parameter = f"input_shapes={{{pairs}}}"
+        both = f"{examples} (pydla compile / pydla run), or {parameter} (pydla.Session, compile_model)"
+        ask = {FLAG: examples, PARAMETER: parameter}.get(named or "", both)
+        names = sorted({d for _, dims in todo for d in dims if not d.isdigit() and d != "..."})
+        fill = f" ({', '.join(names)}: the sizes to compile for)" if names else ""
         raise DlaError(NvError.NotSupported,
                        f"{'; '.join(missing)}: a loadable has static shapes, so give each such input's "
-                       f"sizes: {examples} (pydla compile / pydla run), or input_shapes={{{pairs}}} "
-                       "(pydla.Session, compile_model)")
+                       f"sizes: {ask}{fill}")
     if not shapes:
         return model
+    import onnx
+
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     g = fixed.graph

@@ -29,6 +29,7 @@ from pydla.compiler import (
     pooling,
     shave_ops,
 )
+from pydla.compiler.device_blocks import check_step_blocks
 from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import (
     check_auto_pad,
@@ -221,11 +222,13 @@ class Lowering:
             report(self.progress, "lowering", i + 1, len(steps), step.head.name)
             self.temp_used = 0
             self.node = step.head
+            mark = (self.tb, len(self.tb.ops), len(self.runs))
             lower = LOWER.get(step.kind)
             if lower is not None:
                 lower(self, step)
             else:
                 getattr(self, f"_{step.kind}")(step)
+            check_step_blocks(step.head, self.config, [b for _, b in self.runs], self.tb, *mark)
         if fp16:
             for i, name in enumerate(self.g.outputs):
                 if self.is_float(name) and not self.g.is_empty(name):

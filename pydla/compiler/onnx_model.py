@@ -1,6 +1,10 @@
 """Reading an ONNX model and the checks made on it as ONNX, before the compiler imports it: a file
-that is no ONNX model, an empty model, names that are not defined, attributes against the operator
-schemas, type constraints, and the upgrade of opsets before :data:`MIN_OPSET`.
+that is no ONNX model, an empty model, names that are not defined (and cycles), attributes against
+the operator schemas, type constraints, and the upgrade of opsets before :data:`MIN_OPSET` (the
+rules of the graph itself: :mod:`pydla.compiler.onnx_rules`).
+
+A library's message over several lines (onnx's checker and inference) becomes its first line, the
+whole of it chained as a :class:`~pydla.logconfig.Detail` (``pydla -v`` shows it).
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from onnx import helper
 
 from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line, printable
 
 MIN_OPSET = 11
 
 
 def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
     """``model`` itself, or the model in the file at that path; DlaError naming the file when it
-    is missing, unreadable, or holds no ONNX model."""
+    is missing, unreadable, or holds no ONNX model (worded as :func:`parse_model` words it)."""
     if isinstance(model, onnx.ModelProto):
         return model
     if not isinstance(model, (str, os.PathLike)):
@@ -34,21 +39,46 @@ def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         raise DlaError(NvError.FileNotFound, f"{path}: no such file") from None
     except OSError as e:
         raise DlaError(NvError.FileReadFailed, f"{path}: cannot read it: {e.strerror or e}") from None
-    if not head:
-        raise DlaError(NvError.BadValue, f"{path}: the file is empty (0 bytes), not an ONNX model")
-    if head == ELF_MAGIC:
-        raise DlaError(NvError.BadValue, f"{path}: not an ONNX model: it is an ELF file (a compiled pydla "
-                                         "loadable? `pydla run` and `pydla info` take those)")
+    check_model_bytes(head, str(path))
     try:
         loaded = onnx.load(str(path))
     except OSError as e:  # external data that cannot be read
-        raise DlaError(NvError.FileReadFailed, f"{path}: cannot read the ONNX model: {e}") from None
+        raise DlaError(NvError.FileReadFailed,
+                       f"{path}: cannot read the ONNX model's data: {first_line(e)}") from Detail(str(e))
     except Exception as e:  # protobuf's DecodeError and onnx's own, for bytes that are no model
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DlaError(NvError.BadValue,
-                       f"{path}: not an ONNX model (it does not parse as one: {detail})") from None
+        raise _does_not_parse(str(path), e) from Detail(str(e))
     check_not_empty(loaded, f"{path}: not an ONNX model: ")
     return loaded
+
+
+def parse_model(data: bytes, label: str) -> onnx.ModelProto:
+    """The ONNX model serialized in ``data`` (``label`` names it in messages: a file's path); the
+    same DlaError as :func:`load_model` gives for a file holding ``data`` when it is none (empty, an
+    ELF file, bytes that do not parse, an empty ModelProto), so that every command words it alike.
+
+    Usage: ``model = parse_model(Path("m.onnx").read_bytes(), "m.onnx")``"""
+    check_model_bytes(data[:len(ELF_MAGIC)], label)
+    try:
+        model = onnx.load_from_string(data)
+    except Exception as e:  # protobuf's DecodeError and onnx's own
+        raise _does_not_parse(label, e) from Detail(str(e))
+    check_not_empty(model, f"{label}: not an ONNX model: ")
+    return model
+
+
+def check_model_bytes(head: bytes, label: str) -> None:
+    """What the first bytes of a file tell: empty, or an ELF file (a compiled loadable)."""
+    if not head:
+        raise DlaError(NvError.BadValue,
+                       f"{label}: the file is empty (0 bytes), not an ONNX model or a loadable")
+    if head[:len(ELF_MAGIC)] == ELF_MAGIC:
+        raise DlaError(NvError.BadValue, f"{label}: not an ONNX model: it is an ELF file (a compiled pydla "
+                                         "loadable? `pydla run` and `pydla info` take those)")
+
+
+def _does_not_parse(label: str, e: Exception) -> DlaError:
+    return DlaError(NvError.BadValue, f"{label}: not an ONNX model or a loadable, or a truncated one: it "
+                                      f"does not parse as ONNX ({first_line(e)})")
 
 
 def check_not_empty(model: onnx.ModelProto, prefix: str = "") -> None:
@@ -62,22 +92,67 @@ def check_not_empty(model: onnx.ModelProto, prefix: str = "") -> None:
 
 def label(n: onnx.NodeProto, i: int) -> str:
     """How messages name node ``i`` (as :meth:`Node.where` does once it is imported)."""
-    return f"node '{n.name or f'{n.op_type}_{i}'}' ({n.op_type})"
+    return f"node '{printable(n.name or f'{n.op_type}_{i}')}' ({printable(n.op_type)})"
 
 
-def check_names(g: onnx.GraphProto) -> None:
-    """Every node input is a graph input, an initializer or an earlier node's output (onnx's own
-    checker also insists on declared output shapes, which models built with onnx.helper often lack)."""
+def check_names(g: onnx.GraphProto, ios: list[tuple[list[str], list[str]]] | None = None) -> None:
+    """Every node input is a graph input, an initializer or an earlier node's output, as onnx's
+    checker requires (nodes in topological order); one that a node reads before it is computed
+    is reported as a cycle when the nodes form one (onnxruntime: "the graph is not acyclic"), else
+    as the order it is. (onnx's checker also insists on declared output shapes, which models built
+    with onnx.helper often lack: not required.) ``ios``: each node's inputs and outputs, when the
+    caller has them (:func:`pydla.compiler.onnx_rules.node_names`)."""
+    ios = [(list(n.input), list(n.output)) for n in g.node] if ios is None else ios
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
-    for i, n in enumerate(g.node):
-        for name in n.input:
-            if name not in known:
-                raise DlaError(NvError.BadValue, f"{label(n, i)}: input '{name}' is not "
-                                                 "a graph input, an initializer or an earlier node's output")
-        known.update(n.output)
+    producer = {name: i for i, (_, outputs) in enumerate(ios) for name in outputs if name}
+    for i, (n, (inputs, outputs)) in enumerate(zip(g.node, ios, strict=True)):
+        for name in inputs:
+            if name in known:
+                continue
+            if name not in producer:
+                raise DlaError(NvError.BadValue, f"{label(n, i)}: input '{printable(name)}' is not "
+                                                 "a graph input, an initializer or any node's output")
+            cycle = _cycle(ios, producer, i)
+            if cycle:
+                path = " -> ".join(label(g.node[k], k) for k in [*cycle, cycle[0]])
+                raise DlaError(NvError.BadValue, f"the graph has a cycle: {path} (an ONNX graph is acyclic)")
+            later = producer[name]
+            raise DlaError(NvError.BadValue, f"{label(n, i)}: input '{printable(name)}' is the output of a "
+                                             f"later node, {label(g.node[later], later)}: an ONNX graph "
+                                             "lists its nodes in topological order")
+        known.update(outputs)
     for o in g.output:
         if o.name not in known:
-            raise DlaError(NvError.BadValue, f"output '{o.name}' is not computed by any node")
+            raise DlaError(NvError.BadValue, f"output '{printable(o.name)}' is not computed by any node")
+
+
+def _cycle(ios: list[tuple[list[str], list[str]]], producer: dict[str, int], start: int) -> list[int]:
+    """The nodes of a cycle through the producers of node ``start``'s inputs (in data-flow order),
+    or [] when none: a depth-first walk, iterative (a long chain must not exhaust the stack)."""
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    path: list[int] = []
+    stack: list[tuple[int, int]] = [(start, 0)]
+    while stack:
+        node, k = stack.pop()
+        if k == 0:
+            if state.get(node) == 2:
+                continue
+            state[node] = 1
+            path.append(node)
+        inputs = ios[node][0]
+        while k < len(inputs) and inputs[k] not in producer:
+            k += 1
+        if k == len(inputs):
+            state[node] = 2
+            path.pop()
+            continue
+        stack.append((node, k + 1))
+        nxt = producer[inputs[k]]
+        if state.get(nxt) == 1:  # back on the path: nxt ... node is the cycle
+            return path[path.index(nxt):][::-1]
+        if state.get(nxt) != 2:
+            stack.append((nxt, 0))
+    return []
 
 
 def check_attributes(model: onnx.ModelProto) -> None:
@@ -102,8 +177,7 @@ def check_attributes(model: onnx.ModelProto) -> None:
         try:
             onnx.checker.check_node(n, ctx, scope)
         except onnx.checker.ValidationError as e:
-            detail = str(e).strip().splitlines()[0]
-            raise DlaError(NvError.BadValue, f"{label(n, i)}: {detail}") from None
+            raise DlaError(NvError.BadValue, f"{label(n, i)}: {first_line(e)}") from Detail(str(e))
 
 
 @functools.cache
@@ -128,10 +202,9 @@ def upgraded(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
             raise ValueError("the model imports no ONNX opset")
         return version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:  # the converter raises several types for what it cannot convert
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DlaError(NvError.NotSupported,
                        f"ONNX opset {opset}: pydla compiles opset {MIN_OPSET} and later, and onnx's version "
-                       f"converter could not upgrade this model: {detail}") from None
+                       f"converter could not upgrade this model: {first_line(e)}") from Detail(str(e))
 
 
 def check_type_constraints(g: onnx.GraphProto, opset: int, elem_types: dict[str, int]) -> None:

@@ -7,6 +7,7 @@ reported as a shape that is not static).
 from __future__ import annotations
 
 from pydla.loadable.cpuops import ARGMAX_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS
+from pydla.logconfig import printable
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "PRelu", "HardSigmoid"}
 # Element-wise functions SDP computes in more than one operation (HardSwish: its gate as a lookup
@@ -37,5 +38,5 @@ SUPPORTED: frozenset[str] = frozenset(
 
 def unsupported(op_type: str) -> str:
     """What the error for an operator outside :data:`SUPPORTED` says after naming the node."""
-    return (f"the {op_type} operator is not supported: neither the device nor pydla's CPU library "
+    return (f"the {printable(op_type)} operator is not supported: neither the device nor pydla's CPU library "
             f"computes it (supported: {', '.join(sorted(SUPPORTED))})")

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from pydla.compiler import ceil_mode
 from pydla.errors import DlaError, NvError
+from pydla.logconfig import Detail, first_line, printable
 
 # Constant inputs up to this many elements are handed to per-node inference as data (a Reshape's
 # shape, a Slice's starts, a Resize's scales); larger ones are weights, whose values no output
@@ -62,10 +63,9 @@ def infer_node(graph: Any, node: Any, proto: onnx.NodeProto, opset: int) -> onnx
             onnx.defs.get_schema(node.op_type, opset), proto, types, data,
             opset_imports=[helper.make_opsetid("", opset)])
     except Exception as e:  # onnx's InferenceError and the like: the inputs do not fit the node
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        given = ", ".join(f"'{i}' {graph.shapes[i]}" for i in inputs)
-        raise DlaError(NvError.BadValue,
-                       f"{node.where()}: its inputs ({given}) do not fit it: {detail}") from None
+        given = ", ".join(f"'{printable(i)}' {graph.shapes[i]}" for i in inputs)
+        raise DlaError(NvError.BadValue, f"{node.where()}: its inputs ({given}) do not fit it: "
+                                         f"{first_line(e)}") from Detail(str(e))
     for name, value in result.items():
         t = value.tensor_type
         if name not in outputs or not t.HasField("shape") or not t.elem_type:
@@ -185,6 +185,22 @@ def _trilu(attrs: dict[str, Any], values: Values) -> np.ndarray:
     return np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)
 
 
+def _batch_norm(attrs: dict[str, Any], values: Values, opset: int) -> np.ndarray | None:
+    """BatchNormalization as inference computes it, with the given mean and variance: onnx's
+    reference implementation of opsets 9 to 13 uses the batch's own statistics instead (its default
+    momentum taken for training), which onnxruntime and the ONNX spec do not."""
+    if attrs.get("training_mode", 0):
+        return None  # the import refuses training mode by name
+    x, scale, bias, mean, var = (_at(values, i) for i in range(5))
+    if x.dtype.kind != "f" or x.ndim < 2:
+        return None
+    channel = (-1,) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (np.asarray(v, np.float64).reshape(channel) for v in (scale, bias, mean, var))
+    with np.errstate(all="ignore"):  # NaN and infinities as float arithmetic gives them
+        y = (x - mean) / np.sqrt(var + float(attrs.get("epsilon", 1e-5))) * scale + bias
+    return np.asarray(y, dtype=x.dtype)
+
+
 def _at(values: Values, index: int) -> np.ndarray:
     """Input ``index``, which the operator requires (onnx's checker saw that it is given)."""
     value = values[index] if index < len(values) else None
@@ -230,6 +246,7 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], Values, int], Any]] = {
     "Tile": lambda attrs, v, opset: np.tile(_first(v), [int(r) for r in _at(v, 1).ravel()]),
     "Trilu": lambda attrs, v, opset: _trilu(attrs, v),
     "Max": lambda attrs, v, opset: np.maximum.reduce(np.broadcast_arrays(*_present(v))),
+    "BatchNormalization": _batch_norm,
     "Min": lambda attrs, v, opset: np.minimum.reduce(np.broadcast_arrays(*_present(v))),
 }
 # Float math a shape computation applies to a length (attention's 1 / sqrt(head size)).

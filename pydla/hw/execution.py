@@ -136,10 +136,14 @@ class Execution(DeviceState):
             work = Work(block, group, pair, block.epoch, hang, injected,
                          pair[0].epoch if pair is not None else 0, threading.get_ident())
             if self.trace_mask & LAYER:
-                work.started_ns = time.monotonic_ns()
                 for b in involved:
                     g = group if b is block else partner[1]  # type: ignore[index]
                     self.trace_op_start(b.index, g, b.words[g][CTX_WORD[b.index]])
+                # After the start events are stamped, not before: a timeline draws the operation from
+                # its start event for its duration, so a duration counted from an earlier reading
+                # would end past the operation (by as long as the thread was preempted in between,
+                # ms under load), over the block's next operation and out of its task.
+                work.started_ns = time.monotonic_ns()
             if not hang:
                 self._running.append(work)
             return work

@@ -22,6 +22,11 @@ on that unit are aborted, its hang count grows, and it is banned after ``ban_aft
 jobs). Compute units have no reset bit: the device reset is the one that clears them, so no new
 execution starts anywhere until nothing else is in flight and the DLA engine is idle; then the
 driver resets the device (:meth:`Kmd._cu_device_reset`) and the units are set up again.
+
+**SHAVE tiles.** A ``shave_tile`` unit's executions run on a tile that the KMD's SHAVE task lists use
+too: the unit owns the tile while an execution is in flight (and after one hung, until the device
+reset), and an execution waits, queued, while a list owns it or asked for it first
+(:mod:`pydla.kmd.tile_owner`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from pydla.kmd.cu import (
 from pydla.kmd.job import Fence, check_job_args
 from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
 from pydla.kmd.recovery import DEVICE_RESET_BIT
+from pydla.kmd.tile_owner import LIST, UNIT, TileOwners
 
 log = logging.getLogger("pydla.kmd")
 POLL_NAP_S = 0.0002  # threaded mode: how often a polled unit with work in flight is looked at
@@ -116,6 +122,15 @@ class CuScheduler:
         self._kick = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.owners = TileOwners()  # the SHAVE tiles' owners, the lists' too once shared (share_tiles)
+
+    def share_tiles(self, owners: TileOwners, drive_lists: Callable[[], None]) -> None:
+        """The SHAVE tiles' owners, shared with the SHAVE task lists: a ``shave_tile`` unit's
+        executions take turns with them (woken through this scheduler's thread or its waiters);
+        ``drive_lists`` is the driver's poll, which a waiter calls where no thread runs it."""
+        self.owners = owners
+        owners.wake[UNIT] = self._kick.set
+        owners.drive[LIST] = drive_lists
 
     # -- the driver's entry points ---------------------------------------------------------------
 
@@ -180,6 +195,8 @@ class CuScheduler:
                 self._service(u)
                 self._check_deadlines()
             self._after()
+            if not ex.done and u.desc.shave_tile is not None and LIST in self.owners.drive:
+                self.owners.drive[LIST]()  # a list that owns the tile ends in the driver's bottom half
             if self.mode == "step" and not ex.done:
                 time.sleep(min(left, 0.001))  # the device's owner steps it
 
@@ -194,6 +211,15 @@ class CuScheduler:
             units = [u for u in self.all_units if u.queue or u.inflight]  # each unit once
             for u in units:
                 self._service(u)
+            self._check_deadlines()
+        self._after()
+
+    def check_deadlines(self) -> None:
+        """Step mode, for any caller of the driver: declare the executions past their deadline hung
+        (no unit is serviced: the device's owner moves it). Never blocks."""
+        if self.mode == "threaded" or not any(u.inflight for u in self.all_units):
+            return
+        with self._lock:
             self._check_deadlines()
         self._after()
 
@@ -215,6 +241,7 @@ class CuScheduler:
                 for ex in u.inflight:
                     if ex.context is context:
                         self._end(ex, error)
+                self._tile_wait_ended(u)
 
     def close(self) -> None:
         with self._lock:
@@ -225,6 +252,8 @@ class CuScheduler:
                     self._end(ex, error)
                 u.queue.clear()
                 u.inflight.clear()
+                self._tile_wait_ended(u)
+            self.owners.release(UNIT)
             if self._irq_connected:
                 self.port.disconnect_interrupt(self._isr)
         self._kick.set()
@@ -318,6 +347,7 @@ class CuScheduler:
             for _ in range(MAX_STEPS):
                 if not self._step(u):
                     break
+            self._tile_wait_ended(u)
         finally:
             self._servicing = False
 
@@ -331,6 +361,8 @@ class CuScheduler:
             if chain:
                 port.dla_reg_write(base + CTRL, AP_CONTINUE)
             self._complete(u, ex)
+            if not u.inflight and desc.shave_tile is not None:
+                self.owners.release(UNIT, (desc.shave_tile,))
             return True
         if self._reset_wanted or not u.queue or ctrl & AP_START:
             return False
@@ -344,6 +376,9 @@ class CuScheduler:
             return True
         if blocked:
             return False
+        tile, who = desc.shave_tile, f"'{desc.name}' execution {ex.exec_id}"
+        if tile is not None and not u.inflight and not self.owners.acquire(UNIT, (tile,), who):
+            return False  # a SHAVE task list has the tile, or asked first: woken when it is free
         u.queue.popleft()
         # The arguments of the previous start were latched when it was taken (ap_start read 0).
         writes = [(base + ARGS + 4 * i, w) for i, w in enumerate(ex.words)]
@@ -414,6 +449,7 @@ class CuScheduler:
             u.queue.remove(queued)
             self._end(queued, DlaError(NvError.Timeout, f"aborted: execution {ex.exec_id} of context "
                                                         f"{context.ctx} hung on '{u.desc.name}' before it"))
+        self._tile_wait_ended(u)  # its tile stays the unit's until the device reset
         self._reset_wanted = message
 
     def device_was_reset(self, reason: str) -> None:
@@ -430,6 +466,7 @@ class CuScheduler:
             for u in self.all_units:
                 u.inflight.clear()
                 u.ready = False
+            self.owners.release(UNIT)  # their tiles with them
             self._reset_wanted = ""  # the reset a hung unit waited for has happened
             for u in self.all_units:
                 if u.queue:
@@ -458,9 +495,15 @@ class CuScheduler:
             self.device_resets += 1
             log.warning("device reset for compute units: %s", self._reset_wanted)
             self._reset_wanted = ""
+            self.owners.release(UNIT)  # a hung unit kept its tile until now
             for u in self.all_units:
                 u.ready = False
             for u in self.all_units:
                 if u.queue:
                     self._setup(u)
                     self._service(u)
+
+    def _tile_wait_ended(self, u: CuUnit) -> None:
+        """Under the lock: a ``shave_tile`` unit with nothing queued waits for its tile no more."""
+        if not u.queue and u.desc.shave_tile is not None:
+            self.owners.withdraw(UNIT, (u.desc.shave_tile,))

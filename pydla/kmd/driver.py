@@ -119,6 +119,7 @@ class Kmd(KmdComputeUnits):
         self.engine.dla_engine_init()
         # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).
         self.shave = ShaveEngine(self.port, info.shave, wake=self.engine.wake)
+        self.cus.share_tiles(self.shave.owners, self.poll)  # a tile's unit executions and lists take turns
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
@@ -167,6 +168,7 @@ class Kmd(KmdComputeUnits):
                 job._finish(error)
             if held:
                 self._held = None
+                self.shave.unclaim(held[0].graph)
             self._queues[ctx].clear()
             for running in [j for j in self._inflight if j.context is context]:
                 if running.run is not None:
@@ -195,6 +197,7 @@ class Kmd(KmdComputeUnits):
             return create_buffer(self.port, context, size, fd)
 
     def bo_destroy(self, ctx: int, handle: int) -> None:
+        self._drive()  # a hung job's buffers are freed once the hang is declared, whoever asks
         with self._lock:
             context = self._context(ctx)
             buf = buffer_of(context, handle)
@@ -228,6 +231,8 @@ class Kmd(KmdComputeUnits):
         value) integer arguments of the engine's compute unit (its argument registers while the task
         runs: XRT's scalar kernel arguments, such as the DPU opcode)."""
         timeout_ms = check_job_args(priority, timeout_ms, self.default_timeout_ms)
+        if self._inflight:  # (read unlocked: the hot path pays one attribute read)
+            self._drive()  # a hang due by now is declared before this job queues behind it
         with self._lock:
             self._check_open()
             context = self._context(ctx)
@@ -285,6 +290,8 @@ class Kmd(KmdComputeUnits):
         are signalled or failed), from the thread that ends it, possibly before this returns: it must
         be quick and must not call into the KMD."""
         timeout_ms = check_job_args(priority, timeout_ms, self.default_timeout_ms)
+        if self._inflight:
+            self._drive()  # as in submit
         with self._lock:
             self._check_open()
             context = self._context(ctx)
@@ -337,6 +344,24 @@ class Kmd(KmdComputeUnits):
         with self._lock:
             self._poll_locked()
         self.cus.poll()  # outside the driver's lock: a unit's recovery may take it (a device reset)
+
+    def _drive(self) -> None:
+        """Without a service thread, whoever calls in drives the driver, so a hang is declared for
+        any caller a hung job could block, not only for its waiter (one that gave up just before the
+        TDR left the job's buffers Busy for good). Deterministic: a full poll. Step mode (the owner
+        steps the device and starts jobs): the raised events and the watchdogs, no job starts."""
+        if self._service is not None:
+            return  # threaded: the service thread watches the deadlines
+        deterministic = self._polled_at_submit
+        with self._lock:
+            if self._closed:
+                return
+            self._poll_locked(start=deterministic)
+        # outside the driver's lock, as in poll(): a unit's recovery may take it (a device reset)
+        if deterministic:
+            self.cus.poll()
+        else:
+            self.cus.check_deadlines()
 
     def wait_for(self, job: Job, timeout_ms: float | None) -> None:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
@@ -419,7 +444,9 @@ class Kmd(KmdComputeUnits):
         """The job that runs now: the first of those on the device."""
         return self._inflight[0] if self._inflight else None
 
-    def _poll_locked(self) -> None:
+    def _poll_locked(self, start: bool = True) -> None:
+        """Take the device's events, run the watchdog over the running job and (``start``) start the
+        next job, until nothing more happens."""
         engine, shave = self.engine, self.shave
         while True:
             engine.dla_process_events()
@@ -428,7 +455,7 @@ class Kmd(KmdComputeUnits):
             if self._inflight:
                 running = self._inflight[0]
                 self.watchdog.check(running, self._queues.get(running.context.ctx))
-            started = self._start_next()
+            started = start and self._start_next()
             if not started and engine.pending_events() == 0 and not shave.irq_pending:
                 return
 
@@ -466,7 +493,7 @@ class Kmd(KmdComputeUnits):
         inflight = self._inflight
         job: Job | None = self._held
         if job is not None:  # a SHAVE job runs alone: it waits for the DLA tasks to end
-            if inflight:
+            if inflight or not self.shave.claim(job.job_id, job.graph):
                 return False
             self._held = None
         else:
@@ -475,7 +502,8 @@ class Kmd(KmdComputeUnits):
             job = self.queues.pick()
             if job is None:
                 return False
-            if job.graph.shave is not None and inflight:
+            # (and for its tiles, while a compute unit's execution has one: pydla.kmd.tile_owner)
+            if job.graph.shave is not None and (inflight or not self.shave.claim(job.job_id, job.graph)):
                 self._held = job  # nothing else starts before it (it keeps its turn)
                 return False
         inflight.append(job)
@@ -539,6 +567,7 @@ class Kmd(KmdComputeUnits):
                 self._bottom_half_failed(e)
 
     def stats(self) -> dict[str, Any]:
+        self._drive()
         with self._lock:
             return {
                 "contexts": len(self._contexts),

@@ -121,7 +121,8 @@ class CuDesc:
     ``control`` is ``HS``, ``CHAIN`` or ``NONE`` (AP_CTRL_*), ``base``/``window`` its register window,
     ``int_enable``/``interrupt_id`` its wiring to GLB cu_intr_status, ``pipeline_depth`` how many
     executions a CHAIN unit takes at once; ``engine`` marks the DLA engine's own entry (run by the
-    task path, not as a CU)."""
+    task path, not as a CU); ``shave_tile`` the SHAVE tile a ``shave_tile`` unit runs on (its
+    executions and SHAVE task lists take turns there: pydla.kmd.tile_owner)."""
 
     name: str  # "kernel:instance"
     control: str
@@ -131,6 +132,8 @@ class CuDesc:
     interrupt_id: int
     pipeline_depth: int = 1
     engine: bool = False
+    # The KMD's own knowledge (not in the uAPI's CU_QUERY: a client's copy has None): not compared.
+    shave_tile: int | None = field(default=None, compare=False)
 
     @property
     def instance(self) -> str:

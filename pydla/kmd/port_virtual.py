@@ -85,7 +85,8 @@ class VirtualDevicePort(KmdPortability):
                              config.max_bytes_per_op, config.max_kernel, config.max_stride,
                              tuple(CuDesc(cu.name, cu.m_ip_control[len("AP_CTRL_"):], cu.m_base_address,
                                           cu.window, bool(cu.m_int_enable), cu.m_interrupt_id,
-                                          cu.pipeline_depth, cu.is_engine)
+                                          cu.pipeline_depth, cu.is_engine,
+                                          cu.param("tile") if cu.model == "shave_tile" else None)
                                    for cu in config.ip_layout),
                              headed=bool(dev.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))
 

@@ -27,6 +27,10 @@ A job, in the order of the protocol:
 A list whose barriers never fire is caught by the driver's watchdog (its progress is the DONE
 counters) and recovered through the ladder: SHAVE_RESET, and the device reset if a tile stays busy.
 
+The tiles are also compute units (``shave:tileN``): a list owns every tile it uses from its start to
+its end, and the driver holds it back while a unit's execution owns one (:meth:`ShaveEngine.claim`,
+:mod:`pydla.kmd.tile_owner`).
+
 Usage (the driver does this)::
 
     shave = ShaveEngine(port, wake=engine.wake)
@@ -46,6 +50,7 @@ from pydla.kmd.engine_api import RunState
 from pydla.kmd.graph import TaskGraph
 from pydla.kmd.port import CpuAddress, KmdPortability, ShaveCaps, TaskDesc
 from pydla.kmd.shave import ShaveList, usable_cmx
+from pydla.kmd.tile_owner import LIST, TileOwners
 from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
 
 E = R.shave_error_e
@@ -80,6 +85,26 @@ def read_caps(port: KmdPortability) -> ShaveCaps | None:
 
 def error_name(code: int) -> str:
     return E(code).name if code in E._value2member_map_ else f"error {code}"
+
+
+# The system instructions a tile's error_addr may hold (ILLEGAL_INSTRUCTION and TRAP: its bits).
+WFI = 0x10500073
+_SYSTEM = {WFI: "wfi", 0x30200073: "mret", 0x10200073: "sret", 0x00200073: "uret", 0x00000073: "ecall",
+           0x00100073: "ebreak"}
+_WHY = {WFI: "; a SHAVE kernel may not use wfi: it has no interrupt to wait for (its barriers fired before "
+             "the runtime kernel called it)",
+        0x00100073: "; an ebreak is a kernel's assert (KERNEL_CHECK)"}
+_CSR_OPS = {1: "csrrw", 2: "csrrs", 3: "csrrc", 5: "csrrwi", 6: "csrrsi", 7: "csrrci"}
+
+
+def instruction_name(word: int) -> str:
+    """What the RV32 instruction ``word`` is, when it is one a kernel is refused ("" otherwise):
+    the system instructions by name, a CSR access with its CSR number."""
+    if word in _SYSTEM:
+        return _SYSTEM[word]
+    if word & 0x7F == 0x73 and word >> 12 & 7 in _CSR_OPS:
+        return f"{_CSR_OPS[word >> 12 & 7]} of CSR {word >> 20:#05x}"
+    return ""
 
 
 class ShaveRun(RunState):
@@ -117,6 +142,21 @@ class ShaveEngine:
         self._buffers: dict[int, tuple[BufferObject, int, bytes | None]] = {}
         self.stats = {"jobs": 0, "tile_starts": 0, "tile_reuses": 0, "errors": 0, "resets": 0}
         self.trace_tasks = False  # the device's trace ring records tasks (set by pydla.kmd.trace)
+        self.owners = TileOwners()  # shared with the compute units' scheduler (CuScheduler.share_tiles)
+        self.owners.wake[LIST] = wake
+
+    # -- the tiles' owner ---------------------------------------------------------------------------
+
+    def claim(self, job_id: int, graph: TaskGraph) -> bool:
+        """The tiles of ``graph``'s list for job ``job_id``, before :meth:`dla_execute_task`: False
+        while a compute unit's execution owns one (or asked first); the driver then holds the job and
+        asks again when woken. They are the list's until it ends."""
+        return graph.shave is None or self.owners.acquire(LIST, list_tiles(graph.shave), f"task {job_id}")
+
+    def unclaim(self, graph: TaskGraph) -> None:
+        """A held job that claimed its tiles in vain was dropped (its context closed)."""
+        if graph.shave is not None:
+            self.owners.withdraw(LIST, list_tiles(graph.shave))
 
     # -- the engine calls the driver makes -----------------------------------------------------------
 
@@ -128,6 +168,8 @@ class ShaveEngine:
             raise DlaError(NvError.Busy, f"SHAVE task {self.current.task.task_id} is still running")
         lst = graph.shave
         if lst is None or self.caps is None:
+            if lst is not None:
+                self.owners.release(LIST, list_tiles(lst))
             raise DlaError(NvError.NotSupported,
                            f"task {task.task_id}: not a SHAVE task list, or no SHAVE tiles")
         run = ShaveRun(task, graph, on_finish)
@@ -326,7 +368,7 @@ class ShaveEngine:
             return  # another notify barrier is still to fire
         run.completed = self._completed(run)
         total = len(lst.acts) + len(lst.dmas)
-        # (More is possible: an execution of a tile's compute unit (pydla.hw.cu.shave_tile) counts too.)
+        # (No unit execution runs on its tiles meanwhile (pydla.kmd.tile_owner): the counters are its own.)
         if run.completed < total:
             self._fail(run, DlaError(NvError.ResourceError,
                                      f"task {run.task.task_id}: the SHAVE list's notify barriers fired with "
@@ -357,8 +399,11 @@ class ShaveEngine:
                 which = f"kernel_id {kernel}"
             kernel_id = "" if seq == 0 else \
                 f"kernel_id {kernel if kernel != RUNTIME_KERNEL else 'runtime'}, "
-            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)} in {which}: {kernel_id}"
-                       f"pc {pc:#x}, address {addr:#x}")
+            insn = instruction_name(addr) if code in (E.ILLEGAL_INSTRUCTION, E.TRAP) else ""
+            named, why = (f" ({insn})", _WHY.get(addr, "")) if insn else ("", "")
+            # What names the fault comes first (a port may carry only the first 192 bytes).
+            message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)}{named} in {which}: "
+                       f"{kernel_id}pc {pc:#x}, address {addr:#x}{why}")
             return DlaError(ERROR_CODES.get(code, NvError.ResourceError), message)
         if status >> DMA_ERROR_BIT & 1:
             code = read(R.SHAVE_DMA_ERROR)
@@ -393,10 +438,16 @@ class ShaveEngine:
         run.finished = True
         if self.current is run:
             self.current = None
+        self.owners.release(LIST, list_tiles(run.lst))  # (after the reset of a failed list)
         if run.traced:
             trace_task(self.port, run.task, TASK_END, end_status(error, run.aborted))
         if run.on_finish is not None:
             run.on_finish(run)
+
+
+def list_tiles(lst: ShaveList) -> set[int]:
+    """The tiles ``lst`` uses: those it runs kernels on, and those its DMA tasks reach."""
+    return set(lst.tiles) | {d.tile for d in lst.dmas}
 
 
 def _mask(barriers: dict[int, tuple[int, int]]) -> int:

@@ -35,7 +35,10 @@ def register(commands: Any) -> None:
     p.add_argument("--mount", required=True, metavar="DIR",
                    help="an empty directory to serve the device files in; a stale mount that a killed "
                         "daemon left there is cleared first")
-    p.add_argument("--config", default="full", help="device configuration: full, small or a JSON file")
+    # The bundled names as a literal: this layer does not read the device configurations' module
+    # (tests/test_composition.py); tests/test_project.py checks the list against the bundled files.
+    p.add_argument("--config", default="full",
+                   help="device configuration: full, full-headed, small or a JSON file")
     p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
                    help="how the virtual devices run (default: threaded, beside the daemon)")
     p.add_argument("--threads", type=int, default=4,
@@ -66,6 +69,8 @@ def _main(args: argparse.Namespace) -> int:
     for name in ("threads", "timeout_ms", "tdr_ms", "client_memory", "client_buffers", "client_syncs",
                  "client_waits"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if not may_mount():
+        raise DlaError(NvError.ResourceError, _needs_root(args.mount, os.geteuid()))
     quotas = Quotas(args.client_buffers, args.client_memory, args.client_syncs, args.client_waits)
     daemon = KmdDaemon(args.config, mode=args.mode, default_timeout_ms=args.timeout_ms, quotas=quotas,
                        threads=args.threads, tdr_ms=args.tdr_ms)
@@ -96,6 +101,32 @@ def _main(args: argparse.Namespace) -> int:
 
 
 _PR_SET_DUMPABLE = 4
+_CAP_SYS_ADMIN = 21
+
+
+def _needs_root(mount: str, uid: int) -> str:
+    why = f"it mounts {mount} through /dev/fuse with mount(2), which takes CAP_SYS_ADMIN"
+    if uid != 0:
+        return (f"pydla kmd needs root: {why} (uid {uid} lacks it; fusermount is not used): run it as "
+                "root, e.g. with sudo")
+    return (f"pydla kmd needs CAP_SYS_ADMIN: {why}, which this root process lacks (a container's, or "
+            "dropped): run it with CAP_SYS_ADMIN")
+
+
+def may_mount(status: str = "/proc/self/status") -> bool:
+    """Whether this process may mount(2) a FUSE file system: CAP_SYS_ADMIN in its effective set
+    (root has it; so may a container's process that is not uid 0). Without /proc: whether it is root.
+
+    Usage: ``if not may_mount(): ...``
+    """
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.geteuid() == 0
 
 
 def _set_dumpable(on: bool) -> None:

@@ -5,8 +5,17 @@ each ready ring holds (a few entries per ring per turn, so that one busy client 
 others), queues each entry as SUBMIT_PREPARED would, and answers it in the ring's completion queue:
 ACCEPTED at once, FINISHED when the job ends (from whichever thread ends it). Everything read from the
 ring is checked as an ioctl's arguments are: the daemon keeps its own indices and never trusts the
-client's beyond one bounds check. A client that breaks the ring's rules (an index out of range, a
-completion queue it does not empty) loses its ring (header flag BROKEN) and keeps its file.
+client's beyond one bounds check; the header's words are read and written only through
+:func:`pydla.linux.ring.header_words` (one aligned 4-byte access each: the ring module's rule). A
+client that breaks the ring's rules (an index out of range, a completion queue it does not empty)
+loses its ring (header flag BROKEN) and keeps its file.
+
+A broken ring is answered exactly once, as the ioctls would be: the daemon takes no entry from it
+after setting BROKEN (an entry is taken, and sq_head published, under the ring's lock, which the
+break holds too), and still answers every entry it took (ACCEPTED, then FINISHED) while its
+completion queue has room. So a client that sees BROKEN knows from sq_head which of its entries
+were taken (their answers come) and which were not (it submits those with the ioctl): none is lost
+and none runs twice.
 
 Usage::
 
@@ -38,7 +47,6 @@ from pydla.linux.ring import (
     CQE,
     ENTRIES,
     FLAGS,
-    INDEX,
     INDEX_MASK,
     MAX_ENTRIES,
     MIN_ENTRIES,
@@ -46,6 +54,7 @@ from pydla.linux.ring import (
     SQ_TAIL,
     RingLayout,
     drain,
+    header_words,
     is_eventfd,
     kick,
     valid_entries,
@@ -68,54 +77,83 @@ class ServedRing:
     """One client's ring, as the daemon holds it. The ring thread alone reads the submission queue
     and closes the mapping; completions may be written from any thread, under ``lock``."""
 
+    why_broken = ""
+
     def __init__(self, client: Any, mapping: mmap.mmap, layout: RingLayout, submit_efd: int,
                  complete_efd: int) -> None:
         self.client, self.mapping, self.layout = client, mapping, layout
+        self.words = header_words(mapping)
         self.submit_efd, self.complete_efd = submit_efd, complete_efd
         self.lock = threading.Lock()
         self.sq_head = 0  # the daemon's own copies: never read back from the ring
         self.cq_tail = 0
         self.unfinished = 0  # accepted entries whose job has not ended
         self.closed = False
-        self.broken = False
-        INDEX.pack_into(mapping, ENTRIES, layout.entries)
-        for offset in (SQ_HEAD, CQ_TAIL, FLAGS):
-            INDEX.pack_into(mapping, offset, 0)
+        self.broken = False  # no entry is taken any more; the answers owed are still written
+        self.detached = False  # the client closed its file: nothing is written any more
+        self.words[ENTRIES] = layout.entries
+        for word in (SQ_HEAD, CQ_TAIL, FLAGS):
+            self.words[word] = 0
 
-    def post(self, user_data: int, task_id: int, kind: int, status: int, completed: int = 0) -> bool:
-        """Write one completion entry (False: the ring is closed or broken, nothing written)."""
+    def take(self) -> Any | None:
+        """The next submission entry (a copy), its sq_head published; None once the ring is broken
+        (the caller has checked that sq_tail is past sq_head). Under the lock, so that a break
+        comes either before an entry is taken or after sq_head says that it was."""
         with self.lock:
-            if self.closed or self.broken:
+            if self.broken or self.closed:
+                return None
+            sqe = U.dla_ring_sqe_t.from_buffer_copy(self.mapping, self.layout.sqe_offset(self.sq_head))
+            self.sq_head = (self.sq_head + 1) & INDEX_MASK
+            self.words[SQ_HEAD] = self.sq_head
+            return sqe
+
+    def post(self, user_data: int, task_id: int, kind: int, status: int, completed: int = 0, *,
+             wake: bool = False) -> bool:
+        """Write one completion entry, also into a broken ring (the answers the daemon owes for the
+        entries it took), and kick the client if ``wake``; False when nothing was written: the file
+        is closed, or the completion queue is full (which breaks the ring)."""
+        with self.lock:
+            if self.closed or self.detached:
                 return False
             if kind == FINISHED:
                 self.unfinished -= 1
-            m = self.mapping
-            used = (self.cq_tail - INDEX.unpack_from(m, CQ_HEAD)[0]) & INDEX_MASK
+            words = self.words
+            used = (self.cq_tail - words[CQ_HEAD]) & INDEX_MASK
             if used >= self.layout.cq_entries:
                 self._break_locked(f"its completion queue is full ({used} entries unread)")
                 return False
-            CQE.pack_into(m, self.layout.cqe_offset(self.cq_tail), user_data, task_id, kind, status,
-                          completed)
+            CQE.pack_into(self.mapping, self.layout.cqe_offset(self.cq_tail), user_data, task_id, kind,
+                          status, completed)
             self.cq_tail = (self.cq_tail + 1) & INDEX_MASK
-            INDEX.pack_into(m, CQ_TAIL, self.cq_tail)
+            words[CQ_TAIL] = self.cq_tail  # after the entry: publishes it
+            if wake:  # under the lock: the ring thread closes the eventfd under it too
+                kick(self.complete_efd)
             return True
+
+    def wake(self) -> None:
+        """Kick the client (unless its ring was closed: its eventfd number may be another file's)."""
+        with self.lock:
+            if not self.closed:
+                kick(self.complete_efd)
 
     def break_ring(self, why: str) -> None:
         with self.lock:
             self._break_locked(why)
 
     def _break_locked(self, why: str) -> None:
-        if self.broken or self.closed:
+        if self.broken or self.closed or self.detached:
             return
         self.broken = True
+        self.why_broken = why
         log.warning("client %d broke its submission ring (%s): it goes on with ioctls",
                     self.client.pid, why)
-        INDEX.pack_into(self.mapping, FLAGS, BROKEN)
+        self.words[FLAGS] = BROKEN  # after every sq_head this ring publishes (take() holds the lock)
         kick(self.complete_efd)
 
     def close_locked(self) -> None:
         """Under ``lock``, from the ring thread: release the mapping and the descriptors."""
         self.closed = True
+        self.words.release()  # an mmap cannot close while a view of it exists
         self.mapping.close()
         os.close(self.submit_efd)
         os.close(self.complete_efd)
@@ -145,14 +183,16 @@ class RingServer:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="pydla-rings", daemon=True)
                 self._thread.start()
-        kick(ring.submit_efd)  # entries written before the setup answered are taken now
+        with ring.lock:  # a release may have closed it meanwhile (and its number be another file's)
+            if not ring.closed:
+                kick(ring.submit_efd)  # entries written before the setup answered are taken now
 
     def remove(self, ring: ServedRing) -> None:
         """The client closed its file: its ring is closed by the ring thread (or here, if none runs)."""
         with ring.lock:
             if ring.closed:
                 return
-            ring.broken = True  # no more completions; the ring thread unmaps it
+            ring.broken = ring.detached = True  # no more entries or answers; the ring thread unmaps it
         with self._lock:
             if self._rings.pop(ring.submit_efd, None) is None:
                 return
@@ -204,7 +244,7 @@ class RingServer:
                         ready.append(ring)
                 retire = bool(self._retire)
             if retire:
-                ready = deque(r for r in ready if not r.broken)
+                ready = deque(r for r in ready if not r.detached)
                 self._close_retired()
             answered: list[ServedRing] = []
             for _ in range(len(ready)):
@@ -219,23 +259,22 @@ class RingServer:
                 if more:
                     ready.append(ring)
             for ring in answered:
-                if not ring.closed:
-                    kick(ring.complete_efd)
+                ring.wake()
         self._close_retired()
 
     def _take(self, ring: ServedRing) -> bool:
         """Queue up to TURN entries of ``ring``; True if it holds more."""
         if ring.broken or ring.closed:
             return False
-        m, layout = ring.mapping, ring.layout
-        avail = (INDEX.unpack_from(m, SQ_TAIL)[0] - ring.sq_head) & INDEX_MASK
-        if avail > layout.entries:
-            ring.break_ring(f"sq_tail is {avail} entries past sq_head, the ring holds {layout.entries}")
+        entries = ring.layout.entries
+        avail = (ring.words[SQ_TAIL] - ring.sq_head) & INDEX_MASK
+        if avail > entries:
+            ring.break_ring(f"sq_tail is {avail} entries past sq_head, the ring holds {entries}")
             return False
         for _ in range(min(avail, TURN)):
-            sqe = U.dla_ring_sqe_t.from_buffer_copy(m, layout.sqe_offset(ring.sq_head))
-            ring.sq_head = (ring.sq_head + 1) & INDEX_MASK
-            INDEX.pack_into(m, SQ_HEAD, ring.sq_head)
+            sqe = ring.take()
+            if sqe is None:
+                return False
             self._queue(ring, sqe)
         return bool(avail > TURN)
 
@@ -253,15 +292,21 @@ class RingServer:
 
         def on_done(job: Any) -> None:
             status = 0 if job.error is None else int(job.error.code)
-            if ring.post(user_data, job.job_id, FINISHED, status) and threading.get_ident() != self._ident:
-                kick(ring.complete_efd)  # from the interrupt thread; the ring thread kicks once per turn
+            # From another thread (the job's end) it kicks at once; the ring thread kicks once per turn.
+            ring.post(user_data, job.job_id, FINISHED, status, wake=threading.get_ident() != self._ident)
 
         try:
             job = self._submit(ring.client, sqe, on_done)
-        except (FuseError, DlaError) as e:
+        except Exception as e:
             with ring.lock:
                 ring.unfinished -= 1
-            code = e.errno if isinstance(e, FuseError) else ERRNO.get(e.code, errno.EIO)
+            if isinstance(e, FuseError):
+                code = e.errno
+            elif isinstance(e, DlaError):
+                code = ERRNO.get(e.code, errno.EIO)
+            else:  # a bug: answered EIO, as the FUSE server answers an ioctl whose handler raised
+                log.exception("queueing a ring entry of client %d", ring.client.pid)
+                code = errno.EIO
             ring.post(user_data, 0, ACCEPTED, code)
             return
         ring.post(user_data, job.job_id, ACCEPTED, 0, int(job.signalled))

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.loadable.recipe import Recipe, RecipeError, load_recipe, loads, parse_recipe
+from pydla.logconfig import printable
 
 # pydla.loadable.container and .sections are imported where used: they pull in the generated
 # contracts, which `pydla --help` and the other commands do not need.
@@ -40,9 +41,11 @@ def register(commands: Any) -> None:
                     "and its compute units; --dump-section IP_LAYOUT:json:FILE writes them as "
                     "xclbinutil does.")
     i.add_argument("loadable", type=Path, metavar="MODEL.dla", nargs="?")
+    from pydla.hw.config import bundled_configs
+
     i.add_argument("--config", metavar="NAME",
-                   help="describe device configuration NAME (bundled: full, small; or a JSON file) "
-                        "instead of a loadable")
+                   help=f"describe device configuration NAME (bundled: {', '.join(bundled_configs())}; or a "
+                        "JSON file) instead of a loadable")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.add_argument("--list-sections", action="store_true",
                    help="list the sections (name, ELF name, size) and nothing else; works on a loadable "
@@ -127,6 +130,7 @@ def _info(args: argparse.Namespace) -> int:
         return _config_info(args)
     if args.loadable is None:
         raise DlaError(NvError.BadParameter, "pydla info: give a loadable (MODEL.dla) or --config NAME")
+    check_onnx_content(args.loadable)
     if args.dump_section or args.list_sections:
         return _sections(args)
     nvdla = _nvdla_kind(args.loadable)
@@ -298,6 +302,7 @@ def _validate(args: argparse.Namespace) -> int:
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
     if not loadable and head.lstrip()[:1] != b"{":
+        check_onnx_content(args.recipe)
         check_is_loadable(args.recipe)  # an ONNX model: the error says to compile it
     where = f"{args.recipe} ({RECIPE})" if loadable else str(args.recipe)
     try:
@@ -308,9 +313,9 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             recipe = load_recipe(args.recipe, allow_unsafe_paths=args.allow_unsafe_paths)
     except RecipeError as e:
-        print(f"{where}: {len(e.errors)} problem(s)")
-        for path, message in e.errors:
-            print(f"  {path or '/'}: {message}")
+        print(f"{printable(where)}: {len(e.errors)} problem(s)")
+        for path, message in e.errors:  # one line each, whatever the recipe's strings hold
+            print(f"  {printable(path or '/')}: {printable(message)}")
         return 1
     print(f"{where}: valid ({_summary(recipe)})")
     if loadable:
@@ -328,6 +333,39 @@ def _nvdla_kind(path: Path) -> str | None:
     from pydla.loadable.nvdla.describe import file_kind
 
     return file_kind(path)
+
+
+# An ONNX model larger than this is taken for one by its name and first bytes (parsing it whole only
+# to say "compile it" would take seconds).
+ONNX_CONTENT_CHECK_BYTES = 256 << 20
+
+
+def check_onnx_content(path: Path) -> None:
+    """A file that is no ELF file but looks like an ONNX model (its name, or its first bytes) is
+    judged by its content: DlaError saying it is empty, or does not parse as ONNX (a truncated
+    download, say), worded as ``pydla compile`` and ``pydla run`` word it; for a whole model the
+    error that says to compile it. Without the onnx extra (or for a very large file) its name and
+    first bytes decide, as :func:`pydla.loadable.sections.check_is_loadable` does."""
+    from pydla.elf.reader import ELF_MAGIC
+    from pydla.loadable.sections import is_onnx, not_a_loadable, read_head
+
+    head = read_head(path)
+    if head[:4] == ELF_MAGIC or not (is_onnx(path, head) or not head):
+        return
+    try:
+        from pydla.compiler.onnx_model import parse_model
+    except ImportError:
+        return
+    try:
+        size = path.stat().st_size
+        data = path.read_bytes() if size <= ONNX_CONTENT_CHECK_BYTES else None
+    except OSError as e:
+        raise file_error(path, e) from e
+    if data is not None:
+        parse_model(data, str(path))  # DlaError: what is wrong with it
+    error = not_a_loadable(path, head)
+    if error is not None:
+        raise error
 
 
 def _check_instances(recipe: Recipe, where: str) -> None:

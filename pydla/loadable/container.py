@@ -184,12 +184,30 @@ class LoadableWriter:
         return w.build()
 
 
+def _refuse_onnx(data: bytes | bytearray | memoryview | mmap.mmap, source: str) -> None:
+    """An ONNX model given where a loadable goes (``rt.load("model.onnx")``): say what it is and
+    what to do, where the ELF reader would say "not an ELF file". Known by its first bytes (a
+    ModelProto's), whatever the file is called."""
+    from pydla.elf.reader import ELF_MAGIC
+    from pydla.loadable.sections import is_onnx
+
+    head = bytes(memoryview(data)[:16])
+    if head[:4] == ELF_MAGIC or not is_onnx(Path(), head):
+        return
+    model = "MODEL.onnx" if source == "loadable" else source  # bytes without a name, or the path
+    raise DlaError(NvError.BadParameter,
+                   f"{source}: this is an ONNX model, not a loadable (.dla): compile it with `pydla compile "
+                   f"{model} -o model.dla` (compile_model in pydla.compiler.api), or open it with "
+                   f"pydla.Session('{model}'), which compiles it")
+
+
 class Loadable:
     """A checked, read-only loadable; weights are views of the mapped file."""
 
     def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, source: str = "loadable") -> None:
         self.source = source
         self._data = data
+        _refuse_onnx(data, source)
         self.elf = ElfReader(memoryview(data), what=source)
         self._read_notes()
         for name in (RECIPE, TENSORS, MEMORY, WEIGHTS):

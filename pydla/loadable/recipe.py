@@ -210,7 +210,13 @@ class _Checker:
             return None
         return value
 
+    def file_name(self, value: str | None, path: str) -> None:
+        """A path holds no NUL, lone surrogate or control character (no file name can, or should)."""
+        if value is not None and not value.isprintable():
+            self.error(path, f"{value!r} holds a character that is not printable: not a file name")
+
     def relative(self, value: str, path: str, against: str) -> None:
+        self.file_name(value, path)
         p = PurePosixPath(value.replace("\\", "/"))
         if not self.allow_unsafe_paths and (p.is_absolute() or ".." in p.parts or ":" in value):
             self.error(path, f"'{value}' must be relative, without '..' ({against})")
@@ -239,6 +245,7 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
             if "size" in b and size == 0:
                 c.error(f"{path}/size", "must be at least 1")
             file = c.string(b["file"], f"{path}/file") if "file" in b else None
+            c.file_name(file, f"{path}/file")
             if btype == "internal" and "size" not in b and "file" not in b:
                 # Nothing binds an internal buffer, so without a size the runner cannot make it
                 # and no run can ever start: said now, not at execute().
@@ -256,6 +263,7 @@ def parse_recipe(doc: Any, source: str = "recipe", *, allow_unsafe_paths: bool =
             name = c.string(k.get("name"), f"{path}/name", name=True)
             instance = c.string(k.get("instance"), f"{path}/instance")
             ctrl = c.string(k.get("ctrlcode"), f"{path}/ctrlcode")
+            c.file_name(ctrl, f"{path}/ctrlcode")
             if name is not None and (name in kernels or name in cpus):
                 c.error(f"{path}/name", f"'{name}' is defined twice")
             elif name and instance and ctrl:

@@ -8,8 +8,10 @@ own directory, instead of carrying them as a loadable does:
 
 File paths are relative and may not contain ``..`` unless the caller allows it, and what they name
 (symbolic links followed) must lie inside the recipe's directory, so a recipe cannot reach outside it.
-Only regular files are read (never a FIFO or a device, which could block or never end). Every file is
-read once, when the recipe is opened.
+A path holding a character no file name can (a NUL byte, a lone surrogate from a JSON escape) or a
+control character is refused as such, never handed to the operating system. Only regular files are
+read (never a FIFO or a device, which could block or never end). Every file is read once, when the
+recipe is opened.
 
 Usage::
 
@@ -25,6 +27,7 @@ from typing import Any
 from pydla.elf.controlcode import ControlCode
 from pydla.errors import DlaError, NvError
 from pydla.loadable.recipe import Recipe, load_recipe
+from pydla.logconfig import printable
 
 MAX_FILE_BYTES = 1 << 32
 
@@ -34,7 +37,8 @@ class RecipeFile:
 
     def __init__(self, path: str | Path, *, allow_unsafe_paths: bool = False) -> None:
         self.path = Path(path)
-        self.source = str(self.path)
+        self.source = printable(str(self.path))
+        check_path_text(str(self.path), "the recipe's path")
         self.allow_unsafe_paths = allow_unsafe_paths
         # The device configuration is not loaded here: the runner opens recipes too, and it learns
         # its device through its port (``check_device``), never from pydla.hw's configuration.
@@ -62,7 +66,8 @@ class RecipeFile:
         try:
             return real.read_bytes()
         except OSError as e:
-            raise DlaError(NvError.FileReadFailed, f"{self.source}: {what} '{relative}': {e.strerror}") from e
+            raise DlaError(NvError.FileReadFailed,
+                           f"{self.source}: {what} '{printable(relative)}': {e.strerror}") from e
 
     # -- what the runner asks of a recipe source ----------------------------------------------------
 
@@ -95,30 +100,45 @@ class RecipeFile:
 
 
 def resolve_file(recipe: Path, relative: str, what: str, *, allow_unsafe_paths: bool = False) -> Path:
-    """The regular file ``relative`` names next to ``recipe`` (a recipe file's path), checked: no
-    absolute path or '..', nothing outside the recipe's directory (symbolic links followed), at most
-    MAX_FILE_BYTES, unless ``allow_unsafe_paths``. DlaError naming ``what`` otherwise."""
-    source = str(recipe)
+    """The regular file ``relative`` names next to ``recipe`` (a recipe file's path), checked: a
+    path the system can hold, no absolute path or '..', nothing outside the recipe's directory
+    (symbolic links followed), at most MAX_FILE_BYTES, unless ``allow_unsafe_paths``. DlaError
+    naming ``what`` otherwise."""
+    source = printable(str(recipe))
+    shown = printable(relative)
+    check_path_text(relative, f"{source}: {what}")
     p = PurePosixPath(relative.replace("\\", "/"))
     if not allow_unsafe_paths and (p.is_absolute() or ".." in p.parts):
-        raise DlaError(NvError.BadParameter, f"{source}: {what} '{relative}': absolute paths and "
+        raise DlaError(NvError.BadParameter, f"{source}: {what} '{shown}': absolute paths and "
                                              "'..' are not allowed (paths are relative to the recipe)")
     full = Path(relative) if p.is_absolute() else recipe.parent / Path(*p.parts)
     try:
         real = full.resolve(strict=True)
         if not allow_unsafe_paths and not real.is_relative_to(recipe.parent.resolve()):
             raise DlaError(NvError.BadParameter,
-                           f"{source}: {what} '{relative}' leads to {real}, outside the recipe's "
-                           "directory (a symbolic link)")
+                           f"{source}: {what} '{shown}' leads to {printable(str(real))}, outside the "
+                           "recipe's directory (a symbolic link)")
         if not real.is_file():
-            raise DlaError(NvError.BadParameter, f"{source}: {what} '{relative}' is not a regular file")
+            raise DlaError(NvError.BadParameter, f"{source}: {what} '{shown}' is not a regular file")
         size = real.stat().st_size
     except FileNotFoundError:
-        raise DlaError(NvError.FileNotFound, f"{source}: {what} '{relative}' not found "
-                                             f"(looked for {full})") from None
+        raise DlaError(NvError.FileNotFound, f"{source}: {what} '{shown}' not found "
+                                             f"(looked for {printable(str(full))})") from None
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{source}: {what} '{relative}': {e.strerror}") from e
+        raise DlaError(NvError.FileReadFailed, f"{source}: {what} '{shown}': {e.strerror}") from e
     if size > MAX_FILE_BYTES:
-        raise DlaError(NvError.InvalidSize, f"{source}: {what} '{relative}' has {size} bytes "
+        raise DlaError(NvError.InvalidSize, f"{source}: {what} '{shown}' has {size} bytes "
                                             f"(at most {MAX_FILE_BYTES})")
     return real
+
+
+def check_path_text(path: str, what: str) -> None:
+    """DlaError BadParameter when ``path`` holds what no file name can (a NUL byte; a lone
+    surrogate, which the file system's encoding refuses) or a control character (a newline, an
+    escape sequence: a recipe's file names are plain text); the operating system would otherwise
+    raise ValueError."""
+    bad = next((c for c in path if c == "\0" or not c.isprintable() or "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        kind = "a NUL byte" if bad == "\0" else "a lone surrogate" if "\ud800" <= bad <= "\udfff" else \
+            f"the unprintable character {printable(bad)}"
+        raise DlaError(NvError.BadParameter, f"{what} '{printable(path)}' holds {kind}: not a file name")

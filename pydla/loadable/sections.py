@@ -21,7 +21,7 @@ import mmap
 from pathlib import Path
 
 from pydla.elf.reader import ELF_MAGIC, ElfReader
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.loadable.container import NOTE_SECTION
 
 PREFIX = ".pydla."
@@ -73,8 +73,7 @@ def read_head(path: Path, size: int = 64) -> bytes:
         with path.open("rb") as f:
             return f.read(size)
     except OSError as e:
-        code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
-        raise DlaError(code, f"{path}: cannot read: {e.strerror or e}") from e
+        raise file_error(path, e) from e
 
 
 def check_is_loadable(path: Path) -> None:

@@ -289,6 +289,15 @@ class InProcessPort(NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
+    def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
+        """As the interface's: the size of a handle of one of this port's open sessions, not freed;
+        else 0."""
+        if not isinstance(mem, InProcessMem) or not mem.usable:
+            return 0
+        session = mem.session
+        live = session.port is self and not session.closed and session.mems.get(mem.handle) is mem
+        return mem.size if live else 0
+
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
                      size: int | None = None) -> None:
         """As the interface's."""
@@ -436,12 +445,7 @@ class InProcessPort(NvDlaPort):
         while not sem.reached(value):
             if sem.error is not None:
                 raise sem.error
-            # Deterministic and step devices progress only when their driver is polled: waiting
-            # drives them. Threaded devices run on their own; polling them would only compete.
-            with self._lock:
-                kmds = list(self._polled)
-            for kmd in kmds:
-                kmd.poll()  # its compute units' executions too
+            kmds = self._drive_polled()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
@@ -462,7 +466,17 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaGetSemaphoreValue(self, semaphore: Any) -> int:
         sem, _ = self._fence(NvDlaFence(semaphore, 0))
+        self._drive_polled()  # a caller polling the value moves a deterministic device, as a wait does
         return sem.value
+
+    def _drive_polled(self) -> list[Kmd]:
+        """Deterministic and step devices progress only when their driver is polled: whoever waits or
+        asks drives them. Threaded devices run on their own; polling them would only compete."""
+        with self._lock:
+            kmds = list(self._polled)
+        for kmd in kmds:
+            kmd.poll()  # its compute units' executions too
+        return kmds
 
     def wait_task(self, status: NvDlaTaskStatus, timeout_ms: float) -> None:
         """Wait for one submitted task (raises its error)."""

@@ -389,7 +389,28 @@ class NvDlaPort(abc.ABC):
         mem.bytes_view()[offset:offset + data.size] = data
 
     def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
-        return mem.size
+        """The bytes in ``mem`` (the NVDLA runtime API's ``NvU64 NvDlaMemGetSize(NvDlaMemHandle
+        hMem)``), or 0 when ``mem`` is not a live memory handle of this port: not a memory handle at
+        all, freed (NvDlaFreeMem), of a closed handle (NvDlaClose), or another port's. It never
+        raises: as the API's NvU64 says, 0 is the answer for "no such memory". This default knows
+        only what every handle tells, whether its bytes can still be reached; a port that can tell
+        its own handles from others' overrides it (the bundled ports do; the conformance suite
+        checks all four cases).
+
+        Usage::
+
+            mem, data = port.NvDlaGetMem(h, 4096)
+            port.NvDlaMemGetSize(mem)        # 4096
+            port.NvDlaFreeMem(h, mem)
+            port.NvDlaMemGetSize(mem)        # 0
+        """
+        if not isinstance(mem, NvDlaMemHandle):
+            return 0
+        try:
+            mem.bytes_view()  # DlaError once freed or closed
+            return int(mem.size)
+        except DlaError:
+            return 0
 
     # -- system services ------------------------------------------------------------------------
 

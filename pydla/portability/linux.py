@@ -400,6 +400,15 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
             raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
         return mem
 
+    def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
+        """As the interface's: the size of a buffer of one of this port's open device files, not
+        freed; else 0."""
+        if not isinstance(mem, LinuxMem) or mem._map is None:
+            return 0
+        device = mem.device
+        live = device.port is self and device.fd >= 0 and device.mems.get(mem.handle) is mem
+        return mem.size if live else 0
+
     def NvDlaFreeMem(self, h: Any, mem: NvDlaMemHandle, pData: Any = None,  # noqa: N803 (the API's name)
                      size: int | None = None) -> None:
         """As the interface's."""
@@ -626,8 +635,13 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
                 if time.monotonic() < deadline:
                     continue  # the daemon bounds one WAIT (MAX_WAIT_MS); ours is longer
             elif done.status == NvError.Timeout:
-                # Not this WAIT's limit: the task that was to signal the fence failed with Timeout
-                # (the driver declared it hung): its diagnosis, not a generic "not reached".
+                # The task that was to signal the fence failed with Timeout (the driver declared it
+                # hung): its diagnosis, not a generic "not reached". This WAIT's answer may be its own
+                # limit, reached as the hang was declared: the diagnosis is then in the next answer.
+                failed = device.ioctl(U.dla_ioctl_e.WAIT, U.dla_wait_t(fence=f, timeout_ms=0),
+                                      again=(errno.EINTR, errno.EAGAIN))
+                if failed is not None and failed.status == NvError.Timeout:
+                    done = failed
                 raise DlaError(NvError.Timeout, untext(bytes(done.message)))
             known = done.status in NvError._value2member_map_
             code = NvError(done.status) if known else NvError.ResourceError

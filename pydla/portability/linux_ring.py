@@ -8,6 +8,13 @@ a wait for a post-fence of a ring submission needs no WAIT ioctl when the job en
 ``RING_WAIT_S``. Anything the ring cannot do (a full ring, a broken one, a fence no ring entry
 signals, a failed job's message) falls back to the ioctls, which stay the reference.
 
+The header's indices are stored and loaded only through :func:`pydla.linux.ring.header_words` (one
+aligned 4-byte access each: the ring module's rule). When the daemon breaks the ring (flag BROKEN),
+each submit still waiting is decided exactly once: if sq_head (final once BROKEN is seen) says the
+daemon took the entry, its answer still comes through the ring and is returned as usual; if not, the
+daemon will never take it, and the submit goes to the ioctl. A submit never raises for an entry
+that was queued, so a caller that retries after an error never runs a job twice.
+
 Usage (inside LinuxPort)::
 
     ring = ClientRing.open(device)           # None: the daemon has no rings (before uAPI 2.4)
@@ -32,11 +39,12 @@ from pydla.linux.ring import (
     CQ_TAIL,
     CQE,
     FLAGS,
-    INDEX,
     INDEX_MASK,
+    SQ_HEAD,
     SQ_TAIL,
     RingLayout,
     drain,
+    header_words,
     kick,
 )
 from pydla.linux.shm import SharedBuffer
@@ -67,6 +75,7 @@ class ClientRing:
         self._shared = SharedBuffer(self.layout.size, name="pydla-ring")
         assert self._shared.mapping is not None
         self._m = self._shared.mapping
+        self._words = header_words(self._m)
         flags = os.EFD_CLOEXEC | os.EFD_NONBLOCK
         self.submit_efd = os.eventfd(0, flags)
         self.complete_efd = os.eventfd(0, flags)
@@ -80,6 +89,8 @@ class ClientRing:
         self._waiting: set[int] = set()  # user_data whose ACCEPTED a submitter waits for
         self._unfinished: dict[int, list[tuple[LinuxSemaphore, int]]] = {}  # accepted, job not ended
         self.broken = False
+        self.broken_by_daemon = False  # BROKEN seen in the header: sq_head is final
+        self._lost: str | None = None  # why no answer will be read any more (then broken too)
         self.closed = False
         self._poll = select.poll()
         self._poll.register(self.complete_efd, select.POLLIN)
@@ -106,6 +117,7 @@ class ClientRing:
                 return
             self.closed = self.broken = True
             self._cond.notify_all()
+        self._words.release()  # before the mapping closes (it cannot while a view exists)
         self._shared.close()
         os.close(self.submit_efd)
         os.close(self.complete_efd)
@@ -124,16 +136,17 @@ class ClientRing:
             if self.broken or self._in_flight >= self.layout.entries:
                 return None
             user_data = sqe.user_data = next(self._user_data)
-            offset = self.layout.sqe_offset(self._sq_tail)
+            seq = self._sq_tail
+            offset = self.layout.sqe_offset(seq)
             raw = bytes(sqe)
             self._m[offset:offset + len(raw)] = raw
-            self._sq_tail = (self._sq_tail + 1) & INDEX_MASK
-            INDEX.pack_into(self._m, SQ_TAIL, self._sq_tail)  # after the entry: publishes it
+            self._sq_tail = (seq + 1) & INDEX_MASK
+            self._words[SQ_TAIL] = self._sq_tail  # after the entry: publishes it
             self._in_flight += 1
             self._waiting.add(user_data)
             self._unfinished[user_data] = post
         kick(self.submit_efd)
-        answer = self._wait_answer(user_data)
+        answer = self._wait_answer(user_data, seq)
         if answer is None:
             return None
         status, task_id, completed = answer
@@ -150,29 +163,52 @@ class ClientRing:
             reason = f"SUBMIT_PREPARED: {reason}"
         return DlaError(code, f"{self.device.path}: {reason}")
 
-    def _wait_answer(self, user_data: int) -> tuple[int, int, int] | None:
+    def _wait_answer(self, user_data: int, seq: int) -> tuple[int, int, int] | None:
+        """The daemon's ACCEPTED answer to the entry ``user_data`` written at index ``seq``; None when
+        the daemon broke the ring before taking it (it never will: the ioctl is the way, once)."""
         deadline = time.monotonic() + ACCEPT_TIMEOUT_S
+
+        def decided() -> bool:
+            return user_data in self._answers or (self.broken_by_daemon and not self._taken(seq))
+
         while True:
             slice_s = min(ACCEPT_SLICE_S, deadline - time.monotonic())
-            if self._wait_for(lambda: user_data in self._answers, slice_s):
-                with self._cond:
+            self._wait_for(decided, slice_s, through_break=True)
+            with self._cond:
+                if user_data in self._answers:
                     self._waiting.discard(user_data)
                     return self._answers.pop(user_data)
-            if self.broken:
-                with self._cond:
-                    self._waiting.discard(user_data)
-                    self._unfinished.pop(user_data, None)
                 if self.closed:
                     raise DlaError(NvError.InvalidState, f"{self.device.path}: the device was closed")
-                # The daemon broke the ring before answering: the entry may or may not have been
-                # queued. It was not answered, so the ioctl path cannot know either; say so.
-                raise DlaError(NvError.ResourceError, f"{self.device.path}: SUBMIT_PREPARED: the daemon "
-                                                      "dropped this file's submission ring before answering")
+                if self.broken_by_daemon and not self._taken(seq):
+                    self._waiting.discard(user_data)
+                    self._unfinished.pop(user_data, None)
+                    self._in_flight -= 1
+                    return None
+                if self._lost is not None:
+                    # The entry may be queued and no answer will be read: the ioctl cannot be tried
+                    # either (it could run the job twice). Say so.
+                    self._waiting.discard(user_data)
+                    self._unfinished.pop(user_data, None)
+                    raise DlaError(NvError.ResourceError, f"{self.device.path}: SUBMIT_PREPARED: "
+                                                          f"{self._lost}; whether the ring entry was "
+                                                          "queued is unknown")
+            # Taken and not yet answered (a broken ring is answered too): the daemon is still there?
             self.device.param(U.dla_param_e.DAEMON_PID)  # raises Disconnected when the daemon is gone
             if time.monotonic() >= deadline:
-                self._drop()
-                raise DlaError(NvError.Timeout, f"{self.device.path}: SUBMIT_PREPARED: the daemon did not "
-                                                f"answer a ring entry within {ACCEPT_TIMEOUT_S:.0f} s")
+                why = f"the daemon did not answer a ring entry within {ACCEPT_TIMEOUT_S:.0f} s"
+                with self._cond:
+                    self._lose_locked(why)
+                raise DlaError(NvError.Timeout, f"{self.device.path}: SUBMIT_PREPARED: {why}")
+
+    def _taken(self, seq: int) -> bool:
+        """Whether the daemon has taken the entry at index ``seq`` (sq_head is past it); under the
+        lock. The daemon's sq_head is believed only between this side's sq_tail and one ring back."""
+        head = self._words[SQ_HEAD]
+        if (self._sq_tail - head) & INDEX_MASK > self.layout.entries:
+            self._lose_locked(f"the daemon's sq_head {head} is out of range (sq_tail {self._sq_tail})")
+            return True
+        return 0 < (head - seq) & INDEX_MASK <= self.layout.entries
 
     # -- waiting ------------------------------------------------------------------------------------
 
@@ -189,8 +225,9 @@ class ClientRing:
         self._wait_for(lambda: semaphore.reached >= value or not covering(), timeout_s)
         return semaphore.reached >= value
 
-    def _wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
-        """Reap answers until ``done()`` (under the lock) or ``timeout_s`` passes or the ring breaks."""
+    def _wait_for(self, done: Callable[[], bool], timeout_s: float, *, through_break: bool = False) -> bool:
+        """Reap answers until ``done()`` (under the lock) or ``timeout_s`` passes or the ring breaks
+        (``through_break``: or its answers stop, as a broken ring's still come)."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             while True:
@@ -198,7 +235,8 @@ class ClientRing:
                 if done():
                     return True
                 left = deadline - time.monotonic()
-                if self.broken or left <= 0:
+                stop = self.closed or self._lost is not None if through_break else self.broken
+                if stop or left <= 0:
                     return False
                 if self._reaping:
                     self._cond.wait(left)
@@ -214,15 +252,16 @@ class ClientRing:
                     self._cond.notify_all()
 
     def _reap_locked(self) -> None:
-        if self.closed:
+        if self.closed or self._lost is not None:
             return
-        m = self._m
-        if INDEX.unpack_from(m, FLAGS)[0] & BROKEN and not self.broken:
+        m, words = self._m, self._words
+        if not self.broken_by_daemon and words[FLAGS] & BROKEN:
+            self.broken_by_daemon = True  # loaded before sq_head is: sq_head is final now
             self._broken_locked()
-        tail = INDEX.unpack_from(m, CQ_TAIL)[0]
+        tail = words[CQ_TAIL]
         count = (tail - self._cq_head) & INDEX_MASK
         if count > self.layout.cq_entries:
-            self._broken_locked()
+            self._lose_locked(f"the daemon's cq_tail {tail} is out of range (cq_head {self._cq_head})")
             return
         for _ in range(count):
             answer = CQE.unpack_from(m, self.layout.cqe_offset(self._cq_head))
@@ -241,7 +280,7 @@ class ClientRing:
                         sem.note_reached(value)
                 self._in_flight -= 1
         if count:
-            INDEX.pack_into(m, CQ_HEAD, self._cq_head)
+            words[CQ_HEAD] = self._cq_head
             self._cond.notify_all()
 
     def _broken_locked(self) -> None:
@@ -249,6 +288,6 @@ class ClientRing:
         self._unfinished.clear()
         self._cond.notify_all()
 
-    def _drop(self) -> None:
-        with self._cond:
-            self._broken_locked()
+    def _lose_locked(self, why: str) -> None:
+        self._lost = why
+        self._broken_locked()

@@ -255,8 +255,9 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
     """Every reader of untrusted input, seeded from ``loadable`` (a valid compiled network) and
     from inputs built here: the loadable (loaded and run against the original's outputs), its
     control-code ELFs, its run recipe, a kernel ELF, every device-API message, the trace ring, a
-    device configuration, the KMD daemon's ioctl arguments (Linux), and the commands a headed device's
-    firmware takes from its mailbox."""
+    device configuration, the KMD daemon's ioctl arguments (Linux), the commands a headed device's
+    firmware takes from its mailbox, kernels run on a SHAVE tile (pydla.testing.fuzz_shave), what a
+    hostile client writes into its submission ring (Linux), NVDLA Loadables and ONNX graphs."""
     makers: dict[str, Callable[[], Target]] = {
         "ioctl": ioctl_target,
         "loadable": lambda: loadable_target(loadable),
@@ -268,6 +269,9 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "device-config": device_config_target,
         "mailbox": _mailbox_target,
         "nvdla-loadable": _nvdla_loadable_target,
+        "shave-kernel": _shave_kernel_target,
+        "onnx": _onnx_target,
+        "ring": _ring_target,
     }
     names = list(makers) if only is None else list(only)
     unknown = [n for n in names if n not in makers]
@@ -282,10 +286,28 @@ def _nvdla_loadable_target() -> Target:
     return nvdla_loadable_target()
 
 
+def _onnx_target() -> Target:
+    from pydla.testing.fuzz_onnx import onnx_target  # ONNX graphs (needs the onnx extra)
+
+    return onnx_target()
+
+
 def _mailbox_target() -> Target:
     from pydla.testing.mailbox import mailbox_target
 
     return mailbox_target()
+
+
+def _shave_kernel_target() -> Target:
+    from pydla.testing.fuzz_shave import shave_kernel_target
+
+    return shave_kernel_target()
+
+
+def _ring_target() -> Target:
+    from pydla.testing.fuzz_ring import ring_target  # the Linux daemon's submission rings
+
+    return ring_target()
 
 
 def loadable_target(blob: bytes) -> Target:
@@ -296,7 +318,7 @@ def loadable_target(blob: bytes) -> Target:
 
     with Session(blob) as sess:
         rng = np.random.default_rng(0)
-        feeds = {t.name: _sample(rng, t.shape, t.dtype) for t in sess.inputs}
+        feeds = {t.name: _sample(rng, t.sizes, t.dtype) for t in sess.inputs}
         expected = sess.run(feeds)
 
     def check(data: bytes) -> None:

@@ -68,7 +68,7 @@ class IRuntime:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        close_quietly(self.close, exc_type)
+        close_quietly(lambda: self.close(cancel=interrupted(exc_type)), exc_type)
 
     # -- devices ---------------------------------------------------------------------------------
 
@@ -116,9 +116,15 @@ class IRuntime:
         loadable = Loadable.open(buf, name)
         runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
-            self._drop_staging()
-            if self.runner is not None:
-                self.runner.close()
+            try:
+                self._drop_staging()
+                if self.runner is not None:
+                    self.runner.close()
+            except BaseException:
+                # The old one stays (Busy: a job in flight uses its memory): the new one's memory is
+                # freed now, else each refused load() would leak a loadable's worth of buffers.
+                runner.close()
+                raise
             self.loadable, self.runner = loadable, runner
             self._inputs = loadable.tensors("input")
             self._outputs = loadable.tensors("output")
@@ -359,13 +365,15 @@ class IRuntime:
         if self._closed:
             raise DlaError(NvError.InvalidState, "the runtime was closed")
 
-    def close(self) -> None:
+    def close(self, *, cancel: bool = False) -> None:
         """Wait for runs still in flight (up to ``timeout_ms``), cancel what is left, free
-        everything and close the device. Idempotent."""
+        everything and close the device. ``cancel=True`` cancels runs in flight at once, without
+        waiting (what a ``with`` block ended by Ctrl-C does). Idempotent."""
         if self._closed:
             return
         try:
-            self._unload_when_idle(time.monotonic() + self.timeout_ms / 1000)
+            if not cancel:
+                self._unload_when_idle(time.monotonic() + self.timeout_ms / 1000)
         finally:
             # Closing the device aborts whatever is still queued or running (its syncs fail, so no
             # waiter hangs) and frees what the unload could not.
@@ -411,6 +419,12 @@ def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "ful
                 close()
             raise
     return IRuntime(port, device, timeout_ms=timeout_ms)
+
+
+def interrupted(exc_type: type[BaseException] | None) -> bool:
+    """Whether a ``with`` block ended by Ctrl-C (KeyboardInterrupt): its runs are then cancelled at
+    once, not waited for."""
+    return exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
 
 
 def close_quietly(close: Callable[[], None], exc_type: type[BaseException] | None) -> None:

@@ -53,7 +53,7 @@ void add2(uint32_t argsAddr, uint32_t argsSize) {
 def kdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model directory holding the kernels' ELFs."""
     if build.compiler() is None:
-        pytest.skip("riscv64-unknown-elf-gcc is not installed (apt-get install gcc-riscv64-unknown-elf)")
+        pytest.skip(f"no RISC-V C compiler: {build.INSTALL_HINT}")
     d = tmp_path_factory.mktemp("custom")
     (d / "add2.c").write_text(ADD2)
     (d / "scale_add.elf").write_bytes(build.build_kernel(SCALE_ADD))

@@ -14,7 +14,12 @@ from onnx import TensorProto, helper
 
 from pydla.cli import main
 from pydla.compiler.api import compile_model
-from pydla.compiler.input_shapes import check_input_shapes, parse_input_shape, parse_input_shapes
+from pydla.compiler.input_shapes import (
+    check_input_shapes,
+    parse_input_shape,
+    parse_input_shapes,
+    with_input_shapes,
+)
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from tests.compiler import exporter_models as em
@@ -42,33 +47,59 @@ def test_without_shapes_each_symbolic_dimension_is_named_with_the_flag() -> None
     assert e.code == NvError.NotSupported
     assert "input 'x' ['batch', 'sequence', 4] has symbolic dimension(s) 0 'batch', 1 'sequence'" in e.message
     assert "input 'y' ['batch', 1, 4] has symbolic dimension(s) 0 'batch'" in e.message
-    assert "--input-shape x=1,1,4 --input-shape y=1,1,4" in e.message
-    assert "input_shapes={'x': (1, 1, 4), 'y': (1, 1, 4)}" in e.message
+    # compile_model's caller is told the parameter it uses, the command line's the flag
+    assert ("input_shapes={'x': (1, sequence, 4), 'y': (1, 1, 4)} (sequence: the sizes to compile for)"
+            in e.message)
+    assert "--input-shape" not in e.message
+    e = _error(_two_inputs(), parse_input_shapes([]))
+    assert "--input-shape x=1,sequence,4 --input-shape y=1,1,4" in e.message
+    assert "input_shapes" not in e.message
+    # a caller that passes a plain mapping past the API's check is shown both
+    with pytest.raises(DlaError) as info:
+        with_input_shapes(_two_inputs(), {})
+    assert "--input-shape x=1,sequence,4 --input-shape y=1,1,4" in info.value.message
+    assert "input_shapes={'x': (1, sequence, 4), 'y': (1, 1, 4)}" in info.value.message
 
 
 def test_an_unnamed_dimension_and_an_input_without_a_shape_are_named() -> None:
-    e = _error(_two_inputs(x_dims=[None, 3, 4], y_dims=None))
+    e = _error(_two_inputs(x_dims=[None, 3, 4], y_dims=None), parse_input_shapes([]))
     assert "input 'x' [?, 3, 4] has symbolic dimension(s) 0 (unnamed)" in e.message
     assert "input 'y' declares no shape" in e.message and "--input-shape y=D0,D1,..." in e.message
 
 
 def test_only_the_inputs_still_without_sizes_are_asked_for() -> None:
-    e = _error(_two_inputs(), {"x": (2, 3, 4)})
+    e = _error(_two_inputs(), parse_input_shapes(["x=2,3,4"]))
     assert "'x'" not in e.message and "--input-shape y=1,1,4" in e.message
 
 
-@pytest.mark.parametrize("shapes,fragment", [
-    ({"z": (1, 2, 4)}, "--input-shape z: the model has no input 'z' (its inputs: x, y)"),
-    ({"x": (1, 2)}, "--input-shape x=1,2: 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])"),
-    ({"x": (1, 2, 5)}, "--input-shape x=1,2,5: dimension 2 of input 'x' is fixed at 4 in the model"),
-    ({"x": (1, 0, 4)}, "--input-shape x=1,0,4: dimension 0 is not positive"),
+@pytest.mark.parametrize("shapes,api,flag", [
+    ({"z": (1, 2, 4)}, "input_shapes['z']: the model has no input 'z' (its inputs: x, y)",
+     "--input-shape z: the model has no input 'z' (its inputs: x, y)"),
+    ({"x": (1, 2)},
+     "input_shapes['x'] = (1, 2): 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])",
+     "--input-shape x=1,2: 2 dimensions, but input 'x' has 3 (['batch', 'sequence', 4])"),
+    ({"x": (1, 2, 5)}, "input_shapes['x'] = (1, 2, 5): dimension 2 of input 'x' is fixed at 4 in the model",
+     "--input-shape x=1,2,5: dimension 2 of input 'x' is fixed at 4 in the model"),
+    ({"x": (1, 0, 4)}, "input_shapes['x'] = (1, 0, 4): dimension 0 is not positive",
+     "--input-shape x=1,0,4: dimension 0 is not positive"),
     ({"x": (2, 3, 4), "y": (1, 1, 4)},
+     "input_shapes['y']: dimension 0 is 'batch', given 2 elsewhere and 1 here",
      "--input-shape y: dimension 0 is 'batch', given 2 elsewhere and 1 here"),
 ])
-def test_a_bad_shape_is_a_one_line_error_naming_it(shapes: dict[str, tuple[int, ...]], fragment: str) -> None:
+def test_a_bad_shape_is_a_one_line_error_naming_it_as_the_caller_gave_it(
+        shapes: dict[str, tuple[int, ...]], api: str, flag: str) -> None:
     e = _error(_two_inputs(), shapes)
     assert e.code == NvError.BadParameter
-    assert fragment in e.message
+    assert api in e.message
+    as_flags = [f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items()]
+    try:
+        given = parse_input_shapes(as_flags)
+    except DlaError as refused:  # a size the flag's parser refuses itself
+        e = refused
+    else:
+        e = _error(_two_inputs(), given)
+    assert e.code == NvError.BadParameter
+    assert flag in e.message
 
 
 @pytest.mark.parametrize("value,fragment", [
@@ -148,7 +179,7 @@ def test_pydla_compile_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["compile", str(path), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "0 'batch', 1 'sequence'" in err
-    assert "--input-shape inputs_embeds=1,1,32" in err
+    assert "--input-shape inputs_embeds=1,sequence,32 (sequence: the sizes to compile for)" in err
     assert main(["compile", str(path), "--input-shape", "inputs_embeds=2,6"]) == 1
     assert "2 dimensions, but input 'inputs_embeds' has 3" in capsys.readouterr().err
     assert main(["compile", str(path), "--input-shape", "embeds=2,6,32"]) == 1

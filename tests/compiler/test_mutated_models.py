@@ -5,7 +5,8 @@ Each seed takes one of a few small valid networks and changes one to three thing
 attribute's value (also to something absurd), its type, its presence; a node's input (to an unknown
 name, or to another tensor); a node's operator; an initializer's dimensions or element type; a graph
 input's shape; or drops a node. Nothing else may escape (IndexError, KeyError, ValueError, ...), and
-nothing may run with a result onnxruntime disagrees with (a silently wrong result). More seeds:
+nothing may run with a result onnxruntime disagrees with (a silently wrong result); a refusal's
+message is one printable line. More seeds:
 ``PYDLA_MUTATED_MODELS=3000 python -m pytest tests/compiler/test_mutated_models.py``.
 """
 
@@ -182,8 +183,9 @@ def test_a_mutated_model_is_refused_or_runs_correctly(seed: int) -> None:
         blob = compile_model(m).blob
         with Session(blob) as sess:
             got = sess.run({"x": x})
-    except DlaError:
-        return  # refused, with a code and a message: what a malformed model should get
+    except DlaError as e:  # refused, with a code and a message: what a malformed model should get
+        assert e.message.isprintable(), f"seed {seed} ({done}): a message of several lines: {e.message!r}"
+        return
     finally:
         elapsed = time.monotonic() - start
         assert elapsed < SECONDS_PER_CASE, f"seed {seed} ({done}) took {elapsed:.0f} s"

@@ -294,3 +294,29 @@ def test_an_expand_too_scattered_for_bdma_copies_stays_a_cpu_run() -> None:
     assert [n["op"] for n in compiled.cpu_runs] == ["Expand"]
     x = np.random.default_rng(6).standard_normal((8200, 1, 2, 1)).astype(np.float32)
     np.testing.assert_array_equal(run_loadable(compiled.blob, {"x": x})["y"], reference(m, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("opset", [9, 13, 15])
+def test_a_batch_norm_of_constants_folds_with_the_given_statistics(opset: int) -> None:
+    """onnx's reference implementation of BatchNormalization 9 to 13 normalizes by the batch's own
+    mean and variance (it takes its default momentum for training); folding a batch norm of
+    constants (found by the fuzz campaign: a convolution of its own weights) gives what onnxruntime
+    and the spec give."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    stats = {"g": rng.standard_normal(3), "be": rng.standard_normal(3), "m": rng.standard_normal(3),
+             "v": np.abs(rng.standard_normal(3)) + 0.5}
+    inits = {"c": data, **{k: v.astype(np.float32) for k, v in stats.items()}}
+    nodes = [helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["n"]),
+             helper.make_node("Add", ["n", "x"], ["y"])]
+    m = model(nodes, {"x": (4, 3, 2, 2)}, ["y"], inits=inits, opset=opset)
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0]
+    scale = stats["g"] / np.sqrt(stats["v"] + 1e-5)
+    spec = (data - stats["m"][:, None, None]) * scale[:, None, None] + stats["be"][:, None, None] + x
+    np.testing.assert_allclose(want, spec, rtol=1e-5, atol=1e-5)
+    got = run_loadable(compile_model(m).blob, {"x": x})["y"]
+    np.testing.assert_allclose(got, spec, rtol=1e-4, atol=1e-5)

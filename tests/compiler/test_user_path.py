@@ -167,7 +167,7 @@ def test_an_empty_file_is_named_and_said_to_be_empty(tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:
         compile_model(path)
     assert e.value.code == NvError.BadValue
-    assert e.value.message == f"{path}: the file is empty (0 bytes), not an ONNX model"
+    assert e.value.message == f"{path}: the file is empty (0 bytes), not an ONNX model or a loadable"
 
 
 def test_an_empty_model_says_it_has_no_graph_not_opset_0() -> None:
@@ -185,7 +185,8 @@ def test_a_file_that_is_no_onnx_model_is_named(tmp_path: Path, content: bytes) -
     with pytest.raises(DlaError) as e:
         compile_model(str(path))
     assert e.value.code == NvError.BadValue
-    assert e.value.message.startswith(f"{path}: not an ONNX model (it does not parse as one: ")
+    assert e.value.message.startswith(f"{path}: not an ONNX model or a loadable, or a truncated one: it "
+                                      "does not parse as ONNX (")
 
 
 def test_a_loadable_given_as_the_model_is_named_as_one(tmp_path: Path) -> None:
@@ -249,8 +250,11 @@ def test_a_device_without_a_block_the_network_needs_is_named(tmp_path: Path) -> 
     with pytest.raises(DlaError) as e:
         compile_model(_conv_relu(), config=str(path))
     assert e.value.code == NvError.NotSupported
-    assert e.value.message == ("the compiled network needs the PDP block(s), which device config 'no-pdp' "
-                               "does not have")
+    # named as the node is lowered, with the configurations that have the block
+    assert e.value.message == ("node 'pool' (MaxPool): pydla computes it with the PDP block, which "
+                               "device config 'no-pdp' does not have (its blocks: BDMA, CONV, SDP, CDP, "
+                               "RUBIK); compile for device config 'full', 'full-headed' or 'small', which "
+                               "have it (--config full)")
 
 
 # -- compile time grows linearly -----------------------------------------------------------------------
@@ -283,10 +287,10 @@ def test_grouping_and_planning_take_time_in_proportion_to_the_graph() -> None:
         graph = import_graph(_chain(blocks))
         best = float("inf")
         for _ in range(3):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # this thread's CPU time: other processes' load does not count
             steps = group_steps(graph)
             plan_memory(graph, steps, {"x", "y"})
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.thread_time() - t0)
         assert len(steps) == 2 * blocks + 1  # conv+relu fused, the add, the identity (a view)
         per_node[blocks] = best / len(graph.nodes)
     assert per_node[2000] < 3 * per_node[100]

@@ -12,7 +12,7 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.loadable.taskbuilder import DESCRIPTORS, TaskBuilder
-from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaPort, NvDlaTask
+from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaMemHandle, NvDlaPort, NvDlaTask
 
 
 def relu_task(port: NvDlaPort, h: Any, x: np.ndarray) -> tuple[list[Any], dict[str, Any]]:
@@ -99,6 +99,40 @@ def test_memory(port: NvDlaPort) -> None:
     with pytest.raises(DlaError) as e:
         port.NvDlaMemRead(mem, 0, 1)
     assert e.value.code == NvError.InvalidState
+
+
+class StrangerMem(NvDlaMemHandle):
+    """A memory handle no port made: 64 bytes of a plain array."""
+
+    def __init__(self) -> None:
+        self._bytes = np.zeros(64, np.uint8)
+
+    @property
+    def size(self) -> int:
+        return 64
+
+    @property
+    def device_address(self) -> int:
+        return 0x1000
+
+    def bytes_view(self) -> np.ndarray:
+        return self._bytes
+
+
+def test_mem_get_size_is_0_for_what_is_not_a_live_memory_handle(port: NvDlaPort) -> None:
+    """NvDlaMemGetSize, the NVDLA runtime API's ``NvU64 NvDlaMemGetSize(NvDlaMemHandle hMem)``: the
+    size of a live handle of this port; 0, never an error, for anything else (not a handle, freed,
+    of a closed handle, another's)."""
+    h = port.NvDlaOpen(0)
+    mem, _ = port.NvDlaGetMem(h, 4096)
+    kept, _ = port.NvDlaGetMem(h, 100)
+    assert (port.NvDlaMemGetSize(mem), port.NvDlaMemGetSize(kept)) == (4096, 100)
+    for junk in (None, 0, 12345, "mem", b"\0" * 8, object(), h, StrangerMem()):
+        assert port.NvDlaMemGetSize(junk) == 0, junk
+    port.NvDlaFreeMem(h, mem)
+    assert (port.NvDlaMemGetSize(mem), port.NvDlaMemGetSize(kept)) == (0, 100)
+    port.NvDlaClose(h)
+    assert port.NvDlaMemGetSize(kept) == 0
 
 
 def test_free_mem_takes_the_nvdla_arguments(port: NvDlaPort) -> None:

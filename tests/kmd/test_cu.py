@@ -260,16 +260,18 @@ def test_a_device_reset_of_the_dla_ladder_fails_the_units_executions_at_once(mak
     """A DLA job hangs in a wedged block: the driver's ladder resets the whole device, which clears the
     compute units' pipelines too. An execution in flight then fails at once, naming the reset, instead
     of waiting out its own hang timeout; the units work again afterwards."""
-    dev, kmd = make_kmd(cu_config(), mode="threaded", tdr_ms=300)
+    # The job's own timeout shortens its hang window to 200 ms; the unit's stays the driver's 3 s. (A
+    # sleep between the two submits used to give the unit's window a 100 ms lead: a service thread
+    # that late under load let the unit time out on its own first.)
+    dev, kmd = make_kmd(cu_config(), mode="threaded", tdr_ms=3000)
     ctx, other = kmd.open_context(), kmd.open_context()
     case = conv_sdp_pdp()
     loaded = case.load(kmd, ctx)
     case.feed(kmd, ctx, loaded, seed=0)
     dev.inject_wedge("CONV")
     dev.inject_hang("CONV")
-    job = kmd.submit(ctx, loaded.addresses, timeout_ms=60_000)
-    time.sleep(0.1)
-    slow = kmd.cu_submit(other, "slow", [], timeout_ms=60_000)  # its own hang window ends 200 ms later
+    job = kmd.submit(ctx, loaded.addresses, timeout_ms=200)
+    slow = kmd.cu_submit(other, "slow", [], timeout_ms=60_000)
     with pytest.raises(DlaError) as lost:
         slow.wait(5000)
     assert lost.value.code == NvError.ResourceError
@@ -277,7 +279,38 @@ def test_a_device_reset_of_the_dla_ladder_fails_the_units_executions_at_once(mak
            f"{job.job_id} hung and CONV stayed busy)" == lost.value.message
     with pytest.raises(DlaError, match="the device was reset"):
         job.wait(5000)
-    assert abs(slow.finished_at - job.finished_at) < 0.1  # together, not at the unit's own timeout
+    # Lost in the ladder's device reset, before the job's abort, never at the unit's own deadline.
+    assert job.deadline <= slow.finished_at <= job.finished_at and slow.finished_at < slow.deadline
     kmd.cu_submit(other, "noop_hs", []).wait(5000)
     assert kmd.stats()["recovery"]["device_resets"] == 1
     assert kmd.stats()["compute_units"]["device_resets"] == 0  # the units' own recovery never ran
+
+
+def test_a_unit_hang_is_declared_for_whoever_frees_its_buffer_after_a_wait_gave_up(make_kmd: MakeKmd) -> None:
+    """As for DLA jobs (tests/kmd/test_recovery.py): the execution's waiter gives up before the TDR
+    and nothing waits any more; the first free of its buffer once the TDR has passed declares the
+    hang, instead of Busy for good. Step mode: the unit never finishes unless its owner steps the
+    device (a deterministic device's clock jumps to the unit's end when the waiter polls)."""
+    dev, kmd = make_kmd(cu_config(), mode="step", tdr_ms=400)  # far past the wait below
+    ctx = kmd.open_context()
+    buf = kmd.bo_create(ctx, 64)
+    hung = kmd.cu_submit(ctx, "slow", [CuBuffer(buf)])
+    with pytest.raises(DlaError) as gave_up:
+        hung.wait(50)
+    assert "did not finish within 50 ms" in gave_up.value.message
+    with pytest.raises(DlaError) as busy:
+        kmd.bo_destroy(ctx, buf)
+    assert busy.value.code == NvError.Busy
+    time.sleep(max(0.0, hung.deadline - time.monotonic()) + 0.01)  # nobody calls in meanwhile
+    assert not hung.done
+    kmd.bo_destroy(ctx, buf)  # the first call after the TDR: not Busy
+    assert hung.done
+    with pytest.raises(DlaError) as why:
+        hung.wait(0)
+    assert why.value.code == NvError.Timeout and "compute unit 'slow:slow' (context" in why.value.message
+    assert kmd.stats()["compute_units"]["device_resets"] == 1
+    again = kmd.cu_submit(ctx, "noop_hs", [])  # the units work again
+    kmd.poll()
+    while dev.step():
+        kmd.poll()
+    again.wait(5000)

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.kmd.driver import COMPLETED, FAILED, Kmd
+from pydla.kmd.driver import COMPLETED, FAILED, Job, Kmd
 from pydla.kmd.engine import TaskRun
-from tests.kmd.support import MakeKmd, conv_sdp_pdp, single_pdp
+from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, single_pdp
 
 WAIT_MS = 10_000
 
@@ -66,8 +66,11 @@ def test_progress_counts_from_the_last_completed_operation(make_kmd: MakeKmd) ->
     with pytest.raises(DlaError, match=r"operation 2 \(PDP\)"):
         job.wait(WAIT_MS)
     assert job.run is not None and job.run.completed == 2
-    stalled_for = job.finished_at - job.last_progress
-    assert 0.3 <= stalled_for < 0.3 + 0.25, stalled_for
+    assert job.finished_at - job.last_progress >= 0.3
+    # The window that ran out was counted from the last completion itself (exactly, whenever the
+    # service thread got to look: an upper bound on the time taken only measured how busy the machine
+    # was); counted from the check that extended it, it would end later.
+    assert job.extensions == 1 and job.deadline == job.last_progress + 0.3
 
 
 def test_the_guilty_context_loses_its_queue_and_others_keep_theirs(make_kmd: MakeKmd) -> None:
@@ -164,15 +167,20 @@ def test_a_wait_shorter_than_the_window_says_when_the_driver_will_decide(make_km
 def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_kmd: MakeKmd,
                                                                           others: int) -> None:
     """A fault campaign in small: one context hangs CONV three times (and is banned); meanwhile other
-    contexts run PDP jobs in a loop. They see no error, and no job of theirs waits longer than the
-    TDR plus one job (with slack for a loaded 2-core machine)."""
+    contexts run PDP jobs in a loop. They see no error, and no job of theirs waits through more than
+    two hangs: the guilty job on the device when it was queued, and the guilty context's next one,
+    which round-robin may start first (one job per context per turn). So its latency is bounded by
+    two TDR windows plus the jobs ahead of it. (As a wall-clock bound, TDR + 0.5 s, it failed under
+    load: 808 ms with three CPU hogs beside the suite; which jobs ran while one waited is what the
+    driver's policy decides, the same under any load.)"""
     tdr_ms = 250
     dev, kmd = make_kmd(mode="threaded", tdr_ms=tdr_ms, ban_after=3)
     bad = kmd.open_context()
     stop = threading.Event()
     errors: list[str] = []
-    latencies: list[float] = []
+    waited: list[tuple[float, Job]] = []  # each client job: when it was submitted, the job
     counts = [0] * others
+    progressed = threading.Condition()  # notified at each client's completed job
 
     def client(i: int) -> None:
         ctx = kmd.open_context()
@@ -184,33 +192,112 @@ def test_other_contexts_see_no_error_and_bounded_latency_while_one_hangs(make_km
             expected = case.feed(kmd, ctx, loaded, seed=seed)
             t0 = time.monotonic()
             try:
-                kmd.submit(ctx, loaded.addresses).wait(WAIT_MS)
+                job = kmd.submit(ctx, loaded.addresses)
+                job.wait(WAIT_MS)
                 case.check(kmd, ctx, loaded, expected)
             except (DlaError, AssertionError) as e:
-                errors.append(f"client {i}: {e}")
+                with progressed:
+                    errors.append(f"client {i}: {e}")
+                    progressed.notify_all()
                 return
-            latencies.append(time.monotonic() - t0)
-            counts[i] += 1
+            waited.append((t0, job))
+            with progressed:
+                counts[i] += 1
+                progressed.notify_all()
+
+    def each_client_runs_one_more() -> None:
+        """Wait until every client completed one job more than now (a client that failed: at once)."""
+        with progressed:
+            target = [c + 1 for c in counts]
+            ran = progressed.wait_for(lambda: errors or all(map(int.__ge__, counts, target)),
+                                      timeout=WAIT_MS / 1000)
+            assert ran, f"clients' completed jobs {counts}, waited for {target}"
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(others)]
     for t in threads:
         t.start()
     try:
-        time.sleep(0.1)
+        # (Each client running was a sleep here: a client not yet scheduled then saw no hang.)
+        each_client_runs_one_more()
+        hung = []
         for _ in range(3):
+            hung.append(_hang_in_conv(kmd, dev, bad))
             with pytest.raises(DlaError) as info:
-                _hang_in_conv(kmd, dev, bad).wait(WAIT_MS)
+                hung[-1].wait(WAIT_MS)
             assert info.value.code == NvError.Timeout
         with pytest.raises(DlaError, match="is banned"):
             _hang_in_conv(kmd, dev, bad)
-        time.sleep(0.1)
+        each_client_runs_one_more()
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=30)
     assert not errors, errors
     assert all(counts), counts
-    worst = max(latencies)
-    assert worst < tdr_ms / 1000 + 0.5, f"worst latency {worst * 1000:.0f} ms"
+    for submitted, job in waited:  # the hung jobs that ran while it waited to start
+        through = [h.job_id for h in hung if h.started_at < job.started_at and h.finished_at > submitted]
+        assert len(through) <= 2, f"job {job.job_id} waited through hung jobs {through}"
     assert kmd.stats()["recovery"]["hangs"] == 3
     assert all(job.state in (COMPLETED, FAILED) for job in kmd.history)
+
+
+# -- whoever calls in drives the hang detection ----------------------------------------------------------
+
+TDR_MS = 400
+GIVE_UP_MS = 50  # far before the TDR: the waiter never sees the hang itself, however busy the machine
+
+
+@pytest.mark.parametrize(("mode", "asker"), [("deterministic", "free"), ("deterministic", "submit"),
+                                             ("deterministic", "submit_prepared"), ("deterministic", "stats"),
+                                             ("step", "free"), ("step", "submit")])
+def test_a_hang_is_declared_for_whoever_calls_in_after_a_wait_gave_up(make_kmd: MakeKmd, mode: str,
+                                                                        asker: str) -> None:
+    """A reliability probe's sequence: a job hangs, its waiter gives up before the TDR, and nothing
+    waits any more. In deterministic (and step) mode only a waiter polled the driver, so the hang
+    was never declared: the job's buffers stayed Busy for every later free (1,532 in a row in the
+    probe). Now the first call into the driver once the TDR has passed declares it: the guilty
+    context gets the hang's error, the other context's job runs and sees none."""
+    dev, kmd = make_kmd(mode=mode, tdr_ms=TDR_MS)
+    guilty, other = kmd.open_context(), kmd.open_context()
+    case = conv_sdp_pdp()
+    loaded = case.load(kmd, guilty)
+    case.feed(kmd, guilty, loaded, seed=0)
+    innocent = single_pdp()
+    li = innocent.load(kmd, other)
+    expected = innocent.feed(kmd, other, li, seed=7)
+    prepared = kmd.prepare(other, li.addresses)
+    # Nothing slow from here to the wait: the hung job's window runs from its start.
+    dev.inject_hang("CONV")
+    hung = kmd.submit(guilty, loaded.addresses)
+    queued = kmd.submit_prepared(other, prepared)
+    with pytest.raises(DlaError) as gave_up:
+        hung.wait(GIVE_UP_MS)  # (step mode: this wait's polls start the jobs)
+    assert f"job {hung.job_id} did not finish within {GIVE_UP_MS} ms" in gave_up.value.message
+    y = loaded.handles["y"]
+    with pytest.raises(DlaError) as busy:
+        kmd.bo_destroy(guilty, y)  # before the TDR: the running job uses it
+    assert busy.value.code == NvError.Busy
+
+    time.sleep(max(0.0, hung.deadline - time.monotonic()) + 0.01)  # nobody calls in meanwhile
+    assert not hung.done and kmd.watchdog.stats.hangs == 0  # the wedge's condition
+    jobs = [queued]
+    if asker == "free":
+        kmd.bo_destroy(guilty, y)  # the first call after the TDR: not Busy
+    elif asker == "submit":
+        jobs.append(kmd.submit(other, li.addresses))
+    elif asker == "submit_prepared":
+        jobs.append(kmd.submit_prepared(other, prepared))
+    else:
+        assert kmd.stats()["recovery"]["hangs"] == 1
+    assert hung.done and kmd.watchdog.stats.hangs == 1
+    with pytest.raises(DlaError) as why:
+        hung.wait(0)
+    assert why.value.code == NvError.Timeout
+    assert f"task {hung.job_id} of context {guilty} hung: no operation completed for {TDR_MS} ms" \
+        in why.value.message
+    if mode == "step":
+        drive(kmd, dev, jobs)
+    for job in jobs:
+        job.wait(WAIT_MS)  # no error for the other context
+    innocent.check(kmd, other, li, expected)
+    kmd.bo_destroy(guilty, loaded.handles["x"])

@@ -103,6 +103,31 @@ def test_an_illegal_instruction(make_kmd: MakeKmd) -> None:
     assert_usable(dev, kmd, ctx)
 
 
+def test_wfi_is_refused_with_its_own_message(make_kmd: MakeKmd) -> None:
+    """wfi: not a runaway loop (BUDGET/Timeout) but the tile's refusal, named, at its PC."""
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    wfi = 0x10500073
+    message = fail_of(kmd, ctx, one_kernel_list(kmd, ctx, [0x00000013, wfi, RET], tile=1, kernel_id=9),
+                      NvError.BadValue)
+    assert re.search(r"^task \d+: SHAVE tile 1 stopped with ILLEGAL_INSTRUCTION \(wfi\) in kernel task 0 "
+                     r"\(tile 1, kernel_id 9\): kernel_id 9, pc 0x1c000004, address 0x10500073; "
+                     r"a SHAVE kernel may not use wfi: it has no interrupt to wait for", message), message
+    assert "\n" not in message
+    assert_usable(dev, kmd, ctx)
+
+
+def test_ecall_and_csr_accesses_are_named(make_kmd: MakeKmd) -> None:
+    dev, kmd = make_kmd()
+    ctx = kmd.open_context()
+    message = fail_of(kmd, ctx, one_kernel_list(kmd, ctx, [0x00000073]), NvError.BadValue)
+    assert "stopped with TRAP (ecall) in" in message and "address 0x73" in message, message
+    cycle_write = 0xC0029373  # csrrw t1, cycle, t0: a read-only CSR
+    message = fail_of(kmd, ctx, one_kernel_list(kmd, ctx, [cycle_write, RET]), NvError.BadValue)
+    assert "stopped with ILLEGAL_INSTRUCTION (csrrw of CSR 0xc00) in" in message, message
+    assert_usable(dev, kmd, ctx)
+
+
 def test_a_runaway_loop_stops_at_the_budget(make_kmd: MakeKmd) -> None:
     cfg = load_config("full")
     assert cfg.shave is not None

@@ -5,6 +5,8 @@ headless and headed (tests/kmd/conftest.py)."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -235,4 +237,37 @@ def test_a_shave_fault_is_a_log_event_and_its_list_ends_in_error(make_kmd: MakeK
     assert faults and "READ_FAULT" in faults[0], got
     ends = [d for n, d in got if n == "task_end"]
     assert [(d["status"], d["context_id"]) for d in ends] == [("MMU_FAULT", ctx)]
+    trace.stop()
+
+
+def test_operations_lie_in_their_task_even_when_a_start_event_was_late(make_kmd: MakeKmd) -> None:
+    """The timeline draws an operation from its op_start stamp for its op_end's duration: counted
+    from a clock reading taken before that stamp, a thread preempted in between (made to happen
+    here: a pause before each start event) stretched the operation past its task_end, which a headed
+    firmware writes a few microseconds after the last operation ends (this test's timeline check,
+    above, failed so now and then under load)."""
+    dev, kmd = make_kmd()
+    write_start = dev.trace_op_start
+
+    def late(*args: int) -> None:
+        time.sleep(0.003)
+        write_start(*args)
+
+    dev.trace_op_start = late  # type: ignore[method-assign]
+    trace = KmdTrace(kmd, size=RING, mask=TASK | LAYER)
+    run(kmd)
+    run(kmd, pdp_chain(2))
+    ops, units, marks = device_work(events(trace))
+    ev = chrome_trace(None, ops, units, marks)["traceEvents"]
+    spans = [e for e in ev if e["ph"] == "X" and e.get("cat") == "task"]
+    device_ops = [e for e in ev if e["ph"] == "X" and e.get("cat") == "device"]
+    assert len(spans) == 2 and len(device_ops) == 5
+    for o in device_ops:
+        assert any(t["ts"] <= o["ts"] and o["ts"] + o["dur"] <= t["ts"] + t["dur"] for t in spans), o
+    by_block: dict[int, list[tuple[float, float]]] = {}
+    for o in device_ops:
+        by_block.setdefault(o["tid"], []).append((o["ts"], o["ts"] + o["dur"]))
+    for block_spans in by_block.values():
+        block_spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(block_spans))
     trace.stop()

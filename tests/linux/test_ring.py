@@ -12,7 +12,7 @@ from tests.linux.test_daemon import client, daemon, finish, net, wait_until  # n
 
 RAW = """
 import select
-from pydla.linux.ring import CQ_HEAD, CQ_TAIL, CQE, FLAGS, INDEX, SQ_HEAD, SQ_TAIL, RingLayout
+from pydla.linux.ring import CQ_HEAD, CQ_TAIL, CQE, ENTRIES, FLAGS, SQ_HEAD, SQ_TAIL, RingLayout, header_words
 from pydla.linux.shm import SharedBuffer
 E = U.dla_ioctl_e
 fd = os.open(MNT + "/dla0", os.O_RDWR)
@@ -43,7 +43,8 @@ print(setup(entries=12), setup(entries=512), setup(ring_bytes=layout.size - 1), 
       setup(submit_efd=pipe_r), setup(complete_efd=9999))
 print(setup(), setup())
 m = shm.mapping
-print("entries", INDEX.unpack_from(m, U.dla_ring_header_t.entries.offset)[0])
+w = header_words(m)
+print("entries", w[ENTRIES])
 tail = 0
 seen = 0
 
@@ -53,18 +54,18 @@ def submit(**fields):
     off = layout.sqe_offset(tail)
     m[off:off + len(bytes(sqe))] = bytes(sqe)
     tail += 1
-    INDEX.pack_into(m, SQ_TAIL, tail & 0xFFFFFFFF)
+    w[SQ_TAIL] = tail & 0xFFFFFFFF
     os.eventfd_write(s_efd, 1)
 
 def answer():
     global seen
     p = select.poll(); p.register(c_efd, select.POLLIN)
     end = time.monotonic() + 10
-    while INDEX.unpack_from(m, CQ_TAIL)[0] == seen and time.monotonic() < end:
+    while w[CQ_TAIL] == seen and time.monotonic() < end:
         p.poll(100)
     cqe = CQE.unpack_from(m, layout.cqe_offset(seen))
     seen += 1
-    INDEX.pack_into(m, CQ_HEAD, seen)
+    w[CQ_HEAD] = seen
     return cqe
 
 def last_error():
@@ -82,16 +83,16 @@ submit(user_data=9, prepared=1, num_post_fences=1, post_fences=(U.dla_fence_t(sy
 ud, task, kind, status, done = answer()
 print("sync", ud, errno.errorcode[status])
 # a completion queue nobody empties: 16 answers fit, the 17th breaks the ring
-INDEX.pack_into(m, CQ_HEAD, seen)
+w[CQ_HEAD] = seen
 for i in range(17):
     submit(user_data=100 + i, prepared=12345)
     end = time.monotonic() + 10
-    while INDEX.unpack_from(m, SQ_HEAD)[0] != tail & 0xFFFFFFFF and time.monotonic() < end:
+    while w[SQ_HEAD] != tail & 0xFFFFFFFF and time.monotonic() < end:
         time.sleep(0.002)
 end = time.monotonic() + 10
-while not INDEX.unpack_from(m, FLAGS)[0] and time.monotonic() < end:
+while not w[FLAGS] and time.monotonic() < end:
     time.sleep(0.002)
-print("cq overflow broken", INDEX.unpack_from(m, FLAGS)[0] == U.dla_ring_flags_e.BROKEN)
+print("cq overflow broken", w[FLAGS] == U.dla_ring_flags_e.BROKEN)
 print("file still works", call(E.GET_PARAM, U.dla_get_param_t(param=U.dla_param_e.NUM_DEVICES)))
 print("no second ring", setup())
 
@@ -103,12 +104,13 @@ shm2 = SharedBuffer(layout.size)
 e2 = os.eventfd(0)
 print("second file", setup(ring_fd=shm2.fd, submit_efd=e2, complete_efd=os.eventfd(0)))
 m2 = shm2.mapping
-INDEX.pack_into(m2, SQ_TAIL, 1000)
+w2 = header_words(m2)
+w2[SQ_TAIL] = 1000
 os.eventfd_write(e2, 1)
 end = time.monotonic() + 10
-while not INDEX.unpack_from(m2, FLAGS)[0] and time.monotonic() < end:
+while not w2[FLAGS] and time.monotonic() < end:
     time.sleep(0.002)
-print("tail past the ring broken", INDEX.unpack_from(m2, FLAGS)[0] == U.dla_ring_flags_e.BROKEN)
+print("tail past the ring broken", w2[FLAGS] == U.dla_ring_flags_e.BROKEN)
 """
 
 

@@ -68,7 +68,7 @@ def test_info_on_json_and_on_other_files(tmp_path: Path, capsys) -> None:
     assert main(["info", str(other)]) == 1
     assert "not an ELF file" in capsys.readouterr().err
     assert main(["info", str(tmp_path / "missing.dla")]) == 1
-    assert "missing.dla: cannot read" in capsys.readouterr().err
+    assert "missing.dla: no such file" in capsys.readouterr().err
 
 
 def test_info_lists_sections_by_name(dla: Path, capsys) -> None:

@@ -57,6 +57,20 @@ def test_memory_functions(port) -> None:
         port.NvDlaMemRead(mem, 0, 1)
 
 
+def test_mem_get_size_of_another_ports_or_a_closed_ports_memory_is_0(port) -> None:
+    h = port.NvDlaOpen(0)
+    mem, _ = port.NvDlaGetMem(h, 256)
+    with InProcessPort("full") as other:
+        assert other.NvDlaMemGetSize(mem) == 0  # not its memory
+        assert port.NvDlaMemGetSize(mem) == 256
+    theirs = InProcessPort("full")
+    h2 = theirs.NvDlaOpen(0)
+    mem2, _ = theirs.NvDlaGetMem(h2, 64)
+    assert (theirs.NvDlaMemGetSize(mem2), port.NvDlaMemGetSize(mem2)) == (64, 0)
+    theirs.close()  # closes its sessions
+    assert theirs.NvDlaMemGetSize(mem2) == 0
+
+
 def test_system_services(port) -> None:
     buf = port.NvDlaAlloc(10)
     assert len(buf) == 10

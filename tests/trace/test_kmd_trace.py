@@ -28,11 +28,16 @@ def test_snapshots_taken_while_the_device_wraps_the_ring_always_decode() -> None
         loaded = case.load(kmd, ctx)
         case.feed(kmd, ctx, loaded, 0)
         done = threading.Event()
+        failed: list[BaseException] = []
 
         def work() -> None:
-            for _ in range(60):
-                kmd.submit(ctx, loaded.addresses).wait(10_000)
-            done.set()
+            try:
+                for _ in range(60):
+                    kmd.submit(ctx, loaded.addresses).wait(10_000)
+            except BaseException as e:  # reported below (else the loop below waited forever)
+                failed.append(e)
+            finally:
+                done.set()
 
         worker = threading.Thread(target=work)
         worker.start()
@@ -46,7 +51,8 @@ def test_snapshots_taken_while_the_device_wraps_the_ring_always_decode() -> None
             if seqs:  # consecutive: nothing torn in the middle
                 assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
             reads += 1
-        worker.join()
+        worker.join(timeout=30)
+        assert not worker.is_alive() and not failed, failed
         final = read_ring(trace.stop(), T.API)
         assert final.dropped > 0  # a 4 KiB ring wrapped many times
         assert sum(e.name == "op_end" for e in final.events) > 0

@@ -46,6 +46,7 @@ def test_eight_threads_submitting_to_one_runtime() -> None:
             t.start()
         for t in threads:
             t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a thread did not finish"  # (its errors unread)
         assert not errors, errors
 
 

@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError
-
 EPILOG = """\
 what a kernel is:
   A C function `void NAME(uint32_t argsAddr, uint32_t argsSize)` (by default NAME is the file's
@@ -22,10 +20,14 @@ what a kernel is:
   (exp_f, ...) are on the include path.
 
 how it is built:
-  riscv64-unknown-elf-gcc with the flags of pydla's shipped kernels (-march=rv32imf -mabi=ilp32f
-  -O2 -ffreestanding -nostdlib -Wall -Wextra -Werror ...), linked at WIN_D (code and read-only
-  data) with RW data at WIN_E + ARGS_MAX_BYTES, stripped; the same source builds to the same bytes.
-  Needs Debian's toolchain: apt-get install gcc-riscv64-unknown-elf (or $PYDLA_RISCV_CC).
+  With the flags of pydla's shipped kernels (-march=rv32imf -mabi=ilp32f -O2 -ffreestanding
+  -nostdlib -Wall -Wextra -Werror ...), linked at WIN_D (code and read-only data) with RW data at
+  WIN_E + ARGS_MAX_BYTES, stripped; the same source builds to the same bytes. The compiler is the
+  first found of:
+    1. $PYDLA_RISCV_CC: a RISC-V C compiler command (zig's options when it names zig);
+    2. riscv64-unknown-elf-gcc on PATH: apt-get install gcc-riscv64-unknown-elf;
+    3. zig's C compiler from PyPI: pip install 'pydla[kernels]' (part of 'pydla[dev]'), nothing
+       from apt.
 
 then:
   pydla.ShaveKernel("scale_add.elf")(x, params=...)           # on numpy arrays
@@ -64,19 +66,17 @@ def register(commands: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from pydla.hw.shave.build import build_kernel
+    from pydla.hw.shave.build import build_kernel, compiler, write_atomically
     from pydla.kernels import check_elf
 
-    elf = build_kernel(args.source, args.entry, args.include)
+    toolchain = compiler()
+    elf = build_kernel(args.source, args.entry, args.include, cc=toolchain)
     image = check_elf(elf, str(args.source))
     out = args.output if args.output is not None else args.source.with_suffix(".elf")
-    try:
-        out.write_bytes(elf)
-    except OSError as e:
-        raise DlaError(NvError.FileWriteFailed,
-                       f"{out}: cannot write the kernel: {e.strerror or e}") from None
+    write_atomically(out, elf, "the kernel")  # whole or not at all
     if not args.quiet:
         entry = args.entry or args.source.stem
-        print(f"built {out} ({len(elf)} bytes; entry '{entry}' at WIN_D + {image.entry_offset:#x})",
+        by = f"; {toolchain.name}" if toolchain is not None else ""
+        print(f"built {out} ({len(elf)} bytes; entry '{entry}' at WIN_D + {image.entry_offset:#x}{by})",
               file=sys.stdout)
     return 0

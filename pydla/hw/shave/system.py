@@ -264,6 +264,7 @@ class ShaveSystem:
             tile.error_addr = fault.addr & 0xFFFFFFFF
             tile.error_task = 0
             tile.error_kernel = 0
+            tile.error_detail = fault.message
         self.intr_status |= 1 << index
         self.log(f"SHAVE tile {index}: {fault} (kernel {tile.error_kernel:#x}, pc {tile.error_pc:#x}, "
                  f"address {tile.error_addr:#x})")
@@ -279,5 +280,6 @@ class ShaveSystem:
     def error_text(self, index: int) -> str:
         """The error of tile ``index`` in words (for logs and tests)."""
         t = self.tiles[index]
+        detail = f": {t.error_detail}" if t.error_detail else ""
         return (f"tile {index}: {E(t.error).name}, kernel {t.error_kernel:#x}, task {t.error_task}, "
-                f"pc {t.error_pc:#x}, address {t.error_addr:#x}")
+                f"pc {t.error_pc:#x}, address {t.error_addr:#x}{detail}")

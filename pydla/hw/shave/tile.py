@@ -4,9 +4,17 @@ The tile's address space holds only its windows: RT_WIN (the runtime kernel, rea
 (the current kernel's code and read-only data, read + execute), WIN_E (the invocation's arguments
 and read-write data, read + write, zeroed before every invocation), WIN_F (the tile's CMX slice,
 read + write, the stack at its top), and the control page RT_CTRL, whose accesses call the device
-model (unicorn's mmio_map). Any other access, an instruction RV32IMF lacks, ebreak / ecall, or more
-than the instruction budget between two accesses to the control page stops the tile with a
-:class:`ShaveFault`; the host never sees an emulator error.
+model (unicorn's mmio_map). Any other access, an instruction RV32IMF lacks, ebreak / ecall, ``wfi``
+(a tile has no interrupt for a kernel to wait for), or more than the instruction budget between two
+accesses to the control page stops the tile with a :class:`ShaveFault`; the host never sees an
+emulator error.
+
+Every task starts from the same architectural state of the hart, whatever the task before it did
+(an ``mret`` into user mode, CSRs, the rounding mode, registers): when a task ends (``task_done``)
+the hart is reset (:meth:`Tile._reset_hart`: privilege machine mode, every CSR at its power-on value
+but ``mstatus.FS`` on, every integer and FP register zero, ``sp`` at the top of WIN_F) and the
+runtime kernel starts again at its entry, as after a START. The runtime kernel therefore keeps
+nothing in registers from one task to the next (pydla's keeps nothing at all).
 
 A runtime kernel that reads an empty FIFO or unfired barriers is stopped (emu_stop) and
 :meth:`Tile.resume` later continues it at the same loop, which reads again: the tile sleeps instead
@@ -40,7 +48,8 @@ from pydla.hw.shave.elfload import check_entry, parse_elf
 from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
 from pydla.hw.shave.tile_fast import FastEmulation
-from pydla.hw.shave.watchdog import WATCHDOG, Watch
+from pydla.hw.shave.traps import WfiGuard, emulator_fault, exception_fault, wfi_fault
+from pydla.hw.shave.watchdog import WATCHDOG
 
 # The emulator's Python binding has no type information: it is used through Any.
 unicorn: Any = importlib.import_module("unicorn")
@@ -49,7 +58,6 @@ rv: Any = importlib.import_module("unicorn.riscv_const")
 State = R.shave_tile_state_e
 UNTIL = 0xFFFFFFFC  # emu_start's end address: never executed (outside every window)
 MSTATUS_FS = 1 << 13  # the F extension is off until mstatus.FS is set
-EBREAK, ECALL = 0x00100073, 0x00000073  # traps the emulator reports as invalid instructions
 GUARD_BYTES = 4096  # the unmapped page between a tile's data and its stack (one emulator page)
 # Control page registers (byte offsets in shave_ctrl_page_t).
 _PAGE = S.shave_ctrl_page_t
@@ -57,10 +65,6 @@ _POP, _WAIT, _PRODUCED, _CONSUMED, _DONE = (getattr(_PAGE, f).offset for f in (
     "fifo_pop", "barrier_wait", "barrier_produced", "barrier_consumed", "task_done"))
 _TASK_FIELDS = {getattr(_PAGE, f).offset: f for f in (
     "task_entry", "task_args", "task_args_size", "task_wait_mask", "task_update_mask", "tile", "stack_size")}
-# RISC-V exception causes (mcause) -> the tile's error.
-_CAUSES = {0: E.FETCH_FAULT, 1: E.FETCH_FAULT, 12: E.FETCH_FAULT, 2: E.ILLEGAL_INSTRUCTION,
-           3: E.TRAP, 8: E.TRAP, 9: E.TRAP, 11: E.TRAP, 4: E.READ_FAULT, 5: E.READ_FAULT, 13: E.READ_FAULT,
-           6: E.WRITE_FAULT, 7: E.WRITE_FAULT, 15: E.WRITE_FAULT}
 
 
 def _buffer(size: int) -> tuple[mmap.mmap, npt.NDArray[np.uint8]]:
@@ -86,6 +90,7 @@ class Tile(FastEmulation):
         self.error = E.NONE
         self.error_pc = self.error_addr = self.error_task = 0
         self.error_kernel = 0
+        self.error_detail = ""  # the fault in words (the device log's); the error registers hold numbers
         self.task: S.ActKernelTask | None = None
         self.task_seq = 0
         self.wait_mask = 0
@@ -95,8 +100,9 @@ class Tile(FastEmulation):
         self._kernel_extent = 0
         self._fault: ShaveFault | None = None
         self._stop: State | None = None  # why the emulator stopped, set by the control page
-        self._yield = False  # a task ended since the emulator was started: stop at the next pop
-        self._watch: Watch | None = None  # the watchdog's record of the running emulation
+        self._restart = False  # a task ended: the hart is reset and the runtime starts again
+        self._power_on: Any = None  # the hart's state as the emulator created it (context_save)
+        self._entry_state: Any = None  # power-on, sp and mstatus.FS set, at the runtime's entry
         self._init_fast(config)  # high-level emulation (FastEmulation)
         # Told when a kernel starts (its entry point is read, its barriers fired) and ends:
         # (tile, task number, None | duration in ns, error): the device's trace (one track per tile).
@@ -122,25 +128,42 @@ class Tile(FastEmulation):
         self._ensure_uc()
         self._map_cmx(stack_size)
         self._rt[:] = 0
+        extent = 0
         for seg in image.segments:
             at = seg.vaddr - S.RT_WIN
             self._rt[at:at + len(seg.data)] = np.frombuffer(seg.data, dtype=np.uint8)
+            extent = max(extent, at + len(seg.data))
+        self._wfi.watch("runtime", S.RT_WIN, self._rt[:extent])
         self.uc.ctl_remove_cache(S.RT_WIN, S.RT_WIN + S.RT_WIN_BYTES)  # another runtime may have run before
-        self._reset_registers()
+        self._entry_state = self._hart_at(image.entry)
+        self._reset_hart()
         self.pc = self._rt_entry = image.entry
         self.stack_size = stack_size
         self.state = State.RUNNING
         self._runtime_started(runtime)
 
-    def _reset_registers(self) -> None:
-        """Every register from zero and sp at the top of WIN_F: a START runs the same whatever ran
-        before it."""
+    def _hart_at(self, entry: int) -> Any:
+        """The hart's reset state for a runtime kernel entered at ``entry``: the power-on state
+        (machine mode, every CSR, integer and FP register as the emulator created them), sp at the
+        top of WIN_F, mstatus.FS on (the F extension), the PC at ``entry``."""
         uc = self.uc
-        for reg in (*range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X31 + 1),
-                    *range(rv.UC_RISCV_REG_F0, rv.UC_RISCV_REG_F31 + 1), rv.UC_RISCV_REG_FCSR):
-            uc.reg_write(reg, 0)
+        uc.context_restore(self._power_on)
         uc.reg_write(rv.UC_RISCV_REG_SP, S.WIN_F + self.config.cmx_bytes)
         uc.reg_write(rv.UC_RISCV_REG_MSTATUS, uc.reg_read(rv.UC_RISCV_REG_MSTATUS) | MSTATUS_FS)
+        uc.reg_write(rv.UC_RISCV_REG_PC, entry)
+        return uc.context_save()
+
+    def _reset_hart(self) -> None:
+        """The architectural reset of the hart (before every task and at START), so that nothing a
+        kernel did to the privilege mode, the CSRs or the registers reaches the next task, of any
+        context: the CPU state saved by :meth:`_hart_at` copied back (under 1 us); fflags, which
+        the emulator keeps outside that state (measured: a restore leaves them as they were), set
+        to 0 (2 us); and the emulator's TLB emptied (3 us): translations made while a kernel had
+        turned on paging (satp) or MPRV, or changed the PMP, are not the reset hart's."""
+        uc = self.uc
+        uc.context_restore(self._entry_state)
+        uc.reg_write(rv.UC_RISCV_REG_FFLAGS, 0)
+        uc.ctl(unicorn.UC_CTL_TLB_FLUSH, unicorn.UC_CTL_IO_WRITE)
 
     def halt(self) -> None:
         """Stop the tile, empty its FIFO, clear its error (the host's HALT, a reset)."""
@@ -149,11 +172,12 @@ class Tile(FastEmulation):
         self.task = None
         self.wait_mask = 0
         self.done = self.task_seq = 0
-        self._yield = False
+        self._restart = False
         self._hle_compute = None
         self._task_t0 = 0
         self.error = E.NONE
         self.error_pc = self.error_addr = self.error_task = self.error_kernel = 0
+        self.error_detail = ""
 
     def push(self, pushed: Pushed) -> None:
         if len(self.fifo) >= S.FIFO_DEPTH:
@@ -173,31 +197,42 @@ class Tile(FastEmulation):
     def resume(self) -> None:
         """Run the tile until it sleeps (or, with an instruction budget, ends a task) or stops with
         an error (raised as ShaveFault after the tile's error registers are set)."""
-        if self._resume_fast():
-            return  # the shipped runtime kernel's loop, run in Python: the tile sleeps
+        while True:
+            if self._resume_fast():
+                return  # the shipped runtime kernel's loop, run in Python: the tile sleeps
+            if not self._emulate() or self.instruction_budget:
+                return  # asleep; or (exact count) a task ended: the next one gets a fresh count
+
+    def _emulate(self) -> bool:
+        """One run of the machine code from ``self.pc``. True when a task ended with more queued (the
+        hart was reset and the runtime kernel is at its entry again), False when the tile sleeps."""
         uc = self.uc
         self._fault = None
         self._stop = None
+        self._restart = False
         self.state = State.RUNNING
         try:
             if self.instruction_budget:
                 uc.emu_start(self.pc, UNTIL, count=self.instruction_budget)
             else:
-                with WATCHDOG.watch(uc, self.time_budget_s) as self._watch:
+                with WATCHDOG.watch(uc, self.time_budget_s):
                     uc.emu_start(self.pc, UNTIL)
         except unicorn.UcError as e:
             if self._fault is None:
-                self._fault = self._emulator_error(e)
-        finally:
-            self._watch = None
+                self._fault = emulator_fault(uc, e)
         pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+        if self._fault is None and self._restart:
+            self._reset_hart()
+            self.pc = self._rt_entry
+            self._machine_restarted()
+            if not self.fifo:
+                # Nothing to take: the runtime kernel, entered now, would only read fifo_pop and
+                # sleep; it sleeps at its entry instead (one emulation fewer per task).
+                self.state = State.WAIT_FIFO
+                return False
+            return True
         if self._fault is None and self._stop is None:
-            if pc == UNTIL:
-                self._fault = ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
-            else:
-                budget = f"{self.instruction_budget} instructions" if self.instruction_budget \
-                    else f"{self.time_budget_s * 1000:.0f} ms of emulation"
-                self._fault = ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
+            self._fault = self._halt_fault(pc)
         if self._fault is not None:
             self._stopped_by(self._fault, pc)
             raise self._fault
@@ -205,6 +240,16 @@ class Tile(FastEmulation):
         assert self._stop is not None
         self.state = self._stop
         self._machine_slept()
+        return False
+
+    def _halt_fault(self, pc: int) -> ShaveFault:
+        """Why the emulation ended with no fault and no stop of the control page: a jump to UNTIL, or
+        the budget (a wfi never runs: pydla.hw.shave.traps)."""
+        if pc == UNTIL:
+            return ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
+        budget = f"{self.instruction_budget} instructions" if self.instruction_budget \
+            else f"{self.time_budget_s * 1000:.0f} ms of emulation"
+        return ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
 
     # -- the emulator ---------------------------------------------------------------------------------
 
@@ -222,21 +267,9 @@ class Tile(FastEmulation):
         uc.mmio_map(S.RT_CTRL, 0x1000, self._ctrl_read, None, self._ctrl_write, None)
         uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_bad_access)
         uc.hook_add(unicorn.UC_HOOK_INTR, self._on_exception)
+        self._wfi = WfiGuard(uc, lambda pc: self._fail(wfi_fault(pc)))
+        self._power_on = uc.context_save()
         self.uc = uc
-
-    def _emulator_error(self, e: Any) -> ShaveFault:
-        """An error the emulator raised without a hook seeing it first: ebreak and ecall come here
-        as invalid instructions, told apart by the instruction word at the PC."""
-        pc = self.uc.reg_read(rv.UC_RISCV_REG_PC)
-        try:
-            word = int.from_bytes(self.uc.mem_read(pc, 4), "little")
-        except unicorn.UcError:
-            word = 0
-        if word in (EBREAK, ECALL):
-            name = "ebreak (a kernel's assert)" if word == EBREAK else "ecall"
-            return ShaveFault(E.TRAP, f"{name} at pc {pc:#x}", addr=word, pc=pc)
-        return ShaveFault(_uc_error(e), f"emulator: {e} at pc {pc:#x} (instruction {word:#010x})",
-                          addr=word, pc=pc)
 
     def _map_cmx(self, stack_size: int) -> None:
         """Map WIN_F with an unmapped guard page below the stack (the stack rounded up to pages at
@@ -274,17 +307,7 @@ class Tile(FastEmulation):
         return False  # the emulator stops with an error, caught in resume()
 
     def _on_exception(self, uc: Any, cause: int, _: Any) -> None:
-        # unicorn 2.1 leaves mepc at 0 and reports the PC after the 4-byte instruction that trapped
-        # (measured: tests/hw/shave/test_faults.py checks the PC of an illegal instruction).
-        pc = uc.reg_read(rv.UC_RISCV_REG_MEPC) or (uc.reg_read(rv.UC_RISCV_REG_PC) - 4) & 0xFFFFFFFF
-        error = _CAUSES.get(cause, E.ILLEGAL_INSTRUCTION)
-        addr = uc.reg_read(rv.UC_RISCV_REG_MTVAL)
-        if error == E.ILLEGAL_INSTRUCTION and not addr:
-            try:
-                addr = int.from_bytes(uc.mem_read(pc, 4), "little")
-            except unicorn.UcError:
-                addr = 0
-        self._fail(ShaveFault(error, f"exception cause {cause} at pc {pc:#x}", addr=addr, pc=pc))
+        self._fail(exception_fault(uc, cause))
 
     def _ctrl_read(self, uc: Any, offset: int, size: int, _: Any) -> int:
         try:
@@ -333,12 +356,10 @@ class Tile(FastEmulation):
                 if self._hle_compute is not None:
                     self._run_fast()
                 self._task_finished()
-                # The next task gets a fresh budget: a new deadline for the watchdog, or (an exact
-                # instruction count) a new emulation, started after a stop at the next pop.
-                if self._watch is not None:
-                    self._watch.deadline = time.monotonic() + self.time_budget_s
-                else:
-                    self._yield = True
+                # The emulation stops: the hart is reset before the next task (resume), which also
+                # gets a fresh budget (a new emulation).
+                self._restart = True
+                self.uc.emu_stop()
             else:
                 raise self._bad_access("write", offset, size)
         except ShaveFault as fault:
@@ -353,6 +374,7 @@ class Tile(FastEmulation):
         self.error_addr = fault.addr & 0xFFFFFFFF
         self.error_task = self.task_seq
         self.error_kernel = self.task.invocation.kernel_id if self.task is not None else RUNTIME_KERNEL
+        self.error_detail = fault.message
 
     def _task_finished(self) -> None:
         """The current task ended (its barriers updated): counted, and the tile has no task."""
@@ -364,8 +386,10 @@ class Tile(FastEmulation):
     def _task_started(self) -> None:
         """The current task's kernel is called (its barriers fired): its start in the trace."""
         if self.on_task is not None:
-            self._task_t0 = time.perf_counter_ns()
             self.on_task(self.index, self.task_seq, None, 0)
+            # Counted from after the start event's stamp (see VirtualDevice's operations): the span
+            # a timeline draws from that stamp never ends past the task.
+            self._task_t0 = time.perf_counter_ns()
 
     def _task_ended(self, error: int) -> None:
         if self._task_t0 and self.on_task is not None:
@@ -386,13 +410,9 @@ class Tile(FastEmulation):
     def _pop(self) -> int:
         if self.task is not None:
             raise self._bad_access("read (fifo_pop before task_done)", _POP, 4)
-        if self._yield:
-            # The previous task ended (instruction budget): stop before the next, which then runs
-            # with a fresh count. Stopping here, not in the task_done write: the emulator may
-            # execute the stopping access again when it resumes, and a read returning 0 is read
-            # again anyway.
-            self._yield = False
-            self._sleep(State.RUNNING)
+        if self._restart:
+            # A task ended and the emulator stops at the end of the current translation block: the
+            # next task is taken after the hart's reset, never before.
             return 0
         if not self.fifo:
             self._sleep(State.WAIT_FIFO)
@@ -428,6 +448,7 @@ class Tile(FastEmulation):
             self._kernel_extent = extent
             self._kernel_image = image
             self._loaded_kernel = elf
+            self._wfi.watch("kernel", S.WIN_D, self._win_d[:extent])
             # The emulator caches translated code and does not see writes through the host's view of
             # its memory: drop what it translated from the previous kernel.
             self.uc.ctl_remove_cache(S.WIN_D, S.WIN_D + S.WIN_D_BYTES)
@@ -454,9 +475,3 @@ class Tile(FastEmulation):
             self.uc = None
             self._maps.clear()
 
-
-def _uc_error(e: Any) -> E:
-    return {unicorn.UC_ERR_READ_UNMAPPED: E.READ_FAULT, unicorn.UC_ERR_WRITE_UNMAPPED: E.WRITE_FAULT,
-            unicorn.UC_ERR_FETCH_UNMAPPED: E.FETCH_FAULT, unicorn.UC_ERR_WRITE_PROT: E.WRITE_FAULT,
-            unicorn.UC_ERR_FETCH_PROT: E.FETCH_FAULT, unicorn.UC_ERR_INSN_INVALID: E.ILLEGAL_INSTRUCTION,
-            }.get(e.errno, E.ILLEGAL_INSTRUCTION)

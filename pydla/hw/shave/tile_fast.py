@@ -63,7 +63,7 @@ class FastEmulation:
 
     if TYPE_CHECKING:  # the tile's methods these steps use
         def _load_args(self, inv: S.ActKernelInvocation, pushed: Pushed, what: str) -> bytes: ...
-        def _reset_registers(self) -> None: ...
+        def _reset_hart(self) -> None: ...
         def _task_started(self) -> None: ...
         def _stopped_by(self, fault: ShaveFault, pc: int) -> None: ...
         def _task_finished(self) -> None: ...
@@ -146,6 +146,11 @@ class FastEmulation:
         if self.state == State.WAIT_FIFO and self.task is None:
             self._machine = False
 
+    def _machine_restarted(self) -> None:
+        """A task of the machine code ended: the hart was reset and the runtime kernel is at its
+        entry, holding nothing, so its loop may go on in Python."""
+        self._machine = False
+
     def _resume_fast(self) -> bool:
         """Run the runtime kernel's loop in Python while every task is one the equivalents take;
         True when the tile sleeps (an empty FIFO, unfired barriers), False when the machine code
@@ -198,7 +203,7 @@ class FastEmulation:
     def _to_machine(self) -> bool:
         """Hand the loop to the runtime kernel's machine code, from its entry."""
         self._machine = True
-        self._reset_registers()
+        self._reset_hart()
         self.pc = self._rt_entry
         self.state = State.RUNNING
         return False

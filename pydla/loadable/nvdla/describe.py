@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import file_error
 from pydla.loadable.nvdla import model as M
 from pydla.loadable.nvdla.descriptors import DlaNetwork, Operation, decode_dla_task
 from pydla.loadable.nvdla.dimg import MAGIC, DlaImage, read_dimg
@@ -44,8 +44,7 @@ def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as e:
-        code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
-        raise DlaError(code, f"{path}: cannot read: {e.strerror or e}") from e
+        raise file_error(path, e) from e
 
 
 def _cube(cube: Any) -> str:

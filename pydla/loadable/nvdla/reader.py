@@ -17,7 +17,7 @@ import enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.loadable.nvdla import model as M
 from pydla.loadable.nvdla.checks import check_loadable
 from pydla.loadable.nvdla.generated import loadable_generated as _generated
@@ -152,8 +152,7 @@ def read_nvdla_loadable(data: bytes | bytearray | memoryview | str | Path) -> M.
         try:
             data = path.read_bytes()
         except OSError as e:
-            code = NvError.FileNotFound if isinstance(e, FileNotFoundError) else NvError.FileReadFailed
-            raise DlaError(code, f"{path}: cannot read: {e.strerror or e}") from e
+            raise file_error(path, e) from e
     lo = parse(bytes(data))
     check_loadable(lo)
     return lo

@@ -358,3 +358,24 @@ def test_operand_reads_are_bounds_checked() -> None:
     with pytest.raises(DlaError) as e:
         sdp.execute(p, mem, NV_FULL)
     assert e.value.code == NvError.InvalidAddress and str(e.value).startswith("SDP brdma: read of 64 bytes")
+
+
+def test_sdp_output_feeds_the_pdp_on_the_fly() -> None:
+    from pydla.hw.nvdla import pdp
+    from tests.hw.nvdla.test_pdp import make
+
+    acc = np.arange(32 * 2 * 4, dtype=np.int32).reshape(32, 2, 4) - 100
+    p, mem, _, _ = simple(width=3, height=1, flying_mode=1, output_dst=1, bs=SdpX(bypass=0, relu_bypass=0))
+    res = sdp.execute(p, mem, NV_FULL, flying_input=acc)
+    assert res.to_pdp is not None
+    pool = dataclasses.replace(
+        make(Precision.INT8, 32, 2, 4, 1, 2, 2, 2, 2, (0, 0, 0, 0)),
+        flying_mode=0,
+        dst_base_addr=2048,
+        dst_line_stride=64,
+        dst_surface_stride=64,
+    )
+    pdp.execute(pool, mem, NV_FULL, flying_input=res.to_pdp)
+    got = gather(mem, Cube(2048, 2, 1, 32, 64, 64, Precision.INT8), NV_FULL, "t")
+    relu = np.clip(np.maximum(acc, 0), -128, 127)
+    assert np.array_equal(got[:, 0, :], relu.reshape(32, 2, 2, 2).max(axis=(1, 3)))

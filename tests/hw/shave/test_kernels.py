@@ -4,6 +4,11 @@ dims and strides in WIN_F), and the committed ELFs against their sources."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +18,7 @@ from pydla.hw.shave import build
 from tests.hw.shave.host import Args, Host, cmx, treg
 from tests.hw.shave.test_scenario import clamp_args
 
+ROOT = Path(__file__).resolve().parents[3]
 RTOL = 1e-5  # the documented tolerance of the softmax kernel (kernels/src/softmax.c)
 
 
@@ -87,14 +93,30 @@ def test_dynamic_output_shape_clamp(host: Host) -> None:
 
 
 needs_toolchain = pytest.mark.skipif(build.compiler() is None,
-                                     reason="riscv64-unknown-elf-gcc is not installed (apt-get install "
-                                            "gcc-riscv64-unknown-elf): the kernels cannot be rebuilt")
+                                     reason=f"no RISC-V C compiler: {build.INSTALL_HINT}")
+needs_reference = pytest.mark.skipif(
+    build.reference_toolchain() is None,
+    reason="the committed kernel ELFs are what Debian's riscv64-unknown-elf-gcc builds (zig's compiler "
+           "makes other bytes), and it is not installed: apt-get install gcc-riscv64-unknown-elf to check "
+           "them (CI does)")
 
 
-@needs_toolchain
+@needs_reference
 def test_committed_kernels_are_built_from_their_sources() -> None:
     stale = build.stale_kernels()
     assert not stale, f"run tools/build-kernels: stale {', '.join(stale)}"
+
+
+def test_the_check_without_debians_gcc_says_why(tmp_path: Path) -> None:
+    """tools/build-kernels (--check) compares with what Debian's gcc builds: without it, whatever
+    other compiler there is (zig's from PyPI), exit 2 saying what to install."""
+    env = {k: v for k, v in os.environ.items() if k != build.CC_ENV}
+    env["PATH"] = str(tmp_path)  # no riscv64-unknown-elf-gcc; the tool runs with this interpreter
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "build-kernels"), "--check"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "apt-get install gcc-riscv64-unknown-elf" in result.stderr and "zig" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 @needs_toolchain
