@@ -283,37 +283,41 @@ def cdp_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Cal
     dst = cube(src.surf_stride * surfs, n, n, c, prec)
     mem = ByteMemory(dst.address + dst.surf_stride * surfs + 4096)
     rng = np.random.default_rng(5)
+    le_curve = 1 / (1 + np.linspace(0, 64, 65)) ** 0.75  # the LRN's (1 + s)^-0.75 over the tables' ranges
+    lo_curve = 1 / (1 + np.linspace(0, 16, 257)) ** 0.75
     if prec is Precision.FP16:
         x = rng.standard_normal((c, n, n)).astype(np.float16)
         feature(mem, src, x.view(np.uint16))
-        f = np.float32
-        le = tuple(int(v) for v in (1 / (1 + np.linspace(0, 64, 65)) ** 0.75).astype(np.float16).view(np.uint16))
-        lo = tuple(int(v) for v in (1 / (1 + np.linspace(0, 16, 257)) ** 0.75).astype(np.float16).view(np.uint16))
-        bits = lambda v: int(np.array([v], np.float32).view(np.uint32)[0])  # noqa: E731
+        le = tuple(int(v) for v in le_curve.astype(np.float16).view(np.uint16))
+        lo = tuple(int(v) for v in lo_curve.astype(np.float16).view(np.uint16))
+
+        def bits(v: float) -> int:
+            return int(np.array([v], np.float32).view(np.uint32)[0])
+
         lut = CdpLut(le_function=1, le_index_select=0, lo_index_select=(-4) & 0xFF, le_end_low=bits(64.0),
                      lo_end_low=bits(16.0), hybrid_priority=1, le_table=le, lo_table=lo)
     else:
         info = np.iinfo(prec.dtype)
         x = rng.integers(info.min, info.max, (c, n, n)).astype(prec.dtype)
         feature(mem, src, x)
-        f = np.float32
-        le = tuple(int(v) & 0xFFFF for v in (32767 / (1 + np.linspace(0, 64, 65)) ** 0.75).astype(np.int64))
-        lo = tuple(int(v) & 0xFFFF for v in (32767 / (1 + np.linspace(0, 16, 257)) ** 0.75).astype(np.int64))
+        le = tuple(int(v) & 0xFFFF for v in (32767 * le_curve).astype(np.int64))
+        lo = tuple(int(v) & 0xFFFF for v in (32767 * lo_curve).astype(np.int64))
         sel = 12 if prec is Precision.INT8 else 28
         le_end, lo_end = 64 << sel, 256 << (sel - 4)
-        lut = CdpLut(le_function=1, le_index_select=sel, lo_index_select=sel - 4, le_end_low=le_end & 0xFFFFFFFF,
-                     le_end_high=le_end >> 32, lo_end_low=lo_end & 0xFFFFFFFF, lo_end_high=lo_end >> 32,
-                     hybrid_priority=1, le_table=le, lo_table=lo)
-    p = CdpParams(width=n - 1, height=n - 1, channel=c - 1, input_data=int(prec), src_line_stride=src.line_stride,
-                  src_surface_stride=src.surf_stride, dst_base_addr=dst.address, dst_line_stride=dst.line_stride,
-                  dst_surface_stride=dst.surf_stride, normalz_len=1, datout_shifter=15 if prec.is_int else 0,
-                  lut=lut)
-    xf = x.astype(f)
+        lut = CdpLut(le_function=1, le_index_select=sel, lo_index_select=sel - 4,
+                     le_end_low=le_end & 0xFFFFFFFF, le_end_high=le_end >> 32, lo_end_low=lo_end & 0xFFFFFFFF,
+                     lo_end_high=lo_end >> 32, hybrid_priority=1, le_table=le, lo_table=lo)
+    p = CdpParams(width=n - 1, height=n - 1, channel=c - 1, input_data=int(prec),
+                  src_line_stride=src.line_stride, src_surface_stride=src.surf_stride, dst_base_addr=dst.address,
+                  dst_line_stride=dst.line_stride, dst_surface_stride=dst.surf_stride, normalz_len=1,
+                  datout_shifter=15 if prec.is_int else 0, lut=lut)
+    xf = x.astype(np.float32)
 
     def anchor() -> object:
-        sq = np.concatenate([np.zeros((3, n, n), f), np.cumsum(xf * xf, axis=0)])
-        win = sq[5:] - sq[:-5] if c >= 1 else sq
-        win = np.concatenate([win, np.zeros((c - win.shape[0], n, n), f)]) if win.shape[0] < c else win[:c]
+        zero = np.zeros((2, n, n), np.float32)
+        sq = np.concatenate([zero, xf * xf, zero])
+        cs = np.concatenate([np.zeros((1, n, n), np.float32), np.cumsum(sq, axis=0)])
+        win = cs[5:5 + c] - cs[:c]  # the sum over channels k-2 .. k+2
         return (xf / (1 + win) ** 0.75).astype(x.dtype)
 
     return lambda: cdp.execute(p, mem, NV_FULL), anchor, f"CDP LRN 5 {n}x{n}x{c} {prec.name}"
