@@ -308,9 +308,10 @@ def cdp_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Cal
                      le_end_low=le_end & 0xFFFFFFFF, le_end_high=le_end >> 32, lo_end_low=lo_end & 0xFFFFFFFF,
                      lo_end_high=lo_end >> 32, hybrid_priority=1, le_table=le, lo_table=lo)
     p = CdpParams(width=n - 1, height=n - 1, channel=c - 1, input_data=int(prec),
-                  src_line_stride=src.line_stride, src_surface_stride=src.surf_stride, dst_base_addr=dst.address,
-                  dst_line_stride=dst.line_stride, dst_surface_stride=dst.surf_stride, normalz_len=1,
-                  datout_shifter=15 if prec.is_int else 0, lut=lut)
+                  src_line_stride=src.line_stride, src_surface_stride=src.surf_stride,
+                  dst_base_addr=dst.address, dst_line_stride=dst.line_stride,
+                  dst_surface_stride=dst.surf_stride, normalz_len=1, datout_shifter=15 if prec.is_int else 0,
+                  lut=lut)
     xf = x.astype(np.float32)
 
     def anchor() -> object:
