@@ -8,7 +8,12 @@ sliding-window max / mean for PDP, bias + ReLU + rescale for the SDP, float16 ar
 FP16 paths. It prints the median time of each and the ratio pydla / numpy (1.0 = as fast as numpy;
 the kernels are vectorised, so the ratio measures the price of NVDLA's exact rules and layout).
 
-Run: python bench/bench_nvdla_blocks.py [--repeats 7] [--size 56] [--channels 64]
+For the convolution the anchor is float32 im2col + one sgemm; the INT8/INT16 convolution is exact with
+float32/float64 GEMMs itself, so its ratio is the price of reading the surfaces and weights from memory
+and of CACC's rounding. The FP16 convolution reproduces CMAC's Booth multipliers and CACC's 48-bit
+float bit for bit (per atom, vectorised), far slower than a GEMM: it runs on a smaller map.
+
+Run: python bench/bench_nvdla_blocks.py [--repeats 7] [--size 56] [--channels 64] [--fp16-conv 14]
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pydla.hw.nvdla import bdma, pdp, rubik, sdp
+from pydla.hw.nvdla import bdma, cdp, conv, conv_params, conv_weights, pdp, rubik, sdp
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
+from pydla.hw.nvdla.cdp_params import CdpLut, CdpParams
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.pdp import PdpParams
 from pydla.hw.nvdla.precision import Precision
@@ -234,11 +240,97 @@ def sdp_case(
     return lambda: sdp.execute(p, mem, NV_FULL), anchor, f"SDP {what} {n}x{n}x{c} {prec.name}"
 
 
+def im2col_sgemm(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    """The anchor for a convolution: float32 im2col and one sgemm, stride 1."""
+    c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad)))
+    oh, ow = h + 2 * pad - r + 1, wd + 2 * pad - s + 1
+    cols = np.concatenate([xp[:, i:i + oh, j:j + ow].reshape(c, -1) for i in range(r) for j in range(s)])
+    return (w.transpose(0, 2, 3, 1).reshape(k, -1) @ cols).reshape(k, oh, ow)
+
+
+def conv_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Callable[[], object], str]:
+    """A 3x3 convolution, pad 1, c -> c kernels, as far as CACC (its int32 / FP32 result for the SDP)."""
+    k = c
+    rng = np.random.default_rng(4)
+    src = cube(0, n, n, c, prec)
+    w_addr = src.surf_stride * -(-c // NV_FULL.epa(prec))
+    mem = ByteMemory(w_addr + k * c * 9 * prec.bpe + 4096)
+    if prec is Precision.FP16:
+        x = rng.standard_normal((c, n, n)).astype(np.float16)
+        w = (rng.standard_normal((k, c, 3, 3)) / 16).astype(np.float16)
+        feature(mem, src, x.view(np.uint16))
+        mem.write(w_addr, conv_weights.pack(w.view(np.uint16), NV_FULL, prec))
+    else:
+        info = np.iinfo(prec.dtype)
+        x = rng.integers(info.min, info.max, (c, n, n)).astype(prec.dtype)
+        w = rng.integers(info.min, info.max, (k, c, 3, 3)).astype(prec.dtype)
+        feature(mem, src, x)
+        mem.write(w_addr, conv_weights.pack(w, NV_FULL, prec))
+    p = conv_params.direct(target=NV_FULL, precision=prec, width=n, height=n, channel=c, kernels=k,
+                           kernel_width=3, kernel_height=3, data_addr=0, weight_addr=w_addr, pad=(1, 1, 1, 1),
+                           clip_truncate=8 if prec.is_int else 0)
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    return (lambda: conv.execute(p, mem, NV_FULL), lambda: im2col_sgemm(xf, wf, 1),
+            f"CONV 3x3 {n}x{n}x{c}->{k} {prec.name}")
+
+
+def cdp_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Callable[[], object], str]:
+    """LRN over 5 channels: the anchor is x / (1 + Σx²)^0.75 in float32 with a channel cumsum."""
+    src = cube(0, n, n, c, prec)
+    surfs = -(-c // NV_FULL.epa(prec))
+    dst = cube(src.surf_stride * surfs, n, n, c, prec)
+    mem = ByteMemory(dst.address + dst.surf_stride * surfs + 4096)
+    rng = np.random.default_rng(5)
+    le_curve = 1 / (1 + np.linspace(0, 64, 65)) ** 0.75  # the LRN's (1 + s)^-0.75 over the tables' ranges
+    lo_curve = 1 / (1 + np.linspace(0, 16, 257)) ** 0.75
+    if prec is Precision.FP16:
+        x = rng.standard_normal((c, n, n)).astype(np.float16)
+        feature(mem, src, x.view(np.uint16))
+        le = tuple(int(v) for v in le_curve.astype(np.float16).view(np.uint16))
+        lo = tuple(int(v) for v in lo_curve.astype(np.float16).view(np.uint16))
+
+        def bits(v: float) -> int:
+            return int(np.array([v], np.float32).view(np.uint32)[0])
+
+        lut = CdpLut(le_function=1, le_index_select=0, lo_index_select=(-4) & 0xFF, le_end_low=bits(64.0),
+                     lo_end_low=bits(16.0), hybrid_priority=1, le_table=le, lo_table=lo)
+    else:
+        info = np.iinfo(prec.dtype)
+        x = rng.integers(info.min, info.max, (c, n, n)).astype(prec.dtype)
+        feature(mem, src, x)
+        le = tuple(int(v) & 0xFFFF for v in (32767 * le_curve).astype(np.int64))
+        lo = tuple(int(v) & 0xFFFF for v in (32767 * lo_curve).astype(np.int64))
+        sel = 12 if prec is Precision.INT8 else 28
+        le_end, lo_end = 64 << sel, 256 << (sel - 4)
+        lut = CdpLut(le_function=1, le_index_select=sel, lo_index_select=sel - 4,
+                     le_end_low=le_end & 0xFFFFFFFF, le_end_high=le_end >> 32, lo_end_low=lo_end & 0xFFFFFFFF,
+                     lo_end_high=lo_end >> 32, hybrid_priority=1, le_table=le, lo_table=lo)
+    p = CdpParams(width=n - 1, height=n - 1, channel=c - 1, input_data=int(prec),
+                  src_line_stride=src.line_stride, src_surface_stride=src.surf_stride,
+                  dst_base_addr=dst.address, dst_line_stride=dst.line_stride,
+                  dst_surface_stride=dst.surf_stride, normalz_len=1, datout_shifter=15 if prec.is_int else 0,
+                  lut=lut)
+    xf = x.astype(np.float32)
+
+    def anchor() -> object:
+        zero = np.zeros((2, n, n), np.float32)
+        sq = np.concatenate([zero, xf * xf, zero])
+        cs = np.concatenate([np.zeros((1, n, n), np.float32), np.cumsum(sq, axis=0)])
+        win = cs[5:5 + c] - cs[:c]  # the sum over channels k-2 .. k+2
+        return (xf / (1 + win) ** 0.75).astype(x.dtype)
+
+    return lambda: cdp.execute(p, mem, NV_FULL), anchor, f"CDP LRN 5 {n}x{n}x{c} {prec.name}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--size", type=int, default=56, help="feature map width and height")
     ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--fp16-conv", type=int, default=14, metavar="SIZE",
+                    help="also an FP16 convolution of SIZE x SIZE (its exact MAC is slow; 0: skip)")
     args = ap.parse_args()
     n, c = args.size, args.channels
     cases = [
@@ -251,7 +343,14 @@ def main() -> None:
         sdp_case(n, c, Precision.INT8),
         sdp_case(n, c, Precision.INT16, lut=True),
         sdp_case(n, c, Precision.FP16),
+        conv_case(n, c, Precision.INT8),
+        conv_case(n, c, Precision.INT16),
+        cdp_case(n, c, Precision.INT8),
+        cdp_case(n, c, Precision.INT16),
+        cdp_case(n, c, Precision.FP16),
     ]
+    if args.fp16_conv:
+        cases.append(conv_case(args.fp16_conv, c, Precision.FP16))
     print(f"{'case':48} {'pydla ms':>9} {'numpy ms':>9} {'ratio':>7}")
     for fn, anchor, name in cases:
         ours = median_time(fn, args.repeats)

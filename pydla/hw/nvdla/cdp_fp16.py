@@ -1,0 +1,142 @@
+"""The CDP's FP16 path, as nvdla/hw ``cmod/hls_wrapper/cdp_hls_wrapper.cpp`` (``HLS_CDP_lookup_fp16``,
+``HLS_CDP_lookup_lut``) computes it, in NVDLA's float (pydla.hw.nvdla.nvfloat).
+
+Per element: the FP16 input (NaN flushed to +0 with ``nan_to_zero``; channels outside the cube are +0)
+becomes FP17 and FP32; its FP32 square ``q`` (the value itself with ``sqsum_bypass``) is summed over
+the window in this order: ``(q[c-1] + q[c+1]) + q[c]``, then ``+ (q[c-2] + q[c+2])``, ``+ (q[c-3] +
+q[c+3])``, ``+ (q[c-4] + q[c+4])`` as far as the window reaches. Each table is looked up on the sum:
+``d = s - start`` (FP32; ``d <= 0`` or NaN is an underflow); the LE exponent method takes the index
+from d's FP32 exponent minus ``le_index_offset`` and the fraction from its top 16 mantissa bits; the
+linear method divides d by ``2^select`` in C's float (the index its integer part, the fraction the
+next 16 bits). A hit interpolates ``y0 + (y1 - y0)·f`` (the difference in FP32, the product and sum in
+FP17); a miss extrapolates ``y + (s - origin)·slope`` in FP17 from the table's end (the origin of an
+exponent LE underflow is ``le_start + 2^le_index_offset``), slopes being FP16 patterns. The chosen
+answer multiplies the FP17 input (``mul_bypass``: the answer itself, or the input when it is NaN) and
+is rounded to FP16.
+
+Usage::
+
+    out_bits, stats = lrn_fp16(x_bits, channels, params)   # (lanes, H, W) FP16 patterns
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.hw.nvdla.cdp_lut import LutStats, Table, select
+from pydla.hw.nvdla.cdp_params import EXPONENT, CdpParams
+from pydla.hw.nvdla.intmath import I64, sign_extend
+from pydla.hw.nvdla.nvfloat import (
+    FP17,
+    FP32,
+    fp16_to_fp17,
+    fp16_to_fp32,
+    fp17_to_fp16,
+    fp17_to_fp32,
+    fp32_to_fp17,
+    fp_add,
+    fp_mul,
+    fp_sub,
+    fraction_to_fp17,
+)
+
+
+def _as_float(bits: I64) -> npt.NDArray[np.float32]:
+    out: npt.NDArray[np.float32] = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+    return out
+
+
+def _float_bits(value: float) -> int:
+    return int(np.array([value], dtype=np.float32).view(np.uint32)[0])
+
+
+def lookup(s: I64, table: tuple[int, ...], upper: int, exp_mode: bool, start: int, end: int,
+           slopes: tuple[int, int], index_offset: int, index_select: int) -> Table:
+    """``HLS_CDP_lookup_lut``: one table's FP17 answer for FP32 sums ``s``."""
+    tab = np.array([int(v) & 0xFFFF for v in table], dtype=np.int64)
+    sub = fp_sub(s, start & 0xFFFFFFFF, FP32)
+    subf = _as_float(sub)
+    with np.errstate(invalid="ignore"):
+        uflow = ~(subf > 0)  # <= 0 or NaN
+    if exp_mode:
+        index = ((sub >> 23) & 0xFF) - 127 - index_offset
+        frac16 = (sub >> 7) & 0xFFFF
+        uflow = uflow | (index < 0)
+        oflow = ~uflow & (index >= upper)
+    else:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            scaled = (subf.astype(np.float64) / 2.0 ** index_select).astype(np.float32)
+            oflow = ~uflow & (scaled >= upper)
+            whole = np.where(uflow | oflow, 0, np.trunc(np.nan_to_num(scaled))).astype(np.int64)
+            kept = np.where(uflow | oflow, np.float32(0), scaled)
+            frac = (kept - whole.astype(np.float32)) * np.float32(65536)  # C's float arithmetic
+        index = whole
+        frac16 = frac.astype(np.int64) & 0xFFFF
+    value = np.empty(s.shape, dtype=np.int64)
+    hit = ~(uflow | oflow)
+    if hit.any():  # each path is computed for its own elements only
+        i = np.clip(index[hit], 0, upper - 1)
+        y0, y1 = tab[i], tab[i + 1]
+        diff17 = fp32_to_fp17(fp_sub(fp16_to_fp32(y1), fp16_to_fp32(y0), FP32))
+        value[hit] = fp_add(fp_mul(diff17, fraction_to_fp17(frac16[hit] << 19), FP17), fp16_to_fp17(y0), FP17)
+    if uflow.any():
+        if exp_mode:
+            # C's float(pow(2, k)), 0 from k <= -127
+            offset = 0.0 if index_offset <= -127 else float(np.float32(2.0 ** index_offset))
+            origin_bits = fp_add(start & 0xFFFFFFFF, _float_bits(offset), FP32)
+            under_diff = fp_sub(s[uflow], origin_bits, FP32)
+        else:
+            under_diff = sub[uflow]
+        value[uflow] = fp_add(fp_mul(fp32_to_fp17(under_diff), fp16_to_fp17(slopes[0]), FP17),
+                              fp16_to_fp17(int(tab[0])), FP17)
+    if oflow.any():
+        over_diff = fp_sub(s[oflow], end & 0xFFFFFFFF, FP32)
+        value[oflow] = fp_add(fp_mul(fp32_to_fp17(over_diff), fp16_to_fp17(slopes[1]), FP17),
+                              fp16_to_fp17(int(tab[upper])), FP17)
+    return Table(uflow, oflow, value)
+
+
+def _window_sum(q: I64, normalz_len: int) -> I64:
+    """Σ over the window in the C model's order; ``q`` is (lanes + 8, H, W) with 4 zero lanes each side."""
+    c = q.shape[0] - 8
+
+    def at(k: int) -> I64:  # channel c + k for every c
+        out: I64 = q[4 + k:4 + k + c]
+        return out
+
+    s = fp_add(fp_add(at(-1), at(1), FP32), at(0), FP32)
+    for k in range(2, normalz_len + 2):
+        s = fp_add(s, fp_add(at(-k), at(k), FP32), FP32)
+    return s
+
+
+def lrn_fp16(x: npt.NDArray[np.generic], channels: int, p: CdpParams) -> tuple[I64, LutStats]:
+    """Output FP16 patterns (lanes, H, W) for input patterns (lanes, H, W) of which ``channels`` are real."""
+    bits = np.asarray(x, dtype=np.int64) & 0xFFFF
+    lanes = bits.shape[0]
+    bits = np.where(np.arange(lanes)[:, None, None] < channels, bits, 0)
+    if p.nan_to_zero:
+        bits = np.where((((bits >> 10) & 31) == 31) & ((bits & 0x3FF) != 0), 0, bits)
+    xi17 = fp16_to_fp17(bits)
+    v32 = fp17_to_fp32(xi17)
+    if p.sqsum_bypass:
+        s = v32
+    else:
+        q = np.zeros((lanes + 8, *bits.shape[1:]), dtype=np.int64)
+        q[4:4 + lanes] = fp_mul(v32, v32, FP32)
+        s = _window_sum(q, p.normalz_len)
+    lut = p.lut
+    le = lookup(s, lut.le_table, 64, lut.le_function == EXPONENT, lut.le_start_low, lut.le_end_low,
+                (lut.le_slope_uflow_scale, lut.le_slope_oflow_scale), sign_extend(lut.le_index_offset, 8),
+                sign_extend(lut.le_index_select, 8))
+    lo = lookup(s, lut.lo_table, 256, False, lut.lo_start_low, lut.lo_end_low,
+                (lut.lo_slope_uflow_scale, lut.lo_slope_oflow_scale), 0, sign_extend(lut.lo_index_select, 8))
+    use_lo, stats = select(le, lo, lut)
+    answer = np.where(use_lo, lo.value, le.value)
+    if p.mul_bypass:
+        nan = np.isnan(_as_float(v32))
+        out17 = np.where(nan, xi17, answer)
+    else:
+        out17 = fp_mul(xi17, answer, FP17)
+    return fp17_to_fp16(out17), stats

@@ -1,0 +1,123 @@
+"""The convolution pipeline CDMA -> CSC -> CMAC -> CACC, direct convolution on feature data, bit for bit
+as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
+
+- CDMA reads the input cube (its surfaces; a 1x1 cube with packed lines and surfaces as consecutive
+  atoms), flushes FP16 NaNs to +0 when ``nan_to_zero``, and for INT8/INT16 applies the input converter
+  when ``cvt_en``: ``sat((x - cvt_offset)·cvt_scale / 2^cvt_truncate)``, rounded half away from zero,
+  saturated to the precision. It reads the weights (pydla.hw.nvdla.conv_weights has their layout).
+- CSC feeds CMAC, per channel block of the MAC array's atomic C, then kernel row and column, the input
+  under the kernel (stride, dilation; the padding value outside the input: pydla.hw.nvdla.conv_taps).
+- CMAC and CACC: integer sums exact, accumulated with 48-bit saturation, truncated and saturated to
+  32 bits (pydla.hw.nvdla.conv_int, pydla.hw.nvdla.cacc); FP16 in NVDLA's own arithmetic
+  (pydla.hw.nvdla.conv_fp16).
+
+CACC hands its output to the SDP (in NVDLA 1.0 the SDP writes a convolution's result, CACC has no
+path to memory): :attr:`ConvResult.to_sdp` is what the SDP's ``flying_input`` takes.
+
+Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. Not
+implemented (refused with NotSupported): Winograd, image (pixel) input.
+
+Usage::
+
+    result = execute(params, mem, NV_FULL)
+    sdp.execute(sdp_params, mem, NV_FULL, flying_input=result.to_sdp)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.hw.nvdla import cacc, conv_compressed, conv_fp16, conv_int, conv_weights, surface
+from pydla.hw.nvdla.conv_checks import check
+from pydla.hw.nvdla.conv_params import COMPRESSED, ConvParams
+from pydla.hw.nvdla.conv_taps import Geometry, Taps
+from pydla.hw.nvdla.intmath import saturate, shift_right_round, sign_extend
+from pydla.hw.nvdla.memory import NvdlaMemory, access, select
+from pydla.hw.nvdla.precision import Precision
+from pydla.hw.nvdla.target import NvdlaTarget
+
+
+@dataclass(frozen=True)
+class ConvResult:
+    """What a convolution produced: the SDP's input and the blocks' statistics registers."""
+
+    to_sdp: npt.NDArray[np.generic]  # (batch, K, H, W): int32, or FP32 bit patterns as uint32 for FP16
+    saturations: int = 0  # CACC D_OUT_SATURATION
+    nan_input_data: int = 0  # CDMA D_NAN_INPUT_DATA_NUM (FP16)
+    inf_input_data: int = 0
+    nan_input_weight: int = 0  # CDMA D_NAN_INPUT_WEIGHT_NUM (FP16)
+    inf_input_weight: int = 0
+
+
+def _nan_inf(bits: npt.NDArray[np.generic]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    b = bits.astype(np.int64)
+    top = ((b >> 10) & 31) == 31
+    frac = (b & 0x3FF) != 0
+    return top & frac, top & ~frac
+
+
+def _data(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+          target: NvdlaTarget) -> tuple[npt.NDArray[np.generic], int, int]:
+    """The input cube (N, C, H, W) as CDMA stores it in CBUF, and its NaN and Inf counts."""
+    d = p.cdma
+    one_by_one = d.line_packed and d.surf_packed and g.width == 1 and g.height == 1
+    cube = surface.Cube(d.datain_addr_0, g.width, g.height, g.channel, d.line_stride,
+                        target.atom if one_by_one else d.surf_stride, prec, batch=g.batches,
+                        batch_stride=d.batch_stride)
+    mem = select(memory, sram, d.datain_ram_type, "CDMA data")
+    x = surface.gather_batches(mem, cube, target, "CDMA data", lanes=True)
+    nans = infs = 0
+    if prec is Precision.FP16:
+        nan, inf = _nan_inf(x)
+        nans, infs = int(nan.sum()), int(inf.sum())
+        if d.nan_to_zero:
+            x = np.where(nan, np.uint16(0), x)
+    elif d.cvt_en:
+        scaled = (x.astype(np.int64) - sign_extend(d.cvt_offset, 16)) * sign_extend(d.cvt_scale, 16)
+        t = shift_right_round(scaled, d.cvt_truncate)
+        x = saturate(t, 8 * prec.bpe).astype(prec.dtype)
+    return x[:, :g.channel], nans, infs
+
+
+def _weights(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+             target: NvdlaTarget) -> tuple[npt.NDArray[np.generic], int, int]:
+    d = p.cdma
+    mem = select(memory, sram, d.weight_ram_type, "CDMA weights")
+    with access("CDMA weights"):
+        raw = mem.read(d.weight_addr, d.weight_bytes)
+    nans = infs = 0
+    if prec is Precision.FP16:
+        nan, inf = _nan_inf(np.ascontiguousarray(raw[:raw.size // 2 * 2]).view("<u2"))
+        nans, infs = int(nan.sum()), int(inf.sum())
+    sizes = (g.kernels, g.channel, g.kernel_height, g.kernel_width)
+    if d.weight_format == COMPRESSED:
+        kf, _ = conv_weights.groups(target, prec)
+        with access("CDMA WMB"):
+            wmb = mem.read(d.wmb_addr, d.wmb_bytes)
+        wgs_bytes = -(-g.kernels // kf) * 4  # one u32 per kernel group, read in whole atoms
+        with access("CDMA WGS"):
+            wgs = mem.read(d.wgs_addr, -(-wgs_bytes // target.atom) * target.atom)
+        return conv_compressed.decompress(wmb, raw, wgs, *sizes, target, prec), nans, infs
+    return conv_weights.unpack(raw, *sizes, target, prec), nans, infs
+
+
+def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,
+            sram: NvdlaMemory | None = None) -> ConvResult:
+    """Run one convolution; the result goes to the SDP (see the module's description)."""
+    g, prec = check(params, target)
+    x, nan_d, inf_d = _data(params, g, prec, memory, sram, target)
+    w, nan_w, inf_w = _weights(params, g, prec, memory, sram, target)
+    pad = params.csc.pad_value & (0xFF if prec is Precision.INT8 else 0xFFFF)
+    pad_value = sign_extend(pad, 8 * prec.bpe) if prec.is_int else pad
+    taps = Taps(x, g, pad_value)
+    _, cf = conv_weights.groups(target, prec)
+    if prec is Precision.FP16:
+        bits = conv_fp16.convolve(taps, w, cf)
+        return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
+                          nan_input_weight=nan_w, inf_input_weight=inf_w)
+    sums = conv_int.accumulate(taps, w, cf)
+    out, saturated = cacc.deliver_int(sums, params.cacc.clip_truncate)
+    return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)

@@ -1,0 +1,75 @@
+"""The integer convolution (INT8, INT16) as CMAC and CACC compute it, exactly, with BLAS.
+
+CMAC's partial sum of an atom is exact (22 bits for INT8, 38 for INT16), CACC adds the atoms with
+saturation to 48 bits. A saturation can only happen when some partial sum reaches 2^47; every partial
+sum of an output is bounded by ``Σ |w|·|x|`` over its kernel, so with ``B = max|x| · max_k Σ|w_k|``
+(taken from the data, the padding value included):
+
+- ``B < 2^24``: one float32 GEMM (im2col) is exact — every partial sum, in whatever order BLAS adds,
+  is an integer below 2^24;
+- ``B < 2^47``: one float64 GEMM is exact for the same reason (2^47 < 2^53), and no saturation occurs;
+- otherwise the atoms are added in the hardware's order (channel block, then kernel row and column)
+  with the 48-bit saturation after each: one float64 GEMM per atom (an atom's sum is below
+  ``cf · 2^30 <= 2^36``, exact), a loop over atoms, never over elements.
+
+Usage::
+
+    sums = accumulate(taps, weights, cf)   # int64 (N, OH, OW, K): CACC's 48-bit sums
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.hw.nvdla.cacc import accumulate_int
+from pydla.hw.nvdla.conv_taps import Taps
+from pydla.hw.nvdla.intmath import I64
+
+SGEMM_EXACT = 1 << 24
+DGEMM_EXACT = 1 << 47  # below the 48-bit saturation and below 2^53
+_CHUNK = 1 << 22  # elements of one im2col block (rows x taps)
+
+
+def bound(x_max: int, weights: npt.NDArray[np.generic]) -> int:
+    """``max|x| · max_k Σ|w_k|`` for weights (K, C, R, S): no partial sum of an output can exceed it."""
+    if weights.size == 0:
+        return 0
+    per_kernel = np.abs(weights.astype(np.int64)).reshape(weights.shape[0], -1).sum(axis=1)
+    return x_max * int(per_kernel.max())
+
+
+def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type) -> I64:
+    out: I64 = (cols.astype(dtype) @ w.astype(dtype)).astype(np.int64)
+    return out
+
+
+def accumulate(taps: Taps, weights: npt.NDArray[np.generic], cf: int) -> I64:
+    """CACC's 48-bit sums (N, OH, OW, K) of the convolution of ``taps`` with ``weights`` (K, C, R, S)
+    (``cf`` channels per atom)."""
+    g = taps.g
+    k, c, r_n, s_n = weights.shape
+    n, oh, ow = g.batches, g.out_height, g.out_width
+    b = bound(taps.extreme(), weights)
+    if b < DGEMM_EXACT:
+        dtype: type = np.float32 if b < SGEMM_EXACT else np.float64
+        w2 = weights.transpose(2, 3, 1, 0).reshape(r_n * s_n * c, k)  # rows in (r, s, c) order
+        out = np.empty((n, oh, ow, k), dtype=np.int64)
+        step = max(1, _CHUNK // max(1, n * ow * r_n * s_n * c))
+        for oy0 in range(0, oh, step):
+            oy1 = min(oh, oy0 + step)
+            cols = np.concatenate([taps(r, s, slice(0, c), oy0, oy1) for r in range(r_n) for s in range(s_n)],
+                                  axis=-1)
+            out[:, oy0:oy1] = _gemm(cols.reshape(-1, r_n * s_n * c), w2, dtype).reshape(n, oy1 - oy0, ow, k)
+        return out
+    acc = np.zeros((n * oh * ow, k), dtype=np.int64)
+    for c0 in range(0, c, cf):
+        block = slice(c0, min(c, c0 + cf))
+        for r in range(r_n):
+            for s in range(s_n):
+                part = _gemm(taps(r, s, block, 0, oh).reshape(n * oh * ow, -1), weights[:, block, r, s].T,
+                             np.float64)
+                # the first atom is stored as it is; adding it to zero is the same
+                acc = accumulate_int(acc, part)
+    out_sat: I64 = acc.reshape(n, oh, ow, k)
+    return out_sat
