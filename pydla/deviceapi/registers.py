@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydla.deviceapi.runtime import Record
@@ -71,7 +72,7 @@ class BitField:
 @dataclass(frozen=True)
 class RegisterInfo:
     """A register: name, byte address, bit fields, and whether it is double-buffered (one copy per
-    register group, written through the block's producer pointer)."""
+    register group, written through the block's producer pointer). Its masks are computed once."""
 
     name: str
     address: int
@@ -85,29 +86,29 @@ class RegisterInfo:
                 mask |= b.mask
         return mask
 
-    @property
+    @cached_property
     def reset(self) -> int:
         value = 0
         for b in self.bits:
             value |= b.reset << b.lsb
         return value
 
-    @property
+    @cached_property
     def read_mask(self) -> int:
         """The bits a read returns (write-only fields read 0)."""
         return self._mask(RW, RO, W1C)
 
-    @property
+    @cached_property
     def write_mask(self) -> int:
         """The bits a write stores."""
         return self._mask(RW)
 
-    @property
+    @cached_property
     def clear_mask(self) -> int:
         """The write-1-to-clear bits."""
         return self._mask(W1C)
 
-    @property
+    @cached_property
     def write_only_mask(self) -> int:
         """The write-only bits (a write acts, a read returns 0)."""
         return self._mask(WO)
