@@ -103,6 +103,7 @@ class RegisterDef:
     address: int
     field: Field
     struct: StructDef
+    macro: str  # its name in C (RegisterMacros applied, else behind the spec's prefix)
 
 
 @dataclass
@@ -161,6 +162,7 @@ class Spec:
     register_map: str | None = None
     constants: list[ConstDef] = field(default_factory=list)
     register_names: str | None = None  # e.g. "NVDLA_{}_0": the field path's name goes in the braces
+    register_macros: str | None = None  # the same for C's macros, e.g. "NVDLA_V1_{}_0"
 
     @property
     def version_string(self) -> str:
@@ -222,7 +224,8 @@ class Spec:
         # that the hashes of specs written before constants existed do not change.
         constants = {"constants": sorted([c.name, c.storage, c.value] for c in self.constants)} \
             if self.constants else {}
-        names = {"register_names": self.register_names} if self.register_names else {}
+        names = {k: v for k, v in (("register_names", self.register_names),
+                                   ("register_macros", self.register_macros)) if v}
         return {
             **constants,
             **names,
@@ -254,6 +257,7 @@ class Spec:
         assert top is not None
         out: list[RegisterDef] = []
         pattern = self.register_names or "{}"
+        macro = self.register_macros or f"{self.name.upper()}_{pattern}"
 
         def walk(s: StructDef, prefix: str, base: int) -> None:
             for f in s.fields:
@@ -264,8 +268,9 @@ class Spec:
                     assert inner is not None
                     walk(inner, f"{prefix}{f.name}_", base + f.offset)
                 else:
-                    name = pattern.replace("{}", (prefix + f.name).upper())
-                    out.append(RegisterDef(name, base + f.offset, f, s))
+                    path = (prefix + f.name).upper()
+                    out.append(RegisterDef(pattern.replace("{}", path), base + f.offset, f, s,
+                                           macro.replace("{}", path)))
 
         walk(top, "", 0)
         return out

@@ -13,9 +13,9 @@ Usage::
 
     info = R.REGISTER_INFO["NVDLA_CDMA_D_MISC_CFG_0"]
     info.reset, info.write_mask, info.double                 # 0x1100, 0x11113301, True
-    word = R.nvdla_cdma_d_misc_cfg_bits(conv_mode=1, in_precision=2)
+    word = R.nvdla_v1_cdma_d_misc_cfg_bits(conv_mode=1, in_precision=2)
     int(word)                                                # 0x201
-    R.nvdla_cdma_d_misc_cfg_bits.of(0x201).in_precision      # 2
+    R.nvdla_v1_cdma_d_misc_cfg_bits.of(0x201).in_precision      # 2
 """
 
 from __future__ import annotations

@@ -174,10 +174,6 @@ class Gen:
             parts.append(f"values=({values}{',' if len(b.values) == 1 else ''})")
         return f"BitField({', '.join(parts)})"
 
-    def register_macro(self, name: str) -> str:
-        """A register's name in C: as ``RegisterNames`` made it, else behind the spec's prefix."""
-        return name if self.spec.register_names else f"{self.macro_prefix()}_{name}"
-
     def register_bit_defs(self) -> list[RegisterDef]:
         """The registers of the register map that have bit fields, in address order."""
         return [r for r in self.spec.register_defs() if r.field.bits]

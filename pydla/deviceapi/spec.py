@@ -138,6 +138,7 @@ class _Builder:
             retired_trace_event_ids=list(doc.get("RetiredTraceEventIds", [])),
             register_map=doc.get("RegisterMap"),
             register_names=doc.get("RegisterNames"),
+            register_macros=doc.get("RegisterMacros"),
         )
         self.problems: list[Problem] = []
         self._laid_out: set[str] = set()
@@ -436,9 +437,10 @@ class _Builder:
     def check_register_map(self) -> None:
         name = self.spec.register_map
         if name is None:
-            if self.spec.register_names is not None:
+            if self.spec.register_names is not None or self.spec.register_macros is not None:
                 self.problem("register-map", self.where(self.doc),
-                             "RegisterNames names the registers of a RegisterMap; this spec has none")
+                             "RegisterNames and RegisterMacros name the registers of a RegisterMap; "
+                             "this spec has none")
             return
         top = self.spec.find_struct(name)
         where = self.where(self.doc)
@@ -474,23 +476,13 @@ class _Builder:
 
     def check_register_names(self) -> None:
         """Every name the targets derive from a register (its address, reset value, each bit field's
-        shift, mask and values) is distinct, and so are the Python classes of the bit fields."""
-        seen: dict[str, str] = {}
+        shift, mask and values; in Python and C++, and in C) is distinct, and so are the Python classes
+        of the bit fields."""
+        for language, attr in (("Python and C++", "name"), ("C", "macro")):
+            self.check_derived_names(language, attr)
         classes: dict[str, Location] = {item.name: item.location for item in self.spec.all_items}
         clashes: set[str] = set()
         for r in self.spec.register_defs():
-            names = [r.name]
-            if r.field.bits:
-                names.append(f"{r.name}_RESET_VAL")
-            for b in r.field.bits:
-                names += [f"{r.name}_{b.name}_SHIFT", f"{r.name}_{b.name}_FIELD"]
-                names += [f"{r.name}_{b.name}_{m.name}" for m in b.values]
-            for name in names:
-                if name in seen:
-                    self.problem("register-names", r.field.location,
-                                 f"{name} would name both {seen[name]} and register {r.name}; rename a "
-                                 "register, bit field or value")
-                seen.setdefault(name, f"register {r.name}")
             if r.field.bits:
                 cls = bits_class_name(r.struct.name, r.field.name)
                 if classes.setdefault(cls, r.field.location) is not r.field.location and cls not in clashes:
@@ -498,6 +490,23 @@ class _Builder:
                     self.problem("register-names", r.field.location,
                                  f"the Python class of its bit fields, {cls}, is already a name at "
                                  f"{classes[cls]}")
+
+    def check_derived_names(self, language: str, attr: str) -> None:
+        seen: dict[str, str] = {}
+        for r in self.spec.register_defs():
+            base = getattr(r, attr)
+            names = [base]
+            if r.field.bits:
+                names.append(f"{base}_RESET_VAL")
+            for b in r.field.bits:
+                names += [f"{base}_{b.name}_SHIFT", f"{base}_{b.name}_FIELD"]
+                names += [f"{base}_{b.name}_{m.name}" for m in b.values]
+            for name in names:
+                if name in seen:
+                    self.problem("register-names", r.field.location,
+                                 f"{name} would name both {seen[name]} and register {r.name} in {language}; "
+                                 "rename a register, bit field or value")
+                seen.setdefault(name, f"register {r.name}")
 
     # -- the device API's rules for messages and trace events ------------------------------------------
 

@@ -161,17 +161,17 @@ def test_interrupt_bits_reset_values_and_access() -> None:
     assert V1.REGISTER_INFO["NVDLA_BDMA_STATUS_0"].reset == 0x114  # 20 free slots, idle
     assert V1.REGISTER_INFO["NVDLA_CDMA_D_MISC_CFG_0"].reset == 0x1100  # INT16 in and processing
     assert V2.REGISTER_INFO["NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_C_0"].reset == 8  # nv_small's MAC
-    sdp = V2.nvdla_sdp_d_dp_bs_cfg_bits.of(V2.REGISTER_INFO["NVDLA_SDP_D_DP_BS_CFG_0"].reset)
+    sdp = V2.nvdla_v2_sdp_d_dp_bs_cfg_bits.of(V2.REGISTER_INFO["NVDLA_SDP_D_DP_BS_CFG_0"].reset)
     assert (sdp.bs_bypass, sdp.bs_alu_bypass) == (1, 1)  # the newer map resets the stages bypassed
 
 
 def test_typed_views_of_a_block() -> None:
-    regs = V1.nvdla_pdp_t()
+    regs = V1.nvdla_v1_pdp_t()
     regs.d_pooling_kernel_cfg.kernel_width = 2
     regs.d_pooling_kernel_cfg.kernel_stride_height = 1
     word = int.from_bytes(bytes(regs)[0x34:0x38], "little")
     assert word == (2 << 0) | (1 << 20)
-    assert V1.nvdla_pdp_t.d_pooling_kernel_cfg.offset == V1.NVDLA_PDP_D_POOLING_KERNEL_CFG_0 - 0xD000
+    assert V1.nvdla_v1_pdp_t.d_pooling_kernel_cfg.offset == V1.NVDLA_PDP_D_POOLING_KERNEL_CFG_0 - 0xD000
     assert isinstance(regs.d_pooling_kernel_cfg, RegisterBits)
 
 
@@ -180,12 +180,14 @@ def _structs(mod: ModuleType) -> list[type[Record]]:
             and not issubclass(v, RegisterBits) and v.__module__ == mod.__name__]
 
 
-def _constants(info: RegisterInfo) -> dict[str, int]:
-    out = {info.name: info.address, f"{info.name}_RESET_VAL": info.reset}
+def _constants(info: RegisterInfo, c_prefix: str) -> dict[str, int]:
+    """Every C constant of a register: NVDLA_CDMA_... is NVDLA_V1_CDMA_... in C (no namespaces there)."""
+    name = c_prefix + info.name[len("NVDLA_"):]
+    out = {name: info.address, f"{name}_RESET_VAL": info.reset}
     for b in info.bits:
-        out[f"{info.name}_{b.name}_SHIFT"] = b.lsb
-        out[f"{info.name}_{b.name}_FIELD"] = b.mask
-        out.update({f"{info.name}_{b.name}_{v}": value for v, value in b.values})
+        out[f"{name}_{b.name}_SHIFT"] = b.lsb
+        out[f"{name}_{b.name}_FIELD"] = b.mask
+        out.update({f"{name}_{b.name}_{v}": value for v, value in b.values})
     return out
 
 
@@ -202,7 +204,7 @@ def test_c_header_matches_python(name: str, tmp_path: Path) -> None:
             expected[f"{cls.__name__}.{entry[0]}"] = getattr(cls, entry[0]).offset
             lines.append(f'printf("{cls.__name__}.{entry[0]} %zu\\n", offsetof({cls.__name__}, {entry[0]}));')
     for info in mod.REGISTER_INFO.values():
-        for macro, value in _constants(info).items():
+        for macro, value in _constants(info, "NVDLA_V1_" if mod is V1 else "NVDLA_V2_").items():
             expected[macro] = value
             lines.append(f'printf("{macro} %u\\n", (unsigned)({macro}));')
     (tmp_path / "m.c").write_text("\n".join([*lines, "return 0;", "}"]) + "\n")
@@ -212,6 +214,17 @@ def test_c_header_matches_python(name: str, tmp_path: Path) -> None:
     out = subprocess.run([str(tmp_path / "m")], check=True, capture_output=True, text=True).stdout
     assert {k: int(v) for k, v in (line.split() for line in out.splitlines())} == expected
     assert len(expected) > 3000
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_both_maps_compile_in_one_c_file(tmp_path: Path) -> None:
+    """Each map's C names carry its map (NVDLA_V1_, NVDLA_V2_, nvdla_v1_*_t): both headers together."""
+    (tmp_path / "both.c").write_text('#include "pydla/nvdla_v1_regs.h"\n#include "pydla/nvdla_v2_regs.h"\n'
+                                     "int main(void) { return NVDLA_V1_CDMA_D_MISC_CFG_0 == 0x5014u && "
+                                     "NVDLA_V2_CDMA_D_MISC_CFG_0 == 0x3014u ? 0 : 1; }\n")
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", str(generate.include_dir()),
+                    str(tmp_path / "both.c"), "-o", str(tmp_path / "both")], check=True)
+    subprocess.run([str(tmp_path / "both")], check=True)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")

@@ -24,6 +24,7 @@ Name: blk_regs
 Version: 1.0.0
 RegisterMap: map_t
 RegisterNames: "NVDLA_{}_0"
+RegisterMacros: "BLK_{}_0"
 Modules:
   - Name: m
     Structs:
@@ -84,6 +85,9 @@ def generated(tmp_path_factory):
 
 def test_register_names_and_addresses(tmp_path: Path) -> None:
     spec = _load(tmp_path)
+    assert [r.macro for r in spec.register_defs()][:2] == ["BLK_A_S_STATUS_0", "BLK_A_S_INTR_0"]
+    default = _load(tmp_path, SPEC.replace('RegisterMacros: "BLK_{}_0"\n', ""))
+    assert default.register_defs()[0].macro == "BLK_REGS_NVDLA_A_S_STATUS_0"  # behind the spec's prefix
     names = ("S_STATUS", "S_INTR", "D_MISC_CFG", "PLAIN")
     assert spec.registers() == [(f"NVDLA_{block}_{name}_0", base + 4 * i)
                                 for block, base in (("A", 0), ("B", 64)) for i, name in enumerate(names)]
@@ -139,10 +143,11 @@ def test_c_constants_match_python(generated, tmp_path: Path) -> None:
     out, mod = generated
     names = []
     for info in mod.REGISTER_INFO.values():
-        names += [info.name, f"{info.name}_RESET_VAL"]
+        name = "BLK_" + info.name[len("NVDLA_"):]  # RegisterMacros: C's names
+        names += [name, f"{name}_RESET_VAL"]
         for b in info.bits:
-            names += [f"{info.name}_{b.name}_SHIFT", f"{info.name}_{b.name}_FIELD"]
-            names += [f"{info.name}_{b.name}_{v}" for v, _ in b.values]
+            names += [f"{name}_{b.name}_SHIFT", f"{name}_{b.name}_FIELD"]
+            names += [f"{name}_{b.name}_{v}" for v, _ in b.values]
     src = tmp_path / "c.c"
     src.write_text('#include <stdio.h>\n#include "pydla/blk_regs.h"\nint main(void) {\n'
                    + "".join(f'    printf("{n} %u\\n", (unsigned){n});\n' for n in names)
@@ -154,10 +159,10 @@ def test_c_constants_match_python(generated, tmp_path: Path) -> None:
         [str(tmp_path / "c")], check=True, capture_output=True, text=True).stdout.splitlines())
     assert (got.pop("sizeof"), got.pop("offsetof_b")) == ("96", "64")
     misc = mod.REGISTER_INFO["NVDLA_A_D_MISC_CFG_0"]
-    assert int(got["NVDLA_A_D_MISC_CFG_0_IN_PRECISION_FIELD"]) == 0x300
-    assert int(got["NVDLA_A_D_MISC_CFG_0_RESET_VAL"]) == misc.reset
-    assert int(got["NVDLA_A_D_MISC_CFG_0_IN_PRECISION_FP16"]) == 2
-    assert int(got["NVDLA_B_D_MISC_CFG_0"]) == 72
+    assert int(got["BLK_A_D_MISC_CFG_0_IN_PRECISION_FIELD"]) == 0x300
+    assert int(got["BLK_A_D_MISC_CFG_0_RESET_VAL"]) == misc.reset
+    assert int(got["BLK_A_D_MISC_CFG_0_IN_PRECISION_FP16"]) == 2
+    assert int(got["BLK_B_D_MISC_CFG_0"]) == 72
     assert len(got) == len(names)
 
 
@@ -198,6 +203,9 @@ def test_bits_belong_to_u32_registers(tmp_path: Path) -> None:
     assert "register-bits" in _rules(tmp_path, text)
     no_map = SPEC.replace("RegisterMap: map_t\n", "")
     assert _rules(tmp_path, no_map) == ["register-map"]
+    clash_in_c = SPEC.replace('RegisterMacros: "BLK_{}_0"', 'RegisterMacros: "BLK_0"')
+    with pytest.raises(SpecError):  # not a pattern
+        _load(tmp_path, clash_in_c)
     clash = SPEC + "      - Name: unit_d_misc_cfg_bits\n        Fields:\n          - {Name: x, Type: u32}\n"
     assert _rules(tmp_path, clash) == ["register-names"]
     with pytest.raises(SpecError):

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """nvdla_v2_regs 1.0.0: NVDLA's register map of the newer hardware (nv_small, nv_large and the other configurations with a CFGROM)
 
-Layout hash d40ebafaf20a132892ca5ea5b7fc7b4745a0c33034a54438a3a448dfbac71e00.
+Layout hash 9210ffe4302a5ce899bf8f9714c33822feaec8d8c625a6c03828b41c6c56942d.
 """
 
 from __future__ import annotations
@@ -15,652 +15,652 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "nvdla_v2_regs"
 VERSION = (1, 0, 0)
-LAYOUT_HASH = "d40ebafaf20a132892ca5ea5b7fc7b4745a0c33034a54438a3a448dfbac71e00"
-LAYOUT_HASH64 = 0xd40ebafaf20a1328
+LAYOUT_HASH = "9210ffe4302a5ce899bf8f9714c33822feaec8d8c625a6c03828b41c6c56942d"
+LAYOUT_HASH64 = 0x9210ffe4302a5ce8
 
 
-nvdla_cfgrom_cfgrom_hw_version_bits = register_bits("nvdla_cfgrom_cfgrom_hw_version_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_hw_version_bits = register_bits("nvdla_v2_cfgrom_cfgrom_hw_version_bits", __name__, (
     BitField("HW_VERSION", 0, 32, access="r", reset=0x10001),  # bits 31:0, read only, reset 0x10001
 ))
 
 
-nvdla_cfgrom_cfgrom_glb_desc_bits = register_bits("nvdla_cfgrom_cfgrom_glb_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_glb_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_glb_desc_bits", __name__, (
     BitField("GLB_DESC", 0, 32, access="r", reset=0x1),  # bits 31:0, read only, reset 0x1
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cif_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_desc_bits", __name__, (
     BitField("CIF_DESC", 0, 32, access="r", reset=0x180002),  # bits 31:0, read only, reset 0x180002
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cif_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_cap_incompat_bits", __name__, (
     BitField("CIF_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cif_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_cap_compat_bits", __name__, (
     BitField("CIF_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_base_width_bits = register_bits("nvdla_cfgrom_cfgrom_cif_base_width_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_base_width_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_base_width_bits", __name__, (
     BitField("CIF_BASE_WIDTH", 0, 8, access="r", reset=0x8),  # bits 7:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_base_latency_bits = register_bits("nvdla_cfgrom_cfgrom_cif_base_latency_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_base_latency_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_base_latency_bits", __name__, (
     BitField("CIF_BASE_LATENCY", 0, 32, access="r", reset=0x32),  # bits 31:0, read only, reset 0x32
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_base_burst_length_max_bits = register_bits("nvdla_cfgrom_cfgrom_cif_base_burst_length_max_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_base_burst_length_max_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_base_burst_length_max_bits", __name__, (
     BitField("BASE_BURST_LENGTH_MAX", 5, 27, access="r", reset=0x4),  # bits 31:5, read only, reset 0x4
 ))
 
 
-nvdla_cfgrom_cfgrom_cif_base_mem_addr_width_bits = register_bits("nvdla_cfgrom_cfgrom_cif_base_mem_addr_width_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cif_base_mem_addr_width_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cif_base_mem_addr_width_bits", __name__, (
     BitField("CIF_BASE_MEM_ADDR_WIDTH", 5, 27, access="r", reset=0x20),  # bits 31:5, read only, reset 0x20
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_desc_bits", __name__, (
     BitField("CDMA_DESC", 0, 32, access="r", reset=0x340003),  # bits 31:0, read only, reset 0x340003
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_cap_incompat_bits", __name__, (
     BitField("CDMA_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_cap_compat_bits", __name__, (
     BitField("CDMA_CAP_COMPAT", 0, 32, access="r", reset=0x10),  # bits 31:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_feature_types_bits", __name__, (
     BitField("CDMA_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_weight_types_bits", __name__, (
     BitField("CDMA_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_atomic_c_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_atomic_c_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_c_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_c_bits", __name__, (
     BitField("CDMA_BASE_ATOMIC_C", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_atomic_k_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_atomic_k_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_k_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_k_bits", __name__, (
     BitField("CDMA_BASE_ATOMIC_K", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_atomic_m_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_atomic_m_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_m_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_m_bits", __name__, (
     BitField("CDMA_BASE_ATOMIC_M", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits", __name__, (
     BitField("CDMA_BASE_CBUF_BANK_NUM", 0, 32, access="r", reset=0x20),  # bits 31:0, read only, reset 0x20
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits", __name__, (
     BitField("CDMA_BASE_CBUF_BANK_WIDTH", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits", __name__, (
     BitField("CDMA_BASE_CBUF_BANK_DEPTH", 0, 32, access="r", reset=0x200),  # bits 31:0, read only, reset 0x200
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_multi_batch_max_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_multi_batch_max_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_multi_batch_max_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_multi_batch_max_bits", __name__, (
     BitField("CDMA_MULTI_BATCH_MAX", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_image_in_formats_packed_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_image_in_formats_packed_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_packed_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_packed_bits", __name__, (
     BitField("CDMA_IMAGE_IN_FORMATS_PACKED", 0, 32, access="r", reset=0xcfff001),  # bits 31:0, read only, reset 0xcfff001
 ))
 
 
-nvdla_cfgrom_cfgrom_cdma_image_in_formats_semi_bits = register_bits("nvdla_cfgrom_cfgrom_cdma_image_in_formats_semi_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_semi_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_semi_bits", __name__, (
     BitField("CDMA_IMAGE_IN_FORMATS_SEMI", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_desc_bits", __name__, (
     BitField("CBUF_DESC", 0, 32, access="r", reset=0x180004),  # bits 31:0, read only, reset 0x180004
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_cap_incompat_bits", __name__, (
     BitField("CBUF_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_cap_compat_bits", __name__, (
     BitField("CBUF_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits", __name__, (
     BitField("CBUF_BASE_CBUF_BANK_NUM", 0, 32, access="r", reset=0x20),  # bits 31:0, read only, reset 0x20
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits", __name__, (
     BitField("CBUF_BASE_CBUF_BANK_WIDTH", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits", __name__, (
     BitField("CBUF_BASE_CBUF_BANK_DEPTH", 0, 32, access="r", reset=0x200),  # bits 31:0, read only, reset 0x200
 ))
 
 
-nvdla_cfgrom_cfgrom_cbuf_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_cbuf_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cbuf_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cbuf_base_cdma_id_bits", __name__, (
     BitField("CBUF_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_desc_bits = register_bits("nvdla_cfgrom_cfgrom_csc_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_desc_bits", __name__, (
     BitField("CSC_DESC", 0, 32, access="r", reset=0x300005),  # bits 31:0, read only, reset 0x300005
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_csc_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_cap_incompat_bits", __name__, (
     BitField("CSC_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_csc_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_cap_compat_bits", __name__, (
     BitField("CSC_CAP_COMPAT", 0, 32, access="r", reset=0x10),  # bits 31:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_feature_types_bits", __name__, (
     BitField("CSC_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_weight_types_bits", __name__, (
     BitField("CSC_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_atomic_c_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_atomic_c_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_atomic_c_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_atomic_c_bits", __name__, (
     BitField("CSC_BASE_ATOMIC_C", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_atomic_k_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_atomic_k_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_atomic_k_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_atomic_k_bits", __name__, (
     BitField("CSC_BASE_ATOMIC_K", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_atomic_m_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_atomic_m_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_atomic_m_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_atomic_m_bits", __name__, (
     BitField("CSC_BASE_ATOMIC_M", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits", __name__, (
     BitField("CSC_BASE_CBUF_BANK_NUM", 0, 32, access="r", reset=0x20),  # bits 31:0, read only, reset 0x20
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits", __name__, (
     BitField("CSC_BASE_CBUF_BANK_WIDTH", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits", __name__, (
     BitField("CSC_BASE_CBUF_BANK_DEPTH", 0, 32, access="r", reset=0x200),  # bits 31:0, read only, reset 0x200
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_csc_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_base_cdma_id_bits", __name__, (
     BitField("CSC_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_csc_multi_batch_max_bits = register_bits("nvdla_cfgrom_cfgrom_csc_multi_batch_max_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_csc_multi_batch_max_bits = register_bits("nvdla_v2_cfgrom_cfgrom_csc_multi_batch_max_bits", __name__, (
     BitField("CSC_MULTI_BATCH_MAX", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_desc_bits", __name__, (
     BitField("CMAC_A_DESC", 0, 32, access="r", reset=0x1c0006),  # bits 31:0, read only, reset 0x1c0006
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_cap_incompat_bits", __name__, (
     BitField("CMAC_A_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_cap_compat_bits", __name__, (
     BitField("CMAC_A_CAP_COMPAT", 0, 32, access="r", reset=0x10),  # bits 31:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_base_feature_types_bits", __name__, (
     BitField("CMAC_A_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_base_weight_types_bits", __name__, (
     BitField("CMAC_A_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_base_atomic_c_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_base_atomic_c_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_c_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_c_bits", __name__, (
     BitField("CMAC_A_BASE_ATOMIC_C", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_base_atomic_k_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_base_atomic_k_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_k_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_k_bits", __name__, (
     BitField("CMAC_A_BASE_ATOMIC_K", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_a_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_a_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_a_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_a_base_cdma_id_bits", __name__, (
     BitField("CMAC_A_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_desc_bits", __name__, (
     BitField("CMAC_B_DESC", 0, 32, access="r", reset=0x1c0006),  # bits 31:0, read only, reset 0x1c0006
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_cap_incompat_bits", __name__, (
     BitField("CMAC_B_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_cap_compat_bits", __name__, (
     BitField("CMAC_B_CAP_COMPAT", 0, 32, access="r", reset=0x10),  # bits 31:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_base_feature_types_bits", __name__, (
     BitField("CMAC_B_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_base_weight_types_bits", __name__, (
     BitField("CMAC_B_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_base_atomic_c_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_base_atomic_c_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_c_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_c_bits", __name__, (
     BitField("CMAC_B_BASE_ATOMIC_C", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_base_atomic_k_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_base_atomic_k_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_k_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_k_bits", __name__, (
     BitField("CMAC_B_BASE_ATOMIC_K", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cmac_b_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_cmac_b_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cmac_b_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cmac_b_base_cdma_id_bits", __name__, (
     BitField("CMAC_B_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_desc_bits", __name__, (
     BitField("CACC_DESC", 0, 32, access="r", reset=0x200007),  # bits 31:0, read only, reset 0x200007
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_cap_incompat_bits", __name__, (
     BitField("CACC_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_cap_compat_bits", __name__, (
     BitField("CACC_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_base_feature_types_bits", __name__, (
     BitField("CACC_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_base_weight_types_bits", __name__, (
     BitField("CACC_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_base_atomic_c_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_base_atomic_c_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_c_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_c_bits", __name__, (
     BitField("CACC_BASE_ATOMIC_C", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_base_atomic_k_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_base_atomic_k_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_k_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_k_bits", __name__, (
     BitField("CACC_BASE_ATOMIC_K", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_base_cdma_id_bits", __name__, (
     BitField("CACC_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_cacc_multi_batch_max_bits = register_bits("nvdla_cfgrom_cfgrom_cacc_multi_batch_max_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cacc_multi_batch_max_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cacc_multi_batch_max_bits", __name__, (
     BitField("CACC_MULTI_BATCH_MAX", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_rdma_desc_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_rdma_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_rdma_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_rdma_desc_bits", __name__, (
     BitField("SDP_RDMA_DESC", 0, 32, access="r", reset=0xe0008),  # bits 31:0, read only, reset 0xe0008
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits", __name__, (
     BitField("SDP_RDMA_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_rdma_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_rdma_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_compat_bits", __name__, (
     BitField("SDP_RDMA_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits", __name__, (
     BitField("SDP_RDMA_BASE_ATOMIC_M", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits", __name__, (
     BitField("SDP_RDMA_BASE_SDP_ID", 0, 32, access="r", reset=0x9),  # bits 31:0, read only, reset 0x9
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_desc_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_desc_bits", __name__, (
     BitField("SDP_DESC", 0, 32, access="r", reset=0x200009),  # bits 31:0, read only, reset 0x200009
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_cap_incompat_bits", __name__, (
     BitField("SDP_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_cap_compat_bits", __name__, (
     BitField("SDP_CAP_COMPAT", 0, 32, access="r", reset=0x18),  # bits 31:0, read only, reset 0x18
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_base_feature_types_bits", __name__, (
     BitField("SDP_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_base_weight_types_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_base_weight_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_base_weight_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_base_weight_types_bits", __name__, (
     BitField("SDP_BASE_WEIGHT_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_base_cdma_id_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_base_cdma_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_base_cdma_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_base_cdma_id_bits", __name__, (
     BitField("SDP_BASE_CDMA_ID", 0, 32, access="r", reset=0x3),  # bits 31:0, read only, reset 0x3
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_multi_batch_max_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_multi_batch_max_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_multi_batch_max_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_multi_batch_max_bits", __name__, (
     BitField("SDP_MULTI_BATCH_MAX", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_bs_throughput_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_bs_throughput_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_bs_throughput_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_bs_throughput_bits", __name__, (
     BitField("SDP_BS_THROUGHPUT", 0, 32, access="r", reset=0x1),  # bits 31:0, read only, reset 0x1
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_bn_throughput_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_bn_throughput_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_bn_throughput_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_bn_throughput_bits", __name__, (
     BitField("SDP_BN_THROUGHPUT", 0, 32, access="r", reset=0x1),  # bits 31:0, read only, reset 0x1
 ))
 
 
-nvdla_cfgrom_cfgrom_sdp_ew_throughput_bits = register_bits("nvdla_cfgrom_cfgrom_sdp_ew_throughput_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_sdp_ew_throughput_bits = register_bits("nvdla_v2_cfgrom_cfgrom_sdp_ew_throughput_bits", __name__, (
     BitField("SDP_EW_THROUGHPUT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_rdma_desc_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_rdma_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_rdma_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_rdma_desc_bits", __name__, (
     BitField("PDP_RDMA_DESC", 0, 32, access="r", reset=0xe000a),  # bits 31:0, read only, reset 0xe000a
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits", __name__, (
     BitField("PDP_RDMA_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_rdma_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_rdma_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_compat_bits", __name__, (
     BitField("PDP_RDMA_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits", __name__, (
     BitField("PDP_RDMA_BASE_ATOMIC_M", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits", __name__, (
     BitField("PDP_RDMA_BASE_PDP_ID", 0, 32, access="r", reset=0xb),  # bits 31:0, read only, reset 0xb
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_desc_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_desc_bits", __name__, (
     BitField("PDP_DESC", 0, 32, access="r", reset=0x10000b),  # bits 31:0, read only, reset 0x10000b
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_cap_incompat_bits", __name__, (
     BitField("PDP_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_cap_compat_bits", __name__, (
     BitField("PDP_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_base_feature_types_bits", __name__, (
     BitField("PDP_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_pdp_base_throughput_bits = register_bits("nvdla_cfgrom_cfgrom_pdp_base_throughput_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_pdp_base_throughput_bits = register_bits("nvdla_v2_cfgrom_cfgrom_pdp_base_throughput_bits", __name__, (
     BitField("PDP_BASE_THROUGHPUT", 0, 32, access="r", reset=0x1),  # bits 31:0, read only, reset 0x1
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_rdma_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_rdma_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_rdma_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_rdma_desc_bits", __name__, (
     BitField("CDP_RDMA_DESC", 0, 32, access="r", reset=0xe000c),  # bits 31:0, read only, reset 0xe000c
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits", __name__, (
     BitField("CDP_RDMA_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_rdma_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_rdma_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_compat_bits", __name__, (
     BitField("CDP_RDMA_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits", __name__, (
     BitField("CDP_RDMA_BASE_ATOMIC_M", 0, 32, access="r", reset=0x8),  # bits 31:0, read only, reset 0x8
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits", __name__, (
     BitField("CDP_RDMA_BASE_CDP_ID", 0, 32, access="r", reset=0xd),  # bits 31:0, read only, reset 0xd
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_desc_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_desc_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_desc_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_desc_bits", __name__, (
     BitField("CDP_DESC", 0, 32, access="r", reset=0x10000d),  # bits 31:0, read only, reset 0x10000d
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_cap_incompat_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_cap_incompat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_cap_incompat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_cap_incompat_bits", __name__, (
     BitField("CDP_CAP_INCOMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_cap_compat_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_cap_compat_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_cap_compat_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_cap_compat_bits", __name__, (
     BitField("CDP_CAP_COMPAT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_base_feature_types_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_base_feature_types_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_base_feature_types_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_base_feature_types_bits", __name__, (
     BitField("CDP_BASE_FEATURE_TYPES", 0, 12, access="r", reset=0x10),  # bits 11:0, read only, reset 0x10
 ))
 
 
-nvdla_cfgrom_cfgrom_cdp_base_throughput_bits = register_bits("nvdla_cfgrom_cfgrom_cdp_base_throughput_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_cdp_base_throughput_bits = register_bits("nvdla_v2_cfgrom_cfgrom_cdp_base_throughput_bits", __name__, (
     BitField("CDP_BASE_THROUGHPUT", 0, 32, access="r", reset=0x1),  # bits 31:0, read only, reset 0x1
 ))
 
 
-nvdla_cfgrom_cfgrom_end_of_list_bits = register_bits("nvdla_cfgrom_cfgrom_end_of_list_bits", __name__, (
+nvdla_v2_cfgrom_cfgrom_end_of_list_bits = register_bits("nvdla_v2_cfgrom_cfgrom_end_of_list_bits", __name__, (
     BitField("END_OF_LIST", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-class nvdla_cfgrom_t(Record):
+class nvdla_v2_cfgrom_t(Record):
     """Configuration ROM: the hardware's configuration as a list of unit descriptors (id, length, capabilities, parameters). The reset values given here are nv_small's; a device of another configuration reads its own (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("cfgrom_hw_version", nvdla_cfgrom_cfgrom_hw_version_bits),  # offset 0, 4 bytes; reset 0x10001
-        ("cfgrom_glb_desc", nvdla_cfgrom_cfgrom_glb_desc_bits),  # offset 4, 4 bytes; reset 0x1
-        ("cfgrom_cif_desc", nvdla_cfgrom_cfgrom_cif_desc_bits),  # offset 8, 4 bytes; reset 0x180002
-        ("cfgrom_cif_cap_incompat", nvdla_cfgrom_cfgrom_cif_cap_incompat_bits),  # offset 12, 4 bytes; reset 0x0
-        ("cfgrom_cif_cap_compat", nvdla_cfgrom_cfgrom_cif_cap_compat_bits),  # offset 16, 4 bytes; reset 0x0
-        ("cfgrom_cif_base_width", nvdla_cfgrom_cfgrom_cif_base_width_bits),  # offset 20, 4 bytes; reset 0x8
-        ("cfgrom_cif_base_latency", nvdla_cfgrom_cfgrom_cif_base_latency_bits),  # offset 24, 4 bytes; reset 0x32
-        ("cfgrom_cif_base_burst_length_max", nvdla_cfgrom_cfgrom_cif_base_burst_length_max_bits),  # offset 28, 4 bytes; reset 0x80
-        ("cfgrom_cif_base_mem_addr_width", nvdla_cfgrom_cfgrom_cif_base_mem_addr_width_bits),  # offset 32, 4 bytes; reset 0x400
-        ("cfgrom_cdma_desc", nvdla_cfgrom_cfgrom_cdma_desc_bits),  # offset 36, 4 bytes; reset 0x340003
-        ("cfgrom_cdma_cap_incompat", nvdla_cfgrom_cfgrom_cdma_cap_incompat_bits),  # offset 40, 4 bytes; reset 0x0
-        ("cfgrom_cdma_cap_compat", nvdla_cfgrom_cfgrom_cdma_cap_compat_bits),  # offset 44, 4 bytes; reset 0x10
-        ("cfgrom_cdma_base_feature_types", nvdla_cfgrom_cfgrom_cdma_base_feature_types_bits),  # offset 48, 4 bytes; reset 0x10
-        ("cfgrom_cdma_base_weight_types", nvdla_cfgrom_cfgrom_cdma_base_weight_types_bits),  # offset 52, 4 bytes; reset 0x10
-        ("cfgrom_cdma_base_atomic_c", nvdla_cfgrom_cfgrom_cdma_base_atomic_c_bits),  # offset 56, 4 bytes; reset 0x8
-        ("cfgrom_cdma_base_atomic_k", nvdla_cfgrom_cfgrom_cdma_base_atomic_k_bits),  # offset 60, 4 bytes; reset 0x8
-        ("cfgrom_cdma_base_atomic_m", nvdla_cfgrom_cfgrom_cdma_base_atomic_m_bits),  # offset 64, 4 bytes; reset 0x8
-        ("cfgrom_cdma_base_cbuf_bank_num", nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits),  # offset 68, 4 bytes; reset 0x20
-        ("cfgrom_cdma_base_cbuf_bank_width", nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits),  # offset 72, 4 bytes; reset 0x8
-        ("cfgrom_cdma_base_cbuf_bank_depth", nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits),  # offset 76, 4 bytes; reset 0x200
-        ("cfgrom_cdma_multi_batch_max", nvdla_cfgrom_cfgrom_cdma_multi_batch_max_bits),  # offset 80, 4 bytes; reset 0x0
-        ("cfgrom_cdma_image_in_formats_packed", nvdla_cfgrom_cfgrom_cdma_image_in_formats_packed_bits),  # offset 84, 4 bytes; reset 0xcfff001
-        ("cfgrom_cdma_image_in_formats_semi", nvdla_cfgrom_cfgrom_cdma_image_in_formats_semi_bits),  # offset 88, 4 bytes; reset 0x3
-        ("cfgrom_cbuf_desc", nvdla_cfgrom_cfgrom_cbuf_desc_bits),  # offset 92, 4 bytes; reset 0x180004
-        ("cfgrom_cbuf_cap_incompat", nvdla_cfgrom_cfgrom_cbuf_cap_incompat_bits),  # offset 96, 4 bytes; reset 0x0
-        ("cfgrom_cbuf_cap_compat", nvdla_cfgrom_cfgrom_cbuf_cap_compat_bits),  # offset 100, 4 bytes; reset 0x0
-        ("cfgrom_cbuf_base_cbuf_bank_num", nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits),  # offset 104, 4 bytes; reset 0x20
-        ("cfgrom_cbuf_base_cbuf_bank_width", nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits),  # offset 108, 4 bytes; reset 0x8
-        ("cfgrom_cbuf_base_cbuf_bank_depth", nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits),  # offset 112, 4 bytes; reset 0x200
-        ("cfgrom_cbuf_base_cdma_id", nvdla_cfgrom_cfgrom_cbuf_base_cdma_id_bits),  # offset 116, 4 bytes; reset 0x3
-        ("cfgrom_csc_desc", nvdla_cfgrom_cfgrom_csc_desc_bits),  # offset 120, 4 bytes; reset 0x300005
-        ("cfgrom_csc_cap_incompat", nvdla_cfgrom_cfgrom_csc_cap_incompat_bits),  # offset 124, 4 bytes; reset 0x0
-        ("cfgrom_csc_cap_compat", nvdla_cfgrom_cfgrom_csc_cap_compat_bits),  # offset 128, 4 bytes; reset 0x10
-        ("cfgrom_csc_base_feature_types", nvdla_cfgrom_cfgrom_csc_base_feature_types_bits),  # offset 132, 4 bytes; reset 0x10
-        ("cfgrom_csc_base_weight_types", nvdla_cfgrom_cfgrom_csc_base_weight_types_bits),  # offset 136, 4 bytes; reset 0x10
-        ("cfgrom_csc_base_atomic_c", nvdla_cfgrom_cfgrom_csc_base_atomic_c_bits),  # offset 140, 4 bytes; reset 0x8
-        ("cfgrom_csc_base_atomic_k", nvdla_cfgrom_cfgrom_csc_base_atomic_k_bits),  # offset 144, 4 bytes; reset 0x8
-        ("cfgrom_csc_base_atomic_m", nvdla_cfgrom_cfgrom_csc_base_atomic_m_bits),  # offset 148, 4 bytes; reset 0x8
-        ("cfgrom_csc_base_cbuf_bank_num", nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits),  # offset 152, 4 bytes; reset 0x20
-        ("cfgrom_csc_base_cbuf_bank_width", nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits),  # offset 156, 4 bytes; reset 0x8
-        ("cfgrom_csc_base_cbuf_bank_depth", nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits),  # offset 160, 4 bytes; reset 0x200
-        ("cfgrom_csc_base_cdma_id", nvdla_cfgrom_cfgrom_csc_base_cdma_id_bits),  # offset 164, 4 bytes; reset 0x3
-        ("cfgrom_csc_multi_batch_max", nvdla_cfgrom_cfgrom_csc_multi_batch_max_bits),  # offset 168, 4 bytes; reset 0x0
-        ("cfgrom_cmac_a_desc", nvdla_cfgrom_cfgrom_cmac_a_desc_bits),  # offset 172, 4 bytes; reset 0x1c0006
-        ("cfgrom_cmac_a_cap_incompat", nvdla_cfgrom_cfgrom_cmac_a_cap_incompat_bits),  # offset 176, 4 bytes; reset 0x0
-        ("cfgrom_cmac_a_cap_compat", nvdla_cfgrom_cfgrom_cmac_a_cap_compat_bits),  # offset 180, 4 bytes; reset 0x10
-        ("cfgrom_cmac_a_base_feature_types", nvdla_cfgrom_cfgrom_cmac_a_base_feature_types_bits),  # offset 184, 4 bytes; reset 0x10
-        ("cfgrom_cmac_a_base_weight_types", nvdla_cfgrom_cfgrom_cmac_a_base_weight_types_bits),  # offset 188, 4 bytes; reset 0x10
-        ("cfgrom_cmac_a_base_atomic_c", nvdla_cfgrom_cfgrom_cmac_a_base_atomic_c_bits),  # offset 192, 4 bytes; reset 0x8
-        ("cfgrom_cmac_a_base_atomic_k", nvdla_cfgrom_cfgrom_cmac_a_base_atomic_k_bits),  # offset 196, 4 bytes; reset 0x8
-        ("cfgrom_cmac_a_base_cdma_id", nvdla_cfgrom_cfgrom_cmac_a_base_cdma_id_bits),  # offset 200, 4 bytes; reset 0x3
-        ("cfgrom_cmac_b_desc", nvdla_cfgrom_cfgrom_cmac_b_desc_bits),  # offset 204, 4 bytes; reset 0x1c0006
-        ("cfgrom_cmac_b_cap_incompat", nvdla_cfgrom_cfgrom_cmac_b_cap_incompat_bits),  # offset 208, 4 bytes; reset 0x0
-        ("cfgrom_cmac_b_cap_compat", nvdla_cfgrom_cfgrom_cmac_b_cap_compat_bits),  # offset 212, 4 bytes; reset 0x10
-        ("cfgrom_cmac_b_base_feature_types", nvdla_cfgrom_cfgrom_cmac_b_base_feature_types_bits),  # offset 216, 4 bytes; reset 0x10
-        ("cfgrom_cmac_b_base_weight_types", nvdla_cfgrom_cfgrom_cmac_b_base_weight_types_bits),  # offset 220, 4 bytes; reset 0x10
-        ("cfgrom_cmac_b_base_atomic_c", nvdla_cfgrom_cfgrom_cmac_b_base_atomic_c_bits),  # offset 224, 4 bytes; reset 0x8
-        ("cfgrom_cmac_b_base_atomic_k", nvdla_cfgrom_cfgrom_cmac_b_base_atomic_k_bits),  # offset 228, 4 bytes; reset 0x8
-        ("cfgrom_cmac_b_base_cdma_id", nvdla_cfgrom_cfgrom_cmac_b_base_cdma_id_bits),  # offset 232, 4 bytes; reset 0x3
-        ("cfgrom_cacc_desc", nvdla_cfgrom_cfgrom_cacc_desc_bits),  # offset 236, 4 bytes; reset 0x200007
-        ("cfgrom_cacc_cap_incompat", nvdla_cfgrom_cfgrom_cacc_cap_incompat_bits),  # offset 240, 4 bytes; reset 0x0
-        ("cfgrom_cacc_cap_compat", nvdla_cfgrom_cfgrom_cacc_cap_compat_bits),  # offset 244, 4 bytes; reset 0x0
-        ("cfgrom_cacc_base_feature_types", nvdla_cfgrom_cfgrom_cacc_base_feature_types_bits),  # offset 248, 4 bytes; reset 0x10
-        ("cfgrom_cacc_base_weight_types", nvdla_cfgrom_cfgrom_cacc_base_weight_types_bits),  # offset 252, 4 bytes; reset 0x10
-        ("cfgrom_cacc_base_atomic_c", nvdla_cfgrom_cfgrom_cacc_base_atomic_c_bits),  # offset 256, 4 bytes; reset 0x8
-        ("cfgrom_cacc_base_atomic_k", nvdla_cfgrom_cfgrom_cacc_base_atomic_k_bits),  # offset 260, 4 bytes; reset 0x8
-        ("cfgrom_cacc_base_cdma_id", nvdla_cfgrom_cfgrom_cacc_base_cdma_id_bits),  # offset 264, 4 bytes; reset 0x3
-        ("cfgrom_cacc_multi_batch_max", nvdla_cfgrom_cfgrom_cacc_multi_batch_max_bits),  # offset 268, 4 bytes; reset 0x0
-        ("cfgrom_sdp_rdma_desc", nvdla_cfgrom_cfgrom_sdp_rdma_desc_bits),  # offset 272, 4 bytes; reset 0xe0008
-        ("cfgrom_sdp_rdma_cap_incompat", nvdla_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits),  # offset 276, 4 bytes; reset 0x0
-        ("cfgrom_sdp_rdma_cap_compat", nvdla_cfgrom_cfgrom_sdp_rdma_cap_compat_bits),  # offset 280, 4 bytes; reset 0x0
-        ("cfgrom_sdp_rdma_base_atomic_m", nvdla_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits),  # offset 284, 4 bytes; reset 0x8
-        ("cfgrom_sdp_rdma_base_sdp_id", nvdla_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits),  # offset 288, 4 bytes; reset 0x9
-        ("cfgrom_sdp_desc", nvdla_cfgrom_cfgrom_sdp_desc_bits),  # offset 292, 4 bytes; reset 0x200009
-        ("cfgrom_sdp_cap_incompat", nvdla_cfgrom_cfgrom_sdp_cap_incompat_bits),  # offset 296, 4 bytes; reset 0x0
-        ("cfgrom_sdp_cap_compat", nvdla_cfgrom_cfgrom_sdp_cap_compat_bits),  # offset 300, 4 bytes; reset 0x18
-        ("cfgrom_sdp_base_feature_types", nvdla_cfgrom_cfgrom_sdp_base_feature_types_bits),  # offset 304, 4 bytes; reset 0x10
-        ("cfgrom_sdp_base_weight_types", nvdla_cfgrom_cfgrom_sdp_base_weight_types_bits),  # offset 308, 4 bytes; reset 0x10
-        ("cfgrom_sdp_base_cdma_id", nvdla_cfgrom_cfgrom_sdp_base_cdma_id_bits),  # offset 312, 4 bytes; reset 0x3
-        ("cfgrom_sdp_multi_batch_max", nvdla_cfgrom_cfgrom_sdp_multi_batch_max_bits),  # offset 316, 4 bytes; reset 0x0
-        ("cfgrom_sdp_bs_throughput", nvdla_cfgrom_cfgrom_sdp_bs_throughput_bits),  # offset 320, 4 bytes; reset 0x1
-        ("cfgrom_sdp_bn_throughput", nvdla_cfgrom_cfgrom_sdp_bn_throughput_bits),  # offset 324, 4 bytes; reset 0x1
-        ("cfgrom_sdp_ew_throughput", nvdla_cfgrom_cfgrom_sdp_ew_throughput_bits),  # offset 328, 4 bytes; reset 0x0
-        ("cfgrom_pdp_rdma_desc", nvdla_cfgrom_cfgrom_pdp_rdma_desc_bits),  # offset 332, 4 bytes; reset 0xe000a
-        ("cfgrom_pdp_rdma_cap_incompat", nvdla_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits),  # offset 336, 4 bytes; reset 0x0
-        ("cfgrom_pdp_rdma_cap_compat", nvdla_cfgrom_cfgrom_pdp_rdma_cap_compat_bits),  # offset 340, 4 bytes; reset 0x0
-        ("cfgrom_pdp_rdma_base_atomic_m", nvdla_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits),  # offset 344, 4 bytes; reset 0x8
-        ("cfgrom_pdp_rdma_base_pdp_id", nvdla_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits),  # offset 348, 4 bytes; reset 0xb
-        ("cfgrom_pdp_desc", nvdla_cfgrom_cfgrom_pdp_desc_bits),  # offset 352, 4 bytes; reset 0x10000b
-        ("cfgrom_pdp_cap_incompat", nvdla_cfgrom_cfgrom_pdp_cap_incompat_bits),  # offset 356, 4 bytes; reset 0x0
-        ("cfgrom_pdp_cap_compat", nvdla_cfgrom_cfgrom_pdp_cap_compat_bits),  # offset 360, 4 bytes; reset 0x0
-        ("cfgrom_pdp_base_feature_types", nvdla_cfgrom_cfgrom_pdp_base_feature_types_bits),  # offset 364, 4 bytes; reset 0x10
-        ("cfgrom_pdp_base_throughput", nvdla_cfgrom_cfgrom_pdp_base_throughput_bits),  # offset 368, 4 bytes; reset 0x1
-        ("cfgrom_cdp_rdma_desc", nvdla_cfgrom_cfgrom_cdp_rdma_desc_bits),  # offset 372, 4 bytes; reset 0xe000c
-        ("cfgrom_cdp_rdma_cap_incompat", nvdla_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits),  # offset 376, 4 bytes; reset 0x0
-        ("cfgrom_cdp_rdma_cap_compat", nvdla_cfgrom_cfgrom_cdp_rdma_cap_compat_bits),  # offset 380, 4 bytes; reset 0x0
-        ("cfgrom_cdp_rdma_base_atomic_m", nvdla_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits),  # offset 384, 4 bytes; reset 0x8
-        ("cfgrom_cdp_rdma_base_cdp_id", nvdla_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits),  # offset 388, 4 bytes; reset 0xd
-        ("cfgrom_cdp_desc", nvdla_cfgrom_cfgrom_cdp_desc_bits),  # offset 392, 4 bytes; reset 0x10000d
-        ("cfgrom_cdp_cap_incompat", nvdla_cfgrom_cfgrom_cdp_cap_incompat_bits),  # offset 396, 4 bytes; reset 0x0
-        ("cfgrom_cdp_cap_compat", nvdla_cfgrom_cfgrom_cdp_cap_compat_bits),  # offset 400, 4 bytes; reset 0x0
-        ("cfgrom_cdp_base_feature_types", nvdla_cfgrom_cfgrom_cdp_base_feature_types_bits),  # offset 404, 4 bytes; reset 0x10
-        ("cfgrom_cdp_base_throughput", nvdla_cfgrom_cfgrom_cdp_base_throughput_bits),  # offset 408, 4 bytes; reset 0x1
-        ("cfgrom_end_of_list", nvdla_cfgrom_cfgrom_end_of_list_bits),  # offset 412, 4 bytes; reset 0x0
+        ("cfgrom_hw_version", nvdla_v2_cfgrom_cfgrom_hw_version_bits),  # offset 0, 4 bytes; reset 0x10001
+        ("cfgrom_glb_desc", nvdla_v2_cfgrom_cfgrom_glb_desc_bits),  # offset 4, 4 bytes; reset 0x1
+        ("cfgrom_cif_desc", nvdla_v2_cfgrom_cfgrom_cif_desc_bits),  # offset 8, 4 bytes; reset 0x180002
+        ("cfgrom_cif_cap_incompat", nvdla_v2_cfgrom_cfgrom_cif_cap_incompat_bits),  # offset 12, 4 bytes; reset 0x0
+        ("cfgrom_cif_cap_compat", nvdla_v2_cfgrom_cfgrom_cif_cap_compat_bits),  # offset 16, 4 bytes; reset 0x0
+        ("cfgrom_cif_base_width", nvdla_v2_cfgrom_cfgrom_cif_base_width_bits),  # offset 20, 4 bytes; reset 0x8
+        ("cfgrom_cif_base_latency", nvdla_v2_cfgrom_cfgrom_cif_base_latency_bits),  # offset 24, 4 bytes; reset 0x32
+        ("cfgrom_cif_base_burst_length_max", nvdla_v2_cfgrom_cfgrom_cif_base_burst_length_max_bits),  # offset 28, 4 bytes; reset 0x80
+        ("cfgrom_cif_base_mem_addr_width", nvdla_v2_cfgrom_cfgrom_cif_base_mem_addr_width_bits),  # offset 32, 4 bytes; reset 0x400
+        ("cfgrom_cdma_desc", nvdla_v2_cfgrom_cfgrom_cdma_desc_bits),  # offset 36, 4 bytes; reset 0x340003
+        ("cfgrom_cdma_cap_incompat", nvdla_v2_cfgrom_cfgrom_cdma_cap_incompat_bits),  # offset 40, 4 bytes; reset 0x0
+        ("cfgrom_cdma_cap_compat", nvdla_v2_cfgrom_cfgrom_cdma_cap_compat_bits),  # offset 44, 4 bytes; reset 0x10
+        ("cfgrom_cdma_base_feature_types", nvdla_v2_cfgrom_cfgrom_cdma_base_feature_types_bits),  # offset 48, 4 bytes; reset 0x10
+        ("cfgrom_cdma_base_weight_types", nvdla_v2_cfgrom_cfgrom_cdma_base_weight_types_bits),  # offset 52, 4 bytes; reset 0x10
+        ("cfgrom_cdma_base_atomic_c", nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_c_bits),  # offset 56, 4 bytes; reset 0x8
+        ("cfgrom_cdma_base_atomic_k", nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_k_bits),  # offset 60, 4 bytes; reset 0x8
+        ("cfgrom_cdma_base_atomic_m", nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_m_bits),  # offset 64, 4 bytes; reset 0x8
+        ("cfgrom_cdma_base_cbuf_bank_num", nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits),  # offset 68, 4 bytes; reset 0x20
+        ("cfgrom_cdma_base_cbuf_bank_width", nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits),  # offset 72, 4 bytes; reset 0x8
+        ("cfgrom_cdma_base_cbuf_bank_depth", nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits),  # offset 76, 4 bytes; reset 0x200
+        ("cfgrom_cdma_multi_batch_max", nvdla_v2_cfgrom_cfgrom_cdma_multi_batch_max_bits),  # offset 80, 4 bytes; reset 0x0
+        ("cfgrom_cdma_image_in_formats_packed", nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_packed_bits),  # offset 84, 4 bytes; reset 0xcfff001
+        ("cfgrom_cdma_image_in_formats_semi", nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_semi_bits),  # offset 88, 4 bytes; reset 0x3
+        ("cfgrom_cbuf_desc", nvdla_v2_cfgrom_cfgrom_cbuf_desc_bits),  # offset 92, 4 bytes; reset 0x180004
+        ("cfgrom_cbuf_cap_incompat", nvdla_v2_cfgrom_cfgrom_cbuf_cap_incompat_bits),  # offset 96, 4 bytes; reset 0x0
+        ("cfgrom_cbuf_cap_compat", nvdla_v2_cfgrom_cfgrom_cbuf_cap_compat_bits),  # offset 100, 4 bytes; reset 0x0
+        ("cfgrom_cbuf_base_cbuf_bank_num", nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits),  # offset 104, 4 bytes; reset 0x20
+        ("cfgrom_cbuf_base_cbuf_bank_width", nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits),  # offset 108, 4 bytes; reset 0x8
+        ("cfgrom_cbuf_base_cbuf_bank_depth", nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits),  # offset 112, 4 bytes; reset 0x200
+        ("cfgrom_cbuf_base_cdma_id", nvdla_v2_cfgrom_cfgrom_cbuf_base_cdma_id_bits),  # offset 116, 4 bytes; reset 0x3
+        ("cfgrom_csc_desc", nvdla_v2_cfgrom_cfgrom_csc_desc_bits),  # offset 120, 4 bytes; reset 0x300005
+        ("cfgrom_csc_cap_incompat", nvdla_v2_cfgrom_cfgrom_csc_cap_incompat_bits),  # offset 124, 4 bytes; reset 0x0
+        ("cfgrom_csc_cap_compat", nvdla_v2_cfgrom_cfgrom_csc_cap_compat_bits),  # offset 128, 4 bytes; reset 0x10
+        ("cfgrom_csc_base_feature_types", nvdla_v2_cfgrom_cfgrom_csc_base_feature_types_bits),  # offset 132, 4 bytes; reset 0x10
+        ("cfgrom_csc_base_weight_types", nvdla_v2_cfgrom_cfgrom_csc_base_weight_types_bits),  # offset 136, 4 bytes; reset 0x10
+        ("cfgrom_csc_base_atomic_c", nvdla_v2_cfgrom_cfgrom_csc_base_atomic_c_bits),  # offset 140, 4 bytes; reset 0x8
+        ("cfgrom_csc_base_atomic_k", nvdla_v2_cfgrom_cfgrom_csc_base_atomic_k_bits),  # offset 144, 4 bytes; reset 0x8
+        ("cfgrom_csc_base_atomic_m", nvdla_v2_cfgrom_cfgrom_csc_base_atomic_m_bits),  # offset 148, 4 bytes; reset 0x8
+        ("cfgrom_csc_base_cbuf_bank_num", nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits),  # offset 152, 4 bytes; reset 0x20
+        ("cfgrom_csc_base_cbuf_bank_width", nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits),  # offset 156, 4 bytes; reset 0x8
+        ("cfgrom_csc_base_cbuf_bank_depth", nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits),  # offset 160, 4 bytes; reset 0x200
+        ("cfgrom_csc_base_cdma_id", nvdla_v2_cfgrom_cfgrom_csc_base_cdma_id_bits),  # offset 164, 4 bytes; reset 0x3
+        ("cfgrom_csc_multi_batch_max", nvdla_v2_cfgrom_cfgrom_csc_multi_batch_max_bits),  # offset 168, 4 bytes; reset 0x0
+        ("cfgrom_cmac_a_desc", nvdla_v2_cfgrom_cfgrom_cmac_a_desc_bits),  # offset 172, 4 bytes; reset 0x1c0006
+        ("cfgrom_cmac_a_cap_incompat", nvdla_v2_cfgrom_cfgrom_cmac_a_cap_incompat_bits),  # offset 176, 4 bytes; reset 0x0
+        ("cfgrom_cmac_a_cap_compat", nvdla_v2_cfgrom_cfgrom_cmac_a_cap_compat_bits),  # offset 180, 4 bytes; reset 0x10
+        ("cfgrom_cmac_a_base_feature_types", nvdla_v2_cfgrom_cfgrom_cmac_a_base_feature_types_bits),  # offset 184, 4 bytes; reset 0x10
+        ("cfgrom_cmac_a_base_weight_types", nvdla_v2_cfgrom_cfgrom_cmac_a_base_weight_types_bits),  # offset 188, 4 bytes; reset 0x10
+        ("cfgrom_cmac_a_base_atomic_c", nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_c_bits),  # offset 192, 4 bytes; reset 0x8
+        ("cfgrom_cmac_a_base_atomic_k", nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_k_bits),  # offset 196, 4 bytes; reset 0x8
+        ("cfgrom_cmac_a_base_cdma_id", nvdla_v2_cfgrom_cfgrom_cmac_a_base_cdma_id_bits),  # offset 200, 4 bytes; reset 0x3
+        ("cfgrom_cmac_b_desc", nvdla_v2_cfgrom_cfgrom_cmac_b_desc_bits),  # offset 204, 4 bytes; reset 0x1c0006
+        ("cfgrom_cmac_b_cap_incompat", nvdla_v2_cfgrom_cfgrom_cmac_b_cap_incompat_bits),  # offset 208, 4 bytes; reset 0x0
+        ("cfgrom_cmac_b_cap_compat", nvdla_v2_cfgrom_cfgrom_cmac_b_cap_compat_bits),  # offset 212, 4 bytes; reset 0x10
+        ("cfgrom_cmac_b_base_feature_types", nvdla_v2_cfgrom_cfgrom_cmac_b_base_feature_types_bits),  # offset 216, 4 bytes; reset 0x10
+        ("cfgrom_cmac_b_base_weight_types", nvdla_v2_cfgrom_cfgrom_cmac_b_base_weight_types_bits),  # offset 220, 4 bytes; reset 0x10
+        ("cfgrom_cmac_b_base_atomic_c", nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_c_bits),  # offset 224, 4 bytes; reset 0x8
+        ("cfgrom_cmac_b_base_atomic_k", nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_k_bits),  # offset 228, 4 bytes; reset 0x8
+        ("cfgrom_cmac_b_base_cdma_id", nvdla_v2_cfgrom_cfgrom_cmac_b_base_cdma_id_bits),  # offset 232, 4 bytes; reset 0x3
+        ("cfgrom_cacc_desc", nvdla_v2_cfgrom_cfgrom_cacc_desc_bits),  # offset 236, 4 bytes; reset 0x200007
+        ("cfgrom_cacc_cap_incompat", nvdla_v2_cfgrom_cfgrom_cacc_cap_incompat_bits),  # offset 240, 4 bytes; reset 0x0
+        ("cfgrom_cacc_cap_compat", nvdla_v2_cfgrom_cfgrom_cacc_cap_compat_bits),  # offset 244, 4 bytes; reset 0x0
+        ("cfgrom_cacc_base_feature_types", nvdla_v2_cfgrom_cfgrom_cacc_base_feature_types_bits),  # offset 248, 4 bytes; reset 0x10
+        ("cfgrom_cacc_base_weight_types", nvdla_v2_cfgrom_cfgrom_cacc_base_weight_types_bits),  # offset 252, 4 bytes; reset 0x10
+        ("cfgrom_cacc_base_atomic_c", nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_c_bits),  # offset 256, 4 bytes; reset 0x8
+        ("cfgrom_cacc_base_atomic_k", nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_k_bits),  # offset 260, 4 bytes; reset 0x8
+        ("cfgrom_cacc_base_cdma_id", nvdla_v2_cfgrom_cfgrom_cacc_base_cdma_id_bits),  # offset 264, 4 bytes; reset 0x3
+        ("cfgrom_cacc_multi_batch_max", nvdla_v2_cfgrom_cfgrom_cacc_multi_batch_max_bits),  # offset 268, 4 bytes; reset 0x0
+        ("cfgrom_sdp_rdma_desc", nvdla_v2_cfgrom_cfgrom_sdp_rdma_desc_bits),  # offset 272, 4 bytes; reset 0xe0008
+        ("cfgrom_sdp_rdma_cap_incompat", nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits),  # offset 276, 4 bytes; reset 0x0
+        ("cfgrom_sdp_rdma_cap_compat", nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_compat_bits),  # offset 280, 4 bytes; reset 0x0
+        ("cfgrom_sdp_rdma_base_atomic_m", nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits),  # offset 284, 4 bytes; reset 0x8
+        ("cfgrom_sdp_rdma_base_sdp_id", nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits),  # offset 288, 4 bytes; reset 0x9
+        ("cfgrom_sdp_desc", nvdla_v2_cfgrom_cfgrom_sdp_desc_bits),  # offset 292, 4 bytes; reset 0x200009
+        ("cfgrom_sdp_cap_incompat", nvdla_v2_cfgrom_cfgrom_sdp_cap_incompat_bits),  # offset 296, 4 bytes; reset 0x0
+        ("cfgrom_sdp_cap_compat", nvdla_v2_cfgrom_cfgrom_sdp_cap_compat_bits),  # offset 300, 4 bytes; reset 0x18
+        ("cfgrom_sdp_base_feature_types", nvdla_v2_cfgrom_cfgrom_sdp_base_feature_types_bits),  # offset 304, 4 bytes; reset 0x10
+        ("cfgrom_sdp_base_weight_types", nvdla_v2_cfgrom_cfgrom_sdp_base_weight_types_bits),  # offset 308, 4 bytes; reset 0x10
+        ("cfgrom_sdp_base_cdma_id", nvdla_v2_cfgrom_cfgrom_sdp_base_cdma_id_bits),  # offset 312, 4 bytes; reset 0x3
+        ("cfgrom_sdp_multi_batch_max", nvdla_v2_cfgrom_cfgrom_sdp_multi_batch_max_bits),  # offset 316, 4 bytes; reset 0x0
+        ("cfgrom_sdp_bs_throughput", nvdla_v2_cfgrom_cfgrom_sdp_bs_throughput_bits),  # offset 320, 4 bytes; reset 0x1
+        ("cfgrom_sdp_bn_throughput", nvdla_v2_cfgrom_cfgrom_sdp_bn_throughput_bits),  # offset 324, 4 bytes; reset 0x1
+        ("cfgrom_sdp_ew_throughput", nvdla_v2_cfgrom_cfgrom_sdp_ew_throughput_bits),  # offset 328, 4 bytes; reset 0x0
+        ("cfgrom_pdp_rdma_desc", nvdla_v2_cfgrom_cfgrom_pdp_rdma_desc_bits),  # offset 332, 4 bytes; reset 0xe000a
+        ("cfgrom_pdp_rdma_cap_incompat", nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits),  # offset 336, 4 bytes; reset 0x0
+        ("cfgrom_pdp_rdma_cap_compat", nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_compat_bits),  # offset 340, 4 bytes; reset 0x0
+        ("cfgrom_pdp_rdma_base_atomic_m", nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits),  # offset 344, 4 bytes; reset 0x8
+        ("cfgrom_pdp_rdma_base_pdp_id", nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits),  # offset 348, 4 bytes; reset 0xb
+        ("cfgrom_pdp_desc", nvdla_v2_cfgrom_cfgrom_pdp_desc_bits),  # offset 352, 4 bytes; reset 0x10000b
+        ("cfgrom_pdp_cap_incompat", nvdla_v2_cfgrom_cfgrom_pdp_cap_incompat_bits),  # offset 356, 4 bytes; reset 0x0
+        ("cfgrom_pdp_cap_compat", nvdla_v2_cfgrom_cfgrom_pdp_cap_compat_bits),  # offset 360, 4 bytes; reset 0x0
+        ("cfgrom_pdp_base_feature_types", nvdla_v2_cfgrom_cfgrom_pdp_base_feature_types_bits),  # offset 364, 4 bytes; reset 0x10
+        ("cfgrom_pdp_base_throughput", nvdla_v2_cfgrom_cfgrom_pdp_base_throughput_bits),  # offset 368, 4 bytes; reset 0x1
+        ("cfgrom_cdp_rdma_desc", nvdla_v2_cfgrom_cfgrom_cdp_rdma_desc_bits),  # offset 372, 4 bytes; reset 0xe000c
+        ("cfgrom_cdp_rdma_cap_incompat", nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits),  # offset 376, 4 bytes; reset 0x0
+        ("cfgrom_cdp_rdma_cap_compat", nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_compat_bits),  # offset 380, 4 bytes; reset 0x0
+        ("cfgrom_cdp_rdma_base_atomic_m", nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits),  # offset 384, 4 bytes; reset 0x8
+        ("cfgrom_cdp_rdma_base_cdp_id", nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits),  # offset 388, 4 bytes; reset 0xd
+        ("cfgrom_cdp_desc", nvdla_v2_cfgrom_cfgrom_cdp_desc_bits),  # offset 392, 4 bytes; reset 0x10000d
+        ("cfgrom_cdp_cap_incompat", nvdla_v2_cfgrom_cfgrom_cdp_cap_incompat_bits),  # offset 396, 4 bytes; reset 0x0
+        ("cfgrom_cdp_cap_compat", nvdla_v2_cfgrom_cfgrom_cdp_cap_compat_bits),  # offset 400, 4 bytes; reset 0x0
+        ("cfgrom_cdp_base_feature_types", nvdla_v2_cfgrom_cfgrom_cdp_base_feature_types_bits),  # offset 404, 4 bytes; reset 0x10
+        ("cfgrom_cdp_base_throughput", nvdla_v2_cfgrom_cfgrom_cdp_base_throughput_bits),  # offset 408, 4 bytes; reset 0x1
+        ("cfgrom_end_of_list", nvdla_v2_cfgrom_cfgrom_end_of_list_bits),  # offset 412, 4 bytes; reset 0x0
         ("reserved", ctypes.c_uint32 * 920),  # offset 416, 3680 bytes
     ]
 
 
-nvdla_glb_s_nvdla_hw_version_bits = register_bits("nvdla_glb_s_nvdla_hw_version_bits", __name__, (
+nvdla_v2_glb_s_nvdla_hw_version_bits = register_bits("nvdla_v2_glb_s_nvdla_hw_version_bits", __name__, (
     BitField("MAJOR", 0, 8, access="r", reset=0x31),  # bits 7:0, read only, reset 0x31
     BitField("MINOR", 8, 16, access="r", reset=0x3030),  # bits 23:8, read only, reset 0x3030
 ))
 
 
-nvdla_glb_s_intr_mask_bits = register_bits("nvdla_glb_s_intr_mask_bits", __name__, (
+nvdla_v2_glb_s_intr_mask_bits = register_bits("nvdla_v2_glb_s_intr_mask_bits", __name__, (
     BitField("SDP_DONE_MASK0", 0, 1),  # bit 0
     BitField("SDP_DONE_MASK1", 1, 1),  # bit 1
     BitField("CDP_DONE_MASK0", 2, 1),  # bit 2
@@ -680,7 +680,7 @@ nvdla_glb_s_intr_mask_bits = register_bits("nvdla_glb_s_intr_mask_bits", __name_
 ))
 
 
-nvdla_glb_s_intr_set_bits = register_bits("nvdla_glb_s_intr_set_bits", __name__, (
+nvdla_v2_glb_s_intr_set_bits = register_bits("nvdla_v2_glb_s_intr_set_bits", __name__, (
     BitField("SDP_DONE_SET0", 0, 1, access="w"),  # bit 0, write only
     BitField("SDP_DONE_SET1", 1, 1, access="w"),  # bit 1, write only
     BitField("CDP_DONE_SET0", 2, 1, access="w"),  # bit 2, write only
@@ -700,7 +700,7 @@ nvdla_glb_s_intr_set_bits = register_bits("nvdla_glb_s_intr_set_bits", __name__,
 ))
 
 
-nvdla_glb_s_intr_status_bits = register_bits("nvdla_glb_s_intr_status_bits", __name__, (
+nvdla_v2_glb_s_intr_status_bits = register_bits("nvdla_v2_glb_s_intr_status_bits", __name__, (
     BitField("SDP_DONE_STATUS0", 0, 1, access="w1c"),  # bit 0, write 1 to clear
     BitField("SDP_DONE_STATUS1", 1, 1, access="w1c"),  # bit 1, write 1 to clear
     BitField("CDP_DONE_STATUS0", 2, 1, access="w1c"),  # bit 2, write 1 to clear
@@ -720,22 +720,22 @@ nvdla_glb_s_intr_status_bits = register_bits("nvdla_glb_s_intr_status_bits", __n
 ))
 
 
-class nvdla_glb_t(Record):
+class nvdla_v2_glb_t(Record):
     """Global registers: the hardware version, and the interrupt mask, set and status registers of every block's done events (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_nvdla_hw_version", nvdla_glb_s_nvdla_hw_version_bits),  # offset 0, 4 bytes; reset 0x303031
-        ("s_intr_mask", nvdla_glb_s_intr_mask_bits),  # offset 4, 4 bytes; reset 0x0
-        ("s_intr_set", nvdla_glb_s_intr_set_bits),  # offset 8, 4 bytes; reset 0x0
-        ("s_intr_status", nvdla_glb_s_intr_status_bits),  # offset 12, 4 bytes; reset 0x0
+        ("s_nvdla_hw_version", nvdla_v2_glb_s_nvdla_hw_version_bits),  # offset 0, 4 bytes; reset 0x303031
+        ("s_intr_mask", nvdla_v2_glb_s_intr_mask_bits),  # offset 4, 4 bytes; reset 0x0
+        ("s_intr_set", nvdla_v2_glb_s_intr_set_bits),  # offset 8, 4 bytes; reset 0x0
+        ("s_intr_status", nvdla_v2_glb_s_intr_status_bits),  # offset 12, 4 bytes; reset 0x0
         ("reserved", ctypes.c_uint32 * 1020),  # offset 16, 4080 bytes
     ]
 
 
-nvdla_cif_cfg_rd_weight_0_bits = register_bits("nvdla_cif_cfg_rd_weight_0_bits", __name__, (
+nvdla_v2_cif_cfg_rd_weight_0_bits = register_bits("nvdla_v2_cif_cfg_rd_weight_0_bits", __name__, (
     BitField("RD_WEIGHT_BDMA", 0, 8, reset=0x1),  # bits 7:0, reset 0x1
     BitField("RD_WEIGHT_SDP", 8, 8, reset=0x1),  # bits 15:8, reset 0x1
     BitField("RD_WEIGHT_PDP", 16, 8, reset=0x1),  # bits 23:16, reset 0x1
@@ -743,7 +743,7 @@ nvdla_cif_cfg_rd_weight_0_bits = register_bits("nvdla_cif_cfg_rd_weight_0_bits",
 ))
 
 
-nvdla_cif_cfg_rd_weight_1_bits = register_bits("nvdla_cif_cfg_rd_weight_1_bits", __name__, (
+nvdla_v2_cif_cfg_rd_weight_1_bits = register_bits("nvdla_v2_cif_cfg_rd_weight_1_bits", __name__, (
     BitField("RD_WEIGHT_SDP_B", 0, 8, reset=0x1),  # bits 7:0, reset 0x1
     BitField("RD_WEIGHT_SDP_N", 8, 8, reset=0x1),  # bits 15:8, reset 0x1
     BitField("RD_WEIGHT_SDP_E", 16, 8, reset=0x1),  # bits 23:16, reset 0x1
@@ -751,7 +751,7 @@ nvdla_cif_cfg_rd_weight_1_bits = register_bits("nvdla_cif_cfg_rd_weight_1_bits",
 ))
 
 
-nvdla_cif_cfg_rd_weight_2_bits = register_bits("nvdla_cif_cfg_rd_weight_2_bits", __name__, (
+nvdla_v2_cif_cfg_rd_weight_2_bits = register_bits("nvdla_v2_cif_cfg_rd_weight_2_bits", __name__, (
     BitField("RD_WEIGHT_CDMA_WT", 0, 8, reset=0x1),  # bits 7:0, reset 0x1
     BitField("RD_WEIGHT_RBK", 8, 8, reset=0x1),  # bits 15:8, reset 0x1
     BitField("RD_WEIGHT_RSV_1", 16, 8, reset=0x1),  # bits 23:16, reset 0x1
@@ -759,7 +759,7 @@ nvdla_cif_cfg_rd_weight_2_bits = register_bits("nvdla_cif_cfg_rd_weight_2_bits",
 ))
 
 
-nvdla_cif_cfg_wr_weight_0_bits = register_bits("nvdla_cif_cfg_wr_weight_0_bits", __name__, (
+nvdla_v2_cif_cfg_wr_weight_0_bits = register_bits("nvdla_v2_cif_cfg_wr_weight_0_bits", __name__, (
     BitField("WR_WEIGHT_BDMA", 0, 8, reset=0x1),  # bits 7:0, reset 0x1
     BitField("WR_WEIGHT_SDP", 8, 8, reset=0x1),  # bits 15:8, reset 0x1
     BitField("WR_WEIGHT_PDP", 16, 8, reset=0x1),  # bits 23:16, reset 0x1
@@ -767,7 +767,7 @@ nvdla_cif_cfg_wr_weight_0_bits = register_bits("nvdla_cif_cfg_wr_weight_0_bits",
 ))
 
 
-nvdla_cif_cfg_wr_weight_1_bits = register_bits("nvdla_cif_cfg_wr_weight_1_bits", __name__, (
+nvdla_v2_cif_cfg_wr_weight_1_bits = register_bits("nvdla_v2_cif_cfg_wr_weight_1_bits", __name__, (
     BitField("WR_WEIGHT_RBK", 0, 8, reset=0x1),  # bits 7:0, reset 0x1
     BitField("WR_WEIGHT_RSV_2", 8, 8, reset=0x1),  # bits 15:8, reset 0x1
     BitField("WR_WEIGHT_RSV_1", 16, 8, reset=0x1),  # bits 23:16, reset 0x1
@@ -775,64 +775,64 @@ nvdla_cif_cfg_wr_weight_1_bits = register_bits("nvdla_cif_cfg_wr_weight_1_bits",
 ))
 
 
-nvdla_cif_cfg_outstanding_cnt_bits = register_bits("nvdla_cif_cfg_outstanding_cnt_bits", __name__, (
+nvdla_v2_cif_cfg_outstanding_cnt_bits = register_bits("nvdla_v2_cif_cfg_outstanding_cnt_bits", __name__, (
     BitField("RD_OS_CNT", 0, 8, reset=0xff),  # bits 7:0, reset 0xff
     BitField("WR_OS_CNT", 8, 8, reset=0xff),  # bits 15:8, reset 0xff
 ))
 
 
-nvdla_cif_status_bits = register_bits("nvdla_cif_status_bits", __name__, (
+nvdla_v2_cif_status_bits = register_bits("nvdla_v2_cif_status_bits", __name__, (
     BitField("IDLE", 8, 1, access="r", reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 8, read only, reset 0x1
 ))
 
 
-class nvdla_cif_t(Record):
+class nvdla_v2_cif_t(Record):
     """A memory interface: MCIF (the primary memory, DRAM) or CVIF (the secondary memory, SRAM): read and write arbitration weights per client, outstanding requests, idle status (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("cfg_rd_weight_0", nvdla_cif_cfg_rd_weight_0_bits),  # offset 0, 4 bytes; reset 0x1010101
-        ("cfg_rd_weight_1", nvdla_cif_cfg_rd_weight_1_bits),  # offset 4, 4 bytes; reset 0x1010101
-        ("cfg_rd_weight_2", nvdla_cif_cfg_rd_weight_2_bits),  # offset 8, 4 bytes; reset 0x1010101
-        ("cfg_wr_weight_0", nvdla_cif_cfg_wr_weight_0_bits),  # offset 12, 4 bytes; reset 0x1010101
-        ("cfg_wr_weight_1", nvdla_cif_cfg_wr_weight_1_bits),  # offset 16, 4 bytes; reset 0x1010101
-        ("cfg_outstanding_cnt", nvdla_cif_cfg_outstanding_cnt_bits),  # offset 20, 4 bytes; reset 0xffff
-        ("status", nvdla_cif_status_bits),  # offset 24, 4 bytes; reset 0x100
+        ("cfg_rd_weight_0", nvdla_v2_cif_cfg_rd_weight_0_bits),  # offset 0, 4 bytes; reset 0x1010101
+        ("cfg_rd_weight_1", nvdla_v2_cif_cfg_rd_weight_1_bits),  # offset 4, 4 bytes; reset 0x1010101
+        ("cfg_rd_weight_2", nvdla_v2_cif_cfg_rd_weight_2_bits),  # offset 8, 4 bytes; reset 0x1010101
+        ("cfg_wr_weight_0", nvdla_v2_cif_cfg_wr_weight_0_bits),  # offset 12, 4 bytes; reset 0x1010101
+        ("cfg_wr_weight_1", nvdla_v2_cif_cfg_wr_weight_1_bits),  # offset 16, 4 bytes; reset 0x1010101
+        ("cfg_outstanding_cnt", nvdla_v2_cif_cfg_outstanding_cnt_bits),  # offset 20, 4 bytes; reset 0xffff
+        ("status", nvdla_v2_cif_status_bits),  # offset 24, 4 bytes; reset 0x100
         ("reserved", ctypes.c_uint32 * 1017),  # offset 28, 4068 bytes
     ]
 
 
-nvdla_cdma_s_status_bits = register_bits("nvdla_cdma_s_status_bits", __name__, (
+nvdla_v2_cdma_s_status_bits = register_bits("nvdla_v2_cdma_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_cdma_s_pointer_bits = register_bits("nvdla_cdma_s_pointer_bits", __name__, (
+nvdla_v2_cdma_s_pointer_bits = register_bits("nvdla_v2_cdma_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_cdma_s_arbiter_bits = register_bits("nvdla_cdma_s_arbiter_bits", __name__, (
+nvdla_v2_cdma_s_arbiter_bits = register_bits("nvdla_v2_cdma_s_arbiter_bits", __name__, (
     BitField("ARB_WEIGHT", 0, 4, reset=0xf),  # bits 3:0, reset 0xf
     BitField("ARB_WMB", 16, 4, reset=0x3),  # bits 19:16, reset 0x3
 ))
 
 
-nvdla_cdma_s_cbuf_flush_status_bits = register_bits("nvdla_cdma_s_cbuf_flush_status_bits", __name__, (
+nvdla_v2_cdma_s_cbuf_flush_status_bits = register_bits("nvdla_v2_cdma_s_cbuf_flush_status_bits", __name__, (
     BitField("FLUSH_DONE", 0, 1, access="r"),  # bit 0, read only
 ))
 
 
-nvdla_cdma_d_op_enable_bits = register_bits("nvdla_cdma_d_op_enable_bits", __name__, (
+nvdla_v2_cdma_d_op_enable_bits = register_bits("nvdla_v2_cdma_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_misc_cfg_bits = register_bits("nvdla_cdma_d_misc_cfg_bits", __name__, (
+nvdla_v2_cdma_d_misc_cfg_bits = register_bits("nvdla_v2_cdma_d_misc_cfg_bits", __name__, (
     BitField("CONV_MODE", 0, 1, values=(("DIRECT", 0), ("WINOGRAD", 1))),  # bit 0
     BitField("IN_PRECISION", 8, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 9:8, reset 0x1
     BitField("PROC_PRECISION", 12, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 13:12, reset 0x1
@@ -843,7 +843,7 @@ nvdla_cdma_d_misc_cfg_bits = register_bits("nvdla_cdma_d_misc_cfg_bits", __name_
 ))
 
 
-nvdla_cdma_d_datain_format_bits = register_bits("nvdla_cdma_d_datain_format_bits", __name__, (
+nvdla_v2_cdma_d_datain_format_bits = register_bits("nvdla_v2_cdma_d_datain_format_bits", __name__, (
     BitField("DATAIN_FORMAT", 0, 1, values=(("FEATURE", 0), ("PIXEL", 1))),  # bit 0
     BitField("PIXEL_FORMAT", 8, 6, reset=0xc, values=(("T_R8", 0), ("T_R10", 1), ("T_R12", 2), ("T_R16", 3), ("T_R16_I", 4), ("T_R16_F", 5), ("T_A16B16G16R16", 6), ("T_X16B16G16R16", 7), ("T_A16B16G16R16_F", 8), ("T_A16Y16U16V16", 9), ("T_V16U16Y16A16", 10), ("T_A16Y16U16V16_F", 11), ("T_A8B8G8R8", 12), ("T_A8R8G8B8", 13), ("T_B8G8R8A8", 14), ("T_R8G8B8A8", 15), ("T_X8B8G8R8", 16), ("T_X8R8G8B8", 17), ("T_B8G8R8X8", 18), ("T_R8G8B8X8", 19), ("T_A2B10G10R10", 20), ("T_A2R10G10B10", 21), ("T_B10G10R10A2", 22), ("T_R10G10B10A2", 23), ("T_A2Y10U10V10", 24), ("T_V10U10Y10A2", 25), ("T_A8Y8U8V8", 26), ("T_V8U8Y8A8", 27), ("T_Y8___U8V8_N444", 28), ("T_Y8___V8U8_N444", 29), ("T_Y10___U10V10_N444", 30), ("T_Y10___V10U10_N444", 31), ("T_Y12___U12V12_N444", 32), ("T_Y12___V12U12_N444", 33), ("T_Y16___U16V16_N444", 34), ("T_Y16___V16U16_N444", 35))),  # bits 13:8, reset 0xc
     BitField("PIXEL_MAPPING", 16, 1, values=(("PITCH_LINEAR", 0), ("RESERVED_LINEAR", 1))),  # bit 16
@@ -851,207 +851,207 @@ nvdla_cdma_d_datain_format_bits = register_bits("nvdla_cdma_d_datain_format_bits
 ))
 
 
-nvdla_cdma_d_datain_size_0_bits = register_bits("nvdla_cdma_d_datain_size_0_bits", __name__, (
+nvdla_v2_cdma_d_datain_size_0_bits = register_bits("nvdla_v2_cdma_d_datain_size_0_bits", __name__, (
     BitField("DATAIN_WIDTH", 0, 13),  # bits 12:0
     BitField("DATAIN_HEIGHT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_cdma_d_datain_size_1_bits = register_bits("nvdla_cdma_d_datain_size_1_bits", __name__, (
+nvdla_v2_cdma_d_datain_size_1_bits = register_bits("nvdla_v2_cdma_d_datain_size_1_bits", __name__, (
     BitField("DATAIN_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cdma_d_datain_size_ext_0_bits = register_bits("nvdla_cdma_d_datain_size_ext_0_bits", __name__, (
+nvdla_v2_cdma_d_datain_size_ext_0_bits = register_bits("nvdla_v2_cdma_d_datain_size_ext_0_bits", __name__, (
     BitField("DATAIN_WIDTH_EXT", 0, 13),  # bits 12:0
     BitField("DATAIN_HEIGHT_EXT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_cdma_d_pixel_offset_bits = register_bits("nvdla_cdma_d_pixel_offset_bits", __name__, (
+nvdla_v2_cdma_d_pixel_offset_bits = register_bits("nvdla_v2_cdma_d_pixel_offset_bits", __name__, (
     BitField("PIXEL_X_OFFSET", 0, 5),  # bits 4:0
     BitField("PIXEL_Y_OFFSET", 16, 3),  # bits 18:16
 ))
 
 
-nvdla_cdma_d_dain_ram_type_bits = register_bits("nvdla_cdma_d_dain_ram_type_bits", __name__, (
+nvdla_v2_cdma_d_dain_ram_type_bits = register_bits("nvdla_v2_cdma_d_dain_ram_type_bits", __name__, (
     BitField("DATAIN_RAM_TYPE", 0, 1, values=(("CVIF", 0), ("MCIF", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_dain_addr_high_0_bits = register_bits("nvdla_cdma_d_dain_addr_high_0_bits", __name__, (
+nvdla_v2_cdma_d_dain_addr_high_0_bits = register_bits("nvdla_v2_cdma_d_dain_addr_high_0_bits", __name__, (
     BitField("DATAIN_ADDR_HIGH_0", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_dain_addr_low_0_bits = register_bits("nvdla_cdma_d_dain_addr_low_0_bits", __name__, (
+nvdla_v2_cdma_d_dain_addr_low_0_bits = register_bits("nvdla_v2_cdma_d_dain_addr_low_0_bits", __name__, (
     BitField("DATAIN_ADDR_LOW_0", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_dain_addr_high_1_bits = register_bits("nvdla_cdma_d_dain_addr_high_1_bits", __name__, (
+nvdla_v2_cdma_d_dain_addr_high_1_bits = register_bits("nvdla_v2_cdma_d_dain_addr_high_1_bits", __name__, (
     BitField("DATAIN_ADDR_HIGH_1", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_dain_addr_low_1_bits = register_bits("nvdla_cdma_d_dain_addr_low_1_bits", __name__, (
+nvdla_v2_cdma_d_dain_addr_low_1_bits = register_bits("nvdla_v2_cdma_d_dain_addr_low_1_bits", __name__, (
     BitField("DATAIN_ADDR_LOW_1", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_line_stride_bits = register_bits("nvdla_cdma_d_line_stride_bits", __name__, (
+nvdla_v2_cdma_d_line_stride_bits = register_bits("nvdla_v2_cdma_d_line_stride_bits", __name__, (
     BitField("LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_line_uv_stride_bits = register_bits("nvdla_cdma_d_line_uv_stride_bits", __name__, (
+nvdla_v2_cdma_d_line_uv_stride_bits = register_bits("nvdla_v2_cdma_d_line_uv_stride_bits", __name__, (
     BitField("UV_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_surf_stride_bits = register_bits("nvdla_cdma_d_surf_stride_bits", __name__, (
+nvdla_v2_cdma_d_surf_stride_bits = register_bits("nvdla_v2_cdma_d_surf_stride_bits", __name__, (
     BitField("SURF_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_dain_map_bits = register_bits("nvdla_cdma_d_dain_map_bits", __name__, (
+nvdla_v2_cdma_d_dain_map_bits = register_bits("nvdla_v2_cdma_d_dain_map_bits", __name__, (
     BitField("LINE_PACKED", 0, 1, values=(("FALSE", 0), ("TRUE", 1))),  # bit 0
     BitField("SURF_PACKED", 16, 1, values=(("FALSE", 0), ("TRUE", 1))),  # bit 16
 ))
 
 
-nvdla_cdma_d_reserved_x_cfg_bits = register_bits("nvdla_cdma_d_reserved_x_cfg_bits", __name__, (
+nvdla_v2_cdma_d_reserved_x_cfg_bits = register_bits("nvdla_v2_cdma_d_reserved_x_cfg_bits", __name__, (
     BitField("RSV_PER_LINE", 0, 10),  # bits 9:0
     BitField("RSV_PER_UV_LINE", 16, 10),  # bits 25:16
 ))
 
 
-nvdla_cdma_d_reserved_y_cfg_bits = register_bits("nvdla_cdma_d_reserved_y_cfg_bits", __name__, (
+nvdla_v2_cdma_d_reserved_y_cfg_bits = register_bits("nvdla_v2_cdma_d_reserved_y_cfg_bits", __name__, (
     BitField("RSV_HEIGHT", 0, 3),  # bits 2:0
     BitField("RSV_Y_INDEX", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_cdma_d_batch_number_bits = register_bits("nvdla_cdma_d_batch_number_bits", __name__, (
+nvdla_v2_cdma_d_batch_number_bits = register_bits("nvdla_v2_cdma_d_batch_number_bits", __name__, (
     BitField("BATCHES", 0, 5),  # bits 4:0
 ))
 
 
-nvdla_cdma_d_batch_stride_bits = register_bits("nvdla_cdma_d_batch_stride_bits", __name__, (
+nvdla_v2_cdma_d_batch_stride_bits = register_bits("nvdla_v2_cdma_d_batch_stride_bits", __name__, (
     BitField("BATCH_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_entry_per_slice_bits = register_bits("nvdla_cdma_d_entry_per_slice_bits", __name__, (
+nvdla_v2_cdma_d_entry_per_slice_bits = register_bits("nvdla_v2_cdma_d_entry_per_slice_bits", __name__, (
     BitField("ENTRIES", 0, 14),  # bits 13:0
 ))
 
 
-nvdla_cdma_d_fetch_grain_bits = register_bits("nvdla_cdma_d_fetch_grain_bits", __name__, (
+nvdla_v2_cdma_d_fetch_grain_bits = register_bits("nvdla_v2_cdma_d_fetch_grain_bits", __name__, (
     BitField("GRAINS", 0, 12),  # bits 11:0
 ))
 
 
-nvdla_cdma_d_weight_format_bits = register_bits("nvdla_cdma_d_weight_format_bits", __name__, (
+nvdla_v2_cdma_d_weight_format_bits = register_bits("nvdla_v2_cdma_d_weight_format_bits", __name__, (
     BitField("WEIGHT_FORMAT", 0, 1, values=(("UNCOMPRESSED", 0), ("COMPRESSED", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_weight_size_0_bits = register_bits("nvdla_cdma_d_weight_size_0_bits", __name__, (
+nvdla_v2_cdma_d_weight_size_0_bits = register_bits("nvdla_v2_cdma_d_weight_size_0_bits", __name__, (
     BitField("BYTE_PER_KERNEL", 0, 18),  # bits 17:0
 ))
 
 
-nvdla_cdma_d_weight_size_1_bits = register_bits("nvdla_cdma_d_weight_size_1_bits", __name__, (
+nvdla_v2_cdma_d_weight_size_1_bits = register_bits("nvdla_v2_cdma_d_weight_size_1_bits", __name__, (
     BitField("WEIGHT_KERNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cdma_d_weight_ram_type_bits = register_bits("nvdla_cdma_d_weight_ram_type_bits", __name__, (
+nvdla_v2_cdma_d_weight_ram_type_bits = register_bits("nvdla_v2_cdma_d_weight_ram_type_bits", __name__, (
     BitField("WEIGHT_RAM_TYPE", 0, 1, values=(("CVIF", 0), ("MCIF", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_weight_addr_high_bits = register_bits("nvdla_cdma_d_weight_addr_high_bits", __name__, (
+nvdla_v2_cdma_d_weight_addr_high_bits = register_bits("nvdla_v2_cdma_d_weight_addr_high_bits", __name__, (
     BitField("WEIGHT_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_weight_addr_low_bits = register_bits("nvdla_cdma_d_weight_addr_low_bits", __name__, (
+nvdla_v2_cdma_d_weight_addr_low_bits = register_bits("nvdla_v2_cdma_d_weight_addr_low_bits", __name__, (
     BitField("WEIGHT_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_weight_bytes_bits = register_bits("nvdla_cdma_d_weight_bytes_bits", __name__, (
+nvdla_v2_cdma_d_weight_bytes_bits = register_bits("nvdla_v2_cdma_d_weight_bytes_bits", __name__, (
     BitField("WEIGHT_BYTES", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_wgs_addr_high_bits = register_bits("nvdla_cdma_d_wgs_addr_high_bits", __name__, (
+nvdla_v2_cdma_d_wgs_addr_high_bits = register_bits("nvdla_v2_cdma_d_wgs_addr_high_bits", __name__, (
     BitField("WGS_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_wgs_addr_low_bits = register_bits("nvdla_cdma_d_wgs_addr_low_bits", __name__, (
+nvdla_v2_cdma_d_wgs_addr_low_bits = register_bits("nvdla_v2_cdma_d_wgs_addr_low_bits", __name__, (
     BitField("WGS_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_wmb_addr_high_bits = register_bits("nvdla_cdma_d_wmb_addr_high_bits", __name__, (
+nvdla_v2_cdma_d_wmb_addr_high_bits = register_bits("nvdla_v2_cdma_d_wmb_addr_high_bits", __name__, (
     BitField("WMB_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_wmb_addr_low_bits = register_bits("nvdla_cdma_d_wmb_addr_low_bits", __name__, (
+nvdla_v2_cdma_d_wmb_addr_low_bits = register_bits("nvdla_v2_cdma_d_wmb_addr_low_bits", __name__, (
     BitField("WMB_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdma_d_wmb_bytes_bits = register_bits("nvdla_cdma_d_wmb_bytes_bits", __name__, (
+nvdla_v2_cdma_d_wmb_bytes_bits = register_bits("nvdla_v2_cdma_d_wmb_bytes_bits", __name__, (
     BitField("WMB_BYTES", 0, 28),  # bits 27:0
 ))
 
 
-nvdla_cdma_d_mean_format_bits = register_bits("nvdla_cdma_d_mean_format_bits", __name__, (
+nvdla_v2_cdma_d_mean_format_bits = register_bits("nvdla_v2_cdma_d_mean_format_bits", __name__, (
     BitField("MEAN_FORMAT", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_mean_global_0_bits = register_bits("nvdla_cdma_d_mean_global_0_bits", __name__, (
+nvdla_v2_cdma_d_mean_global_0_bits = register_bits("nvdla_v2_cdma_d_mean_global_0_bits", __name__, (
     BitField("MEAN_RY", 0, 16),  # bits 15:0
     BitField("MEAN_GU", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_cdma_d_mean_global_1_bits = register_bits("nvdla_cdma_d_mean_global_1_bits", __name__, (
+nvdla_v2_cdma_d_mean_global_1_bits = register_bits("nvdla_v2_cdma_d_mean_global_1_bits", __name__, (
     BitField("MEAN_BV", 0, 16),  # bits 15:0
     BitField("MEAN_AX", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_cdma_d_cvt_cfg_bits = register_bits("nvdla_cdma_d_cvt_cfg_bits", __name__, (
+nvdla_v2_cdma_d_cvt_cfg_bits = register_bits("nvdla_v2_cdma_d_cvt_cfg_bits", __name__, (
     BitField("CVT_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("CVT_TRUNCATE", 4, 6),  # bits 9:4
 ))
 
 
-nvdla_cdma_d_cvt_offset_bits = register_bits("nvdla_cdma_d_cvt_offset_bits", __name__, (
+nvdla_v2_cdma_d_cvt_offset_bits = register_bits("nvdla_v2_cdma_d_cvt_offset_bits", __name__, (
     BitField("CVT_OFFSET", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_cdma_d_cvt_scale_bits = register_bits("nvdla_cdma_d_cvt_scale_bits", __name__, (
+nvdla_v2_cdma_d_cvt_scale_bits = register_bits("nvdla_v2_cdma_d_cvt_scale_bits", __name__, (
     BitField("CVT_SCALE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_cdma_d_conv_stride_bits = register_bits("nvdla_cdma_d_conv_stride_bits", __name__, (
+nvdla_v2_cdma_d_conv_stride_bits = register_bits("nvdla_v2_cdma_d_conv_stride_bits", __name__, (
     BitField("CONV_X_STRIDE", 0, 3),  # bits 2:0
     BitField("CONV_Y_STRIDE", 16, 3),  # bits 18:16
 ))
 
 
-nvdla_cdma_d_zero_padding_bits = register_bits("nvdla_cdma_d_zero_padding_bits", __name__, (
+nvdla_v2_cdma_d_zero_padding_bits = register_bits("nvdla_v2_cdma_d_zero_padding_bits", __name__, (
     BitField("PAD_LEFT", 0, 5),  # bits 4:0
     BitField("PAD_RIGHT", 8, 6),  # bits 13:8
     BitField("PAD_TOP", 16, 5),  # bits 20:16
@@ -1059,160 +1059,160 @@ nvdla_cdma_d_zero_padding_bits = register_bits("nvdla_cdma_d_zero_padding_bits",
 ))
 
 
-nvdla_cdma_d_zero_padding_value_bits = register_bits("nvdla_cdma_d_zero_padding_value_bits", __name__, (
+nvdla_v2_cdma_d_zero_padding_value_bits = register_bits("nvdla_v2_cdma_d_zero_padding_value_bits", __name__, (
     BitField("PAD_VALUE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_cdma_d_bank_bits = register_bits("nvdla_cdma_d_bank_bits", __name__, (
+nvdla_v2_cdma_d_bank_bits = register_bits("nvdla_v2_cdma_d_bank_bits", __name__, (
     BitField("DATA_BANK", 0, 5),  # bits 4:0
     BitField("WEIGHT_BANK", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_cdma_d_nan_flush_to_zero_bits = register_bits("nvdla_cdma_d_nan_flush_to_zero_bits", __name__, (
+nvdla_v2_cdma_d_nan_flush_to_zero_bits = register_bits("nvdla_v2_cdma_d_nan_flush_to_zero_bits", __name__, (
     BitField("NAN_TO_ZERO", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdma_d_nan_input_data_num_bits = register_bits("nvdla_cdma_d_nan_input_data_num_bits", __name__, (
+nvdla_v2_cdma_d_nan_input_data_num_bits = register_bits("nvdla_v2_cdma_d_nan_input_data_num_bits", __name__, (
     BitField("NAN_DATA_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_nan_input_weight_num_bits = register_bits("nvdla_cdma_d_nan_input_weight_num_bits", __name__, (
+nvdla_v2_cdma_d_nan_input_weight_num_bits = register_bits("nvdla_v2_cdma_d_nan_input_weight_num_bits", __name__, (
     BitField("NAN_WEIGHT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_inf_input_data_num_bits = register_bits("nvdla_cdma_d_inf_input_data_num_bits", __name__, (
+nvdla_v2_cdma_d_inf_input_data_num_bits = register_bits("nvdla_v2_cdma_d_inf_input_data_num_bits", __name__, (
     BitField("INF_DATA_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_inf_input_weight_num_bits = register_bits("nvdla_cdma_d_inf_input_weight_num_bits", __name__, (
+nvdla_v2_cdma_d_inf_input_weight_num_bits = register_bits("nvdla_v2_cdma_d_inf_input_weight_num_bits", __name__, (
     BitField("INF_WEIGHT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_perf_enable_bits = register_bits("nvdla_cdma_d_perf_enable_bits", __name__, (
+nvdla_v2_cdma_d_perf_enable_bits = register_bits("nvdla_v2_cdma_d_perf_enable_bits", __name__, (
     BitField("DMA_EN", 0, 1),  # bit 0
 ))
 
 
-nvdla_cdma_d_perf_dat_read_stall_bits = register_bits("nvdla_cdma_d_perf_dat_read_stall_bits", __name__, (
+nvdla_v2_cdma_d_perf_dat_read_stall_bits = register_bits("nvdla_v2_cdma_d_perf_dat_read_stall_bits", __name__, (
     BitField("DAT_RD_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_perf_wt_read_stall_bits = register_bits("nvdla_cdma_d_perf_wt_read_stall_bits", __name__, (
+nvdla_v2_cdma_d_perf_wt_read_stall_bits = register_bits("nvdla_v2_cdma_d_perf_wt_read_stall_bits", __name__, (
     BitField("WT_RD_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_perf_dat_read_latency_bits = register_bits("nvdla_cdma_d_perf_dat_read_latency_bits", __name__, (
+nvdla_v2_cdma_d_perf_dat_read_latency_bits = register_bits("nvdla_v2_cdma_d_perf_dat_read_latency_bits", __name__, (
     BitField("DAT_RD_LATENCY", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_perf_wt_read_latency_bits = register_bits("nvdla_cdma_d_perf_wt_read_latency_bits", __name__, (
+nvdla_v2_cdma_d_perf_wt_read_latency_bits = register_bits("nvdla_v2_cdma_d_perf_wt_read_latency_bits", __name__, (
     BitField("WT_RD_LATENCY", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdma_d_cya_bits = register_bits("nvdla_cdma_d_cya_bits", __name__, (
+nvdla_v2_cdma_d_cya_bits = register_bits("nvdla_v2_cdma_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_cdma_t(Record):
+class nvdla_v2_cdma_t(Record):
     """Convolution DMA: fetches the input (feature data or an image, with mean and conversion) and the weights into the convolution buffer (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_cdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_cdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("s_arbiter", nvdla_cdma_s_arbiter_bits),  # offset 8, 4 bytes; reset 0x3000f
-        ("s_cbuf_flush_status", nvdla_cdma_s_cbuf_flush_status_bits),  # offset 12, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_cdma_d_op_enable_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_misc_cfg", nvdla_cdma_d_misc_cfg_bits),  # offset 20, 4 bytes; one per register group; reset 0x1100
-        ("d_datain_format", nvdla_cdma_d_datain_format_bits),  # offset 24, 4 bytes; one per register group; reset 0xc00
-        ("d_datain_size_0", nvdla_cdma_d_datain_size_0_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_1", nvdla_cdma_d_datain_size_1_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_ext_0", nvdla_cdma_d_datain_size_ext_0_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_pixel_offset", nvdla_cdma_d_pixel_offset_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_dain_ram_type", nvdla_cdma_d_dain_ram_type_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_high_0", nvdla_cdma_d_dain_addr_high_0_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_low_0", nvdla_cdma_d_dain_addr_low_0_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_high_1", nvdla_cdma_d_dain_addr_high_1_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_low_1", nvdla_cdma_d_dain_addr_low_1_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_line_stride", nvdla_cdma_d_line_stride_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_line_uv_stride", nvdla_cdma_d_line_uv_stride_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_surf_stride", nvdla_cdma_d_surf_stride_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_dain_map", nvdla_cdma_d_dain_map_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_reserved_x_cfg", nvdla_cdma_d_reserved_x_cfg_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_reserved_y_cfg", nvdla_cdma_d_reserved_y_cfg_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_batch_number", nvdla_cdma_d_batch_number_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
-        ("d_batch_stride", nvdla_cdma_d_batch_stride_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_entry_per_slice", nvdla_cdma_d_entry_per_slice_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_fetch_grain", nvdla_cdma_d_fetch_grain_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
-        ("d_weight_format", nvdla_cdma_d_weight_format_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
-        ("d_weight_size_0", nvdla_cdma_d_weight_size_0_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
-        ("d_weight_size_1", nvdla_cdma_d_weight_size_1_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
-        ("d_weight_ram_type", nvdla_cdma_d_weight_ram_type_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
-        ("d_weight_addr_high", nvdla_cdma_d_weight_addr_high_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
-        ("d_weight_addr_low", nvdla_cdma_d_weight_addr_low_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
-        ("d_weight_bytes", nvdla_cdma_d_weight_bytes_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
-        ("d_wgs_addr_high", nvdla_cdma_d_wgs_addr_high_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
-        ("d_wgs_addr_low", nvdla_cdma_d_wgs_addr_low_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
-        ("d_wmb_addr_high", nvdla_cdma_d_wmb_addr_high_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
-        ("d_wmb_addr_low", nvdla_cdma_d_wmb_addr_low_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
-        ("d_wmb_bytes", nvdla_cdma_d_wmb_bytes_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
-        ("d_mean_format", nvdla_cdma_d_mean_format_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
-        ("d_mean_global_0", nvdla_cdma_d_mean_global_0_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
-        ("d_mean_global_1", nvdla_cdma_d_mean_global_1_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_cfg", nvdla_cdma_d_cvt_cfg_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_offset", nvdla_cdma_d_cvt_offset_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_scale", nvdla_cdma_d_cvt_scale_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
-        ("d_conv_stride", nvdla_cdma_d_conv_stride_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
-        ("d_zero_padding", nvdla_cdma_d_zero_padding_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
-        ("d_zero_padding_value", nvdla_cdma_d_zero_padding_value_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
-        ("d_bank", nvdla_cdma_d_bank_bits),  # offset 188, 4 bytes; one per register group; reset 0x0
-        ("d_nan_flush_to_zero", nvdla_cdma_d_nan_flush_to_zero_bits),  # offset 192, 4 bytes; one per register group; reset 0x0
-        ("d_nan_input_data_num", nvdla_cdma_d_nan_input_data_num_bits),  # offset 196, 4 bytes; one per register group; reset 0x0
-        ("d_nan_input_weight_num", nvdla_cdma_d_nan_input_weight_num_bits),  # offset 200, 4 bytes; one per register group; reset 0x0
-        ("d_inf_input_data_num", nvdla_cdma_d_inf_input_data_num_bits),  # offset 204, 4 bytes; one per register group; reset 0x0
-        ("d_inf_input_weight_num", nvdla_cdma_d_inf_input_weight_num_bits),  # offset 208, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_cdma_d_perf_enable_bits),  # offset 212, 4 bytes; one per register group; reset 0x0
-        ("d_perf_dat_read_stall", nvdla_cdma_d_perf_dat_read_stall_bits),  # offset 216, 4 bytes; one per register group; reset 0x0
-        ("d_perf_wt_read_stall", nvdla_cdma_d_perf_wt_read_stall_bits),  # offset 220, 4 bytes; one per register group; reset 0x0
-        ("d_perf_dat_read_latency", nvdla_cdma_d_perf_dat_read_latency_bits),  # offset 224, 4 bytes; one per register group; reset 0x0
-        ("d_perf_wt_read_latency", nvdla_cdma_d_perf_wt_read_latency_bits),  # offset 228, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_cdma_d_cya_bits),  # offset 232, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_cdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_cdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("s_arbiter", nvdla_v2_cdma_s_arbiter_bits),  # offset 8, 4 bytes; reset 0x3000f
+        ("s_cbuf_flush_status", nvdla_v2_cdma_s_cbuf_flush_status_bits),  # offset 12, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_cdma_d_op_enable_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_misc_cfg", nvdla_v2_cdma_d_misc_cfg_bits),  # offset 20, 4 bytes; one per register group; reset 0x1100
+        ("d_datain_format", nvdla_v2_cdma_d_datain_format_bits),  # offset 24, 4 bytes; one per register group; reset 0xc00
+        ("d_datain_size_0", nvdla_v2_cdma_d_datain_size_0_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_1", nvdla_v2_cdma_d_datain_size_1_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_ext_0", nvdla_v2_cdma_d_datain_size_ext_0_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_pixel_offset", nvdla_v2_cdma_d_pixel_offset_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_dain_ram_type", nvdla_v2_cdma_d_dain_ram_type_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_high_0", nvdla_v2_cdma_d_dain_addr_high_0_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_low_0", nvdla_v2_cdma_d_dain_addr_low_0_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_high_1", nvdla_v2_cdma_d_dain_addr_high_1_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_low_1", nvdla_v2_cdma_d_dain_addr_low_1_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_line_stride", nvdla_v2_cdma_d_line_stride_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_line_uv_stride", nvdla_v2_cdma_d_line_uv_stride_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_surf_stride", nvdla_v2_cdma_d_surf_stride_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_dain_map", nvdla_v2_cdma_d_dain_map_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_reserved_x_cfg", nvdla_v2_cdma_d_reserved_x_cfg_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_reserved_y_cfg", nvdla_v2_cdma_d_reserved_y_cfg_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_batch_number", nvdla_v2_cdma_d_batch_number_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
+        ("d_batch_stride", nvdla_v2_cdma_d_batch_stride_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_entry_per_slice", nvdla_v2_cdma_d_entry_per_slice_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_fetch_grain", nvdla_v2_cdma_d_fetch_grain_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("d_weight_format", nvdla_v2_cdma_d_weight_format_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
+        ("d_weight_size_0", nvdla_v2_cdma_d_weight_size_0_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
+        ("d_weight_size_1", nvdla_v2_cdma_d_weight_size_1_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
+        ("d_weight_ram_type", nvdla_v2_cdma_d_weight_ram_type_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
+        ("d_weight_addr_high", nvdla_v2_cdma_d_weight_addr_high_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
+        ("d_weight_addr_low", nvdla_v2_cdma_d_weight_addr_low_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
+        ("d_weight_bytes", nvdla_v2_cdma_d_weight_bytes_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
+        ("d_wgs_addr_high", nvdla_v2_cdma_d_wgs_addr_high_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
+        ("d_wgs_addr_low", nvdla_v2_cdma_d_wgs_addr_low_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
+        ("d_wmb_addr_high", nvdla_v2_cdma_d_wmb_addr_high_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
+        ("d_wmb_addr_low", nvdla_v2_cdma_d_wmb_addr_low_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
+        ("d_wmb_bytes", nvdla_v2_cdma_d_wmb_bytes_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
+        ("d_mean_format", nvdla_v2_cdma_d_mean_format_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
+        ("d_mean_global_0", nvdla_v2_cdma_d_mean_global_0_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
+        ("d_mean_global_1", nvdla_v2_cdma_d_mean_global_1_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_cfg", nvdla_v2_cdma_d_cvt_cfg_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_offset", nvdla_v2_cdma_d_cvt_offset_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_scale", nvdla_v2_cdma_d_cvt_scale_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
+        ("d_conv_stride", nvdla_v2_cdma_d_conv_stride_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
+        ("d_zero_padding", nvdla_v2_cdma_d_zero_padding_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
+        ("d_zero_padding_value", nvdla_v2_cdma_d_zero_padding_value_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
+        ("d_bank", nvdla_v2_cdma_d_bank_bits),  # offset 188, 4 bytes; one per register group; reset 0x0
+        ("d_nan_flush_to_zero", nvdla_v2_cdma_d_nan_flush_to_zero_bits),  # offset 192, 4 bytes; one per register group; reset 0x0
+        ("d_nan_input_data_num", nvdla_v2_cdma_d_nan_input_data_num_bits),  # offset 196, 4 bytes; one per register group; reset 0x0
+        ("d_nan_input_weight_num", nvdla_v2_cdma_d_nan_input_weight_num_bits),  # offset 200, 4 bytes; one per register group; reset 0x0
+        ("d_inf_input_data_num", nvdla_v2_cdma_d_inf_input_data_num_bits),  # offset 204, 4 bytes; one per register group; reset 0x0
+        ("d_inf_input_weight_num", nvdla_v2_cdma_d_inf_input_weight_num_bits),  # offset 208, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_cdma_d_perf_enable_bits),  # offset 212, 4 bytes; one per register group; reset 0x0
+        ("d_perf_dat_read_stall", nvdla_v2_cdma_d_perf_dat_read_stall_bits),  # offset 216, 4 bytes; one per register group; reset 0x0
+        ("d_perf_wt_read_stall", nvdla_v2_cdma_d_perf_wt_read_stall_bits),  # offset 220, 4 bytes; one per register group; reset 0x0
+        ("d_perf_dat_read_latency", nvdla_v2_cdma_d_perf_dat_read_latency_bits),  # offset 224, 4 bytes; one per register group; reset 0x0
+        ("d_perf_wt_read_latency", nvdla_v2_cdma_d_perf_wt_read_latency_bits),  # offset 228, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_cdma_d_cya_bits),  # offset 232, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 965),  # offset 236, 3860 bytes
     ]
 
 
-nvdla_csc_s_status_bits = register_bits("nvdla_csc_s_status_bits", __name__, (
+nvdla_v2_csc_s_status_bits = register_bits("nvdla_v2_csc_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_csc_s_pointer_bits = register_bits("nvdla_csc_s_pointer_bits", __name__, (
+nvdla_v2_csc_s_pointer_bits = register_bits("nvdla_v2_csc_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_csc_d_op_enable_bits = register_bits("nvdla_csc_d_op_enable_bits", __name__, (
+nvdla_v2_csc_d_op_enable_bits = register_bits("nvdla_v2_csc_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_csc_d_misc_cfg_bits = register_bits("nvdla_csc_d_misc_cfg_bits", __name__, (
+nvdla_v2_csc_d_misc_cfg_bits = register_bits("nvdla_v2_csc_d_misc_cfg_bits", __name__, (
     BitField("CONV_MODE", 0, 1, values=(("DIRECT", 0), ("WINOGRAD", 1))),  # bit 0
     BitField("IN_PRECISION", 8, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 9:8, reset 0x1
     BitField("PROC_PRECISION", 12, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 13:12, reset 0x1
@@ -1223,352 +1223,352 @@ nvdla_csc_d_misc_cfg_bits = register_bits("nvdla_csc_d_misc_cfg_bits", __name__,
 ))
 
 
-nvdla_csc_d_datain_format_bits = register_bits("nvdla_csc_d_datain_format_bits", __name__, (
+nvdla_v2_csc_d_datain_format_bits = register_bits("nvdla_v2_csc_d_datain_format_bits", __name__, (
     BitField("DATAIN_FORMAT", 0, 1, values=(("FEATURE", 0), ("PIXEL", 1))),  # bit 0
 ))
 
 
-nvdla_csc_d_datain_size_ext_0_bits = register_bits("nvdla_csc_d_datain_size_ext_0_bits", __name__, (
+nvdla_v2_csc_d_datain_size_ext_0_bits = register_bits("nvdla_v2_csc_d_datain_size_ext_0_bits", __name__, (
     BitField("DATAIN_WIDTH_EXT", 0, 13),  # bits 12:0
     BitField("DATAIN_HEIGHT_EXT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_csc_d_datain_size_ext_1_bits = register_bits("nvdla_csc_d_datain_size_ext_1_bits", __name__, (
+nvdla_v2_csc_d_datain_size_ext_1_bits = register_bits("nvdla_v2_csc_d_datain_size_ext_1_bits", __name__, (
     BitField("DATAIN_CHANNEL_EXT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_csc_d_batch_number_bits = register_bits("nvdla_csc_d_batch_number_bits", __name__, (
+nvdla_v2_csc_d_batch_number_bits = register_bits("nvdla_v2_csc_d_batch_number_bits", __name__, (
     BitField("BATCHES", 0, 5),  # bits 4:0
 ))
 
 
-nvdla_csc_d_post_y_extension_bits = register_bits("nvdla_csc_d_post_y_extension_bits", __name__, (
+nvdla_v2_csc_d_post_y_extension_bits = register_bits("nvdla_v2_csc_d_post_y_extension_bits", __name__, (
     BitField("Y_EXTENSION", 0, 2),  # bits 1:0
 ))
 
 
-nvdla_csc_d_entry_per_slice_bits = register_bits("nvdla_csc_d_entry_per_slice_bits", __name__, (
+nvdla_v2_csc_d_entry_per_slice_bits = register_bits("nvdla_v2_csc_d_entry_per_slice_bits", __name__, (
     BitField("ENTRIES", 0, 14),  # bits 13:0
 ))
 
 
-nvdla_csc_d_weight_format_bits = register_bits("nvdla_csc_d_weight_format_bits", __name__, (
+nvdla_v2_csc_d_weight_format_bits = register_bits("nvdla_v2_csc_d_weight_format_bits", __name__, (
     BitField("WEIGHT_FORMAT", 0, 1, values=(("UNCOMPRESSED", 0), ("COMPRESSED", 1))),  # bit 0
 ))
 
 
-nvdla_csc_d_weight_size_ext_0_bits = register_bits("nvdla_csc_d_weight_size_ext_0_bits", __name__, (
+nvdla_v2_csc_d_weight_size_ext_0_bits = register_bits("nvdla_v2_csc_d_weight_size_ext_0_bits", __name__, (
     BitField("WEIGHT_WIDTH_EXT", 0, 5),  # bits 4:0
     BitField("WEIGHT_HEIGHT_EXT", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_csc_d_weight_size_ext_1_bits = register_bits("nvdla_csc_d_weight_size_ext_1_bits", __name__, (
+nvdla_v2_csc_d_weight_size_ext_1_bits = register_bits("nvdla_v2_csc_d_weight_size_ext_1_bits", __name__, (
     BitField("WEIGHT_CHANNEL_EXT", 0, 13),  # bits 12:0
     BitField("WEIGHT_KERNEL", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_csc_d_weight_bytes_bits = register_bits("nvdla_csc_d_weight_bytes_bits", __name__, (
+nvdla_v2_csc_d_weight_bytes_bits = register_bits("nvdla_v2_csc_d_weight_bytes_bits", __name__, (
     BitField("WEIGHT_BYTES", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_csc_d_wmb_bytes_bits = register_bits("nvdla_csc_d_wmb_bytes_bits", __name__, (
+nvdla_v2_csc_d_wmb_bytes_bits = register_bits("nvdla_v2_csc_d_wmb_bytes_bits", __name__, (
     BitField("WMB_BYTES", 0, 28),  # bits 27:0
 ))
 
 
-nvdla_csc_d_dataout_size_0_bits = register_bits("nvdla_csc_d_dataout_size_0_bits", __name__, (
+nvdla_v2_csc_d_dataout_size_0_bits = register_bits("nvdla_v2_csc_d_dataout_size_0_bits", __name__, (
     BitField("DATAOUT_WIDTH", 0, 13),  # bits 12:0
     BitField("DATAOUT_HEIGHT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_csc_d_dataout_size_1_bits = register_bits("nvdla_csc_d_dataout_size_1_bits", __name__, (
+nvdla_v2_csc_d_dataout_size_1_bits = register_bits("nvdla_v2_csc_d_dataout_size_1_bits", __name__, (
     BitField("DATAOUT_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_csc_d_atomics_bits = register_bits("nvdla_csc_d_atomics_bits", __name__, (
+nvdla_v2_csc_d_atomics_bits = register_bits("nvdla_v2_csc_d_atomics_bits", __name__, (
     BitField("ATOMICS", 0, 21, reset=0x1),  # bits 20:0, reset 0x1
 ))
 
 
-nvdla_csc_d_release_bits = register_bits("nvdla_csc_d_release_bits", __name__, (
+nvdla_v2_csc_d_release_bits = register_bits("nvdla_v2_csc_d_release_bits", __name__, (
     BitField("RLS_SLICES", 0, 12, reset=0x1),  # bits 11:0, reset 0x1
 ))
 
 
-nvdla_csc_d_conv_stride_ext_bits = register_bits("nvdla_csc_d_conv_stride_ext_bits", __name__, (
+nvdla_v2_csc_d_conv_stride_ext_bits = register_bits("nvdla_v2_csc_d_conv_stride_ext_bits", __name__, (
     BitField("CONV_X_STRIDE_EXT", 0, 3),  # bits 2:0
     BitField("CONV_Y_STRIDE_EXT", 16, 3),  # bits 18:16
 ))
 
 
-nvdla_csc_d_dilation_ext_bits = register_bits("nvdla_csc_d_dilation_ext_bits", __name__, (
+nvdla_v2_csc_d_dilation_ext_bits = register_bits("nvdla_v2_csc_d_dilation_ext_bits", __name__, (
     BitField("X_DILATION_EXT", 0, 5),  # bits 4:0
     BitField("Y_DILATION_EXT", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_csc_d_zero_padding_bits = register_bits("nvdla_csc_d_zero_padding_bits", __name__, (
+nvdla_v2_csc_d_zero_padding_bits = register_bits("nvdla_v2_csc_d_zero_padding_bits", __name__, (
     BitField("PAD_LEFT", 0, 5),  # bits 4:0
     BitField("PAD_TOP", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_csc_d_zero_padding_value_bits = register_bits("nvdla_csc_d_zero_padding_value_bits", __name__, (
+nvdla_v2_csc_d_zero_padding_value_bits = register_bits("nvdla_v2_csc_d_zero_padding_value_bits", __name__, (
     BitField("PAD_VALUE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_csc_d_bank_bits = register_bits("nvdla_csc_d_bank_bits", __name__, (
+nvdla_v2_csc_d_bank_bits = register_bits("nvdla_v2_csc_d_bank_bits", __name__, (
     BitField("DATA_BANK", 0, 5),  # bits 4:0
     BitField("WEIGHT_BANK", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_csc_d_pra_cfg_bits = register_bits("nvdla_csc_d_pra_cfg_bits", __name__, (
+nvdla_v2_csc_d_pra_cfg_bits = register_bits("nvdla_v2_csc_d_pra_cfg_bits", __name__, (
     BitField("PRA_TRUNCATE", 0, 2),  # bits 1:0
 ))
 
 
-nvdla_csc_d_cya_bits = register_bits("nvdla_csc_d_cya_bits", __name__, (
+nvdla_v2_csc_d_cya_bits = register_bits("nvdla_v2_csc_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_csc_t(Record):
+class nvdla_v2_csc_t(Record):
     """Convolution sequence controller: feeds data and weights from the convolution buffer to the MAC arrays (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_csc_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_csc_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_csc_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_misc_cfg", nvdla_csc_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1100
-        ("d_datain_format", nvdla_csc_d_datain_format_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_ext_0", nvdla_csc_d_datain_size_ext_0_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_ext_1", nvdla_csc_d_datain_size_ext_1_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_batch_number", nvdla_csc_d_batch_number_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_post_y_extension", nvdla_csc_d_post_y_extension_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_entry_per_slice", nvdla_csc_d_entry_per_slice_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_weight_format", nvdla_csc_d_weight_format_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_weight_size_ext_0", nvdla_csc_d_weight_size_ext_0_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_weight_size_ext_1", nvdla_csc_d_weight_size_ext_1_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_weight_bytes", nvdla_csc_d_weight_bytes_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_wmb_bytes", nvdla_csc_d_wmb_bytes_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_size_0", nvdla_csc_d_dataout_size_0_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_size_1", nvdla_csc_d_dataout_size_1_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_atomics", nvdla_csc_d_atomics_bits),  # offset 68, 4 bytes; one per register group; reset 0x1
-        ("d_release", nvdla_csc_d_release_bits),  # offset 72, 4 bytes; one per register group; reset 0x1
-        ("d_conv_stride_ext", nvdla_csc_d_conv_stride_ext_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_dilation_ext", nvdla_csc_d_dilation_ext_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_zero_padding", nvdla_csc_d_zero_padding_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_zero_padding_value", nvdla_csc_d_zero_padding_value_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
-        ("d_bank", nvdla_csc_d_bank_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_pra_cfg", nvdla_csc_d_pra_cfg_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_csc_d_cya_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_csc_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_csc_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_csc_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_misc_cfg", nvdla_v2_csc_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1100
+        ("d_datain_format", nvdla_v2_csc_d_datain_format_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_ext_0", nvdla_v2_csc_d_datain_size_ext_0_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_ext_1", nvdla_v2_csc_d_datain_size_ext_1_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_batch_number", nvdla_v2_csc_d_batch_number_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_post_y_extension", nvdla_v2_csc_d_post_y_extension_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_entry_per_slice", nvdla_v2_csc_d_entry_per_slice_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_weight_format", nvdla_v2_csc_d_weight_format_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_weight_size_ext_0", nvdla_v2_csc_d_weight_size_ext_0_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_weight_size_ext_1", nvdla_v2_csc_d_weight_size_ext_1_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_weight_bytes", nvdla_v2_csc_d_weight_bytes_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_wmb_bytes", nvdla_v2_csc_d_wmb_bytes_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_size_0", nvdla_v2_csc_d_dataout_size_0_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_size_1", nvdla_v2_csc_d_dataout_size_1_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_atomics", nvdla_v2_csc_d_atomics_bits),  # offset 68, 4 bytes; one per register group; reset 0x1
+        ("d_release", nvdla_v2_csc_d_release_bits),  # offset 72, 4 bytes; one per register group; reset 0x1
+        ("d_conv_stride_ext", nvdla_v2_csc_d_conv_stride_ext_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_dilation_ext", nvdla_v2_csc_d_dilation_ext_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_zero_padding", nvdla_v2_csc_d_zero_padding_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_zero_padding_value", nvdla_v2_csc_d_zero_padding_value_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
+        ("d_bank", nvdla_v2_csc_d_bank_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_pra_cfg", nvdla_v2_csc_d_pra_cfg_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_csc_d_cya_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 998),  # offset 104, 3992 bytes
     ]
 
 
-nvdla_cmac_s_status_bits = register_bits("nvdla_cmac_s_status_bits", __name__, (
+nvdla_v2_cmac_s_status_bits = register_bits("nvdla_v2_cmac_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_cmac_s_pointer_bits = register_bits("nvdla_cmac_s_pointer_bits", __name__, (
+nvdla_v2_cmac_s_pointer_bits = register_bits("nvdla_v2_cmac_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_cmac_d_op_enable_bits = register_bits("nvdla_cmac_d_op_enable_bits", __name__, (
+nvdla_v2_cmac_d_op_enable_bits = register_bits("nvdla_v2_cmac_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cmac_d_misc_cfg_bits = register_bits("nvdla_cmac_d_misc_cfg_bits", __name__, (
+nvdla_v2_cmac_d_misc_cfg_bits = register_bits("nvdla_v2_cmac_d_misc_cfg_bits", __name__, (
     BitField("CONV_MODE", 0, 1, values=(("DIRECT", 0), ("WINOGRAD", 1))),  # bit 0
     BitField("PROC_PRECISION", 12, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 13:12, reset 0x1
 ))
 
 
-class nvdla_cmac_t(Record):
+class nvdla_v2_cmac_t(Record):
     """A convolution MAC array (CMAC_A and CMAC_B are the two halves, with the same registers) (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_cmac_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_cmac_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_cmac_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_misc_cfg", nvdla_cmac_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1000
+        ("s_status", nvdla_v2_cmac_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_cmac_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_cmac_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_misc_cfg", nvdla_v2_cmac_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1000
         ("reserved", ctypes.c_uint32 * 1020),  # offset 16, 4080 bytes
     ]
 
 
-nvdla_cacc_s_status_bits = register_bits("nvdla_cacc_s_status_bits", __name__, (
+nvdla_v2_cacc_s_status_bits = register_bits("nvdla_v2_cacc_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_cacc_s_pointer_bits = register_bits("nvdla_cacc_s_pointer_bits", __name__, (
+nvdla_v2_cacc_s_pointer_bits = register_bits("nvdla_v2_cacc_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_cacc_d_op_enable_bits = register_bits("nvdla_cacc_d_op_enable_bits", __name__, (
+nvdla_v2_cacc_d_op_enable_bits = register_bits("nvdla_v2_cacc_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cacc_d_misc_cfg_bits = register_bits("nvdla_cacc_d_misc_cfg_bits", __name__, (
+nvdla_v2_cacc_d_misc_cfg_bits = register_bits("nvdla_v2_cacc_d_misc_cfg_bits", __name__, (
     BitField("CONV_MODE", 0, 1, values=(("DIRECT", 0), ("WINOGRAD", 1))),  # bit 0
     BitField("PROC_PRECISION", 12, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 13:12, reset 0x1
 ))
 
 
-nvdla_cacc_d_dataout_size_0_bits = register_bits("nvdla_cacc_d_dataout_size_0_bits", __name__, (
+nvdla_v2_cacc_d_dataout_size_0_bits = register_bits("nvdla_v2_cacc_d_dataout_size_0_bits", __name__, (
     BitField("DATAOUT_WIDTH", 0, 13),  # bits 12:0
     BitField("DATAOUT_HEIGHT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_cacc_d_dataout_size_1_bits = register_bits("nvdla_cacc_d_dataout_size_1_bits", __name__, (
+nvdla_v2_cacc_d_dataout_size_1_bits = register_bits("nvdla_v2_cacc_d_dataout_size_1_bits", __name__, (
     BitField("DATAOUT_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cacc_d_dataout_addr_bits = register_bits("nvdla_cacc_d_dataout_addr_bits", __name__, (
+nvdla_v2_cacc_d_dataout_addr_bits = register_bits("nvdla_v2_cacc_d_dataout_addr_bits", __name__, (
     BitField("DATAOUT_ADDR", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cacc_d_batch_number_bits = register_bits("nvdla_cacc_d_batch_number_bits", __name__, (
+nvdla_v2_cacc_d_batch_number_bits = register_bits("nvdla_v2_cacc_d_batch_number_bits", __name__, (
     BitField("BATCHES", 0, 5),  # bits 4:0
 ))
 
 
-nvdla_cacc_d_line_stride_bits = register_bits("nvdla_cacc_d_line_stride_bits", __name__, (
+nvdla_v2_cacc_d_line_stride_bits = register_bits("nvdla_v2_cacc_d_line_stride_bits", __name__, (
     BitField("LINE_STRIDE", 0, 24),  # bits 23:0
 ))
 
 
-nvdla_cacc_d_surf_stride_bits = register_bits("nvdla_cacc_d_surf_stride_bits", __name__, (
+nvdla_v2_cacc_d_surf_stride_bits = register_bits("nvdla_v2_cacc_d_surf_stride_bits", __name__, (
     BitField("SURF_STRIDE", 0, 24),  # bits 23:0
 ))
 
 
-nvdla_cacc_d_dataout_map_bits = register_bits("nvdla_cacc_d_dataout_map_bits", __name__, (
+nvdla_v2_cacc_d_dataout_map_bits = register_bits("nvdla_v2_cacc_d_dataout_map_bits", __name__, (
     BitField("LINE_PACKED", 0, 1, values=(("FALSE", 0), ("TRUE", 1))),  # bit 0
     BitField("SURF_PACKED", 16, 1, values=(("FALSE", 0), ("TRUE", 1))),  # bit 16
 ))
 
 
-nvdla_cacc_d_clip_cfg_bits = register_bits("nvdla_cacc_d_clip_cfg_bits", __name__, (
+nvdla_v2_cacc_d_clip_cfg_bits = register_bits("nvdla_v2_cacc_d_clip_cfg_bits", __name__, (
     BitField("CLIP_TRUNCATE", 0, 5),  # bits 4:0
 ))
 
 
-nvdla_cacc_d_out_saturation_bits = register_bits("nvdla_cacc_d_out_saturation_bits", __name__, (
+nvdla_v2_cacc_d_out_saturation_bits = register_bits("nvdla_v2_cacc_d_out_saturation_bits", __name__, (
     BitField("SAT_COUNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cacc_d_cya_bits = register_bits("nvdla_cacc_d_cya_bits", __name__, (
+nvdla_v2_cacc_d_cya_bits = register_bits("nvdla_v2_cacc_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_cacc_t(Record):
+class nvdla_v2_cacc_t(Record):
     """Convolution accumulator: sums partial results, truncates (CLIP_CFG) and sends the result to the SDP (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_cacc_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_cacc_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_cacc_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_misc_cfg", nvdla_cacc_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1000
-        ("d_dataout_size_0", nvdla_cacc_d_dataout_size_0_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_size_1", nvdla_cacc_d_dataout_size_1_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_addr", nvdla_cacc_d_dataout_addr_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_batch_number", nvdla_cacc_d_batch_number_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_line_stride", nvdla_cacc_d_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_surf_stride", nvdla_cacc_d_surf_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_map", nvdla_cacc_d_dataout_map_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_clip_cfg", nvdla_cacc_d_clip_cfg_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_out_saturation", nvdla_cacc_d_out_saturation_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_cacc_d_cya_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_cacc_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_cacc_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_cacc_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_misc_cfg", nvdla_v2_cacc_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x1000
+        ("d_dataout_size_0", nvdla_v2_cacc_d_dataout_size_0_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_size_1", nvdla_v2_cacc_d_dataout_size_1_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_addr", nvdla_v2_cacc_d_dataout_addr_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_batch_number", nvdla_v2_cacc_d_batch_number_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_line_stride", nvdla_v2_cacc_d_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_surf_stride", nvdla_v2_cacc_d_surf_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_map", nvdla_v2_cacc_d_dataout_map_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_clip_cfg", nvdla_v2_cacc_d_clip_cfg_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_out_saturation", nvdla_v2_cacc_d_out_saturation_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_cacc_d_cya_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 1010),  # offset 56, 4040 bytes
     ]
 
 
-nvdla_sdp_rdma_s_status_bits = register_bits("nvdla_sdp_rdma_s_status_bits", __name__, (
+nvdla_v2_sdp_rdma_s_status_bits = register_bits("nvdla_v2_sdp_rdma_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_sdp_rdma_s_pointer_bits = register_bits("nvdla_sdp_rdma_s_pointer_bits", __name__, (
+nvdla_v2_sdp_rdma_s_pointer_bits = register_bits("nvdla_v2_sdp_rdma_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_sdp_rdma_d_op_enable_bits = register_bits("nvdla_sdp_rdma_d_op_enable_bits", __name__, (
+nvdla_v2_sdp_rdma_d_op_enable_bits = register_bits("nvdla_v2_sdp_rdma_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_sdp_rdma_d_data_cube_width_bits = register_bits("nvdla_sdp_rdma_d_data_cube_width_bits", __name__, (
+nvdla_v2_sdp_rdma_d_data_cube_width_bits = register_bits("nvdla_v2_sdp_rdma_d_data_cube_width_bits", __name__, (
     BitField("WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_rdma_d_data_cube_height_bits = register_bits("nvdla_sdp_rdma_d_data_cube_height_bits", __name__, (
+nvdla_v2_sdp_rdma_d_data_cube_height_bits = register_bits("nvdla_v2_sdp_rdma_d_data_cube_height_bits", __name__, (
     BitField("HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_rdma_d_data_cube_channel_bits = register_bits("nvdla_sdp_rdma_d_data_cube_channel_bits", __name__, (
+nvdla_v2_sdp_rdma_d_data_cube_channel_bits = register_bits("nvdla_v2_sdp_rdma_d_data_cube_channel_bits", __name__, (
     BitField("CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_sdp_rdma_d_src_base_addr_low_bits", __name__, (
+nvdla_v2_sdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_v2_sdp_rdma_d_src_base_addr_low_bits", __name__, (
     BitField("SRC_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_sdp_rdma_d_src_base_addr_high_bits", __name__, (
+nvdla_v2_sdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_v2_sdp_rdma_d_src_base_addr_high_bits", __name__, (
     BitField("SRC_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_src_line_stride_bits = register_bits("nvdla_sdp_rdma_d_src_line_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_src_line_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_src_line_stride_bits", __name__, (
     BitField("SRC_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_sdp_rdma_d_src_surface_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_src_surface_stride_bits", __name__, (
     BitField("SRC_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_brdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_brdma_cfg_bits", __name__, (
+nvdla_v2_sdp_rdma_d_brdma_cfg_bits = register_bits("nvdla_v2_sdp_rdma_d_brdma_cfg_bits", __name__, (
     BitField("BRDMA_DISABLE", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("BRDMA_DATA_USE", 1, 2, values=(("MUL", 0), ("ALU", 1), ("BOTH", 2))),  # bits 2:1
     BitField("BRDMA_DATA_SIZE", 3, 1, values=(("ONE_BYTE", 0), ("TWO_BYTE", 1))),  # bit 3
@@ -1577,32 +1577,32 @@ nvdla_sdp_rdma_d_brdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_brdma_cfg_bits
 ))
 
 
-nvdla_sdp_rdma_d_bs_base_addr_low_bits = register_bits("nvdla_sdp_rdma_d_bs_base_addr_low_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bs_base_addr_low_bits = register_bits("nvdla_v2_sdp_rdma_d_bs_base_addr_low_bits", __name__, (
     BitField("BS_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bs_base_addr_high_bits = register_bits("nvdla_sdp_rdma_d_bs_base_addr_high_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bs_base_addr_high_bits = register_bits("nvdla_v2_sdp_rdma_d_bs_base_addr_high_bits", __name__, (
     BitField("BS_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bs_line_stride_bits = register_bits("nvdla_sdp_rdma_d_bs_line_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bs_line_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bs_line_stride_bits", __name__, (
     BitField("BS_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bs_surface_stride_bits = register_bits("nvdla_sdp_rdma_d_bs_surface_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bs_surface_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bs_surface_stride_bits", __name__, (
     BitField("BS_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bs_batch_stride_bits = register_bits("nvdla_sdp_rdma_d_bs_batch_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bs_batch_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bs_batch_stride_bits", __name__, (
     BitField("BS_BATCH_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_nrdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_nrdma_cfg_bits", __name__, (
+nvdla_v2_sdp_rdma_d_nrdma_cfg_bits = register_bits("nvdla_v2_sdp_rdma_d_nrdma_cfg_bits", __name__, (
     BitField("NRDMA_DISABLE", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("NRDMA_DATA_USE", 1, 2, values=(("MUL", 0), ("ALU", 1), ("BOTH", 2))),  # bits 2:1
     BitField("NRDMA_DATA_SIZE", 3, 1, values=(("ONE_BYTE", 0), ("TWO_BYTE", 1))),  # bit 3
@@ -1611,32 +1611,32 @@ nvdla_sdp_rdma_d_nrdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_nrdma_cfg_bits
 ))
 
 
-nvdla_sdp_rdma_d_bn_base_addr_low_bits = register_bits("nvdla_sdp_rdma_d_bn_base_addr_low_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bn_base_addr_low_bits = register_bits("nvdla_v2_sdp_rdma_d_bn_base_addr_low_bits", __name__, (
     BitField("BN_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bn_base_addr_high_bits = register_bits("nvdla_sdp_rdma_d_bn_base_addr_high_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bn_base_addr_high_bits = register_bits("nvdla_v2_sdp_rdma_d_bn_base_addr_high_bits", __name__, (
     BitField("BN_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bn_line_stride_bits = register_bits("nvdla_sdp_rdma_d_bn_line_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bn_line_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bn_line_stride_bits", __name__, (
     BitField("BN_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bn_surface_stride_bits = register_bits("nvdla_sdp_rdma_d_bn_surface_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bn_surface_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bn_surface_stride_bits", __name__, (
     BitField("BN_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_bn_batch_stride_bits = register_bits("nvdla_sdp_rdma_d_bn_batch_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_bn_batch_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_bn_batch_stride_bits", __name__, (
     BitField("BN_BATCH_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_erdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_erdma_cfg_bits", __name__, (
+nvdla_v2_sdp_rdma_d_erdma_cfg_bits = register_bits("nvdla_v2_sdp_rdma_d_erdma_cfg_bits", __name__, (
     BitField("ERDMA_DISABLE", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("ERDMA_DATA_USE", 1, 2, values=(("MUL", 0), ("ALU", 1), ("BOTH", 2))),  # bits 2:1
     BitField("ERDMA_DATA_SIZE", 3, 1, values=(("ONE_BYTE", 0), ("TWO_BYTE", 1))),  # bit 3
@@ -1645,32 +1645,32 @@ nvdla_sdp_rdma_d_erdma_cfg_bits = register_bits("nvdla_sdp_rdma_d_erdma_cfg_bits
 ))
 
 
-nvdla_sdp_rdma_d_ew_base_addr_low_bits = register_bits("nvdla_sdp_rdma_d_ew_base_addr_low_bits", __name__, (
+nvdla_v2_sdp_rdma_d_ew_base_addr_low_bits = register_bits("nvdla_v2_sdp_rdma_d_ew_base_addr_low_bits", __name__, (
     BitField("EW_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_ew_base_addr_high_bits = register_bits("nvdla_sdp_rdma_d_ew_base_addr_high_bits", __name__, (
+nvdla_v2_sdp_rdma_d_ew_base_addr_high_bits = register_bits("nvdla_v2_sdp_rdma_d_ew_base_addr_high_bits", __name__, (
     BitField("EW_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_ew_line_stride_bits = register_bits("nvdla_sdp_rdma_d_ew_line_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_ew_line_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_ew_line_stride_bits", __name__, (
     BitField("EW_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_ew_surface_stride_bits = register_bits("nvdla_sdp_rdma_d_ew_surface_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_ew_surface_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_ew_surface_stride_bits", __name__, (
     BitField("EW_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_ew_batch_stride_bits = register_bits("nvdla_sdp_rdma_d_ew_batch_stride_bits", __name__, (
+nvdla_v2_sdp_rdma_d_ew_batch_stride_bits = register_bits("nvdla_v2_sdp_rdma_d_ew_batch_stride_bits", __name__, (
     BitField("EW_BATCH_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_rdma_d_feature_mode_cfg_bits = register_bits("nvdla_sdp_rdma_d_feature_mode_cfg_bits", __name__, (
+nvdla_v2_sdp_rdma_d_feature_mode_cfg_bits = register_bits("nvdla_v2_sdp_rdma_d_feature_mode_cfg_bits", __name__, (
     BitField("FLYING_MODE", 0, 1, values=(("OFF", 0), ("ON", 1))),  # bit 0
     BitField("WINOGRAD", 1, 1, values=(("OFF", 0), ("ON", 1))),  # bit 1
     BitField("IN_PRECISION", 2, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 3:2, reset 0x1
@@ -1680,120 +1680,120 @@ nvdla_sdp_rdma_d_feature_mode_cfg_bits = register_bits("nvdla_sdp_rdma_d_feature
 ))
 
 
-nvdla_sdp_rdma_d_src_dma_cfg_bits = register_bits("nvdla_sdp_rdma_d_src_dma_cfg_bits", __name__, (
+nvdla_v2_sdp_rdma_d_src_dma_cfg_bits = register_bits("nvdla_v2_sdp_rdma_d_src_dma_cfg_bits", __name__, (
     BitField("SRC_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_sdp_rdma_d_status_nan_input_num_bits = register_bits("nvdla_sdp_rdma_d_status_nan_input_num_bits", __name__, (
+nvdla_v2_sdp_rdma_d_status_nan_input_num_bits = register_bits("nvdla_v2_sdp_rdma_d_status_nan_input_num_bits", __name__, (
     BitField("STATUS_NAN_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_rdma_d_status_inf_input_num_bits = register_bits("nvdla_sdp_rdma_d_status_inf_input_num_bits", __name__, (
+nvdla_v2_sdp_rdma_d_status_inf_input_num_bits = register_bits("nvdla_v2_sdp_rdma_d_status_inf_input_num_bits", __name__, (
     BitField("STATUS_INF_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_rdma_d_perf_enable_bits = register_bits("nvdla_sdp_rdma_d_perf_enable_bits", __name__, (
+nvdla_v2_sdp_rdma_d_perf_enable_bits = register_bits("nvdla_v2_sdp_rdma_d_perf_enable_bits", __name__, (
     BitField("PERF_DMA_EN", 0, 1, values=(("NO", 0), ("YES", 1))),  # bit 0
     BitField("PERF_NAN_INF_COUNT_EN", 1, 1, values=(("NO", 0), ("YES", 1))),  # bit 1
 ))
 
 
-nvdla_sdp_rdma_d_perf_mrdma_read_stall_bits = register_bits("nvdla_sdp_rdma_d_perf_mrdma_read_stall_bits", __name__, (
+nvdla_v2_sdp_rdma_d_perf_mrdma_read_stall_bits = register_bits("nvdla_v2_sdp_rdma_d_perf_mrdma_read_stall_bits", __name__, (
     BitField("MRDMA_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_rdma_d_perf_brdma_read_stall_bits = register_bits("nvdla_sdp_rdma_d_perf_brdma_read_stall_bits", __name__, (
+nvdla_v2_sdp_rdma_d_perf_brdma_read_stall_bits = register_bits("nvdla_v2_sdp_rdma_d_perf_brdma_read_stall_bits", __name__, (
     BitField("BRDMA_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_rdma_d_perf_nrdma_read_stall_bits = register_bits("nvdla_sdp_rdma_d_perf_nrdma_read_stall_bits", __name__, (
+nvdla_v2_sdp_rdma_d_perf_nrdma_read_stall_bits = register_bits("nvdla_v2_sdp_rdma_d_perf_nrdma_read_stall_bits", __name__, (
     BitField("NRDMA_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_rdma_d_perf_erdma_read_stall_bits = register_bits("nvdla_sdp_rdma_d_perf_erdma_read_stall_bits", __name__, (
+nvdla_v2_sdp_rdma_d_perf_erdma_read_stall_bits = register_bits("nvdla_v2_sdp_rdma_d_perf_erdma_read_stall_bits", __name__, (
     BitField("ERDMA_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-class nvdla_sdp_rdma_t(Record):
+class nvdla_v2_sdp_rdma_t(Record):
     """SDP read DMA: the SDP's input cube (when it does not come on the fly from CACC) and the X1 (BS), X2 (BN) and Y (EW) operands (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_sdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_sdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_sdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_width", nvdla_sdp_rdma_d_data_cube_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_height", nvdla_sdp_rdma_d_data_cube_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_channel", nvdla_sdp_rdma_d_data_cube_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_low", nvdla_sdp_rdma_d_src_base_addr_low_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_high", nvdla_sdp_rdma_d_src_base_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_src_line_stride", nvdla_sdp_rdma_d_src_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_src_surface_stride", nvdla_sdp_rdma_d_src_surface_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_brdma_cfg", nvdla_sdp_rdma_d_brdma_cfg_bits),  # offset 40, 4 bytes; one per register group; reset 0x1
-        ("d_bs_base_addr_low", nvdla_sdp_rdma_d_bs_base_addr_low_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_bs_base_addr_high", nvdla_sdp_rdma_d_bs_base_addr_high_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_bs_line_stride", nvdla_sdp_rdma_d_bs_line_stride_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_bs_surface_stride", nvdla_sdp_rdma_d_bs_surface_stride_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_bs_batch_stride", nvdla_sdp_rdma_d_bs_batch_stride_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_nrdma_cfg", nvdla_sdp_rdma_d_nrdma_cfg_bits),  # offset 64, 4 bytes; one per register group; reset 0x1
-        ("d_bn_base_addr_low", nvdla_sdp_rdma_d_bn_base_addr_low_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_bn_base_addr_high", nvdla_sdp_rdma_d_bn_base_addr_high_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_bn_line_stride", nvdla_sdp_rdma_d_bn_line_stride_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_bn_surface_stride", nvdla_sdp_rdma_d_bn_surface_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_bn_batch_stride", nvdla_sdp_rdma_d_bn_batch_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_erdma_cfg", nvdla_sdp_rdma_d_erdma_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x1
-        ("d_ew_base_addr_low", nvdla_sdp_rdma_d_ew_base_addr_low_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_ew_base_addr_high", nvdla_sdp_rdma_d_ew_base_addr_high_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_ew_line_stride", nvdla_sdp_rdma_d_ew_line_stride_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
-        ("d_ew_surface_stride", nvdla_sdp_rdma_d_ew_surface_stride_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
-        ("d_ew_batch_stride", nvdla_sdp_rdma_d_ew_batch_stride_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
-        ("d_feature_mode_cfg", nvdla_sdp_rdma_d_feature_mode_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x14
-        ("d_src_dma_cfg", nvdla_sdp_rdma_d_src_dma_cfg_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
-        ("d_status_nan_input_num", nvdla_sdp_rdma_d_status_nan_input_num_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
-        ("d_status_inf_input_num", nvdla_sdp_rdma_d_status_inf_input_num_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_sdp_rdma_d_perf_enable_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
-        ("d_perf_mrdma_read_stall", nvdla_sdp_rdma_d_perf_mrdma_read_stall_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
-        ("d_perf_brdma_read_stall", nvdla_sdp_rdma_d_perf_brdma_read_stall_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
-        ("d_perf_nrdma_read_stall", nvdla_sdp_rdma_d_perf_nrdma_read_stall_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
-        ("d_perf_erdma_read_stall", nvdla_sdp_rdma_d_perf_erdma_read_stall_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_sdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_sdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_sdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_width", nvdla_v2_sdp_rdma_d_data_cube_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_height", nvdla_v2_sdp_rdma_d_data_cube_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_channel", nvdla_v2_sdp_rdma_d_data_cube_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_low", nvdla_v2_sdp_rdma_d_src_base_addr_low_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_high", nvdla_v2_sdp_rdma_d_src_base_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_src_line_stride", nvdla_v2_sdp_rdma_d_src_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_src_surface_stride", nvdla_v2_sdp_rdma_d_src_surface_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_brdma_cfg", nvdla_v2_sdp_rdma_d_brdma_cfg_bits),  # offset 40, 4 bytes; one per register group; reset 0x1
+        ("d_bs_base_addr_low", nvdla_v2_sdp_rdma_d_bs_base_addr_low_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_bs_base_addr_high", nvdla_v2_sdp_rdma_d_bs_base_addr_high_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_bs_line_stride", nvdla_v2_sdp_rdma_d_bs_line_stride_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_bs_surface_stride", nvdla_v2_sdp_rdma_d_bs_surface_stride_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_bs_batch_stride", nvdla_v2_sdp_rdma_d_bs_batch_stride_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_nrdma_cfg", nvdla_v2_sdp_rdma_d_nrdma_cfg_bits),  # offset 64, 4 bytes; one per register group; reset 0x1
+        ("d_bn_base_addr_low", nvdla_v2_sdp_rdma_d_bn_base_addr_low_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_bn_base_addr_high", nvdla_v2_sdp_rdma_d_bn_base_addr_high_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_bn_line_stride", nvdla_v2_sdp_rdma_d_bn_line_stride_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_bn_surface_stride", nvdla_v2_sdp_rdma_d_bn_surface_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_bn_batch_stride", nvdla_v2_sdp_rdma_d_bn_batch_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_erdma_cfg", nvdla_v2_sdp_rdma_d_erdma_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x1
+        ("d_ew_base_addr_low", nvdla_v2_sdp_rdma_d_ew_base_addr_low_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_ew_base_addr_high", nvdla_v2_sdp_rdma_d_ew_base_addr_high_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_ew_line_stride", nvdla_v2_sdp_rdma_d_ew_line_stride_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("d_ew_surface_stride", nvdla_v2_sdp_rdma_d_ew_surface_stride_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
+        ("d_ew_batch_stride", nvdla_v2_sdp_rdma_d_ew_batch_stride_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
+        ("d_feature_mode_cfg", nvdla_v2_sdp_rdma_d_feature_mode_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x14
+        ("d_src_dma_cfg", nvdla_v2_sdp_rdma_d_src_dma_cfg_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
+        ("d_status_nan_input_num", nvdla_v2_sdp_rdma_d_status_nan_input_num_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
+        ("d_status_inf_input_num", nvdla_v2_sdp_rdma_d_status_inf_input_num_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_sdp_rdma_d_perf_enable_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
+        ("d_perf_mrdma_read_stall", nvdla_v2_sdp_rdma_d_perf_mrdma_read_stall_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
+        ("d_perf_brdma_read_stall", nvdla_v2_sdp_rdma_d_perf_brdma_read_stall_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
+        ("d_perf_nrdma_read_stall", nvdla_v2_sdp_rdma_d_perf_nrdma_read_stall_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
+        ("d_perf_erdma_read_stall", nvdla_v2_sdp_rdma_d_perf_erdma_read_stall_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 987),  # offset 148, 3948 bytes
     ]
 
 
-nvdla_sdp_s_status_bits = register_bits("nvdla_sdp_s_status_bits", __name__, (
+nvdla_v2_sdp_s_status_bits = register_bits("nvdla_v2_sdp_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_sdp_s_pointer_bits = register_bits("nvdla_sdp_s_pointer_bits", __name__, (
+nvdla_v2_sdp_s_pointer_bits = register_bits("nvdla_v2_sdp_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_sdp_s_lut_access_cfg_bits = register_bits("nvdla_sdp_s_lut_access_cfg_bits", __name__, (
+nvdla_v2_sdp_s_lut_access_cfg_bits = register_bits("nvdla_v2_sdp_s_lut_access_cfg_bits", __name__, (
     BitField("LUT_ADDR", 0, 10),  # bits 9:0
     BitField("LUT_TABLE_ID", 16, 1, values=(("LE", 0), ("LO", 1))),  # bit 16
     BitField("LUT_ACCESS_TYPE", 17, 1, values=(("READ", 0), ("WRITE", 1))),  # bit 17
 ))
 
 
-nvdla_sdp_s_lut_access_data_bits = register_bits("nvdla_sdp_s_lut_access_data_bits", __name__, (
+nvdla_v2_sdp_s_lut_access_data_bits = register_bits("nvdla_v2_sdp_s_lut_access_data_bits", __name__, (
     BitField("LUT_DATA", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_s_lut_cfg_bits = register_bits("nvdla_sdp_s_lut_cfg_bits", __name__, (
+nvdla_v2_sdp_s_lut_cfg_bits = register_bits("nvdla_v2_sdp_s_lut_cfg_bits", __name__, (
     BitField("LUT_LE_FUNCTION", 0, 1, values=(("EXPONENT", 0), ("LINEAR", 1))),  # bit 0
     BitField("LUT_UFLOW_PRIORITY", 4, 1, values=(("LE", 0), ("LO", 1))),  # bit 4
     BitField("LUT_OFLOW_PRIORITY", 5, 1, values=(("LE", 0), ("LO", 1))),  # bit 5
@@ -1801,98 +1801,98 @@ nvdla_sdp_s_lut_cfg_bits = register_bits("nvdla_sdp_s_lut_cfg_bits", __name__, (
 ))
 
 
-nvdla_sdp_s_lut_info_bits = register_bits("nvdla_sdp_s_lut_info_bits", __name__, (
+nvdla_v2_sdp_s_lut_info_bits = register_bits("nvdla_v2_sdp_s_lut_info_bits", __name__, (
     BitField("LUT_LE_INDEX_OFFSET", 0, 8),  # bits 7:0
     BitField("LUT_LE_INDEX_SELECT", 8, 8),  # bits 15:8
     BitField("LUT_LO_INDEX_SELECT", 16, 8),  # bits 23:16
 ))
 
 
-nvdla_sdp_s_lut_le_start_bits = register_bits("nvdla_sdp_s_lut_le_start_bits", __name__, (
+nvdla_v2_sdp_s_lut_le_start_bits = register_bits("nvdla_v2_sdp_s_lut_le_start_bits", __name__, (
     BitField("LUT_LE_START", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_s_lut_le_end_bits = register_bits("nvdla_sdp_s_lut_le_end_bits", __name__, (
+nvdla_v2_sdp_s_lut_le_end_bits = register_bits("nvdla_v2_sdp_s_lut_le_end_bits", __name__, (
     BitField("LUT_LE_END", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_s_lut_lo_start_bits = register_bits("nvdla_sdp_s_lut_lo_start_bits", __name__, (
+nvdla_v2_sdp_s_lut_lo_start_bits = register_bits("nvdla_v2_sdp_s_lut_lo_start_bits", __name__, (
     BitField("LUT_LO_START", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_s_lut_lo_end_bits = register_bits("nvdla_sdp_s_lut_lo_end_bits", __name__, (
+nvdla_v2_sdp_s_lut_lo_end_bits = register_bits("nvdla_v2_sdp_s_lut_lo_end_bits", __name__, (
     BitField("LUT_LO_END", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_s_lut_le_slope_scale_bits = register_bits("nvdla_sdp_s_lut_le_slope_scale_bits", __name__, (
+nvdla_v2_sdp_s_lut_le_slope_scale_bits = register_bits("nvdla_v2_sdp_s_lut_le_slope_scale_bits", __name__, (
     BitField("LUT_LE_SLOPE_UFLOW_SCALE", 0, 16),  # bits 15:0
     BitField("LUT_LE_SLOPE_OFLOW_SCALE", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_sdp_s_lut_le_slope_shift_bits = register_bits("nvdla_sdp_s_lut_le_slope_shift_bits", __name__, (
+nvdla_v2_sdp_s_lut_le_slope_shift_bits = register_bits("nvdla_v2_sdp_s_lut_le_slope_shift_bits", __name__, (
     BitField("LUT_LE_SLOPE_UFLOW_SHIFT", 0, 5),  # bits 4:0
     BitField("LUT_LE_SLOPE_OFLOW_SHIFT", 5, 5),  # bits 9:5
 ))
 
 
-nvdla_sdp_s_lut_lo_slope_scale_bits = register_bits("nvdla_sdp_s_lut_lo_slope_scale_bits", __name__, (
+nvdla_v2_sdp_s_lut_lo_slope_scale_bits = register_bits("nvdla_v2_sdp_s_lut_lo_slope_scale_bits", __name__, (
     BitField("LUT_LO_SLOPE_UFLOW_SCALE", 0, 16),  # bits 15:0
     BitField("LUT_LO_SLOPE_OFLOW_SCALE", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_sdp_s_lut_lo_slope_shift_bits = register_bits("nvdla_sdp_s_lut_lo_slope_shift_bits", __name__, (
+nvdla_v2_sdp_s_lut_lo_slope_shift_bits = register_bits("nvdla_v2_sdp_s_lut_lo_slope_shift_bits", __name__, (
     BitField("LUT_LO_SLOPE_UFLOW_SHIFT", 0, 5),  # bits 4:0
     BitField("LUT_LO_SLOPE_OFLOW_SHIFT", 5, 5),  # bits 9:5
 ))
 
 
-nvdla_sdp_d_op_enable_bits = register_bits("nvdla_sdp_d_op_enable_bits", __name__, (
+nvdla_v2_sdp_d_op_enable_bits = register_bits("nvdla_v2_sdp_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_sdp_d_data_cube_width_bits = register_bits("nvdla_sdp_d_data_cube_width_bits", __name__, (
+nvdla_v2_sdp_d_data_cube_width_bits = register_bits("nvdla_v2_sdp_d_data_cube_width_bits", __name__, (
     BitField("WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_d_data_cube_height_bits = register_bits("nvdla_sdp_d_data_cube_height_bits", __name__, (
+nvdla_v2_sdp_d_data_cube_height_bits = register_bits("nvdla_v2_sdp_d_data_cube_height_bits", __name__, (
     BitField("HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_d_data_cube_channel_bits = register_bits("nvdla_sdp_d_data_cube_channel_bits", __name__, (
+nvdla_v2_sdp_d_data_cube_channel_bits = register_bits("nvdla_v2_sdp_d_data_cube_channel_bits", __name__, (
     BitField("CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_sdp_d_dst_base_addr_low_bits = register_bits("nvdla_sdp_d_dst_base_addr_low_bits", __name__, (
+nvdla_v2_sdp_d_dst_base_addr_low_bits = register_bits("nvdla_v2_sdp_d_dst_base_addr_low_bits", __name__, (
     BitField("DST_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dst_base_addr_high_bits = register_bits("nvdla_sdp_d_dst_base_addr_high_bits", __name__, (
+nvdla_v2_sdp_d_dst_base_addr_high_bits = register_bits("nvdla_v2_sdp_d_dst_base_addr_high_bits", __name__, (
     BitField("DST_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dst_line_stride_bits = register_bits("nvdla_sdp_d_dst_line_stride_bits", __name__, (
+nvdla_v2_sdp_d_dst_line_stride_bits = register_bits("nvdla_v2_sdp_d_dst_line_stride_bits", __name__, (
     BitField("DST_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dst_surface_stride_bits = register_bits("nvdla_sdp_d_dst_surface_stride_bits", __name__, (
+nvdla_v2_sdp_d_dst_surface_stride_bits = register_bits("nvdla_v2_sdp_d_dst_surface_stride_bits", __name__, (
     BitField("DST_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dp_bs_cfg_bits = register_bits("nvdla_sdp_d_dp_bs_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bs_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bs_cfg_bits", __name__, (
     BitField("BS_BYPASS", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("BS_ALU_BYPASS", 1, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 1, reset 0x1
     BitField("BS_ALU_ALGO", 2, 2, values=(("MAX", 0), ("MIN", 1), ("SUM", 2))),  # bits 3:2
@@ -1902,29 +1902,29 @@ nvdla_sdp_d_dp_bs_cfg_bits = register_bits("nvdla_sdp_d_dp_bs_cfg_bits", __name_
 ))
 
 
-nvdla_sdp_d_dp_bs_alu_cfg_bits = register_bits("nvdla_sdp_d_dp_bs_alu_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bs_alu_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bs_alu_cfg_bits", __name__, (
     BitField("BS_ALU_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("BS_ALU_SHIFT_VALUE", 8, 6),  # bits 13:8
 ))
 
 
-nvdla_sdp_d_dp_bs_alu_src_value_bits = register_bits("nvdla_sdp_d_dp_bs_alu_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_bs_alu_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_bs_alu_src_value_bits", __name__, (
     BitField("BS_ALU_OPERAND", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_bs_mul_cfg_bits = register_bits("nvdla_sdp_d_dp_bs_mul_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bs_mul_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bs_mul_cfg_bits", __name__, (
     BitField("BS_MUL_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("BS_MUL_SHIFT_VALUE", 8, 8),  # bits 15:8
 ))
 
 
-nvdla_sdp_d_dp_bs_mul_src_value_bits = register_bits("nvdla_sdp_d_dp_bs_mul_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_bs_mul_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_bs_mul_src_value_bits", __name__, (
     BitField("BS_MUL_OPERAND", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_bn_cfg_bits = register_bits("nvdla_sdp_d_dp_bn_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bn_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bn_cfg_bits", __name__, (
     BitField("BN_BYPASS", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("BN_ALU_BYPASS", 1, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 1, reset 0x1
     BitField("BN_ALU_ALGO", 2, 2, values=(("MAX", 0), ("MIN", 1), ("SUM", 2))),  # bits 3:2
@@ -1934,29 +1934,29 @@ nvdla_sdp_d_dp_bn_cfg_bits = register_bits("nvdla_sdp_d_dp_bn_cfg_bits", __name_
 ))
 
 
-nvdla_sdp_d_dp_bn_alu_cfg_bits = register_bits("nvdla_sdp_d_dp_bn_alu_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bn_alu_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bn_alu_cfg_bits", __name__, (
     BitField("BN_ALU_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("BN_ALU_SHIFT_VALUE", 8, 6),  # bits 13:8
 ))
 
 
-nvdla_sdp_d_dp_bn_alu_src_value_bits = register_bits("nvdla_sdp_d_dp_bn_alu_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_bn_alu_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_bn_alu_src_value_bits", __name__, (
     BitField("BN_ALU_OPERAND", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_bn_mul_cfg_bits = register_bits("nvdla_sdp_d_dp_bn_mul_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_bn_mul_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_bn_mul_cfg_bits", __name__, (
     BitField("BN_MUL_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("BN_MUL_SHIFT_VALUE", 8, 8),  # bits 15:8
 ))
 
 
-nvdla_sdp_d_dp_bn_mul_src_value_bits = register_bits("nvdla_sdp_d_dp_bn_mul_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_bn_mul_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_bn_mul_src_value_bits", __name__, (
     BitField("BN_MUL_OPERAND", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_ew_cfg_bits = register_bits("nvdla_sdp_d_dp_ew_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_ew_cfg_bits", __name__, (
     BitField("EW_BYPASS", 0, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 0, reset 0x1
     BitField("EW_ALU_BYPASS", 1, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 1, reset 0x1
     BitField("EW_ALU_ALGO", 2, 2, values=(("MAX", 0), ("MIN", 1), ("SUM", 2), ("EQL", 3))),  # bits 3:2
@@ -1966,64 +1966,64 @@ nvdla_sdp_d_dp_ew_cfg_bits = register_bits("nvdla_sdp_d_dp_ew_cfg_bits", __name_
 ))
 
 
-nvdla_sdp_d_dp_ew_alu_cfg_bits = register_bits("nvdla_sdp_d_dp_ew_alu_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_alu_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_ew_alu_cfg_bits", __name__, (
     BitField("EW_ALU_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("EW_ALU_CVT_BYPASS", 1, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 1, reset 0x1
 ))
 
 
-nvdla_sdp_d_dp_ew_alu_src_value_bits = register_bits("nvdla_sdp_d_dp_ew_alu_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_alu_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_alu_src_value_bits", __name__, (
     BitField("EW_ALU_OPERAND", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dp_ew_alu_cvt_offset_value_bits = register_bits("nvdla_sdp_d_dp_ew_alu_cvt_offset_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_alu_cvt_offset_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_alu_cvt_offset_value_bits", __name__, (
     BitField("EW_ALU_CVT_OFFSET", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dp_ew_alu_cvt_scale_value_bits = register_bits("nvdla_sdp_d_dp_ew_alu_cvt_scale_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_alu_cvt_scale_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_alu_cvt_scale_value_bits", __name__, (
     BitField("EW_ALU_CVT_SCALE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_ew_alu_cvt_truncate_value_bits = register_bits("nvdla_sdp_d_dp_ew_alu_cvt_truncate_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_alu_cvt_truncate_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_alu_cvt_truncate_value_bits", __name__, (
     BitField("EW_ALU_CVT_TRUNCATE", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_sdp_d_dp_ew_mul_cfg_bits = register_bits("nvdla_sdp_d_dp_ew_mul_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_mul_cfg_bits = register_bits("nvdla_v2_sdp_d_dp_ew_mul_cfg_bits", __name__, (
     BitField("EW_MUL_SRC", 0, 1, values=(("REG", 0), ("MEM", 1))),  # bit 0
     BitField("EW_MUL_CVT_BYPASS", 1, 1, reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 1, reset 0x1
 ))
 
 
-nvdla_sdp_d_dp_ew_mul_src_value_bits = register_bits("nvdla_sdp_d_dp_ew_mul_src_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_mul_src_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_mul_src_value_bits", __name__, (
     BitField("EW_MUL_OPERAND", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dp_ew_mul_cvt_offset_value_bits = register_bits("nvdla_sdp_d_dp_ew_mul_cvt_offset_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_mul_cvt_offset_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_mul_cvt_offset_value_bits", __name__, (
     BitField("EW_MUL_CVT_OFFSET", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_dp_ew_mul_cvt_scale_value_bits = register_bits("nvdla_sdp_d_dp_ew_mul_cvt_scale_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_mul_cvt_scale_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_mul_cvt_scale_value_bits", __name__, (
     BitField("EW_MUL_CVT_SCALE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_dp_ew_mul_cvt_truncate_value_bits = register_bits("nvdla_sdp_d_dp_ew_mul_cvt_truncate_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_mul_cvt_truncate_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_mul_cvt_truncate_value_bits", __name__, (
     BitField("EW_MUL_CVT_TRUNCATE", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_sdp_d_dp_ew_truncate_value_bits = register_bits("nvdla_sdp_d_dp_ew_truncate_value_bits", __name__, (
+nvdla_v2_sdp_d_dp_ew_truncate_value_bits = register_bits("nvdla_v2_sdp_d_dp_ew_truncate_value_bits", __name__, (
     BitField("EW_TRUNCATE", 0, 10),  # bits 9:0
 ))
 
 
-nvdla_sdp_d_feature_mode_cfg_bits = register_bits("nvdla_sdp_d_feature_mode_cfg_bits", __name__, (
+nvdla_v2_sdp_d_feature_mode_cfg_bits = register_bits("nvdla_v2_sdp_d_feature_mode_cfg_bits", __name__, (
     BitField("FLYING_MODE", 0, 1, values=(("OFF", 0), ("ON", 1))),  # bit 0
     BitField("OUTPUT_DST", 1, 1, values=(("MEM", 0), ("PDP", 1))),  # bit 1
     BitField("WINOGRAD", 2, 1, values=(("OFF", 0), ("ON", 1))),  # bit 2
@@ -2032,58 +2032,58 @@ nvdla_sdp_d_feature_mode_cfg_bits = register_bits("nvdla_sdp_d_feature_mode_cfg_
 ))
 
 
-nvdla_sdp_d_dst_dma_cfg_bits = register_bits("nvdla_sdp_d_dst_dma_cfg_bits", __name__, (
+nvdla_v2_sdp_d_dst_dma_cfg_bits = register_bits("nvdla_v2_sdp_d_dst_dma_cfg_bits", __name__, (
     BitField("DST_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_sdp_d_dst_batch_stride_bits = register_bits("nvdla_sdp_d_dst_batch_stride_bits", __name__, (
+nvdla_v2_sdp_d_dst_batch_stride_bits = register_bits("nvdla_v2_sdp_d_dst_batch_stride_bits", __name__, (
     BitField("DST_BATCH_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_data_format_bits = register_bits("nvdla_sdp_d_data_format_bits", __name__, (
+nvdla_v2_sdp_d_data_format_bits = register_bits("nvdla_v2_sdp_d_data_format_bits", __name__, (
     BitField("PROC_PRECISION", 0, 2, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 1:0
     BitField("OUT_PRECISION", 2, 2, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 3:2
 ))
 
 
-nvdla_sdp_d_cvt_offset_bits = register_bits("nvdla_sdp_d_cvt_offset_bits", __name__, (
+nvdla_v2_sdp_d_cvt_offset_bits = register_bits("nvdla_v2_sdp_d_cvt_offset_bits", __name__, (
     BitField("CVT_OFFSET", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_sdp_d_cvt_scale_bits = register_bits("nvdla_sdp_d_cvt_scale_bits", __name__, (
+nvdla_v2_sdp_d_cvt_scale_bits = register_bits("nvdla_v2_sdp_d_cvt_scale_bits", __name__, (
     BitField("CVT_SCALE", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_sdp_d_cvt_shift_bits = register_bits("nvdla_sdp_d_cvt_shift_bits", __name__, (
+nvdla_v2_sdp_d_cvt_shift_bits = register_bits("nvdla_v2_sdp_d_cvt_shift_bits", __name__, (
     BitField("CVT_SHIFT", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_sdp_d_status_bits = register_bits("nvdla_sdp_d_status_bits", __name__, (
+nvdla_v2_sdp_d_status_bits = register_bits("nvdla_v2_sdp_d_status_bits", __name__, (
     BitField("STATUS_UNEQUAL", 0, 1, access="r"),  # bit 0, read only
 ))
 
 
-nvdla_sdp_d_status_nan_input_num_bits = register_bits("nvdla_sdp_d_status_nan_input_num_bits", __name__, (
+nvdla_v2_sdp_d_status_nan_input_num_bits = register_bits("nvdla_v2_sdp_d_status_nan_input_num_bits", __name__, (
     BitField("STATUS_NAN_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_status_inf_input_num_bits = register_bits("nvdla_sdp_d_status_inf_input_num_bits", __name__, (
+nvdla_v2_sdp_d_status_inf_input_num_bits = register_bits("nvdla_v2_sdp_d_status_inf_input_num_bits", __name__, (
     BitField("STATUS_INF_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_status_nan_output_num_bits = register_bits("nvdla_sdp_d_status_nan_output_num_bits", __name__, (
+nvdla_v2_sdp_d_status_nan_output_num_bits = register_bits("nvdla_v2_sdp_d_status_nan_output_num_bits", __name__, (
     BitField("STATUS_NAN_OUTPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_enable_bits = register_bits("nvdla_sdp_d_perf_enable_bits", __name__, (
+nvdla_v2_sdp_d_perf_enable_bits = register_bits("nvdla_v2_sdp_d_perf_enable_bits", __name__, (
     BitField("PERF_DMA_EN", 0, 1, values=(("NO", 0), ("YES", 1))),  # bit 0
     BitField("PERF_LUT_EN", 1, 1, values=(("NO", 0), ("YES", 1))),  # bit 1
     BitField("PERF_SAT_EN", 2, 1, values=(("NO", 0), ("YES", 1))),  # bit 2
@@ -2091,325 +2091,325 @@ nvdla_sdp_d_perf_enable_bits = register_bits("nvdla_sdp_d_perf_enable_bits", __n
 ))
 
 
-nvdla_sdp_d_perf_wdma_write_stall_bits = register_bits("nvdla_sdp_d_perf_wdma_write_stall_bits", __name__, (
+nvdla_v2_sdp_d_perf_wdma_write_stall_bits = register_bits("nvdla_v2_sdp_d_perf_wdma_write_stall_bits", __name__, (
     BitField("WDMA_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_lut_uflow_bits = register_bits("nvdla_sdp_d_perf_lut_uflow_bits", __name__, (
+nvdla_v2_sdp_d_perf_lut_uflow_bits = register_bits("nvdla_v2_sdp_d_perf_lut_uflow_bits", __name__, (
     BitField("LUT_UFLOW", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_lut_oflow_bits = register_bits("nvdla_sdp_d_perf_lut_oflow_bits", __name__, (
+nvdla_v2_sdp_d_perf_lut_oflow_bits = register_bits("nvdla_v2_sdp_d_perf_lut_oflow_bits", __name__, (
     BitField("LUT_OFLOW", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_out_saturation_bits = register_bits("nvdla_sdp_d_perf_out_saturation_bits", __name__, (
+nvdla_v2_sdp_d_perf_out_saturation_bits = register_bits("nvdla_v2_sdp_d_perf_out_saturation_bits", __name__, (
     BitField("OUT_SATURATION", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_lut_hybrid_bits = register_bits("nvdla_sdp_d_perf_lut_hybrid_bits", __name__, (
+nvdla_v2_sdp_d_perf_lut_hybrid_bits = register_bits("nvdla_v2_sdp_d_perf_lut_hybrid_bits", __name__, (
     BitField("LUT_HYBRID", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_lut_le_hit_bits = register_bits("nvdla_sdp_d_perf_lut_le_hit_bits", __name__, (
+nvdla_v2_sdp_d_perf_lut_le_hit_bits = register_bits("nvdla_v2_sdp_d_perf_lut_le_hit_bits", __name__, (
     BitField("LUT_LE_HIT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_sdp_d_perf_lut_lo_hit_bits = register_bits("nvdla_sdp_d_perf_lut_lo_hit_bits", __name__, (
+nvdla_v2_sdp_d_perf_lut_lo_hit_bits = register_bits("nvdla_v2_sdp_d_perf_lut_lo_hit_bits", __name__, (
     BitField("LUT_LO_HIT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-class nvdla_sdp_t(Record):
+class nvdla_v2_sdp_t(Record):
     """Single data point processor: X1 (BS), X2 (BN) and Y (EW) stages, the LUT, the output converter (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_sdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_sdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("s_lut_access_cfg", nvdla_sdp_s_lut_access_cfg_bits),  # offset 8, 4 bytes; reset 0x0
-        ("s_lut_access_data", nvdla_sdp_s_lut_access_data_bits),  # offset 12, 4 bytes; reset 0x0
-        ("s_lut_cfg", nvdla_sdp_s_lut_cfg_bits),  # offset 16, 4 bytes; reset 0x0
-        ("s_lut_info", nvdla_sdp_s_lut_info_bits),  # offset 20, 4 bytes; reset 0x0
-        ("s_lut_le_start", nvdla_sdp_s_lut_le_start_bits),  # offset 24, 4 bytes; reset 0x0
-        ("s_lut_le_end", nvdla_sdp_s_lut_le_end_bits),  # offset 28, 4 bytes; reset 0x0
-        ("s_lut_lo_start", nvdla_sdp_s_lut_lo_start_bits),  # offset 32, 4 bytes; reset 0x0
-        ("s_lut_lo_end", nvdla_sdp_s_lut_lo_end_bits),  # offset 36, 4 bytes; reset 0x0
-        ("s_lut_le_slope_scale", nvdla_sdp_s_lut_le_slope_scale_bits),  # offset 40, 4 bytes; reset 0x0
-        ("s_lut_le_slope_shift", nvdla_sdp_s_lut_le_slope_shift_bits),  # offset 44, 4 bytes; reset 0x0
-        ("s_lut_lo_slope_scale", nvdla_sdp_s_lut_lo_slope_scale_bits),  # offset 48, 4 bytes; reset 0x0
-        ("s_lut_lo_slope_shift", nvdla_sdp_s_lut_lo_slope_shift_bits),  # offset 52, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_sdp_d_op_enable_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_width", nvdla_sdp_d_data_cube_width_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_height", nvdla_sdp_d_data_cube_height_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_channel", nvdla_sdp_d_data_cube_channel_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_low", nvdla_sdp_d_dst_base_addr_low_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_high", nvdla_sdp_d_dst_base_addr_high_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_dst_line_stride", nvdla_sdp_d_dst_line_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_dst_surface_stride", nvdla_sdp_d_dst_surface_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bs_cfg", nvdla_sdp_d_dp_bs_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x73
-        ("d_dp_bs_alu_cfg", nvdla_sdp_d_dp_bs_alu_cfg_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bs_alu_src_value", nvdla_sdp_d_dp_bs_alu_src_value_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bs_mul_cfg", nvdla_sdp_d_dp_bs_mul_cfg_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bs_mul_src_value", nvdla_sdp_d_dp_bs_mul_src_value_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bn_cfg", nvdla_sdp_d_dp_bn_cfg_bits),  # offset 108, 4 bytes; one per register group; reset 0x53
-        ("d_dp_bn_alu_cfg", nvdla_sdp_d_dp_bn_alu_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bn_alu_src_value", nvdla_sdp_d_dp_bn_alu_src_value_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bn_mul_cfg", nvdla_sdp_d_dp_bn_mul_cfg_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
-        ("d_dp_bn_mul_src_value", nvdla_sdp_d_dp_bn_mul_src_value_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_cfg", nvdla_sdp_d_dp_ew_cfg_bits),  # offset 128, 4 bytes; one per register group; reset 0x53
-        ("d_dp_ew_alu_cfg", nvdla_sdp_d_dp_ew_alu_cfg_bits),  # offset 132, 4 bytes; one per register group; reset 0x2
-        ("d_dp_ew_alu_src_value", nvdla_sdp_d_dp_ew_alu_src_value_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_alu_cvt_offset_value", nvdla_sdp_d_dp_ew_alu_cvt_offset_value_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_alu_cvt_scale_value", nvdla_sdp_d_dp_ew_alu_cvt_scale_value_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_alu_cvt_truncate_value", nvdla_sdp_d_dp_ew_alu_cvt_truncate_value_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_mul_cfg", nvdla_sdp_d_dp_ew_mul_cfg_bits),  # offset 152, 4 bytes; one per register group; reset 0x2
-        ("d_dp_ew_mul_src_value", nvdla_sdp_d_dp_ew_mul_src_value_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_mul_cvt_offset_value", nvdla_sdp_d_dp_ew_mul_cvt_offset_value_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_mul_cvt_scale_value", nvdla_sdp_d_dp_ew_mul_cvt_scale_value_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_mul_cvt_truncate_value", nvdla_sdp_d_dp_ew_mul_cvt_truncate_value_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
-        ("d_dp_ew_truncate_value", nvdla_sdp_d_dp_ew_truncate_value_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
-        ("d_feature_mode_cfg", nvdla_sdp_d_feature_mode_cfg_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
-        ("d_dst_dma_cfg", nvdla_sdp_d_dst_dma_cfg_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
-        ("d_dst_batch_stride", nvdla_sdp_d_dst_batch_stride_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
-        ("d_data_format", nvdla_sdp_d_data_format_bits),  # offset 188, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_offset", nvdla_sdp_d_cvt_offset_bits),  # offset 192, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_scale", nvdla_sdp_d_cvt_scale_bits),  # offset 196, 4 bytes; one per register group; reset 0x0
-        ("d_cvt_shift", nvdla_sdp_d_cvt_shift_bits),  # offset 200, 4 bytes; one per register group; reset 0x0
-        ("d_status", nvdla_sdp_d_status_bits),  # offset 204, 4 bytes; one per register group; reset 0x0
-        ("d_status_nan_input_num", nvdla_sdp_d_status_nan_input_num_bits),  # offset 208, 4 bytes; one per register group; reset 0x0
-        ("d_status_inf_input_num", nvdla_sdp_d_status_inf_input_num_bits),  # offset 212, 4 bytes; one per register group; reset 0x0
-        ("d_status_nan_output_num", nvdla_sdp_d_status_nan_output_num_bits),  # offset 216, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_sdp_d_perf_enable_bits),  # offset 220, 4 bytes; one per register group; reset 0x0
-        ("d_perf_wdma_write_stall", nvdla_sdp_d_perf_wdma_write_stall_bits),  # offset 224, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_uflow", nvdla_sdp_d_perf_lut_uflow_bits),  # offset 228, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_oflow", nvdla_sdp_d_perf_lut_oflow_bits),  # offset 232, 4 bytes; one per register group; reset 0x0
-        ("d_perf_out_saturation", nvdla_sdp_d_perf_out_saturation_bits),  # offset 236, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_hybrid", nvdla_sdp_d_perf_lut_hybrid_bits),  # offset 240, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_le_hit", nvdla_sdp_d_perf_lut_le_hit_bits),  # offset 244, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_lo_hit", nvdla_sdp_d_perf_lut_lo_hit_bits),  # offset 248, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_sdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_sdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("s_lut_access_cfg", nvdla_v2_sdp_s_lut_access_cfg_bits),  # offset 8, 4 bytes; reset 0x0
+        ("s_lut_access_data", nvdla_v2_sdp_s_lut_access_data_bits),  # offset 12, 4 bytes; reset 0x0
+        ("s_lut_cfg", nvdla_v2_sdp_s_lut_cfg_bits),  # offset 16, 4 bytes; reset 0x0
+        ("s_lut_info", nvdla_v2_sdp_s_lut_info_bits),  # offset 20, 4 bytes; reset 0x0
+        ("s_lut_le_start", nvdla_v2_sdp_s_lut_le_start_bits),  # offset 24, 4 bytes; reset 0x0
+        ("s_lut_le_end", nvdla_v2_sdp_s_lut_le_end_bits),  # offset 28, 4 bytes; reset 0x0
+        ("s_lut_lo_start", nvdla_v2_sdp_s_lut_lo_start_bits),  # offset 32, 4 bytes; reset 0x0
+        ("s_lut_lo_end", nvdla_v2_sdp_s_lut_lo_end_bits),  # offset 36, 4 bytes; reset 0x0
+        ("s_lut_le_slope_scale", nvdla_v2_sdp_s_lut_le_slope_scale_bits),  # offset 40, 4 bytes; reset 0x0
+        ("s_lut_le_slope_shift", nvdla_v2_sdp_s_lut_le_slope_shift_bits),  # offset 44, 4 bytes; reset 0x0
+        ("s_lut_lo_slope_scale", nvdla_v2_sdp_s_lut_lo_slope_scale_bits),  # offset 48, 4 bytes; reset 0x0
+        ("s_lut_lo_slope_shift", nvdla_v2_sdp_s_lut_lo_slope_shift_bits),  # offset 52, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_sdp_d_op_enable_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_width", nvdla_v2_sdp_d_data_cube_width_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_height", nvdla_v2_sdp_d_data_cube_height_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_channel", nvdla_v2_sdp_d_data_cube_channel_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_low", nvdla_v2_sdp_d_dst_base_addr_low_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_high", nvdla_v2_sdp_d_dst_base_addr_high_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_dst_line_stride", nvdla_v2_sdp_d_dst_line_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_dst_surface_stride", nvdla_v2_sdp_d_dst_surface_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bs_cfg", nvdla_v2_sdp_d_dp_bs_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x73
+        ("d_dp_bs_alu_cfg", nvdla_v2_sdp_d_dp_bs_alu_cfg_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bs_alu_src_value", nvdla_v2_sdp_d_dp_bs_alu_src_value_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bs_mul_cfg", nvdla_v2_sdp_d_dp_bs_mul_cfg_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bs_mul_src_value", nvdla_v2_sdp_d_dp_bs_mul_src_value_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bn_cfg", nvdla_v2_sdp_d_dp_bn_cfg_bits),  # offset 108, 4 bytes; one per register group; reset 0x53
+        ("d_dp_bn_alu_cfg", nvdla_v2_sdp_d_dp_bn_alu_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bn_alu_src_value", nvdla_v2_sdp_d_dp_bn_alu_src_value_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bn_mul_cfg", nvdla_v2_sdp_d_dp_bn_mul_cfg_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
+        ("d_dp_bn_mul_src_value", nvdla_v2_sdp_d_dp_bn_mul_src_value_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_cfg", nvdla_v2_sdp_d_dp_ew_cfg_bits),  # offset 128, 4 bytes; one per register group; reset 0x53
+        ("d_dp_ew_alu_cfg", nvdla_v2_sdp_d_dp_ew_alu_cfg_bits),  # offset 132, 4 bytes; one per register group; reset 0x2
+        ("d_dp_ew_alu_src_value", nvdla_v2_sdp_d_dp_ew_alu_src_value_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_alu_cvt_offset_value", nvdla_v2_sdp_d_dp_ew_alu_cvt_offset_value_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_alu_cvt_scale_value", nvdla_v2_sdp_d_dp_ew_alu_cvt_scale_value_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_alu_cvt_truncate_value", nvdla_v2_sdp_d_dp_ew_alu_cvt_truncate_value_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_mul_cfg", nvdla_v2_sdp_d_dp_ew_mul_cfg_bits),  # offset 152, 4 bytes; one per register group; reset 0x2
+        ("d_dp_ew_mul_src_value", nvdla_v2_sdp_d_dp_ew_mul_src_value_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_mul_cvt_offset_value", nvdla_v2_sdp_d_dp_ew_mul_cvt_offset_value_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_mul_cvt_scale_value", nvdla_v2_sdp_d_dp_ew_mul_cvt_scale_value_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_mul_cvt_truncate_value", nvdla_v2_sdp_d_dp_ew_mul_cvt_truncate_value_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
+        ("d_dp_ew_truncate_value", nvdla_v2_sdp_d_dp_ew_truncate_value_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
+        ("d_feature_mode_cfg", nvdla_v2_sdp_d_feature_mode_cfg_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
+        ("d_dst_dma_cfg", nvdla_v2_sdp_d_dst_dma_cfg_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
+        ("d_dst_batch_stride", nvdla_v2_sdp_d_dst_batch_stride_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
+        ("d_data_format", nvdla_v2_sdp_d_data_format_bits),  # offset 188, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_offset", nvdla_v2_sdp_d_cvt_offset_bits),  # offset 192, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_scale", nvdla_v2_sdp_d_cvt_scale_bits),  # offset 196, 4 bytes; one per register group; reset 0x0
+        ("d_cvt_shift", nvdla_v2_sdp_d_cvt_shift_bits),  # offset 200, 4 bytes; one per register group; reset 0x0
+        ("d_status", nvdla_v2_sdp_d_status_bits),  # offset 204, 4 bytes; one per register group; reset 0x0
+        ("d_status_nan_input_num", nvdla_v2_sdp_d_status_nan_input_num_bits),  # offset 208, 4 bytes; one per register group; reset 0x0
+        ("d_status_inf_input_num", nvdla_v2_sdp_d_status_inf_input_num_bits),  # offset 212, 4 bytes; one per register group; reset 0x0
+        ("d_status_nan_output_num", nvdla_v2_sdp_d_status_nan_output_num_bits),  # offset 216, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_sdp_d_perf_enable_bits),  # offset 220, 4 bytes; one per register group; reset 0x0
+        ("d_perf_wdma_write_stall", nvdla_v2_sdp_d_perf_wdma_write_stall_bits),  # offset 224, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_uflow", nvdla_v2_sdp_d_perf_lut_uflow_bits),  # offset 228, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_oflow", nvdla_v2_sdp_d_perf_lut_oflow_bits),  # offset 232, 4 bytes; one per register group; reset 0x0
+        ("d_perf_out_saturation", nvdla_v2_sdp_d_perf_out_saturation_bits),  # offset 236, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_hybrid", nvdla_v2_sdp_d_perf_lut_hybrid_bits),  # offset 240, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_le_hit", nvdla_v2_sdp_d_perf_lut_le_hit_bits),  # offset 244, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_lo_hit", nvdla_v2_sdp_d_perf_lut_lo_hit_bits),  # offset 248, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 961),  # offset 252, 3844 bytes
     ]
 
 
-nvdla_pdp_rdma_s_status_bits = register_bits("nvdla_pdp_rdma_s_status_bits", __name__, (
+nvdla_v2_pdp_rdma_s_status_bits = register_bits("nvdla_v2_pdp_rdma_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_pdp_rdma_s_pointer_bits = register_bits("nvdla_pdp_rdma_s_pointer_bits", __name__, (
+nvdla_v2_pdp_rdma_s_pointer_bits = register_bits("nvdla_v2_pdp_rdma_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_pdp_rdma_d_op_enable_bits = register_bits("nvdla_pdp_rdma_d_op_enable_bits", __name__, (
+nvdla_v2_pdp_rdma_d_op_enable_bits = register_bits("nvdla_v2_pdp_rdma_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_rdma_d_data_cube_in_width_bits = register_bits("nvdla_pdp_rdma_d_data_cube_in_width_bits", __name__, (
+nvdla_v2_pdp_rdma_d_data_cube_in_width_bits = register_bits("nvdla_v2_pdp_rdma_d_data_cube_in_width_bits", __name__, (
     BitField("CUBE_IN_WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_rdma_d_data_cube_in_height_bits = register_bits("nvdla_pdp_rdma_d_data_cube_in_height_bits", __name__, (
+nvdla_v2_pdp_rdma_d_data_cube_in_height_bits = register_bits("nvdla_v2_pdp_rdma_d_data_cube_in_height_bits", __name__, (
     BitField("CUBE_IN_HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_rdma_d_data_cube_in_channel_bits = register_bits("nvdla_pdp_rdma_d_data_cube_in_channel_bits", __name__, (
+nvdla_v2_pdp_rdma_d_data_cube_in_channel_bits = register_bits("nvdla_v2_pdp_rdma_d_data_cube_in_channel_bits", __name__, (
     BitField("CUBE_IN_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_rdma_d_flying_mode_bits = register_bits("nvdla_pdp_rdma_d_flying_mode_bits", __name__, (
+nvdla_v2_pdp_rdma_d_flying_mode_bits = register_bits("nvdla_v2_pdp_rdma_d_flying_mode_bits", __name__, (
     BitField("FLYING_MODE", 0, 1, values=(("ON_FLYING", 0), ("OFF_FLYING", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_pdp_rdma_d_src_base_addr_low_bits", __name__, (
+nvdla_v2_pdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_v2_pdp_rdma_d_src_base_addr_low_bits", __name__, (
     BitField("SRC_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_pdp_rdma_d_src_base_addr_high_bits", __name__, (
+nvdla_v2_pdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_v2_pdp_rdma_d_src_base_addr_high_bits", __name__, (
     BitField("SRC_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_rdma_d_src_line_stride_bits = register_bits("nvdla_pdp_rdma_d_src_line_stride_bits", __name__, (
+nvdla_v2_pdp_rdma_d_src_line_stride_bits = register_bits("nvdla_v2_pdp_rdma_d_src_line_stride_bits", __name__, (
     BitField("SRC_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_pdp_rdma_d_src_surface_stride_bits", __name__, (
+nvdla_v2_pdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_v2_pdp_rdma_d_src_surface_stride_bits", __name__, (
     BitField("SRC_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_rdma_d_src_ram_cfg_bits = register_bits("nvdla_pdp_rdma_d_src_ram_cfg_bits", __name__, (
+nvdla_v2_pdp_rdma_d_src_ram_cfg_bits = register_bits("nvdla_v2_pdp_rdma_d_src_ram_cfg_bits", __name__, (
     BitField("SRC_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_rdma_d_data_format_bits = register_bits("nvdla_pdp_rdma_d_data_format_bits", __name__, (
+nvdla_v2_pdp_rdma_d_data_format_bits = register_bits("nvdla_v2_pdp_rdma_d_data_format_bits", __name__, (
     BitField("INPUT_DATA", 0, 2, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 1:0
 ))
 
 
-nvdla_pdp_rdma_d_operation_mode_cfg_bits = register_bits("nvdla_pdp_rdma_d_operation_mode_cfg_bits", __name__, (
+nvdla_v2_pdp_rdma_d_operation_mode_cfg_bits = register_bits("nvdla_v2_pdp_rdma_d_operation_mode_cfg_bits", __name__, (
     BitField("SPLIT_NUM", 0, 8),  # bits 7:0
 ))
 
 
-nvdla_pdp_rdma_d_pooling_kernel_cfg_bits = register_bits("nvdla_pdp_rdma_d_pooling_kernel_cfg_bits", __name__, (
+nvdla_v2_pdp_rdma_d_pooling_kernel_cfg_bits = register_bits("nvdla_v2_pdp_rdma_d_pooling_kernel_cfg_bits", __name__, (
     BitField("KERNEL_WIDTH", 0, 4, values=(("KERNEL_WIDTH_1", 0), ("KERNEL_WIDTH_2", 1), ("KERNEL_WIDTH_3", 2), ("KERNEL_WIDTH_4", 3), ("KERNEL_WIDTH_5", 4), ("KERNEL_WIDTH_6", 5), ("KERNEL_WIDTH_7", 6), ("KERNEL_WIDTH_8", 7))),  # bits 3:0
     BitField("KERNEL_STRIDE_WIDTH", 4, 4),  # bits 7:4
 ))
 
 
-nvdla_pdp_rdma_d_pooling_padding_cfg_bits = register_bits("nvdla_pdp_rdma_d_pooling_padding_cfg_bits", __name__, (
+nvdla_v2_pdp_rdma_d_pooling_padding_cfg_bits = register_bits("nvdla_v2_pdp_rdma_d_pooling_padding_cfg_bits", __name__, (
     BitField("PAD_WIDTH", 0, 4),  # bits 3:0
 ))
 
 
-nvdla_pdp_rdma_d_partial_width_in_bits = register_bits("nvdla_pdp_rdma_d_partial_width_in_bits", __name__, (
+nvdla_v2_pdp_rdma_d_partial_width_in_bits = register_bits("nvdla_v2_pdp_rdma_d_partial_width_in_bits", __name__, (
     BitField("PARTIAL_WIDTH_IN_FIRST", 0, 10),  # bits 9:0
     BitField("PARTIAL_WIDTH_IN_LAST", 10, 10),  # bits 19:10
     BitField("PARTIAL_WIDTH_IN_MID", 20, 10),  # bits 29:20
 ))
 
 
-nvdla_pdp_rdma_d_perf_enable_bits = register_bits("nvdla_pdp_rdma_d_perf_enable_bits", __name__, (
+nvdla_v2_pdp_rdma_d_perf_enable_bits = register_bits("nvdla_v2_pdp_rdma_d_perf_enable_bits", __name__, (
     BitField("DMA_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_rdma_d_perf_read_stall_bits = register_bits("nvdla_pdp_rdma_d_perf_read_stall_bits", __name__, (
+nvdla_v2_pdp_rdma_d_perf_read_stall_bits = register_bits("nvdla_v2_pdp_rdma_d_perf_read_stall_bits", __name__, (
     BitField("PERF_READ_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_pdp_rdma_d_cya_bits = register_bits("nvdla_pdp_rdma_d_cya_bits", __name__, (
+nvdla_v2_pdp_rdma_d_cya_bits = register_bits("nvdla_v2_pdp_rdma_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_pdp_rdma_t(Record):
+class nvdla_v2_pdp_rdma_t(Record):
     """PDP read DMA: the pooling input when it comes from memory (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_pdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_pdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_pdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_width", nvdla_pdp_rdma_d_data_cube_in_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_height", nvdla_pdp_rdma_d_data_cube_in_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_channel", nvdla_pdp_rdma_d_data_cube_in_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_flying_mode", nvdla_pdp_rdma_d_flying_mode_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_low", nvdla_pdp_rdma_d_src_base_addr_low_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_high", nvdla_pdp_rdma_d_src_base_addr_high_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_src_line_stride", nvdla_pdp_rdma_d_src_line_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_src_surface_stride", nvdla_pdp_rdma_d_src_surface_stride_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_src_ram_cfg", nvdla_pdp_rdma_d_src_ram_cfg_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_data_format", nvdla_pdp_rdma_d_data_format_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_operation_mode_cfg", nvdla_pdp_rdma_d_operation_mode_cfg_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_kernel_cfg", nvdla_pdp_rdma_d_pooling_kernel_cfg_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_cfg", nvdla_pdp_rdma_d_pooling_padding_cfg_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_partial_width_in", nvdla_pdp_rdma_d_partial_width_in_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_pdp_rdma_d_perf_enable_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_perf_read_stall", nvdla_pdp_rdma_d_perf_read_stall_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_pdp_rdma_d_cya_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_pdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_pdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_pdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_width", nvdla_v2_pdp_rdma_d_data_cube_in_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_height", nvdla_v2_pdp_rdma_d_data_cube_in_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_channel", nvdla_v2_pdp_rdma_d_data_cube_in_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_flying_mode", nvdla_v2_pdp_rdma_d_flying_mode_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_low", nvdla_v2_pdp_rdma_d_src_base_addr_low_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_high", nvdla_v2_pdp_rdma_d_src_base_addr_high_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_src_line_stride", nvdla_v2_pdp_rdma_d_src_line_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_src_surface_stride", nvdla_v2_pdp_rdma_d_src_surface_stride_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_src_ram_cfg", nvdla_v2_pdp_rdma_d_src_ram_cfg_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_data_format", nvdla_v2_pdp_rdma_d_data_format_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_operation_mode_cfg", nvdla_v2_pdp_rdma_d_operation_mode_cfg_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_kernel_cfg", nvdla_v2_pdp_rdma_d_pooling_kernel_cfg_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_cfg", nvdla_v2_pdp_rdma_d_pooling_padding_cfg_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_partial_width_in", nvdla_v2_pdp_rdma_d_partial_width_in_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_pdp_rdma_d_perf_enable_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_perf_read_stall", nvdla_v2_pdp_rdma_d_perf_read_stall_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_pdp_rdma_d_cya_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 1004),  # offset 80, 4016 bytes
     ]
 
 
-nvdla_pdp_s_status_bits = register_bits("nvdla_pdp_s_status_bits", __name__, (
+nvdla_v2_pdp_s_status_bits = register_bits("nvdla_v2_pdp_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_pdp_s_pointer_bits = register_bits("nvdla_pdp_s_pointer_bits", __name__, (
+nvdla_v2_pdp_s_pointer_bits = register_bits("nvdla_v2_pdp_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_pdp_d_op_enable_bits = register_bits("nvdla_pdp_d_op_enable_bits", __name__, (
+nvdla_v2_pdp_d_op_enable_bits = register_bits("nvdla_v2_pdp_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_d_data_cube_in_width_bits = register_bits("nvdla_pdp_d_data_cube_in_width_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_in_width_bits = register_bits("nvdla_v2_pdp_d_data_cube_in_width_bits", __name__, (
     BitField("CUBE_IN_WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_data_cube_in_height_bits = register_bits("nvdla_pdp_d_data_cube_in_height_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_in_height_bits = register_bits("nvdla_v2_pdp_d_data_cube_in_height_bits", __name__, (
     BitField("CUBE_IN_HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_data_cube_in_channel_bits = register_bits("nvdla_pdp_d_data_cube_in_channel_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_in_channel_bits = register_bits("nvdla_v2_pdp_d_data_cube_in_channel_bits", __name__, (
     BitField("CUBE_IN_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_data_cube_out_width_bits = register_bits("nvdla_pdp_d_data_cube_out_width_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_out_width_bits = register_bits("nvdla_v2_pdp_d_data_cube_out_width_bits", __name__, (
     BitField("CUBE_OUT_WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_data_cube_out_height_bits = register_bits("nvdla_pdp_d_data_cube_out_height_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_out_height_bits = register_bits("nvdla_v2_pdp_d_data_cube_out_height_bits", __name__, (
     BitField("CUBE_OUT_HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_data_cube_out_channel_bits = register_bits("nvdla_pdp_d_data_cube_out_channel_bits", __name__, (
+nvdla_v2_pdp_d_data_cube_out_channel_bits = register_bits("nvdla_v2_pdp_d_data_cube_out_channel_bits", __name__, (
     BitField("CUBE_OUT_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_pdp_d_operation_mode_cfg_bits = register_bits("nvdla_pdp_d_operation_mode_cfg_bits", __name__, (
+nvdla_v2_pdp_d_operation_mode_cfg_bits = register_bits("nvdla_v2_pdp_d_operation_mode_cfg_bits", __name__, (
     BitField("POOLING_METHOD", 0, 2, values=(("POOLING_METHOD_AVERAGE", 0), ("POOLING_METHOD_MAX", 1), ("POOLING_METHOD_MIN", 2))),  # bits 1:0
     BitField("FLYING_MODE", 4, 1, values=(("ON_FLYING", 0), ("OFF_FLYING", 1))),  # bit 4
     BitField("SPLIT_NUM", 8, 8),  # bits 15:8
 ))
 
 
-nvdla_pdp_d_nan_flush_to_zero_bits = register_bits("nvdla_pdp_d_nan_flush_to_zero_bits", __name__, (
+nvdla_v2_pdp_d_nan_flush_to_zero_bits = register_bits("nvdla_v2_pdp_d_nan_flush_to_zero_bits", __name__, (
     BitField("NAN_TO_ZERO", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_d_partial_width_in_bits = register_bits("nvdla_pdp_d_partial_width_in_bits", __name__, (
+nvdla_v2_pdp_d_partial_width_in_bits = register_bits("nvdla_v2_pdp_d_partial_width_in_bits", __name__, (
     BitField("PARTIAL_WIDTH_IN_FIRST", 0, 10),  # bits 9:0
     BitField("PARTIAL_WIDTH_IN_LAST", 10, 10),  # bits 19:10
     BitField("PARTIAL_WIDTH_IN_MID", 20, 10),  # bits 29:20
 ))
 
 
-nvdla_pdp_d_partial_width_out_bits = register_bits("nvdla_pdp_d_partial_width_out_bits", __name__, (
+nvdla_v2_pdp_d_partial_width_out_bits = register_bits("nvdla_v2_pdp_d_partial_width_out_bits", __name__, (
     BitField("PARTIAL_WIDTH_OUT_FIRST", 0, 10),  # bits 9:0
     BitField("PARTIAL_WIDTH_OUT_LAST", 10, 10),  # bits 19:10
     BitField("PARTIAL_WIDTH_OUT_MID", 20, 10),  # bits 29:20
 ))
 
 
-nvdla_pdp_d_pooling_kernel_cfg_bits = register_bits("nvdla_pdp_d_pooling_kernel_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_kernel_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_kernel_cfg_bits", __name__, (
     BitField("KERNEL_WIDTH", 0, 4, values=(("KERNEL_WIDTH_1", 0), ("KERNEL_WIDTH_2", 1), ("KERNEL_WIDTH_3", 2), ("KERNEL_WIDTH_4", 3), ("KERNEL_WIDTH_5", 4), ("KERNEL_WIDTH_6", 5), ("KERNEL_WIDTH_7", 6), ("KERNEL_WIDTH_8", 7))),  # bits 3:0
     BitField("KERNEL_HEIGHT", 8, 4, values=(("KERNEL_HEIGHT_1", 0), ("KERNEL_HEIGHT_2", 1), ("KERNEL_HEIGHT_3", 2), ("KERNEL_HEIGHT_4", 3), ("KERNEL_HEIGHT_5", 4), ("KERNEL_HEIGHT_6", 5), ("KERNEL_HEIGHT_7", 6), ("KERNEL_HEIGHT_8", 7))),  # bits 11:8
     BitField("KERNEL_STRIDE_WIDTH", 16, 4),  # bits 19:16
@@ -2417,17 +2417,17 @@ nvdla_pdp_d_pooling_kernel_cfg_bits = register_bits("nvdla_pdp_d_pooling_kernel_
 ))
 
 
-nvdla_pdp_d_recip_kernel_width_bits = register_bits("nvdla_pdp_d_recip_kernel_width_bits", __name__, (
+nvdla_v2_pdp_d_recip_kernel_width_bits = register_bits("nvdla_v2_pdp_d_recip_kernel_width_bits", __name__, (
     BitField("RECIP_KERNEL_WIDTH", 0, 17),  # bits 16:0
 ))
 
 
-nvdla_pdp_d_recip_kernel_height_bits = register_bits("nvdla_pdp_d_recip_kernel_height_bits", __name__, (
+nvdla_v2_pdp_d_recip_kernel_height_bits = register_bits("nvdla_v2_pdp_d_recip_kernel_height_bits", __name__, (
     BitField("RECIP_KERNEL_HEIGHT", 0, 17),  # bits 16:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_cfg_bits", __name__, (
     BitField("PAD_LEFT", 0, 3),  # bits 2:0
     BitField("PAD_TOP", 4, 3),  # bits 6:4
     BitField("PAD_RIGHT", 8, 3),  # bits 10:8
@@ -2435,312 +2435,312 @@ nvdla_pdp_d_pooling_padding_cfg_bits = register_bits("nvdla_pdp_d_pooling_paddin
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_1_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_1_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_1_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_1_cfg_bits", __name__, (
     BitField("PAD_VALUE_1X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_2_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_2_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_2_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_2_cfg_bits", __name__, (
     BitField("PAD_VALUE_2X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_3_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_3_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_3_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_3_cfg_bits", __name__, (
     BitField("PAD_VALUE_3X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_4_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_4_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_4_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_4_cfg_bits", __name__, (
     BitField("PAD_VALUE_4X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_5_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_5_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_5_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_5_cfg_bits", __name__, (
     BitField("PAD_VALUE_5X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_6_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_6_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_6_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_6_cfg_bits", __name__, (
     BitField("PAD_VALUE_6X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_pooling_padding_value_7_cfg_bits = register_bits("nvdla_pdp_d_pooling_padding_value_7_cfg_bits", __name__, (
+nvdla_v2_pdp_d_pooling_padding_value_7_cfg_bits = register_bits("nvdla_v2_pdp_d_pooling_padding_value_7_cfg_bits", __name__, (
     BitField("PAD_VALUE_7X", 0, 19),  # bits 18:0
 ))
 
 
-nvdla_pdp_d_src_base_addr_low_bits = register_bits("nvdla_pdp_d_src_base_addr_low_bits", __name__, (
+nvdla_v2_pdp_d_src_base_addr_low_bits = register_bits("nvdla_v2_pdp_d_src_base_addr_low_bits", __name__, (
     BitField("SRC_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_src_base_addr_high_bits = register_bits("nvdla_pdp_d_src_base_addr_high_bits", __name__, (
+nvdla_v2_pdp_d_src_base_addr_high_bits = register_bits("nvdla_v2_pdp_d_src_base_addr_high_bits", __name__, (
     BitField("SRC_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_src_line_stride_bits = register_bits("nvdla_pdp_d_src_line_stride_bits", __name__, (
+nvdla_v2_pdp_d_src_line_stride_bits = register_bits("nvdla_v2_pdp_d_src_line_stride_bits", __name__, (
     BitField("SRC_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_src_surface_stride_bits = register_bits("nvdla_pdp_d_src_surface_stride_bits", __name__, (
+nvdla_v2_pdp_d_src_surface_stride_bits = register_bits("nvdla_v2_pdp_d_src_surface_stride_bits", __name__, (
     BitField("SRC_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_dst_base_addr_low_bits = register_bits("nvdla_pdp_d_dst_base_addr_low_bits", __name__, (
+nvdla_v2_pdp_d_dst_base_addr_low_bits = register_bits("nvdla_v2_pdp_d_dst_base_addr_low_bits", __name__, (
     BitField("DST_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_dst_base_addr_high_bits = register_bits("nvdla_pdp_d_dst_base_addr_high_bits", __name__, (
+nvdla_v2_pdp_d_dst_base_addr_high_bits = register_bits("nvdla_v2_pdp_d_dst_base_addr_high_bits", __name__, (
     BitField("DST_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_dst_line_stride_bits = register_bits("nvdla_pdp_d_dst_line_stride_bits", __name__, (
+nvdla_v2_pdp_d_dst_line_stride_bits = register_bits("nvdla_v2_pdp_d_dst_line_stride_bits", __name__, (
     BitField("DST_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_dst_surface_stride_bits = register_bits("nvdla_pdp_d_dst_surface_stride_bits", __name__, (
+nvdla_v2_pdp_d_dst_surface_stride_bits = register_bits("nvdla_v2_pdp_d_dst_surface_stride_bits", __name__, (
     BitField("DST_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_pdp_d_dst_ram_cfg_bits = register_bits("nvdla_pdp_d_dst_ram_cfg_bits", __name__, (
+nvdla_v2_pdp_d_dst_ram_cfg_bits = register_bits("nvdla_v2_pdp_d_dst_ram_cfg_bits", __name__, (
     BitField("DST_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_d_data_format_bits = register_bits("nvdla_pdp_d_data_format_bits", __name__, (
+nvdla_v2_pdp_d_data_format_bits = register_bits("nvdla_v2_pdp_d_data_format_bits", __name__, (
     BitField("INPUT_DATA", 0, 2, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 1:0
 ))
 
 
-nvdla_pdp_d_inf_input_num_bits = register_bits("nvdla_pdp_d_inf_input_num_bits", __name__, (
+nvdla_v2_pdp_d_inf_input_num_bits = register_bits("nvdla_v2_pdp_d_inf_input_num_bits", __name__, (
     BitField("INF_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_pdp_d_nan_input_num_bits = register_bits("nvdla_pdp_d_nan_input_num_bits", __name__, (
+nvdla_v2_pdp_d_nan_input_num_bits = register_bits("nvdla_v2_pdp_d_nan_input_num_bits", __name__, (
     BitField("NAN_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_pdp_d_nan_output_num_bits = register_bits("nvdla_pdp_d_nan_output_num_bits", __name__, (
+nvdla_v2_pdp_d_nan_output_num_bits = register_bits("nvdla_v2_pdp_d_nan_output_num_bits", __name__, (
     BitField("NAN_OUTPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_pdp_d_perf_enable_bits = register_bits("nvdla_pdp_d_perf_enable_bits", __name__, (
+nvdla_v2_pdp_d_perf_enable_bits = register_bits("nvdla_v2_pdp_d_perf_enable_bits", __name__, (
     BitField("DMA_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_pdp_d_perf_write_stall_bits = register_bits("nvdla_pdp_d_perf_write_stall_bits", __name__, (
+nvdla_v2_pdp_d_perf_write_stall_bits = register_bits("nvdla_v2_pdp_d_perf_write_stall_bits", __name__, (
     BitField("PERF_WRITE_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_pdp_d_cya_bits = register_bits("nvdla_pdp_d_cya_bits", __name__, (
+nvdla_v2_pdp_d_cya_bits = register_bits("nvdla_v2_pdp_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_pdp_t(Record):
+class nvdla_v2_pdp_t(Record):
     """Planar data processor: max, min and average pooling (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_pdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_pdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_pdp_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_width", nvdla_pdp_d_data_cube_in_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_height", nvdla_pdp_d_data_cube_in_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_in_channel", nvdla_pdp_d_data_cube_in_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_out_width", nvdla_pdp_d_data_cube_out_width_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_out_height", nvdla_pdp_d_data_cube_out_height_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_out_channel", nvdla_pdp_d_data_cube_out_channel_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_operation_mode_cfg", nvdla_pdp_d_operation_mode_cfg_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_nan_flush_to_zero", nvdla_pdp_d_nan_flush_to_zero_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_partial_width_in", nvdla_pdp_d_partial_width_in_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_partial_width_out", nvdla_pdp_d_partial_width_out_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_kernel_cfg", nvdla_pdp_d_pooling_kernel_cfg_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_recip_kernel_width", nvdla_pdp_d_recip_kernel_width_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_recip_kernel_height", nvdla_pdp_d_recip_kernel_height_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_cfg", nvdla_pdp_d_pooling_padding_cfg_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_1_cfg", nvdla_pdp_d_pooling_padding_value_1_cfg_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_2_cfg", nvdla_pdp_d_pooling_padding_value_2_cfg_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_3_cfg", nvdla_pdp_d_pooling_padding_value_3_cfg_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_4_cfg", nvdla_pdp_d_pooling_padding_value_4_cfg_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_5_cfg", nvdla_pdp_d_pooling_padding_value_5_cfg_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_6_cfg", nvdla_pdp_d_pooling_padding_value_6_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
-        ("d_pooling_padding_value_7_cfg", nvdla_pdp_d_pooling_padding_value_7_cfg_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_low", nvdla_pdp_d_src_base_addr_low_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_high", nvdla_pdp_d_src_base_addr_high_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
-        ("d_src_line_stride", nvdla_pdp_d_src_line_stride_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
-        ("d_src_surface_stride", nvdla_pdp_d_src_surface_stride_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_low", nvdla_pdp_d_dst_base_addr_low_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_high", nvdla_pdp_d_dst_base_addr_high_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
-        ("d_dst_line_stride", nvdla_pdp_d_dst_line_stride_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
-        ("d_dst_surface_stride", nvdla_pdp_d_dst_surface_stride_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
-        ("d_dst_ram_cfg", nvdla_pdp_d_dst_ram_cfg_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
-        ("d_data_format", nvdla_pdp_d_data_format_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
-        ("d_inf_input_num", nvdla_pdp_d_inf_input_num_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
-        ("d_nan_input_num", nvdla_pdp_d_nan_input_num_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
-        ("d_nan_output_num", nvdla_pdp_d_nan_output_num_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_pdp_d_perf_enable_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
-        ("d_perf_write_stall", nvdla_pdp_d_perf_write_stall_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_pdp_d_cya_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_pdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_pdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_pdp_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_width", nvdla_v2_pdp_d_data_cube_in_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_height", nvdla_v2_pdp_d_data_cube_in_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_in_channel", nvdla_v2_pdp_d_data_cube_in_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_out_width", nvdla_v2_pdp_d_data_cube_out_width_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_out_height", nvdla_v2_pdp_d_data_cube_out_height_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_out_channel", nvdla_v2_pdp_d_data_cube_out_channel_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_operation_mode_cfg", nvdla_v2_pdp_d_operation_mode_cfg_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_nan_flush_to_zero", nvdla_v2_pdp_d_nan_flush_to_zero_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_partial_width_in", nvdla_v2_pdp_d_partial_width_in_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_partial_width_out", nvdla_v2_pdp_d_partial_width_out_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_kernel_cfg", nvdla_v2_pdp_d_pooling_kernel_cfg_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_recip_kernel_width", nvdla_v2_pdp_d_recip_kernel_width_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_recip_kernel_height", nvdla_v2_pdp_d_recip_kernel_height_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_cfg", nvdla_v2_pdp_d_pooling_padding_cfg_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_1_cfg", nvdla_v2_pdp_d_pooling_padding_value_1_cfg_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_2_cfg", nvdla_v2_pdp_d_pooling_padding_value_2_cfg_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_3_cfg", nvdla_v2_pdp_d_pooling_padding_value_3_cfg_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_4_cfg", nvdla_v2_pdp_d_pooling_padding_value_4_cfg_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_5_cfg", nvdla_v2_pdp_d_pooling_padding_value_5_cfg_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_6_cfg", nvdla_v2_pdp_d_pooling_padding_value_6_cfg_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
+        ("d_pooling_padding_value_7_cfg", nvdla_v2_pdp_d_pooling_padding_value_7_cfg_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_low", nvdla_v2_pdp_d_src_base_addr_low_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_high", nvdla_v2_pdp_d_src_base_addr_high_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("d_src_line_stride", nvdla_v2_pdp_d_src_line_stride_bits),  # offset 104, 4 bytes; one per register group; reset 0x0
+        ("d_src_surface_stride", nvdla_v2_pdp_d_src_surface_stride_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_low", nvdla_v2_pdp_d_dst_base_addr_low_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_high", nvdla_v2_pdp_d_dst_base_addr_high_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
+        ("d_dst_line_stride", nvdla_v2_pdp_d_dst_line_stride_bits),  # offset 120, 4 bytes; one per register group; reset 0x0
+        ("d_dst_surface_stride", nvdla_v2_pdp_d_dst_surface_stride_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
+        ("d_dst_ram_cfg", nvdla_v2_pdp_d_dst_ram_cfg_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
+        ("d_data_format", nvdla_v2_pdp_d_data_format_bits),  # offset 132, 4 bytes; one per register group; reset 0x0
+        ("d_inf_input_num", nvdla_v2_pdp_d_inf_input_num_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
+        ("d_nan_input_num", nvdla_v2_pdp_d_nan_input_num_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
+        ("d_nan_output_num", nvdla_v2_pdp_d_nan_output_num_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_pdp_d_perf_enable_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
+        ("d_perf_write_stall", nvdla_v2_pdp_d_perf_write_stall_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_pdp_d_cya_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 984),  # offset 160, 3936 bytes
     ]
 
 
-nvdla_cdp_rdma_s_status_bits = register_bits("nvdla_cdp_rdma_s_status_bits", __name__, (
+nvdla_v2_cdp_rdma_s_status_bits = register_bits("nvdla_v2_cdp_rdma_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_cdp_rdma_s_pointer_bits = register_bits("nvdla_cdp_rdma_s_pointer_bits", __name__, (
+nvdla_v2_cdp_rdma_s_pointer_bits = register_bits("nvdla_v2_cdp_rdma_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_cdp_rdma_d_op_enable_bits = register_bits("nvdla_cdp_rdma_d_op_enable_bits", __name__, (
+nvdla_v2_cdp_rdma_d_op_enable_bits = register_bits("nvdla_v2_cdp_rdma_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_rdma_d_data_cube_width_bits = register_bits("nvdla_cdp_rdma_d_data_cube_width_bits", __name__, (
+nvdla_v2_cdp_rdma_d_data_cube_width_bits = register_bits("nvdla_v2_cdp_rdma_d_data_cube_width_bits", __name__, (
     BitField("WIDTH", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cdp_rdma_d_data_cube_height_bits = register_bits("nvdla_cdp_rdma_d_data_cube_height_bits", __name__, (
+nvdla_v2_cdp_rdma_d_data_cube_height_bits = register_bits("nvdla_v2_cdp_rdma_d_data_cube_height_bits", __name__, (
     BitField("HEIGHT", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cdp_rdma_d_data_cube_channel_bits = register_bits("nvdla_cdp_rdma_d_data_cube_channel_bits", __name__, (
+nvdla_v2_cdp_rdma_d_data_cube_channel_bits = register_bits("nvdla_v2_cdp_rdma_d_data_cube_channel_bits", __name__, (
     BitField("CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_cdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_cdp_rdma_d_src_base_addr_low_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_base_addr_low_bits = register_bits("nvdla_v2_cdp_rdma_d_src_base_addr_low_bits", __name__, (
     BitField("SRC_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_cdp_rdma_d_src_base_addr_high_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_base_addr_high_bits = register_bits("nvdla_v2_cdp_rdma_d_src_base_addr_high_bits", __name__, (
     BitField("SRC_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_rdma_d_src_line_stride_bits = register_bits("nvdla_cdp_rdma_d_src_line_stride_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_line_stride_bits = register_bits("nvdla_v2_cdp_rdma_d_src_line_stride_bits", __name__, (
     BitField("SRC_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_cdp_rdma_d_src_surface_stride_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_surface_stride_bits = register_bits("nvdla_v2_cdp_rdma_d_src_surface_stride_bits", __name__, (
     BitField("SRC_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_rdma_d_src_dma_cfg_bits = register_bits("nvdla_cdp_rdma_d_src_dma_cfg_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_dma_cfg_bits = register_bits("nvdla_v2_cdp_rdma_d_src_dma_cfg_bits", __name__, (
     BitField("SRC_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_rdma_d_src_compression_en_bits = register_bits("nvdla_cdp_rdma_d_src_compression_en_bits", __name__, (
+nvdla_v2_cdp_rdma_d_src_compression_en_bits = register_bits("nvdla_v2_cdp_rdma_d_src_compression_en_bits", __name__, (
     BitField("SRC_COMPRESSION_EN", 0, 1, access="r", values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, read only
 ))
 
 
-nvdla_cdp_rdma_d_operation_mode_bits = register_bits("nvdla_cdp_rdma_d_operation_mode_bits", __name__, (
+nvdla_v2_cdp_rdma_d_operation_mode_bits = register_bits("nvdla_v2_cdp_rdma_d_operation_mode_bits", __name__, (
     BitField("OPERATION_MODE", 0, 2, access="r", values=(("READPHILE", 0), ("WRITEPHILE", 1), ("ORDINARY", 2))),  # bits 1:0, read only
 ))
 
 
-nvdla_cdp_rdma_d_data_format_bits = register_bits("nvdla_cdp_rdma_d_data_format_bits", __name__, (
+nvdla_v2_cdp_rdma_d_data_format_bits = register_bits("nvdla_v2_cdp_rdma_d_data_format_bits", __name__, (
     BitField("INPUT_DATA", 0, 2, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 1:0
 ))
 
 
-nvdla_cdp_rdma_d_perf_enable_bits = register_bits("nvdla_cdp_rdma_d_perf_enable_bits", __name__, (
+nvdla_v2_cdp_rdma_d_perf_enable_bits = register_bits("nvdla_v2_cdp_rdma_d_perf_enable_bits", __name__, (
     BitField("DMA_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_rdma_d_perf_read_stall_bits = register_bits("nvdla_cdp_rdma_d_perf_read_stall_bits", __name__, (
+nvdla_v2_cdp_rdma_d_perf_read_stall_bits = register_bits("nvdla_v2_cdp_rdma_d_perf_read_stall_bits", __name__, (
     BitField("PERF_READ_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_rdma_d_cya_bits = register_bits("nvdla_cdp_rdma_d_cya_bits", __name__, (
+nvdla_v2_cdp_rdma_d_cya_bits = register_bits("nvdla_v2_cdp_rdma_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_cdp_rdma_t(Record):
+class nvdla_v2_cdp_rdma_t(Record):
     """CDP read DMA: the input of the channel data processor (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_cdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_cdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_cdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_width", nvdla_cdp_rdma_d_data_cube_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_height", nvdla_cdp_rdma_d_data_cube_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_data_cube_channel", nvdla_cdp_rdma_d_data_cube_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_low", nvdla_cdp_rdma_d_src_base_addr_low_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_src_base_addr_high", nvdla_cdp_rdma_d_src_base_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_src_line_stride", nvdla_cdp_rdma_d_src_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_src_surface_stride", nvdla_cdp_rdma_d_src_surface_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_src_dma_cfg", nvdla_cdp_rdma_d_src_dma_cfg_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_src_compression_en", nvdla_cdp_rdma_d_src_compression_en_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_operation_mode", nvdla_cdp_rdma_d_operation_mode_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_data_format", nvdla_cdp_rdma_d_data_format_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_cdp_rdma_d_perf_enable_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_perf_read_stall", nvdla_cdp_rdma_d_perf_read_stall_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_cdp_rdma_d_cya_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_cdp_rdma_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_cdp_rdma_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_cdp_rdma_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_width", nvdla_v2_cdp_rdma_d_data_cube_width_bits),  # offset 12, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_height", nvdla_v2_cdp_rdma_d_data_cube_height_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_data_cube_channel", nvdla_v2_cdp_rdma_d_data_cube_channel_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_low", nvdla_v2_cdp_rdma_d_src_base_addr_low_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_src_base_addr_high", nvdla_v2_cdp_rdma_d_src_base_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_src_line_stride", nvdla_v2_cdp_rdma_d_src_line_stride_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_src_surface_stride", nvdla_v2_cdp_rdma_d_src_surface_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_src_dma_cfg", nvdla_v2_cdp_rdma_d_src_dma_cfg_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_src_compression_en", nvdla_v2_cdp_rdma_d_src_compression_en_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_operation_mode", nvdla_v2_cdp_rdma_d_operation_mode_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_data_format", nvdla_v2_cdp_rdma_d_data_format_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_cdp_rdma_d_perf_enable_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_perf_read_stall", nvdla_v2_cdp_rdma_d_perf_read_stall_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_cdp_rdma_d_cya_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 1007),  # offset 68, 4028 bytes
     ]
 
 
-nvdla_cdp_s_status_bits = register_bits("nvdla_cdp_s_status_bits", __name__, (
+nvdla_v2_cdp_s_status_bits = register_bits("nvdla_v2_cdp_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_cdp_s_pointer_bits = register_bits("nvdla_cdp_s_pointer_bits", __name__, (
+nvdla_v2_cdp_s_pointer_bits = register_bits("nvdla_v2_cdp_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_cdp_s_lut_access_cfg_bits = register_bits("nvdla_cdp_s_lut_access_cfg_bits", __name__, (
+nvdla_v2_cdp_s_lut_access_cfg_bits = register_bits("nvdla_v2_cdp_s_lut_access_cfg_bits", __name__, (
     BitField("LUT_ADDR", 0, 10),  # bits 9:0
     BitField("LUT_TABLE_ID", 16, 1, values=(("LE", 0), ("LO", 1))),  # bit 16
     BitField("LUT_ACCESS_TYPE", 17, 1, values=(("READ", 0), ("WRITE", 1))),  # bit 17
 ))
 
 
-nvdla_cdp_s_lut_access_data_bits = register_bits("nvdla_cdp_s_lut_access_data_bits", __name__, (
+nvdla_v2_cdp_s_lut_access_data_bits = register_bits("nvdla_v2_cdp_s_lut_access_data_bits", __name__, (
     BitField("LUT_DATA", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_cdp_s_lut_cfg_bits = register_bits("nvdla_cdp_s_lut_cfg_bits", __name__, (
+nvdla_v2_cdp_s_lut_cfg_bits = register_bits("nvdla_v2_cdp_s_lut_cfg_bits", __name__, (
     BitField("LUT_LE_FUNCTION", 0, 1, values=(("EXPONENT", 0), ("LINEAR", 1))),  # bit 0
     BitField("LUT_UFLOW_PRIORITY", 4, 1, values=(("LE", 0), ("LO", 1))),  # bit 4
     BitField("LUT_OFLOW_PRIORITY", 5, 1, values=(("LE", 0), ("LO", 1))),  # bit 5
@@ -2748,319 +2748,319 @@ nvdla_cdp_s_lut_cfg_bits = register_bits("nvdla_cdp_s_lut_cfg_bits", __name__, (
 ))
 
 
-nvdla_cdp_s_lut_info_bits = register_bits("nvdla_cdp_s_lut_info_bits", __name__, (
+nvdla_v2_cdp_s_lut_info_bits = register_bits("nvdla_v2_cdp_s_lut_info_bits", __name__, (
     BitField("LUT_LE_INDEX_OFFSET", 0, 8),  # bits 7:0
     BitField("LUT_LE_INDEX_SELECT", 8, 8),  # bits 15:8
     BitField("LUT_LO_INDEX_SELECT", 16, 8),  # bits 23:16
 ))
 
 
-nvdla_cdp_s_lut_le_start_low_bits = register_bits("nvdla_cdp_s_lut_le_start_low_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_start_low_bits = register_bits("nvdla_v2_cdp_s_lut_le_start_low_bits", __name__, (
     BitField("LUT_LE_START_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_s_lut_le_start_high_bits = register_bits("nvdla_cdp_s_lut_le_start_high_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_start_high_bits = register_bits("nvdla_v2_cdp_s_lut_le_start_high_bits", __name__, (
     BitField("LUT_LE_START_HIGH", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_cdp_s_lut_le_end_low_bits = register_bits("nvdla_cdp_s_lut_le_end_low_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_end_low_bits = register_bits("nvdla_v2_cdp_s_lut_le_end_low_bits", __name__, (
     BitField("LUT_LE_END_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_s_lut_le_end_high_bits = register_bits("nvdla_cdp_s_lut_le_end_high_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_end_high_bits = register_bits("nvdla_v2_cdp_s_lut_le_end_high_bits", __name__, (
     BitField("LUT_LE_END_HIGH", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_cdp_s_lut_lo_start_low_bits = register_bits("nvdla_cdp_s_lut_lo_start_low_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_start_low_bits = register_bits("nvdla_v2_cdp_s_lut_lo_start_low_bits", __name__, (
     BitField("LUT_LO_START_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_s_lut_lo_start_high_bits = register_bits("nvdla_cdp_s_lut_lo_start_high_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_start_high_bits = register_bits("nvdla_v2_cdp_s_lut_lo_start_high_bits", __name__, (
     BitField("LUT_LO_START_HIGH", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_cdp_s_lut_lo_end_low_bits = register_bits("nvdla_cdp_s_lut_lo_end_low_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_end_low_bits = register_bits("nvdla_v2_cdp_s_lut_lo_end_low_bits", __name__, (
     BitField("LUT_LO_END_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_s_lut_lo_end_high_bits = register_bits("nvdla_cdp_s_lut_lo_end_high_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_end_high_bits = register_bits("nvdla_v2_cdp_s_lut_lo_end_high_bits", __name__, (
     BitField("LUT_LO_END_HIGH", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_cdp_s_lut_le_slope_scale_bits = register_bits("nvdla_cdp_s_lut_le_slope_scale_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_slope_scale_bits = register_bits("nvdla_v2_cdp_s_lut_le_slope_scale_bits", __name__, (
     BitField("LUT_LE_SLOPE_UFLOW_SCALE", 0, 16),  # bits 15:0
     BitField("LUT_LE_SLOPE_OFLOW_SCALE", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_cdp_s_lut_le_slope_shift_bits = register_bits("nvdla_cdp_s_lut_le_slope_shift_bits", __name__, (
+nvdla_v2_cdp_s_lut_le_slope_shift_bits = register_bits("nvdla_v2_cdp_s_lut_le_slope_shift_bits", __name__, (
     BitField("LUT_LE_SLOPE_UFLOW_SHIFT", 0, 5),  # bits 4:0
     BitField("LUT_LE_SLOPE_OFLOW_SHIFT", 5, 5),  # bits 9:5
 ))
 
 
-nvdla_cdp_s_lut_lo_slope_scale_bits = register_bits("nvdla_cdp_s_lut_lo_slope_scale_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_slope_scale_bits = register_bits("nvdla_v2_cdp_s_lut_lo_slope_scale_bits", __name__, (
     BitField("LUT_LO_SLOPE_UFLOW_SCALE", 0, 16),  # bits 15:0
     BitField("LUT_LO_SLOPE_OFLOW_SCALE", 16, 16),  # bits 31:16
 ))
 
 
-nvdla_cdp_s_lut_lo_slope_shift_bits = register_bits("nvdla_cdp_s_lut_lo_slope_shift_bits", __name__, (
+nvdla_v2_cdp_s_lut_lo_slope_shift_bits = register_bits("nvdla_v2_cdp_s_lut_lo_slope_shift_bits", __name__, (
     BitField("LUT_LO_SLOPE_UFLOW_SHIFT", 0, 5),  # bits 4:0
     BitField("LUT_LO_SLOPE_OFLOW_SHIFT", 5, 5),  # bits 9:5
 ))
 
 
-nvdla_cdp_d_op_enable_bits = register_bits("nvdla_cdp_d_op_enable_bits", __name__, (
+nvdla_v2_cdp_d_op_enable_bits = register_bits("nvdla_v2_cdp_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_d_func_bypass_bits = register_bits("nvdla_cdp_d_func_bypass_bits", __name__, (
+nvdla_v2_cdp_d_func_bypass_bits = register_bits("nvdla_v2_cdp_d_func_bypass_bits", __name__, (
     BitField("SQSUM_BYPASS", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("MUL_BYPASS", 1, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1
 ))
 
 
-nvdla_cdp_d_dst_base_addr_low_bits = register_bits("nvdla_cdp_d_dst_base_addr_low_bits", __name__, (
+nvdla_v2_cdp_d_dst_base_addr_low_bits = register_bits("nvdla_v2_cdp_d_dst_base_addr_low_bits", __name__, (
     BitField("DST_BASE_ADDR_LOW", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_d_dst_base_addr_high_bits = register_bits("nvdla_cdp_d_dst_base_addr_high_bits", __name__, (
+nvdla_v2_cdp_d_dst_base_addr_high_bits = register_bits("nvdla_v2_cdp_d_dst_base_addr_high_bits", __name__, (
     BitField("DST_BASE_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_d_dst_line_stride_bits = register_bits("nvdla_cdp_d_dst_line_stride_bits", __name__, (
+nvdla_v2_cdp_d_dst_line_stride_bits = register_bits("nvdla_v2_cdp_d_dst_line_stride_bits", __name__, (
     BitField("DST_LINE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_d_dst_surface_stride_bits = register_bits("nvdla_cdp_d_dst_surface_stride_bits", __name__, (
+nvdla_v2_cdp_d_dst_surface_stride_bits = register_bits("nvdla_v2_cdp_d_dst_surface_stride_bits", __name__, (
     BitField("DST_SURFACE_STRIDE", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_d_dst_dma_cfg_bits = register_bits("nvdla_cdp_d_dst_dma_cfg_bits", __name__, (
+nvdla_v2_cdp_d_dst_dma_cfg_bits = register_bits("nvdla_v2_cdp_d_dst_dma_cfg_bits", __name__, (
     BitField("DST_RAM_TYPE", 0, 1, values=(("CV", 0), ("MC", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_d_dst_compression_en_bits = register_bits("nvdla_cdp_d_dst_compression_en_bits", __name__, (
+nvdla_v2_cdp_d_dst_compression_en_bits = register_bits("nvdla_v2_cdp_d_dst_compression_en_bits", __name__, (
     BitField("DST_COMPRESSION_EN", 0, 1, access="r", values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, read only
 ))
 
 
-nvdla_cdp_d_data_format_bits = register_bits("nvdla_cdp_d_data_format_bits", __name__, (
+nvdla_v2_cdp_d_data_format_bits = register_bits("nvdla_v2_cdp_d_data_format_bits", __name__, (
     BitField("INPUT_DATA_TYPE", 0, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 1:0, reset 0x1
 ))
 
 
-nvdla_cdp_d_nan_flush_to_zero_bits = register_bits("nvdla_cdp_d_nan_flush_to_zero_bits", __name__, (
+nvdla_v2_cdp_d_nan_flush_to_zero_bits = register_bits("nvdla_v2_cdp_d_nan_flush_to_zero_bits", __name__, (
     BitField("NAN_TO_ZERO", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_cdp_d_lrn_cfg_bits = register_bits("nvdla_cdp_d_lrn_cfg_bits", __name__, (
+nvdla_v2_cdp_d_lrn_cfg_bits = register_bits("nvdla_v2_cdp_d_lrn_cfg_bits", __name__, (
     BitField("NORMALZ_LEN", 0, 2, values=(("LEN3", 0), ("LEN5", 1), ("LEN7", 2), ("LEN9", 3))),  # bits 1:0
 ))
 
 
-nvdla_cdp_d_datin_offset_bits = register_bits("nvdla_cdp_d_datin_offset_bits", __name__, (
+nvdla_v2_cdp_d_datin_offset_bits = register_bits("nvdla_v2_cdp_d_datin_offset_bits", __name__, (
     BitField("DATIN_OFFSET", 0, 16),  # bits 15:0
 ))
 
 
-nvdla_cdp_d_datin_scale_bits = register_bits("nvdla_cdp_d_datin_scale_bits", __name__, (
+nvdla_v2_cdp_d_datin_scale_bits = register_bits("nvdla_v2_cdp_d_datin_scale_bits", __name__, (
     BitField("DATIN_SCALE", 0, 16, reset=0x1),  # bits 15:0, reset 0x1
 ))
 
 
-nvdla_cdp_d_datin_shifter_bits = register_bits("nvdla_cdp_d_datin_shifter_bits", __name__, (
+nvdla_v2_cdp_d_datin_shifter_bits = register_bits("nvdla_v2_cdp_d_datin_shifter_bits", __name__, (
     BitField("DATIN_SHIFTER", 0, 5),  # bits 4:0
 ))
 
 
-nvdla_cdp_d_datout_offset_bits = register_bits("nvdla_cdp_d_datout_offset_bits", __name__, (
+nvdla_v2_cdp_d_datout_offset_bits = register_bits("nvdla_v2_cdp_d_datout_offset_bits", __name__, (
     BitField("DATOUT_OFFSET", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_cdp_d_datout_scale_bits = register_bits("nvdla_cdp_d_datout_scale_bits", __name__, (
+nvdla_v2_cdp_d_datout_scale_bits = register_bits("nvdla_v2_cdp_d_datout_scale_bits", __name__, (
     BitField("DATOUT_SCALE", 0, 16, reset=0x1),  # bits 15:0, reset 0x1
 ))
 
 
-nvdla_cdp_d_datout_shifter_bits = register_bits("nvdla_cdp_d_datout_shifter_bits", __name__, (
+nvdla_v2_cdp_d_datout_shifter_bits = register_bits("nvdla_v2_cdp_d_datout_shifter_bits", __name__, (
     BitField("DATOUT_SHIFTER", 0, 6),  # bits 5:0
 ))
 
 
-nvdla_cdp_d_nan_input_num_bits = register_bits("nvdla_cdp_d_nan_input_num_bits", __name__, (
+nvdla_v2_cdp_d_nan_input_num_bits = register_bits("nvdla_v2_cdp_d_nan_input_num_bits", __name__, (
     BitField("NAN_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_inf_input_num_bits = register_bits("nvdla_cdp_d_inf_input_num_bits", __name__, (
+nvdla_v2_cdp_d_inf_input_num_bits = register_bits("nvdla_v2_cdp_d_inf_input_num_bits", __name__, (
     BitField("INF_INPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_nan_output_num_bits = register_bits("nvdla_cdp_d_nan_output_num_bits", __name__, (
+nvdla_v2_cdp_d_nan_output_num_bits = register_bits("nvdla_v2_cdp_d_nan_output_num_bits", __name__, (
     BitField("NAN_OUTPUT_NUM", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_out_saturation_bits = register_bits("nvdla_cdp_d_out_saturation_bits", __name__, (
+nvdla_v2_cdp_d_out_saturation_bits = register_bits("nvdla_v2_cdp_d_out_saturation_bits", __name__, (
     BitField("OUT_SATURATION", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_enable_bits = register_bits("nvdla_cdp_d_perf_enable_bits", __name__, (
+nvdla_v2_cdp_d_perf_enable_bits = register_bits("nvdla_v2_cdp_d_perf_enable_bits", __name__, (
     BitField("DMA_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("LUT_EN", 1, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1
 ))
 
 
-nvdla_cdp_d_perf_write_stall_bits = register_bits("nvdla_cdp_d_perf_write_stall_bits", __name__, (
+nvdla_v2_cdp_d_perf_write_stall_bits = register_bits("nvdla_v2_cdp_d_perf_write_stall_bits", __name__, (
     BitField("PERF_WRITE_STALL", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_lut_uflow_bits = register_bits("nvdla_cdp_d_perf_lut_uflow_bits", __name__, (
+nvdla_v2_cdp_d_perf_lut_uflow_bits = register_bits("nvdla_v2_cdp_d_perf_lut_uflow_bits", __name__, (
     BitField("PERF_LUT_UFLOW", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_lut_oflow_bits = register_bits("nvdla_cdp_d_perf_lut_oflow_bits", __name__, (
+nvdla_v2_cdp_d_perf_lut_oflow_bits = register_bits("nvdla_v2_cdp_d_perf_lut_oflow_bits", __name__, (
     BitField("PERF_LUT_OFLOW", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_lut_hybrid_bits = register_bits("nvdla_cdp_d_perf_lut_hybrid_bits", __name__, (
+nvdla_v2_cdp_d_perf_lut_hybrid_bits = register_bits("nvdla_v2_cdp_d_perf_lut_hybrid_bits", __name__, (
     BitField("PERF_LUT_HYBRID", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_lut_le_hit_bits = register_bits("nvdla_cdp_d_perf_lut_le_hit_bits", __name__, (
+nvdla_v2_cdp_d_perf_lut_le_hit_bits = register_bits("nvdla_v2_cdp_d_perf_lut_le_hit_bits", __name__, (
     BitField("PERF_LUT_LE_HIT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_perf_lut_lo_hit_bits = register_bits("nvdla_cdp_d_perf_lut_lo_hit_bits", __name__, (
+nvdla_v2_cdp_d_perf_lut_lo_hit_bits = register_bits("nvdla_v2_cdp_d_perf_lut_lo_hit_bits", __name__, (
     BitField("PERF_LUT_LO_HIT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_cdp_d_cya_bits = register_bits("nvdla_cdp_d_cya_bits", __name__, (
+nvdla_v2_cdp_d_cya_bits = register_bits("nvdla_v2_cdp_d_cya_bits", __name__, (
     BitField("CYA", 0, 32),  # bits 31:0
 ))
 
 
-class nvdla_cdp_t(Record):
+class nvdla_v2_cdp_t(Record):
     """Channel data processor: local response normalisation through its LUT (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_cdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_cdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("s_lut_access_cfg", nvdla_cdp_s_lut_access_cfg_bits),  # offset 8, 4 bytes; reset 0x0
-        ("s_lut_access_data", nvdla_cdp_s_lut_access_data_bits),  # offset 12, 4 bytes; reset 0x0
-        ("s_lut_cfg", nvdla_cdp_s_lut_cfg_bits),  # offset 16, 4 bytes; reset 0x0
-        ("s_lut_info", nvdla_cdp_s_lut_info_bits),  # offset 20, 4 bytes; reset 0x0
-        ("s_lut_le_start_low", nvdla_cdp_s_lut_le_start_low_bits),  # offset 24, 4 bytes; reset 0x0
-        ("s_lut_le_start_high", nvdla_cdp_s_lut_le_start_high_bits),  # offset 28, 4 bytes; reset 0x0
-        ("s_lut_le_end_low", nvdla_cdp_s_lut_le_end_low_bits),  # offset 32, 4 bytes; reset 0x0
-        ("s_lut_le_end_high", nvdla_cdp_s_lut_le_end_high_bits),  # offset 36, 4 bytes; reset 0x0
-        ("s_lut_lo_start_low", nvdla_cdp_s_lut_lo_start_low_bits),  # offset 40, 4 bytes; reset 0x0
-        ("s_lut_lo_start_high", nvdla_cdp_s_lut_lo_start_high_bits),  # offset 44, 4 bytes; reset 0x0
-        ("s_lut_lo_end_low", nvdla_cdp_s_lut_lo_end_low_bits),  # offset 48, 4 bytes; reset 0x0
-        ("s_lut_lo_end_high", nvdla_cdp_s_lut_lo_end_high_bits),  # offset 52, 4 bytes; reset 0x0
-        ("s_lut_le_slope_scale", nvdla_cdp_s_lut_le_slope_scale_bits),  # offset 56, 4 bytes; reset 0x0
-        ("s_lut_le_slope_shift", nvdla_cdp_s_lut_le_slope_shift_bits),  # offset 60, 4 bytes; reset 0x0
-        ("s_lut_lo_slope_scale", nvdla_cdp_s_lut_lo_slope_scale_bits),  # offset 64, 4 bytes; reset 0x0
-        ("s_lut_lo_slope_shift", nvdla_cdp_s_lut_lo_slope_shift_bits),  # offset 68, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_cdp_d_op_enable_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_func_bypass", nvdla_cdp_d_func_bypass_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_low", nvdla_cdp_d_dst_base_addr_low_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_dst_base_addr_high", nvdla_cdp_d_dst_base_addr_high_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_dst_line_stride", nvdla_cdp_d_dst_line_stride_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
-        ("d_dst_surface_stride", nvdla_cdp_d_dst_surface_stride_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_dst_dma_cfg", nvdla_cdp_d_dst_dma_cfg_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
-        ("d_dst_compression_en", nvdla_cdp_d_dst_compression_en_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
-        ("d_data_format", nvdla_cdp_d_data_format_bits),  # offset 104, 4 bytes; one per register group; reset 0x1
-        ("d_nan_flush_to_zero", nvdla_cdp_d_nan_flush_to_zero_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
-        ("d_lrn_cfg", nvdla_cdp_d_lrn_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
-        ("d_datin_offset", nvdla_cdp_d_datin_offset_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
-        ("d_datin_scale", nvdla_cdp_d_datin_scale_bits),  # offset 120, 4 bytes; one per register group; reset 0x1
-        ("d_datin_shifter", nvdla_cdp_d_datin_shifter_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
-        ("d_datout_offset", nvdla_cdp_d_datout_offset_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
-        ("d_datout_scale", nvdla_cdp_d_datout_scale_bits),  # offset 132, 4 bytes; one per register group; reset 0x1
-        ("d_datout_shifter", nvdla_cdp_d_datout_shifter_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
-        ("d_nan_input_num", nvdla_cdp_d_nan_input_num_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
-        ("d_inf_input_num", nvdla_cdp_d_inf_input_num_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
-        ("d_nan_output_num", nvdla_cdp_d_nan_output_num_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
-        ("d_out_saturation", nvdla_cdp_d_out_saturation_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_cdp_d_perf_enable_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
-        ("d_perf_write_stall", nvdla_cdp_d_perf_write_stall_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_uflow", nvdla_cdp_d_perf_lut_uflow_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_oflow", nvdla_cdp_d_perf_lut_oflow_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_hybrid", nvdla_cdp_d_perf_lut_hybrid_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_le_hit", nvdla_cdp_d_perf_lut_le_hit_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
-        ("d_perf_lut_lo_hit", nvdla_cdp_d_perf_lut_lo_hit_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
-        ("d_cya", nvdla_cdp_d_cya_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_cdp_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_cdp_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("s_lut_access_cfg", nvdla_v2_cdp_s_lut_access_cfg_bits),  # offset 8, 4 bytes; reset 0x0
+        ("s_lut_access_data", nvdla_v2_cdp_s_lut_access_data_bits),  # offset 12, 4 bytes; reset 0x0
+        ("s_lut_cfg", nvdla_v2_cdp_s_lut_cfg_bits),  # offset 16, 4 bytes; reset 0x0
+        ("s_lut_info", nvdla_v2_cdp_s_lut_info_bits),  # offset 20, 4 bytes; reset 0x0
+        ("s_lut_le_start_low", nvdla_v2_cdp_s_lut_le_start_low_bits),  # offset 24, 4 bytes; reset 0x0
+        ("s_lut_le_start_high", nvdla_v2_cdp_s_lut_le_start_high_bits),  # offset 28, 4 bytes; reset 0x0
+        ("s_lut_le_end_low", nvdla_v2_cdp_s_lut_le_end_low_bits),  # offset 32, 4 bytes; reset 0x0
+        ("s_lut_le_end_high", nvdla_v2_cdp_s_lut_le_end_high_bits),  # offset 36, 4 bytes; reset 0x0
+        ("s_lut_lo_start_low", nvdla_v2_cdp_s_lut_lo_start_low_bits),  # offset 40, 4 bytes; reset 0x0
+        ("s_lut_lo_start_high", nvdla_v2_cdp_s_lut_lo_start_high_bits),  # offset 44, 4 bytes; reset 0x0
+        ("s_lut_lo_end_low", nvdla_v2_cdp_s_lut_lo_end_low_bits),  # offset 48, 4 bytes; reset 0x0
+        ("s_lut_lo_end_high", nvdla_v2_cdp_s_lut_lo_end_high_bits),  # offset 52, 4 bytes; reset 0x0
+        ("s_lut_le_slope_scale", nvdla_v2_cdp_s_lut_le_slope_scale_bits),  # offset 56, 4 bytes; reset 0x0
+        ("s_lut_le_slope_shift", nvdla_v2_cdp_s_lut_le_slope_shift_bits),  # offset 60, 4 bytes; reset 0x0
+        ("s_lut_lo_slope_scale", nvdla_v2_cdp_s_lut_lo_slope_scale_bits),  # offset 64, 4 bytes; reset 0x0
+        ("s_lut_lo_slope_shift", nvdla_v2_cdp_s_lut_lo_slope_shift_bits),  # offset 68, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_cdp_d_op_enable_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_func_bypass", nvdla_v2_cdp_d_func_bypass_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_low", nvdla_v2_cdp_d_dst_base_addr_low_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_dst_base_addr_high", nvdla_v2_cdp_d_dst_base_addr_high_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_dst_line_stride", nvdla_v2_cdp_d_dst_line_stride_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
+        ("d_dst_surface_stride", nvdla_v2_cdp_d_dst_surface_stride_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_dst_dma_cfg", nvdla_v2_cdp_d_dst_dma_cfg_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("d_dst_compression_en", nvdla_v2_cdp_d_dst_compression_en_bits),  # offset 100, 4 bytes; one per register group; reset 0x0
+        ("d_data_format", nvdla_v2_cdp_d_data_format_bits),  # offset 104, 4 bytes; one per register group; reset 0x1
+        ("d_nan_flush_to_zero", nvdla_v2_cdp_d_nan_flush_to_zero_bits),  # offset 108, 4 bytes; one per register group; reset 0x0
+        ("d_lrn_cfg", nvdla_v2_cdp_d_lrn_cfg_bits),  # offset 112, 4 bytes; one per register group; reset 0x0
+        ("d_datin_offset", nvdla_v2_cdp_d_datin_offset_bits),  # offset 116, 4 bytes; one per register group; reset 0x0
+        ("d_datin_scale", nvdla_v2_cdp_d_datin_scale_bits),  # offset 120, 4 bytes; one per register group; reset 0x1
+        ("d_datin_shifter", nvdla_v2_cdp_d_datin_shifter_bits),  # offset 124, 4 bytes; one per register group; reset 0x0
+        ("d_datout_offset", nvdla_v2_cdp_d_datout_offset_bits),  # offset 128, 4 bytes; one per register group; reset 0x0
+        ("d_datout_scale", nvdla_v2_cdp_d_datout_scale_bits),  # offset 132, 4 bytes; one per register group; reset 0x1
+        ("d_datout_shifter", nvdla_v2_cdp_d_datout_shifter_bits),  # offset 136, 4 bytes; one per register group; reset 0x0
+        ("d_nan_input_num", nvdla_v2_cdp_d_nan_input_num_bits),  # offset 140, 4 bytes; one per register group; reset 0x0
+        ("d_inf_input_num", nvdla_v2_cdp_d_inf_input_num_bits),  # offset 144, 4 bytes; one per register group; reset 0x0
+        ("d_nan_output_num", nvdla_v2_cdp_d_nan_output_num_bits),  # offset 148, 4 bytes; one per register group; reset 0x0
+        ("d_out_saturation", nvdla_v2_cdp_d_out_saturation_bits),  # offset 152, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_cdp_d_perf_enable_bits),  # offset 156, 4 bytes; one per register group; reset 0x0
+        ("d_perf_write_stall", nvdla_v2_cdp_d_perf_write_stall_bits),  # offset 160, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_uflow", nvdla_v2_cdp_d_perf_lut_uflow_bits),  # offset 164, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_oflow", nvdla_v2_cdp_d_perf_lut_oflow_bits),  # offset 168, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_hybrid", nvdla_v2_cdp_d_perf_lut_hybrid_bits),  # offset 172, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_le_hit", nvdla_v2_cdp_d_perf_lut_le_hit_bits),  # offset 176, 4 bytes; one per register group; reset 0x0
+        ("d_perf_lut_lo_hit", nvdla_v2_cdp_d_perf_lut_lo_hit_bits),  # offset 180, 4 bytes; one per register group; reset 0x0
+        ("d_cya", nvdla_v2_cdp_d_cya_bits),  # offset 184, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 977),  # offset 188, 3908 bytes
     ]
 
 
-nvdla_gec_feature_bits = register_bits("nvdla_gec_feature_bits", __name__, (
+nvdla_v2_gec_feature_bits = register_bits("nvdla_v2_gec_feature_bits", __name__, (
     BitField("NUM_ERR_SLICES", 0, 6, access="r", reset=0x3),  # bits 5:0, read only, reset 0x3
     BitField("NUM_ERR", 16, 16, access="r", reset=0x43),  # bits 31:16, read only, reset 0x43
 ))
 
 
-nvdla_gec_swreset_bits = register_bits("nvdla_gec_swreset_bits", __name__, (
+nvdla_v2_gec_swreset_bits = register_bits("nvdla_v2_gec_swreset_bits", __name__, (
     BitField("SWRST", 0, 1, access="w"),  # bit 0, write only
 ))
 
 
-nvdla_gec_missionerr_type_bits = register_bits("nvdla_gec_missionerr_type_bits", __name__, (
+nvdla_v2_gec_missionerr_type_bits = register_bits("nvdla_v2_gec_missionerr_type_bits", __name__, (
     BitField("CODE", 0, 6, access="r", reset=0x5),  # bits 5:0, read only, reset 0x5
 ))
 
 
-nvdla_gec_current_counter_value_bits = register_bits("nvdla_gec_current_counter_value_bits", __name__, (
+nvdla_v2_gec_current_counter_value_bits = register_bits("nvdla_v2_gec_current_counter_value_bits", __name__, (
     BitField("VALUE", 0, 9, access="r"),  # bits 8:0, read only
 ))
 
 
-nvdla_gec_missionerr_index_bits = register_bits("nvdla_gec_missionerr_index_bits", __name__, (
+nvdla_v2_gec_missionerr_index_bits = register_bits("nvdla_v2_gec_missionerr_index_bits", __name__, (
     BitField("IDX", 0, 7),  # bits 6:0
 ))
 
 
-nvdla_gec_correctable_threshold_bits = register_bits("nvdla_gec_correctable_threshold_bits", __name__, (
+nvdla_v2_gec_correctable_threshold_bits = register_bits("nvdla_v2_gec_correctable_threshold_bits", __name__, (
     BitField("COUNT", 0, 8, reset=0xff),  # bits 7:0, reset 0xff
 ))
 
 
-nvdla_gec_missionerr_inject_unlock_bits = register_bits("nvdla_gec_missionerr_inject_unlock_bits", __name__, (
+nvdla_v2_gec_missionerr_inject_unlock_bits = register_bits("nvdla_v2_gec_missionerr_inject_unlock_bits", __name__, (
     BitField("VALUE", 0, 8, values=(("LOCK", 0), ("UNLOCK", 225))),  # bits 7:0
 ))
 
 
-nvdla_gec_errslice0_missionerr_enable_bits = register_bits("nvdla_gec_errslice0_missionerr_enable_bits", __name__, (
+nvdla_v2_gec_errslice0_missionerr_enable_bits = register_bits("nvdla_v2_gec_errslice0_missionerr_enable_bits", __name__, (
     BitField("ERR0", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR1", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR2", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3096,7 +3096,7 @@ nvdla_gec_errslice0_missionerr_enable_bits = register_bits("nvdla_gec_errslice0_
 ))
 
 
-nvdla_gec_errslice0_missionerr_force_bits = register_bits("nvdla_gec_errslice0_missionerr_force_bits", __name__, (
+nvdla_v2_gec_errslice0_missionerr_force_bits = register_bits("nvdla_v2_gec_errslice0_missionerr_force_bits", __name__, (
     BitField("ERR0", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR1", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR2", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3132,7 +3132,7 @@ nvdla_gec_errslice0_missionerr_force_bits = register_bits("nvdla_gec_errslice0_m
 ))
 
 
-nvdla_gec_errslice0_missionerr_status_bits = register_bits("nvdla_gec_errslice0_missionerr_status_bits", __name__, (
+nvdla_v2_gec_errslice0_missionerr_status_bits = register_bits("nvdla_v2_gec_errslice0_missionerr_status_bits", __name__, (
     BitField("ERR0", 0, 1),  # bit 0
     BitField("ERR1", 1, 1),  # bit 1
     BitField("ERR2", 2, 1),  # bit 2
@@ -3168,7 +3168,7 @@ nvdla_gec_errslice0_missionerr_status_bits = register_bits("nvdla_gec_errslice0_
 ))
 
 
-nvdla_gec_errslice0_missionerr_inject_bits = register_bits("nvdla_gec_errslice0_missionerr_inject_bits", __name__, (
+nvdla_v2_gec_errslice0_missionerr_inject_bits = register_bits("nvdla_v2_gec_errslice0_missionerr_inject_bits", __name__, (
     BitField("ERR0", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("ERR1", 1, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1
     BitField("ERR2", 2, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2
@@ -3198,7 +3198,7 @@ nvdla_gec_errslice0_missionerr_inject_bits = register_bits("nvdla_gec_errslice0_
 ))
 
 
-nvdla_gec_errslice0_latenterr_enable_bits = register_bits("nvdla_gec_errslice0_latenterr_enable_bits", __name__, (
+nvdla_v2_gec_errslice0_latenterr_enable_bits = register_bits("nvdla_v2_gec_errslice0_latenterr_enable_bits", __name__, (
     BitField("ERR0", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR1", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR2", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3234,7 +3234,7 @@ nvdla_gec_errslice0_latenterr_enable_bits = register_bits("nvdla_gec_errslice0_l
 ))
 
 
-nvdla_gec_errslice0_latenterr_force_bits = register_bits("nvdla_gec_errslice0_latenterr_force_bits", __name__, (
+nvdla_v2_gec_errslice0_latenterr_force_bits = register_bits("nvdla_v2_gec_errslice0_latenterr_force_bits", __name__, (
     BitField("ERR0", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR1", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR2", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3270,7 +3270,7 @@ nvdla_gec_errslice0_latenterr_force_bits = register_bits("nvdla_gec_errslice0_la
 ))
 
 
-nvdla_gec_errslice0_latenterr_status_bits = register_bits("nvdla_gec_errslice0_latenterr_status_bits", __name__, (
+nvdla_v2_gec_errslice0_latenterr_status_bits = register_bits("nvdla_v2_gec_errslice0_latenterr_status_bits", __name__, (
     BitField("ERR0", 0, 1),  # bit 0
     BitField("ERR1", 1, 1),  # bit 1
     BitField("ERR2", 2, 1),  # bit 2
@@ -3306,7 +3306,7 @@ nvdla_gec_errslice0_latenterr_status_bits = register_bits("nvdla_gec_errslice0_l
 ))
 
 
-nvdla_gec_errslice0_counter_reload_bits = register_bits("nvdla_gec_errslice0_counter_reload_bits", __name__, (
+nvdla_v2_gec_errslice0_counter_reload_bits = register_bits("nvdla_v2_gec_errslice0_counter_reload_bits", __name__, (
     BitField("ERR0", 0, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 0, write only
     BitField("ERR1", 1, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 1, write only
     BitField("ERR2", 2, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 2, write only
@@ -3342,7 +3342,7 @@ nvdla_gec_errslice0_counter_reload_bits = register_bits("nvdla_gec_errslice0_cou
 ))
 
 
-nvdla_gec_errslice1_missionerr_enable_bits = register_bits("nvdla_gec_errslice1_missionerr_enable_bits", __name__, (
+nvdla_v2_gec_errslice1_missionerr_enable_bits = register_bits("nvdla_v2_gec_errslice1_missionerr_enable_bits", __name__, (
     BitField("ERR32", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR33", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR34", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3378,7 +3378,7 @@ nvdla_gec_errslice1_missionerr_enable_bits = register_bits("nvdla_gec_errslice1_
 ))
 
 
-nvdla_gec_errslice1_missionerr_force_bits = register_bits("nvdla_gec_errslice1_missionerr_force_bits", __name__, (
+nvdla_v2_gec_errslice1_missionerr_force_bits = register_bits("nvdla_v2_gec_errslice1_missionerr_force_bits", __name__, (
     BitField("ERR32", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR33", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR34", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3414,7 +3414,7 @@ nvdla_gec_errslice1_missionerr_force_bits = register_bits("nvdla_gec_errslice1_m
 ))
 
 
-nvdla_gec_errslice1_missionerr_status_bits = register_bits("nvdla_gec_errslice1_missionerr_status_bits", __name__, (
+nvdla_v2_gec_errslice1_missionerr_status_bits = register_bits("nvdla_v2_gec_errslice1_missionerr_status_bits", __name__, (
     BitField("ERR32", 0, 1),  # bit 0
     BitField("ERR33", 1, 1),  # bit 1
     BitField("ERR34", 2, 1),  # bit 2
@@ -3450,7 +3450,7 @@ nvdla_gec_errslice1_missionerr_status_bits = register_bits("nvdla_gec_errslice1_
 ))
 
 
-nvdla_gec_errslice1_missionerr_inject_bits = register_bits("nvdla_gec_errslice1_missionerr_inject_bits", __name__, (
+nvdla_v2_gec_errslice1_missionerr_inject_bits = register_bits("nvdla_v2_gec_errslice1_missionerr_inject_bits", __name__, (
     BitField("ERR32", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("ERR33", 1, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1
     BitField("ERR34", 2, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2
@@ -3486,7 +3486,7 @@ nvdla_gec_errslice1_missionerr_inject_bits = register_bits("nvdla_gec_errslice1_
 ))
 
 
-nvdla_gec_errslice1_latenterr_enable_bits = register_bits("nvdla_gec_errslice1_latenterr_enable_bits", __name__, (
+nvdla_v2_gec_errslice1_latenterr_enable_bits = register_bits("nvdla_v2_gec_errslice1_latenterr_enable_bits", __name__, (
     BitField("ERR32", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR33", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR34", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3522,7 +3522,7 @@ nvdla_gec_errslice1_latenterr_enable_bits = register_bits("nvdla_gec_errslice1_l
 ))
 
 
-nvdla_gec_errslice1_latenterr_force_bits = register_bits("nvdla_gec_errslice1_latenterr_force_bits", __name__, (
+nvdla_v2_gec_errslice1_latenterr_force_bits = register_bits("nvdla_v2_gec_errslice1_latenterr_force_bits", __name__, (
     BitField("ERR32", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR33", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR34", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3558,7 +3558,7 @@ nvdla_gec_errslice1_latenterr_force_bits = register_bits("nvdla_gec_errslice1_la
 ))
 
 
-nvdla_gec_errslice1_latenterr_status_bits = register_bits("nvdla_gec_errslice1_latenterr_status_bits", __name__, (
+nvdla_v2_gec_errslice1_latenterr_status_bits = register_bits("nvdla_v2_gec_errslice1_latenterr_status_bits", __name__, (
     BitField("ERR32", 0, 1),  # bit 0
     BitField("ERR33", 1, 1),  # bit 1
     BitField("ERR34", 2, 1),  # bit 2
@@ -3594,7 +3594,7 @@ nvdla_gec_errslice1_latenterr_status_bits = register_bits("nvdla_gec_errslice1_l
 ))
 
 
-nvdla_gec_errslice1_counter_reload_bits = register_bits("nvdla_gec_errslice1_counter_reload_bits", __name__, (
+nvdla_v2_gec_errslice1_counter_reload_bits = register_bits("nvdla_v2_gec_errslice1_counter_reload_bits", __name__, (
     BitField("ERR32", 0, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 0, write only
     BitField("ERR33", 1, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 1, write only
     BitField("ERR34", 2, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 2, write only
@@ -3630,12 +3630,12 @@ nvdla_gec_errslice1_counter_reload_bits = register_bits("nvdla_gec_errslice1_cou
 ))
 
 
-nvdla_gec_errslice1_missionerr_ecc_correction_dis_bits = register_bits("nvdla_gec_errslice1_missionerr_ecc_correction_dis_bits", __name__, (
+nvdla_v2_gec_errslice1_missionerr_ecc_correction_dis_bits = register_bits("nvdla_v2_gec_errslice1_missionerr_ecc_correction_dis_bits", __name__, (
     BitField("ERR63", 31, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 31
 ))
 
 
-nvdla_gec_errslice2_missionerr_enable_bits = register_bits("nvdla_gec_errslice2_missionerr_enable_bits", __name__, (
+nvdla_v2_gec_errslice2_missionerr_enable_bits = register_bits("nvdla_v2_gec_errslice2_missionerr_enable_bits", __name__, (
     BitField("ERR64", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR65", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR66", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3643,7 +3643,7 @@ nvdla_gec_errslice2_missionerr_enable_bits = register_bits("nvdla_gec_errslice2_
 ))
 
 
-nvdla_gec_errslice2_missionerr_force_bits = register_bits("nvdla_gec_errslice2_missionerr_force_bits", __name__, (
+nvdla_v2_gec_errslice2_missionerr_force_bits = register_bits("nvdla_v2_gec_errslice2_missionerr_force_bits", __name__, (
     BitField("ERR64", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR65", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR66", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3651,7 +3651,7 @@ nvdla_gec_errslice2_missionerr_force_bits = register_bits("nvdla_gec_errslice2_m
 ))
 
 
-nvdla_gec_errslice2_missionerr_status_bits = register_bits("nvdla_gec_errslice2_missionerr_status_bits", __name__, (
+nvdla_v2_gec_errslice2_missionerr_status_bits = register_bits("nvdla_v2_gec_errslice2_missionerr_status_bits", __name__, (
     BitField("ERR64", 0, 1),  # bit 0
     BitField("ERR65", 1, 1),  # bit 1
     BitField("ERR66", 2, 1),  # bit 2
@@ -3659,13 +3659,13 @@ nvdla_gec_errslice2_missionerr_status_bits = register_bits("nvdla_gec_errslice2_
 ))
 
 
-nvdla_gec_errslice2_missionerr_inject_bits = register_bits("nvdla_gec_errslice2_missionerr_inject_bits", __name__, (
+nvdla_v2_gec_errslice2_missionerr_inject_bits = register_bits("nvdla_v2_gec_errslice2_missionerr_inject_bits", __name__, (
     BitField("ERR64", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
     BitField("ERR65", 1, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1
 ))
 
 
-nvdla_gec_errslice2_latenterr_enable_bits = register_bits("nvdla_gec_errslice2_latenterr_enable_bits", __name__, (
+nvdla_v2_gec_errslice2_latenterr_enable_bits = register_bits("nvdla_v2_gec_errslice2_latenterr_enable_bits", __name__, (
     BitField("ERR64", 0, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0, reset 0x1
     BitField("ERR65", 1, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 1, reset 0x1
     BitField("ERR66", 2, 1, reset=0x1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 2, reset 0x1
@@ -3673,7 +3673,7 @@ nvdla_gec_errslice2_latenterr_enable_bits = register_bits("nvdla_gec_errslice2_l
 ))
 
 
-nvdla_gec_errslice2_latenterr_force_bits = register_bits("nvdla_gec_errslice2_latenterr_force_bits", __name__, (
+nvdla_v2_gec_errslice2_latenterr_force_bits = register_bits("nvdla_v2_gec_errslice2_latenterr_force_bits", __name__, (
     BitField("ERR64", 0, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 0, write only
     BitField("ERR65", 1, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 1, write only
     BitField("ERR66", 2, 1, access="w", values=(("NOFORCE", 0), ("FORCE", 1))),  # bit 2, write only
@@ -3681,7 +3681,7 @@ nvdla_gec_errslice2_latenterr_force_bits = register_bits("nvdla_gec_errslice2_la
 ))
 
 
-nvdla_gec_errslice2_latenterr_status_bits = register_bits("nvdla_gec_errslice2_latenterr_status_bits", __name__, (
+nvdla_v2_gec_errslice2_latenterr_status_bits = register_bits("nvdla_v2_gec_errslice2_latenterr_status_bits", __name__, (
     BitField("ERR64", 0, 1),  # bit 0
     BitField("ERR65", 1, 1),  # bit 1
     BitField("ERR66", 2, 1),  # bit 2
@@ -3689,7 +3689,7 @@ nvdla_gec_errslice2_latenterr_status_bits = register_bits("nvdla_gec_errslice2_l
 ))
 
 
-nvdla_gec_errslice2_counter_reload_bits = register_bits("nvdla_gec_errslice2_counter_reload_bits", __name__, (
+nvdla_v2_gec_errslice2_counter_reload_bits = register_bits("nvdla_v2_gec_errslice2_counter_reload_bits", __name__, (
     BitField("ERR64", 0, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 0, write only
     BitField("ERR65", 1, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 1, write only
     BitField("ERR66", 2, 1, access="w", values=(("NORELOAD", 0), ("RELOAD", 1))),  # bit 2, write only
@@ -3697,138 +3697,138 @@ nvdla_gec_errslice2_counter_reload_bits = register_bits("nvdla_gec_errslice2_cou
 ))
 
 
-class nvdla_gec_t(Record):
+class nvdla_v2_gec_t(Record):
     """Global error controller: error slices (mission and latent errors, their forcing and injection), the correctable-error counter (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("feature", nvdla_gec_feature_bits),  # offset 0, 4 bytes; reset 0x430003
-        ("swreset", nvdla_gec_swreset_bits),  # offset 4, 4 bytes; reset 0x0
-        ("missionerr_type", nvdla_gec_missionerr_type_bits),  # offset 8, 4 bytes; reset 0x5
-        ("current_counter_value", nvdla_gec_current_counter_value_bits),  # offset 12, 4 bytes; reset 0x0
+        ("feature", nvdla_v2_gec_feature_bits),  # offset 0, 4 bytes; reset 0x430003
+        ("swreset", nvdla_v2_gec_swreset_bits),  # offset 4, 4 bytes; reset 0x0
+        ("missionerr_type", nvdla_v2_gec_missionerr_type_bits),  # offset 8, 4 bytes; reset 0x5
+        ("current_counter_value", nvdla_v2_gec_current_counter_value_bits),  # offset 12, 4 bytes; reset 0x0
         ("reserved_010", ctypes.c_uint32 * 1),  # offset 16, 4 bytes
-        ("missionerr_index", nvdla_gec_missionerr_index_bits),  # offset 20, 4 bytes; reset 0x0
-        ("correctable_threshold", nvdla_gec_correctable_threshold_bits),  # offset 24, 4 bytes; reset 0xff
-        ("missionerr_inject_unlock", nvdla_gec_missionerr_inject_unlock_bits),  # offset 28, 4 bytes; reset 0x0
+        ("missionerr_index", nvdla_v2_gec_missionerr_index_bits),  # offset 20, 4 bytes; reset 0x0
+        ("correctable_threshold", nvdla_v2_gec_correctable_threshold_bits),  # offset 24, 4 bytes; reset 0xff
+        ("missionerr_inject_unlock", nvdla_v2_gec_missionerr_inject_unlock_bits),  # offset 28, 4 bytes; reset 0x0
         ("reserved_020", ctypes.c_uint32 * 4),  # offset 32, 16 bytes
-        ("errslice0_missionerr_enable", nvdla_gec_errslice0_missionerr_enable_bits),  # offset 48, 4 bytes; reset 0xffffffff
-        ("errslice0_missionerr_force", nvdla_gec_errslice0_missionerr_force_bits),  # offset 52, 4 bytes; reset 0x0
-        ("errslice0_missionerr_status", nvdla_gec_errslice0_missionerr_status_bits),  # offset 56, 4 bytes; reset 0x0
-        ("errslice0_missionerr_inject", nvdla_gec_errslice0_missionerr_inject_bits),  # offset 60, 4 bytes; reset 0x0
-        ("errslice0_latenterr_enable", nvdla_gec_errslice0_latenterr_enable_bits),  # offset 64, 4 bytes; reset 0xffffffff
-        ("errslice0_latenterr_force", nvdla_gec_errslice0_latenterr_force_bits),  # offset 68, 4 bytes; reset 0x0
-        ("errslice0_latenterr_status", nvdla_gec_errslice0_latenterr_status_bits),  # offset 72, 4 bytes; reset 0x0
+        ("errslice0_missionerr_enable", nvdla_v2_gec_errslice0_missionerr_enable_bits),  # offset 48, 4 bytes; reset 0xffffffff
+        ("errslice0_missionerr_force", nvdla_v2_gec_errslice0_missionerr_force_bits),  # offset 52, 4 bytes; reset 0x0
+        ("errslice0_missionerr_status", nvdla_v2_gec_errslice0_missionerr_status_bits),  # offset 56, 4 bytes; reset 0x0
+        ("errslice0_missionerr_inject", nvdla_v2_gec_errslice0_missionerr_inject_bits),  # offset 60, 4 bytes; reset 0x0
+        ("errslice0_latenterr_enable", nvdla_v2_gec_errslice0_latenterr_enable_bits),  # offset 64, 4 bytes; reset 0xffffffff
+        ("errslice0_latenterr_force", nvdla_v2_gec_errslice0_latenterr_force_bits),  # offset 68, 4 bytes; reset 0x0
+        ("errslice0_latenterr_status", nvdla_v2_gec_errslice0_latenterr_status_bits),  # offset 72, 4 bytes; reset 0x0
         ("reserved_04c", ctypes.c_uint32 * 1),  # offset 76, 4 bytes
-        ("errslice0_counter_reload", nvdla_gec_errslice0_counter_reload_bits),  # offset 80, 4 bytes; reset 0x0
+        ("errslice0_counter_reload", nvdla_v2_gec_errslice0_counter_reload_bits),  # offset 80, 4 bytes; reset 0x0
         ("reserved_054", ctypes.c_uint32 * 3),  # offset 84, 12 bytes
-        ("errslice1_missionerr_enable", nvdla_gec_errslice1_missionerr_enable_bits),  # offset 96, 4 bytes; reset 0xffffffff
-        ("errslice1_missionerr_force", nvdla_gec_errslice1_missionerr_force_bits),  # offset 100, 4 bytes; reset 0x0
-        ("errslice1_missionerr_status", nvdla_gec_errslice1_missionerr_status_bits),  # offset 104, 4 bytes; reset 0x0
-        ("errslice1_missionerr_inject", nvdla_gec_errslice1_missionerr_inject_bits),  # offset 108, 4 bytes; reset 0x0
-        ("errslice1_latenterr_enable", nvdla_gec_errslice1_latenterr_enable_bits),  # offset 112, 4 bytes; reset 0xffffffff
-        ("errslice1_latenterr_force", nvdla_gec_errslice1_latenterr_force_bits),  # offset 116, 4 bytes; reset 0x0
-        ("errslice1_latenterr_status", nvdla_gec_errslice1_latenterr_status_bits),  # offset 120, 4 bytes; reset 0x0
+        ("errslice1_missionerr_enable", nvdla_v2_gec_errslice1_missionerr_enable_bits),  # offset 96, 4 bytes; reset 0xffffffff
+        ("errslice1_missionerr_force", nvdla_v2_gec_errslice1_missionerr_force_bits),  # offset 100, 4 bytes; reset 0x0
+        ("errslice1_missionerr_status", nvdla_v2_gec_errslice1_missionerr_status_bits),  # offset 104, 4 bytes; reset 0x0
+        ("errslice1_missionerr_inject", nvdla_v2_gec_errslice1_missionerr_inject_bits),  # offset 108, 4 bytes; reset 0x0
+        ("errslice1_latenterr_enable", nvdla_v2_gec_errslice1_latenterr_enable_bits),  # offset 112, 4 bytes; reset 0xffffffff
+        ("errslice1_latenterr_force", nvdla_v2_gec_errslice1_latenterr_force_bits),  # offset 116, 4 bytes; reset 0x0
+        ("errslice1_latenterr_status", nvdla_v2_gec_errslice1_latenterr_status_bits),  # offset 120, 4 bytes; reset 0x0
         ("reserved_07c", ctypes.c_uint32 * 1),  # offset 124, 4 bytes
-        ("errslice1_counter_reload", nvdla_gec_errslice1_counter_reload_bits),  # offset 128, 4 bytes; reset 0x0
-        ("errslice1_missionerr_ecc_correction_dis", nvdla_gec_errslice1_missionerr_ecc_correction_dis_bits),  # offset 132, 4 bytes; reset 0x0
+        ("errslice1_counter_reload", nvdla_v2_gec_errslice1_counter_reload_bits),  # offset 128, 4 bytes; reset 0x0
+        ("errslice1_missionerr_ecc_correction_dis", nvdla_v2_gec_errslice1_missionerr_ecc_correction_dis_bits),  # offset 132, 4 bytes; reset 0x0
         ("reserved_088", ctypes.c_uint32 * 2),  # offset 136, 8 bytes
-        ("errslice2_missionerr_enable", nvdla_gec_errslice2_missionerr_enable_bits),  # offset 144, 4 bytes; reset 0xf
-        ("errslice2_missionerr_force", nvdla_gec_errslice2_missionerr_force_bits),  # offset 148, 4 bytes; reset 0x0
-        ("errslice2_missionerr_status", nvdla_gec_errslice2_missionerr_status_bits),  # offset 152, 4 bytes; reset 0x0
-        ("errslice2_missionerr_inject", nvdla_gec_errslice2_missionerr_inject_bits),  # offset 156, 4 bytes; reset 0x0
-        ("errslice2_latenterr_enable", nvdla_gec_errslice2_latenterr_enable_bits),  # offset 160, 4 bytes; reset 0xf
-        ("errslice2_latenterr_force", nvdla_gec_errslice2_latenterr_force_bits),  # offset 164, 4 bytes; reset 0x0
-        ("errslice2_latenterr_status", nvdla_gec_errslice2_latenterr_status_bits),  # offset 168, 4 bytes; reset 0x0
+        ("errslice2_missionerr_enable", nvdla_v2_gec_errslice2_missionerr_enable_bits),  # offset 144, 4 bytes; reset 0xf
+        ("errslice2_missionerr_force", nvdla_v2_gec_errslice2_missionerr_force_bits),  # offset 148, 4 bytes; reset 0x0
+        ("errslice2_missionerr_status", nvdla_v2_gec_errslice2_missionerr_status_bits),  # offset 152, 4 bytes; reset 0x0
+        ("errslice2_missionerr_inject", nvdla_v2_gec_errslice2_missionerr_inject_bits),  # offset 156, 4 bytes; reset 0x0
+        ("errslice2_latenterr_enable", nvdla_v2_gec_errslice2_latenterr_enable_bits),  # offset 160, 4 bytes; reset 0xf
+        ("errslice2_latenterr_force", nvdla_v2_gec_errslice2_latenterr_force_bits),  # offset 164, 4 bytes; reset 0x0
+        ("errslice2_latenterr_status", nvdla_v2_gec_errslice2_latenterr_status_bits),  # offset 168, 4 bytes; reset 0x0
         ("reserved_0ac", ctypes.c_uint32 * 1),  # offset 172, 4 bytes
-        ("errslice2_counter_reload", nvdla_gec_errslice2_counter_reload_bits),  # offset 176, 4 bytes; reset 0x0
+        ("errslice2_counter_reload", nvdla_v2_gec_errslice2_counter_reload_bits),  # offset 176, 4 bytes; reset 0x0
         ("reserved", ctypes.c_uint32 * 979),  # offset 180, 3916 bytes
     ]
 
 
-nvdla_bdma_cfg_src_addr_low_bits = register_bits("nvdla_bdma_cfg_src_addr_low_bits", __name__, (
+nvdla_v2_bdma_cfg_src_addr_low_bits = register_bits("nvdla_v2_bdma_cfg_src_addr_low_bits", __name__, (
     BitField("V32", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_src_addr_high_bits = register_bits("nvdla_bdma_cfg_src_addr_high_bits", __name__, (
+nvdla_v2_bdma_cfg_src_addr_high_bits = register_bits("nvdla_v2_bdma_cfg_src_addr_high_bits", __name__, (
     BitField("V8", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_bdma_cfg_dst_addr_low_bits = register_bits("nvdla_bdma_cfg_dst_addr_low_bits", __name__, (
+nvdla_v2_bdma_cfg_dst_addr_low_bits = register_bits("nvdla_v2_bdma_cfg_dst_addr_low_bits", __name__, (
     BitField("V32", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_dst_addr_high_bits = register_bits("nvdla_bdma_cfg_dst_addr_high_bits", __name__, (
+nvdla_v2_bdma_cfg_dst_addr_high_bits = register_bits("nvdla_v2_bdma_cfg_dst_addr_high_bits", __name__, (
     BitField("V8", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_bdma_cfg_line_bits = register_bits("nvdla_bdma_cfg_line_bits", __name__, (
+nvdla_v2_bdma_cfg_line_bits = register_bits("nvdla_v2_bdma_cfg_line_bits", __name__, (
     BitField("SIZE", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_bdma_cfg_cmd_bits = register_bits("nvdla_bdma_cfg_cmd_bits", __name__, (
+nvdla_v2_bdma_cfg_cmd_bits = register_bits("nvdla_v2_bdma_cfg_cmd_bits", __name__, (
     BitField("SRC_RAM_TYPE", 0, 1, values=(("CVSRAM", 0), ("MC", 1))),  # bit 0
     BitField("DST_RAM_TYPE", 1, 1, values=(("CVSRAM", 0), ("MC", 1))),  # bit 1
 ))
 
 
-nvdla_bdma_cfg_line_repeat_bits = register_bits("nvdla_bdma_cfg_line_repeat_bits", __name__, (
+nvdla_v2_bdma_cfg_line_repeat_bits = register_bits("nvdla_v2_bdma_cfg_line_repeat_bits", __name__, (
     BitField("NUMBER", 0, 24),  # bits 23:0
 ))
 
 
-nvdla_bdma_cfg_src_line_bits = register_bits("nvdla_bdma_cfg_src_line_bits", __name__, (
+nvdla_v2_bdma_cfg_src_line_bits = register_bits("nvdla_v2_bdma_cfg_src_line_bits", __name__, (
     BitField("STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_dst_line_bits = register_bits("nvdla_bdma_cfg_dst_line_bits", __name__, (
+nvdla_v2_bdma_cfg_dst_line_bits = register_bits("nvdla_v2_bdma_cfg_dst_line_bits", __name__, (
     BitField("STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_surf_repeat_bits = register_bits("nvdla_bdma_cfg_surf_repeat_bits", __name__, (
+nvdla_v2_bdma_cfg_surf_repeat_bits = register_bits("nvdla_v2_bdma_cfg_surf_repeat_bits", __name__, (
     BitField("NUMBER", 0, 24),  # bits 23:0
 ))
 
 
-nvdla_bdma_cfg_src_surf_bits = register_bits("nvdla_bdma_cfg_src_surf_bits", __name__, (
+nvdla_v2_bdma_cfg_src_surf_bits = register_bits("nvdla_v2_bdma_cfg_src_surf_bits", __name__, (
     BitField("STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_dst_surf_bits = register_bits("nvdla_bdma_cfg_dst_surf_bits", __name__, (
+nvdla_v2_bdma_cfg_dst_surf_bits = register_bits("nvdla_v2_bdma_cfg_dst_surf_bits", __name__, (
     BitField("STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_bdma_cfg_op_bits = register_bits("nvdla_bdma_cfg_op_bits", __name__, (
+nvdla_v2_bdma_cfg_op_bits = register_bits("nvdla_v2_bdma_cfg_op_bits", __name__, (
     BitField("EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_bdma_cfg_launch0_bits = register_bits("nvdla_bdma_cfg_launch0_bits", __name__, (
+nvdla_v2_bdma_cfg_launch0_bits = register_bits("nvdla_v2_bdma_cfg_launch0_bits", __name__, (
     BitField("GRP0_LAUNCH", 0, 1, values=(("NO", 0), ("YES", 1))),  # bit 0
 ))
 
 
-nvdla_bdma_cfg_launch1_bits = register_bits("nvdla_bdma_cfg_launch1_bits", __name__, (
+nvdla_v2_bdma_cfg_launch1_bits = register_bits("nvdla_v2_bdma_cfg_launch1_bits", __name__, (
     BitField("GRP1_LAUNCH", 0, 1, values=(("NO", 0), ("YES", 1))),  # bit 0
 ))
 
 
-nvdla_bdma_cfg_status_bits = register_bits("nvdla_bdma_cfg_status_bits", __name__, (
+nvdla_v2_bdma_cfg_status_bits = register_bits("nvdla_v2_bdma_cfg_status_bits", __name__, (
     BitField("STALL_COUNT_EN", 0, 1, values=(("NO", 0), ("YES", 1))),  # bit 0
 ))
 
 
-nvdla_bdma_status_bits = register_bits("nvdla_bdma_status_bits", __name__, (
+nvdla_v2_bdma_status_bits = register_bits("nvdla_v2_bdma_status_bits", __name__, (
     BitField("FREE_SLOT", 0, 8, access="r", reset=0x14),  # bits 7:0, read only, reset 0x14
     BitField("IDLE", 8, 1, access="r", reset=0x1, values=(("NO", 0), ("YES", 1))),  # bit 8, read only, reset 0x1
     BitField("GRP0_BUSY", 9, 1, access="r", values=(("NO", 0), ("YES", 1))),  # bit 9, read only
@@ -3836,220 +3836,220 @@ nvdla_bdma_status_bits = register_bits("nvdla_bdma_status_bits", __name__, (
 ))
 
 
-nvdla_bdma_status_grp0_read_stall_bits = register_bits("nvdla_bdma_status_grp0_read_stall_bits", __name__, (
+nvdla_v2_bdma_status_grp0_read_stall_bits = register_bits("nvdla_v2_bdma_status_grp0_read_stall_bits", __name__, (
     BitField("COUNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_bdma_status_grp0_write_stall_bits = register_bits("nvdla_bdma_status_grp0_write_stall_bits", __name__, (
+nvdla_v2_bdma_status_grp0_write_stall_bits = register_bits("nvdla_v2_bdma_status_grp0_write_stall_bits", __name__, (
     BitField("COUNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_bdma_status_grp1_read_stall_bits = register_bits("nvdla_bdma_status_grp1_read_stall_bits", __name__, (
+nvdla_v2_bdma_status_grp1_read_stall_bits = register_bits("nvdla_v2_bdma_status_grp1_read_stall_bits", __name__, (
     BitField("COUNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_bdma_status_grp1_write_stall_bits = register_bits("nvdla_bdma_status_grp1_write_stall_bits", __name__, (
+nvdla_v2_bdma_status_grp1_write_stall_bits = register_bits("nvdla_v2_bdma_status_grp1_write_stall_bits", __name__, (
     BitField("COUNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-class nvdla_bdma_t(Record):
+class nvdla_v2_bdma_t(Record):
     """Bridge DMA: CFG_* describe one transfer; CFG_OP queues it; CFG_LAUNCH0/1 run the transfers queued since the last launch as group 0 or 1. No register groups (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("cfg_src_addr_low", nvdla_bdma_cfg_src_addr_low_bits),  # offset 0, 4 bytes; reset 0x0
-        ("cfg_src_addr_high", nvdla_bdma_cfg_src_addr_high_bits),  # offset 4, 4 bytes; reset 0x0
-        ("cfg_dst_addr_low", nvdla_bdma_cfg_dst_addr_low_bits),  # offset 8, 4 bytes; reset 0x0
-        ("cfg_dst_addr_high", nvdla_bdma_cfg_dst_addr_high_bits),  # offset 12, 4 bytes; reset 0x0
-        ("cfg_line", nvdla_bdma_cfg_line_bits),  # offset 16, 4 bytes; reset 0x0
-        ("cfg_cmd", nvdla_bdma_cfg_cmd_bits),  # offset 20, 4 bytes; reset 0x0
-        ("cfg_line_repeat", nvdla_bdma_cfg_line_repeat_bits),  # offset 24, 4 bytes; reset 0x0
-        ("cfg_src_line", nvdla_bdma_cfg_src_line_bits),  # offset 28, 4 bytes; reset 0x0
-        ("cfg_dst_line", nvdla_bdma_cfg_dst_line_bits),  # offset 32, 4 bytes; reset 0x0
-        ("cfg_surf_repeat", nvdla_bdma_cfg_surf_repeat_bits),  # offset 36, 4 bytes; reset 0x0
-        ("cfg_src_surf", nvdla_bdma_cfg_src_surf_bits),  # offset 40, 4 bytes; reset 0x0
-        ("cfg_dst_surf", nvdla_bdma_cfg_dst_surf_bits),  # offset 44, 4 bytes; reset 0x0
-        ("cfg_op", nvdla_bdma_cfg_op_bits),  # offset 48, 4 bytes; reset 0x0
-        ("cfg_launch0", nvdla_bdma_cfg_launch0_bits),  # offset 52, 4 bytes; reset 0x0
-        ("cfg_launch1", nvdla_bdma_cfg_launch1_bits),  # offset 56, 4 bytes; reset 0x0
-        ("cfg_status", nvdla_bdma_cfg_status_bits),  # offset 60, 4 bytes; reset 0x0
-        ("status", nvdla_bdma_status_bits),  # offset 64, 4 bytes; reset 0x114
-        ("status_grp0_read_stall", nvdla_bdma_status_grp0_read_stall_bits),  # offset 68, 4 bytes; reset 0x0
-        ("status_grp0_write_stall", nvdla_bdma_status_grp0_write_stall_bits),  # offset 72, 4 bytes; reset 0x0
-        ("status_grp1_read_stall", nvdla_bdma_status_grp1_read_stall_bits),  # offset 76, 4 bytes; reset 0x0
-        ("status_grp1_write_stall", nvdla_bdma_status_grp1_write_stall_bits),  # offset 80, 4 bytes; reset 0x0
+        ("cfg_src_addr_low", nvdla_v2_bdma_cfg_src_addr_low_bits),  # offset 0, 4 bytes; reset 0x0
+        ("cfg_src_addr_high", nvdla_v2_bdma_cfg_src_addr_high_bits),  # offset 4, 4 bytes; reset 0x0
+        ("cfg_dst_addr_low", nvdla_v2_bdma_cfg_dst_addr_low_bits),  # offset 8, 4 bytes; reset 0x0
+        ("cfg_dst_addr_high", nvdla_v2_bdma_cfg_dst_addr_high_bits),  # offset 12, 4 bytes; reset 0x0
+        ("cfg_line", nvdla_v2_bdma_cfg_line_bits),  # offset 16, 4 bytes; reset 0x0
+        ("cfg_cmd", nvdla_v2_bdma_cfg_cmd_bits),  # offset 20, 4 bytes; reset 0x0
+        ("cfg_line_repeat", nvdla_v2_bdma_cfg_line_repeat_bits),  # offset 24, 4 bytes; reset 0x0
+        ("cfg_src_line", nvdla_v2_bdma_cfg_src_line_bits),  # offset 28, 4 bytes; reset 0x0
+        ("cfg_dst_line", nvdla_v2_bdma_cfg_dst_line_bits),  # offset 32, 4 bytes; reset 0x0
+        ("cfg_surf_repeat", nvdla_v2_bdma_cfg_surf_repeat_bits),  # offset 36, 4 bytes; reset 0x0
+        ("cfg_src_surf", nvdla_v2_bdma_cfg_src_surf_bits),  # offset 40, 4 bytes; reset 0x0
+        ("cfg_dst_surf", nvdla_v2_bdma_cfg_dst_surf_bits),  # offset 44, 4 bytes; reset 0x0
+        ("cfg_op", nvdla_v2_bdma_cfg_op_bits),  # offset 48, 4 bytes; reset 0x0
+        ("cfg_launch0", nvdla_v2_bdma_cfg_launch0_bits),  # offset 52, 4 bytes; reset 0x0
+        ("cfg_launch1", nvdla_v2_bdma_cfg_launch1_bits),  # offset 56, 4 bytes; reset 0x0
+        ("cfg_status", nvdla_v2_bdma_cfg_status_bits),  # offset 60, 4 bytes; reset 0x0
+        ("status", nvdla_v2_bdma_status_bits),  # offset 64, 4 bytes; reset 0x114
+        ("status_grp0_read_stall", nvdla_v2_bdma_status_grp0_read_stall_bits),  # offset 68, 4 bytes; reset 0x0
+        ("status_grp0_write_stall", nvdla_v2_bdma_status_grp0_write_stall_bits),  # offset 72, 4 bytes; reset 0x0
+        ("status_grp1_read_stall", nvdla_v2_bdma_status_grp1_read_stall_bits),  # offset 76, 4 bytes; reset 0x0
+        ("status_grp1_write_stall", nvdla_v2_bdma_status_grp1_write_stall_bits),  # offset 80, 4 bytes; reset 0x0
         ("reserved", ctypes.c_uint32 * 1003),  # offset 84, 4012 bytes
     ]
 
 
-nvdla_rbk_s_status_bits = register_bits("nvdla_rbk_s_status_bits", __name__, (
+nvdla_v2_rbk_s_status_bits = register_bits("nvdla_v2_rbk_s_status_bits", __name__, (
     BitField("STATUS_0", 0, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 1:0, read only
     BitField("STATUS_1", 16, 2, access="r", values=(("IDLE", 0), ("RUNNING", 1), ("PENDING", 2))),  # bits 17:16, read only
 ))
 
 
-nvdla_rbk_s_pointer_bits = register_bits("nvdla_rbk_s_pointer_bits", __name__, (
+nvdla_v2_rbk_s_pointer_bits = register_bits("nvdla_v2_rbk_s_pointer_bits", __name__, (
     BitField("PRODUCER", 0, 1, values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 0
     BitField("CONSUMER", 16, 1, access="r", values=(("GROUP_0", 0), ("GROUP_1", 1))),  # bit 16, read only
 ))
 
 
-nvdla_rbk_d_op_enable_bits = register_bits("nvdla_rbk_d_op_enable_bits", __name__, (
+nvdla_v2_rbk_d_op_enable_bits = register_bits("nvdla_v2_rbk_d_op_enable_bits", __name__, (
     BitField("OP_EN", 0, 1, values=(("DISABLE", 0), ("ENABLE", 1))),  # bit 0
 ))
 
 
-nvdla_rbk_d_misc_cfg_bits = register_bits("nvdla_rbk_d_misc_cfg_bits", __name__, (
+nvdla_v2_rbk_d_misc_cfg_bits = register_bits("nvdla_v2_rbk_d_misc_cfg_bits", __name__, (
     BitField("RUBIK_MODE", 0, 2, values=(("CONTRACT", 0), ("SPLIT", 1), ("MERGE", 2))),  # bits 1:0
     BitField("IN_PRECISION", 8, 2, reset=0x1, values=(("INT8", 0), ("INT16", 1), ("FP16", 2))),  # bits 9:8, reset 0x1
 ))
 
 
-nvdla_rbk_d_dain_ram_type_bits = register_bits("nvdla_rbk_d_dain_ram_type_bits", __name__, (
+nvdla_v2_rbk_d_dain_ram_type_bits = register_bits("nvdla_v2_rbk_d_dain_ram_type_bits", __name__, (
     BitField("DATAIN_RAM_TYPE", 0, 1, values=(("CVIF", 0), ("MCIF", 1))),  # bit 0
 ))
 
 
-nvdla_rbk_d_datain_size_0_bits = register_bits("nvdla_rbk_d_datain_size_0_bits", __name__, (
+nvdla_v2_rbk_d_datain_size_0_bits = register_bits("nvdla_v2_rbk_d_datain_size_0_bits", __name__, (
     BitField("DATAIN_WIDTH", 0, 13),  # bits 12:0
     BitField("DATAIN_HEIGHT", 16, 13),  # bits 28:16
 ))
 
 
-nvdla_rbk_d_datain_size_1_bits = register_bits("nvdla_rbk_d_datain_size_1_bits", __name__, (
+nvdla_v2_rbk_d_datain_size_1_bits = register_bits("nvdla_v2_rbk_d_datain_size_1_bits", __name__, (
     BitField("DATAIN_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_rbk_d_dain_addr_high_bits = register_bits("nvdla_rbk_d_dain_addr_high_bits", __name__, (
+nvdla_v2_rbk_d_dain_addr_high_bits = register_bits("nvdla_v2_rbk_d_dain_addr_high_bits", __name__, (
     BitField("DAIN_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_rbk_d_dain_addr_low_bits = register_bits("nvdla_rbk_d_dain_addr_low_bits", __name__, (
+nvdla_v2_rbk_d_dain_addr_low_bits = register_bits("nvdla_v2_rbk_d_dain_addr_low_bits", __name__, (
     BitField("DAIN_ADDR_LOW", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_dain_line_stride_bits = register_bits("nvdla_rbk_d_dain_line_stride_bits", __name__, (
+nvdla_v2_rbk_d_dain_line_stride_bits = register_bits("nvdla_v2_rbk_d_dain_line_stride_bits", __name__, (
     BitField("DAIN_LINE_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_dain_surf_stride_bits = register_bits("nvdla_rbk_d_dain_surf_stride_bits", __name__, (
+nvdla_v2_rbk_d_dain_surf_stride_bits = register_bits("nvdla_v2_rbk_d_dain_surf_stride_bits", __name__, (
     BitField("DAIN_SURF_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_dain_planar_stride_bits = register_bits("nvdla_rbk_d_dain_planar_stride_bits", __name__, (
+nvdla_v2_rbk_d_dain_planar_stride_bits = register_bits("nvdla_v2_rbk_d_dain_planar_stride_bits", __name__, (
     BitField("DAIN_PLANAR_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_daout_ram_type_bits = register_bits("nvdla_rbk_d_daout_ram_type_bits", __name__, (
+nvdla_v2_rbk_d_daout_ram_type_bits = register_bits("nvdla_v2_rbk_d_daout_ram_type_bits", __name__, (
     BitField("DATAOUT_RAM_TYPE", 0, 1, values=(("CVIF", 0), ("MCIF", 1))),  # bit 0
 ))
 
 
-nvdla_rbk_d_dataout_size_1_bits = register_bits("nvdla_rbk_d_dataout_size_1_bits", __name__, (
+nvdla_v2_rbk_d_dataout_size_1_bits = register_bits("nvdla_v2_rbk_d_dataout_size_1_bits", __name__, (
     BitField("DATAOUT_CHANNEL", 0, 13),  # bits 12:0
 ))
 
 
-nvdla_rbk_d_daout_addr_high_bits = register_bits("nvdla_rbk_d_daout_addr_high_bits", __name__, (
+nvdla_v2_rbk_d_daout_addr_high_bits = register_bits("nvdla_v2_rbk_d_daout_addr_high_bits", __name__, (
     BitField("DAOUT_ADDR_HIGH", 0, 32),  # bits 31:0
 ))
 
 
-nvdla_rbk_d_daout_addr_low_bits = register_bits("nvdla_rbk_d_daout_addr_low_bits", __name__, (
+nvdla_v2_rbk_d_daout_addr_low_bits = register_bits("nvdla_v2_rbk_d_daout_addr_low_bits", __name__, (
     BitField("DAOUT_ADDR_LOW", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_daout_line_stride_bits = register_bits("nvdla_rbk_d_daout_line_stride_bits", __name__, (
+nvdla_v2_rbk_d_daout_line_stride_bits = register_bits("nvdla_v2_rbk_d_daout_line_stride_bits", __name__, (
     BitField("DAOUT_LINE_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_contract_stride_0_bits = register_bits("nvdla_rbk_d_contract_stride_0_bits", __name__, (
+nvdla_v2_rbk_d_contract_stride_0_bits = register_bits("nvdla_v2_rbk_d_contract_stride_0_bits", __name__, (
     BitField("CONTRACT_STRIDE_0", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_contract_stride_1_bits = register_bits("nvdla_rbk_d_contract_stride_1_bits", __name__, (
+nvdla_v2_rbk_d_contract_stride_1_bits = register_bits("nvdla_v2_rbk_d_contract_stride_1_bits", __name__, (
     BitField("CONTRACT_STRIDE_1", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_daout_surf_stride_bits = register_bits("nvdla_rbk_d_daout_surf_stride_bits", __name__, (
+nvdla_v2_rbk_d_daout_surf_stride_bits = register_bits("nvdla_v2_rbk_d_daout_surf_stride_bits", __name__, (
     BitField("DAOUT_SURF_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_daout_planar_stride_bits = register_bits("nvdla_rbk_d_daout_planar_stride_bits", __name__, (
+nvdla_v2_rbk_d_daout_planar_stride_bits = register_bits("nvdla_v2_rbk_d_daout_planar_stride_bits", __name__, (
     BitField("DAOUT_PLANAR_STRIDE", 5, 27),  # bits 31:5
 ))
 
 
-nvdla_rbk_d_deconv_stride_bits = register_bits("nvdla_rbk_d_deconv_stride_bits", __name__, (
+nvdla_v2_rbk_d_deconv_stride_bits = register_bits("nvdla_v2_rbk_d_deconv_stride_bits", __name__, (
     BitField("DECONV_X_STRIDE", 0, 5),  # bits 4:0
     BitField("DECONV_Y_STRIDE", 16, 5),  # bits 20:16
 ))
 
 
-nvdla_rbk_d_perf_enable_bits = register_bits("nvdla_rbk_d_perf_enable_bits", __name__, (
+nvdla_v2_rbk_d_perf_enable_bits = register_bits("nvdla_v2_rbk_d_perf_enable_bits", __name__, (
     BitField("PERF_EN", 0, 1),  # bit 0
 ))
 
 
-nvdla_rbk_d_perf_read_stall_bits = register_bits("nvdla_rbk_d_perf_read_stall_bits", __name__, (
+nvdla_v2_rbk_d_perf_read_stall_bits = register_bits("nvdla_v2_rbk_d_perf_read_stall_bits", __name__, (
     BitField("RD_STALL_CNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-nvdla_rbk_d_perf_write_stall_bits = register_bits("nvdla_rbk_d_perf_write_stall_bits", __name__, (
+nvdla_v2_rbk_d_perf_write_stall_bits = register_bits("nvdla_v2_rbk_d_perf_write_stall_bits", __name__, (
     BitField("WR_STALL_CNT", 0, 32, access="r"),  # bits 31:0, read only
 ))
 
 
-class nvdla_rbk_t(Record):
+class nvdla_v2_rbk_t(Record):
     """RUBIK: the data reshaper (contract, split, merge) (4096 bytes)."""
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("s_status", nvdla_rbk_s_status_bits),  # offset 0, 4 bytes; reset 0x0
-        ("s_pointer", nvdla_rbk_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
-        ("d_op_enable", nvdla_rbk_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
-        ("d_misc_cfg", nvdla_rbk_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x100
-        ("d_dain_ram_type", nvdla_rbk_d_dain_ram_type_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_0", nvdla_rbk_d_datain_size_0_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
-        ("d_datain_size_1", nvdla_rbk_d_datain_size_1_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_high", nvdla_rbk_d_dain_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
-        ("d_dain_addr_low", nvdla_rbk_d_dain_addr_low_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
-        ("d_dain_line_stride", nvdla_rbk_d_dain_line_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
-        ("d_dain_surf_stride", nvdla_rbk_d_dain_surf_stride_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
-        ("d_dain_planar_stride", nvdla_rbk_d_dain_planar_stride_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
-        ("d_daout_ram_type", nvdla_rbk_d_daout_ram_type_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
-        ("d_dataout_size_1", nvdla_rbk_d_dataout_size_1_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
-        ("d_daout_addr_high", nvdla_rbk_d_daout_addr_high_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
-        ("d_daout_addr_low", nvdla_rbk_d_daout_addr_low_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
-        ("d_daout_line_stride", nvdla_rbk_d_daout_line_stride_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
-        ("d_contract_stride_0", nvdla_rbk_d_contract_stride_0_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
-        ("d_contract_stride_1", nvdla_rbk_d_contract_stride_1_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
-        ("d_daout_surf_stride", nvdla_rbk_d_daout_surf_stride_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
-        ("d_daout_planar_stride", nvdla_rbk_d_daout_planar_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
-        ("d_deconv_stride", nvdla_rbk_d_deconv_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
-        ("d_perf_enable", nvdla_rbk_d_perf_enable_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
-        ("d_perf_read_stall", nvdla_rbk_d_perf_read_stall_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
-        ("d_perf_write_stall", nvdla_rbk_d_perf_write_stall_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
+        ("s_status", nvdla_v2_rbk_s_status_bits),  # offset 0, 4 bytes; reset 0x0
+        ("s_pointer", nvdla_v2_rbk_s_pointer_bits),  # offset 4, 4 bytes; reset 0x0
+        ("d_op_enable", nvdla_v2_rbk_d_op_enable_bits),  # offset 8, 4 bytes; one per register group; reset 0x0
+        ("d_misc_cfg", nvdla_v2_rbk_d_misc_cfg_bits),  # offset 12, 4 bytes; one per register group; reset 0x100
+        ("d_dain_ram_type", nvdla_v2_rbk_d_dain_ram_type_bits),  # offset 16, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_0", nvdla_v2_rbk_d_datain_size_0_bits),  # offset 20, 4 bytes; one per register group; reset 0x0
+        ("d_datain_size_1", nvdla_v2_rbk_d_datain_size_1_bits),  # offset 24, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_high", nvdla_v2_rbk_d_dain_addr_high_bits),  # offset 28, 4 bytes; one per register group; reset 0x0
+        ("d_dain_addr_low", nvdla_v2_rbk_d_dain_addr_low_bits),  # offset 32, 4 bytes; one per register group; reset 0x0
+        ("d_dain_line_stride", nvdla_v2_rbk_d_dain_line_stride_bits),  # offset 36, 4 bytes; one per register group; reset 0x0
+        ("d_dain_surf_stride", nvdla_v2_rbk_d_dain_surf_stride_bits),  # offset 40, 4 bytes; one per register group; reset 0x0
+        ("d_dain_planar_stride", nvdla_v2_rbk_d_dain_planar_stride_bits),  # offset 44, 4 bytes; one per register group; reset 0x0
+        ("d_daout_ram_type", nvdla_v2_rbk_d_daout_ram_type_bits),  # offset 48, 4 bytes; one per register group; reset 0x0
+        ("d_dataout_size_1", nvdla_v2_rbk_d_dataout_size_1_bits),  # offset 52, 4 bytes; one per register group; reset 0x0
+        ("d_daout_addr_high", nvdla_v2_rbk_d_daout_addr_high_bits),  # offset 56, 4 bytes; one per register group; reset 0x0
+        ("d_daout_addr_low", nvdla_v2_rbk_d_daout_addr_low_bits),  # offset 60, 4 bytes; one per register group; reset 0x0
+        ("d_daout_line_stride", nvdla_v2_rbk_d_daout_line_stride_bits),  # offset 64, 4 bytes; one per register group; reset 0x0
+        ("d_contract_stride_0", nvdla_v2_rbk_d_contract_stride_0_bits),  # offset 68, 4 bytes; one per register group; reset 0x0
+        ("d_contract_stride_1", nvdla_v2_rbk_d_contract_stride_1_bits),  # offset 72, 4 bytes; one per register group; reset 0x0
+        ("d_daout_surf_stride", nvdla_v2_rbk_d_daout_surf_stride_bits),  # offset 76, 4 bytes; one per register group; reset 0x0
+        ("d_daout_planar_stride", nvdla_v2_rbk_d_daout_planar_stride_bits),  # offset 80, 4 bytes; one per register group; reset 0x0
+        ("d_deconv_stride", nvdla_v2_rbk_d_deconv_stride_bits),  # offset 84, 4 bytes; one per register group; reset 0x0
+        ("d_perf_enable", nvdla_v2_rbk_d_perf_enable_bits),  # offset 88, 4 bytes; one per register group; reset 0x0
+        ("d_perf_read_stall", nvdla_v2_rbk_d_perf_read_stall_bits),  # offset 92, 4 bytes; one per register group; reset 0x0
+        ("d_perf_write_stall", nvdla_v2_rbk_d_perf_write_stall_bits),  # offset 96, 4 bytes; one per register group; reset 0x0
         ("reserved", ctypes.c_uint32 * 999),  # offset 100, 3996 bytes
     ]
 
@@ -4061,24 +4061,24 @@ class nvdla_v2_regs_t(Record):
     _pack_ = 1
     _layout_ = "ms"
     _fields_ = [
-        ("cfgrom", nvdla_cfgrom_t),  # offset 0, 4096 bytes
-        ("glb", nvdla_glb_t),  # offset 4096, 4096 bytes
-        ("mcif", nvdla_cif_t),  # offset 8192, 4096 bytes
-        ("cdma", nvdla_cdma_t),  # offset 12288, 4096 bytes
-        ("csc", nvdla_csc_t),  # offset 16384, 4096 bytes
-        ("cmac_a", nvdla_cmac_t),  # offset 20480, 4096 bytes
-        ("cmac_b", nvdla_cmac_t),  # offset 24576, 4096 bytes
-        ("cacc", nvdla_cacc_t),  # offset 28672, 4096 bytes
-        ("sdp_rdma", nvdla_sdp_rdma_t),  # offset 32768, 4096 bytes
-        ("sdp", nvdla_sdp_t),  # offset 36864, 4096 bytes
-        ("pdp_rdma", nvdla_pdp_rdma_t),  # offset 40960, 4096 bytes
-        ("pdp", nvdla_pdp_t),  # offset 45056, 4096 bytes
-        ("cdp_rdma", nvdla_cdp_rdma_t),  # offset 49152, 4096 bytes
-        ("cdp", nvdla_cdp_t),  # offset 53248, 4096 bytes
-        ("gec", nvdla_gec_t),  # offset 57344, 4096 bytes
-        ("cvif", nvdla_cif_t),  # offset 61440, 4096 bytes
-        ("bdma", nvdla_bdma_t),  # offset 65536, 4096 bytes
-        ("rbk", nvdla_rbk_t),  # offset 69632, 4096 bytes
+        ("cfgrom", nvdla_v2_cfgrom_t),  # offset 0, 4096 bytes
+        ("glb", nvdla_v2_glb_t),  # offset 4096, 4096 bytes
+        ("mcif", nvdla_v2_cif_t),  # offset 8192, 4096 bytes
+        ("cdma", nvdla_v2_cdma_t),  # offset 12288, 4096 bytes
+        ("csc", nvdla_v2_csc_t),  # offset 16384, 4096 bytes
+        ("cmac_a", nvdla_v2_cmac_t),  # offset 20480, 4096 bytes
+        ("cmac_b", nvdla_v2_cmac_t),  # offset 24576, 4096 bytes
+        ("cacc", nvdla_v2_cacc_t),  # offset 28672, 4096 bytes
+        ("sdp_rdma", nvdla_v2_sdp_rdma_t),  # offset 32768, 4096 bytes
+        ("sdp", nvdla_v2_sdp_t),  # offset 36864, 4096 bytes
+        ("pdp_rdma", nvdla_v2_pdp_rdma_t),  # offset 40960, 4096 bytes
+        ("pdp", nvdla_v2_pdp_t),  # offset 45056, 4096 bytes
+        ("cdp_rdma", nvdla_v2_cdp_rdma_t),  # offset 49152, 4096 bytes
+        ("cdp", nvdla_v2_cdp_t),  # offset 53248, 4096 bytes
+        ("gec", nvdla_v2_gec_t),  # offset 57344, 4096 bytes
+        ("cvif", nvdla_v2_cif_t),  # offset 61440, 4096 bytes
+        ("bdma", nvdla_v2_bdma_t),  # offset 65536, 4096 bytes
+        ("rbk", nvdla_v2_rbk_t),  # offset 69632, 4096 bytes
     ]
 
 
@@ -5151,537 +5151,537 @@ REGISTERS: dict[str, int] = {
 
 # Each register with bit fields: its address, bit fields and whether it is double-buffered.
 REGISTER_INFO: dict[str, RegisterInfo] = {r.name: r for r in (
-    RegisterInfo("NVDLA_CFGROM_CFGROM_HW_VERSION_0", NVDLA_CFGROM_CFGROM_HW_VERSION_0, nvdla_cfgrom_cfgrom_hw_version_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_GLB_DESC_0", NVDLA_CFGROM_CFGROM_GLB_DESC_0, nvdla_cfgrom_cfgrom_glb_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_DESC_0", NVDLA_CFGROM_CFGROM_CIF_DESC_0, nvdla_cfgrom_cfgrom_cif_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CIF_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cif_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CIF_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cif_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_WIDTH_0", NVDLA_CFGROM_CFGROM_CIF_BASE_WIDTH_0, nvdla_cfgrom_cfgrom_cif_base_width_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_LATENCY_0", NVDLA_CFGROM_CFGROM_CIF_BASE_LATENCY_0, nvdla_cfgrom_cfgrom_cif_base_latency_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_BURST_LENGTH_MAX_0", NVDLA_CFGROM_CFGROM_CIF_BASE_BURST_LENGTH_MAX_0, nvdla_cfgrom_cfgrom_cif_base_burst_length_max_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_MEM_ADDR_WIDTH_0", NVDLA_CFGROM_CFGROM_CIF_BASE_MEM_ADDR_WIDTH_0, nvdla_cfgrom_cfgrom_cif_base_mem_addr_width_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_DESC_0", NVDLA_CFGROM_CFGROM_CDMA_DESC_0, nvdla_cfgrom_cfgrom_cdma_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDMA_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cdma_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDMA_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cdma_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_cdma_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_cdma_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_C_0, nvdla_cfgrom_cfgrom_cdma_base_atomic_c_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_K_0, nvdla_cfgrom_cfgrom_cdma_base_atomic_k_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_M_0, nvdla_cfgrom_cfgrom_cdma_base_atomic_m_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_NUM_0, nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_WIDTH_0, nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_DEPTH_0, nvdla_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CDMA_MULTI_BATCH_MAX_0, nvdla_cfgrom_cfgrom_cdma_multi_batch_max_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_PACKED_0", NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_PACKED_0, nvdla_cfgrom_cfgrom_cdma_image_in_formats_packed_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_SEMI_0", NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_SEMI_0, nvdla_cfgrom_cfgrom_cdma_image_in_formats_semi_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_DESC_0", NVDLA_CFGROM_CFGROM_CBUF_DESC_0, nvdla_cfgrom_cfgrom_cbuf_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CBUF_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cbuf_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CBUF_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cbuf_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_NUM_0, nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_WIDTH_0, nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_DEPTH_0, nvdla_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_cbuf_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_DESC_0", NVDLA_CFGROM_CFGROM_CSC_DESC_0, nvdla_cfgrom_cfgrom_csc_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CSC_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_csc_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CSC_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_csc_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CSC_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_csc_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CSC_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_csc_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_C_0, nvdla_cfgrom_cfgrom_csc_base_atomic_c_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_K_0, nvdla_cfgrom_cfgrom_csc_base_atomic_k_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_M_0, nvdla_cfgrom_cfgrom_csc_base_atomic_m_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_NUM_0, nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_WIDTH_0, nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_DEPTH_0, nvdla_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_csc_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CSC_MULTI_BATCH_MAX_0, nvdla_cfgrom_cfgrom_csc_multi_batch_max_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_DESC_0", NVDLA_CFGROM_CFGROM_CMAC_A_DESC_0, nvdla_cfgrom_cfgrom_cmac_a_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_A_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cmac_a_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_A_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cmac_a_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_cmac_a_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_cmac_a_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_C_0, nvdla_cfgrom_cfgrom_cmac_a_base_atomic_c_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_K_0, nvdla_cfgrom_cfgrom_cmac_a_base_atomic_k_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_cmac_a_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_DESC_0", NVDLA_CFGROM_CFGROM_CMAC_B_DESC_0, nvdla_cfgrom_cfgrom_cmac_b_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_B_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cmac_b_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_B_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cmac_b_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_cmac_b_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_cmac_b_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_C_0, nvdla_cfgrom_cfgrom_cmac_b_base_atomic_c_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_K_0, nvdla_cfgrom_cfgrom_cmac_b_base_atomic_k_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_cmac_b_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_DESC_0", NVDLA_CFGROM_CFGROM_CACC_DESC_0, nvdla_cfgrom_cfgrom_cacc_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CACC_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cacc_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CACC_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cacc_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CACC_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_cacc_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CACC_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_cacc_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_C_0, nvdla_cfgrom_cfgrom_cacc_base_atomic_c_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_K_0, nvdla_cfgrom_cfgrom_cacc_base_atomic_k_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CACC_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_cacc_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CACC_MULTI_BATCH_MAX_0, nvdla_cfgrom_cfgrom_cacc_multi_batch_max_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_DESC_0, nvdla_cfgrom_cfgrom_sdp_rdma_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_sdp_rdma_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_ATOMIC_M_0, nvdla_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_SDP_ID_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_SDP_ID_0, nvdla_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_DESC_0", NVDLA_CFGROM_CFGROM_SDP_DESC_0, nvdla_cfgrom_cfgrom_sdp_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_SDP_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_sdp_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_SDP_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_sdp_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_SDP_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_sdp_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_SDP_BASE_WEIGHT_TYPES_0, nvdla_cfgrom_cfgrom_sdp_base_weight_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_SDP_BASE_CDMA_ID_0, nvdla_cfgrom_cfgrom_sdp_base_cdma_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_SDP_MULTI_BATCH_MAX_0, nvdla_cfgrom_cfgrom_sdp_multi_batch_max_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BS_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_BS_THROUGHPUT_0, nvdla_cfgrom_cfgrom_sdp_bs_throughput_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BN_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_BN_THROUGHPUT_0, nvdla_cfgrom_cfgrom_sdp_bn_throughput_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_EW_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_EW_THROUGHPUT_0, nvdla_cfgrom_cfgrom_sdp_ew_throughput_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_DESC_0, nvdla_cfgrom_cfgrom_pdp_rdma_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_pdp_rdma_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_ATOMIC_M_0, nvdla_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_PDP_ID_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_PDP_ID_0, nvdla_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_DESC_0", NVDLA_CFGROM_CFGROM_PDP_DESC_0, nvdla_cfgrom_cfgrom_pdp_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_PDP_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_pdp_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_PDP_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_pdp_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_PDP_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_pdp_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_BASE_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_PDP_BASE_THROUGHPUT_0, nvdla_cfgrom_cfgrom_pdp_base_throughput_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_DESC_0, nvdla_cfgrom_cfgrom_cdp_rdma_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cdp_rdma_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_ATOMIC_M_0, nvdla_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_CDP_ID_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_CDP_ID_0, nvdla_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_DESC_0", NVDLA_CFGROM_CFGROM_CDP_DESC_0, nvdla_cfgrom_cfgrom_cdp_desc_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDP_CAP_INCOMPAT_0, nvdla_cfgrom_cfgrom_cdp_cap_incompat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDP_CAP_COMPAT_0, nvdla_cfgrom_cfgrom_cdp_cap_compat_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CDP_BASE_FEATURE_TYPES_0, nvdla_cfgrom_cfgrom_cdp_base_feature_types_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_BASE_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_CDP_BASE_THROUGHPUT_0, nvdla_cfgrom_cfgrom_cdp_base_throughput_bits.BITS),
-    RegisterInfo("NVDLA_CFGROM_CFGROM_END_OF_LIST_0", NVDLA_CFGROM_CFGROM_END_OF_LIST_0, nvdla_cfgrom_cfgrom_end_of_list_bits.BITS),
-    RegisterInfo("NVDLA_GLB_S_NVDLA_HW_VERSION_0", NVDLA_GLB_S_NVDLA_HW_VERSION_0, nvdla_glb_s_nvdla_hw_version_bits.BITS),
-    RegisterInfo("NVDLA_GLB_S_INTR_MASK_0", NVDLA_GLB_S_INTR_MASK_0, nvdla_glb_s_intr_mask_bits.BITS),
-    RegisterInfo("NVDLA_GLB_S_INTR_SET_0", NVDLA_GLB_S_INTR_SET_0, nvdla_glb_s_intr_set_bits.BITS),
-    RegisterInfo("NVDLA_GLB_S_INTR_STATUS_0", NVDLA_GLB_S_INTR_STATUS_0, nvdla_glb_s_intr_status_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_0_0", NVDLA_MCIF_CFG_RD_WEIGHT_0_0, nvdla_cif_cfg_rd_weight_0_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_1_0", NVDLA_MCIF_CFG_RD_WEIGHT_1_0, nvdla_cif_cfg_rd_weight_1_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_2_0", NVDLA_MCIF_CFG_RD_WEIGHT_2_0, nvdla_cif_cfg_rd_weight_2_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_WR_WEIGHT_0_0", NVDLA_MCIF_CFG_WR_WEIGHT_0_0, nvdla_cif_cfg_wr_weight_0_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_WR_WEIGHT_1_0", NVDLA_MCIF_CFG_WR_WEIGHT_1_0, nvdla_cif_cfg_wr_weight_1_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_CFG_OUTSTANDING_CNT_0", NVDLA_MCIF_CFG_OUTSTANDING_CNT_0, nvdla_cif_cfg_outstanding_cnt_bits.BITS),
-    RegisterInfo("NVDLA_MCIF_STATUS_0", NVDLA_MCIF_STATUS_0, nvdla_cif_status_bits.BITS),
-    RegisterInfo("NVDLA_CDMA_S_STATUS_0", NVDLA_CDMA_S_STATUS_0, nvdla_cdma_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CDMA_S_POINTER_0", NVDLA_CDMA_S_POINTER_0, nvdla_cdma_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CDMA_S_ARBITER_0", NVDLA_CDMA_S_ARBITER_0, nvdla_cdma_s_arbiter_bits.BITS),
-    RegisterInfo("NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0", NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0, nvdla_cdma_s_cbuf_flush_status_bits.BITS),
-    RegisterInfo("NVDLA_CDMA_D_OP_ENABLE_0", NVDLA_CDMA_D_OP_ENABLE_0, nvdla_cdma_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_MISC_CFG_0", NVDLA_CDMA_D_MISC_CFG_0, nvdla_cdma_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DATAIN_FORMAT_0", NVDLA_CDMA_D_DATAIN_FORMAT_0, nvdla_cdma_d_datain_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_0_0", NVDLA_CDMA_D_DATAIN_SIZE_0_0, nvdla_cdma_d_datain_size_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_1_0", NVDLA_CDMA_D_DATAIN_SIZE_1_0, nvdla_cdma_d_datain_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0", NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0, nvdla_cdma_d_datain_size_ext_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PIXEL_OFFSET_0", NVDLA_CDMA_D_PIXEL_OFFSET_0, nvdla_cdma_d_pixel_offset_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_RAM_TYPE_0", NVDLA_CDMA_D_DAIN_RAM_TYPE_0, nvdla_cdma_d_dain_ram_type_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0", NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0, nvdla_cdma_d_dain_addr_high_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0", NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0, nvdla_cdma_d_dain_addr_low_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0", NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0, nvdla_cdma_d_dain_addr_high_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0", NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0, nvdla_cdma_d_dain_addr_low_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_LINE_STRIDE_0", NVDLA_CDMA_D_LINE_STRIDE_0, nvdla_cdma_d_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_LINE_UV_STRIDE_0", NVDLA_CDMA_D_LINE_UV_STRIDE_0, nvdla_cdma_d_line_uv_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_SURF_STRIDE_0", NVDLA_CDMA_D_SURF_STRIDE_0, nvdla_cdma_d_surf_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_DAIN_MAP_0", NVDLA_CDMA_D_DAIN_MAP_0, nvdla_cdma_d_dain_map_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_RESERVED_X_CFG_0", NVDLA_CDMA_D_RESERVED_X_CFG_0, nvdla_cdma_d_reserved_x_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_RESERVED_Y_CFG_0", NVDLA_CDMA_D_RESERVED_Y_CFG_0, nvdla_cdma_d_reserved_y_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_BATCH_NUMBER_0", NVDLA_CDMA_D_BATCH_NUMBER_0, nvdla_cdma_d_batch_number_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_BATCH_STRIDE_0", NVDLA_CDMA_D_BATCH_STRIDE_0, nvdla_cdma_d_batch_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_ENTRY_PER_SLICE_0", NVDLA_CDMA_D_ENTRY_PER_SLICE_0, nvdla_cdma_d_entry_per_slice_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_FETCH_GRAIN_0", NVDLA_CDMA_D_FETCH_GRAIN_0, nvdla_cdma_d_fetch_grain_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_FORMAT_0", NVDLA_CDMA_D_WEIGHT_FORMAT_0, nvdla_cdma_d_weight_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_SIZE_0_0", NVDLA_CDMA_D_WEIGHT_SIZE_0_0, nvdla_cdma_d_weight_size_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_SIZE_1_0", NVDLA_CDMA_D_WEIGHT_SIZE_1_0, nvdla_cdma_d_weight_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0", NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0, nvdla_cdma_d_weight_ram_type_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0", NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0, nvdla_cdma_d_weight_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0", NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0, nvdla_cdma_d_weight_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WEIGHT_BYTES_0", NVDLA_CDMA_D_WEIGHT_BYTES_0, nvdla_cdma_d_weight_bytes_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WGS_ADDR_HIGH_0", NVDLA_CDMA_D_WGS_ADDR_HIGH_0, nvdla_cdma_d_wgs_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WGS_ADDR_LOW_0", NVDLA_CDMA_D_WGS_ADDR_LOW_0, nvdla_cdma_d_wgs_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WMB_ADDR_HIGH_0", NVDLA_CDMA_D_WMB_ADDR_HIGH_0, nvdla_cdma_d_wmb_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WMB_ADDR_LOW_0", NVDLA_CDMA_D_WMB_ADDR_LOW_0, nvdla_cdma_d_wmb_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_WMB_BYTES_0", NVDLA_CDMA_D_WMB_BYTES_0, nvdla_cdma_d_wmb_bytes_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_MEAN_FORMAT_0", NVDLA_CDMA_D_MEAN_FORMAT_0, nvdla_cdma_d_mean_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_MEAN_GLOBAL_0_0", NVDLA_CDMA_D_MEAN_GLOBAL_0_0, nvdla_cdma_d_mean_global_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_MEAN_GLOBAL_1_0", NVDLA_CDMA_D_MEAN_GLOBAL_1_0, nvdla_cdma_d_mean_global_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_CVT_CFG_0", NVDLA_CDMA_D_CVT_CFG_0, nvdla_cdma_d_cvt_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_CVT_OFFSET_0", NVDLA_CDMA_D_CVT_OFFSET_0, nvdla_cdma_d_cvt_offset_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_CVT_SCALE_0", NVDLA_CDMA_D_CVT_SCALE_0, nvdla_cdma_d_cvt_scale_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_CONV_STRIDE_0", NVDLA_CDMA_D_CONV_STRIDE_0, nvdla_cdma_d_conv_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_ZERO_PADDING_0", NVDLA_CDMA_D_ZERO_PADDING_0, nvdla_cdma_d_zero_padding_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_ZERO_PADDING_VALUE_0", NVDLA_CDMA_D_ZERO_PADDING_VALUE_0, nvdla_cdma_d_zero_padding_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_BANK_0", NVDLA_CDMA_D_BANK_0, nvdla_cdma_d_bank_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0", NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0, nvdla_cdma_d_nan_flush_to_zero_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0", NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0, nvdla_cdma_d_nan_input_data_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0", NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0, nvdla_cdma_d_nan_input_weight_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0", NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0, nvdla_cdma_d_inf_input_data_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0", NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0, nvdla_cdma_d_inf_input_weight_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PERF_ENABLE_0", NVDLA_CDMA_D_PERF_ENABLE_0, nvdla_cdma_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PERF_DAT_READ_STALL_0", NVDLA_CDMA_D_PERF_DAT_READ_STALL_0, nvdla_cdma_d_perf_dat_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PERF_WT_READ_STALL_0", NVDLA_CDMA_D_PERF_WT_READ_STALL_0, nvdla_cdma_d_perf_wt_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0", NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0, nvdla_cdma_d_perf_dat_read_latency_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0", NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0, nvdla_cdma_d_perf_wt_read_latency_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDMA_D_CYA_0", NVDLA_CDMA_D_CYA_0, nvdla_cdma_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_S_STATUS_0", NVDLA_CSC_S_STATUS_0, nvdla_csc_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CSC_S_POINTER_0", NVDLA_CSC_S_POINTER_0, nvdla_csc_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CSC_D_OP_ENABLE_0", NVDLA_CSC_D_OP_ENABLE_0, nvdla_csc_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_MISC_CFG_0", NVDLA_CSC_D_MISC_CFG_0, nvdla_csc_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DATAIN_FORMAT_0", NVDLA_CSC_D_DATAIN_FORMAT_0, nvdla_csc_d_datain_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0", NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0, nvdla_csc_d_datain_size_ext_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0", NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0, nvdla_csc_d_datain_size_ext_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_BATCH_NUMBER_0", NVDLA_CSC_D_BATCH_NUMBER_0, nvdla_csc_d_batch_number_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_POST_Y_EXTENSION_0", NVDLA_CSC_D_POST_Y_EXTENSION_0, nvdla_csc_d_post_y_extension_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_ENTRY_PER_SLICE_0", NVDLA_CSC_D_ENTRY_PER_SLICE_0, nvdla_csc_d_entry_per_slice_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_WEIGHT_FORMAT_0", NVDLA_CSC_D_WEIGHT_FORMAT_0, nvdla_csc_d_weight_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0", NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0, nvdla_csc_d_weight_size_ext_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0", NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0, nvdla_csc_d_weight_size_ext_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_WEIGHT_BYTES_0", NVDLA_CSC_D_WEIGHT_BYTES_0, nvdla_csc_d_weight_bytes_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_WMB_BYTES_0", NVDLA_CSC_D_WMB_BYTES_0, nvdla_csc_d_wmb_bytes_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DATAOUT_SIZE_0_0", NVDLA_CSC_D_DATAOUT_SIZE_0_0, nvdla_csc_d_dataout_size_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DATAOUT_SIZE_1_0", NVDLA_CSC_D_DATAOUT_SIZE_1_0, nvdla_csc_d_dataout_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_ATOMICS_0", NVDLA_CSC_D_ATOMICS_0, nvdla_csc_d_atomics_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_RELEASE_0", NVDLA_CSC_D_RELEASE_0, nvdla_csc_d_release_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_CONV_STRIDE_EXT_0", NVDLA_CSC_D_CONV_STRIDE_EXT_0, nvdla_csc_d_conv_stride_ext_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_DILATION_EXT_0", NVDLA_CSC_D_DILATION_EXT_0, nvdla_csc_d_dilation_ext_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_ZERO_PADDING_0", NVDLA_CSC_D_ZERO_PADDING_0, nvdla_csc_d_zero_padding_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_ZERO_PADDING_VALUE_0", NVDLA_CSC_D_ZERO_PADDING_VALUE_0, nvdla_csc_d_zero_padding_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_BANK_0", NVDLA_CSC_D_BANK_0, nvdla_csc_d_bank_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_PRA_CFG_0", NVDLA_CSC_D_PRA_CFG_0, nvdla_csc_d_pra_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CSC_D_CYA_0", NVDLA_CSC_D_CYA_0, nvdla_csc_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CMAC_A_S_STATUS_0", NVDLA_CMAC_A_S_STATUS_0, nvdla_cmac_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CMAC_A_S_POINTER_0", NVDLA_CMAC_A_S_POINTER_0, nvdla_cmac_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CMAC_A_D_OP_ENABLE_0", NVDLA_CMAC_A_D_OP_ENABLE_0, nvdla_cmac_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CMAC_A_D_MISC_CFG_0", NVDLA_CMAC_A_D_MISC_CFG_0, nvdla_cmac_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CMAC_B_S_STATUS_0", NVDLA_CMAC_B_S_STATUS_0, nvdla_cmac_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CMAC_B_S_POINTER_0", NVDLA_CMAC_B_S_POINTER_0, nvdla_cmac_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CMAC_B_D_OP_ENABLE_0", NVDLA_CMAC_B_D_OP_ENABLE_0, nvdla_cmac_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CMAC_B_D_MISC_CFG_0", NVDLA_CMAC_B_D_MISC_CFG_0, nvdla_cmac_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_S_STATUS_0", NVDLA_CACC_S_STATUS_0, nvdla_cacc_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CACC_S_POINTER_0", NVDLA_CACC_S_POINTER_0, nvdla_cacc_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CACC_D_OP_ENABLE_0", NVDLA_CACC_D_OP_ENABLE_0, nvdla_cacc_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_MISC_CFG_0", NVDLA_CACC_D_MISC_CFG_0, nvdla_cacc_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_DATAOUT_SIZE_0_0", NVDLA_CACC_D_DATAOUT_SIZE_0_0, nvdla_cacc_d_dataout_size_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_DATAOUT_SIZE_1_0", NVDLA_CACC_D_DATAOUT_SIZE_1_0, nvdla_cacc_d_dataout_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_DATAOUT_ADDR_0", NVDLA_CACC_D_DATAOUT_ADDR_0, nvdla_cacc_d_dataout_addr_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_BATCH_NUMBER_0", NVDLA_CACC_D_BATCH_NUMBER_0, nvdla_cacc_d_batch_number_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_LINE_STRIDE_0", NVDLA_CACC_D_LINE_STRIDE_0, nvdla_cacc_d_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_SURF_STRIDE_0", NVDLA_CACC_D_SURF_STRIDE_0, nvdla_cacc_d_surf_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_DATAOUT_MAP_0", NVDLA_CACC_D_DATAOUT_MAP_0, nvdla_cacc_d_dataout_map_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_CLIP_CFG_0", NVDLA_CACC_D_CLIP_CFG_0, nvdla_cacc_d_clip_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_OUT_SATURATION_0", NVDLA_CACC_D_OUT_SATURATION_0, nvdla_cacc_d_out_saturation_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CACC_D_CYA_0", NVDLA_CACC_D_CYA_0, nvdla_cacc_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_S_STATUS_0", NVDLA_SDP_RDMA_S_STATUS_0, nvdla_sdp_rdma_s_status_bits.BITS),
-    RegisterInfo("NVDLA_SDP_RDMA_S_POINTER_0", NVDLA_SDP_RDMA_S_POINTER_0, nvdla_sdp_rdma_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_SDP_RDMA_D_OP_ENABLE_0", NVDLA_SDP_RDMA_D_OP_ENABLE_0, nvdla_sdp_rdma_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0", NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0, nvdla_sdp_rdma_d_data_cube_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0", NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0, nvdla_sdp_rdma_d_data_cube_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0", NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0, nvdla_sdp_rdma_d_data_cube_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_sdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_sdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_sdp_rdma_d_src_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_sdp_rdma_d_src_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BRDMA_CFG_0", NVDLA_SDP_RDMA_D_BRDMA_CFG_0, nvdla_sdp_rdma_d_brdma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0, nvdla_sdp_rdma_d_bs_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0, nvdla_sdp_rdma_d_bs_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0, nvdla_sdp_rdma_d_bs_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0, nvdla_sdp_rdma_d_bs_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0, nvdla_sdp_rdma_d_bs_batch_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_NRDMA_CFG_0", NVDLA_SDP_RDMA_D_NRDMA_CFG_0, nvdla_sdp_rdma_d_nrdma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0, nvdla_sdp_rdma_d_bn_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0, nvdla_sdp_rdma_d_bn_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0, nvdla_sdp_rdma_d_bn_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0, nvdla_sdp_rdma_d_bn_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0, nvdla_sdp_rdma_d_bn_batch_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_ERDMA_CFG_0", NVDLA_SDP_RDMA_D_ERDMA_CFG_0, nvdla_sdp_rdma_d_erdma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0, nvdla_sdp_rdma_d_ew_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0, nvdla_sdp_rdma_d_ew_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0, nvdla_sdp_rdma_d_ew_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0, nvdla_sdp_rdma_d_ew_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0, nvdla_sdp_rdma_d_ew_batch_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0", NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0, nvdla_sdp_rdma_d_feature_mode_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0", NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0, nvdla_sdp_rdma_d_src_dma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0", NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0, nvdla_sdp_rdma_d_status_nan_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0", NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0, nvdla_sdp_rdma_d_status_inf_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_ENABLE_0", NVDLA_SDP_RDMA_D_PERF_ENABLE_0, nvdla_sdp_rdma_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0, nvdla_sdp_rdma_d_perf_mrdma_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0, nvdla_sdp_rdma_d_perf_brdma_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0, nvdla_sdp_rdma_d_perf_nrdma_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0, nvdla_sdp_rdma_d_perf_erdma_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_S_STATUS_0", NVDLA_SDP_S_STATUS_0, nvdla_sdp_s_status_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_POINTER_0", NVDLA_SDP_S_POINTER_0, nvdla_sdp_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_ACCESS_CFG_0", NVDLA_SDP_S_LUT_ACCESS_CFG_0, nvdla_sdp_s_lut_access_cfg_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_ACCESS_DATA_0", NVDLA_SDP_S_LUT_ACCESS_DATA_0, nvdla_sdp_s_lut_access_data_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_CFG_0", NVDLA_SDP_S_LUT_CFG_0, nvdla_sdp_s_lut_cfg_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_INFO_0", NVDLA_SDP_S_LUT_INFO_0, nvdla_sdp_s_lut_info_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LE_START_0", NVDLA_SDP_S_LUT_LE_START_0, nvdla_sdp_s_lut_le_start_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LE_END_0", NVDLA_SDP_S_LUT_LE_END_0, nvdla_sdp_s_lut_le_end_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LO_START_0", NVDLA_SDP_S_LUT_LO_START_0, nvdla_sdp_s_lut_lo_start_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LO_END_0", NVDLA_SDP_S_LUT_LO_END_0, nvdla_sdp_s_lut_lo_end_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0", NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0, nvdla_sdp_s_lut_le_slope_scale_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0", NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0, nvdla_sdp_s_lut_le_slope_shift_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0", NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0, nvdla_sdp_s_lut_lo_slope_scale_bits.BITS),
-    RegisterInfo("NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0", NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0, nvdla_sdp_s_lut_lo_slope_shift_bits.BITS),
-    RegisterInfo("NVDLA_SDP_D_OP_ENABLE_0", NVDLA_SDP_D_OP_ENABLE_0, nvdla_sdp_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_WIDTH_0", NVDLA_SDP_D_DATA_CUBE_WIDTH_0, nvdla_sdp_d_data_cube_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_HEIGHT_0", NVDLA_SDP_D_DATA_CUBE_HEIGHT_0, nvdla_sdp_d_data_cube_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_CHANNEL_0", NVDLA_SDP_D_DATA_CUBE_CHANNEL_0, nvdla_sdp_d_data_cube_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_BASE_ADDR_LOW_0", NVDLA_SDP_D_DST_BASE_ADDR_LOW_0, nvdla_sdp_d_dst_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0, nvdla_sdp_d_dst_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_LINE_STRIDE_0", NVDLA_SDP_D_DST_LINE_STRIDE_0, nvdla_sdp_d_dst_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_SURFACE_STRIDE_0", NVDLA_SDP_D_DST_SURFACE_STRIDE_0, nvdla_sdp_d_dst_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BS_CFG_0", NVDLA_SDP_D_DP_BS_CFG_0, nvdla_sdp_d_dp_bs_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BS_ALU_CFG_0", NVDLA_SDP_D_DP_BS_ALU_CFG_0, nvdla_sdp_d_dp_bs_alu_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0, nvdla_sdp_d_dp_bs_alu_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BS_MUL_CFG_0", NVDLA_SDP_D_DP_BS_MUL_CFG_0, nvdla_sdp_d_dp_bs_mul_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0, nvdla_sdp_d_dp_bs_mul_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BN_CFG_0", NVDLA_SDP_D_DP_BN_CFG_0, nvdla_sdp_d_dp_bn_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BN_ALU_CFG_0", NVDLA_SDP_D_DP_BN_ALU_CFG_0, nvdla_sdp_d_dp_bn_alu_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0, nvdla_sdp_d_dp_bn_alu_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BN_MUL_CFG_0", NVDLA_SDP_D_DP_BN_MUL_CFG_0, nvdla_sdp_d_dp_bn_mul_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0, nvdla_sdp_d_dp_bn_mul_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_CFG_0", NVDLA_SDP_D_DP_EW_CFG_0, nvdla_sdp_d_dp_ew_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CFG_0", NVDLA_SDP_D_DP_EW_ALU_CFG_0, nvdla_sdp_d_dp_ew_alu_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0, nvdla_sdp_d_dp_ew_alu_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0, nvdla_sdp_d_dp_ew_alu_cvt_offset_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0, nvdla_sdp_d_dp_ew_alu_cvt_scale_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0, nvdla_sdp_d_dp_ew_alu_cvt_truncate_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CFG_0", NVDLA_SDP_D_DP_EW_MUL_CFG_0, nvdla_sdp_d_dp_ew_mul_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0, nvdla_sdp_d_dp_ew_mul_src_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0, nvdla_sdp_d_dp_ew_mul_cvt_offset_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0, nvdla_sdp_d_dp_ew_mul_cvt_scale_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0, nvdla_sdp_d_dp_ew_mul_cvt_truncate_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0, nvdla_sdp_d_dp_ew_truncate_value_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_FEATURE_MODE_CFG_0", NVDLA_SDP_D_FEATURE_MODE_CFG_0, nvdla_sdp_d_feature_mode_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_DMA_CFG_0", NVDLA_SDP_D_DST_DMA_CFG_0, nvdla_sdp_d_dst_dma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DST_BATCH_STRIDE_0", NVDLA_SDP_D_DST_BATCH_STRIDE_0, nvdla_sdp_d_dst_batch_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_DATA_FORMAT_0", NVDLA_SDP_D_DATA_FORMAT_0, nvdla_sdp_d_data_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_CVT_OFFSET_0", NVDLA_SDP_D_CVT_OFFSET_0, nvdla_sdp_d_cvt_offset_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_CVT_SCALE_0", NVDLA_SDP_D_CVT_SCALE_0, nvdla_sdp_d_cvt_scale_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_CVT_SHIFT_0", NVDLA_SDP_D_CVT_SHIFT_0, nvdla_sdp_d_cvt_shift_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_STATUS_0", NVDLA_SDP_D_STATUS_0, nvdla_sdp_d_status_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0", NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0, nvdla_sdp_d_status_nan_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0", NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0, nvdla_sdp_d_status_inf_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0", NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0, nvdla_sdp_d_status_nan_output_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_ENABLE_0", NVDLA_SDP_D_PERF_ENABLE_0, nvdla_sdp_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0", NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0, nvdla_sdp_d_perf_wdma_write_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_LUT_UFLOW_0", NVDLA_SDP_D_PERF_LUT_UFLOW_0, nvdla_sdp_d_perf_lut_uflow_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_LUT_OFLOW_0", NVDLA_SDP_D_PERF_LUT_OFLOW_0, nvdla_sdp_d_perf_lut_oflow_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_OUT_SATURATION_0", NVDLA_SDP_D_PERF_OUT_SATURATION_0, nvdla_sdp_d_perf_out_saturation_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_LUT_HYBRID_0", NVDLA_SDP_D_PERF_LUT_HYBRID_0, nvdla_sdp_d_perf_lut_hybrid_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_LUT_LE_HIT_0", NVDLA_SDP_D_PERF_LUT_LE_HIT_0, nvdla_sdp_d_perf_lut_le_hit_bits.BITS, double=True),
-    RegisterInfo("NVDLA_SDP_D_PERF_LUT_LO_HIT_0", NVDLA_SDP_D_PERF_LUT_LO_HIT_0, nvdla_sdp_d_perf_lut_lo_hit_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_S_STATUS_0", NVDLA_PDP_RDMA_S_STATUS_0, nvdla_pdp_rdma_s_status_bits.BITS),
-    RegisterInfo("NVDLA_PDP_RDMA_S_POINTER_0", NVDLA_PDP_RDMA_S_POINTER_0, nvdla_pdp_rdma_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_PDP_RDMA_D_OP_ENABLE_0", NVDLA_PDP_RDMA_D_OP_ENABLE_0, nvdla_pdp_rdma_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0, nvdla_pdp_rdma_d_data_cube_in_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0, nvdla_pdp_rdma_d_data_cube_in_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0, nvdla_pdp_rdma_d_data_cube_in_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_FLYING_MODE_0", NVDLA_PDP_RDMA_D_FLYING_MODE_0, nvdla_pdp_rdma_d_flying_mode_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_pdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_pdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_pdp_rdma_d_src_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_pdp_rdma_d_src_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0", NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0, nvdla_pdp_rdma_d_src_ram_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_FORMAT_0", NVDLA_PDP_RDMA_D_DATA_FORMAT_0, nvdla_pdp_rdma_d_data_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0", NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0, nvdla_pdp_rdma_d_operation_mode_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0", NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0, nvdla_pdp_rdma_d_pooling_kernel_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0", NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0, nvdla_pdp_rdma_d_pooling_padding_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0", NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0, nvdla_pdp_rdma_d_partial_width_in_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_PERF_ENABLE_0", NVDLA_PDP_RDMA_D_PERF_ENABLE_0, nvdla_pdp_rdma_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_PERF_READ_STALL_0", NVDLA_PDP_RDMA_D_PERF_READ_STALL_0, nvdla_pdp_rdma_d_perf_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_RDMA_D_CYA_0", NVDLA_PDP_RDMA_D_CYA_0, nvdla_pdp_rdma_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_S_STATUS_0", NVDLA_PDP_S_STATUS_0, nvdla_pdp_s_status_bits.BITS),
-    RegisterInfo("NVDLA_PDP_S_POINTER_0", NVDLA_PDP_S_POINTER_0, nvdla_pdp_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_PDP_D_OP_ENABLE_0", NVDLA_PDP_D_OP_ENABLE_0, nvdla_pdp_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0", NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0, nvdla_pdp_d_data_cube_in_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0", NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0, nvdla_pdp_d_data_cube_in_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0", NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0, nvdla_pdp_d_data_cube_in_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0", NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0, nvdla_pdp_d_data_cube_out_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0", NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0, nvdla_pdp_d_data_cube_out_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0", NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0, nvdla_pdp_d_data_cube_out_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_OPERATION_MODE_CFG_0", NVDLA_PDP_D_OPERATION_MODE_CFG_0, nvdla_pdp_d_operation_mode_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0", NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0, nvdla_pdp_d_nan_flush_to_zero_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_PARTIAL_WIDTH_IN_0", NVDLA_PDP_D_PARTIAL_WIDTH_IN_0, nvdla_pdp_d_partial_width_in_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0", NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0, nvdla_pdp_d_partial_width_out_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_KERNEL_CFG_0", NVDLA_PDP_D_POOLING_KERNEL_CFG_0, nvdla_pdp_d_pooling_kernel_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0", NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0, nvdla_pdp_d_recip_kernel_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0", NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0, nvdla_pdp_d_recip_kernel_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_CFG_0", NVDLA_PDP_D_POOLING_PADDING_CFG_0, nvdla_pdp_d_pooling_padding_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0, nvdla_pdp_d_pooling_padding_value_1_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0, nvdla_pdp_d_pooling_padding_value_2_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0, nvdla_pdp_d_pooling_padding_value_3_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0, nvdla_pdp_d_pooling_padding_value_4_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0, nvdla_pdp_d_pooling_padding_value_5_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0, nvdla_pdp_d_pooling_padding_value_6_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0, nvdla_pdp_d_pooling_padding_value_7_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0", NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0, nvdla_pdp_d_src_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0", NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0, nvdla_pdp_d_src_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_SRC_LINE_STRIDE_0", NVDLA_PDP_D_SRC_LINE_STRIDE_0, nvdla_pdp_d_src_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_SRC_SURFACE_STRIDE_0", NVDLA_PDP_D_SRC_SURFACE_STRIDE_0, nvdla_pdp_d_src_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DST_BASE_ADDR_LOW_0", NVDLA_PDP_D_DST_BASE_ADDR_LOW_0, nvdla_pdp_d_dst_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0, nvdla_pdp_d_dst_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DST_LINE_STRIDE_0", NVDLA_PDP_D_DST_LINE_STRIDE_0, nvdla_pdp_d_dst_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DST_SURFACE_STRIDE_0", NVDLA_PDP_D_DST_SURFACE_STRIDE_0, nvdla_pdp_d_dst_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DST_RAM_CFG_0", NVDLA_PDP_D_DST_RAM_CFG_0, nvdla_pdp_d_dst_ram_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_DATA_FORMAT_0", NVDLA_PDP_D_DATA_FORMAT_0, nvdla_pdp_d_data_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_INF_INPUT_NUM_0", NVDLA_PDP_D_INF_INPUT_NUM_0, nvdla_pdp_d_inf_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_NAN_INPUT_NUM_0", NVDLA_PDP_D_NAN_INPUT_NUM_0, nvdla_pdp_d_nan_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_NAN_OUTPUT_NUM_0", NVDLA_PDP_D_NAN_OUTPUT_NUM_0, nvdla_pdp_d_nan_output_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_PERF_ENABLE_0", NVDLA_PDP_D_PERF_ENABLE_0, nvdla_pdp_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_PERF_WRITE_STALL_0", NVDLA_PDP_D_PERF_WRITE_STALL_0, nvdla_pdp_d_perf_write_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_PDP_D_CYA_0", NVDLA_PDP_D_CYA_0, nvdla_pdp_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_S_STATUS_0", NVDLA_CDP_RDMA_S_STATUS_0, nvdla_cdp_rdma_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CDP_RDMA_S_POINTER_0", NVDLA_CDP_RDMA_S_POINTER_0, nvdla_cdp_rdma_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CDP_RDMA_D_OP_ENABLE_0", NVDLA_CDP_RDMA_D_OP_ENABLE_0, nvdla_cdp_rdma_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0", NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0, nvdla_cdp_rdma_d_data_cube_width_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0", NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0, nvdla_cdp_rdma_d_data_cube_height_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0", NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0, nvdla_cdp_rdma_d_data_cube_channel_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_cdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_cdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_cdp_rdma_d_src_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_cdp_rdma_d_src_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0", NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0, nvdla_cdp_rdma_d_src_dma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0", NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0, nvdla_cdp_rdma_d_src_compression_en_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_OPERATION_MODE_0", NVDLA_CDP_RDMA_D_OPERATION_MODE_0, nvdla_cdp_rdma_d_operation_mode_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_FORMAT_0", NVDLA_CDP_RDMA_D_DATA_FORMAT_0, nvdla_cdp_rdma_d_data_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_PERF_ENABLE_0", NVDLA_CDP_RDMA_D_PERF_ENABLE_0, nvdla_cdp_rdma_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_PERF_READ_STALL_0", NVDLA_CDP_RDMA_D_PERF_READ_STALL_0, nvdla_cdp_rdma_d_perf_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_RDMA_D_CYA_0", NVDLA_CDP_RDMA_D_CYA_0, nvdla_cdp_rdma_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_S_STATUS_0", NVDLA_CDP_S_STATUS_0, nvdla_cdp_s_status_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_POINTER_0", NVDLA_CDP_S_POINTER_0, nvdla_cdp_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_ACCESS_CFG_0", NVDLA_CDP_S_LUT_ACCESS_CFG_0, nvdla_cdp_s_lut_access_cfg_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_ACCESS_DATA_0", NVDLA_CDP_S_LUT_ACCESS_DATA_0, nvdla_cdp_s_lut_access_data_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_CFG_0", NVDLA_CDP_S_LUT_CFG_0, nvdla_cdp_s_lut_cfg_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_INFO_0", NVDLA_CDP_S_LUT_INFO_0, nvdla_cdp_s_lut_info_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_START_LOW_0", NVDLA_CDP_S_LUT_LE_START_LOW_0, nvdla_cdp_s_lut_le_start_low_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_START_HIGH_0", NVDLA_CDP_S_LUT_LE_START_HIGH_0, nvdla_cdp_s_lut_le_start_high_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_END_LOW_0", NVDLA_CDP_S_LUT_LE_END_LOW_0, nvdla_cdp_s_lut_le_end_low_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_END_HIGH_0", NVDLA_CDP_S_LUT_LE_END_HIGH_0, nvdla_cdp_s_lut_le_end_high_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_START_LOW_0", NVDLA_CDP_S_LUT_LO_START_LOW_0, nvdla_cdp_s_lut_lo_start_low_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_START_HIGH_0", NVDLA_CDP_S_LUT_LO_START_HIGH_0, nvdla_cdp_s_lut_lo_start_high_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_END_LOW_0", NVDLA_CDP_S_LUT_LO_END_LOW_0, nvdla_cdp_s_lut_lo_end_low_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_END_HIGH_0", NVDLA_CDP_S_LUT_LO_END_HIGH_0, nvdla_cdp_s_lut_lo_end_high_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0", NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0, nvdla_cdp_s_lut_le_slope_scale_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0", NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0, nvdla_cdp_s_lut_le_slope_shift_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0", NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0, nvdla_cdp_s_lut_lo_slope_scale_bits.BITS),
-    RegisterInfo("NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0", NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0, nvdla_cdp_s_lut_lo_slope_shift_bits.BITS),
-    RegisterInfo("NVDLA_CDP_D_OP_ENABLE_0", NVDLA_CDP_D_OP_ENABLE_0, nvdla_cdp_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_FUNC_BYPASS_0", NVDLA_CDP_D_FUNC_BYPASS_0, nvdla_cdp_d_func_bypass_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_BASE_ADDR_LOW_0", NVDLA_CDP_D_DST_BASE_ADDR_LOW_0, nvdla_cdp_d_dst_base_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0, nvdla_cdp_d_dst_base_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_LINE_STRIDE_0", NVDLA_CDP_D_DST_LINE_STRIDE_0, nvdla_cdp_d_dst_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_SURFACE_STRIDE_0", NVDLA_CDP_D_DST_SURFACE_STRIDE_0, nvdla_cdp_d_dst_surface_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_DMA_CFG_0", NVDLA_CDP_D_DST_DMA_CFG_0, nvdla_cdp_d_dst_dma_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DST_COMPRESSION_EN_0", NVDLA_CDP_D_DST_COMPRESSION_EN_0, nvdla_cdp_d_dst_compression_en_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATA_FORMAT_0", NVDLA_CDP_D_DATA_FORMAT_0, nvdla_cdp_d_data_format_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0", NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0, nvdla_cdp_d_nan_flush_to_zero_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_LRN_CFG_0", NVDLA_CDP_D_LRN_CFG_0, nvdla_cdp_d_lrn_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATIN_OFFSET_0", NVDLA_CDP_D_DATIN_OFFSET_0, nvdla_cdp_d_datin_offset_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATIN_SCALE_0", NVDLA_CDP_D_DATIN_SCALE_0, nvdla_cdp_d_datin_scale_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATIN_SHIFTER_0", NVDLA_CDP_D_DATIN_SHIFTER_0, nvdla_cdp_d_datin_shifter_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATOUT_OFFSET_0", NVDLA_CDP_D_DATOUT_OFFSET_0, nvdla_cdp_d_datout_offset_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATOUT_SCALE_0", NVDLA_CDP_D_DATOUT_SCALE_0, nvdla_cdp_d_datout_scale_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_DATOUT_SHIFTER_0", NVDLA_CDP_D_DATOUT_SHIFTER_0, nvdla_cdp_d_datout_shifter_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_NAN_INPUT_NUM_0", NVDLA_CDP_D_NAN_INPUT_NUM_0, nvdla_cdp_d_nan_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_INF_INPUT_NUM_0", NVDLA_CDP_D_INF_INPUT_NUM_0, nvdla_cdp_d_inf_input_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_NAN_OUTPUT_NUM_0", NVDLA_CDP_D_NAN_OUTPUT_NUM_0, nvdla_cdp_d_nan_output_num_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_OUT_SATURATION_0", NVDLA_CDP_D_OUT_SATURATION_0, nvdla_cdp_d_out_saturation_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_ENABLE_0", NVDLA_CDP_D_PERF_ENABLE_0, nvdla_cdp_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_WRITE_STALL_0", NVDLA_CDP_D_PERF_WRITE_STALL_0, nvdla_cdp_d_perf_write_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_LUT_UFLOW_0", NVDLA_CDP_D_PERF_LUT_UFLOW_0, nvdla_cdp_d_perf_lut_uflow_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_LUT_OFLOW_0", NVDLA_CDP_D_PERF_LUT_OFLOW_0, nvdla_cdp_d_perf_lut_oflow_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_LUT_HYBRID_0", NVDLA_CDP_D_PERF_LUT_HYBRID_0, nvdla_cdp_d_perf_lut_hybrid_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_LUT_LE_HIT_0", NVDLA_CDP_D_PERF_LUT_LE_HIT_0, nvdla_cdp_d_perf_lut_le_hit_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_PERF_LUT_LO_HIT_0", NVDLA_CDP_D_PERF_LUT_LO_HIT_0, nvdla_cdp_d_perf_lut_lo_hit_bits.BITS, double=True),
-    RegisterInfo("NVDLA_CDP_D_CYA_0", NVDLA_CDP_D_CYA_0, nvdla_cdp_d_cya_bits.BITS, double=True),
-    RegisterInfo("NVDLA_GEC_FEATURE_0", NVDLA_GEC_FEATURE_0, nvdla_gec_feature_bits.BITS),
-    RegisterInfo("NVDLA_GEC_SWRESET_0", NVDLA_GEC_SWRESET_0, nvdla_gec_swreset_bits.BITS),
-    RegisterInfo("NVDLA_GEC_MISSIONERR_TYPE_0", NVDLA_GEC_MISSIONERR_TYPE_0, nvdla_gec_missionerr_type_bits.BITS),
-    RegisterInfo("NVDLA_GEC_CURRENT_COUNTER_VALUE_0", NVDLA_GEC_CURRENT_COUNTER_VALUE_0, nvdla_gec_current_counter_value_bits.BITS),
-    RegisterInfo("NVDLA_GEC_MISSIONERR_INDEX_0", NVDLA_GEC_MISSIONERR_INDEX_0, nvdla_gec_missionerr_index_bits.BITS),
-    RegisterInfo("NVDLA_GEC_CORRECTABLE_THRESHOLD_0", NVDLA_GEC_CORRECTABLE_THRESHOLD_0, nvdla_gec_correctable_threshold_bits.BITS),
-    RegisterInfo("NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0", NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0, nvdla_gec_missionerr_inject_unlock_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0, nvdla_gec_errslice0_missionerr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0, nvdla_gec_errslice0_missionerr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0, nvdla_gec_errslice0_missionerr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0, nvdla_gec_errslice0_missionerr_inject_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0, nvdla_gec_errslice0_latenterr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0, nvdla_gec_errslice0_latenterr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0, nvdla_gec_errslice0_latenterr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0, nvdla_gec_errslice0_counter_reload_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0, nvdla_gec_errslice1_missionerr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0, nvdla_gec_errslice1_missionerr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0, nvdla_gec_errslice1_missionerr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0, nvdla_gec_errslice1_missionerr_inject_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0, nvdla_gec_errslice1_latenterr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0, nvdla_gec_errslice1_latenterr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0, nvdla_gec_errslice1_latenterr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0, nvdla_gec_errslice1_counter_reload_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0, nvdla_gec_errslice1_missionerr_ecc_correction_dis_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0, nvdla_gec_errslice2_missionerr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0, nvdla_gec_errslice2_missionerr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0, nvdla_gec_errslice2_missionerr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0, nvdla_gec_errslice2_missionerr_inject_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0, nvdla_gec_errslice2_latenterr_enable_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0, nvdla_gec_errslice2_latenterr_force_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0, nvdla_gec_errslice2_latenterr_status_bits.BITS),
-    RegisterInfo("NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0, nvdla_gec_errslice2_counter_reload_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_0_0", NVDLA_CVIF_CFG_RD_WEIGHT_0_0, nvdla_cif_cfg_rd_weight_0_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_1_0", NVDLA_CVIF_CFG_RD_WEIGHT_1_0, nvdla_cif_cfg_rd_weight_1_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_2_0", NVDLA_CVIF_CFG_RD_WEIGHT_2_0, nvdla_cif_cfg_rd_weight_2_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_WR_WEIGHT_0_0", NVDLA_CVIF_CFG_WR_WEIGHT_0_0, nvdla_cif_cfg_wr_weight_0_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_WR_WEIGHT_1_0", NVDLA_CVIF_CFG_WR_WEIGHT_1_0, nvdla_cif_cfg_wr_weight_1_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_CFG_OUTSTANDING_CNT_0", NVDLA_CVIF_CFG_OUTSTANDING_CNT_0, nvdla_cif_cfg_outstanding_cnt_bits.BITS),
-    RegisterInfo("NVDLA_CVIF_STATUS_0", NVDLA_CVIF_STATUS_0, nvdla_cif_status_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_SRC_ADDR_LOW_0", NVDLA_BDMA_CFG_SRC_ADDR_LOW_0, nvdla_bdma_cfg_src_addr_low_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0", NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0, nvdla_bdma_cfg_src_addr_high_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_DST_ADDR_LOW_0", NVDLA_BDMA_CFG_DST_ADDR_LOW_0, nvdla_bdma_cfg_dst_addr_low_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_DST_ADDR_HIGH_0", NVDLA_BDMA_CFG_DST_ADDR_HIGH_0, nvdla_bdma_cfg_dst_addr_high_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_LINE_0", NVDLA_BDMA_CFG_LINE_0, nvdla_bdma_cfg_line_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_CMD_0", NVDLA_BDMA_CFG_CMD_0, nvdla_bdma_cfg_cmd_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_LINE_REPEAT_0", NVDLA_BDMA_CFG_LINE_REPEAT_0, nvdla_bdma_cfg_line_repeat_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_SRC_LINE_0", NVDLA_BDMA_CFG_SRC_LINE_0, nvdla_bdma_cfg_src_line_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_DST_LINE_0", NVDLA_BDMA_CFG_DST_LINE_0, nvdla_bdma_cfg_dst_line_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_SURF_REPEAT_0", NVDLA_BDMA_CFG_SURF_REPEAT_0, nvdla_bdma_cfg_surf_repeat_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_SRC_SURF_0", NVDLA_BDMA_CFG_SRC_SURF_0, nvdla_bdma_cfg_src_surf_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_DST_SURF_0", NVDLA_BDMA_CFG_DST_SURF_0, nvdla_bdma_cfg_dst_surf_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_OP_0", NVDLA_BDMA_CFG_OP_0, nvdla_bdma_cfg_op_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_LAUNCH0_0", NVDLA_BDMA_CFG_LAUNCH0_0, nvdla_bdma_cfg_launch0_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_LAUNCH1_0", NVDLA_BDMA_CFG_LAUNCH1_0, nvdla_bdma_cfg_launch1_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_CFG_STATUS_0", NVDLA_BDMA_CFG_STATUS_0, nvdla_bdma_cfg_status_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_STATUS_0", NVDLA_BDMA_STATUS_0, nvdla_bdma_status_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_STATUS_GRP0_READ_STALL_0", NVDLA_BDMA_STATUS_GRP0_READ_STALL_0, nvdla_bdma_status_grp0_read_stall_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0", NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0, nvdla_bdma_status_grp0_write_stall_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_STATUS_GRP1_READ_STALL_0", NVDLA_BDMA_STATUS_GRP1_READ_STALL_0, nvdla_bdma_status_grp1_read_stall_bits.BITS),
-    RegisterInfo("NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0", NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0, nvdla_bdma_status_grp1_write_stall_bits.BITS),
-    RegisterInfo("NVDLA_RBK_S_STATUS_0", NVDLA_RBK_S_STATUS_0, nvdla_rbk_s_status_bits.BITS),
-    RegisterInfo("NVDLA_RBK_S_POINTER_0", NVDLA_RBK_S_POINTER_0, nvdla_rbk_s_pointer_bits.BITS),
-    RegisterInfo("NVDLA_RBK_D_OP_ENABLE_0", NVDLA_RBK_D_OP_ENABLE_0, nvdla_rbk_d_op_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_MISC_CFG_0", NVDLA_RBK_D_MISC_CFG_0, nvdla_rbk_d_misc_cfg_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_RAM_TYPE_0", NVDLA_RBK_D_DAIN_RAM_TYPE_0, nvdla_rbk_d_dain_ram_type_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DATAIN_SIZE_0_0", NVDLA_RBK_D_DATAIN_SIZE_0_0, nvdla_rbk_d_datain_size_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DATAIN_SIZE_1_0", NVDLA_RBK_D_DATAIN_SIZE_1_0, nvdla_rbk_d_datain_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_ADDR_HIGH_0", NVDLA_RBK_D_DAIN_ADDR_HIGH_0, nvdla_rbk_d_dain_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_ADDR_LOW_0", NVDLA_RBK_D_DAIN_ADDR_LOW_0, nvdla_rbk_d_dain_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_LINE_STRIDE_0", NVDLA_RBK_D_DAIN_LINE_STRIDE_0, nvdla_rbk_d_dain_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_SURF_STRIDE_0", NVDLA_RBK_D_DAIN_SURF_STRIDE_0, nvdla_rbk_d_dain_surf_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0", NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0, nvdla_rbk_d_dain_planar_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_RAM_TYPE_0", NVDLA_RBK_D_DAOUT_RAM_TYPE_0, nvdla_rbk_d_daout_ram_type_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DATAOUT_SIZE_1_0", NVDLA_RBK_D_DATAOUT_SIZE_1_0, nvdla_rbk_d_dataout_size_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_ADDR_HIGH_0", NVDLA_RBK_D_DAOUT_ADDR_HIGH_0, nvdla_rbk_d_daout_addr_high_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_ADDR_LOW_0", NVDLA_RBK_D_DAOUT_ADDR_LOW_0, nvdla_rbk_d_daout_addr_low_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_LINE_STRIDE_0", NVDLA_RBK_D_DAOUT_LINE_STRIDE_0, nvdla_rbk_d_daout_line_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_CONTRACT_STRIDE_0_0", NVDLA_RBK_D_CONTRACT_STRIDE_0_0, nvdla_rbk_d_contract_stride_0_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_CONTRACT_STRIDE_1_0", NVDLA_RBK_D_CONTRACT_STRIDE_1_0, nvdla_rbk_d_contract_stride_1_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_SURF_STRIDE_0", NVDLA_RBK_D_DAOUT_SURF_STRIDE_0, nvdla_rbk_d_daout_surf_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0", NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0, nvdla_rbk_d_daout_planar_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_DECONV_STRIDE_0", NVDLA_RBK_D_DECONV_STRIDE_0, nvdla_rbk_d_deconv_stride_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_PERF_ENABLE_0", NVDLA_RBK_D_PERF_ENABLE_0, nvdla_rbk_d_perf_enable_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_PERF_READ_STALL_0", NVDLA_RBK_D_PERF_READ_STALL_0, nvdla_rbk_d_perf_read_stall_bits.BITS, double=True),
-    RegisterInfo("NVDLA_RBK_D_PERF_WRITE_STALL_0", NVDLA_RBK_D_PERF_WRITE_STALL_0, nvdla_rbk_d_perf_write_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_HW_VERSION_0", NVDLA_CFGROM_CFGROM_HW_VERSION_0, nvdla_v2_cfgrom_cfgrom_hw_version_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_GLB_DESC_0", NVDLA_CFGROM_CFGROM_GLB_DESC_0, nvdla_v2_cfgrom_cfgrom_glb_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_DESC_0", NVDLA_CFGROM_CFGROM_CIF_DESC_0, nvdla_v2_cfgrom_cfgrom_cif_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CIF_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cif_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CIF_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cif_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_WIDTH_0", NVDLA_CFGROM_CFGROM_CIF_BASE_WIDTH_0, nvdla_v2_cfgrom_cfgrom_cif_base_width_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_LATENCY_0", NVDLA_CFGROM_CFGROM_CIF_BASE_LATENCY_0, nvdla_v2_cfgrom_cfgrom_cif_base_latency_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_BURST_LENGTH_MAX_0", NVDLA_CFGROM_CFGROM_CIF_BASE_BURST_LENGTH_MAX_0, nvdla_v2_cfgrom_cfgrom_cif_base_burst_length_max_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CIF_BASE_MEM_ADDR_WIDTH_0", NVDLA_CFGROM_CFGROM_CIF_BASE_MEM_ADDR_WIDTH_0, nvdla_v2_cfgrom_cfgrom_cif_base_mem_addr_width_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_DESC_0", NVDLA_CFGROM_CFGROM_CDMA_DESC_0, nvdla_v2_cfgrom_cfgrom_cdma_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDMA_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cdma_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDMA_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cdma_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_cdma_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_cdma_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_C_0, nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_c_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_K_0, nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_k_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_ATOMIC_M_0, nvdla_v2_cfgrom_cfgrom_cdma_base_atomic_m_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_NUM_0, nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_num_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_WIDTH_0, nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_width_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CDMA_BASE_CBUF_BANK_DEPTH_0, nvdla_v2_cfgrom_cfgrom_cdma_base_cbuf_bank_depth_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CDMA_MULTI_BATCH_MAX_0, nvdla_v2_cfgrom_cfgrom_cdma_multi_batch_max_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_PACKED_0", NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_PACKED_0, nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_packed_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_SEMI_0", NVDLA_CFGROM_CFGROM_CDMA_IMAGE_IN_FORMATS_SEMI_0, nvdla_v2_cfgrom_cfgrom_cdma_image_in_formats_semi_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_DESC_0", NVDLA_CFGROM_CFGROM_CBUF_DESC_0, nvdla_v2_cfgrom_cfgrom_cbuf_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CBUF_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cbuf_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CBUF_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cbuf_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_NUM_0, nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_num_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_WIDTH_0, nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_width_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CBUF_BANK_DEPTH_0, nvdla_v2_cfgrom_cfgrom_cbuf_base_cbuf_bank_depth_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CBUF_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CBUF_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_cbuf_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_DESC_0", NVDLA_CFGROM_CFGROM_CSC_DESC_0, nvdla_v2_cfgrom_cfgrom_csc_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CSC_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_csc_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CSC_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_csc_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CSC_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_csc_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CSC_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_csc_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_C_0, nvdla_v2_cfgrom_cfgrom_csc_base_atomic_c_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_K_0, nvdla_v2_cfgrom_cfgrom_csc_base_atomic_k_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CSC_BASE_ATOMIC_M_0, nvdla_v2_cfgrom_cfgrom_csc_base_atomic_m_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_NUM_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_NUM_0, nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_num_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_WIDTH_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_WIDTH_0, nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_width_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_DEPTH_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CBUF_BANK_DEPTH_0, nvdla_v2_cfgrom_cfgrom_csc_base_cbuf_bank_depth_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CSC_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_csc_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CSC_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CSC_MULTI_BATCH_MAX_0, nvdla_v2_cfgrom_cfgrom_csc_multi_batch_max_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_DESC_0", NVDLA_CFGROM_CFGROM_CMAC_A_DESC_0, nvdla_v2_cfgrom_cfgrom_cmac_a_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_A_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cmac_a_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_A_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cmac_a_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_cmac_a_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_cmac_a_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_C_0, nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_c_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_ATOMIC_K_0, nvdla_v2_cfgrom_cfgrom_cmac_a_base_atomic_k_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_A_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CMAC_A_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_cmac_a_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_DESC_0", NVDLA_CFGROM_CFGROM_CMAC_B_DESC_0, nvdla_v2_cfgrom_cfgrom_cmac_b_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_B_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cmac_b_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CMAC_B_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cmac_b_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_cmac_b_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_cmac_b_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_C_0, nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_c_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_ATOMIC_K_0, nvdla_v2_cfgrom_cfgrom_cmac_b_base_atomic_k_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CMAC_B_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CMAC_B_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_cmac_b_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_DESC_0", NVDLA_CFGROM_CFGROM_CACC_DESC_0, nvdla_v2_cfgrom_cfgrom_cacc_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CACC_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cacc_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CACC_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cacc_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CACC_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_cacc_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_CACC_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_cacc_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_C_0", NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_C_0, nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_c_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_K_0", NVDLA_CFGROM_CFGROM_CACC_BASE_ATOMIC_K_0, nvdla_v2_cfgrom_cfgrom_cacc_base_atomic_k_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_CACC_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_cacc_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CACC_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_CACC_MULTI_BATCH_MAX_0, nvdla_v2_cfgrom_cfgrom_cacc_multi_batch_max_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_DESC_0, nvdla_v2_cfgrom_cfgrom_sdp_rdma_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_sdp_rdma_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_ATOMIC_M_0, nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_atomic_m_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_SDP_ID_0", NVDLA_CFGROM_CFGROM_SDP_RDMA_BASE_SDP_ID_0, nvdla_v2_cfgrom_cfgrom_sdp_rdma_base_sdp_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_DESC_0", NVDLA_CFGROM_CFGROM_SDP_DESC_0, nvdla_v2_cfgrom_cfgrom_sdp_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_SDP_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_sdp_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_SDP_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_sdp_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_SDP_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_sdp_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_WEIGHT_TYPES_0", NVDLA_CFGROM_CFGROM_SDP_BASE_WEIGHT_TYPES_0, nvdla_v2_cfgrom_cfgrom_sdp_base_weight_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BASE_CDMA_ID_0", NVDLA_CFGROM_CFGROM_SDP_BASE_CDMA_ID_0, nvdla_v2_cfgrom_cfgrom_sdp_base_cdma_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_MULTI_BATCH_MAX_0", NVDLA_CFGROM_CFGROM_SDP_MULTI_BATCH_MAX_0, nvdla_v2_cfgrom_cfgrom_sdp_multi_batch_max_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BS_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_BS_THROUGHPUT_0, nvdla_v2_cfgrom_cfgrom_sdp_bs_throughput_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_BN_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_BN_THROUGHPUT_0, nvdla_v2_cfgrom_cfgrom_sdp_bn_throughput_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_SDP_EW_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_SDP_EW_THROUGHPUT_0, nvdla_v2_cfgrom_cfgrom_sdp_ew_throughput_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_DESC_0, nvdla_v2_cfgrom_cfgrom_pdp_rdma_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_pdp_rdma_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_ATOMIC_M_0, nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_atomic_m_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_PDP_ID_0", NVDLA_CFGROM_CFGROM_PDP_RDMA_BASE_PDP_ID_0, nvdla_v2_cfgrom_cfgrom_pdp_rdma_base_pdp_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_DESC_0", NVDLA_CFGROM_CFGROM_PDP_DESC_0, nvdla_v2_cfgrom_cfgrom_pdp_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_PDP_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_pdp_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_PDP_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_pdp_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_PDP_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_pdp_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_PDP_BASE_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_PDP_BASE_THROUGHPUT_0, nvdla_v2_cfgrom_cfgrom_pdp_base_throughput_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_DESC_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_DESC_0, nvdla_v2_cfgrom_cfgrom_cdp_rdma_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cdp_rdma_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_ATOMIC_M_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_ATOMIC_M_0, nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_atomic_m_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_CDP_ID_0", NVDLA_CFGROM_CFGROM_CDP_RDMA_BASE_CDP_ID_0, nvdla_v2_cfgrom_cfgrom_cdp_rdma_base_cdp_id_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_DESC_0", NVDLA_CFGROM_CFGROM_CDP_DESC_0, nvdla_v2_cfgrom_cfgrom_cdp_desc_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_CAP_INCOMPAT_0", NVDLA_CFGROM_CFGROM_CDP_CAP_INCOMPAT_0, nvdla_v2_cfgrom_cfgrom_cdp_cap_incompat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_CAP_COMPAT_0", NVDLA_CFGROM_CFGROM_CDP_CAP_COMPAT_0, nvdla_v2_cfgrom_cfgrom_cdp_cap_compat_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_BASE_FEATURE_TYPES_0", NVDLA_CFGROM_CFGROM_CDP_BASE_FEATURE_TYPES_0, nvdla_v2_cfgrom_cfgrom_cdp_base_feature_types_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_CDP_BASE_THROUGHPUT_0", NVDLA_CFGROM_CFGROM_CDP_BASE_THROUGHPUT_0, nvdla_v2_cfgrom_cfgrom_cdp_base_throughput_bits.BITS),
+    RegisterInfo("NVDLA_CFGROM_CFGROM_END_OF_LIST_0", NVDLA_CFGROM_CFGROM_END_OF_LIST_0, nvdla_v2_cfgrom_cfgrom_end_of_list_bits.BITS),
+    RegisterInfo("NVDLA_GLB_S_NVDLA_HW_VERSION_0", NVDLA_GLB_S_NVDLA_HW_VERSION_0, nvdla_v2_glb_s_nvdla_hw_version_bits.BITS),
+    RegisterInfo("NVDLA_GLB_S_INTR_MASK_0", NVDLA_GLB_S_INTR_MASK_0, nvdla_v2_glb_s_intr_mask_bits.BITS),
+    RegisterInfo("NVDLA_GLB_S_INTR_SET_0", NVDLA_GLB_S_INTR_SET_0, nvdla_v2_glb_s_intr_set_bits.BITS),
+    RegisterInfo("NVDLA_GLB_S_INTR_STATUS_0", NVDLA_GLB_S_INTR_STATUS_0, nvdla_v2_glb_s_intr_status_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_0_0", NVDLA_MCIF_CFG_RD_WEIGHT_0_0, nvdla_v2_cif_cfg_rd_weight_0_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_1_0", NVDLA_MCIF_CFG_RD_WEIGHT_1_0, nvdla_v2_cif_cfg_rd_weight_1_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_RD_WEIGHT_2_0", NVDLA_MCIF_CFG_RD_WEIGHT_2_0, nvdla_v2_cif_cfg_rd_weight_2_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_WR_WEIGHT_0_0", NVDLA_MCIF_CFG_WR_WEIGHT_0_0, nvdla_v2_cif_cfg_wr_weight_0_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_WR_WEIGHT_1_0", NVDLA_MCIF_CFG_WR_WEIGHT_1_0, nvdla_v2_cif_cfg_wr_weight_1_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_CFG_OUTSTANDING_CNT_0", NVDLA_MCIF_CFG_OUTSTANDING_CNT_0, nvdla_v2_cif_cfg_outstanding_cnt_bits.BITS),
+    RegisterInfo("NVDLA_MCIF_STATUS_0", NVDLA_MCIF_STATUS_0, nvdla_v2_cif_status_bits.BITS),
+    RegisterInfo("NVDLA_CDMA_S_STATUS_0", NVDLA_CDMA_S_STATUS_0, nvdla_v2_cdma_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CDMA_S_POINTER_0", NVDLA_CDMA_S_POINTER_0, nvdla_v2_cdma_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CDMA_S_ARBITER_0", NVDLA_CDMA_S_ARBITER_0, nvdla_v2_cdma_s_arbiter_bits.BITS),
+    RegisterInfo("NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0", NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0, nvdla_v2_cdma_s_cbuf_flush_status_bits.BITS),
+    RegisterInfo("NVDLA_CDMA_D_OP_ENABLE_0", NVDLA_CDMA_D_OP_ENABLE_0, nvdla_v2_cdma_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_MISC_CFG_0", NVDLA_CDMA_D_MISC_CFG_0, nvdla_v2_cdma_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DATAIN_FORMAT_0", NVDLA_CDMA_D_DATAIN_FORMAT_0, nvdla_v2_cdma_d_datain_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_0_0", NVDLA_CDMA_D_DATAIN_SIZE_0_0, nvdla_v2_cdma_d_datain_size_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_1_0", NVDLA_CDMA_D_DATAIN_SIZE_1_0, nvdla_v2_cdma_d_datain_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0", NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0, nvdla_v2_cdma_d_datain_size_ext_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PIXEL_OFFSET_0", NVDLA_CDMA_D_PIXEL_OFFSET_0, nvdla_v2_cdma_d_pixel_offset_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_RAM_TYPE_0", NVDLA_CDMA_D_DAIN_RAM_TYPE_0, nvdla_v2_cdma_d_dain_ram_type_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0", NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0, nvdla_v2_cdma_d_dain_addr_high_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0", NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0, nvdla_v2_cdma_d_dain_addr_low_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0", NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0, nvdla_v2_cdma_d_dain_addr_high_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0", NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0, nvdla_v2_cdma_d_dain_addr_low_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_LINE_STRIDE_0", NVDLA_CDMA_D_LINE_STRIDE_0, nvdla_v2_cdma_d_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_LINE_UV_STRIDE_0", NVDLA_CDMA_D_LINE_UV_STRIDE_0, nvdla_v2_cdma_d_line_uv_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_SURF_STRIDE_0", NVDLA_CDMA_D_SURF_STRIDE_0, nvdla_v2_cdma_d_surf_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_DAIN_MAP_0", NVDLA_CDMA_D_DAIN_MAP_0, nvdla_v2_cdma_d_dain_map_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_RESERVED_X_CFG_0", NVDLA_CDMA_D_RESERVED_X_CFG_0, nvdla_v2_cdma_d_reserved_x_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_RESERVED_Y_CFG_0", NVDLA_CDMA_D_RESERVED_Y_CFG_0, nvdla_v2_cdma_d_reserved_y_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_BATCH_NUMBER_0", NVDLA_CDMA_D_BATCH_NUMBER_0, nvdla_v2_cdma_d_batch_number_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_BATCH_STRIDE_0", NVDLA_CDMA_D_BATCH_STRIDE_0, nvdla_v2_cdma_d_batch_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_ENTRY_PER_SLICE_0", NVDLA_CDMA_D_ENTRY_PER_SLICE_0, nvdla_v2_cdma_d_entry_per_slice_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_FETCH_GRAIN_0", NVDLA_CDMA_D_FETCH_GRAIN_0, nvdla_v2_cdma_d_fetch_grain_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_FORMAT_0", NVDLA_CDMA_D_WEIGHT_FORMAT_0, nvdla_v2_cdma_d_weight_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_SIZE_0_0", NVDLA_CDMA_D_WEIGHT_SIZE_0_0, nvdla_v2_cdma_d_weight_size_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_SIZE_1_0", NVDLA_CDMA_D_WEIGHT_SIZE_1_0, nvdla_v2_cdma_d_weight_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0", NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0, nvdla_v2_cdma_d_weight_ram_type_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0", NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0, nvdla_v2_cdma_d_weight_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0", NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0, nvdla_v2_cdma_d_weight_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WEIGHT_BYTES_0", NVDLA_CDMA_D_WEIGHT_BYTES_0, nvdla_v2_cdma_d_weight_bytes_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WGS_ADDR_HIGH_0", NVDLA_CDMA_D_WGS_ADDR_HIGH_0, nvdla_v2_cdma_d_wgs_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WGS_ADDR_LOW_0", NVDLA_CDMA_D_WGS_ADDR_LOW_0, nvdla_v2_cdma_d_wgs_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WMB_ADDR_HIGH_0", NVDLA_CDMA_D_WMB_ADDR_HIGH_0, nvdla_v2_cdma_d_wmb_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WMB_ADDR_LOW_0", NVDLA_CDMA_D_WMB_ADDR_LOW_0, nvdla_v2_cdma_d_wmb_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_WMB_BYTES_0", NVDLA_CDMA_D_WMB_BYTES_0, nvdla_v2_cdma_d_wmb_bytes_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_MEAN_FORMAT_0", NVDLA_CDMA_D_MEAN_FORMAT_0, nvdla_v2_cdma_d_mean_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_MEAN_GLOBAL_0_0", NVDLA_CDMA_D_MEAN_GLOBAL_0_0, nvdla_v2_cdma_d_mean_global_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_MEAN_GLOBAL_1_0", NVDLA_CDMA_D_MEAN_GLOBAL_1_0, nvdla_v2_cdma_d_mean_global_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_CVT_CFG_0", NVDLA_CDMA_D_CVT_CFG_0, nvdla_v2_cdma_d_cvt_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_CVT_OFFSET_0", NVDLA_CDMA_D_CVT_OFFSET_0, nvdla_v2_cdma_d_cvt_offset_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_CVT_SCALE_0", NVDLA_CDMA_D_CVT_SCALE_0, nvdla_v2_cdma_d_cvt_scale_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_CONV_STRIDE_0", NVDLA_CDMA_D_CONV_STRIDE_0, nvdla_v2_cdma_d_conv_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_ZERO_PADDING_0", NVDLA_CDMA_D_ZERO_PADDING_0, nvdla_v2_cdma_d_zero_padding_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_ZERO_PADDING_VALUE_0", NVDLA_CDMA_D_ZERO_PADDING_VALUE_0, nvdla_v2_cdma_d_zero_padding_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_BANK_0", NVDLA_CDMA_D_BANK_0, nvdla_v2_cdma_d_bank_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0", NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0, nvdla_v2_cdma_d_nan_flush_to_zero_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0", NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0, nvdla_v2_cdma_d_nan_input_data_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0", NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0, nvdla_v2_cdma_d_nan_input_weight_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0", NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0, nvdla_v2_cdma_d_inf_input_data_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0", NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0, nvdla_v2_cdma_d_inf_input_weight_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PERF_ENABLE_0", NVDLA_CDMA_D_PERF_ENABLE_0, nvdla_v2_cdma_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PERF_DAT_READ_STALL_0", NVDLA_CDMA_D_PERF_DAT_READ_STALL_0, nvdla_v2_cdma_d_perf_dat_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PERF_WT_READ_STALL_0", NVDLA_CDMA_D_PERF_WT_READ_STALL_0, nvdla_v2_cdma_d_perf_wt_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0", NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0, nvdla_v2_cdma_d_perf_dat_read_latency_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0", NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0, nvdla_v2_cdma_d_perf_wt_read_latency_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDMA_D_CYA_0", NVDLA_CDMA_D_CYA_0, nvdla_v2_cdma_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_S_STATUS_0", NVDLA_CSC_S_STATUS_0, nvdla_v2_csc_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CSC_S_POINTER_0", NVDLA_CSC_S_POINTER_0, nvdla_v2_csc_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CSC_D_OP_ENABLE_0", NVDLA_CSC_D_OP_ENABLE_0, nvdla_v2_csc_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_MISC_CFG_0", NVDLA_CSC_D_MISC_CFG_0, nvdla_v2_csc_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DATAIN_FORMAT_0", NVDLA_CSC_D_DATAIN_FORMAT_0, nvdla_v2_csc_d_datain_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0", NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0, nvdla_v2_csc_d_datain_size_ext_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0", NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0, nvdla_v2_csc_d_datain_size_ext_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_BATCH_NUMBER_0", NVDLA_CSC_D_BATCH_NUMBER_0, nvdla_v2_csc_d_batch_number_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_POST_Y_EXTENSION_0", NVDLA_CSC_D_POST_Y_EXTENSION_0, nvdla_v2_csc_d_post_y_extension_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_ENTRY_PER_SLICE_0", NVDLA_CSC_D_ENTRY_PER_SLICE_0, nvdla_v2_csc_d_entry_per_slice_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_WEIGHT_FORMAT_0", NVDLA_CSC_D_WEIGHT_FORMAT_0, nvdla_v2_csc_d_weight_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0", NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0, nvdla_v2_csc_d_weight_size_ext_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0", NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0, nvdla_v2_csc_d_weight_size_ext_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_WEIGHT_BYTES_0", NVDLA_CSC_D_WEIGHT_BYTES_0, nvdla_v2_csc_d_weight_bytes_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_WMB_BYTES_0", NVDLA_CSC_D_WMB_BYTES_0, nvdla_v2_csc_d_wmb_bytes_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DATAOUT_SIZE_0_0", NVDLA_CSC_D_DATAOUT_SIZE_0_0, nvdla_v2_csc_d_dataout_size_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DATAOUT_SIZE_1_0", NVDLA_CSC_D_DATAOUT_SIZE_1_0, nvdla_v2_csc_d_dataout_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_ATOMICS_0", NVDLA_CSC_D_ATOMICS_0, nvdla_v2_csc_d_atomics_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_RELEASE_0", NVDLA_CSC_D_RELEASE_0, nvdla_v2_csc_d_release_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_CONV_STRIDE_EXT_0", NVDLA_CSC_D_CONV_STRIDE_EXT_0, nvdla_v2_csc_d_conv_stride_ext_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_DILATION_EXT_0", NVDLA_CSC_D_DILATION_EXT_0, nvdla_v2_csc_d_dilation_ext_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_ZERO_PADDING_0", NVDLA_CSC_D_ZERO_PADDING_0, nvdla_v2_csc_d_zero_padding_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_ZERO_PADDING_VALUE_0", NVDLA_CSC_D_ZERO_PADDING_VALUE_0, nvdla_v2_csc_d_zero_padding_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_BANK_0", NVDLA_CSC_D_BANK_0, nvdla_v2_csc_d_bank_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_PRA_CFG_0", NVDLA_CSC_D_PRA_CFG_0, nvdla_v2_csc_d_pra_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CSC_D_CYA_0", NVDLA_CSC_D_CYA_0, nvdla_v2_csc_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CMAC_A_S_STATUS_0", NVDLA_CMAC_A_S_STATUS_0, nvdla_v2_cmac_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CMAC_A_S_POINTER_0", NVDLA_CMAC_A_S_POINTER_0, nvdla_v2_cmac_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CMAC_A_D_OP_ENABLE_0", NVDLA_CMAC_A_D_OP_ENABLE_0, nvdla_v2_cmac_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CMAC_A_D_MISC_CFG_0", NVDLA_CMAC_A_D_MISC_CFG_0, nvdla_v2_cmac_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CMAC_B_S_STATUS_0", NVDLA_CMAC_B_S_STATUS_0, nvdla_v2_cmac_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CMAC_B_S_POINTER_0", NVDLA_CMAC_B_S_POINTER_0, nvdla_v2_cmac_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CMAC_B_D_OP_ENABLE_0", NVDLA_CMAC_B_D_OP_ENABLE_0, nvdla_v2_cmac_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CMAC_B_D_MISC_CFG_0", NVDLA_CMAC_B_D_MISC_CFG_0, nvdla_v2_cmac_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_S_STATUS_0", NVDLA_CACC_S_STATUS_0, nvdla_v2_cacc_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CACC_S_POINTER_0", NVDLA_CACC_S_POINTER_0, nvdla_v2_cacc_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CACC_D_OP_ENABLE_0", NVDLA_CACC_D_OP_ENABLE_0, nvdla_v2_cacc_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_MISC_CFG_0", NVDLA_CACC_D_MISC_CFG_0, nvdla_v2_cacc_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_DATAOUT_SIZE_0_0", NVDLA_CACC_D_DATAOUT_SIZE_0_0, nvdla_v2_cacc_d_dataout_size_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_DATAOUT_SIZE_1_0", NVDLA_CACC_D_DATAOUT_SIZE_1_0, nvdla_v2_cacc_d_dataout_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_DATAOUT_ADDR_0", NVDLA_CACC_D_DATAOUT_ADDR_0, nvdla_v2_cacc_d_dataout_addr_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_BATCH_NUMBER_0", NVDLA_CACC_D_BATCH_NUMBER_0, nvdla_v2_cacc_d_batch_number_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_LINE_STRIDE_0", NVDLA_CACC_D_LINE_STRIDE_0, nvdla_v2_cacc_d_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_SURF_STRIDE_0", NVDLA_CACC_D_SURF_STRIDE_0, nvdla_v2_cacc_d_surf_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_DATAOUT_MAP_0", NVDLA_CACC_D_DATAOUT_MAP_0, nvdla_v2_cacc_d_dataout_map_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_CLIP_CFG_0", NVDLA_CACC_D_CLIP_CFG_0, nvdla_v2_cacc_d_clip_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_OUT_SATURATION_0", NVDLA_CACC_D_OUT_SATURATION_0, nvdla_v2_cacc_d_out_saturation_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CACC_D_CYA_0", NVDLA_CACC_D_CYA_0, nvdla_v2_cacc_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_S_STATUS_0", NVDLA_SDP_RDMA_S_STATUS_0, nvdla_v2_sdp_rdma_s_status_bits.BITS),
+    RegisterInfo("NVDLA_SDP_RDMA_S_POINTER_0", NVDLA_SDP_RDMA_S_POINTER_0, nvdla_v2_sdp_rdma_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_SDP_RDMA_D_OP_ENABLE_0", NVDLA_SDP_RDMA_D_OP_ENABLE_0, nvdla_v2_sdp_rdma_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0", NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0, nvdla_v2_sdp_rdma_d_data_cube_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0", NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0, nvdla_v2_sdp_rdma_d_data_cube_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0", NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0, nvdla_v2_sdp_rdma_d_data_cube_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_v2_sdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_v2_sdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_v2_sdp_rdma_d_src_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_v2_sdp_rdma_d_src_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BRDMA_CFG_0", NVDLA_SDP_RDMA_D_BRDMA_CFG_0, nvdla_v2_sdp_rdma_d_brdma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0, nvdla_v2_sdp_rdma_d_bs_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0, nvdla_v2_sdp_rdma_d_bs_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0, nvdla_v2_sdp_rdma_d_bs_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0, nvdla_v2_sdp_rdma_d_bs_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0, nvdla_v2_sdp_rdma_d_bs_batch_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_NRDMA_CFG_0", NVDLA_SDP_RDMA_D_NRDMA_CFG_0, nvdla_v2_sdp_rdma_d_nrdma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0, nvdla_v2_sdp_rdma_d_bn_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0, nvdla_v2_sdp_rdma_d_bn_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0, nvdla_v2_sdp_rdma_d_bn_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0, nvdla_v2_sdp_rdma_d_bn_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0, nvdla_v2_sdp_rdma_d_bn_batch_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_ERDMA_CFG_0", NVDLA_SDP_RDMA_D_ERDMA_CFG_0, nvdla_v2_sdp_rdma_d_erdma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0", NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0, nvdla_v2_sdp_rdma_d_ew_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0", NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0, nvdla_v2_sdp_rdma_d_ew_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0", NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0, nvdla_v2_sdp_rdma_d_ew_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0", NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0, nvdla_v2_sdp_rdma_d_ew_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0", NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0, nvdla_v2_sdp_rdma_d_ew_batch_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0", NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0, nvdla_v2_sdp_rdma_d_feature_mode_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0", NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0, nvdla_v2_sdp_rdma_d_src_dma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0", NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0, nvdla_v2_sdp_rdma_d_status_nan_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0", NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0, nvdla_v2_sdp_rdma_d_status_inf_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_ENABLE_0", NVDLA_SDP_RDMA_D_PERF_ENABLE_0, nvdla_v2_sdp_rdma_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0, nvdla_v2_sdp_rdma_d_perf_mrdma_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0, nvdla_v2_sdp_rdma_d_perf_brdma_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0, nvdla_v2_sdp_rdma_d_perf_nrdma_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0", NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0, nvdla_v2_sdp_rdma_d_perf_erdma_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_S_STATUS_0", NVDLA_SDP_S_STATUS_0, nvdla_v2_sdp_s_status_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_POINTER_0", NVDLA_SDP_S_POINTER_0, nvdla_v2_sdp_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_ACCESS_CFG_0", NVDLA_SDP_S_LUT_ACCESS_CFG_0, nvdla_v2_sdp_s_lut_access_cfg_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_ACCESS_DATA_0", NVDLA_SDP_S_LUT_ACCESS_DATA_0, nvdla_v2_sdp_s_lut_access_data_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_CFG_0", NVDLA_SDP_S_LUT_CFG_0, nvdla_v2_sdp_s_lut_cfg_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_INFO_0", NVDLA_SDP_S_LUT_INFO_0, nvdla_v2_sdp_s_lut_info_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LE_START_0", NVDLA_SDP_S_LUT_LE_START_0, nvdla_v2_sdp_s_lut_le_start_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LE_END_0", NVDLA_SDP_S_LUT_LE_END_0, nvdla_v2_sdp_s_lut_le_end_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LO_START_0", NVDLA_SDP_S_LUT_LO_START_0, nvdla_v2_sdp_s_lut_lo_start_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LO_END_0", NVDLA_SDP_S_LUT_LO_END_0, nvdla_v2_sdp_s_lut_lo_end_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0", NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0, nvdla_v2_sdp_s_lut_le_slope_scale_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0", NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0, nvdla_v2_sdp_s_lut_le_slope_shift_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0", NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0, nvdla_v2_sdp_s_lut_lo_slope_scale_bits.BITS),
+    RegisterInfo("NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0", NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0, nvdla_v2_sdp_s_lut_lo_slope_shift_bits.BITS),
+    RegisterInfo("NVDLA_SDP_D_OP_ENABLE_0", NVDLA_SDP_D_OP_ENABLE_0, nvdla_v2_sdp_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_WIDTH_0", NVDLA_SDP_D_DATA_CUBE_WIDTH_0, nvdla_v2_sdp_d_data_cube_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_HEIGHT_0", NVDLA_SDP_D_DATA_CUBE_HEIGHT_0, nvdla_v2_sdp_d_data_cube_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DATA_CUBE_CHANNEL_0", NVDLA_SDP_D_DATA_CUBE_CHANNEL_0, nvdla_v2_sdp_d_data_cube_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_BASE_ADDR_LOW_0", NVDLA_SDP_D_DST_BASE_ADDR_LOW_0, nvdla_v2_sdp_d_dst_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0, nvdla_v2_sdp_d_dst_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_LINE_STRIDE_0", NVDLA_SDP_D_DST_LINE_STRIDE_0, nvdla_v2_sdp_d_dst_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_SURFACE_STRIDE_0", NVDLA_SDP_D_DST_SURFACE_STRIDE_0, nvdla_v2_sdp_d_dst_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BS_CFG_0", NVDLA_SDP_D_DP_BS_CFG_0, nvdla_v2_sdp_d_dp_bs_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BS_ALU_CFG_0", NVDLA_SDP_D_DP_BS_ALU_CFG_0, nvdla_v2_sdp_d_dp_bs_alu_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0, nvdla_v2_sdp_d_dp_bs_alu_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BS_MUL_CFG_0", NVDLA_SDP_D_DP_BS_MUL_CFG_0, nvdla_v2_sdp_d_dp_bs_mul_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0, nvdla_v2_sdp_d_dp_bs_mul_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BN_CFG_0", NVDLA_SDP_D_DP_BN_CFG_0, nvdla_v2_sdp_d_dp_bn_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BN_ALU_CFG_0", NVDLA_SDP_D_DP_BN_ALU_CFG_0, nvdla_v2_sdp_d_dp_bn_alu_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0, nvdla_v2_sdp_d_dp_bn_alu_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BN_MUL_CFG_0", NVDLA_SDP_D_DP_BN_MUL_CFG_0, nvdla_v2_sdp_d_dp_bn_mul_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0, nvdla_v2_sdp_d_dp_bn_mul_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_CFG_0", NVDLA_SDP_D_DP_EW_CFG_0, nvdla_v2_sdp_d_dp_ew_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CFG_0", NVDLA_SDP_D_DP_EW_ALU_CFG_0, nvdla_v2_sdp_d_dp_ew_alu_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0, nvdla_v2_sdp_d_dp_ew_alu_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0, nvdla_v2_sdp_d_dp_ew_alu_cvt_offset_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0, nvdla_v2_sdp_d_dp_ew_alu_cvt_scale_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0, nvdla_v2_sdp_d_dp_ew_alu_cvt_truncate_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CFG_0", NVDLA_SDP_D_DP_EW_MUL_CFG_0, nvdla_v2_sdp_d_dp_ew_mul_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0, nvdla_v2_sdp_d_dp_ew_mul_src_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0, nvdla_v2_sdp_d_dp_ew_mul_cvt_offset_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0, nvdla_v2_sdp_d_dp_ew_mul_cvt_scale_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0, nvdla_v2_sdp_d_dp_ew_mul_cvt_truncate_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0", NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0, nvdla_v2_sdp_d_dp_ew_truncate_value_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_FEATURE_MODE_CFG_0", NVDLA_SDP_D_FEATURE_MODE_CFG_0, nvdla_v2_sdp_d_feature_mode_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_DMA_CFG_0", NVDLA_SDP_D_DST_DMA_CFG_0, nvdla_v2_sdp_d_dst_dma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DST_BATCH_STRIDE_0", NVDLA_SDP_D_DST_BATCH_STRIDE_0, nvdla_v2_sdp_d_dst_batch_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_DATA_FORMAT_0", NVDLA_SDP_D_DATA_FORMAT_0, nvdla_v2_sdp_d_data_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_CVT_OFFSET_0", NVDLA_SDP_D_CVT_OFFSET_0, nvdla_v2_sdp_d_cvt_offset_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_CVT_SCALE_0", NVDLA_SDP_D_CVT_SCALE_0, nvdla_v2_sdp_d_cvt_scale_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_CVT_SHIFT_0", NVDLA_SDP_D_CVT_SHIFT_0, nvdla_v2_sdp_d_cvt_shift_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_STATUS_0", NVDLA_SDP_D_STATUS_0, nvdla_v2_sdp_d_status_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0", NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0, nvdla_v2_sdp_d_status_nan_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0", NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0, nvdla_v2_sdp_d_status_inf_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0", NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0, nvdla_v2_sdp_d_status_nan_output_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_ENABLE_0", NVDLA_SDP_D_PERF_ENABLE_0, nvdla_v2_sdp_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0", NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0, nvdla_v2_sdp_d_perf_wdma_write_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_LUT_UFLOW_0", NVDLA_SDP_D_PERF_LUT_UFLOW_0, nvdla_v2_sdp_d_perf_lut_uflow_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_LUT_OFLOW_0", NVDLA_SDP_D_PERF_LUT_OFLOW_0, nvdla_v2_sdp_d_perf_lut_oflow_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_OUT_SATURATION_0", NVDLA_SDP_D_PERF_OUT_SATURATION_0, nvdla_v2_sdp_d_perf_out_saturation_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_LUT_HYBRID_0", NVDLA_SDP_D_PERF_LUT_HYBRID_0, nvdla_v2_sdp_d_perf_lut_hybrid_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_LUT_LE_HIT_0", NVDLA_SDP_D_PERF_LUT_LE_HIT_0, nvdla_v2_sdp_d_perf_lut_le_hit_bits.BITS, double=True),
+    RegisterInfo("NVDLA_SDP_D_PERF_LUT_LO_HIT_0", NVDLA_SDP_D_PERF_LUT_LO_HIT_0, nvdla_v2_sdp_d_perf_lut_lo_hit_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_S_STATUS_0", NVDLA_PDP_RDMA_S_STATUS_0, nvdla_v2_pdp_rdma_s_status_bits.BITS),
+    RegisterInfo("NVDLA_PDP_RDMA_S_POINTER_0", NVDLA_PDP_RDMA_S_POINTER_0, nvdla_v2_pdp_rdma_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_PDP_RDMA_D_OP_ENABLE_0", NVDLA_PDP_RDMA_D_OP_ENABLE_0, nvdla_v2_pdp_rdma_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0, nvdla_v2_pdp_rdma_d_data_cube_in_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0, nvdla_v2_pdp_rdma_d_data_cube_in_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0", NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0, nvdla_v2_pdp_rdma_d_data_cube_in_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_FLYING_MODE_0", NVDLA_PDP_RDMA_D_FLYING_MODE_0, nvdla_v2_pdp_rdma_d_flying_mode_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_v2_pdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_v2_pdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_v2_pdp_rdma_d_src_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_v2_pdp_rdma_d_src_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0", NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0, nvdla_v2_pdp_rdma_d_src_ram_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_DATA_FORMAT_0", NVDLA_PDP_RDMA_D_DATA_FORMAT_0, nvdla_v2_pdp_rdma_d_data_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0", NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0, nvdla_v2_pdp_rdma_d_operation_mode_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0", NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0, nvdla_v2_pdp_rdma_d_pooling_kernel_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0", NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0, nvdla_v2_pdp_rdma_d_pooling_padding_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0", NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0, nvdla_v2_pdp_rdma_d_partial_width_in_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_PERF_ENABLE_0", NVDLA_PDP_RDMA_D_PERF_ENABLE_0, nvdla_v2_pdp_rdma_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_PERF_READ_STALL_0", NVDLA_PDP_RDMA_D_PERF_READ_STALL_0, nvdla_v2_pdp_rdma_d_perf_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_RDMA_D_CYA_0", NVDLA_PDP_RDMA_D_CYA_0, nvdla_v2_pdp_rdma_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_S_STATUS_0", NVDLA_PDP_S_STATUS_0, nvdla_v2_pdp_s_status_bits.BITS),
+    RegisterInfo("NVDLA_PDP_S_POINTER_0", NVDLA_PDP_S_POINTER_0, nvdla_v2_pdp_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_PDP_D_OP_ENABLE_0", NVDLA_PDP_D_OP_ENABLE_0, nvdla_v2_pdp_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0", NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0, nvdla_v2_pdp_d_data_cube_in_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0", NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0, nvdla_v2_pdp_d_data_cube_in_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0", NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0, nvdla_v2_pdp_d_data_cube_in_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0", NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0, nvdla_v2_pdp_d_data_cube_out_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0", NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0, nvdla_v2_pdp_d_data_cube_out_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0", NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0, nvdla_v2_pdp_d_data_cube_out_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_OPERATION_MODE_CFG_0", NVDLA_PDP_D_OPERATION_MODE_CFG_0, nvdla_v2_pdp_d_operation_mode_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0", NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0, nvdla_v2_pdp_d_nan_flush_to_zero_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_PARTIAL_WIDTH_IN_0", NVDLA_PDP_D_PARTIAL_WIDTH_IN_0, nvdla_v2_pdp_d_partial_width_in_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0", NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0, nvdla_v2_pdp_d_partial_width_out_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_KERNEL_CFG_0", NVDLA_PDP_D_POOLING_KERNEL_CFG_0, nvdla_v2_pdp_d_pooling_kernel_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0", NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0, nvdla_v2_pdp_d_recip_kernel_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0", NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0, nvdla_v2_pdp_d_recip_kernel_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_CFG_0", NVDLA_PDP_D_POOLING_PADDING_CFG_0, nvdla_v2_pdp_d_pooling_padding_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_1_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_2_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_3_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_4_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_5_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_6_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0", NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0, nvdla_v2_pdp_d_pooling_padding_value_7_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0", NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0, nvdla_v2_pdp_d_src_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0", NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0, nvdla_v2_pdp_d_src_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_SRC_LINE_STRIDE_0", NVDLA_PDP_D_SRC_LINE_STRIDE_0, nvdla_v2_pdp_d_src_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_SRC_SURFACE_STRIDE_0", NVDLA_PDP_D_SRC_SURFACE_STRIDE_0, nvdla_v2_pdp_d_src_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DST_BASE_ADDR_LOW_0", NVDLA_PDP_D_DST_BASE_ADDR_LOW_0, nvdla_v2_pdp_d_dst_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0, nvdla_v2_pdp_d_dst_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DST_LINE_STRIDE_0", NVDLA_PDP_D_DST_LINE_STRIDE_0, nvdla_v2_pdp_d_dst_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DST_SURFACE_STRIDE_0", NVDLA_PDP_D_DST_SURFACE_STRIDE_0, nvdla_v2_pdp_d_dst_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DST_RAM_CFG_0", NVDLA_PDP_D_DST_RAM_CFG_0, nvdla_v2_pdp_d_dst_ram_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_DATA_FORMAT_0", NVDLA_PDP_D_DATA_FORMAT_0, nvdla_v2_pdp_d_data_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_INF_INPUT_NUM_0", NVDLA_PDP_D_INF_INPUT_NUM_0, nvdla_v2_pdp_d_inf_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_NAN_INPUT_NUM_0", NVDLA_PDP_D_NAN_INPUT_NUM_0, nvdla_v2_pdp_d_nan_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_NAN_OUTPUT_NUM_0", NVDLA_PDP_D_NAN_OUTPUT_NUM_0, nvdla_v2_pdp_d_nan_output_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_PERF_ENABLE_0", NVDLA_PDP_D_PERF_ENABLE_0, nvdla_v2_pdp_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_PERF_WRITE_STALL_0", NVDLA_PDP_D_PERF_WRITE_STALL_0, nvdla_v2_pdp_d_perf_write_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_PDP_D_CYA_0", NVDLA_PDP_D_CYA_0, nvdla_v2_pdp_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_S_STATUS_0", NVDLA_CDP_RDMA_S_STATUS_0, nvdla_v2_cdp_rdma_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CDP_RDMA_S_POINTER_0", NVDLA_CDP_RDMA_S_POINTER_0, nvdla_v2_cdp_rdma_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CDP_RDMA_D_OP_ENABLE_0", NVDLA_CDP_RDMA_D_OP_ENABLE_0, nvdla_v2_cdp_rdma_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0", NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0, nvdla_v2_cdp_rdma_d_data_cube_width_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0", NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0, nvdla_v2_cdp_rdma_d_data_cube_height_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0", NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0, nvdla_v2_cdp_rdma_d_data_cube_channel_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0", NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0, nvdla_v2_cdp_rdma_d_src_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0", NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0, nvdla_v2_cdp_rdma_d_src_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0", NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0, nvdla_v2_cdp_rdma_d_src_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0", NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0, nvdla_v2_cdp_rdma_d_src_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0", NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0, nvdla_v2_cdp_rdma_d_src_dma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0", NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0, nvdla_v2_cdp_rdma_d_src_compression_en_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_OPERATION_MODE_0", NVDLA_CDP_RDMA_D_OPERATION_MODE_0, nvdla_v2_cdp_rdma_d_operation_mode_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_DATA_FORMAT_0", NVDLA_CDP_RDMA_D_DATA_FORMAT_0, nvdla_v2_cdp_rdma_d_data_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_PERF_ENABLE_0", NVDLA_CDP_RDMA_D_PERF_ENABLE_0, nvdla_v2_cdp_rdma_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_PERF_READ_STALL_0", NVDLA_CDP_RDMA_D_PERF_READ_STALL_0, nvdla_v2_cdp_rdma_d_perf_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_RDMA_D_CYA_0", NVDLA_CDP_RDMA_D_CYA_0, nvdla_v2_cdp_rdma_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_S_STATUS_0", NVDLA_CDP_S_STATUS_0, nvdla_v2_cdp_s_status_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_POINTER_0", NVDLA_CDP_S_POINTER_0, nvdla_v2_cdp_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_ACCESS_CFG_0", NVDLA_CDP_S_LUT_ACCESS_CFG_0, nvdla_v2_cdp_s_lut_access_cfg_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_ACCESS_DATA_0", NVDLA_CDP_S_LUT_ACCESS_DATA_0, nvdla_v2_cdp_s_lut_access_data_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_CFG_0", NVDLA_CDP_S_LUT_CFG_0, nvdla_v2_cdp_s_lut_cfg_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_INFO_0", NVDLA_CDP_S_LUT_INFO_0, nvdla_v2_cdp_s_lut_info_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_START_LOW_0", NVDLA_CDP_S_LUT_LE_START_LOW_0, nvdla_v2_cdp_s_lut_le_start_low_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_START_HIGH_0", NVDLA_CDP_S_LUT_LE_START_HIGH_0, nvdla_v2_cdp_s_lut_le_start_high_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_END_LOW_0", NVDLA_CDP_S_LUT_LE_END_LOW_0, nvdla_v2_cdp_s_lut_le_end_low_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_END_HIGH_0", NVDLA_CDP_S_LUT_LE_END_HIGH_0, nvdla_v2_cdp_s_lut_le_end_high_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_START_LOW_0", NVDLA_CDP_S_LUT_LO_START_LOW_0, nvdla_v2_cdp_s_lut_lo_start_low_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_START_HIGH_0", NVDLA_CDP_S_LUT_LO_START_HIGH_0, nvdla_v2_cdp_s_lut_lo_start_high_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_END_LOW_0", NVDLA_CDP_S_LUT_LO_END_LOW_0, nvdla_v2_cdp_s_lut_lo_end_low_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_END_HIGH_0", NVDLA_CDP_S_LUT_LO_END_HIGH_0, nvdla_v2_cdp_s_lut_lo_end_high_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0", NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0, nvdla_v2_cdp_s_lut_le_slope_scale_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0", NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0, nvdla_v2_cdp_s_lut_le_slope_shift_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0", NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0, nvdla_v2_cdp_s_lut_lo_slope_scale_bits.BITS),
+    RegisterInfo("NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0", NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0, nvdla_v2_cdp_s_lut_lo_slope_shift_bits.BITS),
+    RegisterInfo("NVDLA_CDP_D_OP_ENABLE_0", NVDLA_CDP_D_OP_ENABLE_0, nvdla_v2_cdp_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_FUNC_BYPASS_0", NVDLA_CDP_D_FUNC_BYPASS_0, nvdla_v2_cdp_d_func_bypass_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_BASE_ADDR_LOW_0", NVDLA_CDP_D_DST_BASE_ADDR_LOW_0, nvdla_v2_cdp_d_dst_base_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0", NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0, nvdla_v2_cdp_d_dst_base_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_LINE_STRIDE_0", NVDLA_CDP_D_DST_LINE_STRIDE_0, nvdla_v2_cdp_d_dst_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_SURFACE_STRIDE_0", NVDLA_CDP_D_DST_SURFACE_STRIDE_0, nvdla_v2_cdp_d_dst_surface_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_DMA_CFG_0", NVDLA_CDP_D_DST_DMA_CFG_0, nvdla_v2_cdp_d_dst_dma_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DST_COMPRESSION_EN_0", NVDLA_CDP_D_DST_COMPRESSION_EN_0, nvdla_v2_cdp_d_dst_compression_en_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATA_FORMAT_0", NVDLA_CDP_D_DATA_FORMAT_0, nvdla_v2_cdp_d_data_format_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0", NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0, nvdla_v2_cdp_d_nan_flush_to_zero_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_LRN_CFG_0", NVDLA_CDP_D_LRN_CFG_0, nvdla_v2_cdp_d_lrn_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATIN_OFFSET_0", NVDLA_CDP_D_DATIN_OFFSET_0, nvdla_v2_cdp_d_datin_offset_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATIN_SCALE_0", NVDLA_CDP_D_DATIN_SCALE_0, nvdla_v2_cdp_d_datin_scale_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATIN_SHIFTER_0", NVDLA_CDP_D_DATIN_SHIFTER_0, nvdla_v2_cdp_d_datin_shifter_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATOUT_OFFSET_0", NVDLA_CDP_D_DATOUT_OFFSET_0, nvdla_v2_cdp_d_datout_offset_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATOUT_SCALE_0", NVDLA_CDP_D_DATOUT_SCALE_0, nvdla_v2_cdp_d_datout_scale_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_DATOUT_SHIFTER_0", NVDLA_CDP_D_DATOUT_SHIFTER_0, nvdla_v2_cdp_d_datout_shifter_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_NAN_INPUT_NUM_0", NVDLA_CDP_D_NAN_INPUT_NUM_0, nvdla_v2_cdp_d_nan_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_INF_INPUT_NUM_0", NVDLA_CDP_D_INF_INPUT_NUM_0, nvdla_v2_cdp_d_inf_input_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_NAN_OUTPUT_NUM_0", NVDLA_CDP_D_NAN_OUTPUT_NUM_0, nvdla_v2_cdp_d_nan_output_num_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_OUT_SATURATION_0", NVDLA_CDP_D_OUT_SATURATION_0, nvdla_v2_cdp_d_out_saturation_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_ENABLE_0", NVDLA_CDP_D_PERF_ENABLE_0, nvdla_v2_cdp_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_WRITE_STALL_0", NVDLA_CDP_D_PERF_WRITE_STALL_0, nvdla_v2_cdp_d_perf_write_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_LUT_UFLOW_0", NVDLA_CDP_D_PERF_LUT_UFLOW_0, nvdla_v2_cdp_d_perf_lut_uflow_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_LUT_OFLOW_0", NVDLA_CDP_D_PERF_LUT_OFLOW_0, nvdla_v2_cdp_d_perf_lut_oflow_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_LUT_HYBRID_0", NVDLA_CDP_D_PERF_LUT_HYBRID_0, nvdla_v2_cdp_d_perf_lut_hybrid_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_LUT_LE_HIT_0", NVDLA_CDP_D_PERF_LUT_LE_HIT_0, nvdla_v2_cdp_d_perf_lut_le_hit_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_PERF_LUT_LO_HIT_0", NVDLA_CDP_D_PERF_LUT_LO_HIT_0, nvdla_v2_cdp_d_perf_lut_lo_hit_bits.BITS, double=True),
+    RegisterInfo("NVDLA_CDP_D_CYA_0", NVDLA_CDP_D_CYA_0, nvdla_v2_cdp_d_cya_bits.BITS, double=True),
+    RegisterInfo("NVDLA_GEC_FEATURE_0", NVDLA_GEC_FEATURE_0, nvdla_v2_gec_feature_bits.BITS),
+    RegisterInfo("NVDLA_GEC_SWRESET_0", NVDLA_GEC_SWRESET_0, nvdla_v2_gec_swreset_bits.BITS),
+    RegisterInfo("NVDLA_GEC_MISSIONERR_TYPE_0", NVDLA_GEC_MISSIONERR_TYPE_0, nvdla_v2_gec_missionerr_type_bits.BITS),
+    RegisterInfo("NVDLA_GEC_CURRENT_COUNTER_VALUE_0", NVDLA_GEC_CURRENT_COUNTER_VALUE_0, nvdla_v2_gec_current_counter_value_bits.BITS),
+    RegisterInfo("NVDLA_GEC_MISSIONERR_INDEX_0", NVDLA_GEC_MISSIONERR_INDEX_0, nvdla_v2_gec_missionerr_index_bits.BITS),
+    RegisterInfo("NVDLA_GEC_CORRECTABLE_THRESHOLD_0", NVDLA_GEC_CORRECTABLE_THRESHOLD_0, nvdla_v2_gec_correctable_threshold_bits.BITS),
+    RegisterInfo("NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0", NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0, nvdla_v2_gec_missionerr_inject_unlock_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0, nvdla_v2_gec_errslice0_missionerr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0, nvdla_v2_gec_errslice0_missionerr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0, nvdla_v2_gec_errslice0_missionerr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0, nvdla_v2_gec_errslice0_missionerr_inject_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0, nvdla_v2_gec_errslice0_latenterr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0, nvdla_v2_gec_errslice0_latenterr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0, nvdla_v2_gec_errslice0_latenterr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0, nvdla_v2_gec_errslice0_counter_reload_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0, nvdla_v2_gec_errslice1_missionerr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0, nvdla_v2_gec_errslice1_missionerr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0, nvdla_v2_gec_errslice1_missionerr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0, nvdla_v2_gec_errslice1_missionerr_inject_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0, nvdla_v2_gec_errslice1_latenterr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0, nvdla_v2_gec_errslice1_latenterr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0, nvdla_v2_gec_errslice1_latenterr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0, nvdla_v2_gec_errslice1_counter_reload_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0", NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0, nvdla_v2_gec_errslice1_missionerr_ecc_correction_dis_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0, nvdla_v2_gec_errslice2_missionerr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0, nvdla_v2_gec_errslice2_missionerr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0, nvdla_v2_gec_errslice2_missionerr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0", NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0, nvdla_v2_gec_errslice2_missionerr_inject_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0", NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0, nvdla_v2_gec_errslice2_latenterr_enable_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0", NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0, nvdla_v2_gec_errslice2_latenterr_force_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0", NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0, nvdla_v2_gec_errslice2_latenterr_status_bits.BITS),
+    RegisterInfo("NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0", NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0, nvdla_v2_gec_errslice2_counter_reload_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_0_0", NVDLA_CVIF_CFG_RD_WEIGHT_0_0, nvdla_v2_cif_cfg_rd_weight_0_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_1_0", NVDLA_CVIF_CFG_RD_WEIGHT_1_0, nvdla_v2_cif_cfg_rd_weight_1_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_RD_WEIGHT_2_0", NVDLA_CVIF_CFG_RD_WEIGHT_2_0, nvdla_v2_cif_cfg_rd_weight_2_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_WR_WEIGHT_0_0", NVDLA_CVIF_CFG_WR_WEIGHT_0_0, nvdla_v2_cif_cfg_wr_weight_0_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_WR_WEIGHT_1_0", NVDLA_CVIF_CFG_WR_WEIGHT_1_0, nvdla_v2_cif_cfg_wr_weight_1_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_CFG_OUTSTANDING_CNT_0", NVDLA_CVIF_CFG_OUTSTANDING_CNT_0, nvdla_v2_cif_cfg_outstanding_cnt_bits.BITS),
+    RegisterInfo("NVDLA_CVIF_STATUS_0", NVDLA_CVIF_STATUS_0, nvdla_v2_cif_status_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_SRC_ADDR_LOW_0", NVDLA_BDMA_CFG_SRC_ADDR_LOW_0, nvdla_v2_bdma_cfg_src_addr_low_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0", NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0, nvdla_v2_bdma_cfg_src_addr_high_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_DST_ADDR_LOW_0", NVDLA_BDMA_CFG_DST_ADDR_LOW_0, nvdla_v2_bdma_cfg_dst_addr_low_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_DST_ADDR_HIGH_0", NVDLA_BDMA_CFG_DST_ADDR_HIGH_0, nvdla_v2_bdma_cfg_dst_addr_high_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_LINE_0", NVDLA_BDMA_CFG_LINE_0, nvdla_v2_bdma_cfg_line_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_CMD_0", NVDLA_BDMA_CFG_CMD_0, nvdla_v2_bdma_cfg_cmd_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_LINE_REPEAT_0", NVDLA_BDMA_CFG_LINE_REPEAT_0, nvdla_v2_bdma_cfg_line_repeat_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_SRC_LINE_0", NVDLA_BDMA_CFG_SRC_LINE_0, nvdla_v2_bdma_cfg_src_line_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_DST_LINE_0", NVDLA_BDMA_CFG_DST_LINE_0, nvdla_v2_bdma_cfg_dst_line_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_SURF_REPEAT_0", NVDLA_BDMA_CFG_SURF_REPEAT_0, nvdla_v2_bdma_cfg_surf_repeat_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_SRC_SURF_0", NVDLA_BDMA_CFG_SRC_SURF_0, nvdla_v2_bdma_cfg_src_surf_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_DST_SURF_0", NVDLA_BDMA_CFG_DST_SURF_0, nvdla_v2_bdma_cfg_dst_surf_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_OP_0", NVDLA_BDMA_CFG_OP_0, nvdla_v2_bdma_cfg_op_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_LAUNCH0_0", NVDLA_BDMA_CFG_LAUNCH0_0, nvdla_v2_bdma_cfg_launch0_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_LAUNCH1_0", NVDLA_BDMA_CFG_LAUNCH1_0, nvdla_v2_bdma_cfg_launch1_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_CFG_STATUS_0", NVDLA_BDMA_CFG_STATUS_0, nvdla_v2_bdma_cfg_status_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_STATUS_0", NVDLA_BDMA_STATUS_0, nvdla_v2_bdma_status_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_STATUS_GRP0_READ_STALL_0", NVDLA_BDMA_STATUS_GRP0_READ_STALL_0, nvdla_v2_bdma_status_grp0_read_stall_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0", NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0, nvdla_v2_bdma_status_grp0_write_stall_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_STATUS_GRP1_READ_STALL_0", NVDLA_BDMA_STATUS_GRP1_READ_STALL_0, nvdla_v2_bdma_status_grp1_read_stall_bits.BITS),
+    RegisterInfo("NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0", NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0, nvdla_v2_bdma_status_grp1_write_stall_bits.BITS),
+    RegisterInfo("NVDLA_RBK_S_STATUS_0", NVDLA_RBK_S_STATUS_0, nvdla_v2_rbk_s_status_bits.BITS),
+    RegisterInfo("NVDLA_RBK_S_POINTER_0", NVDLA_RBK_S_POINTER_0, nvdla_v2_rbk_s_pointer_bits.BITS),
+    RegisterInfo("NVDLA_RBK_D_OP_ENABLE_0", NVDLA_RBK_D_OP_ENABLE_0, nvdla_v2_rbk_d_op_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_MISC_CFG_0", NVDLA_RBK_D_MISC_CFG_0, nvdla_v2_rbk_d_misc_cfg_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_RAM_TYPE_0", NVDLA_RBK_D_DAIN_RAM_TYPE_0, nvdla_v2_rbk_d_dain_ram_type_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DATAIN_SIZE_0_0", NVDLA_RBK_D_DATAIN_SIZE_0_0, nvdla_v2_rbk_d_datain_size_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DATAIN_SIZE_1_0", NVDLA_RBK_D_DATAIN_SIZE_1_0, nvdla_v2_rbk_d_datain_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_ADDR_HIGH_0", NVDLA_RBK_D_DAIN_ADDR_HIGH_0, nvdla_v2_rbk_d_dain_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_ADDR_LOW_0", NVDLA_RBK_D_DAIN_ADDR_LOW_0, nvdla_v2_rbk_d_dain_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_LINE_STRIDE_0", NVDLA_RBK_D_DAIN_LINE_STRIDE_0, nvdla_v2_rbk_d_dain_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_SURF_STRIDE_0", NVDLA_RBK_D_DAIN_SURF_STRIDE_0, nvdla_v2_rbk_d_dain_surf_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0", NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0, nvdla_v2_rbk_d_dain_planar_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_RAM_TYPE_0", NVDLA_RBK_D_DAOUT_RAM_TYPE_0, nvdla_v2_rbk_d_daout_ram_type_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DATAOUT_SIZE_1_0", NVDLA_RBK_D_DATAOUT_SIZE_1_0, nvdla_v2_rbk_d_dataout_size_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_ADDR_HIGH_0", NVDLA_RBK_D_DAOUT_ADDR_HIGH_0, nvdla_v2_rbk_d_daout_addr_high_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_ADDR_LOW_0", NVDLA_RBK_D_DAOUT_ADDR_LOW_0, nvdla_v2_rbk_d_daout_addr_low_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_LINE_STRIDE_0", NVDLA_RBK_D_DAOUT_LINE_STRIDE_0, nvdla_v2_rbk_d_daout_line_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_CONTRACT_STRIDE_0_0", NVDLA_RBK_D_CONTRACT_STRIDE_0_0, nvdla_v2_rbk_d_contract_stride_0_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_CONTRACT_STRIDE_1_0", NVDLA_RBK_D_CONTRACT_STRIDE_1_0, nvdla_v2_rbk_d_contract_stride_1_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_SURF_STRIDE_0", NVDLA_RBK_D_DAOUT_SURF_STRIDE_0, nvdla_v2_rbk_d_daout_surf_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0", NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0, nvdla_v2_rbk_d_daout_planar_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_DECONV_STRIDE_0", NVDLA_RBK_D_DECONV_STRIDE_0, nvdla_v2_rbk_d_deconv_stride_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_PERF_ENABLE_0", NVDLA_RBK_D_PERF_ENABLE_0, nvdla_v2_rbk_d_perf_enable_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_PERF_READ_STALL_0", NVDLA_RBK_D_PERF_READ_STALL_0, nvdla_v2_rbk_d_perf_read_stall_bits.BITS, double=True),
+    RegisterInfo("NVDLA_RBK_D_PERF_WRITE_STALL_0", NVDLA_RBK_D_PERF_WRITE_STALL_0, nvdla_v2_rbk_d_perf_write_stall_bits.BITS, double=True),
 )}
 
 

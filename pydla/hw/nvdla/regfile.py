@@ -116,7 +116,7 @@ class NvdlaRegisterFile:
         return struct
 
     def struct_of(self, block: str) -> type[Record]:
-        """The typed view (the generated struct) of ``block``'s window: ``nvdla_cdma_t``..."""
+        """The typed view (the generated struct) of ``block``'s window: ``nvdla_v1_cdma_t``..."""
         return self._struct(block)
 
     # -- reset and interrupts ------------------------------------------------------------------------

@@ -10,10 +10,10 @@ otherwise; when the consumer group's operation is done its ``OP_EN`` clears and 
 
 Usage::
 
-    unit = GroupedUnit("PDP", V1.nvdla_pdp_t, V1.REGISTER_INFO, 0xD000)
+    unit = GroupedUnit("PDP", V1.nvdla_v1_pdp_t, V1.REGISTER_INFO, 0xD000)
     unit.producer = 1
     unit.store(1, 0x10, 0x7)            # PDP D_DATA_CUBE_IN_WIDTH of group 1
-    view = unit.snapshot(1)             # a V1.nvdla_pdp_t copy: view.d_data_cube_in_width.cube_in_width
+    view = unit.snapshot(1)             # a V1.nvdla_v1_pdp_t copy: view.d_data_cube_in_width.cube_in_width
 """
 
 from __future__ import annotations

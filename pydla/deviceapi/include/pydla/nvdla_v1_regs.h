@@ -13,26 +13,26 @@
 #define NVDLA_V1_REGS_VERSION_MINOR 0
 #define NVDLA_V1_REGS_VERSION_PATCH 0
 #define NVDLA_V1_REGS_VERSION_STRING "1.0.0"
-#define NVDLA_V1_REGS_LAYOUT_HASH "fa8390c88819a25cf4c24f93ecd86760db2cbcef3cb462ee576ed27c5aec8561"
-#define NVDLA_V1_REGS_LAYOUT_HASH64 UINT64_C(0xfa8390c88819a25c)
+#define NVDLA_V1_REGS_LAYOUT_HASH "225d6114ec9fc6230d66ee6057413320f4073a37a3646a3978e4ce6fde7c6dfc"
+#define NVDLA_V1_REGS_LAYOUT_HASH64 UINT64_C(0x225d6114ec9fc623)
 
 /* Global registers: the hardware version, and the interrupt mask, set and status registers of every block's done events (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_glb_t {
+typedef struct __attribute__((packed)) nvdla_v1_glb_t {
     uint32_t s_nvdla_hw_version; /* offset 0, 4 bytes; reset 0x303031 */
     uint32_t s_intr_mask; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t s_intr_set; /* offset 8, 4 bytes; reset 0x0 */
     uint32_t s_intr_status; /* offset 12, 4 bytes; reset 0x0 */
     uint32_t reserved[1020]; /* offset 16, 4080 bytes */
-} nvdla_glb_t;
-_Static_assert(sizeof(nvdla_glb_t) == 4096, "nvdla_glb_t: size");
-_Static_assert(offsetof(nvdla_glb_t, s_nvdla_hw_version) == 0, "nvdla_glb_t.s_nvdla_hw_version: offset");
-_Static_assert(offsetof(nvdla_glb_t, s_intr_mask) == 4, "nvdla_glb_t.s_intr_mask: offset");
-_Static_assert(offsetof(nvdla_glb_t, s_intr_set) == 8, "nvdla_glb_t.s_intr_set: offset");
-_Static_assert(offsetof(nvdla_glb_t, s_intr_status) == 12, "nvdla_glb_t.s_intr_status: offset");
-_Static_assert(offsetof(nvdla_glb_t, reserved) == 16, "nvdla_glb_t.reserved: offset");
+} nvdla_v1_glb_t;
+_Static_assert(sizeof(nvdla_v1_glb_t) == 4096, "nvdla_v1_glb_t: size");
+_Static_assert(offsetof(nvdla_v1_glb_t, s_nvdla_hw_version) == 0, "nvdla_v1_glb_t.s_nvdla_hw_version: offset");
+_Static_assert(offsetof(nvdla_v1_glb_t, s_intr_mask) == 4, "nvdla_v1_glb_t.s_intr_mask: offset");
+_Static_assert(offsetof(nvdla_v1_glb_t, s_intr_set) == 8, "nvdla_v1_glb_t.s_intr_set: offset");
+_Static_assert(offsetof(nvdla_v1_glb_t, s_intr_status) == 12, "nvdla_v1_glb_t.s_intr_status: offset");
+_Static_assert(offsetof(nvdla_v1_glb_t, reserved) == 16, "nvdla_v1_glb_t.reserved: offset");
 
 /* Global error controller: error slices (mission and latent errors, their forcing and injection), the correctable-error counter (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_gec_t {
+typedef struct __attribute__((packed)) nvdla_v1_gec_t {
     uint32_t feature; /* offset 0, 4 bytes; reset 0x430003 */
     uint32_t swreset; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t missionerr_type; /* offset 8, 4 bytes; reset 0x5 */
@@ -73,51 +73,51 @@ typedef struct __attribute__((packed)) nvdla_gec_t {
     uint32_t reserved_0ac[1]; /* offset 172, 4 bytes */
     uint32_t errslice2_counter_reload; /* offset 176, 4 bytes; reset 0x0 */
     uint32_t reserved[979]; /* offset 180, 3916 bytes */
-} nvdla_gec_t;
-_Static_assert(sizeof(nvdla_gec_t) == 4096, "nvdla_gec_t: size");
-_Static_assert(offsetof(nvdla_gec_t, feature) == 0, "nvdla_gec_t.feature: offset");
-_Static_assert(offsetof(nvdla_gec_t, swreset) == 4, "nvdla_gec_t.swreset: offset");
-_Static_assert(offsetof(nvdla_gec_t, missionerr_type) == 8, "nvdla_gec_t.missionerr_type: offset");
-_Static_assert(offsetof(nvdla_gec_t, current_counter_value) == 12, "nvdla_gec_t.current_counter_value: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_010) == 16, "nvdla_gec_t.reserved_010: offset");
-_Static_assert(offsetof(nvdla_gec_t, missionerr_index) == 20, "nvdla_gec_t.missionerr_index: offset");
-_Static_assert(offsetof(nvdla_gec_t, correctable_threshold) == 24, "nvdla_gec_t.correctable_threshold: offset");
-_Static_assert(offsetof(nvdla_gec_t, missionerr_inject_unlock) == 28, "nvdla_gec_t.missionerr_inject_unlock: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_020) == 32, "nvdla_gec_t.reserved_020: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_enable) == 48, "nvdla_gec_t.errslice0_missionerr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_force) == 52, "nvdla_gec_t.errslice0_missionerr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_status) == 56, "nvdla_gec_t.errslice0_missionerr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_inject) == 60, "nvdla_gec_t.errslice0_missionerr_inject: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_enable) == 64, "nvdla_gec_t.errslice0_latenterr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_force) == 68, "nvdla_gec_t.errslice0_latenterr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_status) == 72, "nvdla_gec_t.errslice0_latenterr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_04c) == 76, "nvdla_gec_t.reserved_04c: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice0_counter_reload) == 80, "nvdla_gec_t.errslice0_counter_reload: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_054) == 84, "nvdla_gec_t.reserved_054: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_enable) == 96, "nvdla_gec_t.errslice1_missionerr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_force) == 100, "nvdla_gec_t.errslice1_missionerr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_status) == 104, "nvdla_gec_t.errslice1_missionerr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_inject) == 108, "nvdla_gec_t.errslice1_missionerr_inject: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_enable) == 112, "nvdla_gec_t.errslice1_latenterr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_force) == 116, "nvdla_gec_t.errslice1_latenterr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_status) == 120, "nvdla_gec_t.errslice1_latenterr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_07c) == 124, "nvdla_gec_t.reserved_07c: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_counter_reload) == 128, "nvdla_gec_t.errslice1_counter_reload: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_ecc_correction_dis) == 132, "nvdla_gec_t.errslice1_missionerr_ecc_correction_dis: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_088) == 136, "nvdla_gec_t.reserved_088: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_enable) == 144, "nvdla_gec_t.errslice2_missionerr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_force) == 148, "nvdla_gec_t.errslice2_missionerr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_status) == 152, "nvdla_gec_t.errslice2_missionerr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_inject) == 156, "nvdla_gec_t.errslice2_missionerr_inject: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_enable) == 160, "nvdla_gec_t.errslice2_latenterr_enable: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_force) == 164, "nvdla_gec_t.errslice2_latenterr_force: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_status) == 168, "nvdla_gec_t.errslice2_latenterr_status: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved_0ac) == 172, "nvdla_gec_t.reserved_0ac: offset");
-_Static_assert(offsetof(nvdla_gec_t, errslice2_counter_reload) == 176, "nvdla_gec_t.errslice2_counter_reload: offset");
-_Static_assert(offsetof(nvdla_gec_t, reserved) == 180, "nvdla_gec_t.reserved: offset");
+} nvdla_v1_gec_t;
+_Static_assert(sizeof(nvdla_v1_gec_t) == 4096, "nvdla_v1_gec_t: size");
+_Static_assert(offsetof(nvdla_v1_gec_t, feature) == 0, "nvdla_v1_gec_t.feature: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, swreset) == 4, "nvdla_v1_gec_t.swreset: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, missionerr_type) == 8, "nvdla_v1_gec_t.missionerr_type: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, current_counter_value) == 12, "nvdla_v1_gec_t.current_counter_value: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_010) == 16, "nvdla_v1_gec_t.reserved_010: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, missionerr_index) == 20, "nvdla_v1_gec_t.missionerr_index: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, correctable_threshold) == 24, "nvdla_v1_gec_t.correctable_threshold: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, missionerr_inject_unlock) == 28, "nvdla_v1_gec_t.missionerr_inject_unlock: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_020) == 32, "nvdla_v1_gec_t.reserved_020: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_enable) == 48, "nvdla_v1_gec_t.errslice0_missionerr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_force) == 52, "nvdla_v1_gec_t.errslice0_missionerr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_status) == 56, "nvdla_v1_gec_t.errslice0_missionerr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_inject) == 60, "nvdla_v1_gec_t.errslice0_missionerr_inject: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_enable) == 64, "nvdla_v1_gec_t.errslice0_latenterr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_force) == 68, "nvdla_v1_gec_t.errslice0_latenterr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_status) == 72, "nvdla_v1_gec_t.errslice0_latenterr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_04c) == 76, "nvdla_v1_gec_t.reserved_04c: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice0_counter_reload) == 80, "nvdla_v1_gec_t.errslice0_counter_reload: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_054) == 84, "nvdla_v1_gec_t.reserved_054: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_enable) == 96, "nvdla_v1_gec_t.errslice1_missionerr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_force) == 100, "nvdla_v1_gec_t.errslice1_missionerr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_status) == 104, "nvdla_v1_gec_t.errslice1_missionerr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_inject) == 108, "nvdla_v1_gec_t.errslice1_missionerr_inject: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_enable) == 112, "nvdla_v1_gec_t.errslice1_latenterr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_force) == 116, "nvdla_v1_gec_t.errslice1_latenterr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_status) == 120, "nvdla_v1_gec_t.errslice1_latenterr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_07c) == 124, "nvdla_v1_gec_t.reserved_07c: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_counter_reload) == 128, "nvdla_v1_gec_t.errslice1_counter_reload: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_ecc_correction_dis) == 132, "nvdla_v1_gec_t.errslice1_missionerr_ecc_correction_dis: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_088) == 136, "nvdla_v1_gec_t.reserved_088: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_enable) == 144, "nvdla_v1_gec_t.errslice2_missionerr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_force) == 148, "nvdla_v1_gec_t.errslice2_missionerr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_status) == 152, "nvdla_v1_gec_t.errslice2_missionerr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_inject) == 156, "nvdla_v1_gec_t.errslice2_missionerr_inject: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_enable) == 160, "nvdla_v1_gec_t.errslice2_latenterr_enable: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_force) == 164, "nvdla_v1_gec_t.errslice2_latenterr_force: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_status) == 168, "nvdla_v1_gec_t.errslice2_latenterr_status: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved_0ac) == 172, "nvdla_v1_gec_t.reserved_0ac: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, errslice2_counter_reload) == 176, "nvdla_v1_gec_t.errslice2_counter_reload: offset");
+_Static_assert(offsetof(nvdla_v1_gec_t, reserved) == 180, "nvdla_v1_gec_t.reserved: offset");
 
 /* A memory interface: MCIF (the primary memory, DRAM) or CVIF (the secondary memory, SRAM): read and write arbitration weights per client, outstanding requests, idle status (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cif_t {
+typedef struct __attribute__((packed)) nvdla_v1_cif_t {
     uint32_t cfg_rd_weight_0; /* offset 0, 4 bytes; reset 0x1010101 */
     uint32_t cfg_rd_weight_1; /* offset 4, 4 bytes; reset 0x1010101 */
     uint32_t cfg_rd_weight_2; /* offset 8, 4 bytes; reset 0x1010101 */
@@ -126,19 +126,19 @@ typedef struct __attribute__((packed)) nvdla_cif_t {
     uint32_t cfg_outstanding_cnt; /* offset 20, 4 bytes; reset 0xffff */
     uint32_t status; /* offset 24, 4 bytes; reset 0x100 */
     uint32_t reserved[1017]; /* offset 28, 4068 bytes */
-} nvdla_cif_t;
-_Static_assert(sizeof(nvdla_cif_t) == 4096, "nvdla_cif_t: size");
-_Static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_0) == 0, "nvdla_cif_t.cfg_rd_weight_0: offset");
-_Static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_1) == 4, "nvdla_cif_t.cfg_rd_weight_1: offset");
-_Static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_2) == 8, "nvdla_cif_t.cfg_rd_weight_2: offset");
-_Static_assert(offsetof(nvdla_cif_t, cfg_wr_weight_0) == 12, "nvdla_cif_t.cfg_wr_weight_0: offset");
-_Static_assert(offsetof(nvdla_cif_t, cfg_wr_weight_1) == 16, "nvdla_cif_t.cfg_wr_weight_1: offset");
-_Static_assert(offsetof(nvdla_cif_t, cfg_outstanding_cnt) == 20, "nvdla_cif_t.cfg_outstanding_cnt: offset");
-_Static_assert(offsetof(nvdla_cif_t, status) == 24, "nvdla_cif_t.status: offset");
-_Static_assert(offsetof(nvdla_cif_t, reserved) == 28, "nvdla_cif_t.reserved: offset");
+} nvdla_v1_cif_t;
+_Static_assert(sizeof(nvdla_v1_cif_t) == 4096, "nvdla_v1_cif_t: size");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_0) == 0, "nvdla_v1_cif_t.cfg_rd_weight_0: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_1) == 4, "nvdla_v1_cif_t.cfg_rd_weight_1: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_2) == 8, "nvdla_v1_cif_t.cfg_rd_weight_2: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_wr_weight_0) == 12, "nvdla_v1_cif_t.cfg_wr_weight_0: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_wr_weight_1) == 16, "nvdla_v1_cif_t.cfg_wr_weight_1: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, cfg_outstanding_cnt) == 20, "nvdla_v1_cif_t.cfg_outstanding_cnt: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, status) == 24, "nvdla_v1_cif_t.status: offset");
+_Static_assert(offsetof(nvdla_v1_cif_t, reserved) == 28, "nvdla_v1_cif_t.reserved: offset");
 
 /* Bridge DMA: CFG_* describe one transfer; CFG_OP queues it; CFG_LAUNCH0/1 run the transfers queued since the last launch as group 0 or 1. No register groups (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_bdma_t {
+typedef struct __attribute__((packed)) nvdla_v1_bdma_t {
     uint32_t cfg_src_addr_low; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t cfg_src_addr_high; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t cfg_dst_addr_low; /* offset 8, 4 bytes; reset 0x0 */
@@ -161,33 +161,33 @@ typedef struct __attribute__((packed)) nvdla_bdma_t {
     uint32_t status_grp1_read_stall; /* offset 76, 4 bytes; reset 0x0 */
     uint32_t status_grp1_write_stall; /* offset 80, 4 bytes; reset 0x0 */
     uint32_t reserved[1003]; /* offset 84, 4012 bytes */
-} nvdla_bdma_t;
-_Static_assert(sizeof(nvdla_bdma_t) == 4096, "nvdla_bdma_t: size");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_src_addr_low) == 0, "nvdla_bdma_t.cfg_src_addr_low: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_src_addr_high) == 4, "nvdla_bdma_t.cfg_src_addr_high: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_dst_addr_low) == 8, "nvdla_bdma_t.cfg_dst_addr_low: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_dst_addr_high) == 12, "nvdla_bdma_t.cfg_dst_addr_high: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_line) == 16, "nvdla_bdma_t.cfg_line: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_cmd) == 20, "nvdla_bdma_t.cfg_cmd: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_line_repeat) == 24, "nvdla_bdma_t.cfg_line_repeat: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_src_line) == 28, "nvdla_bdma_t.cfg_src_line: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_dst_line) == 32, "nvdla_bdma_t.cfg_dst_line: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_surf_repeat) == 36, "nvdla_bdma_t.cfg_surf_repeat: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_src_surf) == 40, "nvdla_bdma_t.cfg_src_surf: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_dst_surf) == 44, "nvdla_bdma_t.cfg_dst_surf: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_op) == 48, "nvdla_bdma_t.cfg_op: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_launch0) == 52, "nvdla_bdma_t.cfg_launch0: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_launch1) == 56, "nvdla_bdma_t.cfg_launch1: offset");
-_Static_assert(offsetof(nvdla_bdma_t, cfg_status) == 60, "nvdla_bdma_t.cfg_status: offset");
-_Static_assert(offsetof(nvdla_bdma_t, status) == 64, "nvdla_bdma_t.status: offset");
-_Static_assert(offsetof(nvdla_bdma_t, status_grp0_read_stall) == 68, "nvdla_bdma_t.status_grp0_read_stall: offset");
-_Static_assert(offsetof(nvdla_bdma_t, status_grp0_write_stall) == 72, "nvdla_bdma_t.status_grp0_write_stall: offset");
-_Static_assert(offsetof(nvdla_bdma_t, status_grp1_read_stall) == 76, "nvdla_bdma_t.status_grp1_read_stall: offset");
-_Static_assert(offsetof(nvdla_bdma_t, status_grp1_write_stall) == 80, "nvdla_bdma_t.status_grp1_write_stall: offset");
-_Static_assert(offsetof(nvdla_bdma_t, reserved) == 84, "nvdla_bdma_t.reserved: offset");
+} nvdla_v1_bdma_t;
+_Static_assert(sizeof(nvdla_v1_bdma_t) == 4096, "nvdla_v1_bdma_t: size");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_addr_low) == 0, "nvdla_v1_bdma_t.cfg_src_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_addr_high) == 4, "nvdla_v1_bdma_t.cfg_src_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_addr_low) == 8, "nvdla_v1_bdma_t.cfg_dst_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_addr_high) == 12, "nvdla_v1_bdma_t.cfg_dst_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_line) == 16, "nvdla_v1_bdma_t.cfg_line: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_cmd) == 20, "nvdla_v1_bdma_t.cfg_cmd: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_line_repeat) == 24, "nvdla_v1_bdma_t.cfg_line_repeat: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_line) == 28, "nvdla_v1_bdma_t.cfg_src_line: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_line) == 32, "nvdla_v1_bdma_t.cfg_dst_line: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_surf_repeat) == 36, "nvdla_v1_bdma_t.cfg_surf_repeat: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_surf) == 40, "nvdla_v1_bdma_t.cfg_src_surf: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_surf) == 44, "nvdla_v1_bdma_t.cfg_dst_surf: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_op) == 48, "nvdla_v1_bdma_t.cfg_op: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_launch0) == 52, "nvdla_v1_bdma_t.cfg_launch0: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_launch1) == 56, "nvdla_v1_bdma_t.cfg_launch1: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, cfg_status) == 60, "nvdla_v1_bdma_t.cfg_status: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, status) == 64, "nvdla_v1_bdma_t.status: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, status_grp0_read_stall) == 68, "nvdla_v1_bdma_t.status_grp0_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, status_grp0_write_stall) == 72, "nvdla_v1_bdma_t.status_grp0_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, status_grp1_read_stall) == 76, "nvdla_v1_bdma_t.status_grp1_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, status_grp1_write_stall) == 80, "nvdla_v1_bdma_t.status_grp1_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_bdma_t, reserved) == 84, "nvdla_v1_bdma_t.reserved: offset");
 
 /* Convolution DMA: fetches the input (feature data or an image, with mean and conversion) and the weights into the convolution buffer (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cdma_t {
+typedef struct __attribute__((packed)) nvdla_v1_cdma_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t s_arbiter; /* offset 8, 4 bytes; reset 0x3000f */
@@ -248,71 +248,71 @@ typedef struct __attribute__((packed)) nvdla_cdma_t {
     uint32_t d_perf_wt_read_latency; /* offset 228, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 232, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[965]; /* offset 236, 3860 bytes */
-} nvdla_cdma_t;
-_Static_assert(sizeof(nvdla_cdma_t) == 4096, "nvdla_cdma_t: size");
-_Static_assert(offsetof(nvdla_cdma_t, s_status) == 0, "nvdla_cdma_t.s_status: offset");
-_Static_assert(offsetof(nvdla_cdma_t, s_pointer) == 4, "nvdla_cdma_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_cdma_t, s_arbiter) == 8, "nvdla_cdma_t.s_arbiter: offset");
-_Static_assert(offsetof(nvdla_cdma_t, s_cbuf_flush_status) == 12, "nvdla_cdma_t.s_cbuf_flush_status: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_op_enable) == 16, "nvdla_cdma_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_misc_cfg) == 20, "nvdla_cdma_t.d_misc_cfg: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_datain_format) == 24, "nvdla_cdma_t.d_datain_format: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_datain_size_0) == 28, "nvdla_cdma_t.d_datain_size_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_datain_size_1) == 32, "nvdla_cdma_t.d_datain_size_1: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_datain_size_ext_0) == 36, "nvdla_cdma_t.d_datain_size_ext_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_pixel_offset) == 40, "nvdla_cdma_t.d_pixel_offset: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_ram_type) == 44, "nvdla_cdma_t.d_dain_ram_type: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_addr_high_0) == 48, "nvdla_cdma_t.d_dain_addr_high_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_addr_low_0) == 52, "nvdla_cdma_t.d_dain_addr_low_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_addr_high_1) == 56, "nvdla_cdma_t.d_dain_addr_high_1: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_addr_low_1) == 60, "nvdla_cdma_t.d_dain_addr_low_1: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_line_stride) == 64, "nvdla_cdma_t.d_line_stride: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_line_uv_stride) == 68, "nvdla_cdma_t.d_line_uv_stride: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_surf_stride) == 72, "nvdla_cdma_t.d_surf_stride: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_dain_map) == 76, "nvdla_cdma_t.d_dain_map: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_reserved_x_cfg) == 80, "nvdla_cdma_t.d_reserved_x_cfg: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_reserved_y_cfg) == 84, "nvdla_cdma_t.d_reserved_y_cfg: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_batch_number) == 88, "nvdla_cdma_t.d_batch_number: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_batch_stride) == 92, "nvdla_cdma_t.d_batch_stride: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_entry_per_slice) == 96, "nvdla_cdma_t.d_entry_per_slice: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_fetch_grain) == 100, "nvdla_cdma_t.d_fetch_grain: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_format) == 104, "nvdla_cdma_t.d_weight_format: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_size_0) == 108, "nvdla_cdma_t.d_weight_size_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_size_1) == 112, "nvdla_cdma_t.d_weight_size_1: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_ram_type) == 116, "nvdla_cdma_t.d_weight_ram_type: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_addr_high) == 120, "nvdla_cdma_t.d_weight_addr_high: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_addr_low) == 124, "nvdla_cdma_t.d_weight_addr_low: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_weight_bytes) == 128, "nvdla_cdma_t.d_weight_bytes: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_wgs_addr_high) == 132, "nvdla_cdma_t.d_wgs_addr_high: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_wgs_addr_low) == 136, "nvdla_cdma_t.d_wgs_addr_low: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_wmb_addr_high) == 140, "nvdla_cdma_t.d_wmb_addr_high: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_wmb_addr_low) == 144, "nvdla_cdma_t.d_wmb_addr_low: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_wmb_bytes) == 148, "nvdla_cdma_t.d_wmb_bytes: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_mean_format) == 152, "nvdla_cdma_t.d_mean_format: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_mean_global_0) == 156, "nvdla_cdma_t.d_mean_global_0: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_mean_global_1) == 160, "nvdla_cdma_t.d_mean_global_1: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_cvt_cfg) == 164, "nvdla_cdma_t.d_cvt_cfg: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_cvt_offset) == 168, "nvdla_cdma_t.d_cvt_offset: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_cvt_scale) == 172, "nvdla_cdma_t.d_cvt_scale: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_conv_stride) == 176, "nvdla_cdma_t.d_conv_stride: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_zero_padding) == 180, "nvdla_cdma_t.d_zero_padding: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_zero_padding_value) == 184, "nvdla_cdma_t.d_zero_padding_value: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_bank) == 188, "nvdla_cdma_t.d_bank: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_nan_flush_to_zero) == 192, "nvdla_cdma_t.d_nan_flush_to_zero: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_nan_input_data_num) == 196, "nvdla_cdma_t.d_nan_input_data_num: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_nan_input_weight_num) == 200, "nvdla_cdma_t.d_nan_input_weight_num: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_inf_input_data_num) == 204, "nvdla_cdma_t.d_inf_input_data_num: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_inf_input_weight_num) == 208, "nvdla_cdma_t.d_inf_input_weight_num: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_perf_enable) == 212, "nvdla_cdma_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_perf_dat_read_stall) == 216, "nvdla_cdma_t.d_perf_dat_read_stall: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_perf_wt_read_stall) == 220, "nvdla_cdma_t.d_perf_wt_read_stall: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_perf_dat_read_latency) == 224, "nvdla_cdma_t.d_perf_dat_read_latency: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_perf_wt_read_latency) == 228, "nvdla_cdma_t.d_perf_wt_read_latency: offset");
-_Static_assert(offsetof(nvdla_cdma_t, d_cya) == 232, "nvdla_cdma_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_cdma_t, reserved) == 236, "nvdla_cdma_t.reserved: offset");
+} nvdla_v1_cdma_t;
+_Static_assert(sizeof(nvdla_v1_cdma_t) == 4096, "nvdla_v1_cdma_t: size");
+_Static_assert(offsetof(nvdla_v1_cdma_t, s_status) == 0, "nvdla_v1_cdma_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, s_pointer) == 4, "nvdla_v1_cdma_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, s_arbiter) == 8, "nvdla_v1_cdma_t.s_arbiter: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, s_cbuf_flush_status) == 12, "nvdla_v1_cdma_t.s_cbuf_flush_status: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_op_enable) == 16, "nvdla_v1_cdma_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_misc_cfg) == 20, "nvdla_v1_cdma_t.d_misc_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_datain_format) == 24, "nvdla_v1_cdma_t.d_datain_format: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_0) == 28, "nvdla_v1_cdma_t.d_datain_size_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_1) == 32, "nvdla_v1_cdma_t.d_datain_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_ext_0) == 36, "nvdla_v1_cdma_t.d_datain_size_ext_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_pixel_offset) == 40, "nvdla_v1_cdma_t.d_pixel_offset: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_ram_type) == 44, "nvdla_v1_cdma_t.d_dain_ram_type: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_high_0) == 48, "nvdla_v1_cdma_t.d_dain_addr_high_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_low_0) == 52, "nvdla_v1_cdma_t.d_dain_addr_low_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_high_1) == 56, "nvdla_v1_cdma_t.d_dain_addr_high_1: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_low_1) == 60, "nvdla_v1_cdma_t.d_dain_addr_low_1: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_line_stride) == 64, "nvdla_v1_cdma_t.d_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_line_uv_stride) == 68, "nvdla_v1_cdma_t.d_line_uv_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_surf_stride) == 72, "nvdla_v1_cdma_t.d_surf_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_dain_map) == 76, "nvdla_v1_cdma_t.d_dain_map: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_reserved_x_cfg) == 80, "nvdla_v1_cdma_t.d_reserved_x_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_reserved_y_cfg) == 84, "nvdla_v1_cdma_t.d_reserved_y_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_batch_number) == 88, "nvdla_v1_cdma_t.d_batch_number: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_batch_stride) == 92, "nvdla_v1_cdma_t.d_batch_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_entry_per_slice) == 96, "nvdla_v1_cdma_t.d_entry_per_slice: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_fetch_grain) == 100, "nvdla_v1_cdma_t.d_fetch_grain: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_format) == 104, "nvdla_v1_cdma_t.d_weight_format: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_size_0) == 108, "nvdla_v1_cdma_t.d_weight_size_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_size_1) == 112, "nvdla_v1_cdma_t.d_weight_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_ram_type) == 116, "nvdla_v1_cdma_t.d_weight_ram_type: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_addr_high) == 120, "nvdla_v1_cdma_t.d_weight_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_addr_low) == 124, "nvdla_v1_cdma_t.d_weight_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_weight_bytes) == 128, "nvdla_v1_cdma_t.d_weight_bytes: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_wgs_addr_high) == 132, "nvdla_v1_cdma_t.d_wgs_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_wgs_addr_low) == 136, "nvdla_v1_cdma_t.d_wgs_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_addr_high) == 140, "nvdla_v1_cdma_t.d_wmb_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_addr_low) == 144, "nvdla_v1_cdma_t.d_wmb_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_bytes) == 148, "nvdla_v1_cdma_t.d_wmb_bytes: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_mean_format) == 152, "nvdla_v1_cdma_t.d_mean_format: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_mean_global_0) == 156, "nvdla_v1_cdma_t.d_mean_global_0: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_mean_global_1) == 160, "nvdla_v1_cdma_t.d_mean_global_1: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_cfg) == 164, "nvdla_v1_cdma_t.d_cvt_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_offset) == 168, "nvdla_v1_cdma_t.d_cvt_offset: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_scale) == 172, "nvdla_v1_cdma_t.d_cvt_scale: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_conv_stride) == 176, "nvdla_v1_cdma_t.d_conv_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_zero_padding) == 180, "nvdla_v1_cdma_t.d_zero_padding: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_zero_padding_value) == 184, "nvdla_v1_cdma_t.d_zero_padding_value: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_bank) == 188, "nvdla_v1_cdma_t.d_bank: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_nan_flush_to_zero) == 192, "nvdla_v1_cdma_t.d_nan_flush_to_zero: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_nan_input_data_num) == 196, "nvdla_v1_cdma_t.d_nan_input_data_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_nan_input_weight_num) == 200, "nvdla_v1_cdma_t.d_nan_input_weight_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_inf_input_data_num) == 204, "nvdla_v1_cdma_t.d_inf_input_data_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_inf_input_weight_num) == 208, "nvdla_v1_cdma_t.d_inf_input_weight_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_perf_enable) == 212, "nvdla_v1_cdma_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_perf_dat_read_stall) == 216, "nvdla_v1_cdma_t.d_perf_dat_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_perf_wt_read_stall) == 220, "nvdla_v1_cdma_t.d_perf_wt_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_perf_dat_read_latency) == 224, "nvdla_v1_cdma_t.d_perf_dat_read_latency: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_perf_wt_read_latency) == 228, "nvdla_v1_cdma_t.d_perf_wt_read_latency: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, d_cya) == 232, "nvdla_v1_cdma_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_cdma_t, reserved) == 236, "nvdla_v1_cdma_t.reserved: offset");
 
 /* Convolution sequence controller: feeds data and weights from the convolution buffer to the MAC arrays (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_csc_t {
+typedef struct __attribute__((packed)) nvdla_v1_csc_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -340,53 +340,53 @@ typedef struct __attribute__((packed)) nvdla_csc_t {
     uint32_t d_pra_cfg; /* offset 96, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 100, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[998]; /* offset 104, 3992 bytes */
-} nvdla_csc_t;
-_Static_assert(sizeof(nvdla_csc_t) == 4096, "nvdla_csc_t: size");
-_Static_assert(offsetof(nvdla_csc_t, s_status) == 0, "nvdla_csc_t.s_status: offset");
-_Static_assert(offsetof(nvdla_csc_t, s_pointer) == 4, "nvdla_csc_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_op_enable) == 8, "nvdla_csc_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_misc_cfg) == 12, "nvdla_csc_t.d_misc_cfg: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_datain_format) == 16, "nvdla_csc_t.d_datain_format: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_datain_size_ext_0) == 20, "nvdla_csc_t.d_datain_size_ext_0: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_datain_size_ext_1) == 24, "nvdla_csc_t.d_datain_size_ext_1: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_batch_number) == 28, "nvdla_csc_t.d_batch_number: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_post_y_extension) == 32, "nvdla_csc_t.d_post_y_extension: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_entry_per_slice) == 36, "nvdla_csc_t.d_entry_per_slice: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_weight_format) == 40, "nvdla_csc_t.d_weight_format: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_weight_size_ext_0) == 44, "nvdla_csc_t.d_weight_size_ext_0: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_weight_size_ext_1) == 48, "nvdla_csc_t.d_weight_size_ext_1: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_weight_bytes) == 52, "nvdla_csc_t.d_weight_bytes: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_wmb_bytes) == 56, "nvdla_csc_t.d_wmb_bytes: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_dataout_size_0) == 60, "nvdla_csc_t.d_dataout_size_0: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_dataout_size_1) == 64, "nvdla_csc_t.d_dataout_size_1: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_atomics) == 68, "nvdla_csc_t.d_atomics: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_release) == 72, "nvdla_csc_t.d_release: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_conv_stride_ext) == 76, "nvdla_csc_t.d_conv_stride_ext: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_dilation_ext) == 80, "nvdla_csc_t.d_dilation_ext: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_zero_padding) == 84, "nvdla_csc_t.d_zero_padding: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_zero_padding_value) == 88, "nvdla_csc_t.d_zero_padding_value: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_bank) == 92, "nvdla_csc_t.d_bank: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_pra_cfg) == 96, "nvdla_csc_t.d_pra_cfg: offset");
-_Static_assert(offsetof(nvdla_csc_t, d_cya) == 100, "nvdla_csc_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_csc_t, reserved) == 104, "nvdla_csc_t.reserved: offset");
+} nvdla_v1_csc_t;
+_Static_assert(sizeof(nvdla_v1_csc_t) == 4096, "nvdla_v1_csc_t: size");
+_Static_assert(offsetof(nvdla_v1_csc_t, s_status) == 0, "nvdla_v1_csc_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, s_pointer) == 4, "nvdla_v1_csc_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_op_enable) == 8, "nvdla_v1_csc_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_misc_cfg) == 12, "nvdla_v1_csc_t.d_misc_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_datain_format) == 16, "nvdla_v1_csc_t.d_datain_format: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_datain_size_ext_0) == 20, "nvdla_v1_csc_t.d_datain_size_ext_0: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_datain_size_ext_1) == 24, "nvdla_v1_csc_t.d_datain_size_ext_1: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_batch_number) == 28, "nvdla_v1_csc_t.d_batch_number: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_post_y_extension) == 32, "nvdla_v1_csc_t.d_post_y_extension: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_entry_per_slice) == 36, "nvdla_v1_csc_t.d_entry_per_slice: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_weight_format) == 40, "nvdla_v1_csc_t.d_weight_format: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_weight_size_ext_0) == 44, "nvdla_v1_csc_t.d_weight_size_ext_0: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_weight_size_ext_1) == 48, "nvdla_v1_csc_t.d_weight_size_ext_1: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_weight_bytes) == 52, "nvdla_v1_csc_t.d_weight_bytes: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_wmb_bytes) == 56, "nvdla_v1_csc_t.d_wmb_bytes: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_dataout_size_0) == 60, "nvdla_v1_csc_t.d_dataout_size_0: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_dataout_size_1) == 64, "nvdla_v1_csc_t.d_dataout_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_atomics) == 68, "nvdla_v1_csc_t.d_atomics: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_release) == 72, "nvdla_v1_csc_t.d_release: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_conv_stride_ext) == 76, "nvdla_v1_csc_t.d_conv_stride_ext: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_dilation_ext) == 80, "nvdla_v1_csc_t.d_dilation_ext: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_zero_padding) == 84, "nvdla_v1_csc_t.d_zero_padding: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_zero_padding_value) == 88, "nvdla_v1_csc_t.d_zero_padding_value: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_bank) == 92, "nvdla_v1_csc_t.d_bank: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_pra_cfg) == 96, "nvdla_v1_csc_t.d_pra_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, d_cya) == 100, "nvdla_v1_csc_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_csc_t, reserved) == 104, "nvdla_v1_csc_t.reserved: offset");
 
 /* A convolution MAC array (CMAC_A and CMAC_B are the two halves, with the same registers) (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cmac_t {
+typedef struct __attribute__((packed)) nvdla_v1_cmac_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_misc_cfg; /* offset 12, 4 bytes; one per register group; reset 0x1000 */
     uint32_t reserved[1020]; /* offset 16, 4080 bytes */
-} nvdla_cmac_t;
-_Static_assert(sizeof(nvdla_cmac_t) == 4096, "nvdla_cmac_t: size");
-_Static_assert(offsetof(nvdla_cmac_t, s_status) == 0, "nvdla_cmac_t.s_status: offset");
-_Static_assert(offsetof(nvdla_cmac_t, s_pointer) == 4, "nvdla_cmac_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_cmac_t, d_op_enable) == 8, "nvdla_cmac_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_cmac_t, d_misc_cfg) == 12, "nvdla_cmac_t.d_misc_cfg: offset");
-_Static_assert(offsetof(nvdla_cmac_t, reserved) == 16, "nvdla_cmac_t.reserved: offset");
+} nvdla_v1_cmac_t;
+_Static_assert(sizeof(nvdla_v1_cmac_t) == 4096, "nvdla_v1_cmac_t: size");
+_Static_assert(offsetof(nvdla_v1_cmac_t, s_status) == 0, "nvdla_v1_cmac_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_cmac_t, s_pointer) == 4, "nvdla_v1_cmac_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_cmac_t, d_op_enable) == 8, "nvdla_v1_cmac_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cmac_t, d_misc_cfg) == 12, "nvdla_v1_cmac_t.d_misc_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cmac_t, reserved) == 16, "nvdla_v1_cmac_t.reserved: offset");
 
 /* Convolution accumulator: sums partial results, truncates (CLIP_CFG) and sends the result to the SDP (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cacc_t {
+typedef struct __attribute__((packed)) nvdla_v1_cacc_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -402,26 +402,26 @@ typedef struct __attribute__((packed)) nvdla_cacc_t {
     uint32_t d_out_saturation; /* offset 48, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 52, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[1010]; /* offset 56, 4040 bytes */
-} nvdla_cacc_t;
-_Static_assert(sizeof(nvdla_cacc_t) == 4096, "nvdla_cacc_t: size");
-_Static_assert(offsetof(nvdla_cacc_t, s_status) == 0, "nvdla_cacc_t.s_status: offset");
-_Static_assert(offsetof(nvdla_cacc_t, s_pointer) == 4, "nvdla_cacc_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_op_enable) == 8, "nvdla_cacc_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_misc_cfg) == 12, "nvdla_cacc_t.d_misc_cfg: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_dataout_size_0) == 16, "nvdla_cacc_t.d_dataout_size_0: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_dataout_size_1) == 20, "nvdla_cacc_t.d_dataout_size_1: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_dataout_addr) == 24, "nvdla_cacc_t.d_dataout_addr: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_batch_number) == 28, "nvdla_cacc_t.d_batch_number: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_line_stride) == 32, "nvdla_cacc_t.d_line_stride: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_surf_stride) == 36, "nvdla_cacc_t.d_surf_stride: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_dataout_map) == 40, "nvdla_cacc_t.d_dataout_map: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_clip_cfg) == 44, "nvdla_cacc_t.d_clip_cfg: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_out_saturation) == 48, "nvdla_cacc_t.d_out_saturation: offset");
-_Static_assert(offsetof(nvdla_cacc_t, d_cya) == 52, "nvdla_cacc_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_cacc_t, reserved) == 56, "nvdla_cacc_t.reserved: offset");
+} nvdla_v1_cacc_t;
+_Static_assert(sizeof(nvdla_v1_cacc_t) == 4096, "nvdla_v1_cacc_t: size");
+_Static_assert(offsetof(nvdla_v1_cacc_t, s_status) == 0, "nvdla_v1_cacc_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, s_pointer) == 4, "nvdla_v1_cacc_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_op_enable) == 8, "nvdla_v1_cacc_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_misc_cfg) == 12, "nvdla_v1_cacc_t.d_misc_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_size_0) == 16, "nvdla_v1_cacc_t.d_dataout_size_0: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_size_1) == 20, "nvdla_v1_cacc_t.d_dataout_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_addr) == 24, "nvdla_v1_cacc_t.d_dataout_addr: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_batch_number) == 28, "nvdla_v1_cacc_t.d_batch_number: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_line_stride) == 32, "nvdla_v1_cacc_t.d_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_surf_stride) == 36, "nvdla_v1_cacc_t.d_surf_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_map) == 40, "nvdla_v1_cacc_t.d_dataout_map: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_clip_cfg) == 44, "nvdla_v1_cacc_t.d_clip_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_out_saturation) == 48, "nvdla_v1_cacc_t.d_out_saturation: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, d_cya) == 52, "nvdla_v1_cacc_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_cacc_t, reserved) == 56, "nvdla_v1_cacc_t.reserved: offset");
 
 /* SDP read DMA: the SDP's input cube (when it does not come on the fly from CACC) and the X1 (BS), X2 (BN) and Y (EW) operands (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_sdp_rdma_t {
+typedef struct __attribute__((packed)) nvdla_v1_sdp_rdma_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -460,49 +460,49 @@ typedef struct __attribute__((packed)) nvdla_sdp_rdma_t {
     uint32_t d_perf_nrdma_read_stall; /* offset 140, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_perf_erdma_read_stall; /* offset 144, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[987]; /* offset 148, 3948 bytes */
-} nvdla_sdp_rdma_t;
-_Static_assert(sizeof(nvdla_sdp_rdma_t) == 4096, "nvdla_sdp_rdma_t: size");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, s_status) == 0, "nvdla_sdp_rdma_t.s_status: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, s_pointer) == 4, "nvdla_sdp_rdma_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_op_enable) == 8, "nvdla_sdp_rdma_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_width) == 12, "nvdla_sdp_rdma_t.d_data_cube_width: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_height) == 16, "nvdla_sdp_rdma_t.d_data_cube_height: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_channel) == 20, "nvdla_sdp_rdma_t.d_data_cube_channel: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_sdp_rdma_t.d_src_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_sdp_rdma_t.d_src_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_src_line_stride) == 32, "nvdla_sdp_rdma_t.d_src_line_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_src_surface_stride) == 36, "nvdla_sdp_rdma_t.d_src_surface_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_brdma_cfg) == 40, "nvdla_sdp_rdma_t.d_brdma_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_base_addr_low) == 44, "nvdla_sdp_rdma_t.d_bs_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_base_addr_high) == 48, "nvdla_sdp_rdma_t.d_bs_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_line_stride) == 52, "nvdla_sdp_rdma_t.d_bs_line_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_surface_stride) == 56, "nvdla_sdp_rdma_t.d_bs_surface_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_batch_stride) == 60, "nvdla_sdp_rdma_t.d_bs_batch_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_nrdma_cfg) == 64, "nvdla_sdp_rdma_t.d_nrdma_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_base_addr_low) == 68, "nvdla_sdp_rdma_t.d_bn_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_base_addr_high) == 72, "nvdla_sdp_rdma_t.d_bn_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_line_stride) == 76, "nvdla_sdp_rdma_t.d_bn_line_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_surface_stride) == 80, "nvdla_sdp_rdma_t.d_bn_surface_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_batch_stride) == 84, "nvdla_sdp_rdma_t.d_bn_batch_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_erdma_cfg) == 88, "nvdla_sdp_rdma_t.d_erdma_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_base_addr_low) == 92, "nvdla_sdp_rdma_t.d_ew_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_base_addr_high) == 96, "nvdla_sdp_rdma_t.d_ew_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_line_stride) == 100, "nvdla_sdp_rdma_t.d_ew_line_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_surface_stride) == 104, "nvdla_sdp_rdma_t.d_ew_surface_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_batch_stride) == 108, "nvdla_sdp_rdma_t.d_ew_batch_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_feature_mode_cfg) == 112, "nvdla_sdp_rdma_t.d_feature_mode_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_src_dma_cfg) == 116, "nvdla_sdp_rdma_t.d_src_dma_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_status_nan_input_num) == 120, "nvdla_sdp_rdma_t.d_status_nan_input_num: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_status_inf_input_num) == 124, "nvdla_sdp_rdma_t.d_status_inf_input_num: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_enable) == 128, "nvdla_sdp_rdma_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_mrdma_read_stall) == 132, "nvdla_sdp_rdma_t.d_perf_mrdma_read_stall: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_brdma_read_stall) == 136, "nvdla_sdp_rdma_t.d_perf_brdma_read_stall: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_nrdma_read_stall) == 140, "nvdla_sdp_rdma_t.d_perf_nrdma_read_stall: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_erdma_read_stall) == 144, "nvdla_sdp_rdma_t.d_perf_erdma_read_stall: offset");
-_Static_assert(offsetof(nvdla_sdp_rdma_t, reserved) == 148, "nvdla_sdp_rdma_t.reserved: offset");
+} nvdla_v1_sdp_rdma_t;
+_Static_assert(sizeof(nvdla_v1_sdp_rdma_t) == 4096, "nvdla_v1_sdp_rdma_t: size");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, s_status) == 0, "nvdla_v1_sdp_rdma_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, s_pointer) == 4, "nvdla_v1_sdp_rdma_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_op_enable) == 8, "nvdla_v1_sdp_rdma_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_width) == 12, "nvdla_v1_sdp_rdma_t.d_data_cube_width: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_height) == 16, "nvdla_v1_sdp_rdma_t.d_data_cube_height: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_channel) == 20, "nvdla_v1_sdp_rdma_t.d_data_cube_channel: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_v1_sdp_rdma_t.d_src_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_v1_sdp_rdma_t.d_src_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_line_stride) == 32, "nvdla_v1_sdp_rdma_t.d_src_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_surface_stride) == 36, "nvdla_v1_sdp_rdma_t.d_src_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_brdma_cfg) == 40, "nvdla_v1_sdp_rdma_t.d_brdma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_base_addr_low) == 44, "nvdla_v1_sdp_rdma_t.d_bs_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_base_addr_high) == 48, "nvdla_v1_sdp_rdma_t.d_bs_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_line_stride) == 52, "nvdla_v1_sdp_rdma_t.d_bs_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_surface_stride) == 56, "nvdla_v1_sdp_rdma_t.d_bs_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_batch_stride) == 60, "nvdla_v1_sdp_rdma_t.d_bs_batch_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_nrdma_cfg) == 64, "nvdla_v1_sdp_rdma_t.d_nrdma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_base_addr_low) == 68, "nvdla_v1_sdp_rdma_t.d_bn_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_base_addr_high) == 72, "nvdla_v1_sdp_rdma_t.d_bn_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_line_stride) == 76, "nvdla_v1_sdp_rdma_t.d_bn_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_surface_stride) == 80, "nvdla_v1_sdp_rdma_t.d_bn_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_batch_stride) == 84, "nvdla_v1_sdp_rdma_t.d_bn_batch_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_erdma_cfg) == 88, "nvdla_v1_sdp_rdma_t.d_erdma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_base_addr_low) == 92, "nvdla_v1_sdp_rdma_t.d_ew_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_base_addr_high) == 96, "nvdla_v1_sdp_rdma_t.d_ew_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_line_stride) == 100, "nvdla_v1_sdp_rdma_t.d_ew_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_surface_stride) == 104, "nvdla_v1_sdp_rdma_t.d_ew_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_batch_stride) == 108, "nvdla_v1_sdp_rdma_t.d_ew_batch_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_feature_mode_cfg) == 112, "nvdla_v1_sdp_rdma_t.d_feature_mode_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_dma_cfg) == 116, "nvdla_v1_sdp_rdma_t.d_src_dma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_status_nan_input_num) == 120, "nvdla_v1_sdp_rdma_t.d_status_nan_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_status_inf_input_num) == 124, "nvdla_v1_sdp_rdma_t.d_status_inf_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_enable) == 128, "nvdla_v1_sdp_rdma_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_mrdma_read_stall) == 132, "nvdla_v1_sdp_rdma_t.d_perf_mrdma_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_brdma_read_stall) == 136, "nvdla_v1_sdp_rdma_t.d_perf_brdma_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_nrdma_read_stall) == 140, "nvdla_v1_sdp_rdma_t.d_perf_nrdma_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_erdma_read_stall) == 144, "nvdla_v1_sdp_rdma_t.d_perf_erdma_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_rdma_t, reserved) == 148, "nvdla_v1_sdp_rdma_t.reserved: offset");
 
 /* Single data point processor: X1 (BS), X2 (BN) and Y (EW) stages, the LUT, the output converter (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_sdp_t {
+typedef struct __attribute__((packed)) nvdla_v1_sdp_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t s_lut_access_cfg; /* offset 8, 4 bytes; reset 0x0 */
@@ -567,75 +567,75 @@ typedef struct __attribute__((packed)) nvdla_sdp_t {
     uint32_t d_perf_lut_le_hit; /* offset 244, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_perf_lut_lo_hit; /* offset 248, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[961]; /* offset 252, 3844 bytes */
-} nvdla_sdp_t;
-_Static_assert(sizeof(nvdla_sdp_t) == 4096, "nvdla_sdp_t: size");
-_Static_assert(offsetof(nvdla_sdp_t, s_status) == 0, "nvdla_sdp_t.s_status: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_pointer) == 4, "nvdla_sdp_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_access_cfg) == 8, "nvdla_sdp_t.s_lut_access_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_access_data) == 12, "nvdla_sdp_t.s_lut_access_data: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_cfg) == 16, "nvdla_sdp_t.s_lut_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_info) == 20, "nvdla_sdp_t.s_lut_info: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_le_start) == 24, "nvdla_sdp_t.s_lut_le_start: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_le_end) == 28, "nvdla_sdp_t.s_lut_le_end: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_lo_start) == 32, "nvdla_sdp_t.s_lut_lo_start: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_lo_end) == 36, "nvdla_sdp_t.s_lut_lo_end: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_le_slope_scale) == 40, "nvdla_sdp_t.s_lut_le_slope_scale: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_le_slope_shift) == 44, "nvdla_sdp_t.s_lut_le_slope_shift: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_lo_slope_scale) == 48, "nvdla_sdp_t.s_lut_lo_slope_scale: offset");
-_Static_assert(offsetof(nvdla_sdp_t, s_lut_lo_slope_shift) == 52, "nvdla_sdp_t.s_lut_lo_slope_shift: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_op_enable) == 56, "nvdla_sdp_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_data_cube_width) == 60, "nvdla_sdp_t.d_data_cube_width: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_data_cube_height) == 64, "nvdla_sdp_t.d_data_cube_height: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_data_cube_channel) == 68, "nvdla_sdp_t.d_data_cube_channel: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_base_addr_low) == 72, "nvdla_sdp_t.d_dst_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_base_addr_high) == 76, "nvdla_sdp_t.d_dst_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_line_stride) == 80, "nvdla_sdp_t.d_dst_line_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_surface_stride) == 84, "nvdla_sdp_t.d_dst_surface_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bs_cfg) == 88, "nvdla_sdp_t.d_dp_bs_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bs_alu_cfg) == 92, "nvdla_sdp_t.d_dp_bs_alu_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bs_alu_src_value) == 96, "nvdla_sdp_t.d_dp_bs_alu_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bs_mul_cfg) == 100, "nvdla_sdp_t.d_dp_bs_mul_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bs_mul_src_value) == 104, "nvdla_sdp_t.d_dp_bs_mul_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bn_cfg) == 108, "nvdla_sdp_t.d_dp_bn_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bn_alu_cfg) == 112, "nvdla_sdp_t.d_dp_bn_alu_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bn_alu_src_value) == 116, "nvdla_sdp_t.d_dp_bn_alu_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bn_mul_cfg) == 120, "nvdla_sdp_t.d_dp_bn_mul_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_bn_mul_src_value) == 124, "nvdla_sdp_t.d_dp_bn_mul_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_cfg) == 128, "nvdla_sdp_t.d_dp_ew_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cfg) == 132, "nvdla_sdp_t.d_dp_ew_alu_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_src_value) == 136, "nvdla_sdp_t.d_dp_ew_alu_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_offset_value) == 140, "nvdla_sdp_t.d_dp_ew_alu_cvt_offset_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_scale_value) == 144, "nvdla_sdp_t.d_dp_ew_alu_cvt_scale_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_truncate_value) == 148, "nvdla_sdp_t.d_dp_ew_alu_cvt_truncate_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cfg) == 152, "nvdla_sdp_t.d_dp_ew_mul_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_src_value) == 156, "nvdla_sdp_t.d_dp_ew_mul_src_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_offset_value) == 160, "nvdla_sdp_t.d_dp_ew_mul_cvt_offset_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_scale_value) == 164, "nvdla_sdp_t.d_dp_ew_mul_cvt_scale_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_truncate_value) == 168, "nvdla_sdp_t.d_dp_ew_mul_cvt_truncate_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dp_ew_truncate_value) == 172, "nvdla_sdp_t.d_dp_ew_truncate_value: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_feature_mode_cfg) == 176, "nvdla_sdp_t.d_feature_mode_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_dma_cfg) == 180, "nvdla_sdp_t.d_dst_dma_cfg: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_dst_batch_stride) == 184, "nvdla_sdp_t.d_dst_batch_stride: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_data_format) == 188, "nvdla_sdp_t.d_data_format: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_cvt_offset) == 192, "nvdla_sdp_t.d_cvt_offset: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_cvt_scale) == 196, "nvdla_sdp_t.d_cvt_scale: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_cvt_shift) == 200, "nvdla_sdp_t.d_cvt_shift: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_status) == 204, "nvdla_sdp_t.d_status: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_status_nan_input_num) == 208, "nvdla_sdp_t.d_status_nan_input_num: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_status_inf_input_num) == 212, "nvdla_sdp_t.d_status_inf_input_num: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_status_nan_output_num) == 216, "nvdla_sdp_t.d_status_nan_output_num: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_enable) == 220, "nvdla_sdp_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_wdma_write_stall) == 224, "nvdla_sdp_t.d_perf_wdma_write_stall: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_lut_uflow) == 228, "nvdla_sdp_t.d_perf_lut_uflow: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_lut_oflow) == 232, "nvdla_sdp_t.d_perf_lut_oflow: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_out_saturation) == 236, "nvdla_sdp_t.d_perf_out_saturation: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_lut_hybrid) == 240, "nvdla_sdp_t.d_perf_lut_hybrid: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_lut_le_hit) == 244, "nvdla_sdp_t.d_perf_lut_le_hit: offset");
-_Static_assert(offsetof(nvdla_sdp_t, d_perf_lut_lo_hit) == 248, "nvdla_sdp_t.d_perf_lut_lo_hit: offset");
-_Static_assert(offsetof(nvdla_sdp_t, reserved) == 252, "nvdla_sdp_t.reserved: offset");
+} nvdla_v1_sdp_t;
+_Static_assert(sizeof(nvdla_v1_sdp_t) == 4096, "nvdla_v1_sdp_t: size");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_status) == 0, "nvdla_v1_sdp_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_pointer) == 4, "nvdla_v1_sdp_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_access_cfg) == 8, "nvdla_v1_sdp_t.s_lut_access_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_access_data) == 12, "nvdla_v1_sdp_t.s_lut_access_data: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_cfg) == 16, "nvdla_v1_sdp_t.s_lut_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_info) == 20, "nvdla_v1_sdp_t.s_lut_info: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_start) == 24, "nvdla_v1_sdp_t.s_lut_le_start: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_end) == 28, "nvdla_v1_sdp_t.s_lut_le_end: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_start) == 32, "nvdla_v1_sdp_t.s_lut_lo_start: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_end) == 36, "nvdla_v1_sdp_t.s_lut_lo_end: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_slope_scale) == 40, "nvdla_v1_sdp_t.s_lut_le_slope_scale: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_slope_shift) == 44, "nvdla_v1_sdp_t.s_lut_le_slope_shift: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_slope_scale) == 48, "nvdla_v1_sdp_t.s_lut_lo_slope_scale: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_slope_shift) == 52, "nvdla_v1_sdp_t.s_lut_lo_slope_shift: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_op_enable) == 56, "nvdla_v1_sdp_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_width) == 60, "nvdla_v1_sdp_t.d_data_cube_width: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_height) == 64, "nvdla_v1_sdp_t.d_data_cube_height: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_channel) == 68, "nvdla_v1_sdp_t.d_data_cube_channel: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_base_addr_low) == 72, "nvdla_v1_sdp_t.d_dst_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_base_addr_high) == 76, "nvdla_v1_sdp_t.d_dst_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_line_stride) == 80, "nvdla_v1_sdp_t.d_dst_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_surface_stride) == 84, "nvdla_v1_sdp_t.d_dst_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_cfg) == 88, "nvdla_v1_sdp_t.d_dp_bs_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_alu_cfg) == 92, "nvdla_v1_sdp_t.d_dp_bs_alu_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_alu_src_value) == 96, "nvdla_v1_sdp_t.d_dp_bs_alu_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_mul_cfg) == 100, "nvdla_v1_sdp_t.d_dp_bs_mul_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_mul_src_value) == 104, "nvdla_v1_sdp_t.d_dp_bs_mul_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_cfg) == 108, "nvdla_v1_sdp_t.d_dp_bn_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_alu_cfg) == 112, "nvdla_v1_sdp_t.d_dp_bn_alu_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_alu_src_value) == 116, "nvdla_v1_sdp_t.d_dp_bn_alu_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_mul_cfg) == 120, "nvdla_v1_sdp_t.d_dp_bn_mul_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_mul_src_value) == 124, "nvdla_v1_sdp_t.d_dp_bn_mul_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_cfg) == 128, "nvdla_v1_sdp_t.d_dp_ew_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cfg) == 132, "nvdla_v1_sdp_t.d_dp_ew_alu_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_src_value) == 136, "nvdla_v1_sdp_t.d_dp_ew_alu_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_offset_value) == 140, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_offset_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_scale_value) == 144, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_scale_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_truncate_value) == 148, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_truncate_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cfg) == 152, "nvdla_v1_sdp_t.d_dp_ew_mul_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_src_value) == 156, "nvdla_v1_sdp_t.d_dp_ew_mul_src_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_offset_value) == 160, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_offset_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_scale_value) == 164, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_scale_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_truncate_value) == 168, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_truncate_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_truncate_value) == 172, "nvdla_v1_sdp_t.d_dp_ew_truncate_value: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_feature_mode_cfg) == 176, "nvdla_v1_sdp_t.d_feature_mode_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_dma_cfg) == 180, "nvdla_v1_sdp_t.d_dst_dma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_dst_batch_stride) == 184, "nvdla_v1_sdp_t.d_dst_batch_stride: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_data_format) == 188, "nvdla_v1_sdp_t.d_data_format: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_offset) == 192, "nvdla_v1_sdp_t.d_cvt_offset: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_scale) == 196, "nvdla_v1_sdp_t.d_cvt_scale: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_shift) == 200, "nvdla_v1_sdp_t.d_cvt_shift: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_status) == 204, "nvdla_v1_sdp_t.d_status: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_status_nan_input_num) == 208, "nvdla_v1_sdp_t.d_status_nan_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_status_inf_input_num) == 212, "nvdla_v1_sdp_t.d_status_inf_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_status_nan_output_num) == 216, "nvdla_v1_sdp_t.d_status_nan_output_num: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_enable) == 220, "nvdla_v1_sdp_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_wdma_write_stall) == 224, "nvdla_v1_sdp_t.d_perf_wdma_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_uflow) == 228, "nvdla_v1_sdp_t.d_perf_lut_uflow: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_oflow) == 232, "nvdla_v1_sdp_t.d_perf_lut_oflow: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_out_saturation) == 236, "nvdla_v1_sdp_t.d_perf_out_saturation: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_hybrid) == 240, "nvdla_v1_sdp_t.d_perf_lut_hybrid: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_le_hit) == 244, "nvdla_v1_sdp_t.d_perf_lut_le_hit: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_lo_hit) == 248, "nvdla_v1_sdp_t.d_perf_lut_lo_hit: offset");
+_Static_assert(offsetof(nvdla_v1_sdp_t, reserved) == 252, "nvdla_v1_sdp_t.reserved: offset");
 
 /* PDP read DMA: the pooling input when it comes from memory (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_pdp_rdma_t {
+typedef struct __attribute__((packed)) nvdla_v1_pdp_rdma_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -657,32 +657,32 @@ typedef struct __attribute__((packed)) nvdla_pdp_rdma_t {
     uint32_t d_perf_read_stall; /* offset 72, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 76, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[1004]; /* offset 80, 4016 bytes */
-} nvdla_pdp_rdma_t;
-_Static_assert(sizeof(nvdla_pdp_rdma_t) == 4096, "nvdla_pdp_rdma_t: size");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, s_status) == 0, "nvdla_pdp_rdma_t.s_status: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, s_pointer) == 4, "nvdla_pdp_rdma_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_op_enable) == 8, "nvdla_pdp_rdma_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_width) == 12, "nvdla_pdp_rdma_t.d_data_cube_in_width: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_height) == 16, "nvdla_pdp_rdma_t.d_data_cube_in_height: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_channel) == 20, "nvdla_pdp_rdma_t.d_data_cube_in_channel: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_flying_mode) == 24, "nvdla_pdp_rdma_t.d_flying_mode: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_src_base_addr_low) == 28, "nvdla_pdp_rdma_t.d_src_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_src_base_addr_high) == 32, "nvdla_pdp_rdma_t.d_src_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_src_line_stride) == 36, "nvdla_pdp_rdma_t.d_src_line_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_src_surface_stride) == 40, "nvdla_pdp_rdma_t.d_src_surface_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_src_ram_cfg) == 44, "nvdla_pdp_rdma_t.d_src_ram_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_data_format) == 48, "nvdla_pdp_rdma_t.d_data_format: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_operation_mode_cfg) == 52, "nvdla_pdp_rdma_t.d_operation_mode_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_pooling_kernel_cfg) == 56, "nvdla_pdp_rdma_t.d_pooling_kernel_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_pooling_padding_cfg) == 60, "nvdla_pdp_rdma_t.d_pooling_padding_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_partial_width_in) == 64, "nvdla_pdp_rdma_t.d_partial_width_in: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_perf_enable) == 68, "nvdla_pdp_rdma_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_perf_read_stall) == 72, "nvdla_pdp_rdma_t.d_perf_read_stall: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, d_cya) == 76, "nvdla_pdp_rdma_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_pdp_rdma_t, reserved) == 80, "nvdla_pdp_rdma_t.reserved: offset");
+} nvdla_v1_pdp_rdma_t;
+_Static_assert(sizeof(nvdla_v1_pdp_rdma_t) == 4096, "nvdla_v1_pdp_rdma_t: size");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, s_status) == 0, "nvdla_v1_pdp_rdma_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, s_pointer) == 4, "nvdla_v1_pdp_rdma_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_op_enable) == 8, "nvdla_v1_pdp_rdma_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_width) == 12, "nvdla_v1_pdp_rdma_t.d_data_cube_in_width: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_height) == 16, "nvdla_v1_pdp_rdma_t.d_data_cube_in_height: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_channel) == 20, "nvdla_v1_pdp_rdma_t.d_data_cube_in_channel: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_flying_mode) == 24, "nvdla_v1_pdp_rdma_t.d_flying_mode: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_base_addr_low) == 28, "nvdla_v1_pdp_rdma_t.d_src_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_base_addr_high) == 32, "nvdla_v1_pdp_rdma_t.d_src_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_line_stride) == 36, "nvdla_v1_pdp_rdma_t.d_src_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_surface_stride) == 40, "nvdla_v1_pdp_rdma_t.d_src_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_ram_cfg) == 44, "nvdla_v1_pdp_rdma_t.d_src_ram_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_format) == 48, "nvdla_v1_pdp_rdma_t.d_data_format: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_operation_mode_cfg) == 52, "nvdla_v1_pdp_rdma_t.d_operation_mode_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_pooling_kernel_cfg) == 56, "nvdla_v1_pdp_rdma_t.d_pooling_kernel_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_pooling_padding_cfg) == 60, "nvdla_v1_pdp_rdma_t.d_pooling_padding_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_partial_width_in) == 64, "nvdla_v1_pdp_rdma_t.d_partial_width_in: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_perf_enable) == 68, "nvdla_v1_pdp_rdma_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_perf_read_stall) == 72, "nvdla_v1_pdp_rdma_t.d_perf_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_cya) == 76, "nvdla_v1_pdp_rdma_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_rdma_t, reserved) == 80, "nvdla_v1_pdp_rdma_t.reserved: offset");
 
 /* Planar data processor: max, min and average pooling (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_pdp_t {
+typedef struct __attribute__((packed)) nvdla_v1_pdp_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -724,52 +724,52 @@ typedef struct __attribute__((packed)) nvdla_pdp_t {
     uint32_t d_perf_write_stall; /* offset 152, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 156, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[984]; /* offset 160, 3936 bytes */
-} nvdla_pdp_t;
-_Static_assert(sizeof(nvdla_pdp_t) == 4096, "nvdla_pdp_t: size");
-_Static_assert(offsetof(nvdla_pdp_t, s_status) == 0, "nvdla_pdp_t.s_status: offset");
-_Static_assert(offsetof(nvdla_pdp_t, s_pointer) == 4, "nvdla_pdp_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_op_enable) == 8, "nvdla_pdp_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_width) == 12, "nvdla_pdp_t.d_data_cube_in_width: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_height) == 16, "nvdla_pdp_t.d_data_cube_in_height: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_channel) == 20, "nvdla_pdp_t.d_data_cube_in_channel: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_width) == 24, "nvdla_pdp_t.d_data_cube_out_width: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_height) == 28, "nvdla_pdp_t.d_data_cube_out_height: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_channel) == 32, "nvdla_pdp_t.d_data_cube_out_channel: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_operation_mode_cfg) == 36, "nvdla_pdp_t.d_operation_mode_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_nan_flush_to_zero) == 40, "nvdla_pdp_t.d_nan_flush_to_zero: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_partial_width_in) == 44, "nvdla_pdp_t.d_partial_width_in: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_partial_width_out) == 48, "nvdla_pdp_t.d_partial_width_out: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_kernel_cfg) == 52, "nvdla_pdp_t.d_pooling_kernel_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_recip_kernel_width) == 56, "nvdla_pdp_t.d_recip_kernel_width: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_recip_kernel_height) == 60, "nvdla_pdp_t.d_recip_kernel_height: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_cfg) == 64, "nvdla_pdp_t.d_pooling_padding_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_1_cfg) == 68, "nvdla_pdp_t.d_pooling_padding_value_1_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_2_cfg) == 72, "nvdla_pdp_t.d_pooling_padding_value_2_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_3_cfg) == 76, "nvdla_pdp_t.d_pooling_padding_value_3_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_4_cfg) == 80, "nvdla_pdp_t.d_pooling_padding_value_4_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_5_cfg) == 84, "nvdla_pdp_t.d_pooling_padding_value_5_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_6_cfg) == 88, "nvdla_pdp_t.d_pooling_padding_value_6_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_7_cfg) == 92, "nvdla_pdp_t.d_pooling_padding_value_7_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_src_base_addr_low) == 96, "nvdla_pdp_t.d_src_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_src_base_addr_high) == 100, "nvdla_pdp_t.d_src_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_src_line_stride) == 104, "nvdla_pdp_t.d_src_line_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_src_surface_stride) == 108, "nvdla_pdp_t.d_src_surface_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_dst_base_addr_low) == 112, "nvdla_pdp_t.d_dst_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_dst_base_addr_high) == 116, "nvdla_pdp_t.d_dst_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_dst_line_stride) == 120, "nvdla_pdp_t.d_dst_line_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_dst_surface_stride) == 124, "nvdla_pdp_t.d_dst_surface_stride: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_dst_ram_cfg) == 128, "nvdla_pdp_t.d_dst_ram_cfg: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_data_format) == 132, "nvdla_pdp_t.d_data_format: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_inf_input_num) == 136, "nvdla_pdp_t.d_inf_input_num: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_nan_input_num) == 140, "nvdla_pdp_t.d_nan_input_num: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_nan_output_num) == 144, "nvdla_pdp_t.d_nan_output_num: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_perf_enable) == 148, "nvdla_pdp_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_perf_write_stall) == 152, "nvdla_pdp_t.d_perf_write_stall: offset");
-_Static_assert(offsetof(nvdla_pdp_t, d_cya) == 156, "nvdla_pdp_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_pdp_t, reserved) == 160, "nvdla_pdp_t.reserved: offset");
+} nvdla_v1_pdp_t;
+_Static_assert(sizeof(nvdla_v1_pdp_t) == 4096, "nvdla_v1_pdp_t: size");
+_Static_assert(offsetof(nvdla_v1_pdp_t, s_status) == 0, "nvdla_v1_pdp_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, s_pointer) == 4, "nvdla_v1_pdp_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_op_enable) == 8, "nvdla_v1_pdp_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_width) == 12, "nvdla_v1_pdp_t.d_data_cube_in_width: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_height) == 16, "nvdla_v1_pdp_t.d_data_cube_in_height: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_channel) == 20, "nvdla_v1_pdp_t.d_data_cube_in_channel: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_width) == 24, "nvdla_v1_pdp_t.d_data_cube_out_width: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_height) == 28, "nvdla_v1_pdp_t.d_data_cube_out_height: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_channel) == 32, "nvdla_v1_pdp_t.d_data_cube_out_channel: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_operation_mode_cfg) == 36, "nvdla_v1_pdp_t.d_operation_mode_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_nan_flush_to_zero) == 40, "nvdla_v1_pdp_t.d_nan_flush_to_zero: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_partial_width_in) == 44, "nvdla_v1_pdp_t.d_partial_width_in: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_partial_width_out) == 48, "nvdla_v1_pdp_t.d_partial_width_out: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_kernel_cfg) == 52, "nvdla_v1_pdp_t.d_pooling_kernel_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_recip_kernel_width) == 56, "nvdla_v1_pdp_t.d_recip_kernel_width: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_recip_kernel_height) == 60, "nvdla_v1_pdp_t.d_recip_kernel_height: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_cfg) == 64, "nvdla_v1_pdp_t.d_pooling_padding_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_1_cfg) == 68, "nvdla_v1_pdp_t.d_pooling_padding_value_1_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_2_cfg) == 72, "nvdla_v1_pdp_t.d_pooling_padding_value_2_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_3_cfg) == 76, "nvdla_v1_pdp_t.d_pooling_padding_value_3_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_4_cfg) == 80, "nvdla_v1_pdp_t.d_pooling_padding_value_4_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_5_cfg) == 84, "nvdla_v1_pdp_t.d_pooling_padding_value_5_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_6_cfg) == 88, "nvdla_v1_pdp_t.d_pooling_padding_value_6_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_7_cfg) == 92, "nvdla_v1_pdp_t.d_pooling_padding_value_7_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_src_base_addr_low) == 96, "nvdla_v1_pdp_t.d_src_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_src_base_addr_high) == 100, "nvdla_v1_pdp_t.d_src_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_src_line_stride) == 104, "nvdla_v1_pdp_t.d_src_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_src_surface_stride) == 108, "nvdla_v1_pdp_t.d_src_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_dst_base_addr_low) == 112, "nvdla_v1_pdp_t.d_dst_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_dst_base_addr_high) == 116, "nvdla_v1_pdp_t.d_dst_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_dst_line_stride) == 120, "nvdla_v1_pdp_t.d_dst_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_dst_surface_stride) == 124, "nvdla_v1_pdp_t.d_dst_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_dst_ram_cfg) == 128, "nvdla_v1_pdp_t.d_dst_ram_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_data_format) == 132, "nvdla_v1_pdp_t.d_data_format: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_inf_input_num) == 136, "nvdla_v1_pdp_t.d_inf_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_nan_input_num) == 140, "nvdla_v1_pdp_t.d_nan_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_nan_output_num) == 144, "nvdla_v1_pdp_t.d_nan_output_num: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_perf_enable) == 148, "nvdla_v1_pdp_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_perf_write_stall) == 152, "nvdla_v1_pdp_t.d_perf_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, d_cya) == 156, "nvdla_v1_pdp_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_pdp_t, reserved) == 160, "nvdla_v1_pdp_t.reserved: offset");
 
 /* CDP read DMA: the input of the channel data processor (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cdp_rdma_t {
+typedef struct __attribute__((packed)) nvdla_v1_cdp_rdma_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -788,29 +788,29 @@ typedef struct __attribute__((packed)) nvdla_cdp_rdma_t {
     uint32_t d_perf_read_stall; /* offset 60, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 64, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[1007]; /* offset 68, 4028 bytes */
-} nvdla_cdp_rdma_t;
-_Static_assert(sizeof(nvdla_cdp_rdma_t) == 4096, "nvdla_cdp_rdma_t: size");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, s_status) == 0, "nvdla_cdp_rdma_t.s_status: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, s_pointer) == 4, "nvdla_cdp_rdma_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_op_enable) == 8, "nvdla_cdp_rdma_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_width) == 12, "nvdla_cdp_rdma_t.d_data_cube_width: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_height) == 16, "nvdla_cdp_rdma_t.d_data_cube_height: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_channel) == 20, "nvdla_cdp_rdma_t.d_data_cube_channel: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_cdp_rdma_t.d_src_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_cdp_rdma_t.d_src_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_line_stride) == 32, "nvdla_cdp_rdma_t.d_src_line_stride: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_surface_stride) == 36, "nvdla_cdp_rdma_t.d_src_surface_stride: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_dma_cfg) == 40, "nvdla_cdp_rdma_t.d_src_dma_cfg: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_src_compression_en) == 44, "nvdla_cdp_rdma_t.d_src_compression_en: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_operation_mode) == 48, "nvdla_cdp_rdma_t.d_operation_mode: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_data_format) == 52, "nvdla_cdp_rdma_t.d_data_format: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_perf_enable) == 56, "nvdla_cdp_rdma_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_perf_read_stall) == 60, "nvdla_cdp_rdma_t.d_perf_read_stall: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, d_cya) == 64, "nvdla_cdp_rdma_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_cdp_rdma_t, reserved) == 68, "nvdla_cdp_rdma_t.reserved: offset");
+} nvdla_v1_cdp_rdma_t;
+_Static_assert(sizeof(nvdla_v1_cdp_rdma_t) == 4096, "nvdla_v1_cdp_rdma_t: size");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, s_status) == 0, "nvdla_v1_cdp_rdma_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, s_pointer) == 4, "nvdla_v1_cdp_rdma_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_op_enable) == 8, "nvdla_v1_cdp_rdma_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_width) == 12, "nvdla_v1_cdp_rdma_t.d_data_cube_width: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_height) == 16, "nvdla_v1_cdp_rdma_t.d_data_cube_height: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_channel) == 20, "nvdla_v1_cdp_rdma_t.d_data_cube_channel: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_v1_cdp_rdma_t.d_src_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_v1_cdp_rdma_t.d_src_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_line_stride) == 32, "nvdla_v1_cdp_rdma_t.d_src_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_surface_stride) == 36, "nvdla_v1_cdp_rdma_t.d_src_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_dma_cfg) == 40, "nvdla_v1_cdp_rdma_t.d_src_dma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_compression_en) == 44, "nvdla_v1_cdp_rdma_t.d_src_compression_en: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_operation_mode) == 48, "nvdla_v1_cdp_rdma_t.d_operation_mode: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_format) == 52, "nvdla_v1_cdp_rdma_t.d_data_format: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_perf_enable) == 56, "nvdla_v1_cdp_rdma_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_perf_read_stall) == 60, "nvdla_v1_cdp_rdma_t.d_perf_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_cya) == 64, "nvdla_v1_cdp_rdma_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_rdma_t, reserved) == 68, "nvdla_v1_cdp_rdma_t.reserved: offset");
 
 /* Channel data processor: local response normalisation through its LUT (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_cdp_t {
+typedef struct __attribute__((packed)) nvdla_v1_cdp_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t s_lut_access_cfg; /* offset 8, 4 bytes; reset 0x0 */
@@ -859,59 +859,59 @@ typedef struct __attribute__((packed)) nvdla_cdp_t {
     uint32_t d_perf_lut_lo_hit; /* offset 180, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_cya; /* offset 184, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[977]; /* offset 188, 3908 bytes */
-} nvdla_cdp_t;
-_Static_assert(sizeof(nvdla_cdp_t) == 4096, "nvdla_cdp_t: size");
-_Static_assert(offsetof(nvdla_cdp_t, s_status) == 0, "nvdla_cdp_t.s_status: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_pointer) == 4, "nvdla_cdp_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_access_cfg) == 8, "nvdla_cdp_t.s_lut_access_cfg: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_access_data) == 12, "nvdla_cdp_t.s_lut_access_data: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_cfg) == 16, "nvdla_cdp_t.s_lut_cfg: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_info) == 20, "nvdla_cdp_t.s_lut_info: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_start_low) == 24, "nvdla_cdp_t.s_lut_le_start_low: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_start_high) == 28, "nvdla_cdp_t.s_lut_le_start_high: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_end_low) == 32, "nvdla_cdp_t.s_lut_le_end_low: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_end_high) == 36, "nvdla_cdp_t.s_lut_le_end_high: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_start_low) == 40, "nvdla_cdp_t.s_lut_lo_start_low: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_start_high) == 44, "nvdla_cdp_t.s_lut_lo_start_high: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_end_low) == 48, "nvdla_cdp_t.s_lut_lo_end_low: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_end_high) == 52, "nvdla_cdp_t.s_lut_lo_end_high: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_slope_scale) == 56, "nvdla_cdp_t.s_lut_le_slope_scale: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_le_slope_shift) == 60, "nvdla_cdp_t.s_lut_le_slope_shift: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_slope_scale) == 64, "nvdla_cdp_t.s_lut_lo_slope_scale: offset");
-_Static_assert(offsetof(nvdla_cdp_t, s_lut_lo_slope_shift) == 68, "nvdla_cdp_t.s_lut_lo_slope_shift: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_op_enable) == 72, "nvdla_cdp_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_func_bypass) == 76, "nvdla_cdp_t.d_func_bypass: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_base_addr_low) == 80, "nvdla_cdp_t.d_dst_base_addr_low: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_base_addr_high) == 84, "nvdla_cdp_t.d_dst_base_addr_high: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_line_stride) == 88, "nvdla_cdp_t.d_dst_line_stride: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_surface_stride) == 92, "nvdla_cdp_t.d_dst_surface_stride: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_dma_cfg) == 96, "nvdla_cdp_t.d_dst_dma_cfg: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_dst_compression_en) == 100, "nvdla_cdp_t.d_dst_compression_en: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_data_format) == 104, "nvdla_cdp_t.d_data_format: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_nan_flush_to_zero) == 108, "nvdla_cdp_t.d_nan_flush_to_zero: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_lrn_cfg) == 112, "nvdla_cdp_t.d_lrn_cfg: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datin_offset) == 116, "nvdla_cdp_t.d_datin_offset: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datin_scale) == 120, "nvdla_cdp_t.d_datin_scale: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datin_shifter) == 124, "nvdla_cdp_t.d_datin_shifter: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datout_offset) == 128, "nvdla_cdp_t.d_datout_offset: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datout_scale) == 132, "nvdla_cdp_t.d_datout_scale: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_datout_shifter) == 136, "nvdla_cdp_t.d_datout_shifter: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_nan_input_num) == 140, "nvdla_cdp_t.d_nan_input_num: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_inf_input_num) == 144, "nvdla_cdp_t.d_inf_input_num: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_nan_output_num) == 148, "nvdla_cdp_t.d_nan_output_num: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_out_saturation) == 152, "nvdla_cdp_t.d_out_saturation: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_enable) == 156, "nvdla_cdp_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_write_stall) == 160, "nvdla_cdp_t.d_perf_write_stall: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_lut_uflow) == 164, "nvdla_cdp_t.d_perf_lut_uflow: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_lut_oflow) == 168, "nvdla_cdp_t.d_perf_lut_oflow: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_lut_hybrid) == 172, "nvdla_cdp_t.d_perf_lut_hybrid: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_lut_le_hit) == 176, "nvdla_cdp_t.d_perf_lut_le_hit: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_perf_lut_lo_hit) == 180, "nvdla_cdp_t.d_perf_lut_lo_hit: offset");
-_Static_assert(offsetof(nvdla_cdp_t, d_cya) == 184, "nvdla_cdp_t.d_cya: offset");
-_Static_assert(offsetof(nvdla_cdp_t, reserved) == 188, "nvdla_cdp_t.reserved: offset");
+} nvdla_v1_cdp_t;
+_Static_assert(sizeof(nvdla_v1_cdp_t) == 4096, "nvdla_v1_cdp_t: size");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_status) == 0, "nvdla_v1_cdp_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_pointer) == 4, "nvdla_v1_cdp_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_access_cfg) == 8, "nvdla_v1_cdp_t.s_lut_access_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_access_data) == 12, "nvdla_v1_cdp_t.s_lut_access_data: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_cfg) == 16, "nvdla_v1_cdp_t.s_lut_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_info) == 20, "nvdla_v1_cdp_t.s_lut_info: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_start_low) == 24, "nvdla_v1_cdp_t.s_lut_le_start_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_start_high) == 28, "nvdla_v1_cdp_t.s_lut_le_start_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_end_low) == 32, "nvdla_v1_cdp_t.s_lut_le_end_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_end_high) == 36, "nvdla_v1_cdp_t.s_lut_le_end_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_start_low) == 40, "nvdla_v1_cdp_t.s_lut_lo_start_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_start_high) == 44, "nvdla_v1_cdp_t.s_lut_lo_start_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_end_low) == 48, "nvdla_v1_cdp_t.s_lut_lo_end_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_end_high) == 52, "nvdla_v1_cdp_t.s_lut_lo_end_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_slope_scale) == 56, "nvdla_v1_cdp_t.s_lut_le_slope_scale: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_slope_shift) == 60, "nvdla_v1_cdp_t.s_lut_le_slope_shift: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_slope_scale) == 64, "nvdla_v1_cdp_t.s_lut_lo_slope_scale: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_slope_shift) == 68, "nvdla_v1_cdp_t.s_lut_lo_slope_shift: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_op_enable) == 72, "nvdla_v1_cdp_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_func_bypass) == 76, "nvdla_v1_cdp_t.d_func_bypass: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_base_addr_low) == 80, "nvdla_v1_cdp_t.d_dst_base_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_base_addr_high) == 84, "nvdla_v1_cdp_t.d_dst_base_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_line_stride) == 88, "nvdla_v1_cdp_t.d_dst_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_surface_stride) == 92, "nvdla_v1_cdp_t.d_dst_surface_stride: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_dma_cfg) == 96, "nvdla_v1_cdp_t.d_dst_dma_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_dst_compression_en) == 100, "nvdla_v1_cdp_t.d_dst_compression_en: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_data_format) == 104, "nvdla_v1_cdp_t.d_data_format: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_nan_flush_to_zero) == 108, "nvdla_v1_cdp_t.d_nan_flush_to_zero: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_lrn_cfg) == 112, "nvdla_v1_cdp_t.d_lrn_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datin_offset) == 116, "nvdla_v1_cdp_t.d_datin_offset: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datin_scale) == 120, "nvdla_v1_cdp_t.d_datin_scale: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datin_shifter) == 124, "nvdla_v1_cdp_t.d_datin_shifter: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datout_offset) == 128, "nvdla_v1_cdp_t.d_datout_offset: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datout_scale) == 132, "nvdla_v1_cdp_t.d_datout_scale: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_datout_shifter) == 136, "nvdla_v1_cdp_t.d_datout_shifter: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_nan_input_num) == 140, "nvdla_v1_cdp_t.d_nan_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_inf_input_num) == 144, "nvdla_v1_cdp_t.d_inf_input_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_nan_output_num) == 148, "nvdla_v1_cdp_t.d_nan_output_num: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_out_saturation) == 152, "nvdla_v1_cdp_t.d_out_saturation: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_enable) == 156, "nvdla_v1_cdp_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_write_stall) == 160, "nvdla_v1_cdp_t.d_perf_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_uflow) == 164, "nvdla_v1_cdp_t.d_perf_lut_uflow: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_oflow) == 168, "nvdla_v1_cdp_t.d_perf_lut_oflow: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_hybrid) == 172, "nvdla_v1_cdp_t.d_perf_lut_hybrid: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_le_hit) == 176, "nvdla_v1_cdp_t.d_perf_lut_le_hit: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_lo_hit) == 180, "nvdla_v1_cdp_t.d_perf_lut_lo_hit: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, d_cya) == 184, "nvdla_v1_cdp_t.d_cya: offset");
+_Static_assert(offsetof(nvdla_v1_cdp_t, reserved) == 188, "nvdla_v1_cdp_t.reserved: offset");
 
 /* RUBIK: the data reshaper (contract, split, merge) (struct, 4096 bytes) */
-typedef struct __attribute__((packed)) nvdla_rbk_t {
+typedef struct __attribute__((packed)) nvdla_v1_rbk_t {
     uint32_t s_status; /* offset 0, 4 bytes; reset 0x0 */
     uint32_t s_pointer; /* offset 4, 4 bytes; reset 0x0 */
     uint32_t d_op_enable; /* offset 8, 4 bytes; one per register group; reset 0x0 */
@@ -938,54 +938,54 @@ typedef struct __attribute__((packed)) nvdla_rbk_t {
     uint32_t d_perf_read_stall; /* offset 92, 4 bytes; one per register group; reset 0x0 */
     uint32_t d_perf_write_stall; /* offset 96, 4 bytes; one per register group; reset 0x0 */
     uint32_t reserved[999]; /* offset 100, 3996 bytes */
-} nvdla_rbk_t;
-_Static_assert(sizeof(nvdla_rbk_t) == 4096, "nvdla_rbk_t: size");
-_Static_assert(offsetof(nvdla_rbk_t, s_status) == 0, "nvdla_rbk_t.s_status: offset");
-_Static_assert(offsetof(nvdla_rbk_t, s_pointer) == 4, "nvdla_rbk_t.s_pointer: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_op_enable) == 8, "nvdla_rbk_t.d_op_enable: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_misc_cfg) == 12, "nvdla_rbk_t.d_misc_cfg: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_ram_type) == 16, "nvdla_rbk_t.d_dain_ram_type: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_datain_size_0) == 20, "nvdla_rbk_t.d_datain_size_0: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_datain_size_1) == 24, "nvdla_rbk_t.d_datain_size_1: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_addr_high) == 28, "nvdla_rbk_t.d_dain_addr_high: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_addr_low) == 32, "nvdla_rbk_t.d_dain_addr_low: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_line_stride) == 36, "nvdla_rbk_t.d_dain_line_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_surf_stride) == 40, "nvdla_rbk_t.d_dain_surf_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dain_planar_stride) == 44, "nvdla_rbk_t.d_dain_planar_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_ram_type) == 48, "nvdla_rbk_t.d_daout_ram_type: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_dataout_size_1) == 52, "nvdla_rbk_t.d_dataout_size_1: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_addr_high) == 56, "nvdla_rbk_t.d_daout_addr_high: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_addr_low) == 60, "nvdla_rbk_t.d_daout_addr_low: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_line_stride) == 64, "nvdla_rbk_t.d_daout_line_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_contract_stride_0) == 68, "nvdla_rbk_t.d_contract_stride_0: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_contract_stride_1) == 72, "nvdla_rbk_t.d_contract_stride_1: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_surf_stride) == 76, "nvdla_rbk_t.d_daout_surf_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_daout_planar_stride) == 80, "nvdla_rbk_t.d_daout_planar_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_deconv_stride) == 84, "nvdla_rbk_t.d_deconv_stride: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_perf_enable) == 88, "nvdla_rbk_t.d_perf_enable: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_perf_read_stall) == 92, "nvdla_rbk_t.d_perf_read_stall: offset");
-_Static_assert(offsetof(nvdla_rbk_t, d_perf_write_stall) == 96, "nvdla_rbk_t.d_perf_write_stall: offset");
-_Static_assert(offsetof(nvdla_rbk_t, reserved) == 100, "nvdla_rbk_t.reserved: offset");
+} nvdla_v1_rbk_t;
+_Static_assert(sizeof(nvdla_v1_rbk_t) == 4096, "nvdla_v1_rbk_t: size");
+_Static_assert(offsetof(nvdla_v1_rbk_t, s_status) == 0, "nvdla_v1_rbk_t.s_status: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, s_pointer) == 4, "nvdla_v1_rbk_t.s_pointer: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_op_enable) == 8, "nvdla_v1_rbk_t.d_op_enable: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_misc_cfg) == 12, "nvdla_v1_rbk_t.d_misc_cfg: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_ram_type) == 16, "nvdla_v1_rbk_t.d_dain_ram_type: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_datain_size_0) == 20, "nvdla_v1_rbk_t.d_datain_size_0: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_datain_size_1) == 24, "nvdla_v1_rbk_t.d_datain_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_addr_high) == 28, "nvdla_v1_rbk_t.d_dain_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_addr_low) == 32, "nvdla_v1_rbk_t.d_dain_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_line_stride) == 36, "nvdla_v1_rbk_t.d_dain_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_surf_stride) == 40, "nvdla_v1_rbk_t.d_dain_surf_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dain_planar_stride) == 44, "nvdla_v1_rbk_t.d_dain_planar_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_ram_type) == 48, "nvdla_v1_rbk_t.d_daout_ram_type: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_dataout_size_1) == 52, "nvdla_v1_rbk_t.d_dataout_size_1: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_addr_high) == 56, "nvdla_v1_rbk_t.d_daout_addr_high: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_addr_low) == 60, "nvdla_v1_rbk_t.d_daout_addr_low: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_line_stride) == 64, "nvdla_v1_rbk_t.d_daout_line_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_contract_stride_0) == 68, "nvdla_v1_rbk_t.d_contract_stride_0: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_contract_stride_1) == 72, "nvdla_v1_rbk_t.d_contract_stride_1: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_surf_stride) == 76, "nvdla_v1_rbk_t.d_daout_surf_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_daout_planar_stride) == 80, "nvdla_v1_rbk_t.d_daout_planar_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_deconv_stride) == 84, "nvdla_v1_rbk_t.d_deconv_stride: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_perf_enable) == 88, "nvdla_v1_rbk_t.d_perf_enable: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_perf_read_stall) == 92, "nvdla_v1_rbk_t.d_perf_read_stall: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, d_perf_write_stall) == 96, "nvdla_v1_rbk_t.d_perf_write_stall: offset");
+_Static_assert(offsetof(nvdla_v1_rbk_t, reserved) == 100, "nvdla_v1_rbk_t.reserved: offset");
 
 /* The whole register space of the nvdlav1 hardware: one 4 KiB window per block, GLB at 0x0 to RBK at 0x10000 (struct, 69632 bytes) */
 typedef struct __attribute__((packed)) nvdla_v1_regs_t {
-    nvdla_glb_t glb; /* offset 0, 4096 bytes */
-    nvdla_gec_t gec; /* offset 4096, 4096 bytes */
-    nvdla_cif_t mcif; /* offset 8192, 4096 bytes */
-    nvdla_cif_t cvif; /* offset 12288, 4096 bytes */
-    nvdla_bdma_t bdma; /* offset 16384, 4096 bytes */
-    nvdla_cdma_t cdma; /* offset 20480, 4096 bytes */
-    nvdla_csc_t csc; /* offset 24576, 4096 bytes */
-    nvdla_cmac_t cmac_a; /* offset 28672, 4096 bytes */
-    nvdla_cmac_t cmac_b; /* offset 32768, 4096 bytes */
-    nvdla_cacc_t cacc; /* offset 36864, 4096 bytes */
-    nvdla_sdp_rdma_t sdp_rdma; /* offset 40960, 4096 bytes */
-    nvdla_sdp_t sdp; /* offset 45056, 4096 bytes */
-    nvdla_pdp_rdma_t pdp_rdma; /* offset 49152, 4096 bytes */
-    nvdla_pdp_t pdp; /* offset 53248, 4096 bytes */
-    nvdla_cdp_rdma_t cdp_rdma; /* offset 57344, 4096 bytes */
-    nvdla_cdp_t cdp; /* offset 61440, 4096 bytes */
-    nvdla_rbk_t rbk; /* offset 65536, 4096 bytes */
+    nvdla_v1_glb_t glb; /* offset 0, 4096 bytes */
+    nvdla_v1_gec_t gec; /* offset 4096, 4096 bytes */
+    nvdla_v1_cif_t mcif; /* offset 8192, 4096 bytes */
+    nvdla_v1_cif_t cvif; /* offset 12288, 4096 bytes */
+    nvdla_v1_bdma_t bdma; /* offset 16384, 4096 bytes */
+    nvdla_v1_cdma_t cdma; /* offset 20480, 4096 bytes */
+    nvdla_v1_csc_t csc; /* offset 24576, 4096 bytes */
+    nvdla_v1_cmac_t cmac_a; /* offset 28672, 4096 bytes */
+    nvdla_v1_cmac_t cmac_b; /* offset 32768, 4096 bytes */
+    nvdla_v1_cacc_t cacc; /* offset 36864, 4096 bytes */
+    nvdla_v1_sdp_rdma_t sdp_rdma; /* offset 40960, 4096 bytes */
+    nvdla_v1_sdp_t sdp; /* offset 45056, 4096 bytes */
+    nvdla_v1_pdp_rdma_t pdp_rdma; /* offset 49152, 4096 bytes */
+    nvdla_v1_pdp_t pdp; /* offset 53248, 4096 bytes */
+    nvdla_v1_cdp_rdma_t cdp_rdma; /* offset 57344, 4096 bytes */
+    nvdla_v1_cdp_t cdp; /* offset 61440, 4096 bytes */
+    nvdla_v1_rbk_t rbk; /* offset 65536, 4096 bytes */
 } nvdla_v1_regs_t;
 _Static_assert(sizeof(nvdla_v1_regs_t) == 69632, "nvdla_v1_regs_t: size");
 _Static_assert(offsetof(nvdla_v1_regs_t, glb) == 0, "nvdla_v1_regs_t.glb: offset");
@@ -1007,5398 +1007,5398 @@ _Static_assert(offsetof(nvdla_v1_regs_t, cdp) == 61440, "nvdla_v1_regs_t.cdp: of
 _Static_assert(offsetof(nvdla_v1_regs_t, rbk) == 65536, "nvdla_v1_regs_t.rbk: offset");
 
 /* Register addresses (byte offsets from the register base), from nvdla_v1_regs_t. */
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0 0x00000u
-#define NVDLA_GLB_S_INTR_MASK_0 0x00004u
-#define NVDLA_GLB_S_INTR_SET_0 0x00008u
-#define NVDLA_GLB_S_INTR_STATUS_0 0x0000cu
-#define NVDLA_GEC_FEATURE_0 0x01000u
-#define NVDLA_GEC_SWRESET_0 0x01004u
-#define NVDLA_GEC_MISSIONERR_TYPE_0 0x01008u
-#define NVDLA_GEC_CURRENT_COUNTER_VALUE_0 0x0100cu
-#define NVDLA_GEC_MISSIONERR_INDEX_0 0x01014u
-#define NVDLA_GEC_CORRECTABLE_THRESHOLD_0 0x01018u
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0 0x0101cu
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0 0x01030u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0 0x01034u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0 0x01038u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0 0x0103cu
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0 0x01040u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0 0x01044u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0 0x01048u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0 0x01050u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0 0x01060u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0 0x01064u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0 0x01068u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0 0x0106cu
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0 0x01070u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0 0x01074u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0 0x01078u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0 0x01080u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0 0x01084u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0 0x01090u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0 0x01094u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0 0x01098u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0 0x0109cu
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0 0x010a0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0 0x010a4u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0 0x010a8u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0 0x010b0u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0 0x02000u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0 0x02004u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0 0x02008u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0 0x0200cu
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0 0x02010u
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0 0x02014u
-#define NVDLA_MCIF_STATUS_0 0x02018u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0 0x03000u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0 0x03004u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0 0x03008u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0 0x0300cu
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0 0x03010u
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0 0x03014u
-#define NVDLA_CVIF_STATUS_0 0x03018u
-#define NVDLA_BDMA_CFG_SRC_ADDR_LOW_0 0x04000u
-#define NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0 0x04004u
-#define NVDLA_BDMA_CFG_DST_ADDR_LOW_0 0x04008u
-#define NVDLA_BDMA_CFG_DST_ADDR_HIGH_0 0x0400cu
-#define NVDLA_BDMA_CFG_LINE_0 0x04010u
-#define NVDLA_BDMA_CFG_CMD_0 0x04014u
-#define NVDLA_BDMA_CFG_LINE_REPEAT_0 0x04018u
-#define NVDLA_BDMA_CFG_SRC_LINE_0 0x0401cu
-#define NVDLA_BDMA_CFG_DST_LINE_0 0x04020u
-#define NVDLA_BDMA_CFG_SURF_REPEAT_0 0x04024u
-#define NVDLA_BDMA_CFG_SRC_SURF_0 0x04028u
-#define NVDLA_BDMA_CFG_DST_SURF_0 0x0402cu
-#define NVDLA_BDMA_CFG_OP_0 0x04030u
-#define NVDLA_BDMA_CFG_LAUNCH0_0 0x04034u
-#define NVDLA_BDMA_CFG_LAUNCH1_0 0x04038u
-#define NVDLA_BDMA_CFG_STATUS_0 0x0403cu
-#define NVDLA_BDMA_STATUS_0 0x04040u
-#define NVDLA_BDMA_STATUS_GRP0_READ_STALL_0 0x04044u
-#define NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0 0x04048u
-#define NVDLA_BDMA_STATUS_GRP1_READ_STALL_0 0x0404cu
-#define NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0 0x04050u
-#define NVDLA_CDMA_S_STATUS_0 0x05000u
-#define NVDLA_CDMA_S_POINTER_0 0x05004u
-#define NVDLA_CDMA_S_ARBITER_0 0x05008u
-#define NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0 0x0500cu
-#define NVDLA_CDMA_D_OP_ENABLE_0 0x05010u
-#define NVDLA_CDMA_D_MISC_CFG_0 0x05014u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0 0x05018u
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0 0x0501cu
-#define NVDLA_CDMA_D_DATAIN_SIZE_1_0 0x05020u
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0 0x05024u
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0 0x05028u
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0 0x0502cu
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0 0x05030u
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0 0x05034u
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0 0x05038u
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0 0x0503cu
-#define NVDLA_CDMA_D_LINE_STRIDE_0 0x05040u
-#define NVDLA_CDMA_D_LINE_UV_STRIDE_0 0x05044u
-#define NVDLA_CDMA_D_SURF_STRIDE_0 0x05048u
-#define NVDLA_CDMA_D_DAIN_MAP_0 0x0504cu
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0 0x05050u
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0 0x05054u
-#define NVDLA_CDMA_D_BATCH_NUMBER_0 0x05058u
-#define NVDLA_CDMA_D_BATCH_STRIDE_0 0x0505cu
-#define NVDLA_CDMA_D_ENTRY_PER_SLICE_0 0x05060u
-#define NVDLA_CDMA_D_FETCH_GRAIN_0 0x05064u
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0 0x05068u
-#define NVDLA_CDMA_D_WEIGHT_SIZE_0_0 0x0506cu
-#define NVDLA_CDMA_D_WEIGHT_SIZE_1_0 0x05070u
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0 0x05074u
-#define NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0 0x05078u
-#define NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0 0x0507cu
-#define NVDLA_CDMA_D_WEIGHT_BYTES_0 0x05080u
-#define NVDLA_CDMA_D_WGS_ADDR_HIGH_0 0x05084u
-#define NVDLA_CDMA_D_WGS_ADDR_LOW_0 0x05088u
-#define NVDLA_CDMA_D_WMB_ADDR_HIGH_0 0x0508cu
-#define NVDLA_CDMA_D_WMB_ADDR_LOW_0 0x05090u
-#define NVDLA_CDMA_D_WMB_BYTES_0 0x05094u
-#define NVDLA_CDMA_D_MEAN_FORMAT_0 0x05098u
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0 0x0509cu
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0 0x050a0u
-#define NVDLA_CDMA_D_CVT_CFG_0 0x050a4u
-#define NVDLA_CDMA_D_CVT_OFFSET_0 0x050a8u
-#define NVDLA_CDMA_D_CVT_SCALE_0 0x050acu
-#define NVDLA_CDMA_D_CONV_STRIDE_0 0x050b0u
-#define NVDLA_CDMA_D_ZERO_PADDING_0 0x050b4u
-#define NVDLA_CDMA_D_ZERO_PADDING_VALUE_0 0x050b8u
-#define NVDLA_CDMA_D_BANK_0 0x050bcu
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0 0x050c0u
-#define NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0 0x050c4u
-#define NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0 0x050c8u
-#define NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0 0x050ccu
-#define NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0 0x050d0u
-#define NVDLA_CDMA_D_PERF_ENABLE_0 0x050d4u
-#define NVDLA_CDMA_D_PERF_DAT_READ_STALL_0 0x050d8u
-#define NVDLA_CDMA_D_PERF_WT_READ_STALL_0 0x050dcu
-#define NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0 0x050e0u
-#define NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0 0x050e4u
-#define NVDLA_CDMA_D_CYA_0 0x050e8u
-#define NVDLA_CSC_S_STATUS_0 0x06000u
-#define NVDLA_CSC_S_POINTER_0 0x06004u
-#define NVDLA_CSC_D_OP_ENABLE_0 0x06008u
-#define NVDLA_CSC_D_MISC_CFG_0 0x0600cu
-#define NVDLA_CSC_D_DATAIN_FORMAT_0 0x06010u
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0 0x06014u
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0 0x06018u
-#define NVDLA_CSC_D_BATCH_NUMBER_0 0x0601cu
-#define NVDLA_CSC_D_POST_Y_EXTENSION_0 0x06020u
-#define NVDLA_CSC_D_ENTRY_PER_SLICE_0 0x06024u
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0 0x06028u
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0 0x0602cu
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0 0x06030u
-#define NVDLA_CSC_D_WEIGHT_BYTES_0 0x06034u
-#define NVDLA_CSC_D_WMB_BYTES_0 0x06038u
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0 0x0603cu
-#define NVDLA_CSC_D_DATAOUT_SIZE_1_0 0x06040u
-#define NVDLA_CSC_D_ATOMICS_0 0x06044u
-#define NVDLA_CSC_D_RELEASE_0 0x06048u
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0 0x0604cu
-#define NVDLA_CSC_D_DILATION_EXT_0 0x06050u
-#define NVDLA_CSC_D_ZERO_PADDING_0 0x06054u
-#define NVDLA_CSC_D_ZERO_PADDING_VALUE_0 0x06058u
-#define NVDLA_CSC_D_BANK_0 0x0605cu
-#define NVDLA_CSC_D_PRA_CFG_0 0x06060u
-#define NVDLA_CSC_D_CYA_0 0x06064u
-#define NVDLA_CMAC_A_S_STATUS_0 0x07000u
-#define NVDLA_CMAC_A_S_POINTER_0 0x07004u
-#define NVDLA_CMAC_A_D_OP_ENABLE_0 0x07008u
-#define NVDLA_CMAC_A_D_MISC_CFG_0 0x0700cu
-#define NVDLA_CMAC_B_S_STATUS_0 0x08000u
-#define NVDLA_CMAC_B_S_POINTER_0 0x08004u
-#define NVDLA_CMAC_B_D_OP_ENABLE_0 0x08008u
-#define NVDLA_CMAC_B_D_MISC_CFG_0 0x0800cu
-#define NVDLA_CACC_S_STATUS_0 0x09000u
-#define NVDLA_CACC_S_POINTER_0 0x09004u
-#define NVDLA_CACC_D_OP_ENABLE_0 0x09008u
-#define NVDLA_CACC_D_MISC_CFG_0 0x0900cu
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0 0x09010u
-#define NVDLA_CACC_D_DATAOUT_SIZE_1_0 0x09014u
-#define NVDLA_CACC_D_DATAOUT_ADDR_0 0x09018u
-#define NVDLA_CACC_D_BATCH_NUMBER_0 0x0901cu
-#define NVDLA_CACC_D_LINE_STRIDE_0 0x09020u
-#define NVDLA_CACC_D_SURF_STRIDE_0 0x09024u
-#define NVDLA_CACC_D_DATAOUT_MAP_0 0x09028u
-#define NVDLA_CACC_D_CLIP_CFG_0 0x0902cu
-#define NVDLA_CACC_D_OUT_SATURATION_0 0x09030u
-#define NVDLA_CACC_D_CYA_0 0x09034u
-#define NVDLA_SDP_RDMA_S_STATUS_0 0x0a000u
-#define NVDLA_SDP_RDMA_S_POINTER_0 0x0a004u
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0 0x0a008u
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0 0x0a00cu
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0 0x0a010u
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0 0x0a014u
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0a018u
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0a01cu
-#define NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0 0x0a020u
-#define NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0a024u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0 0x0a028u
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0 0x0a02cu
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0 0x0a030u
-#define NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0 0x0a034u
-#define NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0 0x0a038u
-#define NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0 0x0a03cu
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0 0x0a040u
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0 0x0a044u
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0 0x0a048u
-#define NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0 0x0a04cu
-#define NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0 0x0a050u
-#define NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0 0x0a054u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0 0x0a058u
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0 0x0a05cu
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0 0x0a060u
-#define NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0 0x0a064u
-#define NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0 0x0a068u
-#define NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0 0x0a06cu
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0 0x0a070u
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0 0x0a074u
-#define NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0 0x0a078u
-#define NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0 0x0a07cu
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0 0x0a080u
-#define NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0 0x0a084u
-#define NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0 0x0a088u
-#define NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0 0x0a08cu
-#define NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0 0x0a090u
-#define NVDLA_SDP_S_STATUS_0 0x0b000u
-#define NVDLA_SDP_S_POINTER_0 0x0b004u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0 0x0b008u
-#define NVDLA_SDP_S_LUT_ACCESS_DATA_0 0x0b00cu
-#define NVDLA_SDP_S_LUT_CFG_0 0x0b010u
-#define NVDLA_SDP_S_LUT_INFO_0 0x0b014u
-#define NVDLA_SDP_S_LUT_LE_START_0 0x0b018u
-#define NVDLA_SDP_S_LUT_LE_END_0 0x0b01cu
-#define NVDLA_SDP_S_LUT_LO_START_0 0x0b020u
-#define NVDLA_SDP_S_LUT_LO_END_0 0x0b024u
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0 0x0b028u
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0 0x0b02cu
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0 0x0b030u
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0 0x0b034u
-#define NVDLA_SDP_D_OP_ENABLE_0 0x0b038u
-#define NVDLA_SDP_D_DATA_CUBE_WIDTH_0 0x0b03cu
-#define NVDLA_SDP_D_DATA_CUBE_HEIGHT_0 0x0b040u
-#define NVDLA_SDP_D_DATA_CUBE_CHANNEL_0 0x0b044u
-#define NVDLA_SDP_D_DST_BASE_ADDR_LOW_0 0x0b048u
-#define NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0 0x0b04cu
-#define NVDLA_SDP_D_DST_LINE_STRIDE_0 0x0b050u
-#define NVDLA_SDP_D_DST_SURFACE_STRIDE_0 0x0b054u
-#define NVDLA_SDP_D_DP_BS_CFG_0 0x0b058u
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0 0x0b05cu
-#define NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0 0x0b060u
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0 0x0b064u
-#define NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0 0x0b068u
-#define NVDLA_SDP_D_DP_BN_CFG_0 0x0b06cu
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0 0x0b070u
-#define NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0 0x0b074u
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0 0x0b078u
-#define NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0 0x0b07cu
-#define NVDLA_SDP_D_DP_EW_CFG_0 0x0b080u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0 0x0b084u
-#define NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0 0x0b088u
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0 0x0b08cu
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0 0x0b090u
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0 0x0b094u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0 0x0b098u
-#define NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0 0x0b09cu
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0 0x0b0a0u
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0 0x0b0a4u
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0 0x0b0a8u
-#define NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0 0x0b0acu
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0 0x0b0b0u
-#define NVDLA_SDP_D_DST_DMA_CFG_0 0x0b0b4u
-#define NVDLA_SDP_D_DST_BATCH_STRIDE_0 0x0b0b8u
-#define NVDLA_SDP_D_DATA_FORMAT_0 0x0b0bcu
-#define NVDLA_SDP_D_CVT_OFFSET_0 0x0b0c0u
-#define NVDLA_SDP_D_CVT_SCALE_0 0x0b0c4u
-#define NVDLA_SDP_D_CVT_SHIFT_0 0x0b0c8u
-#define NVDLA_SDP_D_STATUS_0 0x0b0ccu
-#define NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0 0x0b0d0u
-#define NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0 0x0b0d4u
-#define NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0 0x0b0d8u
-#define NVDLA_SDP_D_PERF_ENABLE_0 0x0b0dcu
-#define NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0 0x0b0e0u
-#define NVDLA_SDP_D_PERF_LUT_UFLOW_0 0x0b0e4u
-#define NVDLA_SDP_D_PERF_LUT_OFLOW_0 0x0b0e8u
-#define NVDLA_SDP_D_PERF_OUT_SATURATION_0 0x0b0ecu
-#define NVDLA_SDP_D_PERF_LUT_HYBRID_0 0x0b0f0u
-#define NVDLA_SDP_D_PERF_LUT_LE_HIT_0 0x0b0f4u
-#define NVDLA_SDP_D_PERF_LUT_LO_HIT_0 0x0b0f8u
-#define NVDLA_PDP_RDMA_S_STATUS_0 0x0c000u
-#define NVDLA_PDP_RDMA_S_POINTER_0 0x0c004u
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0 0x0c008u
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0 0x0c00cu
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0 0x0c010u
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0 0x0c014u
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0 0x0c018u
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0c01cu
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0c020u
-#define NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0 0x0c024u
-#define NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0c028u
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0 0x0c02cu
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0 0x0c030u
-#define NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0 0x0c034u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0 0x0c038u
-#define NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0 0x0c03cu
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0 0x0c040u
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0 0x0c044u
-#define NVDLA_PDP_RDMA_D_PERF_READ_STALL_0 0x0c048u
-#define NVDLA_PDP_RDMA_D_CYA_0 0x0c04cu
-#define NVDLA_PDP_S_STATUS_0 0x0d000u
-#define NVDLA_PDP_S_POINTER_0 0x0d004u
-#define NVDLA_PDP_D_OP_ENABLE_0 0x0d008u
-#define NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0 0x0d00cu
-#define NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0 0x0d010u
-#define NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0 0x0d014u
-#define NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0 0x0d018u
-#define NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0 0x0d01cu
-#define NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0 0x0d020u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0 0x0d024u
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0 0x0d028u
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0 0x0d02cu
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0 0x0d030u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0 0x0d034u
-#define NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0 0x0d038u
-#define NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0 0x0d03cu
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0 0x0d040u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0 0x0d044u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0 0x0d048u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0 0x0d04cu
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0 0x0d050u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0 0x0d054u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0 0x0d058u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0 0x0d05cu
-#define NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0 0x0d060u
-#define NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0 0x0d064u
-#define NVDLA_PDP_D_SRC_LINE_STRIDE_0 0x0d068u
-#define NVDLA_PDP_D_SRC_SURFACE_STRIDE_0 0x0d06cu
-#define NVDLA_PDP_D_DST_BASE_ADDR_LOW_0 0x0d070u
-#define NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0 0x0d074u
-#define NVDLA_PDP_D_DST_LINE_STRIDE_0 0x0d078u
-#define NVDLA_PDP_D_DST_SURFACE_STRIDE_0 0x0d07cu
-#define NVDLA_PDP_D_DST_RAM_CFG_0 0x0d080u
-#define NVDLA_PDP_D_DATA_FORMAT_0 0x0d084u
-#define NVDLA_PDP_D_INF_INPUT_NUM_0 0x0d088u
-#define NVDLA_PDP_D_NAN_INPUT_NUM_0 0x0d08cu
-#define NVDLA_PDP_D_NAN_OUTPUT_NUM_0 0x0d090u
-#define NVDLA_PDP_D_PERF_ENABLE_0 0x0d094u
-#define NVDLA_PDP_D_PERF_WRITE_STALL_0 0x0d098u
-#define NVDLA_PDP_D_CYA_0 0x0d09cu
-#define NVDLA_CDP_RDMA_S_STATUS_0 0x0e000u
-#define NVDLA_CDP_RDMA_S_POINTER_0 0x0e004u
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0 0x0e008u
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0 0x0e00cu
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0 0x0e010u
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0 0x0e014u
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0e018u
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0e01cu
-#define NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0 0x0e020u
-#define NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0e024u
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0 0x0e028u
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0 0x0e02cu
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0 0x0e030u
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0 0x0e034u
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0 0x0e038u
-#define NVDLA_CDP_RDMA_D_PERF_READ_STALL_0 0x0e03cu
-#define NVDLA_CDP_RDMA_D_CYA_0 0x0e040u
-#define NVDLA_CDP_S_STATUS_0 0x0f000u
-#define NVDLA_CDP_S_POINTER_0 0x0f004u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0 0x0f008u
-#define NVDLA_CDP_S_LUT_ACCESS_DATA_0 0x0f00cu
-#define NVDLA_CDP_S_LUT_CFG_0 0x0f010u
-#define NVDLA_CDP_S_LUT_INFO_0 0x0f014u
-#define NVDLA_CDP_S_LUT_LE_START_LOW_0 0x0f018u
-#define NVDLA_CDP_S_LUT_LE_START_HIGH_0 0x0f01cu
-#define NVDLA_CDP_S_LUT_LE_END_LOW_0 0x0f020u
-#define NVDLA_CDP_S_LUT_LE_END_HIGH_0 0x0f024u
-#define NVDLA_CDP_S_LUT_LO_START_LOW_0 0x0f028u
-#define NVDLA_CDP_S_LUT_LO_START_HIGH_0 0x0f02cu
-#define NVDLA_CDP_S_LUT_LO_END_LOW_0 0x0f030u
-#define NVDLA_CDP_S_LUT_LO_END_HIGH_0 0x0f034u
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0 0x0f038u
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0 0x0f03cu
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0 0x0f040u
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0 0x0f044u
-#define NVDLA_CDP_D_OP_ENABLE_0 0x0f048u
-#define NVDLA_CDP_D_FUNC_BYPASS_0 0x0f04cu
-#define NVDLA_CDP_D_DST_BASE_ADDR_LOW_0 0x0f050u
-#define NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0 0x0f054u
-#define NVDLA_CDP_D_DST_LINE_STRIDE_0 0x0f058u
-#define NVDLA_CDP_D_DST_SURFACE_STRIDE_0 0x0f05cu
-#define NVDLA_CDP_D_DST_DMA_CFG_0 0x0f060u
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0 0x0f064u
-#define NVDLA_CDP_D_DATA_FORMAT_0 0x0f068u
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0 0x0f06cu
-#define NVDLA_CDP_D_LRN_CFG_0 0x0f070u
-#define NVDLA_CDP_D_DATIN_OFFSET_0 0x0f074u
-#define NVDLA_CDP_D_DATIN_SCALE_0 0x0f078u
-#define NVDLA_CDP_D_DATIN_SHIFTER_0 0x0f07cu
-#define NVDLA_CDP_D_DATOUT_OFFSET_0 0x0f080u
-#define NVDLA_CDP_D_DATOUT_SCALE_0 0x0f084u
-#define NVDLA_CDP_D_DATOUT_SHIFTER_0 0x0f088u
-#define NVDLA_CDP_D_NAN_INPUT_NUM_0 0x0f08cu
-#define NVDLA_CDP_D_INF_INPUT_NUM_0 0x0f090u
-#define NVDLA_CDP_D_NAN_OUTPUT_NUM_0 0x0f094u
-#define NVDLA_CDP_D_OUT_SATURATION_0 0x0f098u
-#define NVDLA_CDP_D_PERF_ENABLE_0 0x0f09cu
-#define NVDLA_CDP_D_PERF_WRITE_STALL_0 0x0f0a0u
-#define NVDLA_CDP_D_PERF_LUT_UFLOW_0 0x0f0a4u
-#define NVDLA_CDP_D_PERF_LUT_OFLOW_0 0x0f0a8u
-#define NVDLA_CDP_D_PERF_LUT_HYBRID_0 0x0f0acu
-#define NVDLA_CDP_D_PERF_LUT_LE_HIT_0 0x0f0b0u
-#define NVDLA_CDP_D_PERF_LUT_LO_HIT_0 0x0f0b4u
-#define NVDLA_CDP_D_CYA_0 0x0f0b8u
-#define NVDLA_RBK_S_STATUS_0 0x10000u
-#define NVDLA_RBK_S_POINTER_0 0x10004u
-#define NVDLA_RBK_D_OP_ENABLE_0 0x10008u
-#define NVDLA_RBK_D_MISC_CFG_0 0x1000cu
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0 0x10010u
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0 0x10014u
-#define NVDLA_RBK_D_DATAIN_SIZE_1_0 0x10018u
-#define NVDLA_RBK_D_DAIN_ADDR_HIGH_0 0x1001cu
-#define NVDLA_RBK_D_DAIN_ADDR_LOW_0 0x10020u
-#define NVDLA_RBK_D_DAIN_LINE_STRIDE_0 0x10024u
-#define NVDLA_RBK_D_DAIN_SURF_STRIDE_0 0x10028u
-#define NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0 0x1002cu
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0 0x10030u
-#define NVDLA_RBK_D_DATAOUT_SIZE_1_0 0x10034u
-#define NVDLA_RBK_D_DAOUT_ADDR_HIGH_0 0x10038u
-#define NVDLA_RBK_D_DAOUT_ADDR_LOW_0 0x1003cu
-#define NVDLA_RBK_D_DAOUT_LINE_STRIDE_0 0x10040u
-#define NVDLA_RBK_D_CONTRACT_STRIDE_0_0 0x10044u
-#define NVDLA_RBK_D_CONTRACT_STRIDE_1_0 0x10048u
-#define NVDLA_RBK_D_DAOUT_SURF_STRIDE_0 0x1004cu
-#define NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0 0x10050u
-#define NVDLA_RBK_D_DECONV_STRIDE_0 0x10054u
-#define NVDLA_RBK_D_PERF_ENABLE_0 0x10058u
-#define NVDLA_RBK_D_PERF_READ_STALL_0 0x1005cu
-#define NVDLA_RBK_D_PERF_WRITE_STALL_0 0x10060u
-
-/* NVDLA_GLB_S_NVDLA_HW_VERSION_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0_RESET_VAL 0x303031u
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0_MAJOR_SHIFT 0u /* bits 7:0, read only, reset 0x31 */
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0_MAJOR_FIELD 0xffu
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0_MINOR_SHIFT 8u /* bits 23:8, read only, reset 0x3030 */
-#define NVDLA_GLB_S_NVDLA_HW_VERSION_0_MINOR_FIELD 0xffff00u
-
-/* NVDLA_GLB_S_INTR_MASK_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GLB_S_INTR_MASK_0_RESET_VAL 0x0u
-#define NVDLA_GLB_S_INTR_MASK_0_SDP_DONE_MASK0_SHIFT 0u /* bit 0 */
-#define NVDLA_GLB_S_INTR_MASK_0_SDP_DONE_MASK0_FIELD 0x1u
-#define NVDLA_GLB_S_INTR_MASK_0_SDP_DONE_MASK1_SHIFT 1u /* bit 1 */
-#define NVDLA_GLB_S_INTR_MASK_0_SDP_DONE_MASK1_FIELD 0x2u
-#define NVDLA_GLB_S_INTR_MASK_0_CDP_DONE_MASK0_SHIFT 2u /* bit 2 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDP_DONE_MASK0_FIELD 0x4u
-#define NVDLA_GLB_S_INTR_MASK_0_CDP_DONE_MASK1_SHIFT 3u /* bit 3 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDP_DONE_MASK1_FIELD 0x8u
-#define NVDLA_GLB_S_INTR_MASK_0_PDP_DONE_MASK0_SHIFT 4u /* bit 4 */
-#define NVDLA_GLB_S_INTR_MASK_0_PDP_DONE_MASK0_FIELD 0x10u
-#define NVDLA_GLB_S_INTR_MASK_0_PDP_DONE_MASK1_SHIFT 5u /* bit 5 */
-#define NVDLA_GLB_S_INTR_MASK_0_PDP_DONE_MASK1_FIELD 0x20u
-#define NVDLA_GLB_S_INTR_MASK_0_BDMA_DONE_MASK0_SHIFT 6u /* bit 6 */
-#define NVDLA_GLB_S_INTR_MASK_0_BDMA_DONE_MASK0_FIELD 0x40u
-#define NVDLA_GLB_S_INTR_MASK_0_BDMA_DONE_MASK1_SHIFT 7u /* bit 7 */
-#define NVDLA_GLB_S_INTR_MASK_0_BDMA_DONE_MASK1_FIELD 0x80u
-#define NVDLA_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK0_SHIFT 8u /* bit 8 */
-#define NVDLA_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK0_FIELD 0x100u
-#define NVDLA_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK1_SHIFT 9u /* bit 9 */
-#define NVDLA_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK1_FIELD 0x200u
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK0_SHIFT 16u /* bit 16 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK0_FIELD 0x10000u
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK1_SHIFT 17u /* bit 17 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK1_FIELD 0x20000u
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK0_SHIFT 18u /* bit 18 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK0_FIELD 0x40000u
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK1_SHIFT 19u /* bit 19 */
-#define NVDLA_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK1_FIELD 0x80000u
-#define NVDLA_GLB_S_INTR_MASK_0_CACC_DONE_MASK0_SHIFT 20u /* bit 20 */
-#define NVDLA_GLB_S_INTR_MASK_0_CACC_DONE_MASK0_FIELD 0x100000u
-#define NVDLA_GLB_S_INTR_MASK_0_CACC_DONE_MASK1_SHIFT 21u /* bit 21 */
-#define NVDLA_GLB_S_INTR_MASK_0_CACC_DONE_MASK1_FIELD 0x200000u
-
-/* NVDLA_GLB_S_INTR_SET_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GLB_S_INTR_SET_0_RESET_VAL 0x0u
-#define NVDLA_GLB_S_INTR_SET_0_SDP_DONE_SET0_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GLB_S_INTR_SET_0_SDP_DONE_SET0_FIELD 0x1u
-#define NVDLA_GLB_S_INTR_SET_0_SDP_DONE_SET1_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GLB_S_INTR_SET_0_SDP_DONE_SET1_FIELD 0x2u
-#define NVDLA_GLB_S_INTR_SET_0_CDP_DONE_SET0_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDP_DONE_SET0_FIELD 0x4u
-#define NVDLA_GLB_S_INTR_SET_0_CDP_DONE_SET1_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDP_DONE_SET1_FIELD 0x8u
-#define NVDLA_GLB_S_INTR_SET_0_PDP_DONE_SET0_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GLB_S_INTR_SET_0_PDP_DONE_SET0_FIELD 0x10u
-#define NVDLA_GLB_S_INTR_SET_0_PDP_DONE_SET1_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GLB_S_INTR_SET_0_PDP_DONE_SET1_FIELD 0x20u
-#define NVDLA_GLB_S_INTR_SET_0_BDMA_DONE_SET0_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GLB_S_INTR_SET_0_BDMA_DONE_SET0_FIELD 0x40u
-#define NVDLA_GLB_S_INTR_SET_0_BDMA_DONE_SET1_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GLB_S_INTR_SET_0_BDMA_DONE_SET1_FIELD 0x80u
-#define NVDLA_GLB_S_INTR_SET_0_RUBIK_DONE_SET0_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GLB_S_INTR_SET_0_RUBIK_DONE_SET0_FIELD 0x100u
-#define NVDLA_GLB_S_INTR_SET_0_RUBIK_DONE_SET1_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GLB_S_INTR_SET_0_RUBIK_DONE_SET1_FIELD 0x200u
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET0_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET0_FIELD 0x10000u
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET1_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET1_FIELD 0x20000u
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET0_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET0_FIELD 0x40000u
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET1_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET1_FIELD 0x80000u
-#define NVDLA_GLB_S_INTR_SET_0_CACC_DONE_SET0_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CACC_DONE_SET0_FIELD 0x100000u
-#define NVDLA_GLB_S_INTR_SET_0_CACC_DONE_SET1_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GLB_S_INTR_SET_0_CACC_DONE_SET1_FIELD 0x200000u
-
-/* NVDLA_GLB_S_INTR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GLB_S_INTR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS0_SHIFT 0u /* bit 0, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS0_FIELD 0x1u
-#define NVDLA_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS1_SHIFT 1u /* bit 1, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS1_FIELD 0x2u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS0_SHIFT 2u /* bit 2, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS0_FIELD 0x4u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS1_SHIFT 3u /* bit 3, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS1_FIELD 0x8u
-#define NVDLA_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS0_SHIFT 4u /* bit 4, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS0_FIELD 0x10u
-#define NVDLA_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS1_SHIFT 5u /* bit 5, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS1_FIELD 0x20u
-#define NVDLA_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS0_SHIFT 6u /* bit 6, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS0_FIELD 0x40u
-#define NVDLA_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS1_SHIFT 7u /* bit 7, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS1_FIELD 0x80u
-#define NVDLA_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS0_SHIFT 8u /* bit 8, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS0_FIELD 0x100u
-#define NVDLA_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS1_SHIFT 9u /* bit 9, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS1_FIELD 0x200u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS0_SHIFT 16u /* bit 16, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS0_FIELD 0x10000u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS1_SHIFT 17u /* bit 17, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS1_FIELD 0x20000u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS0_SHIFT 18u /* bit 18, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS0_FIELD 0x40000u
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS1_SHIFT 19u /* bit 19, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS1_FIELD 0x80000u
-#define NVDLA_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS0_SHIFT 20u /* bit 20, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS0_FIELD 0x100000u
-#define NVDLA_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS1_SHIFT 21u /* bit 21, write 1 to clear */
-#define NVDLA_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS1_FIELD 0x200000u
-
-/* NVDLA_GEC_FEATURE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_FEATURE_0_RESET_VAL 0x430003u
-#define NVDLA_GEC_FEATURE_0_NUM_ERR_SLICES_SHIFT 0u /* bits 5:0, read only, reset 0x3 */
-#define NVDLA_GEC_FEATURE_0_NUM_ERR_SLICES_FIELD 0x3fu
-#define NVDLA_GEC_FEATURE_0_NUM_ERR_SHIFT 16u /* bits 31:16, read only, reset 0x43 */
-#define NVDLA_GEC_FEATURE_0_NUM_ERR_FIELD 0xffff0000u
-
-/* NVDLA_GEC_SWRESET_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_SWRESET_0_RESET_VAL 0x0u
-#define NVDLA_GEC_SWRESET_0_SWRST_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_SWRESET_0_SWRST_FIELD 0x1u
-
-/* NVDLA_GEC_MISSIONERR_TYPE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_MISSIONERR_TYPE_0_RESET_VAL 0x5u
-#define NVDLA_GEC_MISSIONERR_TYPE_0_CODE_SHIFT 0u /* bits 5:0, read only, reset 0x5 */
-#define NVDLA_GEC_MISSIONERR_TYPE_0_CODE_FIELD 0x3fu
-
-/* NVDLA_GEC_CURRENT_COUNTER_VALUE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_CURRENT_COUNTER_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_CURRENT_COUNTER_VALUE_0_VALUE_SHIFT 0u /* bits 8:0, read only */
-#define NVDLA_GEC_CURRENT_COUNTER_VALUE_0_VALUE_FIELD 0x1ffu
-
-/* NVDLA_GEC_MISSIONERR_INDEX_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_MISSIONERR_INDEX_0_RESET_VAL 0x0u
-#define NVDLA_GEC_MISSIONERR_INDEX_0_IDX_SHIFT 0u /* bits 6:0 */
-#define NVDLA_GEC_MISSIONERR_INDEX_0_IDX_FIELD 0x7fu
-
-/* NVDLA_GEC_CORRECTABLE_THRESHOLD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_CORRECTABLE_THRESHOLD_0_RESET_VAL 0xffu
-#define NVDLA_GEC_CORRECTABLE_THRESHOLD_0_COUNT_SHIFT 0u /* bits 7:0, reset 0xff */
-#define NVDLA_GEC_CORRECTABLE_THRESHOLD_0_COUNT_FIELD 0xffu
-
-/* NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0_RESET_VAL 0x0u
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_SHIFT 0u /* bits 7:0 */
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_FIELD 0xffu
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_LOCK 0u
-#define NVDLA_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_UNLOCK 225u
-
-/* NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_RESET_VAL 0xffffffffu
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_SHIFT 4u /* bit 4, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_SHIFT 5u /* bit 5, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_SHIFT 6u /* bit 6, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_SHIFT 7u /* bit 7, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_SHIFT 8u /* bit 8, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_SHIFT 9u /* bit 9, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_SHIFT 10u /* bit 10, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_SHIFT 11u /* bit 11, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_SHIFT 12u /* bit 12, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_SHIFT 13u /* bit 13, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_SHIFT 14u /* bit 14, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_SHIFT 15u /* bit 15, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_SHIFT 16u /* bit 16, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_SHIFT 17u /* bit 17, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_SHIFT 18u /* bit 18, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_SHIFT 19u /* bit 19, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_SHIFT 20u /* bit 20, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_SHIFT 21u /* bit 21, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_SHIFT 22u /* bit 22, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_SHIFT 23u /* bit 23, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_SHIFT 24u /* bit 24, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_SHIFT 25u /* bit 25, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_SHIFT 26u /* bit 26, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_SHIFT 27u /* bit 27, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_SHIFT 28u /* bit 28, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_SHIFT 29u /* bit 29, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_SHIFT 30u /* bit 30, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_SHIFT 31u /* bit 31, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR0_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR1_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR2_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR3_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR4_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR5_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR6_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR7_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR8_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR9_SHIFT 9u /* bit 9 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR10_SHIFT 10u /* bit 10 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR11_SHIFT 11u /* bit 11 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR12_SHIFT 12u /* bit 12 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR13_SHIFT 13u /* bit 13 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR14_SHIFT 14u /* bit 14 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR15_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR16_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR17_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR18_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR19_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR20_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR21_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR22_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR23_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR24_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR25_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR26_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR27_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR28_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR29_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR30_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR31_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR31_FIELD 0x80000000u
-
-/* NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_RESET_VAL 0xffffffffu
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_SHIFT 4u /* bit 4, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_SHIFT 5u /* bit 5, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_SHIFT 6u /* bit 6, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_SHIFT 7u /* bit 7, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_SHIFT 8u /* bit 8, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_SHIFT 9u /* bit 9, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_SHIFT 10u /* bit 10, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_SHIFT 11u /* bit 11, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_SHIFT 12u /* bit 12, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_SHIFT 13u /* bit 13, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_SHIFT 14u /* bit 14, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_SHIFT 15u /* bit 15, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_SHIFT 16u /* bit 16, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_SHIFT 17u /* bit 17, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_SHIFT 18u /* bit 18, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_SHIFT 19u /* bit 19, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_SHIFT 20u /* bit 20, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_SHIFT 21u /* bit 21, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_SHIFT 22u /* bit 22, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_SHIFT 23u /* bit 23, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_SHIFT 24u /* bit 24, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_SHIFT 25u /* bit 25, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_SHIFT 26u /* bit 26, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_SHIFT 27u /* bit 27, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_SHIFT 28u /* bit 28, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_SHIFT 29u /* bit 29, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_SHIFT 30u /* bit 30, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_SHIFT 31u /* bit 31, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_FORCE 1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR0_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR1_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR2_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR3_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR4_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR5_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR6_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR7_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR8_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR9_SHIFT 9u /* bit 9 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR10_SHIFT 10u /* bit 10 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR11_SHIFT 11u /* bit 11 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR12_SHIFT 12u /* bit 12 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR13_SHIFT 13u /* bit 13 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR14_SHIFT 14u /* bit 14 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR15_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR16_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR17_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR18_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR19_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR20_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR21_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR22_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR23_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR24_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR25_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR26_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR27_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR28_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR29_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR30_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR31_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR31_FIELD 0x80000000u
-
-/* NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_RELOAD 1u
-
-/* NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_RESET_VAL 0xffffffffu
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_SHIFT 4u /* bit 4, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_SHIFT 5u /* bit 5, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_SHIFT 6u /* bit 6, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_SHIFT 7u /* bit 7, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_SHIFT 8u /* bit 8, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_SHIFT 9u /* bit 9, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_SHIFT 10u /* bit 10, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_SHIFT 11u /* bit 11, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_SHIFT 12u /* bit 12, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_SHIFT 13u /* bit 13, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_SHIFT 14u /* bit 14, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_SHIFT 15u /* bit 15, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_SHIFT 16u /* bit 16, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_SHIFT 17u /* bit 17, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_SHIFT 18u /* bit 18, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_SHIFT 19u /* bit 19, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_SHIFT 20u /* bit 20, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_SHIFT 21u /* bit 21, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_SHIFT 22u /* bit 22, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_SHIFT 23u /* bit 23, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_SHIFT 24u /* bit 24, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_SHIFT 25u /* bit 25, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_SHIFT 26u /* bit 26, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_SHIFT 27u /* bit 27, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_SHIFT 28u /* bit 28, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_SHIFT 29u /* bit 29, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_SHIFT 30u /* bit 30, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_SHIFT 31u /* bit 31, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR32_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR33_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR34_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR35_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR36_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR37_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR38_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR39_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR40_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR41_SHIFT 9u /* bit 9 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR42_SHIFT 10u /* bit 10 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR43_SHIFT 11u /* bit 11 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR44_SHIFT 12u /* bit 12 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR45_SHIFT 13u /* bit 13 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR46_SHIFT 14u /* bit 14 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR47_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR48_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR49_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR50_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR51_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR52_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR53_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR54_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR55_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR56_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR57_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR58_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR59_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR60_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR61_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR62_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR63_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR63_FIELD 0x80000000u
-
-/* NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_SHIFT 9u /* bit 9 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_SHIFT 10u /* bit 10 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_SHIFT 11u /* bit 11 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_SHIFT 12u /* bit 12 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_SHIFT 13u /* bit 13 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_SHIFT 14u /* bit 14 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_RESET_VAL 0xffffffffu
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_SHIFT 4u /* bit 4, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_SHIFT 5u /* bit 5, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_SHIFT 6u /* bit 6, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_SHIFT 7u /* bit 7, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_SHIFT 8u /* bit 8, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_SHIFT 9u /* bit 9, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_SHIFT 10u /* bit 10, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_SHIFT 11u /* bit 11, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_SHIFT 12u /* bit 12, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_SHIFT 13u /* bit 13, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_SHIFT 14u /* bit 14, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_SHIFT 15u /* bit 15, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_SHIFT 16u /* bit 16, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_SHIFT 17u /* bit 17, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_SHIFT 18u /* bit 18, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_SHIFT 19u /* bit 19, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_SHIFT 20u /* bit 20, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_SHIFT 21u /* bit 21, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_SHIFT 22u /* bit 22, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_SHIFT 23u /* bit 23, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_SHIFT 24u /* bit 24, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_SHIFT 25u /* bit 25, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_SHIFT 26u /* bit 26, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_SHIFT 27u /* bit 27, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_SHIFT 28u /* bit 28, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_SHIFT 29u /* bit 29, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_SHIFT 30u /* bit 30, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_SHIFT 31u /* bit 31, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_FORCE 1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR32_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR33_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR34_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR35_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR36_SHIFT 4u /* bit 4 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR37_SHIFT 5u /* bit 5 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR38_SHIFT 6u /* bit 6 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR39_SHIFT 7u /* bit 7 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR40_SHIFT 8u /* bit 8 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR41_SHIFT 9u /* bit 9 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR42_SHIFT 10u /* bit 10 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR43_SHIFT 11u /* bit 11 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR44_SHIFT 12u /* bit 12 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR45_SHIFT 13u /* bit 13 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR46_SHIFT 14u /* bit 14 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR47_SHIFT 15u /* bit 15 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR48_SHIFT 16u /* bit 16 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR49_SHIFT 17u /* bit 17 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR50_SHIFT 18u /* bit 18 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR51_SHIFT 19u /* bit 19 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR52_SHIFT 20u /* bit 20 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR53_SHIFT 21u /* bit 21 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR54_SHIFT 22u /* bit 22 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR55_SHIFT 23u /* bit 23 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR56_SHIFT 24u /* bit 24 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR57_SHIFT 25u /* bit 25 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR58_SHIFT 26u /* bit 26 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR59_SHIFT 27u /* bit 27 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR60_SHIFT 28u /* bit 28 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR61_SHIFT 29u /* bit 29 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR62_SHIFT 30u /* bit 30 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR63_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR63_FIELD 0x80000000u
-
-/* NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_SHIFT 4u /* bit 4, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_FIELD 0x10u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_SHIFT 5u /* bit 5, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_FIELD 0x20u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_SHIFT 6u /* bit 6, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_FIELD 0x40u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_SHIFT 7u /* bit 7, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_FIELD 0x80u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_SHIFT 8u /* bit 8, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_FIELD 0x100u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_SHIFT 9u /* bit 9, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_FIELD 0x200u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_SHIFT 10u /* bit 10, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_FIELD 0x400u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_SHIFT 11u /* bit 11, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_FIELD 0x800u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_SHIFT 12u /* bit 12, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_FIELD 0x1000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_SHIFT 13u /* bit 13, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_FIELD 0x2000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_SHIFT 14u /* bit 14, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_FIELD 0x4000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_SHIFT 15u /* bit 15, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_FIELD 0x8000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_SHIFT 16u /* bit 16, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_FIELD 0x10000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_SHIFT 17u /* bit 17, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_FIELD 0x20000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_SHIFT 18u /* bit 18, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_FIELD 0x40000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_SHIFT 19u /* bit 19, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_FIELD 0x80000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_SHIFT 20u /* bit 20, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_FIELD 0x100000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_SHIFT 21u /* bit 21, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_FIELD 0x200000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_SHIFT 22u /* bit 22, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_FIELD 0x400000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_SHIFT 23u /* bit 23, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_FIELD 0x800000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_SHIFT 24u /* bit 24, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_FIELD 0x1000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_SHIFT 25u /* bit 25, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_FIELD 0x2000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_SHIFT 26u /* bit 26, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_FIELD 0x4000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_SHIFT 27u /* bit 27, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_FIELD 0x8000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_SHIFT 28u /* bit 28, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_FIELD 0x10000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_SHIFT 29u /* bit 29, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_FIELD 0x20000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_SHIFT 30u /* bit 30, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_FIELD 0x40000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_SHIFT 31u /* bit 31, write only */
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_RELOAD 1u
-
-/* NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_SHIFT 31u /* bit 31 */
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_FIELD 0x80000000u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_RESET_VAL 0xfu
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR64_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR65_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR66_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR67_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR67_FIELD 0x8u
-
-/* NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_RESET_VAL 0xfu
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_SHIFT 0u /* bit 0, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_SHIFT 1u /* bit 1, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_SHIFT 2u /* bit 2, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_ENABLE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_SHIFT 3u /* bit 3, reset 0x1 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_DISABLE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_ENABLE 1u
-
-/* NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_FORCE 1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_NOFORCE 0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_FORCE 1u
-
-/* NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR64_SHIFT 0u /* bit 0 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR65_SHIFT 1u /* bit 1 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR66_SHIFT 2u /* bit 2 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR67_SHIFT 3u /* bit 3 */
-#define NVDLA_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR67_FIELD 0x8u
-
-/* NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_RESET_VAL 0x0u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_SHIFT 0u /* bit 0, write only */
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_FIELD 0x1u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_SHIFT 1u /* bit 1, write only */
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_FIELD 0x2u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_SHIFT 2u /* bit 2, write only */
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_FIELD 0x4u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_RELOAD 1u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_SHIFT 3u /* bit 3, write only */
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_FIELD 0x8u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_NORELOAD 0u
-#define NVDLA_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_RELOAD 1u
-
-/* NVDLA_MCIF_CFG_RD_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RESET_VAL 0x1010101u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_FIELD 0xffu
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_FIELD 0xff00u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_FIELD 0xff0000u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_FIELD 0xff000000u
-
-/* NVDLA_MCIF_CFG_RD_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RESET_VAL 0x1010101u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_FIELD 0xffu
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_FIELD 0xff00u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_FIELD 0xff0000u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_FIELD 0xff000000u
-
-/* NVDLA_MCIF_CFG_RD_WEIGHT_2_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RESET_VAL 0x1010101u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_FIELD 0xffu
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_FIELD 0xff00u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_FIELD 0xff0000u
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_FIELD 0xff000000u
-
-/* NVDLA_MCIF_CFG_WR_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_RESET_VAL 0x1010101u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_FIELD 0xffu
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_FIELD 0xff00u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_FIELD 0xff0000u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_FIELD 0xff000000u
-
-/* NVDLA_MCIF_CFG_WR_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_RESET_VAL 0x1010101u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_FIELD 0xffu
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_FIELD 0xff00u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_FIELD 0xff0000u
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_FIELD 0xff000000u
-
-/* NVDLA_MCIF_CFG_OUTSTANDING_CNT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0_RESET_VAL 0xffffu
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_SHIFT 0u /* bits 7:0, reset 0xff */
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_FIELD 0xffu
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_SHIFT 8u /* bits 15:8, reset 0xff */
-#define NVDLA_MCIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_FIELD 0xff00u
-
-/* NVDLA_MCIF_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_MCIF_STATUS_0_RESET_VAL 0x100u
-#define NVDLA_MCIF_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
-#define NVDLA_MCIF_STATUS_0_IDLE_FIELD 0x100u
-#define NVDLA_MCIF_STATUS_0_IDLE_NO 0u
-#define NVDLA_MCIF_STATUS_0_IDLE_YES 1u
-
-/* NVDLA_CVIF_CFG_RD_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RESET_VAL 0x1010101u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_FIELD 0xffu
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_FIELD 0xff00u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_FIELD 0xff0000u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_FIELD 0xff000000u
-
-/* NVDLA_CVIF_CFG_RD_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RESET_VAL 0x1010101u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_FIELD 0xffu
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_FIELD 0xff00u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_FIELD 0xff0000u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_FIELD 0xff000000u
-
-/* NVDLA_CVIF_CFG_RD_WEIGHT_2_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RESET_VAL 0x1010101u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_FIELD 0xffu
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_FIELD 0xff00u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_FIELD 0xff0000u
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_FIELD 0xff000000u
-
-/* NVDLA_CVIF_CFG_WR_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_RESET_VAL 0x1010101u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_FIELD 0xffu
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_FIELD 0xff00u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_FIELD 0xff0000u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_FIELD 0xff000000u
-
-/* NVDLA_CVIF_CFG_WR_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_RESET_VAL 0x1010101u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_SHIFT 0u /* bits 7:0, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_FIELD 0xffu
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_SHIFT 8u /* bits 15:8, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_FIELD 0xff00u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_FIELD 0xff0000u
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
-#define NVDLA_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_FIELD 0xff000000u
-
-/* NVDLA_CVIF_CFG_OUTSTANDING_CNT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0_RESET_VAL 0xffffu
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_SHIFT 0u /* bits 7:0, reset 0xff */
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_FIELD 0xffu
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_SHIFT 8u /* bits 15:8, reset 0xff */
-#define NVDLA_CVIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_FIELD 0xff00u
-
-/* NVDLA_CVIF_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CVIF_STATUS_0_RESET_VAL 0x100u
-#define NVDLA_CVIF_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
-#define NVDLA_CVIF_STATUS_0_IDLE_FIELD 0x100u
-#define NVDLA_CVIF_STATUS_0_IDLE_NO 0u
-#define NVDLA_CVIF_STATUS_0_IDLE_YES 1u
-
-/* NVDLA_BDMA_CFG_SRC_ADDR_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_SRC_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_SRC_ADDR_LOW_0_V32_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_SRC_ADDR_LOW_0_V32_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0_V8_SHIFT 0u /* bits 31:0 */
-#define NVDLA_BDMA_CFG_SRC_ADDR_HIGH_0_V8_FIELD 0xffffffffu
-
-/* NVDLA_BDMA_CFG_DST_ADDR_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_DST_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_DST_ADDR_LOW_0_V32_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_DST_ADDR_LOW_0_V32_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_DST_ADDR_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_DST_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_DST_ADDR_HIGH_0_V8_SHIFT 0u /* bits 31:0 */
-#define NVDLA_BDMA_CFG_DST_ADDR_HIGH_0_V8_FIELD 0xffffffffu
-
-/* NVDLA_BDMA_CFG_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_LINE_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_LINE_0_SIZE_SHIFT 0u /* bits 12:0 */
-#define NVDLA_BDMA_CFG_LINE_0_SIZE_FIELD 0x1fffu
-
-/* NVDLA_BDMA_CFG_CMD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_CMD_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_CMD_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_BDMA_CFG_CMD_0_SRC_RAM_TYPE_FIELD 0x1u
-#define NVDLA_BDMA_CFG_CMD_0_SRC_RAM_TYPE_CVSRAM 0u
-#define NVDLA_BDMA_CFG_CMD_0_SRC_RAM_TYPE_MC 1u
-#define NVDLA_BDMA_CFG_CMD_0_DST_RAM_TYPE_SHIFT 1u /* bit 1 */
-#define NVDLA_BDMA_CFG_CMD_0_DST_RAM_TYPE_FIELD 0x2u
-#define NVDLA_BDMA_CFG_CMD_0_DST_RAM_TYPE_CVSRAM 0u
-#define NVDLA_BDMA_CFG_CMD_0_DST_RAM_TYPE_MC 1u
-
-/* NVDLA_BDMA_CFG_LINE_REPEAT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_LINE_REPEAT_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_LINE_REPEAT_0_NUMBER_SHIFT 0u /* bits 23:0 */
-#define NVDLA_BDMA_CFG_LINE_REPEAT_0_NUMBER_FIELD 0xffffffu
-
-/* NVDLA_BDMA_CFG_SRC_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_SRC_LINE_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_SRC_LINE_0_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_SRC_LINE_0_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_DST_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_DST_LINE_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_DST_LINE_0_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_DST_LINE_0_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_SURF_REPEAT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_SURF_REPEAT_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_SURF_REPEAT_0_NUMBER_SHIFT 0u /* bits 23:0 */
-#define NVDLA_BDMA_CFG_SURF_REPEAT_0_NUMBER_FIELD 0xffffffu
-
-/* NVDLA_BDMA_CFG_SRC_SURF_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_SRC_SURF_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_SRC_SURF_0_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_SRC_SURF_0_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_DST_SURF_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_DST_SURF_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_DST_SURF_0_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_BDMA_CFG_DST_SURF_0_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_BDMA_CFG_OP_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_OP_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_OP_0_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_BDMA_CFG_OP_0_EN_FIELD 0x1u
-#define NVDLA_BDMA_CFG_OP_0_EN_DISABLE 0u
-#define NVDLA_BDMA_CFG_OP_0_EN_ENABLE 1u
-
-/* NVDLA_BDMA_CFG_LAUNCH0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_LAUNCH0_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_SHIFT 0u /* bit 0 */
-#define NVDLA_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_FIELD 0x1u
-#define NVDLA_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_NO 0u
-#define NVDLA_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_YES 1u
-
-/* NVDLA_BDMA_CFG_LAUNCH1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_LAUNCH1_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_SHIFT 0u /* bit 0 */
-#define NVDLA_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_FIELD 0x1u
-#define NVDLA_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_NO 0u
-#define NVDLA_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_YES 1u
-
-/* NVDLA_BDMA_CFG_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_CFG_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_CFG_STATUS_0_STALL_COUNT_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_BDMA_CFG_STATUS_0_STALL_COUNT_EN_FIELD 0x1u
-#define NVDLA_BDMA_CFG_STATUS_0_STALL_COUNT_EN_NO 0u
-#define NVDLA_BDMA_CFG_STATUS_0_STALL_COUNT_EN_YES 1u
-
-/* NVDLA_BDMA_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_STATUS_0_RESET_VAL 0x114u
-#define NVDLA_BDMA_STATUS_0_FREE_SLOT_SHIFT 0u /* bits 7:0, read only, reset 0x14 */
-#define NVDLA_BDMA_STATUS_0_FREE_SLOT_FIELD 0xffu
-#define NVDLA_BDMA_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
-#define NVDLA_BDMA_STATUS_0_IDLE_FIELD 0x100u
-#define NVDLA_BDMA_STATUS_0_IDLE_NO 0u
-#define NVDLA_BDMA_STATUS_0_IDLE_YES 1u
-#define NVDLA_BDMA_STATUS_0_GRP0_BUSY_SHIFT 9u /* bit 9, read only */
-#define NVDLA_BDMA_STATUS_0_GRP0_BUSY_FIELD 0x200u
-#define NVDLA_BDMA_STATUS_0_GRP0_BUSY_NO 0u
-#define NVDLA_BDMA_STATUS_0_GRP0_BUSY_YES 1u
-#define NVDLA_BDMA_STATUS_0_GRP1_BUSY_SHIFT 10u /* bit 10, read only */
-#define NVDLA_BDMA_STATUS_0_GRP1_BUSY_FIELD 0x400u
-#define NVDLA_BDMA_STATUS_0_GRP1_BUSY_NO 0u
-#define NVDLA_BDMA_STATUS_0_GRP1_BUSY_YES 1u
-
-/* NVDLA_BDMA_STATUS_GRP0_READ_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_STATUS_GRP0_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_STATUS_GRP0_READ_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_BDMA_STATUS_GRP0_READ_STALL_0_COUNT_FIELD 0xffffffffu
-
-/* NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_BDMA_STATUS_GRP0_WRITE_STALL_0_COUNT_FIELD 0xffffffffu
-
-/* NVDLA_BDMA_STATUS_GRP1_READ_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_STATUS_GRP1_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_STATUS_GRP1_READ_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_BDMA_STATUS_GRP1_READ_STALL_0_COUNT_FIELD 0xffffffffu
-
-/* NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_BDMA_STATUS_GRP1_WRITE_STALL_0_COUNT_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CDMA_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CDMA_S_ARBITER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_S_ARBITER_0_RESET_VAL 0x3000fu
-#define NVDLA_CDMA_S_ARBITER_0_ARB_WEIGHT_SHIFT 0u /* bits 3:0, reset 0xf */
-#define NVDLA_CDMA_S_ARBITER_0_ARB_WEIGHT_FIELD 0xfu
-#define NVDLA_CDMA_S_ARBITER_0_ARB_WMB_SHIFT 16u /* bits 19:16, reset 0x3 */
-#define NVDLA_CDMA_S_ARBITER_0_ARB_WMB_FIELD 0xf0000u
-
-/* NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0_FLUSH_DONE_SHIFT 0u /* bit 0, read only */
-#define NVDLA_CDMA_S_CBUF_FLUSH_STATUS_0_FLUSH_DONE_FIELD 0x1u
-
-/* NVDLA_CDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CDMA_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_MISC_CFG_0_RESET_VAL 0x1100u
-#define NVDLA_CDMA_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
-#define NVDLA_CDMA_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
-#define NVDLA_CDMA_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
-#define NVDLA_CDMA_D_MISC_CFG_0_IN_PRECISION_INT8 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_IN_PRECISION_INT16 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_IN_PRECISION_FP16 2u
-#define NVDLA_CDMA_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
-#define NVDLA_CDMA_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
-#define NVDLA_CDMA_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
-#define NVDLA_CDMA_D_MISC_CFG_0_DATA_REUSE_SHIFT 16u /* bit 16 */
-#define NVDLA_CDMA_D_MISC_CFG_0_DATA_REUSE_FIELD 0x10000u
-#define NVDLA_CDMA_D_MISC_CFG_0_DATA_REUSE_DISABLE 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_DATA_REUSE_ENABLE 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_SHIFT 20u /* bit 20 */
-#define NVDLA_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_FIELD 0x100000u
-#define NVDLA_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_DISABLE 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_ENABLE 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_SHIFT 24u /* bit 24 */
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_FIELD 0x1000000u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_DISABLE 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_ENABLE 1u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_SHIFT 28u /* bit 28 */
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_FIELD 0x10000000u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_DISABLE 0u
-#define NVDLA_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_ENABLE 1u
-
-/* NVDLA_CDMA_D_DATAIN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_RESET_VAL 0xc00u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FIELD 0x1u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FEATURE 0u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_PIXEL 1u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_SHIFT 8u /* bits 13:8, reset 0xc */
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_FIELD 0x3f00u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8 0u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R10 1u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R12 2u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16 3u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16_I 4u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16_F 5u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16B16G16R16 6u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X16B16G16R16 7u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16B16G16R16_F 8u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16Y16U16V16 9u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V16U16Y16A16 10u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16Y16U16V16_F 11u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8B8G8R8 12u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8R8G8B8 13u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B8G8R8A8 14u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8G8B8A8 15u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X8B8G8R8 16u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X8R8G8B8 17u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B8G8R8X8 18u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8G8B8X8 19u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2B10G10R10 20u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2R10G10B10 21u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B10G10R10A2 22u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R10G10B10A2 23u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2Y10U10V10 24u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V10U10Y10A2 25u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8Y8U8V8 26u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V8U8Y8A8 27u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y8___U8V8_N444 28u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y8___V8U8_N444 29u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y10___U10V10_N444 30u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y10___V10U10_N444 31u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y12___U12V12_N444 32u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y12___V12U12_N444 33u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y16___U16V16_N444 34u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y16___V16U16_N444 35u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_SHIFT 16u /* bit 16 */
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_FIELD 0x10000u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_PITCH_LINEAR 0u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_RESERVED_LINEAR 1u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_SHIFT 20u /* bit 20 */
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_FIELD 0x100000u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_UNSIGNED_INT 0u
-#define NVDLA_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_SIGNED_INT 1u
-
-/* NVDLA_CDMA_D_DATAIN_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_FIELD 0x1fffu
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CDMA_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_FIELD 0x1fff0000u
-
-/* NVDLA_CDMA_D_DATAIN_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DATAIN_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDMA_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_FIELD 0x1fffu
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_FIELD 0x1fff0000u
-
-/* NVDLA_CDMA_D_PIXEL_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0_PIXEL_X_OFFSET_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0_PIXEL_X_OFFSET_FIELD 0x1fu
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0_PIXEL_Y_OFFSET_SHIFT 16u /* bits 18:16 */
-#define NVDLA_CDMA_D_PIXEL_OFFSET_0_PIXEL_Y_OFFSET_FIELD 0x70000u
-
-/* NVDLA_CDMA_D_DAIN_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_FIELD 0x1u
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_CVIF 0u
-#define NVDLA_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_MCIF 1u
-
-/* NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0_DATAIN_ADDR_HIGH_0_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_0_0_DATAIN_ADDR_HIGH_0_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0_DATAIN_ADDR_LOW_0_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0_DATAIN_ADDR_LOW_0_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0_DATAIN_ADDR_HIGH_1_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_DAIN_ADDR_HIGH_1_0_DATAIN_ADDR_HIGH_1_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0_DATAIN_ADDR_LOW_1_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_DAIN_ADDR_LOW_1_0_DATAIN_ADDR_LOW_1_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_LINE_STRIDE_0_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_LINE_STRIDE_0_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_LINE_UV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_LINE_UV_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_LINE_UV_STRIDE_0_UV_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_LINE_UV_STRIDE_0_UV_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_SURF_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_SURF_STRIDE_0_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_SURF_STRIDE_0_SURF_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_DAIN_MAP_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_DAIN_MAP_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_DAIN_MAP_0_LINE_PACKED_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_DAIN_MAP_0_LINE_PACKED_FIELD 0x1u
-#define NVDLA_CDMA_D_DAIN_MAP_0_LINE_PACKED_FALSE 0u
-#define NVDLA_CDMA_D_DAIN_MAP_0_LINE_PACKED_TRUE 1u
-#define NVDLA_CDMA_D_DAIN_MAP_0_SURF_PACKED_SHIFT 16u /* bit 16 */
-#define NVDLA_CDMA_D_DAIN_MAP_0_SURF_PACKED_FIELD 0x10000u
-#define NVDLA_CDMA_D_DAIN_MAP_0_SURF_PACKED_FALSE 0u
-#define NVDLA_CDMA_D_DAIN_MAP_0_SURF_PACKED_TRUE 1u
-
-/* NVDLA_CDMA_D_RESERVED_X_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0_RSV_PER_LINE_SHIFT 0u /* bits 9:0 */
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0_RSV_PER_LINE_FIELD 0x3ffu
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0_RSV_PER_UV_LINE_SHIFT 16u /* bits 25:16 */
-#define NVDLA_CDMA_D_RESERVED_X_CFG_0_RSV_PER_UV_LINE_FIELD 0x3ff0000u
-
-/* NVDLA_CDMA_D_RESERVED_Y_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0_RSV_HEIGHT_SHIFT 0u /* bits 2:0 */
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0_RSV_HEIGHT_FIELD 0x7u
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0_RSV_Y_INDEX_SHIFT 16u /* bits 20:16 */
-#define NVDLA_CDMA_D_RESERVED_Y_CFG_0_RSV_Y_INDEX_FIELD 0x1f0000u
-
-/* NVDLA_CDMA_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_BATCH_NUMBER_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDMA_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
-
-/* NVDLA_CDMA_D_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_BATCH_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_BATCH_STRIDE_0_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_BATCH_STRIDE_0_BATCH_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_ENTRY_PER_SLICE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_ENTRY_PER_SLICE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_ENTRY_PER_SLICE_0_ENTRIES_SHIFT 0u /* bits 11:0 */
-#define NVDLA_CDMA_D_ENTRY_PER_SLICE_0_ENTRIES_FIELD 0xfffu
-
-/* NVDLA_CDMA_D_FETCH_GRAIN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_FETCH_GRAIN_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_FETCH_GRAIN_0_GRAINS_SHIFT 0u /* bits 11:0 */
-#define NVDLA_CDMA_D_FETCH_GRAIN_0_GRAINS_FIELD 0xfffu
-
-/* NVDLA_CDMA_D_WEIGHT_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_FIELD 0x1u
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_UNCOMPRESSED 0u
-#define NVDLA_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_COMPRESSED 1u
-
-/* NVDLA_CDMA_D_WEIGHT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_SIZE_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_SIZE_0_0_BYTE_PER_KERNEL_SHIFT 0u /* bits 17:0 */
-#define NVDLA_CDMA_D_WEIGHT_SIZE_0_0_BYTE_PER_KERNEL_FIELD 0x3ffffu
-
-/* NVDLA_CDMA_D_WEIGHT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_SIZE_1_0_WEIGHT_KERNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDMA_D_WEIGHT_SIZE_1_0_WEIGHT_KERNEL_FIELD 0x1fffu
-
-/* NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_FIELD 0x1u
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_CVIF 0u
-#define NVDLA_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_MCIF 1u
-
-/* NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0_WEIGHT_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_WEIGHT_ADDR_HIGH_0_WEIGHT_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0_WEIGHT_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0_WEIGHT_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_WEIGHT_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WEIGHT_BYTES_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WEIGHT_BYTES_0_WEIGHT_BYTES_SHIFT 7u /* bits 31:7 */
-#define NVDLA_CDMA_D_WEIGHT_BYTES_0_WEIGHT_BYTES_FIELD 0xffffff80u
-
-/* NVDLA_CDMA_D_WGS_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WGS_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WGS_ADDR_HIGH_0_WGS_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_WGS_ADDR_HIGH_0_WGS_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_WGS_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WGS_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WGS_ADDR_LOW_0_WGS_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_WGS_ADDR_LOW_0_WGS_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_WMB_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WMB_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WMB_ADDR_HIGH_0_WMB_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_WMB_ADDR_HIGH_0_WMB_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_WMB_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WMB_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WMB_ADDR_LOW_0_WMB_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDMA_D_WMB_ADDR_LOW_0_WMB_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_CDMA_D_WMB_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_WMB_BYTES_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_WMB_BYTES_0_WMB_BYTES_SHIFT 7u /* bits 27:7 */
-#define NVDLA_CDMA_D_WMB_BYTES_0_WMB_BYTES_FIELD 0xfffff80u
-
-/* NVDLA_CDMA_D_MEAN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_MEAN_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_FIELD 0x1u
-#define NVDLA_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_DISABLE 0u
-#define NVDLA_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_ENABLE 1u
-
-/* NVDLA_CDMA_D_MEAN_GLOBAL_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0_MEAN_RY_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0_MEAN_RY_FIELD 0xffffu
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0_MEAN_GU_SHIFT 16u /* bits 31:16 */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_0_0_MEAN_GU_FIELD 0xffff0000u
-
-/* NVDLA_CDMA_D_MEAN_GLOBAL_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0_MEAN_BV_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0_MEAN_BV_FIELD 0xffffu
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0_MEAN_AX_SHIFT 16u /* bits 31:16 */
-#define NVDLA_CDMA_D_MEAN_GLOBAL_1_0_MEAN_AX_FIELD 0xffff0000u
-
-/* NVDLA_CDMA_D_CVT_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_CVT_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_EN_FIELD 0x1u
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_EN_DISABLE 0u
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_EN_ENABLE 1u
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_TRUNCATE_SHIFT 4u /* bits 9:4 */
-#define NVDLA_CDMA_D_CVT_CFG_0_CVT_TRUNCATE_FIELD 0x3f0u
-
-/* NVDLA_CDMA_D_CVT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_CVT_OFFSET_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_CVT_OFFSET_0_CVT_OFFSET_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDMA_D_CVT_OFFSET_0_CVT_OFFSET_FIELD 0xffffu
-
-/* NVDLA_CDMA_D_CVT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_CVT_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_CVT_SCALE_0_CVT_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDMA_D_CVT_SCALE_0_CVT_SCALE_FIELD 0xffffu
-
-/* NVDLA_CDMA_D_CONV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_CONV_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_CONV_STRIDE_0_CONV_X_STRIDE_SHIFT 0u /* bits 2:0 */
-#define NVDLA_CDMA_D_CONV_STRIDE_0_CONV_X_STRIDE_FIELD 0x7u
-#define NVDLA_CDMA_D_CONV_STRIDE_0_CONV_Y_STRIDE_SHIFT 16u /* bits 18:16 */
-#define NVDLA_CDMA_D_CONV_STRIDE_0_CONV_Y_STRIDE_FIELD 0x70000u
-
-/* NVDLA_CDMA_D_ZERO_PADDING_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_ZERO_PADDING_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_LEFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_LEFT_FIELD 0x1fu
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_RIGHT_SHIFT 8u /* bits 13:8 */
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_RIGHT_FIELD 0x3f00u
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_TOP_SHIFT 16u /* bits 20:16 */
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_TOP_FIELD 0x1f0000u
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_BOTTOM_SHIFT 24u /* bits 29:24 */
-#define NVDLA_CDMA_D_ZERO_PADDING_0_PAD_BOTTOM_FIELD 0x3f000000u
-
-/* NVDLA_CDMA_D_ZERO_PADDING_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_ZERO_PADDING_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_ZERO_PADDING_VALUE_0_PAD_VALUE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDMA_D_ZERO_PADDING_VALUE_0_PAD_VALUE_FIELD 0xffffu
-
-/* NVDLA_CDMA_D_BANK_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_BANK_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_BANK_0_DATA_BANK_SHIFT 0u /* bits 3:0 */
-#define NVDLA_CDMA_D_BANK_0_DATA_BANK_FIELD 0xfu
-#define NVDLA_CDMA_D_BANK_0_WEIGHT_BANK_SHIFT 16u /* bits 19:16 */
-#define NVDLA_CDMA_D_BANK_0_WEIGHT_BANK_FIELD 0xf0000u
-
-/* NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
-#define NVDLA_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
-
-/* NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0_NAN_DATA_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_NAN_INPUT_DATA_NUM_0_NAN_DATA_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_NAN_WEIGHT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_NAN_WEIGHT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0_INF_DATA_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_INF_INPUT_DATA_NUM_0_INF_DATA_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0_INF_WEIGHT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_INF_INPUT_WEIGHT_NUM_0_INF_WEIGHT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
-
-/* NVDLA_CDMA_D_PERF_DAT_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PERF_DAT_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PERF_DAT_READ_STALL_0_DAT_RD_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_PERF_DAT_READ_STALL_0_DAT_RD_STALL_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_PERF_WT_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PERF_WT_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PERF_WT_READ_STALL_0_WT_RD_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_PERF_WT_READ_STALL_0_WT_RD_STALL_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0_DAT_RD_LATENCY_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_PERF_DAT_READ_LATENCY_0_DAT_RD_LATENCY_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0_WT_RD_LATENCY_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDMA_D_PERF_WT_READ_LATENCY_0_WT_RD_LATENCY_FIELD 0xffffffffu
-
-/* NVDLA_CDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDMA_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_CDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDMA_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_CSC_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CSC_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CSC_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CSC_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CSC_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CSC_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CSC_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CSC_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CSC_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CSC_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CSC_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CSC_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CSC_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CSC_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CSC_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CSC_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CSC_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CSC_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CSC_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CSC_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CSC_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CSC_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CSC_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CSC_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CSC_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_MISC_CFG_0_RESET_VAL 0x1100u
-#define NVDLA_CSC_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_CSC_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
-#define NVDLA_CSC_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
-#define NVDLA_CSC_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
-#define NVDLA_CSC_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
-#define NVDLA_CSC_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
-#define NVDLA_CSC_D_MISC_CFG_0_IN_PRECISION_INT8 0u
-#define NVDLA_CSC_D_MISC_CFG_0_IN_PRECISION_INT16 1u
-#define NVDLA_CSC_D_MISC_CFG_0_IN_PRECISION_FP16 2u
-#define NVDLA_CSC_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
-#define NVDLA_CSC_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
-#define NVDLA_CSC_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_CSC_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_CSC_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
-#define NVDLA_CSC_D_MISC_CFG_0_DATA_REUSE_SHIFT 16u /* bit 16 */
-#define NVDLA_CSC_D_MISC_CFG_0_DATA_REUSE_FIELD 0x10000u
-#define NVDLA_CSC_D_MISC_CFG_0_DATA_REUSE_DISABLE 0u
-#define NVDLA_CSC_D_MISC_CFG_0_DATA_REUSE_ENABLE 1u
-#define NVDLA_CSC_D_MISC_CFG_0_WEIGHT_REUSE_SHIFT 20u /* bit 20 */
-#define NVDLA_CSC_D_MISC_CFG_0_WEIGHT_REUSE_FIELD 0x100000u
-#define NVDLA_CSC_D_MISC_CFG_0_WEIGHT_REUSE_DISABLE 0u
-#define NVDLA_CSC_D_MISC_CFG_0_WEIGHT_REUSE_ENABLE 1u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_SHIFT 24u /* bit 24 */
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_FIELD 0x1000000u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_DISABLE 0u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_ENABLE 1u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_SHIFT 28u /* bit 28 */
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_FIELD 0x10000000u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_DISABLE 0u
-#define NVDLA_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_ENABLE 1u
-
-/* NVDLA_CSC_D_DATAIN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DATAIN_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_SHIFT 0u /* bit 0 */
-#define NVDLA_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FIELD 0x1u
-#define NVDLA_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FEATURE 0u
-#define NVDLA_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_PIXEL 1u
-
-/* NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_FIELD 0x1fffu
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_FIELD 0x1fff0000u
-
-/* NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0_DATAIN_CHANNEL_EXT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CSC_D_DATAIN_SIZE_EXT_1_0_DATAIN_CHANNEL_EXT_FIELD 0x1fffu
-
-/* NVDLA_CSC_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_BATCH_NUMBER_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CSC_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
-
-/* NVDLA_CSC_D_POST_Y_EXTENSION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_POST_Y_EXTENSION_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_POST_Y_EXTENSION_0_Y_EXTENSION_SHIFT 0u /* bits 1:0 */
-#define NVDLA_CSC_D_POST_Y_EXTENSION_0_Y_EXTENSION_FIELD 0x3u
-
-/* NVDLA_CSC_D_ENTRY_PER_SLICE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_ENTRY_PER_SLICE_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_ENTRY_PER_SLICE_0_ENTRIES_SHIFT 0u /* bits 11:0 */
-#define NVDLA_CSC_D_ENTRY_PER_SLICE_0_ENTRIES_FIELD 0xfffu
-
-/* NVDLA_CSC_D_WEIGHT_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_SHIFT 0u /* bit 0 */
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_FIELD 0x1u
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_UNCOMPRESSED 0u
-#define NVDLA_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_COMPRESSED 1u
-
-/* NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_WIDTH_EXT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_WIDTH_EXT_FIELD 0x1fu
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_HEIGHT_EXT_SHIFT 16u /* bits 20:16 */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_HEIGHT_EXT_FIELD 0x1f0000u
-
-/* NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_CHANNEL_EXT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_CHANNEL_EXT_FIELD 0x1fffu
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_KERNEL_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_KERNEL_FIELD 0x1fff0000u
-
-/* NVDLA_CSC_D_WEIGHT_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_WEIGHT_BYTES_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_WEIGHT_BYTES_0_WEIGHT_BYTES_SHIFT 7u /* bits 31:7 */
-#define NVDLA_CSC_D_WEIGHT_BYTES_0_WEIGHT_BYTES_FIELD 0xffffff80u
-
-/* NVDLA_CSC_D_WMB_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_WMB_BYTES_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_WMB_BYTES_0_WMB_BYTES_SHIFT 7u /* bits 27:7 */
-#define NVDLA_CSC_D_WMB_BYTES_0_WMB_BYTES_FIELD 0xfffff80u
-
-/* NVDLA_CSC_D_DATAOUT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_FIELD 0x1fffu
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_FIELD 0x1fff0000u
-
-/* NVDLA_CSC_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CSC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_CSC_D_ATOMICS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_ATOMICS_0_RESET_VAL 0x1u
-#define NVDLA_CSC_D_ATOMICS_0_ATOMICS_SHIFT 0u /* bits 20:0, reset 0x1 */
-#define NVDLA_CSC_D_ATOMICS_0_ATOMICS_FIELD 0x1fffffu
-
-/* NVDLA_CSC_D_RELEASE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_RELEASE_0_RESET_VAL 0x1u
-#define NVDLA_CSC_D_RELEASE_0_RLS_SLICES_SHIFT 0u /* bits 11:0, reset 0x1 */
-#define NVDLA_CSC_D_RELEASE_0_RLS_SLICES_FIELD 0xfffu
-
-/* NVDLA_CSC_D_CONV_STRIDE_EXT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0_CONV_X_STRIDE_EXT_SHIFT 0u /* bits 2:0 */
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0_CONV_X_STRIDE_EXT_FIELD 0x7u
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0_CONV_Y_STRIDE_EXT_SHIFT 16u /* bits 18:16 */
-#define NVDLA_CSC_D_CONV_STRIDE_EXT_0_CONV_Y_STRIDE_EXT_FIELD 0x70000u
-
-/* NVDLA_CSC_D_DILATION_EXT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_DILATION_EXT_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_DILATION_EXT_0_X_DILATION_EXT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CSC_D_DILATION_EXT_0_X_DILATION_EXT_FIELD 0x1fu
-#define NVDLA_CSC_D_DILATION_EXT_0_Y_DILATION_EXT_SHIFT 16u /* bits 20:16 */
-#define NVDLA_CSC_D_DILATION_EXT_0_Y_DILATION_EXT_FIELD 0x1f0000u
-
-/* NVDLA_CSC_D_ZERO_PADDING_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_ZERO_PADDING_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_ZERO_PADDING_0_PAD_LEFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CSC_D_ZERO_PADDING_0_PAD_LEFT_FIELD 0x1fu
-#define NVDLA_CSC_D_ZERO_PADDING_0_PAD_TOP_SHIFT 16u /* bits 20:16 */
-#define NVDLA_CSC_D_ZERO_PADDING_0_PAD_TOP_FIELD 0x1f0000u
-
-/* NVDLA_CSC_D_ZERO_PADDING_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_ZERO_PADDING_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_ZERO_PADDING_VALUE_0_PAD_VALUE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CSC_D_ZERO_PADDING_VALUE_0_PAD_VALUE_FIELD 0xffffu
-
-/* NVDLA_CSC_D_BANK_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_BANK_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_BANK_0_DATA_BANK_SHIFT 0u /* bits 3:0 */
-#define NVDLA_CSC_D_BANK_0_DATA_BANK_FIELD 0xfu
-#define NVDLA_CSC_D_BANK_0_WEIGHT_BANK_SHIFT 16u /* bits 19:16 */
-#define NVDLA_CSC_D_BANK_0_WEIGHT_BANK_FIELD 0xf0000u
-
-/* NVDLA_CSC_D_PRA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_PRA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_PRA_CFG_0_PRA_TRUNCATE_SHIFT 0u /* bits 1:0 */
-#define NVDLA_CSC_D_PRA_CFG_0_PRA_TRUNCATE_FIELD 0x3u
-
-/* NVDLA_CSC_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CSC_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_CSC_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CSC_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_CMAC_A_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_A_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CMAC_A_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CMAC_A_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_A_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_A_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_A_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CMAC_A_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CMAC_A_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CMAC_A_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CMAC_A_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CMAC_A_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CMAC_A_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CMAC_A_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_A_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_A_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_A_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CMAC_A_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CMAC_A_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CMAC_A_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_A_D_MISC_CFG_0_RESET_VAL 0x1000u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_A_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
-#define NVDLA_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
-
-/* NVDLA_CMAC_B_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_B_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CMAC_B_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CMAC_B_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_B_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_B_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_B_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CMAC_B_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CMAC_B_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CMAC_B_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CMAC_B_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CMAC_B_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CMAC_B_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CMAC_B_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_B_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CMAC_B_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_B_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CMAC_B_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CMAC_B_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CMAC_B_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CMAC_B_D_MISC_CFG_0_RESET_VAL 0x1000u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_CMAC_B_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
-#define NVDLA_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
-
-/* NVDLA_CACC_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CACC_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CACC_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CACC_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CACC_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CACC_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CACC_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CACC_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CACC_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CACC_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CACC_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CACC_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CACC_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CACC_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CACC_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CACC_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CACC_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CACC_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CACC_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CACC_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CACC_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CACC_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CACC_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CACC_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CACC_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_MISC_CFG_0_RESET_VAL 0x1000u
-#define NVDLA_CACC_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_CACC_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
-#define NVDLA_CACC_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
-#define NVDLA_CACC_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
-#define NVDLA_CACC_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
-#define NVDLA_CACC_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
-#define NVDLA_CACC_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_CACC_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_CACC_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
-
-/* NVDLA_CACC_D_DATAOUT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_FIELD 0x1fffu
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_FIELD 0x1fff0000u
-
-/* NVDLA_CACC_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CACC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_CACC_D_DATAOUT_ADDR_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_DATAOUT_ADDR_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_DATAOUT_ADDR_0_DATAOUT_ADDR_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CACC_D_DATAOUT_ADDR_0_DATAOUT_ADDR_FIELD 0xffffffe0u
-
-/* NVDLA_CACC_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_BATCH_NUMBER_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CACC_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
-
-/* NVDLA_CACC_D_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_LINE_STRIDE_0_LINE_STRIDE_SHIFT 5u /* bits 23:5 */
-#define NVDLA_CACC_D_LINE_STRIDE_0_LINE_STRIDE_FIELD 0xffffe0u
-
-/* NVDLA_CACC_D_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_SURF_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_SURF_STRIDE_0_SURF_STRIDE_SHIFT 5u /* bits 23:5 */
-#define NVDLA_CACC_D_SURF_STRIDE_0_SURF_STRIDE_FIELD 0xffffe0u
-
-/* NVDLA_CACC_D_DATAOUT_MAP_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_DATAOUT_MAP_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_LINE_PACKED_SHIFT 0u /* bit 0 */
-#define NVDLA_CACC_D_DATAOUT_MAP_0_LINE_PACKED_FIELD 0x1u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_LINE_PACKED_FALSE 0u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_LINE_PACKED_TRUE 1u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_SURF_PACKED_SHIFT 16u /* bit 16 */
-#define NVDLA_CACC_D_DATAOUT_MAP_0_SURF_PACKED_FIELD 0x10000u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_SURF_PACKED_FALSE 0u
-#define NVDLA_CACC_D_DATAOUT_MAP_0_SURF_PACKED_TRUE 1u
-
-/* NVDLA_CACC_D_CLIP_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_CLIP_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_CLIP_CFG_0_CLIP_TRUNCATE_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CACC_D_CLIP_CFG_0_CLIP_TRUNCATE_FIELD 0x1fu
-
-/* NVDLA_CACC_D_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_OUT_SATURATION_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_OUT_SATURATION_0_SAT_COUNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CACC_D_OUT_SATURATION_0_SAT_COUNT_FIELD 0xffffffffu
-
-/* NVDLA_CACC_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CACC_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_CACC_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CACC_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_SDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_SDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_SDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_SDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_SDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_SDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_SDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_SDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_SDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_SDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BRDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_NO 0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_YES 1u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_FIELD 0x6u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_MUL 0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_ALU 1u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_BOTH 2u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_FIELD 0x8u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_ONE_BYTE 0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_TWO_BYTE 1u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_FIELD 0x10u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_PER_KERNEL 0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_PER_ELEMENT 1u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_FIELD 0x20u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_CV 0u
-#define NVDLA_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_MC 1u
-
-/* NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_BS_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_BS_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_BS_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_BS_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0_BS_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BS_LINE_STRIDE_0_BS_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0_BS_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BS_SURFACE_STRIDE_0_BS_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0_BS_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BS_BATCH_STRIDE_0_BS_BATCH_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_NRDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_NO 0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_YES 1u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_FIELD 0x6u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_MUL 0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_ALU 1u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_BOTH 2u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_FIELD 0x8u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_ONE_BYTE 0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_TWO_BYTE 1u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_FIELD 0x10u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_PER_KERNEL 0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_PER_ELEMENT 1u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_FIELD 0x20u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_CV 0u
-#define NVDLA_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_MC 1u
-
-/* NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_BN_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_BN_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_BN_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_BN_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0_BN_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BN_LINE_STRIDE_0_BN_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0_BN_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BN_SURFACE_STRIDE_0_BN_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0_BN_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_BN_BATCH_STRIDE_0_BN_BATCH_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_ERDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_NO 0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_YES 1u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_FIELD 0x6u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_MUL 0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_ALU 1u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_BOTH 2u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_FIELD 0x8u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_ONE_BYTE 0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_TWO_BYTE 1u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_FIELD 0x10u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_PER_KERNEL 0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_PER_ELEMENT 1u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_FIELD 0x20u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_CV 0u
-#define NVDLA_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_MC 1u
-
-/* NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_EW_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_EW_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_EW_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_EW_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0_EW_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_EW_LINE_STRIDE_0_EW_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0_EW_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_EW_SURFACE_STRIDE_0_EW_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0_EW_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_RDMA_D_EW_BATCH_STRIDE_0_EW_BATCH_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_RESET_VAL 0x14u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_OFF 0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_ON 1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_FIELD 0x2u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_OFF 0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_ON 1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_SHIFT 2u /* bits 3:2, reset 0x1 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_FIELD 0xcu
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_INT8 0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_INT16 1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_FP16 2u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_SHIFT 4u /* bits 5:4, reset 0x1 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_FIELD 0x30u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_INT8 0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_INT16 1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_FP16 2u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_SHIFT 6u /* bits 7:6 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_FIELD 0xc0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_INT8 0u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_INT16 1u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_FP16 2u
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_SHIFT 8u /* bits 12:8 */
-#define NVDLA_SDP_RDMA_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_FIELD 0x1f00u
-
-/* NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_CV 0u
-#define NVDLA_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_MC 1u
-
-/* NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_FIELD 0x1u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_NO 0u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_YES 1u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_FIELD 0x2u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_NO 0u
-#define NVDLA_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_YES 1u
-
-/* NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_MRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_MRDMA_STALL_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_BRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_BRDMA_STALL_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_NRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_NRDMA_STALL_FIELD 0xffffffffu
-
-/* NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_ERDMA_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_ERDMA_STALL_FIELD 0xffffffffu
-
-/* NVDLA_SDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_SDP_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_SDP_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_SDP_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_SDP_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_SDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_SDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_SDP_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_SDP_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_SDP_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_SDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_SDP_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_SDP_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_SDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_SDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_SDP_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_SDP_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_SDP_S_LUT_ACCESS_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_SHIFT 0u /* bits 9:0 */
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_FIELD 0x3ffu
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_SHIFT 16u /* bit 16 */
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_FIELD 0x10000u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LE 0u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LO 1u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_SHIFT 17u /* bit 17 */
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_FIELD 0x20000u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_READ 0u
-#define NVDLA_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_WRITE 1u
-
-/* NVDLA_SDP_S_LUT_ACCESS_DATA_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_ACCESS_DATA_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_ACCESS_DATA_0_LUT_DATA_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_S_LUT_ACCESS_DATA_0_LUT_DATA_FIELD 0xffffu
-
-/* NVDLA_SDP_S_LUT_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_FIELD 0x1u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_EXPONENT 0u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_LINEAR 1u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_FIELD 0x10u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LE 0u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LO 1u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_FIELD 0x20u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LE 0u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LO 1u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_SHIFT 6u /* bit 6 */
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_FIELD 0x40u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LE 0u
-#define NVDLA_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LO 1u
-
-/* NVDLA_SDP_S_LUT_INFO_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_INFO_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_SHIFT 0u /* bits 7:0 */
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_FIELD 0xffu
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_SHIFT 8u /* bits 15:8 */
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_FIELD 0xff00u
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_SHIFT 16u /* bits 23:16 */
-#define NVDLA_SDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_FIELD 0xff0000u
-
-/* NVDLA_SDP_S_LUT_LE_START_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LE_START_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LE_START_0_LUT_LE_START_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_S_LUT_LE_START_0_LUT_LE_START_FIELD 0xffffffffu
-
-/* NVDLA_SDP_S_LUT_LE_END_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LE_END_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LE_END_0_LUT_LE_END_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_S_LUT_LE_END_0_LUT_LE_END_FIELD 0xffffffffu
-
-/* NVDLA_SDP_S_LUT_LO_START_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LO_START_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LO_START_0_LUT_LO_START_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_S_LUT_LO_START_0_LUT_LO_START_FIELD 0xffffffffu
-
-/* NVDLA_SDP_S_LUT_LO_END_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LO_END_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LO_END_0_LUT_LO_END_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_S_LUT_LO_END_0_LUT_LO_END_FIELD 0xffffffffu
-
-/* NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_FIELD 0xffffu
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
-
-/* NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
-#define NVDLA_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
-
-/* NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_FIELD 0xffffu
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
-
-/* NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
-#define NVDLA_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
-
-/* NVDLA_SDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_SDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_SDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_SDP_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_SDP_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_SDP_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_SDP_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_SDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_D_DP_BS_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BS_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_BYPASS_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_BYPASS_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_FIELD 0x2u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_SHIFT 2u /* bits 3:2 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_FIELD 0xcu
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_MAX 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_MIN 1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_SUM 2u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_FIELD 0x10u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_FIELD 0x20u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_NO 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_YES 1u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_SHIFT 6u /* bit 6 */
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_FIELD 0x40u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_YES 1u
-
-/* NVDLA_SDP_D_DP_BS_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_REG 0u
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SHIFT_VALUE_SHIFT 8u /* bits 13:8 */
-#define NVDLA_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SHIFT_VALUE_FIELD 0x3f00u
-
-/* NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0_BS_ALU_OPERAND_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_BS_ALU_SRC_VALUE_0_BS_ALU_OPERAND_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_BS_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_REG 0u
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SHIFT_VALUE_SHIFT 8u /* bits 15:8 */
-#define NVDLA_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SHIFT_VALUE_FIELD 0xff00u
-
-/* NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0_BS_MUL_OPERAND_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_BS_MUL_SRC_VALUE_0_BS_MUL_OPERAND_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_BN_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BN_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_BYPASS_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_BYPASS_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_FIELD 0x2u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_SHIFT 2u /* bits 3:2 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_FIELD 0xcu
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_MAX 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_MIN 1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_SUM 2u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_FIELD 0x10u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_FIELD 0x20u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_NO 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_YES 1u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_SHIFT 6u /* bit 6 */
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_FIELD 0x40u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_YES 1u
-
-/* NVDLA_SDP_D_DP_BN_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_REG 0u
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SHIFT_VALUE_SHIFT 8u /* bits 13:8 */
-#define NVDLA_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SHIFT_VALUE_FIELD 0x3f00u
-
-/* NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0_BN_ALU_OPERAND_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_BN_ALU_SRC_VALUE_0_BN_ALU_OPERAND_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_BN_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_REG 0u
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SHIFT_VALUE_SHIFT 8u /* bits 15:8 */
-#define NVDLA_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SHIFT_VALUE_FIELD 0xff00u
-
-/* NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0_BN_MUL_OPERAND_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_BN_MUL_SRC_VALUE_0_BN_MUL_OPERAND_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_EW_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_BYPASS_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_BYPASS_FIELD 0x1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_FIELD 0x2u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_SHIFT 2u /* bits 3:2 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_FIELD 0xcu
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_MAX 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_MIN 1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_SUM 2u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_EQL 3u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_SHIFT 4u /* bit 4 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_FIELD 0x10u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_YES 1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_SHIFT 5u /* bit 5 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_FIELD 0x20u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_NO 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_YES 1u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_SHIFT 6u /* bit 6 */
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_FIELD 0x40u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_YES 1u
-
-/* NVDLA_SDP_D_DP_EW_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_REG 0u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_FIELD 0x2u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_YES 1u
-
-/* NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0_EW_ALU_OPERAND_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_DP_EW_ALU_SRC_VALUE_0_EW_ALU_OPERAND_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_EW_ALU_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_EW_ALU_CVT_OFFSET_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_EW_ALU_CVT_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_EW_ALU_CVT_SCALE_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_EW_ALU_CVT_TRUNCATE_SHIFT 0u /* bits 5:0 */
-#define NVDLA_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_EW_ALU_CVT_TRUNCATE_FIELD 0x3fu
-
-/* NVDLA_SDP_D_DP_EW_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_FIELD 0x1u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_REG 0u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_MEM 1u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_FIELD 0x2u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_NO 0u
-#define NVDLA_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_YES 1u
-
-/* NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0_EW_MUL_OPERAND_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_DP_EW_MUL_SRC_VALUE_0_EW_MUL_OPERAND_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_EW_MUL_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_EW_MUL_CVT_OFFSET_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_EW_MUL_CVT_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_EW_MUL_CVT_SCALE_FIELD 0xffffu
-
-/* NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_EW_MUL_CVT_TRUNCATE_SHIFT 0u /* bits 5:0 */
-#define NVDLA_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_EW_MUL_CVT_TRUNCATE_FIELD 0x3fu
-
-/* NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0_EW_TRUNCATE_SHIFT 0u /* bits 9:0 */
-#define NVDLA_SDP_D_DP_EW_TRUNCATE_VALUE_0_EW_TRUNCATE_FIELD 0x3ffu
-
-/* NVDLA_SDP_D_FEATURE_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_FIELD 0x1u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_OFF 0u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_ON 1u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_FIELD 0x2u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_MEM 0u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_PDP 1u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_SHIFT 2u /* bit 2 */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_FIELD 0x4u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_OFF 0u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_ON 1u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_SHIFT 3u /* bit 3 */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_FIELD 0x8u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_DISABLE 0u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_ENABLE 1u
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_SHIFT 8u /* bits 12:8 */
-#define NVDLA_SDP_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_FIELD 0x1f00u
-
-/* NVDLA_SDP_D_DST_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_DMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_FIELD 0x1u
-#define NVDLA_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_CV 0u
-#define NVDLA_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_MC 1u
-
-/* NVDLA_SDP_D_DST_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DST_BATCH_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DST_BATCH_STRIDE_0_DST_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_SDP_D_DST_BATCH_STRIDE_0_DST_BATCH_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_SDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_DATA_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_DATA_FORMAT_0_PROC_PRECISION_SHIFT 0u /* bits 1:0 */
-#define NVDLA_SDP_D_DATA_FORMAT_0_PROC_PRECISION_FIELD 0x3u
-#define NVDLA_SDP_D_DATA_FORMAT_0_PROC_PRECISION_INT8 0u
-#define NVDLA_SDP_D_DATA_FORMAT_0_PROC_PRECISION_INT16 1u
-#define NVDLA_SDP_D_DATA_FORMAT_0_PROC_PRECISION_FP16 2u
-#define NVDLA_SDP_D_DATA_FORMAT_0_OUT_PRECISION_SHIFT 2u /* bits 3:2 */
-#define NVDLA_SDP_D_DATA_FORMAT_0_OUT_PRECISION_FIELD 0xcu
-#define NVDLA_SDP_D_DATA_FORMAT_0_OUT_PRECISION_INT8 0u
-#define NVDLA_SDP_D_DATA_FORMAT_0_OUT_PRECISION_INT16 1u
-#define NVDLA_SDP_D_DATA_FORMAT_0_OUT_PRECISION_FP16 2u
-
-/* NVDLA_SDP_D_CVT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_CVT_OFFSET_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_CVT_OFFSET_0_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
-#define NVDLA_SDP_D_CVT_OFFSET_0_CVT_OFFSET_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_CVT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_CVT_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_CVT_SCALE_0_CVT_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_SDP_D_CVT_SCALE_0_CVT_SCALE_FIELD 0xffffu
-
-/* NVDLA_SDP_D_CVT_SHIFT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_CVT_SHIFT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_CVT_SHIFT_0_CVT_SHIFT_SHIFT 0u /* bits 5:0 */
-#define NVDLA_SDP_D_CVT_SHIFT_0_CVT_SHIFT_FIELD 0x3fu
-
-/* NVDLA_SDP_D_STATUS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_STATUS_0_STATUS_UNEQUAL_SHIFT 0u /* bit 0, read only */
-#define NVDLA_SDP_D_STATUS_0_STATUS_UNEQUAL_FIELD 0x1u
-
-/* NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0_STATUS_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_STATUS_NAN_OUTPUT_NUM_0_STATUS_NAN_OUTPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_FIELD 0x1u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_NO 0u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_YES 1u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_SHIFT 1u /* bit 1 */
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_FIELD 0x2u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_NO 0u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_YES 1u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_SHIFT 2u /* bit 2 */
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_FIELD 0x4u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_NO 0u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_YES 1u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_SHIFT 3u /* bit 3 */
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_FIELD 0x8u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_NO 0u
-#define NVDLA_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_YES 1u
-
-/* NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0_WDMA_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_WDMA_WRITE_STALL_0_WDMA_STALL_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_LUT_UFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_LUT_UFLOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_LUT_UFLOW_0_LUT_UFLOW_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_LUT_UFLOW_0_LUT_UFLOW_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_LUT_OFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_LUT_OFLOW_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_LUT_OFLOW_0_LUT_OFLOW_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_LUT_OFLOW_0_LUT_OFLOW_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_OUT_SATURATION_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_OUT_SATURATION_0_OUT_SATURATION_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_OUT_SATURATION_0_OUT_SATURATION_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_LUT_HYBRID_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_LUT_HYBRID_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_LUT_HYBRID_0_LUT_HYBRID_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_LUT_HYBRID_0_LUT_HYBRID_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_LUT_LE_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_LUT_LE_HIT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_LUT_LE_HIT_0_LUT_LE_HIT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_LUT_LE_HIT_0_LUT_LE_HIT_FIELD 0xffffffffu
-
-/* NVDLA_SDP_D_PERF_LUT_LO_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_SDP_D_PERF_LUT_LO_HIT_0_RESET_VAL 0x0u
-#define NVDLA_SDP_D_PERF_LUT_LO_HIT_0_LUT_LO_HIT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_SDP_D_PERF_LUT_LO_HIT_0_LUT_LO_HIT_FIELD 0xffffffffu
-
-/* NVDLA_PDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_PDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_PDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_PDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_PDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_PDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_PDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_PDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_PDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_PDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_PDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_PDP_RDMA_D_FLYING_MODE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_FIELD 0x1u
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_ON_FLYING 0u
-#define NVDLA_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_OFF_FLYING 1u
-
-/* NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_CV 0u
-#define NVDLA_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_MC 1u
-
-/* NVDLA_PDP_RDMA_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
-#define NVDLA_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
-
-/* NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0_SPLIT_NUM_SHIFT 0u /* bits 7:0 */
-#define NVDLA_PDP_RDMA_D_OPERATION_MODE_CFG_0_SPLIT_NUM_FIELD 0xffu
-
-/* NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_SHIFT 0u /* bits 3:0 */
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_FIELD 0xfu
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_1 0u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_2 1u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_3 2u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_4 3u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_5 4u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_6 5u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_7 6u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_8 7u
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_SHIFT 4u /* bits 7:4 */
-#define NVDLA_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_FIELD 0xf0u
-
-/* NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0_PAD_WIDTH_SHIFT 0u /* bits 3:0 */
-#define NVDLA_PDP_RDMA_D_POOLING_PADDING_CFG_0_PAD_WIDTH_FIELD 0xfu
-
-/* NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_SHIFT 0u /* bits 9:0 */
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_FIELD 0x3ffu
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_SHIFT 10u /* bits 19:10 */
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_FIELD 0xffc00u
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_SHIFT 20u /* bits 29:20 */
-#define NVDLA_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_FIELD 0x3ff00000u
-
-/* NVDLA_PDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
-#define NVDLA_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
-
-/* NVDLA_PDP_RDMA_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_PERF_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_PDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_FIELD 0xffffffffu
-
-/* NVDLA_PDP_RDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_RDMA_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_PDP_RDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_PDP_RDMA_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_PDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_PDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_PDP_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_PDP_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_PDP_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_PDP_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_PDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_PDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_PDP_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_PDP_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_PDP_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_PDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_PDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_PDP_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_PDP_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_PDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_PDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_PDP_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_PDP_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_PDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_PDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_PDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0_CUBE_OUT_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_WIDTH_0_CUBE_OUT_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0_CUBE_OUT_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_HEIGHT_0_CUBE_OUT_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0_CUBE_OUT_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_PDP_D_DATA_CUBE_OUT_CHANNEL_0_CUBE_OUT_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_PDP_D_OPERATION_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_SHIFT 0u /* bits 1:0 */
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_FIELD 0x3u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_AVERAGE 0u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_MAX 1u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_MIN 2u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_SHIFT 4u /* bit 4 */
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_FIELD 0x10u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_ON_FLYING 0u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_OFF_FLYING 1u
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_SPLIT_NUM_SHIFT 8u /* bits 15:8 */
-#define NVDLA_PDP_D_OPERATION_MODE_CFG_0_SPLIT_NUM_FIELD 0xff00u
-
-/* NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
-#define NVDLA_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
-
-/* NVDLA_PDP_D_PARTIAL_WIDTH_IN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_SHIFT 0u /* bits 9:0 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_FIELD 0x3ffu
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_SHIFT 10u /* bits 19:10 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_FIELD 0xffc00u
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_SHIFT 20u /* bits 29:20 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_FIELD 0x3ff00000u
-
-/* NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_FIRST_SHIFT 0u /* bits 9:0 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_FIRST_FIELD 0x3ffu
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_LAST_SHIFT 10u /* bits 19:10 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_LAST_FIELD 0xffc00u
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_MID_SHIFT 20u /* bits 29:20 */
-#define NVDLA_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_MID_FIELD 0x3ff00000u
-
-/* NVDLA_PDP_D_POOLING_KERNEL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_SHIFT 0u /* bits 3:0 */
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_FIELD 0xfu
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_1 0u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_2 1u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_3 2u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_4 3u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_5 4u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_6 5u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_7 6u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_8 7u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_SHIFT 8u /* bits 11:8 */
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_FIELD 0xf00u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_1 0u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_2 1u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_3 2u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_4 3u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_5 4u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_6 5u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_7 6u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_8 7u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_SHIFT 16u /* bits 19:16 */
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_FIELD 0xf0000u
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_HEIGHT_SHIFT 20u /* bits 23:20 */
-#define NVDLA_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_HEIGHT_FIELD 0xf00000u
-
-/* NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0_RECIP_KERNEL_WIDTH_SHIFT 0u /* bits 16:0 */
-#define NVDLA_PDP_D_RECIP_KERNEL_WIDTH_0_RECIP_KERNEL_WIDTH_FIELD 0x1ffffu
-
-/* NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0_RECIP_KERNEL_HEIGHT_SHIFT 0u /* bits 16:0 */
-#define NVDLA_PDP_D_RECIP_KERNEL_HEIGHT_0_RECIP_KERNEL_HEIGHT_FIELD 0x1ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_LEFT_SHIFT 0u /* bits 2:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_LEFT_FIELD 0x7u
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_TOP_SHIFT 4u /* bits 6:4 */
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_TOP_FIELD 0x70u
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_RIGHT_SHIFT 8u /* bits 10:8 */
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_RIGHT_FIELD 0x700u
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_BOTTOM_SHIFT 12u /* bits 14:12 */
-#define NVDLA_PDP_D_POOLING_PADDING_CFG_0_PAD_BOTTOM_FIELD 0x7000u
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_PAD_VALUE_1X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_PAD_VALUE_1X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_PAD_VALUE_2X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_PAD_VALUE_2X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_PAD_VALUE_3X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_PAD_VALUE_3X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_PAD_VALUE_4X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_PAD_VALUE_4X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_PAD_VALUE_5X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_PAD_VALUE_5X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_PAD_VALUE_6X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_PAD_VALUE_6X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_PAD_VALUE_7X_SHIFT 0u /* bits 18:0 */
-#define NVDLA_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_PAD_VALUE_7X_FIELD 0x7ffffu
-
-/* NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_PDP_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_PDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_PDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_PDP_D_DST_RAM_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DST_RAM_CFG_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_FIELD 0x1u
-#define NVDLA_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_CV 0u
-#define NVDLA_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_MC 1u
-
-/* NVDLA_PDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_DATA_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
-#define NVDLA_PDP_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
-#define NVDLA_PDP_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
-#define NVDLA_PDP_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
-#define NVDLA_PDP_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
-
-/* NVDLA_PDP_D_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_INF_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_PDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_NAN_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_PDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_PDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_PDP_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
-#define NVDLA_PDP_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
-#define NVDLA_PDP_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
-
-/* NVDLA_PDP_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_PDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_FIELD 0xffffffffu
-
-/* NVDLA_PDP_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_PDP_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_PDP_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_PDP_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_CDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
-
-/* NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
-
-/* NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_CV 0u
-#define NVDLA_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_MC 1u
-
-/* NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_SHIFT 0u /* bit 0, read only */
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_FIELD 0x1u
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_DISABLE 0u
-#define NVDLA_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_ENABLE 1u
-
-/* NVDLA_CDP_RDMA_D_OPERATION_MODE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_FIELD 0x3u
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_READPHILE 0u
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_WRITEPHILE 1u
-#define NVDLA_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_ORDINARY 2u
-
-/* NVDLA_CDP_RDMA_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
-#define NVDLA_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
-
-/* NVDLA_CDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
-#define NVDLA_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
-
-/* NVDLA_CDP_RDMA_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_PERF_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_FIELD 0xffffffffu
-
-/* NVDLA_CDP_RDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_RDMA_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_CDP_RDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_RDMA_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_CDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_CDP_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_CDP_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_CDP_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_CDP_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_CDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_CDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_CDP_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_CDP_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_CDP_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_CDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_CDP_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_CDP_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_CDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_CDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_CDP_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_CDP_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_CDP_S_LUT_ACCESS_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_SHIFT 0u /* bits 9:0 */
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_FIELD 0x3ffu
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_SHIFT 16u /* bit 16 */
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_FIELD 0x10000u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LE 0u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LO 1u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_SHIFT 17u /* bit 17 */
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_FIELD 0x20000u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_READ 0u
-#define NVDLA_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_WRITE 1u
-
-/* NVDLA_CDP_S_LUT_ACCESS_DATA_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_ACCESS_DATA_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_ACCESS_DATA_0_LUT_DATA_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDP_S_LUT_ACCESS_DATA_0_LUT_DATA_FIELD 0xffffu
-
-/* NVDLA_CDP_S_LUT_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_FIELD 0x1u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_EXPONENT 0u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_LINEAR 1u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_SHIFT 4u /* bit 4 */
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_FIELD 0x10u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LE 0u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LO 1u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_SHIFT 5u /* bit 5 */
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_FIELD 0x20u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LE 0u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LO 1u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_SHIFT 6u /* bit 6 */
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_FIELD 0x40u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LE 0u
-#define NVDLA_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LO 1u
-
-/* NVDLA_CDP_S_LUT_INFO_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_INFO_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_SHIFT 0u /* bits 7:0 */
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_FIELD 0xffu
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_SHIFT 8u /* bits 15:8 */
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_FIELD 0xff00u
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_SHIFT 16u /* bits 23:16 */
-#define NVDLA_CDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_FIELD 0xff0000u
-
-/* NVDLA_CDP_S_LUT_LE_START_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_START_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_START_LOW_0_LUT_LE_START_LOW_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_S_LUT_LE_START_LOW_0_LUT_LE_START_LOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_S_LUT_LE_START_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_START_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_START_HIGH_0_LUT_LE_START_HIGH_SHIFT 0u /* bits 5:0 */
-#define NVDLA_CDP_S_LUT_LE_START_HIGH_0_LUT_LE_START_HIGH_FIELD 0x3fu
-
-/* NVDLA_CDP_S_LUT_LE_END_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_END_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_END_LOW_0_LUT_LE_END_LOW_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_S_LUT_LE_END_LOW_0_LUT_LE_END_LOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_S_LUT_LE_END_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_END_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_END_HIGH_0_LUT_LE_END_HIGH_SHIFT 0u /* bits 5:0 */
-#define NVDLA_CDP_S_LUT_LE_END_HIGH_0_LUT_LE_END_HIGH_FIELD 0x3fu
-
-/* NVDLA_CDP_S_LUT_LO_START_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_START_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_START_LOW_0_LUT_LO_START_LOW_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_S_LUT_LO_START_LOW_0_LUT_LO_START_LOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_S_LUT_LO_START_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_START_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_START_HIGH_0_LUT_LO_START_HIGH_SHIFT 0u /* bits 5:0 */
-#define NVDLA_CDP_S_LUT_LO_START_HIGH_0_LUT_LO_START_HIGH_FIELD 0x3fu
-
-/* NVDLA_CDP_S_LUT_LO_END_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_END_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_END_LOW_0_LUT_LO_END_LOW_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_S_LUT_LO_END_LOW_0_LUT_LO_END_LOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_S_LUT_LO_END_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_END_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_END_HIGH_0_LUT_LO_END_HIGH_SHIFT 0u /* bits 5:0 */
-#define NVDLA_CDP_S_LUT_LO_END_HIGH_0_LUT_LO_END_HIGH_FIELD 0x3fu
-
-/* NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_FIELD 0xffffu
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
-
-/* NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
-#define NVDLA_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
-
-/* NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_FIELD 0xffffu
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
-
-/* NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
-#define NVDLA_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
-
-/* NVDLA_CDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_CDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_CDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_CDP_D_FUNC_BYPASS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_FUNC_BYPASS_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_FIELD 0x1u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_DISABLE 0u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_ENABLE 1u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_SHIFT 1u /* bit 1 */
-#define NVDLA_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_FIELD 0x2u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_DISABLE 0u
-#define NVDLA_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_ENABLE 1u
-
-/* NVDLA_CDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_CDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_CDP_D_DST_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_DMA_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_FIELD 0x1u
-#define NVDLA_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_CV 0u
-#define NVDLA_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_MC 1u
-
-/* NVDLA_CDP_D_DST_COMPRESSION_EN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_SHIFT 0u /* bit 0, read only */
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_FIELD 0x1u
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_DISABLE 0u
-#define NVDLA_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_ENABLE 1u
-
-/* NVDLA_CDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATA_FORMAT_0_RESET_VAL 0x1u
-#define NVDLA_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_SHIFT 0u /* bits 1:0, reset 0x1 */
-#define NVDLA_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_FIELD 0x3u
-#define NVDLA_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_INT8 0u
-#define NVDLA_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_INT16 1u
-#define NVDLA_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_FP16 2u
-
-/* NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
-#define NVDLA_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
-
-/* NVDLA_CDP_D_LRN_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_LRN_CFG_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_SHIFT 0u /* bits 1:0 */
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_FIELD 0x3u
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN3 0u
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN5 1u
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN7 2u
-#define NVDLA_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN9 3u
-
-/* NVDLA_CDP_D_DATIN_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATIN_OFFSET_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DATIN_OFFSET_0_DATIN_OFFSET_SHIFT 0u /* bits 15:0 */
-#define NVDLA_CDP_D_DATIN_OFFSET_0_DATIN_OFFSET_FIELD 0xffffu
-
-/* NVDLA_CDP_D_DATIN_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATIN_SCALE_0_RESET_VAL 0x1u
-#define NVDLA_CDP_D_DATIN_SCALE_0_DATIN_SCALE_SHIFT 0u /* bits 15:0, reset 0x1 */
-#define NVDLA_CDP_D_DATIN_SCALE_0_DATIN_SCALE_FIELD 0xffffu
-
-/* NVDLA_CDP_D_DATIN_SHIFTER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATIN_SHIFTER_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DATIN_SHIFTER_0_DATIN_SHIFTER_SHIFT 0u /* bits 4:0 */
-#define NVDLA_CDP_D_DATIN_SHIFTER_0_DATIN_SHIFTER_FIELD 0x1fu
-
-/* NVDLA_CDP_D_DATOUT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATOUT_OFFSET_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DATOUT_OFFSET_0_DATOUT_OFFSET_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_D_DATOUT_OFFSET_0_DATOUT_OFFSET_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_DATOUT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATOUT_SCALE_0_RESET_VAL 0x1u
-#define NVDLA_CDP_D_DATOUT_SCALE_0_DATOUT_SCALE_SHIFT 0u /* bits 15:0, reset 0x1 */
-#define NVDLA_CDP_D_DATOUT_SCALE_0_DATOUT_SCALE_FIELD 0xffffu
-
-/* NVDLA_CDP_D_DATOUT_SHIFTER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_DATOUT_SHIFTER_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_DATOUT_SHIFTER_0_DATOUT_SHIFTER_SHIFT 0u /* bits 5:0 */
-#define NVDLA_CDP_D_DATOUT_SHIFTER_0_DATOUT_SHIFTER_FIELD 0x3fu
-
-/* NVDLA_CDP_D_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_NAN_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_INF_INPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_OUT_SATURATION_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_OUT_SATURATION_0_OUT_SATURATION_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_OUT_SATURATION_0_OUT_SATURATION_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_CDP_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
-#define NVDLA_CDP_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
-#define NVDLA_CDP_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
-#define NVDLA_CDP_D_PERF_ENABLE_0_LUT_EN_SHIFT 1u /* bit 1 */
-#define NVDLA_CDP_D_PERF_ENABLE_0_LUT_EN_FIELD 0x2u
-#define NVDLA_CDP_D_PERF_ENABLE_0_LUT_EN_DISABLE 0u
-#define NVDLA_CDP_D_PERF_ENABLE_0_LUT_EN_ENABLE 1u
-
-/* NVDLA_CDP_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_LUT_UFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_LUT_UFLOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_LUT_UFLOW_0_PERF_LUT_UFLOW_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_LUT_UFLOW_0_PERF_LUT_UFLOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_LUT_OFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_LUT_OFLOW_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_LUT_OFLOW_0_PERF_LUT_OFLOW_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_LUT_OFLOW_0_PERF_LUT_OFLOW_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_LUT_HYBRID_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_LUT_HYBRID_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_LUT_HYBRID_0_PERF_LUT_HYBRID_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_LUT_HYBRID_0_PERF_LUT_HYBRID_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_LUT_LE_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_LUT_LE_HIT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_LUT_LE_HIT_0_PERF_LUT_LE_HIT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_LUT_LE_HIT_0_PERF_LUT_LE_HIT_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_PERF_LUT_LO_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_PERF_LUT_LO_HIT_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_PERF_LUT_LO_HIT_0_PERF_LUT_LO_HIT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_CDP_D_PERF_LUT_LO_HIT_0_PERF_LUT_LO_HIT_FIELD 0xffffffffu
-
-/* NVDLA_CDP_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_CDP_D_CYA_0_RESET_VAL 0x0u
-#define NVDLA_CDP_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
-#define NVDLA_CDP_D_CYA_0_CYA_FIELD 0xffffffffu
-
-/* NVDLA_RBK_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_S_STATUS_0_RESET_VAL 0x0u
-#define NVDLA_RBK_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
-#define NVDLA_RBK_S_STATUS_0_STATUS_0_FIELD 0x3u
-#define NVDLA_RBK_S_STATUS_0_STATUS_0_IDLE 0u
-#define NVDLA_RBK_S_STATUS_0_STATUS_0_RUNNING 1u
-#define NVDLA_RBK_S_STATUS_0_STATUS_0_PENDING 2u
-#define NVDLA_RBK_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
-#define NVDLA_RBK_S_STATUS_0_STATUS_1_FIELD 0x30000u
-#define NVDLA_RBK_S_STATUS_0_STATUS_1_IDLE 0u
-#define NVDLA_RBK_S_STATUS_0_STATUS_1_RUNNING 1u
-#define NVDLA_RBK_S_STATUS_0_STATUS_1_PENDING 2u
-
-/* NVDLA_RBK_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_S_POINTER_0_RESET_VAL 0x0u
-#define NVDLA_RBK_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
-#define NVDLA_RBK_S_POINTER_0_PRODUCER_FIELD 0x1u
-#define NVDLA_RBK_S_POINTER_0_PRODUCER_GROUP_0 0u
-#define NVDLA_RBK_S_POINTER_0_PRODUCER_GROUP_1 1u
-#define NVDLA_RBK_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
-#define NVDLA_RBK_S_POINTER_0_CONSUMER_FIELD 0x10000u
-#define NVDLA_RBK_S_POINTER_0_CONSUMER_GROUP_0 0u
-#define NVDLA_RBK_S_POINTER_0_CONSUMER_GROUP_1 1u
-
-/* NVDLA_RBK_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_OP_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_RBK_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
-#define NVDLA_RBK_D_OP_ENABLE_0_OP_EN_DISABLE 0u
-#define NVDLA_RBK_D_OP_ENABLE_0_OP_EN_ENABLE 1u
-
-/* NVDLA_RBK_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_MISC_CFG_0_RESET_VAL 0x100u
-#define NVDLA_RBK_D_MISC_CFG_0_RUBIK_MODE_SHIFT 0u /* bits 1:0 */
-#define NVDLA_RBK_D_MISC_CFG_0_RUBIK_MODE_FIELD 0x3u
-#define NVDLA_RBK_D_MISC_CFG_0_RUBIK_MODE_CONTRACT 0u
-#define NVDLA_RBK_D_MISC_CFG_0_RUBIK_MODE_SPLIT 1u
-#define NVDLA_RBK_D_MISC_CFG_0_RUBIK_MODE_MERGE 2u
-#define NVDLA_RBK_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
-#define NVDLA_RBK_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
-#define NVDLA_RBK_D_MISC_CFG_0_IN_PRECISION_INT8 0u
-#define NVDLA_RBK_D_MISC_CFG_0_IN_PRECISION_INT16 1u
-#define NVDLA_RBK_D_MISC_CFG_0_IN_PRECISION_FP16 2u
-
-/* NVDLA_RBK_D_DAIN_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_FIELD 0x1u
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_CVIF 0u
-#define NVDLA_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_MCIF 1u
-
-/* NVDLA_RBK_D_DATAIN_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_SHIFT 0u /* bits 12:0 */
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_FIELD 0x1fffu
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_SHIFT 16u /* bits 28:16 */
-#define NVDLA_RBK_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_FIELD 0x1fff0000u
-
-/* NVDLA_RBK_D_DATAIN_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DATAIN_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_RBK_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_RBK_D_DAIN_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_ADDR_HIGH_0_DAIN_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_RBK_D_DAIN_ADDR_HIGH_0_DAIN_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_RBK_D_DAIN_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_ADDR_LOW_0_DAIN_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAIN_ADDR_LOW_0_DAIN_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAIN_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_LINE_STRIDE_0_DAIN_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAIN_LINE_STRIDE_0_DAIN_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAIN_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_SURF_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_SURF_STRIDE_0_DAIN_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAIN_SURF_STRIDE_0_DAIN_SURF_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0_DAIN_PLANAR_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAIN_PLANAR_STRIDE_0_DAIN_PLANAR_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAOUT_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_SHIFT 0u /* bit 0 */
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_FIELD 0x1u
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_CVIF 0u
-#define NVDLA_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_MCIF 1u
-
-/* NVDLA_RBK_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
-#define NVDLA_RBK_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
-
-/* NVDLA_RBK_D_DAOUT_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_ADDR_HIGH_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_ADDR_HIGH_0_DAOUT_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
-#define NVDLA_RBK_D_DAOUT_ADDR_HIGH_0_DAOUT_ADDR_HIGH_FIELD 0xffffffffu
-
-/* NVDLA_RBK_D_DAOUT_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_ADDR_LOW_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_ADDR_LOW_0_DAOUT_ADDR_LOW_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAOUT_ADDR_LOW_0_DAOUT_ADDR_LOW_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAOUT_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_LINE_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_LINE_STRIDE_0_DAOUT_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAOUT_LINE_STRIDE_0_DAOUT_LINE_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_CONTRACT_STRIDE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_CONTRACT_STRIDE_0_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_CONTRACT_STRIDE_0_0_CONTRACT_STRIDE_0_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_CONTRACT_STRIDE_0_0_CONTRACT_STRIDE_0_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_CONTRACT_STRIDE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_CONTRACT_STRIDE_1_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_CONTRACT_STRIDE_1_0_CONTRACT_STRIDE_1_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_CONTRACT_STRIDE_1_0_CONTRACT_STRIDE_1_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAOUT_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_SURF_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_SURF_STRIDE_0_DAOUT_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAOUT_SURF_STRIDE_0_DAOUT_SURF_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0_DAOUT_PLANAR_STRIDE_SHIFT 5u /* bits 31:5 */
-#define NVDLA_RBK_D_DAOUT_PLANAR_STRIDE_0_DAOUT_PLANAR_STRIDE_FIELD 0xffffffe0u
-
-/* NVDLA_RBK_D_DECONV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_DECONV_STRIDE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_DECONV_STRIDE_0_DECONV_X_STRIDE_SHIFT 0u /* bits 4:0 */
-#define NVDLA_RBK_D_DECONV_STRIDE_0_DECONV_X_STRIDE_FIELD 0x1fu
-#define NVDLA_RBK_D_DECONV_STRIDE_0_DECONV_Y_STRIDE_SHIFT 16u /* bits 20:16 */
-#define NVDLA_RBK_D_DECONV_STRIDE_0_DECONV_Y_STRIDE_FIELD 0x1f0000u
-
-/* NVDLA_RBK_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_PERF_ENABLE_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_PERF_ENABLE_0_PERF_EN_SHIFT 0u /* bit 0 */
-#define NVDLA_RBK_D_PERF_ENABLE_0_PERF_EN_FIELD 0x1u
-
-/* NVDLA_RBK_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_PERF_READ_STALL_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_PERF_READ_STALL_0_RD_STALL_CNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_RBK_D_PERF_READ_STALL_0_RD_STALL_CNT_FIELD 0xffffffffu
-
-/* NVDLA_RBK_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
-#define NVDLA_RBK_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
-#define NVDLA_RBK_D_PERF_WRITE_STALL_0_WR_STALL_CNT_SHIFT 0u /* bits 31:0, read only */
-#define NVDLA_RBK_D_PERF_WRITE_STALL_0_WR_STALL_CNT_FIELD 0xffffffffu
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0 0x00000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0 0x00004u
+#define NVDLA_V1_GLB_S_INTR_SET_0 0x00008u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0 0x0000cu
+#define NVDLA_V1_GEC_FEATURE_0 0x01000u
+#define NVDLA_V1_GEC_SWRESET_0 0x01004u
+#define NVDLA_V1_GEC_MISSIONERR_TYPE_0 0x01008u
+#define NVDLA_V1_GEC_CURRENT_COUNTER_VALUE_0 0x0100cu
+#define NVDLA_V1_GEC_MISSIONERR_INDEX_0 0x01014u
+#define NVDLA_V1_GEC_CORRECTABLE_THRESHOLD_0 0x01018u
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0 0x0101cu
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0 0x01030u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0 0x01034u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0 0x01038u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0 0x0103cu
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0 0x01040u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0 0x01044u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0 0x01048u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0 0x01050u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0 0x01060u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0 0x01064u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0 0x01068u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0 0x0106cu
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0 0x01070u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0 0x01074u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0 0x01078u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0 0x01080u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0 0x01084u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0 0x01090u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0 0x01094u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0 0x01098u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0 0x0109cu
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0 0x010a0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0 0x010a4u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0 0x010a8u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0 0x010b0u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0 0x02000u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0 0x02004u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0 0x02008u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0 0x0200cu
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0 0x02010u
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0 0x02014u
+#define NVDLA_V1_MCIF_STATUS_0 0x02018u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0 0x03000u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0 0x03004u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0 0x03008u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0 0x0300cu
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0 0x03010u
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0 0x03014u
+#define NVDLA_V1_CVIF_STATUS_0 0x03018u
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_LOW_0 0x04000u
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_HIGH_0 0x04004u
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_LOW_0 0x04008u
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_HIGH_0 0x0400cu
+#define NVDLA_V1_BDMA_CFG_LINE_0 0x04010u
+#define NVDLA_V1_BDMA_CFG_CMD_0 0x04014u
+#define NVDLA_V1_BDMA_CFG_LINE_REPEAT_0 0x04018u
+#define NVDLA_V1_BDMA_CFG_SRC_LINE_0 0x0401cu
+#define NVDLA_V1_BDMA_CFG_DST_LINE_0 0x04020u
+#define NVDLA_V1_BDMA_CFG_SURF_REPEAT_0 0x04024u
+#define NVDLA_V1_BDMA_CFG_SRC_SURF_0 0x04028u
+#define NVDLA_V1_BDMA_CFG_DST_SURF_0 0x0402cu
+#define NVDLA_V1_BDMA_CFG_OP_0 0x04030u
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0 0x04034u
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0 0x04038u
+#define NVDLA_V1_BDMA_CFG_STATUS_0 0x0403cu
+#define NVDLA_V1_BDMA_STATUS_0 0x04040u
+#define NVDLA_V1_BDMA_STATUS_GRP0_READ_STALL_0 0x04044u
+#define NVDLA_V1_BDMA_STATUS_GRP0_WRITE_STALL_0 0x04048u
+#define NVDLA_V1_BDMA_STATUS_GRP1_READ_STALL_0 0x0404cu
+#define NVDLA_V1_BDMA_STATUS_GRP1_WRITE_STALL_0 0x04050u
+#define NVDLA_V1_CDMA_S_STATUS_0 0x05000u
+#define NVDLA_V1_CDMA_S_POINTER_0 0x05004u
+#define NVDLA_V1_CDMA_S_ARBITER_0 0x05008u
+#define NVDLA_V1_CDMA_S_CBUF_FLUSH_STATUS_0 0x0500cu
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0 0x05010u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0 0x05014u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0 0x05018u
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0 0x0501cu
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_1_0 0x05020u
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0 0x05024u
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0 0x05028u
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0 0x0502cu
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_0_0 0x05030u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_0_0 0x05034u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_1_0 0x05038u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_1_0 0x0503cu
+#define NVDLA_V1_CDMA_D_LINE_STRIDE_0 0x05040u
+#define NVDLA_V1_CDMA_D_LINE_UV_STRIDE_0 0x05044u
+#define NVDLA_V1_CDMA_D_SURF_STRIDE_0 0x05048u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0 0x0504cu
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0 0x05050u
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0 0x05054u
+#define NVDLA_V1_CDMA_D_BATCH_NUMBER_0 0x05058u
+#define NVDLA_V1_CDMA_D_BATCH_STRIDE_0 0x0505cu
+#define NVDLA_V1_CDMA_D_ENTRY_PER_SLICE_0 0x05060u
+#define NVDLA_V1_CDMA_D_FETCH_GRAIN_0 0x05064u
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0 0x05068u
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_0_0 0x0506cu
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_1_0 0x05070u
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0 0x05074u
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_HIGH_0 0x05078u
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_LOW_0 0x0507cu
+#define NVDLA_V1_CDMA_D_WEIGHT_BYTES_0 0x05080u
+#define NVDLA_V1_CDMA_D_WGS_ADDR_HIGH_0 0x05084u
+#define NVDLA_V1_CDMA_D_WGS_ADDR_LOW_0 0x05088u
+#define NVDLA_V1_CDMA_D_WMB_ADDR_HIGH_0 0x0508cu
+#define NVDLA_V1_CDMA_D_WMB_ADDR_LOW_0 0x05090u
+#define NVDLA_V1_CDMA_D_WMB_BYTES_0 0x05094u
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0 0x05098u
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0 0x0509cu
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0 0x050a0u
+#define NVDLA_V1_CDMA_D_CVT_CFG_0 0x050a4u
+#define NVDLA_V1_CDMA_D_CVT_OFFSET_0 0x050a8u
+#define NVDLA_V1_CDMA_D_CVT_SCALE_0 0x050acu
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0 0x050b0u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0 0x050b4u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_VALUE_0 0x050b8u
+#define NVDLA_V1_CDMA_D_BANK_0 0x050bcu
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0 0x050c0u
+#define NVDLA_V1_CDMA_D_NAN_INPUT_DATA_NUM_0 0x050c4u
+#define NVDLA_V1_CDMA_D_NAN_INPUT_WEIGHT_NUM_0 0x050c8u
+#define NVDLA_V1_CDMA_D_INF_INPUT_DATA_NUM_0 0x050ccu
+#define NVDLA_V1_CDMA_D_INF_INPUT_WEIGHT_NUM_0 0x050d0u
+#define NVDLA_V1_CDMA_D_PERF_ENABLE_0 0x050d4u
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_STALL_0 0x050d8u
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_STALL_0 0x050dcu
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_LATENCY_0 0x050e0u
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_LATENCY_0 0x050e4u
+#define NVDLA_V1_CDMA_D_CYA_0 0x050e8u
+#define NVDLA_V1_CSC_S_STATUS_0 0x06000u
+#define NVDLA_V1_CSC_S_POINTER_0 0x06004u
+#define NVDLA_V1_CSC_D_OP_ENABLE_0 0x06008u
+#define NVDLA_V1_CSC_D_MISC_CFG_0 0x0600cu
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0 0x06010u
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0 0x06014u
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_1_0 0x06018u
+#define NVDLA_V1_CSC_D_BATCH_NUMBER_0 0x0601cu
+#define NVDLA_V1_CSC_D_POST_Y_EXTENSION_0 0x06020u
+#define NVDLA_V1_CSC_D_ENTRY_PER_SLICE_0 0x06024u
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0 0x06028u
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0 0x0602cu
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0 0x06030u
+#define NVDLA_V1_CSC_D_WEIGHT_BYTES_0 0x06034u
+#define NVDLA_V1_CSC_D_WMB_BYTES_0 0x06038u
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0 0x0603cu
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_1_0 0x06040u
+#define NVDLA_V1_CSC_D_ATOMICS_0 0x06044u
+#define NVDLA_V1_CSC_D_RELEASE_0 0x06048u
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0 0x0604cu
+#define NVDLA_V1_CSC_D_DILATION_EXT_0 0x06050u
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0 0x06054u
+#define NVDLA_V1_CSC_D_ZERO_PADDING_VALUE_0 0x06058u
+#define NVDLA_V1_CSC_D_BANK_0 0x0605cu
+#define NVDLA_V1_CSC_D_PRA_CFG_0 0x06060u
+#define NVDLA_V1_CSC_D_CYA_0 0x06064u
+#define NVDLA_V1_CMAC_A_S_STATUS_0 0x07000u
+#define NVDLA_V1_CMAC_A_S_POINTER_0 0x07004u
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0 0x07008u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0 0x0700cu
+#define NVDLA_V1_CMAC_B_S_STATUS_0 0x08000u
+#define NVDLA_V1_CMAC_B_S_POINTER_0 0x08004u
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0 0x08008u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0 0x0800cu
+#define NVDLA_V1_CACC_S_STATUS_0 0x09000u
+#define NVDLA_V1_CACC_S_POINTER_0 0x09004u
+#define NVDLA_V1_CACC_D_OP_ENABLE_0 0x09008u
+#define NVDLA_V1_CACC_D_MISC_CFG_0 0x0900cu
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0 0x09010u
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_1_0 0x09014u
+#define NVDLA_V1_CACC_D_DATAOUT_ADDR_0 0x09018u
+#define NVDLA_V1_CACC_D_BATCH_NUMBER_0 0x0901cu
+#define NVDLA_V1_CACC_D_LINE_STRIDE_0 0x09020u
+#define NVDLA_V1_CACC_D_SURF_STRIDE_0 0x09024u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0 0x09028u
+#define NVDLA_V1_CACC_D_CLIP_CFG_0 0x0902cu
+#define NVDLA_V1_CACC_D_OUT_SATURATION_0 0x09030u
+#define NVDLA_V1_CACC_D_CYA_0 0x09034u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0 0x0a000u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0 0x0a004u
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0 0x0a008u
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_WIDTH_0 0x0a00cu
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_HEIGHT_0 0x0a010u
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_CHANNEL_0 0x0a014u
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0a018u
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0a01cu
+#define NVDLA_V1_SDP_RDMA_D_SRC_LINE_STRIDE_0 0x0a020u
+#define NVDLA_V1_SDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0a024u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0 0x0a028u
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_LOW_0 0x0a02cu
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0 0x0a030u
+#define NVDLA_V1_SDP_RDMA_D_BS_LINE_STRIDE_0 0x0a034u
+#define NVDLA_V1_SDP_RDMA_D_BS_SURFACE_STRIDE_0 0x0a038u
+#define NVDLA_V1_SDP_RDMA_D_BS_BATCH_STRIDE_0 0x0a03cu
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0 0x0a040u
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_LOW_0 0x0a044u
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0 0x0a048u
+#define NVDLA_V1_SDP_RDMA_D_BN_LINE_STRIDE_0 0x0a04cu
+#define NVDLA_V1_SDP_RDMA_D_BN_SURFACE_STRIDE_0 0x0a050u
+#define NVDLA_V1_SDP_RDMA_D_BN_BATCH_STRIDE_0 0x0a054u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0 0x0a058u
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_LOW_0 0x0a05cu
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0 0x0a060u
+#define NVDLA_V1_SDP_RDMA_D_EW_LINE_STRIDE_0 0x0a064u
+#define NVDLA_V1_SDP_RDMA_D_EW_SURFACE_STRIDE_0 0x0a068u
+#define NVDLA_V1_SDP_RDMA_D_EW_BATCH_STRIDE_0 0x0a06cu
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0 0x0a070u
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0 0x0a074u
+#define NVDLA_V1_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0 0x0a078u
+#define NVDLA_V1_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0 0x0a07cu
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0 0x0a080u
+#define NVDLA_V1_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0 0x0a084u
+#define NVDLA_V1_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0 0x0a088u
+#define NVDLA_V1_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0 0x0a08cu
+#define NVDLA_V1_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0 0x0a090u
+#define NVDLA_V1_SDP_S_STATUS_0 0x0b000u
+#define NVDLA_V1_SDP_S_POINTER_0 0x0b004u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0 0x0b008u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_DATA_0 0x0b00cu
+#define NVDLA_V1_SDP_S_LUT_CFG_0 0x0b010u
+#define NVDLA_V1_SDP_S_LUT_INFO_0 0x0b014u
+#define NVDLA_V1_SDP_S_LUT_LE_START_0 0x0b018u
+#define NVDLA_V1_SDP_S_LUT_LE_END_0 0x0b01cu
+#define NVDLA_V1_SDP_S_LUT_LO_START_0 0x0b020u
+#define NVDLA_V1_SDP_S_LUT_LO_END_0 0x0b024u
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0 0x0b028u
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0 0x0b02cu
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0 0x0b030u
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0 0x0b034u
+#define NVDLA_V1_SDP_D_OP_ENABLE_0 0x0b038u
+#define NVDLA_V1_SDP_D_DATA_CUBE_WIDTH_0 0x0b03cu
+#define NVDLA_V1_SDP_D_DATA_CUBE_HEIGHT_0 0x0b040u
+#define NVDLA_V1_SDP_D_DATA_CUBE_CHANNEL_0 0x0b044u
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_LOW_0 0x0b048u
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_HIGH_0 0x0b04cu
+#define NVDLA_V1_SDP_D_DST_LINE_STRIDE_0 0x0b050u
+#define NVDLA_V1_SDP_D_DST_SURFACE_STRIDE_0 0x0b054u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0 0x0b058u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0 0x0b05cu
+#define NVDLA_V1_SDP_D_DP_BS_ALU_SRC_VALUE_0 0x0b060u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0 0x0b064u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_SRC_VALUE_0 0x0b068u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0 0x0b06cu
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0 0x0b070u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_SRC_VALUE_0 0x0b074u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0 0x0b078u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_SRC_VALUE_0 0x0b07cu
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0 0x0b080u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0 0x0b084u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_SRC_VALUE_0 0x0b088u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0 0x0b08cu
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0 0x0b090u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0 0x0b094u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0 0x0b098u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_SRC_VALUE_0 0x0b09cu
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0 0x0b0a0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0 0x0b0a4u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0 0x0b0a8u
+#define NVDLA_V1_SDP_D_DP_EW_TRUNCATE_VALUE_0 0x0b0acu
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0 0x0b0b0u
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0 0x0b0b4u
+#define NVDLA_V1_SDP_D_DST_BATCH_STRIDE_0 0x0b0b8u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0 0x0b0bcu
+#define NVDLA_V1_SDP_D_CVT_OFFSET_0 0x0b0c0u
+#define NVDLA_V1_SDP_D_CVT_SCALE_0 0x0b0c4u
+#define NVDLA_V1_SDP_D_CVT_SHIFT_0 0x0b0c8u
+#define NVDLA_V1_SDP_D_STATUS_0 0x0b0ccu
+#define NVDLA_V1_SDP_D_STATUS_NAN_INPUT_NUM_0 0x0b0d0u
+#define NVDLA_V1_SDP_D_STATUS_INF_INPUT_NUM_0 0x0b0d4u
+#define NVDLA_V1_SDP_D_STATUS_NAN_OUTPUT_NUM_0 0x0b0d8u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0 0x0b0dcu
+#define NVDLA_V1_SDP_D_PERF_WDMA_WRITE_STALL_0 0x0b0e0u
+#define NVDLA_V1_SDP_D_PERF_LUT_UFLOW_0 0x0b0e4u
+#define NVDLA_V1_SDP_D_PERF_LUT_OFLOW_0 0x0b0e8u
+#define NVDLA_V1_SDP_D_PERF_OUT_SATURATION_0 0x0b0ecu
+#define NVDLA_V1_SDP_D_PERF_LUT_HYBRID_0 0x0b0f0u
+#define NVDLA_V1_SDP_D_PERF_LUT_LE_HIT_0 0x0b0f4u
+#define NVDLA_V1_SDP_D_PERF_LUT_LO_HIT_0 0x0b0f8u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0 0x0c000u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0 0x0c004u
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0 0x0c008u
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0 0x0c00cu
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0 0x0c010u
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0 0x0c014u
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0 0x0c018u
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0c01cu
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0c020u
+#define NVDLA_V1_PDP_RDMA_D_SRC_LINE_STRIDE_0 0x0c024u
+#define NVDLA_V1_PDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0c028u
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0 0x0c02cu
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0 0x0c030u
+#define NVDLA_V1_PDP_RDMA_D_OPERATION_MODE_CFG_0 0x0c034u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0 0x0c038u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_PADDING_CFG_0 0x0c03cu
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0 0x0c040u
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0 0x0c044u
+#define NVDLA_V1_PDP_RDMA_D_PERF_READ_STALL_0 0x0c048u
+#define NVDLA_V1_PDP_RDMA_D_CYA_0 0x0c04cu
+#define NVDLA_V1_PDP_S_STATUS_0 0x0d000u
+#define NVDLA_V1_PDP_S_POINTER_0 0x0d004u
+#define NVDLA_V1_PDP_D_OP_ENABLE_0 0x0d008u
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_WIDTH_0 0x0d00cu
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_HEIGHT_0 0x0d010u
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_CHANNEL_0 0x0d014u
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_WIDTH_0 0x0d018u
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_HEIGHT_0 0x0d01cu
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_CHANNEL_0 0x0d020u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0 0x0d024u
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0 0x0d028u
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0 0x0d02cu
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0 0x0d030u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0 0x0d034u
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_WIDTH_0 0x0d038u
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_HEIGHT_0 0x0d03cu
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0 0x0d040u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_1_CFG_0 0x0d044u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_2_CFG_0 0x0d048u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_3_CFG_0 0x0d04cu
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_4_CFG_0 0x0d050u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_5_CFG_0 0x0d054u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_6_CFG_0 0x0d058u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_7_CFG_0 0x0d05cu
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_LOW_0 0x0d060u
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_HIGH_0 0x0d064u
+#define NVDLA_V1_PDP_D_SRC_LINE_STRIDE_0 0x0d068u
+#define NVDLA_V1_PDP_D_SRC_SURFACE_STRIDE_0 0x0d06cu
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_LOW_0 0x0d070u
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_HIGH_0 0x0d074u
+#define NVDLA_V1_PDP_D_DST_LINE_STRIDE_0 0x0d078u
+#define NVDLA_V1_PDP_D_DST_SURFACE_STRIDE_0 0x0d07cu
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0 0x0d080u
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0 0x0d084u
+#define NVDLA_V1_PDP_D_INF_INPUT_NUM_0 0x0d088u
+#define NVDLA_V1_PDP_D_NAN_INPUT_NUM_0 0x0d08cu
+#define NVDLA_V1_PDP_D_NAN_OUTPUT_NUM_0 0x0d090u
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0 0x0d094u
+#define NVDLA_V1_PDP_D_PERF_WRITE_STALL_0 0x0d098u
+#define NVDLA_V1_PDP_D_CYA_0 0x0d09cu
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0 0x0e000u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0 0x0e004u
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0 0x0e008u
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_WIDTH_0 0x0e00cu
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_HEIGHT_0 0x0e010u
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_CHANNEL_0 0x0e014u
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0 0x0e018u
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 0x0e01cu
+#define NVDLA_V1_CDP_RDMA_D_SRC_LINE_STRIDE_0 0x0e020u
+#define NVDLA_V1_CDP_RDMA_D_SRC_SURFACE_STRIDE_0 0x0e024u
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0 0x0e028u
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0 0x0e02cu
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0 0x0e030u
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0 0x0e034u
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0 0x0e038u
+#define NVDLA_V1_CDP_RDMA_D_PERF_READ_STALL_0 0x0e03cu
+#define NVDLA_V1_CDP_RDMA_D_CYA_0 0x0e040u
+#define NVDLA_V1_CDP_S_STATUS_0 0x0f000u
+#define NVDLA_V1_CDP_S_POINTER_0 0x0f004u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0 0x0f008u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_DATA_0 0x0f00cu
+#define NVDLA_V1_CDP_S_LUT_CFG_0 0x0f010u
+#define NVDLA_V1_CDP_S_LUT_INFO_0 0x0f014u
+#define NVDLA_V1_CDP_S_LUT_LE_START_LOW_0 0x0f018u
+#define NVDLA_V1_CDP_S_LUT_LE_START_HIGH_0 0x0f01cu
+#define NVDLA_V1_CDP_S_LUT_LE_END_LOW_0 0x0f020u
+#define NVDLA_V1_CDP_S_LUT_LE_END_HIGH_0 0x0f024u
+#define NVDLA_V1_CDP_S_LUT_LO_START_LOW_0 0x0f028u
+#define NVDLA_V1_CDP_S_LUT_LO_START_HIGH_0 0x0f02cu
+#define NVDLA_V1_CDP_S_LUT_LO_END_LOW_0 0x0f030u
+#define NVDLA_V1_CDP_S_LUT_LO_END_HIGH_0 0x0f034u
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0 0x0f038u
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0 0x0f03cu
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0 0x0f040u
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0 0x0f044u
+#define NVDLA_V1_CDP_D_OP_ENABLE_0 0x0f048u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0 0x0f04cu
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_LOW_0 0x0f050u
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_HIGH_0 0x0f054u
+#define NVDLA_V1_CDP_D_DST_LINE_STRIDE_0 0x0f058u
+#define NVDLA_V1_CDP_D_DST_SURFACE_STRIDE_0 0x0f05cu
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0 0x0f060u
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0 0x0f064u
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0 0x0f068u
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0 0x0f06cu
+#define NVDLA_V1_CDP_D_LRN_CFG_0 0x0f070u
+#define NVDLA_V1_CDP_D_DATIN_OFFSET_0 0x0f074u
+#define NVDLA_V1_CDP_D_DATIN_SCALE_0 0x0f078u
+#define NVDLA_V1_CDP_D_DATIN_SHIFTER_0 0x0f07cu
+#define NVDLA_V1_CDP_D_DATOUT_OFFSET_0 0x0f080u
+#define NVDLA_V1_CDP_D_DATOUT_SCALE_0 0x0f084u
+#define NVDLA_V1_CDP_D_DATOUT_SHIFTER_0 0x0f088u
+#define NVDLA_V1_CDP_D_NAN_INPUT_NUM_0 0x0f08cu
+#define NVDLA_V1_CDP_D_INF_INPUT_NUM_0 0x0f090u
+#define NVDLA_V1_CDP_D_NAN_OUTPUT_NUM_0 0x0f094u
+#define NVDLA_V1_CDP_D_OUT_SATURATION_0 0x0f098u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0 0x0f09cu
+#define NVDLA_V1_CDP_D_PERF_WRITE_STALL_0 0x0f0a0u
+#define NVDLA_V1_CDP_D_PERF_LUT_UFLOW_0 0x0f0a4u
+#define NVDLA_V1_CDP_D_PERF_LUT_OFLOW_0 0x0f0a8u
+#define NVDLA_V1_CDP_D_PERF_LUT_HYBRID_0 0x0f0acu
+#define NVDLA_V1_CDP_D_PERF_LUT_LE_HIT_0 0x0f0b0u
+#define NVDLA_V1_CDP_D_PERF_LUT_LO_HIT_0 0x0f0b4u
+#define NVDLA_V1_CDP_D_CYA_0 0x0f0b8u
+#define NVDLA_V1_RBK_S_STATUS_0 0x10000u
+#define NVDLA_V1_RBK_S_POINTER_0 0x10004u
+#define NVDLA_V1_RBK_D_OP_ENABLE_0 0x10008u
+#define NVDLA_V1_RBK_D_MISC_CFG_0 0x1000cu
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0 0x10010u
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0 0x10014u
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_1_0 0x10018u
+#define NVDLA_V1_RBK_D_DAIN_ADDR_HIGH_0 0x1001cu
+#define NVDLA_V1_RBK_D_DAIN_ADDR_LOW_0 0x10020u
+#define NVDLA_V1_RBK_D_DAIN_LINE_STRIDE_0 0x10024u
+#define NVDLA_V1_RBK_D_DAIN_SURF_STRIDE_0 0x10028u
+#define NVDLA_V1_RBK_D_DAIN_PLANAR_STRIDE_0 0x1002cu
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0 0x10030u
+#define NVDLA_V1_RBK_D_DATAOUT_SIZE_1_0 0x10034u
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_HIGH_0 0x10038u
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_LOW_0 0x1003cu
+#define NVDLA_V1_RBK_D_DAOUT_LINE_STRIDE_0 0x10040u
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_0_0 0x10044u
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_1_0 0x10048u
+#define NVDLA_V1_RBK_D_DAOUT_SURF_STRIDE_0 0x1004cu
+#define NVDLA_V1_RBK_D_DAOUT_PLANAR_STRIDE_0 0x10050u
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0 0x10054u
+#define NVDLA_V1_RBK_D_PERF_ENABLE_0 0x10058u
+#define NVDLA_V1_RBK_D_PERF_READ_STALL_0 0x1005cu
+#define NVDLA_V1_RBK_D_PERF_WRITE_STALL_0 0x10060u
+
+/* NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0_RESET_VAL 0x303031u
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0_MAJOR_SHIFT 0u /* bits 7:0, read only, reset 0x31 */
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0_MAJOR_FIELD 0xffu
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0_MINOR_SHIFT 8u /* bits 23:8, read only, reset 0x3030 */
+#define NVDLA_V1_GLB_S_NVDLA_HW_VERSION_0_MINOR_FIELD 0xffff00u
+
+/* NVDLA_V1_GLB_S_INTR_MASK_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_RESET_VAL 0x0u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_SDP_DONE_MASK0_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_SDP_DONE_MASK0_FIELD 0x1u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_SDP_DONE_MASK1_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_SDP_DONE_MASK1_FIELD 0x2u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDP_DONE_MASK0_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDP_DONE_MASK0_FIELD 0x4u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDP_DONE_MASK1_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDP_DONE_MASK1_FIELD 0x8u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_PDP_DONE_MASK0_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_PDP_DONE_MASK0_FIELD 0x10u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_PDP_DONE_MASK1_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_PDP_DONE_MASK1_FIELD 0x20u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_BDMA_DONE_MASK0_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_BDMA_DONE_MASK0_FIELD 0x40u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_BDMA_DONE_MASK1_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_BDMA_DONE_MASK1_FIELD 0x80u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK0_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK0_FIELD 0x100u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK1_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_RUBIK_DONE_MASK1_FIELD 0x200u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK0_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK0_FIELD 0x10000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK1_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_DAT_DONE_MASK1_FIELD 0x20000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK0_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK0_FIELD 0x40000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK1_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CDMA_WT_DONE_MASK1_FIELD 0x80000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CACC_DONE_MASK0_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CACC_DONE_MASK0_FIELD 0x100000u
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CACC_DONE_MASK1_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GLB_S_INTR_MASK_0_CACC_DONE_MASK1_FIELD 0x200000u
+
+/* NVDLA_V1_GLB_S_INTR_SET_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GLB_S_INTR_SET_0_RESET_VAL 0x0u
+#define NVDLA_V1_GLB_S_INTR_SET_0_SDP_DONE_SET0_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_SDP_DONE_SET0_FIELD 0x1u
+#define NVDLA_V1_GLB_S_INTR_SET_0_SDP_DONE_SET1_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_SDP_DONE_SET1_FIELD 0x2u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDP_DONE_SET0_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDP_DONE_SET0_FIELD 0x4u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDP_DONE_SET1_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDP_DONE_SET1_FIELD 0x8u
+#define NVDLA_V1_GLB_S_INTR_SET_0_PDP_DONE_SET0_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_PDP_DONE_SET0_FIELD 0x10u
+#define NVDLA_V1_GLB_S_INTR_SET_0_PDP_DONE_SET1_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_PDP_DONE_SET1_FIELD 0x20u
+#define NVDLA_V1_GLB_S_INTR_SET_0_BDMA_DONE_SET0_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_BDMA_DONE_SET0_FIELD 0x40u
+#define NVDLA_V1_GLB_S_INTR_SET_0_BDMA_DONE_SET1_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_BDMA_DONE_SET1_FIELD 0x80u
+#define NVDLA_V1_GLB_S_INTR_SET_0_RUBIK_DONE_SET0_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_RUBIK_DONE_SET0_FIELD 0x100u
+#define NVDLA_V1_GLB_S_INTR_SET_0_RUBIK_DONE_SET1_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_RUBIK_DONE_SET1_FIELD 0x200u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET0_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET0_FIELD 0x10000u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET1_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_DAT_DONE_SET1_FIELD 0x20000u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET0_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET0_FIELD 0x40000u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET1_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CDMA_WT_DONE_SET1_FIELD 0x80000u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CACC_DONE_SET0_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CACC_DONE_SET0_FIELD 0x100000u
+#define NVDLA_V1_GLB_S_INTR_SET_0_CACC_DONE_SET1_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GLB_S_INTR_SET_0_CACC_DONE_SET1_FIELD 0x200000u
+
+/* NVDLA_V1_GLB_S_INTR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS0_SHIFT 0u /* bit 0, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS0_FIELD 0x1u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS1_SHIFT 1u /* bit 1, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_SDP_DONE_STATUS1_FIELD 0x2u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS0_SHIFT 2u /* bit 2, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS0_FIELD 0x4u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS1_SHIFT 3u /* bit 3, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDP_DONE_STATUS1_FIELD 0x8u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS0_SHIFT 4u /* bit 4, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS0_FIELD 0x10u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS1_SHIFT 5u /* bit 5, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_PDP_DONE_STATUS1_FIELD 0x20u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS0_SHIFT 6u /* bit 6, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS0_FIELD 0x40u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS1_SHIFT 7u /* bit 7, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_BDMA_DONE_STATUS1_FIELD 0x80u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS0_SHIFT 8u /* bit 8, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS0_FIELD 0x100u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS1_SHIFT 9u /* bit 9, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_RUBIK_DONE_STATUS1_FIELD 0x200u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS0_SHIFT 16u /* bit 16, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS0_FIELD 0x10000u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS1_SHIFT 17u /* bit 17, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_DAT_DONE_STATUS1_FIELD 0x20000u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS0_SHIFT 18u /* bit 18, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS0_FIELD 0x40000u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS1_SHIFT 19u /* bit 19, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CDMA_WT_DONE_STATUS1_FIELD 0x80000u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS0_SHIFT 20u /* bit 20, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS0_FIELD 0x100000u
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS1_SHIFT 21u /* bit 21, write 1 to clear */
+#define NVDLA_V1_GLB_S_INTR_STATUS_0_CACC_DONE_STATUS1_FIELD 0x200000u
+
+/* NVDLA_V1_GEC_FEATURE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_FEATURE_0_RESET_VAL 0x430003u
+#define NVDLA_V1_GEC_FEATURE_0_NUM_ERR_SLICES_SHIFT 0u /* bits 5:0, read only, reset 0x3 */
+#define NVDLA_V1_GEC_FEATURE_0_NUM_ERR_SLICES_FIELD 0x3fu
+#define NVDLA_V1_GEC_FEATURE_0_NUM_ERR_SHIFT 16u /* bits 31:16, read only, reset 0x43 */
+#define NVDLA_V1_GEC_FEATURE_0_NUM_ERR_FIELD 0xffff0000u
+
+/* NVDLA_V1_GEC_SWRESET_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_SWRESET_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_SWRESET_0_SWRST_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_SWRESET_0_SWRST_FIELD 0x1u
+
+/* NVDLA_V1_GEC_MISSIONERR_TYPE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_MISSIONERR_TYPE_0_RESET_VAL 0x5u
+#define NVDLA_V1_GEC_MISSIONERR_TYPE_0_CODE_SHIFT 0u /* bits 5:0, read only, reset 0x5 */
+#define NVDLA_V1_GEC_MISSIONERR_TYPE_0_CODE_FIELD 0x3fu
+
+/* NVDLA_V1_GEC_CURRENT_COUNTER_VALUE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_CURRENT_COUNTER_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_CURRENT_COUNTER_VALUE_0_VALUE_SHIFT 0u /* bits 8:0, read only */
+#define NVDLA_V1_GEC_CURRENT_COUNTER_VALUE_0_VALUE_FIELD 0x1ffu
+
+/* NVDLA_V1_GEC_MISSIONERR_INDEX_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_MISSIONERR_INDEX_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_MISSIONERR_INDEX_0_IDX_SHIFT 0u /* bits 6:0 */
+#define NVDLA_V1_GEC_MISSIONERR_INDEX_0_IDX_FIELD 0x7fu
+
+/* NVDLA_V1_GEC_CORRECTABLE_THRESHOLD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_CORRECTABLE_THRESHOLD_0_RESET_VAL 0xffu
+#define NVDLA_V1_GEC_CORRECTABLE_THRESHOLD_0_COUNT_SHIFT 0u /* bits 7:0, reset 0xff */
+#define NVDLA_V1_GEC_CORRECTABLE_THRESHOLD_0_COUNT_FIELD 0xffu
+
+/* NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_SHIFT 0u /* bits 7:0 */
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_FIELD 0xffu
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_LOCK 0u
+#define NVDLA_V1_GEC_MISSIONERR_INJECT_UNLOCK_0_VALUE_UNLOCK 225u
+
+/* NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_RESET_VAL 0xffffffffu
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR0_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR1_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR2_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR3_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_SHIFT 4u /* bit 4, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR4_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_SHIFT 5u /* bit 5, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR5_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_SHIFT 6u /* bit 6, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR6_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_SHIFT 7u /* bit 7, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR7_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_SHIFT 8u /* bit 8, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR8_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_SHIFT 9u /* bit 9, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR9_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_SHIFT 10u /* bit 10, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR10_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_SHIFT 11u /* bit 11, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR11_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_SHIFT 12u /* bit 12, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR12_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_SHIFT 13u /* bit 13, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR13_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_SHIFT 14u /* bit 14, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR14_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_SHIFT 15u /* bit 15, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR15_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_SHIFT 16u /* bit 16, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR16_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_SHIFT 17u /* bit 17, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR17_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_SHIFT 18u /* bit 18, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR18_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_SHIFT 19u /* bit 19, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR19_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_SHIFT 20u /* bit 20, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR20_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_SHIFT 21u /* bit 21, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR21_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_SHIFT 22u /* bit 22, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR22_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_SHIFT 23u /* bit 23, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR23_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_SHIFT 24u /* bit 24, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR24_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_SHIFT 25u /* bit 25, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR25_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_SHIFT 26u /* bit 26, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR26_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_SHIFT 27u /* bit 27, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR27_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_SHIFT 28u /* bit 28, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR28_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_SHIFT 29u /* bit 29, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR29_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_SHIFT 30u /* bit 30, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR30_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_SHIFT 31u /* bit 31, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_ENABLE_0_ERR31_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR0_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR1_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR2_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR3_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR4_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR5_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR6_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR7_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR8_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR9_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR10_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR11_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR12_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR13_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR14_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR15_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR16_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR17_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR18_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR19_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR20_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR21_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR22_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR23_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR24_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR25_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR26_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR27_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR28_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR29_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR30_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_FORCE_0_ERR31_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR0_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR1_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR2_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR3_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR4_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR5_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR6_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR7_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR8_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR9_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR10_SHIFT 10u /* bit 10 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR11_SHIFT 11u /* bit 11 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR12_SHIFT 12u /* bit 12 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR13_SHIFT 13u /* bit 13 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR14_SHIFT 14u /* bit 14 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR15_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR16_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR17_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR18_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR19_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR20_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR21_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR22_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR23_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR24_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR25_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR26_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR27_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR28_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR29_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR30_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR31_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_STATUS_0_ERR31_FIELD 0x80000000u
+
+/* NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR0_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR1_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR2_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR3_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR4_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR5_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR6_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR7_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR8_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR15_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR16_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR17_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR18_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR19_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR20_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR21_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR22_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR23_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR24_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR25_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR26_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR27_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR28_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR29_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR30_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_MISSIONERR_INJECT_0_ERR31_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_RESET_VAL 0xffffffffu
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR0_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR1_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR2_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR3_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_SHIFT 4u /* bit 4, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR4_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_SHIFT 5u /* bit 5, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR5_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_SHIFT 6u /* bit 6, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR6_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_SHIFT 7u /* bit 7, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR7_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_SHIFT 8u /* bit 8, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR8_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_SHIFT 9u /* bit 9, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR9_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_SHIFT 10u /* bit 10, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR10_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_SHIFT 11u /* bit 11, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR11_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_SHIFT 12u /* bit 12, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR12_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_SHIFT 13u /* bit 13, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR13_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_SHIFT 14u /* bit 14, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR14_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_SHIFT 15u /* bit 15, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR15_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_SHIFT 16u /* bit 16, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR16_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_SHIFT 17u /* bit 17, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR17_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_SHIFT 18u /* bit 18, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR18_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_SHIFT 19u /* bit 19, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR19_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_SHIFT 20u /* bit 20, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR20_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_SHIFT 21u /* bit 21, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR21_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_SHIFT 22u /* bit 22, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR22_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_SHIFT 23u /* bit 23, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR23_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_SHIFT 24u /* bit 24, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR24_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_SHIFT 25u /* bit 25, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR25_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_SHIFT 26u /* bit 26, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR26_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_SHIFT 27u /* bit 27, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR27_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_SHIFT 28u /* bit 28, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR28_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_SHIFT 29u /* bit 29, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR29_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_SHIFT 30u /* bit 30, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR30_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_SHIFT 31u /* bit 31, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_ENABLE_0_ERR31_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR0_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR1_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR2_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR3_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR4_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR5_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR6_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR7_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR8_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR9_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR10_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR11_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR12_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR13_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR14_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR15_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR16_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR17_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR18_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR19_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR20_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR21_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR22_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR23_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR24_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR25_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR26_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR27_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR28_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR29_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR30_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_FORCE_0_ERR31_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR0_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR1_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR2_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR3_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR4_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR5_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR6_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR7_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR8_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR9_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR10_SHIFT 10u /* bit 10 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR11_SHIFT 11u /* bit 11 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR12_SHIFT 12u /* bit 12 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR13_SHIFT 13u /* bit 13 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR14_SHIFT 14u /* bit 14 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR15_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR16_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR17_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR18_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR19_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR20_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR21_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR22_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR23_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR24_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR25_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR26_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR27_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR28_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR29_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR30_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR31_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE0_LATENTERR_STATUS_0_ERR31_FIELD 0x80000000u
+
+/* NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR0_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR1_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR2_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR3_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR4_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR5_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR6_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR7_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR8_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR9_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR10_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR11_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR12_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR13_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR14_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR15_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR16_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR17_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR18_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR19_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR20_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR21_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR22_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR23_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR24_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR25_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR26_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR27_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR28_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR29_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR30_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE0_COUNTER_RELOAD_0_ERR31_RELOAD 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_RESET_VAL 0xffffffffu
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR32_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR33_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR34_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR35_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_SHIFT 4u /* bit 4, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR36_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_SHIFT 5u /* bit 5, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR37_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_SHIFT 6u /* bit 6, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR38_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_SHIFT 7u /* bit 7, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR39_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_SHIFT 8u /* bit 8, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR40_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_SHIFT 9u /* bit 9, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR41_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_SHIFT 10u /* bit 10, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR42_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_SHIFT 11u /* bit 11, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR43_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_SHIFT 12u /* bit 12, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR44_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_SHIFT 13u /* bit 13, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR45_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_SHIFT 14u /* bit 14, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR46_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_SHIFT 15u /* bit 15, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR47_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_SHIFT 16u /* bit 16, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR48_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_SHIFT 17u /* bit 17, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR49_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_SHIFT 18u /* bit 18, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR50_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_SHIFT 19u /* bit 19, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR51_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_SHIFT 20u /* bit 20, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR52_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_SHIFT 21u /* bit 21, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR53_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_SHIFT 22u /* bit 22, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR54_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_SHIFT 23u /* bit 23, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR55_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_SHIFT 24u /* bit 24, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR56_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_SHIFT 25u /* bit 25, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR57_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_SHIFT 26u /* bit 26, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR58_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_SHIFT 27u /* bit 27, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR59_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_SHIFT 28u /* bit 28, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR60_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_SHIFT 29u /* bit 29, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR61_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_SHIFT 30u /* bit 30, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR62_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_SHIFT 31u /* bit 31, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ENABLE_0_ERR63_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR32_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR33_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR34_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR35_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR36_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR37_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR38_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR39_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR40_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR41_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR42_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR43_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR44_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR45_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR46_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR47_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR48_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR49_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR50_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR51_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR52_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR53_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR54_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR55_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR56_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR57_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR58_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR59_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR60_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR61_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR62_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_FORCE_0_ERR63_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR32_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR33_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR34_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR35_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR36_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR37_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR38_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR39_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR40_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR41_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR42_SHIFT 10u /* bit 10 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR43_SHIFT 11u /* bit 11 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR44_SHIFT 12u /* bit 12 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR45_SHIFT 13u /* bit 13 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR46_SHIFT 14u /* bit 14 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR47_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR48_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR49_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR50_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR51_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR52_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR53_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR54_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR55_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR56_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR57_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR58_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR59_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR60_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR61_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR62_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR63_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_STATUS_0_ERR63_FIELD 0x80000000u
+
+/* NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR32_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR33_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR34_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR35_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR36_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR37_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR38_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR39_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR40_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR41_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_SHIFT 10u /* bit 10 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR42_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_SHIFT 11u /* bit 11 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR43_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_SHIFT 12u /* bit 12 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR44_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_SHIFT 13u /* bit 13 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR45_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_SHIFT 14u /* bit 14 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR46_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR47_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR48_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR49_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR50_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR51_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR52_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR53_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR54_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR55_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR56_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR57_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR58_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR59_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR60_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR61_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR62_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_INJECT_0_ERR63_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_RESET_VAL 0xffffffffu
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR32_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR33_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR34_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR35_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_SHIFT 4u /* bit 4, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR36_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_SHIFT 5u /* bit 5, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR37_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_SHIFT 6u /* bit 6, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR38_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_SHIFT 7u /* bit 7, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR39_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_SHIFT 8u /* bit 8, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR40_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_SHIFT 9u /* bit 9, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR41_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_SHIFT 10u /* bit 10, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR42_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_SHIFT 11u /* bit 11, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR43_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_SHIFT 12u /* bit 12, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR44_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_SHIFT 13u /* bit 13, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR45_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_SHIFT 14u /* bit 14, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR46_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_SHIFT 15u /* bit 15, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR47_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_SHIFT 16u /* bit 16, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR48_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_SHIFT 17u /* bit 17, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR49_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_SHIFT 18u /* bit 18, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR50_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_SHIFT 19u /* bit 19, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR51_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_SHIFT 20u /* bit 20, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR52_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_SHIFT 21u /* bit 21, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR53_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_SHIFT 22u /* bit 22, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR54_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_SHIFT 23u /* bit 23, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR55_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_SHIFT 24u /* bit 24, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR56_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_SHIFT 25u /* bit 25, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR57_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_SHIFT 26u /* bit 26, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR58_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_SHIFT 27u /* bit 27, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR59_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_SHIFT 28u /* bit 28, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR60_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_SHIFT 29u /* bit 29, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR61_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_SHIFT 30u /* bit 30, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR62_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_SHIFT 31u /* bit 31, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_ENABLE_0_ERR63_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR32_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR33_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR34_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR35_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR36_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR37_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR38_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR39_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR40_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR41_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR42_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR43_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR44_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR45_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR46_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR47_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR48_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR49_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR50_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR51_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR52_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR53_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR54_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR55_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR56_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR57_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR58_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR59_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR60_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR61_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR62_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_FORCE_0_ERR63_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR32_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR33_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR34_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR35_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR36_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR37_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR38_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR39_SHIFT 7u /* bit 7 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR40_SHIFT 8u /* bit 8 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR41_SHIFT 9u /* bit 9 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR42_SHIFT 10u /* bit 10 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR43_SHIFT 11u /* bit 11 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR44_SHIFT 12u /* bit 12 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR45_SHIFT 13u /* bit 13 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR46_SHIFT 14u /* bit 14 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR47_SHIFT 15u /* bit 15 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR48_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR49_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR50_SHIFT 18u /* bit 18 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR51_SHIFT 19u /* bit 19 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR52_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR53_SHIFT 21u /* bit 21 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR54_SHIFT 22u /* bit 22 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR55_SHIFT 23u /* bit 23 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR56_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR57_SHIFT 25u /* bit 25 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR58_SHIFT 26u /* bit 26 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR59_SHIFT 27u /* bit 27 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR60_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR61_SHIFT 29u /* bit 29 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR62_SHIFT 30u /* bit 30 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR63_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE1_LATENTERR_STATUS_0_ERR63_FIELD 0x80000000u
+
+/* NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR32_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR33_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR34_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR35_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_SHIFT 4u /* bit 4, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_FIELD 0x10u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR36_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_SHIFT 5u /* bit 5, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_FIELD 0x20u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR37_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_SHIFT 6u /* bit 6, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_FIELD 0x40u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR38_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_SHIFT 7u /* bit 7, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_FIELD 0x80u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR39_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_SHIFT 8u /* bit 8, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_FIELD 0x100u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR40_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_SHIFT 9u /* bit 9, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_FIELD 0x200u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR41_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_SHIFT 10u /* bit 10, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_FIELD 0x400u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR42_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_SHIFT 11u /* bit 11, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_FIELD 0x800u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR43_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_SHIFT 12u /* bit 12, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_FIELD 0x1000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR44_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_SHIFT 13u /* bit 13, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_FIELD 0x2000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR45_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_SHIFT 14u /* bit 14, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_FIELD 0x4000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR46_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_SHIFT 15u /* bit 15, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_FIELD 0x8000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR47_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_SHIFT 16u /* bit 16, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_FIELD 0x10000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR48_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_SHIFT 17u /* bit 17, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_FIELD 0x20000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR49_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_SHIFT 18u /* bit 18, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_FIELD 0x40000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR50_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_SHIFT 19u /* bit 19, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_FIELD 0x80000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR51_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_SHIFT 20u /* bit 20, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_FIELD 0x100000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR52_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_SHIFT 21u /* bit 21, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_FIELD 0x200000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR53_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_SHIFT 22u /* bit 22, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_FIELD 0x400000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR54_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_SHIFT 23u /* bit 23, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_FIELD 0x800000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR55_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_SHIFT 24u /* bit 24, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_FIELD 0x1000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR56_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_SHIFT 25u /* bit 25, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_FIELD 0x2000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR57_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_SHIFT 26u /* bit 26, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_FIELD 0x4000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR58_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_SHIFT 27u /* bit 27, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_FIELD 0x8000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR59_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_SHIFT 28u /* bit 28, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_FIELD 0x10000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR60_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_SHIFT 29u /* bit 29, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_FIELD 0x20000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR61_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_SHIFT 30u /* bit 30, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_FIELD 0x40000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR62_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_SHIFT 31u /* bit 31, write only */
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE1_COUNTER_RELOAD_0_ERR63_RELOAD 1u
+
+/* NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_SHIFT 31u /* bit 31 */
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_FIELD 0x80000000u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE1_MISSIONERR_ECC_CORRECTION_DIS_0_ERR63_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_RESET_VAL 0xfu
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR64_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR65_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR66_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_ENABLE_0_ERR67_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR64_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR65_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR66_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_FORCE_0_ERR67_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR64_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR65_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR66_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR67_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_STATUS_0_ERR67_FIELD 0x8u
+
+/* NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR64_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_MISSIONERR_INJECT_0_ERR65_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_RESET_VAL 0xfu
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_SHIFT 0u /* bit 0, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR64_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_SHIFT 1u /* bit 1, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR65_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_SHIFT 2u /* bit 2, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR66_ENABLE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_SHIFT 3u /* bit 3, reset 0x1 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_DISABLE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_ENABLE_0_ERR67_ENABLE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR64_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR65_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR66_FORCE 1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_NOFORCE 0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_FORCE_0_ERR67_FORCE 1u
+
+/* NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR64_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR65_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR66_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR67_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_GEC_ERRSLICE2_LATENTERR_STATUS_0_ERR67_FIELD 0x8u
+
+/* NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_RESET_VAL 0x0u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_SHIFT 0u /* bit 0, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_FIELD 0x1u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR64_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_SHIFT 1u /* bit 1, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_FIELD 0x2u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR65_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_SHIFT 2u /* bit 2, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_FIELD 0x4u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR66_RELOAD 1u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_SHIFT 3u /* bit 3, write only */
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_FIELD 0x8u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_NORELOAD 0u
+#define NVDLA_V1_GEC_ERRSLICE2_COUNTER_RELOAD_0_ERR67_RELOAD 1u
+
+/* NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_FIELD 0xff00u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_FIELD 0xff0000u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_FIELD 0xff000000u
+
+/* NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_FIELD 0xff00u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_FIELD 0xff0000u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_FIELD 0xff000000u
+
+/* NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_FIELD 0xff00u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_FIELD 0xff0000u
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_FIELD 0xff000000u
+
+/* NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_FIELD 0xff00u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_FIELD 0xff0000u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_FIELD 0xff000000u
+
+/* NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_FIELD 0xff00u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_FIELD 0xff0000u
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_MCIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_FIELD 0xff000000u
+
+/* NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0_RESET_VAL 0xffffu
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_SHIFT 0u /* bits 7:0, reset 0xff */
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_FIELD 0xffu
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_SHIFT 8u /* bits 15:8, reset 0xff */
+#define NVDLA_V1_MCIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_FIELD 0xff00u
+
+/* NVDLA_V1_MCIF_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_MCIF_STATUS_0_RESET_VAL 0x100u
+#define NVDLA_V1_MCIF_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
+#define NVDLA_V1_MCIF_STATUS_0_IDLE_FIELD 0x100u
+#define NVDLA_V1_MCIF_STATUS_0_IDLE_NO 0u
+#define NVDLA_V1_MCIF_STATUS_0_IDLE_YES 1u
+
+/* NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_BDMA_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_SDP_FIELD 0xff00u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_PDP_FIELD 0xff0000u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_0_0_RD_WEIGHT_CDP_FIELD 0xff000000u
+
+/* NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_B_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_N_FIELD 0xff00u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_SDP_E_FIELD 0xff0000u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_1_0_RD_WEIGHT_CDMA_DAT_FIELD 0xff000000u
+
+/* NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_CDMA_WT_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RBK_FIELD 0xff00u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_1_FIELD 0xff0000u
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_RD_WEIGHT_2_0_RD_WEIGHT_RSV_0_FIELD 0xff000000u
+
+/* NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_BDMA_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_SDP_FIELD 0xff00u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_PDP_FIELD 0xff0000u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_0_0_WR_WEIGHT_CDP_FIELD 0xff000000u
+
+/* NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_RESET_VAL 0x1010101u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_SHIFT 0u /* bits 7:0, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RBK_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_SHIFT 8u /* bits 15:8, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_2_FIELD 0xff00u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_SHIFT 16u /* bits 23:16, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_1_FIELD 0xff0000u
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_SHIFT 24u /* bits 31:24, reset 0x1 */
+#define NVDLA_V1_CVIF_CFG_WR_WEIGHT_1_0_WR_WEIGHT_RSV_0_FIELD 0xff000000u
+
+/* NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0_RESET_VAL 0xffffu
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_SHIFT 0u /* bits 7:0, reset 0xff */
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0_RD_OS_CNT_FIELD 0xffu
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_SHIFT 8u /* bits 15:8, reset 0xff */
+#define NVDLA_V1_CVIF_CFG_OUTSTANDING_CNT_0_WR_OS_CNT_FIELD 0xff00u
+
+/* NVDLA_V1_CVIF_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CVIF_STATUS_0_RESET_VAL 0x100u
+#define NVDLA_V1_CVIF_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
+#define NVDLA_V1_CVIF_STATUS_0_IDLE_FIELD 0x100u
+#define NVDLA_V1_CVIF_STATUS_0_IDLE_NO 0u
+#define NVDLA_V1_CVIF_STATUS_0_IDLE_YES 1u
+
+/* NVDLA_V1_BDMA_CFG_SRC_ADDR_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_LOW_0_V32_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_LOW_0_V32_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_SRC_ADDR_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_HIGH_0_V8_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_BDMA_CFG_SRC_ADDR_HIGH_0_V8_FIELD 0xffffffffu
+
+/* NVDLA_V1_BDMA_CFG_DST_ADDR_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_LOW_0_V32_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_LOW_0_V32_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_DST_ADDR_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_HIGH_0_V8_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_BDMA_CFG_DST_ADDR_HIGH_0_V8_FIELD 0xffffffffu
+
+/* NVDLA_V1_BDMA_CFG_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_LINE_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_LINE_0_SIZE_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_BDMA_CFG_LINE_0_SIZE_FIELD 0x1fffu
+
+/* NVDLA_V1_BDMA_CFG_CMD_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_CMD_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_CMD_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_BDMA_CFG_CMD_0_SRC_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_BDMA_CFG_CMD_0_SRC_RAM_TYPE_CVSRAM 0u
+#define NVDLA_V1_BDMA_CFG_CMD_0_SRC_RAM_TYPE_MC 1u
+#define NVDLA_V1_BDMA_CFG_CMD_0_DST_RAM_TYPE_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_BDMA_CFG_CMD_0_DST_RAM_TYPE_FIELD 0x2u
+#define NVDLA_V1_BDMA_CFG_CMD_0_DST_RAM_TYPE_CVSRAM 0u
+#define NVDLA_V1_BDMA_CFG_CMD_0_DST_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_BDMA_CFG_LINE_REPEAT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_LINE_REPEAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_LINE_REPEAT_0_NUMBER_SHIFT 0u /* bits 23:0 */
+#define NVDLA_V1_BDMA_CFG_LINE_REPEAT_0_NUMBER_FIELD 0xffffffu
+
+/* NVDLA_V1_BDMA_CFG_SRC_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_SRC_LINE_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_SRC_LINE_0_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_SRC_LINE_0_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_DST_LINE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_DST_LINE_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_DST_LINE_0_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_DST_LINE_0_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_SURF_REPEAT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_SURF_REPEAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_SURF_REPEAT_0_NUMBER_SHIFT 0u /* bits 23:0 */
+#define NVDLA_V1_BDMA_CFG_SURF_REPEAT_0_NUMBER_FIELD 0xffffffu
+
+/* NVDLA_V1_BDMA_CFG_SRC_SURF_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_SRC_SURF_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_SRC_SURF_0_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_SRC_SURF_0_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_DST_SURF_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_DST_SURF_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_DST_SURF_0_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_BDMA_CFG_DST_SURF_0_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_BDMA_CFG_OP_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_OP_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_OP_0_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_BDMA_CFG_OP_0_EN_FIELD 0x1u
+#define NVDLA_V1_BDMA_CFG_OP_0_EN_DISABLE 0u
+#define NVDLA_V1_BDMA_CFG_OP_0_EN_ENABLE 1u
+
+/* NVDLA_V1_BDMA_CFG_LAUNCH0_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_FIELD 0x1u
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_NO 0u
+#define NVDLA_V1_BDMA_CFG_LAUNCH0_0_GRP0_LAUNCH_YES 1u
+
+/* NVDLA_V1_BDMA_CFG_LAUNCH1_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_FIELD 0x1u
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_NO 0u
+#define NVDLA_V1_BDMA_CFG_LAUNCH1_0_GRP1_LAUNCH_YES 1u
+
+/* NVDLA_V1_BDMA_CFG_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_CFG_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_CFG_STATUS_0_STALL_COUNT_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_BDMA_CFG_STATUS_0_STALL_COUNT_EN_FIELD 0x1u
+#define NVDLA_V1_BDMA_CFG_STATUS_0_STALL_COUNT_EN_NO 0u
+#define NVDLA_V1_BDMA_CFG_STATUS_0_STALL_COUNT_EN_YES 1u
+
+/* NVDLA_V1_BDMA_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_STATUS_0_RESET_VAL 0x114u
+#define NVDLA_V1_BDMA_STATUS_0_FREE_SLOT_SHIFT 0u /* bits 7:0, read only, reset 0x14 */
+#define NVDLA_V1_BDMA_STATUS_0_FREE_SLOT_FIELD 0xffu
+#define NVDLA_V1_BDMA_STATUS_0_IDLE_SHIFT 8u /* bit 8, read only, reset 0x1 */
+#define NVDLA_V1_BDMA_STATUS_0_IDLE_FIELD 0x100u
+#define NVDLA_V1_BDMA_STATUS_0_IDLE_NO 0u
+#define NVDLA_V1_BDMA_STATUS_0_IDLE_YES 1u
+#define NVDLA_V1_BDMA_STATUS_0_GRP0_BUSY_SHIFT 9u /* bit 9, read only */
+#define NVDLA_V1_BDMA_STATUS_0_GRP0_BUSY_FIELD 0x200u
+#define NVDLA_V1_BDMA_STATUS_0_GRP0_BUSY_NO 0u
+#define NVDLA_V1_BDMA_STATUS_0_GRP0_BUSY_YES 1u
+#define NVDLA_V1_BDMA_STATUS_0_GRP1_BUSY_SHIFT 10u /* bit 10, read only */
+#define NVDLA_V1_BDMA_STATUS_0_GRP1_BUSY_FIELD 0x400u
+#define NVDLA_V1_BDMA_STATUS_0_GRP1_BUSY_NO 0u
+#define NVDLA_V1_BDMA_STATUS_0_GRP1_BUSY_YES 1u
+
+/* NVDLA_V1_BDMA_STATUS_GRP0_READ_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_STATUS_GRP0_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_STATUS_GRP0_READ_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_BDMA_STATUS_GRP0_READ_STALL_0_COUNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_BDMA_STATUS_GRP0_WRITE_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_STATUS_GRP0_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_STATUS_GRP0_WRITE_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_BDMA_STATUS_GRP0_WRITE_STALL_0_COUNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_BDMA_STATUS_GRP1_READ_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_STATUS_GRP1_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_STATUS_GRP1_READ_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_BDMA_STATUS_GRP1_READ_STALL_0_COUNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_BDMA_STATUS_GRP1_WRITE_STALL_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_BDMA_STATUS_GRP1_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_BDMA_STATUS_GRP1_WRITE_STALL_0_COUNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_BDMA_STATUS_GRP1_WRITE_STALL_0_COUNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CDMA_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CDMA_S_ARBITER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_S_ARBITER_0_RESET_VAL 0x3000fu
+#define NVDLA_V1_CDMA_S_ARBITER_0_ARB_WEIGHT_SHIFT 0u /* bits 3:0, reset 0xf */
+#define NVDLA_V1_CDMA_S_ARBITER_0_ARB_WEIGHT_FIELD 0xfu
+#define NVDLA_V1_CDMA_S_ARBITER_0_ARB_WMB_SHIFT 16u /* bits 19:16, reset 0x3 */
+#define NVDLA_V1_CDMA_S_ARBITER_0_ARB_WMB_FIELD 0xf0000u
+
+/* NVDLA_V1_CDMA_S_CBUF_FLUSH_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_S_CBUF_FLUSH_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_S_CBUF_FLUSH_STATUS_0_FLUSH_DONE_SHIFT 0u /* bit 0, read only */
+#define NVDLA_V1_CDMA_S_CBUF_FLUSH_STATUS_0_FLUSH_DONE_FIELD 0x1u
+
+/* NVDLA_V1_CDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CDMA_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_RESET_VAL 0x1100u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_IN_PRECISION_INT8 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_IN_PRECISION_INT16 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_IN_PRECISION_FP16 2u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_DATA_REUSE_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_DATA_REUSE_FIELD 0x10000u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_DATA_REUSE_DISABLE 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_DATA_REUSE_ENABLE 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_FIELD 0x100000u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_DISABLE 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_WEIGHT_REUSE_ENABLE 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_FIELD 0x1000000u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_DISABLE 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_DATA_RLS_ENABLE 1u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_FIELD 0x10000000u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_DISABLE 0u
+#define NVDLA_V1_CDMA_D_MISC_CFG_0_SKIP_WEIGHT_RLS_ENABLE 1u
+
+/* NVDLA_V1_CDMA_D_DATAIN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_RESET_VAL 0xc00u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FEATURE 0u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_DATAIN_FORMAT_PIXEL 1u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_SHIFT 8u /* bits 13:8, reset 0xc */
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_FIELD 0x3f00u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8 0u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R10 1u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R12 2u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16 3u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16_I 4u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R16_F 5u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16B16G16R16 6u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X16B16G16R16 7u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16B16G16R16_F 8u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16Y16U16V16 9u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V16U16Y16A16 10u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A16Y16U16V16_F 11u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8B8G8R8 12u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8R8G8B8 13u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B8G8R8A8 14u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8G8B8A8 15u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X8B8G8R8 16u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_X8R8G8B8 17u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B8G8R8X8 18u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R8G8B8X8 19u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2B10G10R10 20u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2R10G10B10 21u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_B10G10R10A2 22u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_R10G10B10A2 23u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A2Y10U10V10 24u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V10U10Y10A2 25u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_A8Y8U8V8 26u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_V8U8Y8A8 27u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y8___U8V8_N444 28u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y8___V8U8_N444 29u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y10___U10V10_N444 30u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y10___V10U10_N444 31u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y12___U12V12_N444 32u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y12___V12U12_N444 33u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y16___U16V16_N444 34u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_FORMAT_T_Y16___V16U16_N444 35u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_FIELD 0x10000u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_PITCH_LINEAR 0u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_MAPPING_RESERVED_LINEAR 1u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_FIELD 0x100000u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_UNSIGNED_INT 0u
+#define NVDLA_V1_CDMA_D_DATAIN_FORMAT_0_PIXEL_SIGN_OVERRIDE_SIGNED_INT 1u
+
+/* NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_FIELD 0x1fffu
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CDMA_D_DATAIN_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_FIELD 0x1fffu
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CDMA_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CDMA_D_PIXEL_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0_PIXEL_X_OFFSET_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0_PIXEL_X_OFFSET_FIELD 0x1fu
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0_PIXEL_Y_OFFSET_SHIFT 16u /* bits 18:16 */
+#define NVDLA_V1_CDMA_D_PIXEL_OFFSET_0_PIXEL_Y_OFFSET_FIELD 0x70000u
+
+/* NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_CVIF 0u
+#define NVDLA_V1_CDMA_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_MCIF 1u
+
+/* NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_0_0_DATAIN_ADDR_HIGH_0_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_0_0_DATAIN_ADDR_HIGH_0_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_0_0_DATAIN_ADDR_LOW_0_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_0_0_DATAIN_ADDR_LOW_0_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_1_0_DATAIN_ADDR_HIGH_1_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_HIGH_1_0_DATAIN_ADDR_HIGH_1_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_1_0_DATAIN_ADDR_LOW_1_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_DAIN_ADDR_LOW_1_0_DATAIN_ADDR_LOW_1_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_LINE_STRIDE_0_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_LINE_STRIDE_0_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_LINE_UV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_LINE_UV_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_LINE_UV_STRIDE_0_UV_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_LINE_UV_STRIDE_0_UV_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_SURF_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_SURF_STRIDE_0_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_SURF_STRIDE_0_SURF_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_DAIN_MAP_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_LINE_PACKED_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_LINE_PACKED_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_LINE_PACKED_FALSE 0u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_LINE_PACKED_TRUE 1u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_SURF_PACKED_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_SURF_PACKED_FIELD 0x10000u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_SURF_PACKED_FALSE 0u
+#define NVDLA_V1_CDMA_D_DAIN_MAP_0_SURF_PACKED_TRUE 1u
+
+/* NVDLA_V1_CDMA_D_RESERVED_X_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0_RSV_PER_LINE_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0_RSV_PER_LINE_FIELD 0x3ffu
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0_RSV_PER_UV_LINE_SHIFT 16u /* bits 25:16 */
+#define NVDLA_V1_CDMA_D_RESERVED_X_CFG_0_RSV_PER_UV_LINE_FIELD 0x3ff0000u
+
+/* NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0_RSV_HEIGHT_SHIFT 0u /* bits 2:0 */
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0_RSV_HEIGHT_FIELD 0x7u
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0_RSV_Y_INDEX_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_CDMA_D_RESERVED_Y_CFG_0_RSV_Y_INDEX_FIELD 0x1f0000u
+
+/* NVDLA_V1_CDMA_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_BATCH_NUMBER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDMA_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
+
+/* NVDLA_V1_CDMA_D_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_BATCH_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_BATCH_STRIDE_0_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_BATCH_STRIDE_0_BATCH_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_ENTRY_PER_SLICE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_ENTRY_PER_SLICE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_ENTRY_PER_SLICE_0_ENTRIES_SHIFT 0u /* bits 11:0 */
+#define NVDLA_V1_CDMA_D_ENTRY_PER_SLICE_0_ENTRIES_FIELD 0xfffu
+
+/* NVDLA_V1_CDMA_D_FETCH_GRAIN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_FETCH_GRAIN_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_FETCH_GRAIN_0_GRAINS_SHIFT 0u /* bits 11:0 */
+#define NVDLA_V1_CDMA_D_FETCH_GRAIN_0_GRAINS_FIELD 0xfffu
+
+/* NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_UNCOMPRESSED 0u
+#define NVDLA_V1_CDMA_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_COMPRESSED 1u
+
+/* NVDLA_V1_CDMA_D_WEIGHT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_0_0_BYTE_PER_KERNEL_SHIFT 0u /* bits 17:0 */
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_0_0_BYTE_PER_KERNEL_FIELD 0x3ffffu
+
+/* NVDLA_V1_CDMA_D_WEIGHT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_1_0_WEIGHT_KERNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDMA_D_WEIGHT_SIZE_1_0_WEIGHT_KERNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_CVIF 0u
+#define NVDLA_V1_CDMA_D_WEIGHT_RAM_TYPE_0_WEIGHT_RAM_TYPE_MCIF 1u
+
+/* NVDLA_V1_CDMA_D_WEIGHT_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_HIGH_0_WEIGHT_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_HIGH_0_WEIGHT_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_WEIGHT_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_LOW_0_WEIGHT_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_WEIGHT_ADDR_LOW_0_WEIGHT_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_WEIGHT_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WEIGHT_BYTES_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WEIGHT_BYTES_0_WEIGHT_BYTES_SHIFT 7u /* bits 31:7 */
+#define NVDLA_V1_CDMA_D_WEIGHT_BYTES_0_WEIGHT_BYTES_FIELD 0xffffff80u
+
+/* NVDLA_V1_CDMA_D_WGS_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WGS_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WGS_ADDR_HIGH_0_WGS_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_WGS_ADDR_HIGH_0_WGS_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_WGS_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WGS_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WGS_ADDR_LOW_0_WGS_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_WGS_ADDR_LOW_0_WGS_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_WMB_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WMB_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WMB_ADDR_HIGH_0_WMB_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_WMB_ADDR_HIGH_0_WMB_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_WMB_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WMB_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WMB_ADDR_LOW_0_WMB_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDMA_D_WMB_ADDR_LOW_0_WMB_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDMA_D_WMB_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_WMB_BYTES_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_WMB_BYTES_0_WMB_BYTES_SHIFT 7u /* bits 27:7 */
+#define NVDLA_V1_CDMA_D_WMB_BYTES_0_WMB_BYTES_FIELD 0xfffff80u
+
+/* NVDLA_V1_CDMA_D_MEAN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_DISABLE 0u
+#define NVDLA_V1_CDMA_D_MEAN_FORMAT_0_MEAN_FORMAT_ENABLE 1u
+
+/* NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0_MEAN_RY_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0_MEAN_RY_FIELD 0xffffu
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0_MEAN_GU_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_0_0_MEAN_GU_FIELD 0xffff0000u
+
+/* NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0_MEAN_BV_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0_MEAN_BV_FIELD 0xffffu
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0_MEAN_AX_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_CDMA_D_MEAN_GLOBAL_1_0_MEAN_AX_FIELD 0xffff0000u
+
+/* NVDLA_V1_CDMA_D_CVT_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_EN_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_EN_DISABLE 0u
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_EN_ENABLE 1u
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_TRUNCATE_SHIFT 4u /* bits 9:4 */
+#define NVDLA_V1_CDMA_D_CVT_CFG_0_CVT_TRUNCATE_FIELD 0x3f0u
+
+/* NVDLA_V1_CDMA_D_CVT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_CVT_OFFSET_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_CVT_OFFSET_0_CVT_OFFSET_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDMA_D_CVT_OFFSET_0_CVT_OFFSET_FIELD 0xffffu
+
+/* NVDLA_V1_CDMA_D_CVT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_CVT_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_CVT_SCALE_0_CVT_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDMA_D_CVT_SCALE_0_CVT_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_CDMA_D_CONV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0_CONV_X_STRIDE_SHIFT 0u /* bits 2:0 */
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0_CONV_X_STRIDE_FIELD 0x7u
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0_CONV_Y_STRIDE_SHIFT 16u /* bits 18:16 */
+#define NVDLA_V1_CDMA_D_CONV_STRIDE_0_CONV_Y_STRIDE_FIELD 0x70000u
+
+/* NVDLA_V1_CDMA_D_ZERO_PADDING_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_LEFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_LEFT_FIELD 0x1fu
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_RIGHT_SHIFT 8u /* bits 13:8 */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_RIGHT_FIELD 0x3f00u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_TOP_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_TOP_FIELD 0x1f0000u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_BOTTOM_SHIFT 24u /* bits 29:24 */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_0_PAD_BOTTOM_FIELD 0x3f000000u
+
+/* NVDLA_V1_CDMA_D_ZERO_PADDING_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_VALUE_0_PAD_VALUE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDMA_D_ZERO_PADDING_VALUE_0_PAD_VALUE_FIELD 0xffffu
+
+/* NVDLA_V1_CDMA_D_BANK_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_BANK_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_BANK_0_DATA_BANK_SHIFT 0u /* bits 3:0 */
+#define NVDLA_V1_CDMA_D_BANK_0_DATA_BANK_FIELD 0xfu
+#define NVDLA_V1_CDMA_D_BANK_0_WEIGHT_BANK_SHIFT 16u /* bits 19:16 */
+#define NVDLA_V1_CDMA_D_BANK_0_WEIGHT_BANK_FIELD 0xf0000u
+
+/* NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
+#define NVDLA_V1_CDMA_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
+
+/* NVDLA_V1_CDMA_D_NAN_INPUT_DATA_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_NAN_INPUT_DATA_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_NAN_INPUT_DATA_NUM_0_NAN_DATA_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_NAN_INPUT_DATA_NUM_0_NAN_DATA_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_NAN_INPUT_WEIGHT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_NAN_WEIGHT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_NAN_INPUT_WEIGHT_NUM_0_NAN_WEIGHT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_INF_INPUT_DATA_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_INF_INPUT_DATA_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_INF_INPUT_DATA_NUM_0_INF_DATA_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_INF_INPUT_DATA_NUM_0_INF_DATA_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_INF_INPUT_WEIGHT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_INF_INPUT_WEIGHT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_INF_INPUT_WEIGHT_NUM_0_INF_WEIGHT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_INF_INPUT_WEIGHT_NUM_0_INF_WEIGHT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
+
+/* NVDLA_V1_CDMA_D_PERF_DAT_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_STALL_0_DAT_RD_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_STALL_0_DAT_RD_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_PERF_WT_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_STALL_0_WT_RD_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_STALL_0_WT_RD_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_PERF_DAT_READ_LATENCY_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_LATENCY_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_LATENCY_0_DAT_RD_LATENCY_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_PERF_DAT_READ_LATENCY_0_DAT_RD_LATENCY_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_PERF_WT_READ_LATENCY_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_LATENCY_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_LATENCY_0_WT_RD_LATENCY_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDMA_D_PERF_WT_READ_LATENCY_0_WT_RD_LATENCY_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDMA_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDMA_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_CSC_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CSC_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CSC_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CSC_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CSC_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CSC_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CSC_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CSC_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CSC_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CSC_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CSC_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CSC_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CSC_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CSC_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CSC_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_RESET_VAL 0x1100u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_IN_PRECISION_INT8 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_IN_PRECISION_INT16 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_IN_PRECISION_FP16 2u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_DATA_REUSE_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_DATA_REUSE_FIELD 0x10000u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_DATA_REUSE_DISABLE 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_DATA_REUSE_ENABLE 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_WEIGHT_REUSE_SHIFT 20u /* bit 20 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_WEIGHT_REUSE_FIELD 0x100000u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_WEIGHT_REUSE_DISABLE 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_WEIGHT_REUSE_ENABLE 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_SHIFT 24u /* bit 24 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_FIELD 0x1000000u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_DISABLE 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_DATA_RLS_ENABLE 1u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_SHIFT 28u /* bit 28 */
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_FIELD 0x10000000u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_DISABLE 0u
+#define NVDLA_V1_CSC_D_MISC_CFG_0_SKIP_WEIGHT_RLS_ENABLE 1u
+
+/* NVDLA_V1_CSC_D_DATAIN_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FIELD 0x1u
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_FEATURE 0u
+#define NVDLA_V1_CSC_D_DATAIN_FORMAT_0_DATAIN_FORMAT_PIXEL 1u
+
+/* NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_WIDTH_EXT_FIELD 0x1fffu
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_0_0_DATAIN_HEIGHT_EXT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_1_0_DATAIN_CHANNEL_EXT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CSC_D_DATAIN_SIZE_EXT_1_0_DATAIN_CHANNEL_EXT_FIELD 0x1fffu
+
+/* NVDLA_V1_CSC_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_BATCH_NUMBER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CSC_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
+
+/* NVDLA_V1_CSC_D_POST_Y_EXTENSION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_POST_Y_EXTENSION_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_POST_Y_EXTENSION_0_Y_EXTENSION_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_CSC_D_POST_Y_EXTENSION_0_Y_EXTENSION_FIELD 0x3u
+
+/* NVDLA_V1_CSC_D_ENTRY_PER_SLICE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_ENTRY_PER_SLICE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_ENTRY_PER_SLICE_0_ENTRIES_SHIFT 0u /* bits 11:0 */
+#define NVDLA_V1_CSC_D_ENTRY_PER_SLICE_0_ENTRIES_FIELD 0xfffu
+
+/* NVDLA_V1_CSC_D_WEIGHT_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_FIELD 0x1u
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_UNCOMPRESSED 0u
+#define NVDLA_V1_CSC_D_WEIGHT_FORMAT_0_WEIGHT_FORMAT_COMPRESSED 1u
+
+/* NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_WIDTH_EXT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_WIDTH_EXT_FIELD 0x1fu
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_HEIGHT_EXT_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_0_0_WEIGHT_HEIGHT_EXT_FIELD 0x1f0000u
+
+/* NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_CHANNEL_EXT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_CHANNEL_EXT_FIELD 0x1fffu
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_KERNEL_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CSC_D_WEIGHT_SIZE_EXT_1_0_WEIGHT_KERNEL_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CSC_D_WEIGHT_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_WEIGHT_BYTES_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_WEIGHT_BYTES_0_WEIGHT_BYTES_SHIFT 7u /* bits 31:7 */
+#define NVDLA_V1_CSC_D_WEIGHT_BYTES_0_WEIGHT_BYTES_FIELD 0xffffff80u
+
+/* NVDLA_V1_CSC_D_WMB_BYTES_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_WMB_BYTES_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_WMB_BYTES_0_WMB_BYTES_SHIFT 7u /* bits 27:7 */
+#define NVDLA_V1_CSC_D_WMB_BYTES_0_WMB_BYTES_FIELD 0xfffff80u
+
+/* NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_FIELD 0x1fffu
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CSC_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CSC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_CSC_D_ATOMICS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_ATOMICS_0_RESET_VAL 0x1u
+#define NVDLA_V1_CSC_D_ATOMICS_0_ATOMICS_SHIFT 0u /* bits 20:0, reset 0x1 */
+#define NVDLA_V1_CSC_D_ATOMICS_0_ATOMICS_FIELD 0x1fffffu
+
+/* NVDLA_V1_CSC_D_RELEASE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_RELEASE_0_RESET_VAL 0x1u
+#define NVDLA_V1_CSC_D_RELEASE_0_RLS_SLICES_SHIFT 0u /* bits 11:0, reset 0x1 */
+#define NVDLA_V1_CSC_D_RELEASE_0_RLS_SLICES_FIELD 0xfffu
+
+/* NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0_CONV_X_STRIDE_EXT_SHIFT 0u /* bits 2:0 */
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0_CONV_X_STRIDE_EXT_FIELD 0x7u
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0_CONV_Y_STRIDE_EXT_SHIFT 16u /* bits 18:16 */
+#define NVDLA_V1_CSC_D_CONV_STRIDE_EXT_0_CONV_Y_STRIDE_EXT_FIELD 0x70000u
+
+/* NVDLA_V1_CSC_D_DILATION_EXT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_DILATION_EXT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_DILATION_EXT_0_X_DILATION_EXT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CSC_D_DILATION_EXT_0_X_DILATION_EXT_FIELD 0x1fu
+#define NVDLA_V1_CSC_D_DILATION_EXT_0_Y_DILATION_EXT_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_CSC_D_DILATION_EXT_0_Y_DILATION_EXT_FIELD 0x1f0000u
+
+/* NVDLA_V1_CSC_D_ZERO_PADDING_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0_PAD_LEFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0_PAD_LEFT_FIELD 0x1fu
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0_PAD_TOP_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_CSC_D_ZERO_PADDING_0_PAD_TOP_FIELD 0x1f0000u
+
+/* NVDLA_V1_CSC_D_ZERO_PADDING_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_ZERO_PADDING_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_ZERO_PADDING_VALUE_0_PAD_VALUE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CSC_D_ZERO_PADDING_VALUE_0_PAD_VALUE_FIELD 0xffffu
+
+/* NVDLA_V1_CSC_D_BANK_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_BANK_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_BANK_0_DATA_BANK_SHIFT 0u /* bits 3:0 */
+#define NVDLA_V1_CSC_D_BANK_0_DATA_BANK_FIELD 0xfu
+#define NVDLA_V1_CSC_D_BANK_0_WEIGHT_BANK_SHIFT 16u /* bits 19:16 */
+#define NVDLA_V1_CSC_D_BANK_0_WEIGHT_BANK_FIELD 0xf0000u
+
+/* NVDLA_V1_CSC_D_PRA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_PRA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_PRA_CFG_0_PRA_TRUNCATE_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_CSC_D_PRA_CFG_0_PRA_TRUNCATE_FIELD 0x3u
+
+/* NVDLA_V1_CSC_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CSC_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CSC_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CSC_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_CMAC_A_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_A_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CMAC_A_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CMAC_A_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_A_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_A_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CMAC_A_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CMAC_A_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CMAC_A_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CMAC_A_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CMAC_A_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_RESET_VAL 0x1000u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_CMAC_A_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
+
+/* NVDLA_V1_CMAC_B_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_B_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CMAC_B_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CMAC_B_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_B_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_B_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CMAC_B_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CMAC_B_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CMAC_B_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CMAC_B_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CMAC_B_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_RESET_VAL 0x1000u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_CMAC_B_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
+
+/* NVDLA_V1_CACC_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CACC_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CACC_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CACC_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CACC_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CACC_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CACC_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CACC_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CACC_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CACC_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CACC_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CACC_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CACC_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CACC_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CACC_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_MISC_CFG_0_RESET_VAL 0x1000u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_CONV_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CACC_D_MISC_CFG_0_CONV_MODE_FIELD 0x1u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_CONV_MODE_DIRECT 0u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_CONV_MODE_WINOGRAD 1u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_PROC_PRECISION_SHIFT 12u /* bits 13:12, reset 0x1 */
+#define NVDLA_V1_CACC_D_MISC_CFG_0_PROC_PRECISION_FIELD 0x3000u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_CACC_D_MISC_CFG_0_PROC_PRECISION_FP16 2u
+
+/* NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_WIDTH_FIELD 0x1fffu
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_0_0_DATAOUT_HEIGHT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_CACC_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CACC_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_CACC_D_DATAOUT_ADDR_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_DATAOUT_ADDR_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_DATAOUT_ADDR_0_DATAOUT_ADDR_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CACC_D_DATAOUT_ADDR_0_DATAOUT_ADDR_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CACC_D_BATCH_NUMBER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_BATCH_NUMBER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_BATCH_NUMBER_0_BATCHES_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CACC_D_BATCH_NUMBER_0_BATCHES_FIELD 0x1fu
+
+/* NVDLA_V1_CACC_D_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_LINE_STRIDE_0_LINE_STRIDE_SHIFT 5u /* bits 23:5 */
+#define NVDLA_V1_CACC_D_LINE_STRIDE_0_LINE_STRIDE_FIELD 0xffffe0u
+
+/* NVDLA_V1_CACC_D_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_SURF_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_SURF_STRIDE_0_SURF_STRIDE_SHIFT 5u /* bits 23:5 */
+#define NVDLA_V1_CACC_D_SURF_STRIDE_0_SURF_STRIDE_FIELD 0xffffe0u
+
+/* NVDLA_V1_CACC_D_DATAOUT_MAP_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_LINE_PACKED_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_LINE_PACKED_FIELD 0x1u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_LINE_PACKED_FALSE 0u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_LINE_PACKED_TRUE 1u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_SURF_PACKED_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_SURF_PACKED_FIELD 0x10000u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_SURF_PACKED_FALSE 0u
+#define NVDLA_V1_CACC_D_DATAOUT_MAP_0_SURF_PACKED_TRUE 1u
+
+/* NVDLA_V1_CACC_D_CLIP_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_CLIP_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_CLIP_CFG_0_CLIP_TRUNCATE_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CACC_D_CLIP_CFG_0_CLIP_TRUNCATE_FIELD 0x1fu
+
+/* NVDLA_V1_CACC_D_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_OUT_SATURATION_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_OUT_SATURATION_0_SAT_COUNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CACC_D_OUT_SATURATION_0_SAT_COUNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_CACC_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CACC_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CACC_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CACC_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_SDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_SDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_SDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_SDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_SDP_RDMA_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_RDMA_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_RDMA_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_NO 0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DISABLE_YES 1u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_FIELD 0x6u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_MUL 0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_ALU 1u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_USE_BOTH 2u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_FIELD 0x8u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_ONE_BYTE 0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_SIZE_TWO_BYTE 1u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_FIELD 0x10u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_PER_KERNEL 0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_DATA_MODE_PER_ELEMENT 1u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_FIELD 0x20u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_CV 0u
+#define NVDLA_V1_SDP_RDMA_D_BRDMA_CFG_0_BRDMA_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_BS_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_LOW_0_BS_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_BS_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_RDMA_D_BS_BASE_ADDR_HIGH_0_BS_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_BS_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BS_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BS_LINE_STRIDE_0_BS_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BS_LINE_STRIDE_0_BS_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BS_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BS_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BS_SURFACE_STRIDE_0_BS_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BS_SURFACE_STRIDE_0_BS_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BS_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BS_BATCH_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BS_BATCH_STRIDE_0_BS_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BS_BATCH_STRIDE_0_BS_BATCH_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_NO 0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DISABLE_YES 1u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_FIELD 0x6u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_MUL 0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_ALU 1u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_USE_BOTH 2u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_FIELD 0x8u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_ONE_BYTE 0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_SIZE_TWO_BYTE 1u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_FIELD 0x10u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_PER_KERNEL 0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_DATA_MODE_PER_ELEMENT 1u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_FIELD 0x20u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_CV 0u
+#define NVDLA_V1_SDP_RDMA_D_NRDMA_CFG_0_NRDMA_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_BN_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_LOW_0_BN_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_BN_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_RDMA_D_BN_BASE_ADDR_HIGH_0_BN_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_BN_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BN_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BN_LINE_STRIDE_0_BN_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BN_LINE_STRIDE_0_BN_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BN_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BN_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BN_SURFACE_STRIDE_0_BN_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BN_SURFACE_STRIDE_0_BN_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_BN_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_BN_BATCH_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_BN_BATCH_STRIDE_0_BN_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_BN_BATCH_STRIDE_0_BN_BATCH_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_NO 0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DISABLE_YES 1u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_SHIFT 1u /* bits 2:1 */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_FIELD 0x6u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_MUL 0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_ALU 1u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_USE_BOTH 2u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_FIELD 0x8u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_ONE_BYTE 0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_SIZE_TWO_BYTE 1u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_FIELD 0x10u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_PER_KERNEL 0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_DATA_MODE_PER_ELEMENT 1u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_FIELD 0x20u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_CV 0u
+#define NVDLA_V1_SDP_RDMA_D_ERDMA_CFG_0_ERDMA_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_EW_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_LOW_0_EW_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_EW_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_RDMA_D_EW_BASE_ADDR_HIGH_0_EW_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_EW_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_EW_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_EW_LINE_STRIDE_0_EW_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_EW_LINE_STRIDE_0_EW_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_EW_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_EW_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_EW_SURFACE_STRIDE_0_EW_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_EW_SURFACE_STRIDE_0_EW_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_EW_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_EW_BATCH_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_EW_BATCH_STRIDE_0_EW_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_RDMA_D_EW_BATCH_STRIDE_0_EW_BATCH_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_RESET_VAL 0x14u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_OFF 0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_FLYING_MODE_ON 1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_FIELD 0x2u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_OFF 0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_WINOGRAD_ON 1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_SHIFT 2u /* bits 3:2, reset 0x1 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_FIELD 0xcu
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_INT8 0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_INT16 1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_IN_PRECISION_FP16 2u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_SHIFT 4u /* bits 5:4, reset 0x1 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_FIELD 0x30u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_PROC_PRECISION_FP16 2u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_SHIFT 6u /* bits 7:6 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_FIELD 0xc0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_INT8 0u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_INT16 1u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_OUT_PRECISION_FP16 2u
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_SHIFT 8u /* bits 12:8 */
+#define NVDLA_V1_SDP_RDMA_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_FIELD 0x1f00u
+
+/* NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_CV 0u
+#define NVDLA_V1_SDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_NO 0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_DMA_EN_YES 1u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_FIELD 0x2u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_NO 0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_YES 1u
+
+/* NVDLA_V1_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_MRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_PERF_MRDMA_READ_STALL_0_MRDMA_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_BRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_PERF_BRDMA_READ_STALL_0_BRDMA_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_NRDMA_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_PERF_NRDMA_READ_STALL_0_NRDMA_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_ERDMA_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_RDMA_D_PERF_ERDMA_READ_STALL_0_ERDMA_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_SDP_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_SDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_SDP_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_SDP_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_SDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_SDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_SDP_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_SDP_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_FIELD 0x3ffu
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_FIELD 0x10000u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LE 0u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LO 1u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_FIELD 0x20000u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_READ 0u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_WRITE 1u
+
+/* NVDLA_V1_SDP_S_LUT_ACCESS_DATA_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_DATA_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_ACCESS_DATA_0_LUT_DATA_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_S_LUT_ACCESS_DATA_0_LUT_DATA_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_S_LUT_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_FIELD 0x1u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_EXPONENT 0u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_LE_FUNCTION_LINEAR 1u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_FIELD 0x10u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LE 0u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LO 1u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_FIELD 0x20u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LE 0u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LO 1u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_FIELD 0x40u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LE 0u
+#define NVDLA_V1_SDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LO 1u
+
+/* NVDLA_V1_SDP_S_LUT_INFO_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_INFO_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_SHIFT 0u /* bits 7:0 */
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_FIELD 0xffu
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_SHIFT 8u /* bits 15:8 */
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_FIELD 0xff00u
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_SHIFT 16u /* bits 23:16 */
+#define NVDLA_V1_SDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_FIELD 0xff0000u
+
+/* NVDLA_V1_SDP_S_LUT_LE_START_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LE_START_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LE_START_0_LUT_LE_START_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_S_LUT_LE_START_0_LUT_LE_START_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_S_LUT_LE_END_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LE_END_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LE_END_0_LUT_LE_END_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_S_LUT_LE_END_0_LUT_LE_END_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_S_LUT_LO_START_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LO_START_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LO_START_0_LUT_LO_START_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_S_LUT_LO_START_0_LUT_LO_START_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_S_LUT_LO_END_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LO_END_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LO_END_0_LUT_LO_END_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_S_LUT_LO_END_0_LUT_LO_END_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_FIELD 0xffffu
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
+
+/* NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
+#define NVDLA_V1_SDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
+
+/* NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_FIELD 0xffffu
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
+
+/* NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
+#define NVDLA_V1_SDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
+
+/* NVDLA_V1_SDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_SDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_SDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_SDP_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_SDP_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_SDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_D_DP_BS_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_BYPASS_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_BYPASS_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_FIELD 0x2u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_SHIFT 2u /* bits 3:2 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_FIELD 0xcu
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_MAX 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_MIN 1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_ALU_ALGO_SUM 2u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_FIELD 0x10u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_FIELD 0x20u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_NO 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_MUL_PRELU_YES 1u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_FIELD 0x40u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BS_CFG_0_BS_RELU_BYPASS_YES 1u
+
+/* NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SHIFT_VALUE_SHIFT 8u /* bits 13:8 */
+#define NVDLA_V1_SDP_D_DP_BS_ALU_CFG_0_BS_ALU_SHIFT_VALUE_FIELD 0x3f00u
+
+/* NVDLA_V1_SDP_D_DP_BS_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BS_ALU_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BS_ALU_SRC_VALUE_0_BS_ALU_OPERAND_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_BS_ALU_SRC_VALUE_0_BS_ALU_OPERAND_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SHIFT_VALUE_SHIFT 8u /* bits 15:8 */
+#define NVDLA_V1_SDP_D_DP_BS_MUL_CFG_0_BS_MUL_SHIFT_VALUE_FIELD 0xff00u
+
+/* NVDLA_V1_SDP_D_DP_BS_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BS_MUL_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BS_MUL_SRC_VALUE_0_BS_MUL_OPERAND_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_BS_MUL_SRC_VALUE_0_BS_MUL_OPERAND_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_BN_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_BYPASS_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_BYPASS_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_FIELD 0x2u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_SHIFT 2u /* bits 3:2 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_FIELD 0xcu
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_MAX 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_MIN 1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_ALU_ALGO_SUM 2u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_FIELD 0x10u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_FIELD 0x20u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_NO 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_MUL_PRELU_YES 1u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_FIELD 0x40u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_BN_CFG_0_BN_RELU_BYPASS_YES 1u
+
+/* NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SHIFT_VALUE_SHIFT 8u /* bits 13:8 */
+#define NVDLA_V1_SDP_D_DP_BN_ALU_CFG_0_BN_ALU_SHIFT_VALUE_FIELD 0x3f00u
+
+/* NVDLA_V1_SDP_D_DP_BN_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BN_ALU_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BN_ALU_SRC_VALUE_0_BN_ALU_OPERAND_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_BN_ALU_SRC_VALUE_0_BN_ALU_OPERAND_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SHIFT_VALUE_SHIFT 8u /* bits 15:8 */
+#define NVDLA_V1_SDP_D_DP_BN_MUL_CFG_0_BN_MUL_SHIFT_VALUE_FIELD 0xff00u
+
+/* NVDLA_V1_SDP_D_DP_BN_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_BN_MUL_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_BN_MUL_SRC_VALUE_0_BN_MUL_OPERAND_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_BN_MUL_SRC_VALUE_0_BN_MUL_OPERAND_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_BYPASS_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_BYPASS_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_FIELD 0x2u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_SHIFT 2u /* bits 3:2 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_FIELD 0xcu
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_MAX 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_MIN 1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_SUM 2u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_ALU_ALGO_EQL 3u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_FIELD 0x10u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_BYPASS_YES 1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_FIELD 0x20u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_MUL_PRELU_YES 1u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_FIELD 0x40u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_CFG_0_EW_LUT_BYPASS_YES 1u
+
+/* NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_FIELD 0x2u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CFG_0_EW_ALU_CVT_BYPASS_YES 1u
+
+/* NVDLA_V1_SDP_D_DP_EW_ALU_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_SRC_VALUE_0_EW_ALU_OPERAND_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_SRC_VALUE_0_EW_ALU_OPERAND_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_EW_ALU_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_OFFSET_VALUE_0_EW_ALU_CVT_OFFSET_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_EW_ALU_CVT_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_SCALE_VALUE_0_EW_ALU_CVT_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_EW_ALU_CVT_TRUNCATE_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_SDP_D_DP_EW_ALU_CVT_TRUNCATE_VALUE_0_EW_ALU_CVT_TRUNCATE_FIELD 0x3fu
+
+/* NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_REG 0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_SRC_MEM 1u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_FIELD 0x2u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_NO 0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CFG_0_EW_MUL_CVT_BYPASS_YES 1u
+
+/* NVDLA_V1_SDP_D_DP_EW_MUL_SRC_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_SRC_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_SRC_VALUE_0_EW_MUL_OPERAND_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_SRC_VALUE_0_EW_MUL_OPERAND_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_EW_MUL_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_OFFSET_VALUE_0_EW_MUL_CVT_OFFSET_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_EW_MUL_CVT_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_SCALE_VALUE_0_EW_MUL_CVT_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_EW_MUL_CVT_TRUNCATE_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_SDP_D_DP_EW_MUL_CVT_TRUNCATE_VALUE_0_EW_MUL_CVT_TRUNCATE_FIELD 0x3fu
+
+/* NVDLA_V1_SDP_D_DP_EW_TRUNCATE_VALUE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DP_EW_TRUNCATE_VALUE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DP_EW_TRUNCATE_VALUE_0_EW_TRUNCATE_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_SDP_D_DP_EW_TRUNCATE_VALUE_0_EW_TRUNCATE_FIELD 0x3ffu
+
+/* NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_FIELD 0x1u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_OFF 0u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_FLYING_MODE_ON 1u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_FIELD 0x2u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_MEM 0u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_OUTPUT_DST_PDP 1u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_FIELD 0x4u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_OFF 0u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_WINOGRAD_ON 1u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_FIELD 0x8u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_DISABLE 0u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_NAN_TO_ZERO_ENABLE 1u
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_SHIFT 8u /* bits 12:8 */
+#define NVDLA_V1_SDP_D_FEATURE_MODE_CFG_0_BATCH_NUMBER_FIELD 0x1f00u
+
+/* NVDLA_V1_SDP_D_DST_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_CV 0u
+#define NVDLA_V1_SDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_SDP_D_DST_BATCH_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DST_BATCH_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DST_BATCH_STRIDE_0_DST_BATCH_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_SDP_D_DST_BATCH_STRIDE_0_DST_BATCH_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_SDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_PROC_PRECISION_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_PROC_PRECISION_FIELD 0x3u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_PROC_PRECISION_INT8 0u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_PROC_PRECISION_INT16 1u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_PROC_PRECISION_FP16 2u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_OUT_PRECISION_SHIFT 2u /* bits 3:2 */
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_OUT_PRECISION_FIELD 0xcu
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_OUT_PRECISION_INT8 0u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_OUT_PRECISION_INT16 1u
+#define NVDLA_V1_SDP_D_DATA_FORMAT_0_OUT_PRECISION_FP16 2u
+
+/* NVDLA_V1_SDP_D_CVT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_CVT_OFFSET_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_CVT_OFFSET_0_CVT_OFFSET_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_SDP_D_CVT_OFFSET_0_CVT_OFFSET_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_CVT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_CVT_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_CVT_SCALE_0_CVT_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_SDP_D_CVT_SCALE_0_CVT_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_SDP_D_CVT_SHIFT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_CVT_SHIFT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_CVT_SHIFT_0_CVT_SHIFT_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_SDP_D_CVT_SHIFT_0_CVT_SHIFT_FIELD 0x3fu
+
+/* NVDLA_V1_SDP_D_STATUS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_STATUS_0_STATUS_UNEQUAL_SHIFT 0u /* bit 0, read only */
+#define NVDLA_V1_SDP_D_STATUS_0_STATUS_UNEQUAL_FIELD 0x1u
+
+/* NVDLA_V1_SDP_D_STATUS_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_STATUS_NAN_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_STATUS_NAN_INPUT_NUM_0_STATUS_NAN_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_STATUS_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_STATUS_INF_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_STATUS_INF_INPUT_NUM_0_STATUS_INF_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_STATUS_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_STATUS_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_STATUS_NAN_OUTPUT_NUM_0_STATUS_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_STATUS_NAN_OUTPUT_NUM_0_STATUS_NAN_OUTPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_NO 0u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_DMA_EN_YES 1u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_FIELD 0x2u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_NO 0u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_LUT_EN_YES 1u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_SHIFT 2u /* bit 2 */
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_FIELD 0x4u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_NO 0u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_SAT_EN_YES 1u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_SHIFT 3u /* bit 3 */
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_FIELD 0x8u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_NO 0u
+#define NVDLA_V1_SDP_D_PERF_ENABLE_0_PERF_NAN_INF_COUNT_EN_YES 1u
+
+/* NVDLA_V1_SDP_D_PERF_WDMA_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_WDMA_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_WDMA_WRITE_STALL_0_WDMA_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_WDMA_WRITE_STALL_0_WDMA_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_LUT_UFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_LUT_UFLOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_LUT_UFLOW_0_LUT_UFLOW_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_LUT_UFLOW_0_LUT_UFLOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_LUT_OFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_LUT_OFLOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_LUT_OFLOW_0_LUT_OFLOW_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_LUT_OFLOW_0_LUT_OFLOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_OUT_SATURATION_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_OUT_SATURATION_0_OUT_SATURATION_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_OUT_SATURATION_0_OUT_SATURATION_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_LUT_HYBRID_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_LUT_HYBRID_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_LUT_HYBRID_0_LUT_HYBRID_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_LUT_HYBRID_0_LUT_HYBRID_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_LUT_LE_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_LUT_LE_HIT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_LUT_LE_HIT_0_LUT_LE_HIT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_LUT_LE_HIT_0_LUT_LE_HIT_FIELD 0xffffffffu
+
+/* NVDLA_V1_SDP_D_PERF_LUT_LO_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_SDP_D_PERF_LUT_LO_HIT_0_RESET_VAL 0x0u
+#define NVDLA_V1_SDP_D_PERF_LUT_LO_HIT_0_LUT_LO_HIT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_SDP_D_PERF_LUT_LO_HIT_0_LUT_LO_HIT_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_PDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_PDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_PDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_PDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_RDMA_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_FIELD 0x1u
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_ON_FLYING 0u
+#define NVDLA_V1_PDP_RDMA_D_FLYING_MODE_0_FLYING_MODE_OFF_FLYING 1u
+
+/* NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_PDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_CV 0u
+#define NVDLA_V1_PDP_RDMA_D_SRC_RAM_CFG_0_SRC_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
+#define NVDLA_V1_PDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
+
+/* NVDLA_V1_PDP_RDMA_D_OPERATION_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_OPERATION_MODE_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_OPERATION_MODE_CFG_0_SPLIT_NUM_SHIFT 0u /* bits 7:0 */
+#define NVDLA_V1_PDP_RDMA_D_OPERATION_MODE_CFG_0_SPLIT_NUM_FIELD 0xffu
+
+/* NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_SHIFT 0u /* bits 3:0 */
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_FIELD 0xfu
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_1 0u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_2 1u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_3 2u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_4 3u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_5 4u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_6 5u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_7 6u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_8 7u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_SHIFT 4u /* bits 7:4 */
+#define NVDLA_V1_PDP_RDMA_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_FIELD 0xf0u
+
+/* NVDLA_V1_PDP_RDMA_D_POOLING_PADDING_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_POOLING_PADDING_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_POOLING_PADDING_CFG_0_PAD_WIDTH_SHIFT 0u /* bits 3:0 */
+#define NVDLA_V1_PDP_RDMA_D_POOLING_PADDING_CFG_0_PAD_WIDTH_FIELD 0xfu
+
+/* NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_FIELD 0x3ffu
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_SHIFT 10u /* bits 19:10 */
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_FIELD 0xffc00u
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_SHIFT 20u /* bits 29:20 */
+#define NVDLA_V1_PDP_RDMA_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_FIELD 0x3ff00000u
+
+/* NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
+#define NVDLA_V1_PDP_RDMA_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
+
+/* NVDLA_V1_PDP_RDMA_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_PERF_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_PDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_RDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_RDMA_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_RDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_PDP_RDMA_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_PDP_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_PDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_PDP_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_PDP_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_PDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_PDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_PDP_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_PDP_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_PDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_PDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_PDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_IN_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_WIDTH_0_CUBE_IN_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_IN_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_HEIGHT_0_CUBE_IN_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_IN_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_IN_CHANNEL_0_CUBE_IN_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_OUT_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_WIDTH_0_CUBE_OUT_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_WIDTH_0_CUBE_OUT_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_OUT_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_HEIGHT_0_CUBE_OUT_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_HEIGHT_0_CUBE_OUT_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_DATA_CUBE_OUT_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_CHANNEL_0_CUBE_OUT_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_PDP_D_DATA_CUBE_OUT_CHANNEL_0_CUBE_OUT_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_FIELD 0x3u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_AVERAGE 0u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_MAX 1u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_POOLING_METHOD_POOLING_METHOD_MIN 2u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_FIELD 0x10u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_ON_FLYING 0u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_FLYING_MODE_OFF_FLYING 1u
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_SPLIT_NUM_SHIFT 8u /* bits 15:8 */
+#define NVDLA_V1_PDP_D_OPERATION_MODE_CFG_0_SPLIT_NUM_FIELD 0xff00u
+
+/* NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
+#define NVDLA_V1_PDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
+
+/* NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_FIRST_FIELD 0x3ffu
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_SHIFT 10u /* bits 19:10 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_LAST_FIELD 0xffc00u
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_SHIFT 20u /* bits 29:20 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_IN_0_PARTIAL_WIDTH_IN_MID_FIELD 0x3ff00000u
+
+/* NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_FIRST_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_FIRST_FIELD 0x3ffu
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_LAST_SHIFT 10u /* bits 19:10 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_LAST_FIELD 0xffc00u
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_MID_SHIFT 20u /* bits 29:20 */
+#define NVDLA_V1_PDP_D_PARTIAL_WIDTH_OUT_0_PARTIAL_WIDTH_OUT_MID_FIELD 0x3ff00000u
+
+/* NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_SHIFT 0u /* bits 3:0 */
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_FIELD 0xfu
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_1 0u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_2 1u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_3 2u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_4 3u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_5 4u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_6 5u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_7 6u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_WIDTH_KERNEL_WIDTH_8 7u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_SHIFT 8u /* bits 11:8 */
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_FIELD 0xf00u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_1 0u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_2 1u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_3 2u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_4 3u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_5 4u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_6 5u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_7 6u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_HEIGHT_KERNEL_HEIGHT_8 7u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_SHIFT 16u /* bits 19:16 */
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_WIDTH_FIELD 0xf0000u
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_HEIGHT_SHIFT 20u /* bits 23:20 */
+#define NVDLA_V1_PDP_D_POOLING_KERNEL_CFG_0_KERNEL_STRIDE_HEIGHT_FIELD 0xf00000u
+
+/* NVDLA_V1_PDP_D_RECIP_KERNEL_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_WIDTH_0_RECIP_KERNEL_WIDTH_SHIFT 0u /* bits 16:0 */
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_WIDTH_0_RECIP_KERNEL_WIDTH_FIELD 0x1ffffu
+
+/* NVDLA_V1_PDP_D_RECIP_KERNEL_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_HEIGHT_0_RECIP_KERNEL_HEIGHT_SHIFT 0u /* bits 16:0 */
+#define NVDLA_V1_PDP_D_RECIP_KERNEL_HEIGHT_0_RECIP_KERNEL_HEIGHT_FIELD 0x1ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_LEFT_SHIFT 0u /* bits 2:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_LEFT_FIELD 0x7u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_TOP_SHIFT 4u /* bits 6:4 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_TOP_FIELD 0x70u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_RIGHT_SHIFT 8u /* bits 10:8 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_RIGHT_FIELD 0x700u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_BOTTOM_SHIFT 12u /* bits 14:12 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_CFG_0_PAD_BOTTOM_FIELD 0x7000u
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_1_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_PAD_VALUE_1X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_1_CFG_0_PAD_VALUE_1X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_2_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_PAD_VALUE_2X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_2_CFG_0_PAD_VALUE_2X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_3_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_PAD_VALUE_3X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_3_CFG_0_PAD_VALUE_3X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_4_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_PAD_VALUE_4X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_4_CFG_0_PAD_VALUE_4X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_5_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_PAD_VALUE_5X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_5_CFG_0_PAD_VALUE_5X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_6_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_PAD_VALUE_6X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_6_CFG_0_PAD_VALUE_6X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_7_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_PAD_VALUE_7X_SHIFT 0u /* bits 18:0 */
+#define NVDLA_V1_PDP_D_POOLING_PADDING_VALUE_7_CFG_0_PAD_VALUE_7X_FIELD 0x7ffffu
+
+/* NVDLA_V1_PDP_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_PDP_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_PDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_PDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_PDP_D_DST_RAM_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_CV 0u
+#define NVDLA_V1_PDP_D_DST_RAM_CFG_0_DST_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_PDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
+#define NVDLA_V1_PDP_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
+
+/* NVDLA_V1_PDP_D_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_INF_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_PDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_NAN_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_PDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_PDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
+#define NVDLA_V1_PDP_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
+
+/* NVDLA_V1_PDP_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_PDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_PDP_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_PDP_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_PDP_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_PDP_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_RDMA_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CDP_RDMA_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CDP_RDMA_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CDP_RDMA_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CDP_RDMA_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_RDMA_D_DATA_CUBE_WIDTH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_WIDTH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_WIDTH_0_WIDTH_FIELD 0x1fffu
+
+/* NVDLA_V1_CDP_RDMA_D_DATA_CUBE_HEIGHT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_HEIGHT_0_HEIGHT_FIELD 0x1fffu
+
+/* NVDLA_V1_CDP_RDMA_D_DATA_CUBE_CHANNEL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_CDP_RDMA_D_DATA_CUBE_CHANNEL_0_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_LOW_0_SRC_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_RDMA_D_SRC_BASE_ADDR_HIGH_0_SRC_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_RDMA_D_SRC_LINE_STRIDE_0_SRC_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_RDMA_D_SRC_SURFACE_STRIDE_0_SRC_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_CV 0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_DMA_CFG_0_SRC_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_SHIFT 0u /* bit 0, read only */
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_DISABLE 0u
+#define NVDLA_V1_CDP_RDMA_D_SRC_COMPRESSION_EN_0_SRC_COMPRESSION_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_FIELD 0x3u
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_READPHILE 0u
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_WRITEPHILE 1u
+#define NVDLA_V1_CDP_RDMA_D_OPERATION_MODE_0_OPERATION_MODE_ORDINARY 2u
+
+/* NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FIELD 0x3u
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT8 0u
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_INT16 1u
+#define NVDLA_V1_CDP_RDMA_D_DATA_FORMAT_0_INPUT_DATA_FP16 2u
+
+/* NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
+#define NVDLA_V1_CDP_RDMA_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_RDMA_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_PERF_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_RDMA_D_PERF_READ_STALL_0_PERF_READ_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_RDMA_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_RDMA_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_RDMA_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_RDMA_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_CDP_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_CDP_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_CDP_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_CDP_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_CDP_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_CDP_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_CDP_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_CDP_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_SHIFT 0u /* bits 9:0 */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ADDR_FIELD 0x3ffu
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_SHIFT 16u /* bit 16 */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_FIELD 0x10000u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LE 0u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_TABLE_ID_LO 1u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_SHIFT 17u /* bit 17 */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_FIELD 0x20000u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_READ 0u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_CFG_0_LUT_ACCESS_TYPE_WRITE 1u
+
+/* NVDLA_V1_CDP_S_LUT_ACCESS_DATA_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_DATA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_ACCESS_DATA_0_LUT_DATA_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDP_S_LUT_ACCESS_DATA_0_LUT_DATA_FIELD 0xffffu
+
+/* NVDLA_V1_CDP_S_LUT_CFG_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_FIELD 0x1u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_EXPONENT 0u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_LE_FUNCTION_LINEAR 1u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_SHIFT 4u /* bit 4 */
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_FIELD 0x10u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LE 0u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_UFLOW_PRIORITY_LO 1u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_SHIFT 5u /* bit 5 */
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_FIELD 0x20u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LE 0u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_OFLOW_PRIORITY_LO 1u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_SHIFT 6u /* bit 6 */
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_FIELD 0x40u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LE 0u
+#define NVDLA_V1_CDP_S_LUT_CFG_0_LUT_HYBRID_PRIORITY_LO 1u
+
+/* NVDLA_V1_CDP_S_LUT_INFO_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_INFO_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_SHIFT 0u /* bits 7:0 */
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LE_INDEX_OFFSET_FIELD 0xffu
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_SHIFT 8u /* bits 15:8 */
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LE_INDEX_SELECT_FIELD 0xff00u
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_SHIFT 16u /* bits 23:16 */
+#define NVDLA_V1_CDP_S_LUT_INFO_0_LUT_LO_INDEX_SELECT_FIELD 0xff0000u
+
+/* NVDLA_V1_CDP_S_LUT_LE_START_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_START_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_START_LOW_0_LUT_LE_START_LOW_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_START_LOW_0_LUT_LE_START_LOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_S_LUT_LE_START_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_START_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_START_HIGH_0_LUT_LE_START_HIGH_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_START_HIGH_0_LUT_LE_START_HIGH_FIELD 0x3fu
+
+/* NVDLA_V1_CDP_S_LUT_LE_END_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_END_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_END_LOW_0_LUT_LE_END_LOW_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_END_LOW_0_LUT_LE_END_LOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_S_LUT_LE_END_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_END_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_END_HIGH_0_LUT_LE_END_HIGH_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_END_HIGH_0_LUT_LE_END_HIGH_FIELD 0x3fu
+
+/* NVDLA_V1_CDP_S_LUT_LO_START_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_START_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_START_LOW_0_LUT_LO_START_LOW_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_START_LOW_0_LUT_LO_START_LOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_S_LUT_LO_START_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_START_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_START_HIGH_0_LUT_LO_START_HIGH_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_START_HIGH_0_LUT_LO_START_HIGH_FIELD 0x3fu
+
+/* NVDLA_V1_CDP_S_LUT_LO_END_LOW_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_END_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_END_LOW_0_LUT_LO_END_LOW_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_END_LOW_0_LUT_LO_END_LOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_S_LUT_LO_END_HIGH_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_END_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_END_HIGH_0_LUT_LO_END_HIGH_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_END_HIGH_0_LUT_LO_END_HIGH_FIELD 0x3fu
+
+/* NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_UFLOW_SCALE_FIELD 0xffffu
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SCALE_0_LUT_LE_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
+
+/* NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
+#define NVDLA_V1_CDP_S_LUT_LE_SLOPE_SHIFT_0_LUT_LE_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
+
+/* NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_UFLOW_SCALE_FIELD 0xffffu
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_SHIFT 16u /* bits 31:16 */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SCALE_0_LUT_LO_SLOPE_OFLOW_SCALE_FIELD 0xffff0000u
+
+/* NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_UFLOW_SHIFT_FIELD 0x1fu
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_SHIFT 5u /* bits 9:5 */
+#define NVDLA_V1_CDP_S_LUT_LO_SLOPE_SHIFT_0_LUT_LO_SLOPE_OFLOW_SHIFT_FIELD 0x3e0u
+
+/* NVDLA_V1_CDP_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_CDP_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_D_FUNC_BYPASS_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_FIELD 0x1u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_DISABLE 0u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_SQSUM_BYPASS_ENABLE 1u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_FIELD 0x2u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_DISABLE 0u
+#define NVDLA_V1_CDP_D_FUNC_BYPASS_0_MUL_BYPASS_ENABLE 1u
+
+/* NVDLA_V1_CDP_D_DST_BASE_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_LOW_0_DST_BASE_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_D_DST_BASE_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_D_DST_BASE_ADDR_HIGH_0_DST_BASE_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_DST_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_D_DST_LINE_STRIDE_0_DST_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_D_DST_SURFACE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_SURFACE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_CDP_D_DST_SURFACE_STRIDE_0_DST_SURFACE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_CDP_D_DST_DMA_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_CV 0u
+#define NVDLA_V1_CDP_D_DST_DMA_CFG_0_DST_RAM_TYPE_MC 1u
+
+/* NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_SHIFT 0u /* bit 0, read only */
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_DISABLE 0u
+#define NVDLA_V1_CDP_D_DST_COMPRESSION_EN_0_DST_COMPRESSION_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_D_DATA_FORMAT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_RESET_VAL 0x1u
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_SHIFT 0u /* bits 1:0, reset 0x1 */
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_FIELD 0x3u
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_INT8 0u
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_INT16 1u
+#define NVDLA_V1_CDP_D_DATA_FORMAT_0_INPUT_DATA_TYPE_FP16 2u
+
+/* NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_FIELD 0x1u
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_DISABLE 0u
+#define NVDLA_V1_CDP_D_NAN_FLUSH_TO_ZERO_0_NAN_TO_ZERO_ENABLE 1u
+
+/* NVDLA_V1_CDP_D_LRN_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_LRN_CFG_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_FIELD 0x3u
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN3 0u
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN5 1u
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN7 2u
+#define NVDLA_V1_CDP_D_LRN_CFG_0_NORMALZ_LEN_LEN9 3u
+
+/* NVDLA_V1_CDP_D_DATIN_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATIN_OFFSET_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DATIN_OFFSET_0_DATIN_OFFSET_SHIFT 0u /* bits 15:0 */
+#define NVDLA_V1_CDP_D_DATIN_OFFSET_0_DATIN_OFFSET_FIELD 0xffffu
+
+/* NVDLA_V1_CDP_D_DATIN_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATIN_SCALE_0_RESET_VAL 0x1u
+#define NVDLA_V1_CDP_D_DATIN_SCALE_0_DATIN_SCALE_SHIFT 0u /* bits 15:0, reset 0x1 */
+#define NVDLA_V1_CDP_D_DATIN_SCALE_0_DATIN_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_CDP_D_DATIN_SHIFTER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATIN_SHIFTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DATIN_SHIFTER_0_DATIN_SHIFTER_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_CDP_D_DATIN_SHIFTER_0_DATIN_SHIFTER_FIELD 0x1fu
+
+/* NVDLA_V1_CDP_D_DATOUT_OFFSET_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATOUT_OFFSET_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DATOUT_OFFSET_0_DATOUT_OFFSET_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_D_DATOUT_OFFSET_0_DATOUT_OFFSET_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_DATOUT_SCALE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATOUT_SCALE_0_RESET_VAL 0x1u
+#define NVDLA_V1_CDP_D_DATOUT_SCALE_0_DATOUT_SCALE_SHIFT 0u /* bits 15:0, reset 0x1 */
+#define NVDLA_V1_CDP_D_DATOUT_SCALE_0_DATOUT_SCALE_FIELD 0xffffu
+
+/* NVDLA_V1_CDP_D_DATOUT_SHIFTER_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_DATOUT_SHIFTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_DATOUT_SHIFTER_0_DATOUT_SHIFTER_SHIFT 0u /* bits 5:0 */
+#define NVDLA_V1_CDP_D_DATOUT_SHIFTER_0_DATOUT_SHIFTER_FIELD 0x3fu
+
+/* NVDLA_V1_CDP_D_NAN_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_NAN_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_NAN_INPUT_NUM_0_NAN_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_INF_INPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_INF_INPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_INF_INPUT_NUM_0_INF_INPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_NAN_OUTPUT_NUM_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_NAN_OUTPUT_NUM_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_NAN_OUTPUT_NUM_0_NAN_OUTPUT_NUM_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_OUT_SATURATION_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_OUT_SATURATION_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_OUT_SATURATION_0_OUT_SATURATION_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_OUT_SATURATION_0_OUT_SATURATION_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_DMA_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_DMA_EN_FIELD 0x1u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_DMA_EN_DISABLE 0u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_DMA_EN_ENABLE 1u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_LUT_EN_SHIFT 1u /* bit 1 */
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_LUT_EN_FIELD 0x2u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_LUT_EN_DISABLE 0u
+#define NVDLA_V1_CDP_D_PERF_ENABLE_0_LUT_EN_ENABLE 1u
+
+/* NVDLA_V1_CDP_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_WRITE_STALL_0_PERF_WRITE_STALL_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_LUT_UFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_LUT_UFLOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_LUT_UFLOW_0_PERF_LUT_UFLOW_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_LUT_UFLOW_0_PERF_LUT_UFLOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_LUT_OFLOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_LUT_OFLOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_LUT_OFLOW_0_PERF_LUT_OFLOW_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_LUT_OFLOW_0_PERF_LUT_OFLOW_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_LUT_HYBRID_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_LUT_HYBRID_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_LUT_HYBRID_0_PERF_LUT_HYBRID_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_LUT_HYBRID_0_PERF_LUT_HYBRID_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_LUT_LE_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_LUT_LE_HIT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_LUT_LE_HIT_0_PERF_LUT_LE_HIT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_LUT_LE_HIT_0_PERF_LUT_LE_HIT_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_PERF_LUT_LO_HIT_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_PERF_LUT_LO_HIT_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_PERF_LUT_LO_HIT_0_PERF_LUT_LO_HIT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_CDP_D_PERF_LUT_LO_HIT_0_PERF_LUT_LO_HIT_FIELD 0xffffffffu
+
+/* NVDLA_V1_CDP_D_CYA_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_CDP_D_CYA_0_RESET_VAL 0x0u
+#define NVDLA_V1_CDP_D_CYA_0_CYA_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_CDP_D_CYA_0_CYA_FIELD 0xffffffffu
+
+/* NVDLA_V1_RBK_S_STATUS_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_S_STATUS_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_0_SHIFT 0u /* bits 1:0, read only */
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_0_FIELD 0x3u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_0_IDLE 0u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_0_RUNNING 1u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_0_PENDING 2u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_1_SHIFT 16u /* bits 17:16, read only */
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_1_FIELD 0x30000u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_1_IDLE 0u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_1_RUNNING 1u
+#define NVDLA_V1_RBK_S_STATUS_0_STATUS_1_PENDING 2u
+
+/* NVDLA_V1_RBK_S_POINTER_0: reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_S_POINTER_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_S_POINTER_0_PRODUCER_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_RBK_S_POINTER_0_PRODUCER_FIELD 0x1u
+#define NVDLA_V1_RBK_S_POINTER_0_PRODUCER_GROUP_0 0u
+#define NVDLA_V1_RBK_S_POINTER_0_PRODUCER_GROUP_1 1u
+#define NVDLA_V1_RBK_S_POINTER_0_CONSUMER_SHIFT 16u /* bit 16, read only */
+#define NVDLA_V1_RBK_S_POINTER_0_CONSUMER_FIELD 0x10000u
+#define NVDLA_V1_RBK_S_POINTER_0_CONSUMER_GROUP_0 0u
+#define NVDLA_V1_RBK_S_POINTER_0_CONSUMER_GROUP_1 1u
+
+/* NVDLA_V1_RBK_D_OP_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_OP_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_OP_ENABLE_0_OP_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_RBK_D_OP_ENABLE_0_OP_EN_FIELD 0x1u
+#define NVDLA_V1_RBK_D_OP_ENABLE_0_OP_EN_DISABLE 0u
+#define NVDLA_V1_RBK_D_OP_ENABLE_0_OP_EN_ENABLE 1u
+
+/* NVDLA_V1_RBK_D_MISC_CFG_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RESET_VAL 0x100u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RUBIK_MODE_SHIFT 0u /* bits 1:0 */
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RUBIK_MODE_FIELD 0x3u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RUBIK_MODE_CONTRACT 0u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RUBIK_MODE_SPLIT 1u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_RUBIK_MODE_MERGE 2u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_IN_PRECISION_SHIFT 8u /* bits 9:8, reset 0x1 */
+#define NVDLA_V1_RBK_D_MISC_CFG_0_IN_PRECISION_FIELD 0x300u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_IN_PRECISION_INT8 0u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_IN_PRECISION_INT16 1u
+#define NVDLA_V1_RBK_D_MISC_CFG_0_IN_PRECISION_FP16 2u
+
+/* NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_CVIF 0u
+#define NVDLA_V1_RBK_D_DAIN_RAM_TYPE_0_DATAIN_RAM_TYPE_MCIF 1u
+
+/* NVDLA_V1_RBK_D_DATAIN_SIZE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0_DATAIN_WIDTH_FIELD 0x1fffu
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_SHIFT 16u /* bits 28:16 */
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_0_0_DATAIN_HEIGHT_FIELD 0x1fff0000u
+
+/* NVDLA_V1_RBK_D_DATAIN_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_RBK_D_DATAIN_SIZE_1_0_DATAIN_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_RBK_D_DAIN_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_ADDR_HIGH_0_DAIN_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_RBK_D_DAIN_ADDR_HIGH_0_DAIN_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_RBK_D_DAIN_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_ADDR_LOW_0_DAIN_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAIN_ADDR_LOW_0_DAIN_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAIN_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_LINE_STRIDE_0_DAIN_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAIN_LINE_STRIDE_0_DAIN_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAIN_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_SURF_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_SURF_STRIDE_0_DAIN_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAIN_SURF_STRIDE_0_DAIN_SURF_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAIN_PLANAR_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAIN_PLANAR_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAIN_PLANAR_STRIDE_0_DAIN_PLANAR_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAIN_PLANAR_STRIDE_0_DAIN_PLANAR_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_FIELD 0x1u
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_CVIF 0u
+#define NVDLA_V1_RBK_D_DAOUT_RAM_TYPE_0_DATAOUT_RAM_TYPE_MCIF 1u
+
+/* NVDLA_V1_RBK_D_DATAOUT_SIZE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DATAOUT_SIZE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_SHIFT 0u /* bits 12:0 */
+#define NVDLA_V1_RBK_D_DATAOUT_SIZE_1_0_DATAOUT_CHANNEL_FIELD 0x1fffu
+
+/* NVDLA_V1_RBK_D_DAOUT_ADDR_HIGH_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_HIGH_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_HIGH_0_DAOUT_ADDR_HIGH_SHIFT 0u /* bits 31:0 */
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_HIGH_0_DAOUT_ADDR_HIGH_FIELD 0xffffffffu
+
+/* NVDLA_V1_RBK_D_DAOUT_ADDR_LOW_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_LOW_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_LOW_0_DAOUT_ADDR_LOW_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAOUT_ADDR_LOW_0_DAOUT_ADDR_LOW_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAOUT_LINE_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_LINE_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_LINE_STRIDE_0_DAOUT_LINE_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAOUT_LINE_STRIDE_0_DAOUT_LINE_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_CONTRACT_STRIDE_0_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_0_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_0_0_CONTRACT_STRIDE_0_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_0_0_CONTRACT_STRIDE_0_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_CONTRACT_STRIDE_1_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_1_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_1_0_CONTRACT_STRIDE_1_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_CONTRACT_STRIDE_1_0_CONTRACT_STRIDE_1_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAOUT_SURF_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_SURF_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_SURF_STRIDE_0_DAOUT_SURF_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAOUT_SURF_STRIDE_0_DAOUT_SURF_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DAOUT_PLANAR_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DAOUT_PLANAR_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DAOUT_PLANAR_STRIDE_0_DAOUT_PLANAR_STRIDE_SHIFT 5u /* bits 31:5 */
+#define NVDLA_V1_RBK_D_DAOUT_PLANAR_STRIDE_0_DAOUT_PLANAR_STRIDE_FIELD 0xffffffe0u
+
+/* NVDLA_V1_RBK_D_DECONV_STRIDE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0_DECONV_X_STRIDE_SHIFT 0u /* bits 4:0 */
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0_DECONV_X_STRIDE_FIELD 0x1fu
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0_DECONV_Y_STRIDE_SHIFT 16u /* bits 20:16 */
+#define NVDLA_V1_RBK_D_DECONV_STRIDE_0_DECONV_Y_STRIDE_FIELD 0x1f0000u
+
+/* NVDLA_V1_RBK_D_PERF_ENABLE_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_PERF_ENABLE_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_PERF_ENABLE_0_PERF_EN_SHIFT 0u /* bit 0 */
+#define NVDLA_V1_RBK_D_PERF_ENABLE_0_PERF_EN_FIELD 0x1u
+
+/* NVDLA_V1_RBK_D_PERF_READ_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_PERF_READ_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_PERF_READ_STALL_0_RD_STALL_CNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_RBK_D_PERF_READ_STALL_0_RD_STALL_CNT_FIELD 0xffffffffu
+
+/* NVDLA_V1_RBK_D_PERF_WRITE_STALL_0 (one per register group): reset value; per bit field its shift, its mask in place (_FIELD) and its values */
+#define NVDLA_V1_RBK_D_PERF_WRITE_STALL_0_RESET_VAL 0x0u
+#define NVDLA_V1_RBK_D_PERF_WRITE_STALL_0_WR_STALL_CNT_SHIFT 0u /* bits 31:0, read only */
+#define NVDLA_V1_RBK_D_PERF_WRITE_STALL_0_WR_STALL_CNT_FIELD 0xffffffffu
 
 #endif /* PYDLA_NVDLA_V1_REGS_H */

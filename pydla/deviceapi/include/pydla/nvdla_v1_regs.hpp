@@ -15,26 +15,26 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 0;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.0.0";
-constexpr const char* LAYOUT_HASH = "fa8390c88819a25cf4c24f93ecd86760db2cbcef3cb462ee576ed27c5aec8561";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xfa8390c88819a25c);
+constexpr const char* LAYOUT_HASH = "225d6114ec9fc6230d66ee6057413320f4073a37a3646a3978e4ce6fde7c6dfc";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x225d6114ec9fc623);
 
 // Global registers: the hardware version, and the interrupt mask, set and status registers of every block's done events (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_glb_t {
+struct __attribute__((packed)) nvdla_v1_glb_t {
     uint32_t s_nvdla_hw_version; // offset 0, 4 bytes; reset 0x303031
     uint32_t s_intr_mask; // offset 4, 4 bytes; reset 0x0
     uint32_t s_intr_set; // offset 8, 4 bytes; reset 0x0
     uint32_t s_intr_status; // offset 12, 4 bytes; reset 0x0
     uint32_t reserved[1020]; // offset 16, 4080 bytes
 };
-static_assert(sizeof(nvdla_glb_t) == 4096, "nvdla_glb_t: size");
-static_assert(offsetof(nvdla_glb_t, s_nvdla_hw_version) == 0, "nvdla_glb_t.s_nvdla_hw_version: offset");
-static_assert(offsetof(nvdla_glb_t, s_intr_mask) == 4, "nvdla_glb_t.s_intr_mask: offset");
-static_assert(offsetof(nvdla_glb_t, s_intr_set) == 8, "nvdla_glb_t.s_intr_set: offset");
-static_assert(offsetof(nvdla_glb_t, s_intr_status) == 12, "nvdla_glb_t.s_intr_status: offset");
-static_assert(offsetof(nvdla_glb_t, reserved) == 16, "nvdla_glb_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_glb_t) == 4096, "nvdla_v1_glb_t: size");
+static_assert(offsetof(nvdla_v1_glb_t, s_nvdla_hw_version) == 0, "nvdla_v1_glb_t.s_nvdla_hw_version: offset");
+static_assert(offsetof(nvdla_v1_glb_t, s_intr_mask) == 4, "nvdla_v1_glb_t.s_intr_mask: offset");
+static_assert(offsetof(nvdla_v1_glb_t, s_intr_set) == 8, "nvdla_v1_glb_t.s_intr_set: offset");
+static_assert(offsetof(nvdla_v1_glb_t, s_intr_status) == 12, "nvdla_v1_glb_t.s_intr_status: offset");
+static_assert(offsetof(nvdla_v1_glb_t, reserved) == 16, "nvdla_v1_glb_t.reserved: offset");
 
 // Global error controller: error slices (mission and latent errors, their forcing and injection), the correctable-error counter (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_gec_t {
+struct __attribute__((packed)) nvdla_v1_gec_t {
     uint32_t feature; // offset 0, 4 bytes; reset 0x430003
     uint32_t swreset; // offset 4, 4 bytes; reset 0x0
     uint32_t missionerr_type; // offset 8, 4 bytes; reset 0x5
@@ -76,50 +76,50 @@ struct __attribute__((packed)) nvdla_gec_t {
     uint32_t errslice2_counter_reload; // offset 176, 4 bytes; reset 0x0
     uint32_t reserved[979]; // offset 180, 3916 bytes
 };
-static_assert(sizeof(nvdla_gec_t) == 4096, "nvdla_gec_t: size");
-static_assert(offsetof(nvdla_gec_t, feature) == 0, "nvdla_gec_t.feature: offset");
-static_assert(offsetof(nvdla_gec_t, swreset) == 4, "nvdla_gec_t.swreset: offset");
-static_assert(offsetof(nvdla_gec_t, missionerr_type) == 8, "nvdla_gec_t.missionerr_type: offset");
-static_assert(offsetof(nvdla_gec_t, current_counter_value) == 12, "nvdla_gec_t.current_counter_value: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_010) == 16, "nvdla_gec_t.reserved_010: offset");
-static_assert(offsetof(nvdla_gec_t, missionerr_index) == 20, "nvdla_gec_t.missionerr_index: offset");
-static_assert(offsetof(nvdla_gec_t, correctable_threshold) == 24, "nvdla_gec_t.correctable_threshold: offset");
-static_assert(offsetof(nvdla_gec_t, missionerr_inject_unlock) == 28, "nvdla_gec_t.missionerr_inject_unlock: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_020) == 32, "nvdla_gec_t.reserved_020: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_enable) == 48, "nvdla_gec_t.errslice0_missionerr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_force) == 52, "nvdla_gec_t.errslice0_missionerr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_status) == 56, "nvdla_gec_t.errslice0_missionerr_status: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_missionerr_inject) == 60, "nvdla_gec_t.errslice0_missionerr_inject: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_enable) == 64, "nvdla_gec_t.errslice0_latenterr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_force) == 68, "nvdla_gec_t.errslice0_latenterr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_latenterr_status) == 72, "nvdla_gec_t.errslice0_latenterr_status: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_04c) == 76, "nvdla_gec_t.reserved_04c: offset");
-static_assert(offsetof(nvdla_gec_t, errslice0_counter_reload) == 80, "nvdla_gec_t.errslice0_counter_reload: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_054) == 84, "nvdla_gec_t.reserved_054: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_enable) == 96, "nvdla_gec_t.errslice1_missionerr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_force) == 100, "nvdla_gec_t.errslice1_missionerr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_status) == 104, "nvdla_gec_t.errslice1_missionerr_status: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_inject) == 108, "nvdla_gec_t.errslice1_missionerr_inject: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_enable) == 112, "nvdla_gec_t.errslice1_latenterr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_force) == 116, "nvdla_gec_t.errslice1_latenterr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_latenterr_status) == 120, "nvdla_gec_t.errslice1_latenterr_status: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_07c) == 124, "nvdla_gec_t.reserved_07c: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_counter_reload) == 128, "nvdla_gec_t.errslice1_counter_reload: offset");
-static_assert(offsetof(nvdla_gec_t, errslice1_missionerr_ecc_correction_dis) == 132, "nvdla_gec_t.errslice1_missionerr_ecc_correction_dis: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_088) == 136, "nvdla_gec_t.reserved_088: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_enable) == 144, "nvdla_gec_t.errslice2_missionerr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_force) == 148, "nvdla_gec_t.errslice2_missionerr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_status) == 152, "nvdla_gec_t.errslice2_missionerr_status: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_missionerr_inject) == 156, "nvdla_gec_t.errslice2_missionerr_inject: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_enable) == 160, "nvdla_gec_t.errslice2_latenterr_enable: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_force) == 164, "nvdla_gec_t.errslice2_latenterr_force: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_latenterr_status) == 168, "nvdla_gec_t.errslice2_latenterr_status: offset");
-static_assert(offsetof(nvdla_gec_t, reserved_0ac) == 172, "nvdla_gec_t.reserved_0ac: offset");
-static_assert(offsetof(nvdla_gec_t, errslice2_counter_reload) == 176, "nvdla_gec_t.errslice2_counter_reload: offset");
-static_assert(offsetof(nvdla_gec_t, reserved) == 180, "nvdla_gec_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_gec_t) == 4096, "nvdla_v1_gec_t: size");
+static_assert(offsetof(nvdla_v1_gec_t, feature) == 0, "nvdla_v1_gec_t.feature: offset");
+static_assert(offsetof(nvdla_v1_gec_t, swreset) == 4, "nvdla_v1_gec_t.swreset: offset");
+static_assert(offsetof(nvdla_v1_gec_t, missionerr_type) == 8, "nvdla_v1_gec_t.missionerr_type: offset");
+static_assert(offsetof(nvdla_v1_gec_t, current_counter_value) == 12, "nvdla_v1_gec_t.current_counter_value: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_010) == 16, "nvdla_v1_gec_t.reserved_010: offset");
+static_assert(offsetof(nvdla_v1_gec_t, missionerr_index) == 20, "nvdla_v1_gec_t.missionerr_index: offset");
+static_assert(offsetof(nvdla_v1_gec_t, correctable_threshold) == 24, "nvdla_v1_gec_t.correctable_threshold: offset");
+static_assert(offsetof(nvdla_v1_gec_t, missionerr_inject_unlock) == 28, "nvdla_v1_gec_t.missionerr_inject_unlock: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_020) == 32, "nvdla_v1_gec_t.reserved_020: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_enable) == 48, "nvdla_v1_gec_t.errslice0_missionerr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_force) == 52, "nvdla_v1_gec_t.errslice0_missionerr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_status) == 56, "nvdla_v1_gec_t.errslice0_missionerr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_missionerr_inject) == 60, "nvdla_v1_gec_t.errslice0_missionerr_inject: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_enable) == 64, "nvdla_v1_gec_t.errslice0_latenterr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_force) == 68, "nvdla_v1_gec_t.errslice0_latenterr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_latenterr_status) == 72, "nvdla_v1_gec_t.errslice0_latenterr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_04c) == 76, "nvdla_v1_gec_t.reserved_04c: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice0_counter_reload) == 80, "nvdla_v1_gec_t.errslice0_counter_reload: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_054) == 84, "nvdla_v1_gec_t.reserved_054: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_enable) == 96, "nvdla_v1_gec_t.errslice1_missionerr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_force) == 100, "nvdla_v1_gec_t.errslice1_missionerr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_status) == 104, "nvdla_v1_gec_t.errslice1_missionerr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_inject) == 108, "nvdla_v1_gec_t.errslice1_missionerr_inject: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_enable) == 112, "nvdla_v1_gec_t.errslice1_latenterr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_force) == 116, "nvdla_v1_gec_t.errslice1_latenterr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_latenterr_status) == 120, "nvdla_v1_gec_t.errslice1_latenterr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_07c) == 124, "nvdla_v1_gec_t.reserved_07c: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_counter_reload) == 128, "nvdla_v1_gec_t.errslice1_counter_reload: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice1_missionerr_ecc_correction_dis) == 132, "nvdla_v1_gec_t.errslice1_missionerr_ecc_correction_dis: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_088) == 136, "nvdla_v1_gec_t.reserved_088: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_enable) == 144, "nvdla_v1_gec_t.errslice2_missionerr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_force) == 148, "nvdla_v1_gec_t.errslice2_missionerr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_status) == 152, "nvdla_v1_gec_t.errslice2_missionerr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_missionerr_inject) == 156, "nvdla_v1_gec_t.errslice2_missionerr_inject: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_enable) == 160, "nvdla_v1_gec_t.errslice2_latenterr_enable: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_force) == 164, "nvdla_v1_gec_t.errslice2_latenterr_force: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_latenterr_status) == 168, "nvdla_v1_gec_t.errslice2_latenterr_status: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved_0ac) == 172, "nvdla_v1_gec_t.reserved_0ac: offset");
+static_assert(offsetof(nvdla_v1_gec_t, errslice2_counter_reload) == 176, "nvdla_v1_gec_t.errslice2_counter_reload: offset");
+static_assert(offsetof(nvdla_v1_gec_t, reserved) == 180, "nvdla_v1_gec_t.reserved: offset");
 
 // A memory interface: MCIF (the primary memory, DRAM) or CVIF (the secondary memory, SRAM): read and write arbitration weights per client, outstanding requests, idle status (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cif_t {
+struct __attribute__((packed)) nvdla_v1_cif_t {
     uint32_t cfg_rd_weight_0; // offset 0, 4 bytes; reset 0x1010101
     uint32_t cfg_rd_weight_1; // offset 4, 4 bytes; reset 0x1010101
     uint32_t cfg_rd_weight_2; // offset 8, 4 bytes; reset 0x1010101
@@ -129,18 +129,18 @@ struct __attribute__((packed)) nvdla_cif_t {
     uint32_t status; // offset 24, 4 bytes; reset 0x100
     uint32_t reserved[1017]; // offset 28, 4068 bytes
 };
-static_assert(sizeof(nvdla_cif_t) == 4096, "nvdla_cif_t: size");
-static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_0) == 0, "nvdla_cif_t.cfg_rd_weight_0: offset");
-static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_1) == 4, "nvdla_cif_t.cfg_rd_weight_1: offset");
-static_assert(offsetof(nvdla_cif_t, cfg_rd_weight_2) == 8, "nvdla_cif_t.cfg_rd_weight_2: offset");
-static_assert(offsetof(nvdla_cif_t, cfg_wr_weight_0) == 12, "nvdla_cif_t.cfg_wr_weight_0: offset");
-static_assert(offsetof(nvdla_cif_t, cfg_wr_weight_1) == 16, "nvdla_cif_t.cfg_wr_weight_1: offset");
-static_assert(offsetof(nvdla_cif_t, cfg_outstanding_cnt) == 20, "nvdla_cif_t.cfg_outstanding_cnt: offset");
-static_assert(offsetof(nvdla_cif_t, status) == 24, "nvdla_cif_t.status: offset");
-static_assert(offsetof(nvdla_cif_t, reserved) == 28, "nvdla_cif_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cif_t) == 4096, "nvdla_v1_cif_t: size");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_0) == 0, "nvdla_v1_cif_t.cfg_rd_weight_0: offset");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_1) == 4, "nvdla_v1_cif_t.cfg_rd_weight_1: offset");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_rd_weight_2) == 8, "nvdla_v1_cif_t.cfg_rd_weight_2: offset");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_wr_weight_0) == 12, "nvdla_v1_cif_t.cfg_wr_weight_0: offset");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_wr_weight_1) == 16, "nvdla_v1_cif_t.cfg_wr_weight_1: offset");
+static_assert(offsetof(nvdla_v1_cif_t, cfg_outstanding_cnt) == 20, "nvdla_v1_cif_t.cfg_outstanding_cnt: offset");
+static_assert(offsetof(nvdla_v1_cif_t, status) == 24, "nvdla_v1_cif_t.status: offset");
+static_assert(offsetof(nvdla_v1_cif_t, reserved) == 28, "nvdla_v1_cif_t.reserved: offset");
 
 // Bridge DMA: CFG_* describe one transfer; CFG_OP queues it; CFG_LAUNCH0/1 run the transfers queued since the last launch as group 0 or 1. No register groups (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_bdma_t {
+struct __attribute__((packed)) nvdla_v1_bdma_t {
     uint32_t cfg_src_addr_low; // offset 0, 4 bytes; reset 0x0
     uint32_t cfg_src_addr_high; // offset 4, 4 bytes; reset 0x0
     uint32_t cfg_dst_addr_low; // offset 8, 4 bytes; reset 0x0
@@ -164,32 +164,32 @@ struct __attribute__((packed)) nvdla_bdma_t {
     uint32_t status_grp1_write_stall; // offset 80, 4 bytes; reset 0x0
     uint32_t reserved[1003]; // offset 84, 4012 bytes
 };
-static_assert(sizeof(nvdla_bdma_t) == 4096, "nvdla_bdma_t: size");
-static_assert(offsetof(nvdla_bdma_t, cfg_src_addr_low) == 0, "nvdla_bdma_t.cfg_src_addr_low: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_src_addr_high) == 4, "nvdla_bdma_t.cfg_src_addr_high: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_dst_addr_low) == 8, "nvdla_bdma_t.cfg_dst_addr_low: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_dst_addr_high) == 12, "nvdla_bdma_t.cfg_dst_addr_high: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_line) == 16, "nvdla_bdma_t.cfg_line: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_cmd) == 20, "nvdla_bdma_t.cfg_cmd: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_line_repeat) == 24, "nvdla_bdma_t.cfg_line_repeat: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_src_line) == 28, "nvdla_bdma_t.cfg_src_line: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_dst_line) == 32, "nvdla_bdma_t.cfg_dst_line: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_surf_repeat) == 36, "nvdla_bdma_t.cfg_surf_repeat: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_src_surf) == 40, "nvdla_bdma_t.cfg_src_surf: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_dst_surf) == 44, "nvdla_bdma_t.cfg_dst_surf: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_op) == 48, "nvdla_bdma_t.cfg_op: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_launch0) == 52, "nvdla_bdma_t.cfg_launch0: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_launch1) == 56, "nvdla_bdma_t.cfg_launch1: offset");
-static_assert(offsetof(nvdla_bdma_t, cfg_status) == 60, "nvdla_bdma_t.cfg_status: offset");
-static_assert(offsetof(nvdla_bdma_t, status) == 64, "nvdla_bdma_t.status: offset");
-static_assert(offsetof(nvdla_bdma_t, status_grp0_read_stall) == 68, "nvdla_bdma_t.status_grp0_read_stall: offset");
-static_assert(offsetof(nvdla_bdma_t, status_grp0_write_stall) == 72, "nvdla_bdma_t.status_grp0_write_stall: offset");
-static_assert(offsetof(nvdla_bdma_t, status_grp1_read_stall) == 76, "nvdla_bdma_t.status_grp1_read_stall: offset");
-static_assert(offsetof(nvdla_bdma_t, status_grp1_write_stall) == 80, "nvdla_bdma_t.status_grp1_write_stall: offset");
-static_assert(offsetof(nvdla_bdma_t, reserved) == 84, "nvdla_bdma_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_bdma_t) == 4096, "nvdla_v1_bdma_t: size");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_addr_low) == 0, "nvdla_v1_bdma_t.cfg_src_addr_low: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_addr_high) == 4, "nvdla_v1_bdma_t.cfg_src_addr_high: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_addr_low) == 8, "nvdla_v1_bdma_t.cfg_dst_addr_low: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_addr_high) == 12, "nvdla_v1_bdma_t.cfg_dst_addr_high: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_line) == 16, "nvdla_v1_bdma_t.cfg_line: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_cmd) == 20, "nvdla_v1_bdma_t.cfg_cmd: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_line_repeat) == 24, "nvdla_v1_bdma_t.cfg_line_repeat: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_line) == 28, "nvdla_v1_bdma_t.cfg_src_line: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_line) == 32, "nvdla_v1_bdma_t.cfg_dst_line: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_surf_repeat) == 36, "nvdla_v1_bdma_t.cfg_surf_repeat: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_src_surf) == 40, "nvdla_v1_bdma_t.cfg_src_surf: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_dst_surf) == 44, "nvdla_v1_bdma_t.cfg_dst_surf: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_op) == 48, "nvdla_v1_bdma_t.cfg_op: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_launch0) == 52, "nvdla_v1_bdma_t.cfg_launch0: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_launch1) == 56, "nvdla_v1_bdma_t.cfg_launch1: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, cfg_status) == 60, "nvdla_v1_bdma_t.cfg_status: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, status) == 64, "nvdla_v1_bdma_t.status: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, status_grp0_read_stall) == 68, "nvdla_v1_bdma_t.status_grp0_read_stall: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, status_grp0_write_stall) == 72, "nvdla_v1_bdma_t.status_grp0_write_stall: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, status_grp1_read_stall) == 76, "nvdla_v1_bdma_t.status_grp1_read_stall: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, status_grp1_write_stall) == 80, "nvdla_v1_bdma_t.status_grp1_write_stall: offset");
+static_assert(offsetof(nvdla_v1_bdma_t, reserved) == 84, "nvdla_v1_bdma_t.reserved: offset");
 
 // Convolution DMA: fetches the input (feature data or an image, with mean and conversion) and the weights into the convolution buffer (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cdma_t {
+struct __attribute__((packed)) nvdla_v1_cdma_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t s_arbiter; // offset 8, 4 bytes; reset 0x3000f
@@ -251,70 +251,70 @@ struct __attribute__((packed)) nvdla_cdma_t {
     uint32_t d_cya; // offset 232, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[965]; // offset 236, 3860 bytes
 };
-static_assert(sizeof(nvdla_cdma_t) == 4096, "nvdla_cdma_t: size");
-static_assert(offsetof(nvdla_cdma_t, s_status) == 0, "nvdla_cdma_t.s_status: offset");
-static_assert(offsetof(nvdla_cdma_t, s_pointer) == 4, "nvdla_cdma_t.s_pointer: offset");
-static_assert(offsetof(nvdla_cdma_t, s_arbiter) == 8, "nvdla_cdma_t.s_arbiter: offset");
-static_assert(offsetof(nvdla_cdma_t, s_cbuf_flush_status) == 12, "nvdla_cdma_t.s_cbuf_flush_status: offset");
-static_assert(offsetof(nvdla_cdma_t, d_op_enable) == 16, "nvdla_cdma_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_cdma_t, d_misc_cfg) == 20, "nvdla_cdma_t.d_misc_cfg: offset");
-static_assert(offsetof(nvdla_cdma_t, d_datain_format) == 24, "nvdla_cdma_t.d_datain_format: offset");
-static_assert(offsetof(nvdla_cdma_t, d_datain_size_0) == 28, "nvdla_cdma_t.d_datain_size_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_datain_size_1) == 32, "nvdla_cdma_t.d_datain_size_1: offset");
-static_assert(offsetof(nvdla_cdma_t, d_datain_size_ext_0) == 36, "nvdla_cdma_t.d_datain_size_ext_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_pixel_offset) == 40, "nvdla_cdma_t.d_pixel_offset: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_ram_type) == 44, "nvdla_cdma_t.d_dain_ram_type: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_addr_high_0) == 48, "nvdla_cdma_t.d_dain_addr_high_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_addr_low_0) == 52, "nvdla_cdma_t.d_dain_addr_low_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_addr_high_1) == 56, "nvdla_cdma_t.d_dain_addr_high_1: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_addr_low_1) == 60, "nvdla_cdma_t.d_dain_addr_low_1: offset");
-static_assert(offsetof(nvdla_cdma_t, d_line_stride) == 64, "nvdla_cdma_t.d_line_stride: offset");
-static_assert(offsetof(nvdla_cdma_t, d_line_uv_stride) == 68, "nvdla_cdma_t.d_line_uv_stride: offset");
-static_assert(offsetof(nvdla_cdma_t, d_surf_stride) == 72, "nvdla_cdma_t.d_surf_stride: offset");
-static_assert(offsetof(nvdla_cdma_t, d_dain_map) == 76, "nvdla_cdma_t.d_dain_map: offset");
-static_assert(offsetof(nvdla_cdma_t, d_reserved_x_cfg) == 80, "nvdla_cdma_t.d_reserved_x_cfg: offset");
-static_assert(offsetof(nvdla_cdma_t, d_reserved_y_cfg) == 84, "nvdla_cdma_t.d_reserved_y_cfg: offset");
-static_assert(offsetof(nvdla_cdma_t, d_batch_number) == 88, "nvdla_cdma_t.d_batch_number: offset");
-static_assert(offsetof(nvdla_cdma_t, d_batch_stride) == 92, "nvdla_cdma_t.d_batch_stride: offset");
-static_assert(offsetof(nvdla_cdma_t, d_entry_per_slice) == 96, "nvdla_cdma_t.d_entry_per_slice: offset");
-static_assert(offsetof(nvdla_cdma_t, d_fetch_grain) == 100, "nvdla_cdma_t.d_fetch_grain: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_format) == 104, "nvdla_cdma_t.d_weight_format: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_size_0) == 108, "nvdla_cdma_t.d_weight_size_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_size_1) == 112, "nvdla_cdma_t.d_weight_size_1: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_ram_type) == 116, "nvdla_cdma_t.d_weight_ram_type: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_addr_high) == 120, "nvdla_cdma_t.d_weight_addr_high: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_addr_low) == 124, "nvdla_cdma_t.d_weight_addr_low: offset");
-static_assert(offsetof(nvdla_cdma_t, d_weight_bytes) == 128, "nvdla_cdma_t.d_weight_bytes: offset");
-static_assert(offsetof(nvdla_cdma_t, d_wgs_addr_high) == 132, "nvdla_cdma_t.d_wgs_addr_high: offset");
-static_assert(offsetof(nvdla_cdma_t, d_wgs_addr_low) == 136, "nvdla_cdma_t.d_wgs_addr_low: offset");
-static_assert(offsetof(nvdla_cdma_t, d_wmb_addr_high) == 140, "nvdla_cdma_t.d_wmb_addr_high: offset");
-static_assert(offsetof(nvdla_cdma_t, d_wmb_addr_low) == 144, "nvdla_cdma_t.d_wmb_addr_low: offset");
-static_assert(offsetof(nvdla_cdma_t, d_wmb_bytes) == 148, "nvdla_cdma_t.d_wmb_bytes: offset");
-static_assert(offsetof(nvdla_cdma_t, d_mean_format) == 152, "nvdla_cdma_t.d_mean_format: offset");
-static_assert(offsetof(nvdla_cdma_t, d_mean_global_0) == 156, "nvdla_cdma_t.d_mean_global_0: offset");
-static_assert(offsetof(nvdla_cdma_t, d_mean_global_1) == 160, "nvdla_cdma_t.d_mean_global_1: offset");
-static_assert(offsetof(nvdla_cdma_t, d_cvt_cfg) == 164, "nvdla_cdma_t.d_cvt_cfg: offset");
-static_assert(offsetof(nvdla_cdma_t, d_cvt_offset) == 168, "nvdla_cdma_t.d_cvt_offset: offset");
-static_assert(offsetof(nvdla_cdma_t, d_cvt_scale) == 172, "nvdla_cdma_t.d_cvt_scale: offset");
-static_assert(offsetof(nvdla_cdma_t, d_conv_stride) == 176, "nvdla_cdma_t.d_conv_stride: offset");
-static_assert(offsetof(nvdla_cdma_t, d_zero_padding) == 180, "nvdla_cdma_t.d_zero_padding: offset");
-static_assert(offsetof(nvdla_cdma_t, d_zero_padding_value) == 184, "nvdla_cdma_t.d_zero_padding_value: offset");
-static_assert(offsetof(nvdla_cdma_t, d_bank) == 188, "nvdla_cdma_t.d_bank: offset");
-static_assert(offsetof(nvdla_cdma_t, d_nan_flush_to_zero) == 192, "nvdla_cdma_t.d_nan_flush_to_zero: offset");
-static_assert(offsetof(nvdla_cdma_t, d_nan_input_data_num) == 196, "nvdla_cdma_t.d_nan_input_data_num: offset");
-static_assert(offsetof(nvdla_cdma_t, d_nan_input_weight_num) == 200, "nvdla_cdma_t.d_nan_input_weight_num: offset");
-static_assert(offsetof(nvdla_cdma_t, d_inf_input_data_num) == 204, "nvdla_cdma_t.d_inf_input_data_num: offset");
-static_assert(offsetof(nvdla_cdma_t, d_inf_input_weight_num) == 208, "nvdla_cdma_t.d_inf_input_weight_num: offset");
-static_assert(offsetof(nvdla_cdma_t, d_perf_enable) == 212, "nvdla_cdma_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_cdma_t, d_perf_dat_read_stall) == 216, "nvdla_cdma_t.d_perf_dat_read_stall: offset");
-static_assert(offsetof(nvdla_cdma_t, d_perf_wt_read_stall) == 220, "nvdla_cdma_t.d_perf_wt_read_stall: offset");
-static_assert(offsetof(nvdla_cdma_t, d_perf_dat_read_latency) == 224, "nvdla_cdma_t.d_perf_dat_read_latency: offset");
-static_assert(offsetof(nvdla_cdma_t, d_perf_wt_read_latency) == 228, "nvdla_cdma_t.d_perf_wt_read_latency: offset");
-static_assert(offsetof(nvdla_cdma_t, d_cya) == 232, "nvdla_cdma_t.d_cya: offset");
-static_assert(offsetof(nvdla_cdma_t, reserved) == 236, "nvdla_cdma_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cdma_t) == 4096, "nvdla_v1_cdma_t: size");
+static_assert(offsetof(nvdla_v1_cdma_t, s_status) == 0, "nvdla_v1_cdma_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, s_pointer) == 4, "nvdla_v1_cdma_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, s_arbiter) == 8, "nvdla_v1_cdma_t.s_arbiter: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, s_cbuf_flush_status) == 12, "nvdla_v1_cdma_t.s_cbuf_flush_status: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_op_enable) == 16, "nvdla_v1_cdma_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_misc_cfg) == 20, "nvdla_v1_cdma_t.d_misc_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_datain_format) == 24, "nvdla_v1_cdma_t.d_datain_format: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_0) == 28, "nvdla_v1_cdma_t.d_datain_size_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_1) == 32, "nvdla_v1_cdma_t.d_datain_size_1: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_datain_size_ext_0) == 36, "nvdla_v1_cdma_t.d_datain_size_ext_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_pixel_offset) == 40, "nvdla_v1_cdma_t.d_pixel_offset: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_ram_type) == 44, "nvdla_v1_cdma_t.d_dain_ram_type: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_high_0) == 48, "nvdla_v1_cdma_t.d_dain_addr_high_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_low_0) == 52, "nvdla_v1_cdma_t.d_dain_addr_low_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_high_1) == 56, "nvdla_v1_cdma_t.d_dain_addr_high_1: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_addr_low_1) == 60, "nvdla_v1_cdma_t.d_dain_addr_low_1: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_line_stride) == 64, "nvdla_v1_cdma_t.d_line_stride: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_line_uv_stride) == 68, "nvdla_v1_cdma_t.d_line_uv_stride: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_surf_stride) == 72, "nvdla_v1_cdma_t.d_surf_stride: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_dain_map) == 76, "nvdla_v1_cdma_t.d_dain_map: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_reserved_x_cfg) == 80, "nvdla_v1_cdma_t.d_reserved_x_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_reserved_y_cfg) == 84, "nvdla_v1_cdma_t.d_reserved_y_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_batch_number) == 88, "nvdla_v1_cdma_t.d_batch_number: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_batch_stride) == 92, "nvdla_v1_cdma_t.d_batch_stride: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_entry_per_slice) == 96, "nvdla_v1_cdma_t.d_entry_per_slice: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_fetch_grain) == 100, "nvdla_v1_cdma_t.d_fetch_grain: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_format) == 104, "nvdla_v1_cdma_t.d_weight_format: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_size_0) == 108, "nvdla_v1_cdma_t.d_weight_size_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_size_1) == 112, "nvdla_v1_cdma_t.d_weight_size_1: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_ram_type) == 116, "nvdla_v1_cdma_t.d_weight_ram_type: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_addr_high) == 120, "nvdla_v1_cdma_t.d_weight_addr_high: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_addr_low) == 124, "nvdla_v1_cdma_t.d_weight_addr_low: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_weight_bytes) == 128, "nvdla_v1_cdma_t.d_weight_bytes: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_wgs_addr_high) == 132, "nvdla_v1_cdma_t.d_wgs_addr_high: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_wgs_addr_low) == 136, "nvdla_v1_cdma_t.d_wgs_addr_low: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_addr_high) == 140, "nvdla_v1_cdma_t.d_wmb_addr_high: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_addr_low) == 144, "nvdla_v1_cdma_t.d_wmb_addr_low: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_wmb_bytes) == 148, "nvdla_v1_cdma_t.d_wmb_bytes: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_mean_format) == 152, "nvdla_v1_cdma_t.d_mean_format: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_mean_global_0) == 156, "nvdla_v1_cdma_t.d_mean_global_0: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_mean_global_1) == 160, "nvdla_v1_cdma_t.d_mean_global_1: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_cfg) == 164, "nvdla_v1_cdma_t.d_cvt_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_offset) == 168, "nvdla_v1_cdma_t.d_cvt_offset: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_cvt_scale) == 172, "nvdla_v1_cdma_t.d_cvt_scale: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_conv_stride) == 176, "nvdla_v1_cdma_t.d_conv_stride: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_zero_padding) == 180, "nvdla_v1_cdma_t.d_zero_padding: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_zero_padding_value) == 184, "nvdla_v1_cdma_t.d_zero_padding_value: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_bank) == 188, "nvdla_v1_cdma_t.d_bank: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_nan_flush_to_zero) == 192, "nvdla_v1_cdma_t.d_nan_flush_to_zero: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_nan_input_data_num) == 196, "nvdla_v1_cdma_t.d_nan_input_data_num: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_nan_input_weight_num) == 200, "nvdla_v1_cdma_t.d_nan_input_weight_num: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_inf_input_data_num) == 204, "nvdla_v1_cdma_t.d_inf_input_data_num: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_inf_input_weight_num) == 208, "nvdla_v1_cdma_t.d_inf_input_weight_num: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_perf_enable) == 212, "nvdla_v1_cdma_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_perf_dat_read_stall) == 216, "nvdla_v1_cdma_t.d_perf_dat_read_stall: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_perf_wt_read_stall) == 220, "nvdla_v1_cdma_t.d_perf_wt_read_stall: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_perf_dat_read_latency) == 224, "nvdla_v1_cdma_t.d_perf_dat_read_latency: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_perf_wt_read_latency) == 228, "nvdla_v1_cdma_t.d_perf_wt_read_latency: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, d_cya) == 232, "nvdla_v1_cdma_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_cdma_t, reserved) == 236, "nvdla_v1_cdma_t.reserved: offset");
 
 // Convolution sequence controller: feeds data and weights from the convolution buffer to the MAC arrays (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_csc_t {
+struct __attribute__((packed)) nvdla_v1_csc_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -343,52 +343,52 @@ struct __attribute__((packed)) nvdla_csc_t {
     uint32_t d_cya; // offset 100, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[998]; // offset 104, 3992 bytes
 };
-static_assert(sizeof(nvdla_csc_t) == 4096, "nvdla_csc_t: size");
-static_assert(offsetof(nvdla_csc_t, s_status) == 0, "nvdla_csc_t.s_status: offset");
-static_assert(offsetof(nvdla_csc_t, s_pointer) == 4, "nvdla_csc_t.s_pointer: offset");
-static_assert(offsetof(nvdla_csc_t, d_op_enable) == 8, "nvdla_csc_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_csc_t, d_misc_cfg) == 12, "nvdla_csc_t.d_misc_cfg: offset");
-static_assert(offsetof(nvdla_csc_t, d_datain_format) == 16, "nvdla_csc_t.d_datain_format: offset");
-static_assert(offsetof(nvdla_csc_t, d_datain_size_ext_0) == 20, "nvdla_csc_t.d_datain_size_ext_0: offset");
-static_assert(offsetof(nvdla_csc_t, d_datain_size_ext_1) == 24, "nvdla_csc_t.d_datain_size_ext_1: offset");
-static_assert(offsetof(nvdla_csc_t, d_batch_number) == 28, "nvdla_csc_t.d_batch_number: offset");
-static_assert(offsetof(nvdla_csc_t, d_post_y_extension) == 32, "nvdla_csc_t.d_post_y_extension: offset");
-static_assert(offsetof(nvdla_csc_t, d_entry_per_slice) == 36, "nvdla_csc_t.d_entry_per_slice: offset");
-static_assert(offsetof(nvdla_csc_t, d_weight_format) == 40, "nvdla_csc_t.d_weight_format: offset");
-static_assert(offsetof(nvdla_csc_t, d_weight_size_ext_0) == 44, "nvdla_csc_t.d_weight_size_ext_0: offset");
-static_assert(offsetof(nvdla_csc_t, d_weight_size_ext_1) == 48, "nvdla_csc_t.d_weight_size_ext_1: offset");
-static_assert(offsetof(nvdla_csc_t, d_weight_bytes) == 52, "nvdla_csc_t.d_weight_bytes: offset");
-static_assert(offsetof(nvdla_csc_t, d_wmb_bytes) == 56, "nvdla_csc_t.d_wmb_bytes: offset");
-static_assert(offsetof(nvdla_csc_t, d_dataout_size_0) == 60, "nvdla_csc_t.d_dataout_size_0: offset");
-static_assert(offsetof(nvdla_csc_t, d_dataout_size_1) == 64, "nvdla_csc_t.d_dataout_size_1: offset");
-static_assert(offsetof(nvdla_csc_t, d_atomics) == 68, "nvdla_csc_t.d_atomics: offset");
-static_assert(offsetof(nvdla_csc_t, d_release) == 72, "nvdla_csc_t.d_release: offset");
-static_assert(offsetof(nvdla_csc_t, d_conv_stride_ext) == 76, "nvdla_csc_t.d_conv_stride_ext: offset");
-static_assert(offsetof(nvdla_csc_t, d_dilation_ext) == 80, "nvdla_csc_t.d_dilation_ext: offset");
-static_assert(offsetof(nvdla_csc_t, d_zero_padding) == 84, "nvdla_csc_t.d_zero_padding: offset");
-static_assert(offsetof(nvdla_csc_t, d_zero_padding_value) == 88, "nvdla_csc_t.d_zero_padding_value: offset");
-static_assert(offsetof(nvdla_csc_t, d_bank) == 92, "nvdla_csc_t.d_bank: offset");
-static_assert(offsetof(nvdla_csc_t, d_pra_cfg) == 96, "nvdla_csc_t.d_pra_cfg: offset");
-static_assert(offsetof(nvdla_csc_t, d_cya) == 100, "nvdla_csc_t.d_cya: offset");
-static_assert(offsetof(nvdla_csc_t, reserved) == 104, "nvdla_csc_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_csc_t) == 4096, "nvdla_v1_csc_t: size");
+static_assert(offsetof(nvdla_v1_csc_t, s_status) == 0, "nvdla_v1_csc_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_csc_t, s_pointer) == 4, "nvdla_v1_csc_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_op_enable) == 8, "nvdla_v1_csc_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_misc_cfg) == 12, "nvdla_v1_csc_t.d_misc_cfg: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_datain_format) == 16, "nvdla_v1_csc_t.d_datain_format: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_datain_size_ext_0) == 20, "nvdla_v1_csc_t.d_datain_size_ext_0: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_datain_size_ext_1) == 24, "nvdla_v1_csc_t.d_datain_size_ext_1: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_batch_number) == 28, "nvdla_v1_csc_t.d_batch_number: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_post_y_extension) == 32, "nvdla_v1_csc_t.d_post_y_extension: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_entry_per_slice) == 36, "nvdla_v1_csc_t.d_entry_per_slice: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_weight_format) == 40, "nvdla_v1_csc_t.d_weight_format: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_weight_size_ext_0) == 44, "nvdla_v1_csc_t.d_weight_size_ext_0: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_weight_size_ext_1) == 48, "nvdla_v1_csc_t.d_weight_size_ext_1: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_weight_bytes) == 52, "nvdla_v1_csc_t.d_weight_bytes: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_wmb_bytes) == 56, "nvdla_v1_csc_t.d_wmb_bytes: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_dataout_size_0) == 60, "nvdla_v1_csc_t.d_dataout_size_0: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_dataout_size_1) == 64, "nvdla_v1_csc_t.d_dataout_size_1: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_atomics) == 68, "nvdla_v1_csc_t.d_atomics: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_release) == 72, "nvdla_v1_csc_t.d_release: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_conv_stride_ext) == 76, "nvdla_v1_csc_t.d_conv_stride_ext: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_dilation_ext) == 80, "nvdla_v1_csc_t.d_dilation_ext: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_zero_padding) == 84, "nvdla_v1_csc_t.d_zero_padding: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_zero_padding_value) == 88, "nvdla_v1_csc_t.d_zero_padding_value: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_bank) == 92, "nvdla_v1_csc_t.d_bank: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_pra_cfg) == 96, "nvdla_v1_csc_t.d_pra_cfg: offset");
+static_assert(offsetof(nvdla_v1_csc_t, d_cya) == 100, "nvdla_v1_csc_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_csc_t, reserved) == 104, "nvdla_v1_csc_t.reserved: offset");
 
 // A convolution MAC array (CMAC_A and CMAC_B are the two halves, with the same registers) (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cmac_t {
+struct __attribute__((packed)) nvdla_v1_cmac_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
     uint32_t d_misc_cfg; // offset 12, 4 bytes; one per register group; reset 0x1000
     uint32_t reserved[1020]; // offset 16, 4080 bytes
 };
-static_assert(sizeof(nvdla_cmac_t) == 4096, "nvdla_cmac_t: size");
-static_assert(offsetof(nvdla_cmac_t, s_status) == 0, "nvdla_cmac_t.s_status: offset");
-static_assert(offsetof(nvdla_cmac_t, s_pointer) == 4, "nvdla_cmac_t.s_pointer: offset");
-static_assert(offsetof(nvdla_cmac_t, d_op_enable) == 8, "nvdla_cmac_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_cmac_t, d_misc_cfg) == 12, "nvdla_cmac_t.d_misc_cfg: offset");
-static_assert(offsetof(nvdla_cmac_t, reserved) == 16, "nvdla_cmac_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cmac_t) == 4096, "nvdla_v1_cmac_t: size");
+static_assert(offsetof(nvdla_v1_cmac_t, s_status) == 0, "nvdla_v1_cmac_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_cmac_t, s_pointer) == 4, "nvdla_v1_cmac_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_cmac_t, d_op_enable) == 8, "nvdla_v1_cmac_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_cmac_t, d_misc_cfg) == 12, "nvdla_v1_cmac_t.d_misc_cfg: offset");
+static_assert(offsetof(nvdla_v1_cmac_t, reserved) == 16, "nvdla_v1_cmac_t.reserved: offset");
 
 // Convolution accumulator: sums partial results, truncates (CLIP_CFG) and sends the result to the SDP (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cacc_t {
+struct __attribute__((packed)) nvdla_v1_cacc_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -405,25 +405,25 @@ struct __attribute__((packed)) nvdla_cacc_t {
     uint32_t d_cya; // offset 52, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[1010]; // offset 56, 4040 bytes
 };
-static_assert(sizeof(nvdla_cacc_t) == 4096, "nvdla_cacc_t: size");
-static_assert(offsetof(nvdla_cacc_t, s_status) == 0, "nvdla_cacc_t.s_status: offset");
-static_assert(offsetof(nvdla_cacc_t, s_pointer) == 4, "nvdla_cacc_t.s_pointer: offset");
-static_assert(offsetof(nvdla_cacc_t, d_op_enable) == 8, "nvdla_cacc_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_cacc_t, d_misc_cfg) == 12, "nvdla_cacc_t.d_misc_cfg: offset");
-static_assert(offsetof(nvdla_cacc_t, d_dataout_size_0) == 16, "nvdla_cacc_t.d_dataout_size_0: offset");
-static_assert(offsetof(nvdla_cacc_t, d_dataout_size_1) == 20, "nvdla_cacc_t.d_dataout_size_1: offset");
-static_assert(offsetof(nvdla_cacc_t, d_dataout_addr) == 24, "nvdla_cacc_t.d_dataout_addr: offset");
-static_assert(offsetof(nvdla_cacc_t, d_batch_number) == 28, "nvdla_cacc_t.d_batch_number: offset");
-static_assert(offsetof(nvdla_cacc_t, d_line_stride) == 32, "nvdla_cacc_t.d_line_stride: offset");
-static_assert(offsetof(nvdla_cacc_t, d_surf_stride) == 36, "nvdla_cacc_t.d_surf_stride: offset");
-static_assert(offsetof(nvdla_cacc_t, d_dataout_map) == 40, "nvdla_cacc_t.d_dataout_map: offset");
-static_assert(offsetof(nvdla_cacc_t, d_clip_cfg) == 44, "nvdla_cacc_t.d_clip_cfg: offset");
-static_assert(offsetof(nvdla_cacc_t, d_out_saturation) == 48, "nvdla_cacc_t.d_out_saturation: offset");
-static_assert(offsetof(nvdla_cacc_t, d_cya) == 52, "nvdla_cacc_t.d_cya: offset");
-static_assert(offsetof(nvdla_cacc_t, reserved) == 56, "nvdla_cacc_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cacc_t) == 4096, "nvdla_v1_cacc_t: size");
+static_assert(offsetof(nvdla_v1_cacc_t, s_status) == 0, "nvdla_v1_cacc_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, s_pointer) == 4, "nvdla_v1_cacc_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_op_enable) == 8, "nvdla_v1_cacc_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_misc_cfg) == 12, "nvdla_v1_cacc_t.d_misc_cfg: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_size_0) == 16, "nvdla_v1_cacc_t.d_dataout_size_0: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_size_1) == 20, "nvdla_v1_cacc_t.d_dataout_size_1: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_addr) == 24, "nvdla_v1_cacc_t.d_dataout_addr: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_batch_number) == 28, "nvdla_v1_cacc_t.d_batch_number: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_line_stride) == 32, "nvdla_v1_cacc_t.d_line_stride: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_surf_stride) == 36, "nvdla_v1_cacc_t.d_surf_stride: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_dataout_map) == 40, "nvdla_v1_cacc_t.d_dataout_map: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_clip_cfg) == 44, "nvdla_v1_cacc_t.d_clip_cfg: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_out_saturation) == 48, "nvdla_v1_cacc_t.d_out_saturation: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, d_cya) == 52, "nvdla_v1_cacc_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_cacc_t, reserved) == 56, "nvdla_v1_cacc_t.reserved: offset");
 
 // SDP read DMA: the SDP's input cube (when it does not come on the fly from CACC) and the X1 (BS), X2 (BN) and Y (EW) operands (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_sdp_rdma_t {
+struct __attribute__((packed)) nvdla_v1_sdp_rdma_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -463,48 +463,48 @@ struct __attribute__((packed)) nvdla_sdp_rdma_t {
     uint32_t d_perf_erdma_read_stall; // offset 144, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[987]; // offset 148, 3948 bytes
 };
-static_assert(sizeof(nvdla_sdp_rdma_t) == 4096, "nvdla_sdp_rdma_t: size");
-static_assert(offsetof(nvdla_sdp_rdma_t, s_status) == 0, "nvdla_sdp_rdma_t.s_status: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, s_pointer) == 4, "nvdla_sdp_rdma_t.s_pointer: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_op_enable) == 8, "nvdla_sdp_rdma_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_width) == 12, "nvdla_sdp_rdma_t.d_data_cube_width: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_height) == 16, "nvdla_sdp_rdma_t.d_data_cube_height: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_data_cube_channel) == 20, "nvdla_sdp_rdma_t.d_data_cube_channel: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_sdp_rdma_t.d_src_base_addr_low: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_sdp_rdma_t.d_src_base_addr_high: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_src_line_stride) == 32, "nvdla_sdp_rdma_t.d_src_line_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_src_surface_stride) == 36, "nvdla_sdp_rdma_t.d_src_surface_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_brdma_cfg) == 40, "nvdla_sdp_rdma_t.d_brdma_cfg: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_base_addr_low) == 44, "nvdla_sdp_rdma_t.d_bs_base_addr_low: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_base_addr_high) == 48, "nvdla_sdp_rdma_t.d_bs_base_addr_high: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_line_stride) == 52, "nvdla_sdp_rdma_t.d_bs_line_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_surface_stride) == 56, "nvdla_sdp_rdma_t.d_bs_surface_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bs_batch_stride) == 60, "nvdla_sdp_rdma_t.d_bs_batch_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_nrdma_cfg) == 64, "nvdla_sdp_rdma_t.d_nrdma_cfg: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_base_addr_low) == 68, "nvdla_sdp_rdma_t.d_bn_base_addr_low: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_base_addr_high) == 72, "nvdla_sdp_rdma_t.d_bn_base_addr_high: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_line_stride) == 76, "nvdla_sdp_rdma_t.d_bn_line_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_surface_stride) == 80, "nvdla_sdp_rdma_t.d_bn_surface_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_bn_batch_stride) == 84, "nvdla_sdp_rdma_t.d_bn_batch_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_erdma_cfg) == 88, "nvdla_sdp_rdma_t.d_erdma_cfg: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_base_addr_low) == 92, "nvdla_sdp_rdma_t.d_ew_base_addr_low: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_base_addr_high) == 96, "nvdla_sdp_rdma_t.d_ew_base_addr_high: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_line_stride) == 100, "nvdla_sdp_rdma_t.d_ew_line_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_surface_stride) == 104, "nvdla_sdp_rdma_t.d_ew_surface_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_ew_batch_stride) == 108, "nvdla_sdp_rdma_t.d_ew_batch_stride: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_feature_mode_cfg) == 112, "nvdla_sdp_rdma_t.d_feature_mode_cfg: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_src_dma_cfg) == 116, "nvdla_sdp_rdma_t.d_src_dma_cfg: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_status_nan_input_num) == 120, "nvdla_sdp_rdma_t.d_status_nan_input_num: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_status_inf_input_num) == 124, "nvdla_sdp_rdma_t.d_status_inf_input_num: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_enable) == 128, "nvdla_sdp_rdma_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_mrdma_read_stall) == 132, "nvdla_sdp_rdma_t.d_perf_mrdma_read_stall: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_brdma_read_stall) == 136, "nvdla_sdp_rdma_t.d_perf_brdma_read_stall: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_nrdma_read_stall) == 140, "nvdla_sdp_rdma_t.d_perf_nrdma_read_stall: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, d_perf_erdma_read_stall) == 144, "nvdla_sdp_rdma_t.d_perf_erdma_read_stall: offset");
-static_assert(offsetof(nvdla_sdp_rdma_t, reserved) == 148, "nvdla_sdp_rdma_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_sdp_rdma_t) == 4096, "nvdla_v1_sdp_rdma_t: size");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, s_status) == 0, "nvdla_v1_sdp_rdma_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, s_pointer) == 4, "nvdla_v1_sdp_rdma_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_op_enable) == 8, "nvdla_v1_sdp_rdma_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_width) == 12, "nvdla_v1_sdp_rdma_t.d_data_cube_width: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_height) == 16, "nvdla_v1_sdp_rdma_t.d_data_cube_height: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_data_cube_channel) == 20, "nvdla_v1_sdp_rdma_t.d_data_cube_channel: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_v1_sdp_rdma_t.d_src_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_v1_sdp_rdma_t.d_src_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_line_stride) == 32, "nvdla_v1_sdp_rdma_t.d_src_line_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_surface_stride) == 36, "nvdla_v1_sdp_rdma_t.d_src_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_brdma_cfg) == 40, "nvdla_v1_sdp_rdma_t.d_brdma_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_base_addr_low) == 44, "nvdla_v1_sdp_rdma_t.d_bs_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_base_addr_high) == 48, "nvdla_v1_sdp_rdma_t.d_bs_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_line_stride) == 52, "nvdla_v1_sdp_rdma_t.d_bs_line_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_surface_stride) == 56, "nvdla_v1_sdp_rdma_t.d_bs_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bs_batch_stride) == 60, "nvdla_v1_sdp_rdma_t.d_bs_batch_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_nrdma_cfg) == 64, "nvdla_v1_sdp_rdma_t.d_nrdma_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_base_addr_low) == 68, "nvdla_v1_sdp_rdma_t.d_bn_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_base_addr_high) == 72, "nvdla_v1_sdp_rdma_t.d_bn_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_line_stride) == 76, "nvdla_v1_sdp_rdma_t.d_bn_line_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_surface_stride) == 80, "nvdla_v1_sdp_rdma_t.d_bn_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_bn_batch_stride) == 84, "nvdla_v1_sdp_rdma_t.d_bn_batch_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_erdma_cfg) == 88, "nvdla_v1_sdp_rdma_t.d_erdma_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_base_addr_low) == 92, "nvdla_v1_sdp_rdma_t.d_ew_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_base_addr_high) == 96, "nvdla_v1_sdp_rdma_t.d_ew_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_line_stride) == 100, "nvdla_v1_sdp_rdma_t.d_ew_line_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_surface_stride) == 104, "nvdla_v1_sdp_rdma_t.d_ew_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_ew_batch_stride) == 108, "nvdla_v1_sdp_rdma_t.d_ew_batch_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_feature_mode_cfg) == 112, "nvdla_v1_sdp_rdma_t.d_feature_mode_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_src_dma_cfg) == 116, "nvdla_v1_sdp_rdma_t.d_src_dma_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_status_nan_input_num) == 120, "nvdla_v1_sdp_rdma_t.d_status_nan_input_num: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_status_inf_input_num) == 124, "nvdla_v1_sdp_rdma_t.d_status_inf_input_num: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_enable) == 128, "nvdla_v1_sdp_rdma_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_mrdma_read_stall) == 132, "nvdla_v1_sdp_rdma_t.d_perf_mrdma_read_stall: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_brdma_read_stall) == 136, "nvdla_v1_sdp_rdma_t.d_perf_brdma_read_stall: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_nrdma_read_stall) == 140, "nvdla_v1_sdp_rdma_t.d_perf_nrdma_read_stall: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, d_perf_erdma_read_stall) == 144, "nvdla_v1_sdp_rdma_t.d_perf_erdma_read_stall: offset");
+static_assert(offsetof(nvdla_v1_sdp_rdma_t, reserved) == 148, "nvdla_v1_sdp_rdma_t.reserved: offset");
 
 // Single data point processor: X1 (BS), X2 (BN) and Y (EW) stages, the LUT, the output converter (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_sdp_t {
+struct __attribute__((packed)) nvdla_v1_sdp_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t s_lut_access_cfg; // offset 8, 4 bytes; reset 0x0
@@ -570,74 +570,74 @@ struct __attribute__((packed)) nvdla_sdp_t {
     uint32_t d_perf_lut_lo_hit; // offset 248, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[961]; // offset 252, 3844 bytes
 };
-static_assert(sizeof(nvdla_sdp_t) == 4096, "nvdla_sdp_t: size");
-static_assert(offsetof(nvdla_sdp_t, s_status) == 0, "nvdla_sdp_t.s_status: offset");
-static_assert(offsetof(nvdla_sdp_t, s_pointer) == 4, "nvdla_sdp_t.s_pointer: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_access_cfg) == 8, "nvdla_sdp_t.s_lut_access_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_access_data) == 12, "nvdla_sdp_t.s_lut_access_data: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_cfg) == 16, "nvdla_sdp_t.s_lut_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_info) == 20, "nvdla_sdp_t.s_lut_info: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_le_start) == 24, "nvdla_sdp_t.s_lut_le_start: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_le_end) == 28, "nvdla_sdp_t.s_lut_le_end: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_lo_start) == 32, "nvdla_sdp_t.s_lut_lo_start: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_lo_end) == 36, "nvdla_sdp_t.s_lut_lo_end: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_le_slope_scale) == 40, "nvdla_sdp_t.s_lut_le_slope_scale: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_le_slope_shift) == 44, "nvdla_sdp_t.s_lut_le_slope_shift: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_lo_slope_scale) == 48, "nvdla_sdp_t.s_lut_lo_slope_scale: offset");
-static_assert(offsetof(nvdla_sdp_t, s_lut_lo_slope_shift) == 52, "nvdla_sdp_t.s_lut_lo_slope_shift: offset");
-static_assert(offsetof(nvdla_sdp_t, d_op_enable) == 56, "nvdla_sdp_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_sdp_t, d_data_cube_width) == 60, "nvdla_sdp_t.d_data_cube_width: offset");
-static_assert(offsetof(nvdla_sdp_t, d_data_cube_height) == 64, "nvdla_sdp_t.d_data_cube_height: offset");
-static_assert(offsetof(nvdla_sdp_t, d_data_cube_channel) == 68, "nvdla_sdp_t.d_data_cube_channel: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_base_addr_low) == 72, "nvdla_sdp_t.d_dst_base_addr_low: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_base_addr_high) == 76, "nvdla_sdp_t.d_dst_base_addr_high: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_line_stride) == 80, "nvdla_sdp_t.d_dst_line_stride: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_surface_stride) == 84, "nvdla_sdp_t.d_dst_surface_stride: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bs_cfg) == 88, "nvdla_sdp_t.d_dp_bs_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bs_alu_cfg) == 92, "nvdla_sdp_t.d_dp_bs_alu_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bs_alu_src_value) == 96, "nvdla_sdp_t.d_dp_bs_alu_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bs_mul_cfg) == 100, "nvdla_sdp_t.d_dp_bs_mul_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bs_mul_src_value) == 104, "nvdla_sdp_t.d_dp_bs_mul_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bn_cfg) == 108, "nvdla_sdp_t.d_dp_bn_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bn_alu_cfg) == 112, "nvdla_sdp_t.d_dp_bn_alu_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bn_alu_src_value) == 116, "nvdla_sdp_t.d_dp_bn_alu_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bn_mul_cfg) == 120, "nvdla_sdp_t.d_dp_bn_mul_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_bn_mul_src_value) == 124, "nvdla_sdp_t.d_dp_bn_mul_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_cfg) == 128, "nvdla_sdp_t.d_dp_ew_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cfg) == 132, "nvdla_sdp_t.d_dp_ew_alu_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_src_value) == 136, "nvdla_sdp_t.d_dp_ew_alu_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_offset_value) == 140, "nvdla_sdp_t.d_dp_ew_alu_cvt_offset_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_scale_value) == 144, "nvdla_sdp_t.d_dp_ew_alu_cvt_scale_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_alu_cvt_truncate_value) == 148, "nvdla_sdp_t.d_dp_ew_alu_cvt_truncate_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cfg) == 152, "nvdla_sdp_t.d_dp_ew_mul_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_src_value) == 156, "nvdla_sdp_t.d_dp_ew_mul_src_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_offset_value) == 160, "nvdla_sdp_t.d_dp_ew_mul_cvt_offset_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_scale_value) == 164, "nvdla_sdp_t.d_dp_ew_mul_cvt_scale_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_mul_cvt_truncate_value) == 168, "nvdla_sdp_t.d_dp_ew_mul_cvt_truncate_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dp_ew_truncate_value) == 172, "nvdla_sdp_t.d_dp_ew_truncate_value: offset");
-static_assert(offsetof(nvdla_sdp_t, d_feature_mode_cfg) == 176, "nvdla_sdp_t.d_feature_mode_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_dma_cfg) == 180, "nvdla_sdp_t.d_dst_dma_cfg: offset");
-static_assert(offsetof(nvdla_sdp_t, d_dst_batch_stride) == 184, "nvdla_sdp_t.d_dst_batch_stride: offset");
-static_assert(offsetof(nvdla_sdp_t, d_data_format) == 188, "nvdla_sdp_t.d_data_format: offset");
-static_assert(offsetof(nvdla_sdp_t, d_cvt_offset) == 192, "nvdla_sdp_t.d_cvt_offset: offset");
-static_assert(offsetof(nvdla_sdp_t, d_cvt_scale) == 196, "nvdla_sdp_t.d_cvt_scale: offset");
-static_assert(offsetof(nvdla_sdp_t, d_cvt_shift) == 200, "nvdla_sdp_t.d_cvt_shift: offset");
-static_assert(offsetof(nvdla_sdp_t, d_status) == 204, "nvdla_sdp_t.d_status: offset");
-static_assert(offsetof(nvdla_sdp_t, d_status_nan_input_num) == 208, "nvdla_sdp_t.d_status_nan_input_num: offset");
-static_assert(offsetof(nvdla_sdp_t, d_status_inf_input_num) == 212, "nvdla_sdp_t.d_status_inf_input_num: offset");
-static_assert(offsetof(nvdla_sdp_t, d_status_nan_output_num) == 216, "nvdla_sdp_t.d_status_nan_output_num: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_enable) == 220, "nvdla_sdp_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_wdma_write_stall) == 224, "nvdla_sdp_t.d_perf_wdma_write_stall: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_lut_uflow) == 228, "nvdla_sdp_t.d_perf_lut_uflow: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_lut_oflow) == 232, "nvdla_sdp_t.d_perf_lut_oflow: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_out_saturation) == 236, "nvdla_sdp_t.d_perf_out_saturation: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_lut_hybrid) == 240, "nvdla_sdp_t.d_perf_lut_hybrid: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_lut_le_hit) == 244, "nvdla_sdp_t.d_perf_lut_le_hit: offset");
-static_assert(offsetof(nvdla_sdp_t, d_perf_lut_lo_hit) == 248, "nvdla_sdp_t.d_perf_lut_lo_hit: offset");
-static_assert(offsetof(nvdla_sdp_t, reserved) == 252, "nvdla_sdp_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_sdp_t) == 4096, "nvdla_v1_sdp_t: size");
+static_assert(offsetof(nvdla_v1_sdp_t, s_status) == 0, "nvdla_v1_sdp_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_pointer) == 4, "nvdla_v1_sdp_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_access_cfg) == 8, "nvdla_v1_sdp_t.s_lut_access_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_access_data) == 12, "nvdla_v1_sdp_t.s_lut_access_data: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_cfg) == 16, "nvdla_v1_sdp_t.s_lut_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_info) == 20, "nvdla_v1_sdp_t.s_lut_info: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_start) == 24, "nvdla_v1_sdp_t.s_lut_le_start: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_end) == 28, "nvdla_v1_sdp_t.s_lut_le_end: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_start) == 32, "nvdla_v1_sdp_t.s_lut_lo_start: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_end) == 36, "nvdla_v1_sdp_t.s_lut_lo_end: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_slope_scale) == 40, "nvdla_v1_sdp_t.s_lut_le_slope_scale: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_le_slope_shift) == 44, "nvdla_v1_sdp_t.s_lut_le_slope_shift: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_slope_scale) == 48, "nvdla_v1_sdp_t.s_lut_lo_slope_scale: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, s_lut_lo_slope_shift) == 52, "nvdla_v1_sdp_t.s_lut_lo_slope_shift: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_op_enable) == 56, "nvdla_v1_sdp_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_width) == 60, "nvdla_v1_sdp_t.d_data_cube_width: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_height) == 64, "nvdla_v1_sdp_t.d_data_cube_height: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_data_cube_channel) == 68, "nvdla_v1_sdp_t.d_data_cube_channel: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_base_addr_low) == 72, "nvdla_v1_sdp_t.d_dst_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_base_addr_high) == 76, "nvdla_v1_sdp_t.d_dst_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_line_stride) == 80, "nvdla_v1_sdp_t.d_dst_line_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_surface_stride) == 84, "nvdla_v1_sdp_t.d_dst_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_cfg) == 88, "nvdla_v1_sdp_t.d_dp_bs_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_alu_cfg) == 92, "nvdla_v1_sdp_t.d_dp_bs_alu_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_alu_src_value) == 96, "nvdla_v1_sdp_t.d_dp_bs_alu_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_mul_cfg) == 100, "nvdla_v1_sdp_t.d_dp_bs_mul_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bs_mul_src_value) == 104, "nvdla_v1_sdp_t.d_dp_bs_mul_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_cfg) == 108, "nvdla_v1_sdp_t.d_dp_bn_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_alu_cfg) == 112, "nvdla_v1_sdp_t.d_dp_bn_alu_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_alu_src_value) == 116, "nvdla_v1_sdp_t.d_dp_bn_alu_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_mul_cfg) == 120, "nvdla_v1_sdp_t.d_dp_bn_mul_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_bn_mul_src_value) == 124, "nvdla_v1_sdp_t.d_dp_bn_mul_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_cfg) == 128, "nvdla_v1_sdp_t.d_dp_ew_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cfg) == 132, "nvdla_v1_sdp_t.d_dp_ew_alu_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_src_value) == 136, "nvdla_v1_sdp_t.d_dp_ew_alu_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_offset_value) == 140, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_offset_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_scale_value) == 144, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_scale_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_alu_cvt_truncate_value) == 148, "nvdla_v1_sdp_t.d_dp_ew_alu_cvt_truncate_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cfg) == 152, "nvdla_v1_sdp_t.d_dp_ew_mul_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_src_value) == 156, "nvdla_v1_sdp_t.d_dp_ew_mul_src_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_offset_value) == 160, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_offset_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_scale_value) == 164, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_scale_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_mul_cvt_truncate_value) == 168, "nvdla_v1_sdp_t.d_dp_ew_mul_cvt_truncate_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dp_ew_truncate_value) == 172, "nvdla_v1_sdp_t.d_dp_ew_truncate_value: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_feature_mode_cfg) == 176, "nvdla_v1_sdp_t.d_feature_mode_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_dma_cfg) == 180, "nvdla_v1_sdp_t.d_dst_dma_cfg: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_dst_batch_stride) == 184, "nvdla_v1_sdp_t.d_dst_batch_stride: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_data_format) == 188, "nvdla_v1_sdp_t.d_data_format: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_offset) == 192, "nvdla_v1_sdp_t.d_cvt_offset: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_scale) == 196, "nvdla_v1_sdp_t.d_cvt_scale: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_cvt_shift) == 200, "nvdla_v1_sdp_t.d_cvt_shift: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_status) == 204, "nvdla_v1_sdp_t.d_status: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_status_nan_input_num) == 208, "nvdla_v1_sdp_t.d_status_nan_input_num: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_status_inf_input_num) == 212, "nvdla_v1_sdp_t.d_status_inf_input_num: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_status_nan_output_num) == 216, "nvdla_v1_sdp_t.d_status_nan_output_num: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_enable) == 220, "nvdla_v1_sdp_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_wdma_write_stall) == 224, "nvdla_v1_sdp_t.d_perf_wdma_write_stall: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_uflow) == 228, "nvdla_v1_sdp_t.d_perf_lut_uflow: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_oflow) == 232, "nvdla_v1_sdp_t.d_perf_lut_oflow: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_out_saturation) == 236, "nvdla_v1_sdp_t.d_perf_out_saturation: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_hybrid) == 240, "nvdla_v1_sdp_t.d_perf_lut_hybrid: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_le_hit) == 244, "nvdla_v1_sdp_t.d_perf_lut_le_hit: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, d_perf_lut_lo_hit) == 248, "nvdla_v1_sdp_t.d_perf_lut_lo_hit: offset");
+static_assert(offsetof(nvdla_v1_sdp_t, reserved) == 252, "nvdla_v1_sdp_t.reserved: offset");
 
 // PDP read DMA: the pooling input when it comes from memory (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_pdp_rdma_t {
+struct __attribute__((packed)) nvdla_v1_pdp_rdma_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -660,31 +660,31 @@ struct __attribute__((packed)) nvdla_pdp_rdma_t {
     uint32_t d_cya; // offset 76, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[1004]; // offset 80, 4016 bytes
 };
-static_assert(sizeof(nvdla_pdp_rdma_t) == 4096, "nvdla_pdp_rdma_t: size");
-static_assert(offsetof(nvdla_pdp_rdma_t, s_status) == 0, "nvdla_pdp_rdma_t.s_status: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, s_pointer) == 4, "nvdla_pdp_rdma_t.s_pointer: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_op_enable) == 8, "nvdla_pdp_rdma_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_width) == 12, "nvdla_pdp_rdma_t.d_data_cube_in_width: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_height) == 16, "nvdla_pdp_rdma_t.d_data_cube_in_height: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_data_cube_in_channel) == 20, "nvdla_pdp_rdma_t.d_data_cube_in_channel: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_flying_mode) == 24, "nvdla_pdp_rdma_t.d_flying_mode: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_src_base_addr_low) == 28, "nvdla_pdp_rdma_t.d_src_base_addr_low: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_src_base_addr_high) == 32, "nvdla_pdp_rdma_t.d_src_base_addr_high: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_src_line_stride) == 36, "nvdla_pdp_rdma_t.d_src_line_stride: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_src_surface_stride) == 40, "nvdla_pdp_rdma_t.d_src_surface_stride: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_src_ram_cfg) == 44, "nvdla_pdp_rdma_t.d_src_ram_cfg: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_data_format) == 48, "nvdla_pdp_rdma_t.d_data_format: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_operation_mode_cfg) == 52, "nvdla_pdp_rdma_t.d_operation_mode_cfg: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_pooling_kernel_cfg) == 56, "nvdla_pdp_rdma_t.d_pooling_kernel_cfg: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_pooling_padding_cfg) == 60, "nvdla_pdp_rdma_t.d_pooling_padding_cfg: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_partial_width_in) == 64, "nvdla_pdp_rdma_t.d_partial_width_in: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_perf_enable) == 68, "nvdla_pdp_rdma_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_perf_read_stall) == 72, "nvdla_pdp_rdma_t.d_perf_read_stall: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, d_cya) == 76, "nvdla_pdp_rdma_t.d_cya: offset");
-static_assert(offsetof(nvdla_pdp_rdma_t, reserved) == 80, "nvdla_pdp_rdma_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_pdp_rdma_t) == 4096, "nvdla_v1_pdp_rdma_t: size");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, s_status) == 0, "nvdla_v1_pdp_rdma_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, s_pointer) == 4, "nvdla_v1_pdp_rdma_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_op_enable) == 8, "nvdla_v1_pdp_rdma_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_width) == 12, "nvdla_v1_pdp_rdma_t.d_data_cube_in_width: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_height) == 16, "nvdla_v1_pdp_rdma_t.d_data_cube_in_height: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_cube_in_channel) == 20, "nvdla_v1_pdp_rdma_t.d_data_cube_in_channel: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_flying_mode) == 24, "nvdla_v1_pdp_rdma_t.d_flying_mode: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_base_addr_low) == 28, "nvdla_v1_pdp_rdma_t.d_src_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_base_addr_high) == 32, "nvdla_v1_pdp_rdma_t.d_src_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_line_stride) == 36, "nvdla_v1_pdp_rdma_t.d_src_line_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_surface_stride) == 40, "nvdla_v1_pdp_rdma_t.d_src_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_src_ram_cfg) == 44, "nvdla_v1_pdp_rdma_t.d_src_ram_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_data_format) == 48, "nvdla_v1_pdp_rdma_t.d_data_format: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_operation_mode_cfg) == 52, "nvdla_v1_pdp_rdma_t.d_operation_mode_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_pooling_kernel_cfg) == 56, "nvdla_v1_pdp_rdma_t.d_pooling_kernel_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_pooling_padding_cfg) == 60, "nvdla_v1_pdp_rdma_t.d_pooling_padding_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_partial_width_in) == 64, "nvdla_v1_pdp_rdma_t.d_partial_width_in: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_perf_enable) == 68, "nvdla_v1_pdp_rdma_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_perf_read_stall) == 72, "nvdla_v1_pdp_rdma_t.d_perf_read_stall: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, d_cya) == 76, "nvdla_v1_pdp_rdma_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_pdp_rdma_t, reserved) == 80, "nvdla_v1_pdp_rdma_t.reserved: offset");
 
 // Planar data processor: max, min and average pooling (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_pdp_t {
+struct __attribute__((packed)) nvdla_v1_pdp_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -727,51 +727,51 @@ struct __attribute__((packed)) nvdla_pdp_t {
     uint32_t d_cya; // offset 156, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[984]; // offset 160, 3936 bytes
 };
-static_assert(sizeof(nvdla_pdp_t) == 4096, "nvdla_pdp_t: size");
-static_assert(offsetof(nvdla_pdp_t, s_status) == 0, "nvdla_pdp_t.s_status: offset");
-static_assert(offsetof(nvdla_pdp_t, s_pointer) == 4, "nvdla_pdp_t.s_pointer: offset");
-static_assert(offsetof(nvdla_pdp_t, d_op_enable) == 8, "nvdla_pdp_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_width) == 12, "nvdla_pdp_t.d_data_cube_in_width: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_height) == 16, "nvdla_pdp_t.d_data_cube_in_height: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_in_channel) == 20, "nvdla_pdp_t.d_data_cube_in_channel: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_width) == 24, "nvdla_pdp_t.d_data_cube_out_width: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_height) == 28, "nvdla_pdp_t.d_data_cube_out_height: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_cube_out_channel) == 32, "nvdla_pdp_t.d_data_cube_out_channel: offset");
-static_assert(offsetof(nvdla_pdp_t, d_operation_mode_cfg) == 36, "nvdla_pdp_t.d_operation_mode_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_nan_flush_to_zero) == 40, "nvdla_pdp_t.d_nan_flush_to_zero: offset");
-static_assert(offsetof(nvdla_pdp_t, d_partial_width_in) == 44, "nvdla_pdp_t.d_partial_width_in: offset");
-static_assert(offsetof(nvdla_pdp_t, d_partial_width_out) == 48, "nvdla_pdp_t.d_partial_width_out: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_kernel_cfg) == 52, "nvdla_pdp_t.d_pooling_kernel_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_recip_kernel_width) == 56, "nvdla_pdp_t.d_recip_kernel_width: offset");
-static_assert(offsetof(nvdla_pdp_t, d_recip_kernel_height) == 60, "nvdla_pdp_t.d_recip_kernel_height: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_cfg) == 64, "nvdla_pdp_t.d_pooling_padding_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_1_cfg) == 68, "nvdla_pdp_t.d_pooling_padding_value_1_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_2_cfg) == 72, "nvdla_pdp_t.d_pooling_padding_value_2_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_3_cfg) == 76, "nvdla_pdp_t.d_pooling_padding_value_3_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_4_cfg) == 80, "nvdla_pdp_t.d_pooling_padding_value_4_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_5_cfg) == 84, "nvdla_pdp_t.d_pooling_padding_value_5_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_6_cfg) == 88, "nvdla_pdp_t.d_pooling_padding_value_6_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_pooling_padding_value_7_cfg) == 92, "nvdla_pdp_t.d_pooling_padding_value_7_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_src_base_addr_low) == 96, "nvdla_pdp_t.d_src_base_addr_low: offset");
-static_assert(offsetof(nvdla_pdp_t, d_src_base_addr_high) == 100, "nvdla_pdp_t.d_src_base_addr_high: offset");
-static_assert(offsetof(nvdla_pdp_t, d_src_line_stride) == 104, "nvdla_pdp_t.d_src_line_stride: offset");
-static_assert(offsetof(nvdla_pdp_t, d_src_surface_stride) == 108, "nvdla_pdp_t.d_src_surface_stride: offset");
-static_assert(offsetof(nvdla_pdp_t, d_dst_base_addr_low) == 112, "nvdla_pdp_t.d_dst_base_addr_low: offset");
-static_assert(offsetof(nvdla_pdp_t, d_dst_base_addr_high) == 116, "nvdla_pdp_t.d_dst_base_addr_high: offset");
-static_assert(offsetof(nvdla_pdp_t, d_dst_line_stride) == 120, "nvdla_pdp_t.d_dst_line_stride: offset");
-static_assert(offsetof(nvdla_pdp_t, d_dst_surface_stride) == 124, "nvdla_pdp_t.d_dst_surface_stride: offset");
-static_assert(offsetof(nvdla_pdp_t, d_dst_ram_cfg) == 128, "nvdla_pdp_t.d_dst_ram_cfg: offset");
-static_assert(offsetof(nvdla_pdp_t, d_data_format) == 132, "nvdla_pdp_t.d_data_format: offset");
-static_assert(offsetof(nvdla_pdp_t, d_inf_input_num) == 136, "nvdla_pdp_t.d_inf_input_num: offset");
-static_assert(offsetof(nvdla_pdp_t, d_nan_input_num) == 140, "nvdla_pdp_t.d_nan_input_num: offset");
-static_assert(offsetof(nvdla_pdp_t, d_nan_output_num) == 144, "nvdla_pdp_t.d_nan_output_num: offset");
-static_assert(offsetof(nvdla_pdp_t, d_perf_enable) == 148, "nvdla_pdp_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_pdp_t, d_perf_write_stall) == 152, "nvdla_pdp_t.d_perf_write_stall: offset");
-static_assert(offsetof(nvdla_pdp_t, d_cya) == 156, "nvdla_pdp_t.d_cya: offset");
-static_assert(offsetof(nvdla_pdp_t, reserved) == 160, "nvdla_pdp_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_pdp_t) == 4096, "nvdla_v1_pdp_t: size");
+static_assert(offsetof(nvdla_v1_pdp_t, s_status) == 0, "nvdla_v1_pdp_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, s_pointer) == 4, "nvdla_v1_pdp_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_op_enable) == 8, "nvdla_v1_pdp_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_width) == 12, "nvdla_v1_pdp_t.d_data_cube_in_width: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_height) == 16, "nvdla_v1_pdp_t.d_data_cube_in_height: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_in_channel) == 20, "nvdla_v1_pdp_t.d_data_cube_in_channel: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_width) == 24, "nvdla_v1_pdp_t.d_data_cube_out_width: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_height) == 28, "nvdla_v1_pdp_t.d_data_cube_out_height: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_cube_out_channel) == 32, "nvdla_v1_pdp_t.d_data_cube_out_channel: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_operation_mode_cfg) == 36, "nvdla_v1_pdp_t.d_operation_mode_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_nan_flush_to_zero) == 40, "nvdla_v1_pdp_t.d_nan_flush_to_zero: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_partial_width_in) == 44, "nvdla_v1_pdp_t.d_partial_width_in: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_partial_width_out) == 48, "nvdla_v1_pdp_t.d_partial_width_out: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_kernel_cfg) == 52, "nvdla_v1_pdp_t.d_pooling_kernel_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_recip_kernel_width) == 56, "nvdla_v1_pdp_t.d_recip_kernel_width: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_recip_kernel_height) == 60, "nvdla_v1_pdp_t.d_recip_kernel_height: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_cfg) == 64, "nvdla_v1_pdp_t.d_pooling_padding_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_1_cfg) == 68, "nvdla_v1_pdp_t.d_pooling_padding_value_1_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_2_cfg) == 72, "nvdla_v1_pdp_t.d_pooling_padding_value_2_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_3_cfg) == 76, "nvdla_v1_pdp_t.d_pooling_padding_value_3_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_4_cfg) == 80, "nvdla_v1_pdp_t.d_pooling_padding_value_4_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_5_cfg) == 84, "nvdla_v1_pdp_t.d_pooling_padding_value_5_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_6_cfg) == 88, "nvdla_v1_pdp_t.d_pooling_padding_value_6_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_pooling_padding_value_7_cfg) == 92, "nvdla_v1_pdp_t.d_pooling_padding_value_7_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_src_base_addr_low) == 96, "nvdla_v1_pdp_t.d_src_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_src_base_addr_high) == 100, "nvdla_v1_pdp_t.d_src_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_src_line_stride) == 104, "nvdla_v1_pdp_t.d_src_line_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_src_surface_stride) == 108, "nvdla_v1_pdp_t.d_src_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_dst_base_addr_low) == 112, "nvdla_v1_pdp_t.d_dst_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_dst_base_addr_high) == 116, "nvdla_v1_pdp_t.d_dst_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_dst_line_stride) == 120, "nvdla_v1_pdp_t.d_dst_line_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_dst_surface_stride) == 124, "nvdla_v1_pdp_t.d_dst_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_dst_ram_cfg) == 128, "nvdla_v1_pdp_t.d_dst_ram_cfg: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_data_format) == 132, "nvdla_v1_pdp_t.d_data_format: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_inf_input_num) == 136, "nvdla_v1_pdp_t.d_inf_input_num: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_nan_input_num) == 140, "nvdla_v1_pdp_t.d_nan_input_num: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_nan_output_num) == 144, "nvdla_v1_pdp_t.d_nan_output_num: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_perf_enable) == 148, "nvdla_v1_pdp_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_perf_write_stall) == 152, "nvdla_v1_pdp_t.d_perf_write_stall: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, d_cya) == 156, "nvdla_v1_pdp_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_pdp_t, reserved) == 160, "nvdla_v1_pdp_t.reserved: offset");
 
 // CDP read DMA: the input of the channel data processor (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cdp_rdma_t {
+struct __attribute__((packed)) nvdla_v1_cdp_rdma_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -791,28 +791,28 @@ struct __attribute__((packed)) nvdla_cdp_rdma_t {
     uint32_t d_cya; // offset 64, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[1007]; // offset 68, 4028 bytes
 };
-static_assert(sizeof(nvdla_cdp_rdma_t) == 4096, "nvdla_cdp_rdma_t: size");
-static_assert(offsetof(nvdla_cdp_rdma_t, s_status) == 0, "nvdla_cdp_rdma_t.s_status: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, s_pointer) == 4, "nvdla_cdp_rdma_t.s_pointer: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_op_enable) == 8, "nvdla_cdp_rdma_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_width) == 12, "nvdla_cdp_rdma_t.d_data_cube_width: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_height) == 16, "nvdla_cdp_rdma_t.d_data_cube_height: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_data_cube_channel) == 20, "nvdla_cdp_rdma_t.d_data_cube_channel: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_cdp_rdma_t.d_src_base_addr_low: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_cdp_rdma_t.d_src_base_addr_high: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_line_stride) == 32, "nvdla_cdp_rdma_t.d_src_line_stride: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_surface_stride) == 36, "nvdla_cdp_rdma_t.d_src_surface_stride: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_dma_cfg) == 40, "nvdla_cdp_rdma_t.d_src_dma_cfg: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_src_compression_en) == 44, "nvdla_cdp_rdma_t.d_src_compression_en: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_operation_mode) == 48, "nvdla_cdp_rdma_t.d_operation_mode: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_data_format) == 52, "nvdla_cdp_rdma_t.d_data_format: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_perf_enable) == 56, "nvdla_cdp_rdma_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_perf_read_stall) == 60, "nvdla_cdp_rdma_t.d_perf_read_stall: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, d_cya) == 64, "nvdla_cdp_rdma_t.d_cya: offset");
-static_assert(offsetof(nvdla_cdp_rdma_t, reserved) == 68, "nvdla_cdp_rdma_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cdp_rdma_t) == 4096, "nvdla_v1_cdp_rdma_t: size");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, s_status) == 0, "nvdla_v1_cdp_rdma_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, s_pointer) == 4, "nvdla_v1_cdp_rdma_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_op_enable) == 8, "nvdla_v1_cdp_rdma_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_width) == 12, "nvdla_v1_cdp_rdma_t.d_data_cube_width: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_height) == 16, "nvdla_v1_cdp_rdma_t.d_data_cube_height: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_cube_channel) == 20, "nvdla_v1_cdp_rdma_t.d_data_cube_channel: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_base_addr_low) == 24, "nvdla_v1_cdp_rdma_t.d_src_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_base_addr_high) == 28, "nvdla_v1_cdp_rdma_t.d_src_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_line_stride) == 32, "nvdla_v1_cdp_rdma_t.d_src_line_stride: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_surface_stride) == 36, "nvdla_v1_cdp_rdma_t.d_src_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_dma_cfg) == 40, "nvdla_v1_cdp_rdma_t.d_src_dma_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_src_compression_en) == 44, "nvdla_v1_cdp_rdma_t.d_src_compression_en: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_operation_mode) == 48, "nvdla_v1_cdp_rdma_t.d_operation_mode: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_data_format) == 52, "nvdla_v1_cdp_rdma_t.d_data_format: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_perf_enable) == 56, "nvdla_v1_cdp_rdma_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_perf_read_stall) == 60, "nvdla_v1_cdp_rdma_t.d_perf_read_stall: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, d_cya) == 64, "nvdla_v1_cdp_rdma_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_cdp_rdma_t, reserved) == 68, "nvdla_v1_cdp_rdma_t.reserved: offset");
 
 // Channel data processor: local response normalisation through its LUT (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_cdp_t {
+struct __attribute__((packed)) nvdla_v1_cdp_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t s_lut_access_cfg; // offset 8, 4 bytes; reset 0x0
@@ -862,58 +862,58 @@ struct __attribute__((packed)) nvdla_cdp_t {
     uint32_t d_cya; // offset 184, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[977]; // offset 188, 3908 bytes
 };
-static_assert(sizeof(nvdla_cdp_t) == 4096, "nvdla_cdp_t: size");
-static_assert(offsetof(nvdla_cdp_t, s_status) == 0, "nvdla_cdp_t.s_status: offset");
-static_assert(offsetof(nvdla_cdp_t, s_pointer) == 4, "nvdla_cdp_t.s_pointer: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_access_cfg) == 8, "nvdla_cdp_t.s_lut_access_cfg: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_access_data) == 12, "nvdla_cdp_t.s_lut_access_data: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_cfg) == 16, "nvdla_cdp_t.s_lut_cfg: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_info) == 20, "nvdla_cdp_t.s_lut_info: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_start_low) == 24, "nvdla_cdp_t.s_lut_le_start_low: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_start_high) == 28, "nvdla_cdp_t.s_lut_le_start_high: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_end_low) == 32, "nvdla_cdp_t.s_lut_le_end_low: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_end_high) == 36, "nvdla_cdp_t.s_lut_le_end_high: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_start_low) == 40, "nvdla_cdp_t.s_lut_lo_start_low: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_start_high) == 44, "nvdla_cdp_t.s_lut_lo_start_high: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_end_low) == 48, "nvdla_cdp_t.s_lut_lo_end_low: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_end_high) == 52, "nvdla_cdp_t.s_lut_lo_end_high: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_slope_scale) == 56, "nvdla_cdp_t.s_lut_le_slope_scale: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_le_slope_shift) == 60, "nvdla_cdp_t.s_lut_le_slope_shift: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_slope_scale) == 64, "nvdla_cdp_t.s_lut_lo_slope_scale: offset");
-static_assert(offsetof(nvdla_cdp_t, s_lut_lo_slope_shift) == 68, "nvdla_cdp_t.s_lut_lo_slope_shift: offset");
-static_assert(offsetof(nvdla_cdp_t, d_op_enable) == 72, "nvdla_cdp_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_cdp_t, d_func_bypass) == 76, "nvdla_cdp_t.d_func_bypass: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_base_addr_low) == 80, "nvdla_cdp_t.d_dst_base_addr_low: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_base_addr_high) == 84, "nvdla_cdp_t.d_dst_base_addr_high: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_line_stride) == 88, "nvdla_cdp_t.d_dst_line_stride: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_surface_stride) == 92, "nvdla_cdp_t.d_dst_surface_stride: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_dma_cfg) == 96, "nvdla_cdp_t.d_dst_dma_cfg: offset");
-static_assert(offsetof(nvdla_cdp_t, d_dst_compression_en) == 100, "nvdla_cdp_t.d_dst_compression_en: offset");
-static_assert(offsetof(nvdla_cdp_t, d_data_format) == 104, "nvdla_cdp_t.d_data_format: offset");
-static_assert(offsetof(nvdla_cdp_t, d_nan_flush_to_zero) == 108, "nvdla_cdp_t.d_nan_flush_to_zero: offset");
-static_assert(offsetof(nvdla_cdp_t, d_lrn_cfg) == 112, "nvdla_cdp_t.d_lrn_cfg: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datin_offset) == 116, "nvdla_cdp_t.d_datin_offset: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datin_scale) == 120, "nvdla_cdp_t.d_datin_scale: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datin_shifter) == 124, "nvdla_cdp_t.d_datin_shifter: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datout_offset) == 128, "nvdla_cdp_t.d_datout_offset: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datout_scale) == 132, "nvdla_cdp_t.d_datout_scale: offset");
-static_assert(offsetof(nvdla_cdp_t, d_datout_shifter) == 136, "nvdla_cdp_t.d_datout_shifter: offset");
-static_assert(offsetof(nvdla_cdp_t, d_nan_input_num) == 140, "nvdla_cdp_t.d_nan_input_num: offset");
-static_assert(offsetof(nvdla_cdp_t, d_inf_input_num) == 144, "nvdla_cdp_t.d_inf_input_num: offset");
-static_assert(offsetof(nvdla_cdp_t, d_nan_output_num) == 148, "nvdla_cdp_t.d_nan_output_num: offset");
-static_assert(offsetof(nvdla_cdp_t, d_out_saturation) == 152, "nvdla_cdp_t.d_out_saturation: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_enable) == 156, "nvdla_cdp_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_write_stall) == 160, "nvdla_cdp_t.d_perf_write_stall: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_lut_uflow) == 164, "nvdla_cdp_t.d_perf_lut_uflow: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_lut_oflow) == 168, "nvdla_cdp_t.d_perf_lut_oflow: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_lut_hybrid) == 172, "nvdla_cdp_t.d_perf_lut_hybrid: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_lut_le_hit) == 176, "nvdla_cdp_t.d_perf_lut_le_hit: offset");
-static_assert(offsetof(nvdla_cdp_t, d_perf_lut_lo_hit) == 180, "nvdla_cdp_t.d_perf_lut_lo_hit: offset");
-static_assert(offsetof(nvdla_cdp_t, d_cya) == 184, "nvdla_cdp_t.d_cya: offset");
-static_assert(offsetof(nvdla_cdp_t, reserved) == 188, "nvdla_cdp_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_cdp_t) == 4096, "nvdla_v1_cdp_t: size");
+static_assert(offsetof(nvdla_v1_cdp_t, s_status) == 0, "nvdla_v1_cdp_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_pointer) == 4, "nvdla_v1_cdp_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_access_cfg) == 8, "nvdla_v1_cdp_t.s_lut_access_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_access_data) == 12, "nvdla_v1_cdp_t.s_lut_access_data: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_cfg) == 16, "nvdla_v1_cdp_t.s_lut_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_info) == 20, "nvdla_v1_cdp_t.s_lut_info: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_start_low) == 24, "nvdla_v1_cdp_t.s_lut_le_start_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_start_high) == 28, "nvdla_v1_cdp_t.s_lut_le_start_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_end_low) == 32, "nvdla_v1_cdp_t.s_lut_le_end_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_end_high) == 36, "nvdla_v1_cdp_t.s_lut_le_end_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_start_low) == 40, "nvdla_v1_cdp_t.s_lut_lo_start_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_start_high) == 44, "nvdla_v1_cdp_t.s_lut_lo_start_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_end_low) == 48, "nvdla_v1_cdp_t.s_lut_lo_end_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_end_high) == 52, "nvdla_v1_cdp_t.s_lut_lo_end_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_slope_scale) == 56, "nvdla_v1_cdp_t.s_lut_le_slope_scale: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_le_slope_shift) == 60, "nvdla_v1_cdp_t.s_lut_le_slope_shift: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_slope_scale) == 64, "nvdla_v1_cdp_t.s_lut_lo_slope_scale: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, s_lut_lo_slope_shift) == 68, "nvdla_v1_cdp_t.s_lut_lo_slope_shift: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_op_enable) == 72, "nvdla_v1_cdp_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_func_bypass) == 76, "nvdla_v1_cdp_t.d_func_bypass: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_base_addr_low) == 80, "nvdla_v1_cdp_t.d_dst_base_addr_low: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_base_addr_high) == 84, "nvdla_v1_cdp_t.d_dst_base_addr_high: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_line_stride) == 88, "nvdla_v1_cdp_t.d_dst_line_stride: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_surface_stride) == 92, "nvdla_v1_cdp_t.d_dst_surface_stride: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_dma_cfg) == 96, "nvdla_v1_cdp_t.d_dst_dma_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_dst_compression_en) == 100, "nvdla_v1_cdp_t.d_dst_compression_en: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_data_format) == 104, "nvdla_v1_cdp_t.d_data_format: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_nan_flush_to_zero) == 108, "nvdla_v1_cdp_t.d_nan_flush_to_zero: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_lrn_cfg) == 112, "nvdla_v1_cdp_t.d_lrn_cfg: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datin_offset) == 116, "nvdla_v1_cdp_t.d_datin_offset: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datin_scale) == 120, "nvdla_v1_cdp_t.d_datin_scale: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datin_shifter) == 124, "nvdla_v1_cdp_t.d_datin_shifter: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datout_offset) == 128, "nvdla_v1_cdp_t.d_datout_offset: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datout_scale) == 132, "nvdla_v1_cdp_t.d_datout_scale: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_datout_shifter) == 136, "nvdla_v1_cdp_t.d_datout_shifter: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_nan_input_num) == 140, "nvdla_v1_cdp_t.d_nan_input_num: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_inf_input_num) == 144, "nvdla_v1_cdp_t.d_inf_input_num: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_nan_output_num) == 148, "nvdla_v1_cdp_t.d_nan_output_num: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_out_saturation) == 152, "nvdla_v1_cdp_t.d_out_saturation: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_enable) == 156, "nvdla_v1_cdp_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_write_stall) == 160, "nvdla_v1_cdp_t.d_perf_write_stall: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_uflow) == 164, "nvdla_v1_cdp_t.d_perf_lut_uflow: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_oflow) == 168, "nvdla_v1_cdp_t.d_perf_lut_oflow: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_hybrid) == 172, "nvdla_v1_cdp_t.d_perf_lut_hybrid: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_le_hit) == 176, "nvdla_v1_cdp_t.d_perf_lut_le_hit: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_perf_lut_lo_hit) == 180, "nvdla_v1_cdp_t.d_perf_lut_lo_hit: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, d_cya) == 184, "nvdla_v1_cdp_t.d_cya: offset");
+static_assert(offsetof(nvdla_v1_cdp_t, reserved) == 188, "nvdla_v1_cdp_t.reserved: offset");
 
 // RUBIK: the data reshaper (contract, split, merge) (struct, 4096 bytes)
-struct __attribute__((packed)) nvdla_rbk_t {
+struct __attribute__((packed)) nvdla_v1_rbk_t {
     uint32_t s_status; // offset 0, 4 bytes; reset 0x0
     uint32_t s_pointer; // offset 4, 4 bytes; reset 0x0
     uint32_t d_op_enable; // offset 8, 4 bytes; one per register group; reset 0x0
@@ -941,53 +941,53 @@ struct __attribute__((packed)) nvdla_rbk_t {
     uint32_t d_perf_write_stall; // offset 96, 4 bytes; one per register group; reset 0x0
     uint32_t reserved[999]; // offset 100, 3996 bytes
 };
-static_assert(sizeof(nvdla_rbk_t) == 4096, "nvdla_rbk_t: size");
-static_assert(offsetof(nvdla_rbk_t, s_status) == 0, "nvdla_rbk_t.s_status: offset");
-static_assert(offsetof(nvdla_rbk_t, s_pointer) == 4, "nvdla_rbk_t.s_pointer: offset");
-static_assert(offsetof(nvdla_rbk_t, d_op_enable) == 8, "nvdla_rbk_t.d_op_enable: offset");
-static_assert(offsetof(nvdla_rbk_t, d_misc_cfg) == 12, "nvdla_rbk_t.d_misc_cfg: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_ram_type) == 16, "nvdla_rbk_t.d_dain_ram_type: offset");
-static_assert(offsetof(nvdla_rbk_t, d_datain_size_0) == 20, "nvdla_rbk_t.d_datain_size_0: offset");
-static_assert(offsetof(nvdla_rbk_t, d_datain_size_1) == 24, "nvdla_rbk_t.d_datain_size_1: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_addr_high) == 28, "nvdla_rbk_t.d_dain_addr_high: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_addr_low) == 32, "nvdla_rbk_t.d_dain_addr_low: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_line_stride) == 36, "nvdla_rbk_t.d_dain_line_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_surf_stride) == 40, "nvdla_rbk_t.d_dain_surf_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dain_planar_stride) == 44, "nvdla_rbk_t.d_dain_planar_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_ram_type) == 48, "nvdla_rbk_t.d_daout_ram_type: offset");
-static_assert(offsetof(nvdla_rbk_t, d_dataout_size_1) == 52, "nvdla_rbk_t.d_dataout_size_1: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_addr_high) == 56, "nvdla_rbk_t.d_daout_addr_high: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_addr_low) == 60, "nvdla_rbk_t.d_daout_addr_low: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_line_stride) == 64, "nvdla_rbk_t.d_daout_line_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_contract_stride_0) == 68, "nvdla_rbk_t.d_contract_stride_0: offset");
-static_assert(offsetof(nvdla_rbk_t, d_contract_stride_1) == 72, "nvdla_rbk_t.d_contract_stride_1: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_surf_stride) == 76, "nvdla_rbk_t.d_daout_surf_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_daout_planar_stride) == 80, "nvdla_rbk_t.d_daout_planar_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_deconv_stride) == 84, "nvdla_rbk_t.d_deconv_stride: offset");
-static_assert(offsetof(nvdla_rbk_t, d_perf_enable) == 88, "nvdla_rbk_t.d_perf_enable: offset");
-static_assert(offsetof(nvdla_rbk_t, d_perf_read_stall) == 92, "nvdla_rbk_t.d_perf_read_stall: offset");
-static_assert(offsetof(nvdla_rbk_t, d_perf_write_stall) == 96, "nvdla_rbk_t.d_perf_write_stall: offset");
-static_assert(offsetof(nvdla_rbk_t, reserved) == 100, "nvdla_rbk_t.reserved: offset");
+static_assert(sizeof(nvdla_v1_rbk_t) == 4096, "nvdla_v1_rbk_t: size");
+static_assert(offsetof(nvdla_v1_rbk_t, s_status) == 0, "nvdla_v1_rbk_t.s_status: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, s_pointer) == 4, "nvdla_v1_rbk_t.s_pointer: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_op_enable) == 8, "nvdla_v1_rbk_t.d_op_enable: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_misc_cfg) == 12, "nvdla_v1_rbk_t.d_misc_cfg: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_ram_type) == 16, "nvdla_v1_rbk_t.d_dain_ram_type: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_datain_size_0) == 20, "nvdla_v1_rbk_t.d_datain_size_0: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_datain_size_1) == 24, "nvdla_v1_rbk_t.d_datain_size_1: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_addr_high) == 28, "nvdla_v1_rbk_t.d_dain_addr_high: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_addr_low) == 32, "nvdla_v1_rbk_t.d_dain_addr_low: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_line_stride) == 36, "nvdla_v1_rbk_t.d_dain_line_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_surf_stride) == 40, "nvdla_v1_rbk_t.d_dain_surf_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dain_planar_stride) == 44, "nvdla_v1_rbk_t.d_dain_planar_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_ram_type) == 48, "nvdla_v1_rbk_t.d_daout_ram_type: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_dataout_size_1) == 52, "nvdla_v1_rbk_t.d_dataout_size_1: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_addr_high) == 56, "nvdla_v1_rbk_t.d_daout_addr_high: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_addr_low) == 60, "nvdla_v1_rbk_t.d_daout_addr_low: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_line_stride) == 64, "nvdla_v1_rbk_t.d_daout_line_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_contract_stride_0) == 68, "nvdla_v1_rbk_t.d_contract_stride_0: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_contract_stride_1) == 72, "nvdla_v1_rbk_t.d_contract_stride_1: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_surf_stride) == 76, "nvdla_v1_rbk_t.d_daout_surf_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_daout_planar_stride) == 80, "nvdla_v1_rbk_t.d_daout_planar_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_deconv_stride) == 84, "nvdla_v1_rbk_t.d_deconv_stride: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_perf_enable) == 88, "nvdla_v1_rbk_t.d_perf_enable: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_perf_read_stall) == 92, "nvdla_v1_rbk_t.d_perf_read_stall: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, d_perf_write_stall) == 96, "nvdla_v1_rbk_t.d_perf_write_stall: offset");
+static_assert(offsetof(nvdla_v1_rbk_t, reserved) == 100, "nvdla_v1_rbk_t.reserved: offset");
 
 // The whole register space of the nvdlav1 hardware: one 4 KiB window per block, GLB at 0x0 to RBK at 0x10000 (struct, 69632 bytes)
 struct __attribute__((packed)) nvdla_v1_regs_t {
-    nvdla_glb_t glb; // offset 0, 4096 bytes
-    nvdla_gec_t gec; // offset 4096, 4096 bytes
-    nvdla_cif_t mcif; // offset 8192, 4096 bytes
-    nvdla_cif_t cvif; // offset 12288, 4096 bytes
-    nvdla_bdma_t bdma; // offset 16384, 4096 bytes
-    nvdla_cdma_t cdma; // offset 20480, 4096 bytes
-    nvdla_csc_t csc; // offset 24576, 4096 bytes
-    nvdla_cmac_t cmac_a; // offset 28672, 4096 bytes
-    nvdla_cmac_t cmac_b; // offset 32768, 4096 bytes
-    nvdla_cacc_t cacc; // offset 36864, 4096 bytes
-    nvdla_sdp_rdma_t sdp_rdma; // offset 40960, 4096 bytes
-    nvdla_sdp_t sdp; // offset 45056, 4096 bytes
-    nvdla_pdp_rdma_t pdp_rdma; // offset 49152, 4096 bytes
-    nvdla_pdp_t pdp; // offset 53248, 4096 bytes
-    nvdla_cdp_rdma_t cdp_rdma; // offset 57344, 4096 bytes
-    nvdla_cdp_t cdp; // offset 61440, 4096 bytes
-    nvdla_rbk_t rbk; // offset 65536, 4096 bytes
+    nvdla_v1_glb_t glb; // offset 0, 4096 bytes
+    nvdla_v1_gec_t gec; // offset 4096, 4096 bytes
+    nvdla_v1_cif_t mcif; // offset 8192, 4096 bytes
+    nvdla_v1_cif_t cvif; // offset 12288, 4096 bytes
+    nvdla_v1_bdma_t bdma; // offset 16384, 4096 bytes
+    nvdla_v1_cdma_t cdma; // offset 20480, 4096 bytes
+    nvdla_v1_csc_t csc; // offset 24576, 4096 bytes
+    nvdla_v1_cmac_t cmac_a; // offset 28672, 4096 bytes
+    nvdla_v1_cmac_t cmac_b; // offset 32768, 4096 bytes
+    nvdla_v1_cacc_t cacc; // offset 36864, 4096 bytes
+    nvdla_v1_sdp_rdma_t sdp_rdma; // offset 40960, 4096 bytes
+    nvdla_v1_sdp_t sdp; // offset 45056, 4096 bytes
+    nvdla_v1_pdp_rdma_t pdp_rdma; // offset 49152, 4096 bytes
+    nvdla_v1_pdp_t pdp; // offset 53248, 4096 bytes
+    nvdla_v1_cdp_rdma_t cdp_rdma; // offset 57344, 4096 bytes
+    nvdla_v1_cdp_t cdp; // offset 61440, 4096 bytes
+    nvdla_v1_rbk_t rbk; // offset 65536, 4096 bytes
 };
 static_assert(sizeof(nvdla_v1_regs_t) == 69632, "nvdla_v1_regs_t: size");
 static_assert(offsetof(nvdla_v1_regs_t, glb) == 0, "nvdla_v1_regs_t.glb: offset");
