@@ -1,5 +1,5 @@
-"""From a launched operation's registers to the parameters of NVDLA's block kernels: BDMA, PDP, SDP and
-RUBIK (the blocks whose kernels exist); field by field, by NVDLA's names.
+"""From a launched operation's registers to the parameters of NVDLA's block kernels (BDMA, CONV, SDP, PDP,
+CDP, RUBIK), field by field, by NVDLA's names.
 
 Addresses and strides are read whole from their registers (``int(view.d_src_line_stride)``): the
 register keeps only its field's bits, so the value is the byte value the hardware uses, in 32-byte
@@ -16,17 +16,27 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydla.deviceapi.registers import BitField, RegisterBits
+from pydla.deviceapi.runtime import Record
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
+from pydla.hw.nvdla.cdp_params import CdpLut, CdpParams
+from pydla.hw.nvdla.conv_params import CaccParams, CdmaParams, CmacParams, ConvParams, CscParams
 from pydla.hw.nvdla.pdp import PdpParams
 from pydla.hw.nvdla.regfile_units import Launch
 from pydla.hw.nvdla.rubik import RubikParams
 from pydla.hw.nvdla.sdp_params import SdpLut, SdpOperandDma, SdpParams, SdpX, SdpY
 
-Params = BdmaParams | PdpParams | SdpParams | RubikParams
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Params = BdmaParams | ConvParams | PdpParams | SdpParams | CdpParams | RubikParams
+D = TypeVar("D", bound="DataclassInstance")
 
 
 def _address(high: Any, low: Any) -> int:
@@ -34,8 +44,43 @@ def _address(high: Any, low: Any) -> int:
     return (int(high) << 32) | int(low)
 
 
+@functools.cache
+def _bit_fields(struct: type[Record], strip: str) -> dict[str, tuple[str, BitField, bool]]:
+    """A block struct's bit fields by lower-case name (without ``strip``): the register holding each,
+    and whether it is a byte value (an address, stride or byte count: named as its register, above
+    bit 0: read whole)."""
+    out: dict[str, tuple[str, BitField, bool]] = {}
+    for entry in struct._fields_:
+        attr, kind = entry[0], entry[1]
+        if isinstance(kind, type) and issubclass(kind, RegisterBits):
+            for b in kind.BITS:
+                name = b.name.lower()
+                out[name.removeprefix(strip)] = (attr, b, b.lsb > 0 and attr.endswith(name))
+    return out
+
+
+def _by_name(cls: type[D], views: list[Any], strip: str = "", **given: Any) -> D:
+    """``cls`` with each field not ``given`` from the bit field of that name in the first of ``views``
+    that has one (the kernels' dataclasses name their fields as NVDLA's registers do)."""
+    values = dict(given)
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            continue
+        for view in views:
+            kind: type[Record] = type(view)
+            hit = _bit_fields(kind, strip).get(f.name)
+            if hit is not None:
+                attr, bits, whole = hit
+                register = getattr(view, attr)
+                values[f.name] = int(register) if whole else getattr(register, bits.name.lower())
+                break
+        else:  # the kernels' dataclasses and the map disagree: a bug, not an input
+            raise DlaError(NvError.InvalidState, f"{cls.__name__}.{f.name}: no bit field of that name")
+    return cls(**values)
+
+
 def decode(launch: Launch) -> Params:
-    """The block kernel's parameters of ``launch``; DlaError for an operation without a kernel yet."""
+    """The block kernel's parameters of ``launch``."""
     decoder = _DECODERS.get(launch.processor)
     if decoder is None:
         raise DlaError(NvError.NotSupported, f"{launch.processor} operations have no block kernel to decode "
@@ -202,5 +247,28 @@ def rubik_params(launch: Launch) -> RubikParams:
         dataout_ram_type=v.d_daout_ram_type.dataout_ram_type)
 
 
+def conv_params(launch: Launch) -> ConvParams:
+    """The convolution's five blocks, each field by its name; the addresses from HIGH and LOW."""
+    v = launch.views
+    c = v["CDMA"]
+    cdma = _by_name(CdmaParams, [c], datain_addr_0=_address(c.d_dain_addr_high_0, c.d_dain_addr_low_0),
+                    datain_addr_1=_address(c.d_dain_addr_high_1, c.d_dain_addr_low_1),
+                    weight_addr=_address(c.d_weight_addr_high, c.d_weight_addr_low),
+                    wgs_addr=_address(c.d_wgs_addr_high, c.d_wgs_addr_low),
+                    wmb_addr=_address(c.d_wmb_addr_high, c.d_wmb_addr_low))
+    return ConvParams(cdma=cdma, csc=_by_name(CscParams, [v["CSC"]]), cacc=_by_name(CaccParams, [v["CACC"]]),
+                      cmac_a=_by_name(CmacParams, [v["CMAC_A"]]), cmac_b=_by_name(CmacParams, [v["CMAC_B"]]))
+
+
+def cdp_params(launch: Launch) -> CdpParams:
+    """CDP and CDP_RDMA (the CDP takes its sizes from its RDMA), its LUT registers and tables."""
+    cdp, rdma = launch.views["CDP"], launch.views["CDP_RDMA"]
+    lut = _by_name(CdpLut, [cdp], strip="lut_", le_table=launch.lut_le, lo_table=launch.lut_lo)
+    return _by_name(CdpParams, [rdma, cdp], lut=lut,
+                    src_base_addr=_address(rdma.d_src_base_addr_high, rdma.d_src_base_addr_low),
+                    dst_base_addr=_address(cdp.d_dst_base_addr_high, cdp.d_dst_base_addr_low))
+
+
 _DECODERS: dict[str, Callable[[Launch], Params]] = {
-    "BDMA": bdma_params, "PDP": pdp_params, "SDP": sdp_params, "RUBIK": rubik_params}
+    "BDMA": bdma_params, "CONV": conv_params, "PDP": pdp_params, "SDP": sdp_params, "CDP": cdp_params,
+    "RUBIK": rubik_params}

@@ -5,6 +5,7 @@ them), launched, and decoded back, in both maps; and a PDP run from its register
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.hw.nvdla import pdp
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
+from pydla.hw.nvdla.cdp_params import CdpLut, CdpParams
+from pydla.hw.nvdla.conv_params import CmacParams, ConvParams, direct
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.pdp import PdpParams
 from pydla.hw.nvdla.precision import Precision
@@ -24,10 +27,13 @@ from pydla.hw.nvdla.sdp_params import SdpLut, SdpOperandDma, SdpParams, SdpX, Sd
 from pydla.hw.nvdla.surface import Cube, gather, scatter
 from pydla.hw.nvdla.target import NV_FULL, NV_SMALL, NvdlaTarget
 
+BYTE_VALUE = re.compile(r"(_ADDR_LOW(_[01])?|_ADDR|_STRIDE(_[01])?|_BYTES)$")
+
 
 def program(rf: NvdlaRegisterFile, block: str, **fields: int) -> None:
-    """Set each bit field NAME of ``block``'s registers to its value. An address or a stride (a field
-    named as its register) is a byte value: written whole, the register keeps its field's bits."""
+    """Set each bit field NAME of ``block``'s registers to its value. An address, a stride or a byte
+    count (a register's only field, above bit 0) is a byte value: written whole, the register keeps
+    its field's bits."""
     words: dict[str, int] = {}
     for name, value in fields.items():
         infos = [i for n, i in rf.regs.REGISTER_INFO.items()
@@ -37,7 +43,7 @@ def program(rf: NvdlaRegisterFile, block: str, **fields: int) -> None:
         info = infos[0]
         b = info.field(name)
         word = words.get(info.name, rf.read(info.address))
-        if info.name.endswith(f"_{name}_0"):
+        if len(info.bits) == 1 and b.lsb > 0 and BYTE_VALUE.search(name):
             assert value & ~b.mask == 0, (name, value)  # the test keeps to what the field holds
             words[info.name] = (word & ~b.mask) | value
         else:
@@ -223,11 +229,86 @@ def test_bdma() -> None:
     assert decode(launches[0]) == BdmaParams(transfers)
 
 
-def test_operations_without_a_kernel_are_refused() -> None:
-    _, launches = _launch("nv_full", "CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA")
+def _conv() -> ConvParams:
+    p = direct(target=NV_FULL, precision=Precision.INT16, width=13, height=9, channel=40, kernels=70,
+               kernel_width=3, kernel_height=3, data_addr=0x1_0000_0100, weight_addr=0x2_0000_0080,
+               stride=(2, 1), dilation=(1, 2), pad=(1, 2, 0, 1), pad_value=0x8001, clip_truncate=5,
+               cvt=(3, -2, 4))
+    cdma = dataclasses.replace(p.cdma, datain_addr_1=0x3_0000_0020, wgs_addr=0x4_0000_0040,
+                               wmb_addr=0x5_0000_0060, wmb_bytes=0x380, data_bank=5, weight_bank=9,
+                               entries=0x7FF, grains=17, weight_format=1, mean_format=1, mean_ry=0x8000,
+                               mean_gu=1, mean_bv=2, mean_ax=0xFFFF, datain_format=1, pixel_format=35,
+                               pixel_sign_override=1, conv_mode=1, data_reuse=1, skip_weight_rls=1)
+    csc = dataclasses.replace(p.csc, y_extension=2, rls_slices=3, pra_truncate=1, wmb_bytes=0x380,
+                              data_bank=5, weight_bank=9, entries=0x7FF)
+    cacc = dataclasses.replace(p.cacc, dataout_addr=0x7FFFFFE0, line_stride=0x1A0, surf_stride=0xEA0,
+                               line_packed=1, surf_packed=1, conv_mode=1)
+    return ConvParams(cdma=cdma, csc=csc, cacc=cacc, cmac_a=CmacParams(conv_mode=1, proc_precision=1),
+                      cmac_b=CmacParams(conv_mode=0, proc_precision=2))
+
+
+def _fields(params: Any, *skip: str) -> dict[str, int]:
+    return {f.name.upper(): getattr(params, f.name) for f in dataclasses.fields(params) if f.name not in skip}
+
+
+@pytest.mark.parametrize("config", ["nv_full", "nv_small"])
+def test_conv(config: str) -> None:
+    p = _conv()
+    c = p.cdma
+    addresses = {**_split(c.weight_addr, "WEIGHT_ADDR"), **_split(c.wgs_addr, "WGS_ADDR"),
+                 **_split(c.wmb_addr, "WMB_ADDR")}
+    for plane, address in enumerate((c.datain_addr_0, c.datain_addr_1)):  # DATAIN_ADDR_LOW_0 ...
+        addresses.update({f"{k}_{plane}": v for k, v in _split(address, "DATAIN_ADDR").items()})
+
+    def setup(rf: NvdlaRegisterFile) -> None:
+        program(rf, "CDMA", **_fields(c, "datain_addr_0", "datain_addr_1", "weight_addr", "wgs_addr",
+                                      "wmb_addr"), **addresses)
+        program(rf, "CSC", **_fields(p.csc))
+        program(rf, "CACC", **_fields(p.cacc))
+        program(rf, "CMAC_A", **_fields(p.cmac_a))
+        program(rf, "CMAC_B", **_fields(p.cmac_b))
+
+    _, launches = _launch(config, "CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA", setup=setup)
+    assert decode(launches[0]) == p
+
+
+def test_cdp() -> None:
+    lut = CdpLut(le_function=0, uflow_priority=1, oflow_priority=1, hybrid_priority=0, le_index_offset=0x81,
+                 le_index_select=7, lo_index_select=9, le_start_low=0x89ABCDEF, le_start_high=0x3F,
+                 le_end_low=1, le_end_high=2, lo_start_low=3, lo_start_high=4, lo_end_low=0xFFFFFFFF,
+                 lo_end_high=0x20, le_slope_uflow_scale=0x8000, le_slope_uflow_shift=31,
+                 le_slope_oflow_scale=5, le_slope_oflow_shift=6, lo_slope_uflow_scale=7,
+                 lo_slope_uflow_shift=8,
+                 lo_slope_oflow_scale=9, lo_slope_oflow_shift=10, le_table=tuple(range(65)),
+                 lo_table=tuple(range(0xFFFF, 0xFFFF - 257, -1)))
+    p = CdpParams(width=30, height=20, channel=100, input_data=2, src_base_addr=0x1_0000_0020,
+                  src_line_stride=0x3E0, src_surface_stride=0x4D80, src_ram_type=0, dst_base_addr=0x40,
+                  dst_line_stride=0x400, dst_surface_stride=0x5000, dst_ram_type=1, normalz_len=3,
+                  sqsum_bypass=1, mul_bypass=1, datin_offset=0x8000, datin_scale=0xFFFF, datin_shifter=31,
+                  datout_offset=0x80000000, datout_scale=3, datout_shifter=63, nan_to_zero=1, lut=lut)
+    rdma = {"WIDTH", "HEIGHT", "CHANNEL", "INPUT_DATA", "SRC_LINE_STRIDE", "SRC_SURFACE_STRIDE",
+            "SRC_RAM_TYPE"}
+    fields = _fields(p, "src_base_addr", "dst_base_addr", "lut")
+
+    def setup(rf: NvdlaRegisterFile) -> None:
+        program(rf, "CDP_RDMA", **{k: v for k, v in fields.items() if k in rdma},
+                **_split(p.src_base_addr, "SRC_BASE_ADDR"))
+        program(rf, "CDP", **{k: v for k, v in fields.items() if k not in rdma}, INPUT_DATA_TYPE=2,
+                **_split(p.dst_base_addr, "DST_BASE_ADDR"),
+                **{f"LUT_{k}": v for k, v in _fields(lut, "le_table", "lo_table").items()})
+        for table_id, table in ((0, lut.le_table), (1, lut.lo_table)):
+            program(rf, "CDP", LUT_TABLE_ID=table_id, LUT_ACCESS_TYPE=1, LUT_ADDR=0)
+            for entry in table:
+                rf.write(rf.regs.NVDLA_CDP_S_LUT_ACCESS_DATA_0, entry)
+
+    _, launches = _launch("nv_full", "CDP_RDMA", "CDP", setup=setup)
+    assert decode(launches[0]) == p
+
+
+def test_an_unknown_operation_is_refused() -> None:
     with pytest.raises(DlaError) as e:
-        decode(launches[0])
-    assert e.value.code == NvError.NotSupported and "CONV operations" in e.value.message
+        decode(Launch("GEC", 0, {}, {}))
+    assert e.value.code == NvError.NotSupported and "GEC operations" in e.value.message
 
 
 @pytest.mark.parametrize(("config", "target"), [("nv_full", NV_FULL), ("nv_small", NV_SMALL)])
