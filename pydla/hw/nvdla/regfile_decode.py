@@ -1,10 +1,11 @@
 """From a launched operation's registers to the parameters of NVDLA's block kernels (BDMA, CONV, SDP, PDP,
 CDP, RUBIK), field by field, by NVDLA's names.
 
-Addresses and strides are read whole from their registers (``int(view.d_src_line_stride)``): the
-register keeps only its field's bits, so the value is the byte value the hardware uses, in 32-byte
-units on the nvdlav1 map and exact bytes on the newer one; a 64-bit address joins its HIGH and LOW
-registers. Sizes keep their register encoding (value - 1), as the kernels take them.
+Addresses, strides and byte counts are read whole from their registers (``int(view.d_src_line_stride)``):
+the register keeps only its field's bits, so the value is the byte value the hardware uses (on the
+nvdlav1 map a multiple of 32, or of 128 for weight byte counts: the low bits are not stored; exact on
+the newer map); a 64-bit address joins its HIGH and LOW registers. Sizes keep their register encoding
+(value - 1), as the kernels take them.
 
 Usage::
 
