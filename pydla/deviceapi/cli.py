@@ -206,7 +206,12 @@ def _layout(args: argparse.Namespace) -> int:
         print(f"\n{kind} {s.name}  ({s.size} bytes, align {s.align}){ident}")
         for f in s.fields:
             count = f"[{f.count}]" if f.count else (f"[{f.length}]" if f.length else "")
-            print(f"  {f.offset:6}  {f.size:5}  {f.type_name}{count} {f.name}")
+            double = "  (one per register group)" if f.double else ""
+            print(f"  {f.offset:6}  {f.size:5}  {f.type_name}{count} {f.name}{double}")
+            for b in f.bits:
+                values = ", ".join(f"{m.name}={m.value}" for m in b.values)
+                print(f"                {b.msb:2}:{b.lsb:<2} {b.access:3} {b.name} reset {b.reset:#x}"
+                      + (f"  {{{values}}}" if values else ""))
     return 0
 
 

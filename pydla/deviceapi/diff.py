@@ -178,8 +178,10 @@ def _diff_struct(old: StructDef, new: StructDef, new_spec: Spec) -> list[Change]
             moved = "moved" if o.offset != f.offset else "changed"
             changes.append(Change("major", f"{what}: field '{o.name}' {moved} "
                                            f"({_describe(o)} -> {_describe(f)})"))
-        elif o.description != f.description:
-            changes.append(Change("patch", f"{what}: field '{o.name}' description changed"))
+        else:
+            changes += _diff_register(what, o, f)
+            if o.description != f.description:
+                changes.append(Change("patch", f"{what}: field '{o.name}' description changed"))
     spare = [(o.offset, o.offset + o.size) for o in old.fields if _reserved(o)]
     for f in new.fields:
         if f.name in old_names or _reserved(f):
@@ -197,6 +199,42 @@ def _diff_struct(old: StructDef, new: StructDef, new_spec: Spec) -> list[Change]
         changes += _containment(new, new_spec)
     if old.description != new.description:
         changes.append(Change("patch", f"{what}: description changed"))
+    return changes
+
+
+def _diff_register(what: str, old: Field, new: Field) -> list[Change]:
+    """A register's bit fields: a field deleted, moved, resized or given another access or reset
+    value, a value renumbered or deleted, the register made single or double: major. A field in bits
+    no field used, a new value: minor."""
+    where = f"{what}: register '{old.name}'"
+    changes = []
+    if old.double != new.double:
+        changes.append(Change("major", f"{where}: double-buffered {old.double} -> {new.double}"))
+    new_bits = {b.name: b for b in new.bits}
+    used = 0
+    for o in old.bits:
+        used |= o.mask
+        b = new_bits.get(o.name)
+        if b is None:
+            changes.append(Change("major", f"{where}: bit field '{o.name}' deleted"))
+            continue
+        if (o.lsb, o.width, o.access, o.reset) != (b.lsb, b.width, b.access, b.reset):
+            changes.append(Change("major", f"{where}: bit field '{o.name}' {o.msb}:{o.lsb} {o.access} reset "
+                                           f"{o.reset:#x} -> {b.msb}:{b.lsb} {b.access} reset {b.reset:#x}"))
+        old_values = {m.name: m.value for m in o.values}
+        new_values = {m.name: m.value for m in b.values}
+        for name, value in old_values.items():
+            if new_values.get(name) != value:
+                changes.append(Change("major", f"{where}: value {o.name}.{name} deleted or renumbered"))
+        for name in new_values.keys() - old_values.keys():
+            changes.append(Change("minor", f"{where}: value {o.name}.{name} added"))
+        if o.description != b.description:
+            changes.append(Change("patch", f"{where}: bit field '{o.name}' description changed"))
+    old_names = {o.name for o in old.bits}
+    for b in new.bits:
+        if b.name not in old_names:
+            level = "major" if b.mask & used else "minor"
+            changes.append(Change(level, f"{where}: bit field '{b.name}' added"))
     return changes
 
 

@@ -90,7 +90,9 @@ class DesignHelpers:
     trace event ``Id``. ``Fields`` are the payload, without a message's header. A field: ``Name``,
     ``Type`` (a scalar's canonical name such as ``u64``, or ``enum``, ``struct``, ``string``),
     ``Enum`` / ``Struct`` / ``Length`` / ``Count`` where they apply, ``Description``, ``Offset``
-    (from the start of the item, header included) and ``Size``. An enum: ``Name``, ``Description``,
+    (from the start of the item, header included) and ``Size``; a register also ``Double`` (when
+    double-buffered) and ``Bits`` (``Name``, ``Lsb``, ``Msb``, ``Access``, ``Reset``, ``Values``,
+    ``Description``). An enum: ``Name``, ``Description``,
     ``Storage``, ``Members`` (``Name``, ``Value``, ``Description``).
     """
 
@@ -144,6 +146,12 @@ class DesignHelpers:
                 d["Length"] = f.length
             if f.count is not None:
                 d["Count"] = f.count
+            if f.double:
+                d["Double"] = True
+            if f.bits:
+                d["Bits"] = [{"Name": b.name, "Lsb": b.lsb, "Msb": b.msb, "Access": b.access,
+                              "Reset": b.reset, "Values": {m.name: m.value for m in b.values},
+                              "Description": b.description} for b in f.bits]
             fields.append(d)
         item["Fields"] = fields
         return item

@@ -18,8 +18,33 @@ HEADER_OF = {COMMAND: "command_header_t", RESPONSE: "response_header_t", EVENT: 
 
 
 @dataclass
+class BitField:
+    """A bit field of a register: bits ``lsb`` .. ``lsb + width - 1``, how software may access them
+    (``rw``, ``r``, ``w``: reads 0, ``w1c``: write 1 to clear), the value at reset and the field's
+    named values."""
+
+    name: str
+    lsb: int
+    width: int
+    access: str
+    reset: int
+    values: list[EnumMember]
+    description: str
+
+    @property
+    def msb(self) -> int:
+        return self.lsb + self.width - 1
+
+    @property
+    def mask(self) -> int:
+        """The field's bits in place (NVIDIA's ``_FIELD``)."""
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass
 class Field:
-    """A field: ``kind`` is scalar, enum, struct or string; ``type_name`` names the type."""
+    """A field: ``kind`` is scalar, enum, struct or string; ``type_name`` names the type. A register
+    (a u32 of a register map) may have ``bits`` and be ``double`` (one copy per register group)."""
 
     name: str
     kind: str
@@ -31,10 +56,20 @@ class Field:
     offset: int = 0
     size: int = 0
     align: int = 1
+    bits: list[BitField] = field(default_factory=list)
+    double: bool = False
 
     @property
     def is_array(self) -> bool:
         return self.count is not None
+
+    @property
+    def reset(self) -> int:
+        """The register's value at reset: its bit fields' reset values in place."""
+        value = 0
+        for b in self.bits:
+            value |= b.reset << b.lsb
+        return value
 
 
 @dataclass
@@ -57,6 +92,18 @@ class EnumDef:
     @property
     def size(self) -> int:
         return SCALARS[self.storage].size
+
+
+@dataclass(frozen=True)
+class RegisterDef:
+    """One register of a register map: its name (``RegisterNames`` applied to the field path), byte
+    address, the field declaring it and the struct holding that field."""
+
+    name: str
+    address: int
+    field: Field
+    struct: StructDef
+    macro: str  # its name in C (RegisterMacros applied, else behind the spec's prefix)
 
 
 @dataclass
@@ -114,6 +161,8 @@ class Spec:
     retired_trace_event_ids: list[int] = field(default_factory=list)
     register_map: str | None = None
     constants: list[ConstDef] = field(default_factory=list)
+    register_names: str | None = None  # e.g. "NVDLA_{}_0": the field path's name goes in the braces
+    register_macros: str | None = None  # the same for C's macros, e.g. "NVDLA_V1_{}_0"
 
     @property
     def version_string(self) -> str:
@@ -145,7 +194,17 @@ class Spec:
         """Names, types, sizes, offsets and ids: what the layout hash covers (no descriptions)."""
 
         def fields(s: StructDef) -> list[list[Any]]:
-            return [[f.name, f.kind, f.type_name, f.count, f.length, f.offset, f.size] for f in s.fields]
+            return [[f.name, f.kind, f.type_name, f.count, f.length, f.offset, f.size, *register(f)]
+                    for f in s.fields]
+
+        def register(f: Field) -> list[Any]:
+            # A register's bit fields and group copies; nothing for other fields, so that the hashes
+            # of specs written before registers had bits do not change.
+            if not f.bits and not f.double:
+                return []
+            bits = [[b.name, b.lsb, b.width, b.access, b.reset, [[m.name, m.value] for m in b.values]]
+                    for b in f.bits]
+            return [{"bits": bits, "double": f.double}]
 
         def struct(s: StructDef) -> dict[str, Any]:
             packed = {"packed": True} if s.packed else {}  # absent when false: older hashes stay
@@ -165,8 +224,11 @@ class Spec:
         # that the hashes of specs written before constants existed do not change.
         constants = {"constants": sorted([c.name, c.storage, c.value] for c in self.constants)} \
             if self.constants else {}
+        names = {k: v for k, v in (("register_names", self.register_names),
+                                   ("register_macros", self.register_macros)) if v}
         return {
             **constants,
+            **names,
             "name": self.name,
             "imports": {spec.name: spec.layout_hash for spec in self.imports},
             "enums": sorted(
@@ -181,14 +243,21 @@ class Spec:
         """(NAME, byte address) of every register of the register map, in address order.
 
         A register is a non-array leaf of the register-map struct not named ``reserved*``; its name
-        joins the field path
-        with underscores, upper-cased (``conv.d_op_enable`` -> ``CONV_D_OP_ENABLE``).
+        joins the field path with underscores, upper-cased (``conv.d_op_enable`` ->
+        ``CONV_D_OP_ENABLE``), put in ``RegisterNames`` when the spec has one (``NVDLA_{}_0``:
+        ``cdma.d_misc_cfg`` -> ``NVDLA_CDMA_D_MISC_CFG_0``).
         """
+        return [(r.name, r.address) for r in self.register_defs()]
+
+    def register_defs(self) -> list[RegisterDef]:
+        """Every register of the register map with the field and struct declaring it, in address order."""
         if self.register_map is None:
             return []
         top = self.find_struct(self.register_map)
         assert top is not None
-        out: list[tuple[str, int]] = []
+        out: list[RegisterDef] = []
+        pattern = self.register_names or "{}"
+        macro = self.register_macros or f"{self.name.upper()}_{pattern}"
 
         def walk(s: StructDef, prefix: str, base: int) -> None:
             for f in s.fields:
@@ -199,7 +268,9 @@ class Spec:
                     assert inner is not None
                     walk(inner, f"{prefix}{f.name}_", base + f.offset)
                 else:
-                    out.append(((prefix + f.name).upper(), base + f.offset))
+                    path = (prefix + f.name).upper()
+                    out.append(RegisterDef(pattern.replace("{}", path), base + f.offset, f, s,
+                                           macro.replace("{}", path)))
 
         walk(top, "", 0)
         return out

@@ -36,6 +36,7 @@ from pydla.deviceapi.model import (
     RESPONSE,
     STRUCT,
     TRACE_EVENT,
+    BitField,
     ConstDef,
     EnumDef,
     EnumMember,
@@ -56,6 +57,13 @@ _RESERVED = frozenset(keyword.kwlist) | frozenset(
     nullptr constexpr decltype noexcept alignas alignof static_assert thread_local char16_t char32_t
     uint8_t uint16_t uint32_t uint64_t int8_t int16_t int32_t int64_t size_t""".split()  # noqa: SIM905
 )
+
+
+def bits_class_name(struct: str, field: str) -> str:
+    """The Python class of a register's bit fields: ``nvdla_cdma_t.d_misc_cfg`` ->
+    ``nvdla_cdma_d_misc_cfg_bits``."""
+    base = struct[:-2] if struct.endswith("_t") else struct
+    return f"{base}_{field}_bits"
 
 
 def bundled_specs_dir() -> Path:
@@ -129,6 +137,8 @@ class _Builder:
             retired_message_ids=list(doc.get("RetiredMessageIds", [])),
             retired_trace_event_ids=list(doc.get("RetiredTraceEventIds", [])),
             register_map=doc.get("RegisterMap"),
+            register_names=doc.get("RegisterNames"),
+            register_macros=doc.get("RegisterMacros"),
         )
         self.problems: list[Problem] = []
         self._laid_out: set[str] = set()
@@ -269,8 +279,56 @@ class _Builder:
         if "Storage" in f and canonical_scalar(f["Storage"]) != "u8":
             self.problem("bool-storage", at,
                          f"bools are stored as u8, not {f['Storage']}; drop 'Storage' or use u8")
-        return Field(f["Name"], kind, type_name, f.get("Count"), f.get("Length"),
-                     f.get("Description", ""), at)
+        out = Field(f["Name"], kind, type_name, f.get("Count"), f.get("Length"), f.get("Description", ""), at)
+        out.double = bool(f.get("Double", False))
+        out.bits = [self.make_bit_field(b, at) for b in f.get("Bits", [])]
+        if (out.bits or out.double) and (kind != "scalar" or type_name != "u32" or out.is_array):
+            self.problem("register-bits", at, "Bits and Double describe a register: a single u32 field")
+        self.check_bits(out, at)
+        return out
+
+    def make_bit_field(self, b: dict[str, Any], at: Location) -> BitField:
+        lsb = b["Lsb"]
+        msb = b.get("Msb", lsb)
+        if msb < lsb:
+            self.problem("register-bits", at, f"bit field '{b['Name']}': Msb {msb} is below Lsb {lsb}")
+            msb = lsb
+        values = []
+        for name, value in b.get("Values", {}).items():
+            if not isinstance(name, str):  # YAML reads TRUE and FALSE as booleans, keys too
+                self.problem("register-bits", at, f"bit field '{b['Name']}': the value name {name} is "
+                                                  f"not a string; write it in quotes (\"{name!s}\")")
+                name = str(name).upper()
+            values.append(EnumMember(name, value, ""))
+        return BitField(b["Name"], lsb, msb - lsb + 1, b.get("Access", "rw"), b.get("Reset", 0), values,
+                        b.get("Description", ""))
+
+    def check_bits(self, f: Field, at: Location) -> None:
+        """Bit fields that do not overlap, with unique names (also in lower case, as Python names them),
+        and values and reset values that fit their width."""
+        taken = 0
+        names: set[str] = set()
+        for b in f.bits:
+            what = f"bit field '{b.name}'"
+            self.check_identifier(b.name.lower(), at, "bit field (in lower case)")
+            if b.name.lower() in names or b.name.lower().startswith("_"):
+                self.problem("register-bits", at, f"{what}: the name is taken (names are unique in "
+                                                  "lower case, without a leading _)")
+            names.add(b.name.lower())
+            if taken & b.mask:
+                self.problem("register-bits", at, f"{what}: bits {b.msb}:{b.lsb} overlap another field")
+            taken |= b.mask
+            top = (1 << b.width) - 1
+            if b.reset > top:
+                self.problem("register-bits", at, f"{what}: Reset {b.reset:#x} does not fit {b.width} bit(s)")
+            seen: set[str] = set()
+            for m in b.values:
+                if m.value > top:
+                    self.problem("register-bits", at,
+                                 f"{what}: value {m.name} = {m.value} does not fit {b.width} bit(s)")
+                if m.name in seen:
+                    self.problem("register-bits", at, f"{what}: value {m.name} appears twice")
+                seen.add(m.name)
 
     # -- ids and responses --------------------------------------------------------------------------
 
@@ -379,6 +437,10 @@ class _Builder:
     def check_register_map(self) -> None:
         name = self.spec.register_map
         if name is None:
+            if self.spec.register_names is not None or self.spec.register_macros is not None:
+                self.problem("register-map", self.where(self.doc),
+                             "RegisterNames and RegisterMacros name the registers of a RegisterMap; "
+                             "this spec has none")
             return
         top = self.spec.find_struct(name)
         where = self.where(self.doc)
@@ -409,6 +471,42 @@ class _Builder:
                                  "registers are single u32 values (arrays only as reserved* padding)")
 
         walk(top)
+        if not self.problems:
+            self.check_register_names()
+
+    def check_register_names(self) -> None:
+        """Every name the targets derive from a register (its address, reset value, each bit field's
+        shift, mask and values; in Python and C++, and in C) is distinct, and so are the Python classes
+        of the bit fields."""
+        for language, attr in (("Python and C++", "name"), ("C", "macro")):
+            self.check_derived_names(language, attr)
+        classes: dict[str, Location] = {item.name: item.location for item in self.spec.all_items}
+        clashes: set[str] = set()
+        for r in self.spec.register_defs():
+            if r.field.bits:
+                cls = bits_class_name(r.struct.name, r.field.name)
+                if classes.setdefault(cls, r.field.location) is not r.field.location and cls not in clashes:
+                    clashes.add(cls)
+                    self.problem("register-names", r.field.location,
+                                 f"the Python class of its bit fields, {cls}, is already a name at "
+                                 f"{classes[cls]}")
+
+    def check_derived_names(self, language: str, attr: str) -> None:
+        seen: dict[str, str] = {}
+        for r in self.spec.register_defs():
+            base = getattr(r, attr)
+            names = [base]
+            if r.field.bits:
+                names.append(f"{base}_RESET_VAL")
+            for b in r.field.bits:
+                names += [f"{base}_{b.name}_SHIFT", f"{base}_{b.name}_FIELD"]
+                names += [f"{base}_{b.name}_{m.name}" for m in b.values]
+            for name in names:
+                if name in seen:
+                    self.problem("register-names", r.field.location,
+                                 f"{name} would name both {seen[name]} and register {r.name} in {language}; "
+                                 "rename a register, bit field or value")
+                seen.setdefault(name, f"register {r.name}")
 
     # -- the device API's rules for messages and trace events ------------------------------------------
 
