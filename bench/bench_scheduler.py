@@ -16,9 +16,9 @@ import argparse
 import statistics
 import time
 
+from pydla.firmware.graph import load_task
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.graph import load_task
 from pydla.loadable.taskbuilder import TaskBuilder
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import pydla
+from pydla.firmware.interface import KmdDeviceInfo
 from pydla.hw.config import load_config
 from pydla.kmd.driver import Kmd
-from pydla.kmd.port import KmdDeviceInfo
 from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.platform import Platform, probe
 

@@ -1,6 +1,6 @@
 """The kernel-mode driver of one device: it composes contexts, jobs and recovery.
 
-One :class:`Kmd` drives one device through an :class:`~pydla.kmd.engine.Engine`. Clients open
+One :class:`Kmd` drives one device through an :class:`~pydla.firmware.engine.Engine`. Clients open
 contexts (each its own device address space), create buffer objects in them, and submit tasks
 (address lists of their own buffers); see :mod:`pydla.kmd.context`. Jobs from all contexts wait in
 one queue and start by priority, round-robin across contexts, then in order (:mod:`pydla.kmd.job`).
@@ -37,9 +37,11 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
+from pydla.firmware.engine_api import EngineApi, RunState
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.context import (
-    MAX_ADDRESSES,
     Buffer,
     Context,
     PreparedJob,
@@ -53,8 +55,6 @@ from pydla.kmd.context import (
 from pydla.kmd.cu import check_scalars
 from pydla.kmd.cu_api import KmdComputeUnits
 from pydla.kmd.cu_sched import CuScheduler
-from pydla.kmd.engine_api import EngineApi, RunState
-from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.headed import make_engine
 from pydla.kmd.job import (
     COMPLETED,
@@ -67,7 +67,7 @@ from pydla.kmd.job import (
     JobQueues,
     check_job_args,
 )
-from pydla.kmd.port import AddressEntry, KmdPortability, TaskDesc
+from pydla.kmd.port import AddressEntry, KmdPortability
 from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.kmd.recovery import (
     BAN_AFTER_HANGS,
@@ -128,7 +128,7 @@ class Kmd(KmdComputeUnits):
         self.queues = JobQueues()
         self._queues = self.queues.by_context  # the same dict: the driver appends to it directly
         # The jobs on the device, in order: the first runs, the others are programmed behind it
-        # (the engine's pipeline depth: pydla.kmd.engine, "The engine as a compute unit").
+        # (the engine's pipeline depth: pydla.firmware.engine, "The engine as a compute unit").
         self._inflight: list[Job] = []
         # A SHAVE job picked while DLA tasks were in flight: it starts, alone, once they ended.
         self._held: Job | None = None

@@ -20,9 +20,10 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
+from pydla.firmware.interface import CpuAddress, CuDesc, KmdDeviceInfo, TaskDesc
 from pydla.hw.device import VirtualDevice
 from pydla.hw.memory import BufferObject
-from pydla.kmd.port import CpuAddress, CuDesc, KmdDeviceInfo, KmdPortability, TaskDesc
+from pydla.kmd.port import KmdPortability
 
 
 class VirtualDevicePort(KmdPortability):

@@ -25,8 +25,8 @@ from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
+from pydla.firmware.headed_ring import Layout, Ring
 from pydla.hw.memory import BufferObject
-from pydla.kmd.headed_ring import Layout, Ring
 from pydla.kmd.port_virtual import VirtualDevicePort
 
 if TYPE_CHECKING:

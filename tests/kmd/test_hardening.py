@@ -9,9 +9,9 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_task as T
+from pydla.firmware.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.loadable.taskbuilder import TaskBuilder
 
 

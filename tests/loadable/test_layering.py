@@ -51,7 +51,7 @@ def test_descriptor_layout_is_the_one_the_kmd_reads() -> None:
     """One declaration (the contract's task_layout), read by the KMD and written by the encoder."""
     from pydla.deviceapi import task_layout
     from pydla.deviceapi.generated import dla_task as T
-    from pydla.kmd import graph
+    from pydla.firmware import graph
 
     assert graph.OP_DESC is task_layout.OP_DESC and graph.SURFACE_DESC is task_layout.SURFACE_DESC
     tb = taskbuilder.TaskBuilder()

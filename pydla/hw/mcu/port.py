@@ -1,6 +1,6 @@
 """The firmware's KMD portability layer: the device's local register bus and its memory.
 
-The engine scheduler (:class:`pydla.kmd.engine.Engine`, unchanged) runs on the microcontroller behind
+The engine scheduler (:class:`pydla.firmware.engine.Engine`, unchanged) runs on the microcontroller behind
 this port exactly as it runs on the host behind :class:`~pydla.kmd.port_virtual.VirtualDevicePort`:
 registers are reached directly (the microcontroller sits on the device's register bus), task memory
 through the IOMMU in the task's context (the address list the firmware resolved itself), and the
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
+from pydla.firmware.interface import CpuAddress, TaskDesc
 from pydla.hw.memory import BufferObject
-from pydla.kmd.port import CpuAddress, TaskDesc
 from pydla.kmd.port_virtual import VirtualDevicePort
 
 if TYPE_CHECKING:

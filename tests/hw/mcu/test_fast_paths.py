@@ -8,12 +8,12 @@ import pytest
 
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.runtime import decode
+from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_ring import Layout, Ring
 from pydla.hw.device import VirtualDevice
 from pydla.hw.mcu.prepared import merge_reads
 from pydla.hw.memory import BufferObject
 from pydla.kmd.driver import Kmd
-from pydla.kmd.headed_codec import wire
-from pydla.kmd.headed_ring import Layout, Ring
 from tests.kmd.support import single_pdp
 
 

@@ -256,7 +256,7 @@ def test_a_hung_firmware_is_caught_by_the_host_and_reset(mode: str) -> None:
 def test_a_corrupt_response_ring_is_counted_and_skipped_not_followed(headed: VirtualDevice) -> None:
     """What the device writes is not trusted either: a head that went backwards, a message size that
     cannot be, a message of the wrong kind: the host counts them and goes on."""
-    from pydla.kmd.headed_ring import counters
+    from pydla.firmware.headed_ring import counters
 
     kmd = Kmd(headed)
     try:
