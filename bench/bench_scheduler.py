@@ -16,6 +16,7 @@ import argparse
 import statistics
 import time
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.firmware.graph import load_task
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
@@ -34,7 +35,7 @@ def chain(n: int) -> TaskBuilder:
 def measure(n: int, repeats: int) -> tuple[float, float, float]:
     """Per operation, in seconds: the first submit, later submits (median), a validation (median)."""
     dev = VirtualDevice("full", mode="deterministic")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     ctx = kmd.open_context()
     built = chain(n).build()
     loaded = built.load(kmd, ctx)

@@ -1,7 +1,7 @@
 """The composition root: the one place that builds virtual devices, their KMDs and the ports.
 
 A :class:`Platform` is what a machine has: the device instances of one configuration, each built with
-its KMD (over the in-process KMD port, :class:`~pydla.kmd.port_virtual.VirtualDevicePort`) the first
+its KMD (over the in-process KMD port, :class:`~pydla.composition.virtual_port.VirtualDevicePort`) the first
 time it is probed. The in-process port and the KMD daemon both get their drivers from one, and
 :func:`open_port` builds the port an application asks for; nothing else builds a device or a driver.
 From there capabilities travel through the interfaces, never as a configuration object: the KMD asks
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
-from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.interface import NvDlaPort
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pydla.errors import DlaError, NvError
 from pydla.firmware.graph import TaskGraph
 from pydla.firmware.interface import MAX_ADDRESSES, ResolvedEntry
-from pydla.hw.memory import BufferObject
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.port import AddressEntry, KmdPortability
 
 

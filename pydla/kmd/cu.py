@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc
-from pydla.hw.memory import BufferObject
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.job import COMPLETED, FAILED, QUEUED, RUNNING, Fence
 
 if TYPE_CHECKING:

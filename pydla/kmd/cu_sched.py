@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc, KmdDeviceInfo
-from pydla.hw.memory import BufferObject
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.context import Context, check_not_banned
 from pydla.kmd.cu import (
     AP_CONTINUE,

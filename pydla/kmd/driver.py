@@ -15,7 +15,7 @@ and the interrupt (through the engine), address spaces and buffer objects, and w
 
 Usage::
 
-    kmd = Kmd(VirtualDevicePort(VirtualDevice("full")))   # or Kmd(VirtualDevice("full"))
+    kmd = Kmd(VirtualDevicePort(VirtualDevice("full")))   # built by pydla.platform.probe
     ctx = kmd.open_context()
     h = kmd.bo_create(ctx, 4096)
     job = kmd.submit(ctx, [AddressEntry(h)], timeout_ms=1000)
@@ -40,7 +40,6 @@ from pydla.errors import DlaError, NvError
 from pydla.firmware.engine_api import EngineApi, RunState
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
-from pydla.hw.device import VirtualDevice
 from pydla.kmd.context import (
     Buffer,
     Context,
@@ -68,7 +67,6 @@ from pydla.kmd.job import (
     check_job_args,
 )
 from pydla.kmd.port import AddressEntry, KmdPortability
-from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.kmd.recovery import (
     BAN_AFTER_HANGS,
     DEFAULT_TDR_MS,
@@ -93,14 +91,13 @@ log = logging.getLogger("pydla.kmd")
 class Kmd(KmdComputeUnits):
     """The driver of one device. See the module docstring; compute units: :mod:`pydla.kmd.cu_api`."""
 
-    def __init__(self, port: KmdPortability | VirtualDevice, *,
+    def __init__(self, port: KmdPortability, *,
                  default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS,
                  ban_after: int = BAN_AFTER_HANGS) -> None:
         """``tdr_ms``: how long a job may go without completing an operation before it is declared
         hung (a submitter's ``timeout_ms`` can only shorten it); ``ban_after``: how many hung jobs
         get a context banned."""
-        # A VirtualDevice is taken as shorthand for the in-process port over it (driver tests).
-        self.port = port if isinstance(port, KmdPortability) else VirtualDevicePort(port)
+        self.port = port
         info = self.port.dla_get_device_info()
         if info.shave is None:  # the SHAVE tiles, from their registers (pydla.kmd.shave_run)
             info = dataclasses.replace(info, shave=read_caps(self.port))

@@ -25,7 +25,7 @@ import abc
 from pydla.deviceapi.task_layout import AddressEntry as AddressEntry  # the KMD takes the contract's entry
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc, FirmwarePortability, KmdDeviceInfo
-from pydla.hw.memory import BufferObject
+from pydla.kmd.bo import BufferObject
 
 
 class KmdPortability(FirmwarePortability):
@@ -59,11 +59,13 @@ class KmdPortability(FirmwarePortability):
     @abc.abstractmethod
     def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
         """A buffer object of ``size`` bytes of device memory; with ``fd``, that shared memory,
-        whose descriptor the buffer object then owns (also when this fails)."""
+        whose descriptor the buffer object then owns (also when this fails). Its ``memory`` is the
+        port's own, for this port's :meth:`dla_free` and :meth:`dla_map`."""
 
     @abc.abstractmethod
     def dla_free(self, bo: BufferObject) -> None:
-        """Free a buffer object from :meth:`dla_alloc` (the device faults on it from then on)."""
+        """Free a buffer object from :meth:`dla_alloc` (the device faults on it from then on; its
+        ``array`` is empty)."""
 
     @abc.abstractmethod
     def dla_map(self, ctx: int, bo: BufferObject) -> int:

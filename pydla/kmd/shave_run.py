@@ -50,7 +50,7 @@ from pydla.firmware.graph import TaskGraph
 from pydla.firmware.interface import CpuAddress, ShaveCaps, TaskDesc
 from pydla.firmware.shave import ShaveList, usable_cmx
 from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
-from pydla.hw.memory import BufferObject
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.port import KmdPortability
 from pydla.kmd.tile_owner import LIST, TileOwners
 

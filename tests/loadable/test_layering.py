@@ -74,13 +74,14 @@ def test_task_addresses_carry_the_fields_of_the_kmd_address_entries() -> None:
 def test_a_built_task_loads_into_any_allocator_and_runs_on_the_kmd() -> None:
     import numpy as np
 
+    from pydla.composition.virtual_port import VirtualDevicePort
     from pydla.hw.device import VirtualDevice
     from pydla.kmd.driver import Kmd
 
     tb = taskbuilder.TaskBuilder()
     x, y = tb.cube("x", (2, 4, 4)), tb.cube("y", (2, 4, 4))
     tb.sdp(x, y, act="relu")
-    kmd = Kmd(VirtualDevice("full", mode="deterministic"))
+    kmd = Kmd(VirtualDevicePort(VirtualDevice("full", mode="deterministic")))
     try:
         ctx = kmd.open_context()
         loaded = tb.build().load(kmd, ctx)

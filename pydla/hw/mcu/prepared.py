@@ -3,8 +3,8 @@
 A host submits a prepared job again and again: the same address list, in the same context, over the
 same descriptors. The firmware keeps, per (context, the address list's bytes), what it derived the
 first time: the list resolved through the IOMMU in the task's context and the task graph
-:func:`pydla.firmware.graph.load_task` validated from the firmware's own reads of the descriptors. It hands
-them out again only while
+:func:`pydla.firmware.graph.load_task` validated from the firmware's own reads of the descriptors. It
+hands them out again only while
 
 - the context's mapping generation is the one they were derived under (any map, unmap or free in
   that context, or its end, starts a new one: the resolved addresses would be stale), and
