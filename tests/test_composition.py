@@ -137,6 +137,8 @@ def test_the_firmware_imports_only_the_contracts() -> None:
 @pytest.mark.parametrize(("layer", "forbidden"), [
     ("hw", ("pydla.kmd", "pydla.composition", "pydla.platform", "pydla.portability", "pydla.umd")),
     ("kmd", ("pydla.hw", "pydla.composition", "pydla.platform", "pydla.portability", "pydla.umd")),
+    ("portability", ("pydla.platform", "pydla.composition", "pydla.umd", "pydla.hw")),
+    ("umd", ("pydla.platform", "pydla.composition", "pydla.kmd", "pydla.hw")),
 ])
 def test_no_layer_imports_one_above_it_or_the_composition_root(layer: str,
                                                                 forbidden: tuple[str, ...]) -> None:
@@ -172,3 +174,37 @@ def test_the_kmd_buffer_objects_are_its_own_and_only_their_port_maps_them() -> N
     finally:
         device.close()
         other.device.close()
+
+
+def test_a_port_is_given_its_platform_and_closes_it_only_when_it_owns_it() -> None:
+    from pydla.platform import open_port
+    from pydla.portability.inprocess import InProcessPort
+
+    platform = Platform("small")
+    try:
+        shared = InProcessPort(platform)
+        shared.NvDlaOpen(0)
+        shared.close()  # its session's context is released; the platform it was given lives on
+        assert platform.probe(0).kmd.contexts == []
+        own = open_port("inprocess", "small")
+        assert isinstance(own, InProcessPort)
+        own.NvDlaOpen(0)
+        own.close()  # the devices open_port built for it go with it
+        with pytest.raises(pydla.DlaError, match="the platform was closed"):
+            own.platform.probe(0)
+    finally:
+        platform.close()
+
+
+def test_create_runtime_is_the_composition_roots() -> None:
+    """The UMD is handed its port: pydla.createRuntime builds it at the composition root, and
+    IRuntime takes one it is given."""
+    import inspect
+
+    from pydla.platform import createRuntime
+    from pydla.umd import runtime
+
+    assert pydla.createRuntime is createRuntime and not hasattr(runtime, "createRuntime")
+    assert list(inspect.signature(runtime.IRuntime).parameters)[:1] == ["port"]
+    with createRuntime(config="small") as rt:
+        assert rt.getMaxDevices() == 1 and type(rt.port).__name__ == "InProcessPort"
