@@ -30,7 +30,6 @@ ap_start while a task runs, ap_idle when none does, ap_ready while the engine ta
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
@@ -38,6 +37,7 @@ from pydla.firmware.interface import CuDesc, KmdDeviceInfo
 from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL, CTX, REGS_END, CuArg, CuExecution
 from pydla.kmd.cu_sched import CuScheduler, CuUnit
 from pydla.kmd.job import Fence
+from pydla.kmd.lock import OwnedLock
 from pydla.kmd.port import KmdPortability
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class KmdComputeUnits:
     info: KmdDeviceInfo
     cus: CuScheduler
     engine: EngineApi
-    _lock: threading.RLock
+    _lock: OwnedLock
 
     if TYPE_CHECKING:
         def _check_open(self) -> None: ...  # the driver's

@@ -66,6 +66,7 @@ from pydla.kmd.job import (
     JobQueues,
     check_job_args,
 )
+from pydla.kmd.lock import OwnedLock
 from pydla.kmd.port import AddressEntry, KmdPortability
 from pydla.kmd.recovery import (
     BAN_AFTER_HANGS,
@@ -120,7 +121,7 @@ class Kmd(KmdComputeUnits):
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
-        self._lock = threading.RLock()
+        self._lock = OwnedLock()  # reentrant; it knows its owner (see _irq_thread)
         self._contexts: dict[int, Context] = {}
         self.queues = JobQueues()
         self._queues = self.queues.by_context  # the same dict: the driver appends to it directly
@@ -523,9 +524,7 @@ class Kmd(KmdComputeUnits):
         the service thread (woken by the ISR) does the work. Headed, the interrupt may come from a
         thread inside the driver (its doorbell ran the firmware): that thread's own poll, or the
         service thread, takes the events; and block interrupts are the firmware's, not the driver's."""
-        # (RLock._is_owned: whether this thread holds it; threading.Condition relies on it too.)
-        if self.info.headed and (not self.engine.pending_events()
-                                 or self._lock._is_owned()):  # type: ignore[attr-defined]
+        if self.info.headed and (not self.engine.pending_events() or self._lock.held_by_caller()):
             self.engine.wake()
             return
         if not self._lock.acquire(blocking=False):

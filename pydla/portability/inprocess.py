@@ -17,6 +17,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.kmd.cu import CuArg, CuBuffer
 from pydla.kmd.driver import Job, Kmd
 from pydla.kmd.port import AddressEntry
@@ -467,13 +468,10 @@ class InProcessPort(NvDlaPort):
             kmds = self._drive_polled()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DlaError(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not reached "
-                                                f"within {timeout_ms} ms")
-            try:
+                raise WaitTimeout(NvError.Timeout, f"fence (semaphore {sem.sem_id}, value {value}) not "
+                                                   f"reached within {timeout_ms} ms")
+            with contextlib.suppress(WaitTimeout):  # this slice's: the loop checks the whole wait's
                 sem.wait(value, min(left * 1000, 1.0) if kmds else left * 1000)
-            except DlaError as e:
-                if e.code != NvError.Timeout:
-                    raise
 
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:
         sem, value = self._fence(fence)

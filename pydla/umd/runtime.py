@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaMemHandle, NvDlaPort
 from pydla.umd.cpu import CpuLibraries
@@ -402,9 +402,8 @@ def _ended(sync: ISync) -> bool:
     """Whether the run behind ``sync`` has ended (signaled or failed), without waiting."""
     try:
         sync.wait(0)
-    except DlaError as e:
-        # A wait of 0 ms on a pending run answers Timeout with the port's "not reached" wording; a run
-        # that failed answers its own error, which may be a Timeout too (a hung job): told apart here.
-        pending = e.code == NvError.Timeout and ("not reached" in e.message or "did not reach" in e.message)
-        return not pending
+    except WaitTimeout:
+        return False  # the wait's own time ran out: the run is pending
+    except DlaError:
+        return True  # the run failed (with its own error, which may be a Timeout too: a hung job)
     return True
