@@ -25,7 +25,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.errors import DlaError, NvError
@@ -35,7 +35,9 @@ from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaPort
-from pydla.umd.runtime import IRuntime
+
+if TYPE_CHECKING:
+    from pydla.umd.runtime import IRuntime
 
 ConfigLike: TypeAlias = DeviceConfig | str | Path  # a configuration, a bundled one's name, or a file
 PORTS = ("inprocess", "linux")
@@ -178,6 +180,8 @@ def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "ful
         timeout_ms: how long submit() and close() wait for a run (a sync's wait takes its own).
         path: the KMD daemon's directory for ``port="linux"``.
     """
+    from pydla.umd.runtime import IRuntime  # on first use: the KMD daemon composes no runtime
+
     if port is not None and not isinstance(port, str):
         return IRuntime(port, device, timeout_ms=timeout_ms)
     opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)
