@@ -30,6 +30,7 @@ ap_start while a task runs, ap_idle when none does, ap_ready while the engine ta
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
@@ -54,7 +55,7 @@ class KmdComputeUnits:
     info: KmdDeviceInfo
     cus: CuScheduler
     engine: EngineApi
-    _lock: OwnedLock
+    _lock: OwnedLock | threading.RLock
 
     if TYPE_CHECKING:
         def _check_open(self) -> None: ...  # the driver's

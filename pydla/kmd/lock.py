@@ -21,8 +21,8 @@ from threading import get_ident
 
 
 class OwnedLock:
-    """A reentrant lock that records its owner (see the module docstring). ``with`` costs three calls
-    more than a bare RLock's (the driver takes its lock about once per job)."""
+    """A reentrant lock that records its owner (see the module docstring). ``with`` costs four Python
+    calls more than a bare RLock's: a headed driver takes it (it asks), a headless one an RLock."""
 
     __slots__ = ("_acquire", "_depth", "_owner", "_release")
 

@@ -46,8 +46,9 @@ def test_the_driver_asks_its_own_record() -> None:
     from pydla.platform import probe
 
     assert "_is_owned" not in inspect.getsource(driver)  # no private member of the lock's
-    probed = probe("small")
-    try:
-        assert isinstance(probed.kmd._lock, OwnedLock)
-    finally:
-        probed.close()
+    for config, records in (("full-headed", True), ("small", False)):  # headless, nothing asks
+        probed = probe(config)
+        try:
+            assert isinstance(probed.kmd._lock, OwnedLock) == records
+        finally:
+            probed.close()
