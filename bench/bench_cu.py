@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Any
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
@@ -59,7 +60,7 @@ def main() -> None:
     parser.add_argument("--polling", action="store_true", help="units without interrupts (m_int_enable 0)")
     args = parser.parse_args()
     dev = VirtualDevice(config(args.latency_us, 0 if args.polling else 1), mode="threaded")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         rate(kmd, ctx, "hs", 5)  # warm up: the units' workers and the driver's threads start

@@ -16,6 +16,7 @@ import statistics
 import time
 from dataclasses import replace
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
@@ -40,7 +41,7 @@ def chain(n: int, nbytes: int) -> TaskBuilder:
 
 def tasks_per_second(config: DeviceConfig, contexts: int, tasks: int, ops: int, nbytes: int) -> float:
     dev = VirtualDevice(config, mode="threaded")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         built = chain(ops, nbytes).build()
         loaded = []

@@ -90,6 +90,7 @@ def submit_round_trip(repeats: int, block: int) -> dict[str, float]:
 
 
 def resnet18(repeats: int) -> float:
+    from pydla.composition.virtual_port import VirtualDevicePort
     from pydla.hw.device import VirtualDevice
     from pydla.kmd.driver import Kmd
 
@@ -107,7 +108,7 @@ def resnet18(repeats: int) -> float:
     closers = []
     for config in CONFIGS:
         dev = VirtualDevice(config, mode="deterministic")
-        kmd = Kmd(dev)
+        kmd = Kmd(VirtualDevicePort(dev))
         ctx = kmd.open_context()
         loaded = built.load(kmd, ctx)
         for name, value in {"input": x, **net.stored}.items():

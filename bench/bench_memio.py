@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pydla.platform import open_port
 from pydla.portability.inprocess import InProcessPort
 
 GOAL = 0.8
@@ -96,7 +97,7 @@ def main() -> None:
 
     print(f"{'size':>8} {'':6} {'median':>11} {'GB/s':>8} {'numpy GB/s':>11} {'ratio':>7}  goal >= {GOAL}")
     missed = []
-    with InProcessPort("full") as port:
+    with open_port("inprocess", "full") as port:
         h = port.NvDlaOpen(0)
         for size in sizes:
             med = _measure(port, h, size, args)

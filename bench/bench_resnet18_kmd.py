@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
@@ -133,7 +134,7 @@ def main() -> None:
     x = net.rng.standard_normal((3, 224, 224)).astype(np.float32)
 
     dev = VirtualDevice("full", mode="deterministic")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     ctx = kmd.open_context()
     t0 = time.perf_counter()
     built = net.tb.build()

@@ -16,9 +16,10 @@ import argparse
 import statistics
 import time
 
+from pydla.composition.virtual_port import VirtualDevicePort
+from pydla.firmware.graph import load_task
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.graph import load_task
 from pydla.loadable.taskbuilder import TaskBuilder
 
 
@@ -34,7 +35,7 @@ def chain(n: int) -> TaskBuilder:
 def measure(n: int, repeats: int) -> tuple[float, float, float]:
     """Per operation, in seconds: the first submit, later submits (median), a validation (median)."""
     dev = VirtualDevice("full", mode="deterministic")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     ctx = kmd.open_context()
     built = chain(n).build()
     loaded = built.load(kmd, ctx)

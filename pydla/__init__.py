@@ -26,9 +26,10 @@ if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and edito
     from pydla.loadable.container import Loadable as ILoadable
     from pydla.model_info import ModelMetadata, TensorInfo
     from pydla.ort_values import IOBinding, NodeArg, OrtValue
+    from pydla.platform import createRuntime
     from pydla.session import Session
     from pydla.umd.cu import ComputeUnit
-    from pydla.umd.runtime import IRuntime, createRuntime
+    from pydla.umd.runtime import IRuntime
     from pydla.umd.sync import ISync
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
 # Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
 # the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
 _LAZY = {
-    "createRuntime": ("pydla.umd.runtime", "createRuntime"),
+    "createRuntime": ("pydla.platform", "createRuntime"),  # the composition root builds the port
     "Session": ("pydla.session", "Session"),
     "InferenceSession": ("pydla.inference_session", "InferenceSession"),
     "OrtValue": ("pydla.ort_values", "OrtValue"),  # onnxruntime's value and binding types

@@ -68,6 +68,15 @@ class DlaError(Exception):
         return (type(self), (self.code, self.message))
 
 
+class WaitTimeout(DlaError):
+    """NvError Timeout of a wait whose own time ran out: what it waits for may still happen (a fence
+    not reached yet). Told apart by its type from a DlaError whose code is Timeout because the awaited
+    work failed so (a task the driver declared hung), which is final.
+
+    Usage: ``except WaitTimeout: pending = True``
+    """
+
+
 def file_error(path: object, e: OSError) -> DlaError:
     """The DlaError for a file that cannot be read, worded one way by every command: "PATH: no such
     file" (FileNotFound), else "PATH: cannot read: <the system's reason>" (FileReadFailed).

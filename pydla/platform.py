@@ -1,9 +1,11 @@
 """The composition root: the one place that builds virtual devices, their KMDs and the ports.
 
 A :class:`Platform` is what a machine has: the device instances of one configuration, each built with
-its KMD (over the in-process KMD port, :class:`~pydla.kmd.port_virtual.VirtualDevicePort`) the first
-time it is probed. The in-process port and the KMD daemon both get their drivers from one, and
-:func:`open_port` builds the port an application asks for; nothing else builds a device or a driver.
+its KMD (over the in-process KMD port, :class:`~pydla.composition.virtual_port.VirtualDevicePort`)
+the first time it is probed. The in-process port and the KMD daemon both get their drivers from one
+(they are given it: neither reaches up for it), :func:`open_port` builds the port an application asks
+for, and :func:`createRuntime` hands one to the UMD; nothing else builds a device, a driver or a
+port.
 From there capabilities travel through the interfaces, never as a configuration object: the KMD asks
 its port (``dla_get_device_info``), the UMD asks its own (``NvDlaGetDeviceInfo``), answered from the
 KMD in-process and through GET_PARAM on Linux.
@@ -13,6 +15,7 @@ Usage::
     platform = Platform("full", mode="threaded")
     kmd = platform.probe(0).kmd
     port = open_port("inprocess", "small")
+    rt = createRuntime(config="small")          # pydla.createRuntime
 """
 
 from __future__ import annotations
@@ -22,15 +25,19 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.errors import DlaError, NvError
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
-from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
+from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaPort
+
+if TYPE_CHECKING:
+    from pydla.umd.runtime import IRuntime
 
 ConfigLike: TypeAlias = DeviceConfig | str | Path  # a configuration, a bundled one's name, or a file
 PORTS = ("inprocess", "linux")
@@ -135,9 +142,8 @@ def open_port(spec: str | None = None, config: ConfigLike = "full", *,
     spec = spec if spec is not None else os.environ.get("PYDLA_PORT", "inprocess")
     name, _, rest = spec.partition(":")
     if name == "inprocess" and not rest:
-        from pydla.portability.inprocess import InProcessPort
-
-        return InProcessPort(platform=Platform(config, mode=mode, default_timeout_ms=timeout_ms))
+        # The port's own devices: closed with it.
+        return InProcessPort(Platform(config, mode=mode, default_timeout_ms=timeout_ms), owns_platform=True)
     if name == "linux":
         where = rest or (os.fspath(path) if path is not None else "")
         if not where:
@@ -150,3 +156,39 @@ def open_port(spec: str | None = None, config: ConfigLike = "full", *,
 
         return LinuxPort(where)
     raise DlaError(NvError.NotSupported, f"port '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
+
+
+def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "full",
+                  device: int = 0, *, mode: str = "deterministic", timeout_ms: int = 10_000,
+                  path: str | os.PathLike[str] | None = None) -> IRuntime:
+    """The NVDLA runtime API's createRuntime: an :class:`~pydla.umd.runtime.IRuntime` on one device
+    instance. The port is built here (the composition root) and handed to the runtime.
+
+    Usage: ``rt = pydla.createRuntime(config="small")``; ``pydla.createRuntime("linux", path="/run/pydla")``
+
+    Parameters:
+        port: the portability layer: "inprocess" (driver and virtual device in this process),
+            "linux" (with ``path``) or "linux:PATH" for the KMD daemon, None for ``$PYDLA_PORT``
+            else in-process (see :func:`open_port`); or a port object
+            (:class:`~pydla.portability.interface.NvDlaPort`), which the runtime uses and does not close.
+        config: the in-process devices' configuration: "full" (2 instances), "small", a JSON file,
+            or a configuration object; a daemon has its own.
+        device: the device instance, 0..getMaxDevices()-1.
+        mode: how in-process devices run: "deterministic" (in the caller's thread, reproducible
+            to the register write), "threaded" (beside the host, as hardware runs) or "step"
+            (driver development: the device advances when stepped).
+        timeout_ms: how long submit() and close() wait for a run (a sync's wait takes its own).
+        path: the KMD daemon's directory for ``port="linux"``.
+    """
+    from pydla.umd.runtime import IRuntime  # on first use: the KMD daemon composes no runtime
+
+    if port is not None and not isinstance(port, str):
+        return IRuntime(port, device, timeout_ms=timeout_ms)
+    opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)
+    try:
+        return IRuntime(opened, device, owns_port=True, timeout_ms=timeout_ms)
+    except BaseException:
+        close = getattr(opened, "close", None)
+        if callable(close):
+            close()
+        raise

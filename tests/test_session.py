@@ -408,7 +408,7 @@ def test_inference_session_takes_onnxruntimes_place(demo, tmp_path: Path) -> Non
 def test_the_package_shows_its_signatures_and_documentation() -> None:
     import inspect
 
-    from pydla.umd.runtime import createRuntime
+    from pydla.platform import createRuntime
 
     assert pydla.createRuntime is createRuntime
     assert list(inspect.signature(pydla.createRuntime).parameters) == ["port", "config", "device", "mode",

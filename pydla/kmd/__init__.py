@@ -1,1 +1,2 @@
-"""Kernel-mode driver: contexts, jobs, the engine scheduler and the KMD portability side."""
+"""Kernel-mode driver: contexts, buffer objects, jobs, fences, recovery and the KMD portability side;
+its engine scheduler is firmware (:mod:`pydla.firmware`)."""

@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.memory import BufferObject
-from pydla.kmd.graph import TaskGraph
-from pydla.kmd.port import AddressEntry, KmdPortability, ResolvedEntry
-
-MAX_ADDRESSES = 4096  # entries of one address list
+from pydla.firmware.graph import TaskGraph
+from pydla.firmware.interface import MAX_ADDRESSES, ResolvedEntry
+from pydla.kmd.bo import BufferObject
+from pydla.kmd.port import AddressEntry, KmdPortability
 
 
 @dataclass

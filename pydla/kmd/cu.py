@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.hw.memory import BufferObject
+from pydla.firmware.interface import CuDesc
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.job import COMPLETED, FAILED, QUEUED, RUNNING, Fence
-from pydla.kmd.port import CuDesc
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context

@@ -34,14 +34,16 @@ import threading
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
+from pydla.firmware.interface import CuDesc, KmdDeviceInfo
 from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL, CTX, REGS_END, CuArg, CuExecution
 from pydla.kmd.cu_sched import CuScheduler, CuUnit
 from pydla.kmd.job import Fence
-from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
+from pydla.kmd.lock import OwnedLock
+from pydla.kmd.port import KmdPortability
 
 if TYPE_CHECKING:
+    from pydla.firmware.engine_api import EngineApi
     from pydla.kmd.context import Context
-    from pydla.kmd.engine_api import EngineApi
 
 MAX_STREAM_BYTES = 1 << 26  # one stream read or write
 
@@ -53,7 +55,7 @@ class KmdComputeUnits:
     info: KmdDeviceInfo
     cus: CuScheduler
     engine: EngineApi
-    _lock: threading.RLock
+    _lock: OwnedLock | threading.RLock
 
     if TYPE_CHECKING:
         def _check_open(self) -> None: ...  # the driver's

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.hw.memory import BufferObject
+from pydla.firmware.interface import CuDesc, KmdDeviceInfo
+from pydla.kmd.bo import BufferObject
 from pydla.kmd.context import Context, check_not_banned
 from pydla.kmd.cu import (
     AP_CONTINUE,
@@ -65,7 +66,7 @@ from pydla.kmd.cu import (
     encode_args,
 )
 from pydla.kmd.job import Fence, check_job_args
-from pydla.kmd.port import CuDesc, KmdDeviceInfo, KmdPortability
+from pydla.kmd.port import KmdPortability
 from pydla.kmd.recovery import DEVICE_RESET_BIT
 from pydla.kmd.tile_owner import LIST, UNIT, TileOwners
 

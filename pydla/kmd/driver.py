@@ -1,6 +1,6 @@
 """The kernel-mode driver of one device: it composes contexts, jobs and recovery.
 
-One :class:`Kmd` drives one device through an :class:`~pydla.kmd.engine.Engine`. Clients open
+One :class:`Kmd` drives one device through an :class:`~pydla.firmware.engine.Engine`. Clients open
 contexts (each its own device address space), create buffer objects in them, and submit tasks
 (address lists of their own buffers); see :mod:`pydla.kmd.context`. Jobs from all contexts wait in
 one queue and start by priority, round-robin across contexts, then in order (:mod:`pydla.kmd.job`).
@@ -15,7 +15,7 @@ and the interrupt (through the engine), address spaces and buffer objects, and w
 
 Usage::
 
-    kmd = Kmd(VirtualDevicePort(VirtualDevice("full")))   # or Kmd(VirtualDevice("full"))
+    kmd = Kmd(VirtualDevicePort(VirtualDevice("full")))   # built by pydla.platform.probe
     ctx = kmd.open_context()
     h = kmd.bo_create(ctx, 4096)
     job = kmd.submit(ctx, [AddressEntry(h)], timeout_ms=1000)
@@ -37,9 +37,10 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.device import VirtualDevice
+from pydla.firmware.engine_api import EngineApi, RunState
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
 from pydla.kmd.context import (
-    MAX_ADDRESSES,
     Buffer,
     Context,
     PreparedJob,
@@ -53,8 +54,6 @@ from pydla.kmd.context import (
 from pydla.kmd.cu import check_scalars
 from pydla.kmd.cu_api import KmdComputeUnits
 from pydla.kmd.cu_sched import CuScheduler
-from pydla.kmd.engine_api import EngineApi, RunState
-from pydla.kmd.graph import TaskGraph, load_task
 from pydla.kmd.headed import make_engine
 from pydla.kmd.job import (
     COMPLETED,
@@ -67,8 +66,8 @@ from pydla.kmd.job import (
     JobQueues,
     check_job_args,
 )
-from pydla.kmd.port import AddressEntry, KmdPortability, TaskDesc
-from pydla.kmd.port_virtual import VirtualDevicePort
+from pydla.kmd.lock import OwnedLock
+from pydla.kmd.port import AddressEntry, KmdPortability
 from pydla.kmd.recovery import (
     BAN_AFTER_HANGS,
     DEFAULT_TDR_MS,
@@ -93,14 +92,13 @@ log = logging.getLogger("pydla.kmd")
 class Kmd(KmdComputeUnits):
     """The driver of one device. See the module docstring; compute units: :mod:`pydla.kmd.cu_api`."""
 
-    def __init__(self, port: KmdPortability | VirtualDevice, *,
+    def __init__(self, port: KmdPortability, *,
                  default_timeout_ms: int = DEFAULT_TIMEOUT_MS, tdr_ms: int = DEFAULT_TDR_MS,
                  ban_after: int = BAN_AFTER_HANGS) -> None:
         """``tdr_ms``: how long a job may go without completing an operation before it is declared
         hung (a submitter's ``timeout_ms`` can only shorten it); ``ban_after``: how many hung jobs
         get a context banned."""
-        # A VirtualDevice is taken as shorthand for the in-process port over it (driver tests).
-        self.port = port if isinstance(port, KmdPortability) else VirtualDevicePort(port)
+        self.port = port
         info = self.port.dla_get_device_info()
         if info.shave is None:  # the SHAVE tiles, from their registers (pydla.kmd.shave_run)
             info = dataclasses.replace(info, shave=read_caps(self.port))
@@ -123,12 +121,16 @@ class Kmd(KmdComputeUnits):
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
-        self._lock = threading.RLock()
+        # Headed, an interrupt may come back on a thread that is inside the driver, and _irq_thread
+        # asks whether this thread holds the lock: a headed driver's lock records its owner. Headless
+        # nothing asks, and the bare RLock costs four Python calls less per job.
+        self._owned_lock = OwnedLock() if info.headed else None
+        self._lock: OwnedLock | threading.RLock = self._owned_lock or threading.RLock()
         self._contexts: dict[int, Context] = {}
         self.queues = JobQueues()
         self._queues = self.queues.by_context  # the same dict: the driver appends to it directly
         # The jobs on the device, in order: the first runs, the others are programmed behind it
-        # (the engine's pipeline depth: pydla.kmd.engine, "The engine as a compute unit").
+        # (the engine's pipeline depth: pydla.firmware.engine, "The engine as a compute unit").
         self._inflight: list[Job] = []
         # A SHAVE job picked while DLA tasks were in flight: it starts, alone, once they ended.
         self._held: Job | None = None
@@ -526,9 +528,8 @@ class Kmd(KmdComputeUnits):
         the service thread (woken by the ISR) does the work. Headed, the interrupt may come from a
         thread inside the driver (its doorbell ran the firmware): that thread's own poll, or the
         service thread, takes the events; and block interrupts are the firmware's, not the driver's."""
-        # (RLock._is_owned: whether this thread holds it; threading.Condition relies on it too.)
-        if self.info.headed and (not self.engine.pending_events()
-                                 or self._lock._is_owned()):  # type: ignore[attr-defined]
+        owned = self._owned_lock  # (headed: see __init__)
+        if owned is not None and (not self.engine.pending_events() or owned.held_by_caller()):
             self.engine.wake()
             return
         if not self._lock.acquire(blocking=False):

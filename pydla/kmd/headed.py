@@ -3,8 +3,8 @@
 On a headed device (GLB mcu_status RUNNING: a microcontroller runs the engine scheduler, see
 :mod:`pydla.hw.mcu`) the KMD keeps what it always keeps (contexts, buffers, the job queue, fences,
 the watchdog and the recovery ladder: :mod:`pydla.kmd.driver`) and hands tasks to
-:class:`HeadedEngine` instead of :class:`~pydla.kmd.engine.Engine`. It answers the same calls
-(:class:`~pydla.kmd.engine_api.EngineApi`) through the mailbox (:mod:`pydla.kmd.headed_ring`):
+:class:`HeadedEngine` instead of :class:`~pydla.firmware.engine.Engine`. It answers the same calls
+(:class:`~pydla.firmware.engine_api.EngineApi`) through the mailbox (:mod:`pydla.firmware.headed_ring`):
 
 - ``dla_engine_init``: allocate the mailbox in a context of the KMD's own, describe it in GLB
   mcu_mbox_*, wait for ATTACHED, and run the version handshake (version_query): a firmware whose
@@ -42,15 +42,15 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.runtime import Message
 from pydla.deviceapi.version import ContractVersion
 from pydla.errors import DlaError, NvError
-from pydla.kmd.context import MAX_ADDRESSES
-from pydla.kmd.engine import DEVICE_RESET_BIT, Engine, engine_depth
-from pydla.kmd.engine_api import EngineApi, RunState, stuck_text
-from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.headed_codec import wire
+from pydla.firmware.engine import DEVICE_RESET_BIT, Engine, engine_depth
+from pydla.firmware.engine_api import EngineApi, RunState, stuck_text
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring
+from pydla.firmware.interface import MAX_ADDRESSES, KmdDeviceInfo, TaskDesc
 from pydla.kmd.headed_handshake import check_firmware
 from pydla.kmd.headed_posted import HeadedRun, PostedMessages
-from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring
-from pydla.kmd.port import KmdDeviceInfo, KmdPortability, TaskDesc
+from pydla.kmd.port import KmdPortability
 
 log = logging.getLogger("pydla.kmd")
 
@@ -61,7 +61,7 @@ _ATTACHED = int(R.mcu_status_e.ATTACHED)
 _STOPPED = int(R.mcu_status_e.STOPPED)
 _OK = int(api.dla_status_e.OK)
 _WIRE = wire(api)  # the host's own device API: the task messages' structs (headed_codec)
-assert _WIRE is not None, "device_api's task messages are not laid out as pydla.kmd.headed_codec expects"
+assert _WIRE is not None, "device_api's task messages are not laid out as pydla.firmware.headed_codec expects"
 _SUBMIT, _SUBMIT_HEAD = _WIRE.submit, _WIRE.submit_head
 
 

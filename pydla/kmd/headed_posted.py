@@ -4,7 +4,7 @@
 response and event rings (each message checked: a bad one is counted and skipped), matches
 responses to their commands, and ends the runs the firmware reports ended, with the error worded as
 the headless engine words it. A task's submit response and its ``task_done_evt`` are read with one
-struct each (:mod:`pydla.kmd.headed_codec`); everything else is decoded as generated records.
+struct each (:mod:`pydla.firmware.headed_codec`); everything else is decoded as generated records.
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine_api import RunState
-from pydla.kmd.graph import TaskGraph
-from pydla.kmd.headed_codec import wire
+from pydla.firmware.engine_api import RunState
+from pydla.firmware.graph import TaskGraph
+from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_ring import Ring, RingError
+from pydla.firmware.interface import TaskDesc
 from pydla.kmd.headed_handshake import nv_error, status_name
-from pydla.kmd.headed_ring import Ring, RingError
-from pydla.kmd.port import TaskDesc
 
 log = logging.getLogger("pydla.kmd")
 
 NO_OP = 0xFFFF
 _OK = int(api.dla_status_e.OK)
 _WIRE = wire(api)  # the host's own device API: the task messages' structs (headed_codec)
-assert _WIRE is not None, "device_api's task messages are not laid out as pydla.kmd.headed_codec expects"
+assert _WIRE is not None, "device_api's task messages are not laid out as pydla.firmware.headed_codec expects"
 _SUBMIT_RSP, _SUBMIT_RSP_ID = _WIRE.submit_rsp, _WIRE.submit_rsp_id
 _DONE, _DONE_ID = _WIRE.done, _WIRE.done_id
 _RESPONSE, _EVENT = int(MessageType.RESPONSE), int(MessageType.EVENT)

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine_api import RunState
-from pydla.kmd.graph import TaskGraph
-from pydla.kmd.port import TaskDesc
+from pydla.firmware.engine_api import RunState
+from pydla.firmware.graph import TaskGraph
+from pydla.firmware.interface import TaskDesc
 from pydla.kmd.sync import TimelineSemaphore
 
 log = logging.getLogger("pydla.kmd")

@@ -40,8 +40,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # the compute units reset the device too
-from pydla.kmd.engine_api import EngineApi, RunState
+from pydla.firmware.engine import (
+    DEVICE_RESET_BIT as DEVICE_RESET_BIT,  # the compute units reset the device too
+)
+from pydla.firmware.engine_api import EngineApi, RunState
 from pydla.kmd.job import Job
 from pydla.kmd.port import KmdPortability
 from pydla.kmd.shave_run import ShaveEngine, ShaveRun

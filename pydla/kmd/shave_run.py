@@ -1,6 +1,6 @@
 """Running SHAVE task lists: the SHAVE protocol of the device (pydla.hw.shave) driven by the KMD.
 
-:class:`ShaveEngine` runs the validated lists (:class:`~pydla.kmd.shave.ShaveList`) that the driver's
+:class:`ShaveEngine` runs the validated lists (:class:`~pydla.firmware.shave.ShaveList`) that the driver's
 job queue hands it, one job at a time and never beside a DLA task (the driver holds one back until
 the engine is idle, and starts nothing behind it), with the same fences, priorities, timeouts,
 prepared jobs and aborts as DLA tasks. It sits beside the engine scheduler, on the host in both
@@ -45,13 +45,14 @@ from collections.abc import Callable
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.hw.memory import BufferObject
-from pydla.kmd.engine_api import RunState
-from pydla.kmd.graph import TaskGraph
-from pydla.kmd.port import CpuAddress, KmdPortability, ShaveCaps, TaskDesc
-from pydla.kmd.shave import ShaveList, usable_cmx
+from pydla.firmware.engine_api import RunState
+from pydla.firmware.graph import TaskGraph
+from pydla.firmware.interface import CpuAddress, ShaveCaps, TaskDesc
+from pydla.firmware.shave import ShaveList, usable_cmx
+from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
+from pydla.kmd.bo import BufferObject
+from pydla.kmd.port import KmdPortability
 from pydla.kmd.tile_owner import LIST, TileOwners
-from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
 
 E = R.shave_error_e
 State = R.shave_tile_state_e

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, WaitTimeout
 
 MAX_VALUE = (1 << 64) - 1
 
@@ -93,8 +93,8 @@ class TimelineSemaphore:
                     raise DlaError(NvError.Disconnected, f"wait on semaphore {self.sem_id} was abandoned")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DlaError(NvError.Timeout, f"semaphore {self.sem_id} did not reach {value} within "
-                                                    f"{timeout_ms} ms (it is at {self._value})")
+                    raise WaitTimeout(NvError.Timeout, f"semaphore {self.sem_id} did not reach {value} "
+                                                      f"within {timeout_ms} ms (it is at {self._value})")
                 self._waiters += 1
                 try:
                     self._cond.wait(left)

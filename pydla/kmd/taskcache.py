@@ -1,6 +1,6 @@
 """Validated task graphs, kept for reuse while the descriptors they came from are unchanged.
 
-Validating a task (:func:`pydla.kmd.graph.load_task`) copies and checks every descriptor; an
+Validating a task (:func:`pydla.firmware.graph.load_task`) copies and checks every descriptor; an
 application that submits the same network again and again would pay for it on every submit. The
 cache keys a graph by the submitting context and the resolved address list (buffer handles, device
 addresses, offsets and sizes), remembers every byte ``load_task`` read through the port, and hands the
@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydla.hw.memory import BufferObject
-from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.port import CpuAddress, DeviceCaps, KmdDeviceInfo, KmdPortability, TaskDesc
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.interface import CpuAddress, DeviceCaps, FirmwarePortability, TaskDesc
 
 CAPACITY = 64
 
@@ -43,10 +42,10 @@ class _Entry:
     reads: tuple[_Read, ...]
 
 
-class _Recorder(KmdPortability):
-    """The port, with every descriptor read remembered."""
+class _Recorder(FirmwarePortability):
+    """The port as the scheduler's validation sees it, with every descriptor read remembered."""
 
-    def __init__(self, port: KmdPortability) -> None:
+    def __init__(self, port: FirmwarePortability) -> None:
         self.port = port
         self.reads: list[_Read] = []
 
@@ -76,27 +75,6 @@ class _Recorder(KmdPortability):
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         self.port.disconnect_interrupt(handler)
 
-    def dla_get_device_info(self) -> KmdDeviceInfo:
-        return self.port.dla_get_device_info()
-
-    def dla_create_context(self) -> int:
-        return self.port.dla_create_context()
-
-    def dla_destroy_context(self, ctx: int) -> None:
-        self.port.dla_destroy_context(ctx)
-
-    def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
-        return self.port.dla_alloc(size, fd)
-
-    def dla_free(self, bo: BufferObject) -> None:
-        self.port.dla_free(bo)
-
-    def dla_map(self, ctx: int, bo: BufferObject) -> int:
-        return self.port.dla_map(ctx, bo)
-
-    def dla_unmap(self, ctx: int, iova: int) -> None:
-        self.port.dla_unmap(ctx, iova)
-
 
 class TaskCache:
     """See the module docstring. Thread-safe; at most ``capacity`` graphs, least recently used out."""
@@ -111,7 +89,7 @@ class TaskCache:
     def _key(task: TaskDesc, handles: tuple[int, ...]) -> tuple[Any, ...]:
         return (task.ctx, handles, tuple((e.iova, e.offset, e.length) for e in task.addresses))
 
-    def get(self, port: KmdPortability, task: TaskDesc, handles: tuple[int, ...],
+    def get(self, port: FirmwarePortability, task: TaskDesc, handles: tuple[int, ...],
             config: DeviceCaps) -> TaskGraph:
         """The validated graph of ``task`` (whose address entries are buffers ``handles``)."""
         key = self._key(task, handles)

@@ -18,10 +18,10 @@ Usage::
     ring = trace.snapshot()                    # bytes of a ring; read_ring(ring, trace_api.API)
     trace.stop()
 
-Tasks: the engine schedulers (:class:`pydla.kmd.engine.Engine`, on the host or the microcontroller,
-and :class:`pydla.kmd.shave_run.ShaveEngine`) have the device record a task's start and end with
-:func:`trace_task` (the GLB ``trace_task_*`` registers) only while their ``trace_tasks`` flag is set:
-a trace with the TASK class sets it on the host's engines, and the firmware sets its own from the
+Tasks: the engine schedulers (:class:`pydla.firmware.engine.Engine`, on the host or the
+microcontroller, and :class:`pydla.kmd.shave_run.ShaveEngine`) have the device record a task's start
+and end (:func:`pydla.firmware.trace.trace_task`) only while their ``trace_tasks`` flag is set: a
+trace with the TASK class sets it on the host's engines, and the firmware sets its own from the
 device's mask at each submit. Untraced, a task costs no register access more.
 """
 
@@ -35,46 +35,17 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
-from pydla.deviceapi.generated.device_api import dla_status_e
 from pydla.deviceapi.generated.headers import trace_ring_header_t
 from pydla.deviceapi.trace import HEADER_SIZE, TraceRing
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:
     from pydla.kmd.driver import Kmd
-    from pydla.kmd.port import KmdPortability, TaskDesc
 
 MIN_RING = 4096
 MAX_RING = 1 << 28
 ALL_CLASSES = sum(int(c) for c in R.trace_class_e)
 TASK_CLASS = int(R.trace_class_e.TASK)
-TASK_START, TASK_END = 1, 2  # GLB trace_task_cmd bits 3:0 (dla_regs.yaml)
-_U32 = 0xFFFFFFFF
-_STATUS_OF_CODE = {NvError.Timeout: int(dla_status_e.TIMEOUT),
-                   NvError.InvalidAddress: int(dla_status_e.MMU_FAULT)}
-
-
-def trace_task(port: KmdPortability, task: TaskDesc, cmd: int, info: int) -> None:
-    """Have the device write task_start (``cmd`` TASK_START, ``info`` the number of operations) or
-    task_end (TASK_END, ``info`` the dla_status_e) of ``task`` into its trace ring: three register
-    writes in one call (four for a task id past 32 bits: trace_task_hi reads 0 after each command)."""
-    task_id = task.task_id
-    command = (R.GLB_TRACE_TASK_INFO, info & _U32), (R.GLB_TRACE_TASK_CMD, cmd | (task.ctx & 0xFFFF) << 16)
-    if task_id <= _U32:
-        port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id), *command))
-    else:
-        port.dla_reg_write_many(((R.GLB_TRACE_TASK_LO, task_id & _U32),
-                                 (R.GLB_TRACE_TASK_HI, task_id >> 32 & _U32), *command))
-
-
-def end_status(error: DlaError | None, aborted: bool) -> int:
-    """The dla_status_e of a task that ended with ``error`` (``aborted``: by the driver)."""
-    if error is None:
-        return int(dla_status_e.OK)
-    status = _STATUS_OF_CODE.get(error.code)
-    if status is not None:
-        return status
-    return int(dla_status_e.ABORTED if aborted else dla_status_e.ERROR)
 
 
 def check_trace_args(size: int, mask: int) -> None:

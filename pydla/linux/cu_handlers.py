@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
+from pydla.firmware.interface import CuDesc
 from pydla.kmd.cu import REGS_END, CuArg, CuBuffer
-from pydla.kmd.port import CuDesc
 from pydla.linux.clients import Client
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import read_process_memory, write_process_memory

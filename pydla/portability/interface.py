@@ -238,8 +238,9 @@ class NvDlaPort(abc.ABC):
 
     @abc.abstractmethod
     def NvDlaWaitFence(self, fence: NvDlaFence, timeout_ms: float) -> None:
-        """Block until ``fence`` is reached; NvError Timeout after ``timeout_ms``; the error of a
-        failed task that was to signal it."""
+        """Block until ``fence`` is reached; after ``timeout_ms``, :class:`~pydla.errors.WaitTimeout`
+        (NvError Timeout: the fence may still be reached); the error of a failed task that was to
+        signal it."""
 
     @abc.abstractmethod
     def NvDlaSignalFence(self, fence: NvDlaFence) -> None:

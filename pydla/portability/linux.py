@@ -41,7 +41,7 @@ from pydla._version import __version__
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.linux.shm import SharedBuffer
 from pydla.linux.uapi import (
     COMMANDS,
@@ -625,8 +625,8 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
             done = device.ioctl(U.dla_ioctl_e.WAIT, args, again=(errno.EINTR, errno.EAGAIN))
             if done is None:
                 if left_ms == 0:
-                    raise DlaError(NvError.Timeout, f"fence (sync {f.sync}, value {f.value}) not "
-                                                    f"reached within {timeout_ms} ms")
+                    raise WaitTimeout(NvError.Timeout, f"fence (sync {f.sync}, value {f.value}) not "
+                                                       f"reached within {timeout_ms} ms")
                 time.sleep(0.001)
                 continue
             if done.status == 0:
@@ -646,8 +646,8 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
             known = done.status in NvError._value2member_map_
             code = NvError(done.status) if known else NvError.ResourceError
             if code == NvError.Timeout:
-                raise DlaError(code, f"fence (sync {f.sync}, value {f.value}) not reached within "
-                                     f"{timeout_ms} ms")
+                raise WaitTimeout(code, f"fence (sync {f.sync}, value {f.value}) not reached within "
+                                        f"{timeout_ms} ms")
             raise DlaError(code, untext(bytes(done.message)))
 
     @staticmethod

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
-from pydla.hw.memory import BufferObject
-from pydla.kmd.headed_ring import Layout, Ring
-from pydla.kmd.port_virtual import VirtualDevicePort
+from pydla.firmware.headed_ring import Layout, Ring
+from pydla.kmd.bo import BufferObject
 
 if TYPE_CHECKING:
     from pydla.hw.device import VirtualDevice

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import pydla
 from pydla.errors import DlaError, NvError
 from pydla.umd.cpu_native import NativeLibrary
 
 NATIVE_SUFFIXES = (".so", ".dylib", ".dll")
 ENV = "PYDLA_LIBRARY_PATH"
+INSTALL_DIR = Path(__file__).resolve().parent.parent  # the pydla package's directory (pydla.umd's parent)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class CpuLibraries:
             candidates = [Path(library_path)]
         else:
             roots = [Path(d) for d in os.environ.get(ENV, "").split(os.pathsep) if d]
-            roots.append(Path(pydla.__file__).resolve().parent)
+            roots.append(INSTALL_DIR)
             candidates = [root / Path(*p.parts) for root in roots]
         for c in candidates:
             if c.is_file():

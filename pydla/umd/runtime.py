@@ -16,14 +16,12 @@ Usage::
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaMemHandle, NvDlaPort
 from pydla.umd.cpu import CpuLibraries
@@ -32,9 +30,6 @@ from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
 log = logging.getLogger("pydla")
-
-if TYPE_CHECKING:
-    from pydla.platform import ConfigLike
 
 
 class IRuntime:
@@ -385,42 +380,6 @@ class IRuntime:
                 close()
 
 
-def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "full",
-                  device: int = 0, *, mode: str = "deterministic", timeout_ms: int = 10_000,
-                  path: str | os.PathLike[str] | None = None) -> IRuntime:
-    """The NVDLA runtime API's createRuntime: an :class:`IRuntime` on one device instance.
-
-    Usage: ``rt = pydla.createRuntime(config="small")``; ``pydla.createRuntime("linux", path="/run/pydla")``
-
-    Parameters:
-        port: the portability layer: "inprocess" (driver and virtual device in this process),
-            "linux" (with ``path``) or "linux:PATH" for the KMD daemon, None for ``$PYDLA_PORT``
-            else in-process (see :func:`pydla.platform.open_port`); or a port object
-            (:class:`~pydla.portability.interface.NvDlaPort`), which the runtime uses and does not close.
-        config: the in-process devices' configuration: "full" (2 instances), "small", a JSON file,
-            or a configuration object; a daemon has its own.
-        device: the device instance, 0..getMaxDevices()-1.
-        mode: how in-process devices run: "deterministic" (in the caller's thread, reproducible
-            to the register write), "threaded" (beside the host, as hardware runs) or "step"
-            (driver development: the device advances when stepped).
-        timeout_ms: how long submit() and close() wait for a run (a sync's wait takes its own).
-        path: the KMD daemon's directory for ``port="linux"``.
-    """
-    if port is None or isinstance(port, str):
-        # The composition root builds the port (and, in-process, its devices and drivers).
-        from pydla.platform import open_port
-
-        opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)
-        try:
-            return IRuntime(opened, device, owns_port=True, timeout_ms=timeout_ms)
-        except BaseException:
-            close = getattr(opened, "close", None)
-            if callable(close):
-                close()
-            raise
-    return IRuntime(port, device, timeout_ms=timeout_ms)
-
-
 def interrupted(exc_type: type[BaseException] | None) -> bool:
     """Whether a ``with`` block ended by Ctrl-C (KeyboardInterrupt): its runs are then cancelled at
     once, not waited for."""
@@ -443,9 +402,8 @@ def _ended(sync: ISync) -> bool:
     """Whether the run behind ``sync`` has ended (signaled or failed), without waiting."""
     try:
         sync.wait(0)
-    except DlaError as e:
-        # A wait of 0 ms on a pending run answers Timeout with the port's "not reached" wording; a run
-        # that failed answers its own error, which may be a Timeout too (a hung job): told apart here.
-        pending = e.code == NvError.Timeout and ("not reached" in e.message or "did not reach" in e.message)
-        return not pending
+    except WaitTimeout:
+        return False  # the wait's own time ran out: the run is pending
+    except DlaError:
+        return True  # the run failed (with its own error, which may be a Timeout too: a hung job)
     return True

@@ -45,9 +45,9 @@ def _factory(spec: str) -> Callable[[], Any]:
 def port(port_spec: str, tmp_path: Path) -> Iterator[NvDlaPort]:
     opened: list[Any] = []
     if port_spec == "inprocess":
-        from pydla.portability.inprocess import InProcessPort
+        from pydla.platform import open_port
 
-        made: Any = InProcessPort("full")
+        made: Any = open_port("inprocess", "full")
     elif port_spec == "linux":
         from pydla.linux import unmount
         from pydla.linux.daemon import KmdDaemon

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS, ControlCode
 from pydla.elf.writer import ElfWriter
 from pydla.hw.device import VirtualDevice
@@ -92,7 +93,7 @@ def test_patched_control_code_runs_through_the_kmd() -> None:
     built = task()
     code = ControlCode(built.control_code(ARGS))
     dev = VirtualDevice("full")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         # The UMD's address list: the five descriptor sections, then arguments in an order of its own.

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.trace import HEADER_SIZE, TraceRing, read_ring
@@ -21,7 +22,7 @@ RING_BYTES = 1 << 16
 @pytest.fixture
 def rig() -> Iterator[tuple[VirtualDevice, Kmd]]:
     dev = VirtualDevice("full")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     yield dev, kmd
     kmd.close()
     dev.close()

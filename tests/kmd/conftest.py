@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
@@ -42,7 +43,7 @@ def make_kmd(kmd_mode: str) -> Iterator[MakeKmd]:
     def make(config: str | DeviceConfig = "full", mode: str = "deterministic",
              **kwargs: object) -> tuple[VirtualDevice, Kmd]:
         dev = VirtualDevice(with_mode(config, kmd_mode), mode=mode)
-        kmd = Kmd(dev, **kwargs)  # type: ignore[arg-type]
+        kmd = Kmd(VirtualDevicePort(dev), **kwargs)  # type: ignore[arg-type]
         made.append((dev, kmd))
         return dev, kmd
 

@@ -22,11 +22,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.firmware.engine import TaskRun
+from pydla.firmware.graph import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
+from pydla.firmware.program import STATUS
 from pydla.hw.device import RegAccess, VirtualDevice
 from pydla.kmd.driver import Job, Kmd
-from pydla.kmd.engine import TaskRun
-from pydla.kmd.graph import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
-from pydla.kmd.program import STATUS
 from pydla.loadable.taskbuilder import BuiltTask, Cube, LoadedTask, TaskBuilder
 
 Array = npt.NDArray[np.float32]

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from pydla.errors import DlaError, NvError
+from pydla.firmware.engine import DONE, ENABLED, PROGRAMMED
 from pydla.hw.config import DeviceConfig, load_config
 from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL
-from pydla.kmd.engine import DONE, ENABLED, PROGRAMMED
 from pydla.kmd.job import COMPLETED
 from tests.kmd.support import ENGINE_INTERNALS, MakeKmd, conv_sdp_pdp, drive, pdp_chain, single_pdp, wait_all
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import COMPLETED, QUEUED, Kmd
 from pydla.kmd.sync import TimelineSemaphore
@@ -43,7 +44,7 @@ def _relu_task(src: str, dst: str):
 @pytest.fixture(params=["deterministic", "threaded"])
 def kmd(request):
     dev = VirtualDevice("full", mode=request.param)
-    k = Kmd(dev)
+    k = Kmd(VirtualDevicePort(dev))
     yield k
     k.close()
     dev.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from tests.kmd.support import conv_sdp_pdp
@@ -29,7 +30,7 @@ def record_conv_sdp_pdp_trace(seed: int = 0) -> tuple[list[str], dict[str, np.nd
     """Run conv_sdp_pdp once on a fresh deterministic "full" device; return the trace lines recorded
     from just before submit to completion, and the task's outputs (for checking the numbers)."""
     dev = VirtualDevice("full", mode="deterministic")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         case = conv_sdp_pdp()

@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import dla_task as T
+from pydla.firmware.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.kmd.graph import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.loadable.taskbuilder import TaskBuilder
 
 
 @pytest.fixture
 def kmd():
     dev = VirtualDevice("full")
-    k = Kmd(dev)
+    k = Kmd(VirtualDevicePort(dev))
     yield k
     k.close()
     dev.close()

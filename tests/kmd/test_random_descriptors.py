@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.loadable.taskbuilder import BuiltTask, TaskBuilder
@@ -58,7 +59,7 @@ def test_mutated_descriptors_are_refused_or_run_and_the_driver_keeps_serving(mod
     built = _network()
     good = built.descriptors
     dev = VirtualDevice("full", mode=mode)
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     outcomes: collections.Counter[str] = collections.Counter()
     count = MUTATIONS if mode == "deterministic" else MUTATIONS // 10
     try:

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.firmware.engine import TaskRun
 from pydla.kmd.driver import COMPLETED, FAILED, Job, Kmd
-from pydla.kmd.engine import TaskRun
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, drive, single_pdp
 
 WAIT_MS = 10_000

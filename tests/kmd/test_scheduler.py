@@ -12,9 +12,9 @@ import pytest
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.firmware.program import STATUS
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Job
-from pydla.kmd.program import STATUS
 from tests.kmd.support import (
     COMPLETED,
     ENGINE_INTERNALS,

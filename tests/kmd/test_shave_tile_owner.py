@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
@@ -152,7 +153,7 @@ def unit_task(put: Callable[[bytes], tuple[int, Any]], gated: bool, value: int =
 @pytest.fixture
 def threaded() -> Iterator[tuple[VirtualDevice, Kmd]]:
     dev = VirtualDevice("full", mode="threaded")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     yield dev, kmd
     kmd.close()
     dev.close()
@@ -258,7 +259,7 @@ def test_a_hung_list_is_recovered_and_then_the_waiting_execution_runs() -> None:
     reset, the waiting execution gets its turn (and reports that the tile's runtime kernel was
     reset); the next list starts the tile again and executions run."""
     dev = VirtualDevice("full", mode="threaded")
-    kmd = Kmd(dev, tdr_ms=150)
+    kmd = Kmd(VirtualDevicePort(dev), tdr_ms=150)
     try:
         list_ctx, unit_ctx, lists, task = _in_process(kmd, gated=False)
         lists.run()

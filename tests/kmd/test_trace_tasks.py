@@ -17,11 +17,12 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.trace import TraceEvent, read_ring
 from pydla.errors import DlaError
+from pydla.firmware.interface import TaskDesc
+from pydla.firmware.trace import TASK_END, TASK_START, trace_task
 from pydla.hw.device import VirtualDevice
 from pydla.hw.trace_out import LOG_WARNING, log_text
 from pydla.kmd.driver import Kmd
-from pydla.kmd.port import TaskDesc
-from pydla.kmd.trace import TASK_END, TASK_START, KmdTrace, trace_task
+from pydla.kmd.trace import KmdTrace
 from pydla.trace.timeline import chrome_trace, device_work
 from tests.kmd.shave_lists import F16, seed_list
 from tests.kmd.support import MakeKmd, conv_sdp_pdp, pdp_chain

@@ -1,4 +1,4 @@
-"""Descriptor validation (pydla.kmd.graph.load_task) and the checks of Kmd.submit, one test per rule.
+"""Descriptor validation (pydla.firmware.graph.load_task) and the checks of Kmd.submit, one test per rule.
 
 Each test takes a valid built task, corrupts one field of its descriptors through the generated
 ctypes structs (or the address list), submits it, and checks the DlaError code, that the message
@@ -16,11 +16,11 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.firmware import graph
+from pydla.firmware.graph import OP_DESC_SIZE, PAUSE_GC_OPERATIONS, SURFACE_DESC_SIZE
 from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
-from pydla.kmd import graph
 from pydla.kmd.driver import MAX_ADDRESSES, Kmd
-from pydla.kmd.graph import OP_DESC_SIZE, PAUSE_GC_OPERATIONS, SURFACE_DESC_SIZE
 from pydla.kmd.port import AddressEntry
 from pydla.loadable.taskbuilder import LoadedTask, TaskBuilder
 from tests.kmd.support import (
@@ -417,7 +417,7 @@ def test_cube_channels_over_each_other(make_kmd: MakeKmd) -> None:
 
 def test_cube_lines_interleaved_by_channel_are_accepted(make_kmd: MakeKmd) -> None:
     """Channels interleaved line by line (surf_stride one line, line_stride C lines) do not overlap."""
-    from pydla.kmd.graph import _check_no_overlap
+    from pydla.firmware.graph import _check_no_overlap
 
     class C:
         channels, height, width, line_stride, surf_stride = 4, 8, 8, 4 * 8 * 4, 8 * 4

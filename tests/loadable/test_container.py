@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import loadable as L
 from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS
 from pydla.elf.writer import SHDR
@@ -234,7 +235,7 @@ def test_device_without_a_needed_block(blob: bytes) -> None:
 def test_the_npu_task_runs_from_the_file_alone(blob: bytes) -> None:
     lo = Loadable.open(blob)
     dev = VirtualDevice("full")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         run = lo.recipe.runs[0]

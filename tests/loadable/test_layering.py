@@ -51,7 +51,7 @@ def test_descriptor_layout_is_the_one_the_kmd_reads() -> None:
     """One declaration (the contract's task_layout), read by the KMD and written by the encoder."""
     from pydla.deviceapi import task_layout
     from pydla.deviceapi.generated import dla_task as T
-    from pydla.kmd import graph
+    from pydla.firmware import graph
 
     assert graph.OP_DESC is task_layout.OP_DESC and graph.SURFACE_DESC is task_layout.SURFACE_DESC
     tb = taskbuilder.TaskBuilder()
@@ -74,13 +74,14 @@ def test_task_addresses_carry_the_fields_of_the_kmd_address_entries() -> None:
 def test_a_built_task_loads_into_any_allocator_and_runs_on_the_kmd() -> None:
     import numpy as np
 
+    from pydla.composition.virtual_port import VirtualDevicePort
     from pydla.hw.device import VirtualDevice
     from pydla.kmd.driver import Kmd
 
     tb = taskbuilder.TaskBuilder()
     x, y = tb.cube("x", (2, 4, 4)), tb.cube("y", (2, 4, 4))
     tb.sdp(x, y, act="relu")
-    kmd = Kmd(VirtualDevice("full", mode="deterministic"))
+    kmd = Kmd(VirtualDevicePort(VirtualDevice("full", mode="deterministic")))
     try:
         ctx = kmd.open_context()
         loaded = tb.build().load(kmd, ctx)

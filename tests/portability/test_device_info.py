@@ -11,6 +11,7 @@ import pytest
 import pydla
 from pydla import DlaError, NvError
 from pydla.hw.config import load_config, parse_config
+from pydla.platform import Platform, open_port
 from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaDeviceInfo, NvDlaPort
 
@@ -34,7 +35,7 @@ def _no_pdp() -> object:
 @pytest.mark.parametrize("name", ["full", "small"])
 def test_the_in_process_port_reports_what_the_configuration_says(name: str) -> None:
     config = load_config(name)
-    with InProcessPort(name) as port:
+    with open_port("inprocess", name) as port:
         infos = [port.NvDlaGetDeviceInfo(i) for i in range(port.NvDlaGetMaxDevices())]
         for i, info in enumerate(infos):
             assert info == NvDlaDeviceInfo(i, config.instances, config.name, config.hw_version, config.blocks,
@@ -54,7 +55,7 @@ def test_a_port_that_does_not_report_says_not_supported() -> None:
     class Silent(InProcessPort):
         NvDlaGetDeviceInfo = NvDlaPort.NvDlaGetDeviceInfo
 
-    with Silent() as port, pytest.raises(DlaError) as e:
+    with Silent(Platform(), owns_platform=True) as port, pytest.raises(DlaError) as e:
         port.NvDlaGetDeviceInfo(0)
     assert e.value.code == NvError.NotSupported
 
@@ -70,7 +71,7 @@ def test_without_device_information_the_driver_refuses_it_at_submit(blob: bytes)
     class Silent(InProcessPort):
         NvDlaGetDeviceInfo = NvDlaPort.NvDlaGetDeviceInfo
 
-    with pydla.createRuntime(Silent(_no_pdp())) as rt:  # type: ignore[arg-type]
+    with pydla.createRuntime(Silent(Platform(_no_pdp()), owns_platform=True)) as rt:  # type: ignore[arg-type]
         rt.load(blob)  # nothing to check against
         for i in range(rt.getNumInputTensors()):
             rt.bindInputTensor(i, rt.allocateSystemMemory(rt.getInputTensorDesc(i).size))
@@ -96,7 +97,7 @@ def test_the_linux_port_reports_the_same_through_get_param(tmp_path: Path) -> No
     daemon = KmdDaemon("full", mode="deterministic")
     server = daemon.serve(mnt)
     try:
-        with LinuxPort(mnt) as linux, InProcessPort("full") as inprocess:
+        with LinuxPort(mnt) as linux, open_port("inprocess", "full") as inprocess:
             h = linux.NvDlaOpen(1)  # learnt on the opened file
             assert linux.NvDlaGetDeviceInfo(1) == inprocess.NvDlaGetDeviceInfo(1)
             assert linux.NvDlaGetDeviceInfo(0) == inprocess.NvDlaGetDeviceInfo(0)  # on a file opened to ask

@@ -9,13 +9,13 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.loadable.taskbuilder import DESCRIPTORS, TaskBuilder
-from pydla.portability.inprocess import InProcessPort
+from pydla.platform import open_port
 from pydla.portability.interface import NvDlaFence, NvDlaHeap, NvDlaTask
 
 
 @pytest.fixture(params=["deterministic", "threaded"])
 def port(request):
-    with InProcessPort("full", mode=request.param) as p:
+    with open_port("inprocess", "full", mode=request.param) as p:
         yield p
 
 
@@ -60,10 +60,10 @@ def test_memory_functions(port) -> None:
 def test_mem_get_size_of_another_ports_or_a_closed_ports_memory_is_0(port) -> None:
     h = port.NvDlaOpen(0)
     mem, _ = port.NvDlaGetMem(h, 256)
-    with InProcessPort("full") as other:
+    with open_port("inprocess", "full") as other:
         assert other.NvDlaMemGetSize(mem) == 0  # not its memory
         assert port.NvDlaMemGetSize(mem) == 256
-    theirs = InProcessPort("full")
+    theirs = open_port("inprocess", "full")
     h2 = theirs.NvDlaOpen(0)
     mem2, _ = theirs.NvDlaGetMem(h2, 64)
     assert (theirs.NvDlaMemGetSize(mem2), port.NvDlaMemGetSize(mem2)) == (64, 0)
@@ -130,7 +130,7 @@ def test_wait_fence_times_out_promptly(port) -> None:
 
 def test_mem_read_write_sources_and_errors() -> None:
     """Every kind of source NvDlaMemWrite takes lands byte for byte; what is not bytes is refused."""
-    port = InProcessPort()
+    port = open_port("inprocess")
     h = port.NvDlaOpen(0)
     mem, _ = port.NvDlaGetMem(h, 64)
     a = np.arange(8, dtype=np.float32)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.trace import read_ring
@@ -20,7 +21,7 @@ LAYER, INTERRUPT = int(R.trace_class_e.LAYER), int(R.trace_class_e.INTERRUPT)
 
 def test_snapshots_taken_while_the_device_wraps_the_ring_always_decode() -> None:
     dev = VirtualDevice("full", mode="threaded")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         trace = KmdTrace(kmd, size=MIN_RING, mask=LAYER | INTERRUPT)
         ctx = kmd.open_context()
@@ -65,7 +66,7 @@ def test_snapshots_taken_while_the_device_wraps_the_ring_always_decode() -> None
 
 def test_a_refused_start_leaves_nothing_behind() -> None:
     dev = VirtualDevice("full")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         contexts = len(kmd.contexts)
         with pytest.raises(DlaError) as info:

@@ -1,15 +1,16 @@
 """The microcontroller's firmware: the engine scheduler behind the device-API mailbox.
 
-What runs here is the host's KMD core, unchanged: :class:`pydla.kmd.engine.Engine` (dla_engine_init,
-dla_execute_task, dla_isr_handler, dla_process_events) over the firmware's portability layer
-(:mod:`pydla.hw.mcu.port`), and :func:`pydla.kmd.graph.load_task` validating each task from the
+What runs here is the engine scheduler the host KMD runs headless (:mod:`pydla.firmware`),
+unchanged: :class:`pydla.firmware.engine.Engine` (dla_engine_init, dla_execute_task,
+dla_isr_handler, dla_process_events) over the firmware's portability layer
+(:mod:`pydla.hw.mcu.port`), and :func:`pydla.firmware.graph.load_task` validating each task from the
 firmware's own copy of its descriptors, with a cache of validated tasks
 (:class:`pydla.hw.mcu.prepared.PreparedTasks`: a task's resolved address list and graph are reused
 only under the same mappings and while every byte they were read from is unchanged), so a repeated
 task is not validated again.
 
-Around it, the mailbox (:mod:`pydla.kmd.headed_ring`): commands are taken from the command ring and
-each is answered in the response ring; task_failed_evt and task_done_evt go to the event ring. The
+Around it, the mailbox (:mod:`pydla.firmware.headed_ring`): commands are taken from the command ring
+and each is answered in the response ring; task_failed_evt and task_done_evt go to the event ring. The
 firmware trusts nothing it reads: every message is checked against its header and its generated
 layout; every field (context, task id, address list, sizes, reset scope) against what it points
 into. A message it does not know, a malformed one or one out of order is answered with an error
@@ -20,8 +21,8 @@ status (its own response when it has a status field, else an ``error_evt`` whose
 older or a newer spec to exercise the host's version check.
 
 A task's own messages (its submit, the response, its task_done event) are unpacked and packed with
-one struct each in the rings (:mod:`pydla.kmd.headed_codec`) when ``api`` lays them out as the codec
-expects; the checks are the same either way (:meth:`Firmware._submit`).
+one struct each in the rings (:mod:`pydla.firmware.headed_codec`) when ``api`` lays them out as the
+codec expects; the checks are the same either way (:meth:`Firmware._submit`).
 
 Tracing: the engine records its tasks (task_start/task_end, through the GLB ``trace_task_*``
 registers) when the device's trace mask has TASK, read from the device at each submit (the
@@ -45,16 +46,16 @@ from pydla.deviceapi.generated import device_api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
+from pydla.firmware.engine import Engine, TaskRun
+from pydla.firmware.engine_api import RunState
+from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
+from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
+from pydla.hw.device_info import device_info
 from pydla.hw.mcu.port import FirmwarePort
 from pydla.hw.mcu.prepared import PreparedTasks
 from pydla.hw.memory import BufferObject, MmuFault
 from pydla.hw.trace_out import LOG_WARNING, TASK
-from pydla.kmd.context import MAX_ADDRESSES
-from pydla.kmd.engine import Engine, TaskRun
-from pydla.kmd.engine_api import RunState
-from pydla.kmd.headed_codec import wire
-from pydla.kmd.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
-from pydla.kmd.port import TaskDesc
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,7 +89,7 @@ class Firmware:
         self.api = api
         self.isr: Callable[[], object] | None = None
         self.port = FirmwarePort(device, write, self._connect)
-        self.info = self.port.dla_get_device_info()
+        self.info = device_info(device)  # what the firmware knows of the device it runs on
         self.engine = Engine(self.port, self.info)
         self.engine.dla_engine_init()
         self.cache = PreparedTasks(device.iommu, self.info)

@@ -1,14 +1,16 @@
 """The firmware's KMD portability layer: the device's local register bus and its memory.
 
-The engine scheduler (:class:`pydla.kmd.engine.Engine`, unchanged) runs on the microcontroller behind
-this port exactly as it runs on the host behind :class:`~pydla.kmd.port_virtual.VirtualDevicePort`:
-registers are reached directly (the microcontroller sits on the device's register bus), task memory
-through the IOMMU in the task's context (the address list the firmware resolved itself), and the
-interrupt is the block interrupts, which are routed to the microcontroller. The host keeps its own
-bits of GLB intr_status (the mailbox bit 28, the SHAVE and compute-unit bits 29 and 30): this port
-shows and clears only the firmware's (block done and error bits, the MMU fault bit 31).
+The engine scheduler (:class:`pydla.firmware.engine.Engine`, the host KMD's own) runs on the
+microcontroller behind this port exactly as it runs on the host behind the host's port
+(:class:`pydla.kmd.port.KmdPortability`): registers are reached directly (the microcontroller sits
+on the device's register bus), task memory through the IOMMU in the task's context (the address
+list the firmware resolved itself), and the interrupt is the block interrupts, which are routed to
+the microcontroller. The host keeps its own bits of GLB intr_status (the mailbox bit 28, the SHAVE
+and compute-unit bits 29 and 30): this port shows and clears only the firmware's (block done and
+error bits, the MMU fault bit 31).
 
-Address spaces and buffer objects are the host KMD's business: the firmware refuses to make them.
+Address spaces and buffer objects are the host KMD's business: the firmware's interface
+(:class:`~pydla.firmware.interface.FirmwarePortability`) has none.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
+
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
+from pydla.firmware.interface import CpuAddress, FirmwarePortability, TaskDesc
 from pydla.hw.memory import BufferObject
-from pydla.kmd.port import CpuAddress, TaskDesc
-from pydla.kmd.port_virtual import VirtualDevicePort
 
 if TYPE_CHECKING:
     from pydla.hw.device import VirtualDevice
@@ -33,14 +37,14 @@ _INTR_STATUS, _INTR_MASK = R.GLB_INTR_STATUS, R.GLB_INTR_MASK
 UNMAPPED = BufferObject(0, 0)
 
 
-class FirmwarePort(VirtualDevicePort):
+class FirmwarePort(FirmwarePortability):
     """The KMD portability layer of the firmware (see the module docstring)."""
 
     def __init__(self, device: VirtualDevice, write: Callable[[int, int], None],
                  connect: Callable[[Callable[[], object] | None], None]) -> None:
         """``write``: the register bus's write (the device's own, not the host's wrapped one);
         ``connect``: how the microcontroller's interrupt controller takes the firmware's ISR."""
-        super().__init__(device)
+        self.device = device
         self._write = write
         self._connect = connect
         self._read = device.reg_read
@@ -48,6 +52,15 @@ class FirmwarePort(VirtualDevicePort):
         self.dla_reg_write_words = device.reg_write_words  # type: ignore[method-assign]
         self.dla_reg_write = self._reg_write  # type: ignore[method-assign]
         self.dla_reg_read = self._reg_read  # type: ignore[method-assign]
+
+    def dla_reg_write(self, addr: int, reg: int) -> None:
+        self._reg_write(addr, reg)
+
+    def dla_reg_read(self, addr: int) -> int:
+        return self._reg_read(addr)
+
+    def dla_reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
+        self.device.reg_write_words(addresses, values)
 
     def _reg_write(self, addr: int, reg: int) -> None:
         if addr == _INTR_STATUS:
@@ -77,24 +90,3 @@ class FirmwarePort(VirtualDevicePort):
 
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         self._connect(None)
-
-    def _refuse(self, what: str) -> DlaError:
-        return DlaError(NvError.NotSupported, f"the device firmware does not {what}: the host KMD does")
-
-    def dla_create_context(self) -> int:
-        raise self._refuse("create address spaces")
-
-    def dla_destroy_context(self, ctx: int) -> None:
-        raise self._refuse("destroy address spaces")
-
-    def dla_alloc(self, size: int, fd: int | None = None) -> BufferObject:
-        raise self._refuse("allocate buffer objects")
-
-    def dla_free(self, bo: BufferObject) -> None:
-        raise self._refuse("free buffer objects")
-
-    def dla_map(self, ctx: int, bo: BufferObject) -> int:
-        raise self._refuse("map buffer objects")
-
-    def dla_unmap(self, ctx: int, iova: int) -> None:
-        raise self._refuse("unmap buffer objects")

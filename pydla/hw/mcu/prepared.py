@@ -3,8 +3,8 @@
 A host submits a prepared job again and again: the same address list, in the same context, over the
 same descriptors. The firmware keeps, per (context, the address list's bytes), what it derived the
 first time: the list resolved through the IOMMU in the task's context and the task graph
-:func:`pydla.kmd.graph.load_task` validated from the firmware's own reads of the descriptors. It hands
-them out again only while
+:func:`pydla.firmware.graph.load_task` validated from the firmware's own reads of the descriptors. It
+hands them out again only while
 
 - the context's mapping generation is the one they were derived under (any map, unmap or free in
   that context, or its end, starts a new one: the resolved addresses would be stale), and
@@ -32,10 +32,17 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.interface import (
+    BufferMemory,
+    CpuAddress,
+    FirmwarePortability,
+    KmdDeviceInfo,
+    ResolvedEntry,
+    TaskDesc,
+)
 from pydla.hw.mcu.port import UNMAPPED
-from pydla.hw.memory import BufferObject, MmuFault
-from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.port import CpuAddress, KmdDeviceInfo, KmdPortability, ResolvedEntry, TaskDesc
+from pydla.hw.memory import MmuFault
 
 if TYPE_CHECKING:
     from pydla.hw.mcu.port import FirmwarePort
@@ -51,7 +58,7 @@ _ENTRY = np.dtype([("iova", "<u8"), ("size", "<u8")])
 class Span:
     """Bytes ``start .. start + len(data)`` of ``bo`` as they were when the task was validated."""
 
-    bo: BufferObject
+    bo: BufferMemory
     start: int
     data: bytes
 
@@ -70,13 +77,13 @@ class PreparedTask:
         return True
 
 
-def merge_reads(reads: list[tuple[BufferObject, int, int]], gap: int = MERGE_GAP) -> tuple[Span, ...]:
+def merge_reads(reads: list[tuple[BufferMemory, int, int]], gap: int = MERGE_GAP) -> tuple[Span, ...]:
     """The spans that cover ``reads`` (buffer, start, size): reads of one buffer less than ``gap``
     bytes apart become one span (one comparison of a few more bytes costs less than two calls),
     holding the buffer's bytes now."""
     spans: list[Span] = []
     by_bo: dict[int, list[tuple[int, int]]] = {}
-    bos: dict[int, BufferObject] = {}
+    bos: dict[int, BufferMemory] = {}
     for bo, start, size in reads:
         by_bo.setdefault(id(bo), []).append((start, start + size))
         bos[id(bo)] = bo
@@ -121,8 +128,8 @@ class PreparedTasks:
         self.misses += 1
         self._entries.pop(key, None)
         addresses = self._resolve(ctx, raw)
-        reads: list[tuple[BufferObject, int, int]] = []
-        recording = cast(KmdPortability, _Recording(port, reads))  # the port's interface, reads noted
+        reads: list[tuple[BufferMemory, int, int]] = []
+        recording = cast(FirmwarePortability, _Recording(port, reads))  # the port's interface, reads noted
         graph = load_task(recording, TaskDesc(task_id, ctx, addresses), self.info)
         task = PreparedTask(generation, addresses, graph, merge_reads(reads))
         if len(self._entries) >= self.capacity:
@@ -152,7 +159,7 @@ class PreparedTasks:
 class _Recording:
     """The firmware's port while it validates a task: every descriptor read is noted."""
 
-    def __init__(self, port: FirmwarePort, reads: list[tuple[BufferObject, int, int]]) -> None:
+    def __init__(self, port: FirmwarePort, reads: list[tuple[BufferMemory, int, int]]) -> None:
         self._port = port
         self._reads = reads
 

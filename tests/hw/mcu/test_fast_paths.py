@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.runtime import decode
+from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_ring import Layout, Ring
 from pydla.hw.device import VirtualDevice
 from pydla.hw.mcu.prepared import merge_reads
 from pydla.hw.memory import BufferObject
 from pydla.kmd.driver import Kmd
-from pydla.kmd.headed_codec import wire
-from pydla.kmd.headed_ring import Layout, Ring
 from tests.kmd.support import single_pdp
 
 
@@ -70,7 +71,7 @@ def test_reads_merge_into_spans_per_buffer() -> None:
 
 def test_a_changed_mapping_makes_the_firmware_validate_again() -> None:
     dev = VirtualDevice("full-headed")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         case = single_pdp()
@@ -100,7 +101,7 @@ def test_block_interrupts_reach_the_host_only_headless(headed: bool) -> None:
     dev = VirtualDevice("full-headed" if headed else "full")
     seen: list[int] = []
     dev.connect_irq(lambda: seen.append(dev.reg_read(R.GLB_INTR_STATUS)))  # before the driver's ISR
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()
         case = single_pdp()

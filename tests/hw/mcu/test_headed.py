@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generate import outputs_for
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.generated import dla_regs as R
@@ -61,7 +62,7 @@ def test_headed_and_headless_give_the_same_bits(mode: str) -> None:
     results = []
     for config in ("full", "full-headed"):
         dev = VirtualDevice(config, mode=mode)
-        kmd = Kmd(dev)
+        kmd = Kmd(VirtualDevicePort(dev))
         try:
             assert isinstance(kmd.engine, HeadedEngine) == (config == "full-headed")
             results.append(_run(kmd))
@@ -77,7 +78,7 @@ def test_headed_and_headless_give_the_same_bits(mode: str) -> None:
 
 
 def test_the_firmware_validates_a_repeated_task_once(headed: VirtualDevice) -> None:
-    kmd = Kmd(headed)
+    kmd = Kmd(VirtualDevicePort(headed))
     try:
         ctx = kmd.open_context()
         case = single_pdp()
@@ -183,7 +184,7 @@ def _open_with(tmp_path: Path, version: str, extra: bool = False) -> tuple[Virtu
     assert dev.mcu is not None
     dev.mcu.flash(_firmware_api(tmp_path, version, extra))
     try:
-        return dev, Kmd(dev)
+        return dev, Kmd(VirtualDevicePort(dev))
     except DlaError as e:
         return dev, e
 
@@ -228,7 +229,7 @@ def test_a_newer_minor_firmware_is_accepted_and_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["deterministic", "threaded"])
 def test_a_hung_firmware_is_caught_by_the_host_and_reset(mode: str) -> None:
     dev = VirtualDevice("full-headed", mode=mode)
-    kmd = Kmd(dev, tdr_ms=200)
+    kmd = Kmd(VirtualDevicePort(dev), tdr_ms=200)
     try:
         assert dev.mcu is not None and isinstance(kmd.engine, HeadedEngine)
         ctx = kmd.open_context()
@@ -256,9 +257,9 @@ def test_a_hung_firmware_is_caught_by_the_host_and_reset(mode: str) -> None:
 def test_a_corrupt_response_ring_is_counted_and_skipped_not_followed(headed: VirtualDevice) -> None:
     """What the device writes is not trusted either: a head that went backwards, a message size that
     cannot be, a message of the wrong kind: the host counts them and goes on."""
-    from pydla.kmd.headed_ring import counters
+    from pydla.firmware.headed_ring import counters
 
-    kmd = Kmd(headed)
+    kmd = Kmd(VirtualDevicePort(headed))
     try:
         engine = kmd.engine
         assert isinstance(engine, HeadedEngine) and engine._mbox is not None
@@ -279,7 +280,7 @@ def test_the_firmware_validates_its_own_copy_of_the_descriptors(headed: VirtualD
     copy, its check), and the driver serves the next task."""
     from tests.kmd.support import Descriptors
 
-    kmd = Kmd(headed)
+    kmd = Kmd(VirtualDevicePort(headed))
     try:
         ctx = kmd.open_context()
         case = single_pdp()

@@ -12,6 +12,7 @@ import pytest
 
 import pydla
 from pydla import DlaError
+from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from tests.kmd.test_random_descriptors import _mutate, _network
@@ -33,7 +34,7 @@ def test_the_example_model_gives_the_same_bits_headed() -> None:
 def _outcomes(config: str, blobs: list[bytes], mode: str) -> list[tuple[str, bytes]]:
     built = _network()
     dev = VirtualDevice(config, mode=mode)
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     out = []
     rng = np.random.default_rng(0)
     inputs = {name: rng.standard_normal(size).astype(np.float32)

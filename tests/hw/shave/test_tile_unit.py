@@ -77,10 +77,11 @@ def test_a_tile_not_started_or_a_faulting_kernel_is_the_units_error(host: Host) 
 
 @pytest.fixture
 def kmd_dev():  # type: ignore[no-untyped-def]
+    from pydla.composition.virtual_port import VirtualDevicePort
     from pydla.kmd.driver import Kmd
 
     dev = VirtualDevice("full", mode="threaded")
-    kmd = Kmd(dev)
+    kmd = Kmd(VirtualDevicePort(dev))
     yield dev, kmd
     kmd.close()
     dev.close()

@@ -1,7 +1,7 @@
 """What the driver needs of an engine, in both modes (the NVDLA design's headless and headed
 implementations): the run it gets back (:class:`RunState`) and the calls it makes (:class:`EngineApi`).
 
-:class:`~pydla.kmd.engine.Engine` answers them on the host (headless); the proxy in
+:class:`~pydla.firmware.engine.Engine` answers them on the host (headless); the proxy in
 :mod:`pydla.kmd.headed` answers them through device-API messages to the same engine scheduler running
 on the device's microcontroller (headed).
 """
@@ -14,8 +14,8 @@ from typing import Protocol
 
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError
-from pydla.kmd.graph import TaskGraph
-from pydla.kmd.port import DeviceCaps, TaskDesc
+from pydla.firmware.graph import TaskGraph
+from pydla.firmware.interface import DeviceCaps, TaskDesc
 
 
 class RunState:

@@ -2,7 +2,7 @@
 
 The tasks of a list run in FIFOs: each tile's kernel tasks in list order, the DMA tasks in list
 order, each task after the barriers it waits on fired; a barrier fires once all the tasks that
-update it (its producers) ended. Once the fields of each task are checked (:mod:`pydla.kmd.shave`),
+update it (its producers) ended. Once the fields of each task are checked (:mod:`pydla.firmware.shave`),
 these checks make sure the list can run to its end on the device:
 
 - each FIFO holds at most FIFO_DEPTH tasks (they are all pushed at once);
@@ -28,7 +28,7 @@ from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:
-    from pydla.kmd.shave import ActTask, DmaTask
+    from pydla.firmware.shave import ActTask, DmaTask
 
 FIFO_DEPTH = int(S.FIFO_DEPTH)
 

@@ -18,8 +18,8 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.kmd.graph import Operation
-from pydla.kmd.port import KmdPortability, TaskDesc
+from pydla.firmware.graph import Operation
+from pydla.firmware.interface import FirmwarePortability, TaskDesc
 
 # Per-block registers every block has, by the generated register names (BDMA_S_POINTER, ...).
 POINTER = {b: R.REGISTERS[f"{b.name}_S_POINTER"] for b in dla_block_e}
@@ -37,7 +37,7 @@ def f32_bits(value: float) -> int:
 class _Writer:
     """Collects an operation's register writes (written in one batch by program_operation)."""
 
-    def __init__(self, port: KmdPortability, task: TaskDesc, op: Operation) -> None:
+    def __init__(self, port: FirmwarePortability, task: TaskDesc, op: Operation) -> None:
         self.port = port
         self.task = task
         self.what = op.name
@@ -168,7 +168,7 @@ _PROGRAM: dict[dla_block_e, Callable[[_Writer, Any, Any], None]] = {
 @dataclass(frozen=True)
 class Program:
     """An operation's register writes, packed: register addresses and values as two uint32 arrays
-    (written in one call, :meth:`KmdPortability.dla_reg_write_words`)."""
+    (written in one call, :meth:`FirmwarePortability.dla_reg_write_words`)."""
 
     addresses: npt.NDArray[np.uint32]
     values: npt.NDArray[np.uint32]
@@ -181,7 +181,7 @@ class Program:
         return cls(addresses, values)
 
 
-def register_writes(port: KmdPortability, task: TaskDesc, op: Operation) -> tuple[tuple[int, int], ...]:
+def register_writes(port: FirmwarePortability, task: TaskDesc, op: Operation) -> tuple[tuple[int, int], ...]:
     """The (register, value) writes that configure ``op`` in whichever group is selected."""
     w = _Writer(port, task, op)
     w.reg(_CTX[op.block], task.ctx)
@@ -191,7 +191,7 @@ def register_writes(port: KmdPortability, task: TaskDesc, op: Operation) -> tupl
     return tuple(w.writes)
 
 
-def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group: int,
+def program_operation(port: FirmwarePortability, task: TaskDesc, op: Operation, group: int,
                       programs: dict[int, Program] | None = None) -> None:
     """Select ``group`` of the operation's block and write the operation's configuration into it.
     ``programs`` caches the packed writes by operation index: valid for one task's resolved
@@ -205,6 +205,6 @@ def program_operation(port: KmdPortability, task: TaskDesc, op: Operation, group
     port.dla_reg_write_words(program.addresses, program.values)
 
 
-def enable_operation(port: KmdPortability, op: Operation, group: int) -> None:
+def enable_operation(port: FirmwarePortability, op: Operation, group: int) -> None:
     port.dla_reg_write(POINTER[op.block], group)
     port.dla_reg_write(OP_ENABLE[op.block], 1)

@@ -4,9 +4,10 @@ Every task costs three messages: ``task_submit_list_cmd`` (host to firmware), it
 ``task_submit_list_rsp`` and a ``task_done_evt`` (firmware to host). Built and read as generated
 ctypes records they cost a Python call per field; packed and unpacked with one ``struct`` each
 (derived from the generated layout: :func:`pydla.deviceapi.packing.record_struct`) straight in the
-ring's memory (:meth:`pydla.kmd.headed_ring.Ring.write_packed`, :meth:`~pydla.kmd.headed_ring.Ring.peek`)
-they cost one. Every other message, and these when a side was built from a device API whose layout of
-them differs (a firmware of another version), takes the generic path (``decode``, ``Message.new``).
+ring's memory (:meth:`pydla.firmware.headed_ring.Ring.write_packed`,
+:meth:`~pydla.firmware.headed_ring.Ring.peek`) they cost one. Every other message, and these when
+a side was built from a device API whose layout of them differs (a firmware of another version),
+takes the generic path (``decode``, ``Message.new``).
 
 The value order is the layout's; :func:`wire` checks it against the order the code below assumes
 and gives None when they differ, so a spec change can only turn the shortcut off, never misread.

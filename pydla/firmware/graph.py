@@ -30,8 +30,8 @@ from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.task_layout import OP_DESC, OP_DESC_SIZE, SURFACE_DESC, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
-from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
-from pydla.kmd.shave import ShaveList, load_shave_list
+from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
+from pydla.firmware.shave import ShaveList, load_shave_list
 
 NUM_BLOCKS = len(dla_block_e)
 EVENTS = (T.dla_event_e.OP_COMPLETED, T.dla_event_e.OP_PROGRAMMED, T.dla_event_e.OP_ENABLED)
@@ -75,10 +75,10 @@ class TaskGraph:
     network: Any
     operations: tuple[Operation, ...]
     chains: dict[dla_block_e, tuple[int, ...]]
-    # Register writes per operation index, filled on first programming (pydla.kmd.program): a
+    # Register writes per operation index, filled on first programming (pydla.firmware.program): a
     # graph belongs to one context's resolved address list, so they stay valid (see TaskCache).
     programs: dict[int, Any] = field(default_factory=dict, compare=False)  # program.Program by op index
-    # A SHAVE task list (network shave_list_index != 0; no operations): pydla.kmd.shave, run by
+    # A SHAVE task list (network shave_list_index != 0; no operations): pydla.firmware.shave, run by
     # pydla.kmd.shave_run instead of the engine.
     shave: ShaveList | None = None
 
@@ -97,7 +97,7 @@ def _fail(code: NvError, where: str, message: str) -> DlaError:
     return DlaError(code, f"{where}: {message}")
 
 
-def _read_struct(port: KmdPortability, task: TaskDesc, index: int, offset: int, cls: Any,
+def _read_struct(port: FirmwarePortability, task: TaskDesc, index: int, offset: int, cls: Any,
                  what: str) -> Any:
     cpu = port.dla_read_cpu_address(task, index, what)
     size = ctypes.sizeof(cls)
@@ -116,9 +116,9 @@ def check_num_addresses(net: Any, task: TaskDesc) -> None:
                     f"{len(task.addresses)} entries")
 
 
-def load_task(port: KmdPortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
+def load_task(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
     """Copy and validate the descriptors of ``task``; raise DlaError on the first problem. A SHAVE
-    task list (network shave_list_index != 0) is loaded by :func:`pydla.kmd.shave.load_shave_list`."""
+    task list (network shave_list_index != 0) is loaded by :func:`pydla.firmware.shave.load_shave_list`."""
     where = f"task {task.task_id}"
     net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
     if net.shave_list_index:
@@ -172,7 +172,7 @@ def _collector_paused(pause: bool) -> Iterator[None]:
         gc.enable()
 
 
-def _read_array(port: KmdPortability, task: TaskDesc, index: int, size: int, what: str) -> bytes:
+def _read_array(port: FirmwarePortability, task: TaskDesc, index: int, size: int, what: str) -> bytes:
     cpu = port.dla_read_cpu_address(task, index, what)
     if size > cpu.size:
         raise _fail(NvError.InvalidSize, f"task {task.task_id}",
@@ -209,7 +209,7 @@ def _operation(i: int, common: Any, op_bytes: bytes, surf_bytes: bytes, net: Any
                      op, surface)
 
 
-def _attach_luts(port: KmdPortability, task: TaskDesc, net: Any, ops: list[Operation],
+def _attach_luts(port: FirmwarePortability, task: TaskDesc, net: Any, ops: list[Operation],
                  where: str) -> list[Operation]:
     if net.num_luts > MAX_LUTS:
         raise DlaError(NvError.BadValue, f"{where}: network num_luts = {net.num_luts}, at most {MAX_LUTS}")

@@ -11,7 +11,7 @@ consumers that wait for it. Blocks run in parallel wherever the graph allows.
 ``dla_process_events`` runs outside interrupt context, under the engine lock, and acts on them.
 
 Per-submit state (dependency counters, group assignment, progress) lives in a :class:`TaskRun`; the
-:class:`~pydla.kmd.graph.TaskGraph` is never modified, so a task runs any number of times.
+:class:`~pydla.firmware.graph.TaskGraph` is never modified, so a task runs any number of times.
 
 **The engine as a compute unit.** The device's IP_LAYOUT declares the DLA engine as a compute unit
 with an execution model (XRT's AP_CTRL_HS or AP_CTRL_CHAIN). Under AP_CTRL_CHAIN with pipeline depth
@@ -37,11 +37,11 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.kmd.engine_api import RunState, stuck_text
-from pydla.kmd.graph import TaskGraph, load_task
-from pydla.kmd.port import DeviceCaps, KmdPortability, TaskDesc
-from pydla.kmd.program import ERROR, POINTER, STATUS, enable_operation, program_operation
-from pydla.kmd.trace import TASK_END, TASK_START, end_status, trace_task
+from pydla.firmware.engine_api import RunState, stuck_text
+from pydla.firmware.graph import TaskGraph, load_task
+from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
+from pydla.firmware.program import ERROR, POINTER, STATUS, enable_operation, program_operation
+from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 MMU_FAULT_BIT = 31
@@ -137,7 +137,7 @@ def engine_depth(config: object) -> int:
 
 
 class Engine:
-    """The engine scheduler of one device, driving it through a :class:`KmdPortability`: on the host
+    """The engine scheduler of one device, driving it through a :class:`FirmwarePortability`: on the host
     (headless) or in the device's microcontroller firmware (headed, :mod:`pydla.hw.mcu`)."""
 
     # The thread that raised the interrupt may run the driver's bottom half (see Kmd._irq_thread).
@@ -145,7 +145,7 @@ class Engine:
     # run.completed is current at every poll (the watchdog may read it each time).
     live_progress = True
 
-    def __init__(self, port: KmdPortability, config: DeviceCaps) -> None:
+    def __init__(self, port: FirmwarePortability, config: DeviceCaps) -> None:
         self.port = port
         self.config = config
         self._lock = threading.RLock()

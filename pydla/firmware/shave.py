@@ -5,11 +5,11 @@ module ``shave_list``): its runtime kernel and per-tile stacks, its kernel tasks
 the barriers they use, each buffer a ``dla_mem_ref_t`` into the task's address list. As for a DLA
 task, the KMD copies the descriptors (the UMD cannot change them after the checks), checks every
 index, offset and size against the real buffers and the device's SHAVE capabilities
-(:class:`~pydla.kmd.port.ShaveCaps`), and then checks the list as a whole (:mod:`pydla.kmd.shave_check`:
-barrier counts, notify barriers, no deadlock, FIFO depth). A failure is a DlaError naming the task,
-the field and the value.
+(:class:`~pydla.firmware.interface.ShaveCaps`), and then checks the list as a whole
+(:mod:`pydla.firmware.shave_check`: barrier counts, notify barriers, no deadlock, FIFO depth). A
+failure is a DlaError naming the task, the field and the value.
 
-The result, a :class:`ShaveList` on the :class:`~pydla.kmd.graph.TaskGraph`, is immutable and
+The result, a :class:`ShaveList` on the :class:`~pydla.firmware.graph.TaskGraph`, is immutable and
 holds the device's own descriptors (shave ``ActKernelTask`` / ``DmaTask``) with the addresses
 resolved, ready to be copied into the KMD's buffer and pushed (:mod:`pydla.kmd.shave_run`).
 
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.kmd.port import DeviceCaps, KmdPortability, ShaveCapsLike, TaskDesc
+from pydla.firmware.interface import DeviceCaps, FirmwarePortability, ShaveCapsLike, TaskDesc
 
 if TYPE_CHECKING:
-    from pydla.kmd.graph import TaskGraph
+    from pydla.firmware.graph import TaskGraph
 
 FIFO_DEPTH = int(S.FIFO_DEPTH)
 MAX_TILES = int(S.MAX_TILES)
@@ -115,7 +115,8 @@ class ShaveList:
 class _Checker:
     """Field checks of one task's list, naming the task in every error."""
 
-    def __init__(self, port: KmdPortability, task: TaskDesc, caps: ShaveCapsLike, max_bytes: int) -> None:
+    def __init__(self, port: FirmwarePortability, task: TaskDesc, caps: ShaveCapsLike,
+                 max_bytes: int) -> None:
         self.port = port
         self.task = task
         self.caps = caps
@@ -161,12 +162,12 @@ class _Checker:
         return self.port.dla_data_read(cpu, need, 0)
 
 
-def load_shave_list(port: KmdPortability, task: TaskDesc, config: DeviceCaps, net: Any) -> TaskGraph:
+def load_shave_list(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps, net: Any) -> TaskGraph:
     """Copy and validate the SHAVE task list of ``task`` (whose network descriptor is ``net``);
-    raise DlaError on the first problem. Called by :func:`pydla.kmd.graph.load_task`."""
+    raise DlaError on the first problem. Called by :func:`pydla.firmware.graph.load_task`."""
     from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.kmd.graph import TaskGraph, check_num_addresses
-    from pydla.kmd.shave_check import check_list
+    from pydla.firmware.graph import TaskGraph, check_num_addresses
+    from pydla.firmware.shave_check import check_list
 
     where = f"task {task.task_id}"
     caps = getattr(config, "shave", None)
