@@ -53,7 +53,7 @@ class BufferObject:
         self.handle = handle
         self.size = size
         # With ``fd`` the buffer is that shared memory (a memfd a Linux-port client created, which
-        # the daemon took and checked; see pydla.linux.shm), and the buffer owns the descriptor.
+        # the daemon took and checked; see pydla.uapi.shm), and the buffer owns the descriptor.
         # Otherwise it is anonymous memory.
         self.fd = -1 if fd is None else fd
         if fd is not None:

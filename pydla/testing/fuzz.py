@@ -439,8 +439,8 @@ def ioctl_target() -> Target:
     from pydla.deviceapi.generated import dla_uapi as U
     from pydla.linux.daemon import KmdDaemon
     from pydla.linux.fuse_context import FuseError, RequestContext
-    from pydla.linux.shm import SharedBuffer
-    from pydla.linux.uapi import COMMANDS
+    from pydla.uapi.ioctl import COMMANDS
+    from pydla.uapi.shm import SharedBuffer
 
     bo_mark, sync_mark = 0x5A5A0001, 0x5A5A0002
     daemon = KmdDaemon("full", mode="deterministic", max_wait_ms=5)
