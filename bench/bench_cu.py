@@ -16,9 +16,9 @@ import statistics
 import time
 from typing import Any
 
-from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
+from pydla.target.config import load_config, parse_config
 
 GOAL = 1.5
 

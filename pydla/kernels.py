@@ -262,8 +262,8 @@ def loadable(image: KernelImage, inputs: Sequence[Spec], outputs: Sequence[Spec]
 
     Usage: ``pydla.Session(loadable(image, [((8,), f32)], [((8,), f32)], params)).run({"in0": x})``
     """
-    from pydla.hw.config import load_config
     from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
+    from pydla.target.config import load_config
 
     cfg = load_config(config)
     if cfg.shave is None or cfg.shave.tiles == 0:

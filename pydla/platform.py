@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TypeAlias
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.port_virtual import VirtualDevicePort
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.interface import NvDlaPort
+from pydla.target.config import DeviceConfig, load_config
 
 ConfigLike: TypeAlias = DeviceConfig | str | Path  # a configuration, a bundled one's name, or a file
 PORTS = ("inprocess", "linux")

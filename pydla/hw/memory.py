@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import PAGE, DeviceConfig
+from pydla.target.config import PAGE, DeviceConfig
 
 
 class MmuFault(Exception):

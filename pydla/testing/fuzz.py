@@ -409,9 +409,9 @@ def trace_ring_target() -> Target:
 def device_config_target() -> Target:
     from importlib import resources
 
-    from pydla.hw.config import parse_config
+    from pydla.target.config import parse_config
 
-    folder = resources.files("pydla.hw").joinpath("configs")
+    folder = resources.files("pydla.target").joinpath("configs")
     seeds = [folder.joinpath(f"{n}.json").read_bytes() for n in ("full", "small")]
 
     def check(data: bytes) -> None:

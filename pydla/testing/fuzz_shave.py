@@ -242,9 +242,9 @@ class ShaveBench:
 
     def __init__(self, *, mode: str = "deterministic", time_budget_ms: int = 50, tdr_ms: int = 500,
                  elements: int = 64) -> None:
-        from pydla.hw.config import load_config
         from pydla.platform import Platform
         from pydla.portability.inprocess import InProcessPort
+        from pydla.target.config import load_config
         from pydla.umd.runtime import createRuntime
 
         full = load_config("full")

@@ -18,10 +18,10 @@ import pytest
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import FAILED, Kmd
 from pydla.loadable.taskbuilder import TaskBuilder
+from pydla.target.config import load_config
 from tests.hw.shave.host import LOOP, RET, lw, sw, tiny_elf
 from tests.kmd.shave_lists import F16, ListBuilder, seed_list
 from tests.kmd.support import MakeKmd

@@ -1,6 +1,6 @@
 """SHAVE tiles of the virtual device (the VPUX software layers): RV32IMF cores running kernel ELFs.
 
-A configuration with ``"shave": {"tiles": N, ...}`` (:mod:`pydla.hw.shave.config`) gets N tiles, a
+A configuration with ``"shave": {"tiles": N, ...}`` (:mod:`pydla.target.shave`) gets N tiles, a
 DMA engine between device memory and the tiles' CMX slices, and physical barriers. Each tile runs
 machine code with the unicorn emulator (RISC-V RV32IMF stands in for the SHAVE ISA) and sees only
 its windows (pydla/deviceapi/specs/shave.yaml): WIN_D (kernel code + RO data), WIN_E (arguments +
@@ -58,5 +58,5 @@ DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sle
 FIFO or unfired barriers, and with an exact instruction budget also after each task), so that a
 run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs them in
 the same order, beside the host. A kernel runs within its budget (``instruction_budget`` or
-``time_budget_ms``, :mod:`pydla.hw.shave.config`).
+``time_budget_ms``, :mod:`pydla.target.shave`).
 """

@@ -159,7 +159,7 @@ def test_an_uncovered_invocation_faults_as_the_kernel_does(hosts: dict[str, Host
 
 
 def test_emulation_must_be_fast_or_exact() -> None:
-    from pydla.hw.shave.config import parse_shave
+    from pydla.target.shave import parse_shave
 
     with pytest.raises(DlaError) as e:
         parse_shave({"tiles": 1, "emulation": "quick"}, "cfg.json")
