@@ -262,7 +262,8 @@ class ShaveBench:
         self.expected = self.x * self.factor  # numpy: round to nearest even
 
     def _loaded(self, elf: bytes) -> tuple[Any, Any, Any]:
-        from pydla.kernels import check_elf, loadable
+        from pydla.kernels.image import check_elf
+        from pydla.shave_kernel import loadable
 
         spec = (self.x.shape, self.x.dtype)
         blob = loadable(check_elf(elf, "fuzzed kernel"), [spec], [spec], self.params, name="fuzzed")
@@ -327,7 +328,7 @@ def shave_kernel_target(bench: ShaveBench | None = None) -> Target:
     hostile payloads and the shipped kernels; each mutated kernel runs (a DlaError is the refusal
     the campaign counts), then the canary must give the right bits (a RuntimeError otherwise, which
     the campaign reports as a finding)."""
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
 
     held = bench if bench is not None else ShaveBench()
     seeds = [kernel_image(words) for words in HOSTILE.values()]

@@ -179,7 +179,7 @@ def test_a_write_outside_the_windows(make_kmd: MakeKmd) -> None:
 def test_a_corrupt_kernel_elf(make_kmd: MakeKmd, damage: str) -> None:
     """A shipped kernel's ELF damaged in the loadable's memory: the device refuses to load it (the
     fast mode's equivalent does not know it, so its machine code is what runs): BAD_ELF, named."""
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
 
     dev, kmd = make_kmd()
     ctx = kmd.open_context()

@@ -14,7 +14,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
 from tests.hw.shave.conftest import config
 from tests.hw.shave.host import Args, Host, cmx, treg
 from tests.hw.shave.test_kernels import _run_unary, layernorm_case, run_layernorm, run_softmax
