@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from pydla.composition.virtual_port import VirtualDevicePort
-from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
+from pydla.target.config import load_config, parse_config
 
 GOAL = 1.5
 

@@ -17,10 +17,10 @@ import time
 from dataclasses import replace
 
 from pydla.composition.virtual_port import VirtualDevicePort
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.loadable.taskbuilder import TaskBuilder
+from pydla.target.config import DeviceConfig, load_config
 
 
 def engine_config(control: str, depth: int) -> DeviceConfig:

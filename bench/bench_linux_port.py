@@ -101,8 +101,8 @@ def main() -> None:
         raise SystemExit("needs root and /dev/fuse: the KMD daemon mounts a FUSE file system")
     from pydla.deviceapi.generated import dla_uapi as U
     from pydla.linux import unmount
-    from pydla.linux.uapi import COMMANDS
     from pydla.testing.ring_load import write_relu_network
+    from pydla.uapi.ioctl import COMMANDS
 
     with tempfile.TemporaryDirectory(prefix="pydla-bench-") as tmp:
         mnt, blob_path = Path(tmp) / "mnt", Path(tmp) / "relu.dla"

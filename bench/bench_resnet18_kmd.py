@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from pydla.composition.virtual_port import VirtualDevicePort
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.loadable.taskbuilder import Cube, TaskBuilder
+from pydla.target.config import DeviceConfig, load_config
 
 
 class Net:

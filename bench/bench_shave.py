@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.config import load_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import load_config
 from tests.hw.shave.host import RET, Args, Host, cmx, tiny_elf, treg
 
 GOAL_64K = 100.0

@@ -22,12 +22,12 @@ from pydla.errors import DlaError, NvError
 
 if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from pydla.inference_session import InferenceSession
-    from pydla.kernels import ShaveKernel
     from pydla.loadable.container import Loadable as ILoadable
     from pydla.model_info import ModelMetadata, TensorInfo
     from pydla.ort_values import IOBinding, NodeArg, OrtValue
     from pydla.platform import createRuntime
     from pydla.session import Session
+    from pydla.shave_kernel import ShaveKernel
     from pydla.umd.cu import ComputeUnit
     from pydla.umd.runtime import IRuntime
     from pydla.umd.sync import ISync
@@ -66,7 +66,7 @@ _LAZY = {
     "ISync": ("pydla.umd.sync", "ISync"),
     "ILoadable": ("pydla.loadable.container", "Loadable"),  # the NVDLA runtime API's name for it
     "ComputeUnit": ("pydla.umd.cu", "ComputeUnit"),  # XRT's xrt::kernel
-    "ShaveKernel": ("pydla.kernels", "ShaveKernel"),  # a custom SHAVE kernel on numpy arrays
+    "ShaveKernel": ("pydla.shave_kernel", "ShaveKernel"),  # a custom SHAVE kernel on numpy arrays
 }
 
 

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pydla import cache, demo, devices, run
     from pydla.compiler import cli as compiler_cli
     from pydla.deviceapi import cli as deviceapi_cli
-    from pydla.hw.shave import cli as kernel_cli
+    from pydla.kernels import cli as kernel_cli
     from pydla.loadable import cli as loadable_cli
     from pydla.trace import cli as trace_cli
 

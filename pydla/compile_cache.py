@@ -163,10 +163,11 @@ def fingerprinted_files() -> list[Path]:
     """The files :func:`compiler_fingerprint` hashes."""
     root = Path(__file__).parent
     return sorted([*(root / "compiler").rglob("*.py"), *(root / "loadable").rglob("*.py"),
-                   *(root / "elf").rglob("*.py"), root / "hw" / "config.py",
-                   *(root / "hw" / "configs").glob("*.json"), root / "deviceapi" / "task_layout.py",
-                   *(root / "deviceapi" / "specs").rglob("*.yaml"), root / "kernels.py",
-                   *(root / "hw" / "shave" / "kernels").glob("*.elf")])  # the SHAVE kernels it embeds
+                   *(root / "elf").rglob("*.py"), *(root / "target").glob("*.py"),
+                   *(root / "target" / "configs").glob("*.json"), root / "deviceapi" / "task_layout.py",
+                   *(root / "deviceapi" / "specs").rglob("*.yaml"), root / "kernels" / "image.py",
+                   root / "kernels" / "invocation.py", root / "kernels" / "memref.py",
+                   *(root / "kernels" / "shipped").glob("*.elf")])  # the SHAVE kernels it embeds
 
 
 def import_onnx() -> Any:

@@ -77,7 +77,7 @@ def register(commands: Any) -> None:
         description="Build a small CNN with random weights, compile it, run it on the virtual "
                     "device through runtime, portability layer and KMD, and compare the result with "
                     "onnxruntime. Exit code 0 only when the numbers match. Needs the onnx extra.")
-    from pydla.hw.config import bundled_configs
+    from pydla.target.config import bundled_configs
 
     p.add_argument("--config", default="full",
                    help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")

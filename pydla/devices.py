@@ -31,7 +31,7 @@ STATUS_FILE = "status"  # as pydla.linux.status names it (not imported: that mod
 
 def configurations() -> list[dict[str, Any]]:
     """The bundled virtual device configurations and what each can do."""
-    from pydla.hw.config import bundled_configs, load_config
+    from pydla.target.config import bundled_configs, load_config
 
     found = []
     for name in bundled_configs():

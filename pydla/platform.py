@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaPort
+from pydla.target.config import DeviceConfig, load_config
 
 if TYPE_CHECKING:
     from pydla.umd.runtime import IRuntime

@@ -65,7 +65,7 @@ def register(commands: Any) -> None:
     p.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
                    help="portability layer: inprocess, or linux:DIR for the KMD daemon serving DIR "
                         "(default: $PYDLA_PORT, else inprocess)")
-    from pydla.hw.config import bundled_configs
+    from pydla.target.config import bundled_configs
 
     p.add_argument("--config", default="full",
                    help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")

@@ -14,9 +14,9 @@ import pytest
 import pydla
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.firmware.interface import KmdDeviceInfo
-from pydla.hw.config import load_config
 from pydla.kmd.driver import Kmd
 from pydla.platform import Platform, probe
+from pydla.target.config import load_config
 
 PACKAGE = Path(pydla.__file__).parent
 
@@ -43,7 +43,7 @@ def _calls(path: Path, name: str) -> list[int]:
 @pytest.mark.parametrize("layer", ["umd", "portability", "linux"])
 def test_ports_and_the_umd_neither_build_devices_nor_read_their_configuration(layer: str) -> None:
     bad = [f"{p.relative_to(PACKAGE)}: {m}" for p in _modules(layer) for m in _imports(p)
-           if m.startswith(("pydla.hw.device", "pydla.hw.config"))]
+           if m.startswith(("pydla.hw.device", "pydla.target.config"))]
     assert not bad
 
 

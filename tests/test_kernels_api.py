@@ -13,9 +13,9 @@ import pytest
 
 import pydla
 from pydla.cli import main
-from pydla.hw.shave import build
-from pydla.hw.shave.toolchain import CC_ENV, GCC, Toolchain, find_toolchain, toolchain_of, ziglang_toolchain
-from pydla.kernels import MEMREF_BYTES, ShaveKernel, check_elf, loadable
+from pydla.kernels import MEMREF_BYTES, build, check_elf
+from pydla.kernels.toolchain import CC_ENV, GCC, Toolchain, find_toolchain, toolchain_of, ziglang_toolchain
+from pydla.shave_kernel import ShaveKernel, loadable
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALE_ADD = ROOT / "examples" / "kernels" / "scale_add.c"

@@ -218,7 +218,7 @@ def test_release_check_names_missing_package_data(tmp_path: Path) -> None:
 
     release_check = _tool("release-check")
     files = release_check.expected_files()
-    for wanted in ("pydla/hw/configs/full.json", "pydla/py.typed",
+    for wanted in ("pydla/target/configs/full.json", "pydla/py.typed",
                    "pydla/umd/include/pydla/cpu_library_api.h", "pydla/deviceapi/specs/device_api.yaml"):
         assert wanted in files, wanted
     assert any(f.startswith("pydla/loadable/schema/") for f in files)
@@ -236,14 +236,14 @@ def test_release_check_names_missing_package_data(tmp_path: Path) -> None:
         return path
 
     assert release_check.check_wheel(wheel("good.whl")) == []
-    problems = release_check.check_wheel(wheel("bad.whl", leave_out="pydla/hw/configs/full.json"))
-    assert problems == ["bad.whl lacks pydla/hw/configs/full.json"]
+    problems = release_check.check_wheel(wheel("bad.whl", leave_out="pydla/target/configs/full.json"))
+    assert problems == ["bad.whl lacks pydla/target/configs/full.json"]
     assert "console script" in " ".join(release_check.check_wheel(wheel("noentry.whl", entry_point=False)))
 
 
 def test_every_config_option_names_every_bundled_configuration() -> None:
     """`--config` help lists the configurations there are (full-headed was left out)."""
-    from pydla.hw.config import bundled_configs
+    from pydla.target.config import bundled_configs
 
     names = bundled_configs()
     assert {"full", "small", "full-headed"} <= set(names)

@@ -194,7 +194,7 @@ def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, ca
     root = Path(compile_cache.__file__).parent
     hashed = {f.relative_to(root).as_posix() for f in compile_cache.fingerprinted_files()}
     for needed in ("compiler/api.py", "loadable/taskbuilder.py", "loadable/cpuops.py", "elf/writer.py",
-                   "hw/config.py", "hw/configs/full.json", "deviceapi/task_layout.py",
+                   "target/config.py", "target/configs/full.json", "deviceapi/task_layout.py",
                    "deviceapi/specs/dla_task.yaml"):
         assert needed in hashed, needed
     onnx_bytes = onnx.helper.make_model(onnx.helper.make_graph(
@@ -203,7 +203,7 @@ def test_the_compile_cache_key_covers_what_decides_a_loadable(tmp_path: Path, ca
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 2, 2])]),
         opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
     config = tmp_path / "my.json"
-    full = json.loads((root / "hw" / "configs" / "full.json").read_text())
+    full = json.loads((root / "target" / "configs" / "full.json").read_text())
     config.write_text(json.dumps(full))
     compile_cache.OnnxModel(onnx_bytes).loadable(str(config), "fp32")
     full["tap_major_min_channels"] = 32  # the same name, other contents: another key

@@ -19,7 +19,7 @@ import numpy as np
 from pydla.compiler.input_shapes import check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import load_config
+from pydla.target.config import load_config
 
 
 def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",

@@ -24,7 +24,7 @@ def register(commands: Any) -> None:
     p.add_argument("model", type=Path, metavar="MODEL.onnx")
     p.add_argument("-o", "--output", type=Path, metavar="MODEL.dla",
                    help="where to write the loadable (default: the model's name with .dla)")
-    from pydla.hw.config import bundled_configs
+    from pydla.target.config import bundled_configs
 
     p.add_argument("--config", default="full",
                    help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")

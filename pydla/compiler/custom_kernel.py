@@ -44,18 +44,11 @@ from pydla.compiler.graph_types import Graph, Node
 from pydla.compiler.layout import flat_cube, prod
 from pydla.compiler.operators import SHAVE_KERNEL
 from pydla.errors import DlaError, NvError
-from pydla.kernels import (
-    CUSTOM_KERNEL_ID,
-    DATA_TYPES,
-    RUNTIME,
-    KernelImage,
-    check_elf,
-    plan_invocation,
-    read_elf,
-    runtime_elf,
-    task_list,
-)
-from pydla.loadable.shave_task import DEFAULT_STACK
+from pydla.kernels.build import RUNTIME, runtime_elf
+from pydla.kernels.image import KernelImage, check_elf, read_elf
+from pydla.kernels.invocation import CUSTOM_KERNEL_ID, DATA_TYPES, plan_invocation
+from pydla.kernels.memref import DEFAULT_STACK
+from pydla.loadable.shave_task import task_list
 from pydla.loadable.taskbuilder import Ref
 from pydla.logconfig import Detail, first_line, printable
 

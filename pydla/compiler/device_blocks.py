@@ -16,8 +16,8 @@ from typing import Any
 
 from pydla.compiler.graph_types import Node
 from pydla.errors import DlaError, NvError
-from pydla.hw import config as device_config
 from pydla.loadable.taskbuilder import TaskBuilder
+from pydla.target import config as device_config
 
 
 def check_step_blocks(node: Node, config: device_config.DeviceConfig, runs: list[Any], current: TaskBuilder,

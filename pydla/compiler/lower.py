@@ -44,10 +44,10 @@ from pydla.compiler.layout import (
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
-from pydla.hw import config as device_config
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
 from pydla.loadable.shave_task import ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Cube, Ref, TaskBuilder
+from pydla.target import config as device_config
 
 SCRATCH, WEIGHTS = "scratch", "weights"
 CPU_LIBRARY = "umd/cpulib.py"  # pydla's own CPU library, relative to the installed package

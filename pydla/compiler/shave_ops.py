@@ -34,9 +34,10 @@ from pydla.compiler.layout import normalize_axis, prod
 from pydla.compiler.plan import Step, attr
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.shave.build import kernel_elf
-from pydla.kernels import check_elf
-from pydla.loadable.shave_task import DEFAULT_STACK, PAGE, ShaveTaskBuilder, cmx_place, memref, usable_cmx
+from pydla.kernels.build import kernel_elf
+from pydla.kernels.image import check_elf
+from pydla.kernels.memref import DEFAULT_STACK, PAGE, cmx_place, memref, usable_cmx
+from pydla.loadable.shave_task import ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Ref
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw import compute, conv
 from pydla.hw.blockio import DTYPES, F32, MAX_DIM, Array, ContextMemory, HwError, addr, f32, f32_bits
 from pydla.hw.blockio import bad_config as _bad
-from pydla.hw.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 from pydla.hw.sdp import decode_sdp, run_sdp
+from pydla.target.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 
 __all__ = ["DTYPES", "F32", "MAX_DIM", "Array", "ContextMemory", "HwError", "addr", "decode_bdma",
            "decode_conv", "decode_pdp", "decode_sdp", "f32", "f32_bits", "flying_destination", "run_bdma",

@@ -35,12 +35,12 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.hw.cu.layout import ComputeUnitInfo
 from pydla.hw.cu.models import create_model
 from pydla.hw.cu.shave_tile import ShaveTileUnit
 from pydla.hw.cu.unit import CTRL, ISR, REG_NAMES, ComputeUnit, CuEvent
 from pydla.hw.state import DeviceState
 from pydla.hw.trace_out import LAYER
+from pydla.target.ip_layout import ComputeUnitInfo
 
 CU_INTR_BIT = 30  # GLB intr_status: some compute unit interrupts (see cu_intr_status)
 _POLLED = (CTRL, ISR)

@@ -36,7 +36,7 @@ from pydla.hw.arrays import (
     stack,
 )
 from pydla.hw.blas import SGEMM
-from pydla.hw.config import SHIFT_MIN_CHANNELS
+from pydla.target.config import SHIFT_MIN_CHANNELS
 
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
 # at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.compute_units import ComputeUnits
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.decoded import DecodedCache
 from pydla.hw.execution import Execution
 from pydla.hw.faults import DEVICE_RESET_BIT, RESET_QUIESCE_S, FaultsAndReset
@@ -53,6 +52,7 @@ from pydla.hw.regfile import (
 )
 from pydla.hw.shave.part import ShaveTiles
 from pydla.hw.trace_out import TraceOutput
+from pydla.target.config import DeviceConfig, load_config
 
 if TYPE_CHECKING:
     from pydla.hw.mcu import Microcontroller

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import PAGE, DeviceConfig
+from pydla.target.config import PAGE, DeviceConfig
 
 
 class MmuFault(Exception):
@@ -53,7 +53,7 @@ class BufferObject:
         self.handle = handle
         self.size = size
         # With ``fd`` the buffer is that shared memory (a memfd a Linux-port client created, which
-        # the daemon took and checked; see pydla.linux.shm), and the buffer owns the descriptor.
+        # the daemon took and checked; see pydla.uapi.shm), and the buffer owns the descriptor.
         # Otherwise it is anonymous memory.
         self.fd = -1 if fd is None else fd
         if fd is not None:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from pydla.hw.config import DeviceConfig
 from pydla.hw.decoded import DecodedCache
 from pydla.hw.memory import DeviceMemory, Iommu
+from pydla.target.config import DeviceConfig
 
 if TYPE_CHECKING:
     from pydla.hw.cu.unit import ComputeUnit

@@ -1,5 +1,6 @@
-"""The Linux port's foundation: a FUSE server over /dev/fuse (no libfuse), caller-memory access and
-shared buffers. Linux only; serving needs root and /dev/fuse.
+"""The Linux port's daemon side: a FUSE server over /dev/fuse (no libfuse) and caller-memory access.
+Linux only; serving needs root and /dev/fuse. What the client port shares with it (the ioctl
+commands, the ring layout, the shared buffers) is :mod:`pydla.uapi`.
 
 Usage::
 
@@ -14,7 +15,6 @@ from pydla.linux.fuse_mount import FuseMountError, StaleMountError, unmount
 from pydla.linux.fuse_protocol import IOR, IOW, IOWR, ioc_decode
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd, write_process_memory
-from pydla.linux.shm import SharedBuffer, check_shared_fd
 
 __all__ = [
     "IOR",
@@ -25,9 +25,7 @@ __all__ = [
     "FuseMountError",
     "FuseServer",
     "RequestContext",
-    "SharedBuffer",
     "StaleMountError",
-    "check_shared_fd",
     "ioc_decode",
     "read_process_memory",
     "take_process_fd",

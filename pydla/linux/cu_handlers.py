@@ -36,7 +36,7 @@ from pydla.kmd.cu import REGS_END, CuArg, CuBuffer
 from pydla.linux.clients import Client
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import read_process_memory, write_process_memory
-from pydla.linux.uapi import (
+from pydla.uapi.ioctl import (
     ERRNO,
     INLINE_FENCES,
     MAX_CU_ARGS,

@@ -2,7 +2,7 @@
 through FUSE, so that clients in other processes reach them with real ioctl(2) calls.
 
 Each open of a device file is a KMD context (a client). The ioctls are those of the ``dla_uapi``
-binary contract (:mod:`pydla.linux.uapi`). Buffer-object and sync-object handles are numbered across
+binary contract (:mod:`pydla.uapi.ioctl`). Buffer-object and sync-object handles are numbered across
 the whole daemon, so a handle of another client is never mistaken for one of the caller's; it is
 answered as a handle that does not exist (ENOENT), so that a client cannot learn which numbers others
 hold. Every handle, count, offset and size a client sends is checked against the
@@ -13,7 +13,7 @@ sync objects freed and its CU contexts closed (RELEASE). The compute-unit comman
 the caller is killed (FUSE_INTERRUPT).
 
 Buffer memory is the client's own memfd, which the daemon takes with pidfd_getfd (see
-:mod:`pydla.linux.shm`): a client never holds a way to reach another's buffers. What one open file may
+:mod:`pydla.uapi.shm`): a client never holds a way to reach another's buffers. What one open file may
 hold is bounded (:class:`Quotas`: buffers, bytes, sync objects, WAITs in progress) and one WAIT blocks
 a request thread at most ``max_wait_ms``, so that no client can exhaust the daemon for the others.
 
@@ -54,10 +54,10 @@ from pydla.linux.fuse_mount import FuseMountError, resolve_mountpoint
 from pydla.linux.fuse_server import FuseServer
 from pydla.linux.process_memory import read_process_memory, take_process_fd
 from pydla.linux.ring_server import RingServer, ServedRing, set_up_ring
-from pydla.linux.shm import check_shared_fd
 from pydla.linux.status import STATUS_FILE, JobCounter, StatusFile, status_document
 from pydla.linux.trace_handlers import TraceHandlers, trace_handlers
-from pydla.linux.uapi import (
+from pydla.platform import ConfigLike, Platform
+from pydla.uapi.ioctl import (
     BY_COMMAND,
     ERRNO,
     INLINE_FENCES,
@@ -69,7 +69,7 @@ from pydla.linux.uapi import (
     text,
     untext,
 )
-from pydla.platform import ConfigLike, Platform
+from pydla.uapi.shm import check_shared_fd
 
 __all__ = ["Client", "KmdDaemon", "Quotas", "register"]
 log = logging.getLogger("pydla.linux.daemon")

@@ -1,4 +1,4 @@
-"""The daemon's side of submission rings (uAPI 2.4, RING_SETUP; layout in :mod:`pydla.linux.ring`).
+"""The daemon's side of submission rings (uAPI 2.4, RING_SETUP; layout in :mod:`pydla.uapi.ring`).
 
 One thread serves every client's ring: it sleeps in epoll on the rings' submit eventfds, takes what
 each ready ring holds (a few entries per ring per turn, so that one busy client cannot starve the
@@ -6,7 +6,7 @@ others), queues each entry as SUBMIT_PREPARED would, and answers it in the ring'
 ACCEPTED at once, FINISHED when the job ends (from whichever thread ends it). Everything read from the
 ring is checked as an ioctl's arguments are: the daemon keeps its own indices and never trusts the
 client's beyond one bounds check; the header's words are read and written only through
-:func:`pydla.linux.ring.header_words` (one aligned 4-byte access each: the ring module's rule). A
+:func:`pydla.uapi.ring.header_words` (one aligned 4-byte access each: the ring module's rule). A
 client that breaks the ring's rules (an index out of range, a completion queue it does not empty)
 loses its ring (header flag BROKEN) and keeps its file.
 
@@ -41,7 +41,8 @@ from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError
 from pydla.linux.fuse_context import FuseError
 from pydla.linux.process_memory import take_process_fd
-from pydla.linux.ring import (
+from pydla.uapi.ioctl import ERRNO
+from pydla.uapi.ring import (
     CQ_HEAD,
     CQ_TAIL,
     CQE,
@@ -59,8 +60,7 @@ from pydla.linux.ring import (
     kick,
     valid_entries,
 )
-from pydla.linux.shm import check_shared_fd
-from pydla.linux.uapi import ERRNO
+from pydla.uapi.shm import check_shared_fd
 
 log = logging.getLogger("pydla.linux.ring")
 

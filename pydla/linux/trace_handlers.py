@@ -20,7 +20,7 @@ from pydla.errors import DlaError
 from pydla.kmd.trace import KmdTrace
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import write_process_memory
-from pydla.linux.uapi import ERRNO
+from pydla.uapi.ioctl import ERRNO
 
 if TYPE_CHECKING:
     from pydla.linux.clients import Client

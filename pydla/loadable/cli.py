@@ -41,7 +41,7 @@ def register(commands: Any) -> None:
                     "and its compute units; --dump-section IP_LAYOUT:json:FILE writes them as "
                     "xclbinutil does.")
     i.add_argument("loadable", type=Path, metavar="MODEL.dla", nargs="?")
-    from pydla.hw.config import bundled_configs
+    from pydla.target.config import bundled_configs
 
     i.add_argument("--config", metavar="NAME",
                    help=f"describe device configuration NAME (bundled: {', '.join(bundled_configs())}; or a "
@@ -197,8 +197,8 @@ def _config_info(args: argparse.Namespace) -> int:
     section in xclbinutil's JSON shape (``--dump-section IP_LAYOUT:json:FILE``)."""
     import json
 
-    from pydla.hw.config import load_config
-    from pydla.hw.cu.layout import xclbin_ip_layout
+    from pydla.target.config import load_config
+    from pydla.target.ip_layout import xclbin_ip_layout
 
     config = load_config(args.config)
     if args.list_sections:
@@ -371,8 +371,8 @@ def check_onnx_content(path: Path) -> None:
 def _check_instances(recipe: Recipe, where: str) -> None:
     """A loadable's kernels against the IP_LAYOUT of the bundled configuration it names (one it
     does not name as a bundled configuration cannot be looked up from here: nothing to check)."""
-    from pydla.hw.config import bundled_configs, load_config
     from pydla.loadable.recipe_config import compute_unit_errors
+    from pydla.target.config import bundled_configs, load_config
 
     if recipe.device in bundled_configs():
         errors = compute_unit_errors(recipe, load_config(recipe.device))

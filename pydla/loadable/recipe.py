@@ -441,7 +441,7 @@ def load_recipe(path: str | Path, *, allow_unsafe_paths: bool = False, check_con
         raise DlaError(NvError.FileReadFailed, f"{p}: cannot read the recipe: {e.strerror}") from e
     recipe = parse_recipe(loads(text, str(p)), str(p), allow_unsafe_paths=allow_unsafe_paths)
     if check_config:
-        # Imported here: it loads device configurations (pydla.hw.config), which a recipe read
+        # Imported here: it loads device configurations (pydla.target.config), which a recipe read
         # for the runner does not (the UMD learns its device through its port).
         from pydla.loadable.recipe_config import check_config as check
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import DeviceConfig, bundled_configs, load_config
 from pydla.loadable.recipe import Recipe, RecipeError
 from pydla.loadable.recipe_file import resolve_file
+from pydla.target.config import DeviceConfig, bundled_configs, load_config
 
 
 def recipe_config(recipe: Recipe, path: Path, *, allow_unsafe_paths: bool = False) -> DeviceConfig:

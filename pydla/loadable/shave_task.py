@@ -34,54 +34,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated import shave as S
 from pydla.elf.controlcode import R_DLA_ARG_INDEX16, SHAVE_SECTIONS, ControlCode
 from pydla.errors import DlaError, NvError
+from pydla.kernels.image import KernelImage
+from pydla.kernels.invocation import Invocation
+from pydla.kernels.memref import DEFAULT_STACK
 from pydla.loadable.taskbuilder import DESCRIPTORS, BuiltTask, Ref
 
 ARGS_ENTRY = 4  # the .shave.args section's address-list entry
 _ARG_ALIGN = 16
-DEFAULT_STACK = 8 << 10
-PAGE = 4096  # a tile's stack is rounded up to pages, above one unmapped guard page (pydla.hw.shave)
-TLB_SPAN = 1 << 20  # CMX buffers a multiple of 1 MiB apart evict each other in unicorn's data TLB
-_T = S.shave_data_type_e
-MEMREF_TYPES = {np.dtype(np.float32): _T.FP32, np.dtype(np.float16): _T.FP16, np.dtype(np.int32): _T.I32,
-                np.dtype(np.int16): _T.I16, np.dtype(np.int8): _T.I8, np.dtype(np.uint8): _T.U8}
-
-
-def usable_cmx(cmx_bytes: int, stack: int) -> int:
-    """Bytes of a tile's CMX slice a task list may use: below its stack and the guard page."""
-    return cmx_bytes - -(-stack // PAGE) * PAGE - PAGE
-
-
-def cmx_place(offset: int) -> int:
-    """The CMX offset for a buffer after ``offset``: page aligned, off the emulator's 1 MiB TLB
-    stride from the buffers before it (1.5x slower kernels when on it)."""
-    at = -(-offset // PAGE) * PAGE
-    return at + PAGE if at and at % TLB_SPAN == 0 else at
-
-
-def memref(dims: tuple[int, ...], dtype: np.dtype[Any], addr: int, data: bytearray,
-           base: int = int(S.ARGS_MAX_BYTES)) -> Any:
-    """A static dense MemRefData of ``dims`` at ``addr`` (WIN_F); its dims and strides (in bits) are
-    appended to ``data``, the invocation's RW data, which the device copies to WIN_E + ``base``.
-
-    Usage: ``m = memref((4, 8), np.dtype(np.float32), S.WIN_F, data)``
-    """
-    n = len(dims)
-    m = S.MemRefData(dataAddr=addr, isStatic=1, numDims=n, dataType=int(MEMREF_TYPES[dtype]))
-    m.dimsOrder = sum(i << (4 * (n - 1 - i)) for i in range(n))  # nibble 0: the innermost dimension
-    strides = np.empty(dims, dtype=dtype).strides
-    data += b"\0" * (-len(data) % 8)
-    m.dimsAddr = S.WIN_E + base + len(data)
-    data += np.asarray(dims, dtype=np.int32).tobytes()
-    data += b"\0" * (-len(data) % 8)
-    m.stridesAddr = S.WIN_E + base + len(data)
-    data += np.asarray([st * 8 for st in strides], dtype=np.int64).tobytes()
-    return m
 
 
 @dataclass
@@ -330,6 +293,27 @@ class ShaveTaskBuilder:
 
 
 # -- reading a SHAVE control code back (pydla info) ---------------------------------------------------
+
+def task_list(tiles: int, cmx_bytes: int, barriers: int, runtime: Ref, kernel: Ref, image: KernelImage,
+              inv: Invocation, inputs: Sequence[Ref], outputs: Sequence[Ref], *, kernel_id: int = 0,
+              name: str = "") -> ShaveTaskBuilder:
+    """The SHAVE task list of one call of a custom kernel (:func:`pydla.kernels.plan_invocation`) on
+    tile 0: each input DMA'd into CMX, the kernel, each output DMA'd back; barriers between.
+
+    Usage: ``sb = task_list(2, 2 << 20, 32, runtime_ref, kernel_ref, image, inv, [x_ref], [y_ref])``
+    """
+    sb = ShaveTaskBuilder(tiles, cmx_bytes, barriers)
+    sb.runtime(runtime, {0: inv.stack})
+    loaded, computed = sb.barrier(), sb.barrier()
+    for ref, at in zip(inputs, inv.inputs, strict=True):
+        sb.dma(ref, tile=0, cmx_offset=at, to_cmx=True, line_size=ref.size, update=[loaded])
+    sb.invoke(kernel, entry_offset=image.entry_offset, args=inv.args, tile=0, data=inv.data,
+              data_offset=inv.data_offset, kernel_id=kernel_id, wait=[loaded] if inputs else [],
+              update=[computed], name=name)
+    for ref, at in zip(outputs, inv.outputs, strict=True):
+        sb.dma(ref, tile=0, cmx_offset=at, to_cmx=False, line_size=ref.size, wait=[computed])
+    return sb
+
 
 def describe(code: ControlCode) -> dict[str, Any]:
     """What a SHAVE task list holds, by name: its runtime and stacks, its kernel tasks (kernel buffer,

@@ -42,17 +42,6 @@ from pydla.deviceapi.generated import dla_uapi as U
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError, WaitTimeout
-from pydla.linux.shm import SharedBuffer
-from pydla.linux.uapi import (
-    COMMANDS,
-    INLINE_FENCES,
-    MAX_ADDRESSES,
-    MAX_FENCES,
-    MAX_SCALARS,
-    NVERROR,
-    text,
-    untext,
-)
 from pydla.portability.interface import (
     NvDlaDeviceInfo,
     NvDlaEngineSelect,
@@ -70,6 +59,17 @@ from pydla.portability.interface import (
 from pydla.portability.linux_cu import LinuxCuMethods, query_compute_units
 from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
 from pydla.portability.linux_trace import LinuxTraceMethods
+from pydla.uapi.ioctl import (
+    COMMANDS,
+    INLINE_FENCES,
+    MAX_ADDRESSES,
+    MAX_FENCES,
+    MAX_SCALARS,
+    NVERROR,
+    text,
+    untext,
+)
+from pydla.uapi.shm import SharedBuffer
 
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
 

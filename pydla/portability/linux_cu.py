@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc
-from pydla.linux.uapi import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS, NVERROR, untext
 from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_args
+from pydla.uapi.ioctl import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS, NVERROR, untext
 
 if TYPE_CHECKING:
     from pydla.portability.linux import LinuxDevice

@@ -1,4 +1,4 @@
-"""The Linux port's side of a submission ring (uAPI 2.4; layout in :mod:`pydla.linux.ring`).
+"""The Linux port's side of a submission ring (uAPI 2.4; layout in :mod:`pydla.uapi.ring`).
 
 A prepared task's submit becomes an entry written into memory the daemon maps and one eventfd
 write, instead of a SUBMIT_PREPARED ioctl; the daemon's answers (ACCEPTED, then FINISHED when the
@@ -8,7 +8,7 @@ a wait for a post-fence of a ring submission needs no WAIT ioctl when the job en
 ``RING_WAIT_S``. Anything the ring cannot do (a full ring, a broken one, a fence no ring entry
 signals, a failed job's message) falls back to the ioctls, which stay the reference.
 
-The header's indices are stored and loaded only through :func:`pydla.linux.ring.header_words` (one
+The header's indices are stored and loaded only through :func:`pydla.uapi.ring.header_words` (one
 aligned 4-byte access each: the ring module's rule). When the daemon breaks the ring (flag BROKEN),
 each submit still waiting is decided exactly once: if sq_head (final once BROKEN is seen) says the
 daemon took the entry, its answer still comes through the ring and is returned as usual; if not, the
@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.linux.ring import (
+from pydla.uapi.ioctl import NVERROR
+from pydla.uapi.ring import (
     CQ_HEAD,
     CQ_TAIL,
     CQE,
@@ -47,8 +48,7 @@ from pydla.linux.ring import (
     header_words,
     kick,
 )
-from pydla.linux.shm import SharedBuffer
-from pydla.linux.uapi import NVERROR
+from pydla.uapi.shm import SharedBuffer
 
 if TYPE_CHECKING:
     from pydla.portability.linux import LinuxDevice, LinuxSemaphore

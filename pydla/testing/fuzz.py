@@ -409,9 +409,9 @@ def trace_ring_target() -> Target:
 def device_config_target() -> Target:
     from importlib import resources
 
-    from pydla.hw.config import parse_config
+    from pydla.target.config import parse_config
 
-    folder = resources.files("pydla.hw").joinpath("configs")
+    folder = resources.files("pydla.target").joinpath("configs")
     seeds = [folder.joinpath(f"{n}.json").read_bytes() for n in ("full", "small")]
 
     def check(data: bytes) -> None:
@@ -439,8 +439,8 @@ def ioctl_target() -> Target:
     from pydla.deviceapi.generated import dla_uapi as U
     from pydla.linux.daemon import KmdDaemon
     from pydla.linux.fuse_context import FuseError, RequestContext
-    from pydla.linux.shm import SharedBuffer
-    from pydla.linux.uapi import COMMANDS
+    from pydla.uapi.ioctl import COMMANDS
+    from pydla.uapi.shm import SharedBuffer
 
     bo_mark, sync_mark = 0x5A5A0001, 0x5A5A0002
     daemon = KmdDaemon("full", mode="deterministic", max_wait_ms=5)

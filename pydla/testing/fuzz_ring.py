@@ -2,7 +2,7 @@
 
 - :func:`hammer_index`: two processes hammer one index of a ring header: one stores a growing value
   as fast as it can, the other loads it and must never see it go back, nor a 0 after the first
-  store. It holds with :func:`pydla.linux.ring.header_words` (one aligned 4-byte access each); with
+  store. It holds with :func:`pydla.uapi.ring.header_words` (one aligned 4-byte access each); with
   ``struct.pack_into`` (:class:`StructWords`, how the indices were written before) the reader sees
   zeros and mixed bytes, thousands a second on a 2-core machine.
 - :func:`ring_target`: a :class:`~pydla.testing.fuzz.Target` whose inputs are what a hostile client
@@ -44,7 +44,8 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
-from pydla.linux.ring import (
+from pydla.testing.fuzz import Target
+from pydla.uapi.ring import (
     CQ_HEAD,
     CQ_TAIL,
     CQE,
@@ -54,9 +55,8 @@ from pydla.linux.ring import (
     RingLayout,
     header_words,
 )
-from pydla.linux.ring import ENTRIES as STOP_WORD  # the hammer's reader -> writer: stop
-from pydla.linux.shm import SharedBuffer
-from pydla.testing.fuzz import Target
+from pydla.uapi.ring import ENTRIES as STOP_WORD  # the hammer's reader -> writer: stop
+from pydla.uapi.shm import SharedBuffer
 
 ANSWER_TIMEOUT_S = 5.0  # the other client's entry must be answered (and its job end) within this
 SETTLE_TIMEOUT_S = 5.0  # the daemon must have read or refused the hostile ring within this
@@ -71,7 +71,7 @@ KINDS = ("store", "entry", "kick", "hammer", "poke", "reap", "fence")
 
 class StructWords:
     """Header words accessed with ``struct.pack_into`` / ``unpack_from``: how the ring's indices were
-    written before the rule of :mod:`pydla.linux.ring` (only to show what that rule prevents)."""
+    written before the rule of :mod:`pydla.uapi.ring` (only to show what that rule prevents)."""
 
     _INDEX = struct.Struct("<I")
 
@@ -110,7 +110,7 @@ class HammerResult:
 
 _WRITER = """
 import importlib, mmap, os, sys, time
-from pydla.linux.ring import ENTRIES as STOP, FLAGS, HEADER_SIZE
+from pydla.uapi.ring import ENTRIES as STOP, FLAGS, HEADER_SIZE
 module, _, name = sys.argv[3].partition(":")
 words = getattr(importlib.import_module(module), name)(mmap.mmap(int(sys.argv[1]), HEADER_SIZE))
 word, seconds, cpu = int(sys.argv[2]), float(sys.argv[4]), int(sys.argv[5])
@@ -127,7 +127,7 @@ words.release()
 """
 
 
-def hammer_index(seconds: float, *, word: int = CQ_TAIL, accessor: str = "pydla.linux.ring:header_words",
+def hammer_index(seconds: float, *, word: int = CQ_TAIL, accessor: str = "pydla.uapi.ring:header_words",
                  min_changes: int = 0, max_seconds: float = 30.0) -> HammerResult:
     """A child process stores 1, 2, 3... into ``word`` of a shared ring header while this one loads
     it, for ``seconds`` and then until the loads have seen ``min_changes`` new values (at most
@@ -188,8 +188,8 @@ def hammer_index(seconds: float, *, word: int = CQ_TAIL, accessor: str = "pydla.
 _HOSTILE = """
 import os, sys, time
 from pydla.deviceapi.generated import dla_uapi as U
-from pydla.linux.ring import CQ_HEAD, CQ_TAIL, HEADER_SIZE, RingLayout, header_words
-from pydla.linux.shm import SharedBuffer
+from pydla.uapi.ring import CQ_HEAD, CQ_TAIL, HEADER_SIZE, RingLayout, header_words
+from pydla.uapi.shm import SharedBuffer
 from pydla.testing.fuzz_ring import RECORD
 layout = RingLayout(int(sys.argv[1]))
 ring = None
@@ -288,7 +288,7 @@ class _ErrorLog(logging.Handler):
 
 
 class _RawRing:
-    """A well-behaved client's ring, written by hand as :mod:`pydla.linux.ring` lays it out."""
+    """A well-behaved client's ring, written by hand as :mod:`pydla.uapi.ring` lays it out."""
 
     def __init__(self, daemon: Any, client: Any) -> None:
         self.layout = RingLayout(RING_ENTRIES)
@@ -340,7 +340,7 @@ class _RawRing:
 def _call(daemon: Any, client: Any, pid: int, nr: int, args: Any) -> Any:
     """An ioctl of ``client`` (as process ``pid``) to the daemon, in this process; its answer."""
     from pydla.linux.fuse_context import RequestContext
-    from pydla.linux.uapi import COMMANDS
+    from pydla.uapi.ioctl import COMMANDS
 
     _, out = daemon.ioctl(client, RequestContext(1, 0, 2, 0, 0, pid), COMMANDS[nr], bytes(args))
     return type(args).from_buffer_copy(out)

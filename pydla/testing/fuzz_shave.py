@@ -242,9 +242,9 @@ class ShaveBench:
 
     def __init__(self, *, mode: str = "deterministic", time_budget_ms: int = 50, tdr_ms: int = 500,
                  elements: int = 64) -> None:
-        from pydla.hw.config import load_config
         from pydla.platform import Platform, createRuntime
         from pydla.portability.inprocess import InProcessPort
+        from pydla.target.config import load_config
 
         full = load_config("full")
         assert full.shave is not None
@@ -261,7 +261,8 @@ class ShaveBench:
         self.expected = self.x * self.factor  # numpy: round to nearest even
 
     def _loaded(self, elf: bytes) -> tuple[Any, Any, Any]:
-        from pydla.kernels import check_elf, loadable
+        from pydla.kernels.image import check_elf
+        from pydla.shave_kernel import loadable
 
         spec = (self.x.shape, self.x.dtype)
         blob = loadable(check_elf(elf, "fuzzed kernel"), [spec], [spec], self.params, name="fuzzed")
@@ -326,7 +327,7 @@ def shave_kernel_target(bench: ShaveBench | None = None) -> Target:
     hostile payloads and the shipped kernels; each mutated kernel runs (a DlaError is the refusal
     the campaign counts), then the canary must give the right bits (a RuntimeError otherwise, which
     the campaign reports as a finding)."""
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
 
     held = bench if bench is not None else ShaveBench()
     seeds = [kernel_image(words) for words in HOSTILE.values()]

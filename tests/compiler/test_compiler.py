@@ -89,7 +89,7 @@ def test_wide_convolutions_get_tap_major_weights(batch: int) -> None:
     from pydla.deviceapi.generated import dla_task as T
     from pydla.deviceapi.generated.device_api import dla_block_e
     from pydla.firmware.graph import OP_DESC_SIZE
-    from pydla.hw.config import load_config
+    from pydla.target.config import load_config
 
     cfg = load_config("full")
     c = cfg.tap_major_min_channels

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import pydla
 from pydla.cli import main
 from pydla.compiler.api import compile_model
-from pydla.hw.shave import build
+from pydla.kernels import build
 from pydla.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]

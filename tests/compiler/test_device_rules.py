@@ -43,7 +43,7 @@ def _formats(blob: bytes) -> list[str]:
 
 
 def _full_with(tmp_path: Path, **rules: Any) -> str:
-    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw = json.loads(resources.files("pydla.target").joinpath("configs/full.json").read_text())
     assert raw["tap_major_min_channels"] == CHANNELS and raw["tap_major_max_extra"] == 0.15
     raw.update(rules)
     path = tmp_path / "full-rules.json"

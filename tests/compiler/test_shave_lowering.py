@@ -136,7 +136,7 @@ def test_fp16_runs_softmax_and_gelu_on_the_tiles_and_decomposes_layernorm() -> N
 
 def test_the_machine_code_agrees(tmp_path: Path) -> None:
     """The same loadable on a device whose tiles run every kernel's machine code."""
-    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw = json.loads(resources.files("pydla.target").joinpath("configs/full.json").read_text())
     raw["shave"]["emulation"] = "exact"
     config = tmp_path / "full.json"
     config.write_text(json.dumps(raw))

@@ -243,7 +243,7 @@ def test_a_batch_of_four_compiles_and_runs() -> None:
 
 
 def test_a_device_without_a_block_the_network_needs_is_named(tmp_path: Path) -> None:
-    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw = json.loads(resources.files("pydla.target").joinpath("configs/full.json").read_text())
     raw["name"], raw["blocks"] = "no-pdp", [b for b in raw["blocks"] if b != "PDP"]
     path = tmp_path / "no-pdp.json"
     path.write_text(json.dumps(raw))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pydla.hw.cu.models import ComputeUnitModel, CuArgs, CuError, CuMemory
+from pydla.hw.cu import ComputeUnitModel, CuArgs, CuError, CuMemory
 
 
 class Saxpy(ComputeUnitModel):

@@ -24,8 +24,8 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.hw.config import load_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import load_config
 
 FP32 = int(R.dla_precision_e.FP32)
 FP16 = int(R.dla_precision_e.FP16)

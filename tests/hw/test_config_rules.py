@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.hw.config import SHIFT_MAX_EXTRA, SHIFT_MIN_CHANNELS, load_config, parse_config
+from pydla.target.config import SHIFT_MAX_EXTRA, SHIFT_MIN_CHANNELS, load_config, parse_config
 from tests.hw.regs import raw_config
 
 

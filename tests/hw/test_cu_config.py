@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pydla import DlaError
-from pydla.hw.config import load_config, parse_config
+from pydla.target.config import load_config, parse_config
 from tests.hw.regs import raw_config
 
 
@@ -133,3 +133,14 @@ def test_info_config_prints_and_dumps_ip_layout(tmp_path: Path) -> None:
     assert out.returncode == 0 and json.loads(out.stdout)["ip_layout"]["m_count"] == "7"  # with 2 SHAVE tiles
     bad = _pydla("info", "--config", "full", "--dump-section", "BUILD_METADATA:json:-")
     assert bad.returncode != 0 and "IP_LAYOUT" in bad.stderr
+
+
+def test_the_targets_built_in_model_kinds_are_the_devices_models() -> None:
+    """A configuration is checked against the target's table of the built-in models (it reads no
+    device code); the device's classes must be what that table says."""
+    from pydla.hw.cu.models import BUILTIN
+    from pydla.hw.cu.shave_tile import ShaveTileUnit
+    from pydla.target.cu_model import BUILTIN_MODELS
+
+    classes = {**BUILTIN, "shave_tile": ShaveTileUnit}
+    assert {name: (cls.memory_mapped, cls.granule) for name, cls in classes.items()} == BUILTIN_MODELS

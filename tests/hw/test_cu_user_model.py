@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import parse_config
 from tests.hw.cu_driver import ARGS, CTX, ERROR, run_requests, sequence, write_addr
 from tests.hw.regs import raw_config
 

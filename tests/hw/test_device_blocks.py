@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import parse_config
 from tests.hw.regs import (
     FP16,
     FP32,

@@ -16,8 +16,8 @@ import pytest
 from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import load_config, parse_config
 from tests.hw.regs import (
     FP16,
     FP32,

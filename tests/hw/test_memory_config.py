@@ -17,8 +17,8 @@ from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
-from pydla.hw.config import PAGE, bundled_configs, load_config, parse_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import PAGE, bundled_configs, load_config, parse_config
 from tests.hw.regs import MMU_FAULT_BIT, Cube, bdma_op, done_bit, error_bit, pdp_op, raw_config, status
 
 OK = done_bit("BDMA", 0)
@@ -361,8 +361,8 @@ def test_buffer_on_shared_memory_sees_another_mapping() -> None:
     import mmap
     import os
 
-    from pydla.hw.config import load_config
     from pydla.hw.memory import DeviceMemory
+    from pydla.target.config import load_config
 
     memory = DeviceMemory(load_config("full"))
     memfd = os.memfd_create("test-bo", os.MFD_ALLOW_SEALING)
@@ -391,8 +391,8 @@ def test_buffer_on_shared_memory_sees_another_mapping() -> None:
 
 
 def test_views_are_reused_only_while_their_mapping_lasts() -> None:
-    from pydla.hw.config import load_config
     from pydla.hw.memory import DeviceMemory, MmuFault
+    from pydla.target.config import load_config
 
     memory = DeviceMemory(load_config("full"))
     iommu = memory.iommu

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from pydla.composition.virtual_port import VirtualDevicePort
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
+from pydla.target.config import DeviceConfig, load_config
 from tests.kmd.support import MakeKmd
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
 from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
 from tests.hw.shave.host import Args, entry_offset

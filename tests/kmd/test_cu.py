@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from pydla import DlaError, NvError
-from pydla.hw.config import DeviceConfig, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.cu import CuBuffer
 from pydla.kmd.sync import TimelineSemaphore
+from pydla.target.config import DeviceConfig, parse_config
 from tests.hw.cu_driver import GIE, sequence
 from tests.hw.regs import raw_config
 from tests.kmd.support import MakeKmd, conv_sdp_pdp

@@ -10,9 +10,9 @@ import pytest
 
 from pydla.errors import DlaError, NvError
 from pydla.firmware.engine import DONE, ENABLED, PROGRAMMED
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL
 from pydla.kmd.job import COMPLETED
+from pydla.target.config import DeviceConfig, load_config
 from tests.kmd.support import ENGINE_INTERNALS, MakeKmd, conv_sdp_pdp, drive, pdp_chain, single_pdp, wait_all
 
 WAIT_MS = 10_000

@@ -18,10 +18,10 @@ import pytest
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import load_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import FAILED, Kmd
 from pydla.loadable.taskbuilder import TaskBuilder
+from pydla.target.config import load_config
 from tests.hw.shave.host import LOOP, RET, lw, sw, tiny_elf
 from tests.kmd.shave_lists import F16, ListBuilder, seed_list
 from tests.kmd.support import MakeKmd
@@ -179,7 +179,7 @@ def test_a_write_outside_the_windows(make_kmd: MakeKmd) -> None:
 def test_a_corrupt_kernel_elf(make_kmd: MakeKmd, damage: str) -> None:
     """A shipped kernel's ELF damaged in the loadable's memory: the device refuses to load it (the
     fast mode's equivalent does not know it, so its machine code is what runs): BAD_ELF, named."""
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
 
     dev, kmd = make_kmd()
     ctx = kmd.open_context()

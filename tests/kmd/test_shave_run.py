@@ -192,7 +192,7 @@ def test_threaded_device_runs_many_shave_and_dla_jobs(make_kmd: MakeKmd) -> None
 
 def test_a_list_from_the_loadable_sides_encoder_runs(make_kmd: MakeKmd) -> None:
     """pydla.loadable.shave_task.ShaveTaskBuilder's lists (the compiler's) pass the KMD's checks and run."""
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
     from pydla.loadable.shave_task import ShaveTaskBuilder
     from tests.hw.shave.host import entry_offset
 

@@ -13,8 +13,8 @@ import pytest
 
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.config import load_config
 from pydla.kmd.driver import Kmd
+from pydla.target.config import load_config
 from tests.hw.shave.host import RET, tiny_elf
 from tests.kmd.shave_lists import F16, ListBuilder, clamp_args, seed_list
 from tests.kmd.support import MakeKmd

@@ -18,11 +18,11 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.firmware import graph
 from pydla.firmware.graph import OP_DESC_SIZE, PAUSE_GC_OPERATIONS, SURFACE_DESC_SIZE
-from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import MAX_ADDRESSES, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.loadable.taskbuilder import LoadedTask, TaskBuilder
+from pydla.target.config import parse_config
 from tests.kmd.support import (
     COMPLETED,
     PROGRAMMED,
@@ -470,7 +470,7 @@ def test_unknown_conv_mode(make_kmd: MakeKmd) -> None:
 
 
 def test_fp16_on_a_config_without_fp16(make_kmd: MakeKmd) -> None:
-    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw = json.loads(resources.files("pydla.target").joinpath("configs/full.json").read_text())
     raw.update(name="fp32only", precisions=["FP32"])
     config = parse_config(raw, "test config")
     tb = TaskBuilder("fp16")

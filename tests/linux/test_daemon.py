@@ -29,7 +29,7 @@ import numpy as np
 import pydla
 from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_uapi as U
-from pydla.linux.uapi import COMMANDS
+from pydla.uapi.ioctl import COMMANDS
 MNT = {mnt!r}
 BLOB = open({blob!r}, "rb").read()
 
@@ -203,7 +203,7 @@ def test_raw_errnos_for_isolation(daemon, net) -> None:
     blob, _ = net
     lines = finish(client(mnt, blob, """
 import ctypes
-from pydla.linux import SharedBuffer
+from pydla.uapi.shm import SharedBuffer
 fds = [os.open(MNT + "/dla0", os.O_RDWR) for _ in range(2)]
 def call(fd, nr, args):
     buf = bytearray(bytes(args))
@@ -338,7 +338,7 @@ def test_a_client_of_another_uid_works_and_reaches_no_one_elses_memory(net) -> N
         out.mkdir()
         out.chmod(0o777)
         lines = finish(client(mnt, blob, f"""
-import pydla.portability.linux, pydla.linux.shm  # what a run needs, imported while files are readable
+import pydla.portability.linux, pydla.uapi.shm  # what a run needs, imported while files are readable
 warm = pydla.createRuntime(); warm.load(BLOB); run_net(warm, 0); warm.close()
 os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
 rt = pydla.createRuntime("linux", path=MNT)

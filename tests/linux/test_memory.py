@@ -10,13 +10,8 @@ import sys
 
 import pytest
 
-from pydla.linux import (
-    SharedBuffer,
-    check_shared_fd,
-    read_process_memory,
-    take_process_fd,
-    write_process_memory,
-)
+from pydla.linux import read_process_memory, take_process_fd, write_process_memory
+from pydla.uapi.shm import SharedBuffer, check_shared_fd
 
 CHILD = """
 import ctypes, sys
@@ -74,7 +69,7 @@ def test_a_clients_shared_buffer_taken_by_the_daemon() -> None:
 
     code = """
 import errno, os, sys
-from pydla.linux import SharedBuffer
+from pydla.uapi.shm import SharedBuffer
 bo = SharedBuffer(8192, name="bo-test")
 bo.view[:5] = b"hello"
 print(bo.fd, flush=True)

@@ -12,8 +12,8 @@ from tests.linux.test_daemon import client, daemon, finish, net, wait_until  # n
 
 RAW = """
 import select
-from pydla.linux.ring import CQ_HEAD, CQ_TAIL, CQE, ENTRIES, FLAGS, SQ_HEAD, SQ_TAIL, RingLayout, header_words
-from pydla.linux.shm import SharedBuffer
+from pydla.uapi.ring import CQ_HEAD, CQ_TAIL, CQE, ENTRIES, FLAGS, SQ_HEAD, SQ_TAIL, RingLayout, header_words
+from pydla.uapi.shm import SharedBuffer
 E = U.dla_ioctl_e
 fd = os.open(MNT + "/dla0", os.O_RDWR)
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from pydla.linux.ring import CQ_TAIL, HEADER_SIZE, SQ_TAIL, header_words
 from pydla.testing.fuzz_ring import hammer_index
+from pydla.uapi.ring import CQ_TAIL, HEADER_SIZE, SQ_TAIL, header_words
 
 
 @pytest.mark.parametrize("word", [SQ_TAIL, CQ_TAIL], ids=["sq_tail", "cq_tail"])

@@ -17,9 +17,9 @@ import pytest
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.linux import ring_server
-from pydla.linux.ring import CQ_HEAD, CQ_TAIL, CQE, SQ_TAIL, RingLayout, header_words
 from pydla.linux.ring_server import FINISHED, RingServer, ServedRing
-from pydla.linux.shm import SharedBuffer
+from pydla.uapi.ring import CQ_HEAD, CQ_TAIL, CQE, SQ_TAIL, RingLayout, header_words
+from pydla.uapi.shm import SharedBuffer
 
 
 @dataclass

@@ -15,12 +15,12 @@ from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import loadable as L
 from pydla.elf.controlcode import FIXED_ENTRIES, SECTIONS
 from pydla.elf.writer import SHDR
-from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.loadable.container import FORMAT_VERSION, Loadable, LoadableWriter
 from pydla.loadable.taskbuilder import TaskBuilder
+from pydla.target.config import load_config, parse_config
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)

@@ -14,8 +14,8 @@ import pytest
 
 from pydla import DlaError, NvError
 from pydla.cli import main
-from pydla.hw.config import bundled_configs
 from pydla.loadable.recipe import RecipeError, load_recipe, loads, parse_recipe, schema
+from pydla.target.config import bundled_configs
 
 
 def seed_example() -> dict[str, Any]:
@@ -520,7 +520,7 @@ def config_file(path: Path, name: str = "design", engine: str = "DPU:DPU") -> Pa
     compute unit ``engine`` (XRT's documentation runs kernel k1 on instance DPU)."""
     from importlib import resources
 
-    raw = json.loads(resources.files("pydla.hw").joinpath("configs/full.json").read_text())
+    raw = json.loads(resources.files("pydla.target").joinpath("configs/full.json").read_text())
     raw["name"] = name
     engines = [cu for cu in raw["ip_layout"] if cu["model"] == "engine"]
     engines[0]["m_name"] = engine
@@ -532,7 +532,7 @@ def layout(*names: str) -> Any:
     """A configuration with compute units ``names`` ("kernel:instance") and nothing else."""
     from dataclasses import replace
 
-    from pydla.hw.config import load_config
+    from pydla.target.config import load_config
 
     config = load_config("full")
     units = tuple(replace(config.ip_layout[0], name=n) for n in names)

@@ -10,10 +10,10 @@ import pytest
 
 import pydla
 from pydla import DlaError, NvError
-from pydla.hw.config import load_config, parse_config
 from pydla.platform import Platform, open_port
 from pydla.portability.inprocess import InProcessPort
 from pydla.portability.interface import NvDlaDeviceInfo, NvDlaPort
+from pydla.target.config import load_config, parse_config
 
 
 @pytest.fixture(scope="module")

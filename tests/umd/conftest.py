@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pydla.platform
-from pydla.hw.config import DeviceConfig, load_config
+from pydla.target.config import DeviceConfig, load_config
 
 
 @pytest.fixture(autouse=True, params=["headless", "headed"])

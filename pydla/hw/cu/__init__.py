@@ -1,24 +1,17 @@
-"""Compute units: IP_LAYOUT entries (:mod:`.layout`), the control block of XRT's kernel execution
-models (:mod:`.unit`) and the models that compute (:mod:`.models`, where a driver developer's own
-model starts: subclass :class:`ComputeUnitModel`).
+"""Compute units: the control block of XRT's kernel execution models (:mod:`.unit`) and the models
+that compute (:mod:`.models`, where a driver developer's own model starts: subclass
+:class:`ComputeUnitModel`). The IP_LAYOUT entries that declare them, and the model interface a
+configuration is checked against, are the target's (:mod:`pydla.target.ip_layout`,
+:mod:`pydla.target.cu_model`); ``ComputeUnitModel``, ``CuArgs`` and ``CuError`` are named here too,
+where a driver developer writing a model imports them.
 
-The names below are imported on first use: the device configuration imports :mod:`.layout`, and
-:mod:`.models` needs device memory, which needs the configuration.
+Usage: ``from pydla.hw.cu import ComputeUnitModel``
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pydla.hw.cu.models import CuMemory
+from pydla.hw.cu.unit import CuEvent
+from pydla.target.cu_model import ComputeUnitModel, CuArgs, CuError
 
-_WHERE = {"ComputeUnitInfo": "layout", "parse_ip_layout": "layout", "xclbin_ip_layout": "layout",
-          "ComputeUnitModel": "models", "CuArgs": "models", "CuError": "models", "CuMemory": "models",
-          "CuEvent": "unit"}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pydla.hw.cu' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"pydla.hw.cu.{module}"), name)
+__all__ = ["ComputeUnitModel", "CuArgs", "CuError", "CuEvent", "CuMemory"]

@@ -1,5 +1,6 @@
-"""What a compute unit computes: the model interface, the built-in models, and loading a driver
-developer's own model.
+"""What a compute unit computes: the built-in models, device memory as a model sees it, and building
+a unit's model (the interface a model implements, and the check a configuration gets when it loads,
+are the target's: :mod:`pydla.target.cu_model`).
 
 The device wraps a model in the AXI4-Lite control block of XRT's kernel execution models
 (:mod:`pydla.hw.cu.unit`): the model never sees ap_start or ap_done, only its work.
@@ -26,9 +27,7 @@ Usage::
 
 from __future__ import annotations
 
-import importlib
 import struct
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,43 +35,16 @@ import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.memory import Iommu, MmuFault
+from pydla.target.cu_model import (
+    ComputeUnitModel,
+    CuArgs,
+    UnitMemory,
+    unknown_model,
+    user_model_class,
+)
 
 if TYPE_CHECKING:
-    from pydla.hw.cu.layout import ComputeUnitInfo
-
-ARGS_OFFSET = 0x10  # the first argument register
-ARGS_END = 0xF00  # the device's own registers (ctx, error, ...) follow
-
-
-class CuArgs:
-    """A unit's argument registers: word ``i`` is the register at ``0x10 + 4 * i``."""
-
-    def __init__(self, words: bytes) -> None:
-        self._words = words
-
-    def __len__(self) -> int:
-        return len(self._words) // 4
-
-    def u32(self, i: int) -> int:
-        if not 0 <= i < (ARGS_END - ARGS_OFFSET) // 4:
-            raise DlaError(NvError.BadParameter,
-                           f"argument word {i}: outside 0..{(ARGS_END - ARGS_OFFSET) // 4 - 1}")
-        if 4 * i + 4 > len(self._words):
-            return 0  # never written since reset
-        value: int = struct.unpack_from("<I", self._words, 4 * i)[0]
-        return value
-
-    def i32(self, i: int) -> int:
-        v = self.u32(i)
-        return v - (1 << 32) if v >> 31 else v
-
-    def u64(self, i: int) -> int:
-        """A 64-bit value (a device address) in words ``i`` (low half) and ``i + 1`` (high half)."""
-        return self.u32(i) | self.u32(i + 1) << 32
-
-    def f32(self, i: int) -> float:
-        value: float = struct.unpack("<f", struct.pack("<I", self.u32(i)))[0]
-        return value
+    from pydla.target.ip_layout import ComputeUnitInfo
 
 
 class CuMemory:
@@ -98,60 +70,10 @@ class CuMemory:
         self.array(address, len(data), np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
 
 
-class ComputeUnitModel:
-    """The interface of a compute unit's model (subclass it; the device calls it, never the host).
-
-    Class attributes a model sets:
-    ``memory_mapped``: True for AP_CTRL_HS / AP_CTRL_CHAIN models (:meth:`execute`), False for
-    AP_CTRL_NONE stream models (:meth:`process`). Stream models also say ``granule``: the bytes of
-    one input element (:meth:`process` is given a whole number of them).
-
-    ``pipeline_depth`` and ``latency_cycles`` come from the IP_LAYOUT entry (the device applies
-    them: an execution completes ``latency_cycles`` after its start at the configured clock; a CHAIN
-    unit takes a new start every ``latency_cycles / pipeline_depth`` cycles, up to
-    ``pipeline_depth`` in flight); the model receives them in ``info`` to read if it cares.
-    """
-
-    memory_mapped: bool = True
-    granule: int = 1
-
-    def __init__(self, info: ComputeUnitInfo, params: Mapping[str, Any]) -> None:
-        self.info = info
-        self.params = dict(params)
-
-    def reset_args(self) -> dict[int, int]:
-        """Argument words (index -> value) after a reset; e.g. a stream model's default scale."""
-        return {}
-
-    def execute(self, args: CuArgs, memory: CuMemory) -> None:
-        """One execution (HS / CHAIN). Raise :class:`MmuFault` (through ``memory``) or
-        :class:`CuError` to fail it; the execution still completes (ap_done) with the unit's
-        ``error`` register set."""
-        raise CuError(3, f"model {type(self).__name__} has no execute()")
-
-    def output_bytes(self, input_bytes: int) -> int:
-        """Stream models: the output bytes ``input_bytes`` of input become."""
-        return input_bytes
-
-    def process(self, data: bytes, args: CuArgs) -> bytes:
-        """Stream models (NONE): input bytes (a whole number of ``granule``) -> output bytes
-        (``output_bytes(len(data))`` of them)."""
-        raise CuError(3, f"model {type(self).__name__} has no process()")
-
-
-class CuError(Exception):
-    """An execution failed with ``code`` (a dla_hw_error_e value) and a message."""
-
-    def __init__(self, code: int, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
 class NoOp(ComputeUnitModel):
     """Does nothing; takes its latency (what the execution models' tests and benchmarks drive)."""
 
-    def execute(self, args: CuArgs, memory: CuMemory) -> None:
+    def execute(self, args: CuArgs, memory: UnitMemory) -> None:
         return None
 
 
@@ -159,7 +81,7 @@ class VectorAdd(ComputeUnitModel):
     """out = a + b on float32 arrays. Arguments: a (words 0-1), b (2-3), out (4-5): device
     addresses; n (word 6): the element count."""
 
-    def execute(self, args: CuArgs, memory: CuMemory) -> None:
+    def execute(self, args: CuArgs, memory: UnitMemory) -> None:
         n = args.u32(6)
         if n == 0:
             return
@@ -200,42 +122,9 @@ def model_class(info: ComputeUnitInfo, where: str) -> type[ComputeUnitModel]:
     if not name.startswith("python:"):
         cls = BUILTIN.get(name)
         if cls is None:
-            raise DlaError(NvError.BadValue,
-                           f"{where}: 'model' = {name!r}: not a built-in model ({', '.join(BUILTIN)}, "
-                           "shave_tile, engine) nor 'python:package.module:ClassName'")
+            raise unknown_model(name, where)
         return cls
-    module_name, _, class_name = name[len("python:"):].partition(":")
-    if not module_name or not class_name:
-        raise DlaError(NvError.BadValue,
-                       f"{where}: 'model' = {name!r} must be 'python:package.module:ClassName'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as e:  # any failure of the user's module is a configuration error
-        raise DlaError(NvError.BadValue,
-                       f"{where}: 'model' = {name!r}: cannot import {module_name}: "
-                       f"{type(e).__name__}: {e}") from e
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, ComputeUnitModel)):
-        raise DlaError(NvError.BadValue,
-                       f"{where}: 'model' = {name!r}: {module_name} has no class {class_name} derived from "
-                       "pydla.hw.cu.ComputeUnitModel")
-    return cls
-
-
-def check_model(info: ComputeUnitInfo, where: str) -> None:
-    """The model exists and fits the entry's execution model (NONE: a stream model, no
-    memory-mapped arguments; HS / CHAIN: a memory-mapped one)."""
-    cls = model_class(info, where)
-    stream = info.m_ip_control == "AP_CTRL_NONE"
-    if cls.memory_mapped == stream:
-        kind = "memory-mapped" if cls.memory_mapped else "stream"
-        raise DlaError(NvError.BadValue,
-                       f"{where}: 'model' = {info.model!r} is a {kind} model: AP_CTRL_NONE takes stream "
-                       "models only (no memory-mapped arguments), AP_CTRL_HS / AP_CTRL_CHAIN "
-                       "memory-mapped ones")
-    if not isinstance(cls.granule, int) or not 1 <= cls.granule <= 4096:
-        raise DlaError(NvError.BadValue,
-                       f"{where}: model {info.model!r}: granule {cls.granule!r} must be 1..4096")
+    return user_model_class(name, where)
 
 
 def create_model(info: ComputeUnitInfo) -> ComputeUnitModel:

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.hw.cu.models import ComputeUnitModel, CuArgs, CuError, CuMemory
+from pydla.target.cu_model import ComputeUnitModel, CuArgs, CuError, UnitMemory
 
 if TYPE_CHECKING:
-    from pydla.hw.cu.layout import ComputeUnitInfo
     from pydla.hw.shave.system import ShaveSystem
+    from pydla.target.ip_layout import ComputeUnitInfo
 
 
 class ShaveTileUnit(ComputeUnitModel):
@@ -44,7 +44,7 @@ class ShaveTileUnit(ComputeUnitModel):
         """The device's SHAVE system (looked up at each execution) and its lock."""
         self._system, self._lock = system, lock
 
-    def execute(self, args: CuArgs, memory: CuMemory) -> None:
+    def execute(self, args: CuArgs, memory: UnitMemory) -> None:
         system = self._system()
         if system is None or self.tile >= system.config.tiles:
             have = 0 if system is None else system.config.tiles

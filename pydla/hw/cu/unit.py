@@ -38,9 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.hw.cu.layout import ComputeUnitInfo
-from pydla.hw.cu.models import ARGS_END, ARGS_OFFSET, ComputeUnitModel, CuArgs, CuError, CuMemory
+from pydla.hw.cu.models import CuMemory
 from pydla.hw.memory import Iommu, MmuFault
+from pydla.target.cu_model import ARGS_END, ARGS_OFFSET, ComputeUnitModel, CuArgs, CuError
+from pydla.target.ip_layout import ComputeUnitInfo
 
 AP_START, AP_DONE, AP_IDLE, AP_READY, AP_CONTINUE = (int(R.cu_ctrl_e.AP_START), int(R.cu_ctrl_e.AP_DONE),
                                                      int(R.cu_ctrl_e.AP_IDLE), int(R.cu_ctrl_e.AP_READY),

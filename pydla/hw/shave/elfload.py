@@ -1,10 +1,6 @@
-"""Loading untrusted kernel ELF images into a tile's windows.
-
-A kernel (or runtime) image must be a little-endian ELF32 RISC-V executable whose loadable segments
-all lie inside the windows allowed for them; every header offset and size is checked against the
-image before it is used. Anything else is a :class:`ShaveFault` BAD_ELF naming the field and value
-(``addr``: the offending file offset or address). The loader reads only program headers: sections
-and symbols are not needed to run, and a stripped image is the normal case.
+"""Loading untrusted kernel ELF images into a tile's windows: :mod:`pydla.elf.executable` reads and
+checks them; here a bad image is the tile's BAD_ELF fault (:class:`ShaveFault`, ``addr`` the
+offending file offset or address).
 
 Usage::
 
@@ -14,84 +10,22 @@ Usage::
 
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
-
+from pydla.elf import executable
+from pydla.elf.executable import BadElfImage, ElfImage
 from pydla.hw.shave.faults import E, ShaveFault
-
-EM_RISCV = 243
-ET_EXEC = 2
-PT_LOAD = 1
-PF_X, PF_W = 1, 2
-MAX_SEGMENTS = 16
-_EHDR = struct.Struct("<16sHHIIIIIHHHHHH")  # Elf32_Ehdr, 52 bytes
-_PHDR = struct.Struct("<IIIIIIII")  # Elf32_Phdr, 32 bytes
-
-
-@dataclass(frozen=True)
-class Segment:
-    vaddr: int
-    data: bytes  # filesz bytes; the rest of memsz is zero
-    memsz: int
-    executable: bool
-    writable: bool
-
-
-@dataclass(frozen=True)
-class ElfImage:
-    entry: int
-    segments: tuple[Segment, ...]
 
 
 def parse_elf(data: bytes, what: str, windows: list[tuple[int, int, bool]]) -> ElfImage:
-    """The image's loadable segments. ``windows``: (start, size, writable) where segments may go: a
-    writable segment only in a writable window, a read-only one only in a read-only window."""
-
-    def bad(message: str, addr: int = 0) -> ShaveFault:
-        return ShaveFault(E.BAD_ELF, f"{what}: {message}", addr=addr)
-
-    if len(data) < _EHDR.size:
-        raise bad(f"{len(data)} bytes is shorter than an ELF header ({_EHDR.size})")
-    (ident, e_type, e_machine, _version, e_entry, e_phoff, _shoff, _flags, _ehsize, e_phentsize,
-     e_phnum, _shentsize, _shnum, _shstrndx) = _EHDR.unpack_from(data, 0)
-    if ident[:4] != b"\x7fELF":
-        raise bad(f"magic {ident[:4]!r} is not ELF")
-    if ident[4] != 1 or ident[5] != 1:
-        raise bad(f"class {ident[4]} / data {ident[5]}: not ELF32 little-endian", 4)
-    if e_machine != EM_RISCV:
-        raise bad(f"e_machine {e_machine} is not RISC-V ({EM_RISCV})", 18)
-    if e_type != ET_EXEC:
-        raise bad(f"e_type {e_type} is not an executable ({ET_EXEC})", 16)
-    if e_phentsize != _PHDR.size or not 1 <= e_phnum <= MAX_SEGMENTS:
-        raise bad(f"e_phentsize {e_phentsize} / e_phnum {e_phnum}: want {_PHDR.size} and "
-                  f"1..{MAX_SEGMENTS}", 42)
-    if e_phoff + e_phnum * _PHDR.size > len(data):
-        raise bad(f"program headers at e_phoff {e_phoff} run past the {len(data)}-byte image", e_phoff)
-    segments = []
-    for i in range(e_phnum):
-        at = e_phoff + i * _PHDR.size
-        p_type, p_offset, p_vaddr, _paddr, p_filesz, p_memsz, p_flags, _align = _PHDR.unpack_from(data, at)
-        if p_type != PT_LOAD or p_memsz == 0:
-            continue
-        if p_filesz > p_memsz or p_offset + p_filesz > len(data):
-            raise bad(f"segment {i}: p_offset {p_offset} + p_filesz {p_filesz} (p_memsz {p_memsz}) is "
-                      f"outside the {len(data)}-byte image", at)
-        writable = bool(p_flags & PF_W)
-        if not any(start <= p_vaddr and p_vaddr + p_memsz <= start + size and w == writable
-                   for start, size, w in windows):
-            kind = "writable" if writable else "read-only"
-            allowed = ", ".join(f"{s:#x}+{n:#x}" for s, n, w in windows if w == writable) or "none"
-            raise bad(f"segment {i}: {kind} p_vaddr {p_vaddr:#x} + p_memsz {p_memsz:#x} is outside "
-                      f"its windows ({allowed})", p_vaddr)
-        segments.append(Segment(p_vaddr, bytes(data[p_offset:p_offset + p_filesz]), p_memsz,
-                                bool(p_flags & PF_X), writable))
-    if not segments:
-        raise bad("no loadable segment")
-    return ElfImage(e_entry, tuple(segments))
+    """The image's loadable segments (:func:`pydla.elf.executable.parse_elf`); ShaveFault BAD_ELF."""
+    try:
+        return executable.parse_elf(data, what, windows)
+    except BadElfImage as e:
+        raise ShaveFault(E.BAD_ELF, e.message, addr=e.addr) from None
 
 
 def check_entry(image: ElfImage, entry: int, what: str) -> None:
-    """``entry`` must be an instruction address inside an executable segment."""
-    if entry % 2 or not any(s.executable and s.vaddr <= entry < s.vaddr + s.memsz for s in image.segments):
-        raise ShaveFault(E.BAD_ELF, f"{what}: entry {entry:#x} is not inside an executable segment",
-                         addr=entry)
+    """``entry`` must be an instruction address inside an executable segment; ShaveFault BAD_ELF."""
+    try:
+        executable.check_entry(image, entry, what)
+    except BadElfImage as e:
+        raise ShaveFault(E.BAD_ELF, e.message, addr=e.addr) from None

@@ -3,11 +3,11 @@
 Emulating RV32 machine code costs 40-100x numpy (a scalar C softmax under unicorn), which would
 make every network with a softmax or a layer normalization slower than today's host CPU runs. So, in
 the ``fast`` emulation mode (the configuration's ``shave.emulation``, the default), an invocation of
-a shipped kernel whose ELF is byte for byte the committed one (``kernels/<name>.elf``, entered at its
-own entry point) is computed with numpy on the tile's memory instead: the runtime kernel still takes
-the task from the FIFO, waits for its barriers, calls the entry point and updates the barriers on
-the emulator; only the kernel's body is replaced. ``exact`` mode runs every kernel on the emulator
-(for kernel and driver developers: faults, budgets and PCs are the machine code's).
+a shipped kernel whose ELF is byte for byte the committed one (``pydla/kernels/shipped/<name>.elf``,
+entered at its own entry point) is computed with numpy on the tile's memory instead: the runtime
+kernel still takes the task from the FIFO, waits for its barriers, calls the entry point and updates
+the barriers on the emulator; only the kernel's body is replaced. ``exact`` mode runs every kernel on
+the emulator (for kernel and driver developers: faults, budgets and PCs are the machine code's).
 
 The equivalents agree with the emulated kernels within each kernel's documented tolerance
 (tests/hw/shave/test_hle.py runs both on the same inputs). An invocation they do not cover (a
@@ -34,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.shave.build import KERNELS_DIR
 from pydla.hw.shave.elfload import parse_elf
+from pydla.kernels.build import KERNELS_DIR
 
 _DTYPES: dict[int, np.dtype[Any]] = {int(S.shave_data_type_e.FP32): np.dtype(np.float32),
                                      int(S.shave_data_type_e.FP16): np.dtype(np.float16)}

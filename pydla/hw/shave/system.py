@@ -27,10 +27,10 @@ import numpy.typing as npt
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw.memory import Iommu
 from pydla.hw.shave.barriers import Barriers
-from pydla.hw.shave.config import ShaveConfig
 from pydla.hw.shave.dma import Dma
 from pydla.hw.shave.faults import E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes
+from pydla.target.shave import ShaveConfig
 
 BASE = R.SHAVE_TILES
 TILE_STRIDE = R.SHAVE_T1_CTRL - R.SHAVE_T0_CTRL

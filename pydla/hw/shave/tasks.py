@@ -16,10 +16,10 @@ import ctypes
 from dataclasses import dataclass
 
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.config import MAX_BYTES_PER_OP
 from pydla.hw.memory import Iommu, MmuFault
 from pydla.hw.shave.barriers import Barriers
 from pydla.hw.shave.faults import E, ShaveFault
+from pydla.target.config import MAX_BYTES_PER_OP
 
 MAX_KERNEL_BYTES = 4 << 20
 

@@ -43,13 +43,13 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.hw.memory import Iommu
 from pydla.hw.shave.barriers import Barriers
-from pydla.hw.shave.config import ShaveConfig
 from pydla.hw.shave.elfload import check_entry, parse_elf
 from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
 from pydla.hw.shave.tile_fast import FastEmulation
 from pydla.hw.shave.traps import WfiGuard, emulator_fault, exception_fault, wfi_fault
 from pydla.hw.shave.watchdog import WATCHDOG
+from pydla.target.shave import ShaveConfig
 
 # The emulator's Python binding has no type information: it is used through Any.
 unicorn: Any = importlib.import_module("unicorn")

@@ -28,9 +28,9 @@ from pydla.deviceapi.generated import shave as S
 from pydla.hw.memory import Iommu
 from pydla.hw.shave import hle
 from pydla.hw.shave.barriers import Barriers
-from pydla.hw.shave.config import FAST, ShaveConfig
 from pydla.hw.shave.faults import E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
+from pydla.target.shave import FAST, ShaveConfig
 
 RET = (0x00008067).to_bytes(4, "little")  # jalr x0, 0(ra): the entry of a kernel run by its equivalent
 State = R.shave_tile_state_e

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pydla.hw.config import DeviceConfig, load_config
 from pydla.hw.device import VirtualDevice
+from pydla.target.config import DeviceConfig, load_config
 from tests.hw.shave.host import Host
 
 

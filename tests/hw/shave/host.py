@@ -20,7 +20,7 @@ import numpy as np
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.hw.device import VirtualDevice
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
 
 TILE_STRIDE = R.SHAVE_T1_CTRL - R.SHAVE_T0_CTRL
 DATA_OFFSET = S.ARGS_MAX_BYTES  # where the tests put an invocation's data section in WIN_E

@@ -12,9 +12,9 @@ import pytest
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.config import load_config, parse_config
 from pydla.hw.device import VirtualDevice
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
+from pydla.target.config import load_config, parse_config
 from tests.hw.regs import raw_config
 from tests.hw.shave.host import (
     AUIPC_T0,

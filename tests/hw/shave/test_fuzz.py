@@ -14,9 +14,9 @@ import pytest
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.config import parse_config
 from pydla.hw.device import VirtualDevice
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
+from pydla.target.config import parse_config
 from tests.hw.regs import raw_config
 from tests.hw.shave.host import Host, cmx, treg
 from tests.hw.shave.test_scenario import clamp_args, run_clamp

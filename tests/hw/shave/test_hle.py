@@ -14,7 +14,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
-from pydla.hw.shave.build import kernel_elf
+from pydla.kernels.build import kernel_elf
 from tests.hw.shave.conftest import config
 from tests.hw.shave.host import Args, Host, cmx, treg
 from tests.hw.shave.test_kernels import _run_unary, layernorm_case, run_layernorm, run_softmax
@@ -159,7 +159,7 @@ def test_an_uncovered_invocation_faults_as_the_kernel_does(hosts: dict[str, Host
 
 
 def test_emulation_must_be_fast_or_exact() -> None:
-    from pydla.hw.shave.config import parse_shave
+    from pydla.target.shave import parse_shave
 
     with pytest.raises(DlaError) as e:
         parse_shave({"tiles": 1, "emulation": "quick"}, "cfg.json")

@@ -14,7 +14,7 @@ import pytest
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import shave as S
-from pydla.hw.shave import build
+from pydla.kernels import build
 from tests.hw.shave.host import Args, Host, cmx, treg
 from tests.hw.shave.test_scenario import clamp_args
 

@@ -91,7 +91,7 @@ def test_the_kmd_drives_a_tile_as_any_hs_unit(kmd_dev) -> None:  # type: ignore[
     """The tile started through the SHAVE registers, every descriptor in buffers of one KMD context;
     then executions go through cu_submit, as for any HS unit."""
     from pydla.deviceapi.generated import shave as S
-    from pydla.hw.shave.build import kernel_elf
+    from pydla.kernels.build import kernel_elf
     from pydla.kmd.cu import CuBuffer
     from tests.hw.shave.host import DATA_OFFSET, entry_offset, treg
 

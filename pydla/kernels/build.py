@@ -1,12 +1,13 @@
-"""Building the shipped SHAVE kernels (C in ``kernels/src``) into the committed ELFs (``kernels/``).
+"""Building SHAVE kernels: the shipped ones (C in ``shipped/src``) into the committed ELFs
+(``shipped/``), and a kernel author's (:func:`build_kernel`).
 
-Each ``kernels/src/<name>.c`` is one kernel whose entry point is the function ``<name>``, linked at
+Each ``shipped/src/<name>.c`` is one kernel whose entry point is the function ``<name>``, linked at
 WIN_D (code and read-only data) with any read-write data at WIN_E + ARGS_MAX_BYTES; ``runtime.c`` is
 the runtime kernel (entry ``runtime_main``), linked at RT_WIN. The linker scripts are written here
 from the generated window constants, so the windows have one definition (pydla/deviceapi/specs/
 shave.yaml). Builds are reproducible: no debug information, no build id, no compiler ident, stripped.
 
-The compiler is found as :mod:`pydla.hw.shave.toolchain` says ($PYDLA_RISCV_CC, Debian's
+The compiler is found as :mod:`pydla.kernels.toolchain` says ($PYDLA_RISCV_CC, Debian's
 riscv64-unknown-elf-gcc, zig's from the ``ziglang`` package). ``tools/build-kernels`` rebuilds the
 shipped kernels with Debian's gcc, the compiler their committed ELFs come from; ``--check`` fails when
 a committed ELF differs from what its source builds to (a test does the same).
@@ -31,7 +32,7 @@ from pathlib import Path
 import pydla.deviceapi
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.hw.shave.toolchain import (
+from pydla.kernels.toolchain import (
     CC_ENV,
     CFLAGS,
     GCC,
@@ -45,10 +46,10 @@ from pydla.hw.shave.toolchain import (
 )
 
 __all__ = ["CC_ENV", "CFLAGS", "GCC", "GCC_PACKAGE", "INSTALL_HINT", "LDFLAGS", "Toolchain", "build",
-           "build_all", "build_kernel", "compiler", "kernel_elf", "reference_toolchain", "stale_kernels",
-           "write_all", "write_atomically"]
+           "build_all", "build_kernel", "compiler", "kernel_elf", "reference_toolchain", "runtime_elf",
+           "stale_kernels", "write_all", "write_atomically"]
 
-KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parent / "shipped"
 SOURCE_DIR = KERNELS_DIR / "src"
 # The generated headers (pydla/shave.h); not through pydla.deviceapi.generate, which needs the
 # codegen extra: reading a shipped kernel (kernel_elf) needs nothing but the package.
@@ -90,7 +91,7 @@ def sources() -> list[Path]:
 
 
 def build(source: Path, cc: Compiler = None) -> bytes:
-    """The ELF that shipped kernel ``source`` (in kernels/src) builds to."""
+    """The ELF that shipped kernel ``source`` (in shipped/src) builds to."""
     name = source.stem
     entry = RUNTIME_ENTRY if name == RUNTIME else name
     return _link(source, entry, runtime_script() if name == RUNTIME else kernel_script(), (), cc)
@@ -241,3 +242,8 @@ def kernel_elf(name: str) -> bytes:
         known = ", ".join(sorted(p.stem for p in KERNELS_DIR.glob("*.elf")))
         raise DlaError(NvError.BadParameter, f"no shipped SHAVE kernel '{name}' (known: {known})")
     return path.read_bytes()
+
+
+def runtime_elf() -> bytes:
+    """pydla's runtime kernel (the ELF each tile runs to take tasks from its FIFO)."""
+    return kernel_elf(RUNTIME)

@@ -1,4 +1,5 @@
-"""Device configurations: data (JSON files in ``configs/``), not code.
+"""Device configurations: data (JSON files in ``configs/``), not code; the description of a device
+that the compiler, the loadable tools, the KMD and the virtual device all read.
 
 A configuration says which functional blocks a device has, which precisions, how many device
 instances a system has (what ``getMaxDevices()`` reports), the sizes of its memory and address
@@ -20,8 +21,8 @@ from typing import Any
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
-from pydla.hw.cu.layout import ComputeUnitInfo, parse_ip_layout
-from pydla.hw.shave.config import ShaveConfig, parse_shave
+from pydla.target.ip_layout import ComputeUnitInfo, parse_ip_layout
+from pydla.target.shave import ShaveConfig, parse_shave
 
 _FIELDS: dict[str, type] = {
     "name": str,
@@ -54,10 +55,10 @@ SHIFT_MAX_EXTRA = 0.15
 _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "tap_major_min_channels": ((int,), SHIFT_MIN_CHANNELS),
     "tap_major_max_extra": ((int, float), SHIFT_MAX_EXTRA),
-    # Compute units (pydla.hw.cu.layout): XRT's IP_LAYOUT, and the clock their latencies count in.
+    # Compute units (pydla.target.ip_layout): XRT's IP_LAYOUT, and the clock their latencies count in.
     "ip_layout": ((list,), []),
     "clock_mhz": ((int, float), 1000),
-    # SHAVE tiles (pydla.hw.shave.config): none unless the configuration has the field.
+    # SHAVE tiles (pydla.target.shave): none unless the configuration has the field.
     "shave": ((dict, type(None)), None),
 }
 MAX_KERNEL = 1024
@@ -120,7 +121,7 @@ class DeviceConfig:
 
 
 def bundled_configs() -> list[str]:
-    folder = resources.files("pydla.hw").joinpath("configs")
+    folder = resources.files("pydla.target").joinpath("configs")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
@@ -131,7 +132,7 @@ def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfi
     text_name = str(name_or_path)
     if text_name in bundled_configs():
         source = f"bundled config '{text_name}'"
-        text = resources.files("pydla.hw").joinpath(f"configs/{text_name}.json").read_text()
+        text = resources.files("pydla.target").joinpath(f"configs/{text_name}.json").read_text()
     else:
         path = Path(text_name)
         if not path.is_file():

@@ -66,8 +66,8 @@ def register(commands: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from pydla.hw.shave.build import build_kernel, compiler, write_atomically
-    from pydla.kernels import check_elf
+    from pydla.kernels.build import build_kernel, compiler, write_atomically
+    from pydla.kernels.image import check_elf
 
     toolchain = compiler()
     elf = build_kernel(args.source, args.entry, args.include, cc=toolchain)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydla.errors import DlaError, NvError
+from pydla.target.cu_model import check_model
 
 CONTROLS = ("AP_CTRL_HS", "AP_CTRL_CHAIN", "AP_CTRL_NONE")
 M_TYPES = ("IP_KERNEL",)
@@ -169,7 +170,5 @@ def _entry(item: Any, where: str) -> ComputeUnitInfo:
                            optional["latency_cycles"], optional["fifo_bytes"], optional["chunk_bytes"],
                            params)
     if not engine:
-        # Imported here: the models module imports user code named by a configuration.
-        from pydla.hw.cu.models import check_model
         check_model(info, where)
     return info
