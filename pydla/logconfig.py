@@ -12,7 +12,8 @@ to stderr. Records still propagate, so an application's own handlers see them as
 
 How the command line shows an error is decided here too (:func:`error_lines`): one line, control
 characters escaped, a long message cut with a hint; the whole of it, and the detail a library
-reported behind it (:class:`Detail`), with ``-v``.
+reported behind it (:class:`Detail`), with ``-v``. A tool's own diagnostics that an error carries
+(the lines after its first: a C compiler's output, a spec's problems) follow that line, indented.
 
 Usage::
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -127,6 +129,7 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
 # line or two, which every message pydla writes on purpose fits.
 MESSAGE_CHARS = 400
 VERBOSE_HINT = "(-v shows the whole message)"
+DIAGNOSTIC_LINES = 20  # a tool's diagnostics shown under an error's line without -v
 
 
 class Detail(Exception):
@@ -168,16 +171,43 @@ def error_lines(error: DlaError, *, verbose: bool, prog: str = "pydla") -> list[
     """What the command line prints for ``error``: one line (the message as :func:`one_line` makes
     it, its code, and :data:`VERBOSE_HINT` when something is left out: a cut, or a
     :class:`Detail`); with ``verbose``, the traceback with every chained cause, then the whole
-    message (control characters escaped, line by line)."""
+    message (control characters escaped, line by line).
+
+    A message of several lines is a headline and a tool's own diagnostics (a C compiler's output, a
+    spec's list of problems), which the user reads to fix their input: the headline is the error's
+    line, and the diagnostics follow it, indented, as the tool wrote them (control characters
+    escaped), at most :data:`DIAGNOSTIC_LINES` of them without ``verbose``."""
+    headline, diagnostics = _split_diagnostics(error.message)
     if verbose:
         lines = "".join(traceback.format_exception(error)).rstrip("\n").split("\n")
-        message = [printable(part) for part in error.message.splitlines() or [""]]
-        message[0] = f"{prog}: error: {message[0]}"
-        message[-1] = f"{message[-1]} [{error.code.name}]"
-        return [*lines, *message]
-    line, cut = one_line(error.message)
+        return [*lines, f"{prog}: error: {printable(headline)} [{error.code.name}]",
+                *(f"  {printable(d)}" for d in diagnostics)]
+    line, cut = one_line(headline)
     hint = f" {VERBOSE_HINT}" if cut or _more_in_detail(error, line) else ""
-    return [f"{prog}: error: {line} [{error.code.name}]{hint}"]
+    shown = [f"  {_diagnostic(d)}" if d.strip() else "" for d in diagnostics[:DIAGNOSTIC_LINES]]
+    if len(diagnostics) > DIAGNOSTIC_LINES:
+        shown.append(f"  ... {len(diagnostics) - DIAGNOSTIC_LINES} more line(s) (-v shows them all)")
+    return [f"{prog}: error: {line} [{error.code.name}]{hint}", *shown]
+
+
+def _diagnostic(line: str) -> str:
+    """One line of a tool's diagnostics as shown without -v: its indentation kept (a compiler's
+    caret lines up with the code above it), control characters escaped, cut as a message is."""
+    indent = len(line) - len(line.lstrip(" "))
+    return " " * indent + one_line(line[indent:])[0]
+
+
+def _split_diagnostics(message: str) -> tuple[str, list[str]]:
+    """A message's headline (its first line, without the colon that introduced what follows) and
+    the lines after it, their common indentation removed and the blank ones at either end dropped."""
+    lines = message.strip("\n").split("\n")
+    rest = textwrap.dedent("\n".join(lines[1:])).split("\n") if len(lines) > 1 else []
+    while rest and not rest[-1].strip():
+        rest.pop()
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    headline = lines[0].rstrip()
+    return (headline.rstrip(":").rstrip() if rest else headline), [r.rstrip() for r in rest]
 
 
 def _more_in_detail(error: DlaError, line: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler.input_shapes import InputShapes
+from pydla.compiler.input_shapes import PARAMETER, GivenShapes, InputShapes, quoted
 from pydla.errors import DlaError, NvError
 
 UNVERSIONED = 2**63 - 1  # onnxruntime's ModelMetadata.version of a model that has none
@@ -97,10 +97,12 @@ def declared_io(model: Any, shapes: InputShapes, *,
 
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    named = shapes.named if isinstance(shapes, GivenShapes) else PARAMETER
     unknown = sorted(set(shapes) - {vi.name for vi in inputs})
     if unknown:
-        raise DlaError(NvError.BadParameter, f"input_shapes: the model has no input '{unknown[0]}' (its "
-                                             f"inputs: {', '.join(vi.name for vi in inputs) or 'none'})")
+        raise DlaError(NvError.BadParameter, f"{quoted(named, unknown[0])}: the model has no input "
+                                             f"'{unknown[0]}' (its inputs: "
+                                             f"{', '.join(vi.name for vi in inputs) or 'none'})")
     results = list(model.graph.output) if outputs else []
     if any(not _declares(vi) for vi in results):
         try:  # onnx's inference fills in what the exporter left out, symbolic names kept
@@ -128,11 +130,12 @@ def declared_io(model: Any, shapes: InputShapes, *,
             dims: tuple[Dim, ...] = tuple(
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
             if kind == "input" and vi.name in shapes:
-                dims = _given(vi.name, dims if tensor.HasField("shape") else None, shapes[vi.name])
+                dims = _given(vi.name, dims if tensor.HasField("shape") else None, shapes[vi.name], named)
             elif kind == "input" and not tensor.HasField("shape"):
+                how = (f"{quoted(named, vi.name)}=D0,D1,..." if named != PARAMETER
+                       else f"input_shapes={{'{vi.name}': (D0, D1, ...)}}")
                 raise DlaError(NvError.NotSupported, f"input '{vi.name}' declares no shape (not even its "
-                                                     f"rank): give it with input_shapes={{'{vi.name}': "
-                                                     "(D0, D1, ...)}")
+                                                     f"rank): give it with {how}")
             described.append(TensorInfo(vi.name, dims, dtype))
         found.append(described)
     return found[0], found[1]
@@ -144,9 +147,11 @@ def _declares(vi: Any) -> bool:
             and tensor.HasField("shape"))
 
 
-def _given(name: str, declared: tuple[Dim, ...] | None, given: tuple[int, ...]) -> tuple[int, ...]:
-    """``given`` as input ``name``'s shape, once it agrees with the declared one."""
-    text = f"input_shapes['{name}'] = {given}"
+def _given(name: str, declared: tuple[Dim, ...] | None, given: tuple[int, ...],
+           named: str = PARAMETER) -> tuple[int, ...]:
+    """``given`` as input ``name``'s shape, once it agrees with the declared one; messages quote it
+    as the caller gave it (``named``: the command line's flag or the API's parameter)."""
+    text = quoted(named, name, given)
     if declared is None:
         return given
     if len(declared) != len(given):

@@ -20,6 +20,7 @@ from pydla.errors import DlaError, NvError
 from pydla.model_info import TensorInfo
 
 NPY_MAGIC = b"\x93NUMPY"
+CHUNK = 1 << 20  # random values drawn at once: ~5 ms, the longest Ctrl-C waits for in random_input
 INT_LOW, INT_HIGH = -100, 100  # integers of an input that indexes nothing the model says (0..200 unsigned)
 
 # Operators whose output holds the values of their first input (rearranged or retyped): an index
@@ -116,16 +117,26 @@ def shape_needed(t: TensorInfo) -> DlaError:
 def random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any],
                  limit: int | None = None) -> np.ndarray:
     """A random tensor of ``dtype``: values a network of that type can take without overflowing at
-    once (integers in -100..100, or 0..200 unsigned; in 0..limit-1 for indices of an axis of
-    ``limit``)."""
-    if dtype == np.bool_:
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtype.kind in "iu":
-        if limit is not None:
-            return rng.integers(0, limit, shape, dtype=dtype)
-        low = 0 if dtype.kind == "u" else INT_LOW
-        return rng.integers(low, low + INT_HIGH - INT_LOW, shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
+    once (floats standard normal; integers in -100..100, or 0..200 unsigned; in 0..limit-1 for
+    indices of an axis of ``limit``; bools half true). Drawn in the target type (never a float64 copy
+    of a large input) and in chunks of :data:`CHUNK` values, so that Ctrl-C is answered within one
+    chunk's time however large the input."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        part = flat[start:start + CHUNK]
+        if dtype == np.bool_:
+            part[...] = rng.random(part.size, np.float32) < 0.5
+        elif dtype.kind in "iu" and limit is not None:
+            part[...] = rng.integers(0, limit, part.size, dtype=dtype)
+        elif dtype.kind in "iu":
+            low = 0 if dtype.kind == "u" else INT_LOW
+            part[...] = rng.integers(low, low + INT_HIGH - INT_LOW, part.size, dtype=dtype, endpoint=True)
+        elif dtype in (np.float32, np.float64):
+            rng.standard_normal(part.size, dtype, out=part)
+        else:  # float16: drawn as float32
+            part[...] = rng.standard_normal(part.size, np.float32)
+    return out
 
 
 def index_limits(model: Any) -> dict[str, int]:

@@ -443,7 +443,7 @@ def test_run_checks_its_trace_files_before_the_runs(demo_dla: Path, tmp_path: Pa
         assert captured.err == (f"pydla: error: {flag} {tmp_path / 'no' / 't.json'}: the directory "
                                 f"{tmp_path / 'no'} does not exist [FileWriteFailed]\n")
         assert main(["run", str(demo_dla), flag, str(tmp_path)]) == 1
-        assert f"{flag} {tmp_path}: a directory; give a file name" in capsys.readouterr().err
+        assert f"{flag} {tmp_path}: a directory, not a file" in capsys.readouterr().err
 
 
 def test_demo_points_to_a_page_that_is_there(capsys, tmp_path: Path, monkeypatch) -> None:

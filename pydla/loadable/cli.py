@@ -291,6 +291,7 @@ def _sections(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from pydla.elf.reader import ELF_MAGIC
+    from pydla.files import JSON, kind_of
     from pydla.loadable.container import RECIPE
     from pydla.loadable.sections import check_is_loadable, read_elf, read_head
 
@@ -301,9 +302,10 @@ def _validate(args: argparse.Namespace) -> int:
         return validate(args.recipe, nvdla)
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
-    if not loadable and head.lstrip()[:1] != b"{":
-        check_onnx_content(args.recipe)
-        check_is_loadable(args.recipe)  # an ONNX model: the error says to compile it
+    if kind_of(head, args.recipe) not in (JSON, None) or not head:
+        check_onnx_content(args.recipe, "a run recipe or a loadable")
+        # an ONNX model (the error says to compile it), a trace, a .npy array, a SHAVE kernel...
+        check_is_loadable(args.recipe, "a run recipe or a loadable")
     where = f"{args.recipe} ({RECIPE})" if loadable else str(args.recipe)
     try:
         if loadable:
@@ -340,7 +342,7 @@ def _nvdla_kind(path: Path) -> str | None:
 ONNX_CONTENT_CHECK_BYTES = 256 << 20
 
 
-def check_onnx_content(path: Path) -> None:
+def check_onnx_content(path: Path, wanted: str = "a loadable") -> None:
     """A file that is no ELF file but looks like an ONNX model (its name, or its first bytes) is
     judged by its content: DlaError saying it is empty, or does not parse as ONNX (a truncated
     download, say), worded as ``pydla compile`` and ``pydla run`` word it; for a whole model the
@@ -363,7 +365,7 @@ def check_onnx_content(path: Path) -> None:
         raise file_error(path, e) from e
     if data is not None:
         parse_model(data, str(path))  # DlaError: what is wrong with it
-    error = not_a_loadable(path, head)
+    error = not_a_loadable(path, head, wanted)
     if error is not None:
         raise error
 

@@ -492,6 +492,23 @@ def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, prio
         raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
 
 
+MAX_TIMEOUT_MS = 3_600_000  # the driver's limit on a job's timeout (an hour)
+
+
+def check_timeout_ms(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_TIMEOUT_MS) -> int:
+    """A timeout in milliseconds as the API takes it: an int (a numpy integer too; not a bool, a
+    float or a string) in ``minimum..maximum``; else BadParameter naming ``what`` (the parameter as
+    the caller wrote it, e.g. "Session: timeout_ms") and the value.
+
+    Usage: ``timeout_ms = check_timeout_ms(timeout_ms, "createRuntime: timeout_ms")``
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DlaError(NvError.BadParameter, f"{what} {value!r} is not an integer (milliseconds)")
+    if not minimum <= value <= maximum:
+        raise DlaError(NvError.BadParameter, f"{what} {value}: {minimum}..{maximum} (milliseconds)")
+    return int(value)
+
+
 def check_cu_args(args: Any, what: str) -> list[NvDlaCuArg]:
     """NvDlaSubmitCu's ``args``, by type: each an int of 32 bits (negative ones as int32), or a
     ``(mem, offset)`` / ``(mem, offset, size)`` tuple of a memory handle and ints (whose values and
