@@ -26,7 +26,7 @@ from pydla.cachedir import cache_dir
 from pydla.compiler.input_shapes import InputShapes, cache_text, check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 
 ONNX_EXTRA = "compiling an ONNX model needs the onnx extra: pip install 'pydla[onnx]'"
 
@@ -41,10 +41,8 @@ def read_model(model: Any) -> bytes | OnnxModel:
         path = Path(model)
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
-            raise DlaError(NvError.FileNotFound, f"{path}: no such file") from None
         except OSError as e:
-            raise DlaError(NvError.FileReadFailed, f"{path}: cannot read it: {e.strerror or e}") from None
+            raise file_error(path, e) from None
         return data if data[:4] == ELF_MAGIC else OnnxModel(data, path)
     serialize = getattr(model, "SerializeToString", None)
     if not callable(serialize):

@@ -10,6 +10,7 @@ Usage (pyproject.toml): ``pydla = "pydla.entry:main"``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -35,10 +36,8 @@ def main() -> None:
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing more to say
             stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more to say
-            pass
 
 
 if __name__ == "__main__":

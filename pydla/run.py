@@ -144,7 +144,8 @@ def check_outputs(args: argparse.Namespace, given: list[tuple[str | None, np.nda
         inputs[f"the file of --input {name}" if name else "the --input file"] = file
     if args.output_dir is not None:
         if args.output_dir.exists() and not args.output_dir.is_dir():
-            raise DlaError(NvError.FileWriteFailed, f"--output-dir {args.output_dir}: a file, not a directory")
+            raise DlaError(NvError.FileWriteFailed,
+                           f"--output-dir {args.output_dir}: a file, not a directory")
         try:
             args.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -293,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
             try:
                 np.save(path, value)
             except OSError as e:
-                raise DlaError(NvError.FileWriteFailed, f"output {name}: cannot write {path}: {e}") from e
+                raise file_error(path, e, flag=f"output {name}:", writing=True) from e
             print(f"  written to {path}", file=text)
         results.append({"name": name, "shape": list(value.shape), "dtype": str(value.dtype), **stats,
                         "file": None if path is None else str(path)})

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.model_info import TensorInfo
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -42,22 +42,21 @@ def read_inputs(items: list[str]) -> list[tuple[str | None, np.ndarray, str]]:
                                                      "for a model of one input)")
         else:
             name, file = None, item
-        found.append((name, read_npy(file, f"--input {name}" if name else "--input"), file))
+        found.append((name, read_npy(file, f"--input {item}"), file))
     return found
 
 
 def read_npy(file: str, label: str) -> np.ndarray:
-    """The array in .npy file ``file``; anything else refused, saying what it is instead."""
+    """The array in .npy file ``file``; anything else refused, saying what it is instead. ``label``:
+    the argument as the user wrote it (``--input x=img.npy``), which messages start with."""
     path = Path(file)
     try:
         with path.open("rb") as f:
             head = f.read(len(NPY_MAGIC))
-    except FileNotFoundError:
-        raise DlaError(NvError.FileNotFound, f"{label}: {file}: no such file") from None
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{label}: {file}: cannot read it: {e.strerror}") from None
+        raise file_error(label, e) from None
     if not head:
-        raise DlaError(NvError.BadValue, f"{label}: {file}: the file is empty (0 bytes), not a .npy array")
+        raise DlaError(NvError.BadValue, f"{label}: the file is empty (0 bytes), not a .npy array")
     if head != NPY_MAGIC:
         if path.suffix.lower() == ".onnx":
             why = ("an ONNX model, not a .npy array: the model is pydla run's first argument; --input takes "
@@ -66,11 +65,11 @@ def read_npy(file: str, label: str) -> np.ndarray:
             why = "a .npz archive, not a .npy array: save each input with numpy.save"
         else:
             why = "not a .npy array file (numpy.save writes those)"
-        raise DlaError(NvError.BadValue, f"{label}: {file} is {why}")
+        raise DlaError(NvError.BadValue, f"{label} is {why}")
     try:
         array: np.ndarray = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
-        raise DlaError(NvError.FileReadFailed, f"{label}: {file}: not a readable .npy array: {e}") from None
+        raise DlaError(NvError.FileReadFailed, f"{label}: not a readable .npy array: {e}") from None
     return array
 
 

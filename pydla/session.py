@@ -35,8 +35,8 @@ from pydla.compile_cache import OnnxModel, loadable_bytes, read_model
 from pydla.compiler.input_shapes import PARAMETER, GivenShapes, InputShapes, check_input_shapes, quoted
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
-from pydla.model_info import TensorInfo, declared_io, feed_shapes, loadable_metadata, onnx_metadata, show
 from pydla.files import check_output
+from pydla.model_info import TensorInfo, declared_io, feed_shapes, loadable_metadata, onnx_metadata, show
 from pydla.platform import open_port
 from pydla.portability.interface import check_timeout_ms
 from pydla.session_loaded import Loaded
@@ -105,7 +105,7 @@ class Session(OrtMethods):
             raise DlaError(NvError.BadParameter, f"max_shapes {max_shapes!r}: 1 or more")
         timeout_ms = check_timeout_ms(timeout_ms, "Session: timeout_ms")
         if trace is not None:
-            check_output(trace, "Session: trace", {"the model": model if isinstance(model, (str, Path)) else None})
+            check_output(trace, "Session: trace", {"the model": model})
         source = read_model(model)
         self._config, self._precision, self._progress = config, precision, progress
         self._device, self._timeout_ms, self._max_shapes = device, timeout_ms, max_shapes

@@ -222,7 +222,7 @@ def test_run_input_files_that_are_not_arrays_are_one_line_errors(demo_dla: Path,
             (tmp_path / "missing.npy", "missing.npy: no such file", "FileNotFound")):
         assert main(["run", str(demo_dla), "--input", f"input={path}"]) == 1
         err = capsys.readouterr().err
-        assert err.startswith(f"pydla: error: --input input: {path}") and err.endswith(f" [{code}]\n"), err
+        assert err.startswith(f"pydla: error: --input input={path}") and err.endswith(f" [{code}]\n"), err
         assert err.count("\n") == 1 and words in err and "pickle" not in err, err
 
 
@@ -235,9 +235,12 @@ def test_a_missing_file_is_worded_one_way(demo_dla: Path, tmp_path: Path, capsys
                        (["run", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
                        (["compile", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
                        (["run", str(demo_dla), "--input", f"input={missing}.npy"],
-                        f"--input input: {missing}.npy: no such file"),
+                        f"--input input={missing}.npy: no such file"),
                        (["run", str(demo_dla), "--input", f"{missing}.npy"],
-                        f"--input: {missing}.npy: no such file")):
+                        f"--input {missing}.npy: no such file"),
+                       (["trace", f"{missing}.bin"], f"{missing}.bin: no such file"),
+                       (["info", f"{missing}.dla"], f"{missing}.dla: no such file"),
+                       (["validate", f"{missing}.json"], f"{missing}.json: no such file")):
         assert main(argv) == 1
         assert capsys.readouterr().err == f"pydla: error: {said} [FileNotFound]\n", argv
 

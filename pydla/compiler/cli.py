@@ -65,7 +65,14 @@ def _compile(args: argparse.Namespace) -> int:
         progress = TerminalProgress(sys.stderr)
     t0 = time.perf_counter()
     import_onnx()  # the extra's one-line hint
-    from pydla.compiler.input_shapes import FLAG, GivenShapes, batch_defaults, batch_note, declared, graph_inputs
+    from pydla.compiler.input_shapes import (
+        FLAG,
+        GivenShapes,
+        batch_defaults,
+        batch_note,
+        declared,
+        graph_inputs,
+    )
     from pydla.compiler.onnx_model import load_model
 
     model = load_model(args.model)

@@ -250,7 +250,8 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     return fixed
 
 
-def batch_defaults(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+def batch_defaults(model: onnx.ModelProto,
+                   shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """For each input not in ``shapes`` whose only dynamic dimension is its first: its shape with batch
     1 (:func:`batch_of_one`)."""
     found = {}
