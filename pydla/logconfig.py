@@ -67,13 +67,36 @@ def parse_level(text: str, where: str) -> int:
 
 def cli_level(option: str | None, *, verbose: bool = False,
               environ: Mapping[str, str] | None = None) -> int:
-    """The level the command line uses: ``--log-level`` if given, else ``PYDLA_LOG``, else warning;
-    ``-v`` without ``--log-level`` makes it at least info (never quieter than ``PYDLA_LOG``)."""
+    """The level the command line uses: ``--log-level`` if given (an unknown one is an error), else
+    ``PYDLA_LOG`` (an unknown one is warned about, as a library does, and warning used), else
+    warning; ``-v`` without ``--log-level`` makes it at least info (never quieter than ``PYDLA_LOG``)."""
     if option is not None:
         return parse_level(option, "--log-level")
-    env = (os.environ if environ is None else environ).get(ENV)
-    level = parse_level(env, ENV) if env else logging.WARNING
+    level = env_level(os.environ if environ is None else environ)[0]
     return min(level, logging.INFO) if verbose else level
+
+
+def env_level(environ: Mapping[str, str]) -> tuple[int, DlaError | None]:
+    """``PYDLA_LOG``'s level (warning when unset), and the error of a value that is no level (warning
+    is then used: an environment variable set for every program must not stop one)."""
+    env = environ.get(ENV)
+    if not env:
+        return logging.WARNING, None
+    try:
+        return parse_level(env, f"${ENV}"), None
+    except DlaError as e:
+        return logging.WARNING, e
+
+
+_warned: set[str] = set()  # the bad PYDLA_LOG values warned about: each once per process
+
+
+def warn_bad_env(error: DlaError | None, logger: logging.Logger) -> None:
+    """Warn once about a bad ``PYDLA_LOG`` (whoever reads it first: the library's import, the command
+    line), naming the variable, the value and what is used instead."""
+    if error is not None and error.message not in _warned:
+        _warned.add(error.message)
+        logger.warning("%s; using warning", error.message)
 
 
 def _ours(logger: logging.Logger) -> list[logging.Handler]:
@@ -93,6 +116,8 @@ def cli_logging(option: str | None, *, verbose: bool = False,
     handler = StderrHandler()
     logger.addHandler(handler)
     logger.setLevel(level)
+    if option is None:
+        warn_bad_env(env_level(os.environ if environ is None else environ)[1], logger)
     try:
         yield level
     finally:
@@ -111,15 +136,11 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     if not env:
         return False
     logger = logging.getLogger(ROOT)
-    try:
-        level, bad = parse_level(env, ENV), None
-    except DlaError as e:
-        level, bad = logging.WARNING, e
+    level, bad = env_level({ENV: env})
     if not _ours(logger):
         logger.addHandler(StderrHandler())
     logger.setLevel(level)
-    if bad is not None:
-        logger.warning("%s; using warning", bad.message)
+    warn_bad_env(bad, logger)
     return True
 
 

@@ -65,8 +65,21 @@ def test_level_rules() -> None:
     with pytest.raises(DlaError, match="--log-level 'loud': use one of debug, info, warning, error") as e:
         cli_level("loud", environ={})
     assert e.value.code == NvError.BadParameter
-    with pytest.raises(DlaError, match="PYDLA_LOG 'loud'"):
-        cli_level(None, environ={ENV: "loud"})
+    # the variable, set for every program, never stops one: warning, and the warning said once
+    assert cli_level(None, environ={ENV: "loud"}) == logging.WARNING
+
+
+def test_a_bad_pydla_log_is_one_warning_naming_it_and_the_command_runs(demo_dla: Path, tmp_path: Path) -> None:
+    """It was a warning 'using warning' from the import, then an error from the command line."""
+    env = {**os.environ, ENV: "verbose", "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-m", "pydla", "run", str(demo_dla)], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "pydla WARNING: $PYDLA_LOG 'verbose': use one of debug, info, warning, error; using warning"), lines
+    assert "output probabilities" in result.stdout
 
 
 def test_cli_logging_logs_the_pydla_hierarchy_to_stderr_and_puts_logging_back(capsys) -> None:
@@ -106,7 +119,7 @@ def test_library_hook_installs_a_handler_only_when_pydla_log_is_set(capsys) -> N
         assert "pydla.umd DEBUG: hello" in capsys.readouterr().err
         assert configure_from_env({ENV: "chatty"}) is True  # never raises in a library
         assert logger.level == logging.WARNING
-        assert "PYDLA_LOG 'chatty': use one of" in capsys.readouterr().err
+        assert "$PYDLA_LOG 'chatty': use one of" in capsys.readouterr().err
     finally:
         for h in list(logger.handlers):
             if h not in before[1]:

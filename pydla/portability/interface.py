@@ -63,8 +63,10 @@ class NvDlaMemHandle(abc.ABC):
         raw = self.bytes_view()
         count = (raw.size - offset) // dt.itemsize if shape is None else int(np.prod(shape))
         if offset < 0 or count < 0 or offset + count * dt.itemsize > raw.size:
-            raise DlaError(NvError.InvalidSize, f"view of {count} x {dt} at offset {offset} does not fit "
-                                                f"the {raw.size}-byte buffer")
+            what = (f"{tuple(shape)} {dt} = {count * dt.itemsize} bytes" if shape is not None
+                    else f"{dt} from offset {offset}")
+            at = f" at offset {offset}" if offset and shape is not None else ""
+            raise DlaError(NvError.InvalidSize, f"array: {what}{at} does not fit the {raw.size}-byte buffer")
         view: npt.NDArray[Any] = raw[offset:offset + count * dt.itemsize].view(dt)
         return view if shape is None else view.reshape(shape)
 
@@ -490,6 +492,17 @@ def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, prio
         raise DlaError(NvError.BadParameter, f"{what}: priority {priority!r} is not an integer")
     if timeout_ms is not None and type(timeout_ms) is not int:
         raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
+
+
+def memory_handle_error(what: str, *, freed: bool) -> DlaError:
+    """The error for a memory handle a port cannot use, worded one way by every port: one of this
+    session's that was freed ("the memory was already freed"), or one that never was this session's.
+
+    Usage: ``raise memory_handle_error("NvDlaFreeMem", freed=mem.session is session)``
+    """
+    if freed:
+        return DlaError(NvError.BadParameter, f"{what}: the memory was already freed (NvDlaFreeMem)")
+    return DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
 
 
 MAX_TIMEOUT_MS = 3_600_000  # the driver's limit on a job's timeout (an hour)

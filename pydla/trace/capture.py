@@ -66,7 +66,7 @@ class TraceResult:
             raise file_error(path, e, writing=True) from None
 
     def profile_text(self, limit: int = 40) -> str:
-        rows, steps = profile(self.ops, self.host)
+        rows, steps = profile(self.ops, self.host, self.units, self.unit_names)
         text = format_profile(rows, steps, limit=limit)
         unnamed = len(self.ops) - self.named
         if self.contents.dropped:
