@@ -73,6 +73,20 @@ def _cpu_runs(recipe: Any) -> list[dict[str, Any]]:
             for i, r in enumerate(recipe.runs) if r.where == "cpu"]
 
 
+def _model(recipe: Any) -> dict[str, Any]:
+    """The ONNX model's metadata the loadable keeps (onnxruntime's ModelMetadata fields, as
+    ``pydla.Session.get_modelmeta`` reads them from the recipe header; checked, not trusted)."""
+    import dataclasses
+
+    from pydla.model_info import UNVERSIONED, loadable_metadata
+
+    meta = dataclasses.asdict(loadable_metadata(recipe.raw.get("header") if isinstance(recipe.raw, dict)
+                                                else None))
+    if meta["version"] == UNVERSIONED:
+        meta["version"] = None
+    return {k: v for k, v in meta.items() if v not in ("", {}, None)}
+
+
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
@@ -101,6 +115,7 @@ def describe(lo: Any) -> dict[str, Any]:
         "device": lo.device,
         "contracts": {n: {"version": c.version_string, "layout_hash64": f"{c.layout_hash64:016x}"}
                       for n, c in lo.contracts.items()},
+        "model": _model(lo.recipe),
         "tensors": [{"name": t.name, "direction": t.direction.name.lower(), "bind_id": t.bind_id,
                      "dims": list(t.dims), "data_type": t.data_type.name, "layout": t.layout.name,
                      "size": t.size, "buffer": t.buffer} for t in lo.tensors()],
@@ -144,6 +159,8 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['source']}: pydla loadable {info['format_version']} for device config '{info['device']}'")
+    if info["model"]:
+        print("model: " + ", ".join(f"{k} {v!r}" for k, v in info["model"].items()))
     print("contracts: " + ", ".join(f"{n} {c['version']} ({c['layout_hash64']})"
                                     for n, c in info["contracts"].items()))
     print("tensors:")

@@ -89,10 +89,20 @@ class NvDlaDeviceInfo:
     precisions: tuple[dla_precision_e, ...]
     memory_bytes: int
     compute_units: tuple[str, ...] = ()
+    # Per unit of ``compute_units``, the names of the arguments a start takes (the model's
+    # declaration, XRT's kernel metadata); None, or a tuple shorter than ``compute_units``: not known.
+    compute_unit_arguments: tuple[tuple[str, ...] | None, ...] = ()
 
     def has_compute_unit(self, name: str) -> bool:
         """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
         return any(name in (cu, *cu.split(":", 1)) for cu in self.compute_units)
+
+    def compute_unit_args(self, name: str) -> tuple[str, ...] | None:
+        """The arguments a start of the unit called ``name`` takes, when the port says (else None)."""
+        for i, cu in enumerate(self.compute_units):
+            if name in (cu, *cu.split(":", 1)):
+                return self.compute_unit_arguments[i] if i < len(self.compute_unit_arguments) else None
+        return None
 
     def has_block(self, block: dla_block_e | str) -> bool:
         """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""

@@ -114,6 +114,10 @@ class ComputeUnitModel:
 
     memory_mapped: bool = True
     granule: int = 1
+    # The arguments a start takes, by name, in order (a memory buffer or a 32-bit word each), as
+    # XRT's kernel metadata lists them: the host refuses a start with another number of them. None:
+    # not declared (any number is written to the argument registers).
+    arguments: tuple[str, ...] | None = None
 
     def __init__(self, info: ComputeUnitInfo, params: Mapping[str, Any]) -> None:
         self.info = info
@@ -158,6 +162,8 @@ class NoOp(ComputeUnitModel):
 class VectorAdd(ComputeUnitModel):
     """out = a + b on float32 arrays. Arguments: a (words 0-1), b (2-3), out (4-5): device
     addresses; n (word 6): the element count."""
+
+    arguments = ("a", "b", "out", "n")
 
     def execute(self, args: CuArgs, memory: CuMemory) -> None:
         n = args.u32(6)
