@@ -69,7 +69,8 @@ def test_level_rules() -> None:
     assert cli_level(None, environ={ENV: "loud"}) == logging.WARNING
 
 
-def test_a_bad_pydla_log_is_one_warning_naming_it_and_the_command_runs(demo_dla: Path, tmp_path: Path) -> None:
+def test_a_bad_pydla_log_is_one_warning_naming_it_and_the_command_runs(demo_dla: Path,
+                                                                       tmp_path: Path) -> None:
     """It was a warning 'using warning' from the import, then an error from the command line."""
     env = {**os.environ, ENV: "verbose", "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)

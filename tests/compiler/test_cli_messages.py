@@ -81,7 +81,8 @@ def test_a_message_of_several_lines_is_its_headline_then_the_tools_diagnostics()
         "pydla: error: kernel k: the build failed [BadValue]", "  k.c:1:24: error: expected expression",
         "      1 | int x = ;\\x07", "        |         ^"]
     assert error_lines(error, verbose=True)[-4:] == error_lines(error, verbose=False)
-    many = DlaError(NvError.BadValue, "30 problem(s) in the spec:\n" + "\n".join(f"  p{i}" for i in range(30)))
+    problems = "\n".join(f"  p{i}" for i in range(30))
+    many = DlaError(NvError.BadValue, f"30 problem(s) in the spec:\n{problems}")
     shown = error_lines(many, verbose=False)
     assert shown[0] == "pydla: error: 30 problem(s) in the spec [BadValue]"
     assert shown[1:21] == [f"  p{i}" for i in range(20)]

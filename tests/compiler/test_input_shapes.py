@@ -178,7 +178,8 @@ def test_pydla_compile_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureF
     assert tensors == {"inputs_embeds": (2, 6, 32), "hidden_states": (2, 6, 32)}
     assert main(["compile", str(path), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "input 'inputs_embeds' [batch, sequence, 32] has dynamic dimensions" in err
+    assert err.count("\n") == 1
+    assert "input 'inputs_embeds' [batch, sequence, 32] has dynamic dimensions" in err
     assert "--input-shape inputs_embeds=1,sequence,32 (sequence: the sizes to compile for)" in err
     assert main(["compile", str(path), "--input-shape", "inputs_embeds=2,6"]) == 1
     assert "2 dimensions, but input 'inputs_embeds' has 3" in capsys.readouterr().err

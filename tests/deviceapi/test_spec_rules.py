@@ -1375,7 +1375,8 @@ def test_include_missing_file(tmp_path):
     err = info.value
     assert not isinstance(err, SpecError)
     assert err.code == NvError.FileNotFound
-    assert err.message == f"{tmp_path / 'spec.yaml'}:{line_of(text, 'nowhere')}: {tmp_path / 'nowhere.yaml'}: no such file"
+    where = f"{tmp_path / 'spec.yaml'}:{line_of(text, 'nowhere')}"
+    assert err.message == f"{where}: {tmp_path / 'nowhere.yaml'}: no such file"
 
 
 def test_include_takes_a_file_name(tmp_path):

@@ -65,8 +65,8 @@ def test_info_on_json_and_on_other_files(tmp_path: Path, capsys) -> None:
     recipe = tmp_path / "recipe.json"
     recipe.write_text('{"header": {}}')
     assert main(["info", str(recipe)]) == 1
-    assert f"{recipe} is JSON (a run recipe?), not a loadable: check a run recipe with `pydla validate {recipe}`" \
-        in capsys.readouterr().err
+    assert (f"{recipe} is JSON (a run recipe?), not a loadable: check a run recipe with "
+            f"`pydla validate {recipe}`") in capsys.readouterr().err
     other = tmp_path / "notes.txt"
     other.write_text("hello, world, this is not an ELF file at all" * 2)
     assert main(["info", str(other)]) == 1
