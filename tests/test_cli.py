@@ -350,6 +350,118 @@ def test_sigint_from_outside_ends_pydla_run_within_2_s(demo_dla: Path, tmp_path:
     assert took < 2, took
 
 
+# Run first in the subprocess: a real SIGINT to itself while module MODULE is being imported (its first
+# statement has run), then the console script's entry point, as `pydla ARGS` runs it.
+SIGINT_IN_IMPORT = """
+import importlib.abc, os, signal, sys, time
+target = sys.argv.pop(1)
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target_=None):
+        if name == target:
+            sys.meta_path.remove(self)
+            print(f"SIGINT {time.monotonic()!r}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the import's next bytecode
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv[0] = "pydla"
+from pydla.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["pydla.logconfig", "pydla.cli", "pydla.run", "numpy"])
+def test_ctrl_c_while_the_command_imports_its_modules_is_one_line(module: str, demo_dla: Path,
+                                                                   tmp_path: Path) -> None:
+    """Ctrl-C in the first 0.03-0.15 s of `pydla run` was a 20-29-line KeyboardInterrupt traceback and
+    exit -2 or 1: the imports of pydla.cli run before its main() could catch anything."""
+    import time
+
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-c", SIGINT_IN_IMPORT, module, "run", str(demo_dla)],
+                            capture_output=True, text=True, env=env, timeout=120)
+    ended = time.monotonic()
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("SIGINT "), result.stderr  # sent, once
+    assert (result.returncode, lines[1], result.stdout) == (130, "pydla: interrupted", ""), result.stderr
+    assert ended - float(lines[0].split()[1]) < 2
+
+
+# Run first in the subprocess: when `pydla run` starts drawing its random input, a real SIGINT to itself
+# DELAY seconds later (from a thread, as a terminal's comes from outside).
+SIGINT_IN_DRAW = """
+import os, signal, sys, threading, time
+import pydla.run
+delay = float(sys.argv.pop(1))
+real = pydla.run.random_input
+def drawing(*args, **kwargs):
+    def interrupt():
+        time.sleep(delay)
+        print(f"SIGINT {time.monotonic()!r}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt, daemon=True).start()
+    return real(*args, **kwargs)
+pydla.run.random_input = drawing
+sys.argv[0] = "pydla"
+from pydla.entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_a_large_random_input_is_drawn_ends_within_2_s(tmp_path: Path) -> None:
+    """A 1x3x4096x4096 random input was drawn as 50 M float64 values in one call (then converted):
+    SIGINT 2-3.5 s after the start ended the command 2.2-4.3 s later."""
+    import time
+
+    import onnx
+
+    from tests.test_ort_habits import dynamic_cnn
+
+    model = tmp_path / "dyn.onnx"
+    onnx.save(dynamic_cnn(), str(model))
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-c", SIGINT_IN_DRAW, "0.2", "run", str(model), "--input-shape",
+                             "x=1,3,4096,4096"], capture_output=True, text=True, env=env, timeout=300)
+    ended = time.monotonic()
+    sent = [float(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("SIGINT ")]
+    assert len(sent) == 1, result.stderr
+    assert result.returncode == 130 and result.stderr.endswith("pydla: interrupted\n"), result.stderr
+    assert "latency" not in result.stdout  # it did not go on to run
+    assert ended - sent[0] < 2, ended - sent[0]
+
+
+def test_a_random_input_is_drawn_in_its_dtype_and_in_chunks() -> None:
+    """No draw is longer than CHUNK values (a Ctrl-C waits for one chunk at most) and none makes
+    float64 values for a float32 input (a copy twice the input's size)."""
+    from pydla.run_inputs import CHUNK, random_input
+
+    draws: list[tuple[str, int, object]] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.rng = np.random.default_rng(0)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            method = getattr(self.rng, name)
+
+            def draw(*args, **kwargs):  # type: ignore[no-untyped-def]
+                size = args[0] if name == "standard_normal" else args[2] if name == "integers" else args[0]
+                dtype = kwargs.get("dtype", args[1] if len(args) > 1 and name != "integers" else None)
+                draws.append((name, int(size), dtype))
+                return method(*args, **kwargs)
+
+            return draw
+
+    shape = (1, 3, 1024, 1024)  # 3 M values: 3 chunks
+    x = random_input(Recording(), shape, np.dtype(np.float32))  # type: ignore[arg-type]
+    assert x.dtype == np.float32 and x.shape == shape and 0.99 < x.std() < 1.01
+    assert [d for d in draws] == [("standard_normal", CHUNK, np.float32)] * 3
+    draws.clear()
+    ids = random_input(Recording(), (3 * CHUNK + 5,), np.dtype(np.int64), 7)  # type: ignore[arg-type]
+    assert ids.min() == 0 and ids.max() == 6 and [n for _, n, _ in draws] == [CHUNK] * 3 + [5]
+
+
 # -- pydla run: inputs ---------------------------------------------------------------------------------
 
 
