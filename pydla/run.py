@@ -136,9 +136,11 @@ def latency_stats(seconds: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ms), "p90": p90, "min": ms[0], "max": ms[-1]}
 
 
-def check_outputs(args: argparse.Namespace, given: list[tuple[str | None, np.ndarray, str]]) -> None:
+def check_outputs(args: argparse.Namespace,
+                  given: list[tuple[str | None, np.ndarray, str]]) -> dict[str, Any]:
     """What the runs write is checked before them (a long run should not fail at its end), and none
-    of it is one of the command's inputs: the model, an --input file, another output."""
+    of it is one of the command's inputs: the model, an --input file, another output. Returns the
+    files not to write over, {what it is: path}."""
     inputs: dict[str, Any] = {"the model being run": args.model}
     for name, _, file in given:
         inputs[f"the file of --input {name}" if name else "the --input file"] = file
@@ -155,6 +157,16 @@ def check_outputs(args: argparse.Namespace, given: list[tuple[str | None, np.nda
         inputs["the --trace file"] = args.trace
     if args.trace_ring is not None:
         check_output(args.trace_ring, "--trace-ring", inputs)
+        inputs["the --trace-ring file"] = args.trace_ring
+    return inputs
+
+
+def check_output_files(args: argparse.Namespace, outputs: list[Any], inputs: dict[str, Any]) -> None:
+    """``--output-dir``'s files (named after the model's outputs, known once it is open) are none of
+    the command's other files."""
+    for t in outputs:
+        check_output(args.output_dir / f"{output_file_name(t.name)}.npy", f"--output-dir: output {t.name}:",
+                     inputs)
 
 
 def _open(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> Any:
@@ -257,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
         raise DlaError(NvError.BadParameter, f"--seed {args.seed}: 0 or more")
     read_head(args.model)  # a missing file, a directory: said before anything else
     given = read_inputs(args.input)
-    check_outputs(args, given)
+    inputs = check_outputs(args, given)
     mask = trace_mask(args.trace_events)
     import pydla.session  # noqa: F401 (imported before the load is timed, as onnx for an ONNX model)
 
@@ -268,6 +280,8 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     sess = _open(args, shapes)
     with sess:
+        if args.output_dir is not None:
+            check_output_files(args, sess.outputs, inputs)
         feeds, inputs, random_ints = _feeds(args, sess, given, text)
         if sess.dynamic:  # compiled for the shapes of the inputs now, not in the first run
             sess.prepare({t.name: feeds[t.name].shape for t in sess.inputs if t.dynamic})

@@ -79,6 +79,30 @@ def test_run_refuses_to_write_a_trace_over_its_inputs(flag: str, files: dict[str
     assert np.load(x).shape == (1, 3, 32, 32)
 
 
+def test_run_refuses_an_output_file_over_an_input(files: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--output-dir writes NAME.npy for each output: never over an --input file."""
+    x = tmp_path / "probabilities.npy"
+    np.save(x, np.ones((1, 3, 32, 32), np.float32))
+    argv = ["run", str(files["dla"]), "--input", f"input={x}", "--output-dir", str(tmp_path)]
+    assert _err(capsys, argv) == (
+        f"--output-dir: output probabilities: {x}: that is the file of --input input; choose another file "
+        "[BadParameter]")
+    assert np.load(x).shape == (1, 3, 32, 32)
+
+
+@pytest.mark.xfail(strict=True, reason="needs pydla/hw/shave/cli.py, being moved by issue 29's refactoring")
+def test_kernel_build_refuses_to_write_over_its_source(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    source = _copy(ROOT / "examples" / "kernels" / "scale_add.c", tmp_path, "scale_add.c")
+    before = source.read_bytes()
+    try:
+        assert _err(capsys, ["kernel", "build", str(source), "-o", str(source)]) == (
+            f"-o {source}: that is the kernel's source; choose another file [BadParameter]")
+    finally:
+        assert source.read_bytes() == before, "the C source was overwritten with the ELF"
+
+
 def test_run_refuses_one_file_for_both_traces(files: dict[str, Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     t = tmp_path / "t.json"
