@@ -58,12 +58,6 @@ def _compile(args: argparse.Namespace) -> int:
     out = args.output or args.model.with_suffix(".dla")
     # Before compiling (which may take minutes), and never onto the model itself.
     check_output(out, "-o" if args.output is not None else None, {"the model being compiled": args.model})
-    progress = None
-    if sys.stderr.isatty() and not args.quiet:  # a bar in a log file or a pipe is only noise
-        from pydla.compiler.progress import TerminalProgress
-
-        progress = TerminalProgress(sys.stderr)
-    t0 = time.perf_counter()
     import_onnx()  # the extra's one-line hint
     from pydla.compiler.input_shapes import (
         FLAG,
@@ -74,22 +68,30 @@ def _compile(args: argparse.Namespace) -> int:
         graph_inputs,
     )
     from pydla.compiler.onnx_model import load_model
+    from pydla.compiler.progress import report
 
-    model = load_model(args.model)
-    # An input whose only dynamic dimension is the batch is compiled for batch 1, and the report says so.
-    defaults = batch_defaults(model, shapes)
-    notes = [batch_note(vi.name, declared(vi) or [], "compiled") for vi in graph_inputs(model)
-             if vi.name in defaults]
-    shapes = GivenShapes({**shapes, **defaults}, named=FLAG)
+    progress = None
+    if sys.stderr.isatty() and not args.quiet:  # a bar in a log file or a pipe is only noise
+        from pydla.compiler.progress import TerminalProgress
+
+        progress = TerminalProgress(sys.stderr)
+    t0 = time.perf_counter()
     # The compiler makes next to no reference cycles, and the cyclic collector's passes over a large
     # graph's objects cost a fifth of compiling it: off while this command compiles (not in
     # compile_model, which may run beside other threads of an application).
     collecting = gc.isenabled()
     gc.disable()
     try:
+        report(progress, "reading", detail=str(args.model))
+        model = load_model(args.model)
+        # An input whose only dynamic dimension is the batch is compiled for batch 1, and the report
+        # says so.
+        defaults = batch_defaults(model, shapes)
+        notes = [batch_note(vi.name, declared(vi) or [], "compiled") for vi in graph_inputs(model)
+                 if vi.name in defaults]
         result = compile_model(model, config=args.config, precision=args.precision, progress=progress,
-                               input_shapes=shapes, shave=not args.no_shave,
-                               base_dir=args.model.resolve().parent)
+                               input_shapes=GivenShapes({**shapes, **defaults}, named=FLAG),
+                               shave=not args.no_shave, base_dir=args.model.resolve().parent)
     finally:
         if collecting:
             gc.enable()
