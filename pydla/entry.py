@@ -10,6 +10,7 @@ Usage (pyproject.toml): ``pydla = "pydla.entry:main"``
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -19,8 +20,9 @@ INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 
 def main() -> None:
     """Run the command line and exit with its status; 130 after Ctrl-C, without a traceback and
-    without the interpreter's clean-up, which for a large model's arrays takes a while: the
-    operating system frees the process's memory and closes its files at once."""
+    without the interpreter's own clean-up (the exit functions registered with atexit still run),
+    which for a large model's arrays takes a while: the operating system frees the process's memory
+    and closes its files at once."""
     try:
         from pydla.cli import main as cli_main
 
@@ -29,6 +31,7 @@ def main() -> None:
         print("pydla: interrupted", file=sys.stderr)
         status = INTERRUPTED
     if status == INTERRUPTED:
+        atexit._run_exitfuncs()  # what must be undone still is (a FUSE mount the daemon made)
         _flush()
         os._exit(INTERRUPTED)
     sys.exit(status)

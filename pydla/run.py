@@ -269,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
         raise DlaError(NvError.BadParameter, f"--seed {args.seed}: 0 or more")
     read_head(args.model)  # a missing file, a directory: said before anything else
     given = read_inputs(args.input)
-    inputs = check_outputs(args, given)
+    protected = check_outputs(args, given)
     mask = trace_mask(args.trace_events)
     import pydla.session  # noqa: F401 (imported before the load is timed, as onnx for an ONNX model)
 
@@ -281,7 +281,7 @@ def _run(args: argparse.Namespace) -> int:
     sess = _open(args, shapes)
     with sess:
         if args.output_dir is not None:
-            check_output_files(args, sess.outputs, inputs)
+            check_output_files(args, sess.outputs, protected)
         feeds, inputs, random_ints = _feeds(args, sess, given, text)
         if sess.dynamic:  # compiled for the shapes of the inputs now, not in the first run
             sess.prepare({t.name: feeds[t.name].shape for t in sess.inputs if t.dynamic})
