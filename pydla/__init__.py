@@ -14,13 +14,17 @@ Usage::
         print(e.code.name, e)
 """
 
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+from __future__ import annotations
 
 from pydla._version import __version__
-from pydla.errors import DlaError, NvError
 
+# Importing pydla imports nothing else (not even typing): the `pydla` command's entry point
+# (pydla.entry) is inside the package, and a Ctrl-C before it runs is Python's to report.
+_TYPE_CHECKING = False  # not typing.TYPE_CHECKING (no typing import): type checkers read the block alike
 if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from typing import Any as _Any
+
+    from pydla.errors import DlaError, NvError
     from pydla.inference_session import InferenceSession
     from pydla.loadable.container import Loadable as ILoadable
     from pydla.model_info import ModelMetadata, TensorInfo
@@ -54,6 +58,8 @@ __all__ = [
 # Imported on first use, so that importing pydla stays light: name -> (module, attribute). Each is
 # the real object (not a wrapper), so help() and inspect.signature() show its own parameters.
 _LAZY = {
+    "DlaError": ("pydla.errors", "DlaError"),
+    "NvError": ("pydla.errors", "NvError"),
     "createRuntime": ("pydla.platform", "createRuntime"),  # the composition root builds the port
     "Session": ("pydla.session", "Session"),
     "InferenceSession": ("pydla.inference_session", "InferenceSession"),

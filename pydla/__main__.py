@@ -1,5 +1,3 @@
-import sys
+from pydla.entry import main
 
-from pydla.cli import main
-
-sys.exit(main())
+main()

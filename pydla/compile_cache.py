@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydla._version import __version__
-from pydla.cachedir import cache_dir
+from pydla.cachedir import cache_dir, chosen_by
 from pydla.compiler.input_shapes import InputShapes, cache_text, check_input_shapes
 from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
+
+log = logging.getLogger("pydla")
 
 ONNX_EXTRA = "compiling an ONNX model needs the onnx extra: pip install 'pydla[onnx]'"
 
@@ -41,10 +44,8 @@ def read_model(model: Any) -> bytes | OnnxModel:
         path = Path(model)
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
-            raise DlaError(NvError.FileNotFound, f"{path}: no such file") from None
         except OSError as e:
-            raise DlaError(NvError.FileReadFailed, f"{path}: cannot read it: {e.strerror or e}") from None
+            raise file_error(path, e) from None
         return data if data[:4] == ELF_MAGIC else OnnxModel(data, path)
     serialize = getattr(model, "SerializeToString", None)
     if not callable(serialize):
@@ -139,9 +140,27 @@ class OnnxModel:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(blob)
             tmp.replace(path)  # atomic: a concurrent reader never sees half a file
-        except OSError:
-            pass  # a cache that cannot be written only costs a compile next time
+        except OSError as e:  # it only costs a compile next time, but every time: said once
+            _warn_unwritable(path.parent, e)
         return blob
+
+
+_warned: set[str] = set()  # the cache directories said to be unusable: each once per process
+
+
+def _warn_unwritable(directory: Path, e: OSError) -> None:
+    """One warning per process that the compile cache cannot be written (a directory that is a
+    file, on a read-only file system, without permission): models then compile at every open."""
+    if str(directory) in _warned:
+        return
+    _warned.add(str(directory))
+    if directory.exists() and not directory.is_dir():
+        reason = "it is a file, not a directory"
+    else:
+        why = e.strerror or str(e)
+        reason = f"{why[:1].lower()}{why[1:]}"
+    log.warning("the compile cache %s (%s) cannot be written: %s; every model is compiled again each time "
+                "it is opened (set $PYDLA_CACHE_DIR to a writable directory)", directory, chosen_by(), reason)
 
 
 @functools.lru_cache(maxsize=1)

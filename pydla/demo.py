@@ -26,6 +26,8 @@ def build_demo_model(seed: int = 0) -> Any:
     """The demo network as an ``onnx.ModelProto`` (batch 1, 3x32x32 input, 10 classes)."""
     from onnx import TensorProto, helper, numpy_helper
 
+    if type(seed) is not int or seed < 0:
+        raise DlaError(NvError.BadParameter, f"build_demo_model: seed {seed!r}: an integer, 0 or more")
     rng = np.random.default_rng(seed)
 
     def t(name: str, *shape: int, scale: float = 0.3, positive: bool = False) -> Any:
@@ -86,6 +88,8 @@ def register(commands: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise DlaError(NvError.BadParameter, f"--seed {args.seed}: 0 or more")
     try:
         import onnx  # noqa: F401
     except ImportError as e:

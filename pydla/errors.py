@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import enum
+import os
 
 
 class NvError(enum.IntEnum):
@@ -77,12 +78,28 @@ class WaitTimeout(DlaError):
     """
 
 
-def file_error(path: object, e: OSError) -> DlaError:
-    """The DlaError for a file that cannot be read, worded one way by every command: "PATH: no such
-    file" (FileNotFound), else "PATH: cannot read: <the system's reason>" (FileReadFailed).
+def file_error(path: object, e: OSError, *, flag: str | None = None, writing: bool = False) -> DlaError:
+    """The DlaError for a file that cannot be read (or, with ``writing``, written), worded one way by
+    every command and API. ``flag`` is the option or parameter that named the file (``--trace``,
+    ``-o``): the message then starts with it, as the user wrote it.
 
-    Usage: ``except OSError as e: raise file_error(path, e) from e``
+    Reading: "PATH: no such file" (FileNotFound), "PATH: a directory, not a file", "PATH: cannot
+    read: <the system's reason>" (FileReadFailed). Writing: "PATH: the directory DIR does not
+    exist", "PATH: a directory, not a file", "PATH: cannot write: <reason>" (FileWriteFailed).
+
+    Usage: ``except OSError as e: raise file_error(path, e, flag="--trace", writing=True) from e``
     """
+    label = f"{flag} {path}" if flag else f"{path}"
+    reason = (e.strerror or str(e)).lower() if isinstance(e, PermissionError) else (e.strerror or str(e))
+    if writing:
+        if isinstance(e, FileNotFoundError):
+            parent = os.path.dirname(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else ""
+            return DlaError(NvError.FileWriteFailed, f"{label}: the directory {parent or '.'} does not exist")
+        if isinstance(e, IsADirectoryError):
+            return DlaError(NvError.FileWriteFailed, f"{label}: a directory, not a file")
+        return DlaError(NvError.FileWriteFailed, f"{label}: cannot write: {reason}")
     if isinstance(e, FileNotFoundError):
-        return DlaError(NvError.FileNotFound, f"{path}: no such file")
-    return DlaError(NvError.FileReadFailed, f"{path}: cannot read: {e.strerror or e}")
+        return DlaError(NvError.FileNotFound, f"{label}: no such file")
+    if isinstance(e, IsADirectoryError):
+        return DlaError(NvError.FileReadFailed, f"{label}: a directory, not a file")
+    return DlaError(NvError.FileReadFailed, f"{label}: cannot read: {reason}")

@@ -12,7 +12,8 @@ to stderr. Records still propagate, so an application's own handlers see them as
 
 How the command line shows an error is decided here too (:func:`error_lines`): one line, control
 characters escaped, a long message cut with a hint; the whole of it, and the detail a library
-reported behind it (:class:`Detail`), with ``-v``.
+reported behind it (:class:`Detail`), with ``-v``. A tool's own diagnostics that an error carries
+(the lines after its first: a C compiler's output, a spec's problems) follow that line, indented.
 
 Usage::
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -65,13 +67,36 @@ def parse_level(text: str, where: str) -> int:
 
 def cli_level(option: str | None, *, verbose: bool = False,
               environ: Mapping[str, str] | None = None) -> int:
-    """The level the command line uses: ``--log-level`` if given, else ``PYDLA_LOG``, else warning;
-    ``-v`` without ``--log-level`` makes it at least info (never quieter than ``PYDLA_LOG``)."""
+    """The level the command line uses: ``--log-level`` if given (an unknown one is an error), else
+    ``PYDLA_LOG`` (an unknown one is warned about, as a library does, and warning used), else
+    warning; ``-v`` without ``--log-level`` makes it at least info (never quieter than ``PYDLA_LOG``)."""
     if option is not None:
         return parse_level(option, "--log-level")
-    env = (os.environ if environ is None else environ).get(ENV)
-    level = parse_level(env, ENV) if env else logging.WARNING
+    level = env_level(os.environ if environ is None else environ)[0]
     return min(level, logging.INFO) if verbose else level
+
+
+def env_level(environ: Mapping[str, str]) -> tuple[int, DlaError | None]:
+    """``PYDLA_LOG``'s level (warning when unset), and the error of a value that is no level (warning
+    is then used: an environment variable set for every program must not stop one)."""
+    env = environ.get(ENV)
+    if not env:
+        return logging.WARNING, None
+    try:
+        return parse_level(env, f"${ENV}"), None
+    except DlaError as e:
+        return logging.WARNING, e
+
+
+_warned: set[str] = set()  # the bad PYDLA_LOG values warned about: each once per process
+
+
+def warn_bad_env(error: DlaError | None, logger: logging.Logger) -> None:
+    """Warn once about a bad ``PYDLA_LOG`` (whoever reads it first: the library's import, the command
+    line), naming the variable, the value and what is used instead."""
+    if error is not None and error.message not in _warned:
+        _warned.add(error.message)
+        logger.warning("%s; using warning", error.message)
 
 
 def _ours(logger: logging.Logger) -> list[logging.Handler]:
@@ -91,6 +116,8 @@ def cli_logging(option: str | None, *, verbose: bool = False,
     handler = StderrHandler()
     logger.addHandler(handler)
     logger.setLevel(level)
+    if option is None:
+        warn_bad_env(env_level(os.environ if environ is None else environ)[1], logger)
     try:
         yield level
     finally:
@@ -109,15 +136,11 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     if not env:
         return False
     logger = logging.getLogger(ROOT)
-    try:
-        level, bad = parse_level(env, ENV), None
-    except DlaError as e:
-        level, bad = logging.WARNING, e
+    level, bad = env_level({ENV: env})
     if not _ours(logger):
         logger.addHandler(StderrHandler())
     logger.setLevel(level)
-    if bad is not None:
-        logger.warning("%s; using warning", bad.message)
+    warn_bad_env(bad, logger)
     return True
 
 
@@ -127,6 +150,7 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
 # line or two, which every message pydla writes on purpose fits.
 MESSAGE_CHARS = 400
 VERBOSE_HINT = "(-v shows the whole message)"
+DIAGNOSTIC_LINES = 20  # a tool's diagnostics shown under an error's line without -v
 
 
 class Detail(Exception):
@@ -168,16 +192,43 @@ def error_lines(error: DlaError, *, verbose: bool, prog: str = "pydla") -> list[
     """What the command line prints for ``error``: one line (the message as :func:`one_line` makes
     it, its code, and :data:`VERBOSE_HINT` when something is left out: a cut, or a
     :class:`Detail`); with ``verbose``, the traceback with every chained cause, then the whole
-    message (control characters escaped, line by line)."""
+    message (control characters escaped, line by line).
+
+    A message of several lines is a headline and a tool's own diagnostics (a C compiler's output, a
+    spec's list of problems), which the user reads to fix their input: the headline is the error's
+    line, and the diagnostics follow it, indented, as the tool wrote them (control characters
+    escaped), at most :data:`DIAGNOSTIC_LINES` of them without ``verbose``."""
+    headline, diagnostics = _split_diagnostics(error.message)
     if verbose:
         lines = "".join(traceback.format_exception(error)).rstrip("\n").split("\n")
-        message = [printable(part) for part in error.message.splitlines() or [""]]
-        message[0] = f"{prog}: error: {message[0]}"
-        message[-1] = f"{message[-1]} [{error.code.name}]"
-        return [*lines, *message]
-    line, cut = one_line(error.message)
+        return [*lines, f"{prog}: error: {printable(headline)} [{error.code.name}]",
+                *(f"  {printable(d)}" for d in diagnostics)]
+    line, cut = one_line(headline)
     hint = f" {VERBOSE_HINT}" if cut or _more_in_detail(error, line) else ""
-    return [f"{prog}: error: {line} [{error.code.name}]{hint}"]
+    shown = [f"  {_diagnostic(d)}" if d.strip() else "" for d in diagnostics[:DIAGNOSTIC_LINES]]
+    if len(diagnostics) > DIAGNOSTIC_LINES:
+        shown.append(f"  ... {len(diagnostics) - DIAGNOSTIC_LINES} more line(s) (-v shows them all)")
+    return [f"{prog}: error: {line} [{error.code.name}]{hint}", *shown]
+
+
+def _diagnostic(line: str) -> str:
+    """One line of a tool's diagnostics as shown without -v: its indentation kept (a compiler's
+    caret lines up with the code above it), control characters escaped, cut as a message is."""
+    indent = len(line) - len(line.lstrip(" "))
+    return " " * indent + one_line(line[indent:])[0]
+
+
+def _split_diagnostics(message: str) -> tuple[str, list[str]]:
+    """A message's headline (its first line, without the colon that introduced what follows) and
+    the lines after it, their common indentation removed and the blank ones at either end dropped."""
+    lines = message.strip("\n").split("\n")
+    rest = textwrap.dedent("\n".join(lines[1:])).split("\n") if len(lines) > 1 else []
+    while rest and not rest[-1].strip():
+        rest.pop()
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    headline = lines[0].rstrip()
+    return (headline.rstrip(":").rstrip() if rest else headline), [r.rstrip() for r in rest]
 
 
 def _more_in_detail(error: DlaError, line: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler.input_shapes import InputShapes
+from pydla.compiler.input_shapes import PARAMETER, GivenShapes, InputShapes, quoted
 from pydla.errors import DlaError, NvError
 
 UNVERSIONED = 2**63 - 1  # onnxruntime's ModelMetadata.version of a model that has none
@@ -57,8 +57,9 @@ class TensorInfo:
 @dataclass(frozen=True)
 class ModelMetadata:
     """The model's metadata as onnxruntime's ``get_modelmeta()`` returns it (its ModelMetadata's
-    fields, with the same values for an ONNX model). A loadable keeps its recipe header's ``name``
-    (as graph_name) and ``description``; the rest is empty.
+    fields, with the same values for an ONNX model). A loadable compiled from an ONNX model keeps
+    that model's metadata in its recipe header (:func:`model_header`), so that the loadable says the
+    same; another loadable says its recipe header's ``name`` (as graph_name) and ``description``.
 
     Usage: ``sess.get_modelmeta().custom_metadata_map`` -> ``{"author": "me"}``
     """
@@ -80,11 +81,53 @@ def onnx_metadata(model: Any) -> ModelMetadata:
                          model.graph.doc_string, version, {p.key: p.value for p in model.metadata_props})
 
 
+MODEL_KEY = "model"  # the recipe header's object holding the ONNX model's metadata
+
+
+def model_header(model: Any) -> dict[str, Any]:
+    """What the compiler keeps of ``model``'s (an onnx.ModelProto) metadata in the recipe header:
+    the ONNX fields onnxruntime's ModelMetadata reads, and the producer's version. The header's
+    ``name`` and ``description`` are the graph's name and the model's doc_string (a run recipe's own
+    metadata)."""
+    fields: dict[str, Any] = {
+        "producer_name": model.producer_name, "producer_version": model.producer_version,
+        "graph_name": model.graph.name, "domain": model.domain, "doc_string": model.doc_string,
+        "graph_doc_string": model.graph.doc_string,
+        "metadata_props": {p.key: p.value for p in model.metadata_props}}
+    if model.HasField("model_version"):
+        fields["model_version"] = int(model.model_version)
+    kept = {k: v for k, v in fields.items() if v not in ("", {})}
+    header: dict[str, Any] = {MODEL_KEY: kept} if kept else {}
+    if model.graph.name:
+        header["name"] = model.graph.name
+    if model.doc_string:
+        header["description"] = model.doc_string
+    return header
+
+
 def loadable_metadata(header: Any) -> ModelMetadata:
-    """What a loadable's recipe header says of its model."""
+    """What a loadable's recipe header says of its model: the ONNX model's metadata it was compiled
+    from (:func:`model_header`), else the recipe's ``name`` and ``description``. The header is the
+    loadable's, not trusted: a field of another type is left out, never raised on."""
     header = header if isinstance(header, dict) else {}
     text = {k: v for k, v in header.items() if isinstance(v, str)}
-    return ModelMetadata(graph_name=text.get("name", ""), description=text.get("description", ""))
+    model = header.get(MODEL_KEY)
+    if not isinstance(model, dict):
+        return ModelMetadata(graph_name=text.get("name", ""), description=text.get("description", ""))
+
+    def field_text(key: str) -> str:
+        value = model.get(key, "")
+        return value if isinstance(value, str) else ""
+
+    version = model.get("model_version")
+    props = model.get("metadata_props")
+    return ModelMetadata(
+        producer_name=field_text("producer_name"), graph_name=field_text("graph_name"),
+        domain=field_text("domain"), description=field_text("doc_string"),
+        graph_description=field_text("graph_doc_string"),
+        version=version if type(version) is int and -2**63 <= version < 2**63 else UNVERSIONED,
+        custom_metadata_map={k: v for k, v in props.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(props, dict) else {})
 
 
 def declared_io(model: Any, shapes: InputShapes, *,
@@ -97,10 +140,12 @@ def declared_io(model: Any, shapes: InputShapes, *,
 
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    named = shapes.named if isinstance(shapes, GivenShapes) else PARAMETER
     unknown = sorted(set(shapes) - {vi.name for vi in inputs})
     if unknown:
-        raise DlaError(NvError.BadParameter, f"input_shapes: the model has no input '{unknown[0]}' (its "
-                                             f"inputs: {', '.join(vi.name for vi in inputs) or 'none'})")
+        raise DlaError(NvError.BadParameter, f"{quoted(named, unknown[0])}: the model has no input "
+                                             f"'{unknown[0]}' (its inputs: "
+                                             f"{', '.join(vi.name for vi in inputs) or 'none'})")
     results = list(model.graph.output) if outputs else []
     if any(not _declares(vi) for vi in results):
         try:  # onnx's inference fills in what the exporter left out, symbolic names kept
@@ -128,11 +173,12 @@ def declared_io(model: Any, shapes: InputShapes, *,
             dims: tuple[Dim, ...] = tuple(
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
             if kind == "input" and vi.name in shapes:
-                dims = _given(vi.name, dims if tensor.HasField("shape") else None, shapes[vi.name])
+                dims = _given(vi.name, dims if tensor.HasField("shape") else None, shapes[vi.name], named)
             elif kind == "input" and not tensor.HasField("shape"):
+                how = (f"{quoted(named, vi.name)}=D0,D1,..." if named != PARAMETER
+                       else f"input_shapes={{'{vi.name}': (D0, D1, ...)}}")
                 raise DlaError(NvError.NotSupported, f"input '{vi.name}' declares no shape (not even its "
-                                                     f"rank): give it with input_shapes={{'{vi.name}': "
-                                                     "(D0, D1, ...)}")
+                                                     f"rank): give it with {how}")
             described.append(TensorInfo(vi.name, dims, dtype))
         found.append(described)
     return found[0], found[1]
@@ -144,9 +190,11 @@ def _declares(vi: Any) -> bool:
             and tensor.HasField("shape"))
 
 
-def _given(name: str, declared: tuple[Dim, ...] | None, given: tuple[int, ...]) -> tuple[int, ...]:
-    """``given`` as input ``name``'s shape, once it agrees with the declared one."""
-    text = f"input_shapes['{name}'] = {given}"
+def _given(name: str, declared: tuple[Dim, ...] | None, given: tuple[int, ...],
+           named: str = PARAMETER) -> tuple[int, ...]:
+    """``given`` as input ``name``'s shape, once it agrees with the declared one; messages quote it
+    as the caller gave it (``named``: the command line's flag or the API's parameter)."""
+    text = quoted(named, name, given)
     if declared is None:
         return given
     if len(declared) != len(given):

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from pydla.errors import DlaError, NvError
+from pydla.compiler.input_shapes import batch_note, batch_of_one
+from pydla.errors import DlaError, NvError, file_error
+from pydla.files import check_output, read_head
 from pydla.run_inputs import (
     INT_HIGH,
     INT_LOW,
@@ -134,16 +136,37 @@ def latency_stats(seconds: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ms), "p90": p90, "min": ms[0], "max": ms[-1]}
 
 
-def check_writable(flag: str, path: Path) -> None:
-    """``path`` can be written (before the runs, which may be long): its directory exists and is
-    writable, and it is not a directory."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: a directory; give a file name")
-    if not directory.is_dir():
-        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: the directory {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise DlaError(NvError.FileWriteFailed, f"{flag} {path}: not writable (permission denied)")
+def check_outputs(args: argparse.Namespace,
+                  given: list[tuple[str | None, np.ndarray, str]]) -> dict[str, Any]:
+    """What the runs write is checked before them (a long run should not fail at its end), and none
+    of it is one of the command's inputs: the model, an --input file, another output. Returns the
+    files not to write over, {what it is: path}."""
+    inputs: dict[str, Any] = {"the model being run": args.model}
+    for name, _, file in given:
+        inputs[f"the file of --input {name}" if name else "the --input file"] = file
+    if args.output_dir is not None:
+        if args.output_dir.exists() and not args.output_dir.is_dir():
+            raise DlaError(NvError.FileWriteFailed,
+                           f"--output-dir {args.output_dir}: a file, not a directory")
+        try:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise file_error(args.output_dir, e, flag="--output-dir", writing=True) from e
+    if args.trace is not None:
+        check_output(args.trace, "--trace", inputs)
+        inputs["the --trace file"] = args.trace
+    if args.trace_ring is not None:
+        check_output(args.trace_ring, "--trace-ring", inputs)
+        inputs["the --trace-ring file"] = args.trace_ring
+    return inputs
+
+
+def check_output_files(args: argparse.Namespace, outputs: list[Any], inputs: dict[str, Any]) -> None:
+    """``--output-dir``'s files (named after the model's outputs, known once it is open) are none of
+    the command's other files."""
+    for t in outputs:
+        check_output(args.output_dir / f"{output_file_name(t.name)}.npy", f"--output-dir: output {t.name}:",
+                     inputs)
 
 
 def _open(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> Any:
@@ -168,9 +191,14 @@ def _feeds(args: argparse.Namespace, sess: Any, given: list[tuple[str | None, np
     the report's description of each; the inputs of random integers indexing nothing known."""
     files = name_inputs(given, sess.inputs)
     random = [t for t in sess.inputs if t.name not in files]
-    for t in random:
-        if t.dynamic:
+    sizes: dict[str, tuple[int, ...]] = {}
+    for t in random:  # an input whose only dynamic dimension is the batch runs with batch 1, saying so
+        found = batch_of_one(t.shape) if t.dynamic else t.sizes
+        if found is None:
             raise shape_needed(t)
+        if t.dynamic:
+            print(batch_note(t.name, t.shape, "running"), file=text)
+        sizes[t.name] = found
     limits = {}
     if any(np.dtype(t.dtype).kind in "iu" for t in random) and str(args.model).lower().endswith(".onnx"):
         import onnx
@@ -184,7 +212,7 @@ def _feeds(args: argparse.Namespace, sess: Any, given: list[tuple[str | None, np
         else:
             dtype = np.dtype(t.dtype)
             limit = limits.get(t.name)
-            feeds[t.name], source = random_input(rng, t.sizes, dtype, limit), "random"
+            feeds[t.name], source = random_input(rng, sizes[t.name], dtype, limit), "random"
             values = ""
             if dtype.kind in "iu" and limit is not None:
                 values = f" in 0..{limit - 1} (indices of an axis of {limit})"
@@ -192,7 +220,7 @@ def _feeds(args: argparse.Namespace, sess: Any, given: list[tuple[str | None, np
                 low, high = (0, INT_HIGH - INT_LOW) if dtype.kind == "u" else (INT_LOW, INT_HIGH)
                 values = f" in {low}..{high}"
                 random_ints.append(t.name)
-            print(f"input {t.name}: random {t.dtype} {t.sizes}{values}", file=text)
+            print(f"input {t.name}: random {t.dtype} {sizes[t.name]}{values}", file=text)
         inputs.append({"name": t.name, "shape": list(feeds[t.name].shape),
                        "dtype": str(feeds[t.name].dtype), "source": source})
     return feeds, inputs, random_ints
@@ -237,17 +265,11 @@ def _run(args: argparse.Namespace) -> int:
         raise DlaError(NvError.BadParameter, f"--warmup {warmup}: 0 or more")
     # With --json, stdout carries the JSON object alone; what a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
+    if args.seed < 0:
+        raise DlaError(NvError.BadParameter, f"--seed {args.seed}: 0 or more")
+    read_head(args.model)  # a missing file, a directory: said before anything else
     given = read_inputs(args.input)
-    # What the runs write is checked before them: a long run should not fail at its end.
-    if args.output_dir is not None:
-        try:
-            args.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise DlaError(NvError.FileWriteFailed,
-                           f"--output-dir {args.output_dir}: {e.strerror or e}") from e
-    for flag, path in (("--trace", args.trace), ("--trace-ring", args.trace_ring)):
-        if path is not None:
-            check_writable(flag, path)
+    protected = check_outputs(args, given)
     mask = trace_mask(args.trace_events)
     import pydla.session  # noqa: F401 (imported before the load is timed, as onnx for an ONNX model)
 
@@ -258,6 +280,8 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     sess = _open(args, shapes)
     with sess:
+        if args.output_dir is not None:
+            check_output_files(args, sess.outputs, protected)
         feeds, inputs, random_ints = _feeds(args, sess, given, text)
         if sess.dynamic:  # compiled for the shapes of the inputs now, not in the first run
             sess.prepare({t.name: feeds[t.name].shape for t in sess.inputs if t.dynamic})
@@ -284,7 +308,7 @@ def _run(args: argparse.Namespace) -> int:
             try:
                 np.save(path, value)
             except OSError as e:
-                raise DlaError(NvError.FileWriteFailed, f"output {name}: cannot write {path}: {e}") from e
+                raise file_error(path, e, flag=f"output {name}:", writing=True) from e
             print(f"  written to {path}", file=text)
         results.append({"name": name, "shape": list(value.shape), "dtype": str(value.dtype), **stats,
                         "file": None if path is None else str(path)})

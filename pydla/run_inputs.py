@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.model_info import TensorInfo
 
 NPY_MAGIC = b"\x93NUMPY"
+CHUNK = 1 << 20  # random values drawn at once: ~5 ms, the longest Ctrl-C waits for in random_input
 INT_LOW, INT_HIGH = -100, 100  # integers of an input that indexes nothing the model says (0..200 unsigned)
 
 # Operators whose output holds the values of their first input (rearranged or retyped): an index
@@ -41,22 +42,21 @@ def read_inputs(items: list[str]) -> list[tuple[str | None, np.ndarray, str]]:
                                                      "for a model of one input)")
         else:
             name, file = None, item
-        found.append((name, read_npy(file, f"--input {name}" if name else "--input"), file))
+        found.append((name, read_npy(file, f"--input {item}"), file))
     return found
 
 
 def read_npy(file: str, label: str) -> np.ndarray:
-    """The array in .npy file ``file``; anything else refused, saying what it is instead."""
+    """The array in .npy file ``file``; anything else refused, saying what it is instead. ``label``:
+    the argument as the user wrote it (``--input x=img.npy``), which messages start with."""
     path = Path(file)
     try:
         with path.open("rb") as f:
             head = f.read(len(NPY_MAGIC))
-    except FileNotFoundError:
-        raise DlaError(NvError.FileNotFound, f"{label}: {file}: no such file") from None
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{label}: {file}: cannot read it: {e.strerror}") from None
+        raise file_error(label, e) from None
     if not head:
-        raise DlaError(NvError.BadValue, f"{label}: {file}: the file is empty (0 bytes), not a .npy array")
+        raise DlaError(NvError.BadValue, f"{label}: the file is empty (0 bytes), not a .npy array")
     if head != NPY_MAGIC:
         if path.suffix.lower() == ".onnx":
             why = ("an ONNX model, not a .npy array: the model is pydla run's first argument; --input takes "
@@ -65,11 +65,11 @@ def read_npy(file: str, label: str) -> np.ndarray:
             why = "a .npz archive, not a .npy array: save each input with numpy.save"
         else:
             why = "not a .npy array file (numpy.save writes those)"
-        raise DlaError(NvError.BadValue, f"{label}: {file} is {why}")
+        raise DlaError(NvError.BadValue, f"{label} is {why}")
     try:
         array: np.ndarray = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
-        raise DlaError(NvError.FileReadFailed, f"{label}: {file}: not a readable .npy array: {e}") from None
+        raise DlaError(NvError.FileReadFailed, f"{label}: not a readable .npy array: {e}") from None
     return array
 
 
@@ -116,16 +116,26 @@ def shape_needed(t: TensorInfo) -> DlaError:
 def random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any],
                  limit: int | None = None) -> np.ndarray:
     """A random tensor of ``dtype``: values a network of that type can take without overflowing at
-    once (integers in -100..100, or 0..200 unsigned; in 0..limit-1 for indices of an axis of
-    ``limit``)."""
-    if dtype == np.bool_:
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtype.kind in "iu":
-        if limit is not None:
-            return rng.integers(0, limit, shape, dtype=dtype)
-        low = 0 if dtype.kind == "u" else INT_LOW
-        return rng.integers(low, low + INT_HIGH - INT_LOW, shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
+    once (floats standard normal; integers in -100..100, or 0..200 unsigned; in 0..limit-1 for
+    indices of an axis of ``limit``; bools half true). Drawn in the target type (never a float64 copy
+    of a large input) and in chunks of :data:`CHUNK` values, so that Ctrl-C is answered within one
+    chunk's time however large the input."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        part = flat[start:start + CHUNK]
+        if dtype == np.bool_:
+            part[...] = rng.random(part.size, np.float32) < 0.5
+        elif dtype.kind in "iu" and limit is not None:
+            part[...] = rng.integers(0, limit, part.size, dtype=dtype)
+        elif dtype.kind in "iu":
+            low = 0 if dtype.kind == "u" else INT_LOW
+            part[...] = rng.integers(low, low + INT_HIGH - INT_LOW, part.size, dtype=dtype, endpoint=True)
+        elif dtype in (np.float32, np.float64):
+            rng.standard_normal(part.size, dtype, out=part)
+        else:  # float16: drawn as float32
+            part[...] = rng.standard_normal(part.size, np.float32)
+    return out
 
 
 def index_limits(model: Any) -> dict[str, int]:

@@ -32,11 +32,13 @@ from typing import Any, overload
 import numpy as np
 
 from pydla.compile_cache import OnnxModel, loadable_bytes, read_model
-from pydla.compiler.input_shapes import InputShapes, check_input_shapes
+from pydla.compiler.input_shapes import PARAMETER, GivenShapes, InputShapes, check_input_shapes, quoted
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
+from pydla.files import check_output
 from pydla.model_info import TensorInfo, declared_io, feed_shapes, loadable_metadata, onnx_metadata, show
 from pydla.platform import open_port
+from pydla.portability.interface import check_timeout_ms
 from pydla.session_loaded import Loaded
 from pydla.session_ort import OrtMethods, forms, short
 from pydla.session_trace import SessionTrace
@@ -96,9 +98,14 @@ class Session(OrtMethods):
                  path: str | os.PathLike[str] | None = None, progress: Progress | None = None,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
                  trace: str | os.PathLike[str] | None = None, max_shapes: int = MAX_SHAPES) -> None:
+        # Every argument is checked before any work: a mistake is not found at the first run, or at
+        # close after all of them.
         shapes = check_input_shapes(input_shapes)
         if type(max_shapes) is not int or max_shapes < 1:
             raise DlaError(NvError.BadParameter, f"max_shapes {max_shapes!r}: 1 or more")
+        timeout_ms = check_timeout_ms(timeout_ms, "Session: timeout_ms")
+        if trace is not None:
+            check_output(trace, "Session: trace", {"the model": model})
         source = read_model(model)
         self._config, self._precision, self._progress = config, precision, progress
         self._device, self._timeout_ms, self._max_shapes = device, timeout_ms, max_shapes
@@ -431,14 +438,15 @@ def _shown(t: TensorInfo) -> str:
 
 def _check_loaded_shapes(inputs: list[TensorInfo], shapes: InputShapes) -> None:
     """The loaded network has the input shapes asked for (a loadable's are fixed when compiling)."""
+    named = shapes.named if isinstance(shapes, GivenShapes) else PARAMETER
     loaded = {t.name: t.shape for t in inputs}
     for name, dims in shapes.items():
         if name not in loaded:
-            raise DlaError(NvError.BadParameter, f"input_shapes: the model has no input '{name}' "
+            raise DlaError(NvError.BadParameter, f"{quoted(named, name)}: the model has no input '{name}' "
                                                  f"(its inputs: {', '.join(loaded) or 'none'})")
         if loaded[name] != dims:
             raise DlaError(NvError.BadParameter,
-                           f"input_shapes['{name}'] = {dims}: the loadable's input '{name}' has shape "
+                           f"{quoted(named, name, dims)}: the loadable's input '{name}' has shape "
                            f"{loaded[name]}, fixed when it was compiled (compile the ONNX model with the "
                            "shapes you want)")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydla.deviceapi.trace import RingContents
-from pydla.errors import DlaError, NvError
+from pydla.errors import file_error
 from pydla.trace.capture import Capture, TraceResult
 from pydla.trace.host import HostTrace
 from pydla.trace.timeline import chrome_trace
@@ -73,7 +73,7 @@ class SessionTrace:
             try:
                 Path(self.path).write_text(json.dumps(chrome_trace(None, [], [], [])))
             except OSError as e:
-                raise DlaError(NvError.FileWriteFailed, f"{self.path}: {e.strerror}") from None
+                raise file_error(self.path, e, writing=True) from None
             return None
         self._result = merge(self._done)
         self._result.write_chrome(self.path)

@@ -16,6 +16,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "port and, where FUSE can be mounted, its Linux port")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A ``--port`` that cannot be imported is one line before any test runs (it was a traceback per
+    conformance test)."""
+    from tests.conformance.conftest import BUILTIN, port_factory
+
+    for spec in config.getoption("--port"):
+        if spec not in BUILTIN:
+            port_factory(spec)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Models compiled by the tests (pydla.Session on an ONNX model) go to a temporary cache, not

@@ -65,8 +65,22 @@ def test_level_rules() -> None:
     with pytest.raises(DlaError, match="--log-level 'loud': use one of debug, info, warning, error") as e:
         cli_level("loud", environ={})
     assert e.value.code == NvError.BadParameter
-    with pytest.raises(DlaError, match="PYDLA_LOG 'loud'"):
-        cli_level(None, environ={ENV: "loud"})
+    # the variable, set for every program, never stops one: warning, and the warning said once
+    assert cli_level(None, environ={ENV: "loud"}) == logging.WARNING
+
+
+def test_a_bad_pydla_log_is_one_warning_naming_it_and_the_command_runs(demo_dla: Path,
+                                                                       tmp_path: Path) -> None:
+    """It was a warning 'using warning' from the import, then an error from the command line."""
+    env = {**os.environ, ENV: "verbose", "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-m", "pydla", "run", str(demo_dla)], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "pydla WARNING: $PYDLA_LOG 'verbose': use one of debug, info, warning, error; using warning"), lines
+    assert "output probabilities" in result.stdout
 
 
 def test_cli_logging_logs_the_pydla_hierarchy_to_stderr_and_puts_logging_back(capsys) -> None:
@@ -106,7 +120,7 @@ def test_library_hook_installs_a_handler_only_when_pydla_log_is_set(capsys) -> N
         assert "pydla.umd DEBUG: hello" in capsys.readouterr().err
         assert configure_from_env({ENV: "chatty"}) is True  # never raises in a library
         assert logger.level == logging.WARNING
-        assert "PYDLA_LOG 'chatty': use one of" in capsys.readouterr().err
+        assert "$PYDLA_LOG 'chatty': use one of" in capsys.readouterr().err
     finally:
         for h in list(logger.handlers):
             if h not in before[1]:
@@ -222,7 +236,7 @@ def test_run_input_files_that_are_not_arrays_are_one_line_errors(demo_dla: Path,
             (tmp_path / "missing.npy", "missing.npy: no such file", "FileNotFound")):
         assert main(["run", str(demo_dla), "--input", f"input={path}"]) == 1
         err = capsys.readouterr().err
-        assert err.startswith(f"pydla: error: --input input: {path}") and err.endswith(f" [{code}]\n"), err
+        assert err.startswith(f"pydla: error: --input input={path}") and err.endswith(f" [{code}]\n"), err
         assert err.count("\n") == 1 and words in err and "pickle" not in err, err
 
 
@@ -235,9 +249,12 @@ def test_a_missing_file_is_worded_one_way(demo_dla: Path, tmp_path: Path, capsys
                        (["run", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
                        (["compile", f"{missing}.onnx"], f"{missing}.onnx: no such file"),
                        (["run", str(demo_dla), "--input", f"input={missing}.npy"],
-                        f"--input input: {missing}.npy: no such file"),
+                        f"--input input={missing}.npy: no such file"),
                        (["run", str(demo_dla), "--input", f"{missing}.npy"],
-                        f"--input: {missing}.npy: no such file")):
+                        f"--input {missing}.npy: no such file"),
+                       (["trace", f"{missing}.bin"], f"{missing}.bin: no such file"),
+                       (["info", f"{missing}.dla"], f"{missing}.dla: no such file"),
+                       (["validate", f"{missing}.json"], f"{missing}.json: no such file")):
         assert main(argv) == 1
         assert capsys.readouterr().err == f"pydla: error: {said} [FileNotFound]\n", argv
 
@@ -331,6 +348,130 @@ def test_sigint_from_outside_ends_pydla_run_within_2_s(demo_dla: Path, tmp_path:
         err = child.stderr.read()
     assert child.returncode == 130 and err == "pydla: interrupted\n", err
     assert took < 2, took
+
+
+# Run first in the subprocess: a real SIGINT to itself while module MODULE is being imported (its first
+# statement has run), then the console script's entry point, as `pydla ARGS` runs it.
+SIGINT_IN_IMPORT = """
+import importlib.abc, os, signal, sys, time
+target = sys.argv.pop(1)
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target_=None):
+        if name == target:
+            sys.meta_path.remove(self)
+            print(f"SIGINT {time.monotonic()!r}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the import's next bytecode
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv[0] = "pydla"
+from pydla.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["pydla.logconfig", "pydla.cli", "pydla.run", "numpy"])
+def test_ctrl_c_while_the_command_imports_its_modules_is_one_line(module: str, demo_dla: Path,
+                                                                   tmp_path: Path) -> None:
+    """Ctrl-C in the first 0.03-0.15 s of `pydla run` was a 20-29-line KeyboardInterrupt traceback and
+    exit -2 or 1: the imports of pydla.cli run before its main() could catch anything."""
+    import time
+
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-c", SIGINT_IN_IMPORT, module, "run", str(demo_dla)],
+                            capture_output=True, text=True, env=env, timeout=120)
+    ended = time.monotonic()
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("SIGINT "), result.stderr  # sent, once
+    assert (result.returncode, lines[1], result.stdout) == (130, "pydla: interrupted", ""), result.stderr
+    assert ended - float(lines[0].split()[1]) < 2
+
+
+def test_the_entry_point_is_reached_after_importing_next_to_nothing() -> None:
+    """Before pydla.entry's try block, a Ctrl-C can only be Python's own: importing it imports the
+    package and its version, not pydla.errors, enum or typing (30 ms of imports on a loaded machine,
+    now 2)."""
+    code = ("import sys; before = set(sys.modules); import pydla.entry; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    new = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=True).stdout.split()
+    assert {m for m in new if m.startswith("pydla")} == {"pydla", "pydla._version", "pydla.entry"}, new
+    assert not {"typing", "enum", "logging", "argparse"} & set(new), new
+
+
+# Run first in the subprocess: when `pydla run` starts drawing its random input, a real SIGINT to itself
+# DELAY seconds later (from a thread, as a terminal's comes from outside).
+SIGINT_IN_DRAW = """
+import os, signal, sys, threading, time
+import pydla.run
+delay = float(sys.argv.pop(1))
+real = pydla.run.random_input
+def drawing(*args, **kwargs):
+    def interrupt():
+        time.sleep(delay)
+        print(f"SIGINT {time.monotonic()!r}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt, daemon=True).start()
+    return real(*args, **kwargs)
+pydla.run.random_input = drawing
+sys.argv[0] = "pydla"
+from pydla.entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_a_large_random_input_is_drawn_ends_within_2_s(tmp_path: Path) -> None:
+    """A 1x3x4096x4096 random input was drawn as 50 M float64 values in one call (then converted):
+    SIGINT 2-3.5 s after the start ended the command 2.2-4.3 s later."""
+    import time
+
+    import onnx
+
+    from tests.test_ort_habits import dynamic_cnn
+
+    model = tmp_path / "dyn.onnx"
+    onnx.save(dynamic_cnn(), str(model))
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYDLA_PORT", None)
+    result = subprocess.run([sys.executable, "-c", SIGINT_IN_DRAW, "0.2", "run", str(model), "--input-shape",
+                             "x=1,3,4096,4096"], capture_output=True, text=True, env=env, timeout=300)
+    ended = time.monotonic()
+    sent = [float(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("SIGINT ")]
+    assert len(sent) == 1, result.stderr
+    assert result.returncode == 130 and result.stderr.endswith("pydla: interrupted\n"), result.stderr
+    assert "latency" not in result.stdout  # it did not go on to run
+    assert ended - sent[0] < 2, ended - sent[0]
+
+
+def test_a_random_input_is_drawn_in_its_dtype_and_in_chunks() -> None:
+    """No draw is longer than CHUNK values (a Ctrl-C waits for one chunk at most) and none makes
+    float64 values for a float32 input (a copy twice the input's size)."""
+    from pydla.run_inputs import CHUNK, random_input
+
+    draws: list[tuple[str, int, object]] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.rng = np.random.default_rng(0)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            method = getattr(self.rng, name)
+
+            def draw(*args, **kwargs):  # type: ignore[no-untyped-def]
+                size = args[0] if name == "standard_normal" else args[2] if name == "integers" else args[0]
+                dtype = kwargs.get("dtype", args[1] if len(args) > 1 and name != "integers" else None)
+                draws.append((name, int(size), dtype))
+                return method(*args, **kwargs)
+
+            return draw
+
+    shape = (1, 3, 1024, 1024)  # 3 M values: 3 chunks
+    x = random_input(Recording(), shape, np.dtype(np.float32))  # type: ignore[arg-type]
+    assert x.dtype == np.float32 and x.shape == shape and 0.99 < x.std() < 1.01
+    assert [d for d in draws] == [("standard_normal", CHUNK, np.float32)] * 3
+    draws.clear()
+    ids = random_input(Recording(), (3 * CHUNK + 5,), np.dtype(np.int64), 7)  # type: ignore[arg-type]
+    assert ids.min() == 0 and ids.max() == 6 and [n for _, n, _ in draws] == [CHUNK] * 3 + [5]
 
 
 # -- pydla run: inputs ---------------------------------------------------------------------------------
@@ -443,7 +584,7 @@ def test_run_checks_its_trace_files_before_the_runs(demo_dla: Path, tmp_path: Pa
         assert captured.err == (f"pydla: error: {flag} {tmp_path / 'no' / 't.json'}: the directory "
                                 f"{tmp_path / 'no'} does not exist [FileWriteFailed]\n")
         assert main(["run", str(demo_dla), flag, str(tmp_path)]) == 1
-        assert f"{flag} {tmp_path}: a directory; give a file name" in capsys.readouterr().err
+        assert f"{flag} {tmp_path}: a directory, not a file" in capsys.readouterr().err
 
 
 def test_demo_points_to_a_page_that_is_there(capsys, tmp_path: Path, monkeypatch) -> None:

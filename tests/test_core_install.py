@@ -111,3 +111,29 @@ def test_the_onnx_backend_says_which_extra(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == ("ImportError: pydla.onnx_backend is an ONNX backend: it needs "
                                               "the onnx extra: pip install 'pydla[onnx]'")
+
+
+# The codegen extra's packages are not installed either (the README's quick start installs `.[onnx]`).
+NO_CODEGEN = NO_EXTRAS.replace('("onnx", "onnxruntime")',
+                               '("onnx", "onnxruntime", "jinja2", "yaml", "jsonschema")')
+
+
+def test_the_include_directories_need_no_extra(tmp_path: Path) -> None:
+    """`pydla deviceapi include-dir` and the CPU-library command of applications.md printed a
+    ModuleNotFoundError traceback for jinja2: printing a directory imported the code generator."""
+    env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("from pydla.cli import main; rc = main(['deviceapi', 'include-dir']); "
+            "import pydla.umd.cpu_native as c; print(c.cflags()); "
+            "assert not {'jinja2', 'yaml', 'jsonschema'} & set(sys.modules); sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", NO_CODEGEN + code], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    include, flags = result.stdout.splitlines()
+    assert (Path(include) / "pydla" / "device_api.h").is_file()
+    assert flags.split() == [f"-I{Path(include).parent.parent / 'umd' / 'include'}", f"-I{include}"]
+    # and what needs the extra still says so in one line
+    result = subprocess.run([sys.executable, "-c", NO_CODEGEN + "from pydla.cli import main; "
+                             "sys.exit(main(['deviceapi', 'validate', 'x.yaml']))"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "pip install 'pydla[codegen]'" in result.stderr

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import re
@@ -226,14 +227,26 @@ def test_pydla_commands_parse(page: Path) -> None:
         for line, command in shell_commands(block):
             for argv in pydla_invocations(command):
                 error = parse_error(build_parser, argv)
-                if error:
+                # A console block may show a mistake on purpose: then the error it shows is the one
+                # the command line gives.
+                if error and f"pydla: error: {error}" not in console_output(block, line):
                     problems.append(f"{page.relative_to(ROOT)}:{line}: pydla {' '.join(argv)}: {error}")
     assert not problems, "\n".join(problems)
+
+
+def console_output(block: Block, line: int) -> str:
+    """The lines a console block shows after its command on ``line`` (up to the next command)."""
+    if block.lang != "console":
+        return ""
+    lines = block.code.splitlines()[line - block.line:]
+    return "\n".join(itertools.takewhile(lambda text: not text.startswith("$ "), lines))
 
 
 def parse_error(build_parser, argv: list[str]) -> str | None:  # type: ignore[no-untyped-def]
     """What the parser says of ``argv``, or None when it parses. A metavar in a synopsis (``N``,
     ``BYTES``) given to a numeric option is read as a number."""
+    from pydla.cli import UsageError
+
     argv = list(argv)
     for _ in range(len(argv) + 1):
         err = io.StringIO()
@@ -245,7 +258,9 @@ def parse_error(build_parser, argv: list[str]) -> str | None:  # type: ignore[no
             if e.code == 0:
                 return None
             last = (err.getvalue().strip().splitlines() or ["?"])[-1]
-        m = re.search(r"invalid (?:int|float) value: '([A-Z][A-Z0-9_]*)'", last)
+        except UsageError as e:  # what `pydla` prints after "pydla: error: "
+            last = str(e)
+        m = re.search(r" '([A-Z][A-Z0-9_]*)': not (?:an integer|a number)", last)
         if not m or m[1] not in argv:
             return last
         argv[argv.index(m[1])] = "1"
@@ -276,8 +291,12 @@ def test_the_synopsis_reader() -> None:
     from pydla.cli import build_parser
 
     assert parse_error(build_parser, ["run", "m.dla", "--seed", "S"]) is None
-    assert "invalid choice" in (parse_error(build_parser, ["runn", "m.dla"]) or "")
+    assert "'runn' is not a pydla command" in (parse_error(build_parser, ["runn", "m.dla"]) or "")
     assert "unrecognized arguments: --nope" in (parse_error(build_parser, ["run", "m.dla", "--nope"]) or "")
+    shown = Block(ROOT / "docs" / "cli.md", 1, "console", "$ pydla run m.dla --seed -1\n"
+                  "pydla: error: --seed -1: 0 or more [BadParameter]\n$ pydla run m.dla --seed x\n", None, "")
+    assert console_output(shown, 2) == "pydla: error: --seed -1: 0 or more [BadParameter]"
+    assert console_output(shown, 4) == ""
 
 
 # -- links, the CLI page, the build -------------------------------------------------------------------
@@ -331,7 +350,9 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
     pytest.importorskip("mkdocstrings")
     mkdocs = Path(sys.executable).with_name("mkdocs")
     argv = [str(mkdocs)] if mkdocs.exists() else [sys.executable, "-m", "mkdocs"]
-    result = subprocess.run([*argv, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
+    # Not -q: it hides the warnings from --strict too, which then passes whatever they say.
+    result = subprocess.run([*argv, "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARNING" not in result.stderr, result.stderr
     assert (tmp_path / "site" / "reference" / "runtime" / "index.html").is_file()

@@ -163,11 +163,47 @@ def test_get_modelmeta_is_onnxruntimes(model: onnx.ModelProto) -> None:
     assert pydla.Session(build_demo_model()).get_modelmeta().producer_name == "pydla demo"
 
 
-def test_a_loadable_keeps_its_recipes_name_as_metadata(tmp_path: Path) -> None:
-    from pydla.compiler.api import compile_model
+def _described(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every metadata field onnxruntime's ModelMetadata reads set."""
+    from onnx import helper
 
-    with pydla.Session(compile_model(build_demo_model()).blob) as sess:
-        assert sess.get_modelmeta() == pydla.ModelMetadata()  # the compiler keeps no ONNX metadata
+    model.producer_name, model.producer_version = "exporter", "2.1"
+    model.domain, model.doc_string, model.model_version = "org.example", "a small CNN", 7
+    model.graph.name, model.graph.doc_string = "cnn", "conv, bn, relu"
+    helper.set_model_props(model, {"author": "me", "license": "MIT"})
+    return model
+
+
+@pytest.mark.parametrize("model", [_described(build_demo_model()), build_demo_model()],
+                         ids=["every-field", "demo"])
+def test_a_compiled_loadable_keeps_the_onnx_models_metadata(model: onnx.ModelProto, tmp_path: Path) -> None:
+    """get_modelmeta() of the .dla is onnxruntime's of the .onnx (it was all empty: the compiler
+    kept nothing)."""
+    from pydla.compiler.api import compile_model
+    from pydla.loadable.container import Loadable
+
+    ref, _ = both(model)
+    want = ref.get_modelmeta()
+    blob = compile_model(model).blob
+    with pydla.Session(blob) as sess:
+        got = sess.get_modelmeta()
+    for field in ("producer_name", "graph_name", "domain", "description", "graph_description", "version",
+                  "custom_metadata_map"):
+        assert getattr(got, field) == getattr(want, field), field
+    header = Loadable(blob).recipe.raw["header"]
+    if model.producer_version:
+        assert header["model"]["producer_version"] == "2.1" and header["name"] == "cnn"
+
+
+def test_a_loadables_metadata_is_not_trusted() -> None:
+    from pydla.model_info import UNVERSIONED, loadable_metadata
+
+    meta = loadable_metadata({"model": {"producer_name": 3, "model_version": 2**70, "graph_name": "g",
+                                        "metadata_props": {"a": "b", "c": 1}}, "name": "recipe"})
+    assert meta == pydla.ModelMetadata(graph_name="g", version=UNVERSIONED, custom_metadata_map={"a": "b"})
+    assert loadable_metadata({"name": "recipe", "description": "d"}) == pydla.ModelMetadata(
+        graph_name="recipe", description="d")
+    assert loadable_metadata({"model": [1]}) == pydla.ModelMetadata()
 
 
 def test_end_profiling_returns_the_trace_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,9 +68,9 @@ def test_every_subcommand_has_help(capsys) -> None:
 
 
 def test_no_command_is_a_usage_error(capsys) -> None:
-    with pytest.raises(SystemExit) as e:
-        main([])
-    assert e.value.code == 2
+    assert main([]) == 1
+    assert capsys.readouterr().err == ("pydla: error: the following arguments are required: COMMAND (pydla "
+                                       "--help shows the usage) [BadParameter]\n")
 
 
 def test_cli_error_is_one_line_and_exit_1(tmp_path: Path, capsys) -> None:

@@ -50,6 +50,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         from pydla.compiler.lower import Lowering
         from pydla.compiler.onnx_model import load_model
         from pydla.compiler.progress import report
+        from pydla.model_info import model_header
     except ImportError as e:
         raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
                                              "pip install 'pydla[onnx]'") from e
@@ -70,7 +71,8 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         # numpy's casts warn; the model's NaN is computed as NaN, and says nothing to the user.
         with np.errstate(invalid="ignore"):
             graph = import_graph(onnx_model, progress, shapes, whole, kernels)
-            result = Lowering(graph, cfg, progress, precision, use_shave=shave).run()
+            result = Lowering(graph, cfg, progress, precision, use_shave=shave,
+                              model_header=model_header(onnx_model)).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

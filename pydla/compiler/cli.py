@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError
+from pydla.compile_cache import import_onnx
+from pydla.errors import file_error
+from pydla.files import check_output, read_head
 
 
 def register(commands: Any) -> None:
@@ -52,8 +54,22 @@ def _compile(args: argparse.Namespace) -> int:
     from pydla.compiler.input_shapes import parse_input_shapes
 
     shapes = parse_input_shapes(args.input_shape)  # a malformed flag fails before the model is read
-    if not args.model.is_file():
-        raise DlaError(NvError.FileNotFound, f"{args.model}: no such file")
+    read_head(args.model)  # a missing file, a directory: said before anything else
+    out = args.output or args.model.with_suffix(".dla")
+    # Before compiling (which may take minutes), and never onto the model itself.
+    check_output(out, "-o" if args.output is not None else None, {"the model being compiled": args.model})
+    import_onnx()  # the extra's one-line hint
+    from pydla.compiler.input_shapes import (
+        FLAG,
+        GivenShapes,
+        batch_defaults,
+        batch_note,
+        declared,
+        graph_inputs,
+    )
+    from pydla.compiler.onnx_model import load_model
+    from pydla.compiler.progress import report
+
     progress = None
     if sys.stderr.isatty() and not args.quiet:  # a bar in a log file or a pipe is only noise
         from pydla.compiler.progress import TerminalProgress
@@ -66,19 +82,28 @@ def _compile(args: argparse.Namespace) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        result = compile_model(args.model, config=args.config, precision=args.precision, progress=progress,
-                               input_shapes=shapes, shave=not args.no_shave)
+        report(progress, "reading", detail=str(args.model))
+        model = load_model(args.model)
+        # An input whose only dynamic dimension is the batch is compiled for batch 1, and the report
+        # says so.
+        defaults = batch_defaults(model, shapes)
+        notes = [batch_note(vi.name, declared(vi) or [], "compiled") for vi in graph_inputs(model)
+                 if vi.name in defaults]
+        result = compile_model(model, config=args.config, precision=args.precision, progress=progress,
+                               input_shapes=GivenShapes({**shapes, **defaults}, named=FLAG),
+                               shave=not args.no_shave, base_dir=args.model.resolve().parent)
     finally:
         if collecting:
             gc.enable()
         if progress is not None:
             progress.close()  # an error's message starts on a line of its own
-    out = args.output or args.model.with_suffix(".dla")
     try:
         out.write_bytes(result.blob)
     except OSError as e:
-        raise DlaError(NvError.FileWriteFailed, f"{out}: {e.strerror}") from e
+        raise file_error(out, e, flag="-o" if args.output is not None else None, writing=True) from e
     if not args.quiet:
+        for note in notes:
+            print(note)
         ops = ", ".join(f"{b} {n}" for b, n in sorted(result.operations.items()))
         print(f"{out}: {len(result.blob)} bytes, {sum(result.operations.values())} device operations "
               f"({ops}) from {result.steps} steps in {(time.perf_counter() - t0) * 1e3:.0f} ms")

@@ -19,7 +19,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydla.errors import DlaError, NvError
@@ -118,6 +118,23 @@ def _positive(name: str, dims: tuple[int, ...], named: str) -> tuple[int, ...]:
     return dims
 
 
+def batch_of_one(dims: Sequence[int | str | None] | None) -> tuple[int, ...] | None:
+    """The shape to use for an input whose only dynamic dimension is its first (a model exported
+    with a dynamic batch): batch 1; None for any other shape (nothing to guess: the caller asks).
+    The command line uses it, as trtexec does, saying so (:func:`batch_note`); the API never guesses."""
+    if not dims or isinstance(dims[0], int) or not all(isinstance(d, int) for d in dims[1:]):
+        return None
+    return (1, *(int(d) for d in dims[1:] if isinstance(d, int)))
+
+
+def batch_note(name: str, dims: Sequence[int | str | None], verb: str) -> str:
+    """What the command line says when it uses :func:`batch_of_one` (``verb``: "running",
+    "compiling")."""
+    rest = "".join(f",{d}" for d in dims[1:])
+    return (f"input '{name}' {_show(list(dims))}: {verb} with batch 1, its only dynamic dimension "
+            f"({FLAG} {name}=N{rest} for another)")
+
+
 def cache_text(shapes: InputShapes) -> str:
     """The shapes as one canonical line, for a cache key: ``a=1,128;b=1,128`` (sorted by name)."""
     return ";".join(f"{n}={','.join(map(str, d))}" for n, d in sorted(shapes.items()))
@@ -135,10 +152,6 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
 def _symbolic(d: int | str | None) -> bool:
     """A dimension without a size: a dim_param name, or neither a name nor a value."""
     return not isinstance(d, int)
-
-
-def _symbolic_text(dims: list[int | str | None]) -> str:
-    return ", ".join(f"{i} {repr(d) if d else '(unnamed)'}" for i, d in enumerate(dims) if _symbolic(d))
 
 
 def _example(dims: list[int | str | None] | None) -> list[str]:
@@ -200,8 +213,7 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
         if declared is None:
             missing.append(f"input '{vi.name}' declares no shape")
         elif any(_symbolic(d) for d in declared):
-            missing.append(f"input '{vi.name}' {_show(declared)} has symbolic dimension(s) "
-                           f"{_symbolic_text(declared)}")
+            missing.append(f"input '{vi.name}' {_show(declared)} has dynamic dimensions")
     if missing:
         todo = [(vi.name, _example(_dims(vi))) for vi in inputs if vi.name not in shapes and _needs_shape(vi)]
         examples = " ".join(f"{FLAG} {name}={','.join(dims)}" for name, dims in todo)
@@ -212,7 +224,7 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
         ask = {FLAG: examples, PARAMETER: parameter}.get(named or "", both)
         names = sorted({d for _, dims in todo for d in dims if not d.isdigit() and d != "..."})
         fill = f" ({', '.join(names)}: the sizes to compile for)" if names else ""
-        raise DlaError(NvError.NotSupported,
+        raise DlaError(NvError.BadParameter,
                        f"{'; '.join(missing)}: a loadable has static shapes, so give each such input's "
                        f"sizes: {ask}{fill}")
     if not shapes:
@@ -238,13 +250,31 @@ def with_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     return fixed
 
 
+def batch_defaults(model: onnx.ModelProto,
+                   shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """For each input not in ``shapes`` whose only dynamic dimension is its first: its shape with batch
+    1 (:func:`batch_of_one`)."""
+    found = {}
+    for vi in graph_inputs(model):
+        sizes = batch_of_one(_dims(vi)) if vi.name not in shapes else None
+        if sizes is not None:
+            found[vi.name] = sizes
+    return found
+
+
+def declared(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """An input's declared shape: sizes, dim_param names, None for a dimension with neither."""
+    return _dims(vi)
+
+
 def _needs_shape(vi: onnx.ValueInfoProto) -> bool:
     declared = _dims(vi)
     return declared is None or any(_symbolic(d) for d in declared)
 
 
 def _show(dims: list[int | str | None]) -> str:
-    return "[" + ", ".join(str(d) if isinstance(d, int) else repr(d) if d else "?" for d in dims) + "]"
+    """A declared shape as every message shows one (``pydla.model_info.show``): ``[batch, 3, 32, 32]``."""
+    return "[" + ", ".join(str(d) if isinstance(d, int) else d if d else "?" for d in dims) + "]"
 
 
 def _set_dims(vi: onnx.ValueInfoProto, dims: list[int | None]) -> None:

@@ -70,8 +70,10 @@ class Compiled:
 
 class Lowering:
     def __init__(self, graph: Graph, config: device_config.DeviceConfig,
-                 progress: Progress | None, precision: str = "fp32", use_shave: bool = True) -> None:
+                 progress: Progress | None, precision: str = "fp32", use_shave: bool = True,
+                 model_header: dict[str, Any] | None = None) -> None:
         self.g = graph
+        self.model_header = model_header  # the ONNX model's metadata, kept in the recipe header
         self.config = config  # the device configuration compiled for: its blocks and speed rules
         self.device = config.name
         self.progress = progress
@@ -498,6 +500,8 @@ class Lowering:
         if cpus:
             resources["cpus"] = list(cpus.values())
         header: dict[str, Any] = {"device": self.device, "version": "1.0.0"}
+        if self.model_header:
+            header.update(self.model_header)
         if self.cpu_notes:
             header[cpu_reasons.HEADER_KEY] = self.cpu_notes
         lw.set_recipe({"header": header, "resources": resources, "execution": {"runs": runs}})

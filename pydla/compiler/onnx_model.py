@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from pydla.elf.reader import ELF_MAGIC
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.logconfig import Detail, first_line, printable
 
 MIN_OPSET = 11
@@ -35,10 +35,8 @@ def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
     try:
         with path.open("rb") as f:
             head = f.read(len(ELF_MAGIC))
-    except FileNotFoundError:
-        raise DlaError(NvError.FileNotFound, f"{path}: no such file") from None
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{path}: cannot read it: {e.strerror or e}") from None
+        raise file_error(path, e) from None
     check_model_bytes(head, str(path))
     try:
         loaded = onnx.load(str(path))

@@ -4,3 +4,14 @@ The generated Python modules (``pydla.deviceapi.generated``) and the runtime hel
 standard library; loading specs and rendering them needs the ``codegen`` extra (jinja2, pyyaml,
 jsonschema).
 """
+
+from pathlib import Path
+
+
+def include_dir() -> Path:
+    """The directory to put on a C compiler's include path: ``#include "pydla/device_api.h"``. Needs
+    no extra (the generated headers are committed).
+
+    Usage: ``cc -I$(pydla deviceapi include-dir) ...``
+    """
+    return Path(__file__).resolve().parent / "include"

@@ -226,17 +226,15 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from pydla.deviceapi.trace import read_ring, write_jsonl, write_text
+    from pydla.deviceapi.trace import write_jsonl, write_text
 
     try:
         module = importlib.import_module(f"pydla.deviceapi.generated.{args.api}")
     except ImportError as e:
         raise DlaError(NvError.BadParameter, f"--api {args.api}: no such generated contract") from e
-    try:
-        data = args.file.read_bytes()
-    except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{args.file}: {e.strerror}") from e
-    result = read_ring(data, module.API, since=args.since)
+    from pydla.trace.cli import decode_ring_file
+
+    result = decode_ring_file(args.file, module.API, since=args.since)
     sys.stdout.write(write_jsonl(result.events) if args.format == "jsonl" else write_text(result.events))
     print(f"{len(result.events)} events, {result.dropped} dropped by the writer, "
           f"{result.lost_bytes} bytes lost since the last read, head {result.head}", file=sys.stderr)
@@ -244,7 +242,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _include_dir(args: argparse.Namespace) -> int:
-    from pydla.deviceapi.generate import include_dir
+    from pydla.deviceapi import include_dir  # no extra needed: the headers are committed
 
     print(include_dir())
     return 0

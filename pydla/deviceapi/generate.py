@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydla.deviceapi import templates_user
+from pydla.deviceapi import include_dir, templates_user
 from pydla.deviceapi.loader import UserSchema
 from pydla.deviceapi.model import Spec
 from pydla.deviceapi.render import LANGUAGES, render
@@ -41,11 +41,6 @@ class Output:
             return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
         except (OSError, UnicodeDecodeError):
             return False  # unreadable counts as stale: writing it says what is wrong
-
-
-def include_dir() -> Path:
-    """The directory to put on a C compiler's include path: ``#include "pydla/device_api.h"``."""
-    return PACKAGE_DIR / "include"
 
 
 def output_path(out_dir: Path | None, spec_name: str, language: str) -> Path:

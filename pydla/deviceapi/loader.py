@@ -17,7 +17,7 @@ import jsonschema
 import referencing.exceptions
 import yaml
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 
 MAX_INCLUDE_DEPTH = 16
 
@@ -141,8 +141,8 @@ def _load(path: Path, source_map: SourceMap, chain: tuple[Path, ...], where: str
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        prefix = f"{where}: " if where else ""
-        raise DlaError(NvError.FileOperationFailed, f"{prefix}cannot read spec {path}: {e.strerror}") from e
+        error = file_error(path, e)
+        raise DlaError(error.code, f"{where}: {error.message}" if where else error.message) from e
     loader = _make_loader(path, source_map, (*chain, path))
     try:
         return yaml.load(text, Loader=loader)  # our Loader derives from SafeLoader
@@ -255,11 +255,10 @@ def load_user_schema(path: str | Path) -> UserSchema:
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DlaError(NvError.FileNotFound, f"--schema {file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise DlaError(NvError.FileReadFailed, f"--schema {file}: cannot read it: {why}") from None
+    except OSError as e:
+        raise file_error(file, e, flag="--schema") from None
+    except UnicodeDecodeError:
+        raise DlaError(NvError.FileReadFailed, f"--schema {file}: not UTF-8 text") from None
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as e:

@@ -73,6 +73,20 @@ def _cpu_runs(recipe: Any) -> list[dict[str, Any]]:
             for i, r in enumerate(recipe.runs) if r.where == "cpu"]
 
 
+def _model(recipe: Any) -> dict[str, Any]:
+    """The ONNX model's metadata the loadable keeps (onnxruntime's ModelMetadata fields, as
+    ``pydla.Session.get_modelmeta`` reads them from the recipe header; checked, not trusted)."""
+    import dataclasses
+
+    from pydla.model_info import UNVERSIONED, loadable_metadata
+
+    meta = dataclasses.asdict(loadable_metadata(recipe.raw.get("header") if isinstance(recipe.raw, dict)
+                                                else None))
+    if meta["version"] == UNVERSIONED:
+        meta["version"] = None
+    return {k: v for k, v in meta.items() if v not in ("", {}, None)}
+
+
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
@@ -101,6 +115,7 @@ def describe(lo: Any) -> dict[str, Any]:
         "device": lo.device,
         "contracts": {n: {"version": c.version_string, "layout_hash64": f"{c.layout_hash64:016x}"}
                       for n, c in lo.contracts.items()},
+        "model": _model(lo.recipe),
         "tensors": [{"name": t.name, "direction": t.direction.name.lower(), "bind_id": t.bind_id,
                      "dims": list(t.dims), "data_type": t.data_type.name, "layout": t.layout.name,
                      "size": t.size, "buffer": t.buffer} for t in lo.tensors()],
@@ -144,6 +159,8 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['source']}: pydla loadable {info['format_version']} for device config '{info['device']}'")
+    if info["model"]:
+        print("model: " + ", ".join(f"{k} {v!r}" for k, v in info["model"].items()))
     print("contracts: " + ", ".join(f"{n} {c['version']} ({c['layout_hash64']})"
                                     for n, c in info["contracts"].items()))
     print("tensors:")
@@ -291,6 +308,7 @@ def _sections(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from pydla.elf.reader import ELF_MAGIC
+    from pydla.files import JSON, kind_of
     from pydla.loadable.container import RECIPE
     from pydla.loadable.sections import check_is_loadable, read_elf, read_head
 
@@ -301,9 +319,10 @@ def _validate(args: argparse.Namespace) -> int:
         return validate(args.recipe, nvdla)
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
-    if not loadable and head.lstrip()[:1] != b"{":
-        check_onnx_content(args.recipe)
-        check_is_loadable(args.recipe)  # an ONNX model: the error says to compile it
+    if kind_of(head, args.recipe) not in (JSON, None) or not head:
+        check_onnx_content(args.recipe, "a run recipe or a loadable")
+        # an ONNX model (the error says to compile it), a trace, a .npy array, a SHAVE kernel...
+        check_is_loadable(args.recipe, "a run recipe or a loadable")
     where = f"{args.recipe} ({RECIPE})" if loadable else str(args.recipe)
     try:
         if loadable:
@@ -340,7 +359,7 @@ def _nvdla_kind(path: Path) -> str | None:
 ONNX_CONTENT_CHECK_BYTES = 256 << 20
 
 
-def check_onnx_content(path: Path) -> None:
+def check_onnx_content(path: Path, wanted: str = "a loadable") -> None:
     """A file that is no ELF file but looks like an ONNX model (its name, or its first bytes) is
     judged by its content: DlaError saying it is empty, or does not parse as ONNX (a truncated
     download, say), worded as ``pydla compile`` and ``pydla run`` word it; for a whole model the
@@ -363,7 +382,7 @@ def check_onnx_content(path: Path) -> None:
         raise file_error(path, e) from e
     if data is not None:
         parse_model(data, str(path))  # DlaError: what is wrong with it
-    error = not_a_loadable(path, head)
+    error = not_a_loadable(path, head, wanted)
     if error is not None:
         raise error
 

@@ -46,7 +46,7 @@ from pydla.deviceapi.version import ContractVersion, check_compatible, parse_sem
 from pydla.elf.controlcode import ControlCode
 from pydla.elf.reader import ElfReader
 from pydla.elf.writer import ElfWriter
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.loadable.recipe import EXTERNAL_TYPES, Recipe, loads, parse_recipe
 
 # 1.1: the section digests (note 4), which this pydla requires.
@@ -184,21 +184,17 @@ class LoadableWriter:
         return w.build()
 
 
-def _refuse_onnx(data: bytes | bytearray | memoryview | mmap.mmap, source: str) -> None:
-    """An ONNX model given where a loadable goes (``rt.load("model.onnx")``): say what it is and
-    what to do, where the ELF reader would say "not an ELF file". Known by its first bytes (a
-    ModelProto's), whatever the file is called."""
-    from pydla.elf.reader import ELF_MAGIC
-    from pydla.loadable.sections import is_onnx
+def _refuse_other_kinds(data: bytes | bytearray | memoryview | mmap.mmap, source: str) -> None:
+    """A file of another kind given where a loadable goes (``rt.load("model.onnx")``, a SHAVE
+    kernel's ELF, a .npy array): say what it is and what to do with it, where the ELF reader would
+    say "not an ELF file". Known by its first bytes, whatever the file is called."""
+    from pydla.files import HEAD_BYTES, LOADABLE, wrong_kind
 
-    head = bytes(memoryview(data)[:16])
-    if head[:4] == ELF_MAGIC or not is_onnx(Path(), head):
-        return
-    model = "MODEL.onnx" if source == "loadable" else source  # bytes without a name, or the path
-    raise DlaError(NvError.BadParameter,
-                   f"{source}: this is an ONNX model, not a loadable (.dla): compile it with `pydla compile "
-                   f"{model} -o model.dla` (compile_model in pydla.compiler.api), or open it with "
-                   f"pydla.Session('{model}'), which compiles it")
+    head = bytes(memoryview(data)[:HEAD_BYTES])
+    path = None if source == "loadable" else source  # bytes without a name
+    error = wrong_kind(head, "a loadable", path=path, accept=(LOADABLE,))
+    if error is not None:
+        raise error
 
 
 class Loadable:
@@ -207,7 +203,7 @@ class Loadable:
     def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, source: str = "loadable") -> None:
         self.source = source
         self._data = data
-        _refuse_onnx(data, source)
+        _refuse_other_kinds(data, source)
         self.elf = ElfReader(memoryview(data), what=source)
         self._read_notes()
         for name in (RECIPE, TENSORS, MEMORY, WEIGHTS):
@@ -232,9 +228,11 @@ class Loadable:
         path = Path(source)
         try:
             with path.open("rb") as f:
+                if not f.read(1):  # mmap refuses an empty file: said as every reader says it
+                    _refuse_other_kinds(b"", name or str(path))
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as e:
-            raise DlaError(NvError.FileReadFailed, f"{path}: cannot map the loadable: {e}") from e
+        except OSError as e:
+            raise file_error(path, e) from e
         return cls(mapped, name or str(path))
 
     # -- checks --------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 
 # Re-exported: the reader was here first and other modules import it from here.
 from pydla.loadable.recipe_json import MAX_JSON_DEPTH as MAX_JSON_DEPTH
@@ -438,7 +438,7 @@ def load_recipe(path: str | Path, *, allow_unsafe_paths: bool = False, check_con
     try:
         text = p.read_bytes()
     except OSError as e:
-        raise DlaError(NvError.FileReadFailed, f"{p}: cannot read the recipe: {e.strerror}") from e
+        raise file_error(p, e) from e
     recipe = parse_recipe(loads(text, str(p)), str(p), allow_unsafe_paths=allow_unsafe_paths)
     if check_config:
         # Imported here: it loads device configurations (pydla.target.config), which a recipe read

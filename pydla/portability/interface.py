@@ -63,8 +63,10 @@ class NvDlaMemHandle(abc.ABC):
         raw = self.bytes_view()
         count = (raw.size - offset) // dt.itemsize if shape is None else int(np.prod(shape))
         if offset < 0 or count < 0 or offset + count * dt.itemsize > raw.size:
-            raise DlaError(NvError.InvalidSize, f"view of {count} x {dt} at offset {offset} does not fit "
-                                                f"the {raw.size}-byte buffer")
+            what = (f"{tuple(shape)} {dt} = {count * dt.itemsize} bytes" if shape is not None
+                    else f"{dt} from offset {offset}")
+            at = f" at offset {offset}" if offset and shape is not None else ""
+            raise DlaError(NvError.InvalidSize, f"array: {what}{at} does not fit the {raw.size}-byte buffer")
         view: npt.NDArray[Any] = raw[offset:offset + count * dt.itemsize].view(dt)
         return view if shape is None else view.reshape(shape)
 
@@ -87,10 +89,20 @@ class NvDlaDeviceInfo:
     precisions: tuple[dla_precision_e, ...]
     memory_bytes: int
     compute_units: tuple[str, ...] = ()
+    # Per unit of ``compute_units``, the names of the arguments a start takes (the model's
+    # declaration, XRT's kernel metadata); None, or a tuple shorter than ``compute_units``: not known.
+    compute_unit_arguments: tuple[tuple[str, ...] | None, ...] = ()
 
     def has_compute_unit(self, name: str) -> bool:
         """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
         return any(name in (cu, *cu.split(":", 1)) for cu in self.compute_units)
+
+    def compute_unit_args(self, name: str) -> tuple[str, ...] | None:
+        """The arguments a start of the unit called ``name`` takes, when the port says (else None)."""
+        for i, cu in enumerate(self.compute_units):
+            if name in (cu, *cu.split(":", 1)):
+                return self.compute_unit_arguments[i] if i < len(self.compute_unit_arguments) else None
+        return None
 
     def has_block(self, block: dla_block_e | str) -> bool:
         """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""
@@ -491,6 +503,34 @@ def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, prio
         raise DlaError(NvError.BadParameter, f"{what}: priority {priority!r} is not an integer")
     if timeout_ms is not None and type(timeout_ms) is not int:
         raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
+
+
+def memory_handle_error(what: str, *, freed: bool) -> DlaError:
+    """The error for a memory handle a port cannot use, worded one way by every port: one of this
+    session's that was freed ("the memory was already freed"), or one that never was this session's.
+
+    Usage: ``raise memory_handle_error("NvDlaFreeMem", freed=mem.session is session)``
+    """
+    if freed:
+        return DlaError(NvError.BadParameter, f"{what}: the memory was already freed (NvDlaFreeMem)")
+    return DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
+
+
+MAX_TIMEOUT_MS = 3_600_000  # the driver's limit on a job's timeout (an hour)
+
+
+def check_timeout_ms(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_TIMEOUT_MS) -> int:
+    """A timeout in milliseconds as the API takes it: an int (a numpy integer too; not a bool, a
+    float or a string) in ``minimum..maximum``; else BadParameter naming ``what`` (the parameter as
+    the caller wrote it, e.g. "Session: timeout_ms") and the value.
+
+    Usage: ``timeout_ms = check_timeout_ms(timeout_ms, "createRuntime: timeout_ms")``
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DlaError(NvError.BadParameter, f"{what} {value!r} is not an integer (milliseconds)")
+    if not minimum <= value <= maximum:
+        raise DlaError(NvError.BadParameter, f"{what} {value}: {minimum}..{maximum} (milliseconds)")
+    return int(value)
 
 
 def check_cu_args(args: Any, what: str) -> list[NvDlaCuArg]:

@@ -55,6 +55,7 @@ from pydla.portability.interface import (
     check_free_args,
     check_prepared_submit,
     check_task,
+    memory_handle_error,
 )
 from pydla.portability.linux_cu import LinuxCuMethods, query_compute_units
 from pydla.portability.linux_ring import RING_WAIT_S, ClientRing, TaskGone
@@ -397,7 +398,7 @@ class LinuxPort(LinuxCuMethods, LinuxTraceMethods, NvDlaPort):
 
     def _mem(self, device: LinuxDevice, mem: NvDlaMemHandle, what: str) -> LinuxMem:
         if not isinstance(mem, LinuxMem) or mem.device is not device or mem.handle not in device.mems:
-            raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
+            raise memory_handle_error(what, freed=isinstance(mem, LinuxMem) and mem.device is device)
         return mem
 
     def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:

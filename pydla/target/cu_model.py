@@ -101,6 +101,10 @@ class ComputeUnitModel:
 
     memory_mapped: bool = True
     granule: int = 1
+    # The arguments a start takes, by name, in order (a memory buffer or a 32-bit word each), as
+    # XRT's kernel metadata lists them: the host refuses a start with another number of them. None:
+    # not declared (any number is written to the argument registers).
+    arguments: tuple[str, ...] | None = None
 
     def __init__(self, info: ComputeUnitInfo, params: Mapping[str, Any]) -> None:
         self.info = info

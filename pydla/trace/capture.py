@@ -22,7 +22,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import trace as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.trace import RingContents, read_ring
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
 from pydla.trace.host import HostTrace
 from pydla.trace.profile import format_profile, profile
 from pydla.trace.timeline import CuRun, DeviceOp, Mark, StepOps, attribute, chrome_trace, device_work
@@ -56,17 +56,17 @@ class TraceResult:
         try:
             Path(path).write_text(json.dumps(self.chrome()))
         except OSError as e:
-            raise DlaError(NvError.FileWriteFailed, f"{path}: {e.strerror}") from None
+            raise file_error(path, e, writing=True) from None
 
     def write_ring(self, path: str | os.PathLike[str]) -> None:
         """Write the ring's bytes as read (for ``pydla trace RING``)."""
         try:
             Path(path).write_bytes(self.ring)
         except OSError as e:
-            raise DlaError(NvError.FileWriteFailed, f"{path}: {e.strerror}") from None
+            raise file_error(path, e, writing=True) from None
 
     def profile_text(self, limit: int = 40) -> str:
-        rows, steps = profile(self.ops, self.host)
+        rows, steps = profile(self.ops, self.host, self.units, self.unit_names)
         text = format_profile(rows, steps, limit=limit)
         unnamed = len(self.ops) - self.named
         if self.contents.dropped:

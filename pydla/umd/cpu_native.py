@@ -30,7 +30,7 @@ LookupType = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ab
 def include_dirs() -> list[Path]:
     """The directories to pass to a C compiler with -I for ``#include "pydla/cpu_library_api.h"``:
     this package's hand-written header, then the generated structs it includes."""
-    from pydla.deviceapi.generate import include_dir as deviceapi_include
+    from pydla.deviceapi import include_dir as deviceapi_include
 
     return [Path(__file__).parent / "include", deviceapi_include()]
 

@@ -45,6 +45,7 @@ class ComputeUnit:
         self.rt = rt
         self.port = rt.port
         self.name = name
+        self.arguments: tuple[str, ...] | None = None  # what a start takes, when the device says
         try:
             info = self.port.NvDlaGetDeviceInfo(rt.device)
         except DlaError as e:
@@ -55,6 +56,7 @@ class ComputeUnit:
             raise DlaError(NvError.NotSupported, f"ComputeUnit: device {rt.device} ('{info.name}') has no "
                                                  f"compute unit {name!r} (it has: "
                                                  f"{', '.join(info.compute_units) or 'none'})")
+        self.arguments = info.compute_unit_args(name)
 
     def __repr__(self) -> str:
         return f"ComputeUnit({self.name!r})"
@@ -70,6 +72,10 @@ class ComputeUnit:
 
         Usage: ``vadd.start(a, b, out, 1024).wait(1000)``
         """
+        if self.arguments is not None and len(args) != len(self.arguments):
+            raise DlaError(NvError.BadParameter,
+                           f"ComputeUnit '{self.name}'.start: {len(args)} argument(s) given; it takes "
+                           f"{len(self.arguments)} ({', '.join(self.arguments) or 'none'})")
         words = [_argument(a, i, self.name) for i, a in enumerate(args)]
         pre = []
         for i, s in enumerate(wait_for):

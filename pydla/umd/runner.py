@@ -184,6 +184,10 @@ class Runner:
             why = " (the runner's own, never bound)" if buf is not None and buf.type == "internal" else ""
             raise DlaError(NvError.BadParameter, f"{method}: {what} '{name}'{why}; {method} binds "
                                                  f"{', '.join(kinds)} buffers (here: {names or 'none'})")
+        if not self.port.NvDlaMemGetSize(mem):
+            raise DlaError(NvError.BadParameter, f"{self._buffer_name(name)}: the memory is not this "
+                                                 "runtime's, or was freed: allocate it with "
+                                                 "allocateSystemMemory")
         # A created buffer keeps its size when memory is bound in its place (runs were checked
         # against it); XRT asks for the same size, pydla for at least as much.
         need = self.lo.external_size(name) or self.lo.created_size(name)
@@ -229,6 +233,24 @@ class Runner:
                                                  f"in the recipe: {how} memory to it)")
         return mem
 
+    def _check_live(self, bindings: dict[str, NvDlaMemHandle]) -> None:
+        """Before a run: no buffer is bound to memory freed since it was bound (the port would only
+        say that a handle is not its session's, in the middle of preparing a task)."""
+        for name, mem in bindings.items():
+            if name in self.bound and not self.port.NvDlaMemGetSize(mem):
+                raise DlaError(NvError.InvalidState, f"{self._buffer_name(name)} is bound to memory that was "
+                                                     "freed: bind it again")
+
+    def _buffer_name(self, name: str) -> str:
+        """How a message names buffer ``name``: the loadable's tensor bound to it, as the runtime API
+        numbers them ("input tensor 0 ('image')"), else the recipe's buffer ("input buffer 'ifm'")."""
+        tensors = getattr(self.lo, "tensors", None)
+        for direction in ("input", "output"):
+            for i, t in enumerate(tensors(direction) if callable(tensors) else ()):
+                if getattr(t, "buffer", None) == name:
+                    return f"{direction} tensor {i} ('{t.name}')"
+        return f"{self.lo.recipe.buffers[name].type} buffer '{name}'"
+
     def _bindings(self) -> dict[str, NvDlaMemHandle]:
         """A snapshot of the bindings, complete (every external buffer a run uses is bound). The
         same object until a binding changes (never modified: runs in flight hold it)."""
@@ -273,6 +295,7 @@ class Runner:
         """Run the recipe to its end in the calling thread, with the current bindings (or ``bound``)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         bindings = self._bindings() if bound is None else bound
+        self._check_live(bindings)
         if self.tracer is not None:
             self._run_traced(self.tracer, timeout, bindings)
             return
@@ -327,6 +350,7 @@ class Runner:
         those at the time of the call (later binds do not change a started run), or ``bindings``
         (a snapshot taken earlier: :meth:`bindings_snapshot`)."""
         bindings = self._bindings() if bindings is None else bindings
+        self._check_live(bindings)
         if all(isinstance(s, _Npu) for s in self.steps):
             with self._lock:
                 fences = pre

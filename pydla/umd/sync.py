@@ -13,7 +13,7 @@ import weakref
 from typing import Any
 
 from pydla.errors import DlaError, NvError
-from pydla.portability.interface import NvDlaFence, NvDlaPort
+from pydla.portability.interface import NvDlaFence, NvDlaPort, check_timeout_ms
 
 
 class ISync:
@@ -33,10 +33,10 @@ class ISync:
     def fence(self) -> NvDlaFence:
         return NvDlaFence(self.semaphore, self._wait_value)
 
-    def wait(self, timeout: float) -> None:
-        """Block until signaled; NvError Timeout after ``timeout`` ms; the task's error if it failed."""
-        if timeout is None or timeout < 0:
-            raise DlaError(NvError.BadParameter, f"ISync.wait: timeout {timeout!r} ms (every wait has one)")
+    def wait(self, timeout: int) -> None:
+        """Block until signaled; NvError Timeout after ``timeout`` ms (0: only look); the task's error
+        if it failed. Every wait has a timeout: None, a negative one, a float or a string is refused."""
+        timeout = check_timeout_ms(timeout, "ISync.wait: timeout", minimum=0, maximum=2**31 - 1)
         self.port.NvDlaWaitFence(self.fence, timeout)
 
     def signal(self) -> None:

@@ -71,10 +71,26 @@ def test_a_detail_behind_the_message_is_hinted_and_shown_with_verbose() -> None:
             "pydla: error: parse failed (Wire format was corrupt) [BadValue]"]
 
 
-def test_a_message_of_several_lines_is_one_line_and_whole_with_verbose() -> None:
-    error = DlaError(NvError.BadValue, "line one\nline two\x07")
-    assert error_lines(error, verbose=False) == ["pydla: error: line one\\nline two\\x07 [BadValue]"]
-    assert error_lines(error, verbose=True)[-2:] == ["pydla: error: line one", "line two\\x07 [BadValue]"]
+def test_a_message_of_several_lines_is_its_headline_then_the_tools_diagnostics() -> None:
+    """A multi-line message is a headline and a tool's diagnostics (a compiler's output, a spec's
+    problems): the headline is the error's line; the diagnostics follow, indented as the tool wrote
+    them, control characters escaped, 20 of them without -v, all with -v."""
+    error = DlaError(NvError.BadValue, "kernel k: the build failed:\nk.c:1:24: error: expected expression\n"
+                                       "    1 | int x = ;\x07\n      |         ^")
+    assert error_lines(error, verbose=False) == [
+        "pydla: error: kernel k: the build failed [BadValue]", "  k.c:1:24: error: expected expression",
+        "      1 | int x = ;\\x07", "        |         ^"]
+    assert error_lines(error, verbose=True)[-4:] == error_lines(error, verbose=False)
+    problems = "\n".join(f"  p{i}" for i in range(30))
+    many = DlaError(NvError.BadValue, f"30 problem(s) in the spec:\n{problems}")
+    shown = error_lines(many, verbose=False)
+    assert shown[0] == "pydla: error: 30 problem(s) in the spec [BadValue]"
+    assert shown[1:21] == [f"  p{i}" for i in range(20)]
+    assert shown[21:] == ["  ... 10 more line(s) (-v shows them all)"]
+    assert error_lines(many, verbose=True)[-30:] == [f"  p{i}" for i in range(30)]
+    # one line stays one line
+    assert error_lines(DlaError(NvError.BadValue, "one\x1b[2J"), verbose=False) == [
+        "pydla: error: one\\x1b[2J [BadValue]"]
 
 
 # -- the compiler's refusals through the command line ----------------------------------------------
@@ -185,7 +201,7 @@ def test_run_compile_info_and_validate_word_a_bad_onnx_file_alike(
 
 def test_info_of_a_whole_onnx_model_says_to_compile_it(capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(_err(capsys, ["info", str(DEMO)]))
-    assert f"{DEMO} is an ONNX model, not a loadable: compile it first" in line
+    assert f"{DEMO} is an ONNX model, not a loadable: compile it with" in line
 
 
 def test_a_truncated_onnx_model_is_not_taken_for_one_by_info(tmp_path: Path,

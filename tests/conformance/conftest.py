@@ -31,13 +31,23 @@ def port_spec(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _factory(spec: str) -> Callable[[], Any]:
+def port_factory(spec: str) -> Callable[[], Any]:
+    """The callable ``--port MODULE:FACTORY`` names; pytest.UsageError (one line, before any test
+    runs) when it is malformed, its module does not import, or the module has no such name."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise pytest.UsageError(f"--port {spec!r}: expected MODULE:FACTORY, e.g. mypackage.myport:MyPort")
-    target: Any = importlib.import_module(module)
+    try:
+        target: Any = importlib.import_module(module)
+    except Exception as e:  # ImportError, or the module's own error while it is imported
+        raise pytest.UsageError(f"--port {spec}: cannot import {module}: {type(e).__name__}: {e}") from None
     for part in name.split("."):
+        if not hasattr(target, part):
+            raise pytest.UsageError(f"--port {spec}: {module} has no {name}")
         target = getattr(target, part)
+    if not callable(target):
+        raise pytest.UsageError(f"--port {spec}: {name} is a {type(target).__name__}, not a class or "
+                                "a function returning an NvDlaPort")
     return target  # type: ignore[no-any-return]
 
 
@@ -65,7 +75,7 @@ def port(port_spec: str, tmp_path: Path) -> Iterator[NvDlaPort]:
         opened += [lambda: server.stop(timeout=5.0), daemon.close, lambda: unmount(str(mnt))]
         made = LinuxPort(mnt)
     else:
-        made = _factory(port_spec)()
+        made = port_factory(port_spec)()
     if not isinstance(made, NvDlaPort):
         raise pytest.UsageError(f"--port {port_spec}: returned {type(made).__name__}, not an NvDlaPort")
     try:

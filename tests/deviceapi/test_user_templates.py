@@ -365,3 +365,18 @@ def test_help_shows_templates_and_schema(capsys: pytest.CaptureFixture[str]) -> 
     for text in ("--template FILE_OR_DIR", "--schema FILE", "--output FILE", "<% statement %>",
                  "{spec}", "in addition to the bundled schema", "c_type", "cgh"):
         assert text in out, text
+
+
+def test_a_specs_problems_are_listed_by_generate_as_validate_lists_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """generate squashed them into one line with literal \\n, cut at 400 characters."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("Name: bad\nVersion: {Major: 1}\nEnums: 3\n")
+    assert main(["deviceapi", "validate", str(bad)]) == 1
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == f"{bad}: {len(listed) - 1} problem(s)" and len(listed) > 2
+    assert generate("--spec", bad, "--out-dir", tmp_path / "out") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"pydla: error: {len(listed) - 1} problem(s) in the spec [BadValue]"
+    assert err[1:] == listed[1:]  # the same lines, as validate prints them
+    assert not (tmp_path / "out").exists()

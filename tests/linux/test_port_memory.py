@@ -48,3 +48,24 @@ def test_mem_get_size_is_0_for_another_ports_or_a_closed_files_buffer(mnt: Path)
     finally:
         mine.close()
         theirs.close()
+
+
+def test_freeing_a_buffer_twice_says_it_was_freed(mnt: Path) -> None:
+    """It said "memory handle is not one of this session's", as for another client's buffer."""
+    from pydla import DlaError
+
+    port, other = LinuxPort(mnt), LinuxPort(mnt)
+    try:
+        h, h2 = port.NvDlaOpen(0), other.NvDlaOpen(0)
+        mem, _ = port.NvDlaGetMem(h, 4096)
+        theirs, _ = other.NvDlaGetMem(h2, 64)
+        port.NvDlaFreeMem(h, mem)
+        with pytest.raises(DlaError) as e:
+            port.NvDlaFreeMem(h, mem)
+        assert e.value.message == "NvDlaFreeMem: the memory was already freed (NvDlaFreeMem)"
+        with pytest.raises(DlaError) as e:
+            port.NvDlaFreeMem(h, theirs)
+        assert e.value.message == "NvDlaFreeMem: memory handle is not one of this session's"
+    finally:
+        port.close()
+        other.close()

@@ -19,14 +19,15 @@ def test_runtime_load_of_an_onnx_model_says_what_to_do(tmp_path: Path) -> None:
     renamed = tmp_path / "weights.bin"  # known by its bytes, whatever it is called
     shutil.copy(MODEL, renamed)
     with pydla.createRuntime() as rt:
-        for given, named in ((str(MODEL), str(MODEL)), (MODEL.read_bytes(), "MODEL.onnx"),
-                             (renamed, str(renamed))):
+        for given, label, named in ((str(MODEL), str(MODEL), str(MODEL)),
+                                    (MODEL.read_bytes(), "the data given", "MODEL.onnx"),
+                                    (renamed, str(renamed), str(renamed))):
             with pytest.raises(pydla.DlaError) as e:
                 rt.load(given)
             assert e.value.code == pydla.NvError.BadParameter
             message = e.value.message
-            assert "this is an ONNX model, not a loadable" in message and "ELF" not in message
-            assert f"`pydla compile {named} -o model.dla`" in message
+            assert message.startswith(f"{label} is an ONNX model, not a loadable: ") and "ELF" not in message
+            assert f"`pydla compile {named} -o {Path(named).with_suffix('.dla')}`" in message
             assert f"pydla.Session('{named}')" in message
         # What it says works: the model compiled, then loaded.
         from pydla.compiler.api import compile_model

@@ -15,6 +15,7 @@ from pydla.cli import main
 from pydla.compiler.api import compile_model
 from pydla.demo import build_demo_model
 from pydla.trace import Capture
+from pydla.trace.profile import profile
 
 OPS_PER_RUN = 8  # the demo network's NPU step: CONV+SDP, CONV+SDP, PDP, PDP, CONV+SDP
 # ... then its softmax, a SHAVE task list on a tile (one compute-unit execution on the tile's track)
@@ -90,7 +91,7 @@ def test_the_profile_names_every_operation_and_the_host_overhead(blob: bytes) ->
     text = result.profile_text()
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["step", "op", "block", "device"]
-    op_lines = [line for line in lines[1:OPS_PER_RUN + 1]]
+    op_lines = [line for line in lines[1:OPS_PER_RUN + TILE_RUNS_PER_RUN + 1] if line.startswith("task0 ")]
     assert sorted(int(line.split()[1]) for line in op_lines) == list(range(OPS_PER_RUN))
     totals = [float(line.split()[4]) for line in op_lines]
     assert totals == sorted(totals, reverse=True)  # sorted by cost
@@ -99,6 +100,29 @@ def test_the_profile_names_every_operation_and_the_host_overhead(blob: bytes) ->
              and len(line.split()) == 5}
     wall, device, overhead = (float(v) for v in steps["task0"][1:4])
     assert wall > device > 0 and abs(overhead - (wall - device)) < 0.2
+
+
+def test_the_profile_shows_the_shave_task_list(blob: bytes) -> None:
+    """On the full configuration the softmax is a SHAVE task list (step task1): its execution on a
+    tile is an operation row, and the step has its row (it had none: only steps with block
+    operations did)."""
+    sess = pydla.Session(blob)
+    capture = Capture(sess.runtime)
+    for seed in range(3):
+        sess.run(feeds(sess, seed))
+    result = capture.finish()
+    sess.close()
+    rows, steps = profile(result.ops, result.host, result.units, result.unit_names)
+    shave = [r for r in rows if r.step == "task1"]
+    assert [(r.op_index, r.block, r.runs) for r in shave] == [(0, "SHAVE", 3)]
+    assert shave[0].shape.startswith("on shave:tile") and shave[0].median_us > 0
+    by_step = {s.step: s for s in steps}
+    assert sorted(by_step) == ["task0", "task1"]
+    task1 = by_step["task1"]
+    assert task1.runs == 3 and task1.wall_us > task1.device_us == shave[0].median_us > 0
+    text = result.profile_text()
+    assert any(line.split()[:3] == ["task1", "0", "SHAVE"] for line in text.splitlines())
+    assert any(line.split()[:1] == ["task1"] and len(line.split()) == 5 for line in text.splitlines())
 
 
 def test_one_trace_per_device_at_a_time(blob: bytes) -> None:

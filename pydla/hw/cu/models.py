@@ -81,6 +81,8 @@ class VectorAdd(ComputeUnitModel):
     """out = a + b on float32 arrays. Arguments: a (words 0-1), b (2-3), out (4-5): device
     addresses; n (word 6): the element count."""
 
+    arguments = ("a", "b", "out", "n")
+
     def execute(self, args: CuArgs, memory: UnitMemory) -> None:
         n = args.u32(6)
         if n == 0:
