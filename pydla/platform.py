@@ -33,7 +33,7 @@ from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.inprocess import InProcessPort
-from pydla.portability.interface import NvDlaPort
+from pydla.portability.interface import NvDlaPort, check_timeout_ms
 from pydla.target.config import DeviceConfig, load_config
 
 if TYPE_CHECKING:
@@ -139,7 +139,9 @@ def open_port(spec: str | None = None, config: ConfigLike = "full", *,
 
     Usage: ``port = open_port("linux:/run/pydla")``
     """
+    named = "port" if spec is not None else "$PYDLA_PORT"  # what messages call it: what the user set
     spec = spec if spec is not None else os.environ.get("PYDLA_PORT", "inprocess")
+    check_port_spec(spec, named)
     name, _, rest = spec.partition(":")
     if name == "inprocess" and not rest:
         # The port's own devices: closed with it.
@@ -155,7 +157,18 @@ def open_port(spec: str | None = None, config: ConfigLike = "full", *,
         from pydla.portability.linux import LinuxPort
 
         return LinuxPort(where)
-    raise DlaError(NvError.NotSupported, f"port '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
+    raise AssertionError(spec)  # check_port_spec let through only the names above
+
+
+def check_port_spec(spec: str, named: str = "port") -> None:
+    """That ``spec`` names a port :func:`open_port` opens, before anything is built; else NotSupported
+    naming it as the user set it (``named``: "port", "--port", "$PYDLA_PORT").
+
+    Usage: ``check_port_spec(args.port, "--port")``
+    """
+    name, _, rest = spec.partition(":")
+    if not ((name == "inprocess" and not rest) or name == "linux"):
+        raise DlaError(NvError.NotSupported, f"{named} '{spec}': available: {', '.join(PORTS)} (linux:PATH)")
 
 
 def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "full",
@@ -182,6 +195,7 @@ def createRuntime(port: str | NvDlaPort | None = None, config: ConfigLike = "ful
     """
     from pydla.umd.runtime import IRuntime  # on first use: the KMD daemon composes no runtime
 
+    timeout_ms = check_timeout_ms(timeout_ms, "createRuntime: timeout_ms")
     if port is not None and not isinstance(port, str):
         return IRuntime(port, device, timeout_ms=timeout_ms)
     opened = open_port(port, config, path=path, mode=mode, timeout_ms=timeout_ms)

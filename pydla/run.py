@@ -170,7 +170,11 @@ def check_output_files(args: argparse.Namespace, outputs: list[Any], inputs: dic
 
 
 def _open(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> Any:
+    from pydla.platform import check_port_spec
     from pydla.session import Session
+
+    if args.port is not None:
+        check_port_spec(args.port, "--port")  # named as typed (the Session would say "port")
 
     progress = None
     if sys.stderr.isatty():  # compiling a large ONNX model takes a while: show it, as pydla compile does

@@ -91,7 +91,6 @@ def test_run_refuses_an_output_file_over_an_input(files: dict[str, Path], tmp_pa
     assert np.load(x).shape == (1, 3, 32, 32)
 
 
-@pytest.mark.xfail(strict=True, reason="needs pydla/hw/shave/cli.py, being moved by issue 29's refactoring")
 def test_kernel_build_refuses_to_write_over_its_source(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     source = _copy(ROOT / "examples" / "kernels" / "scale_add.c", tmp_path, "scale_add.c")
@@ -283,7 +282,6 @@ def test_isync_wait_refuses_a_timeout_that_is_not_an_integer() -> None:
         sync.wait(np.int64(0))  # a numpy integer is an integer
 
 
-@pytest.mark.xfail(strict=True, reason="needs pydla/umd/runtime.py, being moved by issue 29's refactoring")
 def test_create_runtime_refuses_a_bad_timeout() -> None:
     with pytest.raises(DlaError) as e:
         pydla.createRuntime(timeout_ms=-5)
@@ -325,8 +323,6 @@ def test_an_array_view_too_large_for_its_memory_says_shape_dtype_and_bytes() -> 
         assert mem.array(np.float32, (1, 3, 32, 32)).nbytes == 12288
 
 
-@pytest.mark.xfail(strict=True, reason="needs pydla/portability/inprocess.py, being moved by issue 29's "
-                                       "refactoring")
 def test_freeing_memory_twice_says_it_was_freed() -> None:
     with pydla.createRuntime() as rt:
         mem = rt.allocateSystemMemory(64)
@@ -339,7 +335,6 @@ def test_freeing_memory_twice_says_it_was_freed() -> None:
 # -- 13, 14: the environment ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="needs pydla/platform.py, being moved by issue 29's refactoring")
 def test_a_bad_pydla_port_names_the_variable(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PYDLA_PORT", "bogus")
@@ -392,9 +387,6 @@ def test_a_compute_unit_start_with_the_wrong_argument_count_is_refused(
         assert a.array(np.float32).tolist() == [3.0] * 16
 
 
-@pytest.mark.xfail(strict=True, reason="needs pydla/portability/inprocess.py and pydla/kmd/ (the unit's "
-                                       "arguments through the device information), being moved by issue 29's "
-                                       "refactoring")
 def test_the_device_declares_vadds_arguments() -> None:
     with pydla.createRuntime() as rt:
         a = rt.allocateSystemMemory(64)

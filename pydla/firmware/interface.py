@@ -153,6 +153,9 @@ class CuDesc:
     engine: bool = False
     # The KMD's own knowledge (not in the uAPI's CU_QUERY: a client's copy has None): not compared.
     shave_tile: int | None = field(default=None, compare=False)
+    # The names of the arguments a start takes, when the unit's model declares them (XRT's kernel
+    # metadata): the host checks a start's argument count against them. Not in CU_QUERY either.
+    arguments: tuple[str, ...] | None = field(default=None, compare=False)
 
     @property
     def instance(self) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.firmware.interface import CuDesc, KmdDeviceInfo
+from pydla.hw.cu.models import model_class
 
 if TYPE_CHECKING:
     from pydla.hw.device import VirtualDevice
@@ -33,6 +34,7 @@ def device_info(device: VirtualDevice) -> KmdDeviceInfo:
                          tuple(CuDesc(cu.name, cu.m_ip_control[len("AP_CTRL_"):], cu.m_base_address,
                                       cu.window, bool(cu.m_int_enable), cu.m_interrupt_id,
                                       cu.pipeline_depth, cu.is_engine,
-                                      cu.param("tile") if cu.model == "shave_tile" else None)
+                                      cu.param("tile") if cu.model == "shave_tile" else None,
+                                      None if cu.is_engine else model_class(cu, cu.name).arguments)
                                for cu in config.ip_layout),
                          headed=bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))

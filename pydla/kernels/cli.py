@@ -66,13 +66,16 @@ def register(commands: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from pydla.files import check_output
     from pydla.kernels.build import build_kernel, compiler, write_atomically
     from pydla.kernels.image import check_elf
 
+    out = args.output if args.output is not None else args.source.with_suffix(".elf")
+    # Before the build: the ELF never goes over its C source (`-o k.c`), nor into a missing directory.
+    check_output(out, "-o" if args.output is not None else None, {"the kernel's source": args.source})
     toolchain = compiler()
     elf = build_kernel(args.source, args.entry, args.include, cc=toolchain)
     image = check_elf(elf, str(args.source))
-    out = args.output if args.output is not None else args.source.with_suffix(".elf")
     write_atomically(out, elf, "the kernel")  # whole or not at all
     if not args.quiet:
         entry = args.entry or args.source.stem

@@ -46,6 +46,7 @@ from pydla.portability.interface import (
     check_free_args,
     check_prepared_submit,
     check_task,
+    memory_handle_error,
 )
 
 _U8 = np.dtype(np.uint8)
@@ -192,7 +193,8 @@ class InProcessPort(NvDlaPort):
         info = self.kmd_of(select).info
         return NvDlaDeviceInfo(select, self.platform.instances, info.name, info.hw_version, info.blocks,
                                info.precisions, info.memory_bytes,
-                               tuple(cu.name for cu in info.compute_units))
+                               tuple(cu.name for cu in info.compute_units),
+                               compute_unit_arguments=tuple(cu.arguments for cu in info.compute_units))
 
     def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Session:
         select = self._select(select, "NvDlaOpen")
@@ -305,7 +307,7 @@ class InProcessPort(NvDlaPort):
 
     def _mem(self, session: Session, mem: NvDlaMemHandle, what: str) -> InProcessMem:
         if not isinstance(mem, InProcessMem) or mem.session is not session or mem.handle not in session.mems:
-            raise DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
+            raise memory_handle_error(what, freed=isinstance(mem, InProcessMem) and mem.session is session)
         return mem
 
     def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:

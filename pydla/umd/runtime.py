@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.loadable.container import Loadable, TensorDesc
-from pydla.portability.interface import NvDlaMemHandle, NvDlaPort
+from pydla.portability.interface import NvDlaMemHandle, NvDlaPort, check_timeout_ms
 from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.runner import Runner
@@ -43,7 +43,7 @@ class IRuntime:
         self.port = port
         self._owns_port = owns_port
         self.device = device
-        self.timeout_ms = timeout_ms
+        self.timeout_ms = check_timeout_ms(timeout_ms, "IRuntime: timeout_ms")
         self.handle = port.NvDlaOpen(device)
         self.loadable: Loadable | None = None
         self.runner: Runner | None = None
