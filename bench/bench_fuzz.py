@@ -169,8 +169,11 @@ def _run(work: list[Chunk], jobs: int, start: float, save: Path | None) -> tuple
 
 
 def _save(folder: Path, f: Finding) -> None:
+    """The input (a .dla for a loadable) and, beside it, what was found (.txt)."""
     suffix = ".dla" if "loadable" in f.target or f.target.startswith("rehashed") else ".bin"
-    (folder / f"{f.target}-{f.case}-{f.kind}{suffix}").write_bytes(f.data)
+    stem = folder / f"{f.target}-{f.case}-{f.kind}"
+    stem.with_suffix(suffix).write_bytes(f.data)
+    stem.with_suffix(".txt").write_text(f"{f.target} case {f.case}: {f.kind}\n{f.detail}\n")
 
 
 if __name__ == "__main__":
