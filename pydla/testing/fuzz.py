@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -108,8 +109,8 @@ class Report:
             lines.append(f"{name:<{width}} {n:>9,} {refused:>9,} {accepted:>9,} {seconds:>9.0f} {rate:>9.0f} "
                          f"{found:>9}")
         kinds: dict[tuple[str, str], int] = {}
-        for f in self.findings:
-            key = (f.kind, f.detail.splitlines()[0][:160])
+        for f in self.findings:  # alike when they differ only in numbers (a task id, an address)
+            key = (f.kind, re.sub(r"\d+", "N", f.detail.splitlines()[0])[:200])
             kinds[key] = kinds.get(key, 0) + 1
         for (kind, detail), n in sorted(kinds.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {n} x {kind}: {detail}")
