@@ -50,6 +50,7 @@ RATE = {
     "shave-kernel": 200, "onnx": 180, "ring": 160, "rehashed-deterministic": 30, "rehashed-threaded": 55,
 }
 CHUNK_SECONDS = 60
+SHOWN = 20  # findings printed one by one
 Chunk = tuple[str, int, int, int, float]  # target, seed, first case, cases, case timeout
 
 _held: dict[str, Target] = {}  # per process: the targets built so far
@@ -117,8 +118,10 @@ def main() -> int:
     wall = time.monotonic() - start
     print(f"{wall:.0f} s wall, {sum(total.seconds.values()):.0f} s in the targets, {args.jobs} process(es)")
     print(total.summary())
-    for f in total.findings:
+    for f in total.findings[:SHOWN]:
         print(f"finding: {f.target} case {f.case} ({f.kind}): {f.detail.splitlines()[0][:300]}")
+    if len(total.findings) > SHOWN:
+        print(f"... and {len(total.findings) - SHOWN} more findings (--save DIR writes each)")
     if broken:
         print(f"a worker process died: {broken}")
     if args.save is not None and total.findings:

@@ -110,7 +110,7 @@ class Report:
                          f"{found:>9}")
         kinds: dict[tuple[str, str], int] = {}
         for f in self.findings:  # alike when they differ only in numbers (a task id, an address)
-            key = (f.kind, re.sub(r"\d+", "N", f.detail.splitlines()[0])[:200])
+            key = (f.kind, re.sub(r"0x[0-9a-f]+|\d+", "N", f.detail.splitlines()[0])[:200])
             kinds[key] = kinds.get(key, 0) + 1
         for (kind, detail), n in sorted(kinds.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {n} x {kind}: {detail}")
