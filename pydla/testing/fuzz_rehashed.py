@@ -58,11 +58,11 @@ class RehashBench:
 
     def __init__(self, original: bytes, *, mode: str = "deterministic", tdr_ms: int = TDR_MS,
                  memory_bytes: int = MEMORY_BYTES) -> None:
+        from pydla import createRuntime  # (the public name: the composition root moves it)
         from pydla.hw.config import load_config
         from pydla.platform import Platform
         from pydla.portability.inprocess import InProcessPort
         from pydla.session import Session
-        from pydla.umd.runtime import createRuntime
 
         self.original = original
         self.mode = mode
