@@ -1,10 +1,12 @@
 """A short fuzz campaign over every reader of untrusted input (pydla.testing.fuzz): no exception but
-DlaError, no hang, and no corrupted loadable that runs and answers differently from the original.
-The long campaign: ``python bench/bench_fuzz.py --cases 1000000``. More here:
+DlaError, no hang, no corrupted loadable that runs and answers differently from the original, and no
+loadable mutated behind its section digests (pydla.testing.fuzz_rehashed) that leaves the device
+unusable. The long campaign: ``python bench/bench_fuzz.py`` (1,040,000 inputs). More here:
 ``PYDLA_FUZZ_CASES=20000 python -m pytest tests/test_fuzz.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -191,3 +193,153 @@ def test_onnx_cases_are_reproduced_from_their_descriptor() -> None:
     broken.CopyFrom(BASES[0])
     broken.graph.node[1].output[0] = broken.graph.node[0].output[0]
     assert breaks_rules(broken)
+
+
+# -- loadables mutated behind their digests (pydla.testing.fuzz_rehashed) ---------------------------
+
+REHASHED_CASES = 150
+def _with_messages(target: Target) -> tuple[Target, list[str]]:
+    """``target`` recording the message of each DlaError it raises."""
+    from pydla.errors import DlaError
+
+    messages: list[str] = []
+    check = target.check
+
+    def recording(data: bytes) -> None:
+        try:
+            check(data)
+        except DlaError as e:
+            messages.append(e.message)
+            raise
+
+    return dataclasses.replace(target, check=recording), messages
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_loadables_mutated_behind_their_digests_are_refused_or_run_and_the_device_stays_usable(
+        loadable: bytes, mode: str) -> None:
+    """Each case passes the integrity check (no message about a digest) and is refused by a reader
+    behind it, or runs; after each, the original loadable runs bit for bit on the same runtime and on
+    another context of the same device."""
+    from pydla.testing.fuzz_rehashed import rehashed_target
+
+    target, messages = _with_messages(rehashed_target(loadable, mode=mode))
+    report = run_campaign([target], cases=CASES or REHASHED_CASES, seed=SEED, case_timeout_s=20)
+    assert not report.findings, report.summary()
+    assert not [m for m in messages if "SHA-256" in m or "digest" in m], messages
+    name = target.name
+    assert report.accepted[name] >= 0.1 * report.cases[name], report.summary()
+    # The mutations reach every layer: the recipe, the tables, the control code, the KMD's checks
+    # of the descriptors (task N: ...), and the device (a SHAVE tile, a block).
+    layers = {"recipe": r"\.pydla\.recipe|recipe buffer",
+              "tables": r"memory entry|tensor \d|\.pydla\.(memory|tensors)",
+              "control code": r"\.pydla\.ctrl\.", "kmd": r"^task \d+: (?!SHAVE tile)",
+              "device": r"SHAVE tile \d stopped|failed on the device"}
+    reached = {layer for layer, pattern in layers.items() for m in messages if re.search(pattern, m)}
+    assert reached == set(layers), (reached, messages)
+
+
+def _runtime_at_the_conv_weights(blob: bytes) -> bytes:
+    """``blob`` with the SHAVE runtime kernel's weights offset set to 0 (the convolution's weights,
+    not an ELF file) and the digests rewritten: the tile refuses the START (BAD_ELF)."""
+    import ctypes
+
+    from pydla.deviceapi.generated import loadable as L
+    from pydla.loadable.container import MEMORY
+    from pydla.testing.fuzz_loadable_parts import build_loadable, split_loadable
+
+    parts = split_loadable(blob)
+    i = parts.index(MEMORY)
+    assert i is not None
+    name, data, align = parts.sections[i]
+    size = ctypes.sizeof(L.dla_memory_entry_t)
+    entries = [L.dla_memory_entry_t.from_buffer_copy(data, o) for o in range(0, len(data), size)]
+    (runtime,) = [e for e in entries if e.name == b"shave_runtime"]
+    runtime.weights_offset = 0
+    parts.sections[i] = (name, b"".join(bytes(e) for e in entries), align)
+    return build_loadable(parts)
+
+
+def test_the_digests_are_rewritten_as_the_writer_writes_them(loadable: bytes) -> None:
+    from pydla.errors import DlaError
+    from pydla.loadable.container import Loadable
+    from pydla.testing.fuzz_loadable_parts import rehash
+
+    assert rehash(loadable) == loadable  # taken apart and built again: the same bytes
+    bad = _runtime_at_the_conv_weights(loadable)
+    Loadable(bad)  # passes every check of the container (the tile refuses it)
+    from pydla.elf.reader import ElfReader
+    from pydla.loadable.container import MEMORY
+
+    at = ElfReader(bad).section_offset(MEMORY) + 4 * 96 + 80  # entry 4 (shave_runtime), weights_offset
+    corrupt = bytearray(bad)
+    corrupt[at] ^= 1  # without rewriting the digests
+    with pytest.raises(DlaError, match=r"section '\.pydla\.memory' is corrupt: its SHA-256"):
+        Loadable(bytes(corrupt))
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_a_shave_runtime_kernel_that_is_no_elf_is_refused_and_the_next_list_runs(loadable: bytes,
+                                                                                  mode: str) -> None:
+    """Found by the rehashed-threaded target: a case whose SHAVE runtime kernel the tile refuses at
+    START left the device hanging the next list (once), in threaded mode."""
+    from pydla.errors import DlaError
+    from pydla.testing.fuzz_rehashed import rehashed_target
+
+    target = rehashed_target(loadable, mode=mode)
+    with pytest.raises(DlaError, match=r"SHAVE tile 0 stopped with BAD_ELF in the start of its runtime"):
+        target.check(_runtime_at_the_conv_weights(loadable))
+    target.check(loadable)
+
+
+def test_the_rehashed_target_reports_a_device_left_unusable(loadable: bytes,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oracle works: with the SHAVE system's reset doing nothing, a list that fails leaves its
+    tiles and barriers behind, the original loadable then hangs, and the case is an "unusable"
+    finding; the next case gets a new device."""
+    from pydla.hw.shave.system import ShaveSystem
+    from pydla.testing.fuzz import DeviceUnusable
+    from pydla.testing.fuzz_rehashed import rehashed_target
+
+    target = rehashed_target(loadable, mode="deterministic")
+    target.check(loadable)  # the device is built (its reset runs at power-on)
+    monkeypatch.setattr(ShaveSystem, "reset", lambda self: None)
+    with pytest.raises(DeviceUnusable, match=r"the original loadable fails on the case's runtime: "
+                                             r"task \d+ of context \d+ hung"):
+        target.check(_runtime_at_the_conv_weights(loadable))
+    monkeypatch.undo()
+    target.check(loadable)  # on a new device
+
+
+def test_rehashed_mutations_are_seeded_and_reach_each_piece(loadable: bytes) -> None:
+    from pydla.testing.fuzz_loadable_parts import Layouts, build_loadable, mutate_parts, split_loadable
+
+    parts = split_loadable(loadable)
+    layouts = Layouts.of(parts)
+    cases = [build_loadable(mutate_parts(random.Random(f"r{i}"), parts, layouts)) for i in range(300)]
+    assert cases == [build_loadable(mutate_parts(random.Random(f"r{i}"), parts, layouts)) for i in range(300)]
+    changed: set[str] = set()
+    for case in cases:
+        mutated = split_loadable(case)
+        if mutated.notes != parts.notes:
+            changed.add("notes")
+        before = {n: d for n, d, _ in parts.sections}
+        after = {n: d for n, d, _ in mutated.sections}
+        changed |= {n for n in before if n in after and after[n] != before[n]}
+        changed |= {"structure"} if list(before) != list(after) else set()
+    assert changed == {"notes", "structure", *(n for n, _, _ in parts.sections)}, changed
+    # The descriptors are edited field by field: a control code keeps its ELF structure
+    from pydla.elf.controlcode import ControlCode
+    from pydla.errors import DlaError
+
+    whole = 0
+    original = {n: d for n, d, _ in parts.sections}
+    for case in cases:
+        for name, data, _ in split_loadable(case).sections:
+            if name.startswith(".pydla.ctrl.") and data != original.get(name, data):
+                try:
+                    ControlCode(data)
+                    whole += 1
+                except DlaError:
+                    pass
+    assert whole >= 50, whole

@@ -121,10 +121,12 @@ class Kmd(KmdComputeUnits):
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave
         self.default_timeout_ms = default_timeout_ms
-        # Headed, an interrupt may come back on a thread that is inside the driver, and _irq_thread
-        # asks whether this thread holds the lock: a headed driver's lock records its owner. Headless
-        # nothing asks, and the bare RLock costs four Python calls less per job.
-        self._owned_lock = OwnedLock() if info.headed else None
+        # An interrupt may come back on a thread that is inside the driver (headed: a doorbell ran the
+        # firmware; threaded: a SHAVE start the tile refuses at once raises it inside
+        # dla_execute_task), and _irq_thread asks whether this thread holds the lock: those drivers'
+        # lock records its owner. A deterministic headless driver has no _irq_thread: nothing asks,
+        # and the bare RLock costs four Python calls less per job.
+        self._owned_lock = OwnedLock() if info.headed or info.mode == "threaded" else None
         self._lock: OwnedLock | threading.RLock = self._owned_lock or threading.RLock()
         self._contexts: dict[int, Context] = {}
         self.queues = JobQueues()
@@ -528,8 +530,11 @@ class Kmd(KmdComputeUnits):
         the service thread (woken by the ISR) does the work. Headed, the interrupt may come from a
         thread inside the driver (its doorbell ran the firmware): that thread's own poll, or the
         service thread, takes the events; and block interrupts are the firmware's, not the driver's."""
-        owned = self._owned_lock  # (headed: see __init__)
-        if owned is not None and (not self.engine.pending_events() or owned.held_by_caller()):
+        owned = self._owned_lock  # (threaded: see __init__)
+        if (owned is not None and owned.held_by_caller()) or (self.info.headed
+                                                              and not self.engine.pending_events()):
+            # Never the bottom half re-entrantly in the middle of this thread's own driver work (it
+            # would reset the tiles a SHAVE list is being started on): the service thread does it.
             self.engine.wake()
             return
         if not self._lock.acquire(blocking=False):

@@ -244,7 +244,11 @@ class Loadable:
         for kind in (NT_FORMAT, NT_CONTRACTS, NT_DEVICE):
             if kind not in notes:
                 raise DlaError(NvError.BadValue, f"{self.source}: note {kind} is missing from {NOTE_SECTION}")
-        self.format_version = parse_semver(notes[NT_FORMAT].decode(errors="replace"))
+        try:
+            self.format_version = parse_semver(notes[NT_FORMAT].decode(errors="replace"))
+        except DlaError as e:  # the message names the value: say where it is
+            raise DlaError(e.code, f"{self.source}: {NOTE_SECTION} note {NT_FORMAT} (the loadable format): "
+                                   f"{e.message}") from None
         if self.format_version[0] != FORMAT_VERSION[0]:
             mine = ".".join(map(str, FORMAT_VERSION))
             theirs = ".".join(map(str, self.format_version))
@@ -259,8 +263,9 @@ class Loadable:
             self.contracts = {name: ContractVersion(name, parse_semver(c["version"]),
                                                     int(c["layout_hash64"], 16))
                               for name, c in contracts.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise DlaError(NvError.BadValue, f"{self.source}: contract note is malformed: {e}") from e
+        except (ValueError, KeyError, TypeError, AttributeError, DlaError) as e:
+            detail = e.message if isinstance(e, DlaError) else e  # a version that is not MAJOR.MINOR.PATCH
+            raise DlaError(NvError.BadValue, f"{self.source}: contract note is malformed: {detail}") from e
         for name, api in CONTRACTS.items():
             if name not in self.contracts:
                 raise DlaError(NvError.BadValue, f"{self.source}: contract note does not name '{name}'")

@@ -294,11 +294,11 @@ def _compare(model_bytes: bytes, blob: bytes, data: bytes, done: list[str]) -> N
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     from pydla.session import Session
-    from pydla.testing.fuzz import _sample
+    from pydla.testing.fuzz_readers import sample
 
     rng = np.random.default_rng(list(data))
     with Session(blob) as sess:
-        feeds = {t.name: _sample(rng, t.sizes, t.dtype) for t in sess.inputs}
+        feeds = {t.name: sample(rng, t.sizes, t.dtype) for t in sess.inputs}
         got = sess.run(feeds)
     options, quiet = ort.SessionOptions(), ort.RunOptions()
     # Its warnings (an initializer listed as an input) and errors (a model it does not run) are not

@@ -148,6 +148,27 @@ def test_older_minor_format_loads(monkeypatch) -> None:
     assert Loadable.open(older).format_version == (1, 0, 0)
 
 
+def test_a_version_that_is_not_semver_is_refused_naming_its_note(monkeypatch) -> None:
+    """Found by fuzzing behind the digests: the message said "version '1.1' is not
+    MAJOR.MINOR.PATCH", naming neither the file nor the note."""
+    import pydla.loadable.container as c
+    from pydla.deviceapi.generated import dla_task
+
+    monkeypatch.setattr(c, "FORMAT_VERSION", (1, 1))
+    bad_format = build_writer().build()
+    monkeypatch.undo()
+    with pytest.raises(DlaError, match=r"^m\.dla: \.note\.pydla note 1 \(the loadable format\): version "
+                                       r"'1\.1' is not MAJOR\.MINOR\.PATCH \[BadValue\]$") as e:
+        Loadable(bad_format, "m.dla")
+    assert e.value.code == NvError.BadValue
+    monkeypatch.setattr(dla_task, "VERSION", (1, 8))
+    bad_contract = build_writer().build()
+    monkeypatch.undo()
+    with pytest.raises(DlaError, match=r"^m\.dla: contract note is malformed: version '1\.8' is not "
+                                       r"MAJOR\.MINOR\.PATCH \[BadValue\]$"):
+        Loadable(bad_contract, "m.dla")
+
+
 def test_contract_hash_mismatch_is_rejected(monkeypatch) -> None:
     from pydla.deviceapi.generated import dla_task
 

@@ -1,6 +1,12 @@
 """The time budget of emulated kernels: one daemon thread for the whole process stops (emu_stop) an
 emulation that runs longer than its budget.
 
+The budget counts the CPU time of the thread that emulates (its POSIX CPU clock, read from the
+watchdog's thread), not wall time: on a loaded machine, or in a process run under ``nice``, a thread
+can wait for a core longer than a short budget, and a kernel would be stopped (BUDGET) for time it
+never ran (the fuzz campaign saw it at load 15 with a 50 ms budget). Where a thread's CPU clock
+cannot be read (no ``time.pthread_getcpuclockid``), wall time.
+
 unicorn's own ``timeout`` starts a thread for every emu_start (about 0.3 ms each, measured: more than
 an empty kernel's whole invocation), and its instruction ``count`` slows emulation about 2.5x; this
 costs two attribute writes per emulation. The thread starts with the first watched emulation and
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,10 +33,32 @@ MIN_POLL_S = 0.01  # a short budget (a test's) polls faster, never more than 100
 
 
 class Watch:
-    def __init__(self, uc: Any, deadline: float) -> None:
+    """One emulation: its emulator, the clock it is timed by (its thread's CPU time, or wall time)
+    and the reading at which its budget ends."""
+
+    def __init__(self, uc: Any, budget_s: float) -> None:
         self.uc = uc
-        self.deadline = deadline
+        self.clock = _emulating_thread_clock()
+        self.deadline = self.clock() + budget_s
         self.stopped = False
+
+    def expired(self) -> bool:
+        try:
+            return self.clock() >= self.deadline
+        except OSError:  # the thread is gone: its emulation has ended
+            return False
+
+
+def _emulating_thread_clock() -> Callable[[], float]:
+    """The calling thread's CPU time as seen from any thread, else the monotonic clock."""
+    getcpuclockid = getattr(time, "pthread_getcpuclockid", None)
+    if getcpuclockid is not None:
+        try:
+            clock = int(getcpuclockid(threading.get_ident()))
+            return lambda: time.clock_gettime(clock)
+        except OSError:
+            pass
+    return time.monotonic
 
 
 class Watchdog:
@@ -42,7 +70,7 @@ class Watchdog:
 
     @contextmanager
     def watch(self, uc: Any, budget_s: float) -> Iterator[Watch]:
-        w = Watch(uc, time.monotonic() + budget_s)
+        w = Watch(uc, budget_s)
         with self._lock:
             self._watches.add(w)
             self._poll = min(self._poll, max(budget_s / 10, MIN_POLL_S))
@@ -58,10 +86,9 @@ class Watchdog:
     def _run(self) -> None:
         while True:
             time.sleep(self._poll)
-            now = time.monotonic()
             with self._lock:
                 for w in self._watches:
-                    if now >= w.deadline:
+                    if w.expired():
                         # Again at every poll until the emulation ends: a stop requested just before
                         # the emulator started would be forgotten by it.
                         w.stopped = True
