@@ -20,7 +20,7 @@ from pydla.compiler.api import compile_model
 from pydla.demo import build_demo_model
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_ELF = ROOT / "pydla" / "hw" / "shave" / "kernels" / "activation.elf"
+KERNEL_ELF = ROOT / "pydla" / "kernels" / "shipped" / "activation.elf"
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,7 @@ def device_config_target() -> Target:
 
     from pydla.target.config import parse_config
 
-    folder = resources.files("pydla.hw").joinpath("configs")
+    folder = resources.files("pydla.target").joinpath("configs")
     seeds = [folder.joinpath(f"{n}.json").read_bytes() for n in ("full", "small")]
 
     def check(data: bytes) -> None:
