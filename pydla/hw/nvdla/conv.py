@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.hw.nvdla import cacc, conv_compressed, conv_fp16, conv_int, conv_weights, surface
+from pydla.hw.nvdla.conv_atoms import DirectAtoms
 from pydla.hw.nvdla.conv_checks import check
 from pydla.hw.nvdla.conv_params import COMPRESSED, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
@@ -112,12 +113,12 @@ def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,
     w, nan_w, inf_w = _weights(params, g, prec, memory, sram, target)
     pad = params.csc.pad_value & (0xFF if prec is Precision.INT8 else 0xFFFF)
     pad_value = sign_extend(pad, 8 * prec.bpe) if prec.is_int else pad
-    taps = Taps(x, g, pad_value)
     _, cf = conv_weights.groups(target, prec)
+    atoms = DirectAtoms(Taps(x, g, pad_value), w, cf)
     if prec is Precision.FP16:
-        bits = conv_fp16.convolve(taps, w, cf)
+        bits = conv_fp16.convolve(atoms)
         return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
                           nan_input_weight=nan_w, inf_input_weight=inf_w)
-    sums = conv_int.accumulate(taps, w, cf)
+    sums = conv_int.accumulate(atoms)
     out, saturated = cacc.deliver_int(sums, params.cacc.clip_truncate)
     return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)
