@@ -264,7 +264,7 @@ def test_weight_bytes_must_hold_the_kernels() -> None:
 
 
 @pytest.mark.parametrize(("block", "changes", "text"), [
-    ("cdma", dict(conv_mode=1), "Winograd"), ("cdma", dict(datain_format=1), "image")])
+    ("cdma", dict(conv_mode=1), "Winograd")])
 def test_not_implemented_modes(block: str, changes: dict[str, int], text: str) -> None:
     p = _params()
     for b in ("cdma", "csc", "cmac_a", "cmac_b", "cacc"):
