@@ -100,10 +100,11 @@ def carry8_table() -> npt.NDArray[np.int8]:
     return out
 
 
-def products(dh: npt.NDArray[np.int16], dm: I32, dkey: I32, wh: npt.NDArray[np.int16], wm: I32, wkey: I32
-             ) -> tuple[I64, I64]:
+def products(dh: npt.NDArray[np.int16], dm: I32, dkey: I32, wh: npt.NDArray[np.int16], wm: I32, wkey: I32,
+             combine: npt.NDArray[np.int64] | None = None) -> tuple[I64, I64]:
     """The atoms' exponents ``4·emax`` and the sums of their lanes' truncated products: data (P, L)
-    against weights (K, L), results (P, K); ``dkey``/``wkey`` are the carry table's index parts."""
+    against weights (K, L), results (P, K); ``dkey``/``wkey`` are the carry table's index parts. With
+    ``combine`` (L, J) the lanes are summed with those integer coefficients instead: (P, K, J) (Winograd)."""
     h = np.add(dh[:, None, :], wh[None, :, :], order="C")
     emax = np.maximum(h.max(axis=-1), 0)
     q = emax[..., None] - h  # the shift k = 4q
@@ -124,6 +125,9 @@ def products(dh: npt.NDArray[np.int16], dm: I32, dkey: I32, wh: npt.NDArray[np.i
             k = np.take(q, flat).astype(np.int64) << 2
             np.put(shifted, flat, booth((d_m ^ w_m) < 0, np.abs(w_m).astype(np.uint32),
                                               np.abs(d_m).astype(np.uint32), k))
+    if combine is not None:  # exact in float64: |products| < 2^28, at most 64 lanes of small coefficients
+        mixed: I64 = (shifted.astype(np.float64) @ combine.astype(np.float64)).astype(np.int64)
+        return (emax.astype(np.int64) << 2), mixed
     total: I64 = shifted.sum(axis=-1, dtype=np.int64)
     return (emax.astype(np.int64) << 2), total
 

@@ -37,12 +37,13 @@ from pydla.hw.nvdla import (
     conv_image,
     conv_int,
     conv_weights,
+    conv_winograd,
     pixel,
     surface,
 )
 from pydla.hw.nvdla.conv_atoms import Atoms, DirectAtoms
 from pydla.hw.nvdla.conv_checks import check
-from pydla.hw.nvdla.conv_params import COMPRESSED, PIXEL, ConvParams
+from pydla.hw.nvdla.conv_params import COMPRESSED, CONV_WINOGRAD, PIXEL, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.intmath import saturate, shift_right_round, sign_extend
 from pydla.hw.nvdla.memory import NvdlaMemory, access, select
@@ -137,10 +138,29 @@ def _atoms(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory
     return DirectAtoms(Taps(x, g, _pad_value(params, prec)), w4, cf), (nan_d, inf_d, nan_w, inf_w)
 
 
+def _winograd(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+              target: NvdlaTarget) -> ConvResult:
+    wg = conv_winograd.check(params, target, prec)
+    ext, nan_d, inf_d = conv_winograd.extended(params, wg, prec, memory, sram, target)
+    tiles = conv_winograd.transformed_tiles(ext, wg, prec, params.csc.pra_truncate)
+    raw, nan_w, inf_w = _weight_bytes(params, g, prec, memory, sram, target)
+    kf, _ = target.kernel_groups(prec)
+    flat = np.ascontiguousarray(raw[:wg.kernels * 16 * wg.ext_channel * prec.bpe]).view(prec.dtype)
+    w = flat[conv_winograd.weight_offsets(wg.kernels, wg.ext_channel, kf)]
+    if prec is Precision.FP16:
+        bits = conv_winograd.convolve_fp16(tiles, w, wg)
+        return ConvResult(to_sdp=bits, nan_input_data=nan_d, inf_input_data=inf_d, nan_input_weight=nan_w,
+                          inf_input_weight=inf_w)
+    out, saturated = cacc.deliver_int(conv_winograd.sums_int(tiles, w, wg), params.cacc.clip_truncate)
+    return ConvResult(to_sdp=out, saturations=saturated)
+
+
 def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,
             sram: NvdlaMemory | None = None) -> ConvResult:
     """Run one convolution; the result goes to the SDP (see the module's description)."""
     g, prec = check(params, target)
+    if params.cdma.conv_mode == CONV_WINOGRAD:
+        return _winograd(params, g, prec, memory, sram, target)
     atoms, (nan_d, inf_d, nan_w, inf_w) = _atoms(params, g, prec, memory, sram, target)
     if prec is Precision.FP16:
         bits = conv_fp16.convolve(atoms)

@@ -64,9 +64,6 @@ _EQUAL = (
     (("cdma", "weight_format"), ("csc", "weight_format")),
     (("cdma", "proc_precision"), ("csc", "in_precision"), ("csc", "proc_precision"),
      ("cmac_a", "proc_precision"), ("cmac_b", "proc_precision"), ("cacc", "proc_precision")),
-    (("cdma", "datain_width"), ("csc", "datain_width_ext")),
-    (("cdma", "datain_height"), ("csc", "datain_height_ext")),
-    (("cdma", "datain_channel"), ("csc", "datain_channel_ext")),
     (("cdma", "weight_kernel"), ("csc", "weight_kernel"), ("csc", "dataout_channel"),
      ("cacc", "dataout_channel")),
     (("csc", "dataout_width"), ("cacc", "dataout_width")),
@@ -86,16 +83,27 @@ def _same(p: ConvParams, group: tuple[tuple[str, str], ...]) -> None:
             raise _bad(f"{block.upper()} {name}", f"{v} differs from {b0.upper()} {f0} {first}")
 
 
+# The direct and image modes: CSC sees the cube CDMA fetched (Winograd: the padded, stride-extended one).
+_SAME_CUBE = (
+    (("cdma", "datain_width"), ("csc", "datain_width_ext")),
+    (("cdma", "datain_height"), ("csc", "datain_height_ext")),
+    (("cdma", "datain_channel"), ("csc", "datain_channel_ext")),
+)
+
+
 def _modes(p: ConvParams, target: NvdlaTarget) -> Precision:
-    """The processing precision, and the checks of the input mode (feature data or pixels)."""
+    """The processing precision, and the checks of the input mode (feature data or pixels; Winograd's
+    are pydla.hw.nvdla.conv_winograd's)."""
     d, s = p.cdma, p.csc
-    if d.conv_mode == CONV_WINOGRAD:
-        raise _bad("CDMA conv_mode", "Winograd convolution is not implemented", NvError.NotSupported)
     if d.weight_format == COMPRESSED and not target.weight_compression:
         raise _bad("CDMA weight_format", f"{target.name} has no weight compression", NvError.NotSupported)
     prec = precision(d.proc_precision, "CDMA D_MISC_CFG.PROC_PRECISION")
     target.require(prec, "convolution")
     precision(d.in_precision, "CDMA D_MISC_CFG.IN_PRECISION")
+    if d.conv_mode == CONV_WINOGRAD:
+        return prec
+    for group in _SAME_CUBE:
+        _same(p, group)
     if d.datain_format == PIXEL:
         if d.batches:
             raise _bad("CDMA batches", f"{d.batches + 1} batches: image input has one", NvError.NotSupported)

@@ -266,3 +266,49 @@ def image(*, target: NvdlaTarget, in_precision: Precision, precision: Precision,
                       dataout_channel=kernels - 1, clip_truncate=clip_truncate)
     cmac = CmacParams(proc_precision=prec)
     return ConvParams(cdma=cdma, csc=csc, cacc=cacc, cmac_a=cmac, cmac_b=cmac)
+
+
+def winograd(*, target: NvdlaTarget, precision: Precision, width: int, height: int, channel: int,
+             kernels: int, out_width: int, out_height: int, data_addr: int, weight_addr: int,
+             pad_left: int = 1, pad_top: int = 1, stride: tuple[int, int] = (1, 1), pad_value: int = 0,
+             pra_truncate: int = 0, clip_truncate: int = 0, line_stride: int | None = None,
+             surf_stride: int | None = None, nan_to_zero: int = 0) -> ConvParams:
+    """A Winograd convolution's registers as NVIDIA's compiler and firmware set them: the output
+    ``out_width`` x ``out_height`` (multiples of 4), the input padded right and below to ``out + 4``
+    extended pixels (x stride), channels extended to whole surfaces times the stride, 4x4 kernels over
+    them, the CBUF entries of an extended row and the banks the input needs."""
+    atom = target.atom
+    epa = target.epa(precision)
+    surfaces = -(-channel // epa)
+    sx, sy = stride
+    ext_w, ext_h = out_width + 4, out_height + 4
+    ext_c = sx * sy * surfaces * epa
+    pad_right, pad_bottom = ext_w * sx - width - pad_left, ext_h * sy - height - pad_top
+    ls = width * atom if line_stride is None else line_stride
+    ss = height * ls if surf_stride is None else surf_stride
+    bpk = 16 * ext_c * precision.bpe
+    weight_bytes = -(-bpk * kernels // 128) * 128
+    entries = ext_w * sx * sy * surfaces // 4
+    data_bank = -(-entries * ext_h // target.cbuf_bank_entries)
+    weight_bank = -(-weight_bytes // (target.cbuf_entry_bytes * target.cbuf_bank_entries))
+    prec = int(precision)
+    common = dict(conv_mode=CONV_WINOGRAD, in_precision=prec, proc_precision=prec)
+    cdma = CdmaParams(
+        **common, datain_width=width - 1, datain_height=height - 1, datain_channel=channel - 1,
+        datain_width_ext=ext_w - 1, datain_height_ext=ext_h - 1, datain_addr_0=data_addr, line_stride=ls,
+        surf_stride=ss, line_packed=int(ls == width * atom), surf_packed=int(ss == width * height * atom),
+        entries=entries - 1, byte_per_kernel=bpk - 1, weight_kernel=kernels - 1, weight_addr=weight_addr,
+        weight_bytes=weight_bytes, conv_x_stride=sx - 1, conv_y_stride=sy - 1, pad_left=pad_left,
+        pad_right=pad_right, pad_top=pad_top, pad_bottom=pad_bottom, pad_value=pad_value & 0xFFFF,
+        data_bank=data_bank - 1, weight_bank=weight_bank - 1, nan_to_zero=nan_to_zero)
+    csc = CscParams(
+        **common, datain_width_ext=ext_w - 1, datain_height_ext=ext_h - 1, datain_channel_ext=ext_c - 1,
+        entries=entries - 1, weight_width_ext=3, weight_height_ext=3, weight_channel_ext=ext_c - 1,
+        weight_kernel=kernels - 1, weight_bytes=weight_bytes, dataout_width=out_width - 1,
+        dataout_height=out_height - 1, dataout_channel=kernels - 1, atomics=out_width * out_height - 1,
+        rls_slices=ext_h - 1, pad_value=pad_value & 0xFFFF, data_bank=data_bank - 1,
+        weight_bank=weight_bank - 1, pra_truncate=pra_truncate)
+    cacc = CaccParams(conv_mode=CONV_WINOGRAD, proc_precision=prec, dataout_width=out_width - 1,
+                      dataout_height=out_height - 1, dataout_channel=kernels - 1, clip_truncate=clip_truncate)
+    cmac = CmacParams(conv_mode=CONV_WINOGRAD, proc_precision=prec)
+    return ConvParams(cdma=cdma, csc=csc, cacc=cacc, cmac_a=cmac, cmac_b=cmac)
