@@ -18,7 +18,8 @@ product's sign. Therefore
   product is ``P >> 4``;
 - k = 8: ``carry_8`` is looked up in a table of the 2^17 cases (d mod 256, w mod 256, sign), built
   from the Booth multiplier itself;
-- k = 12 … 28: the Booth multiplier runs on those lanes only.
+- k = 12 … 28: the Booth multiplier runs on those lanes only (:func:`booth_lanes`, the reference
+  multiplier of pydla.hw.nvdla.cmac_fp16 in uint32 arithmetic).
 
 With FP16 data the first three cover almost every lane (products of values within a factor 2^8 of
 the atom's largest; bench_nvdla_blocks' random layer: 96 %).
@@ -86,6 +87,54 @@ def weight_operands(bits: npt.ArrayLike) -> Operands:
     return _operands(bits, 9)
 
 
+_MAG = np.array([0, 1, 1, 2, 2, 1, 1, 0], dtype=np.uint32)  # a radix-4 Booth code's magnitude
+# whether the partial product is negated, by (product negative) * 8 + code: the digit's sign flipped by the
+# product's, a zero digit staying positive
+_NEGATED = np.array([0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0], dtype=np.uint32)
+_COMP = np.array([0xAAAB0000, 0xFAAAB000, 0xFFAAAB00, 0xFFFAAAB0, 0xFFFFAAAB, 0xFFFFFAAB, 0xFFFFFFAB,
+                  0xFFFFFFFB], dtype=np.uint32)
+
+
+def _csa(a: npt.NDArray[np.uint32], b: npt.NDArray[np.uint32], c: npt.NDArray[np.uint32]
+         ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    return a ^ b ^ c, ((a & b) | (c & (a | b))) << np.uint32(1)
+
+
+def booth_lanes(negative: npt.NDArray[np.bool_], wt: npt.NDArray[np.uint32], dat: npt.NDArray[np.uint32],
+                k: npt.NDArray[np.int64]) -> I32:
+    """pydla.hw.nvdla.cmac_fp16.booth for 1-D lanes with shifts 0 … 28, in uint32 arithmetic (the same
+    partial products, carry-save order and compensation)."""
+    w2 = wt.astype(np.uint32) << np.uint32(1)
+    d = dat.astype(np.uint32)
+    sign = negative.astype(np.uint32) << np.uint32(3)
+    rows = []
+    inv_prev = np.zeros_like(d)
+    for i in range(8):
+        code = (w2 >> np.uint32(2 * i)) & np.uint32(7)
+        neg = np.take(_NEGATED, sign | code)
+        prod = d * np.take(_MAG, code)
+        pp = (prod ^ (neg * np.uint32(0xFFFF))) | ((np.uint32(1) - neg) << np.uint32(16))
+        rows.append((pp << np.uint32(2 * i)) | (inv_prev << np.uint32(max(2 * i - 2, 0))) if i else pp)
+        if i == 3:
+            rows.append(neg << np.uint32(6))
+            inv_prev = np.zeros_like(d)
+        else:
+            inv_prev = neg
+    rows.append(inv_prev << np.uint32(14))
+    s, c = _csa(*rows[0:3])
+    s, c = _csa(s, c, rows[3])
+    s0, c0 = _csa(s, c, rows[4])
+    s, c = _csa(*rows[5:8])
+    s, c = _csa(s, c, rows[8])
+    s1, c1 = _csa(s, c, rows[9])
+    s, c = _csa(s0, c0, s1)
+    s, c = _csa(s, c, c1)
+    shift = k.astype(np.uint32)
+    total = (s >> shift) + (c >> shift) + np.take(_COMP, shift >> np.uint32(2))
+    out: I32 = total.view(np.int32)
+    return out
+
+
 @functools.cache
 def carry8_table() -> npt.NDArray[np.int8]:
     """``carry_8`` for index ``(w mod 256) << 9 | (d mod 256) << 1 | negative``, from the Booth
@@ -123,7 +172,7 @@ def products(dh: npt.NDArray[np.int16], dm: I32, dkey: I32, wh: npt.NDArray[np.i
             kern, lane = np.divmod(rest, l_n)
             d_m, w_m = dm[pos, lane], wm[kern, lane]
             k = np.take(q, flat).astype(np.int64) << 2
-            np.put(shifted, flat, booth((d_m ^ w_m) < 0, np.abs(w_m).astype(np.uint32),
+            np.put(shifted, flat, booth_lanes((d_m ^ w_m) < 0, np.abs(w_m).astype(np.uint32),
                                               np.abs(d_m).astype(np.uint32), k))
     if combine is not None:  # exact in float64: |products| < 2^28, at most 64 lanes of small coefficients
         mixed: I64 = (shifted.astype(np.float64) @ combine.astype(np.float64)).astype(np.int64)

@@ -51,6 +51,8 @@ _A = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.int64)  # Aᵀ of F(2x2, 
 POSITIONS = np.einsum("ry,cx->yxrc", _A, _A).reshape(16, 4)
 COMBINE = POSITIONS.repeat(4, axis=0)
 _DGEMM_EXACT = 1 << 47
+_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float32)  # Bᵀ
+_KRON_B = np.kron(_BT, _BT).T.copy()  # d (16, row-major) @ _KRON_B = Bᵀ·d·B (row-major)
 
 
 def _bad(where: str, message: str, code: NvError = NvError.BadValue) -> DlaError:
@@ -181,7 +183,9 @@ def transformed_tiles(ext: npt.NDArray[np.generic], g: WinoGeometry, prec: Preci
         out = fp17_to_fp16(_rows_then_columns(fp16_to_fp17(tiles.astype(np.int64)), add, sub))
         result: npt.NDArray[np.generic] = out.astype(np.uint16).reshape(ty * tx, g.ext_channel, 16)
         return result
-    t = _rows_then_columns(tiles.astype(np.int64), np.add, np.subtract)
+    # integers: exact in any order, one float32 GEMM (|sums| < 2^19) with Bᵀ ⊗ Bᵀ
+    flat = tiles.reshape(-1, 16).astype(np.float32) @ _KRON_B
+    t = flat.astype(np.int64).reshape(tiles.shape)
     v = saturate(shift_right_round(t, pra_truncate), 8 * prec.bpe).astype(prec.dtype)
     out16: npt.NDArray[np.generic] = v.reshape(ty * tx, g.ext_channel, 16)
     return out16
@@ -209,19 +213,26 @@ def _to_outputs(y: npt.NDArray[np.generic], g: WinoGeometry) -> npt.NDArray[np.g
 
 def sums_int(tiles: npt.NDArray[np.generic], weights: npt.NDArray[np.generic], g: WinoGeometry) -> I64:
     """CACC's 48-bit sums (1, K, H_out, W_out) of an INT8/INT16 Winograd convolution; ``weights`` (K,
-    C_ext, 16)."""
-    v = tiles.astype(np.float64).transpose(2, 0, 1)  # (16, T, C)
-    w = weights.astype(np.float64).transpose(2, 1, 0)  # (16, C, K)
-    positions = POSITIONS.astype(np.float64)
+    C_ext, 16). Each position's sum over the channels is one GEMM, exact in float32 below 2^24 and in
+    float64 below 2^53; the post-addition adds at most 9 of them, so below 2^47 nothing saturates."""
     x_max = int(np.abs(tiles.astype(np.int64)).max(initial=0))
-    bound = 9 * x_max * int(np.abs(weights.astype(np.int64)).sum(axis=1).max(initial=0))
-    if bound < _DGEMM_EXACT:  # every partial sum exact in float64 (below 2^53), no saturation
-        m = (v @ w).transpose(1, 2, 0)  # (T, K, 16): each position's sum over the channels
-        return _to_outputs((m @ positions).astype(np.int64), g).astype(np.int64)
-    acc = np.zeros((tiles.shape[0], g.kernels, 4), dtype=np.int64)
+    bound = x_max * int(np.abs(weights.astype(np.int64)).sum(axis=1).max(initial=0))
+    dtype: type = np.float32 if bound < 1 << 24 else np.float64
+    v = np.ascontiguousarray(tiles.transpose(2, 0, 1), dtype=dtype)  # (16, T, C)
+    w = np.ascontiguousarray(weights.transpose(2, 1, 0), dtype=dtype)  # (16, C, K)
+    n_t = tiles.shape[0]
+    post = POSITIONS.T.astype(np.float64)  # (4, 16): the post-addition, exact in float64 below 2^53
+
+    def outputs(m: npt.NDArray[np.floating]) -> I64:  # (16, T, K) -> (T, K, 4)
+        y = (post @ m.reshape(16, -1).astype(np.float64)).astype(np.int64)
+        out: I64 = y.reshape(4, n_t, g.kernels).transpose(1, 2, 0)
+        return out
+
+    if 9 * bound < _DGEMM_EXACT:
+        return _to_outputs(outputs(np.matmul(v, w)), g).astype(np.int64)
+    acc = np.zeros((n_t, g.kernels, 4), dtype=np.int64)
     for b in range(0, g.ext_channel, 4):  # CACC adds the blocks of 4 channels with 48-bit saturation
-        m = (v[:, :, b:b + 4] @ w[:, b:b + 4]).transpose(1, 2, 0)
-        acc = accumulate_int(acc, (m @ positions).astype(np.int64))
+        acc = accumulate_int(acc, outputs(np.matmul(v[:, :, b:b + 4], w[:, b:b + 4])))
     return _to_outputs(acc, g).astype(np.int64)
 
 

@@ -63,3 +63,13 @@ def test_operands_in_any_memory_order() -> None:
     e0, m0 = mac_atom(np.ascontiguousarray(x)[:, None, :], w[None])
     e1, m1 = cmac_fast.mac(cmac_fast.data_operands(x), cmac_fast.weight_operands(w))
     assert (e0 == e1).all() and (m0 == m1).all()
+
+
+def test_uint32_booth_equals_the_reference_booth() -> None:
+    rng = np.random.default_rng(31)
+    n = 100_000
+    w = rng.integers(0, 1 << 14, n).astype(np.uint32)
+    d = rng.integers(0, 1 << 14, n).astype(np.uint32)
+    neg = rng.random(n) < 0.5
+    k = rng.integers(0, 8, n).astype(np.int64) * 4
+    assert (cmac_fast.booth_lanes(neg, w, d, k) == booth(neg, w, d, k)).all()
