@@ -218,8 +218,8 @@ def sums_int(tiles: npt.NDArray[np.generic], weights: npt.NDArray[np.generic], g
     x_max = int(np.abs(tiles.astype(np.int64)).max(initial=0))
     bound = x_max * int(np.abs(weights.astype(np.int64)).sum(axis=1).max(initial=0))
     dtype: type = np.float32 if bound < 1 << 24 else np.float64
-    v = np.ascontiguousarray(tiles.transpose(2, 0, 1), dtype=dtype)  # (16, T, C)
-    w = np.ascontiguousarray(weights.transpose(2, 1, 0), dtype=dtype)  # (16, C, K)
+    v: npt.NDArray[np.floating] = np.ascontiguousarray(tiles.transpose(2, 0, 1), dtype=dtype)  # (16, T, C)
+    w: npt.NDArray[np.floating] = np.ascontiguousarray(weights.transpose(2, 1, 0), dtype=dtype)  # (16, C, K)
     n_t = tiles.shape[0]
     post = POSITIONS.T.astype(np.float64)  # (4, 16): the post-addition, exact in float64 below 2^53
 
