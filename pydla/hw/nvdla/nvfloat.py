@@ -142,11 +142,12 @@ def _round_fp17(v: npt.NDArray[np.float64]) -> tuple[I64, B]:
     e16 = (half >> 10) & 31
     # FP16's normal range before rounding (below it float16 keeps fewer bits; a zero may be an underflow)
     easy = ((np.abs(v) >= 2.0 ** -14) & (e16 != 31)) | (v == 0)
-    if easy.all():
-        return fp16_to_fp17(half), np.ones(v.shape, dtype=bool)
-    out, ok = _round_fp17_bits(v)
-    out = np.where(easy, fp16_to_fp17(half), out)
-    return out, ok | easy
+    out = fp16_to_fp17(half)
+    ok = np.ones(v.shape, dtype=bool)
+    if not easy.all():
+        idx = np.nonzero(~easy)
+        out[idx], ok[idx] = _round_fp17_bits(np.ascontiguousarray(v[idx]))
+    return out, ok
 
 
 def _round_fp17_bits(v: npt.NDArray[np.float64]) -> tuple[I64, B]:
