@@ -11,9 +11,17 @@ the kernels are vectorised, so the ratio measures the price of NVDLA's exact rul
 For the convolution the anchor is float32 im2col + one sgemm; the INT8/INT16 convolution is exact with
 float32/float64 GEMMs itself, so its ratio is the price of reading the surfaces and weights from memory
 and of CACC's rounding. The FP16 convolution reproduces CMAC's Booth multipliers and CACC's 48-bit
-float bit for bit (per atom, vectorised), far slower than a GEMM: it runs on a smaller map.
+float bit for bit (per atom, vectorised), far slower than a GEMM: it runs on a smaller map. The Winograd
+cases (3x3, the compiler's 4x4 weights) and the picture's first layer (RGBA, 7x7 stride 2, through the
+image input) take the same anchor for the same layer.
+
+Figures (2 cores shared with other work, so ranges over runs; before = the first FP16 MAC cell with a
+Booth multiplier per product): FP16 convolution 14x14x64->64 0.09-0.2 s (before 1-3.5 s), CDP FP16
+35-50 ms (before 140-460 ms), INT8 3x3 convolution 0.3-1.7x its anchor, Winograd INT8 5-7x, the INT8
+picture 2-4x.
 
 Run: python bench/bench_nvdla_blocks.py [--repeats 7] [--size 56] [--channels 64] [--fp16-conv 14]
+     [--image 224]
 """
 
 from __future__ import annotations

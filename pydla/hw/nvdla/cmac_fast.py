@@ -22,7 +22,9 @@ product's sign. Therefore
   multiplier of pydla.hw.nvdla.cmac_fp16 in uint32 arithmetic).
 
 With FP16 data the first three cover almost every lane (products of values within a factor 2^8 of
-the atom's largest; bench_nvdla_blocks' random layer: 96 %).
+the atom's largest; bench_nvdla_blocks' random layer: 96 %). The FP16 convolution of 14x14x64->64 went
+from 0.33 s with the Booth multiplier on every lane (in the same vectorised form) to 0.09 s; the slow
+lanes' multiplier in uint32 (:func:`booth_lanes`) is 3x the int64 reference's speed.
 
 Usage::
 

@@ -1,5 +1,6 @@
-"""The convolution pipeline CDMA -> CSC -> CMAC -> CACC, direct convolution on feature data, bit for bit
-as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
+"""The convolution pipeline CDMA -> CSC -> CMAC -> CACC, bit for bit as nvdla/hw ``cmod/cdma``, ``csc``,
+``cmac`` and ``cacc`` compute it: direct convolution on feature data, image (pixel) input
+(pydla.hw.nvdla.conv_image) and Winograd F(2x2,3x3) (nv_full: pydla.hw.nvdla.conv_winograd).
 
 - CDMA reads the input cube (its surfaces; a 1x1 cube with packed lines and surfaces as consecutive
   atoms), flushes FP16 NaNs to +0 when ``nan_to_zero``, and for INT8/INT16 applies the input converter
@@ -14,8 +15,9 @@ as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
 CACC hands its output to the SDP (in NVDLA 1.0 the SDP writes a convolution's result, CACC has no
 path to memory): :attr:`ConvResult.to_sdp` is what the SDP's ``flying_input`` takes.
 
-Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. Not
-implemented (refused with NotSupported): Winograd, image (pixel) input.
+Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. CSC's atoms
+reach the MAC paths through one interface (pydla.hw.nvdla.conv_atoms); FP16's MAC cell is
+pydla.hw.nvdla.cmac_fast, equal to the Booth multiplier of pydla.hw.nvdla.cmac_fp16.
 
 Usage::
 

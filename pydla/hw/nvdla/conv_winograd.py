@@ -21,10 +21,19 @@ mode and CACC.
 
 Output tile (tx, ty) gives outputs (2tx + c, 2ty + r). The output size is a multiple of 4 each way.
 
+The integer paths are GEMMs: the pre-addition one float32 GEMM with ``Bᵀ ⊗ Bᵀ`` (exact: |sums| < 2^19),
+each position's sum over the channels one GEMM (float32 below 2^24, float64 below 2^53; per block of
+4 channels with CACC's 48-bit saturation beyond), the post-addition one float64 GEMM. Speed
+(bench_nvdla_blocks, INT8 56x56x64->64, 2 shared cores): 0.07-0.3 s, 5-7x a float32 im2col + sgemm of
+the direct 3x3 convolution (before the GEMMs: 0.22 s at best). FP16 goes through the MAC cell
+(pydla.hw.nvdla.cmac_fast); the pre-addition in FP17 with numpy's float16 rounding where it is exact.
+
 Usage::
 
     geometry = check(p, NV_FULL, Precision.FP16)
-    bits = convolve_fp16(transformed_tiles(p, geometry, prec, memory, sram, NV_FULL)[0], weights, geometry)
+    ext, nan, inf = extended(p, geometry, prec, memory, sram, NV_FULL)
+    tiles = transformed_tiles(ext, geometry, prec, p.csc.pra_truncate)
+    bits = convolve_fp16(tiles, weights, geometry)        # weights (K, C_ext, 16): weight_offsets(...)
 """
 
 from __future__ import annotations
