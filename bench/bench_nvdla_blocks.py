@@ -11,9 +11,17 @@ the kernels are vectorised, so the ratio measures the price of NVDLA's exact rul
 For the convolution the anchor is float32 im2col + one sgemm; the INT8/INT16 convolution is exact with
 float32/float64 GEMMs itself, so its ratio is the price of reading the surfaces and weights from memory
 and of CACC's rounding. The FP16 convolution reproduces CMAC's Booth multipliers and CACC's 48-bit
-float bit for bit (per atom, vectorised), far slower than a GEMM: it runs on a smaller map.
+float bit for bit (per atom, vectorised), far slower than a GEMM: it runs on a smaller map. The Winograd
+cases (3x3, the compiler's 4x4 weights) and the picture's first layer (RGBA, 7x7 stride 2, through the
+image input) take the same anchor for the same layer.
+
+Figures (2 cores shared with other work, so ranges over runs; before = the first FP16 MAC cell with a
+Booth multiplier per product): FP16 convolution 14x14x64->64 0.09-0.2 s (before 1-3.5 s), CDP FP16
+35-50 ms (before 140-460 ms), INT8 3x3 convolution 0.3-1.7x its anchor, Winograd INT8 5-7x, the INT8
+picture 2-4x.
 
 Run: python bench/bench_nvdla_blocks.py [--repeats 7] [--size 56] [--channels 64] [--fp16-conv 14]
+     [--image 224]
 """
 
 from __future__ import annotations
@@ -25,7 +33,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pydla.hw.nvdla import bdma, cdp, conv, conv_params, conv_weights, pdp, rubik, sdp
+from pydla.hw.nvdla import (
+    bdma,
+    cdp,
+    conv,
+    conv_image,
+    conv_params,
+    conv_weights,
+    conv_winograd,
+    pdp,
+    rubik,
+    sdp,
+)
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
 from pydla.hw.nvdla.cdp_params import CdpLut, CdpParams
 from pydla.hw.nvdla.memory import ByteMemory
@@ -240,13 +259,14 @@ def sdp_case(
     return lambda: sdp.execute(p, mem, NV_FULL), anchor, f"SDP {what} {n}x{n}x{c} {prec.name}"
 
 
-def im2col_sgemm(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
-    """The anchor for a convolution: float32 im2col and one sgemm, stride 1."""
+def im2col_sgemm(x: np.ndarray, w: np.ndarray, pad: int, stride: int = 1) -> np.ndarray:
+    """The anchor for a convolution: float32 im2col and one sgemm."""
     c, h, wd = x.shape
     k, _, r, s = w.shape
     xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad)))
-    oh, ow = h + 2 * pad - r + 1, wd + 2 * pad - s + 1
-    cols = np.concatenate([xp[:, i:i + oh, j:j + ow].reshape(c, -1) for i in range(r) for j in range(s)])
+    oh, ow = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
+    cols = np.concatenate([xp[:, i:i + (oh - 1) * stride + 1:stride, j:j + (ow - 1) * stride + 1:stride]
+                           .reshape(c, -1) for i in range(r) for j in range(s)])
     return (w.transpose(0, 2, 3, 1).reshape(k, -1) @ cols).reshape(k, oh, ow)
 
 
@@ -274,6 +294,61 @@ def conv_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Ca
     xf, wf = x.astype(np.float32), w.astype(np.float32)
     return (lambda: conv.execute(p, mem, NV_FULL), lambda: im2col_sgemm(xf, wf, 1),
             f"CONV 3x3 {n}x{n}x{c}->{k} {prec.name}")
+
+
+def image_case(n: int, prec: Precision) -> tuple[Callable[[], object], Callable[[], object], str]:
+    """A picture's first layer: A8B8G8R8 n x n, 7x7 stride 2 pad 3, 64 kernels (INT8 as the pixels are;
+    FP16 through the converter), two kernel rows per atom."""
+    rng = np.random.default_rng(6)
+    k, r, s, stride, pad = 64, 7, 7, 2, 3
+    ls = n * 4
+    w_addr = -(-n * ls // 128) * 128
+    mem = ByteMemory(w_addr + k * r * s * 4 * 2 + 4096)
+    mem.data[:n * ls] = rng.integers(0, 256, n * ls, dtype=np.uint8)
+    cvt = (128, 1, 7) if prec is Precision.FP16 else None
+    p = conv_params.image(target=NV_FULL, in_precision=Precision.INT8, precision=prec, pixel_format=12,
+                          elements=4, width=n, height=n, kernels=k, kernel_width=s, kernel_height=r,
+                          data_addr=0, weight_addr=w_addr, line_stride=ls, stride=(stride, stride),
+                          pad=(pad,) * 4, cvt=cvt, post_extension=2)
+    if prec is Precision.FP16:
+        w = (rng.standard_normal((k, r, s * 4)) / 16).astype(np.float16).view(np.uint16)
+    else:
+        w = rng.integers(-128, 128, (k, r, s * 4)).astype(np.int8)
+    mem.write(w_addr, conv_image.pack(w, NV_FULL, prec, 2))
+    x = mem.data[:n * ls].reshape(n, n, 4).transpose(2, 0, 1).astype(np.float32)
+    wf = w.view(np.float16).astype(np.float32) if prec is Precision.FP16 else w.astype(np.float32)
+    w4 = wf.reshape(k, r, s, 4).transpose(0, 3, 1, 2)
+    return (lambda: conv.execute(p, mem, NV_FULL), lambda: im2col_sgemm(x, w4, pad, stride),
+            f"CONV image RGBA {n}x{n} 7x7/2->{k} {prec.name}")
+
+
+def wino_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Callable[[], object], str]:
+    """A 3x3 convolution, pad 1, c -> c kernels, in Winograd mode (transformed 4x4 weights; n rounded down
+    to a multiple of 4)."""
+    k, n = c, n - n % 4
+    rng = np.random.default_rng(7)
+    src = cube(0, n, n, c, prec)
+    w_addr = src.surf_stride * -(-c // NV_FULL.epa(prec))
+    p = conv_params.winograd(target=NV_FULL, precision=prec, width=n, height=n, channel=c, kernels=k,
+                             out_width=n, out_height=n, data_addr=0, weight_addr=w_addr)
+    ext_c = p.csc.datain_channel_ext + 1
+    mem = ByteMemory(w_addr + k * ext_c * 16 * prec.bpe + 4096)
+    if prec is Precision.FP16:
+        x = rng.standard_normal((c, n, n)).astype(np.float16)
+        w = (rng.standard_normal((k, ext_c, 16)) / 16).astype(np.float16).view(np.uint16)
+        feature(mem, src, x.view(np.uint16))
+    else:
+        x = rng.integers(-128, 128, (c, n, n)).astype(np.int8)
+        w = rng.integers(-128, 128, (k, ext_c, 16)).astype(np.int8)
+        feature(mem, src, x)
+    kf, _ = NV_FULL.kernel_groups(prec)
+    flat = np.zeros(w.size, dtype=prec.dtype)
+    flat[conv_winograd.weight_offsets(k, ext_c, kf).reshape(-1)] = w.reshape(-1)
+    mem.write(w_addr, flat.view(np.uint8))
+    xf = x.astype(np.float32)
+    wf = rng.standard_normal((k, c, 3, 3)).astype(np.float32)
+    return (lambda: conv.execute(p, mem, NV_FULL), lambda: im2col_sgemm(xf, wf, 1),
+            f"CONV Winograd 3x3 {n}x{n}x{c}->{k} {prec.name}")
 
 
 def cdp_case(n: int, c: int, prec: Precision) -> tuple[Callable[[], object], Callable[[], object], str]:
@@ -330,7 +405,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=56, help="feature map width and height")
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--fp16-conv", type=int, default=14, metavar="SIZE",
-                    help="also an FP16 convolution of SIZE x SIZE (its exact MAC is slow; 0: skip)")
+                    help="FP16 convolutions of SIZE x SIZE (direct, Winograd; an image of 4 SIZE) (0: skip)")
+    ap.add_argument("--image", type=int, default=224, help="the picture's width and height (INT8)")
     args = ap.parse_args()
     n, c = args.size, args.channels
     cases = [
@@ -348,9 +424,12 @@ def main() -> None:
         cdp_case(n, c, Precision.INT8),
         cdp_case(n, c, Precision.INT16),
         cdp_case(n, c, Precision.FP16),
+        wino_case(n, c, Precision.INT8),
+        image_case(args.image, Precision.INT8),
     ]
     if args.fp16_conv:
-        cases.append(conv_case(args.fp16_conv, c, Precision.FP16))
+        cases += [conv_case(args.fp16_conv, c, Precision.FP16), wino_case(args.fp16_conv, c, Precision.FP16),
+                  image_case(args.fp16_conv * 4, Precision.FP16)]
     print(f"{'case':48} {'pydla ms':>9} {'numpy ms':>9} {'ratio':>7}")
     for fn, anchor, name in cases:
         ours = median_time(fn, args.repeats)

@@ -1,5 +1,6 @@
-"""The convolution pipeline CDMA -> CSC -> CMAC -> CACC, direct convolution on feature data, bit for bit
-as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
+"""The convolution pipeline CDMA -> CSC -> CMAC -> CACC, bit for bit as nvdla/hw ``cmod/cdma``, ``csc``,
+``cmac`` and ``cacc`` compute it: direct convolution on feature data, image (pixel) input
+(pydla.hw.nvdla.conv_image) and Winograd F(2x2,3x3) (nv_full: pydla.hw.nvdla.conv_winograd).
 
 - CDMA reads the input cube (its surfaces; a 1x1 cube with packed lines and surfaces as consecutive
   atoms), flushes FP16 NaNs to +0 when ``nan_to_zero``, and for INT8/INT16 applies the input converter
@@ -14,8 +15,9 @@ as nvdla/hw ``cmod/cdma``, ``csc``, ``cmac`` and ``cacc`` compute it.
 CACC hands its output to the SDP (in NVDLA 1.0 the SDP writes a convolution's result, CACC has no
 path to memory): :attr:`ConvResult.to_sdp` is what the SDP's ``flying_input`` takes.
 
-Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. Not
-implemented (refused with NotSupported): Winograd, image (pixel) input.
+Compressed weights (nv_full) are expanded as pydla.hw.nvdla.conv_compressed describes. CSC's atoms
+reach the MAC paths through one interface (pydla.hw.nvdla.conv_atoms); FP16's MAC cell is
+pydla.hw.nvdla.cmac_fast, equal to the Booth multiplier of pydla.hw.nvdla.cmac_fp16.
 
 Usage::
 
@@ -30,9 +32,20 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pydla.hw.nvdla import cacc, conv_compressed, conv_fp16, conv_int, conv_weights, surface
+from pydla.hw.nvdla import (
+    cacc,
+    conv_compressed,
+    conv_fp16,
+    conv_image,
+    conv_int,
+    conv_weights,
+    conv_winograd,
+    pixel,
+    surface,
+)
+from pydla.hw.nvdla.conv_atoms import Atoms, DirectAtoms
 from pydla.hw.nvdla.conv_checks import check
-from pydla.hw.nvdla.conv_params import COMPRESSED, ConvParams
+from pydla.hw.nvdla.conv_params import COMPRESSED, CONV_WINOGRAD, PIXEL, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.intmath import saturate, shift_right_round, sign_extend
 from pydla.hw.nvdla.memory import NvdlaMemory, access, select
@@ -82,8 +95,9 @@ def _data(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram
     return x[:, :g.channel], nans, infs
 
 
-def _weights(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
-             target: NvdlaTarget) -> tuple[npt.NDArray[np.generic], int, int]:
+def _weight_bytes(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+                  target: NvdlaTarget) -> tuple[npt.NDArray[np.uint8], int, int]:
+    """The weights' uncompressed bytes, in their layout, and their FP16 NaN and Inf counts."""
     d = p.cdma
     mem = select(memory, sram, d.weight_ram_type, "CDMA weights")
     with access("CDMA weights"):
@@ -92,32 +106,68 @@ def _weights(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, s
     if prec is Precision.FP16:
         nan, inf = _nan_inf(np.ascontiguousarray(raw[:raw.size // 2 * 2]).view("<u2"))
         nans, infs = int(nan.sum()), int(inf.sum())
-    sizes = (g.kernels, g.channel, g.kernel_height, g.kernel_width)
     if d.weight_format == COMPRESSED:
-        kf, _ = conv_weights.groups(target, prec)
+        kf, _ = target.kernel_groups(prec)
         with access("CDMA WMB"):
             wmb = mem.read(d.wmb_addr, d.wmb_bytes)
         wgs_bytes = -(-g.kernels // kf) * 4  # one u32 per kernel group, read in whole atoms
         with access("CDMA WGS"):
             wgs = mem.read(d.wgs_addr, -(-wgs_bytes // target.atom) * target.atom)
-        return conv_compressed.decompress(wmb, raw, wgs, *sizes, target, prec), nans, infs
-    return conv_weights.unpack(raw, *sizes, target, prec), nans, infs
+        per_kernel = g.channel * g.kernel_height * g.kernel_width
+        raw = conv_compressed.expand(wmb, raw, wgs, g.kernels, per_kernel, target, prec)
+    return raw, nans, infs
+
+
+def _pad_value(p: ConvParams, prec: Precision) -> int:
+    pad = p.csc.pad_value & (0xFF if prec is Precision.INT8 else 0xFFFF)
+    return sign_extend(pad, 8 * prec.bpe) if prec.is_int else pad
+
+
+def _atoms(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+           target: NvdlaTarget) -> tuple[Atoms, tuple[int, int, int, int]]:
+    """What CSC feeds CMAC, and the (data NaN, data Inf, weight NaN, weight Inf) counts."""
+    raw, nan_w, inf_w = _weight_bytes(params, g, prec, memory, sram, target)
+    kf, cf = target.kernel_groups(prec)
+    if params.cdma.datain_format == PIXEL:
+        lines, nan_d, inf_d = pixel.image_lines(params.cdma, prec, memory, sram, target)
+        post = conv_image.post_extension(params)
+        offsets = conv_image.weight_offsets(g.kernels, g.kernel_height, g.channel, post, kf)
+        w = np.ascontiguousarray(raw[:g.kernels * g.kernel_height * g.channel * prec.bpe]).view(prec.dtype)
+        return conv_image.ImageAtoms(params, lines, w[offsets], prec, target), (nan_d, inf_d, nan_w, inf_w)
+    x, nan_d, inf_d = _data(params, g, prec, memory, sram, target)
+    sizes = (g.kernels, g.channel, g.kernel_height, g.kernel_width)
+    w4 = conv_weights.unpack(raw, *sizes, target, prec)
+    return DirectAtoms(Taps(x, g, _pad_value(params, prec)), w4, cf), (nan_d, inf_d, nan_w, inf_w)
+
+
+def _winograd(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+              target: NvdlaTarget) -> ConvResult:
+    wg = conv_winograd.check(params, target, prec)
+    ext, nan_d, inf_d = conv_winograd.extended(params, wg, prec, memory, sram, target)
+    tiles = conv_winograd.transformed_tiles(ext, wg, prec, params.csc.pra_truncate)
+    raw, nan_w, inf_w = _weight_bytes(params, g, prec, memory, sram, target)
+    kf, _ = target.kernel_groups(prec)
+    flat = np.ascontiguousarray(raw[:wg.kernels * 16 * wg.ext_channel * prec.bpe]).view(prec.dtype)
+    w = flat[conv_winograd.weight_offsets(wg.kernels, wg.ext_channel, kf)]
+    if prec is Precision.FP16:
+        bits = conv_winograd.convolve_fp16(tiles, w, wg)
+        return ConvResult(to_sdp=bits, nan_input_data=nan_d, inf_input_data=inf_d, nan_input_weight=nan_w,
+                          inf_input_weight=inf_w)
+    out, saturated = cacc.deliver_int(conv_winograd.sums_int(tiles, w, wg), params.cacc.clip_truncate)
+    return ConvResult(to_sdp=out, saturations=saturated)
 
 
 def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,
             sram: NvdlaMemory | None = None) -> ConvResult:
     """Run one convolution; the result goes to the SDP (see the module's description)."""
     g, prec = check(params, target)
-    x, nan_d, inf_d = _data(params, g, prec, memory, sram, target)
-    w, nan_w, inf_w = _weights(params, g, prec, memory, sram, target)
-    pad = params.csc.pad_value & (0xFF if prec is Precision.INT8 else 0xFFFF)
-    pad_value = sign_extend(pad, 8 * prec.bpe) if prec.is_int else pad
-    taps = Taps(x, g, pad_value)
-    _, cf = conv_weights.groups(target, prec)
+    if params.cdma.conv_mode == CONV_WINOGRAD:
+        return _winograd(params, g, prec, memory, sram, target)
+    atoms, (nan_d, inf_d, nan_w, inf_w) = _atoms(params, g, prec, memory, sram, target)
     if prec is Precision.FP16:
-        bits = conv_fp16.convolve(taps, w, cf)
+        bits = conv_fp16.convolve(atoms)
         return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
                           nan_input_weight=nan_w, inf_input_weight=inf_w)
-    sums = conv_int.accumulate(taps, w, cf)
+    sums = conv_int.accumulate(atoms)
     out, saturated = cacc.deliver_int(sums, params.cacc.clip_truncate)
     return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)

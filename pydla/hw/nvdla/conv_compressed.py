@@ -29,8 +29,6 @@ from pydla.hw.nvdla.conv_weights import groups, pack, unpack
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.target import NvdlaTarget
 
-WITH_COMPRESSION = frozenset({"nv_full"})  # nvdla/hw spec/defs: WEIGHT_COMPRESSION_ENABLE
-
 
 def group_bytes(bits: npt.NDArray[np.uint8], kernels: int, per_kernel: int, target: NvdlaTarget,
                 prec: Precision) -> npt.NDArray[np.int64]:
@@ -42,11 +40,11 @@ def group_bytes(bits: npt.NDArray[np.uint8], kernels: int, per_kernel: int, targ
     return out
 
 
-def decompress(wmb: npt.NDArray[np.uint8], stream: npt.NDArray[np.uint8], wgs: npt.NDArray[np.uint8],
-               kernels: int, channels: int, height: int, width: int, target: NvdlaTarget,
-               prec: Precision) -> npt.NDArray[np.generic]:
-    """Weights (K, C, R, S) from WMB, the stored elements and WGS (raw bytes as CDMA reads them)."""
-    count = kernels * channels * height * width
+def expand(wmb: npt.NDArray[np.uint8], stream: npt.NDArray[np.uint8], wgs: npt.NDArray[np.uint8],
+           kernels: int, per_kernel: int, target: NvdlaTarget, prec: Precision) -> npt.NDArray[np.uint8]:
+    """The uncompressed weight bytes (``kernels`` of ``per_kernel`` elements, in the layout's order) from
+    WMB, the stored elements and WGS (raw bytes as CDMA reads them)."""
+    count = kernels * per_kernel
     if wmb.size * 8 < count:
         raise DlaError(NvError.InvalidSize, f"CDMA wmb_bytes: {wmb.size} bytes hold fewer than the {count} "
                                             "mask bits of the weights")
@@ -55,7 +53,7 @@ def decompress(wmb: npt.NDArray[np.uint8], stream: npt.NDArray[np.uint8], wgs: n
     if stream.size < stored * prec.bpe:
         raise DlaError(NvError.InvalidSize, f"CDMA weight_bytes: {stream.size} bytes hold fewer than the "
                                             f"{stored} stored {prec.name} weights the mask bits name")
-    sizes = group_bytes(bits, kernels, count // kernels, target, prec)
+    sizes = group_bytes(bits, kernels, per_kernel, target, prec)
     declared = np.frombuffer(np.ascontiguousarray(wgs[:4 * sizes.size]).tobytes(), dtype="<u4")
     if declared.size < sizes.size:
         raise DlaError(NvError.InvalidSize, f"CDMA wgs: {wgs.size} bytes hold fewer than {sizes.size} group "
@@ -67,7 +65,16 @@ def decompress(wmb: npt.NDArray[np.uint8], stream: npt.NDArray[np.uint8], wgs: n
                                          f"but stores {int(sizes[g])}")
     flat = np.zeros(count, dtype=prec.dtype)
     flat[bits.astype(bool)] = np.ascontiguousarray(stream[:stored * prec.bpe]).view(prec.dtype)
-    return unpack(flat.view(np.uint8), kernels, channels, height, width, target, prec)
+    out: npt.NDArray[np.uint8] = flat.view(np.uint8)
+    return out
+
+
+def decompress(wmb: npt.NDArray[np.uint8], stream: npt.NDArray[np.uint8], wgs: npt.NDArray[np.uint8],
+               kernels: int, channels: int, height: int, width: int, target: NvdlaTarget,
+               prec: Precision) -> npt.NDArray[np.generic]:
+    """Weights (K, C, R, S) from WMB, the stored elements and WGS (raw bytes as CDMA reads them)."""
+    raw = expand(wmb, stream, wgs, kernels, channels * height * width, target, prec)
+    return unpack(raw, kernels, channels, height, width, target, prec)
 
 
 def compress(weights: npt.ArrayLike, target: NvdlaTarget, prec: Precision

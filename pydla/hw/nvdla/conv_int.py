@@ -14,7 +14,7 @@ sum of an output is bounded by ``Σ |w|·|x|`` over its kernel, so with ``B = ma
 
 Usage::
 
-    sums = accumulate(taps, weights, cf)   # int64 (N, OH, OW, K): CACC's 48-bit sums
+    sums = accumulate(DirectAtoms(taps, weights, cf))   # int64 (N, OH, OW, K): CACC's 48-bit sums
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.hw.nvdla.cacc import accumulate_int
-from pydla.hw.nvdla.conv_taps import Taps
+from pydla.hw.nvdla.conv_atoms import Atoms
 from pydla.hw.nvdla.intmath import I64
 
 SGEMM_EXACT = 1 << 24
@@ -31,12 +31,12 @@ DGEMM_EXACT = 1 << 47  # below the 48-bit saturation and below 2^53
 _CHUNK = 1 << 22  # elements of one im2col block (rows x taps)
 
 
-def bound(x_max: int, weights: npt.NDArray[np.generic]) -> int:
-    """``max|x| · max_k Σ|w_k|`` for weights (K, C, R, S): no partial sum of an output can exceed it."""
-    if weights.size == 0:
-        return 0
-    per_kernel = np.abs(weights.astype(np.int64)).reshape(weights.shape[0], -1).sum(axis=1)
-    return x_max * int(per_kernel.max())
+def bound(x_max: int, atoms: Atoms) -> int:
+    """``max|x| · max_k Σ|w_k|`` over the atoms' weights: no partial sum of an output can exceed it."""
+    per_kernel = np.zeros(atoms.kernels, dtype=np.int64)
+    for a in range(atoms.count):
+        per_kernel += np.abs(atoms.weights(a).astype(np.int64)).sum(axis=1)
+    return x_max * int(per_kernel.max(initial=0))
 
 
 def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type) -> I64:
@@ -44,32 +44,24 @@ def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type
     return out
 
 
-def accumulate(taps: Taps, weights: npt.NDArray[np.generic], cf: int) -> I64:
-    """CACC's 48-bit sums (N, OH, OW, K) of the convolution of ``taps`` with ``weights`` (K, C, R, S)
-    (``cf`` channels per atom)."""
-    g = taps.g
-    k, c, r_n, s_n = weights.shape
-    n, oh, ow = g.batches, g.out_height, g.out_width
-    b = bound(taps.extreme(), weights)
+def accumulate(atoms: Atoms) -> I64:
+    """CACC's 48-bit sums (N, OH, OW, K) of the convolution ``atoms`` describes."""
+    n, oh, ow, k = atoms.batches, atoms.out_height, atoms.out_width, atoms.kernels
+    b = bound(atoms.extreme(), atoms)
     if b < DGEMM_EXACT:
         dtype: type = np.float32 if b < SGEMM_EXACT else np.float64
-        w2 = weights.transpose(2, 3, 1, 0).reshape(r_n * s_n * c, k)  # rows in (r, s, c) order
+        w2 = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T  # rows in atom order
         out = np.empty((n, oh, ow, k), dtype=np.int64)
-        step = max(1, _CHUNK // max(1, n * ow * r_n * s_n * c))
+        step = max(1, _CHUNK // max(1, n * ow * w2.shape[0]))
         for oy0 in range(0, oh, step):
             oy1 = min(oh, oy0 + step)
-            cols = np.concatenate([taps(r, s, slice(0, c), oy0, oy1) for r in range(r_n) for s in range(s_n)],
-                                  axis=-1)
-            out[:, oy0:oy1] = _gemm(cols.reshape(-1, r_n * s_n * c), w2, dtype).reshape(n, oy1 - oy0, ow, k)
+            cols = np.concatenate([atoms.data(a, oy0, oy1) for a in range(atoms.count)], axis=-1)
+            out[:, oy0:oy1] = _gemm(cols.reshape(-1, w2.shape[0]), w2, dtype).reshape(n, oy1 - oy0, ow, k)
         return out
     acc = np.zeros((n * oh * ow, k), dtype=np.int64)
-    for c0 in range(0, c, cf):
-        block = slice(c0, min(c, c0 + cf))
-        for r in range(r_n):
-            for s in range(s_n):
-                part = _gemm(taps(r, s, block, 0, oh).reshape(n * oh * ow, -1), weights[:, block, r, s].T,
-                             np.float64)
-                # the first atom is stored as it is; adding it to zero is the same
-                acc = accumulate_int(acc, part)
+    for a in range(atoms.count):
+        part = _gemm(atoms.data(a, 0, oh).reshape(n * oh * ow, -1), atoms.weights(a).T, np.float64)
+        # the first atom is stored as it is; adding it to zero is the same
+        acc = accumulate_int(acc, part)
     out_sat: I64 = acc.reshape(n, oh, ow, k)
     return out_sat

@@ -1,4 +1,5 @@
-"""NVDLA's weight format for direct convolution, both ways, and the MAC array sizes behind it.
+"""NVDLA's weight format for direct convolution, both ways (the MAC array sizes behind it are
+pydla.hw.nvdla.target's).
 
 CSC hands CMAC one atom per kernel: ``cf`` channels (the MAC array's atomic C) of one kernel position,
 for ``kf`` kernels at a time (atomic K; two-byte elements: half of it). The weights lie in memory in
@@ -28,21 +29,10 @@ from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.target import NvdlaTarget
 
-# nvdla/hw spec/defs/<name>.spec: MAC_ATOMIC_C_SIZE, MAC_ATOMIC_K_SIZE (elements of one byte)
-MAC_ATOMIC: dict[str, tuple[int, int]] = {
-    "nv_full": (64, 32), "nv_large": (64, 32), "nv_small": (8, 8), "nv_small_256": (32, 8),
-    "nv_small_256_full": (32, 8), "nv_medium_512": (32, 16), "nv_medium_1024_full": (32, 32),
-}
-
 
 def groups(target: NvdlaTarget, prec: Precision) -> tuple[int, int]:
-    """(kernels per group kf, channels per block cf) of ``target`` for ``prec``."""
-    try:
-        atomic_c, atomic_k = MAC_ATOMIC[target.name]
-    except KeyError:
-        raise DlaError(NvError.NotSupported,
-                       f"convolution: no MAC array size known for {target.name}") from None
-    return (atomic_k if prec is Precision.INT8 else atomic_k // 2), atomic_c
+    """(kernels per group kf, channels per block cf) of ``target`` for ``prec`` (its MAC array)."""
+    return target.kernel_groups(prec)
 
 
 def offsets(kernels: int, channels: int, height: int, width: int, target: NvdlaTarget,

@@ -134,7 +134,23 @@ def _fp17_values() -> npt.NDArray[np.float64]:
 
 def _round_fp17(v: npt.NDArray[np.float64]) -> tuple[I64, B]:
     """float64 values rounded to nearest even into FP17: (patterns, whether IEEE's rounding is
-    NVDLA's: zero, or normal above the lowest binade)."""
+    NVDLA's: zero, or normal above the lowest binade). FP17 has FP16's 10 mantissa bits: where numpy's
+    float64 -> float16 conversion (one rounding, to nearest even) lands on a normal FP16 or a zero, its
+    pattern widened to FP17 is the answer (or an exact zero); the rest are rounded bit by bit."""
+    with np.errstate(over="ignore"):
+        half = v.astype(np.float16).view(np.uint16).astype(np.int64)
+    e16 = (half >> 10) & 31
+    # FP16's normal range before rounding (below it float16 keeps fewer bits; a zero may be an underflow)
+    easy = ((np.abs(v) >= 2.0 ** -14) & (e16 != 31)) | (v == 0)
+    out = fp16_to_fp17(half)
+    ok = np.ones(v.shape, dtype=bool)
+    if not easy.all():
+        idx = np.nonzero(~easy)
+        out[idx], ok[idx] = _round_fp17_bits(np.ascontiguousarray(v[idx]))
+    return out, ok
+
+
+def _round_fp17_bits(v: npt.NDArray[np.float64]) -> tuple[I64, B]:
     bits = v.view(np.int64)
     s = (bits >> 63) & 1
     e = (bits >> 52) & 0x7FF

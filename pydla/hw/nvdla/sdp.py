@@ -69,6 +69,28 @@ def _stage_needs(p: SdpParams, stage: str) -> _Needs:
                   on and not s.mul_bypass and s.mul_src == SRC_MEM)
 
 
+def _check_winograd(p: SdpParams, proc: Precision, pout: Precision, target: NvdlaTarget) -> None:
+    """What the C model's Winograd output mode takes (its data loop walks 4 lines by 2 atoms of the
+    convolution's output; the arithmetic per element is the same)."""
+    if not target.winograd:
+        raise DlaError(NvError.NotSupported, f"SDP: winograd 1, but {target.name} has no Winograd mode")
+    if not p.flying_mode:
+        raise DlaError(NvError.NotSupported, "SDP: winograd 1 with input from memory (the C model reads it "
+                                             "in line order but consumes it in Winograd order)")
+    if p.output_dst != DST_MEM or p.batch_number:
+        raise DlaError(NvError.NotSupported, "SDP: winograd 1 writes one batch to memory (output_dst 0, "
+                                             "batch_number 0)")
+    if not p.ew.bypass and not p.ew.alu_bypass and p.ew.alu_algo == ALU_EQL:
+        raise DlaError(NvError.NotSupported, "SDP: winograd 1 has no EQL comparison")
+    if proc is Precision.INT8 and pout is not Precision.INT8:
+        raise DlaError(NvError.NotSupported, "SDP: winograd 1 with INT8 processing writes INT8 only")
+    per_element = any(not d.disable and d.data_mode == MODE_PER_ELEMENT for d in (p.brdma, p.nrdma, p.erdma))
+    if (p.height + 1) % 4 or (p.width + 1) % (4 if per_element else 2):
+        raise DlaError(NvError.BadValue, f"SDP: winograd 1 needs a height that is a multiple of 4 and a "
+                                         f"width of 2 (4 with per-element operands); the cube is "
+                                         f"{p.width + 1}x{p.height + 1}")
+
+
 def _check(p: SdpParams, target: NvdlaTarget) -> tuple[Precision, Precision, Precision]:
     for name, top in (("width", 0x1FFF), ("height", 0x1FFF), ("channel", 0x1FFF), ("batch_number", 31)):
         v = getattr(p, name)
@@ -80,7 +102,7 @@ def _check(p: SdpParams, target: NvdlaTarget) -> tuple[Precision, Precision, Pre
     for prec, what in ((pin, "SDP input"), (proc, "SDP processing"), (pout, "SDP output")):
         target.require(prec, what)
     if p.winograd:
-        raise DlaError(NvError.NotSupported, "SDP: Winograd output (winograd 1) is not implemented")
+        _check_winograd(p, proc, pout, target)
     if p.output_dst not in (DST_MEM, DST_PDP):
         raise DlaError(NvError.BadValue, f"SDP: output_dst {p.output_dst} is neither 0 (memory) nor 1 (PDP)")
     if p.batch_number and not p.flying_mode:

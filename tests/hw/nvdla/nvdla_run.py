@@ -1,4 +1,5 @@
-"""Single operations of NVIDIA's regression loadables through the block kernels, for the golden tests.
+"""Single operations of NVIDIA's regression loadables through the block kernels: the one helper of every
+golden-image test.
 
 A loadable is read and its DLA task decoded by pydla.loadable.nvdla; every memory-list entry gets its
 own range of one ByteMemory (4 KiB apart, SET contents copied in, the rest zero, as NVIDIA's runtime
@@ -21,15 +22,33 @@ from typing import Any
 import pytest
 
 from pydla.hw.nvdla import conv_params as cp
+from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
 from pydla.hw.nvdla.cdp_params import CdpLut, CdpParams
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.pdp import PdpParams
+from pydla.hw.nvdla.rubik import RubikParams
 from pydla.hw.nvdla.sdp_params import SdpOperandDma, SdpParams, SdpX, SdpY
 from pydla.hw.nvdla.target import NvdlaTarget
-from tests.hw.nvdla.regression import folder
 
 MEM_HW = 2  # dla_data_cube.type: on the fly
 RAM = {0: 1, 1: 0}  # descriptor memory type (0 MC, 1 CV) -> *_RAM_TYPE register (MC 1, CV 0)
+ROOT = Path(__file__).resolve().parents[3]
+# the reciprocal of the pooling kernel's size (kmd/firmware pdp.c): INT, 1/k in 16 fractional bits
+RECIP_INT = (0x10000, 0x8000, 0x5555, 0x4000, 0x3333, 0x2AAA, 0x2492, 0x2000)
+RECIP_FP16 = (0x7C00, 0x7800, 0x7555, 0x7400, 0x7266, 0x7155, 0x7092, 0x7000)  # FP17 patterns
+
+
+def folder() -> Path | None:
+    """``$PYDLA_NVDLA_REGRESSION``, or ``../shared/nvdla-regression`` from the repository root."""
+    env = os.environ.get("PYDLA_NVDLA_REGRESSION")
+    if env:
+        return Path(env) if Path(env).is_dir() else None
+    # ../shared from the repository root (a git worktree one level further down also finds it)
+    for up in (ROOT.parent, ROOT.parent.parent):
+        path = up / "shared" / "nvdla-regression"
+        if path.is_dir():
+            return path
+    return None
 
 
 def loadable_path(name: str) -> Path:
@@ -169,13 +188,21 @@ def _dma(run: Run, op: Any, cube: Any) -> SdpOperandDma:
                          surface_stride=cube.surf_stride)
 
 
+def _y(op: Any) -> SdpY:
+    x = _x(op)
+    return SdpY(bypass=x.bypass, alu_bypass=x.alu_bypass, alu_algo=op.alu_type, alu_src=x.alu_src,
+                alu_operand=op.alu_operand & 0xFFFFFFFF, mul_bypass=x.mul_bypass, mul_prelu=x.mul_prelu,
+                mul_src=x.mul_src, mul_operand=op.mul_operand & 0xFFFFFFFF, truncate=op.truncate,
+                lut_bypass=int(op.act != 2))
+
+
 def sdp_params(run: Run, op: Any) -> SdpParams:
-    """The SDP's registers for an SDP operation (sdp.c), X1/X2 and the converter (no Y, no LUT)."""
+    """The SDP's registers for an SDP operation (sdp.c): X1, X2, Y (its register operands, no converters
+    nor LUT: the regression's operations use none) and the output converter."""
     d, s = op.op_desc, op.surface_desc
     src, dst = s.src_data, s.dst_data
     src_p, dst_p = int(d.src_precision), int(d.dst_precision)
     proc = (2 if src_p == 2 else 0) if dst_p == 0 else src_p
-    assert not d.y_op.enable, "the tests' SDP operations use X1/X2 only"
     flying = src.type == MEM_HW
     return SdpParams(
         width=src.width - 1, height=src.height - 1, channel=src.channel - 1, in_precision=src_p,
@@ -184,26 +211,72 @@ def sdp_params(run: Run, op: Any) -> SdpParams:
         dst_base_addr=run.address(dst.address),
         dst_line_stride=dst.line_stride, dst_surface_stride=dst.surf_stride, flying_mode=int(flying),
         bs=_x(d.x1_op), bn=_x(d.x2_op), brdma=_dma(run, d.x1_op, s.x1_data),
-        nrdma=_dma(run, d.x2_op, s.x2_data),
-        ew=SdpY(), cvt_offset=d.out_cvt.offset & 0xFFFFFFFF, cvt_scale=d.out_cvt.scale & 0xFFFF,
+        nrdma=_dma(run, d.x2_op, s.x2_data), ew=_y(d.y_op), erdma=_dma(run, d.y_op, s.y_data),
+        cvt_offset=d.out_cvt.offset & 0xFFFFFFFF, cvt_scale=d.out_cvt.scale & 0xFFFF,
         cvt_shift=d.out_cvt.truncate)
 
 
 def pdp_params(run: Run, op: Any) -> PdpParams:
-    """The PDP's registers for an unsplit pooling from memory (pdp.c)."""
+    """The PDP's registers for a PDP operation (pdp.c)."""
     d, s = op.op_desc, op.surface_desc
     src, dst = s.src_data, s.dst_data
-    assert d.split_num == 1
+
+    def minus1(v: int) -> int:
+        return v - 1 if v else 0
+
+    recip = RECIP_FP16 if d.precision == 2 else RECIP_INT
+    flying = src.type == MEM_HW
     return PdpParams(
         cube_in_width=src.width - 1, cube_in_height=src.height - 1, cube_in_channel=src.channel - 1,
         cube_out_width=dst.width - 1, cube_out_height=dst.height - 1, cube_out_channel=dst.channel - 1,
         pooling_method=d.pool_mode, kernel_width=d.pool_width, kernel_height=d.pool_height,
         kernel_stride_width=d.stride_x - 1, kernel_stride_height=d.stride_y - 1, pad_left=d.pad_left,
         pad_top=d.pad_top, pad_right=d.pad_right, pad_bottom=d.pad_bottom, input_data=d.precision,
-        src_base_addr=run.address(src.address), src_line_stride=src.line_stride,
+        src_base_addr=0 if flying else run.address(src.address), src_line_stride=src.line_stride,
         src_surface_stride=src.surf_stride, dst_base_addr=run.address(dst.address),
         dst_line_stride=dst.line_stride, dst_surface_stride=dst.surf_stride,
-        pad_value_1x=d.padding_value[0] & 0x7FFFF, src_ram_type=RAM[src.type], dst_ram_type=RAM[dst.type])
+        recip_kernel_width=recip[d.pool_width], recip_kernel_height=recip[d.pool_height],
+        **{f"pad_value_{n + 1}x": d.padding_value[n] & 0x7FFFF for n in range(7)},
+        flying_mode=0 if flying else 1, split_num=d.split_num - 1,  # PDP's FLYING_MODE: 0 on the fly
+        partial_width_in_first=minus1(d.partial_in_width_first),
+        partial_width_in_mid=minus1(d.partial_in_width_mid),
+        partial_width_in_last=minus1(d.partial_in_width_last),
+        partial_width_out_first=minus1(d.partial_width_first),
+        partial_width_out_mid=minus1(d.partial_width_mid),
+        partial_width_out_last=minus1(d.partial_width_last),
+        src_ram_type=RAM.get(src.type, 1), dst_ram_type=RAM[dst.type])
+
+
+def bdma_params(run: Run, op: Any) -> BdmaParams:
+    """The BDMA's transfers for a BDMA operation (bdma.c)."""
+    s = op.surface_desc
+    transfers = []
+    for i in range(s.num_transfers):
+        t = s.transfers[i]
+        transfers.append(BdmaTransfer(run.address(t.source_address), run.address(t.destination_address),
+                                      t.line_size // 32 - 1, t.line_repeat - 1, t.source_line,
+                                      t.destination_line, t.surface_repeat - 1, t.source_surface,
+                                      t.destination_surface, RAM[s.source_type], RAM[s.destination_type]))
+    return BdmaParams(tuple(transfers))
+
+
+def rubik_params(run: Run, op: Any) -> RubikParams:
+    """The RUBIK's registers for a RUBIK operation (rubik.c)."""
+    d, s = op.op_desc, op.surface_desc
+    src, dst = s.src_data, s.dst_data
+    mode = d.mode
+    bpe = 1 if d.precision == 0 else 2
+    return RubikParams(
+        rubik_mode=mode, in_precision=d.precision, datain_width=src.width - 1, datain_height=src.height - 1,
+        datain_channel=src.channel - 1, dain_addr=run.address(src.address), dain_line_stride=src.line_stride,
+        dain_surf_stride=src.surf_stride if mode != 2 else 0,
+        dain_planar_stride=src.plane_stride if mode == 2 else 0, dataout_channel=dst.channel - 1,
+        daout_addr=run.address(dst.address), daout_line_stride=dst.line_stride,
+        daout_surf_stride=dst.surf_stride if mode != 1 else 0,
+        daout_planar_stride=dst.plane_stride if mode == 1 else 0,
+        contract_stride_0=-(-dst.channel * bpe // 32) * src.surf_stride,
+        contract_stride_1=d.stride_y * dst.line_stride, deconv_x_stride=d.stride_x - 1,
+        deconv_y_stride=d.stride_y - 1)
 
 
 def cdp_params(run: Run, op: Any) -> CdpParams:

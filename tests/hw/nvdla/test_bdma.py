@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,7 @@ from pydla.hw.nvdla import bdma
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.target import NV_FULL, NV_SMALL
-from tests.hw.nvdla.regression import Regression, dimg
+from tests.hw.nvdla.nvdla_run import Run, bdma_params
 
 
 def reference_copy(mem: np.ndarray, t: BdmaTransfer) -> None:
@@ -86,25 +84,12 @@ def test_configuration_and_count_limits() -> None:
     assert "21 transfers, at most 20" in str(e.value)
 
 
-def params_from_descriptor(r: Regression) -> BdmaParams:
-    """What NVIDIA's firmware programs for a BDMA operation (kmd/firmware/bdma.c)."""
-    surf = r.surface(0)
-    src_type, dst_type, n = struct.unpack_from("<BBH", surf, 0)
-    ram = {0: 1, 1: 0}  # descriptor memory type MC/CV -> register RAM type
-    transfers = []
-    for i in range(n):
-        sa, da, ls, lr, sl, dl, sr, ss, ds = struct.unpack_from("<hhIIIIIII", surf, 4 + 32 * i)
-        transfers.append(BdmaTransfer(r.address(sa), r.address(da), ls // 32 - 1, lr - 1, sl, dl, sr - 1,
-                                      ss, ds, ram[src_type], ram[dst_type]))
-    return BdmaParams(tuple(transfers))
-
-
 def test_nvidia_bdma_l0_0_golden_image() -> None:
-    r = Regression("BDMA_L0_0")
-    params = params_from_descriptor(r)
+    run = Run("BDMA_L0_0")
+    params = bdma_params(run, run.op(0))
     assert len(params.transfers) == 1 and params.transfers[0].line_bytes == 256
-    bdma.execute(params, r.memory, NV_FULL)
+    bdma.execute(params, run.memory, NV_FULL)
     t = params.transfers[0]
-    copied = r.memory.read(t.dst_addr, 2048)
-    assert np.array_equal(copied, r.memory.read(t.src_addr, 2048))
-    assert dimg(r.tensor, r.output()) == r.golden()
+    copied = run.memory.read(t.dst_addr, 2048)
+    assert np.array_equal(copied, run.memory.read(t.src_addr, 2048))
+    assert run.image() == run.golden()

@@ -17,10 +17,11 @@ import numpy.typing as npt
 import pytest
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.nvdla import cdp, surface
+from pydla.hw.nvdla import cdp, cdp_fp16, surface
 from pydla.hw.nvdla.cdp_lut import lut_int
 from pydla.hw.nvdla.cdp_params import EXPONENT, LINEAR, CdpLut, CdpParams
 from pydla.hw.nvdla.memory import ByteMemory
+from pydla.hw.nvdla.nvfloat import FP32, fp_add
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.target import NV_FULL, NV_SMALL
 
@@ -273,6 +274,24 @@ def test_fp16_lrn_matches_nvidias(seed: int) -> None:
     out, stats = cdp.lrn_fp16(x, channels, p)
     counts = [stats.uflow, stats.oflow, stats.hybrid, stats.le_hit, stats.lo_hit]
     assert digest(out & 0xFFFF, counts) == FP16_DIGESTS[seed]
+
+
+@pytest.mark.parametrize("specials", [False, True])
+@pytest.mark.parametrize("normalz_len", range(4))
+def test_fp16_window_sum_float32_equals_nvdla_adds(specials: bool, normalz_len: int) -> None:
+    """The window sum of squares in float32 (no specials) equals NVDLA's FP32 adds in the C model's order;
+    with Inf/NaN squares it takes NVDLA's adds."""
+    rng = np.random.default_rng(normalz_len)
+    bits = rng.integers(0, 1 << 16, (40, 6, 5))
+    bits = np.where(((bits >> 10) & 31) == 31, bits & 0x83FF, bits)  # no Inf/NaN
+    if specials:
+        bits[3, 2, 1], bits[17, 0, 0] = 0x7C00, 0xFE01
+    q = np.zeros((48, 6, 5), dtype=np.int64)
+    q[4:44] = cdp_fp16._fp16_squares()[bits]
+    want = fp_add(fp_add(q[3:43], q[5:45], FP32), q[4:44], FP32)
+    for k in range(2, normalz_len + 2):
+        want = fp_add(want, fp_add(q[4 - k:44 - k], q[4 + k:44 + k], FP32), FP32)
+    assert np.array_equal(cdp_fp16._window_sum(q, normalz_len), want)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -16,6 +16,7 @@ import pytest
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla import cacc, conv, conv_compressed, conv_int, conv_params, conv_weights, surface
+from pydla.hw.nvdla.conv_atoms import DirectAtoms
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.precision import Precision
@@ -165,12 +166,20 @@ def test_both_gemm_precisions_are_exact() -> None:
     x[0, 1, 1, 1] = 126
     w = np.full((2, 1024, 3, 3), 127, dtype=np.int64)
     p, mem = setup(NV_FULL, Precision.INT8, x, w, pad=(0, 0, 0, 0))
-    assert conv_int.bound(127, w) >= conv_int.SGEMM_EXACT
+    assert conv_int.bound(127, DirectAtoms(Taps(x, _geometry(x, w), 0), w, 64)) >= conv_int.SGEMM_EXACT
     out = conv.execute(p, mem, NV_FULL).to_sdp
     exact = int((x[0].reshape(-1) * w[0].reshape(-1)).sum())
     assert out[0, 0, 0, 0] == exact == -127
     big = x[0].reshape(1, -1).astype(np.float32) * np.float32(1e4)  # what float32 does to such sums
     assert float((big @ w[0].reshape(-1, 1).astype(np.float32))[0, 0]) != exact * 1e4
+
+
+def _geometry(x: npt.NDArray[np.int64], w: npt.NDArray[np.int64]) -> Geometry:
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    return Geometry(batches=n, channel=c, height=h, width=wd, kernels=k, kernel_height=r, kernel_width=s,
+                    stride_x=1, stride_y=1, dilation_x=1, dilation_y=1, pad_left=0, pad_top=0,
+                    out_width=wd - s + 1, out_height=h - r + 1)
 
 
 def test_48_bit_saturation_in_the_only_reachable_case() -> None:
@@ -181,10 +190,10 @@ def test_48_bit_saturation_in_the_only_reachable_case() -> None:
                  stride_y=1, dilation_x=1, dilation_y=1, pad_left=0, pad_top=0, out_width=1, out_height=1)
     x = np.full((1, 8192, 4, 4), -32768, dtype=np.int16)
     w = np.full((1, 8192, 4, 4), -32768, dtype=np.int16)
-    sums = conv_int.accumulate(Taps(x, g, 0), w, 64)
+    sums = conv_int.accumulate(DirectAtoms(Taps(x, g, 0), w, 64))
     assert sums.tolist() == [[[[2**47 - 1]]]]
     x[0, 0, 0, 0] = 32767  # one product smaller: no saturation, the float64 path, exact
-    sums = conv_int.accumulate(Taps(x, g, 0), w, 64)
+    sums = conv_int.accumulate(DirectAtoms(Taps(x, g, 0), w, 64))
     assert sums.tolist() == [[[[2**47 - 2**30 - 32768 * 32767]]]]
 
 
@@ -254,16 +263,15 @@ def test_weight_bytes_must_hold_the_kernels() -> None:
     assert e.value.code == NvError.InvalidSize and "CDMA weight_bytes" in e.value.message
 
 
-@pytest.mark.parametrize(("block", "changes", "text"), [
-    ("cdma", dict(conv_mode=1), "Winograd"), ("cdma", dict(datain_format=1), "image")])
-def test_not_implemented_modes(block: str, changes: dict[str, int], text: str) -> None:
+def test_direct_registers_in_winograd_mode_are_refused() -> None:
+    """A direct convolution's registers with CONV_MODE Winograd: the Winograd checks refuse them (here the
+    padded input is not a multiple of 4)."""
     p = _params()
     for b in ("cdma", "csc", "cmac_a", "cmac_b", "cacc"):
-        names = {f.name for f in dataclasses.fields(getattr(p, b))}
-        p = _with(p, b, **{k: v for k, v in changes.items() if k in names})
+        p = _with(p, b, conv_mode=1)
     with pytest.raises(DlaError) as e:
         conv.execute(p, ByteMemory(1 << 22), NV_FULL)
-    assert e.value.code == NvError.NotSupported and text in e.value.message
+    assert e.value.code == NvError.BadValue and "CDMA pad_right: the padded input" in e.value.message
 
 
 def test_configuration_refusals() -> None:

@@ -212,3 +212,20 @@ def test_fast_paths_equal_the_exact_algorithms(f: Fmt) -> None:
         x = np.arange(1 << 17)
         assert np.array_equal(F.fp17_to_fp16(x), X.fp17_to_fp16(x))
         assert np.array_equal(F.fp17_to_fp32(x), X.fp17_to_fp32(x))
+
+
+def test_fp17_rounding_through_float16_equals_the_bitwise_rounding() -> None:
+    """FP17 rounding takes numpy's float64 -> float16 conversion inside FP16's normal range: the same
+    patterns as the bitwise rounding for values across FP17's range, at the bottom of FP16's normal
+    range (where float16 would round a smaller value up into it), ties, and near 65520."""
+    from pydla.hw.nvdla.nvfloat import _round_fp17, _round_fp17_bits
+
+    rng = np.random.default_rng(17)
+    v = rng.standard_normal(200_000) * np.exp2(rng.integers(-40, 40, 200_000))
+    edges = np.array([2.0 ** -14, np.nextafter(2.0 ** -14, 0), 2.0 ** -14 * (1 - 2.0 ** -12), 65504.0,
+                      65519.99, 65520.0, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 0.0, -0.0, 2.0 ** -30])
+    v = np.concatenate([v, edges, -edges])
+    fast, fast_ok = _round_fp17(v.copy())
+    slow, slow_ok = _round_fp17_bits(v.copy())
+    assert np.array_equal(fast, slow)
+    assert np.array_equal(fast_ok, slow_ok)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import struct
 from fractions import Fraction
 
 import numpy as np
@@ -17,7 +16,7 @@ from pydla.hw.nvdla.pdp import PdpParams
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.surface import Cube, gather, scatter
 from pydla.hw.nvdla.target import NV_FULL, NV_SMALL, NvdlaTarget
-from tests.hw.nvdla.regression import Cube2018, Regression, dimg
+from tests.hw.nvdla.nvdla_run import Run, pdp_params
 
 RECIP = [0x10000, 0x8000, 0x5555, 0x4000, 0x3333, 0x2AAA, 0x2492, 0x2000]
 
@@ -210,39 +209,10 @@ def test_on_the_fly_input() -> None:
                           x.reshape(32, 4).max(axis=1))
 
 
-def params_from_descriptor(r: Regression) -> PdpParams:
-    """What NVIDIA's firmware programs for a PDP operation (kmd/firmware/pdp.c)."""
-    op = r.operation(0)
-    (pif, pim, pil, pof, pom, pol, split, mode, pw, ph, sx, sy, pl, pr, pt, pb, prec) = \
-        struct.unpack_from("<6H11B", op, 0)
-    pads = struct.unpack_from("<7i", op, 24)
-    surf = r.surface(0)
-    src, dst = Cube2018.at(surf, 0), Cube2018.at(surf, 28)
-
-    def minus1(v: int) -> int:
-        return v - 1 if v else 0
-
-    return PdpParams(
-        cube_in_width=src.width - 1, cube_in_height=src.height - 1, cube_in_channel=src.channel - 1,
-        cube_out_width=dst.width - 1, cube_out_height=dst.height - 1, cube_out_channel=dst.channel - 1,
-        pooling_method=mode, kernel_width=pw, kernel_height=ph, kernel_stride_width=sx - 1,
-        kernel_stride_height=sy - 1, pad_left=pl, pad_top=pt, pad_right=pr, pad_bottom=pb, input_data=prec,
-        src_base_addr=r.address(src.address), src_line_stride=src.line_stride,
-        src_surface_stride=src.surf_stride, dst_base_addr=r.address(dst.address),
-        dst_line_stride=dst.line_stride, dst_surface_stride=dst.surf_stride,
-        recip_kernel_width=RECIP[pw], recip_kernel_height=RECIP[ph],
-        **{f"pad_value_{n + 1}x": pads[n] & 0x7FFFF for n in range(7)},
-        flying_mode=0 if src.type == 2 else 1, split_num=split - 1,
-        partial_width_in_first=minus1(pif), partial_width_in_mid=minus1(pim),
-        partial_width_in_last=minus1(pil),
-        partial_width_out_first=minus1(pof), partial_width_out_mid=minus1(pom),
-        partial_width_out_last=minus1(pol))
-
-
 @pytest.mark.parametrize(("name", "target"), [("PDP_L0_0", NV_FULL), ("PDP_L0_0_small", NV_SMALL)])
 def test_nvidia_pdp_golden_images(name: str, target: NvdlaTarget) -> None:
-    r = Regression(name)
-    p = params_from_descriptor(r)
+    run = Run(name)
+    p = pdp_params(run, run.op(0))
     assert (p.pooling_method, p.kernel_width, p.input_data) == (1, 0, 0)
-    pdp.execute(p, r.memory, target)
-    assert dimg(r.tensor, r.output()) == r.golden()
+    pdp.execute(p, run.memory, target)
+    assert run.image() == run.golden()

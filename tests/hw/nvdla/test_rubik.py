@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import struct
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.rubik import RubikParams
 from pydla.hw.nvdla.target import NV_FULL, NV_SMALL
-from tests.hw.nvdla.regression import Cube2018, Regression, dimg
+from tests.hw.nvdla.nvdla_run import Run, rubik_params
 
 
 def params(mode: int, prec: Precision, w: int, h: int, cin: int, cout: int, **kw: int) -> RubikParams:
@@ -125,28 +124,9 @@ def test_refusals_name_the_field() -> None:
     assert e.value.code == NvError.NotSupported
 
 
-def params_from_descriptor(r: Regression) -> RubikParams:
-    """What NVIDIA's firmware programs for a RUBIK operation (kmd/firmware/rubik.c)."""
-    mode, prec, stride_x, stride_y = struct.unpack_from("<BBBB", r.operation(0), 0)
-    surf = r.surface(0)
-    src, dst = Cube2018.at(surf, 0), Cube2018.at(surf, 28)
-    bpe = 1 if prec == 0 else 2
-    return RubikParams(
-        rubik_mode=mode, in_precision=prec, datain_width=src.width - 1, datain_height=src.height - 1,
-        datain_channel=src.channel - 1, dain_addr=r.address(src.address), dain_line_stride=src.line_stride,
-        dain_surf_stride=src.surf_stride if mode != 2 else 0,
-        dain_planar_stride=src.plane_stride if mode == 2 else 0, dataout_channel=dst.channel - 1,
-        daout_addr=r.address(dst.address), daout_line_stride=dst.line_stride,
-        daout_surf_stride=dst.surf_stride if mode != 1 else 0,
-        daout_planar_stride=dst.plane_stride if mode == 1 else 0,
-        contract_stride_0=-(-dst.channel * bpe // 32) * src.surf_stride,
-        contract_stride_1=stride_y * dst.line_stride, deconv_x_stride=stride_x - 1,
-        deconv_y_stride=stride_y - 1)
-
-
 def test_nvidia_rbk_l0_0_golden_image() -> None:
-    r = Regression("RBK_L0_0")
-    p = params_from_descriptor(r)
+    run = Run("RBK_L0_0")
+    p = rubik_params(run, run.op(0))
     assert (p.rubik_mode, p.in_precision, p.deconv_x_stride, p.deconv_y_stride) == (0, 1, 9, 3)
-    rubik.execute(p, r.memory, NV_FULL)
-    assert dimg(r.tensor, r.output()) == r.golden()
+    rubik.execute(p, run.memory, NV_FULL)
+    assert run.image() == run.golden()
