@@ -154,7 +154,7 @@ class CuDesc:
     # The KMD's own knowledge (not in the uAPI's CU_QUERY: a client's copy has None): not compared.
     shave_tile: int | None = field(default=None, compare=False)
     # The names of the arguments a start takes, when the unit's model declares them (XRT's kernel
-    # metadata): the host checks a start's argument count against them. Not in CU_QUERY either.
+    # metadata): the host checks a start's argument count against them. Over Linux: CU_ARGS (2.9).
     arguments: tuple[str, ...] | None = field(default=None, compare=False)
 
     @property

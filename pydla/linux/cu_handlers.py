@@ -60,7 +60,7 @@ def cu_handlers(daemon: KmdDaemon) -> dict[int, Callable[[Client, RequestContext
     e = U.dla_ioctl_e
     return {e.CU_OPEN: h.open, e.CU_CLOSE: h.close, e.CU_REG_READ: h.reg_read, e.CU_REG_WRITE: h.reg_write,
             e.CU_STREAM_WRITE: h.stream_write, e.CU_STREAM_READ: h.stream_read, e.CU_QUERY: h.query,
-            e.CU_SUBMIT: h.submit}
+            e.CU_SUBMIT: h.submit, e.CU_ARGS: h.arguments}
 
 
 def _kmd(command: str, call: Callable[[], T]) -> T:
@@ -216,6 +216,23 @@ class CuHandlers:
         a.control, a.name, a.base, a.window = CONTROL[d.control], text(d.name, 64), d.base, d.window
         a.interrupt_id, a.int_enable, a.pipeline_depth = d.interrupt_id, int(d.int_enable), d.pipeline_depth
         a.engine, a.reserved = int(d.engine), 0
+        return 0
+
+    def arguments(self, client: Client, ctx: RequestContext, a: Any) -> int:
+        units = client.kmd.compute_units
+        if not 0 <= a.index < len(units):
+            raise FuseError(errno.ENOENT, f"CU_ARGS: index {a.index}: the device has {len(units)} compute "
+                                          f"units (NUM_CUS)")
+        if a.reserved:
+            raise FuseError(errno.EINVAL, f"CU_ARGS: reserved {a.reserved:#x} must be 0")
+        names = units[a.index].arguments
+        packed = b"".join(n.encode("utf-8") + b"\0" for n in names or ())
+        if len(packed) > type(a).names.size:  # the model's declaration does not fit the struct
+            raise FuseError(errno.E2BIG, f"CU_ARGS: compute unit '{units[a.index].name}' declares "
+                                         f"{len(packed)} bytes of argument names (at most "
+                                         f"{type(a).names.size})")
+        a.declared, a.count = int(names is not None), len(names or ())
+        ctypes.memmove(ctypes.addressof(a) + type(a).names.offset, packed, len(packed))
         return 0
 
     # -- executions (XRT's xrt::run::start) --------------------------------------------------------

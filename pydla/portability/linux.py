@@ -240,15 +240,12 @@ class LinuxDevice:
         # PRECISION_MASK came with uAPI 2.2; an older daemon's device is taken to compute in every
         # precision (its KMD still refuses what its device lacks).
         precision_mask = self.param(p.PRECISION_MASK) if self.daemon_version[:2] >= (2, 2) else ~0
+        units = query_compute_units(self)  # uAPI 2.5 (none from an older daemon); arguments 2.9
         return NvDlaDeviceInfo(
             self.param(p.DEVICE_INDEX), self.param(p.NUM_DEVICES), self.param_text(p.CONFIG_NAME),
             self.param(p.HW_VERSION), tuple(b for b in dla_block_e if block_mask >> int(b) & 1),
             tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES),
-            self._compute_unit_names())
-
-    def _compute_unit_names(self) -> tuple[str, ...]:
-        """The device's compute units (uAPI 2.5: NUM_CUS, CU_QUERY); none from an older daemon."""
-        return tuple(cu.name for cu in query_compute_units(self))
+            tuple(cu.name for cu in units), tuple(cu.arguments for cu in units))
 
     def ring(self) -> ClientRing | None:
         """This file's submission ring, set up on first use; None without one (see the module)."""

@@ -60,8 +60,26 @@ def query_compute_units(device: LinuxDevice) -> tuple[CuDesc, ...]:
     for i in range(device.param(U.dla_param_e.NUM_CUS)):
         q = device.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i))
         units.append(CuDesc(untext(bytes(q.name)), CONTROL.get(q.control, "HS"), int(q.base), int(q.window),
-                            bool(q.int_enable), int(q.interrupt_id), int(q.pipeline_depth), bool(q.engine)))
+                            bool(q.int_enable), int(q.interrupt_id), int(q.pipeline_depth), bool(q.engine),
+                            arguments=_arguments(device, i)))
     return tuple(units)
+
+
+def _arguments(device: LinuxDevice, index: int) -> tuple[str, ...] | None:
+    """The argument names unit ``index`` declares (uAPI 2.9: CU_ARGS); None when it declares none or
+    the daemon is older."""
+    if device.daemon_version[:2] < (2, 9):
+        return None
+    q = device.ioctl(U.dla_ioctl_e.CU_ARGS, U.dla_cu_args_t(index=index))
+    if not q.declared:
+        return None
+    field = type(q).names  # a char array: read as raw bytes (its value stops at the first NUL)
+    raw = ctypes.string_at(ctypes.addressof(q) + field.offset, field.size)
+    names = tuple(n.decode("utf-8", "replace") for n in raw.split(b"\0")[:q.count])
+    if len(names) != q.count or any(not n for n in names):
+        raise DlaError(NvError.InvalidState, f"CU_ARGS: the daemon's answer for unit {index} holds "
+                                             f"{len([n for n in names if n])} names, not its count {q.count}")
+    return names
 
 
 def _ref(cu: Any, what: str) -> dict[str, Any]:

@@ -171,6 +171,12 @@ show(call(fds[0], E.CU_CLOSE, ctx(b"scale", flags=1)))               # flags on 
 show(call(fds[0], E.CU_CLOSE, ctx(b"scale")))
 show(call(fds[0], E.CU_CLOSE, ctx(b"scale")))                        # none left: EPERM
 show(call(fds[1], E.CU_OPEN, ctx(b"", index=4, flags=1)))            # by index: scale
+show(call(fds[0], E.CU_ARGS, U.dla_cu_args_t(index=99)))              # ENOENT
+show(call(fds[0], E.CU_ARGS, U.dla_cu_args_t(index=3, reserved=1)))   # EINVAL
+a = call(fds[0], E.CU_ARGS, U.dla_cu_args_t(index=3))                # vadd: a, b, out, n
+print(a.declared, a.count, ctypes.string_at(ctypes.addressof(a) + 16, 16))
+a = call(fds[0], E.CU_ARGS, U.dla_cu_args_t(index=1))                # noop_hs declares none
+print(a.declared, a.count, ctypes.string_at(ctypes.addressof(a) + 16, 4))
 """
 
 
@@ -183,7 +189,9 @@ def test_raw_errnos(daemon, tmp_path: Path) -> None:
     nosup = errno.errorcode[errno.EOPNOTSUPP]  # ENOTSUP on Linux: the same number
     assert lines[:-1] == ["EPERM", "ok", "EBUSY", "EBUSY", "EPERM", "EPERM", "EINVAL", "EINVAL", "EINVAL",
                           "ENOENT", "ENOENT", "EINVAL", "ok", "ok", nosup, "EINVAL", nosup, "EFAULT",
-                          "EFAULT", "EINVAL", "EINVAL", "ETIMEDOUT", "EINVAL", "ok", "EPERM", "ok"]
+                          "EFAULT", "EINVAL", "EINVAL", "ETIMEDOUT", "EINVAL", "ok", "EPERM", "ok",
+                          "ENOENT", "EINVAL", "1 4 b'a\\x00b\\x00out\\x00n\\x00\\x00\\x00\\x00\\x00\\x00\\x00'",
+                          "0 0 b'\\x00\\x00\\x00\\x00'"]
 
 
 def test_compute_units_mirror_the_kmds_ip_layout(daemon) -> None:
