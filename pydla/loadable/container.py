@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -198,7 +198,13 @@ def _refuse_other_kinds(data: bytes | bytearray | memoryview | mmap.mmap, source
 
 
 class Loadable:
-    """A checked, read-only loadable; weights are views of the mapped file."""
+    """A checked, read-only loadable; weights are views of the mapped file.
+
+    ``Loadable.TensorDescListEntry`` is :class:`TensorDesc` under the NVDLA runtime API's name
+    (``nvdla::ILoadable::TensorDescListEntry``): ``pydla.ILoadable.TensorDescListEntry``.
+    """
+
+    TensorDescListEntry: ClassVar[type[TensorDesc]] = TensorDesc
 
     def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, source: str = "loadable") -> None:
         self.source = source

@@ -340,9 +340,10 @@ class InProcessPort(NvDlaPort):
             return mem._bytes[offset:offset + size].tobytes()
         return super().NvDlaMemRead(mem, offset, size)
 
-    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
+    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any, size: int | None = None) -> None:
         """As the interface's; byte sources are copied once, by memoryview assignment."""
-        if type(mem) is InProcessMem and mem.usable and type(offset) is int and 0 <= offset <= mem._size:
+        if (size is None and type(mem) is InProcessMem and mem.usable and type(offset) is int
+                and 0 <= offset <= mem._size):
             kind = type(src)
             try:
                 if kind is np.ndarray:
@@ -358,7 +359,7 @@ class InProcessPort(NvDlaPort):
                     return
             except (ValueError, TypeError):
                 pass  # the general version says what is wrong (a size, a shape)
-        super().NvDlaMemWrite(mem, offset, src)
+        super().NvDlaMemWrite(mem, offset, src, size)
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
         session = self._session(h)

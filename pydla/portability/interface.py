@@ -387,8 +387,12 @@ class NvDlaPort(abc.ABC):
         _check_range(mem, offset, size, "NvDlaMemRead")
         return bytes(mem.bytes_view()[offset:offset + size])
 
-    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any) -> None:
-        """Write ``src`` (bytes-like or a numpy array) at ``offset`` of ``mem``."""
+    def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any, size: int | None = None) -> None:
+        """Write ``src`` (bytes-like or a numpy array) at ``offset`` of ``mem``: its first ``size``
+        bytes (the NVDLA runtime API's ``Size``; all of it when None).
+
+        Usage: ``port.NvDlaMemWrite(mem, 0, header, 16)``
+        """
         try:
             if isinstance(src, np.ndarray):
                 if src.dtype.hasobject:
@@ -398,6 +402,11 @@ class NvDlaPort(abc.ABC):
                 data = np.ascontiguousarray(np.asarray(memoryview(src))).reshape(-1).view(np.uint8)
         except (TypeError, ValueError) as e:
             raise DlaError(NvError.BadParameter, f"NvDlaMemWrite: src is not bytes-like: {e}") from None
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= data.size:
+                raise DlaError(NvError.BadParameter, f"NvDlaMemWrite: size {size!r} must be 0..{data.size} "
+                                                     f"(the bytes src holds)")
+            data = data[:size]
         _check_range(mem, offset, data.size, "NvDlaMemWrite")
         mem.bytes_view()[offset:offset + data.size] = data
 

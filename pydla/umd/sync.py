@@ -44,8 +44,11 @@ class ISync:
         self.port.NvDlaSignalFence(self.fence)
 
     def setWaitValue(self, val: int) -> None:
-        if not isinstance(val, int) or val < 0:
-            raise DlaError(NvError.BadParameter, f"ISync.setWaitValue: {val!r}")
+        """The value :meth:`wait`, :meth:`signal` and a submit waiting on this sync use from now on
+        (the NVDLA runtime API's NvU32). Usage: ``sync.setWaitValue(2)``"""
+        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= 0xFFFFFFFF:
+            raise DlaError(NvError.BadParameter, f"ISync.setWaitValue: val {val!r} must be an integer "
+                                                 f"0..0xffffffff (an NvU32)")
         self._wait_value = val
 
     def getWaitValue(self) -> int:

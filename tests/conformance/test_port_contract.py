@@ -76,6 +76,8 @@ def test_memory(port: NvDlaPort) -> None:
     assert port.NvDlaMemRead(mem, 8, 3) == b"\x01\x02\x03" and data[9] == 2  # one memory, two views
     data[20] = 7
     assert port.NvDlaMemRead(mem, 20, 1) == b"\x07"
+    port.NvDlaMemWrite(mem, 12, b"abcdef", 2)  # the NVDLA runtime API's Size: the first 2 bytes
+    assert port.NvDlaMemRead(mem, 12, 3) == b"ab\x00"
     port.NvDlaMemWrite(mem, 32, np.arange(4, dtype=np.float32))
     assert mem.array(np.float32, (4,), offset=32).tolist() == [0.0, 1.0, 2.0, 3.0]
     view = port.NvDlaMemMap(mem, 8, 4)
@@ -86,6 +88,7 @@ def test_memory(port: NvDlaPort) -> None:
                        (lambda: port.NvDlaMemWrite(mem, 65, b""), NvError.InvalidSize),
                        (lambda: port.NvDlaMemWrite(mem, 65, np.zeros(0, np.uint8)), NvError.InvalidSize),
                        (lambda: port.NvDlaMemWrite(mem, 0, object()), NvError.BadParameter),
+                       (lambda: port.NvDlaMemWrite(mem, 0, b"ab", 3), NvError.BadParameter),
                        (lambda: port.NvDlaGetMem(h, 0), NvError.BadParameter),
                        (lambda: port.NvDlaGetMem(h, 16, NvDlaHeap.SRAM), NvError.NotSupported)):
         with pytest.raises(DlaError) as e:
