@@ -215,7 +215,7 @@ def _config_info(args: argparse.Namespace) -> int:
     import json
 
     from pydla.target.config import load_config
-    from pydla.target.ip_layout import xclbin_ip_layout
+    from pydla.target.xclbin_json import dump_ip_layout
 
     config = load_config(args.config)
     if args.list_sections:
@@ -231,7 +231,7 @@ def _config_info(args: argparse.Namespace) -> int:
             raise DlaError(NvError.BadParameter,
                            f"--dump-section {item}: format '{form}': IP_LAYOUT is written as json")
         dumps.append((item, file or "-"))
-    text = json.dumps(xclbin_ip_layout(config.ip_layout), indent=4) + "\n"
+    text = dump_ip_layout(config.ip_layout)  # as xclbinutil writes it: ip_data repeated
     for item, file in dumps:
         if file == "-":
             sys.stdout.write(text)

@@ -251,27 +251,29 @@ class InProcessPort(NvDlaPort):
 
     # -- compute units: the KMD's CU contexts, registers and streams, for this handle's context ---
 
-    def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
+    def NvDlaOpenCuContext(self, h: Any, cu: str | int, exclusive: bool) -> None:
         session = self._session(h)
-        session.kmd.cu_open_context(session.ctx, cu, exclusive=exclusive)
+        unit = _unit(session, cu, "NvDlaOpenCuContext")
+        session.kmd.cu_open_context(session.ctx, unit, exclusive=exclusive)
 
-    def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
+    def NvDlaCloseCuContext(self, h: Any, cu: str | int) -> None:
         session = self._session(h)
-        session.kmd.cu_close_context(session.ctx, cu)
+        session.kmd.cu_close_context(session.ctx, _unit(session, cu, "NvDlaCloseCuContext"))
 
-    def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
+    def NvDlaRegRead(self, h: Any, cu: str | int, offset: int) -> int:
         session = self._session(h)
-        return session.kmd.cu_reg_read(session.ctx, cu, offset)
+        return session.kmd.cu_reg_read(session.ctx, _unit(session, cu, "NvDlaRegRead"), offset)
 
-    def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
+    def NvDlaRegWrite(self, h: Any, cu: str | int, offset: int, value: int) -> None:
         session = self._session(h)
-        session.kmd.cu_reg_write(session.ctx, cu, offset, value)
+        session.kmd.cu_reg_write(session.ctx, _unit(session, cu, "NvDlaRegWrite"), offset, value)
 
-    def NvDlaSubmitCu(self, h: Any, cu: str, args: list[Any], pre_fences: list[NvDlaFence],
+    def NvDlaSubmitCu(self, h: Any, cu: str | int, args: list[Any], pre_fences: list[NvDlaFence],
                       post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
         """As the interface's: the KMD's cu_submit, each buffer resolved to this session's handle."""
         session = self._session(h)
         what = f"NvDlaSubmitCu {cu!r:.70}"
+        unit = _unit(session, cu, what)
         words: list[CuArg] = []
         for i, arg in enumerate(check_cu_args(args, what)):
             if isinstance(arg, tuple):
@@ -282,18 +284,20 @@ class InProcessPort(NvDlaPort):
         for fences, name in ((pre_fences, "pre_fences"), (post_fences, "post_fences")):
             if not isinstance(fences, (list, tuple)):
                 raise DlaError(NvError.BadParameter, f"{what}: {name} must be a list of NvDlaFence")
-        ex = session.kmd.cu_submit(session.ctx, cu, words, timeout_ms=timeout_ms,
+        ex = session.kmd.cu_submit(session.ctx, unit, words, timeout_ms=timeout_ms,
                                    pre_fences=[self._fence(f, session) for f in pre_fences],
                                    post_fences=[self._fence(f, session) for f in post_fences])
         return NvDlaTaskStatus(ex.exec_id, ex)
 
-    def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
+    def NvDlaStreamWrite(self, h: Any, cu: str | int, data: bytes, timeout_ms: int) -> None:
         session = self._session(h)
-        session.kmd.cu_stream_write(session.ctx, cu, data, timeout_ms=timeout_ms)
+        unit = _unit(session, cu, "NvDlaStreamWrite")
+        session.kmd.cu_stream_write(session.ctx, unit, data, timeout_ms=timeout_ms)
 
-    def NvDlaStreamRead(self, h: Any, cu: str, nbytes: int, timeout_ms: int) -> bytes:
+    def NvDlaStreamRead(self, h: Any, cu: str | int, nbytes: int, timeout_ms: int) -> bytes:
         session = self._session(h)
-        return session.kmd.cu_stream_read(session.ctx, cu, nbytes, timeout_ms=timeout_ms)
+        unit = _unit(session, cu, "NvDlaStreamRead")
+        return session.kmd.cu_stream_read(session.ctx, unit, nbytes, timeout_ms=timeout_ms)
 
     def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
                     flags: int = 0) -> tuple[NvDlaMemHandle, npt.NDArray[np.uint8]]:
@@ -506,3 +510,15 @@ class InProcessPort(NvDlaPort):
         if not isinstance(job, Job):
             raise DlaError(NvError.BadParameter, "not a status from this port's NvDlaSubmit")
         job.wait(timeout_ms)
+
+
+def _unit(session: Session, cu: Any, what: str) -> str:
+    """A compute unit named by its index in the IP_LAYOUT (XRT's cu_index) becomes its name; a name
+    goes to the KMD as it is (the KMD checks it)."""
+    if isinstance(cu, int) and not isinstance(cu, bool):
+        units = session.kmd.compute_units
+        if not 0 <= cu < len(units):
+            raise DlaError(NvError.BadParameter, f"{what}: compute unit index {cu}: the device has "
+                                                 f"{len(units)} (0..{len(units) - 1})")
+        return units[cu].name
+    return cu  # type: ignore[no-any-return]  # the KMD checks what it is

@@ -288,8 +288,9 @@ class NvDlaPort(abc.ABC):
     # streams of AP_CTRL_NONE units); a port without them raises NotSupported (these defaults) ---
 
     def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
-        """Open a CU context on compute unit ``cu`` (``kernel:instance`` or the instance) for the
-        handle ``h``: ``exclusive`` only while no other handle has one on it (NvError Busy).
+        """Open a CU context on compute unit ``cu`` (``kernel:instance``, the instance, or its index in
+        the IP_LAYOUT, XRT's cu_index) for the handle ``h``: ``exclusive`` only while no other
+        handle has one on it (NvError Busy). The other compute-unit calls take ``cu`` the same ways.
 
         Usage::
 

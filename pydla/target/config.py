@@ -23,6 +23,7 @@ from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.target.ip_layout import ComputeUnitInfo, parse_ip_layout
 from pydla.target.shave import ShaveConfig, parse_shave
+from pydla.target.xclbin_json import is_xclbin_form, keep_repeated_keys, xclbin_entries
 
 _FIELDS: dict[str, type] = {
     "name": str,
@@ -56,7 +57,10 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "tap_major_min_channels": ((int,), SHIFT_MIN_CHANNELS),
     "tap_major_max_extra": ((int, float), SHIFT_MAX_EXTRA),
     # Compute units (pydla.target.ip_layout): XRT's IP_LAYOUT, and the clock their latencies count in.
-    "ip_layout": ((list,), []),
+    # A list of entries, or xclbinutil's dump (pydla.target.xclbin_json) with cu_models saying
+    # which model computes each unit (by m_name or kernel name).
+    "ip_layout": ((list, dict), []),
+    "cu_models": ((dict,), {}),
     "clock_mhz": ((int, float), 1000),
     # SHAVE tiles (pydla.target.shave): none unless the configuration has the field.
     "shave": ((dict, type(None)), None),
@@ -148,7 +152,7 @@ def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfi
             raise DlaError(NvError.BadValue,
                            f"device config {source}: not UTF-8 text (byte {e.start})") from e
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=keep_repeated_keys)  # xclbinutil repeats keys
     except json.JSONDecodeError as e:
         raise DlaError(NvError.BadValue, f"{source}: not valid JSON: {e}") from e
     except RecursionError:
@@ -206,8 +210,18 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
                         raw["iova_size"], optional["tap_major_min_channels"],
                         float(optional["tap_major_max_extra"]),
-                        parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
+                        _ip_layout(optional["ip_layout"], optional["cu_models"], source),
+                        float(optional["clock_mhz"]),
                         parse_shave(optional["shave"], source), headed)
+
+
+def _ip_layout(raw: Any, cu_models: dict[str, Any], source: str) -> tuple[ComputeUnitInfo, ...]:
+    if is_xclbin_form(raw):
+        raw = xclbin_entries(raw, cu_models, source)
+    elif cu_models:
+        raise DlaError(NvError.BadValue, f"{source}: 'cu_models' is for an 'ip_layout' in xclbinutil's form "
+                                         f"(a list's entries name their own model)")
+    return parse_ip_layout(raw, source)
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:

@@ -89,11 +89,6 @@ class ComputeUnitInfo:
                 "m_base_address": f"{self.m_base_address:#x}", "m_name": self.name}
 
 
-def xclbin_ip_layout(layout: tuple[ComputeUnitInfo, ...]) -> dict[str, Any]:
-    """The whole section in XRT's JSON shape."""
-    return {"ip_layout": {"m_count": str(len(layout)), "m_ip_data": [cu.xclbin_entry() for cu in layout]}}
-
-
 def parse_ip_layout(raw: Any, source: str) -> tuple[ComputeUnitInfo, ...]:
     """Check every entry and the entries together (names, interrupt ids, windows)."""
     if not isinstance(raw, list):
