@@ -292,6 +292,15 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _sigint_as_a_terminal_leaves_it() -> None:
+    """preexec_fn of the Ctrl-C tests' children: SIGINT at its default, as a shell starts a command in
+    the foreground. A test run started in the background (``pytest &`` in a script) has SIGINT
+    ignored, which its children would inherit: Python then never raises KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted(argv: list[str], where: str,
                  tmp_path: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     import time
@@ -299,7 +308,7 @@ def _interrupted(argv: list[str], where: str,
     env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)
     result = subprocess.run([sys.executable, "-c", SIGINT_AT, where, *argv], capture_output=True, text=True,
-                            env=env, timeout=120)
+                            env=env, timeout=120, preexec_fn=_sigint_as_a_terminal_leaves_it)
     ended = time.monotonic()
     sent = [float(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("SIGINT ")]
     assert len(sent) == 1, (where, result.stderr)
@@ -334,7 +343,8 @@ def test_sigint_from_outside_ends_pydla_run_within_2_s(demo_dla: Path, tmp_path:
     env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)
     with subprocess.Popen([sys.executable, "-m", "pydla", "run", str(demo_dla), "--iterations", "10000000"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          preexec_fn=_sigint_as_a_terminal_leaves_it) as child:
         assert child.stdout is not None and child.stderr is not None
         assert child.stdout.readline().startswith("input input: random")  # the runs start next
         time.sleep(0.5)
@@ -379,7 +389,8 @@ def test_ctrl_c_while_the_command_imports_its_modules_is_one_line(module: str, d
     env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)
     result = subprocess.run([sys.executable, "-c", SIGINT_IN_IMPORT, module, "run", str(demo_dla)],
-                            capture_output=True, text=True, env=env, timeout=120)
+                            capture_output=True, text=True, env=env, timeout=120,
+                            preexec_fn=_sigint_as_a_terminal_leaves_it)
     ended = time.monotonic()
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith("SIGINT "), result.stderr  # sent, once
@@ -434,7 +445,8 @@ def test_ctrl_c_while_a_large_random_input_is_drawn_ends_within_2_s(tmp_path: Pa
     env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)
     result = subprocess.run([sys.executable, "-c", SIGINT_IN_DRAW, "0.2", "run", str(model), "--input-shape",
-                             "x=1,3,4096,4096"], capture_output=True, text=True, env=env, timeout=300)
+                             "x=1,3,4096,4096"], capture_output=True, text=True, env=env, timeout=300,
+                            preexec_fn=_sigint_as_a_terminal_leaves_it)
     ended = time.monotonic()
     sent = [float(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("SIGINT ")]
     assert len(sent) == 1, result.stderr

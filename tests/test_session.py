@@ -4,6 +4,7 @@ onnxruntime, threads, and errors that say what was expected."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -557,7 +558,21 @@ def test_ctrl_c_in_a_runtime_block_cancels_the_run_at_once(demo, monkeypatch) ->
     assert time.monotonic() - t0 < 2 and rt._closed
 
 
-def test_ctrl_c_while_close_waits_for_a_run_ends_the_wait(demo) -> None:
+@pytest.fixture
+def python_sigint_handler() -> Iterator[None]:
+    """SIGINT handled by Python's own handler while the test runs: ``_thread.interrupt_main`` simulates
+    the signal through it, and a test run started in the background (``pytest &`` in a script) has
+    SIGINT ignored, where the simulated Ctrl-C would be dropped."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_close_waits_for_a_run_ends_the_wait(demo, python_sigint_handler: None) -> None:
     """A normal close waits for a run in flight; Ctrl-C during that wait cancels it at once."""
     import _thread
     import time
