@@ -8,8 +8,10 @@ when it holds pydla's configuration). An instance matches a compute unit by its 
 its ``kernel:instance`` name or by its kernel's name (XRT's xrt::kernel takes all three).
 
 Used where a configuration may be loaded: :func:`pydla.loadable.recipe.load_recipe` (and so
-``pydla validate recipe.json``). The runtime layers never load one (they learn their device through
-their port), so a standalone recipe opened by the runner is not checked here.
+``pydla validate recipe.json``), and by a standalone recipe the runner opens
+(:meth:`pydla.loadable.recipe_file.RecipeFile.check_device`): the device its header names must be the
+one the runner runs on (:func:`check_header_device`). The runtime layers themselves never load one:
+they learn their device through their port.
 
 Usage::
 
@@ -20,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.recipe import Recipe, RecipeError
@@ -72,3 +75,24 @@ def check_config(recipe: Recipe, path: Path, *, allow_unsafe_paths: bool = False
     if errors:
         raise RecipeError(str(path), errors)
     return config
+
+
+def _facts(hw_version: int, blocks: Any, precisions: Any, units: Any) -> tuple[Any, ...]:
+    return hw_version, frozenset(blocks), frozenset(precisions), tuple(units)
+
+
+def check_header_device(recipe: Recipe, path: Path, info: Any, *, allow_unsafe_paths: bool = False) -> None:
+    """NvError NotSupported, naming both, when the device configuration the header of ``recipe``
+    names is not the device ``info`` describes (a port's NvDlaDeviceInfo): another hardware version,
+    blocks, precisions or compute units (a configuration and its headed variant are the same
+    device). The header's file not found or not a configuration: the RecipeError of
+    :func:`recipe_config`."""
+    config = recipe_config(recipe, path, allow_unsafe_paths=allow_unsafe_paths)
+    wanted = _facts(config.hw_version, config.blocks, config.precisions, (cu.name for cu in config.ip_layout))
+    have = _facts(info.hw_version, info.blocks, info.precisions, info.compute_units)
+    if wanted != have:
+        key = recipe.device_path.rsplit("/", 1)[-1]
+        raise DlaError(NvError.NotSupported,
+                       f"{path}: header.{key} '{recipe.device}' is device configuration '{config.name}', and "
+                       f"the runtime runs on '{info.name}' (another device): open the runtime on the "
+                       f"recipe's device (createRuntime(config=...), pydla run --config)")

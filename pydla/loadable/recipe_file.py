@@ -93,8 +93,12 @@ class RecipeFile:
         return None
 
     def check_device(self, config: Any) -> None:
+        """The device the runner runs on (a port's NvDlaDeviceInfo) is the one the header names and
+        has what the recipe uses; DlaError NotSupported naming what differs."""
         from pydla.loadable.container import check_blocks, check_instances
+        from pydla.loadable.recipe_config import check_header_device
 
+        check_header_device(self.recipe, self.path, config, allow_unsafe_paths=self.allow_unsafe_paths)
         check_blocks(self._controls.values(), config, self.source)
         check_instances(self.recipe.kernels.values(), config, self.source)
 

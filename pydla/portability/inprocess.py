@@ -194,7 +194,8 @@ class InProcessPort(NvDlaPort):
         return NvDlaDeviceInfo(select, self.platform.instances, info.name, info.hw_version, info.blocks,
                                info.precisions, info.memory_bytes,
                                tuple(cu.name for cu in info.compute_units),
-                               compute_unit_arguments=tuple(cu.arguments for cu in info.compute_units))
+                               compute_unit_arguments=tuple(cu.arguments for cu in info.compute_units),
+                               engine_unit=next((cu.name for cu in info.compute_units if cu.engine), None))
 
     def NvDlaOpen(self, select: NvDlaEngineSelect | int) -> Session:
         select = self._select(select, "NvDlaOpen")

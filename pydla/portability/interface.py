@@ -92,10 +92,17 @@ class NvDlaDeviceInfo:
     # Per unit of ``compute_units``, the names of the arguments a start takes (the model's
     # declaration, XRT's kernel metadata); None, or a tuple shorter than ``compute_units``: not known.
     compute_unit_arguments: tuple[tuple[str, ...] | None, ...] = ()
+    # The unit of ``compute_units`` that is the DLA engine itself (its tasks go through NvDlaSubmit,
+    # not NvDlaSubmitCu); None: the device declares none, or the port does not say.
+    engine_unit: str | None = None
 
     def has_compute_unit(self, name: str) -> bool:
         """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
         return any(name in (cu, *cu.split(":", 1)) for cu in self.compute_units)
+
+    def compute_unit(self, name: str) -> str | None:
+        """The "kernel:instance" name of the unit answering to ``name`` (see has_compute_unit)."""
+        return next((cu for cu in self.compute_units if name in (cu, *cu.split(":", 1))), None)
 
     def compute_unit_args(self, name: str) -> tuple[str, ...] | None:
         """The arguments a start of the unit called ``name`` takes, when the port says (else None)."""

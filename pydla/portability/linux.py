@@ -245,7 +245,8 @@ class LinuxDevice:
             self.param(p.DEVICE_INDEX), self.param(p.NUM_DEVICES), self.param_text(p.CONFIG_NAME),
             self.param(p.HW_VERSION), tuple(b for b in dla_block_e if block_mask >> int(b) & 1),
             tuple(q for q in dla_precision_e if precision_mask >> int(q) & 1), self.param(p.MEMORY_BYTES),
-            tuple(cu.name for cu in units), tuple(cu.arguments for cu in units))
+            tuple(cu.name for cu in units), tuple(cu.arguments for cu in units),
+            next((cu.name for cu in units if cu.engine), None))
 
     def ring(self) -> ClientRing | None:
         """This file's submission ring, set up on first use; None without one (see the module)."""

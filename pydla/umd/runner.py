@@ -36,8 +36,16 @@ from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from pydla.loadable.recipe import BIND_INPUT_TYPES, BIND_OUTPUT_TYPES, Argument, Recipe, Run
 from pydla.loadable.recipe_file import RecipeFile
-from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
+from pydla.portability.interface import (
+    NvDlaDeviceInfo,
+    NvDlaFence,
+    NvDlaMemHandle,
+    NvDlaPort,
+    NvDlaPreparedTask,
+    NvDlaTask,
+)
 from pydla.umd.cpu import CpuFunction, CpuLibraries
+from pydla.umd.runner_cu import CuStep, unit_of_run
 
 if TYPE_CHECKING:
     from pydla.trace.host import HostTrace
@@ -104,6 +112,7 @@ class Runner:
         self.port = device.port
         self.handle = device.handle
         self.lo = open_recipe(recipe, allow_unsafe_paths=allow_unsafe_paths)
+        self._info: NvDlaDeviceInfo | None = None  # what the port says of the device, if it does
         self._check_device(device.device)
         self.timeout_ms = timeout_ms
         self.libraries = libraries or CpuLibraries(allow_unsafe_paths=allow_unsafe_paths)
@@ -111,7 +120,7 @@ class Runner:
         self.owned: dict[str, NvDlaMemHandle] = {}
         self.bound: dict[str, NvDlaMemHandle] = {}
         self._snapshot: dict[str, NvDlaMemHandle] | None = None  # see _bindings
-        self.steps: list[_Npu | _Cpu] = []
+        self.steps: list[_Npu | _Cpu | CuStep] = []
         self._pending: NvDlaFence | None = None
         self._timeline: Any = None  # the semaphore of blocking runs (see run)
         # While traced (pydla.trace): each step's span on the host's timeline.
@@ -133,6 +142,7 @@ class Runner:
                 return
             raise
         self.lo.check_device(info)
+        self._info = info
 
     def _create(self) -> None:
         for name in self.lo.recipe.buffers:
@@ -155,6 +165,13 @@ class Runner:
                                    f"cpu run '{run.name}': {given} arguments, the function takes "
                                    f"{function.num_args}")
                 self.steps.append(_Cpu(run, function))
+                continue
+            unit = unit_of_run(run, self.lo.recipe.kernels.get(run.name), self._info)
+            if unit is not None:  # XRT's xrt::run on that kernel: its control code is not used
+                step = CuStep(run, unit)
+                assert self._info is not None
+                step.check(self._info)
+                self.steps.append(step)
                 continue
             scalars = _scalars(run)
             code = self.lo.control_code(run.name)
@@ -312,8 +329,7 @@ class Runner:
                 self._tick += 1
                 fence = NvDlaFence(self._timeline, self._tick)
                 try:
-                    self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), [], [fence],
-                                                  timeout_ms=self.timeout_ms)
+                    self._submit(step, bindings, [], fence)
                     self.port.NvDlaWaitFence(fence, timeout)
                 except BaseException:
                     self._timeline = None
@@ -334,9 +350,9 @@ class Runner:
                 fence = NvDlaFence(semaphore, 1)
                 try:
                     with tracer.span(f"npu {name}", "npu", step=name):
-                        with tracer.span("NvDlaSubmitPrepared", "umd", step=name):
-                            self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), [],
-                                                          [fence], timeout_ms=self.timeout_ms)
+                        call = "NvDlaSubmitCu" if isinstance(step, CuStep) else "NvDlaSubmitPrepared"
+                        with tracer.span(call, "umd", step=name):
+                            self._submit(step, bindings, [], fence)
                         with tracer.span("NvDlaWaitFence", "fence", step=name):
                             self.port.NvDlaWaitFence(fence, timeout)
                 finally:
@@ -351,16 +367,15 @@ class Runner:
         (a snapshot taken earlier: :meth:`bindings_snapshot`)."""
         bindings = self._bindings() if bindings is None else bindings
         self._check_live(bindings)
-        if all(isinstance(s, _Npu) for s in self.steps):
+        if not any(isinstance(s, _Cpu) for s in self.steps):
             with self._lock:
                 fences = pre
                 for i, step in enumerate(self.steps):
-                    assert isinstance(step, _Npu)
+                    assert not isinstance(step, _Cpu)
                     last = i == len(self.steps) - 1
                     out = post if last else NvDlaFence(self.port.NvDlaCreateSemaphore(self.handle), 1)
                     try:
-                        self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bindings), fences,
-                                                      [out], timeout_ms=self.timeout_ms)
+                        self._submit(step, bindings, fences, out)
                     except BaseException:
                         if out is not post:
                             self._release(out.semaphore)
@@ -391,6 +406,20 @@ class Runner:
     def _release(self, semaphore: Any) -> None:
         """Destroy a semaphore of ours; submitted tasks that use it keep working."""
         self.port.NvDlaDestroySemaphore(semaphore)
+
+    def _submit(self, step: _Npu | CuStep, bound: dict[str, NvDlaMemHandle], pre: list[NvDlaFence],
+                post: NvDlaFence) -> None:
+        """Submit one device step: a prepared DLA task, or a start of its compute unit."""
+        if isinstance(step, CuStep):
+            def mem_of(a: Argument) -> tuple[NvDlaMemHandle, int, int]:
+                mem = self._mem(a.name, bound)
+                return (mem, *_check_range(step.run, a, mem.size))
+
+            self.port.NvDlaSubmitCu(self.handle, step.unit, step.arguments(mem_of), pre, [post],
+                                    timeout_ms=self.timeout_ms)
+            return
+        self.port.NvDlaSubmitPrepared(self.handle, self._prepared(step, bound), pre, [post],
+                                      timeout_ms=self.timeout_ms)
 
     def _prepared(self, step: _Npu, bound: dict[str, NvDlaMemHandle]) -> NvDlaPreparedTask:
         """Under the lock: the step's task prepared for ``bound`` (made once per bindings)."""

@@ -153,26 +153,103 @@ def test_a_non_integer_npu_constant_is_refused_by_name(tmp_path: Path, libraries
                                "unit takes integer scalar arguments only")
 
 
-def test_npu_constants_on_a_device_without_an_engine_unit_are_refused(tmp_path: Path, libraries: Path,
-                                                                       monkeypatch) -> None:
-    path = recipe_dir(tmp_path, DOC_RECIPES["complete"], libraries, monkeypatch)
-    raw = json.loads((path.parent / "design.xclbin").read_text())
-    # instance DPU stays (the recipe's kernel names it), but as a plain HS unit, not the engine
-    dpu = {"model": "noop", "m_ip_control": "AP_CTRL_HS", "m_base_address": 0x80000, "window": 0x10000,
-           "m_interrupt_id": 9, "pipeline_depth": 1}
-    raw["ip_layout"] = [{**cu, **dpu} if cu["model"] == "engine" else cu for cu in raw["ip_layout"]]
-    (path.parent / "design.xclbin").write_text(json.dumps(raw))
+def vadd_recipe(n: int, *, argidx: tuple[int, int, int, int] = (0, 1, 2, 3)) -> dict[str, Any]:
+    """One NPU run of kernel "add" on instance vadd (a compute unit, not the DLA engine): out = a + b
+    over n floats; n a constant."""
+    size = 4 * n
+    return {"header": {"xclbin": "design.xclbin"},
+            "resources": {"buffers": [{"name": "a", "type": "input", "size": size},
+                                      {"name": "b", "type": "input", "size": size},
+                                      {"name": "out", "type": "output", "size": size}],
+                          "kernels": [{"name": "add", "instance": "vadd", "ctrlcode": "no-ctrl-packet.elf"}]},
+            "execution": {"runs": [{"name": "add", "where": "npu",
+                                    "arguments": [{"name": "a", "argidx": argidx[0]},
+                                                  {"name": "b", "argidx": argidx[1]},
+                                                  {"name": "out", "argidx": argidx[2]}],
+                                    "constants": [{"value": n, "type": "int", "argidx": argidx[3]}]}]}}
+
+
+def test_an_npu_run_on_a_compute_unit_starts_that_unit(tmp_path: Path, libraries: Path,
+                                                        monkeypatch) -> None:
+    """XRT's xrt::run on the kernel's instance: the vector add computes out = a + b; the kernel's
+    control code (DLA code) is not what runs."""
+    path = recipe_dir(tmp_path, vadd_recipe(100), libraries, monkeypatch)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(100).astype(np.float32), rng.standard_normal(100).astype(np.float32)
     with pydla.createRuntime(config=design(path)) as rt:
         runner = Runner(rt, path)
-        runner.bind_input("ifm", rt.allocateSystemMemory(1024))
-        runner.bind_input("wts", rt.allocateSystemMemory(512))
-        runner.bind_output("ofm", rt.allocateSystemMemory(512))
-        with pytest.raises(DlaError) as e:
-            runner.execute()  # the driver refuses the task when it is prepared
+        runner.bind_input("a", floats(rt, a))
+        runner.bind_input("b", floats(rt, b))
+        out = rt.allocateSystemMemory(400)
+        runner.bind_output("out", out)
+        runner.execute()
+        runner.wait()
+        np.testing.assert_array_equal(out.array(np.float32, (100,)), a + b)
+        out.array(np.float32, (100,))[...] = 0
+        runner.run()  # the blocking path too
+        np.testing.assert_array_equal(out.array(np.float32, (100,)), a + b)
         runner.close()
+
+
+def test_an_npu_run_on_a_compute_unit_needs_argidx_without_gaps(tmp_path: Path, libraries: Path,
+                                                                monkeypatch) -> None:
+    path = recipe_dir(tmp_path, vadd_recipe(8, argidx=(0, 1, 2, 5)), libraries, monkeypatch)
+    with pydla.createRuntime(config=design(path)) as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
+    assert e.value.code == NvError.BadValue
+    assert e.value.message == ("npu run 'add' on compute unit 'vadd:vadd': its arguments and constants have "
+                               "argidx [0, 1, 2, 5]; a compute unit's arguments are 0..3, each once")
+
+
+def test_an_npu_run_with_fewer_arguments_than_the_unit_declares_is_refused(tmp_path: Path, libraries: Path,
+                                                                          monkeypatch) -> None:
+    doc = vadd_recipe(8)
+    doc["execution"]["runs"][0]["constants"] = []
+    path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
+    with pydla.createRuntime(config=design(path)) as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
+    assert e.value.code == NvError.CountMismatch
+    assert e.value.message == ("npu run 'add' on compute unit 'vadd:vadd': 3 arguments, the unit takes 4 "
+                               "(a, b, out, n)")
+
+
+def test_the_header_device_must_be_the_runtimes(tmp_path: Path, libraries: Path, monkeypatch) -> None:
+    """design.xclbin's engine unit is DPU:DPU: the bundled 'full' is another device, and the runner
+    says so naming both; a header naming a file that is not there is refused naming it."""
+    path = recipe_dir(tmp_path, vadd_recipe(8), libraries, monkeypatch)
+    with pydla.createRuntime() as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
     assert e.value.code == NvError.NotSupported
-    assert "scalar arguments go to the DLA engine's compute unit, and device 'design' declares none" in \
-        e.value.message
+    assert ("header.xclbin 'design.xclbin' is device configuration 'design', and the runtime runs on 'full' "
+            "(another device)") in e.value.message
+    with pydla.createRuntime(config="full-headed") as rt, pytest.raises(DlaError, match="another device"):
+        Runner(rt, path)
+    doc = vadd_recipe(8)
+    doc["header"]["xclbin"] = "nonexistent.xclbin"
+    (tmp_path / "recipe.json").write_text(json.dumps(doc))
+    with pydla.createRuntime(config=design(path)) as rt, pytest.raises(DlaError) as e:
+        Runner(rt, path)
+    assert e.value.code == NvError.BadValue  # the recipe's problem, at its JSON path
+    (where, message), = e.value.errors  # type: ignore[attr-defined]
+    assert where == "/header/xclbin" and "'nonexistent.xclbin'" in message
+    assert "nor is it a bundled configuration (full, full-headed, " in message
+
+
+def test_a_header_naming_a_bundled_configuration_runs_on_it_and_its_headed_variant(
+        tmp_path: Path, libraries: Path, monkeypatch) -> None:
+    doc = vadd_recipe(4)
+    doc["header"]["xclbin"] = "full"
+    path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
+    for config in ("full", "full-headed"):
+        with pydla.createRuntime(config=config) as rt:
+            runner = Runner(rt, path)
+            runner.bind_input("a", floats(rt, np.arange(4, dtype=np.float32)))
+            runner.bind_input("b", floats(rt, np.full(4, 0.5, np.float32)))
+            runner.run()
+            np.testing.assert_array_equal(runner.memory("out").array(np.float32, (4,)), [0.5, 1.5, 2.5, 3.5])
+            runner.close()
+    with pydla.createRuntime(config="small") as rt, pytest.raises(DlaError, match="another device"):
+        Runner(rt, path)
 
 
 def buffers_recipe(*buffers: dict[str, Any],
@@ -240,9 +317,11 @@ def test_internal_buffers_are_never_bound_and_need_a_size(tmp_path: Path, librar
 
 def test_a_recipe_for_another_device_is_refused_naming_its_instance(tmp_path: Path, libraries: Path,
                                                                    monkeypatch) -> None:
-    """The pipeline's k1 runs on instance DPU, a compute unit of design.xclbin: on a bundled
-    configuration, which has none of that name, the runner refuses it before making anything."""
-    path = recipe_dir(tmp_path, DOC_RECIPES["pipeline"], libraries, monkeypatch)
+    """The pipeline's k1 runs on instance DPU: with a header naming the bundled 'full', which has no unit
+    of that name, the runner refuses it before making anything."""
+    doc = json.loads(json.dumps(DOC_RECIPES["pipeline"]))
+    doc["header"]["xclbin"] = "full"
+    path = recipe_dir(tmp_path, doc, libraries, monkeypatch)
     with pydla.createRuntime() as rt, pytest.raises(DlaError) as e:
         Runner(rt, path)
     assert e.value.code == NvError.NotSupported
