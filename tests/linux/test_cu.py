@@ -190,7 +190,8 @@ def test_raw_errnos(daemon, tmp_path: Path) -> None:
     assert lines[:-1] == ["EPERM", "ok", "EBUSY", "EBUSY", "EPERM", "EPERM", "EINVAL", "EINVAL", "EINVAL",
                           "ENOENT", "ENOENT", "EINVAL", "ok", "ok", nosup, "EINVAL", nosup, "EFAULT",
                           "EFAULT", "EINVAL", "EINVAL", "ETIMEDOUT", "EINVAL", "ok", "EPERM", "ok",
-                          "ENOENT", "EINVAL", "1 4 b'a\\x00b\\x00out\\x00n\\x00\\x00\\x00\\x00\\x00\\x00\\x00'",
+                          "ENOENT", "EINVAL",
+                          "1 4 b'a\\x00b\\x00out\\x00n\\x00\\x00\\x00\\x00\\x00\\x00\\x00'",
                           "0 0 b'\\x00\\x00\\x00\\x00'"]
 
 
