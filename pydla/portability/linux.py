@@ -88,7 +88,8 @@ class LinuxPort(NvDlaPort):
         self._devices: list[LinuxDevice] = []
         self._info: dict[int, NvDlaDeviceInfo] = {}  # by instance: a daemon's devices do not change
 
-    # Its parts, each made on first use (a port is cheap to make, and a test may build one by hand).
+    # Its parts, each made on first use (a test may build a port by hand). They hold nothing but
+    # their port, so two threads that race to make one make equal ones.
 
     @cached_property
     def buffers(self) -> LinuxBuffers:
