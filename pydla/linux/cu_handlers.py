@@ -36,6 +36,7 @@ from pydla.kmd.cu import REGS_END, CuArg, CuBuffer
 from pydla.linux.clients import Client
 from pydla.linux.fuse_context import FuseError, RequestContext
 from pydla.linux.process_memory import read_process_memory, write_process_memory
+from pydla.linux.submit_handlers import read_array
 from pydla.uapi.ioctl import (
     ERRNO,
     INLINE_FENCES,
@@ -170,7 +171,7 @@ class CuHandlers:
 
     def _counted(self, client: Client, command: str, call: Callable[[], T]) -> T:
         """``call()`` counted as one of the file's WAITs in progress (the daemon's quota)."""
-        return self.daemon._counted(client, command, call, "WAITs and stream calls")
+        return self.daemon.clients.counted(client, command, call, "WAITs and stream calls")
 
     def stream_write(self, client: Client, ctx: RequestContext, a: Any) -> int:
         desc, size, timeout_ms = self._stream(client, a, "CU_STREAM_WRITE")
@@ -250,10 +251,10 @@ class CuHandlers:
             raise FuseError(errno.EINVAL, f"{command}: num_pre_fences {a.num_pre_fences}, num_post_fences "
                                           f"{a.num_post_fences} (at most {INLINE_FENCES} each)")
         daemon = self.daemon
-        entries = daemon._read_array(ctx, a.args, a.num_args, U.dla_cu_arg_t, MAX_CU_ARGS, "arguments",
+        entries = read_array(ctx, a.args, a.num_args, U.dla_cu_arg_t, MAX_CU_ARGS, "arguments",
                                      command)
         args = [self._argument(client, i, e) for i, e in enumerate(entries)]
-        pre, post = daemon._inline_fences(client, a)
+        pre, post = daemon.syncs.inline_fences(client, a)
         timeout = int(a.timeout_ms) or None
         ex = _kmd(command, lambda: client.kmd.cu_submit(client.ctx, desc.name, args, timeout_ms=timeout,
                                                         pre_fences=pre, post_fences=post))
@@ -271,7 +272,7 @@ class CuHandlers:
         if e.kind != U.dla_cu_arg_kind_e.BUFFER:
             raise FuseError(errno.EINVAL, f"{where}: kind {e.kind} (WORD 1 or BUFFER 2)")
         try:
-            handle = self.daemon._buffer(client, int(e.value))
+            handle = self.daemon.clients.buffer(client, int(e.value))
         except FuseError as err:
             raise FuseError(err.errno, f"{where}: {err.message}") from None
         size = client.kmd.bo_size(client.ctx, handle)

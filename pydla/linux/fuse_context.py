@@ -1,4 +1,5 @@
-"""What a FUSE file handler sees: the request context, the error it raises, the interface it implements.
+"""What a FUSE file handler sees: the request context, the error it raises, the interface it implements;
+and the server's table of the requests in flight, through which FUSE_INTERRUPT reaches them.
 
 Usage::
 
@@ -15,10 +16,13 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger("pydla.linux.fuse")
+EARLY_INTERRUPTS_MAX = 4096  # interrupts whose request was not (yet) seen; bounded, oldest dropped
+EARLY_INTERRUPT_AGE = 30.0
 
 
 class FuseError(Exception):
@@ -114,6 +118,65 @@ class RequestContext:
                 cb()
             except Exception:
                 log.exception("interrupt callback of request %d raised", self.unique)
+
+
+class InFlight:
+    """The requests whose handlers run now (by the kernel's ``unique``), so that FUSE_INTERRUPT, or
+    the server stopping, reaches them; and the interrupts that came before their request was
+    registered (another reader thread read it but has not registered it yet). ``lock`` is the
+    server's, which the contexts share.
+
+    Usage::
+
+        in_flight.enter(ctx)            # before the handler runs
+        try: ... finally: in_flight.leave(ctx.unique)
+        in_flight.interrupt(unique)     # FUSE_INTERRUPT
+    """
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self.requests: dict[int, RequestContext] = {}
+        self.early: dict[int, float] = {}  # unique -> when its interrupt came
+        self.stopping = False  # every request registered from now on is interrupted at once
+
+    def enter(self, ctx: RequestContext) -> None:
+        with self._lock:
+            self.requests[ctx.unique] = ctx
+            if self.early.pop(ctx.unique, None) is not None or self.stopping:
+                ctx._flag = True  # nobody can wait on it yet: no Event or callback to fire
+
+    def leave(self, unique: int) -> None:
+        with self._lock:
+            self.requests.pop(unique, None)
+
+    def call(self, ctx: RequestContext, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` with ``ctx`` registered as in flight."""
+        self.enter(ctx)
+        try:
+            return fn()
+        finally:
+            self.leave(ctx.unique)
+
+    def interrupt(self, unique: int) -> None:
+        """FUSE_INTERRUPT of request ``unique``: now, or when it is registered."""
+        with self._lock:
+            ctx = self.requests.get(unique)
+            if ctx is None:
+                now = time.monotonic()
+                if len(self.early) >= EARLY_INTERRUPTS_MAX:
+                    for k in [k for k, t in self.early.items()
+                              if now - t > EARLY_INTERRUPT_AGE] or [next(iter(self.early))]:
+                        del self.early[k]
+                self.early[unique] = now
+        if ctx is not None:
+            ctx._interrupt()
+
+    def interrupt_all(self) -> None:
+        """Wake every handler that waits (the server stops)."""
+        with self._lock:
+            waiting = list(self.requests.values())
+        for ctx in waiting:
+            ctx._interrupt()
 
 
 class FileHandler(Protocol):

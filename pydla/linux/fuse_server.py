@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import itertools
 import os
 import select
 import signal
@@ -30,7 +29,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydla.linux import fuse_protocol as fp
-from pydla.linux.fuse_context import FileHandler, FuseError, RequestContext, log
+from pydla.linux.fuse_context import FileHandler, FuseError, InFlight, RequestContext, log
+from pydla.linux.fuse_files import OpenFiles
 from pydla.linux.fuse_mount import (
     FuseMountError,
     abort_connection,
@@ -41,20 +41,9 @@ from pydla.linux.fuse_mount import (
     resolve_mountpoint,
     unmount,
 )
-from pydla.linux.fuse_tree import FuseTree, Node
-from pydla.linux.fuse_tree import payload as fuse_payload
+from pydla.linux.fuse_tree import FuseTree
 
 Op = fp.FuseOpcode
-_EARLY_INTERRUPTS_MAX = 4096  # interrupts whose request was not (yet) seen; bounded, oldest dropped
-_EARLY_INTERRUPT_AGE = 30.0
-
-
-class _Open:
-    __slots__ = ("node", "state")
-
-    def __init__(self, node: Node, state: object) -> None:
-        self.node, self.state = node, state
-
 
 class FuseServer:
     """Serve ``files`` (name -> FileHandler) as ``mountpoint/<name>``; ioctls go to the handlers.
@@ -86,17 +75,22 @@ class FuseServer:
         self._max_write = max_write
         # fs/fuse/dev.c refuses reads into buffers smaller than this (EINVAL).
         self._bufsize = max(fp.FUSE_MIN_READ_BUFFER, fp.READ_BUFFER_OVERHEAD + max_write)
+        # Its parts: the directory (requests that only look at it), the requests in flight (where
+        # interrupts go), the open files (requests that reach the files' handlers).
+        self._lock = threading.Lock()
         self._tree = tree = FuseTree(files, file_mode=file_mode, attr_timeout=attr_timeout,
                                      max_write=max_write)
+        self._requests = InFlight(self._lock)
+        self._in_flight, self._early_interrupts = self._requests.requests, self._requests.early  # views
+        self._files = open_files = OpenFiles(tree, self._lock, self._requests)
         self._ops: dict[int, Callable[[fp.fuse_in_header, memoryview], bytes | None]] = {
             Op.FUSE_INIT: self._op_init, Op.FUSE_DESTROY: self._op_empty,
             Op.FUSE_LOOKUP: tree.lookup, Op.FUSE_GETATTR: tree.getattr,
-            Op.FUSE_SETATTR: tree.setattr, Op.FUSE_OPEN: self._op_open, Op.FUSE_READ: self._op_read,
-            Op.FUSE_RELEASE: self._op_release, Op.FUSE_FLUSH: self._op_empty,
+            Op.FUSE_SETATTR: tree.setattr, Op.FUSE_OPEN: open_files.open, Op.FUSE_READ: open_files.read,
+            Op.FUSE_RELEASE: open_files.release, Op.FUSE_FLUSH: self._op_empty,
             Op.FUSE_OPENDIR: tree.opendir, Op.FUSE_READDIR: tree.readdir,
             Op.FUSE_RELEASEDIR: self._op_empty, Op.FUSE_ACCESS: self._op_empty,
             Op.FUSE_STATFS: tree.statfs}  # FUSE_IOCTL: its own path in _process
-        self._lock = threading.Lock()
         self._readers_done = threading.Condition(self._lock)
         self._fd = -1
         self._running = False
@@ -109,10 +103,6 @@ class FuseServer:
         self._conn_id: int | None = None
         self._readers: set[threading.Thread] = set()
         self._idle = 0
-        self._handles: dict[int, _Open] = {}
-        self._fh_counter = itertools.count(1)
-        self._in_flight: dict[int, RequestContext] = {}
-        self._early_interrupts: dict[int, float] = {}
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -124,8 +114,7 @@ class FuseServer:
     @property
     def open_handles(self) -> int:
         """How many opens of the files are not released yet. Usage: ``assert server.open_handles == 0``"""
-        with self._lock:
-            return len(self._handles)
+        return len(self._files)
 
     @property
     def reader_threads(self) -> int:
@@ -152,6 +141,7 @@ class FuseServer:
             os.close(fd)
             raise
         self._fd, self._running, self._stopping = fd, True, False
+        self._requests.stopping = False
         self._stop_requested.clear()
         self._init_done.clear()
         self._ready = False
@@ -179,7 +169,7 @@ class FuseServer:
         with self._lock:
             if not self._running or self._stopping:
                 return
-            self._stopping = True
+            self._stopping = self._requests.stopping = True
         deadline = time.monotonic() + timeout
         try:
             unmount(self.mountpoint)
@@ -195,16 +185,13 @@ class FuseServer:
                 log.warning("aborting FUSE connection %s: %s", self._conn_id, e)
         # Only now wake the handlers that wait: their callers already got ECONNABORTED, and a
         # caller answered earlier could not come back with a new request that we would serve.
-        with self._lock:
-            waiting = list(self._in_flight.values())
-        for ctx in waiting:
-            ctx._interrupt()
+        self._requests.interrupt_all()
         me = threading.current_thread()  # stop() called by a handler: do not wait for ourselves
         with self._readers_done:
             self._readers_done.wait_for(lambda: not self._readers - {me},
                                         max(0.0, deadline - time.monotonic()))
             stuck = len(self._readers - {me})
-            handles, self._handles = list(self._handles.values()), {}
+        handles = self._files.take_all()
         if stuck:
             # Closing the descriptor under a thread still in read() could let it read a reused
             # descriptor number later: leave it open and say so.
@@ -213,7 +200,8 @@ class FuseServer:
             os.close(self._fd)
         self._fd = -1
         for h in handles:
-            self._call_release(h, RequestContext(0, Op.FUSE_RELEASE, h.node.nodeid, 0, 0, 0, h.node.name))
+            self._files.call_release(h, RequestContext(0, Op.FUSE_RELEASE, h.node.nodeid, 0, 0, 0,
+                                                       h.node.name))
         self._running = False
         self._stop_requested.set()
         atexit.unregister(self._atexit)
@@ -334,11 +322,12 @@ class FuseServer:
             return
         if opcode in fp.NO_REPLY_OPCODES:
             if opcode == Op.FUSE_INTERRUPT and len(data) >= fp.IN_HEADER_SIZE + 8:
-                self._interrupt(fp.fuse_interrupt_in.from_buffer_copy(data, fp.IN_HEADER_SIZE).unique)
+                interrupted = fp.fuse_interrupt_in.from_buffer_copy(data, fp.IN_HEADER_SIZE).unique
+                self._requests.interrupt(interrupted)
             return
         try:
             if opcode == Op.FUSE_IOCTL and self._ready:  # the hot path, without ctypes objects
-                parts = self._op_ioctl(unique, nodeid, uid, gid, pid, data)
+                parts = self._files.ioctl(unique, nodeid, uid, gid, pid, data)
                 try:
                     self._write(parts)
                 except OSError as e:
@@ -359,41 +348,10 @@ class FuseServer:
         else:
             if not self._reply(unique, 0, out) and opcode == Op.FUSE_OPEN and out:
                 # Nobody received this handle (the request was aborted): nobody will release it.
-                with self._lock:
-                    h = self._handles.pop(fp.fuse_open_out.from_buffer_copy(out).fh, None)
+                h = self._files.forget(fp.fuse_open_out.from_buffer_copy(out).fh)
                 if h is not None:
-                    self._call_release(h, RequestContext(unique, Op.FUSE_RELEASE, h.node.nodeid,
+                    self._files.call_release(h, RequestContext(unique, Op.FUSE_RELEASE, h.node.nodeid,
                                                          0, 0, 0, h.node.name))
-
-    def _context(self, hdr: fp.fuse_in_header, node: Node, flags: int) -> RequestContext:
-        return RequestContext(hdr.unique, hdr.opcode, hdr.nodeid, hdr.uid, hdr.gid, hdr.pid,
-                              node.name, flags, self._lock)
-
-    def _interrupt(self, unique: int) -> None:
-        with self._lock:
-            ctx = self._in_flight.get(unique)
-            if ctx is None:
-                # Another reader may have read the request but not registered it yet.
-                now = time.monotonic()
-                if len(self._early_interrupts) >= _EARLY_INTERRUPTS_MAX:
-                    for k in [k for k, t in self._early_interrupts.items()
-                              if now - t > _EARLY_INTERRUPT_AGE] or [next(iter(self._early_interrupts))]:
-                        del self._early_interrupts[k]
-                self._early_interrupts[unique] = now
-        if ctx is not None:
-            ctx._interrupt()
-
-    def _call_handler(self, ctx: RequestContext, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` with ``ctx`` registered as in flight, so that FUSE_INTERRUPT reaches it."""
-        with self._lock:
-            self._in_flight[ctx.unique] = ctx
-            if self._early_interrupts.pop(ctx.unique, None) is not None or self._stopping:
-                ctx._flag = True  # nobody can wait on it yet: no Event or callback to fire
-        try:
-            return fn()
-        finally:
-            with self._lock:
-                self._in_flight.pop(ctx.unique, None)
 
     def _op_init(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
         if len(payload) < fp.FUSE_COMPAT_INIT_IN_SIZE:
@@ -420,86 +378,3 @@ class FuseServer:
 
     def _op_empty(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
         return None
-
-    def _op_open(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        arg = fuse_payload(payload, fp.fuse_open_in)
-        node = self._tree.node(hdr.nodeid)
-        if node.handler is None:
-            raise FuseError(errno.EISDIR)
-        handler = node.handler
-        ctx = self._context(hdr, node, arg.flags)
-        state = self._call_handler(ctx, lambda: handler.open(ctx))
-        with self._lock:
-            fh = next(self._fh_counter)
-            self._handles[fh] = _Open(node, state)
-        # Direct I/O: no page cache for these files; nonseekable: there is no file position.
-        return bytes(fp.fuse_open_out(fh=fh, open_flags=fp.FOPEN_DIRECT_IO | fp.FOPEN_NONSEEKABLE))
-
-    def _op_read(self, hdr: fp.fuse_in_header, payload: memoryview) -> bytes:
-        """A file whose handler has ``read(fh, ctx, offset, size) -> bytes`` can be read (a status
-        document); the device files cannot (EINVAL, as read(2) on an object unsuitable for reading)."""
-        arg = fuse_payload(payload, fp.fuse_read_in)
-        h = self._handles.get(arg.fh)  # a single dict read: atomic, no lock needed
-        if h is None or h.node.nodeid != hdr.nodeid:
-            raise FuseError(errno.EBADF, f"no open file {arg.fh}")
-        reader = getattr(h.node.handler, "read", None)
-        if reader is None:
-            raise FuseError(errno.EINVAL, f"{h.node.name} cannot be read")
-        ctx = self._context(hdr, h.node, arg.flags)
-        data = self._call_handler(ctx, lambda: reader(h.state, ctx, int(arg.offset), int(arg.size)))
-        return bytes(data[:arg.size])
-
-    def _op_release(self, hdr: fp.fuse_in_header, payload: memoryview) -> None:
-        arg = fuse_payload(payload, fp.fuse_release_in)
-        with self._lock:
-            h = self._handles.pop(arg.fh, None)
-        if h is None:
-            raise FuseError(errno.EBADF, f"no open file {arg.fh}")
-        self._call_release(h, self._context(hdr, h.node, arg.flags))
-
-    def _call_release(self, h: _Open, ctx: RequestContext) -> None:
-        assert h.node.handler is not None
-        try:
-            h.node.handler.release(h.state, ctx)
-        except Exception:  # a close cannot fail; the handler's bug is logged
-            log.exception("release of %s (pid %d) raised", h.node.name, ctx.pid)
-
-    def _op_ioctl(self, unique: int, nodeid: int, uid: int, gid: int, pid: int,
-                  data: memoryview) -> list[bytes]:
-        start = fp.IN_HEADER_SIZE + fp.IOCTL_IN.size
-        if len(data) < start:
-            raise FuseError(errno.EINVAL, f"IOCTL request of {len(data)} bytes")
-        fh, flags, cmd, _arg, in_size, out_size = fp.IOCTL_IN.unpack_from(data, fp.IN_HEADER_SIZE)
-        if flags & (fp.FUSE_IOCTL_DIR | fp.FUSE_IOCTL_UNRESTRICTED):
-            raise FuseError(errno.ENOTTY, "ioctl on the directory, or unrestricted")
-        if in_size != len(data) - start or out_size > fp.IOCTL_MAX_RESTRICTED_SIZE:
-            raise FuseError(errno.EINVAL, f"ioctl sizes in={in_size} ({len(data) - start} sent) "
-                            f"out={out_size}")
-        h = self._handles.get(fh)  # a single dict read: atomic, no lock needed
-        if h is None or h.node.nodeid != nodeid or h.node.handler is None:
-            raise FuseError(errno.EBADF, f"no open file {fh}")
-        ctx = RequestContext(unique, Op.FUSE_IOCTL, nodeid, uid, gid, pid, h.node.name, flags, self._lock)
-        with self._lock:  # registered, so that FUSE_INTERRUPT finds it
-            self._in_flight[unique] = ctx
-            early = self._early_interrupts.pop(unique, None) is not None
-            if early or self._stopping:
-                ctx._flag = True  # nobody can wait on it yet: no Event or callback to fire
-        try:
-            result, out = h.node.handler.ioctl(h.state, ctx, cmd, bytes(data[start:]), out_size)
-        except FuseError as e:
-            if e.errno == errno.ENOSYS:  # one ENOSYS would disable ioctls on the whole mount
-                raise FuseError(errno.ENOTTY, e.message) from None
-            raise
-        finally:
-            with self._lock:
-                self._in_flight.pop(unique, None)
-        if type(result) is not int or result >= 1 << 31:
-            raise TypeError(f"ioctl handler returned result {result!r}: want an int32")
-        if result < 0:
-            raise FuseError(errno.ENOTTY if -result == errno.ENOSYS else -result)
-        if type(out) is not bytes:
-            out = bytes(out)
-        if len(out) > out_size:
-            raise ValueError(f"ioctl handler returned {len(out)} bytes, caller takes {out_size}")
-        size = fp.OUT_HEADER_SIZE + 16 + len(out)
-        return [fp.OUT_HEADER_IOCTL_OUT.pack(size, 0, unique, result, 0, 0, 0), out]

@@ -1,7 +1,8 @@
-"""The Linux port's compute-unit methods (uAPI 2.5): CU contexts (XRT's xclOpenContext /
-xclCloseContext), register access (xclRegRead / xclRegWrite) and the streams of AP_CTRL_NONE units,
-each an ioctl on the handle's device file; the device's IP_LAYOUT (:meth:`compute_units`); and
-executions (NvDlaSubmitCu: CU_SUBMIT, uAPI 2.6), whose completion reaches their post-fences.
+"""The Linux port's compute units (a part of :class:`~pydla.portability.linux.LinuxPort`; uAPI 2.5):
+CU contexts (XRT's xclOpenContext / xclCloseContext), register access (xclRegRead / xclRegWrite) and
+the streams of AP_CTRL_NONE units, each an ioctl on the handle's device file; the device's IP_LAYOUT
+(:meth:`compute_units`); and executions (NvDlaSubmitCu: CU_SUBMIT, uAPI 2.6),
+whose completion reaches their post-fences.
 
 The daemon answers a refusal with an errno and its reason (LAST_ERROR); here it becomes the NvError the
 in-process port raises for the same call: EBUSY -> Busy (another file holds the unit), EPERM ->
@@ -17,7 +18,7 @@ Timeout saying so (never a silent duplicate or gap).
 
 Usage::
 
-    port.NvDlaOpenCuContext(h, "scale", exclusive=True)
+    port.NvDlaOpenCuContext(h, "scale", exclusive=True)     # -> port.cu.open_context(device, ...)
     port.NvDlaRegWrite(h, "scale", 0x10, 0x40000000)
     port.compute_units(0)        # the IP_LAYOUT, as the daemon's KMD has it
 """
@@ -36,7 +37,8 @@ from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_ar
 from pydla.uapi.ioctl import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS, NVERROR, untext
 
 if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxDevice
+    from pydla.portability.linux import LinuxPort
+    from pydla.portability.linux_device import LinuxDevice
 
 CONTROL = {U.dla_cu_control_e.AP_CTRL_HS: "HS", U.dla_cu_control_e.AP_CTRL_CHAIN: "CHAIN",
            U.dla_cu_control_e.AP_CTRL_NONE: "NONE"}
@@ -101,78 +103,60 @@ def _u32(value: Any, what: str, field: str) -> int:
     return value
 
 
-class LinuxCuMethods:
-    """Mixed into :class:`~pydla.portability.linux.LinuxPort` (which provides ``_device``)."""
+class LinuxComputeUnits:
+    """The compute units of one port's open device files; every method takes an open device."""
 
-    if TYPE_CHECKING:
-        def _device(self, h: Any) -> LinuxDevice: ...
-
-    def _cu_device(self, h: Any, what: str) -> LinuxDevice:
-        device = self._device(h)
-        if device.daemon_version[:2] < (2, 5):
-            version = ".".join(map(str, device.daemon_version))
-            raise DlaError(NvError.NotSupported, f"{what}: the daemon speaks uAPI {version}; compute units "
-                                                 "need 2.5 (run the same pydla on both sides)")
-        return device
+    def __init__(self, port: LinuxPort) -> None:
+        self.port = port
+        self.buffers, self.syncs = port.buffers, port.syncs
 
     def compute_units(self, select: int) -> tuple[CuDesc, ...]:
         """Device instance ``select``'s IP_LAYOUT as its KMD in the daemon has it (NUM_CUS, CU_QUERY):
         the same records the in-process port's ``kmd.compute_units`` holds. A daemon older than
         uAPI 2.5 reports none."""
-        device = self._learning_device(select)
+        device = self.port.probe(select, "compute_units")
         try:
             return query_compute_units(device)
         finally:
             device.close()
 
-    def _learning_device(self, select: int) -> LinuxDevice:
-        """A device file of instance ``select`` opened for a question (the caller closes it)."""
-        from pydla.portability.linux import LinuxDevice
-
-        port: Any = self
-        select = port._select(select, "compute_units")
-        return LinuxDevice(port, select, port._device_path(select))
-
-    def NvDlaOpenCuContext(self, h: Any, cu: str, exclusive: bool) -> None:
+    def open_context(self, device: LinuxDevice, cu: str, exclusive: bool) -> None:
         what = "NvDlaOpenCuContext"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         if type(exclusive) is not bool:
             raise DlaError(NvError.BadParameter, f"{what}: exclusive {exclusive!r} must be True or False")
         flags = int(U.dla_cu_flags_e.EXCLUSIVE) if exclusive else 0
         _cu_ioctl(device, U.dla_ioctl_e.CU_OPEN, U.dla_cu_context_t(**_ref(cu, what), flags=flags))
         device.cu_contexts.add(cu)
 
-    def NvDlaCloseCuContext(self, h: Any, cu: str) -> None:
+    def close_context(self, device: LinuxDevice, cu: str) -> None:
         what = "NvDlaCloseCuContext"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         device.cu_contexts.discard(cu)
         _cu_ioctl(device, U.dla_ioctl_e.CU_CLOSE, U.dla_cu_context_t(**_ref(cu, what)))
 
-    def NvDlaRegRead(self, h: Any, cu: str, offset: int) -> int:
+    def reg_read(self, device: LinuxDevice, cu: str, offset: int) -> int:
         what = "NvDlaRegRead"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"))
         return int(_cu_ioctl(device, U.dla_ioctl_e.CU_REG_READ, args).value)
 
-    def NvDlaRegWrite(self, h: Any, cu: str, offset: int, value: int) -> None:
+    def reg_write(self, device: LinuxDevice, cu: str, offset: int, value: int) -> None:
         what = "NvDlaRegWrite"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"),
                               value=_u32(value, what, "register value"))
         _cu_ioctl(device, U.dla_ioctl_e.CU_REG_WRITE, args)
 
     # -- executions ------------------------------------------------------------------------------
 
-    def NvDlaSubmitCu(self, h: Any, cu: str, args: list[Any], pre_fences: list[NvDlaFence],
-                      post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
-        """As the interface's: one CU_SUBMIT, the arguments in an array the daemon reads during the
+    def submit(self, device: LinuxDevice, cu: str, args: list[Any], pre_fences: list[NvDlaFence],
+               post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
+        """NvDlaSubmitCu: one CU_SUBMIT, the arguments in an array the daemon reads during the
         call, the fences (at most 4 each) in the struct."""
         what = f"NvDlaSubmitCu {cu!r:.70}"
-        device = self._cu_device(h, what)
-        if device.daemon_version[:2] < (2, 6):
-            version = ".".join(map(str, device.daemon_version))
-            raise DlaError(NvError.NotSupported, f"{what}: the daemon speaks uAPI {version}; starting "
-                                                 "compute units needs 2.6 (run the same pydla on both sides)")
+        device.needs((2, 5), what, "compute units need")
+        device.needs((2, 6), what, "starting compute units needs")
         checked = check_cu_args(args, what)
         if len(checked) > MAX_CU_ARGS:
             raise DlaError(NvError.BadParameter, f"{what}: {len(checked)} arguments (at most {MAX_CU_ARGS})")
@@ -183,11 +167,10 @@ class LinuxCuMethods:
         if timeout_ms is not None and (type(timeout_ms) is not int or not 0 < timeout_ms < 1 << 32):
             raise DlaError(NvError.BadParameter,
                            f"{what}: timeout_ms {timeout_ms!r} must be 1..2^32-1 or None")
-        port: Any = self
         array = (U.dla_cu_arg_t * max(1, len(checked)))()
         for i, arg in enumerate(checked):
             if isinstance(arg, tuple):
-                mem = port._mem(device, arg[0], f"{what} argument {i}")
+                mem = self.buffers.mem(device, arg[0], f"{what} argument {i}")
                 size = arg[2] if len(arg) == 3 else 0
                 if len(arg) == 3 and size <= 0:  # 0 would mean "to the end" in the uAPI
                     raise DlaError(NvError.BadParameter, f"{what} argument {i}: size {size}")
@@ -200,27 +183,26 @@ class LinuxCuMethods:
         a = U.dla_cu_submit_t(**_ref(cu, what), num_args=len(checked), args=ctypes.addressof(array),
                               num_pre_fences=len(pre_fences), num_post_fences=len(post_fences),
                               timeout_ms=timeout_ms or 0)
-        port._inline_fences(a, pre_fences, post_fences)
+        self.syncs.inline_fences(a, pre_fences, post_fences)
         done = _cu_ioctl(device, U.dla_ioctl_e.CU_SUBMIT, a)  # the daemon reads the array during the call
         if done.completed:
-            for f in post_fences:
-                f.semaphore.note_reached(f.value)
+            self.syncs.note_completed(post_fences)
         return NvDlaTaskStatus(int(done.exec_id), None)
 
     # -- streams ---------------------------------------------------------------------------------
 
-    def NvDlaStreamWrite(self, h: Any, cu: str, data: bytes, timeout_ms: int) -> None:
+    def stream_write(self, device: LinuxDevice, cu: str, data: bytes, timeout_ms: int) -> None:
         what = "NvDlaStreamWrite"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise DlaError(NvError.BadParameter, f"{what}: data must be bytes, not {type(data).__name__}")
         raw = bytes(data)
         buf = ctypes.create_string_buffer(raw, max(1, len(raw)))
         self._stream(device, U.dla_ioctl_e.CU_STREAM_WRITE, cu, buf, len(raw), timeout_ms, what)
 
-    def NvDlaStreamRead(self, h: Any, cu: str, nbytes: int, timeout_ms: int) -> bytes:
+    def stream_read(self, device: LinuxDevice, cu: str, nbytes: int, timeout_ms: int) -> bytes:
         what = "NvDlaStreamRead"
-        device = self._cu_device(h, what)
+        device.needs((2, 5), what, "compute units need")
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes <= 1 << 31:
             raise DlaError(NvError.BadParameter, f"{what}: nbytes {nbytes!r} must be 0..2^31")
         buf = ctypes.create_string_buffer(max(1, nbytes))

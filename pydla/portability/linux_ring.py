@@ -51,7 +51,7 @@ from pydla.uapi.ring import (
 from pydla.uapi.shm import SharedBuffer
 
 if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxDevice, LinuxSemaphore
+    from pydla.portability.linux_device import LinuxDevice, LinuxSemaphore
 
 RING_ENTRIES = 64
 RING_WAIT_S = 0.2  # a fence wait looks at the ring this long before it asks the daemon (WAIT)
@@ -158,7 +158,7 @@ class ClientRing:
 
     def _refusal(self, status: int) -> DlaError:
         code = NVERROR.get(status, NvError.IoctlFailed)
-        reason = self.device._last_error() or os.strerror(status)
+        reason = self.device.last_error() or os.strerror(status)
         if not reason.startswith("SUBMIT_PREPARED"):
             reason = f"SUBMIT_PREPARED: {reason}"
         return DlaError(code, f"{self.device.path}: {reason}")

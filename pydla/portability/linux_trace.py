@@ -1,9 +1,9 @@
-"""The Linux port's trace methods (a part of :class:`~pydla.portability.linux.LinuxPort`): the
+"""The Linux port's traces (a part of :class:`~pydla.portability.linux.LinuxPort`): the
 device's trace ring through the daemon's TRACE_START / TRACE_READ / TRACE_STOP (uAPI 2.8).
 
 Usage::
 
-    trace = port.NvDlaTraceStart(h, 1 << 20, 0x3)
+    trace = port.NvDlaTraceStart(h, 1 << 20, 0x3)      # -> port.traces.start(device, ...)
     ring = port.NvDlaTraceRead(h, trace)          # bytes of a consistent ring
     port.NvDlaTraceStop(h, trace)
 """
@@ -19,7 +19,7 @@ from pydla.errors import DlaError, NvError
 from pydla.portability.interface import NvDlaTrace
 
 if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxDevice
+    from pydla.portability.linux_device import LinuxDevice
 
 
 @dataclass
@@ -30,18 +30,12 @@ class _LinuxTrace:
     final: bytes | None = None
 
 
-class LinuxTraceMethods:
-    """Mixed into :class:`~pydla.portability.linux.LinuxPort` (which provides ``_device``)."""
+class LinuxTraces:
+    """The traces of one port's open device files; every method takes an open device."""
 
-    if TYPE_CHECKING:
-        def _device(self, h: Any) -> LinuxDevice: ...
-
-    def NvDlaTraceStart(self, h: Any, size: int, mask: int) -> NvDlaTrace:
-        device = self._device(h)
-        if device.daemon_version[:2] < (2, 8):
-            version = ".".join(map(str, device.daemon_version))
-            raise DlaError(NvError.NotSupported, f"NvDlaTraceStart: the daemon speaks uAPI {version}; "
-                                                 "tracing needs 2.8 (run the same pydla on both sides)")
+    def start(self, device: LinuxDevice, size: int, mask: int) -> NvDlaTrace:
+        """NvDlaTraceStart."""
+        device.needs((2, 8), "NvDlaTraceStart", "tracing needs")
         for name, value in (("size", size), ("mask", mask)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
                 raise DlaError(NvError.BadParameter,
@@ -49,27 +43,30 @@ class LinuxTraceMethods:
         out = device.ioctl(U.dla_ioctl_e.TRACE_START, U.dla_trace_start_t(size=size, mask=mask))
         return NvDlaTrace(_LinuxTrace(device, int(out.trace), size), int(out.context_id))
 
-    def _mine(self, h: Any, trace: Any, what: str) -> _LinuxTrace:
-        device = self._device(h)
+    @staticmethod
+    def _mine(device: LinuxDevice, trace: Any, what: str) -> _LinuxTrace:
         mine = trace.handle if isinstance(trace, NvDlaTrace) else None
         if not isinstance(mine, _LinuxTrace) or mine.device is not device:
             raise DlaError(NvError.BadParameter, f"{what}: not a trace this handle started: {trace!r:.60}")
         return mine
 
-    def _copy(self, mine: _LinuxTrace, nr: int) -> bytes:
+    @staticmethod
+    def _copy(mine: _LinuxTrace, nr: int) -> bytes:
         buf = ctypes.create_string_buffer(mine.size)
         out = mine.device.ioctl(nr, U.dla_trace_read_t(trace=mine.handle, data=ctypes.addressof(buf),
                                                        size=mine.size))
         return buf.raw[:min(int(out.written), mine.size)]
 
-    def NvDlaTraceRead(self, h: Any, trace: NvDlaTrace) -> bytes:
-        mine = self._mine(h, trace, "NvDlaTraceRead")
+    def read(self, device: LinuxDevice, trace: NvDlaTrace) -> bytes:
+        """NvDlaTraceRead: a consistent copy of the ring (the final one once stopped)."""
+        mine = self._mine(device, trace, "NvDlaTraceRead")
         if mine.final is not None:
             return mine.final
         return self._copy(mine, U.dla_ioctl_e.TRACE_READ)
 
-    def NvDlaTraceStop(self, h: Any, trace: NvDlaTrace) -> bytes:
-        mine = self._mine(h, trace, "NvDlaTraceStop")
+    def stop(self, device: LinuxDevice, trace: NvDlaTrace) -> bytes:
+        """NvDlaTraceStop: the ring's last copy (idempotent)."""
+        mine = self._mine(device, trace, "NvDlaTraceStop")
         if mine.final is None:
             mine.final = self._copy(mine, U.dla_ioctl_e.TRACE_STOP)
         return mine.final

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydla.linux.daemon import KmdDaemon
-from tests.linux.test_daemon import client, daemon, finish, net  # noqa: F401 (fixtures)
+from tests.linux.test_daemon import client, daemon, finish, net, wait_until  # noqa: F401 (fixtures)
 
 BODY = """
 from pydla.portability.interface import NvDlaFence
@@ -68,7 +68,8 @@ def test_prepared_tasks_through_the_daemon(daemon: tuple[KmdDaemon, Path],  # no
 
     x, y = np.load(tmp_path / "x.npy"), np.load(tmp_path / "y.npy")
     np.testing.assert_allclose(y, reference(model, {"input": x})[0], rtol=1e-5, atol=1e-6)
-    assert d.counts() == {"clients": 0, "buffers": 0, "syncs": 0}
+    # The client has exited, but the kernel sends a file's RELEASE after close(2) returns.
+    wait_until(lambda: d.counts() == {"clients": 0, "buffers": 0, "syncs": 0})
 
 
 SCALARS_BODY = """
