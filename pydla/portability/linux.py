@@ -188,7 +188,7 @@ class LinuxPort(NvDlaPort):
 
     def NvDlaClose(self, h: Any) -> None:
         device = self._device(h)
-        for cu in sorted(device.cu_contexts):  # released before this returns, as the interface says
+        for cu in sorted(device.cu_contexts, key=str):  # released before this returns (names or indices)
             with contextlib.suppress(DlaError):  # the daemon releases it with the file anyway
                 self.NvDlaCloseCuContext(device, cu)
         device.close()

@@ -102,3 +102,18 @@ def test_a_cu_execution_computes_and_signals_its_fence(port: NvDlaPort) -> None:
     assert _code(port.NvDlaSubmitCu, h, "scale", [], [], []) == NvError.NotSupported  # AP_CTRL_NONE
     port.NvDlaDestroySemaphore(sem)
     port.NvDlaClose(h)
+
+
+def test_a_unit_is_named_by_its_ip_layout_index_too(port: NvDlaPort) -> None:
+    """XRT's cu_index: the unit's place in the IP_LAYOUT the port reports."""
+    h1, h2 = _cu_port(port)
+    index = port.NvDlaGetDeviceInfo(0).compute_units.index("scale_i16:scale")
+    port.NvDlaOpenCuContext(h1, index, exclusive=True)  # type: ignore[arg-type]
+    assert _code(port.NvDlaOpenCuContext, h2, "scale", True) == NvError.Busy  # the same unit
+    three = struct.unpack("<I", struct.pack("<f", 3.0))[0]
+    port.NvDlaRegWrite(h1, index, SCALE_ARG, three)  # type: ignore[arg-type]
+    assert port.NvDlaRegRead(h1, "scale", SCALE_ARG) == three
+    assert _code(port.NvDlaOpenCuContext, h2, 99, False) in (NvError.BadParameter,)
+    port.NvDlaClose(h1)  # releases the context opened by index (with names and indices mixed)
+    port.NvDlaOpenCuContext(h2, "scale", exclusive=True)
+    port.NvDlaClose(h2)

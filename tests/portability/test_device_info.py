@@ -43,12 +43,13 @@ def test_the_in_process_port_reports_what_the_configuration_says(name: str) -> N
                                            tuple(cu.name for cu in config.ip_layout),
                                            # the vector add's model declares its arguments
                                            tuple(("a", "b", "out", "n") if cu.name == "vadd:vadd" else None
-                                                 for cu in config.ip_layout))
+                                                 for cu in config.ip_layout), engine_unit="dla_engine:dla")
         assert infos[0].compute_units[0] == "dla_engine:dla"
         assert infos[0].has_compute_unit("dla") and infos[0].has_compute_unit("noop:noop_hs")
         assert not infos[0].has_compute_unit("DPU")
         assert infos[0].compute_unit_args("vadd") == ("a", "b", "out", "n")
         assert infos[0].compute_unit_args("noop_hs") is None
+        assert infos[0].compute_unit("scale") == "scale_i16:scale" and infos[0].compute_unit("DPU") is None
         assert infos[0].has_block("pdp") and infos[0].has_precision("FP16")
         assert infos[0].has_block("RUBIK") == (name == "full")
         with pytest.raises(DlaError) as e:
