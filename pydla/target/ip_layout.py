@@ -23,7 +23,7 @@ from pydla.errors import DlaError, NvError
 from pydla.target.cu_info import ENGINE_MODEL, ComputeUnitInfo
 from pydla.target.cu_model import check_model
 
-__all__ = ["CONTROLS", "ENGINE_MODEL", "ComputeUnitInfo", "parse_ip_layout", "xclbin_ip_layout"]
+__all__ = ["CONTROLS", "ENGINE_MODEL", "ComputeUnitInfo", "parse_ip_layout"]
 
 CONTROLS = ("AP_CTRL_HS", "AP_CTRL_CHAIN", "AP_CTRL_NONE")
 M_TYPES = ("IP_KERNEL",)
