@@ -102,10 +102,9 @@ def _package_of(module: str) -> str:
 
 def test_no_circle_between_packages() -> None:
     # A package that reaches up to one that imports it: compiler <-> compile_cache, compiler <->
-    # loadable, compiler <-> model_info, deviceapi <-> trace were such circles.
-    circles = _circles(_graph(_package_of))
-    packages = [c for c in circles if any((PACKAGE / name.split(".")[1]).is_dir() for name in c)]
-    assert packages == []
+    # loadable, compiler <-> model_info, deviceapi <-> trace were such circles; so was ort_values ->
+    # session_ort -> ort_values among the modules of pydla itself (a type-only import).
+    assert _circles(_graph(_package_of)) == []
 
 
 @pytest.mark.parametrize("package", ACYCLIC_INSIDE)
