@@ -27,7 +27,8 @@ if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and edito
     from pydla.errors import DlaError, NvError
     from pydla.inference_session import InferenceSession
     from pydla.loadable.container import Loadable as ILoadable
-    from pydla.model_info import ModelMetadata, TensorInfo
+    from pydla.loadable.metadata import ModelMetadata
+    from pydla.model_info import TensorInfo
     from pydla.ort_values import IOBinding, NodeArg, OrtValue
     from pydla.platform import createRuntime
     from pydla.session import Session
@@ -66,7 +67,7 @@ _LAZY = {
     "OrtValue": ("pydla.ort_values", "OrtValue"),  # onnxruntime's value and binding types
     "IOBinding": ("pydla.ort_values", "IOBinding"),
     "NodeArg": ("pydla.ort_values", "NodeArg"),
-    "ModelMetadata": ("pydla.model_info", "ModelMetadata"),
+    "ModelMetadata": ("pydla.loadable.metadata", "ModelMetadata"),
     "TensorInfo": ("pydla.model_info", "TensorInfo"),
     "IRuntime": ("pydla.umd.runtime", "IRuntime"),
     "ISync": ("pydla.umd.sync", "ISync"),

@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pydla import cache, demo, devices, run
     from pydla.compiler import cli as compiler_cli
+    from pydla.compiler.onnx_check import check_onnx_content
     from pydla.deviceapi import cli as deviceapi_cli
     from pydla.kernels import cli as kernel_cli
     from pydla.loadable import cli as loadable_cli
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     compiler_cli.register(commands)
     kernel_cli.register(commands)
     cache.register(commands)
-    loadable_cli.register(commands)
+    loadable_cli.register(commands, check_content=check_onnx_content)  # the loadable side knows no ONNX
     deviceapi_cli.register(commands)
     trace_cli.register(commands)
     for sub in _subcommands(parser):

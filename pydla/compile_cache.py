@@ -25,14 +25,12 @@ from typing import Any
 from pydla._version import __version__
 from pydla.cachedir import cache_dir, chosen_by
 from pydla.compiler.input_shapes import InputShapes, cache_text, check_input_shapes
+from pydla.compiler.onnx_extra import import_onnx
 from pydla.compiler.progress import Progress
 from pydla.elf.reader import ELF_MAGIC
 from pydla.errors import DlaError, NvError, file_error
 
 log = logging.getLogger("pydla")
-
-ONNX_EXTRA = "compiling an ONNX model needs the onnx extra: pip install 'pydla[onnx]'"
-
 
 def read_model(model: Any) -> bytes | OnnxModel:
     """``model`` (a path, bytes, a memoryview or an ``onnx.ModelProto``) read once: a loadable's
@@ -187,15 +185,6 @@ def fingerprinted_files() -> list[Path]:
                    *(root / "deviceapi" / "specs").rglob("*.yaml"), root / "kernels" / "image.py",
                    root / "kernels" / "invocation.py", root / "kernels" / "memref.py",
                    *(root / "kernels" / "shipped").glob("*.elf")])  # the SHAVE kernels it embeds
-
-
-def import_onnx() -> Any:
-    """The onnx module, or DlaError NotSupported saying which extra to install."""
-    try:
-        import onnx
-    except ImportError as e:
-        raise DlaError(NvError.NotSupported, ONNX_EXTRA) from e
-    return onnx
 
 
 def _graph_tensors(graph: Any) -> Any:

@@ -27,16 +27,15 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from pydla.errors import DlaError, NvError
-from pydla.model_info import Dim
+from pydla.model_info import Dim, TensorInfo
 
 if TYPE_CHECKING:
     from pydla.portability.interface import NvDlaMemHandle
-    from pydla.session_ort import OrtMethods
 
 # onnxruntime's names of the element types (NodeArg.type, OrtValue.data_type()) and ONNX's
 # TensorProto numbers (OrtValue.element_type()), by numpy type.
@@ -275,6 +274,23 @@ class OrtValue:
             self._free()
 
 
+class BindingSession(Protocol):
+    """What an :class:`IOBinding` uses of its session (:class:`pydla.Session` has it): declared here,
+    so that the values and the binding import nothing of the session's modules above them."""
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+
+    def _owns(self, value: OrtValue) -> bool: ...
+
+    def _value_at(self, buffer_ptr: Any, device_type: Any, element_type: Any, shape: Any,
+                  what: str) -> OrtValue: ...
+
+    def _to_device(self, binding: IOBinding, name: str, a: np.ndarray) -> OrtValue: ...
+
+    def _unbind(self, binding: IOBinding, kind: str) -> None: ...
+
+
 class IOBinding:
     """onnxruntime's IOBinding: inputs and outputs bound once to a session, in its device memory;
     :meth:`Session.run_with_iobinding` then runs without copying (see the module docstring).
@@ -283,7 +299,7 @@ class IOBinding:
     sess.run_with_iobinding(b); y, = b.copy_outputs_to_cpu()``
     """
 
-    def __init__(self, session: OrtMethods) -> None:
+    def __init__(self, session: BindingSession) -> None:
         self._session = session
         self.inputs: dict[str, OrtValue] = {}          # bound: the value a run reads
         self.outputs: dict[str, OrtValue | None] = {}  # None: the session allocates it

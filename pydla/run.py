@@ -278,7 +278,7 @@ def _run(args: argparse.Namespace) -> int:
     import pydla.session  # noqa: F401 (imported before the load is timed, as onnx for an ONNX model)
 
     if args.model.suffix.lower() == ".onnx":
-        from pydla.compile_cache import import_onnx
+        from pydla.compiler.onnx_extra import import_onnx
 
         import_onnx()  # and here is where its absence is said
     t0 = time.perf_counter()

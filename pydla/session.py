@@ -36,7 +36,8 @@ from pydla.compiler.input_shapes import PARAMETER, GivenShapes, InputShapes, che
 from pydla.compiler.progress import Progress
 from pydla.errors import DlaError, NvError
 from pydla.files import check_output
-from pydla.model_info import TensorInfo, declared_io, feed_shapes, loadable_metadata, onnx_metadata, show
+from pydla.loadable.metadata import loadable_metadata, onnx_metadata
+from pydla.model_info import TensorInfo, declared_io, feed_shapes, show
 from pydla.platform import open_port
 from pydla.portability.interface import check_timeout_ms
 from pydla.session_loaded import Loaded

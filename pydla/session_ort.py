@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError
-from pydla.model_info import ModelMetadata
+from pydla.loadable.metadata import ModelMetadata
 from pydla.ort_values import (
     ORT_TYPES,
     IOBinding,

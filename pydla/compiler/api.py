@@ -50,7 +50,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         from pydla.compiler.lower import Lowering
         from pydla.compiler.onnx_model import load_model
         from pydla.compiler.progress import report
-        from pydla.model_info import model_header
+        from pydla.loadable.metadata import model_header
     except ImportError as e:
         raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
                                              "pip install 'pydla[onnx]'") from e

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydla.compile_cache import import_onnx
+from pydla.compiler.onnx_extra import import_onnx
 from pydla.errors import file_error
 from pydla.files import check_output, read_head
 

@@ -5,9 +5,9 @@ inputs and outputs need no conversion; the device sees a tensor as its flat cube
 into the channels) or as one cube per image. Batch norm is folded into the convolution's weights and
 bias; constants added or multiplied per channel become SDP operands; weights go to one weight
 buffer, computed tensors to one scratch arena planned by liveness, with a region after it for the
-temporaries of one step at a time. 1-D and 2-D convolutions are lowered here; element-wise work,
-pooling, data movement, matrix products, 3-D convolutions and CPU runs in their own modules
-(elementwise, pooling, movement, matmul, conv3d, cpuops).
+temporaries of one step at a time. Each step kind is lowered in its own module (:data:`LOWER`):
+convolutions (conv2d, conv3d), element-wise work, pooling, data movement, matrix products, SHAVE
+and CPU runs (elementwise, pooling, movement, matmul, shave_ops, cpuops, custom_kernel).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pydla.compiler import (
-    conv3d,
+    conv2d,
     cpu_reasons,
     cpuops,
     custom_kernel,
@@ -34,12 +34,9 @@ from pydla.compiler.graph import Graph, Node
 from pydla.compiler.layout import (
     check_auto_pad,
     check_conv,
-    deconv_pads,
     flat_cube,
     images,
     prod,
-    spatial_2d,
-    spatial_pads,
 )
 from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan_memory
 from pydla.compiler.progress import Progress, report
@@ -245,110 +242,6 @@ class Lowering:
     def _concat_view(self, step: Step) -> None:
         pass  # the planner placed each input in its channel range of the output
 
-    def _conv(self, step: Step) -> None:
-        node = step.head
-        where = node.where()
-        x_name, w_name = node.inputs[0], node.inputs[1]
-        shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
-        groups = self.check_conv(node, transpose=False)
-        if len(shape) == 5:
-            conv3d.lower_conv3d(self, step, deconv=False)
-            return
-        nd = self._spatial_rank(node, shape)
-        k = w_shape[0]
-        kernel = w_shape[2:]
-        stride = [int(v) for v in attr(node, "strides", [1] * nd)]
-        dilation = [int(v) for v in attr(node, "dilations", [1] * nd)]
-        begins, ends = spatial_pads(self.auto_pad(node), attr(node, "pads", None),
-                                    shape[2:], kernel, stride, dilation)
-        bias, bias_ref = self.conv_bias(node, k)
-        rest = step.nodes[1:]
-        prev = node.outputs[0]
-        scale = shift = None
-        w_const = w_name in self.g.consts
-        w = self.const_input(node, 1, "weights").astype(np.float64) if w_const else None
-        if rest and rest[0].op_type == "BatchNormalization":
-            bn = rest.pop(0)
-            bn_scale, bn_shift = self._bn(bn)
-            prev = bn.outputs[0]
-            if w is not None and bias is not None:
-                w = w * bn_scale[:, None, None, None]
-                bias = bias * bn_scale + bn_shift
-            else:  # weights or bias given at run time: SDP applies the batch norm
-                scale, shift = bn_scale, bn_shift
-        ew, act = self._epilogue(rest, prev, k)
-        if ew is not None and ew[0] == "bias":
-            if shift is not None:
-                shift = shift + ew[1]
-            elif bias is not None:
-                bias = bias + ew[1]
-            else:
-                scale, shift = np.ones(k), ew[1]
-            ew = None
-        weight_shape = (k, w_shape[1], *spatial_2d(kernel, 1))
-        # Constant weights of a one-group convolution with a kernel larger than 1x1, enough channels
-        # and wide enough lines go tap-major (RSKC): the device then runs it as one BLAS product per
-        # kernel tap on its input as it lies, its fastest way for such layers (see
-        # pydla.hw.conv.conv2d_shift_gemm). Otherwise one product over an im2col matrix is faster.
-        # "Enough" and "wide enough" are the device configuration's speed rules.
-        out_w = self.g.shapes[node.outputs[0]][-1] if node.outputs[0] in self.g.shapes else 0
-        tap_major = (w is not None and groups == 1 and weight_shape[2] * weight_shape[3] > 1
-                     and weight_shape[1] >= self.config.tap_major_min_channels and out_w > 0
-                     and self.config.tap_major_pays(weight_shape[3], spatial_2d(dilation, 1)[1],
-                                                    spatial_2d(stride, 1)[1], out_w))
-        if w is not None:
-            laid = w.reshape(weight_shape)
-            weights = self.const(np.ascontiguousarray(laid.transpose(2, 3, 0, 1)) if tap_major else laid)
-        else:
-            weights = self._runtime_weights(w_name, where)
-        sdp: dict[str, Any] = dict(act, bias=self.const(bias) if bias is not None else bias_ref)
-        if scale is not None and shift is not None:
-            sdp.update(scale=self.const(scale), shift=self.const(shift))
-        b2, e2 = spatial_2d(begins, 0), spatial_2d(ends, 0)
-        self._conv_pairs(step, weights, dict(weight_shape=weight_shape, stride=spatial_2d(stride, 1),
-                                             pads=(b2[0], b2[1], e2[0], e2[1]),
-                                             dilation=spatial_2d(dilation, 1), groups=groups,
-                                             weight_format="rskc" if tap_major else "kcrs"),
-                         sdp, ew[1] if ew is not None else None)
-
-    def _deconv(self, step: Step) -> None:
-        node = step.head
-        where = node.where()
-        x_name, w_name = node.inputs[0], node.inputs[1]
-        shape, w_shape = self.g.shapes[x_name], self.g.shapes[w_name]
-        groups = self.check_conv(node, transpose=True)
-        if len(shape) == 5:
-            conv3d.lower_conv3d(self, step, deconv=True)
-            return
-        nd = self._spatial_rank(node, shape)
-        k = w_shape[1] * groups
-        kernel = [int(v) for v in w_shape[2:]]
-        stride = [int(v) for v in attr(node, "strides", [1] * nd)]
-        dilation = [int(v) for v in attr(node, "dilations", [1] * nd)]
-        begins, ends, out_pad = deconv_pads(
-            self.auto_pad(node), attr(node, "pads", None),
-            [int(v) for v in attr(node, "output_padding", [0] * nd)], shape[2:],
-            self.g.shapes[node.outputs[0]][2:], kernel, stride, dilation)
-        bias, bias_ref = self.conv_bias(node, k)
-        _, act = self._epilogue(step.nodes[1:], node.outputs[0], k)
-        weight_shape = (w_shape[0], w_shape[1], *spatial_2d(kernel, 1))
-        if w_name in self.g.consts:
-            weights = self.const(self.const_input(node, 1, "weights").reshape(weight_shape))
-        else:
-            weights = self._runtime_weights(w_name, where)
-        sdp: dict[str, Any] = dict(act, bias=self.const(bias) if bias is not None else bias_ref)
-        b2, e2 = spatial_2d(begins, 0), spatial_2d(ends, 0)
-        self._conv_pairs(step, weights, dict(weight_shape=weight_shape, stride=spatial_2d(stride, 1),
-                                             pads=(b2[0], b2[1], e2[0], e2[1]),
-                                             dilation=spatial_2d(dilation, 1), groups=groups, deconv=True,
-                                             output_padding=spatial_2d(out_pad, 0)), sdp, None)
-
-    def _spatial_rank(self, node: Node, shape: tuple[int, ...]) -> int:
-        if len(shape) not in (3, 4):
-            raise DlaError(NvError.NotSupported, f"{node.where()}: input of shape {shape}: pydla convolves "
-                                                 "1-D, 2-D and 3-D images")
-        return len(shape) - 2
-
     def conv_bias(self, node: Node, k: int) -> tuple[np.ndarray | None, Ref | None]:
         """A convolution's bias: its values when constant (zeros when absent), else its buffer."""
         name = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -358,22 +251,6 @@ class Lowering:
         self.cube(name, node.where())  # checks that it is float32
         buf, offset = self.storage(name)
         return None, self.tb.ref(buf, k * self.np_dtype.itemsize, offset)
-
-    def _runtime_weights(self, name: str, where: str) -> Ref:
-        """Weights given at run time, read where they are (the ONNX layout is the device's)."""
-        self.cube(name, where)  # checks that it is float32
-        buf, offset = self.storage(name)
-        return self.tb.ref(buf, prod(self.g.shapes[name]) * self.np_dtype.itemsize, offset)
-
-    def _conv_pairs(self, step: Step, weights: Ref, conv: dict[str, Any], sdp: dict[str, Any],
-                    ew: str | None) -> None:
-        """One CONV + SDP pair per image of the batch."""
-        where = step.head.where()
-        count, _ = images(self.g.shapes[step.head.inputs[0]], where)
-        for i in range(count):
-            op = self.tb.conv(self.image(step.head.inputs[0], i, where), weights, **conv)
-            extra: dict[str, Any] = {} if ew is None else dict(ew=self.image(ew, i, where), ew_op="add")
-            self.tb.sdp(op, self.image(step.output, i, where), **sdp, **extra)
 
     def epilogue(self, nodes: list[Node], prev: str, channels: int,
                  axis: int = 1) -> tuple[Any, dict[str, Any]]:
@@ -509,6 +386,7 @@ class Lowering:
 
 
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {
+    "conv": conv2d.lower_conv, "deconv": conv2d.lower_deconv,
     "copy": movement.copy, "constant": movement.constant, "transpose": movement.transpose,
     "concat": movement.concat,
     "split": movement.split, "slice": movement.slice_, "pad": movement.pad, "resize": movement.resize,

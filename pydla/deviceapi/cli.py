@@ -226,14 +226,12 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from pydla.deviceapi.trace import write_jsonl, write_text
+    from pydla.deviceapi.trace import decode_ring_file, write_jsonl, write_text
 
     try:
         module = importlib.import_module(f"pydla.deviceapi.generated.{args.api}")
     except ImportError as e:
         raise DlaError(NvError.BadParameter, f"--api {args.api}: no such generated contract") from e
-    from pydla.trace.cli import decode_ring_file
-
     result = decode_ring_file(args.file, module.API, since=args.since)
     sys.stdout.write(write_jsonl(result.events) if args.format == "jsonl" else write_text(result.events))
     print(f"{len(result.events)} events, {result.dropped} dropped by the writer, "

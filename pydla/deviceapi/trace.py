@@ -23,12 +23,14 @@ import ctypes
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydla.deviceapi.generated.headers import trace_entry_header_t, trace_ring_header_t
 from pydla.deviceapi.runtime import ApiInfo, Buffer, Record
 from pydla.deviceapi.version import ContractVersion, check_compatible
-from pydla.errors import DlaError, NvError
+from pydla.errors import DlaError, NvError, file_error
+from pydla.files import TRACE_RING, wrong_kind
 
 MAGIC = int.from_bytes(b"PYDLATRC", "little")
 PAD_ID = 0xFFFF
@@ -242,3 +244,27 @@ def write_jsonl(events: Iterable[TraceEvent]) -> str:
 
 def write_text(events: Iterable[TraceEvent]) -> str:
     return "".join(e.text() + "\n" for e in events)
+
+
+def read_ring_file(path: Path) -> bytes:
+    """The bytes of a saved trace ring; a file of another kind (a loadable, a Chrome trace's JSON) is
+    refused saying what it is, a file that cannot be read as every command says it."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise file_error(path, e) from None
+    error = wrong_kind(data[:64], "a trace ring (saved by `pydla run MODEL --trace-ring RING`)", path=path,
+                       accept=(TRACE_RING,))
+    if error is not None:
+        raise error
+    return data
+
+
+def decode_ring_file(path: Path, api: ApiInfo, since: int | None = None) -> RingContents:
+    """The events of the trace ring saved in ``path`` (:func:`read_ring`); a malformed ring's error
+    names the file. ``pydla trace`` and ``pydla deviceapi trace`` read rings with it."""
+    data = read_ring_file(path)
+    try:
+        return read_ring(data, api, since=since)
+    except DlaError as e:
+        raise DlaError(e.code, f"{path}: {e.message}") from e

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, NvError, file_error
+from pydla.errors import DlaError, NvError
 from pydla.loadable.recipe import Recipe, RecipeError, load_recipe, loads, parse_recipe
 from pydla.logconfig import printable
 
@@ -17,7 +19,21 @@ from pydla.logconfig import printable
 # contracts, which `pydla --help` and the other commands do not need.
 
 
-def register(commands: Any) -> None:
+# What a file that looks like an ONNX model is checked with before it is refused as no loadable
+# (path, what was wanted); the command line passes the compiler's (pydla.compiler.onnx_check), so that
+# the loadable side imports nothing of the compiler above it.
+ContentCheck = Callable[[Path, str], None]
+
+
+def _no_content_check(path: Path, wanted: str) -> None:
+    """Without the compiler's check: a file's name and first bytes decide, as
+    :func:`pydla.loadable.sections.check_is_loadable` does."""
+
+
+def register(commands: Any, check_content: ContentCheck = _no_content_check) -> None:
+    """``pydla validate`` and ``pydla info`` on ``commands`` (argparse's subparsers); ``check_content``
+    judges a file that looks like an ONNX model by its content (the error says what is wrong with it,
+    or to compile it)."""
     p = commands.add_parser(
         "validate", help="check a run recipe (JSON, or the one inside a loadable) and print 'valid' or "
                          "every problem",
@@ -28,7 +44,7 @@ def register(commands: Any) -> None:
     p.add_argument("recipe", type=Path, metavar="RECIPE.json|MODEL.dla")
     p.add_argument("--allow-unsafe-paths", action="store_true",
                    help="accept absolute library paths and '..'")
-    p.set_defaults(func=_validate)
+    p.set_defaults(func=functools.partial(_validate, check_content=check_content))
 
     i = commands.add_parser(
         "info", help="describe a loadable (versions, tensors, memory, tasks, sections) or, with --config, "
@@ -55,7 +71,7 @@ def register(commands: Any) -> None:
                         "out (repeatable). NAME: recipe, tensors, memory, weights, ctrl.<task>, note, or "
                         "an ELF section name as readelf -S shows it; --list-sections lists them. Works "
                         "on a loadable that fails its checks. E.g. --dump-section recipe:recipe.json")
-    i.set_defaults(func=_info)
+    i.set_defaults(func=functools.partial(_info, check_content=check_content))
 
 
 def _cpu_runs(recipe: Any) -> list[dict[str, Any]]:
@@ -78,7 +94,7 @@ def _model(recipe: Any) -> dict[str, Any]:
     ``pydla.Session.get_modelmeta`` reads them from the recipe header; checked, not trusted)."""
     import dataclasses
 
-    from pydla.model_info import UNVERSIONED, loadable_metadata
+    from pydla.loadable.metadata import UNVERSIONED, loadable_metadata
 
     meta = dataclasses.asdict(loadable_metadata(recipe.raw.get("header") if isinstance(recipe.raw, dict)
                                                 else None))
@@ -132,7 +148,7 @@ def describe(lo: Any) -> dict[str, Any]:
     }
 
 
-def _info(args: argparse.Namespace) -> int:
+def _info(args: argparse.Namespace, check_content: ContentCheck = _no_content_check) -> int:
     import json
 
     from pydla.loadable.container import Loadable
@@ -145,7 +161,7 @@ def _info(args: argparse.Namespace) -> int:
         return _config_info(args)
     if args.loadable is None:
         raise DlaError(NvError.BadParameter, "pydla info: give a loadable (MODEL.dla) or --config NAME")
-    check_onnx_content(args.loadable)
+    check_content(args.loadable, "a loadable")
     if args.dump_section or args.list_sections:
         return _sections(args)
     nvdla = _nvdla_kind(args.loadable)
@@ -306,7 +322,7 @@ def _sections(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(args: argparse.Namespace, check_content: ContentCheck = _no_content_check) -> int:
     from pydla.elf.reader import ELF_MAGIC
     from pydla.files import JSON, kind_of
     from pydla.loadable.container import RECIPE
@@ -320,7 +336,7 @@ def _validate(args: argparse.Namespace) -> int:
     head = read_head(args.recipe)
     loadable = head[:4] == ELF_MAGIC
     if kind_of(head, args.recipe) not in (JSON, None) or not head:
-        check_onnx_content(args.recipe, "a run recipe or a loadable")
+        check_content(args.recipe, "a run recipe or a loadable")
         # an ONNX model (the error says to compile it), a trace, a .npy array, a SHAVE kernel...
         check_is_loadable(args.recipe, "a run recipe or a loadable")
     where = f"{args.recipe} ({RECIPE})" if loadable else str(args.recipe)
@@ -352,39 +368,6 @@ def _nvdla_kind(path: Path) -> str | None:
     from pydla.loadable.nvdla.describe import file_kind
 
     return file_kind(path)
-
-
-# An ONNX model larger than this is taken for one by its name and first bytes (parsing it whole only
-# to say "compile it" would take seconds).
-ONNX_CONTENT_CHECK_BYTES = 256 << 20
-
-
-def check_onnx_content(path: Path, wanted: str = "a loadable") -> None:
-    """A file that is no ELF file but looks like an ONNX model (its name, or its first bytes) is
-    judged by its content: DlaError saying it is empty, or does not parse as ONNX (a truncated
-    download, say), worded as ``pydla compile`` and ``pydla run`` word it; for a whole model the
-    error that says to compile it. Without the onnx extra (or for a very large file) its name and
-    first bytes decide, as :func:`pydla.loadable.sections.check_is_loadable` does."""
-    from pydla.elf.reader import ELF_MAGIC
-    from pydla.loadable.sections import is_onnx, not_a_loadable, read_head
-
-    head = read_head(path)
-    if head[:4] == ELF_MAGIC or not (is_onnx(path, head) or not head):
-        return
-    try:
-        from pydla.compiler.onnx_model import parse_model
-    except ImportError:
-        return
-    try:
-        size = path.stat().st_size
-        data = path.read_bytes() if size <= ONNX_CONTENT_CHECK_BYTES else None
-    except OSError as e:
-        raise file_error(path, e) from e
-    if data is not None:
-        parse_model(data, str(path))  # DlaError: what is wrong with it
-    error = not_a_loadable(path, head, wanted)
-    if error is not None:
-        raise error
 
 
 def _check_instances(recipe: Recipe, where: str) -> None:

@@ -28,22 +28,35 @@ Usage::
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.deviceapi.task_layout import OP_DESC_SIZE, SURFACE_DESC_SIZE, AddressEntry
+from pydla.deviceapi.task_layout import OP_DESC_SIZE, SURFACE_DESC_SIZE
 from pydla.errors import DlaError, NvError
+from pydla.loadable.task_deps import dependencies
+from pydla.loadable.task_types import (
+    DESCRIPTORS,
+    DTYPES,
+    FIXED_ENTRIES,
+    BufferAllocator,
+    BuiltTask,
+    Cube,
+    LoadedTask,
+    Op,
+    Ref,
+    TaskAddress,
+)
 
-DESCRIPTORS = "descriptors"
-FIXED_ENTRIES = 5  # network, dependency graph, operation and surface descriptors, LUTs
+# What this module's users import from it: the builder's types live in task_types, the dependency
+# search in task_deps.
+__all__ = ["DESCRIPTORS", "DTYPES", "FIXED_ENTRIES", "OP_DESC_SIZE", "PRECISIONS", "BufferAllocator",
+           "BuiltTask", "Cube", "LoadedTask", "Op", "Ref", "TaskAddress", "TaskBuilder", "dependencies"]
+
 PRECISIONS = {"fp32": R.dla_precision_e.FP32, "fp16": R.dla_precision_e.FP16}
-DTYPES = {"fp32": np.float32, "fp16": np.float16}
 EW_OPS = {"add": R.sdp_ew_op_e.ADD, "sub": R.sdp_ew_op_e.SUB, "mul": R.sdp_ew_op_e.MUL,
           "max": R.sdp_ew_op_e.MAX, "min": R.sdp_ew_op_e.MIN, "div": R.sdp_ew_op_e.DIV}
 ACTS = {"none": R.sdp_act_e.NONE, "relu": R.sdp_act_e.RELU, "leaky_relu": R.sdp_act_e.LEAKY_RELU,
@@ -53,123 +66,6 @@ POOLS = {"max": R.pdp_method_e.MAX, "avg": R.pdp_method_e.AVG, "min": R.pdp_meth
 RUBIK = {"contract": R.rubik_mode_e.CONTRACT, "split": R.rubik_mode_e.SPLIT,
          "merge": R.rubik_mode_e.MERGE, "transpose": R.rubik_mode_e.TRANSPOSE,
          "space_to_depth": R.rubik_mode_e.SPACE_TO_DEPTH}
-# The descriptor layout (which descriptor each block uses, the slot sizes) is the contract's:
-# pydla.deviceapi.task_layout, which the KMD reads by.
-
-
-@dataclass(frozen=True)
-class Ref:
-    """Bytes ``[offset, offset + size)`` of a named buffer."""
-
-    buffer: str
-    offset: int
-    size: int
-
-
-@dataclass(frozen=True)
-class Cube:
-    """A planar CHW cube in a named buffer."""
-
-    buffer: str
-    offset: int
-    shape: tuple[int, int, int]
-    precision: str
-    line_stride: int
-    surf_stride: int
-
-    @property
-    def element(self) -> int:
-        return int(np.dtype(DTYPES[self.precision]).itemsize)
-
-    @property
-    def extent(self) -> int:
-        c, h, w = self.shape
-        return (c - 1) * self.surf_stride + (h - 1) * self.line_stride + w * self.element
-
-    @property
-    def ref(self) -> Ref:
-        return Ref(self.buffer, self.offset, self.extent)
-
-
-@dataclass
-class Op:
-    """An operation being built."""
-
-    index: int
-    block: dla_block_e
-    op: Any
-    surface: Any
-    reads: list[Ref] = field(default_factory=list)
-    writes: list[Ref] = field(default_factory=list)
-    fused_parent: int = -1
-    out_shape: tuple[int, int, int] | None = None
-    buffers: dict[str, str] = field(default_factory=dict)  # surface field -> buffer name
-
-
-TaskAddress = AddressEntry  # the name this module's users know
-
-class BufferAllocator(Protocol):
-    """What :meth:`BuiltTask.load` needs of a driver: buffers of a context and their bytes."""
-
-    def bo_create(self, ctx: int, size: int) -> int: ...
-
-    def bo_array(self, ctx: int, handle: int) -> npt.NDArray[np.uint8]: ...
-
-
-@dataclass
-class LoadedTask:
-    """A built task in a context's buffers: the address list to submit and the handles by name."""
-
-    addresses: list[TaskAddress]
-    handles: dict[str, int]
-
-
-@dataclass
-class BuiltTask:
-    """Descriptor bytes, the buffers a task needs (name -> size) and its address list."""
-
-    descriptors: bytes
-    buffers: dict[str, int]
-    addresses: list[tuple[str, int]]
-    operations: list[Op]
-
-    def control_code(self, arguments: dict[str, int]) -> bytes:
-        """This task as a control-code ELF (:mod:`pydla.elf.controlcode`) whose buffer ``name`` is
-        run argument ``arguments[name]``: descriptor sections plus a relocation per address field."""
-        from pydla.elf import controlcode as cc
-        from pydla.elf.writer import ElfWriter
-
-        offsets = [off for _, off in self.addresses[:FIXED_ENTRIES]]
-        ends = [*offsets[1:], len(self.descriptors)]
-        w = ElfWriter()
-        for name, start, end in zip(cc.SECTIONS, offsets, ends, strict=True):
-            w.add_section(name, self.descriptors[start:end], align=64)
-        names = [name for name, _ in self.addresses[FIXED_ENTRIES:]]
-        for name in names:
-            if name not in arguments:
-                raise DlaError(NvError.BadParameter, f"control code: buffer '{name}' is not a run argument")
-            w.add_symbol(name, None, value=arguments[name], absolute=True)
-        for op in self.operations:
-            base = op.index * SURFACE_DESC_SIZE
-            for field_name, _ in op.surface._fields_:
-                sub = getattr(op.surface, field_name)
-                if hasattr(sub, "address") and sub.address >= FIXED_ENTRIES:
-                    offset = base + getattr(type(op.surface), field_name).offset + type(sub).address.offset
-                    w.add_relocation(".dla.surfaces", offset=offset, rel_type=cc.R_DLA_ARG_INDEX16,
-                                     symbol=names[sub.address - FIXED_ENTRIES])
-        return w.build()
-
-    def load(self, kmd: BufferAllocator, ctx: int, existing: dict[str, int] | None = None) -> LoadedTask:
-        """Create the buffers in ``ctx`` (except those in ``existing``) and write the descriptors."""
-        handles = dict(existing or {})
-        for name, size in self.buffers.items():
-            if name not in handles:
-                handles[name] = kmd.bo_create(ctx, size)
-        desc = kmd.bo_array(ctx, handles[DESCRIPTORS])
-        desc[:len(self.descriptors)] = np.frombuffer(self.descriptors, dtype=np.uint8)
-        return LoadedTask([TaskAddress(handles[name], off) for name, off in self.addresses], handles)
-
-
 class TaskBuilder:
     """See the module docstring."""
 
@@ -454,7 +350,7 @@ class TaskBuilder:
             last[op.block] = op.index
         partner = {op.index: op.fused_parent for op in self.ops if op.fused_parent >= 0}
         partner.update({conv: sdp for sdp, conv in list(partner.items())})
-        for x_index, y in _dependencies(self.ops):
+        for x_index, y in dependencies(self.ops):
             x = self.ops[x_index]
             if x.block == y.block or partner.get(x.index) == y.index:
                 continue  # a block runs its chain in order; a fused pair runs as one
@@ -513,53 +409,3 @@ def _set_ref(op: Op, name: str, ref: Ref) -> None:
 def _resolve_refs(op: Op, index: dict[str, int]) -> None:
     for name, buffer in op.buffers.items():
         getattr(op.surface, name).address = index[buffer]
-
-
-# The live accesses of a buffer are indexed by 64 KiB bucket, so that finding the ones an access
-# overlaps costs what is near it, not every access so far (a 30,000-node chain made this quadratic).
-_BUCKET_SHIFT = 16
-
-
-def _buckets(start: int, end: int) -> range:
-    """The buckets [start, end) touches (an empty range at ``start`` touches start's bucket)."""
-    return range(start >> _BUCKET_SHIFT, (max(start, end - 1) >> _BUCKET_SHIFT) + 1)
-
-
-def _dependencies(ops: list[Op]) -> list[tuple[int, Op]]:
-    """(x, y) for every y that must wait for an earlier x: y reads what x writes (RAW), or writes
-    what x reads or writes (WAR, WAW). An access fully overwritten by a later write is dropped from
-    the live set: whoever touches that range later waits for the write, which waited for it."""
-    live: dict[str, dict[int, set[int]]] = {}  # buffer -> bucket -> ids of live accesses
-    accesses: dict[int, tuple[int, int, int, bool]] = {}  # id -> (start, end, op, is_write)
-    next_id = 0
-    pairs: list[tuple[int, Op]] = []
-    for y in ops:
-        refs = [(r, False) for r in y.reads] + [(w, True) for w in y.writes]
-        found: set[int] = set()
-        for ref, is_write in refs:
-            buckets = live.get(ref.buffer)
-            if not buckets:
-                continue
-            end = ref.offset + ref.size
-            for b in _buckets(ref.offset, end):
-                for aid in buckets.get(b, ()):
-                    start, stop, x, x_writes = accesses[aid]
-                    if (is_write or x_writes) and start < end and ref.offset < stop and x != y.index:
-                        found.add(x)
-        pairs += [(x, y) for x in sorted(found)]
-        for ref, is_write in refs:
-            buckets = live.setdefault(ref.buffer, {})
-            end = ref.offset + ref.size
-            if is_write:
-                # end + 1: an empty access at ``end`` is covered too, and its bucket may be end's
-                covered = {aid for b in _buckets(ref.offset, end + 1) for aid in buckets.get(b, ())
-                           if ref.offset <= accesses[aid][0] and accesses[aid][1] <= end}
-                for aid in covered:
-                    start, stop, _, _ = accesses.pop(aid)
-                    for b in _buckets(start, stop):
-                        buckets[b].discard(aid)
-            for b in _buckets(ref.offset, end):
-                buckets.setdefault(b, set()).add(next_id)
-            accesses[next_id] = (ref.offset, end, y.index, is_write)
-            next_id += 1
-    return pairs

@@ -23,14 +23,12 @@ from __future__ import annotations
 import importlib
 import struct
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-
-if TYPE_CHECKING:
-    from pydla.target.ip_layout import ComputeUnitInfo
+from pydla.target.cu_info import ComputeUnitInfo
 
 ARGS_OFFSET = 0x10  # the first argument register
 ARGS_END = 0xF00  # the device's own registers (ctx, error, ...) follow

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from pydla.errors import DlaError, NvError
+from pydla.target.cu_info import ENGINE_MODEL, ComputeUnitInfo
 from pydla.target.cu_model import check_model
+
+__all__ = ["CONTROLS", "ENGINE_MODEL", "ComputeUnitInfo", "parse_ip_layout"]
 
 CONTROLS = ("AP_CTRL_HS", "AP_CTRL_CHAIN", "AP_CTRL_NONE")
 M_TYPES = ("IP_KERNEL",)
@@ -32,7 +34,6 @@ DLA_SPACE = 0x8000  # GLB and the six block windows (0x7000), rounded up to a po
 ADDRESS_LIMIT = 1 << 32  # the register bus is 32-bit
 MAX_DEPTH = 64
 MAX_LATENCY = 1 << 40
-ENGINE_MODEL = "engine"  # the DLA engine itself: declared, run by the existing engine path
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:[A-Za-z_][A-Za-z0-9_]*$")
 _FIELDS: dict[str, type] = {
     "m_name": str, "m_type": str, "m_int_enable": int, "m_interrupt_id": int, "m_ip_control": str,
@@ -45,48 +46,6 @@ _OPTIONAL: dict[str, tuple[type[int], int]] = {"pipeline_depth": (int, 1), "late
 MAX_FIFO = 1 << 24
 
 
-@dataclass(frozen=True)
-class ComputeUnitInfo:
-    """One IP_LAYOUT entry. ``params`` holds the model's own parameters (sorted key, value pairs)."""
-
-    name: str
-    m_type: str
-    m_int_enable: int
-    m_interrupt_id: int
-    m_ip_control: str
-    m_base_address: int
-    window: int
-    model: str
-    pipeline_depth: int = 1
-    latency_cycles: int = 1000
-    fifo_bytes: int = 65536
-    chunk_bytes: int = 4096
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def m_name(self) -> str:
-        return self.name
-
-    @property
-    def kernel(self) -> str:
-        return self.name.split(":", 1)[0]
-
-    @property
-    def instance(self) -> str:
-        return self.name.split(":", 1)[1]
-
-    @property
-    def is_engine(self) -> bool:
-        return self.model == ENGINE_MODEL
-
-    def param(self, key: str, default: Any = None) -> Any:
-        return dict(self.params).get(key, default)
-
-    def xclbin_entry(self) -> dict[str, str]:
-        """The entry as ``xclbinutil --dump-section IP_LAYOUT:json`` writes it (every value a string)."""
-        return {"m_type": self.m_type, "m_int_enable": str(self.m_int_enable),
-                "m_interrupt_id": str(self.m_interrupt_id), "m_ip_control": self.m_ip_control,
-                "m_base_address": f"{self.m_base_address:#x}", "m_name": self.name}
 
 
 def parse_ip_layout(raw: Any, source: str) -> tuple[ComputeUnitInfo, ...]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:
-    from pydla.target.ip_layout import ComputeUnitInfo
+    from pydla.target.cu_info import ComputeUnitInfo
 
 DEFAULT_WINDOW = 0x10000  # an XRT compute unit's AXI-lite range
 CONTROL_OF_PROPERTY = {0: "AP_CTRL_HS", 1: "AP_CTRL_CHAIN", 2: "AP_CTRL_NONE"}

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydla.errors import DlaError, file_error
-from pydla.files import TRACE_RING, check_output, wrong_kind
+from pydla.errors import file_error
+from pydla.files import check_output
 
 
 def register(commands: Any) -> None:
@@ -31,7 +31,7 @@ def register(commands: Any) -> None:
 
 def _trace(args: argparse.Namespace) -> int:
     from pydla.deviceapi.generated import trace
-    from pydla.deviceapi.trace import write_jsonl, write_text
+    from pydla.deviceapi.trace import decode_ring_file, write_jsonl, write_text
     from pydla.trace.timeline import chrome_trace, device_work
 
     if args.output is not None:  # before reading: never onto the ring itself
@@ -52,29 +52,3 @@ def _trace(args: argparse.Namespace) -> int:
     dropped = f", {result.dropped} older ones dropped (the ring was full)" if result.dropped else ""
     print(f"{len(result.events)} events{dropped}", file=sys.stderr)
     return 0
-
-
-def read_ring_file(path: Path) -> bytes:
-    """The bytes of a saved trace ring; a file of another kind (a loadable, a Chrome trace's JSON) is
-    refused saying what it is, a file that cannot be read as every command says it."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise file_error(path, e) from None
-    error = wrong_kind(data[:64], "a trace ring (saved by `pydla run MODEL --trace-ring RING`)", path=path,
-                       accept=(TRACE_RING,))
-    if error is not None:
-        raise error
-    return data
-
-
-def decode_ring_file(path: Path, api: Any, since: int | None = None) -> Any:
-    """The events of the trace ring saved in ``path`` (``pydla.deviceapi.trace.read_ring``); a
-    malformed ring's error names the file."""
-    from pydla.deviceapi.trace import read_ring
-
-    data = read_ring_file(path)
-    try:
-        return read_ring(data, api, since=since)
-    except DlaError as e:
-        raise DlaError(e.code, f"{path}: {e.message}") from e

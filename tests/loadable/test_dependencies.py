@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pydla.loadable.taskbuilder import _dependencies
+from pydla.loadable.task_deps import dependencies
 
 
 @dataclass
@@ -62,5 +62,5 @@ def test_indexed_dependencies_equal_the_plain_rule(seed: int) -> None:
 
     ops = [_Op(i, [ref() for _ in range(rng.randrange(3))], [ref() for _ in range(rng.randrange(1, 3))])
            for i in range(rng.randrange(1, 120))]
-    got = [(x, y.index) for x, y in _dependencies(ops)]  # type: ignore[arg-type]
+    got = [(x, y.index) for x, y in dependencies(ops)]  # type: ignore[arg-type]
     assert got == _reference(ops)
