@@ -141,7 +141,8 @@ def _generate(args: argparse.Namespace) -> int:
     if args.spec:
         outputs = []
         for spec in args.spec:
-            outputs += gen.outputs_for(spec, args.out_dir, langs, templates, args.output, user_schema)
+            outputs += gen.outputs_for(spec, args.out_dir, langs, templates, args.output, user_schema,
+                                       partial=True)
     else:
         outputs = gen.bundled_outputs(args.out_dir, langs)
         for spec in gen.BUNDLED:
@@ -168,7 +169,24 @@ def _generate(args: argparse.Namespace) -> int:
         state = "written  " if id(out) in written else "unchanged"
         print(f"{state} {out.path}  ({out.spec.name} {out.spec.version_string}, "
               f"layout {out.spec.layout_hash[:16]})")
-    return 0
+    return _report_spec_notes({id(o.spec): o.spec for o in outputs}.values())
+
+
+def _report_spec_notes(specs: Any) -> int:
+    """Print what pydla filled in (warnings) and the items a partial generation left out; 1 when any
+    item was left out."""
+    left_out = 0
+    for spec in specs:
+        for p in spec.warnings:
+            print(f"  {p}")
+        if spec.omitted:
+            names = sorted({p.location.item for p in spec.omitted if p.location.item})
+            left_out += len(names)
+            print(f"{spec.file}: {len(names)} item(s) left out ({', '.join(names)}), "
+                  f"{len(spec.omitted)} problem(s):")
+            for p in spec.omitted:
+                print(f"  {p}")
+    return 1 if left_out else 0
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -183,11 +201,16 @@ def _validate(args: argparse.Namespace) -> int:
             spec = load_spec(path, user_schema)
         except SpecError as e:
             failed += 1
-            print(f"{path}: {len(e.problems)} problem(s)")
+            warnings = sum(p.severity == "warning" for p in e.problems)
+            noted = f", {warnings} warning(s)" if warnings else ""
+            print(f"{path}: {len(e.problems) - warnings} problem(s){noted}")
             for p in e.problems:
                 print(f"  {p}")
             continue
-        print(f"{path}: valid ({spec.name} {spec.version_string}, layout {spec.layout_hash[:16]})")
+        notes = f", {len(spec.warnings)} warning(s)" if spec.warnings else ""
+        print(f"{path}: valid ({spec.name} {spec.version_string}, layout {spec.layout_hash[:16]}{notes})")
+        for p in spec.warnings:
+            print(f"  {p}")
     return 1 if failed else 0
 
 

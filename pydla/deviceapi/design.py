@@ -1,18 +1,17 @@
 """Specs written as the Device API code generation design writes them, and where pydla differs.
 
-The design's example spec (its "How To Add A New Message" section) is accepted where it is
-unambiguous. Where pydla deliberately asks for more, the problem says exactly what to add:
+The design's example spec (its "How To Add A New Message" section) is accepted as written:
 
-- every message and trace event carries an explicit ``Id``: an id is the item's identity on the
-  wire, so it must not follow list order (adding or moving an item would renumber the others);
-- a Response names the Command it answers (``Command: <name>``) instead of being paired by name
-  or position;
+- a message or trace event without an ``Id`` gets the lowest free one in declaration order (the
+  design's default), with a warning saying what to write: an id is the item's identity on the wire,
+  so one that follows list order changes when items are added or moved;
+- a Response without ``Command`` is paired with the Command its name points at (``x_rsp`` ->
+  ``x_cmd``) when exactly one does, with a warning; when none or several do, it is an error;
 - a spec is a mapping (``Name``, ``Version``, ``Modules``); the design's files of bare message lists
   (``rpc-calls.yaml``, ``tracing-events.yaml``) are included from one with ``!include``.
 
-:func:`design_problems` runs before the schema. It fills in what it suggests (in the loaded
-document only, never in the file) so that the schema and the layout rules can still run and the
-author gets every problem of the spec in one report.
+:func:`design_problems` runs before the schema and fills in what it assigns (in the loaded document
+only, never in the file), so that the schema and the layout rules see a complete document.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from typing import Any
 
 from pydla.deviceapi.loader import Location, Problem, SourceMap
 
-_ID_WHY = ("pydla requires explicit, stable ids: an id is the {what}'s identity on the wire and must "
-           "not change when items are added or reordered; {n} is the lowest free one")
+_ID_WHY = ("the lowest free one in declaration order, as the design assigns them; write `Id: {n}` so "
+           "that the {what}'s identity on the wire stays when items are added or reordered")
 _COMMAND_WHY = ("pydla pairs a Response with the Command it answers explicitly, not by name or by "
                 "position")
 _RESPONSE_SUFFIXES = ("_rsp", "_resp", "_response")
@@ -80,7 +79,7 @@ def _missing_ids(items: list[tuple[dict[str, Any], dict[str, Any]]], what: str, 
         item["Id"] = n
         why = _ID_WHY.format(what=what, n=n)
         problems.append(Problem("explicit-id", _where(item, module, what, source_map, file),
-                                f"add `Id: {n}` ({why})"))
+                                f"no `Id`: {n}, {why}", "warning"))
     return problems
 
 
@@ -97,7 +96,10 @@ def _missing_commands(messages: list[tuple[dict[str, Any], dict[str, Any]]], sou
         if guess is not None:
             item["Command"] = guess
             answered.add(guess)
-            text = f"add `Command: {guess}`"
+            problems.append(Problem("response-command", at,
+                                    f"no `Command`: paired with '{guess}' by its name, as the design pairs "
+                                    f"them; write `Command: {guess}` to say so", "warning"))
+            continue
         else:
             choices = [c for c in commands if c not in answered]
             listed = f"; unanswered Commands: {', '.join(choices)}" if choices else \

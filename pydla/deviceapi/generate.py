@@ -55,13 +55,15 @@ def output_path(out_dir: Path | None, spec_name: str, language: str) -> Path:
 
 def outputs_for(spec_file: Path, out_dir: Path | None = None,
                 languages: tuple[str, ...] = tuple(LANGUAGES), templates: tuple[Path, ...] = (),
-                output: Path | None = None, user_schema: UserSchema | None = None) -> list[Output]:
+                output: Path | None = None, user_schema: UserSchema | None = None,
+                partial: bool = False) -> list[Output]:
     """Render ``spec_file`` into each of ``languages`` and with each user template.
 
     A user template's output goes to ``output`` when given, else into ``out_dir`` (default: the
-    current directory) named after the template (:func:`templates_user.output_name`).
+    current directory) named after the template (:func:`templates_user.output_name`). With
+    ``partial``, items whose types are not defined are left out (``spec.omitted``) and the rest rendered.
     """
-    spec = load_spec(spec_file, user_schema)
+    spec = load_spec(spec_file, user_schema, partial=partial)
     try:
         source = spec_file.resolve().relative_to(PACKAGE_DIR.parent.parent).as_posix()
     except ValueError:

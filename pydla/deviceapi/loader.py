@@ -52,9 +52,12 @@ class Problem:
     rule: str
     location: Location
     message: str
+    # "warning": pydla filled in what the design's way of writing leaves implicit; the spec is used
+    severity: str = "error"
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.message} [{self.rule}]"
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{self.location}: {prefix}{self.message} [{self.rule}]"
 
 
 class SpecError(DlaError):
@@ -232,10 +235,10 @@ def _problems(validator: Any, doc: Any, source_map: SourceMap, default_file: str
 
 @dataclass(frozen=True)
 class UserSchema:
-    """A user's JSON schema (``--schema``) that a spec must satisfy besides the bundled one.
-
-    It can only narrow what a spec may say (require descriptions, restrict names, cap ids): the
-    bundled schema stays in force because the layout rules and the templates rely on it.
+    """A user's JSON schema (``--schema``): it replaces the bundled one, as the design's generator
+    takes its schema. What the user's schema accepts and the generator cannot use (the layout rules
+    and the templates rely on the bundled schema's shape) is refused as ``generator-needs``, naming
+    the bundled rule, only once the user's schema is satisfied.
     """
 
     file: str

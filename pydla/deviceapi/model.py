@@ -163,6 +163,10 @@ class Spec:
     constants: list[ConstDef] = field(default_factory=list)
     register_names: str | None = None  # e.g. "NVDLA_{}_0": the field path's name goes in the braces
     register_macros: str | None = None  # the same for C's macros, e.g. "NVDLA_V1_{}_0"
+    # What pydla filled in (the design's defaults: ids in declaration order, responses paired by
+    # name), and, in a partial load, the problems of the items left out: loader.Problem each.
+    warnings: list[Any] = field(default_factory=list, compare=False)
+    omitted: list[Any] = field(default_factory=list, compare=False)
 
     @property
     def version_string(self) -> str:

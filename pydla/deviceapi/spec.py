@@ -72,33 +72,40 @@ def headers_spec() -> Spec:
     return load_spec(bundled_specs_dir() / f"{HEADERS_SPEC}.yaml")
 
 
-def load_spec(path: str | Path, user_schema: UserSchema | None = None) -> Spec:
+def load_spec(path: str | Path, user_schema: UserSchema | None = None, *, partial: bool = False) -> Spec:
     """Load, validate and lay out the spec in ``path``; raise SpecError listing every problem.
 
     ``user_schema`` (``--schema``) is a JSON schema the spec must satisfy as well as the bundled
-    one; the specs it imports are not checked against it.
+    one; the specs it imports are not checked against it. What pydla fills in as the design's defaults
+    is in ``spec.warnings``. With ``partial``, items that fail only because a type they use is not
+    defined are left out instead (their problems in ``spec.omitted``), so the rest can be generated.
     """
     doc, source_map = load_yaml(path)
     file = str(Path(path))
-    # What the design's way of writing a spec lacks comes first, and is filled in so that the other
-    # checks still run: the author sees every problem at once.
+    # What the design's way of writing a spec leaves implicit comes first, and is filled in so that
+    # the other checks still run: the author sees every problem at once.
     design = design_problems(doc, source_map, file)
+    warnings = [p for p in design if p.severity == "warning"]
+    errors = [p for p in design if p.severity != "warning"]
     if not isinstance(doc, dict):
         raise SpecError(design or schema_problems(doc, source_map, file))
-    problems = schema_problems(doc, source_map, file)
-    if user_schema is not None:
-        problems += user_schema.problems(doc, source_map, file)
-    if problems:
+    if user_schema is None:
+        problems = schema_problems(doc, source_map, file)
+    else:  # the user's schema decides, as the design's generator takes it; pydla's own needs remain
+        problems = user_schema.problems(doc, source_map, file) or [
+            Problem("generator-needs", p.location, f"the user's schema accepts this, but pydla's generator "
+                    f"needs what its bundled schema says: {p.message}")
+            for p in schema_problems(doc, source_map, file)]
+    if problems or errors:
         raise SpecError(design + problems)
     imports = [] if doc["Name"] == HEADERS_SPEC else [headers_spec()]
     for name in doc.get("Imports", []):
         imports.append(_import_spec(Path(path).resolve().parent, name, file))
     try:
-        spec = _Builder(doc, source_map, file, imports).build()
+        spec = _Builder(doc, source_map, file, imports).build(partial=partial)
     except SpecError as e:
         raise SpecError(design + e.problems) from None
-    if design:
-        raise SpecError(design)
+    spec.warnings = warnings
     return spec
 
 
@@ -156,7 +163,7 @@ class _Builder:
 
     # -- building ---------------------------------------------------------------------------------
 
-    def build(self) -> Spec:
+    def build(self, partial: bool = False) -> Spec:
         names: dict[str, Location] = {}
         for spec in self.spec.imports:
             for item in spec.all_items:
@@ -179,6 +186,15 @@ class _Builder:
             self.layout(s, ())
         rules.check_message_rules()
         rules.check_register_map()
+        if self.problems and partial and all(p.rule == "unknown-type" for p in self.problems):
+            # the items that could not be laid out (and those that hold them) are left out
+            keep = [s for s in self.spec.all_structs if s.name not in self._failed]
+            if keep:
+                self.spec.structs = [s for s in self.spec.structs if s in keep]
+                self.spec.messages = [s for s in self.spec.messages if s in keep]
+                self.spec.trace_events = [s for s in self.spec.trace_events if s in keep]
+                self.spec.omitted = list(self.problems)
+                return self.spec
         if self.problems:
             raise SpecError(self.problems)
         return self.spec

@@ -1,4 +1,4 @@
-"""A user schema (`pydla deviceapi generate --schema`): applied on top of the bundled one, every
+"""A user schema (`pydla deviceapi generate --schema`): replacing the bundled one, every
 violation named with the spec file, line and JSON path, and every broken schema file a DlaError."""
 
 from __future__ import annotations
@@ -63,12 +63,21 @@ def test_every_violation_names_the_spec_line_json_path_and_schema(tmp_path: Path
     assert all(p.location.file == str(spec) for p in e.value.problems)
 
 
-def test_the_bundled_schema_stays_in_force(tmp_path: Path) -> None:
-    """A schema that allows anything does not let through what the bundled one refuses."""
+def test_the_user_schema_replaces_the_bundled_one_but_not_the_generators_needs(tmp_path: Path) -> None:
+    """A schema that allows anything accepts what the bundled one refuses; what the generator cannot
+    use is then refused as its need, naming the bundled rule."""
     spec = write(tmp_path, "s.yaml", SPEC.replace("Description: Read one channel.", "Owner: me"))
     with pytest.raises(SpecError) as e:
         load_spec(spec, load_user_schema(write(tmp_path, "any.json", "{}")))
-    assert e.value.rules == ["schema"] and "'Owner' was unexpected" in e.value.problems[0].message
+    assert e.value.rules == ["generator-needs"]
+    assert e.value.problems[0].message.startswith(
+        "the user's schema accepts this, but pydla's generator needs what its bundled schema says: ")
+    assert "'Owner' was unexpected" in e.value.problems[0].message
+    # a narrower schema's own problems come alone: the bundled schema does not add its own
+    strict = write(tmp_path, "strict.json", json.dumps({"type": "object", "required": ["Copyright"]}))
+    with pytest.raises(SpecError) as e:
+        load_spec(spec, load_user_schema(strict))
+    assert e.value.rules == ["user-schema"]
 
 
 def test_draft_07_and_strict_integers(tmp_path: Path) -> None:
