@@ -22,6 +22,7 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.target.ip_layout import ComputeUnitInfo, parse_ip_layout
+from pydla.target.nvdla_hw import NvdlaHwConfig, parse_nvdla
 from pydla.target.shave import ShaveConfig, parse_shave
 
 _FIELDS: dict[str, type] = {
@@ -60,6 +61,8 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "clock_mhz": ((int, float), 1000),
     # SHAVE tiles (pydla.target.shave): none unless the configuration has the field.
     "shave": ((dict, type(None)), None),
+    # One of NVDLA's hardware configurations (pydla.target.nvdla_hw): NVDLA's register map and C model.
+    "nvdla": ((dict, type(None)), None),
 }
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
@@ -86,6 +89,17 @@ class DeviceConfig:
     # A microcontroller beside the blocks runs the engine scheduler (headed mode, pydla.hw.mcu): the
     # host reaches it through the device-API mailbox.
     headed: bool = False
+    # One of NVDLA's hardware configurations (nv_full, nv_small, ...): its device implements NVDLA's
+    # register map (pydla.hw.nvdla_device), not pydla's own; None for pydla's own configurations.
+    nvdla: NvdlaHwConfig | None = None
+
+    @property
+    def precision_names(self) -> tuple[str, ...]:
+        """The precisions the device computes, by name: NVDLA's (INT8, INT16, FP16) on an NVDLA
+        configuration, else pydla's own (FP32, FP16)."""
+        if self.nvdla is not None:
+            return self.nvdla.precisions
+        return tuple(p.name for p in self.precisions)
 
     def compute_unit(self, name: str) -> ComputeUnitInfo | None:
         """The IP_LAYOUT entry named ``name`` ("kernel:instance" or the instance alone)."""
@@ -186,7 +200,8 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
         (1 <= raw["instances"] <= 16, "instances", "1..16"),
         (0 <= raw["hw_version"] <= 0xFFFFFFFF, "hw_version", "a u32"),
         (len(blocks) > 0 and len(set(blocks)) == len(blocks), "blocks", "distinct and not empty"),
-        (len(precisions) > 0, "precisions", "not empty"),
+        (len(precisions) > 0 or optional["nvdla"] is not None, "precisions",
+         "not empty (only an NVDLA configuration may list none: its own are in 'nvdla')"),
         (raw["memory_bytes"] >= PAGE, "memory_bytes", f">= {PAGE}"),
         (1 <= raw["contexts"] <= 0xFFFF, "contexts", "1..65535"),
         (raw["iova_base"] % PAGE == 0 and raw["iova_base"] > 0, "iova_base", "page-aligned and > 0"),
@@ -202,12 +217,31 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
             raise DlaError(NvError.BadValue, f"{source}: '{key}' = {value!r} must be {rule}")
     if dla_block_e.CONV in blocks and dla_block_e.SDP not in blocks:
         raise DlaError(NvError.BadValue, f"{source}: 'blocks': CONV needs SDP (its results fly to SDP)")
+    nvdla = parse_nvdla(optional["nvdla"], source)
+    if nvdla is not None:
+        _check_nvdla(raw, optional, nvdla, source)
     return DeviceConfig(raw["name"], raw["description"], raw["instances"], raw["hw_version"],
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
                         raw["iova_size"], optional["tap_major_min_channels"],
                         float(optional["tap_major_max_extra"]),
                         parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
-                        parse_shave(optional["shave"], source), headed)
+                        parse_shave(optional["shave"], source), headed, nvdla)
+
+
+def _check_nvdla(raw: dict[str, Any], optional: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
+    """What an NVDLA configuration's device has and has not: NVDLA's blocks and addresses only."""
+    if optional["shave"] is not None or optional["ip_layout"]:
+        raise DlaError(NvError.BadValue, f"{source}: an NVDLA configuration ('nvdla') has no SHAVE tiles "
+                                         "nor compute units ('shave', 'ip_layout')")
+    fp16 = "FP16" in nvdla.precisions
+    if [p.upper() for p in raw["precisions"]] != (["FP16"] if fp16 else []):
+        raise DlaError(NvError.BadValue, f"{source}: 'precisions' = {raw['precisions']!r} must be "
+                                         f"{['FP16'] if fp16 else []!r}: the ones of 'nvdla.precisions' "
+                                         "that pydla's precision enumeration names")
+    end = raw["iova_base"] + raw["iova_size"]
+    if end > 1 << nvdla.address_bits:
+        raise DlaError(NvError.BadValue, f"{source}: 'iova_size': device addresses end at {end:#x}, past the "
+                                         f"{nvdla.address_bits}-bit addresses of 'nvdla.address_bits'")
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:
