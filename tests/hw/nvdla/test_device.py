@@ -5,14 +5,25 @@ raised; the interrupt line and the modes."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import numpy as np
 import pytest
 
-from pydla.hw.nvdla.pdp import PdpParams
+from pydla import DlaError, NvError
+from pydla.deviceapi.generated import nvdla_smmu as S
+from pydla.hw.nvdla import conv_weights
+from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
+from pydla.hw.nvdla.conv_params import direct
+from pydla.hw.nvdla.pdp import ON_FLYING, PdpParams
 from pydla.hw.nvdla.precision import Precision
+from pydla.hw.nvdla.sdp_params import DST_PDP, SdpParams
 from pydla.hw.nvdla.surface import Cube
 from pydla.hw.nvdla_device import NvdlaDevice
+from pydla.target.config import load_config
 from tests.hw.nvdla.device_arena import DeviceArena
+from tests.hw.nvdla.nvdla_program import operation_writes
 
 PDP_DONE0, SDP_DONE0, CACC_DONE0 = 1 << 4, 1 << 0, 1 << 20
 INT8 = Precision.INT8
@@ -45,3 +56,200 @@ def test_a_max_pooling_programmed_through_the_registers(config: str) -> None:
     dev.reg_write(dev.regs.regs.NVDLA_GLB_S_INTR_STATUS_0, PDP_DONE0)  # the ISR clears it: the line drops
     assert not dev.irq and arena.status() == 0
     dev.close()
+
+
+# -- the on-the-fly pipeline ------------------------------------------------------------------------
+
+
+def _fused(arena: DeviceArena, x: np.ndarray, w: np.ndarray) -> tuple[list[tuple[str, object]], Cube]:
+    """A 3x3 INT8 convolution (pad 1) whose result flies into the SDP (converted to INT8, saturating),
+    whose output flies into the PDP (max 2x2/2), which writes memory."""
+    dev = arena.dev
+    c, h, wd = x.shape
+    k = w.shape[0]
+    src = arena.cube(wd, h, c, INT8, x)
+    weights = arena.buffer(1 << 16)
+    arena.memory.write(weights, conv_weights.pack(w, dev.target, INT8))
+    conv = direct(target=dev.target, precision=INT8, width=wd, height=h, channel=c, kernels=k, kernel_width=3,
+                  kernel_height=3, data_addr=src.address, weight_addr=weights, pad=(1, 1, 1, 1))
+    sdp = SdpParams(width=wd - 1, height=h - 1, channel=k - 1, in_precision=0, proc_precision=0,
+                    out_precision=0, flying_mode=1, output_dst=DST_PDP)
+    dst = arena.cube(wd // 2, h // 2, k, INT8)
+    pool = dataclasses.replace(_max_pool(arena, Cube(0, wd, h, k, 0, 0, INT8), dst), flying_mode=ON_FLYING,
+                               src_base_addr=0, src_line_stride=0, src_surface_stride=0)
+    return [("CONV", conv), ("SDP", sdp), ("PDP", pool)], dst
+
+
+def _reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    _, h, wd = x.shape
+    padded = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)))
+    out = np.zeros((w.shape[0], h, wd), dtype=np.int64)
+    for r in range(3):
+        for s in range(3):
+            out += np.einsum("kc,chw->khw", w[:, :, r, s].astype(np.int64), padded[:, r:r + h, s:s + wd])
+    out = np.clip(out, -128, 127)
+    return out.reshape(w.shape[0], h // 2, 2, wd // 2, 2).max(axis=(2, 4))
+
+
+@pytest.mark.parametrize("config", ["nv_small", "nv_full"])
+@pytest.mark.parametrize("order", ["consumers first", "producers first"])
+def test_a_convolution_flies_through_the_sdp_into_the_pdp(config: str, order: str) -> None:
+    dev = NvdlaDevice(config)
+    arena = DeviceArena(dev)
+    rng = np.random.default_rng(7)
+    x = rng.integers(-8, 8, (16, 6, 8), dtype=np.int8)
+    w = rng.integers(-4, 4, (12, 16, 3, 3), dtype=np.int8)
+    ops, dst = _fused(arena, x, w)
+    if order == "consumers first":
+        ops.reverse()  # as NVIDIA's firmware enables a fused pipeline
+    seen = []
+    for processor, params in ops[:-1]:
+        arena.program(processor, params)
+        seen.append((dev.engine.waiting, dev.ops_done))
+    # a consumer waits for its input; a producer holds its output until its consumer takes it, and
+    # completes then
+    assert seen == ([(["PDP"], 0), (["PDP", "SDP"], 0)] if order == "consumers first" else
+                    [(["CONV"], 0), (["SDP"], 1)])
+    arena.program(*ops[-1])
+    assert np.array_equal(arena.get(dst), _reference(x, w))
+    assert arena.status() == PDP_DONE0 | SDP_DONE0 | CACC_DONE0 | (1 << 16) | (1 << 18)
+    assert (dev.ops_done, dev.ops_failed, dev.engine.waiting) == (3, 0, [])
+    dev.close()
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+
+def test_a_dma_outside_the_mappings_ends_the_operation_without_its_interrupt() -> None:
+    dev = NvdlaDevice("nv_small")
+    calls: list[bool] = []
+    dev.connect_irq(lambda: calls.append(True))
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    unmapped = src.address + 0x100000
+    arena.program("PDP", dataclasses.replace(_max_pool(arena, src, dst), src_base_addr=unmapped))
+    s = S
+    assert arena.status() == 0 and dev.irq and calls == [True]  # the SMMU's line, not GLB's
+    assert (dev.ops_done, dev.ops_failed) == (0, 1) and "address not mapped" in dev.errors[-1]
+    assert (dev.reg_read(s.PYDLA_SMMU_FAULT_STATUS), dev.reg_read(s.PYDLA_SMMU_FAULT_ADDR_LO),
+            dev.reg_read(s.PYDLA_SMMU_FAULT_CTX), dev.reg_read(s.PYDLA_SMMU_FAULT_UNIT),
+            dev.reg_read(s.PYDLA_SMMU_FAULT_COUNT)) == (1, unmapped, arena.ctx, 3, 1)
+    assert dev.fault == (unmapped, arena.ctx, 3)
+    # the groups were released: the same operation on good addresses runs in the other group
+    assert dev.reg_read(dev.regs.regs.NVDLA_PDP_S_STATUS_0) == 0
+    dev.reg_write(s.PYDLA_SMMU_FAULT_STATUS, 1)
+    assert not dev.irq and dev.reg_read(s.PYDLA_SMMU_FAULT_STATUS) == 0
+    arena.program("PDP", _max_pool(arena, src, dst), group=1)
+    assert arena.status() == PDP_DONE0 << 1 and dev.ops_done == 1
+
+
+def test_no_context_selected_faults_every_access() -> None:
+    dev = NvdlaDevice("nv_small")
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    dev.reg_write(S.PYDLA_SMMU_CTX, 0)
+    dev.reg_write(S.PYDLA_SMMU_FAULT_MASK, 1)  # masked: recorded, the line stays down
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert not dev.irq and dev.reg_read(S.PYDLA_SMMU_FAULT_STATUS) == 1
+    assert dev.reg_read(S.PYDLA_SMMU_FAULT_CTX) == 0 and "no such context" in dev.errors[-1]
+
+
+def test_registers_a_block_refuses_fail_the_operation_and_are_counted() -> None:
+    dev = NvdlaDevice("nv_small")  # INT8 only
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    arena.program("PDP", dataclasses.replace(_max_pool(arena, src, dst), input_data=1))  # INT16
+    assert arena.status() == 0 and not dev.irq and dev.ops_failed == 1
+    assert "INT16 is not supported by nv_small" in dev.errors[-1]
+    assert [f.kind for f in dev.regs.faults] == ["operation failed"]
+
+
+@pytest.mark.parametrize("config", ["nv_full", "nv_small"])
+def test_bad_accesses_are_counted_bus_errors_never_exceptions(config: str) -> None:
+    dev = NvdlaDevice(config)
+    r = dev.regs.regs
+    bad_reads = [0x30000, r.NVDLA_GLB_S_INTR_STATUS_0 + 2, -4, 1 << 40, S.PYDLA_SMMU_FAULT_COUNT + 4]
+    assert [dev.reg_read(a) for a in bad_reads] == [0] * len(bad_reads)
+    dev.reg_write(0x30000, 1)
+    dev.reg_write(r.NVDLA_PDP_D_OP_ENABLE_0, 1 << 32)
+    dev.reg_write(S.PYDLA_SMMU_CTX, -1)
+    dev.reg_write(S.PYDLA_SMMU_CTX, True)  # type: ignore[arg-type]
+    dev.reg_write("0x20000", 1)  # type: ignore[arg-type]
+    assert dev.bus_errors == len(bad_reads) + 5 and dev.reg_read(S.PYDLA_SMMU_CTX) == 0
+    assert dev.ops_done == dev.ops_failed == 0
+    if config == "nv_small":  # the map has BDMA's registers, nv_small has no BDMA: its window is not decoded
+        assert dev.reg_read(r.NVDLA_BDMA_CFG_LINE_0) == 0 and dev.bus_errors == len(bad_reads) + 6
+        assert "BDMA is not in nv_small" in dev.regs.faults[-1].message
+
+
+# -- the interrupt line and the modes ----------------------------------------------------------------
+
+
+def test_a_masked_done_raises_the_line_when_unmasked() -> None:
+    dev = NvdlaDevice("nv_full")
+    calls: list[int] = []
+    dev.connect_irq(lambda: calls.append(1))
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    mask = dev.regs.regs.NVDLA_GLB_S_INTR_MASK_0
+    dev.reg_write(mask, 0xFFFFFFFF)  # everything masked
+    for address, value in operation_writes(arena.regs, "PDP", _max_pool(arena, src, dst), unmask=False):
+        dev.reg_write(address, value)
+    assert arena.status() == PDP_DONE0 and not dev.irq and calls == []
+    dev.reg_write(mask, dev.reg_read(mask) & ~PDP_DONE0)
+    assert dev.irq and calls == [1]
+
+
+def test_threaded_mode_computes_beside_the_host_and_interrupts_it() -> None:
+    dev = NvdlaDevice("nv_small", mode="threaded")
+    done = threading.Event()
+    dev.connect_irq(done.set)
+    arena = DeviceArena(dev)
+    x = np.arange(11 * 6 * 8, dtype=np.int64).reshape(11, 6, 8) % 251 - 125
+    src, dst = arena.cube(8, 6, 11, INT8, x.astype(np.int8)), arena.cube(4, 3, 11, INT8)
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert done.wait(10) and arena.status() == PDP_DONE0
+    assert np.array_equal(arena.get(dst), x.reshape(11, 3, 2, 4, 2).max(axis=(2, 4)))
+    dev.close()
+
+
+def test_step_mode_runs_an_operation_per_step_and_reset_drops_what_waits() -> None:
+    dev = NvdlaDevice("nv_small", mode="step")
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert arena.status() == 0 and dev.reg_read(arena.regs.NVDLA_PDP_S_STATUS_0) == 1  # RUNNING
+    assert dev.step() and arena.status() == PDP_DONE0 and not dev.step()
+    arena.program("PDP", _max_pool(arena, src, dst), group=1)
+    dev.reset()
+    assert not dev.step() and arena.status() == 0 and dev.reg_read(S.PYDLA_SMMU_CTX) == 0
+    assert dev.reg_read(arena.regs.NVDLA_PDP_S_STATUS_0) == 0
+    with pytest.raises(DlaError) as e:
+        NvdlaDevice("nv_small").step()
+    assert e.value.code == NvError.InvalidState
+
+
+def test_bdma_copies_into_the_on_chip_sram_and_back() -> None:
+    """nv_full's secondary memory (CVIF): RAM type 0 addresses the SRAM, not the IOMMU."""
+    dev = NvdlaDevice("nv_full")
+    assert dev.sram is not None and dev.sram.size == load_config("nv_full").nvdla.sram_bytes  # type: ignore[union-attr]
+    arena = DeviceArena(dev)
+    src, dst = arena.buffer(4096), arena.buffer(4096)
+    data = np.random.default_rng(1).integers(0, 256, 1024, dtype=np.uint8)
+    arena.memory.write(src, data)
+    to_sram = BdmaTransfer(src_addr=src, dst_addr=0x800, line_size=1024 // 32 - 1, line_repeat=0,
+                           src_line=1024, dst_line=1024, surf_repeat=0, src_surf=0, dst_surf=0,
+                           src_ram_type=1, dst_ram_type=0)
+    back = dataclasses.replace(to_sram, src_addr=0x800, dst_addr=dst, src_ram_type=0, dst_ram_type=1)
+    arena.program("BDMA", BdmaParams((to_sram, back)))
+    assert arena.status() == 1 << 6
+    assert np.array_equal(dev.sram.read(0x800, 1024), data)
+    assert np.array_equal(arena.memory.read(dst, 1024), data)
+
+
+def test_only_nvdla_configurations_make_an_nvdla_device() -> None:
+    for bad, code, words in (("full", NvError.BadParameter, "not an NVDLA configuration"),
+                             ("nv_full", NvError.BadParameter, "device mode 'fast'")):
+        with pytest.raises(DlaError) as e:
+            NvdlaDevice(bad, mode="fast" if bad == "nv_full" else "deterministic")
+        assert e.value.code == code and words in e.value.message
