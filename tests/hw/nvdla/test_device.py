@@ -16,9 +16,11 @@ from pydla.deviceapi.generated import nvdla_smmu as S
 from pydla.hw.nvdla import conv_weights
 from pydla.hw.nvdla.bdma import BdmaParams, BdmaTransfer
 from pydla.hw.nvdla.conv_params import direct
+from pydla.hw.nvdla.memory import ByteMemory
 from pydla.hw.nvdla.pdp import ON_FLYING, PdpParams
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.sdp_params import DST_PDP, SdpParams
+from pydla.hw.nvdla.strided import read_block
 from pydla.hw.nvdla.surface import Cube
 from pydla.hw.nvdla_device import NvdlaDevice
 from pydla.target.config import load_config
@@ -253,3 +255,58 @@ def test_only_nvdla_configurations_make_an_nvdla_device() -> None:
         with pytest.raises(DlaError) as e:
             NvdlaDevice(bad, mode="fast" if bad == "nv_full" else "deterministic")
         assert e.value.code == code and words in e.value.message
+
+
+@pytest.mark.parametrize("config", ["nv_full", "nv_small"])
+def test_random_register_storms_raise_nothing_and_leave_the_device_usable(config: str) -> None:
+    """3,000 writes of random values (addresses inside and beside a mapping, sizes, enables) to random
+    registers of the map and the SMMU: no exception reaches the writer; every launched operation either
+    completed or failed; after a reset the device computes a pooling exactly."""
+    import random
+
+    rng = random.Random(config)
+    dev = NvdlaDevice(config)
+    arena = DeviceArena(dev)
+    base = arena.buffer(1 << 16)
+    names = [n for n in arena.regs.REGISTERS if n.startswith("NVDLA_")]
+    enables = [n for n in names
+               if n.endswith(("D_OP_ENABLE_0", "CFG_LAUNCH0_0", "CFG_LAUNCH1_0", "CFG_OP_0"))]
+    for _ in range(3000):
+        name = rng.choice(enables) if rng.random() < 0.1 else rng.choice(names)
+        value = rng.choice([0, 1, rng.getrandbits(32), base + rng.randrange(-64, 1 << 16, 32),
+                            rng.randrange(64)])
+        dev.reg_write(arena.regs.REGISTERS[name], value)
+        if rng.random() < 0.02:
+            smmu = rng.choice([S.PYDLA_SMMU_CTX, S.PYDLA_SMMU_FAULT_STATUS])
+            dev.reg_write(smmu, rng.choice([0, 1, arena.ctx]))
+    # the storm launched operations, bad ones failed (some wait for an on-the-fly partner that never came)
+    assert dev.ops_done + dev.ops_failed >= 5 and dev.ops_failed > 0
+    assert all(":" in e for e in dev.errors)
+    dev.reset()
+    dev.reg_write(S.PYDLA_SMMU_CTX, arena.ctx)
+    x = np.random.default_rng(2).integers(-128, 128, (11, 6, 8), dtype=np.int8)
+    src, dst = arena.cube(8, 6, 11, INT8, x), arena.cube(4, 3, 11, INT8)
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert arena.status() == PDP_DONE0
+    assert np.array_equal(arena.get(dst), x.reshape(11, 3, 2, 4, 2).max(axis=(2, 4)))
+
+
+class _Counting(ByteMemory):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.reads = 0
+
+    def read(self, address: int, size: int) -> np.ndarray:
+        self.reads += 1
+        return super().read(address, size)
+
+
+def test_a_huge_sparse_transfer_past_the_memory_fails_at_once() -> None:
+    """10 million 32-byte lines 2.5 GB apart from a 1 MiB SRAM (a register storm found it: 30 s listing
+    the lines' offsets before the first read failed): refused after one read, nothing copied."""
+    sram = _Counting(1 << 20)
+    with pytest.raises(DlaError) as e:
+        read_block(sram, 0, (10363674,), (2514115008,), 32)
+    assert e.value.code == NvError.InvalidAddress and sram.reads == 1
+    assert read_block(sram, 0x40, (3,), (0x40000,), 32).shape == (3, 32)  # sparse: the last line, then each
+    assert sram.reads == 1 + 1 + 3
