@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from pydla.deviceapi.generated import nvdla_smmu as S
 from pydla.errors import DlaError, NvError
 from pydla.hw.memory import DeviceMemory
 from pydla.hw.nvdla.engine import UNIT, Done, NvdlaEngine
@@ -116,6 +117,8 @@ class NvdlaDevice:
         self.ops_done = self.ops_failed = self.smmu_bus_errors = 0
         self.errors: collections.deque[str] = collections.deque(maxlen=MAX_ERRORS)
         self.fault = (0, 0, 0)  # the last memory fault: address, context, unit (DLA_OP_*)
+        self._hangs: collections.Counter[str] = collections.Counter()  # injected: the next n never end
+        self._injected: collections.Counter[str] = collections.Counter()  # injected: the next n fail
         self._worker: threading.Thread | None = None
         if mode == "threaded":
             self._worker = threading.Thread(target=self._work, daemon=True, name=f"pydla-nvdla{instance}")
@@ -128,19 +131,38 @@ class NvdlaDevice:
         with self._lock:
             if Smmu.owns(address):
                 return self.smmu.read(address)
+            if _is_reset(address):
+                return 0  # write only
             return self.regs.read(address)
 
     def reg_write(self, address: int, value: int) -> None:
         """Write the 32-bit ``value`` to the register at byte ``address`` (a bus error for anything else)."""
+        if _is_reset(address):
+            self._reset_write(value)
+            return
         with self._lock:
             self._write(address, value)
         self._raise_irq()
 
     def reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
-        with self._lock:
-            for address, value in writes:
-                self._write(address, value)
+        for address, value in writes:
+            if _is_reset(address):
+                self._reset_write(value)
+            else:
+                with self._lock:
+                    self._write(address, value)
         self._raise_irq()
+
+    def _reset_write(self, value: int) -> None:
+        """``PYDLA_CTL_RESET``: outside the device lock, as the reset waits for a computing operation."""
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= WORD:
+            if value & 1:
+                self.reset()
+            return
+        with self._lock:
+            self.smmu_bus_errors += 1
+            self.regs.faults.append(Fault("bus error", S.PYDLA_CTL_RESET, None,
+                                          f"write of {value!r} to PYDLA_CTL_RESET: not a 32-bit value"))
 
     def reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
         pairs = zip(np.asarray(addresses).tolist(), np.asarray(values).tolist(), strict=False)
@@ -191,6 +213,15 @@ class NvdlaDevice:
         """The register file launched ``launch`` (under the device lock): it runs through the context
         selected now."""
         entry = (launch, self.smmu.ctx, self._epoch)
+        processor = launch.processor
+        if self._hangs[processor]:  # it never ends: its groups stay enabled until a reset
+            self._hangs[processor] -= 1
+            self.errors.append(f"{processor} group {launch.group}: hangs (injected)")
+            return
+        if self._injected[processor]:
+            self._injected[processor] -= 1
+            self._apply([Done(processor, launch.group, False, error="failed (injected)")], entry[2])
+            return
         if self.mode == "deterministic":
             self._apply(self.engine.run(launch, entry[1]), entry[2])
         else:
@@ -246,7 +277,9 @@ class NvdlaDevice:
             if self._closed or not self._queue:
                 return False
             launch, ctx, epoch = self._queue.popleft()
-        with self._engine_lock:
+        with self._engine_lock:  # a reset bumps the epoch holding this lock too: stable in here
+            if epoch != self._epoch:  # launched before a reset: abandoned, not run on the new state
+                return True
             dones = self.engine.run(launch, ctx)
         with self._cond:
             self._apply(dones, epoch)
@@ -263,7 +296,27 @@ class NvdlaDevice:
         with self._cond:
             return self._cond.wait_for(lambda: not self._queue or self._closed, timeout_s)
 
-    # -- reset and close ------------------------------------------------------------------------------
+    # -- fault injection, reset and close --------------------------------------------------------------
+
+    def inject_hang(self, processor: str, count: int = 1) -> None:
+        """The next ``count`` operations of ``processor`` (BDMA, CONV, SDP, PDP, CDP, RUBIK) start and
+        never end, until a reset: for a driver's timeout and recovery."""
+        with self._lock:
+            self._hangs[self._processor(processor)] += count
+
+    def inject_error(self, processor: str, count: int = 1) -> None:
+        """The next ``count`` operations of ``processor`` end without their done interrupt, as one whose
+        registers the block refused."""
+        with self._lock:
+            self._injected[self._processor(processor)] += count
+
+    def _processor(self, name: str) -> str:
+        if name not in UNIT or not self.config.has_block(name):
+            have = ", ".join(b.name for b in self.config.blocks)
+            raise DlaError(NvError.BadParameter, f"device config '{self.config.name}' has no {name!r} "
+                                                 f"operations (it has {have})")
+        return name
+
 
     def reset(self) -> None:
         """The whole device back to its reset state, as a power-on: every register, the SMMU, the
@@ -275,6 +328,8 @@ class NvdlaDevice:
             self.regs.reset()
             self.smmu.reset()
             self.fault = (0, 0, 0)
+            self._hangs.clear()
+            self._injected.clear()
 
     def close(self) -> None:
         with self._cond:
@@ -282,3 +337,7 @@ class NvdlaDevice:
             self._cond.notify_all()
         if self._worker is not None:
             self._worker.join(timeout=5)
+
+
+def _is_reset(address: object) -> bool:
+    return isinstance(address, int) and not isinstance(address, bool) and address == S.PYDLA_CTL_RESET

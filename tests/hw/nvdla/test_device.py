@@ -310,3 +310,57 @@ def test_a_huge_sparse_transfer_past_the_memory_fails_at_once() -> None:
     assert e.value.code == NvError.InvalidAddress and sram.reads == 1
     assert read_block(sram, 0x40, (3,), (0x40000,), 32).shape == (3, 32)  # sparse: the last line, then each
     assert sram.reads == 1 + 1 + 3
+
+
+def test_a_hung_operation_holds_its_groups_until_the_reset_register() -> None:
+    dev = NvdlaDevice("nv_full")
+    arena = DeviceArena(dev)
+    x = np.random.default_rng(4).integers(-128, 128, (11, 6, 8), dtype=np.int8)
+    src, dst = arena.cube(8, 6, 11, INT8, x), arena.cube(4, 3, 11, INT8)
+    dev.inject_hang("PDP")
+    arena.program("PDP", _max_pool(arena, src, dst))
+    status = arena.regs.NVDLA_PDP_S_STATUS_0
+    assert arena.status() == 0 and dev.reg_read(status) == 1 and "hangs (injected)" in dev.errors[-1]
+    arena.program("PDP", _max_pool(arena, src, dst), group=1)  # queued behind the hung group: PENDING
+    assert dev.reg_read(status) == 1 | (2 << 16) and dev.ops_done == 0
+    assert dev.reg_read(S.PYDLA_CTL_RESET) == 0  # write only
+    dev.reg_write(S.PYDLA_CTL_RESET, 1)  # the driver's recovery
+    assert dev.reg_read(status) == 0 and dev.reg_read(S.PYDLA_SMMU_CTX) == 0
+    dev.reg_write(S.PYDLA_SMMU_CTX, arena.ctx)
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert arena.status() == PDP_DONE0 and dev.ops_done == 1
+    assert np.array_equal(arena.get(dst), x.reshape(11, 3, 2, 4, 2).max(axis=(2, 4)))
+    dev.reg_write(S.PYDLA_CTL_RESET, 0)  # 0: nothing
+    dev.reg_write(S.PYDLA_CTL_RESET, 1 << 33)  # not 32 bits: a bus error
+    assert arena.status() == PDP_DONE0 and dev.bus_errors == 1
+
+
+def test_an_injected_error_ends_the_operation_without_its_interrupt() -> None:
+    dev = NvdlaDevice("nv_small")
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(8, 6, 11, INT8), arena.cube(4, 3, 11, INT8)
+    dev.inject_error("PDP")
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert arena.status() == 0 and dev.ops_failed == 1 and "failed (injected)" in dev.errors[-1]
+    arena.program("PDP", _max_pool(arena, src, dst), group=1)
+    assert arena.status() == PDP_DONE0 << 1
+    with pytest.raises(DlaError) as e:
+        dev.inject_hang("RUBIK")
+    assert e.value.code == NvError.BadParameter and "has no 'RUBIK' operations" in e.value.message
+
+
+def test_the_reset_register_in_threaded_mode_waits_for_the_computing_operation() -> None:
+    dev = NvdlaDevice("nv_small", mode="threaded")
+    arena = DeviceArena(dev)
+    src, dst = arena.cube(64, 64, 64, INT8), arena.cube(32, 32, 64, INT8)
+    for group in (0, 1):
+        arena.program("PDP", _max_pool(arena, src, dst), group=group)
+    dev.reg_write(S.PYDLA_CTL_RESET, 1)  # while the worker runs the first, the second queued
+    assert dev.wait_idle(10)
+    assert arena.status() == 0 and dev.reg_read(arena.regs.NVDLA_PDP_S_STATUS_0) == 0
+    dev.reg_write(S.PYDLA_SMMU_CTX, arena.ctx)
+    done = threading.Event()
+    dev.connect_irq(done.set)
+    arena.program("PDP", _max_pool(arena, src, dst))
+    assert done.wait(10) and arena.status() == PDP_DONE0
+    dev.close()
