@@ -233,6 +233,10 @@ class NvdlaDevice:
         if epoch != self._epoch:
             return
         for done in dones:
+            active = self.regs.active.get(done.processor)
+            if active is None or active.group != done.group:  # cannot happen: reported, survived
+                self.errors.append(f"{done.processor} group {done.group}: completed but not running")
+                continue
             if done.fault is not None:
                 f = done.fault
                 self.smmu.record(f, UNIT[done.processor])
