@@ -364,3 +364,11 @@ def test_the_reset_register_in_threaded_mode_waits_for_the_computing_operation()
     arena.program("PDP", _max_pool(arena, src, dst))
     assert done.wait(10) and arena.status() == PDP_DONE0
     dev.close()
+
+
+def test_a_completion_for_no_running_operation_is_reported_not_raised() -> None:
+    from pydla.hw.nvdla.engine import Done
+
+    dev = NvdlaDevice("nv_small")
+    dev._apply([Done("PDP", 1)], dev._epoch)  # the engine's guard: nothing runs
+    assert dev.errors[-1] == "PDP group 1: completed but not running" and dev.ops_done == 0
