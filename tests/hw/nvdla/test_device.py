@@ -372,3 +372,39 @@ def test_a_completion_for_no_running_operation_is_reported_not_raised() -> None:
     dev = NvdlaDevice("nv_small")
     dev._apply([Done("PDP", 1)], dev._epoch)  # the engine's guard: nothing runs
     assert dev.errors[-1] == "PDP group 1: completed but not running" and dev.ops_done == 0
+
+
+def test_two_fused_convolutions_queue_in_both_register_groups() -> None:
+    """The firmware's order with both groups: SDP g0, SDP g1 (PENDING behind g0), CONV g0, CONV g1; each
+    convolution meets its own SDP and both outputs are exact."""
+    dev = NvdlaDevice("nv_small")
+    arena = DeviceArena(dev)
+    rng = np.random.default_rng(11)
+    x = rng.integers(-8, 8, (16, 4, 4), dtype=np.int8)
+    src = arena.cube(4, 4, 16, INT8, x)
+    ops = []
+    for seed in (0, 1):
+        w = np.random.default_rng(seed).integers(-4, 4, (8, 16, 3, 3), dtype=np.int8)
+        weights = arena.buffer(1 << 12)
+        arena.memory.write(weights, conv_weights.pack(w, dev.target, INT8))
+        conv = direct(target=dev.target, precision=INT8, width=4, height=4, channel=16, kernels=8,
+                      kernel_width=3, kernel_height=3, data_addr=src.address, weight_addr=weights,
+                      pad=(1, 1, 1, 1))
+        out = arena.cube(4, 4, 8, INT8)
+        sdp = SdpParams(width=3, height=3, channel=7, in_precision=0, proc_precision=0, out_precision=0,
+                        flying_mode=1, dst_base_addr=out.address, dst_line_stride=out.line_stride,
+                        dst_surface_stride=out.surf_stride)
+        ops.append((w, conv, sdp, out))
+    arena.program("SDP", ops[0][2], group=0)
+    arena.program("SDP", ops[1][2], group=1)
+    assert dev.reg_read(arena.regs.NVDLA_SDP_S_STATUS_0) == 1 | (2 << 16)  # g0 RUNNING (waiting), g1 PENDING
+    arena.program("CONV", ops[0][1], group=0)
+    assert dev.ops_done == 2 and dev.engine.waiting == ["SDP"]  # g1 launched, waiting for its convolution
+    arena.program("CONV", ops[1][1], group=1)
+    assert dev.ops_done == 4 and dev.engine.waiting == [] and dev.ops_failed == 0
+    for w, _, _, out in ops:
+        padded = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)))
+        want = sum(np.einsum("kc,chw->khw", w[:, :, r, s].astype(np.int64), padded[:, r:r + 4, s:s + 4])
+                   for r in range(3) for s in range(3))
+        assert np.array_equal(arena.get(out), np.clip(want, -128, 127))
+    assert arena.status() == 0x3 | (0x3 << 16) | (0x3 << 18) | (0x3 << 20)  # both groups' done bits
