@@ -11,6 +11,7 @@ Usage: ``cfg = load_config("small"); cfg.has_block("RUBIK")  # False``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -172,6 +173,15 @@ def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfi
 
 def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     """Check every field of a configuration and build it; errors name the field and value."""
+    config = _parse_fields(raw, source)
+    nvdla = parse_nvdla(raw.get("nvdla"), source)  # an NVDLA hardware configuration's facts
+    if nvdla is None:
+        return config
+    _check_nvdla(raw, nvdla, source)
+    return dataclasses.replace(config, nvdla=nvdla)
+
+
+def _parse_fields(raw: Any, source: str) -> DeviceConfig:
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
     unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL) - {"headed"})
@@ -217,20 +227,17 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
             raise DlaError(NvError.BadValue, f"{source}: '{key}' = {value!r} must be {rule}")
     if dla_block_e.CONV in blocks and dla_block_e.SDP not in blocks:
         raise DlaError(NvError.BadValue, f"{source}: 'blocks': CONV needs SDP (its results fly to SDP)")
-    nvdla = parse_nvdla(optional["nvdla"], source)
-    if nvdla is not None:
-        _check_nvdla(raw, optional, nvdla, source)
     return DeviceConfig(raw["name"], raw["description"], raw["instances"], raw["hw_version"],
                         blocks, precisions, raw["memory_bytes"], raw["contexts"], raw["iova_base"],
                         raw["iova_size"], optional["tap_major_min_channels"],
                         float(optional["tap_major_max_extra"]),
                         parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
-                        parse_shave(optional["shave"], source), headed, nvdla)
+                        parse_shave(optional["shave"], source), headed)
 
 
-def _check_nvdla(raw: dict[str, Any], optional: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
+def _check_nvdla(raw: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
     """What an NVDLA configuration's device has and has not: NVDLA's blocks and addresses only."""
-    if optional["shave"] is not None or optional["ip_layout"]:
+    if raw.get("shave") is not None or raw.get("ip_layout"):
         raise DlaError(NvError.BadValue, f"{source}: an NVDLA configuration ('nvdla') has no SHAVE tiles "
                                          "nor compute units ('shave', 'ip_layout')")
     fp16 = "FP16" in nvdla.precisions
