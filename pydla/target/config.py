@@ -181,6 +181,22 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     return dataclasses.replace(config, nvdla=nvdla)
 
 
+def _check_nvdla(raw: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
+    """What an NVDLA configuration's device has and has not: NVDLA's blocks and addresses only."""
+    if raw.get("shave") is not None or raw.get("ip_layout"):
+        raise DlaError(NvError.BadValue, f"{source}: an NVDLA configuration ('nvdla') has no SHAVE tiles "
+                                         "nor compute units ('shave', 'ip_layout')")
+    fp16 = "FP16" in nvdla.precisions
+    if [p.upper() for p in raw["precisions"]] != (["FP16"] if fp16 else []):
+        raise DlaError(NvError.BadValue, f"{source}: 'precisions' = {raw['precisions']!r} must be "
+                                         f"{['FP16'] if fp16 else []!r}: the ones of 'nvdla.precisions' "
+                                         "that pydla's precision enumeration names")
+    end = raw["iova_base"] + raw["iova_size"]
+    if end > 1 << nvdla.address_bits:
+        raise DlaError(NvError.BadValue, f"{source}: 'iova_size': device addresses end at {end:#x}, past the "
+                                         f"{nvdla.address_bits}-bit addresses of 'nvdla.address_bits'")
+
+
 def _parse_fields(raw: Any, source: str) -> DeviceConfig:
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
@@ -233,22 +249,6 @@ def _parse_fields(raw: Any, source: str) -> DeviceConfig:
                         float(optional["tap_major_max_extra"]),
                         parse_ip_layout(optional["ip_layout"], source), float(optional["clock_mhz"]),
                         parse_shave(optional["shave"], source), headed)
-
-
-def _check_nvdla(raw: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
-    """What an NVDLA configuration's device has and has not: NVDLA's blocks and addresses only."""
-    if raw.get("shave") is not None or raw.get("ip_layout"):
-        raise DlaError(NvError.BadValue, f"{source}: an NVDLA configuration ('nvdla') has no SHAVE tiles "
-                                         "nor compute units ('shave', 'ip_layout')")
-    fp16 = "FP16" in nvdla.precisions
-    if [p.upper() for p in raw["precisions"]] != (["FP16"] if fp16 else []):
-        raise DlaError(NvError.BadValue, f"{source}: 'precisions' = {raw['precisions']!r} must be "
-                                         f"{['FP16'] if fp16 else []!r}: the ones of 'nvdla.precisions' "
-                                         "that pydla's precision enumeration names")
-    end = raw["iova_base"] + raw["iova_size"]
-    if end > 1 << nvdla.address_bits:
-        raise DlaError(NvError.BadValue, f"{source}: 'iova_size': device addresses end at {end:#x}, past the "
-                                         f"{nvdla.address_bits}-bit addresses of 'nvdla.address_bits'")
 
 
 def _member(enum_type: Any, name: Any, key: str, source: str) -> Any:
