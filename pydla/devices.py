@@ -38,8 +38,10 @@ def configurations() -> list[dict[str, Any]]:
         c = load_config(name)
         found.append({"name": c.name, "description": c.description, "instances": c.instances,
                       "hw_version": c.hw_version, "blocks": [b.name for b in c.blocks],
-                      "precisions": [p.name for p in c.precisions], "memory_bytes": c.memory_bytes,
-                      "contexts": c.contexts})
+                      "precisions": list(c.precision_names), "memory_bytes": c.memory_bytes,
+                      "contexts": c.contexts,
+                      # an NVDLA configuration: its device has NVDLA's register map (None: pydla's own)
+                      "register_map": c.nvdla.register_map if c.nvdla is not None else None})
     return found
 
 
@@ -165,7 +167,8 @@ def format_all(found: dict[str, Any]) -> str:
     for c in found["configurations"]:
         lines.append(f"  {c['name']}: {c['instances']} instance(s), hw version {c['hw_version']:#010x}, "
                      f"blocks {' '.join(c['blocks'])}, precisions {' '.join(c['precisions'])}, "
-                     f"{_size(c['memory_bytes'])} memory, {c['contexts']} contexts")
+                     f"{_size(c['memory_bytes'])} memory, {c['contexts']} contexts"
+                     + (f", NVDLA register map {c['register_map']}" if c.get("register_map") else ""))
         if c["description"]:
             lines.append(f"    {c['description']}")
     lines.append("KMD daemons (pydla kmd --mount DIR; clients use port linux:DIR):")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
+from pydla.hw.nvdla_device import NvdlaDevice
 from pydla.kmd.driver import DEFAULT_TIMEOUT_MS, Kmd
 from pydla.kmd.recovery import BAN_AFTER_HANGS, DEFAULT_TDR_MS, check_recovery_args
 from pydla.portability.inprocess import InProcessPort
@@ -47,7 +48,7 @@ PORTS = ("inprocess", "linux")
 class Probed:
     """A device instance and the driver bound to it."""
 
-    device: VirtualDevice
+    device: VirtualDevice | NvdlaDevice
     kmd: Kmd
 
     def close(self) -> None:
@@ -63,7 +64,9 @@ def probe(config: ConfigLike = "full", *, instance: int = 0, mode: str = "determ
 
     Usage: ``probed = probe("small", mode="step"); probed.kmd.open_context()``
     """
-    device = VirtualDevice(config, instance=instance, mode=mode)
+    cfg = load_config(config)  # an NVDLA configuration's device implements NVDLA's register map
+    device = VirtualDevice(cfg, instance=instance, mode=mode) if cfg.nvdla is None else \
+        NvdlaDevice(cfg, instance=instance, mode=mode)
     try:
         kmd = Kmd(VirtualDevicePort(device), default_timeout_ms=default_timeout_ms, tdr_ms=tdr_ms)
     except BaseException:

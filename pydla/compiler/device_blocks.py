@@ -38,8 +38,9 @@ def missing_blocks_message(node: Node, blocks: list[str], config: device_config.
     """What the compiler says of ``node``, which the device computes with ``blocks`` that
     ``config`` lacks: the node, the blocks, and the bundled configurations that have them."""
     names = " and ".join(blocks)
-    have = [n for n in device_config.bundled_configs()
-            if n != config.name and all(device_config.load_config(n).has_block(b) for b in blocks)]
+    have = [n for n in device_config.bundled_configs()  # pydla's own (an NVDLA one runs NVDLA Loadables)
+            if n != config.name and device_config.load_config(n).nvdla is None
+            and all(device_config.load_config(n).has_block(b) for b in blocks)]
     if have:
         which = " or ".join([", ".join(repr(n) for n in have[:-1]), repr(have[-1])] if len(have) > 1 else
                             [repr(have[0])])

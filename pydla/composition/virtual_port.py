@@ -25,14 +25,16 @@ from pydla.firmware.interface import CpuAddress, CuDesc, KmdDeviceInfo, TaskDesc
 from pydla.hw.device import VirtualDevice
 from pydla.hw.device_info import device_info
 from pydla.hw.memory import BufferObject as DeviceBuffer
+from pydla.hw.nvdla_device import NvdlaDevice
 from pydla.kmd.bo import EMPTY, BufferObject
 from pydla.kmd.port import KmdPortability
 
 
 class VirtualDevicePort(KmdPortability):
-    """The in-process implementation: direct calls into a :class:`VirtualDevice`."""
+    """The in-process implementation: direct calls into a :class:`VirtualDevice`, or an
+    :class:`NvdlaDevice` (an NVDLA configuration: NVDLA's register map at the same calls)."""
 
-    def __init__(self, device: VirtualDevice) -> None:
+    def __init__(self, device: VirtualDevice | NvdlaDevice) -> None:
         self.device = device
         # Register accesses are the device's own methods (a call less on every access of a path
         # that makes some ten per job); the methods below say what they are.

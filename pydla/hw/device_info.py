@@ -23,9 +23,10 @@ from pydla.hw.cu.models import model_class
 
 if TYPE_CHECKING:
     from pydla.hw.device import VirtualDevice
+    from pydla.hw.nvdla_device import NvdlaDevice
 
 
-def device_info(device: VirtualDevice) -> KmdDeviceInfo:
+def device_info(device: VirtualDevice | NvdlaDevice) -> KmdDeviceInfo:
     """``device`` as a driver probing it learns it (see the module docstring)."""
     config = device.config
     return KmdDeviceInfo(device.instance, device.mode, config.name, config.hw_version, config.blocks,
@@ -37,4 +38,6 @@ def device_info(device: VirtualDevice) -> KmdDeviceInfo:
                                       cu.param("tile") if cu.model == "shave_tile" else None,
                                       None if cu.is_engine else model_class(cu, cu.name).arguments)
                                for cu in config.ip_layout),
-                         headed=bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))
+                         # an NVDLA configuration runs headless, and its map has no MCU_STATUS
+                         headed=config.nvdla is None
+                         and bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))

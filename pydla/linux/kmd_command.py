@@ -38,7 +38,9 @@ def register(commands: Any) -> None:
     # The bundled names as a literal: this layer does not read the device configurations' module
     # (tests/test_composition.py); tests/test_project.py checks the list against the bundled files.
     p.add_argument("--config", default="full",
-                   help="device configuration: full, full-headed, small or a JSON file")
+                   help="device configuration: full, full-headed, small, NVDLA's nv_full, nv_large, "
+                        "nv_medium_1024_full, nv_medium_512, nv_small, nv_small_256, nv_small_256_full, "
+                        "or a JSON file")
     p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
                    help="how the virtual devices run (default: threaded, beside the daemon)")
     p.add_argument("--threads", type=int, default=4,

@@ -11,6 +11,7 @@ Usage: ``cfg = load_config("small"); cfg.has_block("RUBIK")  # False``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.target.ip_layout import ComputeUnitInfo, parse_ip_layout
+from pydla.target.nvdla_hw import NvdlaHwConfig, parse_nvdla
 from pydla.target.shave import ShaveConfig, parse_shave
 from pydla.target.xclbin_json import is_xclbin_form, keep_repeated_keys, xclbin_entries
 
@@ -64,6 +66,8 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "clock_mhz": ((int, float), 1000),
     # SHAVE tiles (pydla.target.shave): none unless the configuration has the field.
     "shave": ((dict, type(None)), None),
+    # One of NVDLA's hardware configurations (pydla.target.nvdla_hw): NVDLA's register map and C model.
+    "nvdla": ((dict, type(None)), None),
 }
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
@@ -90,6 +94,17 @@ class DeviceConfig:
     # A microcontroller beside the blocks runs the engine scheduler (headed mode, pydla.hw.mcu): the
     # host reaches it through the device-API mailbox.
     headed: bool = False
+    # One of NVDLA's hardware configurations (nv_full, nv_small, ...): its device implements NVDLA's
+    # register map (pydla.hw.nvdla_device), not pydla's own; None for pydla's own configurations.
+    nvdla: NvdlaHwConfig | None = None
+
+    @property
+    def precision_names(self) -> tuple[str, ...]:
+        """The precisions the device computes, by name: NVDLA's (INT8, INT16, FP16) on an NVDLA
+        configuration, else pydla's own (FP32, FP16)."""
+        if self.nvdla is not None:
+            return self.nvdla.precisions
+        return tuple(p.name for p in self.precisions)
 
     def compute_unit(self, name: str) -> ComputeUnitInfo | None:
         """The IP_LAYOUT entry named ``name`` ("kernel:instance" or the instance alone)."""
@@ -162,6 +177,31 @@ def load_config(name_or_path: str | Path | DeviceConfig = "full") -> DeviceConfi
 
 def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
     """Check every field of a configuration and build it; errors name the field and value."""
+    config = _parse_fields(raw, source)
+    nvdla = parse_nvdla(raw.get("nvdla"), source)  # an NVDLA hardware configuration's facts
+    if nvdla is None:
+        return config
+    _check_nvdla(raw, nvdla, source)
+    return dataclasses.replace(config, nvdla=nvdla)
+
+
+def _check_nvdla(raw: dict[str, Any], nvdla: NvdlaHwConfig, source: str) -> None:
+    """What an NVDLA configuration's device has and has not: NVDLA's blocks and addresses only."""
+    if raw.get("shave") is not None or raw.get("ip_layout"):
+        raise DlaError(NvError.BadValue, f"{source}: an NVDLA configuration ('nvdla') has no SHAVE tiles "
+                                         "nor compute units ('shave', 'ip_layout')")
+    fp16 = "FP16" in nvdla.precisions
+    if [p.upper() for p in raw["precisions"]] != (["FP16"] if fp16 else []):
+        raise DlaError(NvError.BadValue, f"{source}: 'precisions' = {raw['precisions']!r} must be "
+                                         f"{['FP16'] if fp16 else []!r}: the ones of 'nvdla.precisions' "
+                                         "that pydla's precision enumeration names")
+    end = raw["iova_base"] + raw["iova_size"]
+    if end > 1 << nvdla.address_bits:
+        raise DlaError(NvError.BadValue, f"{source}: 'iova_size': device addresses end at {end:#x}, past the "
+                                         f"{nvdla.address_bits}-bit addresses of 'nvdla.address_bits'")
+
+
+def _parse_fields(raw: Any, source: str) -> DeviceConfig:
     if not isinstance(raw, dict):
         raise DlaError(NvError.BadValue, f"{source}: must be a JSON object")
     unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL) - {"headed"})
@@ -190,7 +230,8 @@ def parse_config(raw: Any, source: str = "device config") -> DeviceConfig:
         (1 <= raw["instances"] <= 16, "instances", "1..16"),
         (0 <= raw["hw_version"] <= 0xFFFFFFFF, "hw_version", "a u32"),
         (len(blocks) > 0 and len(set(blocks)) == len(blocks), "blocks", "distinct and not empty"),
-        (len(precisions) > 0, "precisions", "not empty"),
+        (len(precisions) > 0 or optional["nvdla"] is not None, "precisions",
+         "not empty (only an NVDLA configuration may list none: its own are in 'nvdla')"),
         (raw["memory_bytes"] >= PAGE, "memory_bytes", f">= {PAGE}"),
         (1 <= raw["contexts"] <= 0xFFFF, "contexts", "1..65535"),
         (raw["iova_base"] % PAGE == 0 and raw["iova_base"] > 0, "iova_base", "page-aligned and > 0"),

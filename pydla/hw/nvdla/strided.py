@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -48,9 +49,11 @@ def _merged(counts: tuple[int, ...], strides: tuple[int, ...], line_bytes: int
     return tuple(c), tuple(s), lb
 
 
-def _offsets(counts: tuple[int, ...], strides: tuple[int, ...]) -> list[int]:
-    return [sum(i * st for i, st in zip(idx, strides, strict=True))
-            for idx in itertools.product(*(range(n) for n in counts))]
+def _offsets(counts: tuple[int, ...], strides: tuple[int, ...]) -> Iterator[int]:
+    """The lines' offsets, lazily: a block of millions of lines that leaves the memory fails at its
+    first line outside, not after the offsets of all of them were listed."""
+    for idx in itertools.product(*(range(n) for n in counts)):
+        yield sum(i * st for i, st in zip(idx, strides, strict=True))
 
 
 def read_block(memory: NvdlaMemory, address: int, counts: tuple[int, ...], strides: tuple[int, ...],
@@ -66,6 +69,8 @@ def read_block(memory: NvdlaMemory, address: int, counts: tuple[int, ...], strid
         view = np.lib.stride_tricks.as_strided(buf, shape=shape, strides=(*strides, 1), writeable=False)
         out: U8 = np.array(view, dtype=np.uint8)
         return out
+    if all(st >= 0 for st in ms):  # the last line first: a block past the memory fails before any copy
+        memory.read(address + span(mc, ms, mlb) - mlb, mlb)
     parts = [memory.read(address + off, mlb) for off in _offsets(mc, ms)]
     joined: U8 = np.concatenate(parts).reshape(shape)
     return joined
