@@ -119,6 +119,13 @@ def check_num_addresses(net: Any, task: TaskDesc) -> None:
 def load_task(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
     """Copy and validate the descriptors of ``task``; raise DlaError on the first problem. A SHAVE
     task list (network shave_list_index != 0) is loaded by :func:`pydla.firmware.shave.load_shave_list`."""
+    if getattr(config, "nvdla", None) is not None or task.nvdla_interface is not None:
+        from pydla.firmware.nvdla.decode import load_nvdla_task  # NVDLA's descriptors, NVDLA's device
+        if getattr(config, "nvdla", None) is None:
+            raise DlaError(NvError.NotSupported, f"task {task.task_id}: NVDLA firmware descriptors "
+                                                 f"(interface {task.nvdla_interface}) on device "
+                                                 f"'{config.name}', which is not an NVDLA configuration")
+        return load_nvdla_task(port, task, config)
     where = f"task {task.task_id}"
     net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
     if net.shave_list_index:

@@ -83,6 +83,9 @@ class TaskDesc:
     addresses: list[ResolvedEntry] = field(default_factory=list)
     # (argidx, value) of the engine compute unit's scalar arguments, checked (pydla.kmd.cu.check_scalars)
     scalars: tuple[tuple[int, int], ...] = ()
+    # An NVDLA DLA task's firmware interface version (the loadable's network-descriptor blob version):
+    # which dla_interface layout its descriptors have (pydla.firmware.nvdla). None: pydla's own task.
+    nvdla_interface: tuple[int, int, int] | None = None
 
     def entry(self, index: int, what: str) -> ResolvedEntry:
         if not 0 <= index < len(self.addresses):
@@ -163,6 +166,23 @@ class CuDesc:
 
 
 @dataclass(frozen=True)
+class NvdlaFacts:
+    """What NVDLA's firmware needs to know of an NVDLA configuration (nv_full, nv_small, nv_large...):
+    the register map it programs (the generated module's name, ``nvdla_v1_regs`` for nv_full,
+    ``nvdla_v2_regs`` for the others), the precisions (NVDLA's codes: INT8 0, INT16 1, FP16 2), the
+    memory atom in bytes, and the optional features. Which blocks exist (BDMA, RUBIK) is
+    :attr:`KmdDeviceInfo.blocks`."""
+
+    register_map: str
+    precisions: tuple[int, ...]
+    atom: int
+    weight_compression: bool = False
+    winograd: bool = False
+    sdp_lut: bool = True
+    sdp_y: bool = True
+
+
+@dataclass(frozen=True)
 class KmdDeviceInfo:
     """What the KMD learns of its device at probe time
     (:meth:`pydla.kmd.port.KmdPortability.dla_get_device_info`), and what the firmware knows of the
@@ -191,6 +211,9 @@ class KmdDeviceInfo:
     headed: bool = False
     # The SHAVE tiles (None: none), read from the SHAVE registers by the driver at probe time.
     shave: ShaveCaps | None = None
+    # An NVDLA configuration: its registers are NVDLA's and its tasks NVDLA's descriptors
+    # (pydla.firmware.nvdla); None: pydla's own register map and descriptors.
+    nvdla: NvdlaFacts | None = None
 
 
 class FirmwarePortability(abc.ABC):
