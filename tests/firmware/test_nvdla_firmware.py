@@ -1,0 +1,266 @@
+"""NVDLA DLA tasks through the engine scheduler (pydla.firmware.nvdla) against NVDLA's real register
+file: the register writes as NVIDIA's firmware makes them (docs/development/nvdla/firmware.md), the
+block parameters the golden-image tests derive (tests/hw/nvdla/nvdla_run.py), and bad descriptors
+refused with the field named."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from pydla.deviceapi.generated import dla_interface as I
+from pydla.deviceapi.generated import nvdla_v1_regs as R1
+from pydla.errors import DlaError, NvError
+from pydla.firmware.engine import Engine
+from pydla.firmware.interface import KmdDeviceInfo, TaskDesc
+from tests.firmware.nvdla_support import RegfilePort, bind, device_info
+
+pytest.importorskip("flatbuffers")
+from pydla.loadable.nvdla import model as M
+from pydla.loadable.nvdla import samples
+from pydla.loadable.nvdla.descriptors import decode_dla_task
+from pydla.loadable.nvdla.reader import parse
+from pydla.loadable.nvdla.writer import write_nvdla_loadable
+
+REGRESSION = ("BDMA_L0_0", "CDP_L0_0", "CDP_L0_0_small", "CONV_D_L0_0", "CONV_D_L0_0_small", "PDP_L0_0",
+              "PDP_L0_0_small", "RBK_L0_0", "SDP_X1_L0_0", "SDP_X1_L0_0_small")
+
+
+def run_task(lo: M.NvdlaLoadable, config: str, info: KmdDeviceInfo | None = None,
+             patch: Any = None) -> tuple[RegfilePort, Any, Any]:
+    task = next(t for t in lo.task_list if t.interface == M.Interface.DLA1)
+    version = decode_dla_task(lo, task).interface_version
+    entries, buffers = bind(lo, task)
+    if any(b.name.startswith("m1_OpList") for b in lo.blobs):
+        conv_out_scale_one(lo, task, buffers)
+    if patch is not None:
+        patch(lo, task, buffers)
+    port = RegfilePort(config)
+    engine = Engine(port, info or device_info(config))
+    engine.dla_engine_init()
+    desc = TaskDesc(7, 1, entries, nvdla_interface=(version.major, version.minor, version.sub_minor))
+    run = engine.dla_execute_task(desc)
+    for _ in range(50):
+        engine.dla_process_events()
+        if run.finished:
+            break
+    assert run.finished
+    if run.error is not None:
+        raise run.error
+    return port, run, buffers
+
+
+def conv_out_scale_one(lo: Any, task: Any, buffers: Any) -> None:
+    """pydla's sample CONV (pydla.loadable.nvdla.samples) leaves out_cvt.scale and CBUF's fields 0,
+    which NVIDIA's firmware would program as -1 (and refuses for scale, CACC only truncates): set
+    them in the operation list (address-list entry 1) of a CONV at operation 0."""
+    buf = buffers[lo.address_list[task.address_list[1]].mem_id].array
+    graph = buffers[lo.address_list[task.address_list[3]].mem_id].array
+    if graph[3] != I.dla_op_e.CONV:
+        return
+    conv = I.dla_conv_op_desc.from_buffer_copy(bytes(buf[:I.dla_conv_op_desc.SIZE]))
+    if conv.entry_per_slice:
+        return  # a real loadable's (NVIDIA's regression tests): left as it is
+    conv.out_cvt.scale = 1
+    conv.entry_per_slice, conv.fetch_grain, conv.release = 8, 1, 8
+    conv.data_bank, conv.weight_bank = 1, 1
+    conv.input_width_cmac, conv.input_height_cmac = 8, 8
+    buf[:I.dla_conv_op_desc.SIZE] = list(bytes(conv))
+
+
+def fields(launch: Any) -> dict[str, set[int]]:
+    """Every register field of the launched groups, by field name (its values across blocks)."""
+    out: dict[str, set[int]] = {}
+    for view in launch.views.values():
+        for reg, _ in type(view)._fields_:
+            bits = getattr(view, reg)
+            declared = getattr(type(bits), "BITS", ())
+            for field in declared:
+                value = int(getattr(bits, field.name.lower()))
+                # a register of one field is a whole value (an address, a stride): NVIDIA writes it whole
+                whole = value << field.lsb if len(declared) == 1 else value
+                out.setdefault(field.name.lower(), set()).add(whole)
+    return out
+
+
+def compare(params: Any, launch: Any) -> int:
+    """Each field of a block-parameter dataclass equals the launched register field of that name
+    (where the name is one register field); returns how many were compared."""
+    got = fields(launch)
+    count = 0
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if dataclasses.is_dataclass(value):
+            count += compare(value, launch)
+            continue
+        if isinstance(value, int) and len(got.get(f.name, ())) == 1:
+            assert got[f.name] == {value & 0xFFFFFFFF}, f.name
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("name", REGRESSION)
+def test_regression_task_programs_what_the_golden_tests_derive(name: str) -> None:
+    from tests.hw.nvdla import nvdla_run as N
+    ref = N.Run(name)
+    config = "nv_small" if name.endswith("_small") else "nv_full"
+    port, run, _ = run_task(ref.lo, config)
+    assert port.rf.bus_errors == 0 and run.completed == len(ref.net.operations)
+    # the reference derives addresses from its own placement: the same as the support's (4 KiB apart)
+    for entry, i in zip(bind(ref.lo, ref.task)[0], range(len(ref.task.address_list)), strict=True):
+        assert entry.iova + entry.offset == ref.address(i)
+    by_block = {launch.processor: launch for launch in port.launches}
+    from pydla.hw.nvdla.target import by_name
+    compared = 0
+    for op in ref.net.operations:
+        block = op.block.name
+        params = {"CONV": lambda o: N.conv_params(ref, o, by_name(config)),
+                  "SDP": lambda o: N.sdp_params(ref, o),
+                  "PDP": lambda o: N.pdp_params(ref, o), "CDP": lambda o: N.cdp_params(ref, o),
+                  "RUBIK": lambda o: N.rubik_params(ref, o), "BDMA": None}[block]
+        if params is not None:
+            compared += compare(params(op), by_block[block])
+    if name.startswith("BDMA"):
+        t = by_block["BDMA"].transfers
+        want = N.bdma_params(ref, ref.op(0)).transfers
+        assert len(t) == len(want) and t[0].cfg_src_addr_low.v32 << 5 == want[0].src_addr
+    else:
+        assert compared >= 10
+
+
+def test_fused_conv_sdp_enables_the_consumer_first_and_programs_by_the_table() -> None:
+    lo = samples.conv_sdp_loadable()
+    port, run, buffers = run_task(lo, "nv_full")
+    assert [launch.processor for launch in port.launches] == ["SDP", "CONV"]
+    assert run.enable_order == [1, 0]  # SDP (the consumer) before its fused parent CONV
+    writes = port.writes
+    enables = [a for a, v in writes if a in (R1.NVDLA_CACC_D_OP_ENABLE_0, R1.NVDLA_CMAC_A_D_OP_ENABLE_0,
+                                            R1.NVDLA_CMAC_B_D_OP_ENABLE_0, R1.NVDLA_CSC_D_OP_ENABLE_0,
+                                            R1.NVDLA_CDMA_D_OP_ENABLE_0, R1.NVDLA_SDP_D_OP_ENABLE_0)]
+    assert enables == [R1.NVDLA_SDP_D_OP_ENABLE_0, R1.NVDLA_CACC_D_OP_ENABLE_0, R1.NVDLA_CMAC_A_D_OP_ENABLE_0,
+                       R1.NVDLA_CMAC_B_D_OP_ENABLE_0, R1.NVDLA_CSC_D_OP_ENABLE_0, R1.NVDLA_CDMA_D_OP_ENABLE_0]
+    regs = dict(writes)
+    assert regs[R1.NVDLA_CDMA_D_WEIGHT_ADDR_LOW_0] == buffers[4].iova
+    assert regs[R1.NVDLA_CDMA_D_DAIN_ADDR_LOW_0_0] == buffers[5].iova
+    assert regs[R1.NVDLA_SDP_D_DST_BASE_ADDR_LOW_0] == buffers[6].iova
+    assert regs[R1.NVDLA_CSC_D_ATOMICS_0] == 8 * 8 - 1
+    assert regs[R1.NVDLA_CDMA_D_ZERO_PADDING_0] == 1 | 1 << 8 | 1 << 16 | 1 << 24
+    assert regs[R1.NVDLA_CACC_D_DATAOUT_SIZE_1_0] == 31
+    cube = fields(port.launches[1])
+    assert cube["datain_channel"] == {15} and cube["conv_x_stride"] == {0}
+    assert port.rf.read(R1.NVDLA_GLB_S_INTR_STATUS_0) == 0  # the ISR cleared what it read
+
+
+@pytest.mark.parametrize("version", [samples.CURRENT_INTERFACE, samples.REGRESSION_INTERFACE])
+def test_both_interface_layouts_and_int16(version: M.Version) -> None:
+    lo = parse(write_nvdla_loadable(samples.conv_sdp_loadable(version, int16=True)))
+    port, _, buffers = run_task(lo, "nv_full")
+    regs = dict(port.writes)
+    assert regs[R1.NVDLA_SDP_D_DST_BASE_ADDR_LOW_0] == buffers[6].iova
+    assert fields(port.launches[1])["in_precision"] == {1}
+
+
+def test_bdma_transfer_queued_and_launched() -> None:
+    port, run, buffers = run_task(samples.bdma_loadable(), "nv_full")
+    regs = dict(port.writes)
+    assert regs[R1.NVDLA_BDMA_CFG_SRC_ADDR_LOW_0] == buffers[4].iova
+    assert regs[R1.NVDLA_BDMA_CFG_DST_ADDR_LOW_0] == buffers[5].iova
+    assert regs[R1.NVDLA_BDMA_CFG_LINE_0] == 256 // 32 - 1 and regs[R1.NVDLA_BDMA_CFG_LINE_REPEAT_0] == 7
+    assert regs[R1.NVDLA_BDMA_CFG_CMD_0] == 0b11  # MC -> MCIF both ways
+    assert port.writes[-1] in ((R1.NVDLA_BDMA_CFG_LAUNCH0_0, 1), (R1.NVDLA_BDMA_CFG_LAUNCH1_0, 1 << 1)) or \
+        any(a in (R1.NVDLA_BDMA_CFG_LAUNCH0_0, R1.NVDLA_BDMA_CFG_LAUNCH1_0) for a, _ in port.writes)
+    assert len(port.launches) == 1 and len(port.launches[0].transfers) == 1 and run.completed == 1
+
+
+def _common_patch(index: int, **change: Any) -> Any:
+    """Patch dla_common_op_desc ``index`` in the dependency-graph memory (address-list entry 3)."""
+    def patch(lo: Any, task: Any, buffers: Any) -> None:
+        buf = buffers[lo.address_list[task.address_list[3]].mem_id].array
+        size = I.dla_common_op_desc.SIZE
+        c = I.dla_common_op_desc.from_buffer_copy(bytes(buf[index * size:(index + 1) * size]))
+        for key, value in change.items():
+            if key == "consumer":
+                block, target, event = value
+                c.consumers[block] = I.dla_consumer(index=target, event=event)
+            else:
+                setattr(c, key, value)
+        buf[index * size:(index + 1) * size] = list(bytes(c))
+    return patch
+
+
+def _net_patch(**change: Any) -> Any:
+    def patch(lo: Any, task: Any, buffers: Any) -> None:
+        buf = buffers[lo.address_list[task.address_list[0]].mem_id].array
+        net = I.dla_network_desc.from_buffer_copy(bytes(buf[:I.dla_network_desc.SIZE]))
+        for key, value in change.items():
+            if key == "op_head":
+                net.op_head[value[0]] = value[1]
+            else:
+                setattr(net, key, value)
+        buf[:I.dla_network_desc.SIZE] = list(bytes(net))
+    return patch
+
+
+@pytest.mark.parametrize("patch, message", [
+    (_net_patch(op_head=(1, 5)), "op_head = 5 is not a CONV operation"),
+    (_net_patch(dependency_graph_index=40), "address-list index 40"),
+    (_common_patch(0, op_type=9), "op_type 9 is not a processor"),
+    (_common_patch(1, consumer=(1, 0, 2), dependency_count=1),  # one event more than CONV counts
+     "dependency_count"),
+    (_common_patch(0, consumer=(2, 7, 2)), "consumers[SDP].index 7 is outside"),
+    (_common_patch(0, consumer=(2, 1, 9)), "consumers[SDP].event 9"),
+    (lambda *a: (_common_patch(1, fused_parent=I.dla_consumer(index=-1, event=0))(*a),
+                 _common_patch(0, dependency_count=0)(*a)),
+     "src_data.type HW (on the fly) needs a fused_parent"),
+])
+def test_bad_descriptors_refused_naming_the_field(patch: Any, message: str) -> None:
+    with pytest.raises(DlaError) as e:
+        run_task(samples.conv_sdp_loadable(), "nv_full", patch=patch)
+    assert message in e.value.message
+
+
+def test_cycle_refused() -> None:
+    """Two BDMA... a CONV whose consumer is a second chain entry pointing back: the CONV chain loops."""
+    with pytest.raises(DlaError) as e:
+        run_task(samples.conv_sdp_loadable(), "nv_full",
+                 patch=_common_patch(1, consumer=(2, 1, 1), dependency_count=2))
+    assert e.value.code in (NvError.BadValue, NvError.CountMismatch)
+
+
+def test_operation_fields_checked() -> None:
+    def bad_stride(lo: Any, task: Any, buffers: Any) -> None:
+        buf = buffers[lo.address_list[task.address_list[1]].mem_id].array
+        conv = I.dla_conv_op_desc.from_buffer_copy(bytes(buf[:I.dla_conv_op_desc.SIZE]))
+        conv.out_cvt.scale = 3
+        buf[:I.dla_conv_op_desc.SIZE] = list(bytes(conv))
+    with pytest.raises(DlaError) as e:
+        run_task(samples.conv_sdp_loadable(), "nv_full", patch=bad_stride)
+    assert "operation 0 (CONV): out_cvt = (3, 0)" in e.value.message
+
+
+def test_configuration_limits() -> None:
+    with pytest.raises(DlaError) as e:
+        run_task(samples.bdma_loadable(), "nv_small")
+    assert e.value.code == NvError.NotSupported and "BDMA" in e.value.message
+    with pytest.raises(DlaError) as e:
+        run_task(samples.conv_sdp_loadable(int16=True), "nv_small")
+    assert e.value.code == NvError.NotSupported and "INT16" in e.value.message
+
+
+def test_interface_version_required_and_pydla_devices_refuse_nvdla_tasks() -> None:
+    lo = samples.bdma_loadable()
+    task = lo.task_list[0]
+    entries, _ = bind(lo, task)
+    port = RegfilePort("nv_full")
+    engine = Engine(port, device_info("nv_full"))
+    engine.dla_engine_init()
+    with pytest.raises(DlaError) as e:
+        engine.dla_execute_task(TaskDesc(1, 1, entries))
+    assert e.value.code == NvError.BadParameter and "interface version" in e.value.message
+    pydla_info = dataclasses.replace(device_info("nv_full"), nvdla=None)
+    from pydla.firmware.graph import load_task
+    with pytest.raises(DlaError) as e:
+        load_task(port, TaskDesc(1, 1, entries, nvdla_interface=(0, 12, 5)), pydla_info)
+    assert e.value.code == NvError.NotSupported
