@@ -296,6 +296,9 @@ class Engine:
             self._schedule(run)
         except DlaError as e:
             self._fail(run, e)
+            return
+        if not run.graph.operations and not run.gated and not run.finished:
+            self._finish(run)  # an NVDLA network of no operation: complete once its turn comes
 
     def _schedule_gated(self) -> None:
         """Let the gated runs program into the groups that became free."""

@@ -12,7 +12,7 @@ from pydla.deviceapi.generated import dla_interface as I
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.firmware.graph import Operation
-from pydla.firmware.interface import DeviceCaps, NvdlaFacts, TaskDesc
+from pydla.firmware.interface import NvdlaFacts, TaskDesc
 
 MAX_DIM = 8192
 MAX_BDMA_REPEAT = 8192
@@ -22,8 +22,8 @@ LRN_SIZES = (3, 5, 7, 9)
 
 
 class _Checker:
-    def __init__(self, op: Operation, task: TaskDesc, facts: NvdlaFacts, cube_offset: bool, where: str):
-        self.op, self.task, self.facts, self.cube_offset = op, task, facts, cube_offset
+    def __init__(self, op: Operation, task: TaskDesc, facts: NvdlaFacts, where: str):
+        self.op, self.task, self.facts = op, task, facts
         self.at = f"{where}: {op.name}"
 
     def fail(self, field: str, value: object, why: str, code: NvError = NvError.BadValue) -> DlaError:
@@ -74,7 +74,7 @@ class _Checker:
             extent = (surfaces - 1) * cube.surf_stride + (cube.height - 1) * cube.line_stride + line
         else:
             extent = max(1, int(cube.size))
-        offset = int(cube.offset) if self.cube_offset else 0
+        offset = int(getattr(cube, "offset", 0))  # interfaces before 0.12 have none
         self.memory(name, int(cube.address), offset, extent)
 
 
@@ -82,10 +82,9 @@ def _bpe(precision: int) -> int:
     return 1 if precision == I.precision_e.INT8 else 2
 
 
-def check_operation(op: Operation, task: TaskDesc, facts: NvdlaFacts, config: DeviceCaps,
-                    version: tuple[int, int, int], where: str) -> None:
+def check_operation(op: Operation, task: TaskDesc, facts: NvdlaFacts, where: str) -> None:
     """Check ``op``'s descriptors (raise DlaError on the first bad field)."""
-    c = _Checker(op, task, facts, (version[0], version[1]) >= (0, 12), where)
+    c = _Checker(op, task, facts, where)
     _CHECKS[op.block](c, op.op, op.surface)
 
 

@@ -53,6 +53,7 @@ COMMON_SIZE = ctypes.sizeof(I.dla_common_op_desc)
 LUT_SIZE = ctypes.sizeof(I.dla_lut_param)
 EVENTS = frozenset(int(e) for e in I.dla_op_event_e)
 MAX_LUTS = 1024
+PROGRAMMED, ENABLED = int(I.dla_op_event_e.OP_PROGRAMMED), int(I.dla_op_event_e.OP_ENABLED)
 
 
 def facts_of(config: DeviceCaps) -> NvdlaFacts:
@@ -122,7 +123,7 @@ def load_nvdla_task(port: FirmwarePortability, task: TaskDesc, config: DeviceCap
     _check_fused(ops, where)
     _check_acyclic(ops, chains, where)
     for op in ops:
-        check_operation(op, task, facts, config, version, where)
+        check_operation(op, task, facts, where)
     return TaskGraph(net, tuple(ops), chains)
 
 
@@ -203,6 +204,16 @@ def _check_fused(ops: list[Operation], where: str) -> None:
             raise DlaError(NvError.BadValue, f"{where}: CONV operation {op.fused_parent} is the fused_parent "
                                              f"of SDP operations {parent_of[op.fused_parent]} and {op.index}")
         parent_of[op.fused_parent] = op.index
+    for conv, sdp in parent_of.items():
+        # The pair runs as one: the SDP is enabled first, the CONV after it. The SDP may wait for the
+        # CONV's programming only, the CONV for the SDP's programming or enabling; anything else waits
+        # for what cannot happen before it (NVIDIA's firmware would hang).
+        for a, b, allowed in ((conv, sdp, (PROGRAMMED,)), (sdp, conv, (PROGRAMMED, ENABLED))):
+            for c in ops[a].consumers:
+                if c.index == b and c.event not in allowed:
+                    raise DlaError(NvError.BadValue,
+                                   f"{where}: {ops[b].name} waits for event {I.dla_op_event_e(c.event).name} "
+                                   f"of {ops[a].name}, its fused pair: it would wait forever")
     orphans = [op.index for op in ops if op.block == dla_block_e.CONV and op.index not in parent_of]
     if orphans:
         raise DlaError(NvError.BadValue, f"{where}: CONV operation(s) {orphans} feed no SDP (no SDP names "

@@ -153,8 +153,7 @@ class NvdlaProcessors(Processors):
         port.dla_reg_write_many(self._producers(op, group) + writes)
 
     def _writes(self, port: FirmwarePortability, task: TaskDesc, op: Operation) -> list[tuple[int, int]]:
-        assert task.nvdla_interface is not None
-        w = Writes(self.regs, port, task, op, (task.nvdla_interface[0], task.nvdla_interface[1]) >= (0, 12))
+        w = Writes(self.regs, port, task, op)
         if op.block == dla_block_e.CONV:
             program_conv(w, op.op, op.surface, self.facts.atom)
         elif op.block == dla_block_e.SDP:
@@ -171,9 +170,7 @@ class NvdlaProcessors(Processors):
                       programs: dict[int, Any]) -> None:
         transfers = programs.get(op.index)
         if transfers is None:
-            assert task.nvdla_interface is not None
-            transfers = programs[op.index] = bdma_transfers(Writes(self.regs, port, task, op, False),
-                                                            op.surface)
+            transfers = programs[op.index] = bdma_transfers(Writes(self.regs, port, task, op), op.surface)
         for writes in transfers:
             self._poll(port, "BDMA", "STATUS", "FREE_SLOT", f"task {task.task_id}: {op.name}")
             port.dla_reg_write_many(writes)

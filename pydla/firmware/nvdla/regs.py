@@ -48,10 +48,8 @@ def pack(regs: ModuleType, block: str, reg: str, fields: dict[str, int], what: s
 class Writes:
     """One operation's register writes, in order (what NVIDIA's ``processor_*_program`` writes)."""
 
-    def __init__(self, regs: ModuleType, port: FirmwarePortability, task: TaskDesc, op: Operation,
-                 cube_offset: bool) -> None:
+    def __init__(self, regs: ModuleType, port: FirmwarePortability, task: TaskDesc, op: Operation) -> None:
         self.regs, self.port, self.task, self.op = regs, port, task, op
-        self.cube_offset = cube_offset
         self.writes: list[tuple[int, int]] = []
 
     def f(self, block: str, reg: str, **fields: int) -> None:
@@ -68,7 +66,8 @@ class Writes:
         return self.port.dla_read_dma_address(self.task, index, f"{self.op.name}: {what}") + offset
 
     def cube_address(self, cube: Any, what: str) -> int:
-        """A data cube's DMA address (its own offset counts from interface 0.12 on); 0 for none."""
+        """A data cube's DMA address; 0 for none. Its own ``offset`` counts from interface 0.12 on: the
+        cube records of 0.10 and 0.11 (decoded by the task's version) have no such field."""
         if cube.address == -1:
             return 0
-        return self.dma(int(cube.address), what, int(cube.offset) if self.cube_offset else 0)
+        return self.dma(int(cube.address), what, int(getattr(cube, "offset", 0)))
