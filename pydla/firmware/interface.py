@@ -165,6 +165,18 @@ class CuDesc:
         return self.name.split(":", 1)[-1]
 
 
+class NvdlaHwLike(Protocol):
+    """A configuration's ``nvdla`` section as :meth:`NvdlaFacts.of` reads it (its optional features
+    are read when present)."""
+
+    @property
+    def register_map(self) -> str: ...
+    @property
+    def precisions(self) -> Sequence[str | int]: ...
+    @property
+    def atom_bytes(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class NvdlaFacts:
     """What NVDLA's firmware needs to know of an NVDLA configuration (nv_full, nv_small, nv_large...):
@@ -180,6 +192,19 @@ class NvdlaFacts:
     winograd: bool = False
     sdp_lut: bool = True
     sdp_y: bool = True
+
+    @classmethod
+    def of(cls, hw: NvdlaHwLike) -> NvdlaFacts:
+        """The facts of a configuration's ``nvdla`` section (``pydla.target.nvdla_hw.NvdlaHwConfig``:
+        ``register_map`` "nvdla_v1"/"nvdla_v2", ``precisions`` by name, ``atom_bytes``...). Usage::
+
+            KmdDeviceInfo(..., nvdla=NvdlaFacts.of(config.nvdla))
+        """
+        names = {"INT8": 0, "INT16": 1, "FP16": 2}
+        precisions = tuple(names[p] if isinstance(p, str) else int(p) for p in hw.precisions)
+        return cls(str(hw.register_map), precisions, int(hw.atom_bytes),
+                   bool(getattr(hw, "weight_compression", False)), bool(getattr(hw, "winograd", False)),
+                   bool(getattr(hw, "sdp_lut", True)), bool(getattr(hw, "sdp_y", True)))
 
 
 @dataclass(frozen=True)

@@ -314,3 +314,24 @@ def test_interface_version_required_and_pydla_devices_refuse_nvdla_tasks() -> No
 def test_network_of_no_operation_completes_at_once() -> None:
     port, run, _ = run_task(samples.bdma_loadable(), "nv_full", patch=_net_patch(num_operations=0))
     assert run.completed == 0 and run.error is None and port.launches == []
+
+
+def test_facts_from_a_configuration_section() -> None:
+    from pydla.firmware.interface import NvdlaFacts
+
+    @dataclasses.dataclass
+    class Section:
+        register_map: str = "nvdla_v2"
+        precisions: tuple[str, ...] = ("INT8",)
+        atom_bytes: int = 8
+        sdp_lut: bool = False
+
+    assert NvdlaFacts.of(Section()) == NvdlaFacts("nvdla_v2", (0,), 8, sdp_lut=False)
+    facts = NvdlaFacts.of(Section("nvdla_v1", ("INT8", "INT16", "FP16"), 32, True))
+    info = dataclasses.replace(device_info("nv_full"), nvdla=facts)
+    port, _, _ = run_task(samples.conv_sdp_loadable(), "nv_full", info)
+    assert [launch.processor for launch in port.launches] == ["SDP", "CONV"] and port.rf.bus_errors == 0
+    # the same cube on nv_small's 8-byte atoms spans two surfaces: past its buffer, refused
+    with pytest.raises(DlaError) as e:
+        run_task(samples.conv_sdp_loadable(), "nv_small")
+    assert "src_data.address = 5: 3904 bytes at offset 0 run past the 2048 bytes" in e.value.message

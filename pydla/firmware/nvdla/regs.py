@@ -13,7 +13,9 @@ from pydla.errors import DlaError, NvError
 from pydla.firmware.graph import Operation
 from pydla.firmware.interface import FirmwarePortability, TaskDesc
 
-MAPS: dict[str, ModuleType] = {"nvdla_v1_regs": nvdla_v1_regs, "nvdla_v2_regs": nvdla_v2_regs}
+# by the generated module's name, or the configuration's ("nvdla_v1": nv_full, "nvdla_v2": the others)
+MAPS: dict[str, ModuleType] = {"nvdla_v1_regs": nvdla_v1_regs, "nvdla_v2_regs": nvdla_v2_regs,
+                               "nvdla_v1": nvdla_v1_regs, "nvdla_v2": nvdla_v2_regs}
 WORD = 0xFFFFFFFF
 # dla_data_cube.type -> a *_RAM_TYPE field: MC (DRAM) is MCIF 1, CV (SRAM) is CVIF 0
 RAM_TYPE = {0: 1, 1: 0}
