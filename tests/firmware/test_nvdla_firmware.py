@@ -335,3 +335,104 @@ def test_facts_from_a_configuration_section() -> None:
     with pytest.raises(DlaError) as e:
         run_task(samples.conv_sdp_loadable(), "nv_small")
     assert "src_data.address = 5: 3904 bytes at offset 0 run past the 2048 bytes" in e.value.message
+
+
+def _conv_sdp_pdp(pdp_waits: int) -> M.NvdlaLoadable:
+    """The sample CONV->SDP (its output in memory, address-list entry 6) and a PDP pooling that output
+    (2x2, stride 2, into entry 7) once the CONV signals ``pdp_waits`` and the SDP completes."""
+    lo = samples.conv_sdp_loadable()
+    blob = {b.name: b.data for b in lo.blobs}
+    ops = [I.dla_conv_op_desc.from_buffer_copy(blob["m1_OpList_i1"], 0),
+           I.dla_sdp_op_desc.from_buffer_copy(blob["m1_OpList_i1"], I.DLA_OPERATION_CONTAINER_SIZE)]
+    surfaces = [I.dla_conv_surface_desc.from_buffer_copy(blob["m2_SurfList_i2"], 0),
+                I.dla_sdp_surface_desc.from_buffer_copy(blob["m2_SurfList_i2"], I.DLA_SURFACE_CONTAINER_SIZE)]
+    ops[0].out_cvt.scale, ops[0].entry_per_slice, ops[0].fetch_grain, ops[0].release = 1, 8, 1, 8
+    ops[0].data_bank = ops[0].weight_bank = 1
+    ops[0].input_width_cmac = ops[0].input_height_cmac = 8
+    pdp = I.dla_pdp_op_desc(split_num=1, pool_mode=I.pool_mode_e.MAX, pool_width=1, pool_height=1, stride_x=2,
+                            stride_y=2)
+    pdp_surface = I.dla_pdp_surface_desc(src_data=samples._cube(I.dla_data_cube, 6, 8, 8, 32, 1),
+                                         dst_data=samples._cube(I.dla_data_cube, 7, 4, 4, 32, 1))
+    commons = [samples._common(I.dla_op_e.CONV, 1, {I.dla_op_e.SDP: (1, I.dla_op_event_e.OP_PROGRAMMED),
+                                                    I.dla_op_e.PDP: (2, pdp_waits)}),
+               samples._common(I.dla_op_e.SDP, 1, {I.dla_op_e.CONV: (0, I.dla_op_event_e.OP_ENABLED)}),
+               samples._common(I.dla_op_e.PDP, 2)]
+    commons[1].consumers[I.dla_op_e.CONV] = I.dla_consumer(index=-1, event=0)  # the fused parent says it
+    commons[1].fused_parent = I.dla_consumer(index=0, event=I.dla_op_event_e.OP_ENABLED)
+    commons[1].consumers[I.dla_op_e.PDP] = I.dla_consumer(index=2, event=I.dla_op_event_e.OP_COMPLETED)
+    flags = M.MemoryFlags.ALLOC | M.MemoryFlags.SET
+    data = [("m4_CONVWgt_i4", blob["m4_CONVWgt_i4"], flags), ("m5_CONVSrc_i5", blob["m5_CONVSrc_i5"], flags),
+            ("m6_SDPDst_i6", bytes(8 * 8 * 32), flags),
+            ("m7_PDPDst_i7", bytes(4 * 4 * 32), M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT)]
+    return samples._task_loadable([*ops, pdp], [*surfaces, pdp_surface], commons,
+                                  {I.dla_op_e.CONV: 0, I.dla_op_e.SDP: 1, I.dla_op_e.PDP: 2}, data,
+                                  samples.CURRENT_INTERFACE, (4, 4, 32, M.DataType.INT8))
+
+
+@pytest.mark.parametrize("event", [I.dla_op_event_e.CDMA_DT_DONE, I.dla_op_event_e.CDMA_WT_DONE,
+                                   I.dla_op_event_e.OP_COMPLETED])
+def test_cdma_events_reach_their_consumer(event: int) -> None:
+    """CDMA's data and weight done interrupts are events of the CONV: a PDP waiting for one (and the
+    SDP's completion) starts after the CONV ran, never before."""
+    port, run, buffers = run_task(_conv_sdp_pdp(event), "nv_full")
+    assert [launch.processor for launch in port.launches] == ["SDP", "CONV", "PDP"]
+    assert run.enable_order == [1, 0, 2] and port.rf.bus_errors == 0
+    regs = dict(port.writes)
+    assert regs[R1.NVDLA_PDP_RDMA_D_SRC_BASE_ADDR_LOW_0] == buffers[6].iova
+    assert regs[R1.NVDLA_PDP_D_DST_BASE_ADDR_LOW_0] == buffers[7].iova
+
+
+def test_isr_reads_clears_and_orders_events() -> None:
+    from pydla.firmware.nvdla.processors import NvdlaProcessors
+    port = RegfilePort("nv_full")
+    hw = NvdlaProcessors(device_info("nv_full").nvdla, None)  # type: ignore[arg-type]
+    port.rf.write(R1.NVDLA_GLB_S_INTR_SET_0, 1 << 16 | 1 << 19 | 1 << 20 | 1 << 3)
+    events, fault = hw.isr(port)
+    assert fault is None
+    assert [(e.block, e.group, e.event) for e in events] == [(1, 0, 5), (1, 1, 4), (4, 1, 1), (1, 0, 1)]
+    assert port.rf.read(R1.NVDLA_GLB_S_INTR_STATUS_0) == 0 and hw.isr(port) == ([], None)
+
+
+def _two_lut_sdps() -> tuple[M.NvdlaLoadable, list[Any]]:
+    """Two SDP operations, memory to memory, each through the Y stage's LUT: LUT 0, then LUT 1
+    (address-list entry 4 holds both LUTs, 5 the input, 6 and 7 the outputs)."""
+    luts = []
+    for k in (0, 1):
+        lut = I.dla_lut_param(method=I.lut_method_e.LINEAR)
+        for i in range(65):
+            lut.linear_exp_table[i] = 100 * k + i
+        for i in range(257):
+            lut.linear_only_table[i] = -(100 * k + i)
+        luts.append(lut)
+    ops, surfaces = [], []
+    for k in (0, 1):
+        sdp = I.dla_sdp_op_desc(src_precision=0, dst_precision=0, lut_index=k, batch_num=1)
+        sdp.y_op = I.dla_sdp_op(enable=1, act=I.activation_e.LUT, precision=0)
+        ops.append(sdp)
+        surface = I.dla_sdp_surface_desc(src_data=samples._cube(I.dla_data_cube, 5, 8, 8, 32, 1),
+                                         dst_data=samples._cube(I.dla_data_cube, 6 + k, 8, 8, 32, 1))
+        for c in (surface.x1_data, surface.x2_data, surface.y_data):
+            c.address = -1
+        surfaces.append(surface)
+    commons = [samples._common(I.dla_op_e.SDP, 0, {I.dla_op_e.SDP: (1, I.dla_op_event_e.OP_COMPLETED)}),
+               samples._common(I.dla_op_e.SDP, 1)]
+    flags = M.MemoryFlags.ALLOC | M.MemoryFlags.SET
+    data = [("m4_LUT_i4", b"".join(bytes(lut) for lut in luts), flags),
+            ("m5_Src_i5", bytes(range(256)) * 8, flags),
+            ("m6_Dst_i6", bytes(2048), M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT),
+            ("m7_Dst_i7", bytes(2048), M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT)]
+    lo = samples._task_loadable(ops, surfaces, commons, {I.dla_op_e.SDP: 0}, data, samples.CURRENT_INTERFACE,
+                                (8, 8, 32, M.DataType.INT8))
+    return lo, luts
+
+
+def test_lut_waits_for_the_other_group_to_release_its_lut() -> None:
+    """The LUT RAM is one per block: the second operation's LUT is written only after the first
+    operation (another LUT) completed, so each launch computes with its own table."""
+    lo, luts = _two_lut_sdps()
+    port, run, _ = run_task(lo, "nv_full", patch=_net_patch(num_luts=2, lut_data_index=4))
+    assert [launch.processor for launch in port.launches] == ["SDP", "SDP"] and run.completed == 2
+    for launch, lut in zip(port.launches, luts, strict=True):
+        assert launch.lut_le == tuple(int(v) & 0xFFFF for v in lut.linear_exp_table)
+        assert launch.lut_lo == tuple(int(v) & 0xFFFF for v in lut.linear_only_table)
+    assert [launch.group for launch in port.launches] == [0, 1]
