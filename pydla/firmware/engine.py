@@ -132,7 +132,7 @@ class Engine:
         self._events_lock = threading.Lock()
         self._events: collections.deque[HwEvent] = collections.deque()
         self.events_arrived = threading.Condition(self._events_lock)
-        self.depth = engine_depth(config)
+        self.depth = min(engine_depth(config), self.hw.max_depth)
         # The tasks in flight, in submission order: the head runs, the others are gated.
         self.inflight: list[TaskRun] = []
         # Which run holds each block's register groups (runs share the device's groups).
@@ -186,7 +186,7 @@ class Engine:
             else:  # alone: each block's next group (its consumer bit), as dla_execute_task reads it
                 self.inflight.append(run)
                 next_group, hw = run.next_group, self.hw
-                hw.start_task(self.port, graph.blocks)
+                hw.start_task(self.port, graph.blocks, task.ctx)
                 for block in graph.blocks:
                     next_group[block] = hw.consumer_group(self.port, block)
             self.cu_events.append(("START", task.task_id))

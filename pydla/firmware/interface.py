@@ -192,19 +192,26 @@ class NvdlaFacts:
     winograd: bool = False
     sdp_lut: bool = True
     sdp_y: bool = True
+    # Outside NVDLA's map, the platform's: the register the firmware writes a task's context (its
+    # IOMMU address space) to before the task's first operation, and the one that resets the whole
+    # device when 1 is written (None: the platform has none).
+    context_register: int | None = None
+    reset_register: int | None = None
 
     @classmethod
-    def of(cls, hw: NvdlaHwLike) -> NvdlaFacts:
+    def of(cls, hw: NvdlaHwLike, context_register: int | None = None,
+           reset_register: int | None = None) -> NvdlaFacts:
         """The facts of a configuration's ``nvdla`` section (``pydla.target.nvdla_hw.NvdlaHwConfig``:
         ``register_map`` "nvdla_v1"/"nvdla_v2", ``precisions`` by name, ``atom_bytes``...). Usage::
 
-            KmdDeviceInfo(..., nvdla=NvdlaFacts.of(config.nvdla))
+            KmdDeviceInfo(..., nvdla=NvdlaFacts.of(config.nvdla, S.PYDLA_SMMU_CTX, S.PYDLA_CTL_RESET))
         """
         names = {"INT8": 0, "INT16": 1, "FP16": 2}
         precisions = tuple(names[p] if isinstance(p, str) else int(p) for p in hw.precisions)
         return cls(str(hw.register_map), precisions, int(hw.atom_bytes),
                    bool(getattr(hw, "weight_compression", False)), bool(getattr(hw, "winograd", False)),
-                   bool(getattr(hw, "sdp_lut", True)), bool(getattr(hw, "sdp_y", True)))
+                   bool(getattr(hw, "sdp_lut", True)), bool(getattr(hw, "sdp_y", True)), context_register,
+                   reset_register)
 
 
 @dataclass(frozen=True)

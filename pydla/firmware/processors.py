@@ -62,6 +62,8 @@ class Processors:
     reports_errors = True
     # Whether the device's trace ring (pydla's GLB trace registers) exists.
     has_trace = True
+    # How many tasks may be in flight at once (the engine's pipeline depth is at most this).
+    max_depth = 1 << 16
 
     def init(self, port: FirmwarePortability) -> None:
         """Mask nothing, clear every pending interrupt."""
@@ -72,8 +74,9 @@ class Processors:
         """The group ``block`` runs next (its S_POINTER consumer bit)."""
         return port.dla_reg_read(POINTER[block]) >> 16 & 1
 
-    def start_task(self, port: FirmwarePortability, blocks: Sequence[dla_block_e]) -> None:
-        """A task is about to program ``blocks`` (nothing to note on pydla's map)."""
+    def start_task(self, port: FirmwarePortability, blocks: Sequence[dla_block_e], ctx: int) -> None:
+        """The task of context ``ctx`` is about to program ``blocks`` (nothing to do on pydla's map:
+        each operation carries its context, D_CTX_ID)."""
 
     def ready(self, op: Operation, other: Operation | None) -> bool:
         """Whether ``op`` may be programmed while ``other`` holds the block's other group."""

@@ -24,6 +24,7 @@ from pydla.firmware.interface import (
 from pydla.hw.nvdla.regfile import NvdlaRegisterFile
 from pydla.hw.nvdla.regfile_units import Launch
 
+PLATFORM = 0x20000  # the platform's registers (an SMMU's context, a reset) begin past NVDLA's map
 FACTS = {
     "nv_full": (NvdlaFacts("nvdla_v1_regs", (0, 1, 2), 32, weight_compression=True, winograd=True), True),
     "nv_small": (NvdlaFacts("nvdla_v2_regs", (0,), 8, sdp_lut=False, sdp_y=False), False),
@@ -67,7 +68,8 @@ class RegfilePort(FirmwarePortability):
 
     def dla_reg_write(self, addr: int, reg: int) -> None:
         self.writes.append((addr, reg))
-        self.rf.write(addr, reg)
+        if addr < PLATFORM:  # past NVDLA's 128 KiB: the platform's registers (recorded only)
+            self.rf.write(addr, reg)
 
     def dla_reg_read(self, addr: int) -> int:
         return self.rf.read(addr)

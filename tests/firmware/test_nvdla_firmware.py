@@ -436,3 +436,26 @@ def test_lut_waits_for_the_other_group_to_release_its_lut() -> None:
         assert launch.lut_le == tuple(int(v) & 0xFFFF for v in lut.linear_exp_table)
         assert launch.lut_lo == tuple(int(v) & 0xFFFF for v in lut.linear_only_table)
     assert [launch.group for launch in port.launches] == [0, 1]
+
+
+def test_platform_context_and_reset_registers() -> None:
+    """The task's context goes to the platform's context register before its first operation; an
+    abort resets the device through the platform's reset register (NVDLA has no reset of its own)."""
+    base = device_info("nv_full").nvdla
+    assert base is not None
+    facts = dataclasses.replace(base, context_register=0x20000, reset_register=0x20100)
+    info = dataclasses.replace(device_info("nv_full"), nvdla=facts)
+    port, run, _ = run_task(samples.bdma_loadable(), "nv_full", info)
+    first_bdma = next(i for i, (a, _) in enumerate(port.writes) if a == R1.NVDLA_BDMA_CFG_SRC_ADDR_LOW_0)
+    assert (0x20000, 1) in port.writes[:first_bdma] and run.error is None
+    lo = samples.bdma_loadable()
+    entries, _ = bind(lo, lo.task_list[0])
+    port = RegfilePort("nv_full")
+    engine = Engine(port, info)
+    engine.dla_engine_init()
+    port.rf.on_launch = port.launches.append  # the transfer starts and never ends
+    hung = engine.dla_execute_task(TaskDesc(3, 5, entries, nvdla_interface=(0, 12, 5)))
+    assert (0x20000, 5) in port.writes and not hung.finished
+    engine.abort(hung, DlaError(NvError.Timeout, "hung"))
+    assert port.writes[-1] == (0x20100, 1) and hung.finished and hung.error is not None
+    assert engine.depth == 1

@@ -68,6 +68,7 @@ class NvdlaProcessors(Processors):
 
     reports_errors = False
     has_trace = False
+    max_depth = 1  # as NVIDIA's KMD: one task at a time (the RDMA groups and the context are per task)
 
     def __init__(self, facts: NvdlaFacts, config: object) -> None:
         self.facts = facts
@@ -110,7 +111,9 @@ class NvdlaProcessors(Processors):
             return 1 if self.regs.REGISTER_INFO["NVDLA_BDMA_STATUS_0"].field("GRP0_BUSY").get(status) else 0
         return port.dla_reg_read(address(self.regs, BLOCKS[block][0], "S_POINTER")) >> 16 & 1
 
-    def start_task(self, port: FirmwarePortability, blocks: Sequence[dla_block_e]) -> None:
+    def start_task(self, port: FirmwarePortability, blocks: Sequence[dla_block_e], ctx: int) -> None:
+        if self.facts.context_register is not None:  # the platform's SMMU: this task's address space
+            port.dla_reg_write(self.facts.context_register, ctx)
         self._rdma_group = {}
         self._rdma_next = {b: port.dla_reg_read(address(self.regs, RDMA[b], "S_POINTER")) >> 16 & 1
                            for b in blocks if b in RDMA}
@@ -217,10 +220,13 @@ class NvdlaProcessors(Processors):
         return 0  # NVDLA reports no failure (no failed event is ever made)
 
     def reset(self, port: FirmwarePortability, blocks: Sequence[dla_block_e]) -> None:
-        """NVDLA has no per-block reset register: the groups a failed task leaves are abandoned."""
+        """NVDLA has no per-block reset: the platform's reset of the whole device (one task runs at a
+        time: nothing else is lost), or, without one, the groups a failed task leaves are abandoned."""
+        self.reset_device(port)
 
     def reset_device(self, port: FirmwarePortability) -> None:
-        """Nor a device reset by register (the platform resets NVDLA)."""
+        if self.facts.reset_register is not None:
+            port.dla_reg_write(self.facts.reset_register, 1)
 
     def group_states(self, port: FirmwarePortability, block: dla_block_e) -> tuple[int, int]:
         if block == dla_block_e.BDMA:
