@@ -103,5 +103,5 @@ def bind(lo: Any, task: Any) -> tuple[list[ResolvedEntry], dict[int, Buffer]]:
     for i in task.address_list:
         a = lo.address_list[i]
         b = buffers[a.mem_id]
-        entries.append(ResolvedEntry(b, b.iova, a.offset, a.size))
+        entries.append(ResolvedEntry(b, b.iova, a.offset, a.size or None))  # size 0: to the end
     return entries, buffers

@@ -28,8 +28,8 @@ REGRESSION = ("BDMA_L0_0", "CDP_L0_0", "CDP_L0_0_small", "CONV_D_L0_0", "CONV_D_
 
 
 def run_task(lo: M.NvdlaLoadable, config: str, info: KmdDeviceInfo | None = None,
-             patch: Any = None) -> tuple[RegfilePort, Any, Any]:
-    task = next(t for t in lo.task_list if t.interface == M.Interface.DLA1)
+             patch: Any = None, task_id: int | None = None) -> tuple[RegfilePort, Any, Any]:
+    task = next(t for t in lo.task_list if t.interface == M.Interface.DLA1 and task_id in (None, t.id))
     # the firmware interface version: the network descriptor's blob's (the submit contract)
     network_mem = lo.memory_list[lo.address_list[task.address_list[0]].mem_id]
     version = next(b.version for b in lo.blobs if b.name == network_mem.contents[0])
@@ -459,3 +459,40 @@ def test_platform_context_and_reset_registers() -> None:
     engine.abort(hung, DlaError(NvError.Timeout, "hung"))
     assert port.writes[-1] == (0x20100, 1) and hung.finished and hung.error is not None
     assert engine.depth == 1
+
+
+def _sdp_per_kernel(operand_bytes: int) -> M.NvdlaLoadable:
+    """One SDP, memory to memory (32 channels INT8), X1 adding and multiplying per kernel: INT16
+    operands, an ALU and a MUL value per channel (32 x 2 x 2 = 128 bytes, packed, in entry 4)."""
+    sdp = I.dla_sdp_op_desc(src_precision=0, dst_precision=0, lut_index=-1, batch_num=1)
+    sdp.x1_op = I.dla_sdp_op(enable=1, type=I.sdp_op_e.BOTH, mode=I.sdp_op_mode_e.PER_KERNEL, precision=1)
+    surface = I.dla_sdp_surface_desc(src_data=samples._cube(I.dla_data_cube, 5, 8, 8, 32, 1),
+                                     dst_data=samples._cube(I.dla_data_cube, 6, 8, 8, 32, 1))
+    surface.x1_data = I.dla_data_cube(type=0, address=4, size=operand_bytes, width=1, height=1, channel=32)
+    surface.x2_data.address = surface.y_data.address = -1
+    flags = M.MemoryFlags.ALLOC | M.MemoryFlags.SET
+    data = [("m4_Bias_i4", bytes(operand_bytes), flags), ("m5_Src_i5", bytes(2048), flags),
+            ("m6_Dst_i6", bytes(2048), M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT)]
+    return samples._task_loadable([sdp], [surface], [samples._common(I.dla_op_e.SDP, 0)], {I.dla_op_e.SDP: 0},
+                                  data, samples.CURRENT_INTERFACE, (8, 8, 32, M.DataType.INT8))
+
+
+def test_per_kernel_operand_is_one_packed_value_per_channel() -> None:
+    port, _, buffers = run_task(_sdp_per_kernel(128), "nv_full")
+    regs = dict(port.writes)
+    assert regs[R1.NVDLA_SDP_RDMA_D_BS_BASE_ADDR_LOW_0] == buffers[4].iova
+    brdma = fields(port.launches[0], ("SDP_RDMA",))
+    assert brdma["brdma_disable"] == {0} and brdma["brdma_data_use"] == {2}
+    assert brdma["brdma_data_mode"] == {0} and brdma["brdma_data_size"] == {1}
+    with pytest.raises(DlaError) as e:
+        run_task(_sdp_per_kernel(127), "nv_full")
+    assert "x1_data.address = 4: 128 bytes at offset 0 run past the 127 bytes" in e.value.message
+
+
+def test_nvidia_whole_network_task() -> None:
+    """NN_L0_0's DLA task (between its two emulator tasks): 11 operations, CONV->SDP pairs and PDPs."""
+    from tests.hw.nvdla import nvdla_run as N
+    lo = N.Run("NN_L0_0", 1).lo
+    port, run, _ = run_task(lo, "nv_full", task_id=1)
+    assert run.completed == 11 and port.rf.bus_errors == 0
+    assert sorted(launch.processor for launch in port.launches) == ["CONV"] * 4 + ["PDP"] * 2 + ["SDP"] * 5

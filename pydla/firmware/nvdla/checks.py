@@ -145,14 +145,22 @@ def _conv(c: _Checker, d: Any, s: Any) -> None:
         c.cube(s.wgs_data, "wgs_data", 1, feature=False)
 
 
-def _operand(c: _Checker, x: Any, name: str, cube: Any) -> None:
+def _operand(c: _Checker, x: Any, name: str, cube: Any, channels: int) -> None:
     for field, allowed in (("alu_type", range(4)), ("type", range(4)), ("mode", range(3)),
                            ("act", range(4))):
         c.enum(x, field, allowed, f"{name}.")
-    if x.enable:
-        c.precision(x, "precision")
-        if x.type != I.sdp_op_e.NONE and x.mode != I.sdp_op_mode_e.PER_LAYER:
-            c.cube(cube, name.replace("_op", "_data"), _bpe(int(x.precision)))
+    if not x.enable:
+        return
+    bpe = _bpe(c.precision(x, "precision"))
+    if x.type == I.sdp_op_e.NONE or x.mode == I.sdp_op_mode_e.PER_LAYER:
+        return
+    data = name.replace("_op", "_data")
+    per = bpe * (2 if x.type == I.sdp_op_e.BOTH else 1)  # an ALU and a MUL operand per value for BOTH
+    if x.mode == I.sdp_op_mode_e.PER_KERNEL:  # one value per channel of the SDP's input, packed
+        c.enum(cube, "type", (0, 1), f"{data}.")
+        c.memory(data, int(cube.address), int(getattr(cube, "offset", 0)), channels * per)
+    else:
+        c.cube(cube, data, per)
 
 
 def _sdp(c: _Checker, d: Any, s: Any) -> None:
@@ -168,7 +176,7 @@ def _sdp(c: _Checker, d: Any, s: Any) -> None:
         raise c.fail("y_op.enable", 1, "this configuration's SDP has no Y stage", NvError.NotSupported)
     for x, name, cube in ((d.x1_op, "x1_op", s.x1_data), (d.x2_op, "x2_op", s.x2_data),
                           (d.y_op, "y_op", s.y_data)):
-        _operand(c, x, name, cube)
+        _operand(c, x, name, cube, int(s.src_data.channel))
 
 
 def _pdp(c: _Checker, d: Any, s: Any) -> None:
