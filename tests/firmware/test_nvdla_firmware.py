@@ -496,3 +496,6 @@ def test_nvidia_whole_network_task() -> None:
     port, run, _ = run_task(lo, "nv_full", task_id=1)
     assert run.completed == 11 and port.rf.bus_errors == 0
     assert sorted(launch.processor for launch in port.launches) == ["CONV"] * 4 + ["PDP"] * 2 + ["SDP"] * 5
+    pairs = [(op.index, op.fused_parent) for op in run.graph.operations if op.fused_parent != -1]
+    assert len(pairs) == 4  # each CONV's SDP enabled before it
+    assert all(run.enable_order.index(sdp) < run.enable_order.index(conv) for sdp, conv in pairs)

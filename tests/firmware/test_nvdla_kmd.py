@@ -95,3 +95,26 @@ def test_kmd_refuses_a_task_without_its_interface_version() -> None:
     with pytest.raises(DlaError) as e:
         submit_loadable(kmd, samples.bdma_loadable(), None)
     assert e.value.code == NvError.BadParameter and "interface version" in e.value.message
+
+
+def test_kmd_prepared_nvdla_task_runs_again_and_again() -> None:
+    port = NvdlaKmdPort("nv_full")
+    kmd = Kmd(port)
+    lo = samples.bdma_loadable()
+    ctx = kmd.open_context()
+    handles = {}
+    for m in lo.memory_list:
+        h = kmd.bo_create(ctx, m.size)
+        if m.flags & M.MemoryFlags.SET:
+            kmd.bo_array(ctx, h)[:] = np.frombuffer(bytes(read_memory(lo, m.id, 0, m.size, "test")), np.uint8)
+        handles[m.id] = h
+    addresses = [AddressEntry(handles[lo.address_list[i].mem_id], lo.address_list[i].offset)
+                 for i in lo.task_list[0].address_list]
+    prep = kmd.prepare(ctx, addresses, nvdla_interface=(0, 12, 5))
+    for _ in range(3):
+        job = kmd.submit_prepared(ctx, prep)
+        job.wait(5000)
+        assert job.error is None
+    assert [launch.processor for launch in port.launches] == ["BDMA"] * 3
+    # BDMA takes group 0 whenever group 0 is not busy (NVIDIA's bdma get_consumer: STATUS.GRP0_BUSY)
+    assert [launch.group for launch in port.launches] == [0, 0, 0]
