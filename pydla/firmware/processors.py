@@ -58,8 +58,6 @@ class Processors:
     """pydla's own register map (dla_regs): what :class:`~pydla.firmware.engine.Engine` writes and reads.
     Subclasses override every method for another map."""
 
-    # Whether the device reports an operation's failure (S_ERROR) and can reset single blocks.
-    reports_errors = True
     # Whether the device's trace ring (pydla's GLB trace registers) exists.
     has_trace = True
     # How many tasks may be in flight at once (the engine's pipeline depth is at most this).

@@ -60,7 +60,8 @@ def facts_of(config: DeviceCaps) -> NvdlaFacts:
     facts = getattr(config, "nvdla", None)
     if not isinstance(facts, NvdlaFacts):
         raise DlaError(NvError.NotSupported, f"device '{config.name}' is not an NVDLA configuration: it "
-                                             "cannot run NVDLA firmware descriptors")
+                                             "cannot run NVDLA firmware descriptors (a task with an "
+                                             "nvdla_interface)")
     return facts
 
 

@@ -66,7 +66,6 @@ def _needs_rdma(op: Operation) -> bool:
 class NvdlaProcessors(Processors):
     """NVDLA's register map (``facts.register_map``), programmed as NVIDIA's firmware does."""
 
-    reports_errors = False
     has_trace = False
     max_depth = 1  # as NVIDIA's KMD: one task at a time (the RDMA groups and the context are per task)
 
