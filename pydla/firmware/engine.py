@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
@@ -40,16 +39,12 @@ from pydla.errors import DlaError, NvError
 from pydla.firmware.engine_api import RunState, stuck_text
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
-from pydla.firmware.program import ERROR, POINTER, STATUS, enable_operation, program_operation
+from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
+from pydla.firmware.processors import IDLE, RUNNING, HwEvent, block_mask, processors_for
 from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
 
 WAITING, PROGRAMMED, ENABLED, DONE = range(4)
-MMU_FAULT_BIT = 31
-DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
-SHAVE_INTR_MASK = 1 << 29  # GLB intr_status: the SHAVE tiles interrupt, not the engine's
-_BUSY_MASK = 0x0003_0003  # both groups' state fields of s_status: non-zero is ENABLED or RUNNING
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
-_BLOCK_RANGE = range(len(BLOCKS))
 # The events as plain ints (an IntEnum's attribute lookup and comparison cost more, at every event).
 _OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), int(T.dla_event_e.OP_ENABLED),
                                               int(T.dla_event_e.OP_COMPLETED))
@@ -60,15 +55,6 @@ ERROR_CODES = {
     int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
     int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState,
 }
-
-
-@dataclass(slots=True)
-class HwEvent:
-    """What the ISR found: an operation of ``block`` in ``group`` completed or failed."""
-
-    block: int
-    group: int
-    failed: bool
 
 
 class TaskRun(RunState):
@@ -119,14 +105,6 @@ class TaskRun(RunState):
         return None if busy is None else busy[group]
 
 
-def _block_mask(blocks: Sequence[dla_block_e]) -> int:
-    """The GLB reset register's bits for ``blocks`` (bit b resets block b)."""
-    mask = 0
-    for b in blocks:
-        mask |= 1 << int(b)
-    return mask
-
-
 def engine_depth(config: object) -> int:
     """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
     AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
@@ -148,11 +126,13 @@ class Engine:
     def __init__(self, port: FirmwarePortability, config: DeviceCaps) -> None:
         self.port = port
         self.config = config
+        # How the blocks are programmed: pydla's register map, or NVDLA's (pydla.firmware.nvdla)
+        self.hw = processors_for(config)
         self._lock = threading.RLock()
         self._events_lock = threading.Lock()
         self._events: collections.deque[HwEvent] = collections.deque()
         self.events_arrived = threading.Condition(self._events_lock)
-        self.depth = engine_depth(config)
+        self.depth = min(engine_depth(config), self.hw.max_depth)
         # The tasks in flight, in submission order: the head runs, the others are gated.
         self.inflight: list[TaskRun] = []
         # Which run holds each block's register groups (runs share the device's groups).
@@ -178,8 +158,7 @@ class Engine:
         with self._lock:
             if self._initialised:
                 return 0
-            self.port.dla_reg_write(R.GLB_INTR_MASK, 0)
-            self.port.dla_reg_write(R.GLB_INTR_STATUS, 0xFFFFFFFF)
+            self.hw.init(self.port)
             self.port.connect_interrupt(self.dla_isr_handler)
             self._initialised = True
             return 0
@@ -206,11 +185,13 @@ class Engine:
                     run.next_group[block] = self._first_group(run, block)
             else:  # alone: each block's next group (its consumer bit), as dla_execute_task reads it
                 self.inflight.append(run)
-                read, next_group = self.port.dla_reg_read, run.next_group
+                next_group, hw = run.next_group, self.hw
+                hw.start_task(self.port, graph.blocks, task.ctx)
                 for block in graph.blocks:
-                    next_group[block] = read(POINTER[block]) >> 16 & 1
+                    next_group[block] = hw.consumer_group(self.port, block)
             self.cu_events.append(("START", task.task_id))
-            if self.trace_tasks:  # before its operations: in deterministic mode they run in _schedule
+            # before its operations: in deterministic mode they run in _schedule
+            if self.trace_tasks and self.hw.has_trace:
                 run.traced = True
                 trace_task(self.port, task, TASK_START, len(graph.operations))
             self._schedule_or_fail(run)
@@ -234,26 +215,11 @@ class Engine:
             return self._isr_locked()
 
     def _isr_locked(self) -> int:
-        # Bit 29 is the SHAVE tiles' (pydla.kmd.shave_run clears it after SHAVE_INTR_STATUS): left set.
-        status = self.port.dla_reg_read(R.GLB_INTR_STATUS) & ~SHAVE_INTR_MASK
-        if not status:
+        events, fault = self.hw.isr(self.port)
+        if fault is not None:
+            self.mmu_fault = fault
+        if not events:
             return 0
-        self.port.dla_reg_write(R.GLB_INTR_STATUS, status)
-        if status >> MMU_FAULT_BIT & 1:
-            lo = self.port.dla_reg_read(R.GLB_MMU_FAULT_ADDR_LO)
-            hi = self.port.dla_reg_read(R.GLB_MMU_FAULT_ADDR_HI)
-            ctx = self.port.dla_reg_read(R.GLB_MMU_FAULT_CTX)
-            blk = self.port.dla_reg_read(R.GLB_MMU_FAULT_BLOCK)
-            self.mmu_fault = ((hi << 32) | lo, ctx, blk)
-        events = []
-        for b in _BLOCK_RANGE:
-            if not status >> (2 * b) & 0x30003:
-                continue  # no done or error bit of this block: the common case, checked once
-            for g in (0, 1):
-                if status >> (2 * b + g) & 1:
-                    events.append(HwEvent(b, g, False))
-                if status >> (16 + 2 * b + g) & 1:
-                    events.append(HwEvent(b, g, True))
         self._events.extend(events)
         if self.listening:
             self.events_arrived.notify_all()
@@ -298,8 +264,13 @@ class Engine:
         if index is None or run.state[index] != ENABLED:
             return  # a group this run does not run (a stale bit after a reset, a gated run's group)
         op = run.graph.operations[index]
+        if event.event != _OP_COMPLETED:  # NVDLA's CDMA_WT_DONE / CDMA_DT_DONE: consumers may wait for it
+            if op.consumers:
+                self._signal(run, index, event.event)
+                self._schedule_or_fail(run)
+            return
         if event.failed:
-            code = self.port.dla_reg_read(ERROR[block])
+            code = self.hw.error_code(self.port, block)
             name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
             message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
             fault = 0
@@ -325,6 +296,9 @@ class Engine:
             self._schedule(run)
         except DlaError as e:
             self._fail(run, e)
+            return
+        if not run.graph.operations and not run.gated and not run.finished:
+            self._finish(run)  # an NVDLA network of no operation: complete once its turn comes
 
     def _schedule_gated(self) -> None:
         """Let the gated runs program into the groups that became free."""
@@ -343,7 +317,7 @@ class Engine:
             if block in other.busy:
                 before = other
         if before is None:
-            return self.port.dla_reg_read(POINTER[block]) >> 16 & 1
+            return self.hw.consumer_group(self.port, block)
         if before.chain_pos[block] < len(before.graph.chains[block]):
             return -1
         return before.next_group[block]
@@ -364,7 +338,7 @@ class Engine:
         ops, chains, programs = graph.operations, graph.chains, graph.programs
         busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
         deps, state, ready, group_of = run.deps, run.state, run.ready, run.group_of
-        owner = self._owner
+        owner, hw = self._owner, self.hw
         progress = True
         while progress and not run.finished:
             progress = False
@@ -379,7 +353,10 @@ class Engine:
                         break
                     index = chain[pos]
                     op = ops[index]
-                    program_operation(port, task, op, g, programs)
+                    other = groups[g ^ 1]
+                    if not hw.ready(op, None if other is None else ops[other]):
+                        break
+                    hw.program(port, task, op, g, programs)
                     groups[g] = index
                     holders[g] = run
                     group_of[index] = g
@@ -397,7 +374,9 @@ class Engine:
                 op = ops[index]
                 state[index] = ENABLED
                 run.enable_order.append(index)
-                enable_operation(port, op, group_of[index])
+                if hw.enable(port, op, group_of[index]):  # done at once (an empty BDMA operation)
+                    with self._events_lock:
+                        self._events.append(HwEvent(int(op.block), group_of[index], False))
                 if op.consumers:
                     self._signal(run, index, _OP_ENABLED)
                 progress = True
@@ -439,8 +418,8 @@ class Engine:
         if run.gated:
             later = self.inflight[self.inflight.index(run) + 1:] if run in self.inflight else []
         else:
-            mask = _block_mask(run.graph.blocks)
-            self.port.dla_reg_write(R.GLB_RESET, mask)
+            mask = block_mask(run.graph.blocks)
+            self.hw.reset(self.port, run.graph.blocks)
             with self._events_lock:
                 self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
             later = [r for r in self.inflight if r is not run]  # the reset undid their programming
@@ -468,18 +447,18 @@ class Engine:
 
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
-        self.port.dla_reg_write(R.GLB_RESET, _block_mask(blocks))
+        self.hw.reset(self.port, blocks)
         return self.busy(blocks)
 
     def reset_device(self) -> list[dla_block_e]:
         """Reset the whole device; the blocks still busy after it."""
-        self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
+        self.hw.reset_device(self.port)
         return self.busy(list(dla_block_e))
 
     def busy(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Of ``blocks``, those the device has whose register groups are enabled or running."""
         present = set(self.config.blocks)
-        return [b for b in blocks if b in present and self.port.dla_reg_read(STATUS[b]) & _BUSY_MASK]
+        return [b for b in blocks if b in present and any(self.hw.group_states(self.port, b))]
 
     def close(self) -> None:
         """Nothing to release (the headed proxy detaches its mailbox)."""
@@ -488,18 +467,15 @@ class Engine:
         """The (operation, group) pairs of ``run`` that are running, and those enabled and waiting,
         read from the blocks' status registers."""
         with self._lock:
-            running, waiting = [], []
+            running: list[tuple[int, int]] = []
+            waiting: list[tuple[int, int]] = []
             for b in run.graph.blocks:
-                status = self.port.dla_reg_read(STATUS[b])
+                states = self.hw.group_states(self.port, b)
                 for g in (0, 1):
-                    state = status >> (16 * g) & 3
                     index = run.busy[b][g]
-                    if index is None:
+                    if index is None or states[g] == IDLE:
                         continue
-                    if state == R.group_state_e.RUNNING:
-                        running.append((index, g))
-                    elif state == R.group_state_e.ENABLED:
-                        waiting.append((index, g))
+                    (running if states[g] == RUNNING else waiting).append((index, g))
             return running, waiting
 
     def describe_stuck(self, run: RunState) -> str:

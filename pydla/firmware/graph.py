@@ -119,6 +119,9 @@ def check_num_addresses(net: Any, task: TaskDesc) -> None:
 def load_task(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps) -> TaskGraph:
     """Copy and validate the descriptors of ``task``; raise DlaError on the first problem. A SHAVE
     task list (network shave_list_index != 0) is loaded by :func:`pydla.firmware.shave.load_shave_list`."""
+    if getattr(config, "nvdla", None) is not None or task.nvdla_interface is not None:
+        from pydla.firmware.nvdla.decode import load_nvdla_task  # NVDLA's (refused on pydla's devices)
+        return load_nvdla_task(port, task, config)
     where = f"task {task.task_id}"
     net = _read_struct(port, task, 0, 0, T.dla_network_desc_t, "network descriptor")
     if net.shave_list_index:
@@ -432,8 +435,6 @@ def _precision(p: int, config: DeviceCaps, what: str) -> int:
                        f"{what}: precision {R.dla_precision_e(p).name} is not supported by device "
                        f"config '{config.name}'")
     return ELEMENT[p]
-
-
 
 
 def _check_surfaces(op: Operation, task: TaskDesc, config: DeviceCaps, where: str) -> None:

@@ -83,6 +83,9 @@ class TaskDesc:
     addresses: list[ResolvedEntry] = field(default_factory=list)
     # (argidx, value) of the engine compute unit's scalar arguments, checked (pydla.kmd.cu.check_scalars)
     scalars: tuple[tuple[int, int], ...] = ()
+    # An NVDLA DLA task's firmware interface version (the loadable's network-descriptor blob version):
+    # which dla_interface layout its descriptors have (pydla.firmware.nvdla). None: pydla's own task.
+    nvdla_interface: tuple[int, int, int] | None = None
 
     def entry(self, index: int, what: str) -> ResolvedEntry:
         if not 0 <= index < len(self.addresses):
@@ -162,6 +165,55 @@ class CuDesc:
         return self.name.split(":", 1)[-1]
 
 
+class NvdlaHwLike(Protocol):
+    """A configuration's ``nvdla`` section as :meth:`NvdlaFacts.of` reads it (its optional features
+    are read when present)."""
+
+    @property
+    def register_map(self) -> str: ...
+    @property
+    def precisions(self) -> Sequence[str | int]: ...
+    @property
+    def atom_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class NvdlaFacts:
+    """What NVDLA's firmware needs to know of an NVDLA configuration (nv_full, nv_small, nv_large...):
+    the register map it programs (the generated module's name, ``nvdla_v1_regs`` for nv_full,
+    ``nvdla_v2_regs`` for the others), the precisions (NVDLA's codes: INT8 0, INT16 1, FP16 2), the
+    memory atom in bytes, and the optional features. Which blocks exist (BDMA, RUBIK) is
+    :attr:`KmdDeviceInfo.blocks`."""
+
+    register_map: str
+    precisions: tuple[int, ...]
+    atom: int
+    weight_compression: bool = False
+    winograd: bool = False
+    sdp_lut: bool = True
+    sdp_y: bool = True
+    # Outside NVDLA's map, the platform's: the register the firmware writes a task's context (its
+    # IOMMU address space) to before the task's first operation, and the one that resets the whole
+    # device when 1 is written (None: the platform has none).
+    context_register: int | None = None
+    reset_register: int | None = None
+
+    @classmethod
+    def of(cls, hw: NvdlaHwLike, context_register: int | None = None,
+           reset_register: int | None = None) -> NvdlaFacts:
+        """The facts of a configuration's ``nvdla`` section (``pydla.target.nvdla_hw.NvdlaHwConfig``:
+        ``register_map`` "nvdla_v1"/"nvdla_v2", ``precisions`` by name, ``atom_bytes``...). Usage::
+
+            KmdDeviceInfo(..., nvdla=NvdlaFacts.of(config.nvdla, S.PYDLA_SMMU_CTX, S.PYDLA_CTL_RESET))
+        """
+        names = {"INT8": 0, "INT16": 1, "FP16": 2}
+        precisions = tuple(names[p] if isinstance(p, str) else int(p) for p in hw.precisions)
+        return cls(str(hw.register_map), precisions, int(hw.atom_bytes),
+                   bool(getattr(hw, "weight_compression", False)), bool(getattr(hw, "winograd", False)),
+                   bool(getattr(hw, "sdp_lut", True)), bool(getattr(hw, "sdp_y", True)), context_register,
+                   reset_register)
+
+
 @dataclass(frozen=True)
 class KmdDeviceInfo:
     """What the KMD learns of its device at probe time
@@ -191,6 +243,9 @@ class KmdDeviceInfo:
     headed: bool = False
     # The SHAVE tiles (None: none), read from the SHAVE registers by the driver at probe time.
     shave: ShaveCaps | None = None
+    # An NVDLA configuration: its registers are NVDLA's and its tasks NVDLA's descriptors
+    # (pydla.firmware.nvdla); None: pydla's own register map and descriptors.
+    nvdla: NvdlaFacts | None = None
 
 
 class FirmwarePortability(abc.ABC):

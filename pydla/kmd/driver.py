@@ -100,7 +100,7 @@ class Kmd(KmdComputeUnits):
         get a context banned."""
         self.port = port
         info = self.port.dla_get_device_info()
-        if info.shave is None:  # the SHAVE tiles, from their registers (pydla.kmd.shave_run)
+        if info.shave is None and info.nvdla is None:  # the SHAVE tiles, from their registers (shave_run)
             info = dataclasses.replace(info, shave=read_caps(self.port))
         self.info = info
         self.config = info  # what descriptors are validated against (its name, blocks, precisions)
@@ -228,12 +228,15 @@ class Kmd(KmdComputeUnits):
 
     def submit(self, ctx: int, addresses: list[AddressEntry], *, priority: int = 0,
                timeout_ms: int | None = None, pre_fences: list[Fence] | None = None,
-               post_fences: list[Fence] | None = None, scalars: Sequence[tuple[int, int]] = ()) -> Job:
+               post_fences: list[Fence] | None = None, scalars: Sequence[tuple[int, int]] = (),
+               nvdla_interface: tuple[int, int, int] | None = None) -> Job:
         """Validate the task whose network descriptor is ``addresses[0]`` and queue it. It starts
         once every pre-fence's semaphore reaches its value (a context's jobs start in order); on
         completion it signals its post-fences (on failure it fails them). ``scalars``: (argidx,
         value) integer arguments of the engine's compute unit (its argument registers while the task
-        runs: XRT's scalar kernel arguments, such as the DPU opcode)."""
+        runs: XRT's scalar kernel arguments, such as the DPU opcode). ``nvdla_interface``: an NVDLA
+        DLA task's firmware interface version (docs/development/nvdla/firmware.md, "pydla's submit
+        contract")."""
         timeout_ms = check_job_args(priority, timeout_ms, self.default_timeout_ms)
         if self._inflight:  # (read unlocked: the hot path pays one attribute read)
             self._drive()  # a hang due by now is declared before this job queues behind it
@@ -243,7 +246,8 @@ class Kmd(KmdComputeUnits):
             job_id = self._next_job
             self._next_job += 1
             checked = check_scalars(self.info, scalars, f"task {job_id}")
-            task = TaskDesc(job_id, ctx, resolve(context, addresses, f"task {job_id}"), checked)
+            task = TaskDesc(job_id, ctx, resolve(context, addresses, f"task {job_id}"), checked,
+                            nvdla_interface)
             self._submitting.append(task)  # its buffers are in use while they are being checked
         try:
             # Copies and checks every descriptor (or reuses the graph of identical ones).
@@ -254,8 +258,8 @@ class Kmd(KmdComputeUnits):
         with self._lock:
             return self._enqueue(context, task, graph, priority, timeout_ms, pre_fences, post_fences)
 
-    def prepare(self, ctx: int, addresses: list[AddressEntry],
-                scalars: Sequence[tuple[int, int]] = ()) -> int:
+    def prepare(self, ctx: int, addresses: list[AddressEntry], scalars: Sequence[tuple[int, int]] = (),
+                nvdla_interface: tuple[int, int, int] | None = None) -> int:
         """Validate a task once and keep it (the KMD's copy of its descriptors, its resolved
         addresses, its ``scalars`` as :meth:`submit` takes them); :meth:`submit_prepared` then queues
         it any number of times. Returns its id in ``ctx``. A prepared job is dropped when a buffer it
@@ -270,7 +274,7 @@ class Kmd(KmdComputeUnits):
             context.next_prepared += 1
             what = f"prepared task {prep_id}"
             checked = check_scalars(self.info, scalars, what)
-            task = TaskDesc(prep_id, ctx, resolve(context, addresses, what), checked)
+            task = TaskDesc(prep_id, ctx, resolve(context, addresses, what), checked, nvdla_interface)
             self._submitting.append(task)
         try:
             graph = load_task(self.port, task, self.config)

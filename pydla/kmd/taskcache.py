@@ -87,7 +87,8 @@ class TaskCache:
 
     @staticmethod
     def _key(task: TaskDesc, handles: tuple[int, ...]) -> tuple[Any, ...]:
-        return (task.ctx, handles, tuple((e.iova, e.offset, e.length) for e in task.addresses))
+        return (task.ctx, handles, tuple((e.iova, e.offset, e.length) for e in task.addresses),
+                task.nvdla_interface)
 
     def get(self, port: FirmwarePortability, task: TaskDesc, handles: tuple[int, ...],
             config: DeviceCaps) -> TaskGraph:
