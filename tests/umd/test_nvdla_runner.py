@@ -1,0 +1,182 @@
+"""The NVDLA Loadable runner (pydla.umd.nvdla_runner) at the KMD boundary: memory after load, the
+NvDlaTask a DLA1 task becomes, tensors and binding, events, and the EMU1 tasks (nvdla_emu)."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+
+import pydla
+from pydla.errors import DlaError, NvError
+from pydla.loadable.nvdla import model as M
+from pydla.loadable.nvdla.samples import REGRESSION_INTERFACE, bdma_loadable, conv_sdp_loadable
+from pydla.loadable.nvdla.writer import write_nvdla_loadable
+from pydla.umd.nvdla_emu import float_to_half_bits, softmax_fp32
+from tests.umd.nvdla_port import RecordingPort, network_desc_head
+
+SET = M.MemoryFlags.ALLOC | M.MemoryFlags.SET
+
+
+def _runtime(port: RecordingPort) -> pydla.IRuntime:
+    return pydla.createRuntime(port.port)
+
+
+def test_load_fills_memory_and_submits_the_task_as_its_address_list() -> None:
+    lo = conv_sdp_loadable(REGRESSION_INTERFACE)
+    port = RecordingPort(execute=False)
+    with _runtime(port) as rt:
+        rt.load(write_nvdla_loadable(lo))
+        runner = rt.nvdla
+        assert runner is not None
+        # every ALLOC|SET memory holds its blob; the OUTPUT one is not allocated by the loadable
+        for m in lo.memory_list[:6]:
+            blob = lo.blob(m.contents[0])
+            assert blob is not None
+            assert bytes(runner.owned[m.id].bytes_view()) == blob.data
+        assert 6 not in runner.owned
+        assert rt.getNumInputTensors() == 0 and rt.getNumOutputTensors() == 1
+        desc = rt.getOutputTensorDesc(0)
+        assert (desc.name, desc.size, desc.dims, desc.strides[:3]) == ("m6_SDPDst_i6", 2048, (1, 32, 8, 8),
+                                                                       (1, 256, 2048))
+        with pytest.raises(DlaError) as e:
+            rt.submit()  # the output is not bound
+        assert e.value.code == NvError.NotInitialized and "'m6_SDPDst_i6' is not bound" in e.value.message
+        out = rt.allocateSystemMemory(desc.size)
+        rt.bindOutputTensor(0, out)
+        rt.submit()
+    (task,) = port.submitted
+    assert len(task.address_list) == 7 and len(task.post_fences) == 1
+    assert [e[2] for e in task.address_list] == [m.size for m in lo.memory_list]
+    assert all(e[1] == 0 for e in task.address_list)
+    assert task.address_list[6][0] is out  # the bound output, at its address-list position
+    net = port.snapshots[0][0]
+    blob = lo.blob("m0_NetworkDesc_i0")
+    assert blob is not None and net == blob.data and network_desc_head(net) == (1, 2, 3)
+
+
+def test_bdma_output_through_the_address_list() -> None:
+    port = RecordingPort()
+    with _runtime(port) as rt:
+        rt.load(write_nvdla_loadable(bdma_loadable(REGRESSION_INTERFACE)))
+        out = rt.allocateSystemMemory(2048)
+        rt.bindOutputTensor(0, out)
+        rt.submit()
+        assert bytes(out.bytes_view()) == bytes(range(256)) * 8
+        rt.submit()  # again: the same task, the same bytes
+        assert len(port.submitted) == 2
+
+
+def test_bind_checks() -> None:
+    with _runtime(RecordingPort()) as rt:
+        rt.load(write_nvdla_loadable(bdma_loadable()))
+        small = rt.allocateSystemMemory(100)
+        with pytest.raises(DlaError) as e:
+            rt.bindOutputTensor(0, small)
+        assert e.value.code == NvError.InvalidSize and "needs 2048 bytes" in e.value.message
+        with pytest.raises(DlaError) as e:
+            rt.bindOutputTensor(1, small)
+        assert e.value.code == NvError.BadParameter
+        with pytest.raises(DlaError) as e:
+            rt.getInputTensorDesc(0)
+        assert e.value.code == NvError.BadParameter
+
+
+# -- EMU tasks ---------------------------------------------------------------------------------------
+
+def _buffer_2018(index: int, fmt: int, w: int, h: int, c: int, line: int, surf: int, size: int) -> bytes:
+    return struct.pack("<hIHHHHII", index, size, fmt, w, h, c, line, surf).ljust(256, b"\0")
+
+
+def emu_loadable(values: np.ndarray, power: tuple[float, float, float] = (1.0, 1.0, 0.0),
+                 order: tuple[int, ...] = (0, 1)) -> M.NvdlaLoadable:
+    """Input (1x1xC FP16) -> EMU POWER -> internal -> EMU SOFTMAX -> output, 2018 EMU layout, two tasks
+    chained by event 0 (task 0 signals it to 1, task 1 waits for 1)."""
+    c = values.size
+    size = 32 * -(-c // 16)
+    p, scale, shift = power
+    blobs = {
+        "net0": struct.pack("<hhH", 1, 2, 1).ljust(256, b"\0"),
+        "op0": struct.pack("<B3f", 0, p, scale, shift).ljust(16, b"\0"),
+        "buf0": _buffer_2018(3, 2, 1, 1, c, 32, 32, size) + _buffer_2018(4, 2, 1, 1, c, 32, 32, size),
+        "net1": struct.pack("<hhH", 1, 2, 1).ljust(256, b"\0"),
+        "op1": struct.pack("<BB", 1, 1).ljust(16, b"\0"),
+        "buf1": _buffer_2018(3, 2, 1, 1, c, 32, 32, size) + _buffer_2018(4, 2, 1, 1, c, 32, 32, size),
+    }
+    memory = [M.MemoryListEntry(i, len(raw), flags=SET, contents=(name,), offsets=(0,))
+              for i, (name, raw) in enumerate(blobs.items())]
+    n = len(memory)
+    memory += [M.MemoryListEntry(n, size, flags=M.MemoryFlags.ALLOC | M.MemoryFlags.INPUT, tensor_desc_id=0),
+               M.MemoryListEntry(n + 1, size, flags=M.MemoryFlags.ALLOC),
+               M.MemoryListEntry(n + 2, size, flags=M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT,
+                                 tensor_desc_id=1)]
+    tensors = tuple(M.TensorDescListEntry(name, i, n + 2 * i, size, data_format=M.DataFormat.NCxHWx,
+                                          data_type=M.DataType.HALF, c=c, strides=(2, 32, 32, 0, 0, 0, 0, 0))
+                    for i, name in enumerate(("data", "prob")))
+    addresses = tuple(M.AddressListEntry(i, i, 0, 0) for i in range(len(memory)))
+    tasks = (M.TaskListEntry(0, M.Interface.EMU1, -1, (0, 1, 2, n, n + 1), (), (0,)),
+             M.TaskListEntry(1, M.Interface.EMU1, -1, (3, 4, 5, n + 1, n + 2), (0,), ()))
+    return M.NvdlaLoadable(
+        task_list=tasks, memory_list=tuple(memory), address_list=addresses,
+        event_list=(M.EventListEntry(0, val=1, op=M.EventOp.SIGNAL),),
+        blobs=tuple(M.Blob(k, len(v), M.Interface.EMU1, 0, M.Version(0, 0, 1), v) for k, v in blobs.items()),
+        tensor_desc_list=tensors, submit_list=tuple(M.SubmitListEntry(i, (t,)) for i, t in enumerate(order)))
+
+
+def _run_emu(lo: M.NvdlaLoadable, halves: np.ndarray) -> np.ndarray:
+    with _runtime(RecordingPort()) as rt:
+        rt.load(write_nvdla_loadable(lo))
+        assert (rt.getNumInputTensors(), rt.getNumOutputTensors()) == (1, 1)
+        x = rt.allocateSystemMemory(rt.getInputTensorDesc(0).size)
+        y = rt.allocateSystemMemory(rt.getOutputTensorDesc(0).size)
+        x.array(np.uint16)[:halves.size] = halves
+        rt.bindInputTensor(0, x)
+        rt.bindOutputTensor(0, y)
+        rt.submit()
+        return y.array(np.uint16)[:halves.size].copy()
+
+
+def test_half_rounding_ties_away_from_zero() -> None:
+    f = np.array([1 + 2**-11, -(1 + 2**-11), 2**-25, 1.5 * 2**-25, 2**-26, 65519, 65520, 2**-24 * 1.5, 0.1],
+                 np.float32)
+    assert [int(v) for v in float_to_half_bits(f)] == [0x3C01, 0xBC01, 0x0001, 0x0001, 0x0000, 0x7BFF, 0x7C00,
+                                                       0x0002, 0x2E66]
+    assert int(float_to_half_bits(np.frombuffer(struct.pack("<I", 0x7FC00000), np.float32))[0]) == 0x7E00
+
+
+def test_emu_softmax_rounds_its_tie_away_from_zero() -> None:
+    # softmax([2^-10, 0]) in float32 is exactly [0.5 + 2^-12, ...]: a tie between 0x3800 and 0x3801.
+    x = np.array([0x1400, 0x0000], np.uint16)
+    assert softmax_fp32(x.view(np.float16).astype(np.float32))[0] == np.float32(0.5 + 2**-12)
+    assert [int(v) for v in _run_emu(emu_loadable(x.view(np.float16)), x)] == [0x3801, 0x37FF]
+
+
+def test_emu_power_then_softmax_hand_computed() -> None:
+    # POWER: (1 + 1 * x)^2 of [0, 1, -1, 0] = [1, 4, 0, 1]; softmax of that: e^(v - 4) / sum
+    x = np.array([0.0, 1.0, -1.0, 0.0], np.float16)
+    y = _run_emu(emu_loadable(x, power=(2.0, 1.0, 1.0)), x.view(np.uint16))
+    v = np.array([1, 4, 0, 1], np.float64)
+    expected = np.exp(v - 4) / np.exp(v - 4).sum()
+    assert np.allclose(y.view(np.float16).astype(np.float64), expected, atol=2**-11)
+    assert int(y[1]) == int(float_to_half_bits(softmax_fp32(v.astype(np.float32)))[1])
+    zeros = _run_emu(emu_loadable(np.zeros(4, np.float16)), np.zeros(4, np.uint16))  # NN_L0_0's zero input
+    assert [int(v) for v in zeros] == [0x3400] * 4  # softmax of equal values: 0.25
+
+
+def test_events_must_be_signaled_before_a_task_waits() -> None:
+    lo = emu_loadable(np.zeros(2, np.float16), order=(1, 0))
+    with pytest.raises(DlaError) as e:
+        _run_emu(lo, np.zeros(2, np.uint16))
+    assert e.value.code == NvError.InvalidState and "task 1 waits for event 0" in e.value.message
+
+
+def test_emu_cube_past_its_memory_is_refused() -> None:
+    lo = emu_loadable(np.zeros(2, np.float16))
+    bad = _buffer_2018(3, 2, 4, 1, 2, 32, 32, 32) + _buffer_2018(4, 2, 4, 1, 2, 32, 32, 32)  # 4 wide: 128 B
+    blobs = tuple(M.Blob(b.name, len(bad), b.interface, 0, b.version, bad) if b.name == "buf0" else b
+                  for b in lo.blobs)
+    with pytest.raises(DlaError) as e:
+        _run_emu(dataclasses.replace(lo, blobs=blobs), np.zeros(2, np.uint16))
+    assert e.value.code == NvError.InvalidSize and "POWER src" in e.value.message
