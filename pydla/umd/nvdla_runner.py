@@ -205,7 +205,24 @@ class NvdlaRunner:
         """The NvDlaTask a DLA1 task is submitted as (no fences yet)."""
         entries: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
         entries = [(mem, offset, size) for mem, offset, size in self.task_addresses(task)]
-        return NvDlaTask(entries, timeout_ms=self.timeout_ms)
+        v = self.interface_version(task)
+        return NvDlaTask(entries, timeout_ms=self.timeout_ms, nvdla_interface=(v.major, v.minor, v.sub_minor))
+
+    def interface_version(self, task: M.TaskListEntry) -> M.Version:
+        """The firmware interface version of a DLA task: its network-descriptor blob's (the blob at
+        offset 0 of the memory its address entry 0 names, the ADDR0 one when there are several)."""
+        where = f"{self.source}: task {task.id}"
+        if not task.address_list or not 0 <= task.address_list[0] < len(self.lo.address_list):
+            raise DlaError(NvError.BadValue, f"{where}: address_list {list(task.address_list)[:4]}: entry 0 "
+                                             f"must name the network descriptor's address entry")
+        mem = self.lo.memory_list[self.lo.address_list[task.address_list[0]].mem_id]
+        blobs = [b for b in (self.lo.blob(name) for name in mem.contents) if b is not None]
+        chosen = [b for b in blobs if b.sub_interface == M.SubInterfaceDLA1.ADDR0] or blobs
+        if not chosen:
+            raise DlaError(NvError.BadValue, f"{where}: memory_list[{mem.id}] (its network "
+                                             f"descriptor) has no "
+                                             f"content blob, so no firmware interface version")
+        return chosen[0].version
 
     def _emu_addresses(self, task: M.TaskListEntry) -> list[EmuAddress]:
         return [(mem, offset) for mem, offset, _ in self.task_addresses(task)]

@@ -49,6 +49,7 @@ def test_load_fills_memory_and_submits_the_task_as_its_address_list() -> None:
         rt.submit()
     (task,) = port.submitted
     assert len(task.address_list) == 7 and len(task.post_fences) == 1
+    assert task.nvdla_interface == (0, 10, 0)  # the network descriptor blob's version
     assert [e[2] for e in task.address_list] == [m.size for m in lo.memory_list]
     assert all(e[1] == 0 for e in task.address_list)
     assert task.address_list[6][0] is out  # the bound output, at its address-list position
