@@ -15,6 +15,8 @@ from pydla.loadable.nvdla import model as M
 from pydla.loadable.nvdla.samples import REGRESSION_INTERFACE, bdma_loadable, conv_sdp_loadable
 from pydla.loadable.nvdla.writer import write_nvdla_loadable
 from pydla.umd.nvdla_emu import float_to_half_bits, softmax_fp32
+from pydla.umd.nvdla_runner import NvdlaTensorDesc
+from pydla.umd.nvdla_tensor import element_offsets
 from tests.umd.nvdla_port import RecordingPort, network_desc_head
 
 SET = M.MemoryFlags.ALLOC | M.MemoryFlags.SET
@@ -181,3 +183,42 @@ def test_emu_cube_past_its_memory_is_refused() -> None:
     with pytest.raises(DlaError) as e:
         _run_emu(dataclasses.replace(lo, blobs=blobs), np.zeros(2, np.uint16))
     assert e.value.code == NvError.InvalidSize and "POWER src" in e.value.message
+
+
+def test_session_runs_an_nvdla_loadable_on_dense_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pydla.session
+
+    port = RecordingPort()
+    monkeypatch.setattr(pydla.session, "open_port", lambda *a, **k: port.port)
+    x = np.array([0.0, 1.0, -1.0, 0.0], np.float16).reshape(1, 4, 1, 1)
+    with pydla.Session(write_nvdla_loadable(emu_loadable(x.reshape(-1), power=(2.0, 1.0, 1.0)))) as sess:
+        assert [(t.name, t.shape, t.dtype) for t in sess.inputs] == [("data", (1, 4, 1, 1), np.float16)]
+        (y,) = sess.run(None, {"data": x})
+    v = softmax_fp32(np.array([1, 4, 0, 1], np.float32))
+    assert y.shape == (1, 4, 1, 1)
+    assert y.reshape(-1).view(np.uint16).tolist() == float_to_half_bits(v).tolist()
+
+
+def _desc(dims: tuple[int, int, int, int], dtype: M.DataType, strides: tuple[int, ...], size: int,
+          fmt: M.DataFormat = M.DataFormat.NCxHWx) -> NvdlaTensorDesc:
+    return NvdlaTensorDesc("t", size, dims, fmt, dtype, M.DataCategory.FEATURE, M.PixelFormat.FEATURE,
+                           M.PixelMapping.PITCH_LINEAR, (*strides, 0, 0, 0, 0, 0), 0, "input", 0)
+
+
+def test_dense_offsets_of_nvdla_layouts() -> None:
+    # NN_L0_0's input: 1x1x28x28 FP16 on nv_full (32-byte atoms): pixel (h, w) at h*896 + w*32
+    nn = element_offsets(_desc((1, 1, 28, 28), M.DataType.HALF, (2, 896, 25088), 25088))
+    assert nn.shape == (1, 1, 28, 28) and nn[0, 0, 2, 3] == 2 * 896 + 3 * 32
+    # nv_small INT8 8x8x32: 8-byte atoms, 4 surfaces of 8 channels
+    small = element_offsets(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2048))
+    assert small[0, 13, 2, 5] == 1 * 512 + 2 * 64 + 5 * 8 + 5
+    planar = element_offsets(_desc((1, 2, 2, 2), M.DataType.INT16, (2, 4, 8), 16, M.DataFormat.NCHW))
+    assert planar.reshape(-1).tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
+    cases = [(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 60, 512), 2048), NvError.NotSupported),  # not packed
+             (_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2047), NvError.InvalidSize),
+             (_desc((1, 1, 2, 2), M.DataType.INT8, (1, 2, 4), 4, M.DataFormat.NHWC), NvError.NotSupported),
+             (_desc((2, 1, 2, 2), M.DataType.INT8, (1, 64, 128), 512), NvError.NotSupported)]
+    for bad, code in cases:
+        with pytest.raises(DlaError) as e:
+            element_offsets(bad)
+        assert e.value.code == code
