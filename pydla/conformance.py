@@ -168,8 +168,11 @@ def register(commands: Any) -> None:
     n.add_argument("dir", type=Path, metavar="DIR", help="the tests: <TEST>/<TEST>_fbuf and its golden")
     n.add_argument("--port", default=None, metavar="inprocess|linux:DIR",
                    help="portability layer (default: $PYDLA_PORT, else inprocess)")
-    n.add_argument("--config", default=None, help="run every test on this configuration instead of the one "
-                                                  "its name says")
+    from pydla.target.config import bundled_configs
+
+    n.add_argument("--config", default=None,
+                   help=f"run every test on this configuration ({', '.join(bundled_configs())} or a "
+                        "JSON file) instead of the one its name says")
     n.add_argument("-k", dest="select", default=None, metavar="REGEX", help="only the tests whose "
                    "name matches")
     n.add_argument("--output-dir", type=Path, metavar="DIR", help="write each test's image as DIR/<TEST>/"

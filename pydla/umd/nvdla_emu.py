@@ -133,19 +133,31 @@ def _cube_offsets(buf: BufferDesc, x: int, bpe: int) -> npt.NDArray[np.int64]:
     return np.broadcast_to(offsets, (buf.channel, buf.height, buf.width)).reshape(-1)
 
 
-def _elements(addresses: list[EmuAddress], buf: BufferDesc, offsets: npt.NDArray[np.int64], bpe: int,
-              what: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """The window of the buffer and the byte indices of each element's first byte, all checked."""
+def _elements(addresses: list[EmuAddress], buf: BufferDesc, x: int | None, bpe: int, what: str,
+              count: int | None = None) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The window of the buffer and the byte index of each element's first byte: the cube's elements
+    with its strides (``x`` channels per atom), or ``count`` consecutive elements (x None). Checked
+    against the memory before any array is made, so no descriptor makes work beyond its memory."""
     window = _entry(addresses, buf.address_index, what)
     if buf.address_index_offset > window.size:
         raise DlaError(NvError.InvalidSize, f"EMU {what}: address_index_offset {buf.address_index_offset} is "
                                             f"past the {window.size} bytes of address index "
                                             f"{buf.address_index}")
     window = window[buf.address_index_offset:]
-    if offsets.size and int(offsets.max()) + bpe > window.size:
+    if x is None:
+        n = buf.channel if count is None else count
+        end = n * bpe
+    else:
+        n = buf.channel * buf.height * buf.width
+        last_c = buf.channel - 1  # the channel part is largest at the last channel or one surface before
+        channel_part = max(c // x * buf.surf_stride + c % x * bpe
+                           for c in (last_c, last_c // x * x - 1) if c >= 0) if n else 0
+        end = channel_part + (buf.height - 1) * buf.line_stride + (buf.width - 1) * x * bpe + bpe if n else 0
+    if n * bpe > window.size or end > window.size:
         raise DlaError(NvError.InvalidSize, f"EMU {what}: the {buf.width}x{buf.height}x{buf.channel} cube "
-                                            f"(strides {buf.line_stride}, {buf.surf_stride}) reaches byte "
-                                            f"{int(offsets.max()) + bpe}, the memory has {window.size}")
+                                            f"(strides {buf.line_stride}, {buf.surf_stride}) needs "
+                                            f"{max(end, n * bpe)} bytes, the memory has {window.size}")
+    offsets = np.arange(n, dtype=np.int64) * bpe if x is None else _cube_offsets(buf, x, bpe)
     return window, offsets
 
 
@@ -202,8 +214,8 @@ def _power(addresses: list[EmuAddress], op: bytes, src: BufferDesc, dst: BufferD
     # The loops run over the source's cube; the destination is addressed with its own strides.
     shape_dst = BufferDesc(dst.address_index, dst.address_index_offset, dst.size, dst.format, src.width,
                            src.height, src.channel, dst.line_stride, dst.surf_stride)
-    sw, so = _elements(addresses, src, _cube_offsets(src, x_src, bpe), bpe, f"{what} POWER src")
-    dw, do = _elements(addresses, shape_dst, _cube_offsets(shape_dst, x_dst, bpe), bpe, f"{what} POWER dst")
+    sw, so = _elements(addresses, src, x_src, bpe, f"{what} POWER src")
+    dw, do = _elements(addresses, shape_dst, x_dst, bpe, f"{what} POWER dst")
     x = _load_fp16(sw, so) if fp16 else sw[so].view(np.int8).astype(np.float32) * np.float32(in_scale)
     base = np.float32(shift) + np.float32(scale) * x  # float32 multiply, then add, as the C++ does
     with np.errstate(all="ignore"):
@@ -235,10 +247,9 @@ def _softmax(addresses: list[EmuAddress], src: BufferDesc, dst: BufferDesc, new_
                                              f"dst format "
                                              f"{dst.format}: the emulator needs them equal")
     # The emulator reads and writes ``channel`` consecutive elements, whatever the strides say.
-    sw, so = _elements(addresses, src, np.arange(src.channel, dtype=np.int64) * bpe, bpe, f"{what} "
-                                                                                          f"SOFTMAX src")
+    sw, so = _elements(addresses, src, None, bpe, f"{what} SOFTMAX src")
     count = dst.channel if not fp16 else src.channel
-    dw, do = _elements(addresses, dst, np.arange(count, dtype=np.int64) * bpe, bpe, f"{what} SOFTMAX dst")
+    dw, do = _elements(addresses, dst, None, bpe, f"{what} SOFTMAX dst", count)
     if fp16:
         _store_fp16(dw, do, softmax_fp32(_load_fp16(sw, so)))
         return

@@ -222,3 +222,90 @@ def test_dense_offsets_of_nvdla_layouts() -> None:
         with pytest.raises(DlaError) as e:
             element_offsets(bad)
         assert e.value.code == code
+
+
+def _buffer_2019(index: int, fmt: int, c: int, line: int = 32, surf: int = 32, offset: int = 0) -> bytes:
+    return struct.pack("<hIIHHHHII", index, offset, 32, fmt, 1, 1, c, line, surf).ljust(256, b"\0")
+
+
+def emu_int8_loadable(op: bytes, src: bytes, dst: bytes, values: bytes) -> M.NvdlaLoadable:
+    """One EMU task of the 2019 interface: a 24-byte operation container, INT8 buffers; the input is
+    in the loadable (memory 3), the output bound (memory 4)."""
+    blobs = {"net": struct.pack("<hhH", 1, 2, 1).ljust(256, b"\0"), "op": op, "buf": src + dst,
+             "in": values.ljust(32, b"\0")}
+    memory = [M.MemoryListEntry(i, len(raw), flags=SET, contents=(name,), offsets=(0,))
+              for i, (name, raw) in enumerate(blobs.items())]
+    out_flags = M.MemoryFlags.ALLOC | M.MemoryFlags.OUTPUT
+    memory.append(M.MemoryListEntry(4, 32, flags=out_flags, tensor_desc_id=0))
+    tensor = M.TensorDescListEntry("out", 0, 4, 32, data_format=M.DataFormat.NCxHWx,
+                                   data_type=M.DataType.INT8, c=len(values),
+                                   strides=(1, 32, 32, 0, 0, 0, 0, 0))
+    return M.NvdlaLoadable(
+        task_list=(M.TaskListEntry(0, M.Interface.EMU1, -1, (0, 1, 2, 3, 4)),), memory_list=tuple(memory),
+        address_list=tuple(M.AddressListEntry(i, i, 0, 0) for i in range(5)),
+        blobs=tuple(M.Blob(k, len(v), M.Interface.EMU1, 0, M.Version(0, 0, 1), v) for k, v in blobs.items()),
+        tensor_desc_list=(tensor,), submit_list=(M.SubmitListEntry(0, (0,)),))
+
+
+def _run_int8(lo: M.NvdlaLoadable) -> list[int]:
+    with _runtime(RecordingPort()) as rt:
+        rt.load(write_nvdla_loadable(lo))
+        y = rt.allocateSystemMemory(32)
+        rt.bindOutputTensor(0, y)
+        rt.submit()
+        return y.array(np.int8).tolist()
+
+
+def test_emu_2019_interface_int8_power_and_softmax() -> None:
+    # POWER: y = (shift + scale * x * in_scale) ^ power / out_scale, clamped to int8 and truncated
+    power = struct.pack("<B3x2f3f", 0, 0.5, 2.0, 2.0, 1.0, 3.0)
+    values = bytes(np.array([1, -2, 100, 0], np.int8).view(np.uint8))
+    got = _run_int8(emu_int8_loadable(power, _buffer_2019(3, 0, 4), _buffer_2019(4, 0, 4), values))
+    # x * 0.5 -> 0.5, -1, 50, 0; 3 + 1 * that -> 3.5, 2, 53, 3; squared 12.25, 4, 2809, 9;
+    # / 2 -> 6.125, 2, 1404.5, 4.5
+    assert got[:4] == [6, 2, 127, 4] and got[4:] == [0] * 28
+    # SOFTMAX of int8 [10, 0] scaled by 0.1 -> halves [1, 0] -> [0.731, 0.269] in halves, / (1 / 127)
+    softmax = struct.pack("<B3x2fB3x", 1, 0.1, 1 / 127, 1).ljust(24, b"\0")
+    values = bytes(np.array([10, 0], np.int8).view(np.uint8))
+    got = _run_int8(emu_int8_loadable(softmax, _buffer_2019(3, 0, 2), _buffer_2019(4, 0, 2), values))
+    halves = np.array([np.exp(1) / (np.exp(1) + 1), 1 / (np.exp(1) + 1)], np.float16).astype(np.float32)
+    assert got[:2] == [int(v) for v in np.trunc(halves / np.float32(1 / 127))] == [92, 34]
+
+
+def test_emu_descriptor_mutations_raise_dla_errors_only() -> None:
+    """Random bytes in the EMU descriptors: each run ends or raises DlaError, nothing else."""
+    rng = np.random.default_rng(7)
+    base = emu_loadable(np.array([0.5, -1.0, 2.0], np.float16))
+    outcomes = {"ran": 0, "refused": 0}
+    with _runtime(RecordingPort()) as rt:
+        x, y = rt.allocateSystemMemory(32), rt.allocateSystemMemory(32)
+        for _ in range(100):
+            blobs = []
+            for b in base.blobs:
+                data = bytearray(b.data)
+                for _ in range(3):
+                    data[int(rng.integers(0, min(28, len(data))))] = int(rng.integers(0, 256))
+                blobs.append(dataclasses.replace(b, data=bytes(data)))
+            try:
+                rt.load(write_nvdla_loadable(dataclasses.replace(base, blobs=tuple(blobs))))
+                rt.bindInputTensor(0, x)
+                rt.bindOutputTensor(0, y)
+                rt.submit()
+                outcomes["ran"] += 1
+            except DlaError:
+                outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and outcomes["ran"] > 0 and sum(outcomes.values()) == 100
+
+
+def test_emu_cube_extent_is_exact() -> None:
+    from pydla.umd.nvdla_emu import BufferDesc, _elements
+
+    # 17 FP16 channels, 16 per atom: channel 16 is at the surface stride 32, its last byte 33
+    cube = BufferDesc(0, 0, 34, 2, 1, 1, 17, 32, 32)
+    with _runtime(RecordingPort()) as rt:
+        fits, short = rt.allocateSystemMemory(34), rt.allocateSystemMemory(33)
+        _, offsets = _elements([(fits, 0)], cube, 16, 2, "t")
+        assert int(offsets.max()) == 32
+        with pytest.raises(DlaError) as e:
+            _elements([(short, 0)], cube, 16, 2, "t")
+        assert e.value.code == NvError.InvalidSize and "needs 34 bytes" in e.value.message
