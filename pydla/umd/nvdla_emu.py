@@ -14,8 +14,10 @@ names. Two layouts of the emulator interface exist, both calling themselves vers
   4 and 8, POWER's three f32 at 12, SOFTMAX's axis at 12), a ``address_index_offset`` u32 after the
   address index, formats INT8 0 (x32), INT8_8 1 (x8) and FF16 3.
 
-The layout is told by the bytes the operation list has: ``24 * n`` or more is 2019, else 2018 (the
-compiler writes exactly ``n`` containers). The arithmetic is float32 as the emulator's C++ does it:
+The layout is told by the first source buffer descriptor: its format is valid in one layout only
+(2018: 2 at byte 6; 2019: 0, 1 or 3 at byte 10; what the other layout reads there is a size or a
+width); when both or neither read valid, by the bytes the operation list has (``24 * n`` or more is
+2019: the compiler writes exactly ``n`` containers). The arithmetic is float32 as the emulator's C++ does it:
 SOFTMAX reads ``channel`` consecutive elements (no strides), takes the max, sums ``expf(x - max)`` in
 order, divides; POWER computes ``powf(shift + scale * x, power)`` per element with the cube's strides.
 ``expf``/``powf`` are evaluated in float64 and rounded once to float32 (the correctly rounded result,
@@ -264,6 +266,18 @@ def _softmax(addresses: list[EmuAddress], src: BufferDesc, dst: BufferDesc, new_
         dw[do] = _saturate_int8(halves[:count] / np.float32(out_scale)).view(np.uint8)
 
 
+def _is_2019_layout(ops_bytes: int, count: int, buffers: npt.NDArray[np.uint8]) -> bool:
+    """Which emulator interface a task's descriptors follow (see the module docstring)."""
+    if count and buffers.size >= 12:
+        fmt_2018 = int(buffers[6]) | int(buffers[7]) << 8
+        fmt_2019 = int(buffers[10]) | int(buffers[11]) << 8
+        valid_2018 = fmt_2018 == FORMAT_2018_FP16
+        valid_2019 = fmt_2019 in (FORMAT_INT8, FORMAT_INT8_8, FORMAT_FF16)
+        if valid_2018 != valid_2019:
+            return valid_2019
+    return ops_bytes >= CONTAINER_2019 * count
+
+
 def run_emu_task(addresses: list[EmuAddress], what: str = "task") -> None:
     """Run one EMU1 task whose address list is ``addresses`` (entry 0: the network descriptor)."""
     net = _read(_entry(addresses, 0, f"{what} network descriptor"), 0, NETWORK_DESC_SIZE,
@@ -271,7 +285,7 @@ def run_emu_task(addresses: list[EmuAddress], what: str = "task") -> None:
     op_index, buffer_index, count = struct.unpack("<hhH", net)
     ops = _entry(addresses, op_index, f"{what} operation list")
     buffers = _entry(addresses, buffer_index, f"{what} operation buffer list")
-    new_layout = ops.size >= CONTAINER_2019 * count
+    new_layout = _is_2019_layout(ops.size, count, buffers)
     size = CONTAINER_2019 if new_layout else CONTAINER_2018
     for i in range(count):
         op = _read(ops, i * size, size, f"{what} operation {i}")

@@ -309,3 +309,15 @@ def test_emu_cube_extent_is_exact() -> None:
         with pytest.raises(DlaError) as e:
             _elements([(short, 0)], cube, 16, 2, "t")
         assert e.value.code == NvError.InvalidSize and "needs 34 bytes" in e.value.message
+
+
+def test_emu_layout_is_told_by_the_buffer_format() -> None:
+    from pydla.umd.nvdla_emu import _is_2019_layout
+
+    fp16_2018 = np.frombuffer(_buffer_2018(3, 2, 28, 28, 1, 896, 25088, 25088), np.uint8)
+    int8_2019 = np.frombuffer(_buffer_2019(3, 0, 4), np.uint8)
+    # the operation list's size would say the other layout: the buffer's format decides
+    assert not _is_2019_layout(24, 1, fp16_2018) and _is_2019_layout(16, 1, int8_2019)
+    both = np.frombuffer(_buffer_2019(3, 3, 4, offset=0).replace(b"\x20\x00\x00\x00", b"\x02\x00\x00\x00", 1),
+                         np.uint8)  # size 2 reads as the 2018 format too: the size rule decides
+    assert _is_2019_layout(24, 1, both) and not _is_2019_layout(16, 1, both)
