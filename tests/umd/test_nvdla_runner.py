@@ -321,3 +321,22 @@ def test_emu_layout_is_told_by_the_buffer_format() -> None:
     both = np.frombuffer(_buffer_2019(3, 3, 4, offset=0).replace(b"\x20\x00\x00\x00", b"\x02\x00\x00\x00", 1),
                          np.uint8)  # size 2 reads as the 2018 format too: the size rule decides
     assert _is_2019_layout(24, 1, both) and not _is_2019_layout(16, 1, both)
+
+
+def test_non_blocking_submit_and_refused_layout_change() -> None:
+    port = RecordingPort()
+    with _runtime(port) as rt:
+        rt.load(write_nvdla_loadable(bdma_loadable()))
+        out = rt.allocateSystemMemory(2048)
+        rt.bindOutputTensor(0, out)
+        (sync,) = rt.submitNonBlocking()
+        sync.wait(10_000)
+        assert bytes(out.bytes_view()) == bytes(range(256)) * 8 and len(port.submitted) == 1
+        with pytest.raises(DlaError) as e:
+            rt.setOutputTensorDesc(0, rt.getOutputTensorDesc(0))
+        assert e.value.code == NvError.NotSupported and "tensor_desc_list" in e.value.message
+        rt.unload()
+        assert rt.nvdla is None
+        with pytest.raises(DlaError) as e:
+            rt.submit()
+        assert e.value.code == NvError.NotInitialized
