@@ -1,15 +1,14 @@
 """An NVDLA Loadable's tensors as dense numpy arrays (what :class:`pydla.Session` gives and returns).
 
 The NVDLA runtime API binds a tensor's buffer in the device's own layout; its tensor descriptor says
-which (data format, strides in bytes: stride 0 the element, 1 the line, 2 the surface). An array of
-dims (n, c, h, w) maps to it element by element:
-
-- NCxHWx (feature data): ``(c // x) * surface + h * line + w * atom + (c % x) * bpe``, the atom
-  ``line / w`` bytes (8, 16 or 32: the configuration's, as the compiler laid the cube out, packed),
-  x = atom / bpe channels in it;
-- NCHW: ``c * surface + h * line + w * element``.
-
-Other formats (NHWC pixel layouts) and batches (n > 1) are refused. :class:`DenseStaging` keeps one
+which (pixel format, data format, strides in bytes: stride 0 the element, 1 the line, 2 the
+surface). A FEATURE tensor (whatever its data format says: NVIDIA's compiler marks the outputs of its
+regression tests NCHW, and NVIDIA's runtime application reads every FEATURE tensor as a surface) is
+a feature surface, and an array of dims (n, c, h, w) maps to it element by element as
+``(c // x) * surface + h * line + w * atom + (c % x) * bpe``: the atom is ``line / w`` bytes when that
+is 8, 16 or 32 (the configuration's atom, the compiler packs lines), else 32 bytes (as NVIDIA's
+application gathers images: a line of one pixel says nothing of the atom), x = atom / bpe channels
+in it. Pitch-linear image formats and batches (n > 1) are refused. :class:`DenseStaging` keeps one
 device buffer per tensor, bound to the runtime, and converts between it and the application's dense
 memory around each run (unused lanes and padding of an input buffer are zero).
 
@@ -55,18 +54,15 @@ def element_offsets(desc: NvdlaTensorDesc) -> npt.NDArray[np.int64]:
     cc = np.arange(c, dtype=np.int64)[:, None, None]
     hh = np.arange(h, dtype=np.int64)[None, :, None]
     ww = np.arange(w, dtype=np.int64)[None, None, :]
-    if desc.data_format == M.DataFormat.NCxHWx:
-        atom = line // w if w and line % w == 0 else 0
-        if atom not in (8, 16, 32) or atom % bpe:
-            raise DlaError(NvError.NotSupported, f"{where}: NCxHWx with line stride {line} for "
-                                                 f"width {w}: not a packed line of 8, 16 or 32-byte atoms")
-        x = atom // bpe
-        offsets = (cc // x) * surface + hh * line + ww * atom + (cc % x) * bpe
-    elif desc.data_format == M.DataFormat.NCHW:
-        offsets = cc * surface + hh * line + ww * desc.strides[0]
-    else:
-        raise DlaError(NvError.NotSupported, f"{where}: data format {desc.data_format.name} does "
-                                             f"not convert to a dense array (NCxHWx and NCHW do)")
+    if desc.pixel_format not in (M.PixelFormat.FEATURE, M.PixelFormat.FEATURE_X8):
+        raise DlaError(NvError.NotSupported, f"{where}: pixel format {desc.pixel_format.name} (a "
+                                             f"pitch-linear image) does not convert to a dense array; bind "
+                                             f"its bytes with the NVDLA runtime API")
+    atom = line // w if w and line % w == 0 and line // w in (8, 16, 32) else 32
+    if atom % bpe:
+        raise DlaError(NvError.NotSupported, f"{where}: {bpe}-byte elements in {atom}-byte atoms")
+    x = atom // bpe
+    offsets = (cc // x) * surface + hh * line + ww * atom + (cc % x) * bpe
     offsets = np.broadcast_to(offsets, (c, h, w)).reshape(1, c, h, w)
     if offsets.size and (int(offsets.min()) < 0 or int(offsets.max()) + bpe > desc.size):
         end = int(offsets.max()) + bpe

@@ -212,11 +212,15 @@ def test_dense_offsets_of_nvdla_layouts() -> None:
     # nv_small INT8 8x8x32: 8-byte atoms, 4 surfaces of 8 channels
     small = element_offsets(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2048))
     assert small[0, 13, 2, 5] == 1 * 512 + 2 * 64 + 5 * 8 + 5
-    planar = element_offsets(_desc((1, 2, 2, 2), M.DataType.INT16, (2, 4, 8), 16, M.DataFormat.NCHW))
-    assert planar.reshape(-1).tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
-    cases = [(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 60, 512), 2048), NvError.NotSupported),  # not packed
-             (_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2047), NvError.InvalidSize),
-             (_desc((1, 1, 2, 2), M.DataType.INT8, (1, 2, 4), 4, M.DataFormat.NHWC), NvError.NotSupported),
+    # a FEATURE tensor marked NCHW (as NVIDIA's regression outputs are) is a surface all the same
+    marked = element_offsets(_desc((1, 32, 8, 8), M.DataType.INT16, (2, 256, 2048), 4096, M.DataFormat.NCHW))
+    assert marked[0, 17, 1, 2] == 2048 + 256 + 2 * 32 + 1 * 2
+    # one pixel a line says nothing of the atom: 32 bytes, as NVIDIA's application gathers images
+    assert element_offsets(_desc((1, 1, 1, 1), M.DataType.INT8, (1, 256, 2048), 2048)).tolist() == [[[[0]]]]
+    image = dataclasses.replace(_desc((1, 3, 2, 2), M.DataType.UINT8, (1, 8, 16), 16),
+                                pixel_format=M.PixelFormat.A8B8G8R8)
+    cases = [(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2047), NvError.InvalidSize),
+             (image, NvError.NotSupported),
              (_desc((2, 1, 2, 2), M.DataType.INT8, (1, 64, 128), 512), NvError.NotSupported)]
     for bad, code in cases:
         with pytest.raises(DlaError) as e:
