@@ -15,9 +15,9 @@ What :class:`NvdlaRunner` does, in the NVIDIA runtime's order:
   DLA1 task goes to the KMD as one NvDlaTask whose address list is the task's (entry ``i`` is the
   memory of address-list entry ``task.address_list[i]`` at that entry's offset, with its size when it
   has one; entry 0 is the network descriptor), and is waited for; an EMU1 task runs on the CPU
-  (:mod:`pydla.umd.nvdla_emu`). NVIDIA's runtime submits synchronously, so a task's pre-action events
-  must have been signaled by an earlier task (its post actions); one that would wait for ever is
-  refused before it starts.
+  (:mod:`pydla.umd.nvdla_emu`). NVIDIA's runtime submits synchronously, so a task's pre-action WAITs
+  (a sync point, the event's type and target, reaching a value) must have been met by an earlier
+  task's SIGNALs; one that would wait for ever is refused before it starts.
 
 Usage::
 
@@ -227,26 +227,27 @@ class NvdlaRunner:
     def _emu_addresses(self, task: M.TaskListEntry) -> list[EmuAddress]:
         return [(mem, offset) for mem, offset, _ in self.task_addresses(task)]
 
-    def _check_events(self, task: M.TaskListEntry, values: dict[int, int]) -> None:
-        for e in task.pre_actions:
-            if not 0 <= e < len(self.lo.event_list):
-                raise DlaError(NvError.BadValue, f"{self.source}: task {task.id} pre action {e}: no "
-                                                 f"such event")
-            event = self.lo.event_list[e]
-            if values.get(event.id, 0) < event.val:
-                raise DlaError(NvError.InvalidState, f"{self.source}: task {task.id} waits for "
-                                                     f"event {event.id} "
-                                                     f"to reach {event.val}; no task submitted "
-                                                     f"before it signals "
-                                                     f"that (it would wait for ever)")
+    def _event(self, task: M.TaskListEntry, e: int, kind: str) -> M.EventListEntry:
+        if not 0 <= e < len(self.lo.event_list):
+            raise DlaError(NvError.BadValue, f"{self.source}: task {task.id} {kind} action {e}: no such "
+                                             f"event ({len(self.lo.event_list)} in the event list)")
+        return self.lo.event_list[e]
 
-    def _signal(self, task: M.TaskListEntry, values: dict[int, int]) -> None:
-        for e in task.post_actions:
-            if not 0 <= e < len(self.lo.event_list):
-                raise DlaError(NvError.BadValue, f"{self.source}: task {task.id} post action {e}: "
-                                                 f"no such event")
-            event = self.lo.event_list[e]
-            values[event.id] = max(values.get(event.id, 0), event.val)
+    def _actions(self, task: M.TaskListEntry, actions: tuple[int, ...], kind: str,
+                 values: dict[tuple[int, int], int]) -> None:
+        """A task's pre or post actions: event-list entries, each a WAIT for a sync point (its type and
+        target) to reach ``val`` or a SIGNAL setting it to ``val``. The tasks run one after the other
+        in the submit list's order, so a WAIT must already be met."""
+        for e in actions:
+            event = self._event(task, e, kind)
+            point = (int(event.type), event.target)
+            if event.op == M.EventOp.SIGNAL:
+                values[point] = max(values.get(point, 0), event.val)
+            elif values.get(point, 0) < event.val:
+                raise DlaError(NvError.InvalidState, f"{self.source}: task {task.id} waits (event "
+                                                     f"{event.id}) for sync point {event.target} to reach "
+                                                     f"{event.val}; no task submitted before it signals that "
+                                                     f"(it would wait for ever)")
 
     def run(self, timeout_ms: float | None = None) -> None:
         """Submit the loadable's submit list, in order, to completion (see the module docstring)."""
@@ -256,7 +257,7 @@ class NvdlaRunner:
                 if m.bindable:
                     self._handle(m.id, f"{self.source}: submit")
             self.reload(lambda m: any(DEP_GRAPH_MARK in name for name in m.contents))
-            values: dict[int, int] = {}
+            values: dict[tuple[int, int], int] = {}
             for s in self.lo.submit_list:
                 for task_id in s.task_id:
                     if not 0 <= task_id < len(self.lo.task_list):
@@ -264,7 +265,7 @@ class NvdlaRunner:
                                                          f"{task_id} "
                                                          f"does not exist")
                     task = self.lo.task_list[task_id]
-                    self._check_events(task, values)
+                    self._actions(task, task.pre_actions, "pre", values)
                     if task.interface == M.Interface.DLA1:
                         self._submit_dla(task, timeout)
                     elif task.interface == M.Interface.EMU1:
@@ -272,7 +273,7 @@ class NvdlaRunner:
                     else:
                         raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
                                                          f"{task.interface.name} runs nowhere")
-                    self._signal(task, values)
+                    self._actions(task, task.post_actions, "post", values)
 
     def _submit_dla(self, task: M.TaskListEntry, timeout: float) -> None:
         submission = self.nvdla_task(task)

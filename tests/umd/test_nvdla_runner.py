@@ -96,7 +96,8 @@ def _buffer_2018(index: int, fmt: int, w: int, h: int, c: int, line: int, surf: 
 def emu_loadable(values: np.ndarray, power: tuple[float, float, float] = (1.0, 1.0, 0.0),
                  order: tuple[int, ...] = (0, 1)) -> M.NvdlaLoadable:
     """Input (1x1xC FP16) -> EMU POWER -> internal -> EMU SOFTMAX -> output, 2018 EMU layout, two tasks
-    chained by event 0 (task 0 signals it to 1, task 1 waits for 1)."""
+    chained as NVIDIA's compiler chains them: task 0's post action, event 0, signals sync point 0 to 1;
+    task 1's pre action, event 1, waits for it to reach 1."""
     c = values.size
     size = 32 * -(-c // 16)
     p, scale, shift = power
@@ -120,10 +121,11 @@ def emu_loadable(values: np.ndarray, power: tuple[float, float, float] = (1.0, 1
                     for i, name in enumerate(("data", "prob")))
     addresses = tuple(M.AddressListEntry(i, i, 0, 0) for i in range(len(memory)))
     tasks = (M.TaskListEntry(0, M.Interface.EMU1, -1, (0, 1, 2, n, n + 1), (), (0,)),
-             M.TaskListEntry(1, M.Interface.EMU1, -1, (3, 4, 5, n + 1, n + 2), (0,), ()))
+             M.TaskListEntry(1, M.Interface.EMU1, -1, (3, 4, 5, n + 1, n + 2), (1,), ()))
     return M.NvdlaLoadable(
         task_list=tasks, memory_list=tuple(memory), address_list=addresses,
-        event_list=(M.EventListEntry(0, val=1, op=M.EventOp.SIGNAL),),
+        event_list=(M.EventListEntry(0, val=1, op=M.EventOp.SIGNAL),
+                    M.EventListEntry(1, val=1, op=M.EventOp.WAIT)),
         blobs=tuple(M.Blob(k, len(v), M.Interface.EMU1, 0, M.Version(0, 0, 1), v) for k, v in blobs.items()),
         tensor_desc_list=tensors, submit_list=tuple(M.SubmitListEntry(i, (t,)) for i, t in enumerate(order)))
 
@@ -172,7 +174,8 @@ def test_events_must_be_signaled_before_a_task_waits() -> None:
     lo = emu_loadable(np.zeros(2, np.float16), order=(1, 0))
     with pytest.raises(DlaError) as e:
         _run_emu(lo, np.zeros(2, np.uint16))
-    assert e.value.code == NvError.InvalidState and "task 1 waits for event 0" in e.value.message
+    assert e.value.code == NvError.InvalidState
+    assert "task 1 waits (event 1) for sync point 0 to reach 1" in e.value.message
 
 
 def test_emu_cube_past_its_memory_is_refused() -> None:
