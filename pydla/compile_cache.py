@@ -32,19 +32,26 @@ from pydla.errors import DlaError, NvError, file_error
 
 log = logging.getLogger("pydla")
 
+def _is_loadable(data: bytes) -> bool:
+    """pydla's loadable (an ELF file) or an NVDLA Loadable (FlatBuffers): run as it is."""
+    from pydla.loadable.nvdla.reader import looks_like_nvdla_loadable
+
+    return data[:4] == ELF_MAGIC or looks_like_nvdla_loadable(data[:8])
+
+
 def read_model(model: Any) -> bytes | OnnxModel:
     """``model`` (a path, bytes, a memoryview or an ``onnx.ModelProto``) read once: a loadable's
     bytes, or the ONNX model to compile. A missing file is FileNotFound, naming it."""
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
-        return data if data[:4] == ELF_MAGIC else OnnxModel(data)
+        return data if _is_loadable(data) else OnnxModel(data)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         try:
             data = path.read_bytes()
         except OSError as e:
             raise file_error(path, e) from None
-        return data if data[:4] == ELF_MAGIC else OnnxModel(data, path)
+        return data if _is_loadable(data) else OnnxModel(data, path)
     serialize = getattr(model, "SerializeToString", None)
     if not callable(serialize):
         raise DlaError(NvError.BadParameter, f"model of type {type(model).__name__}: give a path, bytes "

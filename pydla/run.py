@@ -69,8 +69,12 @@ def register(commands: Any) -> None:
                         "(default: $PYDLA_PORT, else inprocess)")
     from pydla.target.config import bundled_configs
 
-    p.add_argument("--config", default="full",
-                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
+    p.add_argument("--config", default=None,
+                   help=f"device configuration: {', '.join(bundled_configs())} or a JSON file "
+                        "(default: full; nv_full for an NVDLA Loadable)")
+    p.add_argument("--dump-image", type=Path, metavar="DIR",
+                   help="for an NVDLA Loadable: write output i as DIR/o_<i:06d>.dimg, the image "
+                        "NVIDIA's runtime application writes")
     p.add_argument("--device", type=int, default=0, help="device instance")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="for an ONNX model: the whole shape of input NAME, sizing its symbolic dimensions "
@@ -271,7 +275,17 @@ def _run(args: argparse.Namespace) -> int:
     text = sys.stderr if args.json else sys.stdout
     if args.seed < 0:
         raise DlaError(NvError.BadParameter, f"--seed {args.seed}: 0 or more")
-    read_head(args.model)  # a missing file, a directory: said before anything else
+    head = read_head(args.model)  # a missing file, a directory: said before anything else
+    from pydla.loadable.nvdla.reader import looks_like_nvdla_loadable
+
+    if looks_like_nvdla_loadable(head):
+        from pydla.run_nvdla import run_nvdla
+
+        return run_nvdla(args, text)
+    if args.dump_image is not None:
+        raise DlaError(NvError.BadParameter, f"--dump-image {args.dump_image}: only for an NVDLA Loadable; "
+                                             f"{args.model} is not one (use --output-dir)")
+    args.config = args.config or "full"
     given = read_inputs(args.input)
     protected = check_outputs(args, given)
     mask = trace_mask(args.trace_events)

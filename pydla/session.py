@@ -353,7 +353,7 @@ class Session(OrtMethods):
     def _submit(self, loaded: Loaded) -> None:
         if self._trace is not None:
             self._trace.follow(loaded.runtime)
-        loaded.runtime.submit()
+        loaded.submit()
 
     # -- bindings (onnxruntime's IOBinding: pydla.ort_values) ------------------------------------
 

@@ -23,6 +23,7 @@ from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES
 from pydla.model_info import TensorInfo
 from pydla.portability.interface import NvDlaMemHandle, NvDlaPort
+from pydla.umd.nvdla_tensor import DenseStaging, dtype_of
 from pydla.umd.runtime import IRuntime
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ class Loaded:
         try:
             rt = self.runtime
             rt.load(blob, name=name)
+            self.nvdla: DenseStaging | None = None
+            if rt.nvdla is not None:  # an NVDLA Loadable: dense arrays, converted around each run
+                self._load_nvdla(rt)
+                return
             in_descs = [rt.getInputTensorDesc(i) for i in range(rt.getNumInputTensors())]
             out_descs = [rt.getOutputTensorDesc(i) for i in range(rt.getNumOutputTensors())]
             self.inputs = [TensorInfo(d.name, d.dims, NUMPY_TYPES[d.data_type]) for d in in_descs]
@@ -59,6 +64,25 @@ class Loaded:
             self.close(cancel=isinstance(e, KeyboardInterrupt))
             raise
 
+    def _load_nvdla(self, rt: IRuntime) -> None:
+        self.nvdla = DenseStaging(rt)
+        self.inputs = [TensorInfo(d.name, DenseStaging.shape(d), dtype_of(d)) for d in self.nvdla.inputs]
+        self.outputs = [TensorInfo(d.name, DenseStaging.shape(d), dtype_of(d)) for d in self.nvdla.outputs]
+        sizes = [[int(np.prod(d.dims)) * dtype_of(d).itemsize for d in ds]
+                 for ds in (self.nvdla.inputs, self.nvdla.outputs)]
+        self.in_mems = [rt.allocateSystemMemory(n) if n else None for n in sizes[0]]
+        self.out_mems = [rt.allocateSystemMemory(n) if n else None for n in sizes[1]]
+        self._bound_in, self._bound_out = list(self.in_mems), list(self.out_mems)
+
+    def submit(self) -> None:
+        """Run the network with the memory bound now."""
+        if self.nvdla is None:
+            self.runtime.submit()
+            return
+        ins = {i: m for i, m in enumerate(self._bound_in) if m is not None}
+        outs = {i: m for i, m in enumerate(self._bound_out) if m is not None}
+        self.nvdla.run(ins, outs)
+
     @property
     def pinned(self) -> bool:
         """Whether the application holds a device value of this context (so it stays loaded)."""
@@ -67,6 +91,10 @@ class Loaded:
     def bind(self, ins: Mems, outs: Mems) -> None:
         """Have the runtime use ``ins`` and ``outs`` (rebinding only those that changed)."""
         rt = self.runtime
+        if self.nvdla is not None:  # dense memory: converted to the device buffers at submit()
+            self._bound_in = [m if m is not None else b for m, b in zip(ins, self._bound_in, strict=True)]
+            self._bound_out = [m if m is not None else b for m, b in zip(outs, self._bound_out, strict=True)]
+            return
         for i, mem in enumerate(ins):
             if mem is not None and mem is not self._bound_in[i]:
                 rt.bindInputTensor(i, mem)

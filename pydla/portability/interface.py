@@ -149,7 +149,10 @@ class NvDlaTask:
     ``(mem, offset, size)`` (a sub-buffer: the task may use only those bytes). ``scalars``: the
     task's scalar arguments as ``(argidx, value)`` integer pairs, which the driver puts in the
     argument registers of the DLA engine's compute unit (XRT's scalar kernel arguments, such as the
-    DPU opcode of XRT's run recipe); a device that declares no engine unit refuses them."""
+    DPU opcode of XRT's run recipe); a device that declares no engine unit refuses them.
+    ``nvdla_interface``: for a task of an NVDLA Loadable on an NVDLA configuration, the firmware
+    interface version (major, minor, sub) of its network-descriptor blob (it chooses the descriptor
+    layouts); None for pydla's own tasks."""
 
     address_list: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
     pre_fences: list[NvDlaFence] = field(default_factory=list)
@@ -157,6 +160,7 @@ class NvDlaTask:
     priority: int = 0
     timeout_ms: int | None = None
     scalars: list[tuple[int, int]] = field(default_factory=list)
+    nvdla_interface: tuple[int, int, int] | None = None
 
 
 @dataclass

@@ -20,12 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaMemHandle, NvDlaPort, check_timeout_ms
 from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
+from pydla.umd.nvdla_runner import NvdlaRunner, NvdlaTensorDesc, open_nvdla_loadable
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
@@ -47,6 +49,7 @@ class IRuntime:
         self.handle = port.NvDlaOpen(device)
         self.loadable: Loadable | None = None
         self.runner: Runner | None = None
+        self.nvdla: NvdlaRunner | None = None  # an NVDLA Loadable's runner, when one is loaded
         self._inputs: list[TensorDesc] = []
         self._outputs: list[TensorDesc] = []
         self._staging: dict[tuple[str, int], Staging] = {}  # tensors in the application's own layout
@@ -108,6 +111,10 @@ class IRuntime:
         """Load a loadable (bytes, a memoryview, or a path): checked, weights uploaded once. ``name``
         is what errors call it (default: the path, or "loadable")."""
         self._check_open()
+        nvdla = open_nvdla_loadable(buf, name)
+        if nvdla is not None:
+            self._load_nvdla(*nvdla)
+            return
         loadable = Loadable.open(buf, name)
         runner = Runner(self, loadable, libraries=self.libraries, timeout_ms=self.timeout_ms)
         with self._lock:
@@ -120,6 +127,7 @@ class IRuntime:
                 # freed now, else each refused load() would leak a loadable's worth of buffers.
                 runner.close()
                 raise
+            self._drop_nvdla()
             self.loadable, self.runner = loadable, runner
             self._inputs = loadable.tensors("input")
             self._outputs = loadable.tensors("output")
@@ -127,8 +135,32 @@ class IRuntime:
                  len(self._inputs), len(self._outputs), len(loadable.recipe.runs),
                  ".".join(map(str, loadable.format_version)), loadable.device)
 
+    def _load_nvdla(self, lo: Any, source: str) -> None:
+        """An NVDLA Loadable: its own runner (pydla.umd.nvdla_runner) takes the place of the recipe's."""
+        runner = NvdlaRunner(self, lo, timeout_ms=self.timeout_ms, source=source)
+        with self._lock:
+            try:
+                self._drop_staging()
+                if self.runner is not None:
+                    self.runner.close()
+                self._drop_nvdla()
+            except BaseException:
+                runner.close()
+                raise
+            self.loadable = self.runner = None
+            self._inputs, self._outputs = [], []
+            self.nvdla = runner
+        log.info("loaded %s: NVDLA Loadable %s, %d tasks, %d inputs, %d outputs", source, lo.version,
+                 len(lo.task_list), len(runner.inputs), len(runner.outputs))
+
+    def _drop_nvdla(self) -> None:
+        if self.nvdla is not None:
+            self.nvdla.close()
+            self.nvdla = None
+
     def unload(self) -> None:
         with self._lock:
+            self._drop_nvdla()
             self._drop_staging()
             if self.runner is not None:
                 self.runner.close()
@@ -167,12 +199,22 @@ class IRuntime:
     # -- tensors -----------------------------------------------------------------------------------
 
     def getNumInputTensors(self) -> int:
+        if self.nvdla is not None:
+            return len(self.nvdla.inputs)
         self._loaded()
         return len(self._inputs)
 
     def getNumOutputTensors(self) -> int:
+        if self.nvdla is not None:
+            return len(self.nvdla.outputs)
         self._loaded()
         return len(self._outputs)
+
+    def _nvdla_desc(self, tensors: list[NvdlaTensorDesc], index: int, what: str) -> NvdlaTensorDesc:
+        if not isinstance(index, int) or not 0 <= index < len(tensors):
+            raise DlaError(NvError.BadParameter, f"{what} tensor {index!r}: the NVDLA Loadable has "
+                                                 f"{len(tensors)}")
+        return tensors[index]
 
     def _desc(self, tensors: list[TensorDesc], index: int, what: str) -> TensorDesc:
         self._loaded()
@@ -180,17 +222,27 @@ class IRuntime:
             raise DlaError(NvError.BadParameter, f"{what} tensor {index!r}: the network has {len(tensors)}")
         return tensors[index]
 
-    def getInputTensorDesc(self, index: int) -> TensorDesc:
-        """The input's descriptor: the network's, or the layout the application set."""
+    def getInputTensorDesc(self, index: int) -> Any:
+        """The input's descriptor: the network's, or the layout the application set (for an NVDLA
+        Loadable, an :class:`~pydla.umd.nvdla_runner.NvdlaTensorDesc` from its tensor_desc_list)."""
+        if self.nvdla is not None:
+            return self._nvdla_desc(self.nvdla.inputs, index, "input")
         staging = self._staging.get(("input", index))
         return staging.desc if staging else self._desc(self._inputs, index, "input")
 
-    def getOutputTensorDesc(self, index: int) -> TensorDesc:
-        """The output's descriptor: the network's, or the layout the application set."""
+    def getOutputTensorDesc(self, index: int) -> Any:
+        """The output's descriptor: the network's, or the layout the application set (for an NVDLA
+        Loadable, an :class:`~pydla.umd.nvdla_runner.NvdlaTensorDesc`)."""
+        if self.nvdla is not None:
+            return self._nvdla_desc(self.nvdla.outputs, index, "output")
         staging = self._staging.get(("output", index))
         return staging.desc if staging else self._desc(self._outputs, index, "output")
 
     def _set(self, tensors: list[TensorDesc], index: int, desc: TensorDesc, what: str) -> None:
+        if self.nvdla is not None:
+            raise DlaError(NvError.NotSupported, f"set{what.capitalize()}TensorDesc({index}): an "
+                                                 f"NVDLA Loadable's "
+                                                 f"tensors keep the layout of its tensor_desc_list")
         network = self._desc(tensors, index, what)
         if not isinstance(desc, TensorDesc):
             raise DlaError(NvError.BadParameter, f"set{what.capitalize()}TensorDesc({index}): a TensorDesc "
@@ -253,6 +305,9 @@ class IRuntime:
         staging.user = mem
 
     def bindInputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
+        if self.nvdla is not None:
+            self.nvdla.bind_input(index, mem)
+            return
         desc = self.getInputTensorDesc(index)
         staging = self._staging.get(("input", index))
         if staging is not None:
@@ -261,6 +316,9 @@ class IRuntime:
             self._loaded().bind_input(desc.buffer, mem)
 
     def bindOutputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
+        if self.nvdla is not None:
+            self.nvdla.bind_output(index, mem)
+            return
         desc = self.getOutputTensorDesc(index)
         staging = self._staging.get(("output", index))
         if staging is not None:
@@ -272,6 +330,10 @@ class IRuntime:
 
     def submit(self) -> None:
         """Run the network to completion (blocking); its error, or Timeout, raises."""
+        if self.nvdla is not None:
+            self._check_open()
+            self.nvdla.run(self.timeout_ms)
+            return
         runner = self._loaded()
         staged = list(self._staging.values())
         if not staged:
@@ -311,6 +373,8 @@ class IRuntime:
         return syncs
 
     def _submit_non_blocking(self, syncs: list[ISync]) -> list[ISync]:
+        if self.nvdla is not None:
+            return [self._submit_nvdla_non_blocking(self.nvdla, syncs)]
         runner = self._loaded()
         out = self.createSync()  # the run's end signals it
         pre = [s.fence for s in syncs]
@@ -348,6 +412,27 @@ class IRuntime:
         # The thread's argument holds the syncs until it is done, so their semaphores live as long.
         threading.Thread(target=work, args=((syncs, out),), daemon=True, name="pydla-submit-wait").start()
         return [out]
+
+    def _submit_nvdla_non_blocking(self, runner: NvdlaRunner, syncs: list[ISync]) -> ISync:
+        """An NVDLA Loadable's run on a thread (its tasks are synchronous, as in NVIDIA's runtime): it
+        waits for ``syncs``, runs, and signals (or fails) the returned sync."""
+        self._check_open()
+        out = self.createSync()
+        post = out.fence
+
+        def work(_keep: object) -> None:
+            try:
+                for sync in syncs:
+                    sync.wait(self.timeout_ms)
+                runner.run(self.timeout_ms)
+                self.port.NvDlaSignalFence(post)
+            except DlaError as e:
+                self.port.NvDlaFailFence(post, e)
+            except Exception as e:  # reach the waiter, never vanish
+                self.port.NvDlaFailFence(post, DlaError(NvError.ResourceError, f"{type(e).__name__}: {e}"))
+
+        threading.Thread(target=work, args=((syncs, out),), daemon=True, name="pydla-nvdla-submit").start()
+        return out
 
     def createSync(self) -> ISync:
         """An application-signaled sync (signal() releases submits that wait on it)."""
