@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -29,19 +28,13 @@ from pydla.run_inputs import (
     INT_LOW,
     index_limits,
     name_inputs,
+    output_file_name,
     random_input,
     read_inputs,
     shape_needed,
 )
 
 __all__ = ["random_input", "register"]
-
-
-def output_file_name(name: str) -> str:
-    """A tensor name as a file name: characters other than letters, digits, '.', '_' and '-' (the
-    '/' and ':' of exported names, a '..') become '_', so every output lands in the output directory."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
-    return safe or "_"
 
 
 def register(commands: Any) -> None:

@@ -11,6 +11,7 @@ Usage (by :mod:`pydla.run`)::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,10 @@ def _scalar(tensor: Any) -> int | None:
     except Exception:  # external data, a type numpy lacks: no limit known
         return None
     return int(values[0]) if values.size == 1 and values.dtype.kind in "iuf" else None
+
+
+def output_file_name(name: str) -> str:
+    """A tensor name as a file name: characters other than letters, digits, '.', '_' and '-' (the
+    '/' and ':' of exported names, a '..') become '_', so every output lands in the output directory."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
+    return safe or "_"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pydla.errors import DlaError, NvError, file_error
-from pydla.run_inputs import read_inputs
+from pydla.run_inputs import output_file_name, read_inputs
 
 DEFAULT_CONFIG = "nv_full"
 
@@ -99,7 +99,6 @@ def run_nvdla(args: argparse.Namespace, text: Any) -> int:
 
 
 def _safe(name: str) -> str:
-    from pydla.run import output_file_name
 
     return output_file_name(name)
 

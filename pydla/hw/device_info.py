@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.firmware.interface import CuDesc, KmdDeviceInfo
+from pydla.deviceapi.generated import nvdla_smmu as S
+from pydla.firmware.interface import CuDesc, KmdDeviceInfo, NvdlaFacts
 from pydla.hw.cu.models import model_class
 
 if TYPE_CHECKING:
@@ -40,4 +41,6 @@ def device_info(device: VirtualDevice | NvdlaDevice) -> KmdDeviceInfo:
                                for cu in config.ip_layout),
                          # an NVDLA configuration runs headless, and its map has no MCU_STATUS
                          headed=config.nvdla is None
-                         and bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING))
+                         and bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING),
+                         nvdla=NvdlaFacts.of(config.nvdla, S.PYDLA_SMMU_CTX, S.PYDLA_CTL_RESET)
+                         if config.nvdla is not None else None)

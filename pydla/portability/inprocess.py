@@ -392,7 +392,7 @@ class InProcessPort(NvDlaPort):
                                      timeout_ms=task.timeout_ms,
                                      pre_fences=[self._fence(f, session) for f in task.pre_fences],
                                      post_fences=[self._fence(f, session) for f in task.post_fences],
-                                     scalars=task.scalars)
+                                     scalars=task.scalars, nvdla_interface=task.nvdla_interface)
             statuses.append(NvDlaTaskStatus(job.job_id, job))
         return statuses
 
@@ -400,9 +400,10 @@ class InProcessPort(NvDlaPort):
         """As the interface's; the KMD validates the task once and keeps its copy (a prepared job)."""
         session = self._session(h)
         checked = check_task(task, "NvDlaPrepareTask")
-        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars))
+        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars),
+                         nvdla_interface=checked.nvdla_interface)
         prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, "NvDlaPrepareTask"),
-                                      kept.scalars)
+                                      kept.scalars, nvdla_interface=kept.nvdla_interface)
         return NvDlaPreparedTask(kept, _Prepared(session, prep_id))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
