@@ -124,9 +124,10 @@ def run_test(test: RegressionTest, port: Any, config: str | None, out_dir: Path 
 
 
 def conformance(root: Path, *, port: Any = None, config: str | None = None, out_dir: Path | None = None,
-                select: str | None = None, out: TextIO = sys.stdout) -> int:
+                select: str | None = None, out: TextIO | None = None) -> int:
     """Run every test under ``root`` (or those whose name matches ``select``), print one line each and
-    a summary; the number of failures."""
+    a summary to ``out`` (sys.stdout as it is at the call); the number of failures."""
+    out = sys.stdout if out is None else out
     tests = [t for t in find_tests(root) if select is None or re.search(select, t.name)]
     if not tests:
         raise DlaError(NvError.FileReadFailed, f"{root}: no NVDLA regression tests "
