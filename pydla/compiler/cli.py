@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pydla.compile_cache import import_onnx
-from pydla.errors import DlaError, NvError, file_error
+from pydla.errors import file_error
 from pydla.files import check_output, read_head
 
 
@@ -84,6 +84,8 @@ def _compile(args: argparse.Namespace) -> int:
 
     shapes = parse_input_shapes(args.input_shape)  # a malformed flag fails before the model is read
     if args.calibration_table_out is not None and args.calibrate is None:
+        from pydla.errors import DlaError, NvError
+
         raise DlaError(NvError.BadParameter, "--calibration-table-out needs --calibrate DIR (the inputs to "
                                              "calibrate with)")
     read_head(args.model)  # a missing file, a directory: said before anything else

@@ -259,6 +259,9 @@ def test_pydla_compile_calibrates_writes_the_table_then_refuses_int8(tmp_path: P
                           capture_output=True, text=True, timeout=300)
     assert "calibration: percentile, 4 tensors from 4 samples" in info.stdout
     assert f"x{' ' * 23} scale {back.tensors['x'].scale:.6g} zero point 0" in info.stdout
+    alone = subprocess.run([*cmd, "--calibration-table-out", str(tmp_path / "t.json")], capture_output=True,
+                           text=True, timeout=300)
+    assert alone.returncode != 0 and "--calibration-table-out needs --calibrate DIR" in alone.stderr
     other = tmp_path / "other.onnx"
     onnx.save(small_model(5.0), str(other))
     bad = subprocess.run([sys.executable, "-m", "pydla", "compile", str(other), "--calibration-table",
