@@ -92,8 +92,9 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         quantize.float_model(onnx_model, label, cfg, precision, calibration is not None, dequantize_qdq)
     table = quantize.calibration_table(onnx_model, label, calibration, calibration_method,
                                        calibration_table_out, progress)
-    onnx_model, precision = quantize.float_model(onnx_model, label, cfg, precision, table is not None,
-                                                 dequantize_qdq, calibration_table_out)
+    onnx_model, precision, quantized = quantize.float_model(onnx_model, label, cfg, precision,
+                                                            table is not None, dequantize_qdq,
+                                                            calibration_table_out)
     if precision is None:
         fp16 = any(p.name == "FP16" for p in cfg.precisions) and has_float16(onnx_model)
         precision = "fp16" if fp16 else "fp32"
@@ -109,7 +110,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
             if half:
                 graph.half_io = half.io(graph)
             result = Lowering(graph, cfg, progress, precision, use_shave=shave,
-                              model_header=quantize.header(model_header(onnx_model), table)).run()
+                              model_header=quantize.header(model_header(onnx_model), table, quantized)).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

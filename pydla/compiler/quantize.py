@@ -10,7 +10,7 @@ with DlaError NotSupported (after the calibration table is written, when one is 
 Usage (what :func:`pydla.compiler.api.compile_model` does)::
 
     table = calibration_table(model, "m.onnx", "calib/", "entropy", "m.calib.json", None)
-    model, precision = float_model(model, "m.onnx", cfg, "int8", table is not None, dequantize_qdq=False)
+    model, precision, quantized = float_model(model, "m.onnx", cfg, "int8", table is not None, False)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from pydla.compiler.calibration_table import CalibrationTable
 from pydla.compiler.progress import Progress
+from pydla.compiler.qdq import Quantization
 from pydla.errors import DlaError, NvError
 from pydla.target.config import DeviceConfig
 
@@ -62,9 +63,10 @@ def calibration_table(model: Any, label: str, calibration: Any, method: str,
 
 def float_model(model: Any, label: str, cfg: DeviceConfig, precision: str | None,
                 calibrated: bool, dequantize_qdq: bool,
-                table_out: str | Path | None = None) -> tuple[Any, str | None]:
-    """The model the float compiler takes and its precision: ``model`` itself, or a quantized
-    model dequantized; DlaError for INT8 that the configuration cannot compute."""
+                table_out: str | Path | None = None) -> tuple[Any, str | None, Quantization | None]:
+    """The model the float compiler takes, its precision and the quantization it was read with:
+    ``model`` itself, or a quantized model dequantized; DlaError for INT8 that the configuration
+    cannot compute."""
     from pydla.compiler.qdq import read_quantization
     from pydla.compiler.qdq_float import dequantized
 
@@ -89,16 +91,27 @@ def float_model(model: Any, label: str, cfg: DeviceConfig, precision: str | None
             raise DlaError(NvError.BadParameter, f"{label}: --dequantize-qdq is for quantized models, and "
                                                  "this one has no QuantizeLinear, DequantizeLinear or "
                                                  "QLinear operator")
-        return model, precision
+        return model, precision, None
     if not dequantize_qdq:
         why = (f"device config '{cfg.name}' has no INT8 path (its precisions: {_precisions(cfg)})"
                if not has_int8(cfg) else f"device config '{cfg.name}': INT8 code generation is not part "
                                          "of this compiler yet")
         raise DlaError(NvError.NotSupported, f"{label} is a quantized model ({quantization.describe()}) and "
                                              f"{why}: --dequantize-qdq computes it in float")
-    return dequantized(model), precision
+    return dequantized(model), precision, quantization
 
 
-def header(model_header: dict[str, Any], table: CalibrationTable | None) -> dict[str, Any]:
-    """The recipe header's metadata with the calibration table recorded in it."""
-    return model_header if table is None else {**model_header, HEADER_KEY: table.header()}
+QUANTIZED_KEY = "quantized_model"  # the recipe header's record of a quantized model compiled in float
+
+
+def header(model_header: dict[str, Any], table: CalibrationTable | None,
+           quantization: Quantization | None = None) -> dict[str, Any]:
+    """The recipe header's metadata with the calibration table recorded in it, and what a
+    dequantized model was (its quantized operators and tensors)."""
+    out = model_header if table is None else {**model_header, HEADER_KEY: table.header()}
+    if quantization is not None:
+        per_channel = sum(p.per_channel for p in quantization.params.values())
+        out = {**out, QUANTIZED_KEY: {"operators": dict(sorted(quantization.operators.items())),
+                                      "tensors": len(quantization.params), "per_channel": per_channel,
+                                      "computed": "dequantized"}}
+    return out

@@ -105,6 +105,19 @@ def _calibration(recipe: Any) -> dict[str, Any] | None:
         return {"invalid": e.message}
 
 
+def _quantized_model(recipe: Any) -> str | None:
+    """What the compiler recorded of a quantized model it compiled in float (--dequantize-qdq), as
+    one line; metadata, so only well-formed counts are shown."""
+    header = recipe.raw.get("header") if isinstance(recipe.raw, dict) else None
+    raw = header.get("quantized_model") if isinstance(header, dict) else None
+    if not isinstance(raw, dict) or not isinstance(raw.get("operators"), dict):
+        return None
+    ops = {k: v for k, v in raw["operators"].items() if isinstance(k, str) and type(v) is int}
+    counts = [raw.get(k) if type(raw.get(k)) is int else 0 for k in ("tensors", "per_channel")]
+    return (f"{', '.join(f'{n} {printable(op)}' for op, n in ops.items())}; {counts[0]} quantized tensors "
+            f"({counts[1]} per channel), computed dequantized in float")
+
+
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
@@ -146,6 +159,7 @@ def describe(lo: Any) -> dict[str, Any]:
         "shave_kernels": sorted({t["kernel"] for s in shave_lists for t in s["kernel_tasks"]}),
         "cpu_runs": _cpu_runs(lo.recipe),
         "calibration": _calibration(lo.recipe),
+        "quantized_model": _quantized_model(lo.recipe),
         "sections": lo.section_sizes(),
         "section_names": section_names(lo.elf),
     }
@@ -201,6 +215,8 @@ def _info(args: argparse.Namespace) -> int:
         made_by = f" for node '{r['node']}' ({r.get('op', '?')}): {r.get('why', '')}" if "node" in r else ""
         print(f"cpu run {r['run']} from {r['library']}{made_by}")
     _print_calibration(info.get("calibration"))
+    if info.get("quantized_model"):
+        print(f"quantized model: {info['quantized_model']}")
     print("sections (dump one with --dump-section NAME[:FILE]):")
     _print_sections(info["sections"])
     return 0

@@ -225,4 +225,11 @@ def test_pydla_compile_a_qdq_model(tmp_path: Path, quantized: dict[str, onnx.Mod
     assert "is a quantized model (QDQ: " in refused.stderr and "no INT8 path" in refused.stderr
     done = subprocess.run([*cmd, "--dequantize-qdq"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "q.dla").stat().st_size > 0
+    info = subprocess.run([sys.executable, "-m", "pydla", "info", str(tmp_path / "q.dla")],
+                          capture_output=True, text=True, timeout=300)
+    q = read_quantization(quantized["QDQ-tensor"])
+    assert q is not None
+    line = next(t for t in info.stdout.splitlines() if t.startswith("quantized model: "))
+    assert line == (f"quantized model: {q.operators['DequantizeLinear']} DequantizeLinear, "
+                    f"{q.operators['QuantizeLinear']} QuantizeLinear; {len(q.params)} quantized tensors "
+                    "(0 per channel), computed dequantized in float")
