@@ -22,10 +22,12 @@ from pydla.errors import DlaError, NvError
 from pydla.target.config import load_config
 
 
-def compile_model(model: str | Path | Any, *, config: str = "full", precision: str = "fp32",
+def compile_model(model: str | Path | Any, *, config: str = "full", precision: str | None = None,
                   progress: Progress | None = None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True,
-                  base_dir: str | Path | None = None) -> Any:
+                  base_dir: str | Path | None = None, calibration: Any = None,
+                  calibration_method: str = "entropy", calibration_table_out: str | Path | None = None,
+                  dequantize_qdq: bool = False, name: str | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
@@ -35,6 +37,25 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     ``progress(done, total, what)`` is called as each phase starts and for each step lowered
     (the phases and the arguments: :mod:`pydla.compiler.progress`); the first call comes before
     the model is read, the last is ``progress(1, 1, "done")``.
+
+    ``precision``: what the device computes in, "fp32", "fp16" or "int8"; None (the default): fp16
+    for a float16 model (:mod:`pydla.compiler.half`) on a configuration computing FP16, else fp32.
+    A float16 model's float16 inputs and outputs stay float16 in the loadable. "int8" needs a
+    configuration with an INT8 path, and a calibration or a quantized (QDQ) model.
+
+    ``calibration``: post-training INT8 calibration (:mod:`pydla.compiler.calibrate`): a
+    :class:`~pydla.compiler.calibration_table.CalibrationTable` or a table file's path (checked to be
+    this model's), a directory of .npy/.npz inputs or an iterable of input dicts, calibrated by
+    ``calibration_method`` ("minmax", "percentile", "entropy"); the table is written to
+    ``calibration_table_out`` when given (before a configuration without INT8 is refused) and
+    recorded in the loadable's metadata (``pydla info`` shows it).
+
+    ``dequantize_qdq``: compile a quantized model (QDQ, or QOperator such as QLinearConv:
+    :mod:`pydla.compiler.qdq`) as the float model it approximates, on a configuration computing
+    FP32 or FP16 (by default such a model needs an INT8 path).
+
+    ``name``: how messages and the calibration table name the model (default: its path, or for an
+    ``onnx.ModelProto`` its graph's name).
 
     ``shave``: on a configuration with SHAVE tiles, Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu,
     Softplus, Mish, the Reduce* operators and LayerNormalization run there as SHAVE task lists
@@ -54,15 +75,30 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     except ImportError as e:
         raise DlaError(NvError.NotSupported, f"the compiler needs the onnx packages ({e.name} is missing): "
                                              "pip install 'pydla[onnx]'") from e
+    from pydla.compiler import quantize
+    from pydla.compiler.half import float32_view, has_float16
+
     shapes = check_input_shapes(input_shapes)
-    if precision not in ("fp32", "fp16"):
-        raise DlaError(NvError.BadParameter, f"precision '{precision}': choose fp32 or fp16")
+    if precision not in ("fp32", "fp16", "int8", None):
+        raise DlaError(NvError.BadParameter, f"precision '{precision}': choose fp32, fp16 or int8")
     cfg = load_config(config)
     if precision == "fp16" and not any(p.name == "FP16" for p in cfg.precisions):
         raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' has no fp16")
     if isinstance(model, (str, Path)):
         report(progress, "reading", detail=str(model))
     onnx_model = load_model(model)
+    label = name or (str(model) if isinstance(model, (str, Path)) else (onnx_model.graph.name or "the model"))
+    if precision == "int8" and calibration_table_out is None:  # refused before calibrating, if it is
+        quantize.float_model(onnx_model, label, cfg, precision, calibration is not None, dequantize_qdq)
+    table = quantize.calibration_table(onnx_model, label, calibration, calibration_method,
+                                       calibration_table_out, progress)
+    onnx_model, precision, quantized = quantize.float_model(onnx_model, label, cfg, precision,
+                                                            table is not None, dequantize_qdq,
+                                                            calibration_table_out)
+    if precision is None:
+        fp16 = any(p.name == "FP16" for p in cfg.precisions) and has_float16(onnx_model)
+        precision = "fp16" if fp16 else "fp32"
+    half = float32_view(onnx_model, precision)
     try:
         whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
             else frozenset()
@@ -70,9 +106,11 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         # A NaN among the weights that is a signalling one (any bit pattern a file may hold) makes
         # numpy's casts warn; the model's NaN is computed as NaN, and says nothing to the user.
         with np.errstate(invalid="ignore"):
-            graph = import_graph(onnx_model, progress, shapes, whole, kernels)
+            graph = import_graph(half.model if half else onnx_model, progress, shapes, whole, kernels)
+            if half:
+                graph.half_io = half.io(graph)
             result = Lowering(graph, cfg, progress, precision, use_shave=shave,
-                              model_header=model_header(onnx_model)).run()
+                              model_header=quantize.header(model_header(onnx_model), table, quantized)).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

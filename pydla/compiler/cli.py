@@ -30,9 +30,28 @@ def register(commands: Any) -> None:
 
     p.add_argument("--config", default="full",
                    help=f"device configuration: {', '.join(bundled_configs())} or a JSON file")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+    p.add_argument("--precision", default=None, choices=("fp32", "fp16", "int8"),
                    help="device precision: fp16 halves the weights and converts inputs and outputs "
-                        "(which keep the model's fp32) on the device")
+                        "(which keep the model's type) on the device; default: fp16 for a float16 "
+                        "model on a configuration computing FP16, else fp32. int8 needs a configuration "
+                        "with an INT8 path and --calibrate, --calibration-table or a quantized model")
+    cal = p.add_argument_group("INT8 calibration")
+    given = cal.add_mutually_exclusive_group()
+    given.add_argument("--calibrate", type=Path, metavar="DIR",
+                       help="calibrate the float model over the inputs in DIR (.npy files, one per run, for "
+                            "a model of one input; .npz files of one array per input name); the table is "
+                            "recorded in the loadable (`pydla info` shows it)")
+    given.add_argument("--calibration-table", type=Path, metavar="FILE",
+                       help="a calibration table written by --calibration-table-out for this model")
+    cal.add_argument("--calibration-method", default="entropy", choices=("minmax", "percentile", "entropy"),
+                     help="how each tensor's range is chosen: minmax (all values), percentile (99.99%% of "
+                          "the magnitudes), entropy (TensorRT's KL divergence; the default)")
+    cal.add_argument("--calibration-table-out", type=Path, metavar="FILE",
+                     help="write the calibration table (JSON) here, before any refusal of INT8")
+    p.add_argument("--dequantize-qdq", action="store_true",
+                   help="compile a quantized model (QDQ, QLinearConv ...) as the float model it approximates "
+                        "(weights dequantized, activations rounded to their quantization steps in float), "
+                        "for a configuration without an INT8 path")
     add_input_shape_option(p)
     p.add_argument("--no-shave", action="store_true",
                    help="keep Softmax, LogSoftmax, Exp, Log, Sqrt, Erf, Gelu, Softplus, Mish, the "
@@ -49,12 +68,29 @@ def add_input_shape_option(p: argparse.ArgumentParser) -> None:
                         "e.g. --input-shape input_ids=1,128; repeat it for each such input")
 
 
+def _calibration(args: argparse.Namespace, model: Any) -> Any:
+    """The calibration the flags give: the inputs' directory, a table read back (checked against
+    the model by compile_model), or none."""
+    if args.calibration_table is not None:
+        from pydla.compiler.calibration_table import CalibrationTable
+
+        return CalibrationTable.load(args.calibration_table, flag="--calibration-table")
+    return args.calibrate
+
+
 def _compile(args: argparse.Namespace) -> int:
     from pydla.compiler.api import compile_model
     from pydla.compiler.input_shapes import parse_input_shapes
 
     shapes = parse_input_shapes(args.input_shape)  # a malformed flag fails before the model is read
+    if args.calibration_table_out is not None and args.calibrate is None:
+        from pydla.errors import DlaError, NvError
+
+        raise DlaError(NvError.BadParameter, "--calibration-table-out needs --calibrate DIR (the inputs to "
+                                             "calibrate with)")
     read_head(args.model)  # a missing file, a directory: said before anything else
+    if args.calibration_table is not None:
+        read_head(args.calibration_table)
     out = args.output or args.model.with_suffix(".dla")
     # Before compiling (which may take minutes), and never onto the model itself.
     check_output(out, "-o" if args.output is not None else None, {"the model being compiled": args.model})
@@ -89,9 +125,13 @@ def _compile(args: argparse.Namespace) -> int:
         defaults = batch_defaults(model, shapes)
         notes = [batch_note(vi.name, declared(vi) or [], "compiled") for vi in graph_inputs(model)
                  if vi.name in defaults]
+        calibration = _calibration(args, model)
         result = compile_model(model, config=args.config, precision=args.precision, progress=progress,
                                input_shapes=GivenShapes({**shapes, **defaults}, named=FLAG),
-                               shave=not args.no_shave, base_dir=args.model.resolve().parent)
+                               shave=not args.no_shave, base_dir=args.model.resolve().parent,
+                               calibration=calibration, calibration_method=args.calibration_method,
+                               calibration_table_out=args.calibration_table_out,
+                               dequantize_qdq=args.dequantize_qdq, name=str(args.model))
     finally:
         if collecting:
             gc.enable()
@@ -104,6 +144,8 @@ def _compile(args: argparse.Namespace) -> int:
     if not args.quiet:
         for note in notes:
             print(note)
+        if args.calibration_table_out is not None:
+            print(f"calibration table: {args.calibration_table_out} ({args.calibration_method})")
         ops = ", ".join(f"{b} {n}" for b, n in sorted(result.operations.items()))
         print(f"{out}: {len(result.blob)} bytes, {sum(result.operations.values())} device operations "
               f"({ops}) from {result.steps} steps in {(time.perf_counter() - t0) * 1e3:.0f} ms")

@@ -42,6 +42,9 @@ class Graph:
     # The opsets the model imports, by domain (the default one's is ``opset``): shape inference of the
     # graph as folded sees them all.
     imports: dict[str, int] = field(default_factory=dict)
+    # The float32 inputs and outputs that the loadable keeps float16, as the model declared them
+    # (a float16 model compiled at fp16 precision: see pydla.compiler.half).
+    half_io: frozenset[str] = frozenset()
 
     def is_empty(self, name: str) -> bool:
         """A tensor with a dimension of 0: it holds nothing, so it is known (a constant)."""

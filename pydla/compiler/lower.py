@@ -171,7 +171,7 @@ class Lowering:
             return cpuops.Buf(ref.buffer, ref.offset, value.nbytes)
         dtype = self.g.dtypes[tensor]
         size = prod(self.g.shapes[tensor]) * dtype.itemsize
-        if tensor in self.input_index:
+        if tensor in self.input_index and tensor not in self.g.half_io:
             return cpuops.Buf(f"in{self.input_index[tensor]}", 0, size)
         if self.storage_dtype(tensor) != dtype:
             raise DlaError(NvError.NotSupported, f"{where}: parameter '{tensor}' is computed in "
@@ -216,7 +216,8 @@ class Lowering:
             for i, name in enumerate(self.g.inputs):  # model-layout fp32 in, device fp16 scratch out
                 if self.is_float(name) and not self.g.is_empty(name):
                     shape = flat_cube(self.g.shapes[name], f"input '{name}'")
-                    self.tb.sdp(self.tb.cube(f"in{i}", shape, precision="fp32"), self.cube(name, name))
+                    self.tb.sdp(self.tb.cube(f"in{i}", shape, precision=self.io_precision(name)),
+                                self.cube(name, name))
         for i, step in enumerate(steps):
             report(self.progress, "lowering", i + 1, len(steps), step.head.name)
             self.temp_used = 0
@@ -232,9 +233,19 @@ class Lowering:
             for i, name in enumerate(self.g.outputs):
                 if self.is_float(name) and not self.g.is_empty(name):
                     shape = flat_cube(self.g.shapes[name], f"output '{name}'")
-                    self.tb.sdp(self.cube(name, name), self.tb.cube(f"out{i}", shape, precision="fp32"))
+                    self.tb.sdp(self.cube(name, name),
+                                self.tb.cube(f"out{i}", shape, precision=self.io_precision(name)))
         report(self.progress, "writing")
         return self.emit(len(steps))
+
+    def io_precision(self, tensor: str) -> str:
+        """The precision of a float graph input's or output's own buffer: fp32, or fp16 for the
+        float16 inputs and outputs of a float16 model (:mod:`pydla.compiler.half`)."""
+        return "fp16" if tensor in self.g.half_io else "fp32"
+
+    def io_dtype(self, tensor: str) -> np.dtype[Any]:
+        """The element type of a graph input or output in the loadable."""
+        return np.dtype(np.float16) if tensor in self.g.half_io else self.g.dtypes[tensor]
 
     def _alias(self, step: Step) -> None:
         pass  # same bytes: the planner made both names one tensor
@@ -315,14 +326,14 @@ class Lowering:
         data_types: dict[str, int] = {}
         for prefix, names in (("in", self.g.inputs), ("out", self.g.outputs)):
             for i, name in enumerate(names):
-                dtype = DATA_TYPES.get(self.g.dtypes[name])
+                dtype = DATA_TYPES.get(self.io_dtype(name))
                 if dtype is None:
                     what = "input" if prefix == "in" else "output"
                     raise DlaError(NvError.NotSupported,
                                    f"{what} '{name}' is {self.g.dtypes[name]}: a loadable's tensors are "
                                    f"{', '.join(str(t) for t in DATA_TYPES)}")
                 data_types[name] = int(dtype)
-                sizes[f"{prefix}{i}"] = prod(self.g.shapes[name]) * self.g.dtypes[name].itemsize
+                sizes[f"{prefix}{i}"] = prod(self.g.shapes[name]) * self.io_dtype(name).itemsize
         if self.plan.peak + self.temp_peak:
             sizes[SCRATCH] = self.plan.peak + self.temp_peak
         sizes[WEIGHTS] = max(len(self.weights), 8)

@@ -103,6 +103,37 @@ def _model(recipe: Any) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if v not in ("", {}, None)}
 
 
+def _calibration(recipe: Any) -> dict[str, Any] | None:
+    """The INT8 calibration table the compiler recorded in the recipe header (metadata: read through
+    the table's own checks; a malformed one is shown as such, not trusted)."""
+    header = recipe.raw.get("header") if isinstance(recipe.raw, dict) else None
+    raw = header.get("calibration") if isinstance(header, dict) else None
+    if raw is None:
+        return None
+    import json
+
+    from pydla.compiler.calibration_table import CalibrationTable
+    from pydla.errors import DlaError
+
+    try:
+        return CalibrationTable.parse(json.dumps(raw), "the recorded calibration table").as_json()
+    except DlaError as e:
+        return {"invalid": e.message}
+
+
+def _quantized_model(recipe: Any) -> str | None:
+    """What the compiler recorded of a quantized model it compiled in float (--dequantize-qdq), as
+    one line; metadata, so only well-formed counts are shown."""
+    header = recipe.raw.get("header") if isinstance(recipe.raw, dict) else None
+    raw = header.get("quantized_model") if isinstance(header, dict) else None
+    if not isinstance(raw, dict) or not isinstance(raw.get("operators"), dict):
+        return None
+    ops = {k: v for k, v in raw["operators"].items() if isinstance(k, str) and type(v) is int}
+    counts = [raw.get(k) if type(raw.get(k)) is int else 0 for k in ("tensors", "per_channel")]
+    return (f"{', '.join(f'{n} {printable(op)}' for op, n in ops.items())}; {counts[0]} quantized tensors "
+            f"({counts[1]} per channel), computed dequantized in float")
+
+
 def describe(lo: Any) -> dict[str, Any]:
     """A loadable's contents as plain data (what ``pydla info --json`` prints)."""
     import collections
@@ -143,6 +174,8 @@ def describe(lo: Any) -> dict[str, Any]:
         "shave_task_lists": shave_lists,
         "shave_kernels": sorted({t["kernel"] for s in shave_lists for t in s["kernel_tasks"]}),
         "cpu_runs": _cpu_runs(lo.recipe),
+        "calibration": _calibration(lo.recipe),
+        "quantized_model": _quantized_model(lo.recipe),
         "sections": lo.section_sizes(),
         "section_names": section_names(lo.elf),
     }
@@ -197,9 +230,33 @@ def _info(args: argparse.Namespace, check_content: ContentCheck = _no_content_ch
     for r in info["cpu_runs"]:
         made_by = f" for node '{r['node']}' ({r.get('op', '?')}): {r.get('why', '')}" if "node" in r else ""
         print(f"cpu run {r['run']} from {r['library']}{made_by}")
+    _print_calibration(info.get("calibration"))
+    if info.get("quantized_model"):
+        print(f"quantized model: {info['quantized_model']}")
     print("sections (dump one with --dump-section NAME[:FILE]):")
     _print_sections(info["sections"])
     return 0
+
+
+SHOWN_CALIBRATED = 20  # tensors listed by the text form (--json lists every one)
+
+
+def _print_calibration(table: dict[str, Any] | None) -> None:
+    if table is None:
+        return
+    if "invalid" in table:
+        print(f"calibration: {printable(table['invalid'])}")
+        return
+    tensors = table["tensors"]
+    model = table["model"]
+    print(f"calibration: {table['method']}, {len(tensors)} tensors from {table['samples']} samples (table "
+          f"version {table['version']}, model {printable(model['name'])} {model['digest'][:19]})")
+    for name, t in list(tensors.items())[:SHOWN_CALIBRATED]:
+        lo, hi = t["range"]
+        print(f"  {printable(name):<24} scale {t['scale']:.6g} zero point {t['zero_point']} "
+              f"range [{lo:.6g}, {hi:.6g}]")
+    if len(tensors) > SHOWN_CALIBRATED:
+        print(f"  ... {len(tensors) - SHOWN_CALIBRATED} more (--json lists them all)")
 
 
 def _print_shave(info: dict[str, Any]) -> None:

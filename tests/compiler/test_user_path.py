@@ -81,8 +81,11 @@ class _Terminal(io.StringIO):
 
 
 def _compile_args(path: Path) -> argparse.Namespace:
-    return argparse.Namespace(model=path, output=None, config="full", precision="fp32", quiet=False,
-                              input_shape=[], no_shave=False)
+    """`pydla compile PATH --precision fp32` as the command line parses it (every option's default)."""
+    from pydla.cli import build_parser
+
+    args: argparse.Namespace = build_parser().parse_args(["compile", str(path), "--precision", "fp32"])
+    return args
 
 
 @pytest.mark.parametrize("terminal", [True, False])
