@@ -19,6 +19,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw import compute
 from pydla.hw.blockio import F32, Array, ContextMemory, HwError, addr, f32
 from pydla.hw.blockio import bad_config as _bad
+from pydla.hw.lut import LUT_INDEXED_MIN_ENTRIES, Interpolator
 
 _EW = {R.sdp_ew_op_e.ADD: "add", R.sdp_ew_op_e.SUB: "sub", R.sdp_ew_op_e.MUL: "mul",
        R.sdp_ew_op_e.MAX: "max", R.sdp_ew_op_e.MIN: "min", R.sdp_ew_op_e.DIV: "div"}
@@ -154,6 +155,8 @@ def _decode_lut(r: Any, mem: ContextMemory) -> Callable[[Array], None]:
     _bad(not (np.isfinite(start) and np.isfinite(end) and start < end),
          f"SDP: LUT range {start}..{end}")
     table = mem.vector(addr(r.d_lut_addr_lo, r.d_lut_addr_hi), n, np.dtype(np.float32))
+    if n >= LUT_INDEXED_MIN_ENTRIES:
+        return Interpolator(table, start, end)  # np.interp's results, without its binary search
     grid = np.linspace(start, end, n)
 
     def interpolate(x: Array) -> None:
