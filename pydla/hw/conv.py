@@ -36,6 +36,7 @@ from pydla.hw.arrays import (
     stack,
 )
 from pydla.hw.blas import SGEMM
+from pydla.hw.depthwise_last import depthwise_channels_last
 from pydla.target.config import SHIFT_MIN_CHANNELS
 
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
@@ -50,7 +51,7 @@ _WIDE_MAX_EXTRA = 0.125  # at most this fraction of extra (cropped) matmul colum
 # about this much (measured on MobileNet-v2's shapes: 2 to 8 MiB alike; 0.5 and 1 MiB slower).
 _DEPTHWISE_BLOCK_BYTES = 4 << 20
 # Depthwise convolutions with at most this many output pixels a channel run channels-last (see
-# _depthwise_channels_last; measured crossover between 64 and 196).
+# pydla.hw.depthwise_last; measured crossover between 64 and 196).
 _DEPTHWISE_CHANNELS_LAST_PIXELS = 64
 # Grouped products go to BLAS one group at a time up to this many groups; past it, numpy's batched
 # matmul (one call) costs less than the calls.
@@ -548,15 +549,17 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
     k, _, kh, kw = w32.shape
     m = k // c  # channel multiplier: outputs c*m .. c*m + m - 1 read input channel c
     ho, wo = res.shape[1:]
+    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
+    rest = [a for a in adds if _per_channel(a) is None]
     if m == 1 and ho * wo <= _DEPTHWISE_CHANNELS_LAST_PIXELS:
-        _depthwise_channels_last(x, w32, stride, pads, dilation, res, adds)
+        depthwise_channels_last(x, w32, stride, pads, dilation, res, biases)
+        for addend in rest:
+            np.add(res, addend, out=res, dtype=np.float32)
         return
     packed = (wd == 1 or x.strides[2] == x.itemsize) and (h == 1 or x.strides[1] == wd * x.itemsize)
     plan = _depthwise_plan(h, wd, (kh, kw), stride, pads, dilation, (ho, wo), packed)
     pitch, n = plan.pitch, plan.n
     count = kh * kw
-    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
-    rest = [a for a in adds if _per_channel(a) is None]
     rows = count + 1 if biases else count
     taps = scratch("dw-taps", (c, m, rows))
     taps[:, :, :count].reshape(c, m, kw, kh)[...] = w32.reshape(c, m, kh, kw).transpose(0, 1, 3, 2)
@@ -613,59 +616,6 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
             np.matmul(taps[c0:c0 + cb], cols, out=prod)
             _store(res[lo_k:hi_k], prod.reshape(cb * m, ho, pitch)[:, :, :wo],
                    [addend[lo_k:hi_k] for addend in rest])
-
-
-def _depthwise_channels_last(x: FloatArray, w32: F32Array, stride: tuple[int, int],
-                             pads: tuple[int, int], dilation: tuple[int, int], res: F32Array,
-                             adds: Sequence[FloatArray] = ()) -> None:
-    """:func:`_depthwise` on small maps (one output channel per input channel): the zero-padded input
-    copied once channels-last, (H, W, C), then per kernel tap one multiply by the taps' C weights
-    and one add into a (Ho, Wo, C) accumulator that starts from the per-channel addends (a bias),
-    and the accumulator copied back planar with the other addends.
-
-    On small maps the column-matrix kernel's copies are one short run (a line's worth) per channel
-    and tap, and its product one BLAS call per channel; here every pass runs over C contiguous
-    values per pixel. Sums are float32, tap after tap (the column-matrix kernel leaves the order to
-    BLAS): the two agree within float32 rounding of the sum (tests/hw/test_depthwise.py's bound).
-
-    Measured (this machine, 2 cores shared with other engineers' test runs, load average 8-9;
-    minimum of 30 calls, bias added, OPENBLAS_NUM_THREADS=1; the column-matrix kernel -> this):
-    MobileNet-v3-small at 128x128 240x8x8 5x5 255 -> 201 us, 576x4x4 5x5 336 -> 151 us, 288x8x8 5x5
-    stride 2 202 -> 111 us; MobileNet-v2 at 224x224 960x7x7 3x3 261 -> 183 us. Past 64 output pixels
-    the column-matrix kernel is faster (14x14: 0.74x here, 16x16 0.84x, 56x56 0.45x).
-    """
-    c, h, wd = x.shape
-    kh, kw = w32.shape[2:]
-    _, ho, wo = res.shape
-    sh, sw = stride
-    dh, dw = dilation
-    pt, pl = pads
-    hn, wn = (ho - 1) * sh + (kh - 1) * dh + 1, (wo - 1) * sw + (kw - 1) * dw + 1
-    src = scratch("dw-last-in", (hn, wn, c))
-    hh, ww = max(0, min(h, hn - pt)), max(0, min(wd, wn - pl))
-    if hh < hn or ww < wn:
-        src.fill(0.0)  # small: one pass, rather than four border slices
-    np.copyto(src[pt:pt + hh, pl:pl + ww], x[:, :hh, :ww].transpose(1, 2, 0), casting="same_kind")
-    taps = scratch("dw-last-taps", (kh, kw, c))
-    np.copyto(taps, w32[:, 0].transpose(1, 2, 0))
-    acc = scratch("dw-last-acc", (ho, wo, c))
-    term = scratch("dw-last-term", (ho, wo, c))
-    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
-    rest = [a for a in adds if _per_channel(a) is None]
-    started = bool(biases)
-    if biases:
-        np.sum(biases, axis=0, out=acc[0, 0], dtype=np.float32)
-        acc[...] = acc[0, 0]
-    for i in range(kh):
-        for j in range(kw):
-            window = src[i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
-            if started:
-                np.multiply(window, taps[i, j], out=term)
-                np.add(acc, term, out=acc)
-            else:
-                np.multiply(window, taps[i, j], out=acc)
-                started = True
-    _store(res, acc.transpose(2, 0, 1), rest)
 
 
 def deconv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),

@@ -172,8 +172,8 @@ def test_channels_last_depthwise_agrees_with_the_column_matrix_kernel(seed: int,
         adds.append(rng.standard_normal((c, ho, wo)).astype(np.float32))
     ref, mag = _reference(x, wt, stride, pads, dilation, adds)  # type: ignore[arg-type]
     taken = []
-    real = conv._depthwise_channels_last
-    monkeypatch.setattr(conv, "_depthwise_channels_last", lambda *a: taken.append(1) or real(*a))
+    real = conv.depthwise_channels_last
+    monkeypatch.setattr(conv, "depthwise_channels_last", lambda *a: taken.append(1) or real(*a))
     kwargs: dict[str, Any] = {"stride": stride, "pads": pads, "dilation": dilation, "groups": c}
     for limit in (1 << 20, 0):  # every map channels-last, then none
         monkeypatch.setattr(conv, "_DEPTHWISE_CHANNELS_LAST_PIXELS", limit)
