@@ -271,8 +271,10 @@ def activation(x: FloatArray, kind: str, *, alpha: float = 0.0, clip_min: float 
     return dst
 
 
-_ELTWISE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-            "min": np.minimum, "div": np.divide}
+#: The ufunc of each element-wise op (SDP calls them straight on float32 memory).
+ELTWISE_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+                  "min": np.minimum, "div": np.divide}
+_ELTWISE = ELTWISE_UFUNCS
 
 
 def eltwise(a: FloatArray, b: FloatArray, op: EltwiseOp, out: FloatArray | None = None) -> FloatArray:

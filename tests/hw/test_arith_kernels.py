@@ -200,3 +200,95 @@ def test_channels_last_depthwise_into_a_strided_out() -> None:
     ids = as_strided(np.arange(buf.size)[2:], (12, 7, 7), (64 * 8, 9 * 8, 8))
     mask[ids.reshape(-1)] = False
     assert (buf[mask] == 3.0).all()
+
+
+# -- SDP from float32 memory ------------------------------------------------------------------------
+
+_UFUNC = {R.sdp_ew_op_e.ADD: np.add, R.sdp_ew_op_e.SUB: np.subtract, R.sdp_ew_op_e.MUL: np.multiply,
+          R.sdp_ew_op_e.MAX: np.maximum, R.sdp_ew_op_e.MIN: np.minimum, R.sdp_ew_op_e.DIV: np.divide}
+
+
+def _sdp_memory(dev: VirtualDevice, arena: Arena, src: Any, dst: Any, **regs: Any) -> None:
+    program(dev, "SDP", group=0, ctx_id=arena.ctx, precision=FP32, out_precision=FP32,
+            src_mode=int(R.sdp_src_mode_e.MEMORY), src=src, dst=dst, **regs)
+    program(dev, "SDP", op_enable=1)
+    assert status(dev) & done_bit("SDP", 0)
+
+
+@pytest.mark.parametrize("where", ["apart", "in_place", "operand_is_destination"])
+@pytest.mark.parametrize("act", ["none", "relu", "clamp"])
+@pytest.mark.parametrize("op", list(_UFUNC), ids=[op.name for op in _UFUNC])
+@pytest.mark.parametrize("mode", ["cube", "per_channel", "scalar"])
+def test_sdp_element_wise_from_memory_bit_for_bit(op: Any, mode: str, act: str, where: str) -> None:
+    """The element-wise stage straight from float32 memory into float32 memory: the float32 op on
+    the source and the operand as they lie, then the activation, bit for bit (zeros, NaN and
+    division by zero included), wherever the destination lies."""
+    dev = VirtualDevice("full", mode="deterministic")
+    try:
+        arena = Arena(dev)
+        rng = np.random.default_rng(int(op) * 7 + len(mode))
+        shape = (3, 4, 5)
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[0, 0, :3] = [0.0, np.nan, -0.0]
+        y = rng.standard_normal(shape).astype(np.float32)
+        y[0, 0, 3] = 0.0
+        operand = {"cube": y, "per_channel": y[:, :1, :1], "scalar": y[:1, :1, :1]}[mode]
+        src = arena.put(x, line_stride=8 * 4)
+        regs: dict[str, Any] = {"ew_op": int(op), "ew_mode": int(getattr(R.sdp_ew_mode_e, mode.upper()))}
+        if mode == "cube":
+            ew = arena.put(y, line_stride=6 * 4)
+            regs.update(ew_addr=ew.addr, ew_line_stride=ew.line_stride, ew_surf_stride=ew.surf_stride)
+        else:
+            regs["ew_addr"] = arena.vector(operand.reshape(-1))
+        dst = arena.cube(shape)
+        if where == "in_place":
+            dst = src
+        elif where == "operand_is_destination" and mode == "cube":
+            dst = ew
+        act_regs = {"none": {}, "relu": {"act": int(R.sdp_act_e.RELU)},
+                    "clamp": {"act": int(R.sdp_act_e.CLAMP), "act_min": -0.5, "act_max": 0.75}}[act]
+        _sdp_memory(dev, arena, src, dst, **regs, **act_regs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            expect = _UFUNC[op](x, operand, dtype=np.float32)
+        if act == "relu":
+            expect = np.maximum(expect, np.float32(0))
+        elif act == "clamp":
+            expect = np.clip(expect, np.float32(-0.5), np.float32(0.75))
+        np.testing.assert_array_equal(_bits(arena.get(dst)), _bits(expect))
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("entries", [2, 257])
+@pytest.mark.parametrize("where", ["apart", "in_place"])
+def test_sdp_lut_from_memory_bit_for_bit(entries: int, where: str) -> None:
+    dev = VirtualDevice("full", mode="deterministic")
+    try:
+        arena = Arena(dev)
+        rng = np.random.default_rng(entries)
+        x = rng.uniform(-5, 5, (2, 6, 7)).astype(np.float32)
+        table = rng.standard_normal(entries).astype(np.float32)
+        src = arena.put(x, line_stride=9 * 4)
+        dst = src if where == "in_place" else arena.cube(x.shape)
+        _sdp_memory(dev, arena, src, dst, act=int(R.sdp_act_e.LUT), lut_addr=arena.vector(table),
+                    lut_entries=entries, lut_start=-3.0, lut_end=3.0)
+        expect = np.interp(x, np.linspace(-3.0, 3.0, entries), table.astype(np.float64)).astype(np.float32)
+        np.testing.assert_array_equal(_bits(arena.get(dst)), _bits(expect))
+    finally:
+        dev.close()
+
+
+def test_np_interp_in_blocks_of_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDP's short tables: np.interp a block of channels at a time, into another array or in place,
+    on strided views; the same bits as one call."""
+    monkeypatch.setattr(lut, "INTERP_BLOCK", 50)  # blocks of 2 channels of 5x5, a ragged last one
+    rng = np.random.default_rng(4)
+    base = rng.uniform(-4, 4, (7, 6, 8)).astype(np.float32)
+    x = base[:, :5, 1:6]
+    grid, fp = np.linspace(-3.0, 3.0, 2), np.array([0.0, 1.0])
+    expect = np.interp(x, grid, fp).astype(np.float32)
+    out = np.full((7, 5, 5), np.nan, np.float32)
+    lut.interp_blocks(x, grid, fp, out)
+    np.testing.assert_array_equal(_bits(out), _bits(expect))
+    lut.interp_blocks(x, grid, fp, x)
+    np.testing.assert_array_equal(_bits(x), _bits(expect))
