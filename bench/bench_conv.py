@@ -171,6 +171,9 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also check the results agree")
     parser.add_argument("--depthwise", action="store_true",
                         help="depthwise shapes (MobileNet-v2, v3): new kernel, old kernel and onnxruntime")
+    parser.add_argument("--only", default="",
+                        help="with --depthwise: only the shapes whose name holds one of these "
+                        "comma-separated parts (e.g. v3s,7x7)")
     parser.add_argument("--bias", action="store_true", help="with --depthwise: add a per-channel bias")
     args = parser.parse_args()
     if args.depthwise:
@@ -217,6 +220,8 @@ def _bench_depthwise(args: argparse.Namespace) -> None:
     print(f"{'shape':22} {'layers':>6} {'new ms':>8} {'col ms':>8} {'old ms':>8} {'ort ms':>8} "
           f"{'new/col':>8} {'new/old':>8} {'new/ort':>8} {'old/ort':>8}")
     for name, c, h, kernel, stride, pad, layers in DEPTHWISE_SHAPES:
+        if args.only and not any(part in name for part in args.only.split(",")):
+            continue
         x = rng.standard_normal((1, c, h, h), dtype=np.float32)
         w = rng.standard_normal((c, 1, kernel, kernel), dtype=np.float32)
         bias = rng.standard_normal(c, dtype=np.float32) if args.bias else None
