@@ -91,7 +91,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
 
     - 1x1, stride 1, unpadded: one matmul on x as it lies in memory;
     - depthwise (one input channel per group): a batched matmul over blocks of channels (see
-      :func:`_depthwise`);
+      :func:`_depthwise`), or on maps of at most 64 output pixels per channel, channels-last tap by
+      tap (:mod:`pydla.hw.depthwise_last`);
     - wide maps: "wide" im2col, each row of the column matrix one contiguous run of a stride phase
       of the zero-padded input (Ho whole lines), the extra columns cropped after the matmul;
     - otherwise: im2col as a strided view of the (padded) input copied once;
