@@ -11,8 +11,10 @@ for the other's threads or caches; the medians and their ratio are printed per s
 of the summed medians over all shapes last.
 
 --depthwise: MobileNet-v2's depthwise convolutions at 224x224 (3x3, stride 1 and 2, pads 1; each
-shape with the number of layers that have it) and MobileNet-v3-large's 5x5 ones, timed three ways in
-alternating blocks: conv2d as it is ("new"), conv2d with the depthwise kernel it had before
+shape with the number of layers that have it), MobileNet-v3-large's 5x5 ones and MobileNet-v3-small's
+at 128x128, timed four ways in alternating blocks: conv2d as it is ("new"), conv2d with its
+column-matrix kernel on every map ("column": the channels-last kernel for maps of at most 64 output
+pixels, pydla.hw.depthwise_last, turned off), conv2d with the depthwise kernel it had before
 (``_old_depthwise`` below, kept here as the anchor: per block of channels, the taps' im2col of the
 zero-padded input in the wide layout, then a batched matmul and a crop), and onnxruntime's Conv with
 group = C. Per shape: the medians and their ratios; then the sums over MobileNet-v2's depthwise layers
@@ -65,6 +67,13 @@ DEPTHWISE_SHAPES = [
     ("v3 120x28x28 5x5 s1", 120, 28, 5, 1, 2, 0),
     ("v3 672x14x14 5x5 s2", 672, 14, 5, 2, 2, 0),
     ("v3 960x7x7 5x5 s1", 960, 7, 5, 1, 2, 0),
+    # MobileNet-v3-small's at 128x128 (small maps: the channels-last kernel's).
+    ("v3s 88x16x16 3x3 s1", 88, 16, 3, 1, 1, 0),
+    ("v3s 96x16x16 5x5 s2", 96, 16, 5, 2, 2, 0),
+    ("v3s 240x8x8 5x5 s1", 240, 8, 5, 1, 2, 0),
+    ("v3s 120x8x8 5x5 s1", 120, 8, 5, 1, 2, 0),
+    ("v3s 288x8x8 5x5 s2", 288, 8, 5, 2, 2, 0),
+    ("v3s 576x4x4 5x5 s1", 576, 4, 5, 1, 2, 0),
 ]
 
 _OLD_DEPTHWISE_BLOCK_BYTES = 4 << 20
@@ -162,6 +171,9 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also check the results agree")
     parser.add_argument("--depthwise", action="store_true",
                         help="depthwise shapes (MobileNet-v2, v3): new kernel, old kernel and onnxruntime")
+    parser.add_argument("--only", default="",
+                        help="with --depthwise: only the shapes whose name holds one of these "
+                        "comma-separated parts (e.g. v3s,7x7)")
     parser.add_argument("--bias", action="store_true", help="with --depthwise: add a per-channel bias")
     args = parser.parse_args()
     if args.depthwise:
@@ -202,12 +214,14 @@ def main() -> None:
 
 def _bench_depthwise(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
-    sides = ("new", "old", "onnxruntime")
+    sides = ("new", "column", "old", "onnxruntime")
     v2 = dict.fromkeys(sides, 0.0)
     every = dict.fromkeys(sides, 0.0)
-    print(f"{'shape':22} {'layers':>6} {'new ms':>8} {'old ms':>8} {'ort ms':>8} {'new/old':>8} "
-          f"{'new/ort':>8} {'old/ort':>8}")
+    print(f"{'shape':22} {'layers':>6} {'new ms':>8} {'col ms':>8} {'old ms':>8} {'ort ms':>8} "
+          f"{'new/col':>8} {'new/old':>8} {'new/ort':>8} {'old/ort':>8}")
     for name, c, h, kernel, stride, pad, layers in DEPTHWISE_SHAPES:
+        if args.only and not any(part in name for part in args.only.split(",")):
+            continue
         x = rng.standard_normal((1, c, h, h), dtype=np.float32)
         w = rng.standard_normal((c, 1, kernel, kernel), dtype=np.float32)
         bias = rng.standard_normal(c, dtype=np.float32) if args.bias else None
@@ -216,25 +230,28 @@ def _bench_depthwise(args: argparse.Namespace) -> None:
         ho = (h + 2 * pad - kernel) // stride + 1
         out_new = np.empty((c, ho, ho), dtype=np.float32)
         out_old = np.empty((c, ho, ho), dtype=np.float32)
+        out_col = np.empty((c, ho, ho), dtype=np.float32)
         feeds = {"x": x}
 
         def run(out: np.ndarray, impl: Callable[..., None] | None = None, x: np.ndarray = x,
                 w: np.ndarray = w, stride: int = stride, pad: int = pad,
-                adds: list[np.ndarray] = adds) -> None:
-            saved = conv._depthwise
+                adds: list[np.ndarray] = adds, small: int = conv._DEPTHWISE_CHANNELS_LAST_PIXELS) -> None:
+            saved, saved_small = conv._depthwise, conv._DEPTHWISE_CHANNELS_LAST_PIXELS
             if impl is not None:
                 conv._depthwise = impl
+            conv._DEPTHWISE_CHANNELS_LAST_PIXELS = small
             try:
                 conv2d(x[0], w, stride=(stride, stride), pads=(pad,) * 4, groups=x.shape[1], out=out,
                        addends=adds)
             finally:
-                conv._depthwise = saved
+                conv._depthwise, conv._DEPTHWISE_CHANNELS_LAST_PIXELS = saved, saved_small
 
         def run_ort(sess: object = sess, feeds: dict[str, np.ndarray] = feeds) -> object:
             return sess.run(None, feeds)  # type: ignore[attr-defined]
 
         fns: dict[str, Callable[[], object]] = {
             "new": lambda out=out_new: run(out),
+            "column": lambda out=out_col: run(out, small=0),
             "old": lambda out=out_old: run(out, _old_depthwise),
             "onnxruntime": run_ort,
         }
@@ -242,18 +259,22 @@ def _bench_depthwise(args: argparse.Namespace) -> None:
             ref = run_ort()[0][0]  # type: ignore[index]
             fns["new"]()
             fns["old"]()
+            fns["column"]()
             np.testing.assert_allclose(out_new, out_old, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out_new, out_col, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(out_new, ref, rtol=1e-4, atol=1e-4)
         med = _time_blocks(fns, args.repeats, args.block, args.settle)
         for side in sides:
             v2[side] += med[side] * layers
             every[side] += med[side]
-        print(f"{name:22} {layers:6d} {med['new'] * 1e3:8.3f} {med['old'] * 1e3:8.3f} "
-              f"{med['onnxruntime'] * 1e3:8.3f} {med['new'] / med['old']:7.2f}x "
+        print(f"{name:22} {layers:6d} {med['new'] * 1e3:8.3f} {med['column'] * 1e3:8.3f} "
+              f"{med['old'] * 1e3:8.3f} {med['onnxruntime'] * 1e3:8.3f} {med['new'] / med['column']:7.2f}x "
+              f"{med['new'] / med['old']:7.2f}x "
               f"{med['new'] / med['onnxruntime']:7.2f}x {med['old'] / med['onnxruntime']:7.2f}x")
     for label, tot in (("MobileNet-v2 layers", v2), ("all shapes, once each", every)):
-        print(f"{label:22} {'':6} {tot['new'] * 1e3:8.3f} {tot['old'] * 1e3:8.3f} "
-              f"{tot['onnxruntime'] * 1e3:8.3f} {tot['new'] / tot['old']:7.2f}x "
+        print(f"{label:22} {'':6} {tot['new'] * 1e3:8.3f} {tot['column'] * 1e3:8.3f} {tot['old'] * 1e3:8.3f} "
+              f"{tot['onnxruntime'] * 1e3:8.3f} {tot['new'] / tot['column']:7.2f}x "
+              f"{tot['new'] / tot['old']:7.2f}x "
               f"{tot['new'] / tot['onnxruntime']:7.2f}x {tot['old'] / tot['onnxruntime']:7.2f}x")
 
 

@@ -27,12 +27,20 @@ to agree (allclose, tolerance relative to the output's largest magnitude). A net
 compiler or runtime refuses (DlaError) is printed as "refused: <message>" and counts as not met.
 The exit status is 0 when every chosen network meets its goal.
 
+With ``--threads N`` both sides compute on N threads: onnxruntime's intra-op pool and the BLAS
+library numpy and pydla's device share (OPENBLAS_NUM_THREADS, set by re-running this script with it
+when it differs). On a machine other work shares, ``--threads 1`` gives the figures that mean
+something: OpenBLAS's threads wait for each other by spinning and yielding, and when the cores are
+taken by other processes a product's threads meet only after their turns come (measured with a
+load average of 9 on 2 cores: SqueezeNet 1.1 at 128x128 640 ms a run with 2 BLAS threads, 40 ms
+with 1), while onnxruntime's pool (spinning off here) barely notices.
+
 With ``--size 32`` every chosen network takes a 32x32 input: what remains is mostly the cost of each
 device operation (MobileNet-v2 is judged against its 32x32 goal there; the others at their default
 size only).
 
 Run: python bench/bench_session.py [--model NAME|all | --nets NAME,NAME,...] [--repeats 7] [--block 3]
-     [--size N]
+     [--size N] [--threads N]
 """
 
 from __future__ import annotations
@@ -355,14 +363,15 @@ def feeds_of(name: str, model: Any, size: int) -> tuple[dict[str, np.ndarray], d
     return {"input": rng.standard_normal(shape).astype(np.float32)}, {}
 
 
-def measure(name: str, model: Any, repeats: int, goal: float, block: int = 3, size: int = 0) -> float | None:
+def measure(name: str, model: Any, repeats: int, goal: float, block: int = 3, size: int = 0,
+            threads: int | None = None) -> float | None:
     """Print pydla against onnxruntime on ``model``; the ratio, or None when pydla refuses the model."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     import pydla
     from pydla.compiler.api import compile_model
 
-    threads = os.cpu_count() or 1
+    threads = threads or os.cpu_count() or 1
     feeds, input_shapes = feeds_of(name, model, size)
     first = next(iter(feeds.values())).shape
     what = f"{name} {first[2]}x{first[3]}" if len(first) == 4 else f"{name} {'x'.join(map(str, first))}"
@@ -410,7 +419,8 @@ def measure(name: str, model: Any, repeats: int, goal: float, block: int = 3, si
     print(f"{what}: compile (twice) + load {setup_ms:.0f} ms; max relative error {err:.1e}; "
           f"{len(cpu_runs)} CPU runs{' (' + ', '.join(ops) + ')' if ops else ''}")
     print(f"  pydla Session.run   {med['pydla']:8.1f} ms  (median of {repeats} blocks of {block})")
-    print(f"  onnxruntime         {med['onnxruntime']:8.1f} ms  ({threads} threads)")
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "as set")
+    print(f"  onnxruntime         {med['onnxruntime']:8.1f} ms  ({threads} threads; BLAS threads {blas})")
     print(f"  ratio {ratio:.2f}x (goal <= {goal}): {'met' if ratio <= goal else 'NOT met'}")
     return ratio
 
@@ -427,9 +437,19 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=None,
                         help="input height and width for every chosen network (default: each network's "
                         + ", ".join(f"{n} {NETWORKS[n][1]}" for n in NETWORKS) + ")")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads of each side: onnxruntime's and the BLAS library's (default: "
+                        "onnxruntime as many as the machine has cores, BLAS as it is set)")
     args = parser.parse_args()
     if args.size is not None and not 32 <= args.size <= 1024:
         parser.error("--size must be 32..1024")
+    if args.threads is not None:
+        if not 1 <= args.threads <= 256:
+            parser.error("--threads must be 1..256")
+        if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+            # BLAS reads its thread count when it loads: run again with it set.
+            os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+            os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.nets is not None:
         chosen = [n.strip() for n in args.nets.split(",") if n.strip()]
         unknown = [n for n in chosen if n not in NETWORKS]
@@ -444,7 +464,8 @@ def main() -> None:
         build, size, goal = NETWORKS[name]
         if name == "mobilenetv2" and args.size == 32:
             goal = GOAL_MOBILENET_32
-        ratio = measure(name, build(args.size or size), args.repeats, goal, args.block, args.size or size)
+        ratio = measure(name, build(args.size or size), args.repeats, goal, args.block, args.size or size,
+                        args.threads)
         met.append(ratio is not None and ratio <= goal)
     sys.exit(0 if all(met) else 1)
 

@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from pydla.hw.arrays import (
     F32,
     ITEM,
+    F32Array,
     FloatArray,
     bad,
     channel_param,
@@ -108,8 +109,10 @@ def pool2d(x: FloatArray, *, kernel: tuple[int, int], stride: tuple[int, int],
     check_out(out, (c, ho, wo))
     dtype = result_dtype(x, out)
 
-    fill = {"max": -np.inf, "min": np.inf, "avg": 0.0}[method]
     reduce = {"max": np.maximum, "min": np.minimum, "avg": np.add}[method]
+    if (ho, wo) == (1, 1) and (kh, kw) == (h, wd) and not (pt or pl or pb or pr):
+        return finish(_whole_map_pool(x, reduce, method == "avg"), out, dtype)
+    fill = {"max": -np.inf, "min": np.inf, "avg": 0.0}[method]
     hn, wn = (ho - 1) * sh + kh, (wo - 1) * sw + kw
     needs_pad = bool(pt or pl or hn > h or wn > wd)
     res = f32_target(out, (c, ho, wo), x)
@@ -147,6 +150,28 @@ def pool2d(x: FloatArray, *, kernel: tuple[int, int], stride: tuple[int, int],
         count = np.maximum(np.outer(n_h, n_w), 1).astype(np.float32)
         np.divide(res, count, out=res)
     return finish(res, out, dtype)
+
+
+def _whole_map_pool(x: FloatArray, reduce: np.ufunc, average: bool) -> F32Array:
+    """A window over the whole map (a squeeze-excite block's global average through the PDP): the
+    same sums in the same order as the separable passes of :func:`pool2d` (along each line, then
+    down the column of line results, one element after another), as two reductions over the
+    leading axis of a (W, H, C) copy: numpy adds whole lines of C there, instead of one ufunc call
+    per kernel tap over (C, H) views with H-long inner loops, so the result is bit for bit the
+    same (tested).
+
+    Measured (this machine, 2 cores shared, load average 8-9; minimum of 50 calls, the one-element
+    windows of MobileNet-v3-small at 128x128 and MobileNet-v2 at 224x224): 240x8x8 41 -> 15 us,
+    576x4x4 30 -> 11 us, 1280x7x7 57 -> 49 us, 16x32x32 152 -> 30 us.
+    """
+    c, h, w = x.shape
+    across = np.empty((w, h, c), dtype=np.float32)
+    np.copyto(across, x.transpose(2, 1, 0), casting="same_kind")
+    lines = reduce.reduce(across, axis=0)  # (H, C): sequential over each line's W elements
+    res: F32Array = reduce.reduce(lines, axis=0)  # (C,): sequential over the H line results
+    if average:
+        np.divide(res, np.float32(h * w), out=res)
+    return res.reshape(c, 1, 1)
 
 
 def global_pool(x: FloatArray, method: GlobalPoolMethod = "avg", out: FloatArray | None = None) -> FloatArray:
@@ -246,8 +271,10 @@ def activation(x: FloatArray, kind: str, *, alpha: float = 0.0, clip_min: float 
     return dst
 
 
-_ELTWISE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-            "min": np.minimum, "div": np.divide}
+#: The ufunc of each element-wise op (SDP calls them straight on float32 memory).
+ELTWISE_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+                  "min": np.minimum, "div": np.divide}
+_ELTWISE = ELTWISE_UFUNCS
 
 
 def eltwise(a: FloatArray, b: FloatArray, op: EltwiseOp, out: FloatArray | None = None) -> FloatArray:

@@ -36,6 +36,7 @@ from pydla.hw.arrays import (
     stack,
 )
 from pydla.hw.blas import SGEMM
+from pydla.hw.depthwise_last import depthwise_channels_last
 from pydla.target.config import SHIFT_MIN_CHANNELS
 
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
@@ -49,6 +50,9 @@ _WIDE_MAX_EXTRA = 0.125  # at most this fraction of extra (cropped) matmul colum
 # Depthwise convolution works on blocks of channels whose column matrix (and stride phases) take
 # about this much (measured on MobileNet-v2's shapes: 2 to 8 MiB alike; 0.5 and 1 MiB slower).
 _DEPTHWISE_BLOCK_BYTES = 4 << 20
+# Depthwise convolutions with at most this many output pixels a channel run channels-last (see
+# pydla.hw.depthwise_last; measured crossover between 64 and 196).
+_DEPTHWISE_CHANNELS_LAST_PIXELS = 64
 # Grouped products go to BLAS one group at a time up to this many groups; past it, numpy's batched
 # matmul (one call) costs less than the calls.
 _SGEMM_MAX_STACK = 64
@@ -87,7 +91,8 @@ def conv2d(x: FloatArray, w: FloatArray, *, stride: tuple[int, int] = (1, 1),
 
     - 1x1, stride 1, unpadded: one matmul on x as it lies in memory;
     - depthwise (one input channel per group): a batched matmul over blocks of channels (see
-      :func:`_depthwise`);
+      :func:`_depthwise`), or on maps of at most 64 output pixels per channel, channels-last tap by
+      tap (:mod:`pydla.hw.depthwise_last`);
     - wide maps: "wide" im2col, each row of the column matrix one contiguous run of a stride phase
       of the zero-padded input (Ho whole lines), the extra columns cropped after the matmul;
     - otherwise: im2col as a strided view of the (padded) input copied once;
@@ -545,12 +550,17 @@ def _depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: tupl
     k, _, kh, kw = w32.shape
     m = k // c  # channel multiplier: outputs c*m .. c*m + m - 1 read input channel c
     ho, wo = res.shape[1:]
+    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
+    rest = [a for a in adds if _per_channel(a) is None]
+    if m == 1 and ho * wo <= _DEPTHWISE_CHANNELS_LAST_PIXELS:
+        depthwise_channels_last(x, w32, stride, pads, dilation, res, biases)
+        for addend in rest:
+            np.add(res, addend, out=res, dtype=np.float32)
+        return
     packed = (wd == 1 or x.strides[2] == x.itemsize) and (h == 1 or x.strides[1] == wd * x.itemsize)
     plan = _depthwise_plan(h, wd, (kh, kw), stride, pads, dilation, (ho, wo), packed)
     pitch, n = plan.pitch, plan.n
     count = kh * kw
-    biases = [b for b in (_per_channel(a) for a in adds) if b is not None]
-    rest = [a for a in adds if _per_channel(a) is None]
     rows = count + 1 if biases else count
     taps = scratch("dw-taps", (c, m, rows))
     taps[:, :, :count].reshape(c, m, kw, kh)[...] = w32.reshape(c, m, kh, kw).transpose(0, 1, 3, 2)

@@ -19,6 +19,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw import compute
 from pydla.hw.blockio import F32, Array, ContextMemory, HwError, addr, f32
 from pydla.hw.blockio import bad_config as _bad
+from pydla.hw.lut import LUT_INDEXED_MIN_ENTRIES, Interpolator, interp_blocks
 
 _EW = {R.sdp_ew_op_e.ADD: "add", R.sdp_ew_op_e.SUB: "sub", R.sdp_ew_op_e.MUL: "mul",
        R.sdp_ew_op_e.MAX: "max", R.sdp_ew_op_e.MIN: "min", R.sdp_ew_op_e.DIV: "div"}
@@ -96,8 +97,11 @@ def decode_sdp(r: Any, mem: ContextMemory) -> Callable[[Array | None, bool], Non
             if ew is not None:
                 x = _eltwise(x, ew, dims)
         if lut is not None:
-            lut(x)
-            np.copyto(dst, x, casting="unsafe")
+            if dst.dtype == F32:
+                lut(x, dst)  # straight into the destination
+            else:
+                lut(x, x)  # rounded to float32 first, as float16 results always were
+                np.copyto(dst, x, casting="unsafe")
             return
         assert act is not None
         same = (x.dtype == dst.dtype and x.strides == dst.strides and np.may_share_memory(x, dst)
@@ -113,6 +117,34 @@ def decode_sdp(r: Any, mem: ContextMemory) -> Callable[[Array | None, bool], Non
             same = target is dst
         if not same:
             np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
+    if src is None or src.dtype != F32 or dst.dtype != F32 or bias is not None or scale is not None:
+        return execute
+    # From float32 memory into float32 memory without bias or batch norm: the stages read the source
+    # where it lies and write the destination, no float32 copy of the source in between (the same
+    # float32 operations on the same values: the same bits). Measured (this machine, 2 cores shared,
+    # load average 8-10; minimum of 60; HardSwish's multiply in MobileNet-v3-small at 128x128): a
+    # 16x64x64 multiply 18.9 -> 8.2 us, 240x8x8 5.2 -> 2.1 us; its 2-entry LUT 16x64x64 602 -> 569 us
+    # by this alone, 293 us with np.interp in blocks (see pydla.hw.lut.INTERP_BLOCK).
+    if lut is not None and ew is None:
+        def lookup(flying: Array | None, folded: bool) -> None:
+            if flying is not None or folded:
+                execute(flying, folded)
+                return
+            lut(src, dst)
+        return lookup
+    if ew is not None and not ew[2] and lut is None and (act == "none" or fast is not None):
+        combine = compute.ELTWISE_UFUNCS[ew[0]]
+        operand = ew[1]
+
+        def combined(flying: Array | None, folded: bool) -> None:
+            if flying is not None or folded:
+                execute(flying, folded)
+                return
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                combine(src, operand, out=dst)  # numpy reads overlapping inputs before writing
+            if act != "none" and fast is not None:
+                fast(dst, dst)
+        return combined
     return execute
 
 
@@ -147,15 +179,24 @@ def _eltwise(x: Array, ew: tuple[str, Array, bool], dims: tuple[int, int, int]) 
     return x
 
 
-def _decode_lut(r: Any, mem: ContextMemory) -> Callable[[Array], None]:
-    """Linear interpolation in a table of d_lut_entries f32 values over [d_lut_start, d_lut_end]."""
+def _decode_lut(r: Any, mem: ContextMemory) -> Callable[[Array, Array], None]:
+    """Linear interpolation in a table of d_lut_entries f32 values over [d_lut_start, d_lut_end]:
+    a function of x and the float32 array the result goes to (x itself, or another of x's shape)."""
     n, start, end = r.d_lut_entries, f32(r.d_lut_start), f32(r.d_lut_end)
     _bad(not 2 <= n <= 257, f"SDP: LUT of {n} entries (2..257)")
     _bad(not (np.isfinite(start) and np.isfinite(end) and start < end),
          f"SDP: LUT range {start}..{end}")
     table = mem.vector(addr(r.d_lut_addr_lo, r.d_lut_addr_hi), n, np.dtype(np.float32))
+    if n >= LUT_INDEXED_MIN_ENTRIES:
+        indexed = Interpolator(table, start, end)  # np.interp's results, without its binary search
+
+        def interpolate_indexed(x: Array, out: Array) -> None:
+            if out is not x:
+                np.copyto(out, x, casting="same_kind")
+            indexed(out)
+        return interpolate_indexed
     grid = np.linspace(start, end, n)
 
-    def interpolate(x: Array) -> None:
-        x[...] = np.interp(x, grid, table.astype(np.float64))  # the table as it is now
+    def interpolate(x: Array, out: Array) -> None:
+        interp_blocks(x, grid, table.astype(np.float64), out)  # the table as it is now
     return interpolate

@@ -1,0 +1,144 @@
+"""The device's pooling and LUT kernels against their anchors, on the shapes the benchmark networks
+give them.
+
+- pool: PDP's window over a whole map (squeeze-excite's global average in MobileNet-v3-small at
+  128x128, MobileNet-v2's head at 224x224) as pydla computes it (``pool2d``: two reductions over a
+  channels-last copy), against the separable passes every other window takes (the same window on an
+  input one column wider, stride 2 along it: one window, the general path) and onnxruntime's
+  GlobalAveragePool (one thread, not spinning);
+- lut: SDP's lookup-table interpolation (pydla.hw.sdp's choice: the indexed interpolation for tables
+  of 64 entries or more, np.interp a block of channels at a time below) against np.interp in one
+  call, on float32 maps of MobileNet-v3-small's activation sizes, with tables of 2 (the compiler's
+  HardSigmoid), 17, 65 and 257 entries.
+
+Each side is timed in alternating blocks (one dropped run, then --block timed ones, a short sleep
+between blocks); medians are printed with the ratio pydla / anchor. Outputs are checked equal bit for
+bit (pool against the separable passes, lut against np.interp) before timing.
+
+Run: python bench/bench_kernels.py [--kernel pool|lut|all] [--repeats 7] [--block 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pydla.hw.compute import pool2d
+from pydla.hw.lut import LUT_INDEXED_MIN_ENTRIES, Interpolator, interp_blocks
+
+POOL_SHAPES = [(16, 32, 32), (96, 8, 8), (240, 8, 8), (144, 8, 8), (288, 4, 4), (576, 4, 4), (1280, 7, 7)]
+LUT_SIZES = [(16, 64, 64), (240, 8, 8), (576, 4, 4), (72, 32, 32)]
+LUT_ENTRIES = [2, 17, 65, 257]
+
+
+def _time(fns: dict[str, Callable[[], object]], repeats: int, block: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            time.sleep(0.02)
+            fn()
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _global_pool_session(shape: tuple[int, ...]) -> Any:
+    import onnxruntime as ort  # type: ignore[import-untyped]
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    graph = helper.make_graph([node], "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def bench_pool(repeats: int, block: int) -> None:
+    rng = np.random.default_rng(0)
+    print(f"{'whole-map average':20} {'pydla us':>9} {'passes us':>10} {'ort us':>8} {'/passes':>8} "
+          f"{'/ort':>7}")
+    for c, h, w in POOL_SHAPES:
+        wide = rng.standard_normal((c, h, w + 1)).astype(np.float32)
+        x = wide[:, :, :w].copy()
+        out = np.empty((c, 1, 1), np.float32)
+        general = np.empty((c, 1, 1), np.float32)
+        sess = _global_pool_session((1, c, h, w))
+        feeds = {"x": x[None]}
+        def whole(x: np.ndarray = x, out: np.ndarray = out, h: int = h, w: int = w) -> object:
+            return pool2d(x, kernel=(h, w), stride=(1, 1), method="avg", out=out)
+
+        def passes(wide: np.ndarray = wide, out: np.ndarray = general, h: int = h, w: int = w) -> object:
+            return pool2d(wide, kernel=(h, w), stride=(1, 2), method="avg", out=out)
+
+        def theirs(sess: Any = sess, feeds: dict[str, np.ndarray] = feeds) -> object:
+            return sess.run(None, feeds)
+
+        fns: dict[str, Callable[[], object]] = {"pydla": whole, "passes": passes, "ort": theirs}
+        for fn in fns.values():
+            fn()
+        np.testing.assert_array_equal(out.view(np.uint32), general.view(np.uint32))
+        med = _time(fns, repeats, block)
+        print(f"{f'{c}x{h}x{w}':20} {med['pydla'] * 1e6:9.1f} {med['passes'] * 1e6:10.1f} "
+              f"{med['ort'] * 1e6:8.1f} {med['pydla'] / med['passes']:7.2f}x "
+              f"{med['pydla'] / med['ort']:6.2f}x")
+
+
+def bench_lut(repeats: int, block: int) -> None:
+    rng = np.random.default_rng(1)
+    print(f"{'lut (entries, map)':24} {'pydla us':>9} {'interp us':>10} {'ratio':>7}")
+    for entries in LUT_ENTRIES:
+        grid = np.linspace(-3.0, 3.0, entries)
+        table = rng.standard_normal(entries).astype(np.float32)
+        indexed = Interpolator(table, -3.0, 3.0)
+        for shape in LUT_SIZES:
+            x = (rng.standard_normal(shape) * 2).astype(np.float32)
+            ours, theirs = x.copy(), x.copy()
+
+            def run_interp(y: np.ndarray = theirs, x: np.ndarray = x, grid: np.ndarray = grid,
+                           table: np.ndarray = table) -> None:
+                np.copyto(y, x)
+                y[...] = np.interp(y, grid, table.astype(np.float64))
+
+            def run_pydla(y: np.ndarray = ours, x: np.ndarray = x, entries: int = entries,
+                          grid: np.ndarray = grid, table: np.ndarray = table,
+                          indexed: Interpolator = indexed) -> None:
+                if entries >= LUT_INDEXED_MIN_ENTRIES:
+                    np.copyto(y, x)
+                    indexed(y)
+                else:
+                    interp_blocks(x, grid, table.astype(np.float64), y)
+
+            run_pydla()
+            run_interp()
+            np.testing.assert_array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+            med = _time({"pydla": run_pydla, "interp": run_interp}, repeats, block)
+            label = f"{entries}, {'x'.join(map(str, shape))}"
+            print(f"{label:24} {med['pydla'] * 1e6:9.1f} {med['interp'] * 1e6:10.1f} "
+                  f"{med['pydla'] / med['interp']:6.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", choices=("pool", "lut", "all"), default="all")
+    parser.add_argument("--repeats", type=int, default=7, help="alternating blocks per side")
+    parser.add_argument("--block", type=int, default=20, help="timed runs per block")
+    args = parser.parse_args()
+    if args.kernel in ("pool", "all"):
+        bench_pool(args.repeats, args.block)
+    if args.kernel in ("lut", "all"):
+        bench_lut(args.repeats, args.block)
+
+
+if __name__ == "__main__":
+    main()
