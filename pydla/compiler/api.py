@@ -44,7 +44,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     configuration with an INT8 path, and a calibration or a quantized (QDQ) model.
 
     ``calibration``: post-training INT8 calibration (:mod:`pydla.compiler.calibrate`): a
-    :class:`~pydla.compiler.calibration_table.CalibrationTable` or a table file's path (checked to be
+    :class:`~pydla.loadable.calibration_table.CalibrationTable` or a table file's path (checked to be
     this model's), a directory of .npy/.npz inputs or an iterable of input dicts, calibrated by
     ``calibration_method`` ("minmax", "percentile", "entropy"); the table is written to
     ``calibration_table_out`` when given (before a configuration without INT8 is refused) and

@@ -1,6 +1,6 @@
 """Post-training INT8 calibration: the float model run over calibration inputs, every float tensor's
 range collected (min-max, percentile or entropy: :mod:`pydla.compiler.ranges`), and the result as a
-calibration table (:mod:`pydla.compiler.calibration_table`).
+calibration table (:mod:`pydla.loadable.calibration_table`).
 
 The float model is run by onnxruntime when it is installed (the dev extra has it), else by onnx's
 reference implementation (the onnx extra): the ranges are those of the FP32 model as its authors
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from pydla.compiler.calibration_table import CalibrationTable, TensorRange, model_digest
 from pydla.compiler.progress import Progress, report
 from pydla.compiler.ranges import DEFAULT_PERCENTILE, RangeObserver, check_method, scale_of
 from pydla.errors import DlaError, NvError, file_error
+from pydla.loadable.calibration_table import CalibrationTable, TensorRange, model_digest
 from pydla.logconfig import Detail, first_line
 
 Feeds = Mapping[str, np.ndarray]

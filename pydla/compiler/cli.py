@@ -72,7 +72,7 @@ def _calibration(args: argparse.Namespace, model: Any) -> Any:
     """The calibration the flags give: the inputs' directory, a table read back (checked against
     the model by compile_model), or none."""
     if args.calibration_table is not None:
-        from pydla.compiler.calibration_table import CalibrationTable
+        from pydla.loadable.calibration_table import CalibrationTable
 
         return CalibrationTable.load(args.calibration_table, flag="--calibration-table")
     return args.calibrate

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydla.compiler.calibration_table import CalibrationTable
 from pydla.compiler.progress import Progress
 from pydla.compiler.qdq import Quantization
 from pydla.errors import DlaError, NvError
+from pydla.loadable.calibration_table import CalibrationTable
 from pydla.target.config import DeviceConfig
 
 HEADER_KEY = "calibration"  # the recipe header's record of the table

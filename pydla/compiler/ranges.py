@@ -32,8 +32,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from pydla.errors import DlaError, NvError
+from pydla.loadable.calibration_table import METHODS
 
-METHODS = ("minmax", "percentile", "entropy")
 BINS = 2048  # histogram bins of the magnitudes (TensorRT's)
 LEVELS = 128  # the quantized magnitudes of symmetric INT8: 0..127
 QMAX = 127

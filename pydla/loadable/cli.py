@@ -112,8 +112,8 @@ def _calibration(recipe: Any) -> dict[str, Any] | None:
         return None
     import json
 
-    from pydla.compiler.calibration_table import CalibrationTable
     from pydla.errors import DlaError
+    from pydla.loadable.calibration_table import CalibrationTable
 
     try:
         return CalibrationTable.parse(json.dumps(raw), "the recorded calibration table").as_json()

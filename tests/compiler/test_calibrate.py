@@ -18,10 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pydla.compiler.api import compile_model
 from pydla.compiler.calibrate import calibrate
-from pydla.compiler.calibration_table import CalibrationTable, model_digest
 from pydla.compiler.progress import TerminalProgress
 from pydla.compiler.ranges import LEVELS, RangeObserver, entropy_threshold, percentile_threshold
 from pydla.errors import DlaError, NvError
+from pydla.loadable.calibration_table import CalibrationTable, model_digest
 from pydla.loadable.cli import describe
 from pydla.loadable.container import Loadable
 

@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydla.compiler.ranges import METHODS
 from pydla.errors import DlaError, NvError, file_error
+
+# The calibration methods (pydla.compiler.ranges computes them); the table is read where loadables
+# are (pydla info), below the compiler.
+METHODS = ("minmax", "percentile", "entropy")
 
 FORMAT = "pydla-calibration-table"
 VERSION = 1
