@@ -1,0 +1,114 @@
+"""NVIDIA's regression loadables on the NVDLA configurations against the same work in pydla's own format.
+
+Each NVDLA Loadable of the regression folder runs through the whole stack (createRuntime on its
+configuration, the NVDLA runner, the KMD, the firmware's NVDLA front-end, the NVDLA device) and is
+timed per ``submit()``; the same operation on the same shapes is built as an ONNX model, compiled for
+pydla's ``full`` configuration and timed the same way, in alternating blocks of the same run. The
+issue's goal: an NVDLA Loadable runs at least as fast as the same work in pydla's format (ratio <= 1).
+
+    python bench/bench_nvdla_loadables.py [--folder ../shared/nvdla-regression] [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import pydla
+from pydla.compiler.api import compile_model
+
+F = TensorProto.FLOAT
+
+
+def _model(node: Any, x: tuple[int, ...], y: tuple[int, ...], inits: list[Any] | None = None) -> Any:
+    graph = helper.make_graph([node], "same_work", [helper.make_tensor_value_info("x", F, list(x))],
+                              [helper.make_tensor_value_info("y", F, list(y))], initializer=inits or [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def same_work(test: str) -> Any:
+    """The ONNX model doing what the regression test's DLA task does, on its shapes."""
+    rng = np.random.default_rng(0)
+    if test.startswith("CONV_D"):  # 3x3 direct convolution 128 -> 32 on 8x8, padding 1, then ReLU
+        w = numpy_helper.from_array(rng.standard_normal((32, 128, 3, 3)).astype(np.float32), "w")
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c"], ["y"])]
+        graph = helper.make_graph(nodes, "same_work", [helper.make_tensor_value_info("x", F, [1, 128, 8, 8])],
+                                  [helper.make_tensor_value_info("y", F, [1, 32, 8, 8])], initializer=[w])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if test.startswith("PDP"):
+        return _model(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1]), (1, 32, 8, 8), (1, 32, 8, 8))
+    if test.startswith("SDP"):
+        return _model(helper.make_node("Relu", ["x"], ["y"]), (1, 32, 8, 8), (1, 32, 8, 8))
+    if test.startswith("CDP"):
+        return _model(helper.make_node("LRN", ["x"], ["y"], size=3), (1, 32, 8, 8), (1, 32, 8, 8))
+    return None
+
+
+def runner(model: Any, config: str) -> tuple[Callable[[], None], Any]:
+    """A submit of ``model`` (bytes or a path) on ``config``, its inputs and outputs bound."""
+    rt = pydla.createRuntime(config=config)
+    rt.load(model)
+    for i in range(rt.getNumInputTensors()):
+        rt.bindInputTensor(i, rt.allocateSystemMemory(max(rt.getInputTensorDesc(i).size, 1)))
+    for i in range(rt.getNumOutputTensors()):
+        rt.bindOutputTensor(i, rt.allocateSystemMemory(max(rt.getOutputTensorDesc(i).size, 1)))
+    return rt.submit, rt
+
+
+def timed(call: Callable[[], None], runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--folder", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "nvdla-regression")
+    ap.add_argument("--runs", type=int, default=200, help="submits per block")
+    ap.add_argument("--blocks", type=int, default=5, help="alternating blocks per side")
+    args = ap.parse_args()
+    if not args.folder.is_dir():
+        print(f"{args.folder}: no regression folder (--folder)")
+        return 1
+    print(f"{'test':<20} {'config':<9} {'NVDLA Loadable':>15} {'pydla format':>13} {'ratio':>7}")
+    ratios = []
+    for fbuf in sorted(args.folder.glob("*/*_fbuf")):
+        test = fbuf.name.removesuffix("_fbuf")
+        onnx_model = same_work(test)
+        if onnx_model is None:
+            continue
+        config = "nv_small" if test.endswith("_small") else "nv_large" if test.endswith("_large") else "nv_full"
+        nv_submit, nv_rt = runner(fbuf.read_bytes(), config)
+        own_submit, own_rt = runner(compile_model(onnx_model).blob, "full")
+        nv_times: list[float] = []
+        own_times: list[float] = []
+        for _ in range(args.blocks):  # alternating, so both see the same machine
+            nv_times += timed(nv_submit, args.runs)
+            own_times += timed(own_submit, args.runs)
+        nv_rt.close()
+        own_rt.close()
+        nv, own = statistics.median(nv_times), statistics.median(own_times)
+        ratios.append(nv / own)
+        print(f"{test:<20} {config:<9} {1e6 * nv:>12.1f} us {1e6 * own:>10.1f} us {nv / own:>6.2f}x")
+    if not ratios:
+        print("no test of a known kind in the folder")
+        return 1
+    worst = max(ratios)
+    print(f"median ratio {statistics.median(ratios):.2f}x, worst {worst:.2f}x; goal <= 1.0x: "
+          f"{'met' if worst <= 1.0 else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
