@@ -41,13 +41,14 @@ PLAN = {
     "device-api": 280_000, "ioctl": 150_000, "trace-ring": 120_000, "mailbox": 100_000,
     "recipe": 100_000, "device-config": 80_000, "kernel-elf": 40_000, "control-code": 40_000,
     "nvdla-loadable": 30_000, "loadable": 30_000, "shave-kernel": 10_000, "onnx": 10_000, "ring": 10_000,
-    "rehashed-deterministic": 20_000, "rehashed-threaded": 20_000,
+    "rehashed-deterministic": 20_000, "rehashed-threaded": 20_000, "nvdla-run": 5_000,
 }
 # Inputs/s of each on one unloaded core (2026-11-29): the chunks' sizes, the time left.
 RATE = {
     "device-api": 45_000, "ioctl": 10_000, "trace-ring": 13_000, "mailbox": 13_000, "recipe": 7_000,
     "device-config": 10_000, "kernel-elf": 1_300, "control-code": 870, "nvdla-loadable": 600, "loadable": 260,
     "shave-kernel": 200, "onnx": 180, "ring": 160, "rehashed-deterministic": 30, "rehashed-threaded": 55,
+    "nvdla-run": 20,
 }
 CHUNK_SECONDS = 60
 SHOWN = 20  # findings printed one by one

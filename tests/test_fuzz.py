@@ -20,7 +20,7 @@ CASES = int(os.environ.get("PYDLA_FUZZ_CASES", "0"))
 # Inputs per target in the suite: the slow readers (a loadable is loaded and run) get fewer.
 DEFAULT_CASES = {"loadable": 1500, "control-code": 1500, "recipe": 4000, "kernel-elf": 1500,
                  "device-api": 20_000, "trace-ring": 8000, "device-config": 8000, "ioctl": 30_000,
-                 "nvdla-loadable": 1000,
+                 "nvdla-loadable": 1000, "nvdla-run": 150,
                  "shave-kernel": 200,
                  "ring": 400}
 SEED = 20261125

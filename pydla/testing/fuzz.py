@@ -301,6 +301,7 @@ def standard_targets(loadable: bytes, *, only: Iterable[str] | None = None) -> l
         "device-config": r.device_config_target,
         "mailbox": _mailbox_target,
         "nvdla-loadable": _nvdla_loadable_target,
+        "nvdla-run": _nvdla_run_target,
         "shave-kernel": _shave_kernel_target,
         "onnx": _onnx_target,
         "ring": _ring_target,
@@ -318,6 +319,12 @@ def _nvdla_loadable_target() -> Target:
     from pydla.testing.fuzz_nvdla import nvdla_loadable_target
 
     return nvdla_loadable_target()
+
+
+def _nvdla_run_target() -> Target:
+    from pydla.testing.fuzz_nvdla_run import nvdla_run_target  # through the NVDLA device
+
+    return nvdla_run_target()
 
 
 def _onnx_target() -> Target:
