@@ -44,7 +44,8 @@ def same_work(test: str) -> Any:
                                   [helper.make_tensor_value_info("y", F, [1, 32, 8, 8])], initializer=[w])
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     if test.startswith("PDP"):
-        return _model(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1]), (1, 32, 8, 8), (1, 32, 8, 8))
+        pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1])
+        return _model(pool, (1, 32, 8, 8), (1, 32, 8, 8))
     if test.startswith("SDP"):
         return _model(helper.make_node("Relu", ["x"], ["y"]), (1, 32, 8, 8), (1, 32, 8, 8))
     if test.startswith("CDP"):
@@ -74,7 +75,8 @@ def timed(call: Callable[[], None], runs: int) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--folder", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "nvdla-regression")
+    ap.add_argument("--folder", type=Path,
+                    default=Path(__file__).resolve().parents[2] / "shared" / "nvdla-regression")
     ap.add_argument("--runs", type=int, default=200, help="submits per block")
     ap.add_argument("--blocks", type=int, default=5, help="alternating blocks per side")
     args = ap.parse_args()
@@ -88,7 +90,8 @@ def main() -> int:
         onnx_model = same_work(test)
         if onnx_model is None:
             continue
-        config = "nv_small" if test.endswith("_small") else "nv_large" if test.endswith("_large") else "nv_full"
+        suffix = test.rsplit("_", 1)[-1]
+        config = {"small": "nv_small", "large": "nv_large"}.get(suffix, "nv_full")
         nv_submit, nv_rt = runner(fbuf.read_bytes(), config)
         own_submit, own_rt = runner(compile_model(onnx_model).blob, "full")
         nv_times: list[float] = []

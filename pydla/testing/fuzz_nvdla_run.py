@@ -16,6 +16,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -74,10 +75,8 @@ class NvdlaRunBench:
                 _run(rt, data)
             except DlaError as e:
                 refusal = e
-            try:
+            with contextlib.suppress(DlaError):  # nothing loaded (the case was refused at load)
                 rt.unload()
-            except DlaError:
-                pass  # nothing loaded (the case was refused at load)
             try:
                 got = _run(rt, self.witness)
             except DlaError as e:
