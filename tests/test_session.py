@@ -517,11 +517,11 @@ def _interrupt_the_device_once(monkeypatch) -> None:
     real = Kmd._poll_locked
     calls = []
 
-    def poll(self) -> None:
+    def poll(self, start: bool = True) -> None:
         calls.append(self)
         if len(calls) == 1:
             raise KeyboardInterrupt
-        real(self)
+        real(self, start=start)
 
     monkeypatch.setattr(Kmd, "_poll_locked", poll)
 
