@@ -232,9 +232,10 @@ def test_release_check_names_missing_package_data(tmp_path: Path) -> None:
                     z.writestr(f, "")
             if entry_point:
                 z.writestr("pydla-0.dist-info/entry_points.txt",
-                           "[console_scripts]\npydla = pydla.cli:main\n")
+                           f"[console_scripts]\n{release_check.console_script()}\n")
         return path
 
+    assert release_check.console_script() == "pydla = pydla.entry:main"  # pyproject.toml's
     assert release_check.check_wheel(wheel("good.whl")) == []
     problems = release_check.check_wheel(wheel("bad.whl", leave_out="pydla/target/configs/full.json"))
     assert problems == ["bad.whl lacks pydla/target/configs/full.json"]
