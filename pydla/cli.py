@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    from pydla import cache, conformance, demo, devices, run
+    from pydla import cache, conformance, demo, devices, run, runner_cli
     from pydla.compiler import cli as compiler_cli
     from pydla.compiler.onnx_check import check_onnx_content
     from pydla.deviceapi import cli as deviceapi_cli
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     deviceapi_cli.register(commands)
     trace_cli.register(commands)
     conformance.register(commands)
+    runner_cli.register(commands)
     for sub in _subcommands(parser):
         add_common_options(sub, top=False)
     return parser

@@ -135,3 +135,21 @@ def test_a_binding_of_no_bindable_buffer_is_refused(tmp_path: Path, libraries: P
         ProfileRun(rt, recipe, tmp_path / "profile.json")
     assert e.value.code == NvError.BadParameter
     assert "/bindings/0/name: 'c' is no buffer of the recipe; bindable: a, b, out" in e.value.message
+
+
+def test_the_runner_command(tmp_path: Path, libraries: Path, monkeypatch, capsys) -> None:
+    """`pydla runner RECIPE --profile PROFILE`, as XRT's runner tool: the figures, exit 0; a failed
+    validation, exit 1 naming it."""
+    from pydla.cli import main
+
+    profile = {"bindings": BINDINGS, "executions": [{"name": "two", "iterations": 2, "validate": True}]}
+    recipe = setup(tmp_path, libraries, monkeypatch, profile)
+    config = design(recipe)
+    assert main(["runner", str(recipe), "--profile", str(tmp_path / "profile.json"), "--config", config]) == 0
+    assert "execution 'two' (iterations): 2 run(s) in " in capsys.readouterr().out
+    (tmp_path / "want.bin").write_bytes(bytes(4 * N))  # the golden no longer matches
+    assert main(["runner", str(recipe), "--profile", str(tmp_path / "profile.json"), "--config", config]) == 1
+    out = capsys.readouterr().out
+    assert "validation failed: buffer 'out' differs from file 'want.bin' at byte " in out
+    assert main(["runner", str(recipe), "--profile", str(tmp_path / "none.json"), "--config", config]) == 1
+    assert "none.json: no such file" in capsys.readouterr().err
