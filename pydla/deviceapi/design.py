@@ -100,11 +100,10 @@ def _missing_commands(messages: list[tuple[dict[str, Any], dict[str, Any]]], sou
                                     f"no `Command`: paired with '{guess}' by its name, as the design pairs "
                                     f"them; write `Command: {guess}` to say so", "warning"))
             continue
-        else:
-            choices = [c for c in commands if c not in answered]
-            listed = f"; unanswered Commands: {', '.join(choices)}" if choices else \
-                "; this spec defines no unanswered Command"
-            text = f"add `Command: <the Command it answers>`{listed}"
+        choices = [c for c in commands if c not in answered]
+        listed = f"; unanswered Commands: {', '.join(choices)}" if choices else \
+            "; this spec defines no unanswered Command"
+        text = f"add `Command: <the Command it answers>`{listed}"
         problems.append(Problem("response-command", at,
                                 f"a Response must name the Command it answers: {text} "
                                 f"({_COMMAND_WHY})"))

@@ -98,18 +98,20 @@ class NvDlaDeviceInfo:
 
     def has_compute_unit(self, name: str) -> bool:
         """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
-        return any(name in (cu, *cu.split(":", 1)) for cu in self.compute_units)
+        return self._unit_index(name) is not None
 
     def compute_unit(self, name: str) -> str | None:
         """The "kernel:instance" name of the unit answering to ``name`` (see has_compute_unit)."""
-        return next((cu for cu in self.compute_units if name in (cu, *cu.split(":", 1))), None)
+        i = self._unit_index(name)
+        return None if i is None else self.compute_units[i]
 
     def compute_unit_args(self, name: str) -> tuple[str, ...] | None:
         """The arguments a start of the unit called ``name`` takes, when the port says (else None)."""
-        for i, cu in enumerate(self.compute_units):
-            if name in (cu, *cu.split(":", 1)):
-                return self.compute_unit_arguments[i] if i < len(self.compute_unit_arguments) else None
-        return None
+        i = self._unit_index(name)
+        return None if i is None or i >= len(self.compute_unit_arguments) else self.compute_unit_arguments[i]
+
+    def _unit_index(self, name: str) -> int | None:
+        return next((i for i, cu in enumerate(self.compute_units) if name in (cu, *cu.split(":", 1))), None)
 
     def has_block(self, block: dla_block_e | str) -> bool:
         """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""

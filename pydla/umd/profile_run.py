@@ -82,6 +82,7 @@ class ProfileRun:
         self.runners: list[Runner] = []
         self.memory: dict[str, Any] = {}
         self._file_at: dict[str, int] = {}  # where a file-initialised buffer's next fill starts
+        self._files: dict[str, bytes] = {}
         try:
             self._check_names()
             self.runners.append(Runner(rt, self.source, allow_unsafe_paths=allow_unsafe_paths))
@@ -110,8 +111,12 @@ class ProfileRun:
         return [n for n, b in self.source.recipe.buffers.items() if b.type != "internal"]
 
     def _file(self, name: str, what: str) -> bytes:
-        path = resolve_file(self.base, name, what, allow_unsafe_paths=self.allow_unsafe_paths)
-        return path.read_bytes()
+        """A file the profile names, read once (a reinit or a validation in every iteration reuses it)."""
+        data = self._files.get(name)
+        if data is None:
+            path = resolve_file(self.base, name, what, allow_unsafe_paths=self.allow_unsafe_paths)
+            data = self._files[name] = path.read_bytes()
+        return data
 
     def _create(self, b: Binding) -> Any:
         size = b.size

@@ -30,15 +30,11 @@ from pydla.portability.interface import NvDlaDeviceInfo, NvDlaMemHandle
 def unit_of_run(run: Run, kernel: Kernel | None, info: NvDlaDeviceInfo | None) -> str | None:
     """The compute unit ("kernel:instance") NPU run ``run`` starts, when its kernel's instance is a
     unit other than the DLA engine; None when it runs DLA control code (the engine's unit, or a port
-    that does not say which units its device has)."""
-    if kernel is None or info is None or not info.compute_units:
+    that does not say which of its units is the engine)."""
+    if kernel is None or info is None or info.engine_unit is None:
         return None
     unit = info.compute_unit(kernel.instance)
-    if unit is None or unit == info.engine_unit:
-        return None
-    if info.engine_unit is None and unit.split(":", 1)[0] == "dla_engine":
-        return None  # a port older than engine_unit: the bundled configurations' engine
-    return unit
+    return None if unit is None or unit == info.engine_unit else unit
 
 
 @dataclass
