@@ -86,14 +86,24 @@ class VirtualDevice:
 
     # The dispatch table: the parts' own bound methods, set once in __init__.
     reg_read: Callable[[int], int]
+    """Read a register (:meth:`RegisterFile.reg_read <pydla.hw.regfile.RegisterFile.reg_read>`)."""
     reg_write: Callable[[int, int], None]
+    """Write a register; an enable runs the operation (deterministic mode) before it returns."""
     reg_write_many: Callable[[Sequence[tuple[int, int]]], None]
+    """``reg_write`` of each ``(address, value)`` in order, the lock taken once per run of writes."""
     reg_write_words: WriteWords
+    """``reg_write`` of ``values[i]`` to ``addresses[i]``: an operation's program in one store."""
     connect_irq: Callable[[Callable[[], object]], None]
+    """Call the handler (no device lock held) whenever an unmasked status bit is set."""
     disconnect_irq: Callable[[Callable[[], object]], None]
+    """Stop calling a handler ``connect_irq`` took."""
     step: Callable[[], bool]
+    """Step mode: execute the next runnable operation, or move the compute units to their next
+    event; False when there is neither."""
     idle: Callable[[], bool]
+    """No group of any block is enabled or running."""
     trace_log: Callable[[int, str], None]
+    """A ``log`` event in the trace ring (level, text), when its LOG class is on."""
 
     def __init__(self, config: DeviceConfig | str | Path = "full", *, instance: int = 0,
                  mode: str = "deterministic", memory: DeviceMemory | None = None) -> None:
