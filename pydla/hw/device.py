@@ -138,7 +138,7 @@ class VirtualDevice:
         self.trace_log = trace.log
         self.mcu: Microcontroller | None = None
         if self.config.headed:  # the microcontroller running the engine scheduler (pydla.hw.mcu)
-            from pydla.hw.mcu import Microcontroller  # here: the firmware imports the KMD, which imports this
+            from pydla.hw.mcu import Microcontroller  # only when headed: a headless device loads no firmware
 
             self.mcu = Microcontroller(self)
         execution.start()
