@@ -75,6 +75,7 @@ class Execution:
         self._irq = irq
         self._trace = trace
         self._units = units
+        # Enabled by the register file (appended, and the block's worker woken when threaded).
         self.pending: collections.deque[tuple[Block, int]] = collections.deque()
         self.running: list[Work] = []  # operations computing now (hung ones excluded)
         self.kicking = False  # a thread runs what is runnable (deterministic mode)
@@ -109,12 +110,6 @@ class Execution:
         """No group of any block is enabled or running."""
         with self._lock:
             return all(s == IDLE for b in self._blocks.values() for s in b.state)
-
-    def enable(self, block: Block, group: int) -> None:
-        """Under the lock: ``group`` of ``block`` was enabled (the register file's d_op_enable)."""
-        self.pending.append((block, group))
-        if self.threaded:
-            self.wake(block)
 
     def _runnable(self, block: Block, group: int) -> tuple[Block, int] | bool | None:
         """False if (block, group) cannot run now; else its flying partner (or None)."""

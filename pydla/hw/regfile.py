@@ -282,7 +282,10 @@ class RegisterFile:
         if offset == OP_ENABLE:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
-                self._execution.enable(block, group)
+                execution = self._execution  # (Execution.enable, inline: an enable per operation)
+                execution.pending.append((block, group))
+                if execution.threaded:
+                    execution.wake(block)
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
