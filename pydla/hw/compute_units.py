@@ -62,6 +62,12 @@ class CuInterrupt(Exception):
         self.value = value
 
 
+def register_names(units: list[ComputeUnit]) -> dict[int, str]:
+    """The units' registers by address, as the register trace names them (``noop_hs_1.CTRL``)."""
+    return {u.info.m_base_address + off: f"{u.info.instance}.{reg}"
+            for u in units for off, reg in REG_NAMES.items()}
+
+
 class ComputeUnits:
     """Compute units (a part of :class:`~pydla.hw.device.VirtualDevice`). The register file hands it
     the accesses no block window takes (``bus_read``, ``bus_write``) and GLB cu_intr_status."""
@@ -95,11 +101,6 @@ class ComputeUnits:
         # Threaded mode: a unit's worker starts at its first write (a device whose units nobody
         # uses runs no more threads than its blocks).
         self._workers: set[int] = set()
-
-    def register_names(self) -> dict[int, str]:
-        """The units' registers by address, as the register trace names them."""
-        return {u.info.m_base_address + off: f"{u.info.instance}.{reg}"
-                for u in self.units for off, reg in REG_NAMES.items()}
 
     def _traced(self, unit: ComputeUnit, kind: str, n: int, t: int) -> None:
         """Under the lock: a unit's START or DONE as cu_start / cu_end in the trace ring (class LAYER);

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw.compute_units import CU_INTR_BIT as _CU_INTR_BIT
-from pydla.hw.compute_units import ComputeUnits, CuInterrupt
+from pydla.hw.compute_units import ComputeUnits, CuInterrupt, register_names
 from pydla.hw.execution import Execution
 from pydla.hw.faults import Faults
 from pydla.hw.irq import InterruptLine
@@ -74,7 +74,7 @@ class RegisterFile:
         # is a configuration register of that block's D group, once each; else None
         self._word_targets: dict[bytes, tuple[Block, npt.NDArray[np.intp]] | None] = {}
         self.trace: list[RegAccess] | None = None  # every access, while recorded (record_trace)
-        self.names = dict(NAMES) | units.register_names()  # register names for the trace
+        self.names = dict(NAMES) | register_names(units.units)  # register names for the trace
         # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
         # address -> (read, write); a write returns what it changed (0, or a status change to act on).
         self.glb_extra: dict[int, GlbRegister] = trace.glb_registers()
