@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pydla.hw import conv
+from pydla.hw import conv, conv_depthwise, conv_gemm
 from pydla.hw.arrays import ITEM, F32Array, FloatArray, scratch
 from pydla.hw.compute import conv2d
 
@@ -94,8 +94,8 @@ def _old_depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: 
     hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
     n = ho * wq
     count = kh * kw
-    biases = [b for b in (conv._per_channel(a) for a in adds) if b is not None]
-    rest = [a for a in adds if conv._per_channel(a) is None]
+    biases = [b for b in (conv_depthwise.per_channel(a) for a in adds) if b is not None]
+    rest = [a for a in adds if conv_depthwise.per_channel(a) is None]
     rows = count + 1 if biases else count
     taps = scratch("old-dw-taps", (c, m, rows))
     taps[:, :, :count] = w32.reshape(c, m, count)
@@ -108,7 +108,8 @@ def _old_depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: 
     prod_buf = scratch("old-dw-prod", (block, m, n))
     for c0 in range(0, c, block):
         cb = min(block, c - c0)
-        planes = conv._phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation, hq + 1, wq)
+        planes = conv_gemm.phase_planes(x[c0:c0 + cb], pads[0], pads[1], stride, (kh, kw), dilation,
+                                        hq + 1, wq)
         cols = cols_buf[:cb]
         for i in range(kh):
             qi, a = divmod(i * dh, sh)
@@ -119,7 +120,7 @@ def _old_depthwise(x: FloatArray, w32: F32Array, stride: tuple[int, int], pads: 
         prod = prod_buf[:cb]
         np.matmul(taps[c0:c0 + cb], cols, out=prod)
         lo, hi = c0 * m, (c0 + cb) * m
-        conv._store(res[lo:hi], prod.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in rest])
+        conv_gemm.store(res[lo:hi], prod.reshape(cb * m, ho, wq)[:, :, :wo], [a[lo:hi] for a in rest])
 
 
 def _session(w: np.ndarray, stride: int, pad: int, threads: int, shape: list[int], group: int = 1,
@@ -235,16 +236,16 @@ def _bench_depthwise(args: argparse.Namespace) -> None:
 
         def run(out: np.ndarray, impl: Callable[..., None] | None = None, x: np.ndarray = x,
                 w: np.ndarray = w, stride: int = stride, pad: int = pad,
-                adds: list[np.ndarray] = adds, small: int = conv._DEPTHWISE_CHANNELS_LAST_PIXELS) -> None:
-            saved, saved_small = conv._depthwise, conv._DEPTHWISE_CHANNELS_LAST_PIXELS
+                adds: list[np.ndarray] = adds, small: int = conv_depthwise.CHANNELS_LAST_PIXELS) -> None:
+            saved, saved_small = conv.depthwise, conv_depthwise.CHANNELS_LAST_PIXELS
             if impl is not None:
-                conv._depthwise = impl
-            conv._DEPTHWISE_CHANNELS_LAST_PIXELS = small
+                conv.depthwise = impl
+            conv_depthwise.CHANNELS_LAST_PIXELS = small
             try:
                 conv2d(x[0], w, stride=(stride, stride), pads=(pad,) * 4, groups=x.shape[1], out=out,
                        addends=adds)
             finally:
-                conv._depthwise, conv._DEPTHWISE_CHANNELS_LAST_PIXELS = saved, saved_small
+                conv.depthwise, conv_depthwise.CHANNELS_LAST_PIXELS = saved, saved_small
 
         def run_ort(sess: object = sess, feeds: dict[str, np.ndarray] = feeds) -> object:
             return sess.run(None, feeds)  # type: ignore[attr-defined]

@@ -130,6 +130,24 @@ class Gen:
             base = f.type_name
         return f"{base} * {f.count}" if f.is_array else base
 
+    def py_annotation(self, f: Field, s: StructDef) -> str:
+        """The type the field reads as (its attribute's annotation in a register map's structs): what
+        ctypes returns for it, so that code reading registers is type-checked field by field. Only
+        there: a record's fields are also read from the class (``t.field.offset``), which an
+        annotation would type as the value."""
+        if f.bits:
+            return "RegisterBits"
+        if f.kind == "string":
+            return "bytes"
+        if f.is_array:
+            element = self.py_type(f, s).rsplit(" * ", 1)[0]
+            return f"ctypes.Array[{element}]"
+        if f.kind == "enum":
+            return "int"
+        if f.kind == "scalar":
+            return "float" if SCALARS[f.type_name].ctypes_name in ("c_float", "c_double") else "int"
+        return f.type_name
+
     @staticmethod
     def py_constant(value: int) -> str:
         """Addresses and masks read best in hex."""

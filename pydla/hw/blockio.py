@@ -68,7 +68,7 @@ class ContextMemory:
                           f"{what}: precision {R.dla_precision_e(precision).name} is not supported here")
         return DTYPES[precision]
 
-    def cube(self, c: Any, dtype: np.dtype[Any], what: str) -> Array:
+    def cube(self, c: R.cube_regs_t, dtype: np.dtype[Any], what: str) -> Array:
         """The (C, H, W) view a ``cube_regs_t`` describes."""
         dims = (c.channels, c.height, c.width)
         if not all(0 < d <= MAX_DIM for d in dims):

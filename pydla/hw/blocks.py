@@ -20,7 +20,6 @@ no conversion, and concatenation or slicing along any axis is only a different a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -39,11 +38,11 @@ __all__ = ["DTYPES", "F32", "MAX_DIM", "Array", "ContextMemory", "HwError", "add
 # -- BDMA ---------------------------------------------------------------------------------------------
 
 
-def run_bdma(r: Any, mem: ContextMemory) -> None:
+def run_bdma(r: R.bdma_regs_t, mem: ContextMemory) -> None:
     decode_bdma(r, mem)()
 
 
-def decode_bdma(r: Any, mem: ContextMemory) -> Callable[[], None]:
+def decode_bdma(r: R.bdma_regs_t, mem: ContextMemory) -> Callable[[], None]:
     shape = (r.d_surf_repeat, r.d_line_repeat, r.d_line_size)
     _bad(not all(0 < n <= 1 << 30 for n in shape) or shape[0] * shape[1] * shape[2] > MAX_BYTES_PER_OP,
          f"BDMA: surfaces, lines, bytes = {shape} (at most {MAX_BYTES_PER_OP} bytes per operation)")
@@ -62,7 +61,7 @@ def decode_bdma(r: Any, mem: ContextMemory) -> Callable[[], None]:
 # -- CONV (+ SDP) ---------------------------------------------------------------------------------------
 
 
-def flying_destination(conv: Any, sdp: Any, mem: ContextMemory) -> Array | None:
+def flying_destination(conv: R.conv_regs_t, sdp: R.sdp_regs_t, mem: ContextMemory) -> Array | None:
     """SDP's float32 destination, when the convolution can write its result there directly (it
     then needs neither a temporary nor a final copy); None when SDP must convert or the layout or
     dimensions do not allow it."""
@@ -82,7 +81,7 @@ def flying_destination(conv: Any, sdp: Any, mem: ContextMemory) -> Array | None:
         return None  # SDP reports the problem itself when it runs
 
 
-def _sdp_operands(r: Any, mem: ContextMemory) -> list[Array]:
+def _sdp_operands(r: R.sdp_regs_t, mem: ContextMemory) -> list[Array]:
     """The memory SDP reads besides its source, as run_sdp reads it."""
     dtype = mem.dtype(r.d_precision, "SDP")
     c = r.d_src.channels
@@ -106,7 +105,7 @@ def _sdp_operands(r: Any, mem: ContextMemory) -> list[Array]:
     return operands
 
 
-def sdp_addends(conv: Any, sdp: Any, mem: ContextMemory) -> list[Array] | None:
+def sdp_addends(conv: R.conv_regs_t, sdp: R.sdp_regs_t, mem: ContextMemory) -> list[Array] | None:
     """What a flying SDP adds to the convolution's result before anything else: its bias and the
     operand of an element-wise ADD. The convolution starts its accumulation from their sum, which
     saves SDP a pass over the result per operand (NVDLA's pipeline makes none). None when SDP does
@@ -142,7 +141,7 @@ def sdp_addends(conv: Any, sdp: Any, mem: ContextMemory) -> list[Array] | None:
         return None  # SDP reports the problem itself when it runs
 
 
-def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
+def run_conv(r: R.conv_regs_t, mem: ContextMemory, out: Array | None = None,
              addends: list[Array] | None = None) -> tuple[Array, bool]:
     """The convolution's float32 result (K, Ho, Wo), which flies to SDP, and whether ``addends``
     (see :func:`sdp_addends`) were added to it. The result is written into ``out`` (a float32 view
@@ -151,7 +150,7 @@ def run_conv(r: Any, mem: ContextMemory, out: Array | None = None,
     return decode_conv(r, mem, out, addends)()
 
 
-def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
+def decode_conv(r: R.conv_regs_t, mem: ContextMemory, out: Array | None = None,
                 addends: list[Array] | None = None) -> Callable[[], tuple[Array, bool]]:
     """:func:`run_conv`, decoded: the checks and views done, the kernel chosen."""
     dtype = mem.dtype(r.d_precision, "CONV")
@@ -170,7 +169,7 @@ def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
     _bad(max(out_hw) > MAX_DIM or k * out_hw[0] * out_hw[1] * 4 > MAX_BYTES_PER_OP,
          f"CONV: output {k}x{out_hw[0]}x{out_hw[1]} is too large for one operation")
     if r.d_mode == R.conv_mode_e.DIRECT:
-        _bad(cg * groups != c_in or k % groups,
+        _bad(cg * groups != c_in or k % groups != 0,
              f"CONV: {c_in} input channels, {groups} groups of {cg} and {k} kernels do not agree")
         el = dtype.itemsize
         if r.d_wt_format == R.conv_weight_format_e.KCRS:
@@ -207,7 +206,7 @@ def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
         return direct
     if r.d_mode == R.conv_mode_e.DECONV:
         # ConvTranspose weights are (C_in, K/groups, kh, kw).
-        _bad(c_in % groups or k % groups or cg * groups != k,
+        _bad(c_in % groups != 0 or k % groups != 0 or cg * groups != k,
              f"CONV deconv: {c_in} input channels, {groups} groups, {k} output channels, "
              f"{cg} per group do not agree")
         w = mem.strided(addr(r.d_wt_addr_lo, r.d_wt_addr_hi), (c_in, cg, kh, kw),
@@ -234,14 +233,15 @@ def decode_conv(r: Any, mem: ContextMemory, out: Array | None = None,
 
 # -- PDP, CDP, RUBIK -----------------------------------------------------------------------------------
 
-_POOL = {R.pdp_method_e.MAX: "max", R.pdp_method_e.AVG: "avg", R.pdp_method_e.MIN: "min"}
+_POOL: dict[int, compute.PoolMethod] = {R.pdp_method_e.MAX: "max", R.pdp_method_e.AVG: "avg",
+                                         R.pdp_method_e.MIN: "min"}
 
 
-def run_pdp(r: Any, mem: ContextMemory) -> None:
+def run_pdp(r: R.pdp_regs_t, mem: ContextMemory) -> None:
     decode_pdp(r, mem)()
 
 
-def decode_pdp(r: Any, mem: ContextMemory) -> Callable[[], None]:
+def decode_pdp(r: R.pdp_regs_t, mem: ContextMemory) -> Callable[[], None]:
     dtype = mem.dtype(r.d_precision, "PDP")
     x = mem.cube(r.d_src, dtype, "PDP source")
     dst = mem.cube(r.d_dst, dtype, "PDP destination")
@@ -266,12 +266,12 @@ def decode_pdp(r: Any, mem: ContextMemory) -> Callable[[], None]:
     include_pad, out_size = bool(r.d_count_include_pad), dst.shape[1:]
 
     def execute() -> None:
-        compute.pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,  # type: ignore[arg-type]
+        compute.pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,
                        count_include_pad=include_pad, out_size=out_size, out=dst)
     return execute
 
 
-def run_cdp(r: Any, mem: ContextMemory) -> None:
+def run_cdp(r: R.cdp_regs_t, mem: ContextMemory) -> None:
     dtype = mem.dtype(r.d_precision, "CDP")
     x = mem.cube(r.d_src, dtype, "CDP source")
     dst = mem.cube(r.d_dst, dtype, "CDP destination")
@@ -281,7 +281,7 @@ def run_cdp(r: Any, mem: ContextMemory) -> None:
                 bias=f32(r.d_lrn_bias), out=dst)
 
 
-def run_rubik(r: Any, mem: ContextMemory) -> None:
+def run_rubik(r: R.rubik_regs_t, mem: ContextMemory) -> None:
     dtype = mem.dtype(r.d_precision, "RUBIK")
     x = mem.cube(r.d_src, dtype, "RUBIK source")
     dst = mem.cube(r.d_dst, dtype, "RUBIK destination")

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.runtime import Record
 from pydla.hw import blocks
 from pydla.hw.memory import Iommu, MmuFault
 
@@ -40,7 +41,7 @@ class Group(Protocol):
     words: list[memoryview]
     regs_size: int
 
-    def snapshot(self, group: int) -> Any: ...
+    def snapshot(self, group: int) -> Record: ...
 
 
 Execute = Callable[[], None]
@@ -102,22 +103,29 @@ class DecodedCache:
     def _decode(self, block: Group, group: int, partner: tuple[Group, int] | None) -> Execute:
         regs = block.snapshot(group)
         mem = blocks.ContextMemory(self.iommu, regs.d_ctx_id, self.precisions)
-        kind = block.kind
-        if kind == dla_block_e.CONV:
+        # Each block's registers as its own struct (Block.snapshot makes the kind's regs_type).
+        if isinstance(regs, R.conv_regs_t):
             assert partner is not None
-            return _decode_pair(regs, partner[0].snapshot(partner[1]), mem)
-        if kind == dla_block_e.SDP:
+            sdp_regs = partner[0].snapshot(partner[1])
+            assert isinstance(sdp_regs, R.sdp_regs_t)
+            return _decode_pair(regs, sdp_regs, mem)
+        if isinstance(regs, R.sdp_regs_t):
             sdp = blocks.decode_sdp(regs, mem)
             return lambda: sdp(None, False)
-        decode: Callable[[Any, blocks.ContextMemory], Execute] | None = {
-            dla_block_e.BDMA: blocks.decode_bdma, dla_block_e.PDP: blocks.decode_pdp}.get(kind)
-        if decode is not None:
-            return decode(regs, mem)
-        run = blocks.run_cdp if kind == dla_block_e.CDP else blocks.run_rubik
-        return lambda: run(regs, mem)
+        if isinstance(regs, R.bdma_regs_t):
+            return blocks.decode_bdma(regs, mem)
+        if isinstance(regs, R.pdp_regs_t):
+            return blocks.decode_pdp(regs, mem)
+        if isinstance(regs, R.cdp_regs_t):
+            cdp = regs
+            return lambda: blocks.run_cdp(cdp, mem)
+        if isinstance(regs, R.rubik_regs_t):
+            rubik = regs
+            return lambda: blocks.run_rubik(rubik, mem)
+        raise blocks.HwError(R.dla_hw_error_e.UNSUPPORTED, f"{block.kind.name}: no registers of this block")
 
 
-def _decode_pair(regs: Any, sdp_regs: Any, mem: blocks.ContextMemory) -> Execute:
+def _decode_pair(regs: R.conv_regs_t, sdp_regs: R.sdp_regs_t, mem: blocks.ContextMemory) -> Execute:
     """A CONV operation and the SDP operation its result flies to."""
     if sdp_regs.d_ctx_id != regs.d_ctx_id:
         raise blocks.HwError(R.dla_hw_error_e.BAD_CONFIG,

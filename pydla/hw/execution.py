@@ -1,4 +1,5 @@
-"""Execution of the virtual device's operations, and its interrupt line.
+"""Execution of the virtual device's operations (:class:`Execution`, a part of
+:class:`~pydla.hw.device.VirtualDevice`).
 
 Execution modes:
 
@@ -24,9 +25,9 @@ Usage::
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,14 +36,15 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.hw import blocks
+from pydla.hw.compute_units import ComputeUnits
+from pydla.hw.irq import InterruptLine
 from pydla.hw.memory import MmuFault
-from pydla.hw.regfile import ENABLED, IDLE, MMU_FAULT_BIT, RUNNING, SDP_SRC_MODE, Block, done_bit, error_bit
-from pydla.hw.state import DeviceState
-from pydla.hw.trace_out import CTX_WORD, ERROR, INTERRUPT, LAYER
+from pydla.hw.state import ENABLED, IDLE, MMU_FAULT_BIT, RUNNING, Block, DeviceState, done_bit, error_bit
+from pydla.hw.trace_out import CTX_WORD, ERROR, LAYER, TraceOutput
 
 # Asked for every enabled operation: plain ints, not enum members.
 _SDP, _CONV = int(dla_block_e.SDP), int(dla_block_e.CONV)
-_SRC_MODE_WORD = SDP_SRC_MODE >> 2
+_SRC_MODE_WORD = (R.SDP_D_SRC_MODE - R.SDP_S_STATUS) >> 2
 _FLYING = int(R.sdp_src_mode_e.FLYING)
 
 
@@ -61,27 +63,45 @@ class Work:
     started_ns: int = 0  # when it was taken, while the device traces (pydla.hw.trace_out)
 
 
-class Execution(DeviceState):
-    """Running operations and raising the interrupt (a part of :class:`~pydla.hw.device.VirtualDevice`)."""
+class Execution:
+    """Running operations (a part of :class:`~pydla.hw.device.VirtualDevice`): the enabled ones in
+    enable order (``pending``), those computing now (``running``), the block workers (threaded)."""
 
-    def connect_irq(self, handler: Callable[[], object]) -> None:
-        """Call ``handler`` (with no lock of the device held) whenever an unmasked status bit is set."""
-        with self._lock:
-            self._irq_handlers.append(handler)
+    def __init__(self, state: DeviceState, irq: InterruptLine, trace: TraceOutput,
+                 units: ComputeUnits) -> None:
+        self._state = state
+        self._lock = state.lock
+        self._blocks = state.blocks
+        self._irq = irq
+        self._trace = trace
+        self._units = units
+        # Enabled by the register file (appended, and the block's worker woken when threaded).
+        self.pending: collections.deque[tuple[Block, int]] = collections.deque()
+        self.running: list[Work] = []  # operations computing now (hung ones excluded)
+        self.kicking = False  # a thread runs what is runnable (deterministic mode)
+        self.quiescing = 0  # resets waiting on the state's cond: an operation's end notifies only then
+        self.threaded = state.mode == "threaded"
 
-    def disconnect_irq(self, handler: Callable[[], object]) -> None:
-        with self._lock:
-            self._irq_handlers.remove(handler)
+    def start(self) -> None:
+        """Threaded mode: start a worker thread per block (once the device is built)."""
+        state = self._state
+        if self.threaded:
+            for block in self._blocks.values():
+                t = threading.Thread(target=self._worker, args=(block,), daemon=True,
+                                     name=f"pydla-dev{state.instance}-{block.kind.name}")
+                t.start()
+                state.threads.append(t)
 
     def step(self) -> bool:
         """In step mode, execute the next runnable operation, or else move the compute units to their
         next event; False when there is neither."""
-        if self.mode != "step":
-            raise DlaError(NvError.InvalidState, f"step() needs mode 'step', not '{self.mode}'")
+        mode = self._state.mode
+        if mode != "step":
+            raise DlaError(NvError.InvalidState, f"step() needs mode 'step', not '{mode}'")
         with self._lock:
             work = self._take_runnable(None)
         if work is None:
-            return self._cu_step()  # then the compute units' next event, if any
+            return self._units.step()  # then the compute units' next event, if any
         with np.errstate(all="ignore"):  # see _execute
             self._execute(work)
         return True
@@ -110,18 +130,18 @@ class Execution(DeviceState):
 
     def _take_runnable(self, only: Block | None) -> Work | None:
         """Under the lock: the first enabled operation that can run, marked RUNNING."""
-        for i, (block, group) in enumerate(self._pending):
+        for i, (block, group) in enumerate(self.pending):
             if only is not None and block is not only:
                 continue
             partner = self._runnable(block, group)
             if partner is False:
                 continue
-            del self._pending[i]
+            del self.pending[i]
             block.state[group] = RUNNING
             involved = [block]
             if isinstance(partner, tuple):
                 partner[0].state[partner[1]] = RUNNING
-                self._pending.remove(partner)  # the flying SDP runs as part of this operation
+                self.pending.remove(partner)  # the flying SDP runs as part of this operation
                 involved.append(partner[0])
             hang = False
             for b in involved:
@@ -135,23 +155,23 @@ class Execution(DeviceState):
             pair = partner if isinstance(partner, tuple) else None
             work = Work(block, group, pair, block.epoch, hang, injected,
                          pair[0].epoch if pair is not None else 0, threading.get_ident())
-            if self.trace_mask & LAYER:
+            if self._state.trace_mask & LAYER:
                 for b in involved:
                     g = group if b is block else partner[1]  # type: ignore[index]
-                    self.trace_op_start(b.index, g, b.words[g][CTX_WORD[b.index]])
+                    self._trace.op_start(b.index, g, b.words[g][CTX_WORD[b.index]])
                 # After the start events are stamped, not before: a timeline draws the operation from
                 # its start event for its duration, so a duration counted from an earlier reading
                 # would end past the operation (by as long as the thread was preempted in between,
                 # ms under load), over the block's next operation and out of its task.
                 work.started_ns = time.monotonic_ns()
             if not hang:
-                self._running.append(work)
+                self.running.append(work)
             return work
         return None
 
-    def _run_runnable(self) -> None:
+    def run_runnable(self) -> None:
         """Deterministic mode: execute everything that is runnable, in enable order. The caller
-        set ``_kicking``; it is cleared under the lock only once nothing is runnable, so an
+        set ``kicking``; it is cleared under the lock only once nothing is runnable, so an
         operation enabled meanwhile by another thread is never left behind."""
         try:
             with np.errstate(all="ignore"):  # see _execute; set once for the whole run
@@ -159,12 +179,12 @@ class Execution(DeviceState):
                     with self._lock:
                         work = self._take_runnable(None)
                         if work is None:
-                            self._kicking = False
+                            self.kicking = False
                             return
                     self._execute(work)
         except BaseException:
             with self._lock:
-                self._kicking = False
+                self.kicking = False
             raise
 
     def _worker(self, block: Block) -> None:
@@ -172,22 +192,24 @@ class Execution(DeviceState):
             self._work_loop(block)
 
     def _work_loop(self, block: Block) -> None:
+        state = self._state
         while True:
-            with self._cond:
+            with state.cond:
                 work = None
-                while not self._closed:
+                while not state.closed:
                     work = self._take_runnable(block)
                     if work is not None:
                         break
                     block.wake.wait()
-                if self._closed:
+                if state.closed:
                     return
             assert work is not None
             self._execute(work)
 
     def _execute(self, work: Work) -> None:
+        state = self._state
         if work.hang:
-            self.log.append(f"{work.block.kind.name} group {work.group}: hangs (injected)")
+            state.log.append(f"{work.block.kind.name} group {work.group}: hangs (injected)")
             return
         error, detail, fault = 0, "", None
         try:
@@ -195,7 +217,7 @@ class Execution(DeviceState):
                 raise blocks.HwError(work.injected, "injected error")
             # The callers run this under np.errstate(all="ignore"): IEEE arithmetic, NaN and inf
             # flow on and no numpy warning reaches the host (set once per run, not per operation).
-            self.decoded.get(work.block, work.group, work.partner)()
+            state.decoded.get(work.block, work.group, work.partner)()
         except MmuFault as e:
             error, detail, fault = int(R.dla_hw_error_e.MMU_FAULT), str(e), e
         except blocks.HwError as e:
@@ -204,24 +226,25 @@ class Execution(DeviceState):
             error, detail = int(R.dla_hw_error_e.BAD_CONFIG), f"internal error: {type(e).__name__}: {e}"
         with self._lock:
             self._complete(work, error, detail, fault)
-            if self._quiescing:
-                self._cond.notify_all()
-            if self._threads:
-                self._wake(work.block)  # its other group may be next
+            if self.quiescing:
+                state.cond.notify_all()
+            if self.threaded:
+                self.wake(work.block)  # its other group may be next
                 if work.partner is not None:
-                    self._wake(work.partner[0])
-        self._raise_irq()
+                    self.wake(work.partner[0])
+        self._irq.signal()
 
     def _complete(self, work: Work, error: int, detail: str, fault: MmuFault | None) -> None:
         """Under the lock: mark the operation (and its flying partner) done or failed."""
-        self._running = [w for w in self._running if w is not work]
+        state = self._state
+        self.running = [w for w in self.running if w is not work]
         parts = [(work.block, work.group, work.epoch)]
         if work.partner:
             parts.append((work.partner[0], work.partner[1], work.partner_epoch))
         if work.block.epoch != work.epoch and work.partner and work.partner[0].epoch == work.partner_epoch:
             # CONV was reset under its pair: the SDP half lost its input.
             error, detail, fault = int(R.dla_hw_error_e.NO_PRODUCER), "CONV reset during the pair", None
-        tracing = self.trace_mask & (LAYER | ERROR)
+        tracing = state.trace_mask & (LAYER | ERROR)
         for block, group, epoch in parts:
             if block.epoch != epoch:
                 continue  # this block was reset while the operation ran: its part is abandoned
@@ -231,29 +254,30 @@ class Execution(DeviceState):
             block.consumer = group ^ 1
             if error:
                 block.error, block.error_group = error, group
-                self.intr_status |= error_bit(block.index, group)
+                state.intr_status |= error_bit(block.index, group)
             else:
                 block.ops_done += 1
-                self.ops_done += 1
-                self.intr_status |= done_bit(block.index, group)
+                state.ops_done += 1
+                state.intr_status |= done_bit(block.index, group)
         if error:
             known = R.dla_hw_error_e._value2member_map_.get(error)
             name = known.name if known is not None else str(error)
-            self.log.append(f"{work.block.kind.name} group {work.group}: {name}: {detail}")
+            state.log.append(f"{work.block.kind.name} group {work.group}: {name}: {detail}")
             if fault is not None:
                 block_index = fault.block if fault.block is not None else work.block.index
-                self.fault = (fault.address, fault.ctx, block_index)
-                self.intr_status |= 1 << MMU_FAULT_BIT
+                state.fault = (fault.address, fault.ctx, block_index)
+                state.intr_status |= 1 << MMU_FAULT_BIT
 
     def _trace_completion(self, block: Block, group: int, work: Work, error: int,
                           fault: MmuFault | None) -> None:
-        if self.trace_mask & LAYER and work.started_ns:
-            self.trace_op_end(block.index, group, block.words[group][CTX_WORD[block.index]],
-                              time.monotonic_ns() - work.started_ns, error)
-        if error and self.trace_mask & ERROR:
-            self.trace_error(block.index, error, fault.address if fault is not None else 0)
+        mask = self._state.trace_mask
+        if mask & LAYER and work.started_ns:
+            self._trace.op_end(block.index, group, block.words[group][CTX_WORD[block.index]],
+                               time.monotonic_ns() - work.started_ns, error)
+        if error and mask & ERROR:
+            self._trace.error(block.index, error, fault.address if fault is not None else 0)
 
-    def _wake(self, block: Block) -> None:
+    def wake(self, block: Block) -> None:
         """Under the lock: wake the worker of ``block``, and CONV's when SDP changed (a flying SDP
         operation is what lets a CONV operation start)."""
         block.wake.notify()
@@ -261,16 +285,3 @@ class Execution(DeviceState):
             conv = self._blocks.get(int(dla_block_e.CONV))
             if conv is not None:
                 conv.wake.notify()
-
-    def _irq_pending(self) -> bool:
-        return bool(self.intr_status & ~self.intr_mask & 0xFFFFFFFF)
-
-    def _raise_irq(self) -> None:
-        with self._lock:
-            if not self._irq_pending():
-                return
-            handlers = list(self._irq_handlers)
-            if self.trace_mask & INTERRUPT:
-                self.trace_interrupt(self.intr_status, self.intr_mask)
-        for handler in handlers:
-            handler()

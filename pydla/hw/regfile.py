@@ -1,11 +1,15 @@
-"""The virtual device's register file and the host's access to it.
+"""The virtual device's register file and the host's access to it (:class:`RegisterFile`, a part of
+:class:`~pydla.hw.device.VirtualDevice`, whose ``reg_read`` / ``reg_write`` / ``reg_write_many`` /
+``reg_write_words`` are this part's methods themselves: one call per access).
 
 The register space is a window of ``WINDOW`` bytes per block after the global (GLB) window: in each
 block window the S registers (status, the producer/consumer pointer, errors, the completed-operation
 count) come first (``S_AREA``), then the D group's configuration registers, of which there are two
 copies, the register groups; the pointer's producer bit selects the group a write lands in. Writing
 ``d_op_enable`` hands the group to execution (:mod:`pydla.hw.execution`); GLB holds the interrupt
-status and mask, the MMU fault registers and the reset register (:mod:`pydla.hw.faults`).
+status and mask, the MMU fault registers and the reset register (:mod:`pydla.hw.faults`). Addresses
+outside the block windows go to the SHAVE tiles' window (:mod:`pydla.hw.shave.part`) or the compute
+units' (:mod:`pydla.hw.compute_units`), else they are bus errors.
 
 Every access is looked up in a memo of addresses (``_where``) and, when the device records a trace,
 appended to it as a :class:`RegAccess`.
@@ -19,106 +23,61 @@ Usage::
 
 from __future__ import annotations
 
-import collections
-import ctypes
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.hw.compute_units import CU_INTR_BIT as _CU_INTR_BIT
-from pydla.hw.compute_units import CuInterrupt
-from pydla.hw.state import DeviceState
+from pydla.hw.compute_units import ComputeUnits, CuInterrupt, register_names
+from pydla.hw.execution import Execution
+from pydla.hw.faults import Faults
+from pydla.hw.irq import InterruptLine
+from pydla.hw.shave.part import WINDOW_END as _SHAVE_END
+from pydla.hw.shave.part import WINDOW_START as _SHAVE_START
+from pydla.hw.shave.part import ShaveTiles
+from pydla.hw.state import ENABLED, IDLE, OP_ENABLE, S_AREA, WINDOW, Block, DeviceState, RegAccess
+from pydla.hw.trace_out import TraceOutput
 
-WINDOW = 0x1000
-S_AREA = 0x40
-OP_ENABLE = R.BDMA_D_OP_ENABLE - R.BDMA_S_STATUS  # the same in every block window
 # Offsets of the S registers inside a block window (the same in every block).
 _S = {name: R.REGISTERS[f"BDMA_S_{name.upper()}"] - R.BDMA_S_STATUS
       for name in ("status", "pointer", "error", "error_group", "ops_done")}
-IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED),
-                          int(R.group_state_e.RUNNING))
-MMU_FAULT_BIT = 31
 _ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
 
 _S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
     _S["status"], _S["pointer"], _S["error"], _S["error_group"], _S["ops_done"])
-_REG_TYPES = {b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
-_NAMES = {addr: name for name, addr in R.REGISTERS.items()}
-SDP_SRC_MODE = R.SDP_D_SRC_MODE - R.SDP_S_STATUS
+NAMES = {addr: name for name, addr in R.REGISTERS.items()}
 _GLB_INTR_STATUS, _GLB_OPS_DONE, _GLB_CU_INTR_STATUS = R.GLB_INTR_STATUS, R.GLB_OPS_DONE, R.GLB_CU_INTR_STATUS
 _TRACE_REG_WRITE = int(R.trace_class_e.REG_WRITE)  # the class of reg_write events (pydla.hw.trace_out)
+GlbRegister = tuple[Callable[[], int], Callable[[int], int]]  # (read, write); a write returns its effect
 
 
-def done_bit(block: int, group: int) -> int:
-    return 1 << (2 * block + group)
-
-
-def error_bit(block: int, group: int) -> int:
-    return 1 << (16 + 2 * block + group)
-
-
-@dataclass(frozen=True)
-class RegAccess:
-    """One entry of the register trace: R or W, the register's name, the value, the D group."""
-
-    op: str
-    address: int
-    name: str
-    value: int
-    group: int | None
-
-    def __str__(self) -> str:
-        g = f"[g{self.group}]" if self.group is not None else ""
-        return f"{self.op} {self.name}{g} = {self.value:#x}"
-
-
-class Block:
-    """One block's registers: its two D groups (as bytes, 32-bit words and numpy arrays) and its
-    S state (group states, pointer, error, completed operations)."""
-
-    def __init__(self, kind: dla_block_e, lock: threading.RLock) -> None:
-        self.kind = kind
-        # Its worker thread waits here (threaded mode): an enable wakes only the block it concerns,
-        # not every block's thread.
-        self.wake = threading.Condition(lock)
-        self.index = int(kind)
-        self.regs_type = _REG_TYPES[kind]
-        self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
-        # The same bytes as 32-bit registers, in the host's order as the ctypes snapshot reads them;
-        # and as numpy arrays, for a program written in one store (reg_write_words).
-        self.words = [memoryview(g).cast("I") for g in self.groups]
-        self.word_arrays = [np.frombuffer(g, dtype=np.uint32) for g in self.groups]
-        self.regs_size = ctypes.sizeof(self.regs_type)  # the bytes a decoded group is keyed by
-        self.reset()
-        self.ops_done = 0
-        self.hangs = 0
-        self.injected_errors: collections.deque[int] = collections.deque()
-        self.epoch = 0
-        self.wedged = False  # ignores its block-reset bit (fault injection); a device reset clears it
-
-    def reset(self) -> None:
-        self.state = [IDLE, IDLE]
-        self.producer = 0
-        self.consumer = 0
-        self.error = 0
-        self.error_group = 0
-
-    def reg(self, group: int, offset: int) -> int:
-        value: int = self.words[group][offset >> 2]
-        return value
-
-    def snapshot(self, group: int) -> Any:
-        return self.regs_type.from_buffer_copy(self.groups[group])
-
-
-class RegisterFile(DeviceState):
+class RegisterFile:
     """The host's register access (a part of :class:`~pydla.hw.device.VirtualDevice`)."""
+
+    def __init__(self, state: DeviceState, execution: Execution, faults: Faults, tiles: ShaveTiles,
+                 units: ComputeUnits, irq: InterruptLine, trace: TraceOutput) -> None:
+        self._state = state
+        self._lock = state.lock
+        self._blocks = state.blocks
+        self._execution = execution
+        self._faults = faults
+        self._tiles = tiles
+        self._units = units
+        self._irq = irq
+        self._trace_out = trace
+        self._deterministic = state.mode == "deterministic"
+        # _locate's memo: address -> (block or None for the global window, offset), or None if invalid
+        self._where: dict[int, tuple[Block | None, int] | None] = {}
+        # reg_write_words' memo: an address array's bytes -> (block, word indices) when every address
+        # is a configuration register of that block's D group, once each; else None
+        self._word_targets: dict[bytes, tuple[Block, npt.NDArray[np.intp]] | None] = {}
+        self.trace: list[RegAccess] | None = None  # every access, while recorded (record_trace)
+        self.names = dict(NAMES) | register_names(units.units)  # register names for the trace
+        # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
+        # address -> (read, write); a write returns what it changed (0, or a status change to act on).
+        self.glb_extra: dict[int, GlbRegister] = trace.glb_registers()
 
     def record_trace(self, on: bool = True) -> list[RegAccess]:
         """Start (or stop) recording every register access; returns the list being filled."""
@@ -131,13 +90,17 @@ class RegisterFile(DeviceState):
             with self._lock:
                 value, group = self._read(address)
                 if self.trace is not None:
-                    name = self._names.get(address, f"{address:#x}")
+                    name = self.names.get(address, f"{address:#x}")
                     self.trace.append(RegAccess("R", address, name, value, group))
                 return value
         except CuInterrupt as e:
             # A read of a compute unit moved its clock on and it interrupts: the line is raised
             # without the lock, as after any event (a try costs nothing on the fast path).
-            self._raise_irq()
+            with self._lock:
+                if self.trace is not None:
+                    name = self.names.get(address, f"{address:#x}")
+                    self.trace.append(RegAccess("R", address, name, e.value, None))
+            self._irq.signal()
             return e.value
 
     def reg_write(self, address: int, value: int) -> None:
@@ -145,28 +108,30 @@ class RegisterFile(DeviceState):
         with self._lock:
             group, effect = self._write(address, value)
             if self.trace is not None:
-                self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"), value,
+                self.trace.append(RegAccess("W", address, self.names.get(address, f"{address:#x}"), value,
                                             group))
-            if self.trace_mask & _TRACE_REG_WRITE:
+            if self._state.trace_mask & _TRACE_REG_WRITE:
                 self._trace_write(address, value, group)
-            kick = effect == _ENABLED and self.mode == "deterministic" and not self._kicking
+            execution = self._execution
+            kick = effect == _ENABLED and self._deterministic and not execution.kicking
             if kick:
-                self._kicking = True  # this thread runs what is runnable, others' enables included
+                execution.kicking = True  # this thread runs what is runnable, others' enables included
         if kick:
-            self._run_runnable()
+            execution.run_runnable()
         elif effect == _STATUS:
-            self._raise_irq()
+            self._irq.signal()
 
     def reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
         """``reg_write`` of each ``(address, value)`` in order, taking the lock once per run of writes
         with no side effect (an enable or an interrupt change is acted on right after its write)."""
         i, n = 0, len(writes)
         where_of = self._where.get
+        state, execution = self._state, self._execution
         while i < n:
             kick = status = False
             with self._lock:
                 # the fast path stores without recording: not while accesses are recorded or traced
-                plain = self.trace is None and not self.trace_mask & _TRACE_REG_WRITE
+                plain = self.trace is None and not state.trace_mask & _TRACE_REG_WRITE
                 while i < n:
                     address, value = writes[i]
                     i += 1
@@ -181,20 +146,20 @@ class RegisterFile(DeviceState):
                             continue
                     group, effect = self._write(address, value)
                     if self.trace is not None:
-                        self.trace.append(RegAccess("W", address, self._names.get(address, f"{address:#x}"),
+                        self.trace.append(RegAccess("W", address, self.names.get(address, f"{address:#x}"),
                                                     value, group))
-                    if self.trace_mask & _TRACE_REG_WRITE:
+                    if state.trace_mask & _TRACE_REG_WRITE:
                         self._trace_write(address, value, group)
-                    if effect == _ENABLED and self.mode == "deterministic" and not self._kicking:
-                        self._kicking = kick = True
+                    if effect == _ENABLED and self._deterministic and not execution.kicking:
+                        execution.kicking = kick = True
                         break
                     if effect == _STATUS:
                         status = True
                         break
             if kick:
-                self._run_runnable()
+                execution.run_runnable()
             elif status:
-                self._raise_irq()
+                self._irq.signal()
 
     def reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
         """``reg_write`` of ``values[i]`` to ``addresses[i]``, in order. When every address is a
@@ -212,7 +177,7 @@ class RegisterFile(DeviceState):
         if target is not None and len(values) == len(target[1]):
             block, index = target
             with self._lock:
-                if self.trace is None and not self.trace_mask & _TRACE_REG_WRITE:
+                if self.trace is None and not self._state.trace_mask & _TRACE_REG_WRITE:
                     block.word_arrays[block.producer][index] = values
                     return
         self.reg_write_many(list(zip(addresses.tolist(), values.tolist(), strict=True)))
@@ -221,7 +186,7 @@ class RegisterFile(DeviceState):
         """Under the lock: a reg_write event in the device's trace ring (block 255: not a block's)."""
         where = self._where.get(address)
         block = where[0] if where is not None else None
-        self.trace_reg_write(address, value, block.index if block is not None else 0xFF,
+        self._trace_out.reg_write(address, value, block.index if block is not None else 0xFF,
                              0xFF if group is None else group)
 
     def _word_target(self, addresses: list[int]) -> tuple[Block, npt.NDArray[np.intp]] | None:
@@ -252,8 +217,10 @@ class RegisterFile(DeviceState):
             where = self._where[address]  # the memo, without a call
         except KeyError:
             where = self._locate(address)
-        if where is None:
-            return self._cu_read(address)  # a compute unit's window, or a bus error
+        if where is None:  # the SHAVE window, a compute unit's, or a bus error
+            if _SHAVE_START <= address < _SHAVE_END:
+                return self._tiles.bus_read(address)
+            return self._units.bus_read(address)
         block, offset = where
         if block is None:
             return self._read_glb(address), None
@@ -272,20 +239,21 @@ class RegisterFile(DeviceState):
         return block.words[block.producer][offset >> 2], block.producer
 
     def _read_glb(self, address: int) -> int:
+        state = self._state
         if address == _GLB_INTR_STATUS:  # read by every interrupt handler: first
-            return self.intr_status
+            return state.intr_status
         if address == _GLB_OPS_DONE:  # read at every job start
-            return self.ops_done & 0xFFFFFFFF
+            return state.ops_done & 0xFFFFFFFF
         if address == _GLB_CU_INTR_STATUS:
-            return self._cu_read_status()
+            return self._units.read_status()
         extra = self.glb_extra.get(address)
         if extra is not None:
             return extra[0]()
-        fault_addr, fault_ctx, fault_block = self.fault
+        fault_addr, fault_ctx, fault_block = state.fault
         return {
-            R.GLB_HW_VERSION: self.config.hw_version,
-            R.GLB_CONFIG: self.config.block_mask,
-            R.GLB_INTR_MASK: self.intr_mask,
+            R.GLB_HW_VERSION: state.config.hw_version,
+            R.GLB_CONFIG: state.config.block_mask,
+            R.GLB_INTR_MASK: state.intr_mask,
             R.GLB_MMU_FAULT_ADDR_LO: fault_addr & 0xFFFFFFFF,
             R.GLB_MMU_FAULT_ADDR_HI: fault_addr >> 32,
             R.GLB_MMU_FAULT_CTX: fault_ctx,
@@ -298,8 +266,10 @@ class RegisterFile(DeviceState):
             where = self._where[address]  # the memo, without a call
         except KeyError:
             where = self._locate(address)
-        if where is None:
-            return self._cu_write(address, value)  # a compute unit's window, or a bus error
+        if where is None:  # the SHAVE window, a compute unit's, or a bus error
+            if _SHAVE_START <= address < _SHAVE_END:
+                return self._tiles.bus_write(address, value)
+            return self._units.bus_write(address, value)
         block, offset = where
         if block is None:
             return None, self._write_glb(address, value)
@@ -312,32 +282,35 @@ class RegisterFile(DeviceState):
         if offset == OP_ENABLE:
             if value & 1 and block.state[group] == IDLE:
                 block.state[group] = ENABLED
-                self._pending.append((block, group))
-                if self._threads:
-                    self._wake(block)
+                execution = self._execution  # (Execution.enable, inline: an enable per operation)
+                execution.pending.append((block, group))
+                if execution.threaded:
+                    execution.wake(block)
                 return group, _ENABLED
             if not value & 1 and block.state[group] == ENABLED:
                 block.state[group] = IDLE
-                if (block, group) in self._pending:
-                    self._pending.remove((block, group))
+                pending = self._execution.pending
+                if (block, group) in pending:
+                    pending.remove((block, group))
         return group, 0
 
     def _write_glb(self, address: int, value: int) -> int:
+        state = self._state
         if address == _GLB_INTR_STATUS:  # written by every interrupt handler: first
-            self.intr_status &= ~value
-            if self.cu_intr_status:  # bit 30 stays while a compute unit's bit does
-                self.intr_status |= 1 << _CU_INTR_BIT
+            state.intr_status &= ~value
+            if self._units.intr_status:  # bit 30 stays while a compute unit's bit does
+                state.intr_status |= 1 << _CU_INTR_BIT
             return 0
         if address == R.GLB_INTR_MASK:
-            self.intr_mask = value
+            state.intr_mask = value
             return _STATUS  # unmasking may expose pending status
         if address == R.GLB_INTR_SET:
-            self.intr_status |= value
+            state.intr_status |= value
             return _STATUS
         if address == R.GLB_RESET:
-            self._reset(value)
+            self._faults.reset(value)
         elif address == _GLB_CU_INTR_STATUS:
-            return self._cu_ack(value)
+            return self._units.ack(value)
         else:
             extra = self.glb_extra.get(address)
             if extra is not None:

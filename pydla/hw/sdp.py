@@ -11,7 +11,6 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -21,20 +20,20 @@ from pydla.hw.blockio import F32, Array, ContextMemory, HwError, addr, f32
 from pydla.hw.blockio import bad_config as _bad
 from pydla.hw.lut import LUT_INDEXED_MIN_ENTRIES, Interpolator, interp_blocks
 
-_EW = {R.sdp_ew_op_e.ADD: "add", R.sdp_ew_op_e.SUB: "sub", R.sdp_ew_op_e.MUL: "mul",
-       R.sdp_ew_op_e.MAX: "max", R.sdp_ew_op_e.MIN: "min", R.sdp_ew_op_e.DIV: "div"}
-_ACT = {R.sdp_act_e.NONE: "none", R.sdp_act_e.RELU: "relu", R.sdp_act_e.LEAKY_RELU: "leaky_relu",
-        R.sdp_act_e.PRELU: "prelu", R.sdp_act_e.CLAMP: "clamp", R.sdp_act_e.SIGMOID: "sigmoid",
-        R.sdp_act_e.TANH: "tanh"}
+_EW: dict[int, str] = {R.sdp_ew_op_e.ADD: "add", R.sdp_ew_op_e.SUB: "sub", R.sdp_ew_op_e.MUL: "mul",
+                       R.sdp_ew_op_e.MAX: "max", R.sdp_ew_op_e.MIN: "min", R.sdp_ew_op_e.DIV: "div"}
+_ACT: dict[int, str] = {R.sdp_act_e.NONE: "none", R.sdp_act_e.RELU: "relu",
+                        R.sdp_act_e.LEAKY_RELU: "leaky_relu", R.sdp_act_e.PRELU: "prelu",
+                        R.sdp_act_e.CLAMP: "clamp", R.sdp_act_e.SIGMOID: "sigmoid", R.sdp_act_e.TANH: "tanh"}
 
 
-def run_sdp(r: Any, mem: ContextMemory, flying: Array | None = None, folded: bool = False) -> None:
+def run_sdp(r: R.sdp_regs_t, mem: ContextMemory, flying: Array | None = None, folded: bool = False) -> None:
     """Bias, batch norm, element-wise, activation; from memory or from CONV (``flying``). With
     ``folded``, the bias and element-wise ADD are already in ``flying`` (see :func:`sdp_addends`)."""
     decode_sdp(r, mem)(flying, folded)
 
 
-def decode_sdp(r: Any, mem: ContextMemory) -> Callable[[Array | None, bool], None]:
+def decode_sdp(r: R.sdp_regs_t, mem: ContextMemory) -> Callable[[Array | None, bool], None]:
     """:func:`run_sdp`, decoded: a function of the flying result and ``folded``."""
     dtype = mem.dtype(r.d_precision, "SDP")
     out_dtype = mem.dtype(r.d_out_precision, "SDP output")
@@ -179,7 +178,7 @@ def _eltwise(x: Array, ew: tuple[str, Array, bool], dims: tuple[int, int, int]) 
     return x
 
 
-def _decode_lut(r: Any, mem: ContextMemory) -> Callable[[Array, Array], None]:
+def _decode_lut(r: R.sdp_regs_t, mem: ContextMemory) -> Callable[[Array, Array], None]:
     """Linear interpolation in a table of d_lut_entries f32 values over [d_lut_start, d_lut_end]:
     a function of x and the float32 array the result goes to (x itself, or another of x's shape)."""
     n, start, end = r.d_lut_entries, f32(r.d_lut_start), f32(r.d_lut_end)

@@ -1,103 +1,132 @@
-"""The state the parts of the virtual device share (:mod:`pydla.hw.device` creates it).
+"""The state the parts of the virtual device share, and the register layout of a block.
 
-The device is one object made of parts, each in its own module and each a base class of
-:class:`~pydla.hw.device.VirtualDevice`: the register file the host reads and writes
-(:mod:`pydla.hw.regfile`), the execution of operations and the interrupt line
-(:mod:`pydla.hw.execution`), fault injection and reset (:mod:`pydla.hw.faults`). They call one
-another as methods of the one object, so that a register access costs no call more than it did
-when they were one class; this base declares what they share, for the type checker.
+The device (:class:`~pydla.hw.device.VirtualDevice`) is made of parts, each an object with one
+concern and its own state: the register file the host reads and writes (:mod:`pydla.hw.regfile`),
+the execution of operations (:mod:`pydla.hw.execution`), the interrupt line (:mod:`pydla.hw.irq`),
+fault injection and reset (:mod:`pydla.hw.faults`), the compute units (:mod:`pydla.hw.compute_units`),
+the SHAVE tiles (:mod:`pydla.hw.shave.part`) and the trace ring (:mod:`pydla.hw.trace_out`). What
+more than one of them reads or writes is here, in one :class:`DeviceState`: the lock, the blocks'
+registers (:class:`Block`), the GLB status registers several parts set, the device log.
 
 Usage::
 
-    class Part(DeviceState):
-        def method(self) -> None:
-            with self._lock: ...
+    state = DeviceState(load_config("full"), 0, "deterministic", DeviceMemory(config))
+    with state.lock:
+        state.intr_status |= done_bit(int(dla_block_e.BDMA), 0)
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.deviceapi.runtime import Record
 from pydla.hw.decoded import DecodedCache
-from pydla.hw.memory import DeviceMemory, Iommu
+from pydla.hw.memory import DeviceMemory
 from pydla.target.config import DeviceConfig
 
-if TYPE_CHECKING:
-    from pydla.hw.cu.unit import ComputeUnit
-    from pydla.hw.execution import Work
-    from pydla.hw.regfile import Block, RegAccess
+WINDOW = 0x1000
+S_AREA = 0x40
+OP_ENABLE = R.BDMA_D_OP_ENABLE - R.BDMA_S_STATUS  # the same in every block window
+IDLE, ENABLED, RUNNING = (int(R.group_state_e.IDLE), int(R.group_state_e.ENABLED),
+                          int(R.group_state_e.RUNNING))
+MMU_FAULT_BIT = 31
+_REG_TYPES: dict[dla_block_e, type[Record]] = {
+    b: getattr(R, f"{b.name.lower()}_regs_t") for b in dla_block_e}
+
+
+def done_bit(block: int, group: int) -> int:
+    return 1 << (2 * block + group)
+
+
+def error_bit(block: int, group: int) -> int:
+    return 1 << (16 + 2 * block + group)
+
+
+@dataclass(frozen=True)
+class RegAccess:
+    """One entry of the register trace: R or W, the register's name, the value, the D group."""
+
+    op: str
+    address: int
+    name: str
+    value: int
+    group: int | None
+
+    def __str__(self) -> str:
+        g = f"[g{self.group}]" if self.group is not None else ""
+        return f"{self.op} {self.name}{g} = {self.value:#x}"
+
+
+class Block:
+    """One block's registers: its two D groups (as bytes, 32-bit words and numpy arrays) and its
+    S state (group states, pointer, error, completed operations)."""
+
+    def __init__(self, kind: dla_block_e, lock: threading.RLock) -> None:
+        self.kind = kind
+        # Its worker thread waits here (threaded mode): an enable wakes only the block it concerns,
+        # not every block's thread.
+        self.wake = threading.Condition(lock)
+        self.index = int(kind)
+        self.regs_type = _REG_TYPES[kind]
+        self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
+        # The same bytes as 32-bit registers, in the host's order as the ctypes snapshot reads them;
+        # and as numpy arrays, for a program written in one store (reg_write_words).
+        self.words = [memoryview(g).cast("I") for g in self.groups]
+        self.word_arrays = [np.frombuffer(g, dtype=np.uint32) for g in self.groups]
+        self.regs_size = ctypes.sizeof(self.regs_type)  # the bytes a decoded group is keyed by
+        self.reset()
+        self.ops_done = 0
+        self.hangs = 0
+        self.injected_errors: collections.deque[int] = collections.deque()
+        self.epoch = 0
+        self.wedged = False  # ignores its block-reset bit (fault injection); a device reset clears it
+
+    def reset(self) -> None:
+        self.state = [IDLE, IDLE]
+        self.producer = 0
+        self.consumer = 0
+        self.error = 0
+        self.error_group = 0
+
+    def reg(self, group: int, offset: int) -> int:
+        value: int = self.words[group][offset >> 2]
+        return value
+
+    def snapshot(self, group: int) -> Record:
+        return self.regs_type.from_buffer_copy(self.groups[group])
 
 
 class DeviceState:
-    """Declarations only: :meth:`VirtualDevice.__init__` sets every attribute."""
+    """What the parts share. The lock guards all of it (reentrant: a part's method under the lock
+    calls another's); ``cond`` is notified when an operation ends or the device closes."""
 
-    config: DeviceConfig
-    instance: int
-    mode: str
-    memory: DeviceMemory
-    iommu: Iommu
-    _where: dict[int, tuple[Block | None, int] | None]
-    _word_targets: dict[bytes, tuple[Block, npt.NDArray[np.intp]] | None]
-    _lock: threading.RLock
-    _cond: threading.Condition
-    _quiescing: int
-    _blocks: dict[int, Block]
-    _pending: collections.deque[tuple[Block, int]]
-    _running: list[Work]
-    _irq_handlers: list[Callable[[], object]]
-    _kicking: bool
-    _closed: bool
-    intr_mask: int
-    intr_status: int
-    fault: tuple[int, int, int]
-    ops_done: int
-    bus_errors: int
-    log: collections.deque[str]
-    trace: list[RegAccess] | None
-    _precisions: tuple[int, ...]
-    decoded: DecodedCache
-    _threads: list[threading.Thread]
-    _names: dict[int, str]  # register names for the trace (the units' included)
-    # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
-    # address -> (read, write); a write returns what it changed (0, or a status change to act on).
-    glb_extra: dict[int, tuple[Callable[[], int], Callable[[int], int]]]
-    trace_mask: int  # the trace_class_e classes written now (pydla.hw.trace_out)
-    # compute units (pydla.hw.compute_units)
-    _cus: list[ComputeUnit]
-    _cu_bases: list[int]
-    _cu_by_name: dict[str, ComputeUnit]
-    _cu_hz: float
-    _cu_t0: float
-    _cu_clock: int
-    _cu_poll: tuple[int, int] | None
-    cu_intr_status: int
-    _cu_workers: set[int]
-
-    if TYPE_CHECKING:
-        # What one part calls of another (defined there; nothing here at run time).
-
-        def _run_runnable(self) -> None: ...  # execution
-        def _raise_irq(self) -> None: ...  # execution
-        def _wake(self, block: Block) -> None: ...  # execution
-        def _reset(self, bits: int) -> None: ...  # faults
-        def _cu_read(self, address: int) -> tuple[int, None]: ...  # compute_units
-        def _cu_write(self, address: int, value: int) -> tuple[None, int]: ...  # compute_units
-        def _cu_read_status(self) -> int: ...  # compute_units
-        def _cu_ack(self, value: int) -> int: ...  # compute_units
-        def _cu_step(self) -> bool: ...  # compute_units
-        def _cu_reset(self) -> None: ...  # compute_units
-        def trace_op_start(self, block_index: int, group: int, ctx: int) -> None: ...  # trace_out
-        def trace_op_end(self, block_index: int, group: int, ctx: int, duration_ns: int,
-                         error: int) -> None: ...  # trace_out
-        def trace_error(self, block_index: int, error: int, fault_address: int) -> None: ...  # trace_out
-        def trace_interrupt(self, status: int, mask: int) -> None: ...  # trace_out
-        def trace_reg_write(self, address: int, value: int, block_index: int,
-                            group: int) -> None: ...  # trace_out
-        def trace_cu(self, unit: int, execution: int, duration_ns: int | None,
-                     error: int = 0) -> None: ...  # trace_out
+    def __init__(self, config: DeviceConfig, instance: int, mode: str, memory: DeviceMemory) -> None:
+        self.config = config
+        self.instance = instance
+        self.mode = mode
+        self.memory = memory
+        self.iommu = memory.iommu
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.blocks = {int(b): Block(b, self.lock) for b in config.blocks}
+        self.decoded = DecodedCache(self.iommu, tuple(int(p) for p in config.precisions))
+        self.closed = False
+        self.threads: list[threading.Thread] = []  # the workers close() joins
+        # GLB registers that several parts set: the interrupt status (every part that interrupts)
+        # and mask, the MMU fault registers (execution sets them, a reset clears them), the
+        # completed operations, the accesses that reached no register.
+        self.intr_status = 0
+        self.intr_mask = 0
+        self.fault = (0, 0, 0)  # address, context, block
+        self.ops_done = 0
+        self.bus_errors = 0
+        self.trace_mask = 0  # the trace_class_e classes written now (pydla.hw.trace_out sets it)
+        # The device's last lines; the trace part makes it a DeviceLog (lines also go to its ring).
+        self.log: collections.deque[str] = collections.deque(maxlen=256)

@@ -1,4 +1,4 @@
-"""The trace ring the device writes (a part of :class:`~pydla.hw.device.VirtualDevice`).
+"""The trace ring the device writes (:class:`TraceOutput`, a part of :class:`~pydla.hw.device.VirtualDevice`).
 
 The host (the KMD, for whoever asked to trace) puts a ring in device memory, writes its header
 (:meth:`pydla.deviceapi.trace.TraceRing.create`'s layout), and tells the device where it is through
@@ -35,7 +35,7 @@ task's register writes are those of before.
 
 Log lines: the device's ``log`` (a :class:`DeviceLog`) also writes each line it takes as a ``log``
 event while LOG is on (level ``LOG_WARNING``: what the device logs is a refusal or a fault); the
-firmware writes its own lines through :meth:`TraceOutput.trace_log`. Text longer than the event's
+firmware writes its own lines through :meth:`TraceOutput.log`. Text longer than the event's
 63 bytes is cut (UTF-8, on a character boundary).
 
 Usage (the host's side, through registers)::
@@ -50,7 +50,7 @@ from __future__ import annotations
 import collections
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydla.deviceapi.generated import dla_regs as R
@@ -116,14 +116,16 @@ class DeviceLog(collections.deque[str]):
     """The device's log (its last lines); each line appended is also a ``log`` event of the trace
     ring while its LOG class is on (one attribute test while it is off)."""
 
-    def __init__(self, device: TraceOutput, maxlen: int, lines: Iterable[str] = ()) -> None:
+    def __init__(self, state: DeviceState, write: Callable[[int, str], None], maxlen: int,
+                 lines: Iterable[str] = ()) -> None:
         super().__init__(lines, maxlen=maxlen)
-        self.device = device
+        self.state = state
+        self.write = write
 
     def append(self, line: str) -> None:
         super().append(line)
-        if self.device.trace_mask & LOG:
-            self.device.trace_log(LOG_WARNING, line)
+        if self.state.trace_mask & LOG:
+            self.write(LOG_WARNING, line)
 
 
 class RingWriter:
@@ -188,35 +190,38 @@ class RingWriter:
                 self.dropped += 1
 
 
-class TraceOutput(DeviceState):
-    """The device's side of the trace ring. See the module docstring."""
+class TraceOutput:
+    """The device's side of the trace ring (a part of :class:`~pydla.hw.device.VirtualDevice`). See
+    the module docstring. The classes written now are the shared ``state.trace_mask``: the other
+    parts test it at each event site. The ``op_start`` ... ``cu`` methods write under the device
+    lock."""
 
-    trace_mask: int
-    _trace_ring: RingWriter | None
-    _trace_regs: dict[str, int]
-    _trace_seq: list[int]
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+        self._lock = state.lock
+        self._iommu = state.iommu
+        self._ring: RingWriter | None = None
+        # The device's log, made with the state: kept, and written to the ring too (DeviceLog).
+        state.log = DeviceLog(state, self.log, state.log.maxlen or 256, state.log)
+        self._regs = dict.fromkeys(_REGS, 0)
+        self._seq = [0] * 8
 
-    def _init_trace(self) -> None:
-        self.trace_mask = 0  # the classes written now: 0 while no ring is attached
-        self._trace_ring = None
-        # The device's log, made before this part: kept, and written to the ring too (DeviceLog).
-        self.log = DeviceLog(self, self.log.maxlen or 256, self.log)
-        self._trace_regs = dict.fromkeys(_REGS, 0)
-        self._trace_seq = [0] * 8
-        for name in _REGS:
-            address = getattr(R, f"GLB_{name.upper()}")
-            self.glb_extra[address] = (self._trace_reader(name), self._trace_writer(name))
+    def glb_registers(self) -> dict[int, tuple[Callable[[], int], Callable[[int], int]]]:
+        """The GLB trace_* registers this part serves: address -> (read, write)."""
+        return {getattr(R, f"GLB_{name.upper()}"): (self._reader(name), self._writer(name)) for name in _REGS}
 
-    def _trace_reader(self, name: str) -> Any:
-        return lambda: self._trace_regs[name]
+    def _reader(self, name: str) -> Callable[[], int]:
+        regs = self._regs
+        return lambda: regs[name]
 
-    def _trace_writer(self, name: str) -> Any:
-        regs = self._trace_regs
+    def _writer(self, name: str) -> Callable[[int], int]:
+        regs = self._regs
+        state = self._state
         if name == "trace_task_cmd":
             def command(value: int) -> int:
                 regs[name] = value
-                if self.trace_mask & TASK:  # (nothing to do while TASK is off)
-                    self._trace_task(value)
+                if state.trace_mask & TASK:  # (nothing to do while TASK is off)
+                    self._task(value)
                 return 0
             return command
         if name.startswith("trace_task_"):  # written at each traced task's start and end: a store
@@ -226,51 +231,52 @@ class TraceOutput(DeviceState):
             return store
 
         def write(value: int) -> int:
-            self._trace_regs[name] = value
+            regs[name] = value
             if name == "trace_size":
-                self._trace_attach(value)
+                self._attach(value)
             elif name == "trace_mask":
-                self.trace_mask = value & ALL_CLASSES if self._trace_ring is not None else 0
+                state.trace_mask = value & ALL_CLASSES if self._ring is not None else 0
             return 0
         return write
 
-    def _trace_attach(self, size: int) -> None:
+    def _attach(self, size: int) -> None:
         """Under the lock: take the ring the registers describe (size 0: stop)."""
-        self._trace_ring, self.trace_mask = None, 0
+        state = self._state
+        self._ring, state.trace_mask = None, 0
         if size == 0:
             return
-        r = self._trace_regs
+        r = self._regs
         base = r["trace_base_hi"] << 32 | r["trace_base_lo"]
         if size < HEADER_SIZE:
-            self.log.append(f"trace ring at {base:#x}: refused: {size} bytes is less than its header")
+            state.log.append(f"trace ring at {base:#x}: refused: {size} bytes is less than its header")
             return
         try:
-            bo, offset = self.iommu.translate(r["trace_ctx"], base, size)
+            bo, offset = self._iommu.translate(r["trace_ctx"], base, size)
             buffer = bo.array[offset:offset + size].data  # a writable memoryview: written in place
             read_ring(buffer, T.API)  # the header is a ring of this contract that fits the buffer
-            self._trace_ring = RingWriter(buffer)
+            self._ring = RingWriter(buffer)
         except MmuFault as e:
-            self.log.append(f"trace ring at {base:#x}: refused: {e}")
+            state.log.append(f"trace ring at {base:#x}: refused: {e}")
             return
         except DlaError as e:
-            self.log.append(f"trace ring at {base:#x}: refused: {e.message}")
+            state.log.append(f"trace ring at {base:#x}: refused: {e.message}")
             return
-        self.trace_mask = r["trace_mask"] & ALL_CLASSES
-        self.log.append(f"trace ring at {base:#x} in context {r['trace_ctx']}: {size} bytes")
+        state.trace_mask = r["trace_mask"] & ALL_CLASSES
+        state.log.append(f"trace ring at {base:#x} in context {r['trace_ctx']}: {size} bytes")
 
-    def _trace_reset(self) -> None:
+    def reset(self) -> None:
         """A device reset stops tracing (the registers read 0 again)."""
-        self._trace_ring, self.trace_mask = None, 0
-        self._trace_regs.update(dict.fromkeys(_REGS, 0))  # in place: the register writers hold the dict
+        self._ring, self._state.trace_mask = None, 0
+        self._regs.update(dict.fromkeys(_REGS, 0))  # in place: the register writers hold the dict
 
     # -- what the device writes (under the device lock) ----------------------------------------------
 
-    def _trace_task(self, cmd: int) -> None:
+    def _task(self, cmd: int) -> None:
         """trace_task_cmd written while TASK is on: the task event the trace_task_* registers say."""
-        ring = self._trace_ring
+        ring = self._ring
         if ring is None:
             return
-        r = self._trace_regs
+        r = self._regs
         task_id = r["trace_task_hi"] << 32 | r["trace_task_lo"]
         r["trace_task_hi"] = 0  # cleared by each command: a writer of 32-bit ids saves its write
         kind, ctx = cmd & 0xF, cmd >> 16 & 0xFFFF
@@ -279,48 +285,48 @@ class TraceOutput(DeviceState):
         elif kind == TASK_END:
             ring.put(_TASK_END, task_id, r["trace_task_info"], ctx)
 
-    def trace_log(self, level: int, text: str) -> None:
+    def log(self, level: int, text: str) -> None:
         """A ``log`` event, when LOG is on (the firmware's lines and the device's own). It takes the
         device's lock (reentrant): a log line may come from a thread that does not hold it."""
-        if not self.trace_mask & LOG:
+        if not self._state.trace_mask & LOG:
             return
         with self._lock:
-            ring = self._trace_ring
+            ring = self._ring
             if ring is not None:
                 ring.put(_LOG, level & 0xFF, log_text(text))
 
-    def trace_op_start(self, block_index: int, group: int, ctx: int) -> None:
-        seq = self._trace_seq[block_index]
-        self._trace_seq[block_index] = (seq + 1) & _U32
-        ring = self._trace_ring
+    def op_start(self, block_index: int, group: int, ctx: int) -> None:
+        seq = self._seq[block_index]
+        self._seq[block_index] = (seq + 1) & _U32
+        ring = self._ring
         if ring is not None:
             ring.put(_OP_START, seq, ctx & 0xFFFF, block_index, group)
 
-    def trace_op_end(self, block_index: int, group: int, ctx: int, duration_ns: int, error: int) -> None:
-        ring = self._trace_ring
+    def op_end(self, block_index: int, group: int, ctx: int, duration_ns: int, error: int) -> None:
+        ring = self._ring
         if ring is not None:
-            seq = (self._trace_seq[block_index] - 1) & _U32
+            seq = (self._seq[block_index] - 1) & _U32
             ring.put(_OP_END, duration_ns, seq, error, ctx & 0xFFFF, block_index, group)
 
-    def trace_error(self, block_index: int, error: int, fault_address: int) -> None:
-        ring = self._trace_ring
+    def error(self, block_index: int, error: int, fault_address: int) -> None:
+        ring = self._ring
         if ring is not None:
             status = int(_STATUS_OF_ERROR.get(error, dla_status_e.ERROR))
             ring.put(_ERROR, 0, fault_address, status, 0xFFFF, block_index)
 
-    def trace_interrupt(self, status: int, mask: int) -> None:
-        ring = self._trace_ring
+    def interrupt(self, status: int, mask: int) -> None:
+        ring = self._ring
         if ring is not None:
             ring.put(_INTERRUPT, status, mask)
 
-    def trace_reg_write(self, address: int, value: int, block_index: int, group: int) -> None:
-        ring = self._trace_ring
+    def reg_write(self, address: int, value: int, block_index: int, group: int) -> None:
+        ring = self._ring
         if ring is not None:
             ring.put(_REG_WRITE, address, value, block_index, group)
 
-    def trace_cu(self, unit: int, execution: int, duration_ns: int | None, error: int = 0) -> None:
-        ring = self._trace_ring
-        if ring is None or not self.trace_mask & LAYER:  # (a SHAVE tile's calls do not test the class)
+    def cu(self, unit: int, execution: int, duration_ns: int | None, error: int = 0) -> None:
+        ring = self._ring
+        if ring is None or not self._state.trace_mask & LAYER:  # (a SHAVE tile's calls do not test it)
             return
         if duration_ns is None:
             ring.put(_CU_START, execution, unit)

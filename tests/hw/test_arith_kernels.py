@@ -12,7 +12,7 @@ import pytest
 from numpy.lib.stride_tricks import as_strided
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.hw import conv, lut
+from pydla.hw import conv_depthwise, lut
 from pydla.hw.arrays import scratch
 from pydla.hw.compute import conv2d, pool2d
 from pydla.hw.device import VirtualDevice
@@ -172,17 +172,17 @@ def test_channels_last_depthwise_agrees_with_the_column_matrix_kernel(seed: int,
         adds.append(rng.standard_normal((c, ho, wo)).astype(np.float32))
     ref, mag = _reference(x, wt, stride, pads, dilation, adds)  # type: ignore[arg-type]
     taken = []
-    real = conv.depthwise_channels_last
-    monkeypatch.setattr(conv, "depthwise_channels_last", lambda *a: taken.append(1) or real(*a))
+    real = conv_depthwise.depthwise_channels_last
+    monkeypatch.setattr(conv_depthwise, "depthwise_channels_last", lambda *a: taken.append(1) or real(*a))
     kwargs: dict[str, Any] = {"stride": stride, "pads": pads, "dilation": dilation, "groups": c}
     for limit in (1 << 20, 0):  # every map channels-last, then none
-        monkeypatch.setattr(conv, "_DEPTHWISE_CHANNELS_LAST_PIXELS", limit)
+        monkeypatch.setattr(conv_depthwise, "CHANNELS_LAST_PIXELS", limit)
         _poison()
         out = np.full((c, ho, wo), np.nan, np.float32)
         assert conv2d(x, wt, out=out, addends=adds, **kwargs) is out
         _check(out, ref, mag, f"limit {limit}")
     assert taken == [1]
-    monkeypatch.setattr(conv, "_DEPTHWISE_CHANNELS_LAST_PIXELS", 64)
+    monkeypatch.setattr(conv_depthwise, "CHANNELS_LAST_PIXELS", 64)
     _check(conv2d(x, wt, addends=adds, **kwargs), ref, mag, "default")  # x's dtype
     assert len(taken) == (2 if ho * wo <= 64 else 1)
 

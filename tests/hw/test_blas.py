@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pydla.hw import blas, conv
+from pydla.hw import blas, conv, conv_gemm
 
 needs_sgemm = pytest.mark.skipif(blas.SGEMM is None, reason="numpy's BLAS sgemm was not found")
 AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "sse2"})
@@ -80,10 +80,10 @@ def test_product_declines_what_blas_cannot_take_and_writes_nothing() -> None:
 
 
 @needs_sgemm
-@pytest.mark.parametrize("groups", [1, 3, conv._SGEMM_MAX_STACK + 1])
+@pytest.mark.parametrize("groups", [1, 3, conv_gemm.SGEMM_MAX_STACK + 1])
 def test_conv_matmul_of_stacks_matches_numpy(groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
     assert conv.SGEMM is not None
-    monkeypatch.setattr(conv, "_SGEMM_MIN_MACS", 0)  # these small products through sgemm too
+    monkeypatch.setattr(conv_gemm, "_SGEMM_MIN_MACS", 0)  # these small products through sgemm too
     monkeypatch.setattr(conv.SGEMM, "private", True)
     calls = []
     product = conv.SGEMM.product
@@ -92,9 +92,9 @@ def test_conv_matmul_of_stacks_matches_numpy(groups: int, monkeypatch: pytest.Mo
     a = rng.standard_normal((groups, 5, 9)).astype(np.float32)
     b = rng.standard_normal((groups, 9, 11)).astype(np.float32)
     out = np.empty((groups, 5, 11), np.float32)
-    conv._matmul(a, b, out)
+    conv_gemm.matmul(a, b, out)
     np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
-    assert len(calls) == (groups if groups <= conv._SGEMM_MAX_STACK else 0)  # past it: numpy's batch
+    assert len(calls) == (groups if groups <= conv_gemm.SGEMM_MAX_STACK else 0)  # past it: numpy's batch
 
 
 def _load_in_subprocess(tmp_path: Path, setting: str | None) -> dict[str, object]:

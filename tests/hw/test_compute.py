@@ -14,7 +14,7 @@ import pytest
 from numpy.lib.stride_tricks import as_strided
 
 from pydla import DlaError, NvError
-from pydla.hw import compute, conv
+from pydla.hw import compute, conv, conv_depthwise, conv_gemm
 from pydla.hw.compute import (
     activation,
     conv2d,
@@ -169,10 +169,10 @@ CONV_CASES = {
 def im2col(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a conv test with conv2d choosing its im2col, then with each im2col forced."""
     if request.param == "wide":
-        monkeypatch.setattr(conv, "_WIDE_MIN_WIDTH", 0)
-        monkeypatch.setattr(conv, "_WIDE_MAX_EXTRA", float("inf"))
+        monkeypatch.setattr(conv_gemm, "WIDE_MIN_WIDTH", 0)
+        monkeypatch.setattr(conv_gemm, "WIDE_MAX_EXTRA", float("inf"))
     elif request.param == "strided":
-        monkeypatch.setattr(conv, "_WIDE_MIN_WIDTH", 1 << 30)
+        monkeypatch.setattr(conv_gemm, "WIDE_MIN_WIDTH", 1 << 30)
     return str(request.param)
 
 
@@ -223,7 +223,7 @@ def test_conv2d_in_several_im2col_chunks(monkeypatch: pytest.MonkeyPatch, im2col
     # A budget of a few rows forces the chunked loop; results must not depend on it.
     x, w = _rand(6, 23, 19, seed=5), _rand(10, 3, 3, 3, seed=6)
     ref = _conv_ref(x, w, (1, 2), (1, 1, 2, 0), (1, 1), 2)
-    monkeypatch.setattr(conv, "_IM2COL_BYTES", 6 * 9 * 9 * 4 * 3)
+    monkeypatch.setattr(conv_gemm, "IM2COL_BYTES", 6 * 9 * 9 * 4 * 3)
     _close(conv2d(x, w, stride=(1, 2), pads=(1, 1, 2, 0), groups=2), ref)
     out, buf, mask = _sentinel_out(ref.shape)
     conv2d(x, w, stride=(1, 2), pads=(1, 1, 2, 0), groups=2, out=out)
@@ -263,12 +263,12 @@ def test_depthwise_in_channel_blocks(name: str, monkeypatch: pytest.MonkeyPatch)
     c, h, w_, k, kh, kw, stride, pads, dilation, groups = CONV_CASES[name]
     x, w = _rand(c, h, w_, seed=13), _rand(k, 1, kh, kw, seed=14)
     ref = _conv_ref(x, w, stride, pads, dilation, groups)
-    monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK_BYTES", 1)  # one channel per block
+    monkeypatch.setattr(conv_depthwise, "BLOCK_BYTES", 1)  # one channel per block
     out, buf, mask = _sentinel_out(ref.shape)
     conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups, out=out)
     _close(out, ref)
     _assert_untouched(buf, mask)
-    monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK_BYTES", 3 * 4 * h * (w_ + 4))  # a ragged last block
+    monkeypatch.setattr(conv_depthwise, "BLOCK_BYTES", 3 * 4 * h * (w_ + 4))  # a ragged last block
     _close(conv2d(x, w, stride=stride, pads=pads, dilation=dilation, groups=groups), ref)
 
 

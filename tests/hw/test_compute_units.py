@@ -102,11 +102,11 @@ def test_hs_control_bits(dev: VirtualDevice) -> None:
     assert dev.reg_read(b) == 0  # accepted (ap_start cleared), running: neither idle nor ready
     dev.reg_write(b, AP_START)  # a start while busy waits, as HLS's level ap_start does
     assert dev.reg_read(b) == AP_START
-    assert dev.cu_advance()
+    assert dev.units.advance()
     # Execution 1 is done and the waiting start is accepted at once.
     assert dev.reg_read(b) == AP_DONE
     assert dev.reg_read(b) == 0  # ap_done is clear on read
-    assert dev.cu_advance()
+    assert dev.units.advance()
     assert dev.reg_read(b) == AP_DONE | AP_IDLE | AP_READY
     assert dev.reg_read(b) == AP_IDLE | AP_READY
     assert dev.reg_read(b + EXECS) == 2
@@ -116,10 +116,10 @@ def test_chain_holds_done_until_continue(dev: VirtualDevice) -> None:
     b = base(dev, "noop_chain")
     dev.reg_write(b, AP_START)
     assert dev.reg_read(b) == 0  # one initiation interval before the next start
-    dev.cu_advance()
+    dev.units.advance()
     assert dev.reg_read(b) == AP_READY
     dev.reg_write(b, AP_START)
-    dev.cu_advance(10**6)  # both finished long ago
+    dev.units.advance(10**6)  # both finished long ago
     assert dev.reg_read(b) == AP_DONE | AP_READY
     assert dev.reg_read(b) == AP_DONE | AP_READY  # not cleared by reading
     dev.reg_write(b, AP_CONTINUE)
@@ -155,7 +155,7 @@ def test_interrupts_reach_glb_and_the_line(dev: VirtualDevice) -> None:
     assert dev.reg_read(b + ISR) == 2 and len(raised) == 2
     dev.reg_write(R.GLB_INTR_MASK, 1 << 30)  # masked: no call of the line
     clear_cu_interrupts(dev)
-    dev.cu_advance()
+    dev.units.advance()
     dev.reg_write(b, AP_START)
     assert len(raised) == 2
 
@@ -190,7 +190,7 @@ def test_vadd_adds_in_the_context_the_host_programs(dev: VirtualDevice) -> None:
     other = dev.iommu.create_context()
     dev.reg_write(vb + CTX, other)
     dev.reg_write(vb, AP_START)
-    dev.cu_advance()
+    dev.units.advance()
     assert dev.reg_read(vb) & AP_DONE
     assert dev.reg_read(vb + ERROR) == R.dla_hw_error_e.MMU_FAULT and dev.reg_read(vb + ERROR_EXEC) == 2
     assert "MMU fault" in dev.cu_log("vadd")[-1]
@@ -260,7 +260,7 @@ def test_device_reset_resets_units(dev: VirtualDevice) -> None:
     dev.reg_write(b, AP_START)
     dev.reg_write(R.GLB_RESET, 1 << 31)
     assert dev.reg_read(b) == AP_IDLE | AP_READY and dev.reg_read(b + ARGS) == 0
-    assert not dev.cu_advance()
+    assert not dev.units.advance()
 
 
 def test_register_trace_names_unit_registers(dev: VirtualDevice) -> None:
@@ -274,7 +274,7 @@ def test_register_trace_names_unit_registers(dev: VirtualDevice) -> None:
 def test_polling_moves_time_only_when_the_host_waits(dev: VirtualDevice) -> None:
     b = base(dev, "noop_hs")
     dev.reg_write(b, AP_START)
-    t0 = dev.cu_clock
-    assert dev.reg_read(b) == 0 and dev.cu_clock == t0  # the first look is not a wait
+    t0 = dev.units.clock
+    assert dev.reg_read(b) == 0 and dev.units.clock == t0  # the first look is not a wait
     assert dev.reg_read(b) == AP_DONE | AP_IDLE | AP_READY  # the same value again: it waits
-    assert dev.cu_clock == t0 + 100_000
+    assert dev.units.clock == t0 + 100_000

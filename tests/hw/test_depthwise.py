@@ -1,4 +1,4 @@
-"""Depthwise convolution (conv2d with one input channel per group, pydla.hw.conv._depthwise) against a
+"""Depthwise convolution (conv2d with one input channel per group, pydla.hw.conv_depthwise) against a
 direct reference: a float64 sum over the kernel taps of shifted, strided windows of the zero-padded
 input, written out here with numpy slicing and nothing of pydla's.
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
-from pydla.hw import conv
+from pydla.hw import conv_depthwise
 from pydla.hw.arrays import scratch
 from pydla.hw.compute import conv2d
 
@@ -219,7 +219,7 @@ def test_results_do_not_depend_on_blocks(name: str, monkeypatch: pytest.MonkeyPa
     ref, mag = _reference(x, w, stride, pads, dilation, [])
     _check(whole, ref, mag)
     for budget in (1, 4 * h * w_ * (kernel[0] * kernel[1] + 1) * 2 + 4):  # one channel; two, ragged
-        monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK_BYTES", budget)
+        monkeypatch.setattr(conv_depthwise, "BLOCK_BYTES", budget)
         _poison_scratch()
         np.testing.assert_allclose(conv2d(x, w, **kwargs), whole, rtol=1e-6, atol=1e-6)
 

@@ -142,7 +142,7 @@ def test_programs_are_written_packed_and_give_the_same_registers(make_kmd: MakeK
         expected = case.feed(kmd, ctx, loaded, 3)
         kmd.submit_prepared(ctx, kmd.prepare(ctx, loaded.addresses)).wait(WAIT_MS)  # type: ignore[arg-type]
         case.check(kmd, ctx, loaded, expected)
-        results.append([bytes(g) for b in dev._blocks.values() for g in b.groups])
+        results.append([bytes(g) for b in dev.state.blocks.values() for g in b.groups])
     assert results[0] == results[1]
     assert np.count_nonzero(np.frombuffer(b"".join(results[0]), np.uint8)) > 0
 

@@ -248,13 +248,13 @@ def test_operations_lie_in_their_task_even_when_a_start_event_was_late(make_kmd:
     firmware writes a few microseconds after the last operation ends (this test's timeline check,
     above, failed so now and then under load)."""
     dev, kmd = make_kmd()
-    write_start = dev.trace_op_start
+    write_start = dev.trace_out.op_start
 
     def late(*args: int) -> None:
         time.sleep(0.003)
         write_start(*args)
 
-    dev.trace_op_start = late  # type: ignore[method-assign]
+    dev.trace_out.op_start = late  # type: ignore[method-assign]
     trace = KmdTrace(kmd, size=RING, mask=TASK | LAYER)
     run(kmd)
     run(kmd, pdp_chain(2))

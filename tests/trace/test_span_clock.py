@@ -42,7 +42,7 @@ def preempted_before(call: Callable[..., Any], starts_only: bool = False) -> Cal
 def test_a_span_never_ends_past_its_end_event_even_when_the_start_was_late(blob: bytes) -> None:
     sess = pydla.Session(blob)
     dev = sess.runtime.port.platform.probe(0).device
-    dev.trace_op_start = preempted_before(dev.trace_op_start)  # type: ignore[method-assign]
+    dev.trace_out.op_start = preempted_before(dev.trace_out.op_start)  # type: ignore[method-assign]
     assert dev.shave is not None
     for tile in dev.shave.tiles:
         assert tile.on_task is not None

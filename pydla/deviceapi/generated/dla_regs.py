@@ -176,6 +176,15 @@ class rubik_mode_e(enum.IntEnum):
 class cube_regs_t(Record):
     """A data cube in planar CHW: element (c, h, w) at addr + c*surf_stride + h*line_stride + w*element size (32 bytes)."""
 
+    addr_lo: int
+    addr_hi: int
+    width: int
+    height: int
+    channels: int
+    line_stride: int
+    surf_stride: int
+    reserved0: int
+
     SIZE: ClassVar[int] = 32
     _pack_ = 1
     _layout_ = "ms"
@@ -194,6 +203,13 @@ class cube_regs_t(Record):
 class block_s_regs_t(Record):
     """The single (not double-buffered) registers of a functional block (64 bytes)."""
 
+    status: int
+    pointer: int
+    error: int
+    error_group: int
+    ops_done: int
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 64
     _pack_ = 1
     _layout_ = "ms"
@@ -210,6 +226,36 @@ class block_s_regs_t(Record):
 
 class glb_regs_t(Record):
     """Global registers: version, interrupts, reset, MMU faults (4096 bytes)."""
+
+    hw_version: int
+    config: int
+    intr_mask: int
+    intr_set: int
+    intr_status: int
+    reset: int
+    mmu_fault_addr_lo: int
+    mmu_fault_addr_hi: int
+    mmu_fault_ctx: int
+    mmu_fault_block: int
+    ops_done: int
+    cu_intr_status: int
+    mcu_doorbell: int
+    mcu_mbox_base_lo: int
+    mcu_mbox_base_hi: int
+    mcu_mbox_ctx: int
+    mcu_mbox_size: int
+    mcu_status: int
+    mcu_reset: int
+    trace_base_lo: int
+    trace_base_hi: int
+    trace_ctx: int
+    trace_size: int
+    trace_mask: int
+    trace_task_lo: int
+    trace_task_hi: int
+    trace_task_info: int
+    trace_task_cmd: int
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -250,6 +296,21 @@ class glb_regs_t(Record):
 class cu_ctrl_regs_t(Record):
     """A compute unit's register window (at its IP_LAYOUT m_base_address): the AXI4-Lite control block of XRT's kernel execution models at 0x0, arguments from 0x10, the device's own registers from 0xF00 (4096 bytes)."""
 
+    ctrl: int
+    gie: int
+    ier: int
+    isr: int
+    args: ctypes.Array[ctypes.c_uint32]
+    ctx: int
+    error: int
+    error_exec: int
+    execs: int
+    fault_addr_lo: int
+    fault_addr_hi: int
+    in_level: int
+    out_level: int
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -275,6 +336,22 @@ class cu_ctrl_regs_t(Record):
 class bdma_regs_t(Record):
     """Memory to memory copies: surf_repeat surfaces of line_repeat lines of line_size bytes (4096 bytes)."""
 
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_src_addr_lo: int
+    d_src_addr_hi: int
+    d_dst_addr_lo: int
+    d_dst_addr_hi: int
+    d_line_size: int
+    d_line_repeat: int
+    d_src_line_stride: int
+    d_dst_line_stride: int
+    d_surf_repeat: int
+    d_src_surf_stride: int
+    d_dst_surf_stride: int
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -299,6 +376,34 @@ class bdma_regs_t(Record):
 
 class conv_regs_t(Record):
     """Convolution; its result flies to the SDP operation enabled with it (4096 bytes)."""
+
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_precision: int
+    d_mode: int
+    d_src: cube_regs_t
+    d_wt_addr_lo: int
+    d_wt_addr_hi: int
+    d_wt_kernels: int
+    d_wt_channels: int
+    d_wt_height: int
+    d_wt_width: int
+    d_stride_x: int
+    d_stride_y: int
+    d_pad_left: int
+    d_pad_right: int
+    d_pad_top: int
+    d_pad_bottom: int
+    d_dilation_x: int
+    d_dilation_y: int
+    d_groups: int
+    d_out_width: int
+    d_out_height: int
+    d_out_pad_x: int
+    d_out_pad_y: int
+    d_wt_format: int
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -337,6 +442,42 @@ class conv_regs_t(Record):
 
 class sdp_regs_t(Record):
     """Single-point data processing: bias, batch norm, element-wise, activation, precision conversion (4096 bytes)."""
+
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_precision: int
+    d_out_precision: int
+    d_src_mode: int
+    d_src: cube_regs_t
+    d_dst: cube_regs_t
+    d_bias_enable: int
+    d_bias_addr_lo: int
+    d_bias_addr_hi: int
+    d_bn_enable: int
+    d_scale_addr_lo: int
+    d_scale_addr_hi: int
+    d_shift_addr_lo: int
+    d_shift_addr_hi: int
+    d_ew_op: int
+    d_ew_mode: int
+    d_ew_swap: int
+    d_ew_addr_lo: int
+    d_ew_addr_hi: int
+    d_ew_line_stride: int
+    d_ew_surf_stride: int
+    d_act: int
+    d_act_alpha: int
+    d_act_min: int
+    d_act_max: int
+    d_prelu_addr_lo: int
+    d_prelu_addr_hi: int
+    d_lut_addr_lo: int
+    d_lut_addr_hi: int
+    d_lut_entries: int
+    d_lut_start: int
+    d_lut_end: int
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -384,6 +525,24 @@ class sdp_regs_t(Record):
 class pdp_regs_t(Record):
     """Planar data processing: pooling (4096 bytes)."""
 
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_precision: int
+    d_src: cube_regs_t
+    d_dst: cube_regs_t
+    d_kernel_width: int
+    d_kernel_height: int
+    d_stride_x: int
+    d_stride_y: int
+    d_pad_left: int
+    d_pad_right: int
+    d_pad_top: int
+    d_pad_bottom: int
+    d_method: int
+    d_count_include_pad: int
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -412,6 +571,18 @@ class pdp_regs_t(Record):
 class cdp_regs_t(Record):
     """Channel data processing: local response normalisation (4096 bytes)."""
 
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_precision: int
+    d_src: cube_regs_t
+    d_dst: cube_regs_t
+    d_lrn_size: int
+    d_lrn_alpha: int
+    d_lrn_beta: int
+    d_lrn_bias: int
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -433,6 +604,19 @@ class cdp_regs_t(Record):
 
 class rubik_regs_t(Record):
     """Data reshaping: depth to space, space to depth, transpose, split and merge (4096 bytes)."""
+
+    s: block_s_regs_t
+    d_op_enable: int
+    d_ctx_id: int
+    d_precision: int
+    d_mode: int
+    d_src: cube_regs_t
+    d_dst: cube_regs_t
+    d_block_x: int
+    d_block_y: int
+    d_dcr: int
+    d_perm: int
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -456,6 +640,23 @@ class rubik_regs_t(Record):
 
 class shave_tile_regs_t(Record):
     """One SHAVE tile: its runtime kernel, its stack, its task FIFO and its error report (64 bytes)."""
+
+    ctrl: int
+    state: int
+    rt_addr_lo: int
+    rt_addr_hi: int
+    rt_size: int
+    stack_size: int
+    push_lo: int
+    push_hi: int
+    level: int
+    done: int
+    error: int
+    error_pc: int
+    error_addr: int
+    error_kernel: int
+    error_task: int
+    reserved0: int
 
     SIZE: ClassVar[int] = 64
     _pack_ = 1
@@ -483,6 +684,32 @@ class shave_tile_regs_t(Record):
 
 class shave_regs_t(Record):
     """The SHAVE tiles, their DMA engine and the physical barriers (pydla.hw.shave describes the protocol) (2048 bytes)."""
+
+    tiles: int
+    barriers: int
+    cmx_bytes: int
+    ctx: int
+    intr_status: int
+    reset: int
+    bar_select: int
+    bar_config: int
+    bar_state: int
+    bar_fired: int
+    bar_notify: int
+    dma_push_lo: int
+    dma_push_hi: int
+    dma_level: int
+    dma_done: int
+    dma_error: int
+    dma_error_task: int
+    dma_error_addr_lo: int
+    dma_error_addr_hi: int
+    reserved0: ctypes.Array[ctypes.c_uint32]
+    t0: shave_tile_regs_t
+    t1: shave_tile_regs_t
+    t2: shave_tile_regs_t
+    t3: shave_tile_regs_t
+    reserved1: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 2048
     _pack_ = 1
@@ -519,6 +746,16 @@ class shave_regs_t(Record):
 
 class dla_regs_t(Record):
     """The whole register space: GLB, then one 4 KiB window per block in dla_block_e order, then the SHAVE tiles at 0x7800 (32768 bytes)."""
+
+    glb: glb_regs_t
+    bdma: bdma_regs_t
+    conv: conv_regs_t
+    sdp: sdp_regs_t
+    pdp: pdp_regs_t
+    cdp: cdp_regs_t
+    rubik: rubik_regs_t
+    reserved_shave: ctypes.Array[ctypes.c_uint32]
+    shave: shave_regs_t
 
     SIZE: ClassVar[int] = 32768
     _pack_ = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from typing import ClassVar
 
-from pydla.deviceapi.registers import BitField, RegisterInfo, register_bits
+from pydla.deviceapi.registers import BitField, RegisterBits, RegisterInfo, register_bits
 from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "nvdla_smmu"
@@ -62,6 +62,15 @@ nvdla_smmu_fault_count_bits = register_bits("nvdla_smmu_fault_count_bits", __nam
 class nvdla_smmu_t(Record):
     """The IOMMU context of the device's DMA and its fault record (32 bytes)."""
 
+    ctx: RegisterBits
+    fault_status: RegisterBits
+    fault_mask: RegisterBits
+    fault_addr_lo: RegisterBits
+    fault_addr_hi: RegisterBits
+    fault_ctx: RegisterBits
+    fault_unit: RegisterBits
+    fault_count: RegisterBits
+
     SIZE: ClassVar[int] = 32
     _pack_ = 1
     _layout_ = "ms"
@@ -85,6 +94,8 @@ nvdla_ctl_reset_bits = register_bits("nvdla_ctl_reset_bits", __name__, (
 class nvdla_ctl_t(Record):
     """The device's reset, as an SoC's reset controller gives a driver (NVDLA's map has none) (4 bytes)."""
 
+    reset: RegisterBits
+
     SIZE: ClassVar[int] = 4
     _pack_ = 1
     _layout_ = "ms"
@@ -95,6 +106,11 @@ class nvdla_ctl_t(Record):
 
 class nvdla_smmu_regs_t(Record):
     """The device's register window: NVDLA's 128 KiB (nvdla_v1_regs or nvdla_v2_regs), then the SMMU at 0x20000 and the reset at 0x20100 (131332 bytes)."""
+
+    reserved_nvdla: ctypes.Array[ctypes.c_uint32]
+    smmu: nvdla_smmu_t
+    reserved_smmu: ctypes.Array[ctypes.c_uint32]
+    ctl: nvdla_ctl_t
 
     SIZE: ClassVar[int] = 131332
     _pack_ = 1

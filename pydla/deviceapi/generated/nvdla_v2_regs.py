@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from typing import ClassVar
 
-from pydla.deviceapi.registers import BitField, RegisterInfo, register_bits
+from pydla.deviceapi.registers import BitField, RegisterBits, RegisterInfo, register_bits
 from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "nvdla_v2_regs"
@@ -542,6 +542,112 @@ nvdla_v2_cfgrom_cfgrom_end_of_list_bits = register_bits("nvdla_v2_cfgrom_cfgrom_
 class nvdla_v2_cfgrom_t(Record):
     """Configuration ROM: the hardware's configuration as a list of unit descriptors (id, length, capabilities, parameters). The reset values given here are nv_small's; a device of another configuration reads its own (4096 bytes)."""
 
+    cfgrom_hw_version: RegisterBits
+    cfgrom_glb_desc: RegisterBits
+    cfgrom_cif_desc: RegisterBits
+    cfgrom_cif_cap_incompat: RegisterBits
+    cfgrom_cif_cap_compat: RegisterBits
+    cfgrom_cif_base_width: RegisterBits
+    cfgrom_cif_base_latency: RegisterBits
+    cfgrom_cif_base_burst_length_max: RegisterBits
+    cfgrom_cif_base_mem_addr_width: RegisterBits
+    cfgrom_cdma_desc: RegisterBits
+    cfgrom_cdma_cap_incompat: RegisterBits
+    cfgrom_cdma_cap_compat: RegisterBits
+    cfgrom_cdma_base_feature_types: RegisterBits
+    cfgrom_cdma_base_weight_types: RegisterBits
+    cfgrom_cdma_base_atomic_c: RegisterBits
+    cfgrom_cdma_base_atomic_k: RegisterBits
+    cfgrom_cdma_base_atomic_m: RegisterBits
+    cfgrom_cdma_base_cbuf_bank_num: RegisterBits
+    cfgrom_cdma_base_cbuf_bank_width: RegisterBits
+    cfgrom_cdma_base_cbuf_bank_depth: RegisterBits
+    cfgrom_cdma_multi_batch_max: RegisterBits
+    cfgrom_cdma_image_in_formats_packed: RegisterBits
+    cfgrom_cdma_image_in_formats_semi: RegisterBits
+    cfgrom_cbuf_desc: RegisterBits
+    cfgrom_cbuf_cap_incompat: RegisterBits
+    cfgrom_cbuf_cap_compat: RegisterBits
+    cfgrom_cbuf_base_cbuf_bank_num: RegisterBits
+    cfgrom_cbuf_base_cbuf_bank_width: RegisterBits
+    cfgrom_cbuf_base_cbuf_bank_depth: RegisterBits
+    cfgrom_cbuf_base_cdma_id: RegisterBits
+    cfgrom_csc_desc: RegisterBits
+    cfgrom_csc_cap_incompat: RegisterBits
+    cfgrom_csc_cap_compat: RegisterBits
+    cfgrom_csc_base_feature_types: RegisterBits
+    cfgrom_csc_base_weight_types: RegisterBits
+    cfgrom_csc_base_atomic_c: RegisterBits
+    cfgrom_csc_base_atomic_k: RegisterBits
+    cfgrom_csc_base_atomic_m: RegisterBits
+    cfgrom_csc_base_cbuf_bank_num: RegisterBits
+    cfgrom_csc_base_cbuf_bank_width: RegisterBits
+    cfgrom_csc_base_cbuf_bank_depth: RegisterBits
+    cfgrom_csc_base_cdma_id: RegisterBits
+    cfgrom_csc_multi_batch_max: RegisterBits
+    cfgrom_cmac_a_desc: RegisterBits
+    cfgrom_cmac_a_cap_incompat: RegisterBits
+    cfgrom_cmac_a_cap_compat: RegisterBits
+    cfgrom_cmac_a_base_feature_types: RegisterBits
+    cfgrom_cmac_a_base_weight_types: RegisterBits
+    cfgrom_cmac_a_base_atomic_c: RegisterBits
+    cfgrom_cmac_a_base_atomic_k: RegisterBits
+    cfgrom_cmac_a_base_cdma_id: RegisterBits
+    cfgrom_cmac_b_desc: RegisterBits
+    cfgrom_cmac_b_cap_incompat: RegisterBits
+    cfgrom_cmac_b_cap_compat: RegisterBits
+    cfgrom_cmac_b_base_feature_types: RegisterBits
+    cfgrom_cmac_b_base_weight_types: RegisterBits
+    cfgrom_cmac_b_base_atomic_c: RegisterBits
+    cfgrom_cmac_b_base_atomic_k: RegisterBits
+    cfgrom_cmac_b_base_cdma_id: RegisterBits
+    cfgrom_cacc_desc: RegisterBits
+    cfgrom_cacc_cap_incompat: RegisterBits
+    cfgrom_cacc_cap_compat: RegisterBits
+    cfgrom_cacc_base_feature_types: RegisterBits
+    cfgrom_cacc_base_weight_types: RegisterBits
+    cfgrom_cacc_base_atomic_c: RegisterBits
+    cfgrom_cacc_base_atomic_k: RegisterBits
+    cfgrom_cacc_base_cdma_id: RegisterBits
+    cfgrom_cacc_multi_batch_max: RegisterBits
+    cfgrom_sdp_rdma_desc: RegisterBits
+    cfgrom_sdp_rdma_cap_incompat: RegisterBits
+    cfgrom_sdp_rdma_cap_compat: RegisterBits
+    cfgrom_sdp_rdma_base_atomic_m: RegisterBits
+    cfgrom_sdp_rdma_base_sdp_id: RegisterBits
+    cfgrom_sdp_desc: RegisterBits
+    cfgrom_sdp_cap_incompat: RegisterBits
+    cfgrom_sdp_cap_compat: RegisterBits
+    cfgrom_sdp_base_feature_types: RegisterBits
+    cfgrom_sdp_base_weight_types: RegisterBits
+    cfgrom_sdp_base_cdma_id: RegisterBits
+    cfgrom_sdp_multi_batch_max: RegisterBits
+    cfgrom_sdp_bs_throughput: RegisterBits
+    cfgrom_sdp_bn_throughput: RegisterBits
+    cfgrom_sdp_ew_throughput: RegisterBits
+    cfgrom_pdp_rdma_desc: RegisterBits
+    cfgrom_pdp_rdma_cap_incompat: RegisterBits
+    cfgrom_pdp_rdma_cap_compat: RegisterBits
+    cfgrom_pdp_rdma_base_atomic_m: RegisterBits
+    cfgrom_pdp_rdma_base_pdp_id: RegisterBits
+    cfgrom_pdp_desc: RegisterBits
+    cfgrom_pdp_cap_incompat: RegisterBits
+    cfgrom_pdp_cap_compat: RegisterBits
+    cfgrom_pdp_base_feature_types: RegisterBits
+    cfgrom_pdp_base_throughput: RegisterBits
+    cfgrom_cdp_rdma_desc: RegisterBits
+    cfgrom_cdp_rdma_cap_incompat: RegisterBits
+    cfgrom_cdp_rdma_cap_compat: RegisterBits
+    cfgrom_cdp_rdma_base_atomic_m: RegisterBits
+    cfgrom_cdp_rdma_base_cdp_id: RegisterBits
+    cfgrom_cdp_desc: RegisterBits
+    cfgrom_cdp_cap_incompat: RegisterBits
+    cfgrom_cdp_cap_compat: RegisterBits
+    cfgrom_cdp_base_feature_types: RegisterBits
+    cfgrom_cdp_base_throughput: RegisterBits
+    cfgrom_end_of_list: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -723,6 +829,12 @@ nvdla_v2_glb_s_intr_status_bits = register_bits("nvdla_v2_glb_s_intr_status_bits
 class nvdla_v2_glb_t(Record):
     """Global registers: the hardware version, and the interrupt mask, set and status registers of every block's done events (4096 bytes)."""
 
+    s_nvdla_hw_version: RegisterBits
+    s_intr_mask: RegisterBits
+    s_intr_set: RegisterBits
+    s_intr_status: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -788,6 +900,15 @@ nvdla_v2_cif_status_bits = register_bits("nvdla_v2_cif_status_bits", __name__, (
 
 class nvdla_v2_cif_t(Record):
     """A memory interface: MCIF (the primary memory, DRAM) or CVIF (the secondary memory, SRAM): read and write arbitration weights per client, outstanding requests, idle status (4096 bytes)."""
+
+    cfg_rd_weight_0: RegisterBits
+    cfg_rd_weight_1: RegisterBits
+    cfg_rd_weight_2: RegisterBits
+    cfg_wr_weight_0: RegisterBits
+    cfg_wr_weight_1: RegisterBits
+    cfg_outstanding_cnt: RegisterBits
+    status: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -1128,6 +1249,67 @@ nvdla_v2_cdma_d_cya_bits = register_bits("nvdla_v2_cdma_d_cya_bits", __name__, (
 class nvdla_v2_cdma_t(Record):
     """Convolution DMA: fetches the input (feature data or an image, with mean and conversion) and the weights into the convolution buffer (4096 bytes)."""
 
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    s_arbiter: RegisterBits
+    s_cbuf_flush_status: RegisterBits
+    d_op_enable: RegisterBits
+    d_misc_cfg: RegisterBits
+    d_datain_format: RegisterBits
+    d_datain_size_0: RegisterBits
+    d_datain_size_1: RegisterBits
+    d_datain_size_ext_0: RegisterBits
+    d_pixel_offset: RegisterBits
+    d_dain_ram_type: RegisterBits
+    d_dain_addr_high_0: RegisterBits
+    d_dain_addr_low_0: RegisterBits
+    d_dain_addr_high_1: RegisterBits
+    d_dain_addr_low_1: RegisterBits
+    d_line_stride: RegisterBits
+    d_line_uv_stride: RegisterBits
+    d_surf_stride: RegisterBits
+    d_dain_map: RegisterBits
+    d_reserved_x_cfg: RegisterBits
+    d_reserved_y_cfg: RegisterBits
+    d_batch_number: RegisterBits
+    d_batch_stride: RegisterBits
+    d_entry_per_slice: RegisterBits
+    d_fetch_grain: RegisterBits
+    d_weight_format: RegisterBits
+    d_weight_size_0: RegisterBits
+    d_weight_size_1: RegisterBits
+    d_weight_ram_type: RegisterBits
+    d_weight_addr_high: RegisterBits
+    d_weight_addr_low: RegisterBits
+    d_weight_bytes: RegisterBits
+    d_wgs_addr_high: RegisterBits
+    d_wgs_addr_low: RegisterBits
+    d_wmb_addr_high: RegisterBits
+    d_wmb_addr_low: RegisterBits
+    d_wmb_bytes: RegisterBits
+    d_mean_format: RegisterBits
+    d_mean_global_0: RegisterBits
+    d_mean_global_1: RegisterBits
+    d_cvt_cfg: RegisterBits
+    d_cvt_offset: RegisterBits
+    d_cvt_scale: RegisterBits
+    d_conv_stride: RegisterBits
+    d_zero_padding: RegisterBits
+    d_zero_padding_value: RegisterBits
+    d_bank: RegisterBits
+    d_nan_flush_to_zero: RegisterBits
+    d_nan_input_data_num: RegisterBits
+    d_nan_input_weight_num: RegisterBits
+    d_inf_input_data_num: RegisterBits
+    d_inf_input_weight_num: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_dat_read_stall: RegisterBits
+    d_perf_wt_read_stall: RegisterBits
+    d_perf_dat_read_latency: RegisterBits
+    d_perf_wt_read_latency: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -1344,6 +1526,34 @@ nvdla_v2_csc_d_cya_bits = register_bits("nvdla_v2_csc_d_cya_bits", __name__, (
 class nvdla_v2_csc_t(Record):
     """Convolution sequence controller: feeds data and weights from the convolution buffer to the MAC arrays (4096 bytes)."""
 
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_misc_cfg: RegisterBits
+    d_datain_format: RegisterBits
+    d_datain_size_ext_0: RegisterBits
+    d_datain_size_ext_1: RegisterBits
+    d_batch_number: RegisterBits
+    d_post_y_extension: RegisterBits
+    d_entry_per_slice: RegisterBits
+    d_weight_format: RegisterBits
+    d_weight_size_ext_0: RegisterBits
+    d_weight_size_ext_1: RegisterBits
+    d_weight_bytes: RegisterBits
+    d_wmb_bytes: RegisterBits
+    d_dataout_size_0: RegisterBits
+    d_dataout_size_1: RegisterBits
+    d_atomics: RegisterBits
+    d_release: RegisterBits
+    d_conv_stride_ext: RegisterBits
+    d_dilation_ext: RegisterBits
+    d_zero_padding: RegisterBits
+    d_zero_padding_value: RegisterBits
+    d_bank: RegisterBits
+    d_pra_cfg: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -1403,6 +1613,12 @@ nvdla_v2_cmac_d_misc_cfg_bits = register_bits("nvdla_v2_cmac_d_misc_cfg_bits", _
 
 class nvdla_v2_cmac_t(Record):
     """A convolution MAC array (CMAC_A and CMAC_B are the two halves, with the same registers) (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_misc_cfg: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -1493,6 +1709,22 @@ nvdla_v2_cacc_d_cya_bits = register_bits("nvdla_v2_cacc_d_cya_bits", __name__, (
 
 class nvdla_v2_cacc_t(Record):
     """Convolution accumulator: sums partial results, truncates (CLIP_CFG) and sends the result to the SDP (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_misc_cfg: RegisterBits
+    d_dataout_size_0: RegisterBits
+    d_dataout_size_1: RegisterBits
+    d_dataout_addr: RegisterBits
+    d_batch_number: RegisterBits
+    d_line_stride: RegisterBits
+    d_surf_stride: RegisterBits
+    d_dataout_map: RegisterBits
+    d_clip_cfg: RegisterBits
+    d_out_saturation: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -1723,6 +1955,45 @@ nvdla_v2_sdp_rdma_d_perf_erdma_read_stall_bits = register_bits("nvdla_v2_sdp_rdm
 
 class nvdla_v2_sdp_rdma_t(Record):
     """SDP read DMA: the SDP's input cube (when it does not come on the fly from CACC) and the X1 (BS), X2 (BN) and Y (EW) operands (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_data_cube_width: RegisterBits
+    d_data_cube_height: RegisterBits
+    d_data_cube_channel: RegisterBits
+    d_src_base_addr_low: RegisterBits
+    d_src_base_addr_high: RegisterBits
+    d_src_line_stride: RegisterBits
+    d_src_surface_stride: RegisterBits
+    d_brdma_cfg: RegisterBits
+    d_bs_base_addr_low: RegisterBits
+    d_bs_base_addr_high: RegisterBits
+    d_bs_line_stride: RegisterBits
+    d_bs_surface_stride: RegisterBits
+    d_bs_batch_stride: RegisterBits
+    d_nrdma_cfg: RegisterBits
+    d_bn_base_addr_low: RegisterBits
+    d_bn_base_addr_high: RegisterBits
+    d_bn_line_stride: RegisterBits
+    d_bn_surface_stride: RegisterBits
+    d_bn_batch_stride: RegisterBits
+    d_erdma_cfg: RegisterBits
+    d_ew_base_addr_low: RegisterBits
+    d_ew_base_addr_high: RegisterBits
+    d_ew_line_stride: RegisterBits
+    d_ew_surface_stride: RegisterBits
+    d_ew_batch_stride: RegisterBits
+    d_feature_mode_cfg: RegisterBits
+    d_src_dma_cfg: RegisterBits
+    d_status_nan_input_num: RegisterBits
+    d_status_inf_input_num: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_mrdma_read_stall: RegisterBits
+    d_perf_brdma_read_stall: RegisterBits
+    d_perf_nrdma_read_stall: RegisterBits
+    d_perf_erdma_read_stall: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -2129,6 +2400,71 @@ nvdla_v2_sdp_d_perf_lut_lo_hit_bits = register_bits("nvdla_v2_sdp_d_perf_lut_lo_
 class nvdla_v2_sdp_t(Record):
     """Single data point processor: X1 (BS), X2 (BN) and Y (EW) stages, the LUT, the output converter (4096 bytes)."""
 
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    s_lut_access_cfg: RegisterBits
+    s_lut_access_data: RegisterBits
+    s_lut_cfg: RegisterBits
+    s_lut_info: RegisterBits
+    s_lut_le_start: RegisterBits
+    s_lut_le_end: RegisterBits
+    s_lut_lo_start: RegisterBits
+    s_lut_lo_end: RegisterBits
+    s_lut_le_slope_scale: RegisterBits
+    s_lut_le_slope_shift: RegisterBits
+    s_lut_lo_slope_scale: RegisterBits
+    s_lut_lo_slope_shift: RegisterBits
+    d_op_enable: RegisterBits
+    d_data_cube_width: RegisterBits
+    d_data_cube_height: RegisterBits
+    d_data_cube_channel: RegisterBits
+    d_dst_base_addr_low: RegisterBits
+    d_dst_base_addr_high: RegisterBits
+    d_dst_line_stride: RegisterBits
+    d_dst_surface_stride: RegisterBits
+    d_dp_bs_cfg: RegisterBits
+    d_dp_bs_alu_cfg: RegisterBits
+    d_dp_bs_alu_src_value: RegisterBits
+    d_dp_bs_mul_cfg: RegisterBits
+    d_dp_bs_mul_src_value: RegisterBits
+    d_dp_bn_cfg: RegisterBits
+    d_dp_bn_alu_cfg: RegisterBits
+    d_dp_bn_alu_src_value: RegisterBits
+    d_dp_bn_mul_cfg: RegisterBits
+    d_dp_bn_mul_src_value: RegisterBits
+    d_dp_ew_cfg: RegisterBits
+    d_dp_ew_alu_cfg: RegisterBits
+    d_dp_ew_alu_src_value: RegisterBits
+    d_dp_ew_alu_cvt_offset_value: RegisterBits
+    d_dp_ew_alu_cvt_scale_value: RegisterBits
+    d_dp_ew_alu_cvt_truncate_value: RegisterBits
+    d_dp_ew_mul_cfg: RegisterBits
+    d_dp_ew_mul_src_value: RegisterBits
+    d_dp_ew_mul_cvt_offset_value: RegisterBits
+    d_dp_ew_mul_cvt_scale_value: RegisterBits
+    d_dp_ew_mul_cvt_truncate_value: RegisterBits
+    d_dp_ew_truncate_value: RegisterBits
+    d_feature_mode_cfg: RegisterBits
+    d_dst_dma_cfg: RegisterBits
+    d_dst_batch_stride: RegisterBits
+    d_data_format: RegisterBits
+    d_cvt_offset: RegisterBits
+    d_cvt_scale: RegisterBits
+    d_cvt_shift: RegisterBits
+    d_status: RegisterBits
+    d_status_nan_input_num: RegisterBits
+    d_status_inf_input_num: RegisterBits
+    d_status_nan_output_num: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_wdma_write_stall: RegisterBits
+    d_perf_lut_uflow: RegisterBits
+    d_perf_lut_oflow: RegisterBits
+    d_perf_out_saturation: RegisterBits
+    d_perf_lut_hybrid: RegisterBits
+    d_perf_lut_le_hit: RegisterBits
+    d_perf_lut_lo_hit: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -2307,6 +2643,28 @@ nvdla_v2_pdp_rdma_d_cya_bits = register_bits("nvdla_v2_pdp_rdma_d_cya_bits", __n
 
 class nvdla_v2_pdp_rdma_t(Record):
     """PDP read DMA: the pooling input when it comes from memory (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_data_cube_in_width: RegisterBits
+    d_data_cube_in_height: RegisterBits
+    d_data_cube_in_channel: RegisterBits
+    d_flying_mode: RegisterBits
+    d_src_base_addr_low: RegisterBits
+    d_src_base_addr_high: RegisterBits
+    d_src_line_stride: RegisterBits
+    d_src_surface_stride: RegisterBits
+    d_src_ram_cfg: RegisterBits
+    d_data_format: RegisterBits
+    d_operation_mode_cfg: RegisterBits
+    d_pooling_kernel_cfg: RegisterBits
+    d_pooling_padding_cfg: RegisterBits
+    d_partial_width_in: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_read_stall: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -2553,6 +2911,48 @@ nvdla_v2_pdp_d_cya_bits = register_bits("nvdla_v2_pdp_d_cya_bits", __name__, (
 class nvdla_v2_pdp_t(Record):
     """Planar data processor: max, min and average pooling (4096 bytes)."""
 
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_data_cube_in_width: RegisterBits
+    d_data_cube_in_height: RegisterBits
+    d_data_cube_in_channel: RegisterBits
+    d_data_cube_out_width: RegisterBits
+    d_data_cube_out_height: RegisterBits
+    d_data_cube_out_channel: RegisterBits
+    d_operation_mode_cfg: RegisterBits
+    d_nan_flush_to_zero: RegisterBits
+    d_partial_width_in: RegisterBits
+    d_partial_width_out: RegisterBits
+    d_pooling_kernel_cfg: RegisterBits
+    d_recip_kernel_width: RegisterBits
+    d_recip_kernel_height: RegisterBits
+    d_pooling_padding_cfg: RegisterBits
+    d_pooling_padding_value_1_cfg: RegisterBits
+    d_pooling_padding_value_2_cfg: RegisterBits
+    d_pooling_padding_value_3_cfg: RegisterBits
+    d_pooling_padding_value_4_cfg: RegisterBits
+    d_pooling_padding_value_5_cfg: RegisterBits
+    d_pooling_padding_value_6_cfg: RegisterBits
+    d_pooling_padding_value_7_cfg: RegisterBits
+    d_src_base_addr_low: RegisterBits
+    d_src_base_addr_high: RegisterBits
+    d_src_line_stride: RegisterBits
+    d_src_surface_stride: RegisterBits
+    d_dst_base_addr_low: RegisterBits
+    d_dst_base_addr_high: RegisterBits
+    d_dst_line_stride: RegisterBits
+    d_dst_surface_stride: RegisterBits
+    d_dst_ram_cfg: RegisterBits
+    d_data_format: RegisterBits
+    d_inf_input_num: RegisterBits
+    d_nan_input_num: RegisterBits
+    d_nan_output_num: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_write_stall: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -2690,6 +3090,25 @@ nvdla_v2_cdp_rdma_d_cya_bits = register_bits("nvdla_v2_cdp_rdma_d_cya_bits", __n
 
 class nvdla_v2_cdp_rdma_t(Record):
     """CDP read DMA: the input of the channel data processor (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_data_cube_width: RegisterBits
+    d_data_cube_height: RegisterBits
+    d_data_cube_channel: RegisterBits
+    d_src_base_addr_low: RegisterBits
+    d_src_base_addr_high: RegisterBits
+    d_src_line_stride: RegisterBits
+    d_src_surface_stride: RegisterBits
+    d_src_dma_cfg: RegisterBits
+    d_src_compression_en: RegisterBits
+    d_operation_mode: RegisterBits
+    d_data_format: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_read_stall: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -2968,6 +3387,55 @@ nvdla_v2_cdp_d_cya_bits = register_bits("nvdla_v2_cdp_d_cya_bits", __name__, (
 
 class nvdla_v2_cdp_t(Record):
     """Channel data processor: local response normalisation through its LUT (4096 bytes)."""
+
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    s_lut_access_cfg: RegisterBits
+    s_lut_access_data: RegisterBits
+    s_lut_cfg: RegisterBits
+    s_lut_info: RegisterBits
+    s_lut_le_start_low: RegisterBits
+    s_lut_le_start_high: RegisterBits
+    s_lut_le_end_low: RegisterBits
+    s_lut_le_end_high: RegisterBits
+    s_lut_lo_start_low: RegisterBits
+    s_lut_lo_start_high: RegisterBits
+    s_lut_lo_end_low: RegisterBits
+    s_lut_lo_end_high: RegisterBits
+    s_lut_le_slope_scale: RegisterBits
+    s_lut_le_slope_shift: RegisterBits
+    s_lut_lo_slope_scale: RegisterBits
+    s_lut_lo_slope_shift: RegisterBits
+    d_op_enable: RegisterBits
+    d_func_bypass: RegisterBits
+    d_dst_base_addr_low: RegisterBits
+    d_dst_base_addr_high: RegisterBits
+    d_dst_line_stride: RegisterBits
+    d_dst_surface_stride: RegisterBits
+    d_dst_dma_cfg: RegisterBits
+    d_dst_compression_en: RegisterBits
+    d_data_format: RegisterBits
+    d_nan_flush_to_zero: RegisterBits
+    d_lrn_cfg: RegisterBits
+    d_datin_offset: RegisterBits
+    d_datin_scale: RegisterBits
+    d_datin_shifter: RegisterBits
+    d_datout_offset: RegisterBits
+    d_datout_scale: RegisterBits
+    d_datout_shifter: RegisterBits
+    d_nan_input_num: RegisterBits
+    d_inf_input_num: RegisterBits
+    d_nan_output_num: RegisterBits
+    d_out_saturation: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_write_stall: RegisterBits
+    d_perf_lut_uflow: RegisterBits
+    d_perf_lut_oflow: RegisterBits
+    d_perf_lut_hybrid: RegisterBits
+    d_perf_lut_le_hit: RegisterBits
+    d_perf_lut_lo_hit: RegisterBits
+    d_cya: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -3700,6 +4168,47 @@ nvdla_v2_gec_errslice2_counter_reload_bits = register_bits("nvdla_v2_gec_errslic
 class nvdla_v2_gec_t(Record):
     """Global error controller: error slices (mission and latent errors, their forcing and injection), the correctable-error counter (4096 bytes)."""
 
+    feature: RegisterBits
+    swreset: RegisterBits
+    missionerr_type: RegisterBits
+    current_counter_value: RegisterBits
+    reserved_010: ctypes.Array[ctypes.c_uint32]
+    missionerr_index: RegisterBits
+    correctable_threshold: RegisterBits
+    missionerr_inject_unlock: RegisterBits
+    reserved_020: ctypes.Array[ctypes.c_uint32]
+    errslice0_missionerr_enable: RegisterBits
+    errslice0_missionerr_force: RegisterBits
+    errslice0_missionerr_status: RegisterBits
+    errslice0_missionerr_inject: RegisterBits
+    errslice0_latenterr_enable: RegisterBits
+    errslice0_latenterr_force: RegisterBits
+    errslice0_latenterr_status: RegisterBits
+    reserved_04c: ctypes.Array[ctypes.c_uint32]
+    errslice0_counter_reload: RegisterBits
+    reserved_054: ctypes.Array[ctypes.c_uint32]
+    errslice1_missionerr_enable: RegisterBits
+    errslice1_missionerr_force: RegisterBits
+    errslice1_missionerr_status: RegisterBits
+    errslice1_missionerr_inject: RegisterBits
+    errslice1_latenterr_enable: RegisterBits
+    errslice1_latenterr_force: RegisterBits
+    errslice1_latenterr_status: RegisterBits
+    reserved_07c: ctypes.Array[ctypes.c_uint32]
+    errslice1_counter_reload: RegisterBits
+    errslice1_missionerr_ecc_correction_dis: RegisterBits
+    reserved_088: ctypes.Array[ctypes.c_uint32]
+    errslice2_missionerr_enable: RegisterBits
+    errslice2_missionerr_force: RegisterBits
+    errslice2_missionerr_status: RegisterBits
+    errslice2_missionerr_inject: RegisterBits
+    errslice2_latenterr_enable: RegisterBits
+    errslice2_latenterr_force: RegisterBits
+    errslice2_latenterr_status: RegisterBits
+    reserved_0ac: ctypes.Array[ctypes.c_uint32]
+    errslice2_counter_reload: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -3858,6 +4367,29 @@ nvdla_v2_bdma_status_grp1_write_stall_bits = register_bits("nvdla_v2_bdma_status
 
 class nvdla_v2_bdma_t(Record):
     """Bridge DMA: CFG_* describe one transfer; CFG_OP queues it; CFG_LAUNCH0/1 run the transfers queued since the last launch as group 0 or 1. No register groups (4096 bytes)."""
+
+    cfg_src_addr_low: RegisterBits
+    cfg_src_addr_high: RegisterBits
+    cfg_dst_addr_low: RegisterBits
+    cfg_dst_addr_high: RegisterBits
+    cfg_line: RegisterBits
+    cfg_cmd: RegisterBits
+    cfg_line_repeat: RegisterBits
+    cfg_src_line: RegisterBits
+    cfg_dst_line: RegisterBits
+    cfg_surf_repeat: RegisterBits
+    cfg_src_surf: RegisterBits
+    cfg_dst_surf: RegisterBits
+    cfg_op: RegisterBits
+    cfg_launch0: RegisterBits
+    cfg_launch1: RegisterBits
+    cfg_status: RegisterBits
+    status: RegisterBits
+    status_grp0_read_stall: RegisterBits
+    status_grp0_write_stall: RegisterBits
+    status_grp1_read_stall: RegisterBits
+    status_grp1_write_stall: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
 
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
@@ -4021,6 +4553,33 @@ nvdla_v2_rbk_d_perf_write_stall_bits = register_bits("nvdla_v2_rbk_d_perf_write_
 class nvdla_v2_rbk_t(Record):
     """RUBIK: the data reshaper (contract, split, merge) (4096 bytes)."""
 
+    s_status: RegisterBits
+    s_pointer: RegisterBits
+    d_op_enable: RegisterBits
+    d_misc_cfg: RegisterBits
+    d_dain_ram_type: RegisterBits
+    d_datain_size_0: RegisterBits
+    d_datain_size_1: RegisterBits
+    d_dain_addr_high: RegisterBits
+    d_dain_addr_low: RegisterBits
+    d_dain_line_stride: RegisterBits
+    d_dain_surf_stride: RegisterBits
+    d_dain_planar_stride: RegisterBits
+    d_daout_ram_type: RegisterBits
+    d_dataout_size_1: RegisterBits
+    d_daout_addr_high: RegisterBits
+    d_daout_addr_low: RegisterBits
+    d_daout_line_stride: RegisterBits
+    d_contract_stride_0: RegisterBits
+    d_contract_stride_1: RegisterBits
+    d_daout_surf_stride: RegisterBits
+    d_daout_planar_stride: RegisterBits
+    d_deconv_stride: RegisterBits
+    d_perf_enable: RegisterBits
+    d_perf_read_stall: RegisterBits
+    d_perf_write_stall: RegisterBits
+    reserved: ctypes.Array[ctypes.c_uint32]
+
     SIZE: ClassVar[int] = 4096
     _pack_ = 1
     _layout_ = "ms"
@@ -4056,6 +4615,25 @@ class nvdla_v2_rbk_t(Record):
 
 class nvdla_v2_regs_t(Record):
     """The whole register space of the newer hardware: CFGROM at 0x0, GLB at 0x1000, ..., RBK at 0x11000; one 4 KiB window per block (73728 bytes)."""
+
+    cfgrom: nvdla_v2_cfgrom_t
+    glb: nvdla_v2_glb_t
+    mcif: nvdla_v2_cif_t
+    cdma: nvdla_v2_cdma_t
+    csc: nvdla_v2_csc_t
+    cmac_a: nvdla_v2_cmac_t
+    cmac_b: nvdla_v2_cmac_t
+    cacc: nvdla_v2_cacc_t
+    sdp_rdma: nvdla_v2_sdp_rdma_t
+    sdp: nvdla_v2_sdp_t
+    pdp_rdma: nvdla_v2_pdp_rdma_t
+    pdp: nvdla_v2_pdp_t
+    cdp_rdma: nvdla_v2_cdp_rdma_t
+    cdp: nvdla_v2_cdp_t
+    gec: nvdla_v2_gec_t
+    cvif: nvdla_v2_cif_t
+    bdma: nvdla_v2_bdma_t
+    rbk: nvdla_v2_rbk_t
 
     SIZE: ClassVar[int] = 73728
     _pack_ = 1

@@ -102,8 +102,8 @@ class Microcontroller:
                 handlers.remove(handler)
                 self._host_handlers = tuple(handlers)
 
-        device.connect_irq = connect_irq  # type: ignore[method-assign]
-        device.disconnect_irq = disconnect_irq  # type: ignore[method-assign]
+        device.connect_irq = connect_irq
+        device.disconnect_irq = disconnect_irq
         self._thread: threading.Thread | None = None
         if device.mode == "threaded":
             self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -129,8 +129,8 @@ class Microcontroller:
                 self._due = False
                 self._serve()
 
-        device.reg_write = reg_write  # type: ignore[method-assign]
-        device.reg_write_many = reg_write_many  # type: ignore[method-assign]
+        device.reg_write = reg_write
+        device.reg_write_many = reg_write_many
 
     # -- registers (called under the device's lock: they only record and wake) -------------------------
 
