@@ -18,6 +18,9 @@ What :class:`NvdlaRunner` does, in the NVIDIA runtime's order:
   (:mod:`pydla.umd.nvdla_emu`). NVIDIA's runtime submits synchronously, so a task's pre-action WAITs
   (a sync point, the event's type and target, reaching a value) must have been met by an earlier
   task's SIGNALs; one that would wait for ever is refused before it starts.
+- prepared: a DLA1 task is prepared once (NvDlaPrepareTask: the KMD copies and checks its descriptors
+  once and keeps them, as for pydla's own loadables) and submitted prepared; a binding made since
+  prepares it again, with the new address list.
 
 Usage::
 
@@ -35,7 +38,7 @@ from typing import Any, Protocol
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.nvdla import model as M
-from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaTask
+from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
 from pydla.umd.nvdla_emu import EmuAddress, run_emu_task
 
 DEP_GRAPH_MARK = "dep_graph"  # NVIDIA's runtime reloads the memories whose content names hold this
@@ -94,6 +97,9 @@ class NvdlaRunner:
         self._lock = threading.Lock()
         self._timeline: Any = None
         self._tick = 0
+        # task id -> (the bindings' epoch it was prepared with, the prepared task)
+        self._prepared: dict[int, tuple[int, NvDlaPreparedTask]] = {}
+        self._epoch = 0  # bumped by every binding: a prepared task of an older epoch is prepared anew
         self.inputs = [_tensor(lo, m, "input") for m in lo.inputs()]
         self.outputs = [_tensor(lo, m, "output") for m in lo.outputs()]
         try:
@@ -160,6 +166,7 @@ class NvdlaRunner:
                                                 f"{need} bytes (memory_list[{t.mem_id}]), the memory has "
                                                 f"{mem.size}")
         self.bound[t.mem_id] = mem
+        self._epoch += 1
 
     def bind_input(self, index: int, mem: NvDlaMemHandle) -> None:
         self._bind(self.inputs, index, mem, "input")
@@ -275,15 +282,25 @@ class NvdlaRunner:
                                                          f"{task.interface.name} runs nowhere")
                     self._actions(task, task.post_actions, "post", values)
 
+    def _prepared_task(self, task: M.TaskListEntry) -> NvDlaPreparedTask:
+        """The DLA task prepared for the current bindings (prepared again after a binding)."""
+        kept = self._prepared.get(task.id)
+        if kept is not None and kept[0] == self._epoch:
+            return kept[1]
+        prepared = self.port.NvDlaPrepareTask(self.handle, self.nvdla_task(task))
+        if kept is not None:
+            self.port.NvDlaReleaseTask(self.handle, kept[1])
+        self._prepared[task.id] = (self._epoch, prepared)
+        return prepared
+
     def _submit_dla(self, task: M.TaskListEntry, timeout: float) -> None:
-        submission = self.nvdla_task(task)
+        prepared = self._prepared_task(task)
         if self._timeline is None:
             self._timeline, self._tick = self.port.NvDlaCreateSemaphore(self.handle), 0
         self._tick += 1
         fence = NvDlaFence(self._timeline, self._tick)
-        submission.post_fences = [fence]
         try:
-            self.port.NvDlaSubmit(self.handle, [submission])
+            self.port.NvDlaSubmitPrepared(self.handle, prepared, [], [fence], timeout_ms=self.timeout_ms)
             self.port.NvDlaWaitFence(fence, timeout)
         except BaseException:
             timeline, self._timeline = self._timeline, None  # a failed semaphore stays failed: a fresh one
@@ -295,6 +312,8 @@ class NvdlaRunner:
         timeline, self._timeline = self._timeline, None
         if timeline is not None:
             self.port.NvDlaDestroySemaphore(timeline)
+        while self._prepared:
+            self.port.NvDlaReleaseTask(self.handle, self._prepared.popitem()[1][1])
         while self.owned:
             mem_id = next(iter(self.owned))
             self.port.NvDlaFreeMem(self.handle, self.owned[mem_id])

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pydla.deviceapi.registers import RegisterInfo
 from pydla.deviceapi.runtime import Record
 from pydla.errors import DlaError, NvError
+from pydla.hw.nvdla.regfile_block import U32, Plan, plan_writes, write_planned
 from pydla.hw.nvdla.regfile_config import RegfileConfig, regfile_config
 from pydla.hw.nvdla.regfile_units import (
     WINDOW,
@@ -60,6 +61,7 @@ PROCESSORS: dict[str, tuple[str, ...]] = {  # the blocks of each operation, the 
 DONE_BIT = {"SDP": 0, "CDP": 2, "PDP": 4, "BDMA": 6, "RUBIK": 8}  # GLB interrupt bit of group 0
 CDMA_DAT_BIT, CDMA_WT_BIT, CACC_BIT = 16, 18, 20
 MAX_FAULTS = 64
+MAX_PLANS = 1 << 12  # write_words' plans (one per operation program of the loaded tasks); bounded
 _GROUPED = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP", "CDP_RDMA",
             "CDP", "RBK")
 
@@ -92,6 +94,7 @@ class NvdlaRegisterFile:
         self._bdma_regs: dict[int, str] = {} if bdma is None else {
             self.regs.REGISTERS[f"NVDLA_BDMA_{n}_0"]: n for n in _BDMA_REGS}
         self._plain: dict[int, int] = {}  # the registers outside the grouped blocks
+        self._plans: dict[bytes, tuple[list[int], Plan]] = {}  # write_words: by the addresses' bytes
         self.faults: collections.deque[Fault] = collections.deque(maxlen=MAX_FAULTS)
         self.bus_errors = 0
         self.active: dict[str, Launch] = {}
@@ -213,6 +216,19 @@ class NvdlaRegisterFile:
         else:
             self._write_plain(offset, reg, value)
         self._drain()
+
+    def write_words(self, addresses: U32, values: U32) -> None:
+        """:meth:`write` of ``values[i]`` to ``addresses[i]`` in order (both uint32 arrays of one
+        length), the plain D registers of a block stored at once (:mod:`pydla.hw.nvdla.regfile_block`)."""
+        key = addresses.tobytes()
+        planned = self._plans.get(key)
+        if planned is None:
+            offsets = addresses.tolist()
+            planned = (offsets, plan_writes(self, offsets))
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = planned
+        write_planned(self, planned[1], planned[0], values)
 
     def _write_plain(self, offset: int, reg: RegisterInfo, value: int) -> None:
         r = self.regs
