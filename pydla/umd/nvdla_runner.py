@@ -100,6 +100,9 @@ class NvdlaRunner:
         # task id -> (the bindings' epoch it was prepared with, the prepared task)
         self._prepared: dict[int, tuple[int, NvDlaPreparedTask]] = {}
         self._epoch = 0  # bumped by every binding: a prepared task of an older epoch is prepared anew
+        self._tasks: list[tuple[M.TaskListEntry, bool]] | None = None  # the checked submit order
+        self._dep_graphs: list[tuple[Any, int, memoryview]] | None = None  # what each submit reloads
+        self._bindable = [m.id for m in lo.memory_list if m.bindable]
         self.inputs = [_tensor(lo, m, "input") for m in lo.inputs()]
         self.outputs = [_tensor(lo, m, "output") for m in lo.outputs()]
         try:
@@ -256,31 +259,58 @@ class NvdlaRunner:
                                                      f"{event.val}; no task submitted before it signals that "
                                                      f"(it would wait for ever)")
 
+    def _sequence(self) -> list[tuple[M.TaskListEntry, bool]]:
+        """The tasks of the submit list in order, each with whether it is a DLA1 task (else EMU1): task
+        ids, interfaces and events checked before anything runs, once (the loadable does not change)."""
+        if self._tasks is not None:
+            return self._tasks
+        values: dict[tuple[int, int], int] = {}
+        tasks = []
+        for s in self.lo.submit_list:
+            for task_id in s.task_id:
+                if not 0 <= task_id < len(self.lo.task_list):
+                    raise DlaError(NvError.BadValue, f"{self.source}: submit_list[{s.id}]: task {task_id} "
+                                                     f"does not exist")
+                task = self.lo.task_list[task_id]
+                self._actions(task, task.pre_actions, "pre", values)
+                if task.interface not in (M.Interface.DLA1, M.Interface.EMU1):
+                    raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
+                                                     f"{task.interface.name} runs nowhere")
+                tasks.append((task, task.interface == M.Interface.DLA1))
+                self._actions(task, task.post_actions, "post", values)
+        self._tasks = tasks
+        return tasks
+
+    def _reload_dep_graphs(self) -> None:
+        """The dependency-graph memories' contents again (what load wrote there, checked then)."""
+        if self._dep_graphs is None:
+            self._dep_graphs = []
+            for mem in self.lo.memory_list:
+                handle = self.owned.get(mem.id)
+                if handle is None or not mem.flags & M.MemoryFlags.SET or \
+                        not any(DEP_GRAPH_MARK in name for name in mem.contents):
+                    continue
+                for name, offset in zip(mem.contents, mem.offsets, strict=True):
+                    blob = self.lo.blob(name)
+                    assert blob is not None  # load's reload checked every content
+                    self._dep_graphs.append((handle.bytes_view(), offset, memoryview(blob.data)[:blob.size]))
+        for view, offset, data in self._dep_graphs:
+            view[offset:offset + len(data)] = data
+
     def run(self, timeout_ms: float | None = None) -> None:
         """Submit the loadable's submit list, in order, to completion (see the module docstring)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         with self._lock:
-            for m in self.lo.memory_list:  # every bound memory is there before anything starts
-                if m.bindable:
-                    self._handle(m.id, f"{self.source}: submit")
-            self.reload(lambda m: any(DEP_GRAPH_MARK in name for name in m.contents))
-            values: dict[tuple[int, int], int] = {}
-            for s in self.lo.submit_list:
-                for task_id in s.task_id:
-                    if not 0 <= task_id < len(self.lo.task_list):
-                        raise DlaError(NvError.BadValue, f"{self.source}: submit_list[{s.id}]: task "
-                                                         f"{task_id} "
-                                                         f"does not exist")
-                    task = self.lo.task_list[task_id]
-                    self._actions(task, task.pre_actions, "pre", values)
-                    if task.interface == M.Interface.DLA1:
-                        self._submit_dla(task, timeout)
-                    elif task.interface == M.Interface.EMU1:
-                        run_emu_task(self._emu_addresses(task), f"{self.source}: task {task.id}")
-                    else:
-                        raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
-                                                         f"{task.interface.name} runs nowhere")
-                    self._actions(task, task.post_actions, "post", values)
+            for mem_id in self._bindable:  # every bound memory is there before anything starts
+                if mem_id not in self.bound:
+                    self._handle(mem_id, f"{self.source}: submit")
+            tasks = self._sequence()
+            self._reload_dep_graphs()
+            for task, dla in tasks:
+                if dla:
+                    self._submit_dla(task, timeout)
+                else:
+                    run_emu_task(self._emu_addresses(task), f"{self.source}: task {task.id}")
 
     def _prepared_task(self, task: M.TaskListEntry) -> NvDlaPreparedTask:
         """The DLA task prepared for the current bindings (prepared again after a binding)."""

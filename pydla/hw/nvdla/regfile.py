@@ -335,13 +335,15 @@ class NvdlaRegisterFile:
             self._check(processor)
 
     def _check(self, processor: str) -> None:
-        if processor in self.active or PROCESSORS[processor][0] not in self.units:
+        if processor in self.active:
             return
         names = PROCESSORS[processor]
+        unit = self.units.get(names[0])
+        if unit is None or unit.ready() is None:  # the common case, at every enable: nothing to launch
+            return
         ready = {n: self.units[n].ready() for n in names if n in self.units}
         main = ready[names[0]]
-        if main is None:
-            return
+        assert main is not None
         if processor == "CONV" and any(g is None for g in ready.values()):
             return
         if len(names) == 2 and ready.get(names[1]) is None:

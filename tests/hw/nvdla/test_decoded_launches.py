@@ -29,7 +29,8 @@ def _max_pool(src: Cube, dst: Cube) -> PdpParams:
 
 def _pooled(x: np.ndarray) -> np.ndarray:
     c, h, w = x.shape
-    return x.reshape(c, h // 2, 2, w // 2, 2).max(axis=(2, 4))
+    out: np.ndarray = x.reshape(c, h // 2, 2, w // 2, 2).max(axis=(2, 4))
+    return out
 
 
 def _run(arena: DeviceArena, params: PdpParams, group: int) -> None:
