@@ -86,6 +86,8 @@ class NvdlaProcessors(Processors):
         self.intr_mask = address(self.regs, "GLB", "S_INTR_MASK")
         self._rdma_next: dict[dla_block_e, int] = {}
         self._rdma_group: dict[int, int] = {}  # operation index -> its RDMA's group (this task)
+        # the enable writes by (block, group, RDMA group or None): the pointers, then D_OP_ENABLE
+        self._enables: dict[tuple[dla_block_e, int, int | None], Words] = {}
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -204,12 +206,16 @@ class NvdlaProcessors(Processors):
             return False
         if block == dla_block_e.CONV:
             self._poll(port, "CDMA", "S_CBUF_FLUSH_STATUS", "FLUSH_DONE", op.name)
-        writes = self._producers(op, group)
-        rdma = RDMA.get(block)
-        if rdma is not None and op.index in self._rdma_group:
-            writes.append((address(self.regs, rdma, "D_OP_ENABLE"), 1))
-        writes += [(address(self.regs, sub, "D_OP_ENABLE"), 1) for sub in BLOCKS[block]]
-        port.dla_reg_write_many(writes)
+        key = (block, group, self._rdma_group.get(op.index))
+        image = self._enables.get(key)
+        if image is None:  # depends on the block and the groups only: made once each
+            writes = self._producers(op, group)
+            rdma = RDMA.get(block)
+            if rdma is not None and op.index in self._rdma_group:
+                writes.append((address(self.regs, rdma, "D_OP_ENABLE"), 1))
+            writes += [(address(self.regs, sub, "D_OP_ENABLE"), 1) for sub in BLOCKS[block]]
+            image = self._enables[key] = words(writes)
+        port.dla_reg_write_words(*image)
         return False
 
     def isr(self, port: FirmwarePortability) -> tuple[list[HwEvent], tuple[int, int, int] | None]:
