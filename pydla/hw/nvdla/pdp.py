@@ -30,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +130,7 @@ def out_size(size: int, pad_a: int, pad_b: int, kernel: int, stride: int) -> int
     return (size + pad_a + pad_b - kernel) // stride + 1
 
 
+@functools.lru_cache(maxsize=256)  # the same registers at every run: checked once (a refusal raises again)
 def _check(p: PdpParams) -> None:
     for name, top in _FIELDS:
         v = getattr(p, name)
