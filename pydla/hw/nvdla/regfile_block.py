@@ -4,7 +4,8 @@ some 40 registers, or a LUT's 322 data words), with exactly the effects of writi
 A write list is planned once per list of addresses (kept by their bytes): runs of plain D registers of
 one block (double-buffered, no side effect: not ``D_OP_ENABLE``, not a pointer, status or LUT port)
 become one numpy store into the producer's group, each register merged through its write mask (a
-register written twice in a run keeps its last value, as in order); runs of ``S_LUT_ACCESS_DATA``
+register written twice in a run keeps its last value, as in order); runs of plain single registers
+(the LUT's configuration) one store into both groups' copies; runs of ``S_LUT_ACCESS_DATA``
 become one store into the LUT table, moving the entry as each write would; everything else is written
 one by one through :meth:`~pydla.hw.nvdla.regfile.NvdlaRegisterFile.write`. Whatever one write would
 refuse goes one by one too, so every fault is recorded as before: a run into an enabled group (each
@@ -34,7 +35,8 @@ U32 = npt.NDArray[np.uint32]
 
 @dataclass(frozen=True)
 class Store:
-    """Plain D registers ``positions[start:stop]`` of one block: merged into the producer's group."""
+    """Writes ``start:stop`` to plain registers of one block: D registers merged into the producer's
+    group; single registers (``single``: the LUT's configuration, ...) into both groups' copies."""
 
     unit: GroupedUnit
     start: int
@@ -42,6 +44,7 @@ class Store:
     words: npt.NDArray[np.intp]  # word index in the group window, each once
     masks: U32  # its write mask
     last: npt.NDArray[np.intp]  # the position of the write that decides each word
+    single: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ def plan_writes(rf: NvdlaRegisterFile, addresses: list[int]) -> Plan:
         role = rf._role.get(address)
         if reg.double and role is None and address - unit.base != unit.op_enable:
             kinds.append(("store", unit))
+        elif not reg.double and role is None:
+            kinds.append(("single", unit))
         elif role == "S_LUT_ACCESS_DATA":
             kinds.append(("lut", unit))
         else:
@@ -88,14 +93,15 @@ def plan_writes(rf: NvdlaRegisterFile, addresses: list[int]) -> Plan:
         j = i + 1
         while j < len(kinds) and kinds[j] == (kind, block) and kind != "one":
             j += 1
-        if kind == "store":
+        if kind in ("store", "single"):
             assert block is not None
             last: dict[int, int] = {}
             for pos in range(i, j):
                 last[(addresses[pos] - block.base) >> 2] = pos
             words = np.fromiter(last.keys(), np.intp, len(last))
             masks = np.array([rf._info[block.base + 4 * w].write_mask for w in last], np.uint32)
-            steps.append(Store(block, i, j, words, masks, np.fromiter(last.values(), np.intp, len(last))))
+            steps.append(Store(block, i, j, words, masks, np.fromiter(last.values(), np.intp, len(last)),
+                               kind == "single"))
         elif kind == "lut":
             assert block is not None
             steps.append(LutData(block.name, i, j))
@@ -112,10 +118,15 @@ def write_planned(rf: NvdlaRegisterFile, plan: Plan, addresses: list[int], value
     for step in plan:
         if type(step) is Store:
             unit = step.unit
+            masks = step.masks
+            if step.single:  # as store_single: group 0's copy merged, written to both
+                merged = (unit.arrays[0][step.words] & ~masks) | (values[step.last] & masks)
+                unit.arrays[0][step.words] = merged
+                unit.arrays[1][step.words] = merged
+                continue
             group = unit.producer
             if not unit.op_en(group):
                 arr = unit.arrays[group]
-                masks = step.masks
                 arr[step.words] = (arr[step.words] & ~masks) | (values[step.last] & masks)
                 continue
         elif type(step) is LutData:

@@ -50,6 +50,7 @@ def test_a_program_with_pointers_repeats_and_enable_is_the_same_as_writes_one_by
               (r["NVDLA_SDP_D_DATA_CUBE_WIDTH_0"], 0xFFFFFFFF),  # masked to its field
               (r["NVDLA_SDP_D_DATA_CUBE_HEIGHT_0"], 3), (r["NVDLA_SDP_D_DATA_CUBE_CHANNEL_0"], 31),
               (r["NVDLA_SDP_D_FEATURE_MODE_CFG_0"], 1), (r["NVDLA_SDP_S_STATUS_0"], 0xFFFF),  # read only
+              (r["NVDLA_SDP_S_LUT_LE_START_0"], 0x1234), (r["NVDLA_SDP_S_LUT_INFO_0"], 0xFFFFFFFF),  # single
               (0x7, 1), (0xFFFFC, 2),  # no register there: bus errors
               (r["NVDLA_SDP_D_OP_ENABLE_0"], 1)]
     a, b, one, block = _both(writes)
@@ -58,6 +59,9 @@ def test_a_program_with_pointers_repeats_and_enable_is_the_same_as_writes_one_by
     assert [launch.processor for launch in one] == [launch.processor for launch in block] == ["SDP"]
     assert bytes(one[0].views["SDP"]) == bytes(block[0].views["SDP"])
     assert one[0].views["SDP"].d_data_cube_height.height == 3
+    sdp = b.units["SDP"]
+    at = (r["NVDLA_SDP_S_LUT_LE_START_0"] - sdp.base) >> 2
+    assert sdp.arrays[0][at] == sdp.arrays[1][at] == 0x1234  # a single register: both groups' copies
 
 
 def test_writes_into_an_enabled_group_are_each_dropped_and_counted() -> None:
