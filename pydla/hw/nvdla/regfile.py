@@ -95,6 +95,8 @@ class NvdlaRegisterFile:
             self.regs.REGISTERS[f"NVDLA_BDMA_{n}_0"]: n for n in _BDMA_REGS}
         self._plain: dict[int, int] = {}  # the registers outside the grouped blocks
         self._plans: dict[bytes, tuple[list[int], Plan]] = {}  # write_words: by the addresses' bytes
+        # complete's status registers by name: (block, offset, read-only bits)
+        self._status_where: dict[str, tuple[GroupedUnit, int, int]] = {}
         self.faults: collections.deque[Fault] = collections.deque(maxlen=MAX_FAULTS)
         self.bus_errors = 0
         self.active: dict[str, Launch] = {}
@@ -435,16 +437,19 @@ class NvdlaRegisterFile:
     def _status_write(self, launch: Launch, name: str,
                       value: int) -> tuple[GroupedUnit, int, int, int, int]:
         """Where a status value of ``complete`` goes: (block, group, offset, read-only bits, value)."""
-        info = self.regs.REGISTER_INFO.get(name)
-        unit = None if info is None else next(
-            (self.units[n] for n in launch.groups
-             if n in self.units and self.units[n].base <= info.address < self.units[n].base + WINDOW), None)
-        if info is None or unit is None or not info.double or not isinstance(value, int) or \
+        where = self._status_where.get(name)
+        if where is None:
+            info = self.regs.REGISTER_INFO.get(name)
+            unit = None if info is None else self._unit_of.get(info.address // WINDOW)
+            if info is not None and unit is not None and info.double:
+                where = self._status_where[name] = (unit, info.address - unit.base,
+                                                    info.read_mask & ~info.write_mask)
+        if where is None or where[0].name not in launch.groups or not isinstance(value, int) or \
                 not 0 <= value <= WORD:
             raise DlaError(NvError.BadParameter, f"complete({launch.processor!r}): status {name} = {value!r} "
                                                  "is not a register of its groups or not 32 bits")
-        readonly = info.read_mask & ~info.write_mask
-        return unit, launch.groups[unit.name], info.address - unit.base, readonly, value
+        unit, at, readonly = where
+        return unit, launch.groups[unit.name], at, readonly, value
 
 
 _BDMA_REGS = ("CFG_OP", "CFG_LAUNCH0", "CFG_LAUNCH1", "STATUS")
