@@ -67,10 +67,10 @@ def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type
 def accumulate(atoms: Atoms) -> I64:
     """CACC's 48-bit sums (N, OH, OW, K) of the convolution ``atoms`` describes."""
     n, oh, ow, k = atoms.batches, atoms.out_height, atoms.out_width, atoms.kernels
-    b = bound(atoms.extreme(), atoms)
+    w2 = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T  # rows in atom order
+    b = atoms.extreme() * int(np.abs(w2.astype(np.int64)).sum(axis=0).max(initial=0))  # = bound(...)
     if b < DGEMM_EXACT:
         dtype: type = np.float32 if b < SGEMM_EXACT else np.float64
-        w2 = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T  # rows in atom order
         out = np.empty((n, oh, ow, k), dtype=np.int64)
         step = max(1, _CHUNK // max(1, n * ow * w2.shape[0]))
         for oy0 in range(0, oh, step):
