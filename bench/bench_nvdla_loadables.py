@@ -17,6 +17,7 @@ register file, the device's launch (decoding, the on-the-fly pipeline) and the b
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import statistics
 import time
 from collections import defaultdict
@@ -112,6 +113,7 @@ PARTS = ("UMD runner", "KMD + scheduling", "firmware registers", "device registe
 def split(model: bytes, config: str, runs: int) -> dict[str, float]:
     """Microseconds of CPU per submit of NVDLA Loadable ``model`` in each part of ``PARTS``, ``other``
     (the portability layer, fences) and ``total``, on a runtime made with the parts wrapped."""
+    from pydla.firmware.engine import Engine
     from pydla.firmware.nvdla.processors import NvdlaProcessors
     from pydla.hw.nvdla.engine import NvdlaEngine
     from pydla.hw.nvdla_device import NvdlaDevice
@@ -119,6 +121,7 @@ def split(model: bytes, config: str, runs: int) -> dict[str, float]:
     from pydla.umd.nvdla_runner import NvdlaRunner
 
     wrapped = [(NvdlaRunner, "run", PARTS[0]), (Kmd, "submit_prepared", PARTS[1]), (Kmd, "poll", PARTS[1]),
+               *((Engine, n, PARTS[1]) for n in ("dla_execute_task", "dla_isr_handler", "dla_process_events")),
                *((NvdlaProcessors, n, PARTS[2]) for n in ("program", "enable", "isr", "start_task",
                                                          "consumer_group")),
                *((NvdlaDevice, n, PARTS[3]) for n in ("reg_write_words", "reg_write_many", "reg_write",
@@ -154,6 +157,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200, help="submits per block")
     ap.add_argument("--blocks", type=int, default=5, help="alternating blocks per side")
     ap.add_argument("--split", action="store_true", help="then where an NVDLA submit's CPU time goes")
+    ap.add_argument("--only", default="*", help="the tests whose names match this pattern (fnmatch)")
     args = ap.parse_args()
     if not args.folder.is_dir():
         print(f"{args.folder}: no regression folder (--folder)")
@@ -164,7 +168,7 @@ def main() -> int:
     for fbuf in sorted(args.folder.glob("*/*_fbuf")):
         test = fbuf.name.removesuffix("_fbuf")
         onnx_model = same_work(test)
-        if onnx_model is None:
+        if onnx_model is None or not fnmatch.fnmatch(test, args.only):
             continue
         suffix = test.rsplit("_", 1)[-1]
         config = {"small": "nv_small", "large": "nv_large"}.get(suffix, "nv_full")
