@@ -121,7 +121,8 @@ def split(model: bytes, config: str, runs: int) -> dict[str, float]:
     from pydla.umd.nvdla_runner import NvdlaRunner
 
     wrapped = [(NvdlaRunner, "run", PARTS[0]), (Kmd, "submit_prepared", PARTS[1]), (Kmd, "poll", PARTS[1]),
-               *((Engine, n, PARTS[1]) for n in ("dla_execute_task", "dla_isr_handler", "dla_process_events")),
+               *((Engine, n, PARTS[1]) for n in ("dla_execute_task", "dla_isr_handler",
+                                                 "dla_process_events")),
                *((NvdlaProcessors, n, PARTS[2]) for n in ("program", "enable", "isr", "start_task",
                                                          "consumer_group")),
                *((NvdlaDevice, n, PARTS[3]) for n in ("reg_write_words", "reg_write_many", "reg_write",

@@ -112,6 +112,7 @@ class NvdlaDevice:
         self._closed = False
         self._epoch = 0  # a reset abandons what was launched before it
         self._queue: collections.deque[tuple[Launch, int, int]] = collections.deque()
+        self._nvdla_lists: dict[bytes, bool] = {}  # reg_write_words: address lists without SMMU registers
         self.smmu = Smmu(on_line=self._line)
         self.regs = NvdlaRegisterFile(regfile_config(nv.hw), on_launch=self._launched, on_irq=self._line)
         self.engine = NvdlaEngine(self.target, self.iommu, self.sram)
@@ -172,7 +173,7 @@ class NvdlaDevice:
         one."""
         if (type(addresses) is np.ndarray and type(values) is np.ndarray and addresses.dtype == np.uint32
                 and values.dtype == np.uint32 and addresses.ndim == values.ndim == 1
-                and len(addresses) == len(values) and not self._smmu_or_reset(addresses)):
+                and len(addresses) == len(values) and self._nvdla_only(addresses)):
             with self._lock:
                 self.regs.write_words(addresses, values)
             self._raise_irq()
@@ -180,9 +181,15 @@ class NvdlaDevice:
         pairs = zip(np.asarray(addresses).tolist(), np.asarray(values).tolist(), strict=False)
         self.reg_write_many(list(pairs))
 
-    @staticmethod
-    def _smmu_or_reset(addresses: npt.NDArray[np.uint32]) -> bool:
-        return bool((addresses >= _PAST_NVDLA).any())
+    def _nvdla_only(self, addresses: npt.NDArray[np.uint32]) -> bool:
+        """No SMMU or reset register among ``addresses`` (known per address list, as the plans are)."""
+        key = addresses.tobytes()
+        known = self._nvdla_lists.get(key)
+        if known is None:
+            if len(self._nvdla_lists) >= 1 << 12:
+                self._nvdla_lists.clear()
+            known = self._nvdla_lists[key] = not bool((addresses >= _PAST_NVDLA).any())
+        return known
 
     def _write(self, address: int, value: int) -> None:
         if not Smmu.owns(address):

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.hw.nvdla.cacc import accumulate_int
-from pydla.hw.nvdla.conv_atoms import Atoms
+from pydla.hw.nvdla.conv_atoms import Atoms, DirectAtoms
 from pydla.hw.nvdla.intmath import I64
 
 SGEMM_EXACT = 1 << 24
@@ -64,10 +64,25 @@ def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type
     return blocks
 
 
+def _weight_matrix(atoms: Atoms) -> npt.NDArray[np.generic]:
+    """Every atom's weight lanes stacked, rows in atom order: (rows, K). A direct convolution whose
+    channels fill whole blocks (or one) is one reshape of its weights, else the atoms are joined."""
+    if isinstance(atoms, DirectAtoms):
+        w = atoms.w
+        k, c, r, s = w.shape
+        cf = min(atoms.cf, c)
+        if c % cf == 0:  # (K, block, cf, R, S) -> (K, block, R, S, cf): the atoms' order
+            out: npt.NDArray[np.generic] = w.reshape(k, c // cf, cf, r, s).transpose(0, 1, 3, 4, 2) \
+                .reshape(k, -1).T
+            return out
+    joined: npt.NDArray[np.generic] = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T
+    return joined
+
+
 def accumulate(atoms: Atoms) -> I64:
     """CACC's 48-bit sums (N, OH, OW, K) of the convolution ``atoms`` describes."""
     n, oh, ow, k = atoms.batches, atoms.out_height, atoms.out_width, atoms.kernels
-    w2 = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T  # rows in atom order
+    w2 = _weight_matrix(atoms)
     b = atoms.extreme() * int(np.abs(w2.astype(np.int64)).sum(axis=0).max(initial=0))  # = bound(...)
     if b < DGEMM_EXACT:
         dtype: type = np.float32 if b < SGEMM_EXACT else np.float64

@@ -223,7 +223,8 @@ def _window_reduce(x: I64, axis: int, kernel: int, stride: int, pad_a: int, pad_
     head = (slice(None),) * axis
     acc: I64 | None = None
     for k in range(kernel):
-        part = xp[head + (slice(k, k + span, stride),)]
+        window = (*head, slice(k, k + span, stride))
+        part = xp[window]
         if acc is None:
             acc = part.copy()
         elif op == "sum":

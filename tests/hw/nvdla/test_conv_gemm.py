@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from pydla.hw.nvdla import conv_int
+from pydla.hw.nvdla.conv_atoms import DirectAtoms
+from pydla.hw.nvdla.conv_taps import Geometry, Taps
 
 
 @pytest.mark.parametrize(("dtype", "low", "high"), [(np.float32, -128, 128), (np.float64, -32768, 32768)])
@@ -43,3 +45,16 @@ def test_only_mid_sized_products_are_cut_into_blocks(monkeypatch: pytest.MonkeyP
     calls.clear()
     conv_int._gemm(cols[:4], w, np.float32)  # small: one product (the @ operator, not np.matmul)
     assert calls == []
+
+
+@pytest.mark.parametrize(("channels", "cf"), [(128, 64), (64, 64), (20, 64), (100, 64), (96, 32)])
+def test_weight_matrix_is_the_atoms_weights_in_order(channels: int, cf: int) -> None:
+    rng = np.random.default_rng(channels)
+    w = rng.integers(-128, 128, (12, channels, 3, 2)).astype(np.int8)
+    x = np.zeros((1, channels, 4, 4), np.int8)
+    g = Geometry(batches=1, channel=channels, height=4, width=4, kernels=12, kernel_height=3, kernel_width=2,
+                 stride_x=1, stride_y=1, dilation_x=1, dilation_y=1, pad_left=0, pad_top=0, out_width=3,
+                 out_height=2)
+    atoms = DirectAtoms(Taps(x, g, 0), w, cf)
+    joined = np.concatenate([atoms.weights(a) for a in range(atoms.count)], axis=1).T
+    assert np.array_equal(conv_int._weight_matrix(atoms), joined)
