@@ -97,10 +97,10 @@ class NvdlaRunner:
         self._lock = threading.Lock()
         self._timeline: Any = None
         self._tick = 0
-        # task id -> (the bindings' epoch it was prepared with, the prepared task)
+        # task-list index -> (the bindings' epoch it was prepared with, the prepared task)
         self._prepared: dict[int, tuple[int, NvDlaPreparedTask]] = {}
         self._epoch = 0  # bumped by every binding: a prepared task of an older epoch is prepared anew
-        self._tasks: list[tuple[M.TaskListEntry, bool]] | None = None  # the checked submit order
+        self._tasks: list[tuple[int, M.TaskListEntry, bool]] | None = None  # the checked submit order
         self._dep_graphs: list[tuple[Any, int, memoryview]] | None = None  # what each submit reloads
         self._bindable = [m.id for m in lo.memory_list if m.bindable]
         self.inputs = [_tensor(lo, m, "input") for m in lo.inputs()]
@@ -259,9 +259,10 @@ class NvdlaRunner:
                                                      f"{event.val}; no task submitted before it signals that "
                                                      f"(it would wait for ever)")
 
-    def _sequence(self) -> list[tuple[M.TaskListEntry, bool]]:
-        """The tasks of the submit list in order, each with whether it is a DLA1 task (else EMU1): task
-        ids, interfaces and events checked before anything runs, once (the loadable does not change)."""
+    def _sequence(self) -> list[tuple[int, M.TaskListEntry, bool]]:
+        """The tasks of the submit list in order (task-list index, task, whether it is a DLA1 task, else
+        EMU1): task ids, interfaces and events checked before anything runs, once (the loadable does
+        not change)."""
         if self._tasks is not None:
             return self._tasks
         values: dict[tuple[int, int], int] = {}
@@ -276,7 +277,7 @@ class NvdlaRunner:
                 if task.interface not in (M.Interface.DLA1, M.Interface.EMU1):
                     raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
                                                      f"{task.interface.name} runs nowhere")
-                tasks.append((task, task.interface == M.Interface.DLA1))
+                tasks.append((task_id, task, task.interface == M.Interface.DLA1))
                 self._actions(task, task.post_actions, "post", values)
         self._tasks = tasks
         return tasks
@@ -306,25 +307,25 @@ class NvdlaRunner:
                     self._handle(mem_id, f"{self.source}: submit")
             tasks = self._sequence()
             self._reload_dep_graphs()
-            for task, dla in tasks:
+            for index, task, dla in tasks:
                 if dla:
-                    self._submit_dla(task, timeout)
+                    self._submit_dla(index, task, timeout)
                 else:
                     run_emu_task(self._emu_addresses(task), f"{self.source}: task {task.id}")
 
-    def _prepared_task(self, task: M.TaskListEntry) -> NvDlaPreparedTask:
-        """The DLA task prepared for the current bindings (prepared again after a binding)."""
-        kept = self._prepared.get(task.id)
+    def _prepared_task(self, index: int, task: M.TaskListEntry) -> NvDlaPreparedTask:
+        """Task-list entry ``index`` prepared for the current bindings (prepared again after a binding)."""
+        kept = self._prepared.get(index)
         if kept is not None and kept[0] == self._epoch:
             return kept[1]
         prepared = self.port.NvDlaPrepareTask(self.handle, self.nvdla_task(task))
         if kept is not None:
             self.port.NvDlaReleaseTask(self.handle, kept[1])
-        self._prepared[task.id] = (self._epoch, prepared)
+        self._prepared[index] = (self._epoch, prepared)
         return prepared
 
-    def _submit_dla(self, task: M.TaskListEntry, timeout: float) -> None:
-        prepared = self._prepared_task(task)
+    def _submit_dla(self, index: int, task: M.TaskListEntry, timeout: float) -> None:
+        prepared = self._prepared_task(index, task)
         if self._timeline is None:
             self._timeline, self._tick = self.port.NvDlaCreateSemaphore(self.handle), 0
         self._tick += 1
