@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import pydla
 from pydla.cli import main
+from pydla.errors import DlaError, NvError
+from pydla.loadable.nvdla.samples import REGRESSION_INTERFACE, bdma_loadable
 from pydla.loadable.nvdla.writer import write_nvdla_loadable
 from tests.hw.nvdla.nvdla_run import folder
 from tests.test_conformance_nvdla import BDMA_GOLDEN, regression_like_bdma
@@ -51,3 +54,24 @@ def test_nvidias_regression_tests_pass_byte_for_byte(capsys: pytest.CaptureFixtu
     code = main(["conformance", "nvdla", str(base)])
     out = capsys.readouterr().out
     assert code == 0 and "10 of 10 passed" in out, out
+
+
+def test_a_rebound_or_freed_output_is_noticed_on_the_device() -> None:
+    with pydla.createRuntime(config="nv_full") as rt:
+        rt.load(write_nvdla_loadable(bdma_loadable(REGRESSION_INTERFACE)))
+        first, second = rt.allocateSystemMemory(2048), rt.allocateSystemMemory(2048)
+        rt.bindOutputTensor(0, first)
+        rt.submit()
+        assert bytes(first.bytes_view()) == bytes(range(256)) * 8
+        first.bytes_view()[:] = 0
+        rt.bindOutputTensor(0, second)
+        rt.submit()
+        assert bytes(second.bytes_view()) == bytes(range(256)) * 8
+        assert not any(first.bytes_view())  # the old binding is not written any more
+        rt.freeSystemMemory(second)  # the KMD drops the prepared task; its memory is gone
+        with pytest.raises(DlaError) as e:
+            rt.submit()
+        assert e.value.code == NvError.BadParameter and "already freed (NvDlaFreeMem)" in e.value.message
+        rt.bindOutputTensor(0, first)
+        rt.submit()
+        assert bytes(first.bytes_view()) == bytes(range(256)) * 8

@@ -53,6 +53,7 @@ from pydla.target.config import DeviceConfig, load_config
 MODES = ("deterministic", "step", "threaded")
 WORD = 0xFFFFFFFF
 MAX_ERRORS = 64
+_PAST_NVDLA = min(S.PYDLA_SMMU_CTX, S.PYDLA_CTL_RESET)  # the SMMU's and the reset register, past NVDLA's map
 
 
 def nvdla_target(config: DeviceConfig) -> NvdlaTarget:
@@ -111,6 +112,7 @@ class NvdlaDevice:
         self._closed = False
         self._epoch = 0  # a reset abandons what was launched before it
         self._queue: collections.deque[tuple[Launch, int, int]] = collections.deque()
+        self._nvdla_lists: dict[bytes, bool] = {}  # reg_write_words: address lists without SMMU registers
         self.smmu = Smmu(on_line=self._line)
         self.regs = NvdlaRegisterFile(regfile_config(nv.hw), on_launch=self._launched, on_irq=self._line)
         self.engine = NvdlaEngine(self.target, self.iommu, self.sram)
@@ -165,8 +167,29 @@ class NvdlaDevice:
                                           f"write of {value!r} to PYDLA_CTL_RESET: not a 32-bit value"))
 
     def reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
+        """``reg_write`` of ``values[i]`` to ``addresses[i]``, in order: an operation's program in one
+        call, each block's plain registers stored at once (the register file's ``write_words``); with
+        anything but two uint32 arrays of one length, or an SMMU or reset register among them, one by
+        one."""
+        if (type(addresses) is np.ndarray and type(values) is np.ndarray and addresses.dtype == np.uint32
+                and values.dtype == np.uint32 and addresses.ndim == values.ndim == 1
+                and len(addresses) == len(values) and self._nvdla_only(addresses)):
+            with self._lock:
+                self.regs.write_words(addresses, values)
+            self._raise_irq()
+            return
         pairs = zip(np.asarray(addresses).tolist(), np.asarray(values).tolist(), strict=False)
         self.reg_write_many(list(pairs))
+
+    def _nvdla_only(self, addresses: npt.NDArray[np.uint32]) -> bool:
+        """No SMMU or reset register among ``addresses`` (known per address list, as the plans are)."""
+        key = addresses.tobytes()
+        known = self._nvdla_lists.get(key)
+        if known is None:
+            if len(self._nvdla_lists) >= 1 << 12:
+                self._nvdla_lists.clear()
+            known = self._nvdla_lists[key] = not bool((addresses >= _PAST_NVDLA).any())
+        return known
 
     def _write(self, address: int, value: int) -> None:
         if not Smmu.owns(address):

@@ -427,7 +427,8 @@ class InProcessPort(NvDlaPort):
             # The KMD dropped it (a buffer it used was destroyed): prepare it again, which checks
             # every address anew and says what is wrong now.
             addresses = self._addresses(session, prepared.task, "NvDlaPrepareTask")
-            mine.prep_id = kmd.prepare(session.ctx, addresses, prepared.task.scalars)
+            mine.prep_id = kmd.prepare(session.ctx, addresses, prepared.task.scalars,
+                                       nvdla_interface=prepared.task.nvdla_interface)
             job = kmd.submit_prepared(session.ctx, mine.prep_id, priority=priority, timeout_ms=timeout_ms,
                                       pre_fences=pre, post_fences=post)
         return NvDlaTaskStatus(job.job_id, job)

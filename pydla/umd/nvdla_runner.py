@@ -18,6 +18,9 @@ What :class:`NvdlaRunner` does, in the NVIDIA runtime's order:
   (:mod:`pydla.umd.nvdla_emu`). NVIDIA's runtime submits synchronously, so a task's pre-action WAITs
   (a sync point, the event's type and target, reaching a value) must have been met by an earlier
   task's SIGNALs; one that would wait for ever is refused before it starts.
+- prepared: a DLA1 task is prepared once (NvDlaPrepareTask: the KMD copies and checks its descriptors
+  once and keeps them, as for pydla's own loadables) and submitted prepared; a binding made since
+  prepares it again, with the new address list.
 
 Usage::
 
@@ -35,7 +38,7 @@ from typing import Any, Protocol
 
 from pydla.errors import DlaError, NvError
 from pydla.loadable.nvdla import model as M
-from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaTask
+from pydla.portability.interface import NvDlaFence, NvDlaMemHandle, NvDlaPort, NvDlaPreparedTask, NvDlaTask
 from pydla.umd.nvdla_emu import EmuAddress, run_emu_task
 
 DEP_GRAPH_MARK = "dep_graph"  # NVIDIA's runtime reloads the memories whose content names hold this
@@ -94,6 +97,12 @@ class NvdlaRunner:
         self._lock = threading.Lock()
         self._timeline: Any = None
         self._tick = 0
+        # task-list index -> (the bindings' epoch it was prepared with, the prepared task)
+        self._prepared: dict[int, tuple[int, NvDlaPreparedTask]] = {}
+        self._epoch = 0  # bumped by every binding: a prepared task of an older epoch is prepared anew
+        self._tasks: list[tuple[int, M.TaskListEntry, bool]] | None = None  # the checked submit order
+        self._dep_graphs: list[tuple[Any, int, memoryview]] | None = None  # what each submit reloads
+        self._bindable = [m.id for m in lo.memory_list if m.bindable]
         self.inputs = [_tensor(lo, m, "input") for m in lo.inputs()]
         self.outputs = [_tensor(lo, m, "output") for m in lo.outputs()]
         try:
@@ -160,6 +169,7 @@ class NvdlaRunner:
                                                 f"{need} bytes (memory_list[{t.mem_id}]), the memory has "
                                                 f"{mem.size}")
         self.bound[t.mem_id] = mem
+        self._epoch += 1
 
     def bind_input(self, index: int, mem: NvDlaMemHandle) -> None:
         self._bind(self.inputs, index, mem, "input")
@@ -249,41 +259,79 @@ class NvdlaRunner:
                                                      f"{event.val}; no task submitted before it signals that "
                                                      f"(it would wait for ever)")
 
+    def _sequence(self) -> list[tuple[int, M.TaskListEntry, bool]]:
+        """The tasks of the submit list in order (task-list index, task, whether it is a DLA1 task, else
+        EMU1): task ids, interfaces and events checked before anything runs, once (the loadable does
+        not change)."""
+        if self._tasks is not None:
+            return self._tasks
+        values: dict[tuple[int, int], int] = {}
+        tasks = []
+        for s in self.lo.submit_list:
+            for task_id in s.task_id:
+                if not 0 <= task_id < len(self.lo.task_list):
+                    raise DlaError(NvError.BadValue, f"{self.source}: submit_list[{s.id}]: task {task_id} "
+                                                     f"does not exist")
+                task = self.lo.task_list[task_id]
+                self._actions(task, task.pre_actions, "pre", values)
+                if task.interface not in (M.Interface.DLA1, M.Interface.EMU1):
+                    raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
+                                                     f"{task.interface.name} runs nowhere")
+                tasks.append((task_id, task, task.interface == M.Interface.DLA1))
+                self._actions(task, task.post_actions, "post", values)
+        self._tasks = tasks
+        return tasks
+
+    def _reload_dep_graphs(self) -> None:
+        """The dependency-graph memories' contents again (what load wrote there, checked then)."""
+        if self._dep_graphs is None:
+            self._dep_graphs = []
+            for mem in self.lo.memory_list:
+                handle = self.owned.get(mem.id)
+                if handle is None or not mem.flags & M.MemoryFlags.SET or \
+                        not any(DEP_GRAPH_MARK in name for name in mem.contents):
+                    continue
+                for name, offset in zip(mem.contents, mem.offsets, strict=True):
+                    blob = self.lo.blob(name)
+                    assert blob is not None  # load's reload checked every content
+                    self._dep_graphs.append((handle.bytes_view(), offset, memoryview(blob.data)[:blob.size]))
+        for view, offset, data in self._dep_graphs:
+            view[offset:offset + len(data)] = data
+
     def run(self, timeout_ms: float | None = None) -> None:
         """Submit the loadable's submit list, in order, to completion (see the module docstring)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         with self._lock:
-            for m in self.lo.memory_list:  # every bound memory is there before anything starts
-                if m.bindable:
-                    self._handle(m.id, f"{self.source}: submit")
-            self.reload(lambda m: any(DEP_GRAPH_MARK in name for name in m.contents))
-            values: dict[tuple[int, int], int] = {}
-            for s in self.lo.submit_list:
-                for task_id in s.task_id:
-                    if not 0 <= task_id < len(self.lo.task_list):
-                        raise DlaError(NvError.BadValue, f"{self.source}: submit_list[{s.id}]: task "
-                                                         f"{task_id} "
-                                                         f"does not exist")
-                    task = self.lo.task_list[task_id]
-                    self._actions(task, task.pre_actions, "pre", values)
-                    if task.interface == M.Interface.DLA1:
-                        self._submit_dla(task, timeout)
-                    elif task.interface == M.Interface.EMU1:
-                        run_emu_task(self._emu_addresses(task), f"{self.source}: task {task.id}")
-                    else:
-                        raise DlaError(NvError.BadValue, f"{self.source}: task {task.id}: interface "
-                                                         f"{task.interface.name} runs nowhere")
-                    self._actions(task, task.post_actions, "post", values)
+            for mem_id in self._bindable:  # every bound memory is there before anything starts
+                if mem_id not in self.bound:
+                    self._handle(mem_id, f"{self.source}: submit")
+            tasks = self._sequence()
+            self._reload_dep_graphs()
+            for index, task, dla in tasks:
+                if dla:
+                    self._submit_dla(index, task, timeout)
+                else:
+                    run_emu_task(self._emu_addresses(task), f"{self.source}: task {task.id}")
 
-    def _submit_dla(self, task: M.TaskListEntry, timeout: float) -> None:
-        submission = self.nvdla_task(task)
+    def _prepared_task(self, index: int, task: M.TaskListEntry) -> NvDlaPreparedTask:
+        """Task-list entry ``index`` prepared for the current bindings (prepared again after a binding)."""
+        kept = self._prepared.get(index)
+        if kept is not None and kept[0] == self._epoch:
+            return kept[1]
+        prepared = self.port.NvDlaPrepareTask(self.handle, self.nvdla_task(task))
+        if kept is not None:
+            self.port.NvDlaReleaseTask(self.handle, kept[1])
+        self._prepared[index] = (self._epoch, prepared)
+        return prepared
+
+    def _submit_dla(self, index: int, task: M.TaskListEntry, timeout: float) -> None:
+        prepared = self._prepared_task(index, task)
         if self._timeline is None:
             self._timeline, self._tick = self.port.NvDlaCreateSemaphore(self.handle), 0
         self._tick += 1
         fence = NvDlaFence(self._timeline, self._tick)
-        submission.post_fences = [fence]
         try:
-            self.port.NvDlaSubmit(self.handle, [submission])
+            self.port.NvDlaSubmitPrepared(self.handle, prepared, [], [fence], timeout_ms=self.timeout_ms)
             self.port.NvDlaWaitFence(fence, timeout)
         except BaseException:
             timeline, self._timeline = self._timeline, None  # a failed semaphore stays failed: a fresh one
@@ -295,6 +343,8 @@ class NvdlaRunner:
         timeline, self._timeline = self._timeline, None
         if timeline is not None:
             self.port.NvDlaDestroySemaphore(timeline)
+        while self._prepared:
+            self.port.NvDlaReleaseTask(self.handle, self._prepared.popitem()[1][1])
         while self.owned:
             mem_id = next(iter(self.owned))
             self.port.NvDlaFreeMem(self.handle, self.owned[mem_id])

@@ -9,11 +9,12 @@ against."""
 from __future__ import annotations
 
 import struct
+import types
 from typing import Any
 
 from pydla.deviceapi.generated import dla_interface as I
 from pydla.platform import open_port
-from pydla.portability.interface import NvDlaTask, NvDlaTaskStatus
+from pydla.portability.interface import NvDlaPort, NvDlaTask, NvDlaTaskStatus
 
 
 class RecordingPort:
@@ -25,6 +26,9 @@ class RecordingPort:
         self.snapshots: list[list[bytes]] = []  # each task's address-list bytes when submitted
         self.execute = execute
         self.port.NvDlaSubmit = self.submit
+        # the runner submits prepared tasks: the interface's own versions, which go through NvDlaSubmit
+        for name in ("NvDlaPrepareTask", "NvDlaSubmitPrepared", "NvDlaReleaseTask"):
+            setattr(self.port, name, types.MethodType(getattr(NvDlaPort, name), self.port))
 
     def submit(self, h: Any, tasks: list[NvDlaTask]) -> list[NvDlaTaskStatus]:
         out = []

@@ -347,3 +347,28 @@ def test_non_blocking_submit_and_refused_layout_change() -> None:
         with pytest.raises(DlaError) as e:
             rt.submit()
         assert e.value.code == NvError.NotInitialized
+
+
+def test_a_dla_task_is_prepared_once_per_bindings() -> None:
+    port = RecordingPort()
+    prepared: list[object] = []
+    real = port.port.NvDlaPrepareTask
+
+    def prepare(h: object, task: object) -> object:
+        prepared.append(task)
+        return real(h, task)
+
+    port.port.NvDlaPrepareTask = prepare
+    with _runtime(port) as rt:
+        rt.load(write_nvdla_loadable(bdma_loadable(REGRESSION_INTERFACE)))
+        first, second = rt.allocateSystemMemory(2048), rt.allocateSystemMemory(2048)
+        rt.bindOutputTensor(0, first)
+        for _ in range(3):
+            rt.submit()
+        assert len(prepared) == 1 and len(port.submitted) == 3
+        assert all(t.nvdla_interface == (0, 10, 0) for t in port.submitted)  # kept by the prepared task
+        rt.bindOutputTensor(0, second)  # a new binding: prepared again, with the new address list
+        rt.submit()
+        assert len(prepared) == 2 and port.submitted[-1].address_list[-1][0] is second
+        assert bytes(second.bytes_view()) == bytes(range(256)) * 8
+

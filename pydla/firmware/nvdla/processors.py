@@ -5,8 +5,9 @@ operation (``scheduler.c`` dla_program_operation / dla_enable_operation, each pr
 - Group selection: a processor takes first the group its CONSUMER pointer names (BDMA: group 1 if
   group 0 is busy); its RDMA (SDP, PDP) likewise from the RDMA's own pointer, CDP's RDMA the CDP's.
 - Program: the done interrupts unmasked, ``S_POINTER.PRODUCER`` = the group in every sub-block (CONV:
-  CACC, CMAC_A, CMAC_B, CSC, CDMA), then the block's registers (cached per operation: they depend only
-  on the descriptors and the task's addresses); BDMA queues each transfer once a slot is free.
+  CACC, CMAC_A, CMAC_B, CSC, CDMA), then the block's registers, in one ``dla_reg_write_words`` (the
+  register image is made once per operation and group: it depends only on the descriptors, the task's
+  addresses and the groups); BDMA queues each transfer once a slot is free.
 - Enable: the producer pointers again, then ``D_OP_ENABLE`` (CONV: after CBUF's flush, CACC, CMAC_A,
   CMAC_B, CSC, CDMA in that order; SDP/PDP/CDP: the RDMA first when it takes part); BDMA:
   ``CFG_LAUNCH0/1``. An SDP fed by a CONV is enabled before it by the graph's events (OP_PROGRAMMED /
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_interface as I
 from pydla.deviceapi.generated.device_api import dla_block_e
@@ -53,6 +57,12 @@ MASK_NAME = {dla_block_e.SDP: "SDP", dla_block_e.CDP: "CDP", dla_block_e.PDP: "P
              dla_block_e.BDMA: "BDMA", dla_block_e.RUBIK: "RUBIK"}
 MAX_POLLS = 10_000  # reads of a status register before the wait is given up (every wait is bounded)
 HW = int(I.dla_mem_e.HW)
+Words = tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]  # addresses, values
+
+
+def words(writes: Sequence[tuple[int, int]]) -> Words:
+    """``(address, value)`` writes as the two arrays ``dla_reg_write_words`` takes."""
+    return (np.array([a for a, _ in writes], np.uint32), np.array([v for _, v in writes], np.uint32))
 
 
 def _needs_rdma(op: Operation) -> bool:
@@ -76,6 +86,8 @@ class NvdlaProcessors(Processors):
         self.intr_mask = address(self.regs, "GLB", "S_INTR_MASK")
         self._rdma_next: dict[dla_block_e, int] = {}
         self._rdma_group: dict[int, int] = {}  # operation index -> its RDMA's group (this task)
+        # the enable writes by (block, group, RDMA group or None): the pointers, then D_OP_ENABLE
+        self._enables: dict[tuple[dla_block_e, int, int | None], Words] = {}
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -149,10 +161,14 @@ class NvdlaProcessors(Processors):
                     raise DlaError(NvError.Busy, f"task {task.task_id}: {op.name}: {sub} group {group} is "
                                                  "not idle")
         self._unmask(port, block)
-        writes = programs.get(op.index)
-        if writes is None:
-            writes = programs[op.index] = self._writes(port, task, op)
-        port.dla_reg_write_many(self._producers(op, group) + writes)
+        images = programs.get(op.index)
+        if images is None:
+            images = programs[op.index] = {"writes": self._writes(port, task, op)}
+        key = (group, self._rdma_group.get(op.index))
+        image = images.get(key)
+        if image is None:  # the pointers, then the registers: one image per group
+            image = images[key] = words(self._producers(op, group) + images["writes"])
+        port.dla_reg_write_words(*image)
 
     def _writes(self, port: FirmwarePortability, task: TaskDesc, op: Operation) -> list[tuple[int, int]]:
         w = Writes(self.regs, port, task, op)
@@ -172,10 +188,11 @@ class NvdlaProcessors(Processors):
                       programs: dict[int, Any]) -> None:
         transfers = programs.get(op.index)
         if transfers is None:
-            transfers = programs[op.index] = bdma_transfers(Writes(self.regs, port, task, op), op.surface)
-        for writes in transfers:
+            made = bdma_transfers(Writes(self.regs, port, task, op), op.surface)
+            transfers = programs[op.index] = [words(w) for w in made]
+        for image in transfers:
             self._poll(port, "BDMA", "STATUS", "FREE_SLOT", f"task {task.task_id}: {op.name}")
-            port.dla_reg_write_many(writes)
+            port.dla_reg_write_words(*image)
         self._unmask(port, dla_block_e.BDMA)
 
     def enable(self, port: FirmwarePortability, op: Operation, group: int) -> bool:
@@ -189,12 +206,16 @@ class NvdlaProcessors(Processors):
             return False
         if block == dla_block_e.CONV:
             self._poll(port, "CDMA", "S_CBUF_FLUSH_STATUS", "FLUSH_DONE", op.name)
-        writes = self._producers(op, group)
-        rdma = RDMA.get(block)
-        if rdma is not None and op.index in self._rdma_group:
-            writes.append((address(self.regs, rdma, "D_OP_ENABLE"), 1))
-        writes += [(address(self.regs, sub, "D_OP_ENABLE"), 1) for sub in BLOCKS[block]]
-        port.dla_reg_write_many(writes)
+        key = (block, group, self._rdma_group.get(op.index))
+        image = self._enables.get(key)
+        if image is None:  # depends on the block and the groups only: made once each
+            writes = self._producers(op, group)
+            rdma = RDMA.get(block)
+            if rdma is not None and op.index in self._rdma_group:
+                writes.append((address(self.regs, rdma, "D_OP_ENABLE"), 1))
+            writes += [(address(self.regs, sub, "D_OP_ENABLE"), 1) for sub in BLOCKS[block]]
+            image = self._enables[key] = words(writes)
+        port.dla_reg_write_words(*image)
         return False
 
     def isr(self, port: FirmwarePortability) -> tuple[list[HwEvent], tuple[int, int, int] | None]:

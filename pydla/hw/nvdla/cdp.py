@@ -23,6 +23,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -70,7 +71,8 @@ def _fits(v: object, bits: int, signed: bool) -> bool:
     return isinstance(v, int) and low <= v < (1 << bits)
 
 
-def _check(p: CdpParams, target: NvdlaTarget) -> Precision:
+@functools.lru_cache(maxsize=256)  # the same registers at every run of a network: checked once (a refusal
+def _check(p: CdpParams, target: NvdlaTarget) -> Precision:  # raises again, it is not kept)
     for f in fields(p):
         if f.name in _FIELDS and not _fits(getattr(p, f.name), _FIELDS[f.name], f.name in _SIGNED):
             raise DlaError(NvError.BadValue, f"CDP {f.name}: {getattr(p, f.name)!r} does not fit its "

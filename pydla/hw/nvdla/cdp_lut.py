@@ -29,6 +29,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,8 +100,11 @@ def index_select(field: int, sign_bit: int) -> int:
     return (v & ((1 << sign_bit) - 1)) - (1 << sign_bit) if v >> sign_bit & 1 else v
 
 
+@functools.lru_cache(maxsize=64)  # a LUT's tables, the same at every run of a network
 def _table(values: tuple[int, ...]) -> I64:
-    return np.array([sign_extend(int(v), 16) for v in values], dtype=np.int64)
+    out = np.array([sign_extend(int(v), 16) for v in values], dtype=np.int64)
+    out.flags.writeable = False
+    return out
 
 
 def _slope(s: I64, origin: int, scale: int, shift: int, entry: int) -> I64:

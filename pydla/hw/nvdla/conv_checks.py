@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import fields
 
 from pydla.errors import DlaError, NvError
@@ -131,7 +132,8 @@ def _modes(p: ConvParams, target: NvdlaTarget) -> Precision:
     return prec
 
 
-def check(p: ConvParams, target: NvdlaTarget) -> tuple[Geometry, Precision]:
+@functools.lru_cache(maxsize=256)  # the same registers at every run of a network: checked once (a refusal
+def check(p: ConvParams, target: NvdlaTarget) -> tuple[Geometry, Precision]:  # raises again)
     """The convolution's sizes (the channels of its kernels: for image input the pre-extended ones) and
     processing precision, or a DlaError naming the first bad field."""
     d, s, a = p.cdma, p.csc, p.cacc

@@ -22,6 +22,8 @@ Usage::
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -35,9 +37,10 @@ def groups(target: NvdlaTarget, prec: Precision) -> tuple[int, int]:
     return target.kernel_groups(prec)
 
 
+@functools.lru_cache(maxsize=64)  # the same shapes at every run of a network
 def offsets(kernels: int, channels: int, height: int, width: int, target: NvdlaTarget,
             prec: Precision) -> npt.NDArray[np.int64]:
-    """Element offsets of every weight, shape (K, C, R, S), in the layout above."""
+    """Element offsets of every weight, shape (K, C, R, S), in the layout above (read only)."""
     kf, cf = groups(target, prec)
     rs = height * width
     k = np.arange(kernels, dtype=np.int64)
@@ -52,6 +55,7 @@ def offsets(kernels: int, channels: int, height: int, width: int, target: NvdlaT
     inner = (pos[None, None, :] * (cb[None, :, None] * kg[:, None, None])
              + kk[:, None, None] * cb[None, :, None] + cc[None, :, None])
     out: npt.NDArray[np.int64] = (group_base + block_base + inner).reshape(kernels, channels, height, width)
+    out.flags.writeable = False
     return out
 
 

@@ -15,6 +15,11 @@ its registers are refused by the block (a DlaError naming the field), when a DMA
 (``fault``: the MmuFault, for the SMMU's registers), or when its on-the-fly producer failed. Nothing
 raises out of :meth:`NvdlaEngine.run`.
 
+The decoded parameters of a launch depend only on its registers (its groups' bytes, its LUT, its
+queued transfers), never on memory: they are kept by those bytes (:class:`DecodedLaunches`), so a
+network's operations, programmed with the same bytes at every run, are decoded once. Memory is
+reached, translated and checked at every execution.
+
 Usage::
 
     engine = NvdlaEngine(by_name("nv_small"), iommu, sram=None)
@@ -40,6 +45,7 @@ from pydla.hw.nvdla.sdp_params import DST_PDP
 from pydla.hw.nvdla.smmu import IommuMemory
 from pydla.hw.nvdla.target import NvdlaTarget
 
+DECODED_CAPACITY = 1024  # decoded launches kept per device; past it the cache starts again
 UNIT = {"BDMA": 0, "CONV": 1, "SDP": 2, "PDP": 3, "CDP": 4, "RUBIK": 5}  # DLA_OP_* (SMMU FAULT_UNIT)
 WORD = 0xFFFFFFFF
 Flying = npt.NDArray[np.generic]
@@ -56,6 +62,41 @@ class Done:
     status: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     fault: MmuFault | None = None
+
+
+class DecodedLaunches:
+    """The block kernels' parameters of launches, by the launch's register bytes (see the module
+    docstring). A launch whose registers a block refuses is not kept: it is refused again."""
+
+    def __init__(self, capacity: int = DECODED_CAPACITY) -> None:
+        self.capacity = capacity
+        self._entries: dict[tuple[object, ...], Any] = {}
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(launch: Launch) -> tuple[object, ...]:
+        return (launch.processor, tuple((name, bytes(view)) for name, view in launch.views.items()),
+                tuple(bytes(t) for t in launch.transfers), launch.lut_le, launch.lut_lo)
+
+    def get(self, launch: Launch) -> Any:
+        """``decode(launch)``, kept (DlaError as decode raises it)."""
+        key = self.key(launch)
+        params = self._entries.get(key)
+        if params is not None:
+            self.hits += 1
+            return params
+        self.misses += 1
+        params = decode(launch)
+        if len(self._entries) >= self.capacity:
+            self._entries.clear()
+        self._entries[key] = params
+        return params
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass
@@ -76,11 +117,13 @@ class NvdlaEngine:
         self.sram = sram
         self._waiting: dict[str, _Held] = {}  # consumer processor -> its launch, waiting for its input
         self._ready: dict[str, _Held] = {}  # consumer processor -> its producer, holding the output
+        self.decoded = DecodedLaunches()
 
     def reset(self) -> None:
         """Drop the operations waiting for their partner (a reset abandons them)."""
         self._waiting.clear()
         self._ready.clear()
+        self.decoded.clear()
 
     @property
     def waiting(self) -> list[str]:
@@ -91,7 +134,7 @@ class NvdlaEngine:
         """Execute ``launch`` through IOMMU context ``ctx``; the completions this makes due, in order."""
         out: list[Done] = []
         try:
-            params = decode(launch)
+            params = self.decoded.get(launch)
         except DlaError as e:
             out.append(Done(launch.processor, launch.group, False, error=e.message))
             return out

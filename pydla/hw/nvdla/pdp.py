@@ -30,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +130,7 @@ def out_size(size: int, pad_a: int, pad_b: int, kernel: int, stride: int) -> int
     return (size + pad_a + pad_b - kernel) // stride + 1
 
 
+@functools.lru_cache(maxsize=256)  # the same registers at every run: checked once (a refusal raises again)
 def _check(p: PdpParams) -> None:
     for name, top in _FIELDS:
         v = getattr(p, name)
@@ -210,13 +212,19 @@ def _window_reduce(x: I64, axis: int, kernel: int, stride: int, pad_a: int, pad_
                    op: str) -> I64:
     """Reduce windows along ``axis`` of ``x`` padded with ``fill``: "sum", "max" or "min"."""
     n_out = out_size(x.shape[axis], pad_a, pad_b, kernel, stride)
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (pad_a, pad_b)
-    xp = np.pad(x, widths, constant_values=fill)
+    if kernel == 1 and stride == 1 and not pad_a and not pad_b:
+        return x  # every window is one element
+    xp = x
+    if pad_a or pad_b:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (pad_a, pad_b)
+        xp = np.pad(x, widths, constant_values=fill)
     span = (n_out - 1) * stride + 1
+    head = (slice(None),) * axis
     acc: I64 | None = None
     for k in range(kernel):
-        part = np.take(xp, np.arange(k, k + span, stride), axis=axis)
+        window = (*head, slice(k, k + span, stride))
+        part = xp[window]
         if acc is None:
             acc = part.copy()
         elif op == "sum":

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pydla.deviceapi.registers import RegisterInfo
 from pydla.deviceapi.runtime import Record
 from pydla.errors import DlaError, NvError
+from pydla.hw.nvdla.regfile_block import U32, Plan, plan_writes, write_planned
 from pydla.hw.nvdla.regfile_config import RegfileConfig, regfile_config
 from pydla.hw.nvdla.regfile_units import (
     WINDOW,
@@ -60,6 +61,7 @@ PROCESSORS: dict[str, tuple[str, ...]] = {  # the blocks of each operation, the 
 DONE_BIT = {"SDP": 0, "CDP": 2, "PDP": 4, "BDMA": 6, "RUBIK": 8}  # GLB interrupt bit of group 0
 CDMA_DAT_BIT, CDMA_WT_BIT, CACC_BIT = 16, 18, 20
 MAX_FAULTS = 64
+MAX_PLANS = 1 << 12  # write_words' plans (one per operation program of the loaded tasks); bounded
 _GROUPED = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP", "CDP_RDMA",
             "CDP", "RBK")
 
@@ -92,6 +94,9 @@ class NvdlaRegisterFile:
         self._bdma_regs: dict[int, str] = {} if bdma is None else {
             self.regs.REGISTERS[f"NVDLA_BDMA_{n}_0"]: n for n in _BDMA_REGS}
         self._plain: dict[int, int] = {}  # the registers outside the grouped blocks
+        self._plans: dict[bytes, tuple[list[int], Plan]] = {}  # write_words: by the addresses' bytes
+        # complete's status registers by name: (block, offset, read-only bits)
+        self._status_where: dict[str, tuple[GroupedUnit, int, int]] = {}
         self.faults: collections.deque[Fault] = collections.deque(maxlen=MAX_FAULTS)
         self.bus_errors = 0
         self.active: dict[str, Launch] = {}
@@ -214,6 +219,19 @@ class NvdlaRegisterFile:
             self._write_plain(offset, reg, value)
         self._drain()
 
+    def write_words(self, addresses: U32, values: U32) -> None:
+        """:meth:`write` of ``values[i]`` to ``addresses[i]`` in order (both uint32 arrays of one
+        length), the plain D registers of a block stored at once (:mod:`pydla.hw.nvdla.regfile_block`)."""
+        key = addresses.tobytes()
+        planned = self._plans.get(key)
+        if planned is None:
+            offsets = addresses.tolist()
+            planned = (offsets, plan_writes(self, offsets))
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = planned
+        write_planned(self, planned[1], planned[0], values)
+
     def _write_plain(self, offset: int, reg: RegisterInfo, value: int) -> None:
         r = self.regs
         if offset == r.NVDLA_GLB_S_INTR_STATUS_0:
@@ -319,13 +337,15 @@ class NvdlaRegisterFile:
             self._check(processor)
 
     def _check(self, processor: str) -> None:
-        if processor in self.active or PROCESSORS[processor][0] not in self.units:
+        if processor in self.active:
             return
         names = PROCESSORS[processor]
+        unit = self.units.get(names[0])
+        if unit is None or unit.ready() is None:  # the common case, at every enable: nothing to launch
+            return
         ready = {n: self.units[n].ready() for n in names if n in self.units}
         main = ready[names[0]]
-        if main is None:
-            return
+        assert main is not None
         if processor == "CONV" and any(g is None for g in ready.values()):
             return
         if len(names) == 2 and ready.get(names[1]) is None:
@@ -417,16 +437,19 @@ class NvdlaRegisterFile:
     def _status_write(self, launch: Launch, name: str,
                       value: int) -> tuple[GroupedUnit, int, int, int, int]:
         """Where a status value of ``complete`` goes: (block, group, offset, read-only bits, value)."""
-        info = self.regs.REGISTER_INFO.get(name)
-        unit = None if info is None else next(
-            (self.units[n] for n in launch.groups
-             if n in self.units and self.units[n].base <= info.address < self.units[n].base + WINDOW), None)
-        if info is None or unit is None or not info.double or not isinstance(value, int) or \
+        where = self._status_where.get(name)
+        if where is None:
+            info = self.regs.REGISTER_INFO.get(name)
+            unit = None if info is None else self._unit_of.get(info.address // WINDOW)
+            if info is not None and unit is not None and info.double:
+                where = self._status_where[name] = (unit, info.address - unit.base,
+                                                    info.read_mask & ~info.write_mask)
+        if where is None or where[0].name not in launch.groups or not isinstance(value, int) or \
                 not 0 <= value <= WORD:
             raise DlaError(NvError.BadParameter, f"complete({launch.processor!r}): status {name} = {value!r} "
                                                  "is not a register of its groups or not 32 bits")
-        readonly = info.read_mask & ~info.write_mask
-        return unit, launch.groups[unit.name], info.address - unit.base, readonly, value
+        unit, at, readonly = where
+        return unit, launch.groups[unit.name], at, readonly, value
 
 
 _BDMA_REGS = ("CFG_OP", "CFG_LAUNCH0", "CFG_LAUNCH1", "STATUS")

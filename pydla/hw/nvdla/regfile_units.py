@@ -22,6 +22,9 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from pydla.deviceapi.registers import RegisterInfo
 from pydla.deviceapi.runtime import Record
 
@@ -80,6 +83,8 @@ class GroupedUnit:
         self._reset_words = [(r.address - base, r.reset) for r in regs]
         self.groups = [bytearray(WINDOW), bytearray(WINDOW)]
         self.words = [memoryview(g).cast("I") for g in self.groups]
+        # the same words as numpy arrays, for a program stored in one assignment (regfile_block)
+        self.arrays = [np.frombuffer(g, np.uint32) for g in self.groups]
         self.producer = 0
         self.consumer = 0
         self.reset()
@@ -155,6 +160,21 @@ class LutRam:
             return False
         table[self.entry] = value & 0xFFFF
         self._advance()
+        return True
+
+    def write_run(self, values: npt.NDArray[np.uint32]) -> bool:
+        """:meth:`write` of each of ``values`` in order; False (nothing written) when no entry is
+        selected, so that each write is refused on its own."""
+        table = self._table()
+        entry, last = self.entry, len(table) - 1
+        if entry > last:
+            return False
+        words = (values & 0xFFFF).tolist()
+        before_last = min(len(words), last - entry)  # the writes that move on to the next entry
+        table[entry:entry + before_last] = words[:before_last]
+        if len(words) > before_last:
+            table[last] = words[-1]
+        self.entry = min(entry + len(words), last)
         return True
 
     def read(self) -> int | None:

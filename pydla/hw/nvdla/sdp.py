@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,7 @@ def _check_winograd(p: SdpParams, proc: Precision, pout: Precision, target: Nvdl
                                          f"{p.width + 1}x{p.height + 1}")
 
 
+@functools.lru_cache(maxsize=256)  # the same registers at every run: checked once (a refusal raises again)
 def _check(p: SdpParams, target: NvdlaTarget) -> tuple[Precision, Precision, Precision]:
     for name, top in (("width", 0x1FFF), ("height", 0x1FFF), ("channel", 0x1FFF), ("batch_number", 31)):
         v = getattr(p, name)

@@ -25,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,7 @@ class Cube:
         return (self.batch - 1) * self.batch_stride + one
 
 
+@functools.lru_cache(maxsize=1024)  # the same cubes at every run of a network (a refusal raises again)
 def check(cube: Cube, target: NvdlaTarget, what: str) -> None:
     """Refuse a cube NVDLA cannot hold: a DlaError naming ``what`` and the field."""
     target.require(cube.precision, what)

@@ -112,6 +112,9 @@ CASES = [
     (Precision.INT16, 20, 6, 7, 0, 4, 2, 3, 1, (3, 2, 1, 0)),
     (Precision.INT16, 16, 4, 4, 1, 3, 3, 1, 1, (2, 2, 2, 2)),
     (Precision.INT16, 5, 9, 3, 0, 5, 7, 4, 5, (4, 4, 6, 2)),   # windows wider than the input
+    (Precision.INT8, 9, 6, 8, 1, 1, 1, 1, 1, (0, 0, 0, 0)),    # one-element windows, no padding
+    (Precision.INT8, 9, 6, 8, 0, 1, 1, 1, 1, (0, 0, 0, 0)),
+    (Precision.INT16, 7, 6, 8, 2, 2, 2, 2, 2, (0, 0, 0, 0)),   # no padding
 ]
 
 
