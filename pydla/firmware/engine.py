@@ -37,6 +37,7 @@ from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.firmware.engine_api import RunState, stuck_text
+from pydla.firmware.engine_api import engine_depth as engine_depth  # pydla.kmd.headed imports it here
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
 from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
@@ -49,12 +50,9 @@ BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, wit
 _OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), int(T.dla_event_e.OP_ENABLED),
                                               int(T.dla_event_e.OP_COMPLETED))
 
-ERROR_CODES = {
-    int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
-    int(R.dla_hw_error_e.BAD_CONFIG): NvError.BadValue,
-    int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
-    int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState,
-}
+ERROR_CODES = {int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress, int(R.dla_hw_error_e.BAD_CONFIG):
+               NvError.BadValue, int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
+               int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState}
 
 
 class TaskRun(RunState):
@@ -68,6 +66,7 @@ class TaskRun(RunState):
         "failed",
         "gated",
         "group_of",
+        "held",
         "next_group",
         "ready",
         "state",
@@ -99,19 +98,11 @@ class TaskRun(RunState):
         self.ready: collections.deque[int] = collections.deque()
         self.completed = 0
         self.enable_order: list[int] = []
+        self.held: list[int] = []  # ready, but a wait barrier has not fired (a task with a SHAVE list)
 
     def operation_in(self, block: dla_block_e, group: int) -> int | None:
         busy = self.busy.get(block)
         return None if busy is None else busy[group]
-
-
-def engine_depth(config: object) -> int:
-    """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
-    AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
-    for cu in getattr(config, "compute_units", ()):
-        if getattr(cu, "engine", False):
-            return max(1, int(cu.pipeline_depth)) if cu.control == "CHAIN" else 1
-    return 1
 
 
 class Engine:
@@ -149,6 +140,7 @@ class Engine:
         # tested once per task, so an untraced task writes no register more.
         self.trace_tasks = False
         self._aborting: TaskRun | None = None  # the run abort() stops (its task_end says ABORTED)
+        self.holding = False  # an operation waits for barriers (barriers_fired)
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -229,6 +221,8 @@ class Engine:
         """Act on the recorded events: complete operations, program and enable what became ready.
         Returns the number of events processed."""
         with self._lock:
+            if self.holding:  # (headed: the host's doorbell after a barrier fired brings it here)
+                self.barriers_fired()
             count = 0
             while True:
                 with self._events_lock:
@@ -280,6 +274,9 @@ class Engine:
             run.failed = (index, code, fault)
             self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
             return
+        shave = run.graph.shave
+        if shave is not None and shave.op_updates[index]:  # its barriers: SHAVE tasks may start
+            self.port.dla_reg_write(R.SHAVE_BAR_PRODUCE, shave.op_updates[index])
         run.state[index] = DONE
         run.busy[block][event.group] = None
         self._owner[block][event.group] = None
@@ -339,6 +336,7 @@ class Engine:
         busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
         deps, state, ready, group_of = run.deps, run.state, run.ready, run.group_of
         owner, hw = self._owner, self.hw
+        waits = graph.shave.op_waits if graph.shave is not None else None
         progress = True
         while progress and not run.finished:
             progress = False
@@ -371,6 +369,8 @@ class Engine:
                     progress = True
             while ready and not run.finished and not run.gated:
                 index = ready.popleft()
+                if waits is not None and waits[index] and not self._take_barriers(run, index, waits[index]):
+                    continue  # held until its barriers fire (barriers_fired)
                 op = ops[index]
                 state[index] = ENABLED
                 run.enable_order.append(index)
@@ -380,6 +380,25 @@ class Engine:
                 if op.consumers:
                     self._signal(run, index, _OP_ENABLED)
                 progress = True
+
+    def _take_barriers(self, run: TaskRun, index: int, wait: int) -> bool:
+        """Whether operation ``index``'s wait barriers fired: it then consumes them, else is held."""
+        if self.port.dla_reg_read(R.SHAVE_BAR_READY) & wait != wait:
+            run.held.append(index)
+            self.holding = True
+            return False
+        self.port.dla_reg_write(R.SHAVE_BAR_CONSUME, wait)
+        return True
+
+    def barriers_fired(self) -> None:
+        """Barriers DLA operations wait on fired (the KMD's SHAVE engine saw it): look at those held."""
+        with self._lock:
+            self.holding = False
+            for run in self.inflight:
+                if run.held and not run.finished:
+                    run.ready.extend(run.held)
+                    run.held.clear()
+                    self._schedule_or_fail(run)
 
     def _release(self, run: TaskRun) -> None:
         for b in run.graph.blocks:
