@@ -234,8 +234,11 @@ class ShaveEngine:
     def isr(self) -> None:
         """The interrupt handler: note a SHAVE interrupt for the bottom half (no register access
         when no list runs: the DLA engine's interrupts are none of its business)."""
-        if self.current is None:
+        run = self.current
+        if run is None:
             return
+        if run.dla_run is not None and not self.port.dla_reg_read(R.GLB_INTR_STATUS) >> SHAVE_INTR_BIT & 1:
+            return  # the DLA operations beside the list interrupt too: theirs are the engine's
         with self._irq_lock:
             self.irq_pending = True
         self._wake()

@@ -162,6 +162,7 @@ class ShaveSystem:
         elif address == R.SHAVE_BAR_NOTIFY:
             self.barriers.notify = value & self.barriers.all_mask
         elif address in (R.SHAVE_BAR_PRODUCE, R.SHAVE_BAR_CONSUME):
+            ready = self.barriers.fired_now
             # The engine scheduler ends (or starts) a DLA operation that updates (waits on) barriers:
             # as a task's end would. A barrier beyond the device's or one produced or consumed more
             # often than configured is the DMA's error, as a bad configuration is.
@@ -177,6 +178,8 @@ class ShaveSystem:
             if self.barriers.notified:  # (run() says so too; a write with run=False must not lose it)
                 self.barriers.notified = False
                 self.intr_status |= 1 << NOTIFY_INTR_BIT
+            if self.barriers.fired_now & ~ready == 0:
+                return bool(self.intr_status & ~before)  # no barrier fired: nothing may start
         elif address == R.SHAVE_DMA_PUSH_LO:
             self.dma_push_lo = value
         elif address == R.SHAVE_DMA_PUSH_HI:
