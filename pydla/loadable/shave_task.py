@@ -341,6 +341,12 @@ def describe(code: ControlCode) -> dict[str, Any]:
         name = patched.get((section, offset + T.dla_mem_ref_t.address.offset))
         return name or names.get(ref.address, f"entry {ref.address}")
 
+    # A list written before op_barrier_index (dla_task 1.9.0) is 4 bytes shorter: it reads as none.
+    raw = bytes(sections[".shave.list"])
+    legacy = T.shave_list_desc_t.op_barrier_index.offset
+    if legacy <= len(raw) < ctypes.sizeof(T.shave_list_desc_t):
+        raw = raw.ljust(ctypes.sizeof(T.shave_list_desc_t), b"\xff")
+    sections = {**sections, ".shave.list": memoryview(raw)}
     lst = read(".shave.list", T.shave_list_desc_t, 0)
     producers: dict[int, int] = {}
     consumers: dict[int, int] = {}
@@ -371,11 +377,18 @@ def describe(code: ControlCode) -> dict[str, Any]:
                      "tile": d.tile, "cmx_offset": d.cmx_offset,
                      "bytes": d.line_size * d.line_repeat * d.surf_repeat,
                      "wait": _bits(d.wait_mask), "update": _bits(d.update_mask)})
+    operations = []  # a task with DLA operations beside its list: their barriers
+    if ".dla.barriers" in sections:
+        size = ctypes.sizeof(T.dla_op_barrier_desc_t)
+        for i in range(len(sections[".dla.barriers"]) // size):
+            o = read(".dla.barriers", T.dla_op_barrier_desc_t, i)
+            count(o.wait_mask, o.update_mask)
+            operations.append({"operation": i, "wait": _bits(o.wait_mask), "update": _bits(o.update_mask)})
     barriers = [{"barrier": b, "producers": producers.get(b, 0), "consumers": consumers.get(b, 0),
                  "notify": bool(lst.notify_mask >> b & 1)} for b in _bits(lst.barrier_mask)]
     return {"runtime": ref_name(".shave.list", T.shave_list_desc_t.runtime.offset, lst.runtime),
             "stacks": {t: lst.stack_size[t] for t in range(len(lst.stack_size)) if lst.stack_size[t]},
-            "kernel_tasks": acts, "dma_tasks": dmas, "barriers": barriers}
+            "kernel_tasks": acts, "dma_tasks": dmas, "operations": operations, "barriers": barriers}
 
 
 def _bits(mask: int) -> list[int]:
