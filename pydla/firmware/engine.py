@@ -7,6 +7,12 @@ its dependency count reaches zero. Programming, enabling and completing an opera
 events OP_PROGRAMMED, OP_ENABLED and OP_COMPLETED; each decrements the dependency count of the
 consumers that wait for it. Blocks run in parallel wherever the graph allows.
 
+An operation of a task with a SHAVE list beside it (the VPUX per-variant barriers) is enabled only
+once its wait barriers fired (``SHAVE_BAR_READY``; it consumes them, ``SHAVE_BAR_CONSUME``) and
+produces its update barriers when it completes (``SHAVE_BAR_PRODUCE``); one that must wait is held
+until :meth:`Engine.barriers_fired` (the KMD's SHAVE engine takes the notify interrupt; headed, its
+doorbell brings the firmware's event pass here).
+
 ``dla_isr_handler`` only reads and clears the interrupt status and records events;
 ``dla_process_events`` runs outside interrupt context, under the engine lock, and acts on them.
 
@@ -42,9 +48,12 @@ from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
 from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
 from pydla.firmware.processors import IDLE, RUNNING, HwEvent, block_mask, processors_for
+from pydla.firmware.task_run import DONE as DONE  # (tests and the headed firmware import these here)
+from pydla.firmware.task_run import ENABLED as ENABLED
+from pydla.firmware.task_run import PROGRAMMED as PROGRAMMED
+from pydla.firmware.task_run import TaskRun as TaskRun
 from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
 
-WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
 # The events as plain ints (an IntEnum's attribute lookup and comparison cost more, at every event).
 _OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), int(T.dla_event_e.OP_ENABLED),
@@ -53,56 +62,6 @@ _OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), 
 ERROR_CODES = {int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress, int(R.dla_hw_error_e.BAD_CONFIG):
                NvError.BadValue, int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
                int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState}
-
-
-class TaskRun(RunState):
-    """The state of one execution of a task graph (made at every submit: kept lean)."""
-
-    __slots__ = (
-        "busy",
-        "chain_pos",
-        "deps",
-        "enable_order",
-        "failed",
-        "gated",
-        "group_of",
-        "held",
-        "next_group",
-        "ready",
-        "state",
-        "traced",
-    )
-
-    def __init__(self, task: TaskDesc, graph: TaskGraph,
-                 on_finish: Callable[[RunState], None] | None = None) -> None:
-        super().__init__(task, graph, on_finish)
-        self.gated = False  # a task before it is still in flight: it programs, it enables nothing
-        # (operation index, dla_hw_error_e, MMU fault address) when a block reported its failure: what
-        # a headed firmware sends the host (task_failed_evt)
-        self.failed: tuple[int, int, int] | None = None
-        self.traced = False  # its task_start was recorded: its task_end is too (pydla.kmd.trace)
-        self.restart()
-
-    def restart(self) -> None:
-        """Back to nothing programmed (a gated run whose groups a reset or an abort before it undid)."""
-        graph = self.graph
-        n = len(graph.operations)
-        self.deps = list(graph.dependency_counts)
-        self.state = [WAITING] * n
-        self.group_of = [-1] * n
-        # Per block of the graph: the operation in each register group, the position in its chain,
-        # the group it programs next (-1: not known until the tasks before it programmed that block).
-        self.busy: dict[dla_block_e, list[int | None]] = {b: [None, None] for b in graph.blocks}
-        self.chain_pos: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
-        self.next_group: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, -1)
-        self.ready: collections.deque[int] = collections.deque()
-        self.completed = 0
-        self.enable_order: list[int] = []
-        self.held: list[int] = []  # ready, but a wait barrier has not fired (a task with a SHAVE list)
-
-    def operation_in(self, block: dla_block_e, group: int) -> int | None:
-        busy = self.busy.get(block)
-        return None if busy is None else busy[group]
 
 
 class Engine:
