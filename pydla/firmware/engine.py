@@ -142,7 +142,8 @@ class Engine:
                     next_group[block] = hw.consumer_group(self.port, block)
             self.cu_events.append(("START", task.task_id))
             # before its operations: in deterministic mode they run in _schedule
-            if self.trace_tasks and self.hw.has_trace:
+            # (a task with a SHAVE list beside its operations: the KMD's SHAVE engine records it)
+            if self.trace_tasks and self.hw.has_trace and graph.shave is None:
                 run.traced = True
                 trace_task(self.port, task, TASK_START, len(graph.operations))
             self._schedule_or_fail(run)

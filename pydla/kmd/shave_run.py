@@ -190,7 +190,7 @@ class ShaveEngine:
         self.stats["jobs"] += 1
         if self.trace_tasks:
             run.traced = True
-            trace_task(self.port, task, TASK_START, len(lst.acts) + len(lst.dmas))
+            trace_task(self.port, task, TASK_START, len(lst.acts) + len(lst.dmas) + len(graph.operations))
         try:
             iova = self._descriptors(task.ctx, lst)
             self.port.dla_reg_write(R.SHAVE_CTX, task.ctx)

@@ -127,7 +127,6 @@ class MixedTask:
             for ref in (d.args, d.data):
                 if ref.address == ARGS_ENTRY:
                     ref.address = MIXED_ARGS_ENTRY
-        del lst, d  # (no export of the buffers stays behind)
         ops = (T.dla_op_barrier_desc_t * len(dla.operations))()
         for op in dla.operations:
             ops[op.index].wait_mask = self.waits.get(op.index, 0)

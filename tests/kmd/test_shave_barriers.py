@@ -34,14 +34,14 @@ def _shave(tiles: int = 2) -> ShaveTaskBuilder:
 
 
 def _clamp(sb: ShaveTaskBuilder, src: str, dst: str, lo: float, hi: float, wait: list[int],
-           update: list[int]) -> None:
+           update: list[int], kernel_reads: int = 0) -> None:
     """DMA ``src`` into tile 0, clamp it, DMA it out to ``dst``: the first DMA waits on ``wait``, the
     last updates ``update``."""
     loaded, computed = sb.barrier(), sb.barrier()
     nbytes = N * 2
     sb.dma(sb.ref(src, nbytes), tile=0, cmx_offset=0, to_cmx=True, line_size=nbytes, wait=wait,
            update=[loaded])
-    args = clamp_args(0, 0x1000, (N,), F16, lo, hi)
+    args = clamp_args(kernel_reads, 0x1000, (N,), F16, lo, hi)
     sb.invoke(sb.ref("clamp", len(CLAMP)), entry_offset=entry_offset(CLAMP), args=bytes(args),
               data=bytes(args.data), tile=0, kernel_id=7, wait=[loaded], update=[computed])
     sb.dma(sb.ref(dst, nbytes), tile=0, cmx_offset=0x1000, to_cmx=False, line_size=nbytes,
@@ -58,7 +58,8 @@ def _run(kmd: Kmd, mixed: MixedTask, inputs: dict[str, np.ndarray],
         built.descriptors = bytes(desc)
     loaded = built.load(kmd, ctx)
     for name, data in (("rt", RT), ("clamp", CLAMP), *((k, v.tobytes()) for k, v in inputs.items())):
-        kmd.bo_array(ctx, loaded.handles[name])[:len(data)] = np.frombuffer(data, np.uint8)
+        if name in loaded.handles:  # (a list of DMA tasks only has no kernel)
+            kmd.bo_array(ctx, loaded.handles[name])[:len(data)] = np.frombuffer(data, np.uint8)
     job = kmd.submit(ctx, loaded.addresses, timeout_ms=10000)
     job.wait(10000)
     assert job.state == COMPLETED
@@ -242,3 +243,71 @@ def test_a_legacy_shave_list_of_44_bytes_still_runs(make_kmd: MakeKmd) -> None:
     kmd.submit(ctx, addresses, timeout_ms=10000).wait(10000)
     y = kmd.bo_array(ctx, loaded.handles["y"])[:N * 2].view(F16)
     np.testing.assert_array_equal(y, np.clip(_x(), F16(-1), F16(1)))
+
+
+def test_a_task_of_operations_and_a_list_is_one_task_in_the_trace(make_kmd: MakeKmd) -> None:
+    from pydla.deviceapi.generated import dla_regs as R
+    from pydla.deviceapi.generated import trace as TR
+    from pydla.deviceapi.trace import read_ring
+    from pydla.kmd.trace import KmdTrace
+
+    _, kmd = make_kmd()
+    trace = KmdTrace(kmd, size=1 << 16, mask=int(R.trace_class_e.TASK))
+    mixed, _ = _mixed_with({}, {0: [0]})
+    _run(kmd, mixed, {"x": _x()})
+    got = [(e.name, e.record.to_dict()) for e in read_ring(trace.snapshot(), TR.API).events]
+    assert [n for n, _ in got] == ["task_start", "task_end"]
+    assert got[0][1]["num_ops"] == 4  # the SDP operation, two DMA tasks and a kernel task
+    assert got[1][1]["status"] == "OK"
+
+
+def test_a_failing_operation_fails_the_task_and_resets_the_tiles(make_kmd: MakeKmd) -> None:
+    """The DMA waits on the SDP operation, which fails: the job fails with the block's error, the
+    list is stopped (the tiles reset), and the next task runs."""
+    dev, kmd = make_kmd()
+    mixed, _ = _mixed_with({}, {0: [0]})
+    dev.inject_error("SDP")
+    with pytest.raises(DlaError) as e:
+        _run(kmd, mixed, {"x": _x()})
+    assert e.value.code == NvError.BadValue
+    assert "operation 0 (SDP) failed on the device: BAD_CONFIG" in e.value.message
+    assert kmd.stats()["shave"]["resets"] >= 1
+    out = _run(kmd, _mixed_with({}, {0: [0]})[0], {"x": _x()})  # the same task again: it runs
+    np.testing.assert_array_equal(out["z"], np.clip(_x(), F16(0), F16(2)))
+
+
+def test_a_failing_shave_task_aborts_the_operations_waiting_for_it(make_kmd: MakeKmd) -> None:
+    """The SDP operation waits on the list's DMA out; the kernel reads beyond its tile's CMX (a fault
+    at run time): the job fails with the SHAVE error, the held operation is abandoned, and the next
+    task runs."""
+    _, kmd = make_kmd()
+    sb = _shave()
+    clamped = sb.barrier()
+    _clamp(sb, "x", "y", -3, 3, wait=[], update=[clamped], kernel_reads=0x300000)
+    tb = TaskBuilder("fp16")
+    relu = tb.sdp(tb.cube("y", (1, 1, N)), tb.cube("z", (1, 1, N)), act="relu")
+    mixed = MixedTask(tb, sb)
+    mixed.barriers(relu.index, wait=[clamped])
+    with pytest.raises(DlaError) as e:
+        _run(kmd, mixed, {"x": _x()})
+    assert e.value.code == NvError.InvalidAddress
+    assert "SHAVE tile 0 stopped with READ_FAULT in kernel task 0 (tile 0, kernel_id 7)" in e.value.message
+    assert kmd.stats()["shave"]["errors"] == 1
+    out = _run(kmd, _mixed_with({}, {0: [0]})[0], {"x": _x()})
+    np.testing.assert_array_equal(out["z"], np.clip(_x(), F16(0), F16(2)))
+
+
+def test_a_list_of_dma_tasks_only_beside_an_operation(make_kmd: MakeKmd) -> None:
+    """A copy through a tile's CMX, started by the operation that writes its source."""
+    _, kmd = make_kmd()
+    tb = TaskBuilder("fp16")
+    relu = tb.sdp(tb.cube("x", (1, 1, N)), tb.cube("y", (1, 1, N)), act="relu")
+    sb = _shave()
+    produced, loaded = sb.barrier(), sb.barrier()
+    sb.dma(sb.ref("y", N * 2), tile=1, cmx_offset=0, to_cmx=True, line_size=N * 2, wait=[produced],
+           update=[loaded])
+    sb.dma(sb.ref("z", N * 2), tile=1, cmx_offset=0, to_cmx=False, line_size=N * 2, wait=[loaded])
+    mixed = MixedTask(tb, sb)
+    mixed.barriers(relu.index, update=[produced])
+    out = _run(kmd, mixed, {"x": _x()})
+    np.testing.assert_array_equal(out["z"], np.maximum(_x(), F16(0)))
