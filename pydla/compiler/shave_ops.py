@@ -224,8 +224,9 @@ class _After:
 def _after_operations(lw: Lowering, sb: ShaveTaskBuilder, group: list[Chunk], src: Ref, dst: Ref,
                       vectors: int) -> _After | None:
     """The first list of a step beside the DLA operations being built (``lw.tb``), or None: no
-    operation, none the chunks depend on, or not enough barriers left (then the operations end
-    their task first, as without barriers). ``src`` / ``dst``: the tensors' first row."""
+    operation, all chunks waiting for the same ones (nothing to start early), or not enough barriers
+    left (then the operations end their task first, as without barriers). ``src`` / ``dst``: the
+    tensors' first row."""
     ops = lw.tb.ops
     if not ops:
         return None
@@ -255,10 +256,14 @@ def _after_operations(lw: Lowering, sb: ShaveTaskBuilder, group: list[Chunk], sr
     loaded = frozenset().union(*inputs)
     outputs = [last_per_block(touching(dst.buffer, dst.offset + first * dst.size, count * dst.size, False),
                               loaded) for _, first, count, _, _ in group]
+    if len(set(inputs)) < 2:
+        # Every chunk waits for the same operations: no chunk could start before the others'
+        # producers ended, and one task instead of two saves nothing measurable (bench_barriers).
+        return None
     needed = len({*inputs, *outputs} - {frozenset()})
     # The list's own: two a chunk, one a tile's vectors, the last for its end.
     own = 2 * len(group) + (len({c[0] for c in group}) if vectors else 0)
-    if not needed or sb.barriers + own + needed > sb.max_barriers - 1:
+    if sb.barriers + own + needed > sb.max_barriers - 1:
         return None
     return _After(sb, inputs, outputs)
 
