@@ -11,9 +11,11 @@ when the whole DLA task before it ended). Both run on their own in-process runti
 ``threaded`` (the blocks and the tiles on their own threads: a list's first chunk may compute while
 the DLA operations of the next chunk do). Blocks of --block submits alternate between the two (one
 untimed submit first); the medians of wall-clock and of process CPU time are printed, and the
-ratio with / without barriers (below 1: faster with them). The outputs are checked to be the same
-bytes. OPENBLAS_NUM_THREADS is 1 (set by re-running this script): on a machine other work shares,
-BLAS threads that wait for each other make every figure noise.
+ratio with / without barriers (below 1: faster with them) as the median of the ratios of the
+submits paired in each block, the first of a pair alternating (so that a busy machine slows both
+sides alike). The outputs are
+checked to be the same bytes. OPENBLAS_NUM_THREADS is 1 (set by re-running this script): on a
+machine other work shares, BLAS threads that wait for each other make every figure noise.
 
 Run: python bench/bench_barriers.py [--repeats 15] [--block 4] [--modes deterministic,threaded]
 """
@@ -78,19 +80,23 @@ def measure(mode: str, blobs: dict[str, bytes], feeds: dict[str, np.ndarray], re
     wall: dict[str, list[float]] = {n: [] for n in runs}
     cpu: dict[str, list[float]] = {n: [] for n in runs}
     for _ in range(repeats):
-        for name, (rt, _) in runs.items():
-            rt.submit()
-            for _ in range(block):
+        for rt, _ in runs.values():
+            rt.submit()  # untimed: each block starts warm
+        for k in range(block):  # the two alternate submit by submit: a pair sees the same machine;
+            # who goes first alternates too (what one leaves running must not slow the other only)
+            for name in (("with", "without") if k % 2 == 0 else ("without", "with")):
+                rt = runs[name][0]
                 w0, c0 = time.perf_counter(), time.process_time()
                 rt.submit()
                 wall[name].append(time.perf_counter() - w0)
                 cpu[name].append(time.process_time() - c0)
-            time.sleep(0.02)
+        time.sleep(0.02)
     med = {n: (statistics.median(wall[n]) * 1e3, statistics.median(cpu[n]) * 1e3) for n in runs}
-    ratio = med["with"][0] / med["without"][0]
+    ratio = statistics.median(a / b for a, b in zip(wall["with"], wall["without"], strict=True))
+    cpu_ratio = statistics.median(a / b for a, b in zip(cpu["with"], cpu["without"], strict=True))
     print(f"{mode}: with barriers {med['with'][0]:.1f} ms (CPU {med['with'][1]:.1f}), without "
           f"{med['without'][0]:.1f} ms (CPU {med['without'][1]:.1f}); with / without {ratio:.3f} wall, "
-          f"{med['with'][1] / med['without'][1]:.3f} CPU ({len(wall['with'])} runs each)")
+          f"{cpu_ratio:.3f} CPU (medians of {len(wall['with'])} pairs)")
     return ratio
 
 
