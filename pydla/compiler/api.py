@@ -27,7 +27,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
                   input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True,
                   base_dir: str | Path | None = None, calibration: Any = None,
                   calibration_method: str = "entropy", calibration_table_out: str | Path | None = None,
-                  dequantize_qdq: bool = False, name: str | None = None) -> Any:
+                  dequantize_qdq: bool = False, name: str | None = None, shave_barriers: bool = True) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
@@ -61,6 +61,10 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     Softplus, Mish, the Reduce* operators and LayerNormalization run there as SHAVE task lists
     (:mod:`pydla.compiler.shave_ops`); False keeps them host CPU runs (LayerNormalization
     decomposed), as on a configuration without tiles.
+
+    ``shave_barriers``: a SHAVE step's first task list runs in the task of the DLA operations before
+    it, each chunk's DMA started by a barrier its producer operations update (the VPUX per-variant
+    barriers: :mod:`pydla.loadable.mixed_task`); False: the list waits for that whole task to end.
 
     ``base_dir``: where the relative kernel paths of custom SHAVE kernels (ONNX domain ai.pydla,
     :mod:`pydla.compiler.custom_kernel`) start; default: the model file's directory, or the current
@@ -110,7 +114,8 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
             if half:
                 graph.half_io = half.io(graph)
             result = Lowering(graph, cfg, progress, precision, use_shave=shave,
-                              model_header=quantize.header(model_header(onnx_model), table, quantized)).run()
+                              model_header=quantize.header(model_header(onnx_model), table, quantized),
+                              shave_barriers=shave_barriers).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

@@ -42,6 +42,7 @@ from pydla.compiler.plan import ALIGN, MemoryPlan, Step, attr, group_steps, plan
 from pydla.compiler.progress import Progress, report
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import NUMPY_TYPES, LoadableWriter
+from pydla.loadable.mixed_task import MixedTask
 from pydla.loadable.shave_task import ShaveTaskBuilder
 from pydla.loadable.taskbuilder import Cube, Ref, TaskBuilder
 from pydla.target import config as device_config
@@ -68,7 +69,7 @@ class Compiled:
 class Lowering:
     def __init__(self, graph: Graph, config: device_config.DeviceConfig,
                  progress: Progress | None, precision: str = "fp32", use_shave: bool = True,
-                 model_header: dict[str, Any] | None = None) -> None:
+                 model_header: dict[str, Any] | None = None, shave_barriers: bool = True) -> None:
         self.g = graph
         self.model_header = model_header  # the ONNX model's metadata, kept in the recipe header
         self.config = config  # the device configuration compiled for: its blocks and speed rules
@@ -78,8 +79,10 @@ class Lowering:
         self.np_dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
         self.tb = TaskBuilder(precision)
         self.weights = bytearray()
-        self.runs: list[tuple[str, TaskBuilder | ShaveTaskBuilder | dict[str, Any]]] = []
+        self.runs: list[tuple[str, TaskBuilder | ShaveTaskBuilder | MixedTask | dict[str, Any]]] = []
         self.use_shave = use_shave  # lower what the SHAVE kernels compute to the tiles (shave_ops)
+        # a SHAVE step's first list runs beside the DLA operations before it (shave_ops, barriers)
+        self.shave_barriers = shave_barriers
         self.shave_kernels: dict[str, bytes] = {}  # kernel ELFs the SHAVE task lists use, by name
         self.node: Node | None = None  # the head of the step being lowered (named by CPU runs' notes)
         self.cpu_notes: list[dict[str, Any]] = []
@@ -371,11 +374,12 @@ class Lowering:
                 runs.append(item)
                 counts["CPU"] = counts.get("CPU", 0) + 1
                 continue
-            assert isinstance(item, (TaskBuilder, ShaveTaskBuilder))
+            assert isinstance(item, (TaskBuilder, ShaveTaskBuilder, MixedTask))
             kernel = f"task{len(kernels)}"
             built = item.build()
-            if isinstance(item, ShaveTaskBuilder):
-                counts["SHAVE"] = counts.get("SHAVE", 0) + len(item.acts)
+            if not isinstance(item, TaskBuilder):
+                acts = item.acts if isinstance(item, ShaveTaskBuilder) else item.sb.acts
+                counts["SHAVE"] = counts.get("SHAVE", 0) + len(acts)
             args = [n for n in built.buffers if n != "descriptors"]
             arguments = {name: i for i, name in enumerate(args)}
             lw.add_control_code(kernel, built.control_code(arguments))

@@ -37,8 +37,9 @@ from pydla.errors import DlaError, NvError
 from pydla.kernels.build import kernel_elf
 from pydla.kernels.image import check_elf
 from pydla.kernels.memref import DEFAULT_STACK, PAGE, cmx_place, memref, usable_cmx
+from pydla.loadable.mixed_task import MixedTask
 from pydla.loadable.shave_task import ShaveTaskBuilder
-from pydla.loadable.taskbuilder import Ref
+from pydla.loadable.taskbuilder import Ref, TaskBuilder
 
 if TYPE_CHECKING:
     from pydla.compiler.lower import Lowering
@@ -146,14 +147,21 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
     elf_runtime = lw.kernel_data("runtime", kernel_elf("runtime"))
     elf_kernel = lw.kernel_data(kernel, elf)
     entry = check_elf(elf, "shipped kernel").entry_offset
-    lw.finish_task()
     row_in, row_out = rows.row * dt_in.itemsize, rows.result_row * dt_out.itemsize
     vector_bytes = sum(v.size for v in vectors or []) + PAGE * len(vectors or [])
     # Each list emits all its DMA-ins, then the kernels, then all DMA-outs, so that the DMA queue
     # loads every chunk before it waits for the first kernel.
-    for group in _groups(lists, rows.rows, row_in, row_out, vector_bytes, bool(vectors)):
+    for number, group in enumerate(_groups(lists, rows.rows, row_in, row_out, vector_bytes, bool(vectors))):
         sb = ShaveTaskBuilder(lists.tiles, lists.cmx, lists.barriers)
         sb.runtime(elf_runtime)
+        # The first list runs beside the DLA operations before it, each chunk's DMA started by the
+        # barrier its producers update (the VPUX per-variant barriers), when the barriers suffice.
+        after = None
+        if number == 0 and lw.shave_barriers:
+            after = _after_operations(lw, sb, group, Ref(src_buf, src_off, row_in),
+                                      Ref(dst_buf, dst_off, row_out), len(vectors or []))
+        if after is None:
+            lw.finish_task()
         vector_at: dict[int, tuple[list[int], int | None]] = {}
         for tile in sorted({g[0] for g in group}):
             addrs: list[int] = []
@@ -168,9 +176,10 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
             vector_at[tile] = (addrs, ready)
         loaded = [sb.barrier() for _ in group]
         computed = [sb.barrier() for _ in group]
-        for (tile, start, count, in_at, _), b in zip(group, loaded, strict=True):
+        for k, ((tile, start, count, in_at, _), b) in enumerate(zip(group, loaded, strict=True)):
             sb.dma(Ref(src_buf, src_off + start * row_in, count * row_in), tile=tile, cmx_offset=in_at,
-                   to_cmx=True, line_size=count * row_in, update=[b])
+                   to_cmx=True, line_size=count * row_in, update=[b],
+                   wait=after.barrier(after.inputs[k]) if after else [])
         for (tile, _, count, in_at, out_at), b_in, b_out in zip(group, loaded, computed, strict=True):
             addrs, ready = vector_at[tile]
             data = bytearray()
@@ -178,11 +187,85 @@ def _run_rows(lw: Lowering, step: Step, kernel: str, rows: Rows, src: str, dst: 
             sb.invoke(elf_kernel, entry_offset=entry, args=bytes(args), tile=tile, data=bytes(data),
                       kernel_id=_kernel_id(kernel), wait=[b_in] + ([ready] if ready is not None else []),
                       update=[b_out], name=step.head.name)
-        for (tile, start, count, _, out_at), b in zip(group, computed, strict=True):
+        for k, ((tile, start, count, _, out_at), b) in enumerate(zip(group, computed, strict=True)):
             sb.dma(Ref(dst_buf, dst_off + start * row_out, count * row_out), tile=tile, cmx_offset=out_at,
-                   to_cmx=False, line_size=count * row_out, wait=[b])
-        lw.runs.append(("shave", sb))
+                   to_cmx=False, line_size=count * row_out,
+                   wait=[b, *(after.barrier(after.outputs[k]) if after else [])])
+        if after is None:
+            lw.runs.append(("shave", sb))
+            continue
+        mixed = MixedTask(lw.tb, sb)
+        for ops, barrier in after.barriers.items():
+            for op in ops:
+                mixed.barriers(op, update=[barrier])
+        lw.runs.append(("mixed", mixed))
+        lw.tb = TaskBuilder(lw.precision)
     return True
+
+
+class _After:
+    """The DLA operations a list's chunks wait for: per chunk, those writing its input (the DMA in
+    waits) and those reading or writing where its result goes (the DMA out waits); one barrier per
+    distinct set, updated by each operation of it."""
+
+    def __init__(self, sb: ShaveTaskBuilder, inputs: list[frozenset[int]],
+                 outputs: list[frozenset[int]]) -> None:
+        self.sb = sb
+        self.inputs = inputs
+        self.outputs = outputs
+        self.barriers: dict[frozenset[int], int] = {}
+        for ops in {*inputs, *outputs} - {frozenset()}:
+            self.barriers[ops] = sb.barrier()
+
+    def barrier(self, ops: frozenset[int]) -> list[int]:
+        return [self.barriers[ops]] if ops else []
+
+
+def _after_operations(lw: Lowering, sb: ShaveTaskBuilder, group: list[Chunk], src: Ref, dst: Ref,
+                      vectors: int) -> _After | None:
+    """The first list of a step beside the DLA operations being built (``lw.tb``), or None: no
+    operation, all chunks waiting for the same ones (nothing to start early), or not enough barriers
+    left (then the operations end their task first, as without barriers). ``src`` / ``dst``: the
+    tensors' first row."""
+    ops = lw.tb.ops
+    if not ops:
+        return None
+
+    def touching(buffer: str, start: int, size: int, writes_only: bool) -> frozenset[int]:
+        found = set()
+        for op in ops:
+            for ref in op.writes if writes_only else [*op.writes, *op.reads]:
+                if ref.buffer == buffer and ref.offset < start + size and start < ref.offset + ref.size:
+                    found.add(op.index)
+        return frozenset(found)
+
+    def last_per_block(found: frozenset[int], done: frozenset[int] = frozenset()) -> frozenset[int]:
+        """A block completes its operations in chain (index) order: the last of each block's says
+        all of them ended; one that an operation in ``done`` of its block follows needs no barrier."""
+        last: dict[Any, int] = {}
+        for i in sorted(found):
+            last[ops[i].block] = i
+        for i in done:
+            if last.get(ops[i].block, i + 1) <= i:
+                del last[ops[i].block]
+        return frozenset(last.values())
+
+    inputs = [last_per_block(touching(src.buffer, src.offset + first * src.size, count * src.size, True))
+              for _, first, count, _, _ in group]
+    # A DMA out comes after every DMA in of the list (one DMA FIFO): what those waited for ended.
+    loaded = frozenset().union(*inputs)
+    outputs = [last_per_block(touching(dst.buffer, dst.offset + first * dst.size, count * dst.size, False),
+                              loaded) for _, first, count, _, _ in group]
+    if len(set(inputs)) < 2:
+        # Every chunk waits for the same operations: no chunk could start before the others'
+        # producers ended, and one task instead of two saves nothing measurable (bench_barriers).
+        return None
+    needed = len({*inputs, *outputs} - {frozenset()})
+    # The list's own: two a chunk, one a tile's vectors, the last for its end.
+    own = 2 * len(group) + (len({c[0] for c in group}) if vectors else 0)
+    if sb.barriers + own + needed > sb.max_barriers - 1:
+        return None
+    return _After(sb, inputs, outputs)
 
 
 KERNEL_IDS = {"softmax": 1, "activation": 2, "layernorm": 3, "clamp": 4, "log_softmax": 5, "reduce": 6}

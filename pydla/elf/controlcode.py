@@ -34,6 +34,8 @@ from pydla.errors import DlaError, NvError
 
 SECTIONS = (".dla.network", ".dla.graph", ".dla.ops", ".dla.surfaces", ".dla.luts")
 SHAVE_SECTIONS = (".dla.network", ".shave.list", ".shave.act", ".shave.dma", ".shave.args")
+# DLA operations beside a SHAVE list (pydla.loadable.mixed_task): both, then the operations' barriers.
+MIXED_SECTIONS = (*SECTIONS, *SHAVE_SECTIONS[1:], ".dla.barriers")
 R_DLA_ARG_INDEX16 = 1
 FIXED_ENTRIES = len(SECTIONS)
 _I16 = struct.Struct("<h")
@@ -56,7 +58,9 @@ class ControlCode:
         self.what = what
         self.elf = ElfReader(data, what=what)
         self.is_shave = self.elf.has_section(SHAVE_SECTIONS[1])
-        self.layout = SHAVE_SECTIONS if self.is_shave else SECTIONS
+        self.is_mixed = self.is_shave and self.elf.has_section(SECTIONS[1])  # DLA operations too
+        self.layout = MIXED_SECTIONS if self.is_mixed else SHAVE_SECTIONS if self.is_shave else SECTIONS
+        self.fixed_entries = len(self.layout)  # the address list's entries before the arguments
         for name in self.layout:
             if not self.elf.has_section(name):
                 raise DlaError(NvError.BadValue, f"{what}: section '{name}' is missing")
@@ -85,7 +89,7 @@ class ControlCode:
         (none for a SHAVE task list)."""
         from pydla.deviceapi.generated import dla_task
 
-        if self.is_shave:
+        if self.is_shave and not self.is_mixed:
             return []
         net_size = ctypes.sizeof(dla_task.dla_network_desc_t)
         common = ctypes.sizeof(dla_task.dla_common_op_desc_t)
@@ -106,7 +110,7 @@ class ControlCode:
         from pydla.deviceapi.generated import dla_task
         from pydla.deviceapi.generated.device_api import dla_block_e
 
-        if self.is_shave:
+        if self.is_shave and not self.is_mixed:
             return []
         network = dla_task.dla_network_desc_t.from_buffer_copy(
             self.sections[".dla.network"][:ctypes.sizeof(dla_task.dla_network_desc_t)])
@@ -133,16 +137,16 @@ class ControlCode:
 
     def patch(self, index_of: dict[int, int]) -> dict[str, bytes]:
         """Copies of the descriptor sections with every argument reference replaced by
-        ``index_of[argidx]`` (an address-list index >= 5, < 32768)."""
+        ``index_of[argidx]`` (an address-list index >= :attr:`fixed_entries`, < 32768)."""
         out = {name: bytearray(data) for name, data in self.sections.items()}
         for p in self.patches:
             if p.argidx not in index_of:
                 raise DlaError(NvError.BadParameter,
                                f"{self.what}: argument '{p.name}' (argidx {p.argidx}) is not bound")
             index = index_of[p.argidx]
-            if not FIXED_ENTRIES <= index < 1 << 15:
+            if not self.fixed_entries <= index < 1 << 15:
                 raise DlaError(NvError.BadParameter,
                                f"{self.what}: address-list index {index} for argument '{p.name}' must "
-                               f"be {FIXED_ENTRIES}..32767")
+                               f"be {self.fixed_entries}..32767")
             _I16.pack_into(out[p.section], p.offset, index)
         return {name: bytes(data) for name, data in out.items()}

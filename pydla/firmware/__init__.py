@@ -15,9 +15,10 @@ Modules, and their counterparts in NVDLA's firmware:
   ``dla_engine_init``, ``dla_execute_task``, ``dla_isr_handler``, ``dla_process_events``;
   :mod:`~pydla.firmware.engine_api`: what a driver uses of an engine, in both modes;
 - :mod:`~pydla.firmware.graph` (``scheduler.c``'s reading of the network, operation and surface
-  descriptors): a task's descriptors copied and validated into an immutable dependency graph;
+  descriptors): a task's descriptors copied and validated into an immutable dependency graph,
+  each operation's surfaces checked by :mod:`~pydla.firmware.surfaces`;
   :mod:`~pydla.firmware.shave` and :mod:`~pydla.firmware.shave_check`: the same for a SHAVE task
-  list;
+  list, and for the barriers between a task's DLA operations and the list beside them;
 - :mod:`~pydla.firmware.program` (``bdma.c``, ``conv.c``, ``sdp.c``, ``pdp.c``, ``cdp.c``,
   ``rubik.c``): per-block programming of one operation into a register group;
 - :mod:`~pydla.firmware.trace`: tasks recorded in the device's trace ring;

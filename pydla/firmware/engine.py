@@ -7,6 +7,12 @@ its dependency count reaches zero. Programming, enabling and completing an opera
 events OP_PROGRAMMED, OP_ENABLED and OP_COMPLETED; each decrements the dependency count of the
 consumers that wait for it. Blocks run in parallel wherever the graph allows.
 
+An operation of a task with a SHAVE list beside it (the VPUX per-variant barriers) is enabled only
+once its wait barriers fired (``SHAVE_BAR_READY``; it consumes them, ``SHAVE_BAR_CONSUME``) and
+produces its update barriers when it completes (``SHAVE_BAR_PRODUCE``); one that must wait is held
+until :meth:`Engine.barriers_fired` (the KMD's SHAVE engine takes the notify interrupt; headed, its
+doorbell brings the firmware's event pass here).
+
 ``dla_isr_handler`` only reads and clears the interrupt status and records events;
 ``dla_process_events`` runs outside interrupt context, under the engine lock, and acts on them.
 
@@ -37,81 +43,25 @@ from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
 from pydla.firmware.engine_api import RunState, stuck_text
+from pydla.firmware.engine_api import engine_depth as engine_depth  # pydla.kmd.headed imports it here
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
 from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
 from pydla.firmware.processors import IDLE, RUNNING, HwEvent, block_mask, processors_for
+from pydla.firmware.task_run import DONE as DONE  # (tests and the headed firmware import these here)
+from pydla.firmware.task_run import ENABLED as ENABLED
+from pydla.firmware.task_run import PROGRAMMED as PROGRAMMED
+from pydla.firmware.task_run import TaskRun as TaskRun
 from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
 
-WAITING, PROGRAMMED, ENABLED, DONE = range(4)
 BLOCKS = tuple(dla_block_e(b) for b in range(len(dla_block_e)))  # by index, without Enum's call
 # The events as plain ints (an IntEnum's attribute lookup and comparison cost more, at every event).
 _OP_PROGRAMMED, _OP_ENABLED, _OP_COMPLETED = (int(T.dla_event_e.OP_PROGRAMMED), int(T.dla_event_e.OP_ENABLED),
                                               int(T.dla_event_e.OP_COMPLETED))
 
-ERROR_CODES = {
-    int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress,
-    int(R.dla_hw_error_e.BAD_CONFIG): NvError.BadValue,
-    int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
-    int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState,
-}
-
-
-class TaskRun(RunState):
-    """The state of one execution of a task graph (made at every submit: kept lean)."""
-
-    __slots__ = (
-        "busy",
-        "chain_pos",
-        "deps",
-        "enable_order",
-        "failed",
-        "gated",
-        "group_of",
-        "next_group",
-        "ready",
-        "state",
-        "traced",
-    )
-
-    def __init__(self, task: TaskDesc, graph: TaskGraph,
-                 on_finish: Callable[[RunState], None] | None = None) -> None:
-        super().__init__(task, graph, on_finish)
-        self.gated = False  # a task before it is still in flight: it programs, it enables nothing
-        # (operation index, dla_hw_error_e, MMU fault address) when a block reported its failure: what
-        # a headed firmware sends the host (task_failed_evt)
-        self.failed: tuple[int, int, int] | None = None
-        self.traced = False  # its task_start was recorded: its task_end is too (pydla.kmd.trace)
-        self.restart()
-
-    def restart(self) -> None:
-        """Back to nothing programmed (a gated run whose groups a reset or an abort before it undid)."""
-        graph = self.graph
-        n = len(graph.operations)
-        self.deps = list(graph.dependency_counts)
-        self.state = [WAITING] * n
-        self.group_of = [-1] * n
-        # Per block of the graph: the operation in each register group, the position in its chain,
-        # the group it programs next (-1: not known until the tasks before it programmed that block).
-        self.busy: dict[dla_block_e, list[int | None]] = {b: [None, None] for b in graph.blocks}
-        self.chain_pos: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, 0)
-        self.next_group: dict[dla_block_e, int] = dict.fromkeys(graph.blocks, -1)
-        self.ready: collections.deque[int] = collections.deque()
-        self.completed = 0
-        self.enable_order: list[int] = []
-
-    def operation_in(self, block: dla_block_e, group: int) -> int | None:
-        busy = self.busy.get(block)
-        return None if busy is None else busy[group]
-
-
-def engine_depth(config: object) -> int:
-    """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
-    AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
-    for cu in getattr(config, "compute_units", ()):
-        if getattr(cu, "engine", False):
-            return max(1, int(cu.pipeline_depth)) if cu.control == "CHAIN" else 1
-    return 1
+ERROR_CODES = {int(R.dla_hw_error_e.MMU_FAULT): NvError.InvalidAddress, int(R.dla_hw_error_e.BAD_CONFIG):
+               NvError.BadValue, int(R.dla_hw_error_e.UNSUPPORTED): NvError.NotSupported,
+               int(R.dla_hw_error_e.NO_PRODUCER): NvError.InvalidState}
 
 
 class Engine:
@@ -149,6 +99,7 @@ class Engine:
         # tested once per task, so an untraced task writes no register more.
         self.trace_tasks = False
         self._aborting: TaskRun | None = None  # the run abort() stops (its task_end says ABORTED)
+        self.holding = False  # an operation waits for barriers (barriers_fired)
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -191,7 +142,8 @@ class Engine:
                     next_group[block] = hw.consumer_group(self.port, block)
             self.cu_events.append(("START", task.task_id))
             # before its operations: in deterministic mode they run in _schedule
-            if self.trace_tasks and self.hw.has_trace:
+            # (a task with a SHAVE list beside its operations: the KMD's SHAVE engine records it)
+            if self.trace_tasks and self.hw.has_trace and graph.shave is None:
                 run.traced = True
                 trace_task(self.port, task, TASK_START, len(graph.operations))
             self._schedule_or_fail(run)
@@ -229,6 +181,8 @@ class Engine:
         """Act on the recorded events: complete operations, program and enable what became ready.
         Returns the number of events processed."""
         with self._lock:
+            if self.holding:  # (headed: the host's doorbell after a barrier fired brings it here)
+                self.barriers_fired()
             count = 0
             while True:
                 with self._events_lock:
@@ -280,6 +234,9 @@ class Engine:
             run.failed = (index, code, fault)
             self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
             return
+        shave = run.graph.shave
+        if shave is not None and shave.op_updates[index]:  # its barriers: SHAVE tasks may start
+            self.port.dla_reg_write(R.SHAVE_BAR_PRODUCE, shave.op_updates[index])
         run.state[index] = DONE
         run.busy[block][event.group] = None
         self._owner[block][event.group] = None
@@ -339,6 +296,7 @@ class Engine:
         busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
         deps, state, ready, group_of = run.deps, run.state, run.ready, run.group_of
         owner, hw = self._owner, self.hw
+        waits = graph.shave.op_waits if graph.shave is not None else None
         progress = True
         while progress and not run.finished:
             progress = False
@@ -371,6 +329,8 @@ class Engine:
                     progress = True
             while ready and not run.finished and not run.gated:
                 index = ready.popleft()
+                if waits is not None and waits[index] and not self._take_barriers(run, index, waits[index]):
+                    continue  # held until its barriers fire (barriers_fired)
                 op = ops[index]
                 state[index] = ENABLED
                 run.enable_order.append(index)
@@ -380,6 +340,25 @@ class Engine:
                 if op.consumers:
                     self._signal(run, index, _OP_ENABLED)
                 progress = True
+
+    def _take_barriers(self, run: TaskRun, index: int, wait: int) -> bool:
+        """Whether operation ``index``'s wait barriers fired: it then consumes them, else is held."""
+        if self.port.dla_reg_read(R.SHAVE_BAR_READY) & wait != wait:
+            run.held.append(index)
+            self.holding = True
+            return False
+        self.port.dla_reg_write(R.SHAVE_BAR_CONSUME, wait)
+        return True
+
+    def barriers_fired(self) -> None:
+        """Barriers DLA operations wait on fired (the KMD's SHAVE engine saw it): look at those held."""
+        with self._lock:
+            self.holding = False
+            for run in self.inflight:
+                if run.held and not run.finished:
+                    run.ready.extend(run.held)
+                    run.held.clear()
+                    self._schedule_or_fail(run)
 
     def _release(self, run: TaskRun) -> None:
         for b in run.graph.blocks:

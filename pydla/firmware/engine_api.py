@@ -18,6 +18,15 @@ from pydla.firmware.graph import TaskGraph
 from pydla.firmware.interface import DeviceCaps, TaskDesc
 
 
+def engine_depth(config: object) -> int:
+    """How many tasks the engine takes at once: the pipeline depth of its IP_LAYOUT entry under
+    AP_CTRL_CHAIN, else 1 (AP_CTRL_HS, or a device that declares no engine unit)."""
+    for cu in getattr(config, "compute_units", ()):
+        if getattr(cu, "engine", False):
+            return max(1, int(cu.pipeline_depth)) if cu.control == "CHAIN" else 1
+    return 1
+
+
 class RunState:
     """What the driver sees of one execution of a task, in both modes: the task, its graph, whom to
     tell when it ends, its error, whether it ended, how many operations completed (a
@@ -62,6 +71,7 @@ class EngineApi(Protocol):
     def wait_for_events(self, timeout: float) -> None: ...
     def wake(self) -> None: ...
     def abort(self, run: RunState, error: DlaError) -> None: ...
+    def barriers_fired(self) -> None: ...
     def describe_stuck(self, run: RunState) -> str: ...
     def progress(self, run: RunState) -> int | None: ...
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]: ...

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
-from pydla.firmware.interface import DeviceCaps, FirmwarePortability, ShaveCapsLike, TaskDesc
-
-if TYPE_CHECKING:
-    from pydla.firmware.graph import TaskGraph
+from pydla.firmware.interface import DeviceCaps, FirmwarePortability, ShaveCaps, ShaveCapsLike, TaskDesc
 
 FIFO_DEPTH = int(S.FIFO_DEPTH)
 MAX_TILES = int(S.MAX_TILES)
@@ -40,6 +38,9 @@ STACK_ALIGN = 16
 PAGE = 4096
 ACT_SIZE = ctypes.sizeof(T.shave_act_task_desc_t)
 DMA_SIZE = ctypes.sizeof(T.shave_dma_task_desc_t)
+LIST_SIZE = ctypes.sizeof(T.shave_list_desc_t)
+LEGACY_LIST_SIZE = T.shave_list_desc_t.op_barrier_index.offset  # a list written before dla_task 1.9.0
+OP_BARRIER_SIZE = ctypes.sizeof(T.dla_op_barrier_desc_t)
 DEVICE_ACT_SIZE = ctypes.sizeof(S.ActKernelTask)
 DEVICE_DMA_SIZE = ctypes.sizeof(S.DmaTask)
 TO_CMX = int(T.shave_dma_direction_e.TO_CMX)
@@ -95,6 +96,18 @@ class ShaveList:
     barriers: dict[int, tuple[int, int]]
     notify_mask: int
     image: bytes
+    # A task with DLA operations beside its list (op_barrier_index != -1): each operation's wait and
+    # update barriers, by operation index (empty for a list alone).
+    op_waits: tuple[int, ...] = ()
+    op_updates: tuple[int, ...] = ()
+
+    @property
+    def dla_waits(self) -> int:
+        """The barriers DLA operations wait on: their firing must wake the engine scheduler."""
+        mask = 0
+        for w in self.op_waits:
+            mask |= w
+        return mask
 
     @property
     def tiles(self) -> tuple[int, ...]:
@@ -162,33 +175,42 @@ class _Checker:
         return self.port.dla_data_read(cpu, need, 0)
 
 
-def load_shave_list(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps, net: Any) -> TaskGraph:
+def load_shave_list(port: FirmwarePortability, task: TaskDesc, config: DeviceCaps, net: Any,
+                    dla: DlaPart | None = None) -> ShaveList:
     """Copy and validate the SHAVE task list of ``task`` (whose network descriptor is ``net``);
-    raise DlaError on the first problem. Called by :func:`pydla.firmware.graph.load_task`."""
-    from pydla.deviceapi.generated.device_api import dla_block_e
-    from pydla.firmware.graph import TaskGraph, check_num_addresses
+    raise DlaError on the first problem. Called by :func:`pydla.firmware.graph.load_task`, with
+    ``dla`` the task's validated DLA operations when it has some beside the list."""
+    from pydla.firmware.graph import check_num_addresses
     from pydla.firmware.shave_check import check_list
 
     where = f"task {task.task_id}"
     caps = getattr(config, "shave", None)
+    if caps is None and dla is not None:  # the firmware on the microcontroller: asked of the device
+        tiles = port.dla_reg_read(R.SHAVE_TILES)
+        if tiles:
+            caps = ShaveCaps(tiles, port.dla_reg_read(R.SHAVE_BARRIERS), port.dla_reg_read(R.SHAVE_CMX_BYTES))
     if caps is None or caps.tiles <= 0:
         raise DlaError(NvError.NotSupported,
                        f"{where}: network shave_list_index = {net.shave_list_index}: a SHAVE task list, but "
                        f"device config '{config.name}' has no SHAVE tiles")
-    if net.num_operations != 0 or net.num_luts != 0:
+    if dla is None and (net.num_operations != 0 or net.num_luts != 0):
         raise DlaError(NvError.BadValue,
                        f"{where}: a SHAVE task list (shave_list_index {net.shave_list_index}) has no DLA "
                        f"operations or LUTs: num_operations = {net.num_operations}, "
                        f"num_luts = {net.num_luts}")
     check_num_addresses(net, task)
-    c = _Checker(port, task, caps, config.max_bytes_per_op)
     cpu = port.dla_read_cpu_address(task, net.shave_list_index, "SHAVE list (shave_list_index)")
-    size = ctypes.sizeof(T.shave_list_desc_t)
-    if size > cpu.size:
+    # A list written before op_barrier_index (dla_task 1.9.0) is LEGACY_LIST_SIZE bytes: it reads as -1.
+    size = min(LIST_SIZE, cpu.size)
+    if size < LEGACY_LIST_SIZE:
         raise DlaError(NvError.InvalidSize,
-                       f"{where}: SHAVE list (shave_list_index {net.shave_list_index}) needs {size} bytes, "
-                       f"address-list entry {net.shave_list_index} holds {cpu.size}")
-    lst = T.shave_list_desc_t.from_buffer_copy(port.dla_data_read(cpu, size, 0))
+                       f"{where}: SHAVE list (shave_list_index {net.shave_list_index}) needs {LIST_SIZE} "
+                       f"bytes, address-list entry {net.shave_list_index} holds {cpu.size}")
+    lst = T.shave_list_desc_t.from_buffer_copy(port.dla_data_read(cpu, size, 0).ljust(LIST_SIZE, b"\0"))
+    if size < LIST_SIZE:
+        lst.op_barrier_index = -1
+    c = _Checker(port, task, caps, config.max_bytes_per_op)
+    op_waits, op_updates = _op_barriers(c, net, lst, dla)
     if caps.barriers < 32 and lst.barrier_mask >> caps.barriers:
         raise c.fail(NvError.BadValue, "barrier_mask",
                      f"{lst.barrier_mask:#x} names barriers beyond the device's {caps.barriers} "
@@ -222,10 +244,51 @@ def load_shave_list(port: FirmwarePortability, task: TaskDesc, config: DeviceCap
         dma, device = _dma(c, i, e, lst.barrier_mask, stacks)
         dmas.append(dma)
         dma_image += bytes(device)
-    barriers = check_list(c.where, acts, dmas, lst.barrier_mask, lst.notify_mask)
-    shave = ShaveList((runtime_entry.bo.handle, *runtime), stacks, tuple(acts), tuple(dmas), barriers,
-                      int(lst.notify_mask), bytes(act_image + dma_image))
-    return TaskGraph(net, (), {b: () for b in dla_block_e}, shave=shave)
+    if dla is not None:
+        dla = DlaPart(dla.ops, dla.chains, dla.deps, op_waits, op_updates)
+    barriers = check_list(c.where, acts, dmas, lst.barrier_mask, lst.notify_mask, dla)
+    return ShaveList((runtime_entry.bo.handle, *runtime), stacks, tuple(acts), tuple(dmas), barriers,
+                     int(lst.notify_mask), bytes(act_image + dma_image), op_waits, op_updates)
+
+
+def _op_barriers(c: _Checker, net: Any, lst: Any,
+                 dla: DlaPart | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The wait and update masks of the task's DLA operations (op_barrier_index), each inside the
+    list's barrier_mask; () and () for a SHAVE task list alone."""
+    index = int(lst.op_barrier_index)
+    if index == 0:  # entry 0 is the network descriptor: never the barriers (a list that left it 0)
+        index = -1
+    if dla is None:
+        if index != -1:
+            raise c.fail(NvError.BadValue, "op_barrier_index",
+                         f"{index}: a SHAVE task list without DLA operations (num_operations 0) has "
+                         "none (-1)")
+        return (), ()
+    if index == -1:
+        raise c.fail(NvError.BadValue, "op_barrier_index",
+                     f"-1, but the task has {net.num_operations} DLA operations beside its list: name the "
+                     "address-list entry of their barriers")
+    raw = c.read_array(index, len(dla.ops), OP_BARRIER_SIZE, "DLA operation barriers (op_barrier_index)")
+    waits, updates = [], []
+    for op in dla.ops:
+        d = T.dla_op_barrier_desc_t.from_buffer_copy(raw, op.index * OP_BARRIER_SIZE)
+        _masks(c, op.name, d.wait_mask, d.update_mask, lst.barrier_mask)
+        waits.append(int(d.wait_mask))
+        updates.append(int(d.update_mask))
+    return tuple(waits), tuple(updates)
+
+
+@dataclass(frozen=True)
+class DlaPart:
+    """A task's DLA operations as the list checks see them (pydla.firmware.shave_check): each with a
+    name; each block's chain (an operation completes after the one before it in its chain); the
+    dependency edges (producer, consumer; a fused CONV before its SDP); their barriers."""
+
+    ops: tuple[Any, ...]  # pydla.firmware.graph.Operation
+    chains: tuple[tuple[int, ...], ...]
+    deps: tuple[tuple[int, int], ...]
+    waits: tuple[int, ...] = ()
+    updates: tuple[int, ...] = ()
 
 
 def _masks(c: _Checker, what: str, wait: int, update: int, barrier_mask: int) -> None:

@@ -14,7 +14,15 @@ these checks make sure the list can run to its end on the device:
 - every task ends before the list does: it reaches a notify barrier in that graph (else the list
   could be reported done while it still runs).
 
-Usage: ``barriers = check_list("task 3: SHAVE list", acts, dmas, barrier_mask, notify_mask)``
+A task with DLA operations beside its list (the VPUX per-variant barriers: each operation waits on
+and updates barriers of its own) has them checked as tasks of the list too: their barriers count as
+producers and consumers; a block's chain is a FIFO (an operation completes after the one before it)
+and so is each dependency edge (and a fused CONV before its SDP), so a cycle through operations and
+SHAVE tasks is named like any other; a list task may end in a DLA operation instead of a notify
+barrier (the task ends when its operations and its notify barriers did).
+
+Usage: ``barriers = check_list("task 3: SHAVE list", acts, dmas, barrier_mask, notify_mask)`` (and the
+task's DLA operations as ``dla``, a :class:`~pydla.firmware.shave.DlaPart`, when it has some)
 """
 
 from __future__ import annotations
@@ -22,26 +30,36 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydla.deviceapi.generated import shave as S
 from pydla.errors import DlaError, NvError
 
 if TYPE_CHECKING:
-    from pydla.firmware.shave import ActTask, DmaTask
+    from pydla.firmware.shave import ActTask, DlaPart, DmaTask
 
 FIFO_DEPTH = int(S.FIFO_DEPTH)
 
 
 def check_list(where: str, acts: Sequence[ActTask], dmas: Sequence[DmaTask], barrier_mask: int,
-               notify_mask: int) -> dict[int, tuple[int, int]]:
-    """Check the list (see the module docstring); return each used barrier's (producers, consumers)."""
-    tasks: list[ActTask | DmaTask] = [*acts, *dmas]
+               notify_mask: int, dla: DlaPart | None = None) -> dict[int, tuple[int, int]]:
+    """Check the list (see the module docstring); return each used barrier's (producers, consumers),
+    the DLA operations of ``dla`` counted with the tasks."""
+    tasks: list[Any] = [*acts, *dmas]
+    orders: list[tuple[int, int, str]] = []  # DLA order: (before, after, why)
+    if dla is not None:
+        base = len(tasks)
+        tasks += [_DlaNode(op.name, w, u) for op, w, u in zip(dla.ops, dla.waits, dla.updates, strict=True)]
+        for chain in dla.chains:
+            orders += [(base + a, base + b, "then, in its block's chain,")
+                       for a, b in itertools.pairwise(chain)]
+        orders += [(base + a, base + b, "then, by its dependency,") for a, b in dla.deps]
     fifos: dict[str, list[int]] = {}
     for i, a in enumerate(acts):
         fifos.setdefault(f"the FIFO of tile {a.tile}", []).append(i)
     if dmas:
-        fifos["the DMA FIFO"] = list(range(len(acts), len(tasks)))
+        fifos["the DMA FIFO"] = list(range(len(acts), len(acts) + len(dmas)))
     for fifo, members in fifos.items():
         if len(members) > FIFO_DEPTH:
             raise DlaError(NvError.BadValue,
@@ -59,7 +77,7 @@ def check_list(where: str, acts: Sequence[ActTask], dmas: Sequence[DmaTask], bar
             raise DlaError(NvError.BadValue,
                            f"{where}: {tasks[waiting[0]].name} waits on barrier {b}, which no task updates: "
                            "no task waits on a barrier nothing updates (it would never start)")
-    if not notify_mask:
+    if not notify_mask and dla is None:  # (beside DLA operations, the list may end in them alone)
         raise DlaError(NvError.BadValue, f"{where}: notify_mask is 0: the list needs a notify barrier to "
                                          "tell its end")
     if notify_mask & ~barrier_mask:
@@ -76,8 +94,12 @@ def check_list(where: str, acts: Sequence[ActTask], dmas: Sequence[DmaTask], bar
                            f"{tasks[consumers[b][0]].name}: a notify barrier ends the list, no task waits "
                            "on it")
     edges = _edges(len(tasks), fifos, producers, consumers)
+    for before, after, why in orders:
+        edges[before].append((after, why))
     _check_acyclic(where, tasks, edges)
-    _check_all_end(where, tasks, edges, notify_mask)
+    # The task ends once its DLA operations and the notify barriers did: each list task must come
+    # before one of them.
+    _check_all_end(where, tasks, edges, notify_mask, len(acts) + len(dmas))
     return {b: (len(producers.get(b, ())), len(consumers.get(b, ())))
             for b in sorted(set(producers) | set(consumers))}
 
@@ -101,7 +123,7 @@ def _edges(n: int, fifos: dict[str, list[int]], producers: dict[int, list[int]],
 Edges = list[list[tuple[int, str]]]
 
 
-def _check_acyclic(where: str, tasks: Sequence[ActTask | DmaTask], edges: Edges) -> None:
+def _check_acyclic(where: str, tasks: Sequence[Any], edges: Edges) -> None:
     indegree = [0] * len(edges)
     for targets in edges:
         for t, _ in targets:
@@ -145,14 +167,14 @@ def _check_acyclic(where: str, tasks: Sequence[ActTask | DmaTask], edges: Edges)
                    f"fire after it ran: {', '.join(text)}; the tasks would wait for each other forever")
 
 
-def _check_all_end(where: str, tasks: Sequence[ActTask | DmaTask], edges: list[list[tuple[int, str]]],
-                   notify_mask: int) -> None:
+def _check_all_end(where: str, tasks: Sequence[Any], edges: list[list[tuple[int, str]]],
+                   notify_mask: int, list_tasks: int) -> None:
     n = len(tasks)
     back: list[list[int]] = [[] for _ in edges]
     for a, targets in enumerate(edges):
         for t, _ in targets:
             back[t].append(a)
-    reach = {n + b for b in _bits(notify_mask)}
+    reach = {n + b for b in _bits(notify_mask)} | set(range(list_tasks, n))
     todo = deque(reach)
     while todo:
         for a in back[todo.popleft()]:
@@ -165,6 +187,15 @@ def _check_all_end(where: str, tasks: Sequence[ActTask | DmaTask], edges: list[l
                        f"{where}: {late[0].name} comes before no notify barrier (notify_mask "
                        f"{notify_mask:#x}): the list could end while it still runs; make it update a barrier "
                        "that a notify barrier follows")
+
+
+@dataclass(frozen=True)
+class _DlaNode:
+    """A DLA operation among the list's tasks: its name and barriers."""
+
+    name: str
+    wait_mask: int
+    update_mask: int
 
 
 def _bits(mask: int) -> list[int]:

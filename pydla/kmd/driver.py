@@ -117,6 +117,7 @@ class Kmd(KmdComputeUnits):
         self.engine.dla_engine_init()
         # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).
         self.shave = ShaveEngine(self.port, info.shave, wake=self.engine.wake)
+        self.shave.dla = self.engine  # the DLA operations of a task beside its SHAVE list
         self.cus.share_tiles(self.shave.owners, self.poll)  # a tile's unit executions and lists take turns
         self.port.connect_interrupt(self.shave.isr)
         self.watchdog.shave = self.shave

@@ -192,6 +192,13 @@ class HeadedEngine(PostedMessages):
                            f"the submit of task {task.task_id}")
             return run
 
+    def barriers_fired(self) -> None:
+        """Barriers the firmware's held DLA operations wait on fired (the host takes the SHAVE
+        interrupt): the doorbell runs the firmware's event pass, which looks at them again."""
+        with self._lock:
+            if self._initialised and self._broken is None:
+                self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+
     def dla_isr_handler(self) -> int:
         """GLB intr_status bit 28: the firmware posted responses or events. Only recorded here (this
         runs on the thread that raised the interrupt, maybe the firmware's own), and RPC waiters

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.firmware.engine_api import RunState
+from pydla.firmware.engine_api import EngineApi, RunState
 from pydla.firmware.graph import TaskGraph
 from pydla.firmware.interface import CpuAddress, ShaveCaps, TaskDesc
 from pydla.firmware.shave import ShaveList, usable_cmx
@@ -111,7 +111,7 @@ def instruction_name(word: int) -> str:
 class ShaveRun(RunState):
     """One execution of a SHAVE task list."""
 
-    __slots__ = ("aborted", "dma_done0", "done0", "fired", "lst", "traced")
+    __slots__ = ("aborted", "dla_run", "dma_done0", "done0", "fired", "list_ended", "lst", "traced")
 
     def __init__(self, task: TaskDesc, graph: TaskGraph,
                  on_finish: Callable[[RunState], None] | None) -> None:
@@ -123,6 +123,10 @@ class ShaveRun(RunState):
         self.fired = 0  # notify barriers seen fired
         self.traced = False  # its task_start was recorded (pydla.kmd.trace)
         self.aborted = False
+        # A task with DLA operations beside its list: the engine scheduler's run of them, and whether
+        # the list's notify barriers fired (the task ends when both did).
+        self.dla_run: RunState | None = None
+        self.list_ended = False
 
 
 class ShaveEngine:
@@ -145,6 +149,9 @@ class ShaveEngine:
         self.trace_tasks = False  # the device's trace ring records tasks (set by pydla.kmd.trace)
         self.owners = TileOwners()  # shared with the compute units' scheduler (CuScheduler.share_tiles)
         self.owners.wake[LIST] = wake
+        # The engine scheduler that runs the DLA operations of a task beside its list (set by the
+        # driver; None: such a task is refused).
+        self.dla: EngineApi | None = None
 
     # -- the tiles' owner ---------------------------------------------------------------------------
 
@@ -173,12 +180,17 @@ class ShaveEngine:
                 self.owners.release(LIST, list_tiles(lst))
             raise DlaError(NvError.NotSupported,
                            f"task {task.task_id}: not a SHAVE task list, or no SHAVE tiles")
+        if graph.operations and self.dla is None:
+            self.owners.release(LIST, list_tiles(lst))
+            raise DlaError(NvError.NotSupported, f"task {task.task_id}: DLA operations beside a SHAVE list, "
+                                                 "but no engine scheduler runs them here")
         run = ShaveRun(task, graph, on_finish)
+        run.list_ended = not lst.notify_mask  # (every task of it leads into a DLA operation)
         self.current = run
         self.stats["jobs"] += 1
         if self.trace_tasks:
             run.traced = True
-            trace_task(self.port, task, TASK_START, len(lst.acts) + len(lst.dmas))
+            trace_task(self.port, task, TASK_START, len(lst.acts) + len(lst.dmas) + len(graph.operations))
         try:
             iova = self._descriptors(task.ctx, lst)
             self.port.dla_reg_write(R.SHAVE_CTX, task.ctx)
@@ -187,7 +199,9 @@ class ShaveEngine:
             for b, (producers, consumers) in lst.barriers.items():
                 writes += [(R.SHAVE_BAR_SELECT, b), (R.SHAVE_BAR_CONFIG, producers | consumers << 16)]
             # A notify bit of an earlier list that arrived after it ended must not end this one.
-            writes += [(R.SHAVE_BAR_FIRED, _mask(lst.barriers)), (R.SHAVE_BAR_NOTIFY, lst.notify_mask),
+            # The barriers DLA operations wait on notify too: their firing wakes the engine scheduler.
+            writes += [(R.SHAVE_BAR_FIRED, _mask(lst.barriers)),
+                       (R.SHAVE_BAR_NOTIFY, lst.notify_mask | lst.dla_waits),
                        (R.SHAVE_INTR_STATUS, 1 << NOTIFY_BIT)]
             self.port.dla_reg_write_many(writes)
             read = self.port.dla_reg_read
@@ -201,15 +215,30 @@ class ShaveEngine:
                 at = iova + lst.dma_offset(d.index)
                 pushes += [(R.SHAVE_DMA_PUSH_LO, at & 0xFFFFFFFF), (R.SHAVE_DMA_PUSH_HI, at >> 32)]
             self.port.dla_reg_write_many(pushes)
+            if graph.operations:  # then the DLA operations, beside the list (they share its barriers)
+                assert self.dla is not None
+                run.dla_run = self.dla.dla_execute_task(task, graph, lambda dla: self._dla_ended(run, dla))
         except DlaError as e:
             self._fail(run, e)
         return run
 
+    def _dla_ended(self, run: ShaveRun, dla: RunState) -> None:
+        """The DLA operations of ``run`` ended: it fails with them, or ends if its list did."""
+        if run.finished:
+            return
+        if dla.error is not None:
+            self._fail(run, dla.error)
+        elif run.list_ended:
+            self._finish(run, None)
+
     def isr(self) -> None:
         """The interrupt handler: note a SHAVE interrupt for the bottom half (no register access
         when no list runs: the DLA engine's interrupts are none of its business)."""
-        if self.current is None:
+        run = self.current
+        if run is None:
             return
+        if run.dla_run is not None and not self.port.dla_reg_read(R.GLB_INTR_STATUS) >> SHAVE_INTR_BIT & 1:
+            return  # the DLA operations beside the list interrupt too: theirs are the engine's
         with self._irq_lock:
             self.irq_pending = True
         self._wake()
@@ -241,10 +270,10 @@ class ShaveEngine:
             self._fail(run, error)
 
     def progress(self, run: RunState) -> int | None:
-        """Tasks of ``run`` completed so far (the DONE counters)."""
+        """Tasks of ``run`` completed so far (the DONE counters), and its DLA operations."""
         if not isinstance(run, ShaveRun) or run.finished:
             return None
-        return self._completed(run)
+        return self._completed(run) + (run.dla_run.completed if run.dla_run is not None else 0)
 
     def describe_stuck(self, run: RunState) -> str:
         """Where the list stands: each tile's state and tasks done, the DMA's, the barriers fired."""
@@ -263,6 +292,8 @@ class ShaveEngine:
         fired = read(R.SHAVE_BAR_FIRED)
         parts.append(f"barriers fired {_bits(fired & _mask(lst.barriers))} of {sorted(lst.barriers)}, "
                      f"notify {_bits(lst.notify_mask)}")
+        if run.dla_run is not None and self.dla is not None and not run.dla_run.finished:
+            parts.append(f"DLA operations: {self.dla.describe_stuck(run.dla_run)}")
         return "; ".join(parts)
 
     def reset(self) -> list[str]:
@@ -363,9 +394,15 @@ class ShaveEngine:
 
     def _notified(self, run: ShaveRun) -> None:
         lst = run.lst
-        fired = self.port.dla_reg_read(R.SHAVE_BAR_FIRED) & lst.notify_mask
-        run.fired |= fired
-        if run.fired != lst.notify_mask:
+        fired = self.port.dla_reg_read(R.SHAVE_BAR_FIRED)
+        woke = fired & lst.dla_waits
+        if woke and self.dla is not None and run.dla_run is not None:
+            self.port.dla_reg_write(R.SHAVE_BAR_FIRED, woke)  # (seen: a later firing notifies again)
+            self.dla.barriers_fired()
+            if run.finished:
+                return
+        run.fired |= fired & lst.notify_mask
+        if run.fired != lst.notify_mask or run.list_ended:
             return  # another notify barrier is still to fire
         run.completed = self._completed(run)
         total = len(lst.acts) + len(lst.dmas)
@@ -377,7 +414,9 @@ class ShaveEngine:
                                      f"{self.describe_stuck(run)}"))
             return
         self.port.dla_reg_write(R.SHAVE_BAR_FIRED, _mask(lst.barriers))
-        self._finish(run, None)
+        run.list_ended = True
+        if run.dla_run is None or run.dla_run.finished:
+            self._finish(run, None)
 
     def _error(self, run: ShaveRun, status: int) -> DlaError:
         """The DlaError for the error bits of ``status``: the first failing tile's, else the DMA's."""
@@ -430,6 +469,10 @@ class ShaveEngine:
     def _fail(self, run: ShaveRun, error: DlaError) -> None:
         if run.finished:
             return
+        dla = run.dla_run
+        if dla is not None and not dla.finished and self.dla is not None:
+            run.finished = True  # (the DLA part's end, told below, finds it ended)
+            self.dla.abort(dla, error)  # its blocks are reset
         self.stats["errors"] += 1
         self._reset()  # the tiles are started again by the next job
         self._finish(run, error)

@@ -150,7 +150,8 @@ def describe(lo: Any) -> dict[str, Any]:
         code = lo.control_code(run.name)
         if code.is_shave:
             shave_lists.append({"run": run.name, **shave_task.describe(code)})
-            continue
+            if not code.is_mixed:  # (a task with DLA operations beside its list is listed in both)
+                continue
         counts: collections.Counter[str] = collections.Counter()
         for op_type in code.op_types():
             known = op_type in dla_block_e._value2member_map_

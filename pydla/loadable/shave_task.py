@@ -210,8 +210,10 @@ class ShaveTaskBuilder:
 
     # -- encoding ---------------------------------------------------------------------------------
 
-    def build(self) -> BuiltShaveTask:
-        """Encode the list and lay out its descriptors."""
+    def build(self, dla_waits: int = 0) -> BuiltShaveTask:
+        """Encode the list and lay out its descriptors. ``dla_waits``: the barriers DLA operations
+        beside the list wait on (:mod:`pydla.loadable.mixed_task`; a task updating one of them is
+        waited for)."""
         if not self.acts and not self.dmas:
             raise DlaError(NvError.BadParameter, "the SHAVE task list has no tasks")
         if self.runtime_ref is None:
@@ -221,12 +223,14 @@ class ShaveTaskBuilder:
             self.buffer(r.buffer, r.offset + r.size)
         done = self.max_barriers - 1
         tasks: list[KernelTaskPlan | DmaTaskPlan] = [*self.acts, *self.dmas]
-        waited = 0
+        waited = dla_waits
         for t in tasks:
             waited |= t.wait
         for t in tasks:
             if not t.update & waited:  # nothing waits for it: the list's end does
                 t.update |= 1 << done
+        # Beside DLA operations every task may lead into one: the task's end is theirs, no notify.
+        notify = 1 << done if any(t.update >> done & 1 for t in tasks) else 0
         names = list(self.buffers)
         index = {name: ARGS_ENTRY + 1 + i for i, name in enumerate(names)}
         relocations: list[tuple[str, int, str]] = []
@@ -272,7 +276,7 @@ class ShaveTaskBuilder:
         lst = T.shave_list_desc_t(
             act_task_index=2 if self.acts else -1, dma_task_index=3 if self.dmas else -1,
             num_act_tasks=len(self.acts), num_dma_tasks=len(self.dmas),
-            barrier_mask=(1 << self.barriers) - 1 | 1 << done, notify_mask=1 << done)
+            barrier_mask=(1 << self.barriers) - 1 | notify, notify_mask=notify, op_barrier_index=-1)
         lst.runtime = mem_ref(self.runtime_ref, ".shave.list", T.shave_list_desc_t.runtime.offset)
         for tile in range(self.tiles):
             lst.stack_size[tile] = self.stacks.get(tile, DEFAULT_STACK) if tile in used else 0
@@ -337,6 +341,12 @@ def describe(code: ControlCode) -> dict[str, Any]:
         name = patched.get((section, offset + T.dla_mem_ref_t.address.offset))
         return name or names.get(ref.address, f"entry {ref.address}")
 
+    # A list written before op_barrier_index (dla_task 1.9.0) is 4 bytes shorter: it reads as none.
+    raw = bytes(sections[".shave.list"])
+    legacy = T.shave_list_desc_t.op_barrier_index.offset
+    if legacy <= len(raw) < ctypes.sizeof(T.shave_list_desc_t):
+        raw = raw.ljust(ctypes.sizeof(T.shave_list_desc_t), b"\xff")
+    sections = {**sections, ".shave.list": memoryview(raw)}
     lst = read(".shave.list", T.shave_list_desc_t, 0)
     producers: dict[int, int] = {}
     consumers: dict[int, int] = {}
@@ -367,11 +377,18 @@ def describe(code: ControlCode) -> dict[str, Any]:
                      "tile": d.tile, "cmx_offset": d.cmx_offset,
                      "bytes": d.line_size * d.line_repeat * d.surf_repeat,
                      "wait": _bits(d.wait_mask), "update": _bits(d.update_mask)})
+    operations = []  # a task with DLA operations beside its list: their barriers
+    if ".dla.barriers" in sections:
+        size = ctypes.sizeof(T.dla_op_barrier_desc_t)
+        for i in range(len(sections[".dla.barriers"]) // size):
+            o = read(".dla.barriers", T.dla_op_barrier_desc_t, i)
+            count(o.wait_mask, o.update_mask)
+            operations.append({"operation": i, "wait": _bits(o.wait_mask), "update": _bits(o.update_mask)})
     barriers = [{"barrier": b, "producers": producers.get(b, 0), "consumers": consumers.get(b, 0),
                  "notify": bool(lst.notify_mask >> b & 1)} for b in _bits(lst.barrier_mask)]
     return {"runtime": ref_name(".shave.list", T.shave_list_desc_t.runtime.offset, lst.runtime),
             "stacks": {t: lst.stack_size[t] for t in range(len(lst.stack_size)) if lst.stack_size[t]},
-            "kernel_tasks": acts, "dma_tasks": dmas, "barriers": barriers}
+            "kernel_tasks": acts, "dma_tasks": dmas, "operations": operations, "barriers": barriers}
 
 
 def _bits(mask: int) -> list[int]:

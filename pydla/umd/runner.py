@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pydla.elf.controlcode import FIXED_ENTRIES, ControlCode
+from pydla.elf.controlcode import ControlCode
 from pydla.errors import DlaError, NvError
 from pydla.loadable.container import Loadable
 from pydla.loadable.recipe import BIND_INPUT_TYPES, BIND_OUTPUT_TYPES, Argument, Recipe, Run
@@ -175,7 +175,7 @@ class Runner:
                 continue
             scalars = _scalars(run)
             code = self.lo.control_code(run.name)
-            parts = code.patch({a.argidx: FIXED_ENTRIES + i for i, a in enumerate(run.arguments)})
+            parts = code.patch({a.argidx: code.fixed_entries + i for i, a in enumerate(run.arguments)})
             mems = []
             for section in code.layout:
                 blob = parts[section] or b"\0" * 8

@@ -58,7 +58,9 @@ def _both(*fixes: Fix) -> Fix:
 # 1 list, 2 kernel tasks, 3 DMA tasks, 4 input, 5 output, 6 clamp's ELF, 7 arguments, 8 data, 9 runtime.
 BV, IS, BP, CM = NvError.BadValue, NvError.InvalidSize, NvError.BadParameter, NvError.CountMismatch
 CASES: list[tuple[str, Fix, NvError, list[str]]] = [
-    ("operations", _set("net.num_operations", 1), BV, ["num_operations = 1"]),
+    # With operations the task is DLA work beside the list: its DLA descriptors are read first.
+    ("operations", _set("net.num_operations", 1), BV, ["op_desc_size 0"]),
+    ("op_barriers_alone", _set("lst.op_barrier_index", 7), BV, ["op_barrier_index", "7", "none (-1)"]),
     ("luts", _set("net.num_luts", 2), BV, ["num_luts = 2"]),
     ("num_addresses", _set("net.num_addresses", 3), CM, ["num_addresses = 3"]),
     ("list_index", _set("net.shave_list_index", 99), BP, ["shave_list_index", "index 99"]),

@@ -417,7 +417,7 @@ def test_cube_channels_over_each_other(make_kmd: MakeKmd) -> None:
 
 def test_cube_lines_interleaved_by_channel_are_accepted(make_kmd: MakeKmd) -> None:
     """Channels interleaved line by line (surf_stride one line, line_stride C lines) do not overlap."""
-    from pydla.firmware.graph import _check_no_overlap
+    from pydla.firmware.surfaces import _check_no_overlap
 
     class C:
         channels, height, width, line_stride, surf_stride = 4, 8, 8, 4 * 8 * 4, 8 * 4

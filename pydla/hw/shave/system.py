@@ -43,7 +43,7 @@ _TILE_REGS = {R.REGISTERS[f"SHAVE_T0_{n.upper()}"] - R.SHAVE_T0_CTRL: n for n in
     "done", "error", "error_pc", "error_addr", "error_kernel", "error_task")}
 
 
-_PROGRESS = frozenset({R.SHAVE_DMA_PUSH_HI, R.SHAVE_BAR_CONFIG})
+_PROGRESS = frozenset({R.SHAVE_DMA_PUSH_HI, R.SHAVE_BAR_CONFIG, R.SHAVE_BAR_PRODUCE, R.SHAVE_BAR_CONSUME})
 
 
 class _TileRegs:
@@ -122,7 +122,8 @@ class ShaveSystem:
             R.SHAVE_BAR_CONFIG: (b.producers[self.bar_select] | b.consumers[self.bar_select] << 16)
             if self.bar_select < b.count else 0,
             R.SHAVE_BAR_STATE: b.state(self.bar_select) if self.bar_select < b.count else 0,
-            R.SHAVE_BAR_FIRED: b.fired, R.SHAVE_BAR_NOTIFY: b.notify,
+            R.SHAVE_BAR_FIRED: b.fired, R.SHAVE_BAR_NOTIFY: b.notify, R.SHAVE_BAR_PRODUCE: 0,
+            R.SHAVE_BAR_CONSUME: 0, R.SHAVE_BAR_READY: b.fired_now,
             R.SHAVE_DMA_PUSH_LO: self.dma_push_lo, R.SHAVE_DMA_PUSH_HI: 0,
             R.SHAVE_DMA_LEVEL: len(self.dma.fifo), R.SHAVE_DMA_DONE: self.dma.done,
             R.SHAVE_DMA_ERROR: self.dma.error, R.SHAVE_DMA_ERROR_TASK: self.dma.error_task,
@@ -160,6 +161,25 @@ class ShaveSystem:
             self.barriers.fired &= ~value
         elif address == R.SHAVE_BAR_NOTIFY:
             self.barriers.notify = value & self.barriers.all_mask
+        elif address in (R.SHAVE_BAR_PRODUCE, R.SHAVE_BAR_CONSUME):
+            ready = self.barriers.fired_now
+            # The engine scheduler ends (or starts) a DLA operation that updates (waits on) barriers:
+            # as a task's end would. A barrier beyond the device's or one produced or consumed more
+            # often than configured is the DMA's error, as a bad configuration is.
+            try:
+                self.barriers.check_mask(value, "bar_produce" if address == R.SHAVE_BAR_PRODUCE
+                                         else "bar_consume", "the engine scheduler")
+                if address == R.SHAVE_BAR_PRODUCE:
+                    self.barriers.produce(value, "a DLA operation")
+                else:
+                    self.barriers.consume(value, "a DLA operation")
+            except ShaveFault as fault:
+                self._dma_fault(fault, 0)
+            if self.barriers.notified:  # (run() says so too; a write with run=False must not lose it)
+                self.barriers.notified = False
+                self.intr_status |= 1 << NOTIFY_INTR_BIT
+            if self.barriers.fired_now & ~ready == 0:
+                return bool(self.intr_status & ~before)  # no barrier fired: nothing may start
         elif address == R.SHAVE_DMA_PUSH_LO:
             self.dma_push_lo = value
         elif address == R.SHAVE_DMA_PUSH_HI:
