@@ -214,7 +214,9 @@ class NvDlaPort(abc.ABC):
             p = port.NvDlaPrepareTask(h, NvDlaTask(addresses))
             port.NvDlaSubmitPrepared(h, p, [], [fence])
         """
-        return NvDlaPreparedTask(NvDlaTask(list(check_task(task, "NvDlaPrepareTask").address_list)))
+        checked = check_task(task, "NvDlaPrepareTask")
+        return NvDlaPreparedTask(NvDlaTask(list(checked.address_list),
+                                           nvdla_interface=checked.nvdla_interface))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
                             post_fences: list[NvDlaFence], *, priority: int = 0,
@@ -223,7 +225,7 @@ class NvDlaPort(abc.ABC):
         ``post_fences``, as NvDlaSubmit would submit it."""
         check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
         task = NvDlaTask(prepared.task.address_list, list(pre_fences), list(post_fences), priority,
-                         timeout_ms, list(prepared.task.scalars))
+                         timeout_ms, list(prepared.task.scalars), prepared.task.nvdla_interface)
         return self.NvDlaSubmit(h, [task])[0]
 
     def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None:
