@@ -8,7 +8,10 @@ a feature surface, and an array of dims (n, c, h, w) maps to it element by eleme
 ``(c // x) * surface + h * line + w * atom + (c % x) * bpe``: the atom is ``line / w`` bytes when that
 is 8, 16 or 32 (the configuration's atom, the compiler packs lines), else 32 bytes (as NVIDIA's
 application gathers images: a line of one pixel says nothing of the atom), x = atom / bpe channels
-in it. Pitch-linear image formats and batches (n > 1) are refused. :class:`DenseStaging` keeps one
+in it. A pitch-linear image of one plane (R8, A8B8G8R8, R16_F...: :data:`IMAGE_FORMATS`) maps channel
+``k`` (R, G, B, A or Y, U, V, A, the order NVDLA's CDMA gives them) of pixel (h, w) to its component
+at ``h * line + w * bytes_per_pixel``. Batch ``b`` starts ``strides[3]`` bytes after batch ``b - 1``
+(0: right after the previous cube). :class:`DenseStaging` keeps one
 device buffer per tensor, bound to the runtime, and converts between it and the application's dense
 memory around each run (unused lanes and padding of an input buffer are zero).
 
@@ -42,32 +45,86 @@ def dtype_of(desc: NvdlaTensorDesc) -> np.dtype[Any]:
     return NUMPY_TYPES[desc.data_type]
 
 
-def element_offsets(desc: NvdlaTensorDesc) -> npt.NDArray[np.int64]:
+# Pitch-linear image formats of one plane whose components are whole bytes (NVDLA's CDMA reads them,
+# nvdla/hw cmod/cdma): bytes per pixel, bytes per component, and for each channel (R, G, B, A or Y, U,
+# V, A, CDMA's order) the component it is in memory (a name lists the components from the most
+# significant: A8B8G8R8 is bytes R, G, B, A). 10-bit packed and semi-planar formats: refused.
+_RGBA, _ARGB, _BGRA, _ABGR = (0, 1, 2, 3), (2, 1, 0, 3), (1, 2, 3, 0), (3, 2, 1, 0)
+IMAGE_FORMATS: dict[M.PixelFormat, tuple[int, int, tuple[int, ...]]] = {
+    M.PixelFormat.R8: (1, 1, (0,)), M.PixelFormat.R10: (2, 2, (0,)), M.PixelFormat.R12: (2, 2, (0,)),
+    M.PixelFormat.R16: (2, 2, (0,)), M.PixelFormat.R16_I: (2, 2, (0,)), M.PixelFormat.R16_F: (2, 2, (0,)),
+    M.PixelFormat.A16B16G16R16: (8, 2, _RGBA), M.PixelFormat.X16B16G16R16: (8, 2, _RGBA),
+    M.PixelFormat.A16B16G16R16_F: (8, 2, _RGBA), M.PixelFormat.A16Y16U16V16: (8, 2, _ARGB),
+    M.PixelFormat.V16U16Y16A16: (8, 2, _BGRA), M.PixelFormat.A16Y16U16V16_F: (8, 2, _ARGB),
+    M.PixelFormat.A8B8G8R8: (4, 1, _RGBA), M.PixelFormat.A8R8G8B8: (4, 1, _ARGB),
+    M.PixelFormat.B8G8R8A8: (4, 1, _BGRA), M.PixelFormat.R8G8B8A8: (4, 1, _ABGR),
+    M.PixelFormat.X8B8G8R8: (4, 1, _RGBA), M.PixelFormat.X8R8G8B8: (4, 1, _ARGB),
+    M.PixelFormat.B8G8R8X8: (4, 1, _BGRA), M.PixelFormat.R8G8B8X8: (4, 1, _ABGR),
+    M.PixelFormat.A8Y8U8V8: (4, 1, _ARGB), M.PixelFormat.V8U8Y8A8: (4, 1, _BGRA)}
+FEATURE_FORMATS = (M.PixelFormat.FEATURE, M.PixelFormat.FEATURE_X8)
+
+
+def feature_atom(desc: NvdlaTensorDesc) -> int:
+    """The atom of a feature tensor's surface, in bytes: ``line / w`` when that is 8, 16 or 32 (the
+    configuration's atom: the compiler packs lines), else 32 (as NVIDIA's application gathers)."""
+    w, line = desc.dims[3], desc.strides[1]
+    return line // w if w and line % w == 0 and line // w in (8, 16, 32) else 32
+
+
+def _grid(dims: tuple[int, int, int, int]) -> tuple[npt.NDArray[np.int64], ...]:
+    n, c, h, w = dims
+    def axis(size: int, at: int) -> npt.NDArray[np.int64]:
+        shape = [1, 1, 1, 1]
+        shape[at] = size
+        return np.arange(size, dtype=np.int64).reshape(shape)
+
+    return axis(n, 0), axis(c, 1), axis(h, 2), axis(w, 3)
+
+
+def element_offsets(desc: NvdlaTensorDesc, atom: int | None = None) -> npt.NDArray[np.int64]:
     """Each element's byte offset in the tensor's buffer, shaped (n, c, h, w); every one checked to
-    lie within its bufferSize."""
+    lie within its bufferSize. A feature surface with ``atom``-byte atoms (default
+    :func:`feature_atom`), or a pitch-linear image of one plane (:data:`IMAGE_FORMATS`); batch ``b``
+    ``b * strides[3]`` bytes on (a tensor whose strides[3] is 0: its cubes one after another)."""
     n, c, h, w = desc.dims
     bpe = dtype_of(desc).itemsize
     line, surface = desc.strides[1], desc.strides[2]
     where = f"tensor '{desc.name}'"
-    if n != 1:
-        raise DlaError(NvError.NotSupported, f"{where}: batch {n}: only batch 1 converts to a dense array")
-    cc = np.arange(c, dtype=np.int64)[:, None, None]
-    hh = np.arange(h, dtype=np.int64)[None, :, None]
-    ww = np.arange(w, dtype=np.int64)[None, None, :]
-    if desc.pixel_format not in (M.PixelFormat.FEATURE, M.PixelFormat.FEATURE_X8):
-        raise DlaError(NvError.NotSupported, f"{where}: pixel format {desc.pixel_format.name} (a "
-                                             f"pitch-linear image) does not convert to a dense array; bind "
-                                             f"its bytes with the NVDLA runtime API")
-    atom = line // w if w and line % w == 0 and line // w in (8, 16, 32) else 32
-    if atom % bpe:
-        raise DlaError(NvError.NotSupported, f"{where}: {bpe}-byte elements in {atom}-byte atoms")
-    x = atom // bpe
-    offsets = (cc // x) * surface + hh * line + ww * atom + (cc % x) * bpe
-    offsets = np.broadcast_to(offsets, (c, h, w)).reshape(1, c, h, w)
+    if min(desc.dims) < 0:
+        raise DlaError(NvError.BadValue, f"{where}: dims {list(desc.dims)} must not be negative")
+    nn, cc, hh, ww = _grid(desc.dims)
+    if desc.pixel_format in FEATURE_FORMATS:
+        atom = feature_atom(desc) if atom is None else atom
+        if atom % bpe:
+            raise DlaError(NvError.NotSupported, f"{where}: {bpe}-byte elements in {atom}-byte atoms")
+        x = atom // bpe
+        cube = -(-c // x) * surface
+        offsets = (cc // x) * surface + hh * line + ww * atom + (cc % x) * bpe
+    else:
+        if desc.pixel_mapping != M.PixelMapping.PITCH_LINEAR:
+            raise DlaError(NvError.NotSupported, f"{where}: pixel mapping {desc.pixel_mapping.name}: only "
+                                                 "PITCH_LINEAR images convert to a dense array")
+        if desc.pixel_format not in IMAGE_FORMATS:
+            raise DlaError(NvError.NotSupported, f"{where}: pixel format {desc.pixel_format.name} (packed "
+                                                 f"10-bit or semi-planar) does not convert to a dense array; "
+                                                 f"bind its bytes with the NVDLA runtime API")
+        bpp, component, sources = IMAGE_FORMATS[desc.pixel_format]
+        if component != bpe:
+            raise DlaError(NvError.BadValue, f"{where}: data type {desc.data_type.name} ({bpe}-byte "
+                                             f"elements) for pixel format {desc.pixel_format.name} "
+                                             f"({component}-byte components)")
+        if c > len(sources):
+            raise DlaError(NvError.BadValue, f"{where}: {c} channels, pixel format {desc.pixel_format.name} "
+                                             f"has {len(sources)}")
+        lane = np.array(sources[:c], dtype=np.int64)[None, :, None, None] * component
+        cube = h * line
+        offsets = hh * line + ww * bpp + lane
+    batch = desc.strides[3] if n > 1 and desc.strides[3] else cube
+    offsets = np.broadcast_to(nn * batch + offsets, (n, c, h, w))
     if offsets.size and (int(offsets.min()) < 0 or int(offsets.max()) + bpe > desc.size):
         end = int(offsets.max()) + bpe
         raise DlaError(NvError.InvalidSize, f"{where}: its elements reach byte {end} of a {desc.size}-byte "
-                                            f"buffer (strides {list(desc.strides[:3])})")
+                                            f"buffer (strides {list(desc.strides[:4])})")
     return offsets
 
 
