@@ -23,6 +23,8 @@ Usage::
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -171,3 +173,147 @@ class DenseStaging:
         for mem in self.device.values():
             self.rt.freeSystemMemory(mem)
         self.device.clear()
+
+
+# The fields setInputTensorDesc / setOutputTensorDesc keep as the loadable has them (NVIDIA's runtime
+# refuses a change of each, too); the line, surface and batch strides and the buffer size may change.
+KEPT_FIELDS = ("name", "dims", "data_format", "data_type", "data_category", "pixel_format", "pixel_mapping",
+               "bind_id", "direction", "mem_id")
+CHANGEABLE_STRIDES = (1, 2, 3)  # line, surface, batch
+STRIDES = 8
+
+
+@dataclass
+class _Layout:
+    desc: NvdlaTensorDesc  # the application's
+    network: NvdlaTensorDesc  # the loadable's
+    device: NvDlaMemHandle  # bound to the runner, in the loadable's layout
+    user_bytes: npt.NDArray[np.int64]
+    device_bytes: npt.NDArray[np.int64]
+    user: NvDlaMemHandle | None = None
+
+
+def _byte_offsets(desc: NvdlaTensorDesc, atom: int | None) -> npt.NDArray[np.int64]:
+    return (element_offsets(desc, atom)[..., None] + np.arange(dtype_of(desc).itemsize)).reshape(-1)
+
+
+def check_layout_change(network: NvdlaTensorDesc, desc: Any, what: str) -> NvdlaTensorDesc:
+    """``desc`` when it describes ``network``'s tensor in a layout the runtime can convert to and from
+    (another line, surface or batch stride, another buffer size: the elements inside the buffer, none
+    overlapping); else a DlaError naming the field and both values."""
+    if not isinstance(desc, NvdlaTensorDesc):
+        raise DlaError(NvError.BadParameter, f"{what}: an NvdlaTensorDesc (getInputTensorDesc's) is "
+                                             f"expected, not {type(desc).__name__}")
+    for name in KEPT_FIELDS:
+        mine, theirs = getattr(desc, name), getattr(network, name)
+        if mine != theirs:
+            raise DlaError(NvError.NotSupported, f"{what}: {name} {_shown(mine)} differs from the loadable's "
+                                                 f"{_shown(theirs)}: an NVDLA Loadable's tensor keeps its "
+                                                 f"{name} (its strides and bufferSize may change)")
+    strides = desc.strides
+    if not isinstance(strides, tuple) or len(strides) != STRIDES or not all(
+            type(s) is int and 0 <= s < 1 << 40 for s in strides):
+        raise DlaError(NvError.BadParameter, f"{what}: strides {strides!r} must be {STRIDES} integers "
+                                             "0..2^40")
+    for i, (mine, theirs) in enumerate(zip(strides, network.strides, strict=True)):
+        if i not in CHANGEABLE_STRIDES and mine != theirs:
+            raise DlaError(NvError.NotSupported, f"{what}: strides[{i}] {mine} differs from the loadable's "
+                                                 f"{theirs}: only the line, surface and batch strides (1, 2, "
+                                                 "3) may change")
+    if type(desc.size) is not int or not 0 < desc.size < 1 << 40:
+        raise DlaError(NvError.BadParameter, f"{what}: bufferSize {desc.size!r} must be 1..2^40")
+    atom = feature_atom(network) if network.pixel_format in FEATURE_FORMATS else None
+    try:
+        user = _byte_offsets(desc, atom)  # every element inside bufferSize (InvalidSize naming it)
+    except DlaError as e:
+        raise DlaError(e.code, f"{what}: {e.message}") from None
+    if np.unique(user).size != user.size:
+        raise DlaError(NvError.BadValue, f"{what}: strides {list(strides[:4])}: elements of '{desc.name}' "
+                                         f"overlap (a line holds {desc.dims[3]} elements, a surface "
+                                         f"{desc.dims[2]} lines)")
+    return desc
+
+
+def _shown(value: Any) -> str:
+    return value.name if isinstance(value, enum.Enum) else repr(value)
+
+
+class NvdlaLayouts:
+    """The layouts an application set for an NVDLA Loadable's tensors (the NVDLA runtime API's
+    setInputTensorDesc / setOutputTensorDesc): the runner's buffer in the loadable's layout, converted
+    to and from the application's buffer around each run (every byte of the tensor moved, the rest of
+    the runner's input buffer zero). Called under the runtime's lock, which its own memory calls
+    take: the port's are used."""
+
+    def __init__(self, rt: Any, runner: Any) -> None:
+        self.rt, self.runner = rt, runner
+        self._layouts: dict[tuple[str, int], _Layout] = {}
+
+    def desc(self, direction: str, index: int, network: NvdlaTensorDesc) -> NvdlaTensorDesc:
+        layout = self._layouts.get((direction, index))
+        return network if layout is None else layout.desc
+
+    def set(self, direction: str, index: int, network: NvdlaTensorDesc, desc: Any) -> None:
+        what = f"set{direction.capitalize()}TensorDesc({index})"
+        desc = check_layout_change(network, desc, what)
+        self._drop((direction, index))
+        if desc == network:
+            return  # the loadable's own layout again: bound as it is
+        atom = feature_atom(network) if network.pixel_format in FEATURE_FORMATS else None
+        size = max(self.runner.lo.memory_list[network.mem_id].size, network.size)
+        device, _ = self.rt.port.NvDlaGetMem(self.rt.handle, size)
+        try:
+            (self.runner.bind_input if direction == "input" else self.runner.bind_output)(index, device)
+        except BaseException:
+            self.rt.port.NvDlaFreeMem(self.rt.handle, device)
+            raise
+        self._layouts[(direction, index)] = _Layout(desc, network, device, _byte_offsets(desc, atom),
+                                                    _byte_offsets(network, atom))
+
+    def bind(self, direction: str, index: int, mem: NvDlaMemHandle) -> bool:
+        """Take ``mem`` as the application's buffer of a tensor whose layout it set; False for one
+        whose layout is the loadable's (the runner binds it)."""
+        layout = self._layouts.get((direction, index))
+        if layout is None:
+            return False
+        where = f"bind{direction.capitalize()}Tensor({index})"
+        if not isinstance(mem, NvDlaMemHandle):
+            raise DlaError(NvError.BadParameter, f"{where}: a memory from allocateSystemMemory is expected, "
+                                                 f"not {type(mem).__name__}")
+        if mem.size < layout.desc.size:
+            raise DlaError(NvError.InvalidSize, f"{where}: '{layout.desc.name}' in the layout set needs "
+                                                f"{layout.desc.size} bytes, the memory has {mem.size}")
+        layout.user = mem
+        return True
+
+    def run(self, runner: Any, timeout_ms: float) -> None:
+        """Convert the inputs, run, convert the outputs (a tensor whose layout was set and that was not
+        bound again: InvalidState naming it)."""
+        layouts = list(self._layouts.items())
+        for (direction, index), layout in layouts:
+            if layout.user is None:
+                raise DlaError(NvError.InvalidState, f"{direction} {index} '{layout.desc.name}': its layout "
+                                                     "was set: bind its memory again (bind"
+                                                     f"{direction.capitalize()}Tensor) before submitting")
+        for (direction, _), layout in layouts:
+            if direction == "input":
+                assert layout.user is not None
+                device = layout.device.bytes_view()
+                device[:] = 0
+                device[layout.device_bytes] = layout.user.bytes_view()[layout.user_bytes]
+        runner.run(timeout_ms)
+        for (direction, _), layout in layouts:
+            if direction == "output":
+                assert layout.user is not None
+                layout.user.bytes_view()[layout.user_bytes] = layout.device.bytes_view()[layout.device_bytes]
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        layout = self._layouts.pop(key, None)
+        if layout is not None:
+            self.runner.bound.pop(layout.network.mem_id, None)  # the application binds again
+            self.rt.port.NvDlaFreeMem(self.rt.handle, layout.device)
+
+    def close(self) -> None:
+        for key in list(self._layouts):
+            layout = self._layouts.pop(key)
+            self.rt.port.NvDlaFreeMem(self.rt.handle, layout.device)

@@ -357,9 +357,12 @@ def test_non_blocking_submit_and_refused_layout_change() -> None:
         (sync,) = rt.submitNonBlocking()
         sync.wait(10_000)
         assert bytes(out.bytes_view()) == bytes(range(256)) * 8 and len(port.submitted) == 1
+        rt.setOutputTensorDesc(0, rt.getOutputTensorDesc(0))  # the loadable's own layout: nothing changes
         with pytest.raises(DlaError) as e:
-            rt.setOutputTensorDesc(0, rt.getOutputTensorDesc(0))
-        assert e.value.code == NvError.NotSupported and "tensor_desc_list" in e.value.message
+            rt.setOutputTensorDesc(0, dataclasses.replace(rt.getOutputTensorDesc(0), dims=(1, 2, 1, 1)))
+        assert e.value.code == NvError.NotSupported
+        assert ("dims (1, 2, 1, 1) differs from the loadable's (1, 1, 1, 1): an NVDLA Loadable's tensor "
+                "keeps its dims") in e.value.message
         rt.unload()
         assert rt.nvdla is None
         with pytest.raises(DlaError) as e:

@@ -102,3 +102,87 @@ def test_what_does_not_convert_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DlaError) as e:  # two cubes of 2048 bytes do not fit 2048
         _session(tmp_path, copying_loadable(n=2, c=32, h=8, w=8, strides=STRIDES_32))
     assert e.value.code == NvError.InvalidSize and "reach byte 4096 of a 2048-byte buffer" in e.value.message
+
+
+# -- setInputTensorDesc / setOutputTensorDesc ---------------------------------------------------------
+
+
+def _feature_runtime() -> tuple[Any, bytes]:
+    """A runtime with the copying loadable of one 32 x 4 x 8 INT8 cube (32-byte atoms: a line of 256
+    bytes, a surface of 1024)."""
+    blob = copying_loadable(c=32, h=4, w=8, strides=(1, 256, 1024, 0, 0, 0, 0, 0))
+    rt = pydla.createRuntime(config="nv_full")
+    rt.load(blob)
+    return rt, blob
+
+
+def _offsets(line: int, surface: int) -> np.ndarray:
+    c, h, w = np.meshgrid(np.arange(32), np.arange(4), np.arange(8), indexing="ij")
+    return (c // 32) * surface + h * line + w * 32 + c % 32
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_layout_with_other_strides_is_converted_around_each_run(blocking: bool) -> None:
+    rt, _ = _feature_runtime()
+    with rt:
+        wide = dataclasses.replace(rt.getInputTensorDesc(0), size=4096, strides=(1, 512, 2048, 0, 0, 0, 0, 0))
+        rt.setInputTensorDesc(0, wide)
+        assert rt.getInputTensorDesc(0) == wide  # what was set is what is described from now on
+        out_desc = dataclasses.replace(rt.getOutputTensorDesc(0), size=3072,
+                                       strides=(1, 768, 3072, 0, 0, 0, 0, 0))
+        rt.setOutputTensorDesc(0, out_desc)
+        x = np.random.default_rng(3).integers(0, 256, (32, 4, 8), dtype=np.uint8)
+        src, dst = rt.allocateSystemMemory(4096), rt.allocateSystemMemory(3072)
+        src.bytes_view()[:] = 0xEE  # bytes outside the tensor: never copied
+        src.bytes_view()[_offsets(512, 2048)] = x
+        dst.bytes_view()[:] = 0x11
+        with pytest.raises(DlaError) as e:  # set, not bound again
+            rt.submit()
+        assert e.value.code == NvError.InvalidState
+        assert "input 0 'm4_BDMASrc_i4': its layout was set: bind its memory again" in e.value.message
+        rt.bindInputTensor(0, src)
+        rt.bindOutputTensor(0, dst)
+        if blocking:
+            rt.submit()
+        else:
+            (sync,) = rt.submitNonBlocking()
+            sync.wait(10_000)
+        got = np.frombuffer(bytes(dst.bytes_view()), np.uint8)
+        assert np.array_equal(got[_offsets(768, 3072)], x)
+        gaps = np.ones(3072, bool)
+        gaps[_offsets(768, 3072).reshape(-1)] = False
+        assert set(got[gaps].tolist()) == {0x11}  # the output's padding: the application's own bytes
+        # the loadable's own layout again: bound as it is
+        rt.setInputTensorDesc(0, dataclasses.replace(wide, size=2048, strides=(1, 256, 1024, 0, 0, 0, 0, 0)))
+        assert rt.getInputTensorDesc(0).strides[1] == 256
+
+
+@pytest.mark.parametrize(("change", "code", "words"), [
+    ({"dims": (1, 16, 4, 8)}, NvError.NotSupported,
+     "dims (1, 16, 4, 8) differs from the loadable's (1, 32, 4, 8)"),
+    ({"data_type": M.DataType.UINT8}, NvError.NotSupported,
+     "data_type UINT8 differs from the loadable's INT8"),
+    ({"pixel_format": M.PixelFormat.R8}, NvError.NotSupported, "pixel_format R8 differs"),
+    ({"strides": (2, 256, 1024, 0, 0, 0, 0, 0)}, NvError.NotSupported,
+     "strides[0] 2 differs from the loadable's 1: only the line, surface and batch strides (1, 2, 3) may "
+     "change"),
+    ({"strides": (1, 256, 1024, 0, 9, 0, 0, 0)}, NvError.NotSupported, "strides[4] 9"),
+    ({"strides": (1, 128, 1024, 0, 0, 0, 0, 0)}, NvError.BadValue, "strides [1, 128, 1024, 0]: elements of "
+                                                                    "'m4_BDMASrc_i4' overlap"),
+    ({"strides": (1, 512, 2048, 0, 0, 0, 0, 0)}, NvError.InvalidSize, "its elements reach byte 1792 of a "
+                                                                      "1024-byte buffer"),
+    ({"strides": (1, -1, 1024, 0, 0, 0, 0, 0)}, NvError.BadParameter, "must be 8 integers"),
+    ({"size": 0}, NvError.BadParameter, "bufferSize 0 must be 1..2^40")])
+def test_what_the_loadable_s_tensor_does_not_allow_is_refused_naming_the_field(
+        change: dict[str, Any], code: NvError, words: str) -> None:
+    rt, _ = _feature_runtime()
+    with rt:
+        desc = dataclasses.replace(rt.getInputTensorDesc(0), **{"size": 1024, **change})
+        with pytest.raises(DlaError) as e:
+            rt.setInputTensorDesc(0, desc)
+        assert e.value.code == code and words in e.value.message, e.value.message
+        assert e.value.message.startswith("setInputTensorDesc(0): ")
+        assert rt.getInputTensorDesc(0).strides[1] == 256  # unchanged
+        with pytest.raises(DlaError) as e:
+            rt.setInputTensorDesc(0, "not a descriptor")
+        assert e.value.code == NvError.BadParameter and "an NvdlaTensorDesc" in e.value.message
