@@ -107,13 +107,16 @@ def compare(got: bytes, md5: str | None, image: bytes | None) -> str | None:
 
 
 def run_test(test: RegressionTest, port: Any, config: str | None, out_dir: Path | None,
-             headed: bool = False) -> str | None:
-    """Run one test; None when it passes, else why not."""
+             headed: bool = False, ran_on: list[str] | None = None) -> str | None:
+    """Run one test; None when it passes, else why not. ``ran_on`` gets the configuration of the
+    device that ran it (a KMD daemon's, through the Linux port)."""
     import pydla
     from pydla.umd.nvdla_app import run_app
 
     md5, image = _expected(test)
     with pydla.createRuntime(port, config=config or configuration_of(test.name, headed)) as rt:
+        if ran_on is not None:
+            ran_on.append(rt.port.NvDlaGetDeviceInfo(rt.device).name)
         rt.load(test.loadable)
         if rt.nvdla is None:
             return f"{test.loadable} is not an NVDLA Loadable"
@@ -144,15 +147,17 @@ def conformance(root: Path, *, port: Any = None, config: str | None = None, out_
                                                + (f" matching {select!r}" if select else ""))
     failed = []
     for test in tests:
-        print(f"{test.name} ({config or configuration_of(test.name, headed)}) ... ", end="", file=out,
-              flush=True)
+        named = config or configuration_of(test.name, headed)
+        print(f"{test.name} ({named}) ... ", end="", file=out, flush=True)
         t0 = time.perf_counter()
+        ran_on: list[str] = []
         try:
-            why = run_test(test, port, config, out_dir, headed)
+            why = run_test(test, port, config, out_dir, headed, ran_on)
         except DlaError as e:
             why = f"error: {e.message} ({e.code.name})"
         seconds = time.perf_counter() - t0
-        print("pass" if why is None else f"FAIL: {why}", f"({seconds:.2f} s)", file=out, flush=True)
+        where = f" on {ran_on[0]}" if ran_on and ran_on[0] != named else ""  # a daemon's own device
+        print("pass" if why is None else f"FAIL: {why}", f"({seconds:.2f} s{where})", file=out, flush=True)
         if why is not None:
             failed.append(test.name)
     print(f"{len(tests) - len(failed)} of {len(tests)} passed" +

@@ -1,7 +1,8 @@
 """Headed mode, the host's side: the driver's engine is a proxy that talks device-API messages.
 
-On a headed device (GLB mcu_status RUNNING: a microcontroller runs the engine scheduler, see
-:mod:`pydla.hw.mcu`) the KMD keeps what it always keeps (contexts, buffers, the job queue, fences,
+On a headed device (GLB mcu_status RUNNING, or on an NVDLA configuration PYDLA_MCU_STATUS: a
+microcontroller runs the engine scheduler, see :mod:`pydla.hw.mcu`; where its registers are:
+:mod:`pydla.kmd.headed_regs`) the KMD keeps what it always keeps (contexts, buffers, the job queue, fences,
 the watchdog and the recovery ladder: :mod:`pydla.kmd.driver`) and hands tasks to
 :class:`HeadedEngine` instead of :class:`~pydla.firmware.engine.Engine`. It answers the same calls
 (:class:`~pydla.firmware.engine_api.EngineApi`) through the mailbox (:mod:`pydla.firmware.headed_ring`):
@@ -11,7 +12,8 @@ the watchdog and the recovery ladder: :mod:`pydla.kmd.driver`) and hands tasks t
   device API is incompatible fails the open with NvError VersionMismatch naming both versions and
   the side to upgrade;
 - ``dla_execute_task``: write the task's address list into a slot of the lists area and send
-  ``task_submit_list_cmd`` (not waiting: its response comes with the events);
+  ``task_submit_list_cmd`` (not waiting: its response comes with the events), with an NVDLA task's
+  firmware interface version (device_api 1.2; an older firmware is refused for NVDLA tasks);
 - ``dla_isr_handler``: GLB intr_status bit 28 (the firmware posted); ``dla_process_events`` reads the
   response and event rings and ends runs on ``task_done_evt`` (with the error ``task_failed_evt``
   described, worded as the headless engine words it);

@@ -69,7 +69,7 @@ with pydla.createRuntime("linux", path={str(mnt)!r}) as rt:
 
 def test_the_conformance_command_through_the_linux_port(nvdla_daemon: tuple[KmdDaemon, Path],
                                                         tmp_path: Path) -> None:
-    _, mnt = nvdla_daemon
+    d, mnt = nvdla_daemon
     test = tmp_path / "tests" / "BDMA_L0_0"
     test.mkdir(parents=True)
     (test / "BDMA_L0_0_fbuf").write_bytes(write_nvdla_loadable(regression_like_bdma()))
@@ -80,6 +80,8 @@ from pydla.cli import main
 sys.exit(main(["conformance", "nvdla", {str(tmp_path / "tests")!r}, "--port", "linux:{mnt}"]))
 """)
     assert "BDMA_L0_0 (nv_full) ... pass" in out and "1 of 1 passed" in out, out
+    # the daemon's device ran it: said when it is not the configuration the test's name gives
+    assert (" on nv_full-headed)" in out) == (d.platform.name == "nv_full-headed"), out
 
 
 def test_an_older_daemon_is_told_to_upgrade_and_an_older_client_is_refused(
