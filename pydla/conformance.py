@@ -28,6 +28,7 @@ from pydla.errors import DlaError, NvError
 FBUF_SUFFIX = "_fbuf"
 GOLDEN_IMAGE = "o_000000.dimg"
 GOLDEN_MD5 = "lead.md5"
+HEADED_SUFFIX = "-headed"
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,15 @@ class RegressionTest:
     golden: Path  # the folder with lead.md5 and/or o_000000.dimg
 
 
-def configuration_of(name: str) -> str:
-    """The NVDLA configuration a regression test runs on, from its name."""
+def configuration_of(name: str, headed: bool = False) -> str:
+    """The NVDLA configuration a regression test runs on, from its name; ``headed``: its headed
+    variant (``nv_full-headed``...: the engine scheduler on the device's microcontroller)."""
+    suffix = HEADED_SUFFIX if headed else ""
     if re.search(r"_small(_|$)", name):
-        return "nv_small"
+        return "nv_small" + suffix
     if re.search(r"_large(_|$)", name):
-        return "nv_large"
-    return "nv_full"
+        return "nv_large" + suffix
+    return "nv_full" + suffix
 
 
 def _has_golden(folder: Path) -> bool:
@@ -103,13 +106,17 @@ def compare(got: bytes, md5: str | None, image: bytes | None) -> str | None:
     return f"{len(got)} bytes, golden {len(image)} (equal up to byte {min(len(got), len(image))})"
 
 
-def run_test(test: RegressionTest, port: Any, config: str | None, out_dir: Path | None) -> str | None:
-    """Run one test; None when it passes, else why not."""
+def run_test(test: RegressionTest, port: Any, config: str | None, out_dir: Path | None,
+             headed: bool = False, ran_on: list[str] | None = None) -> str | None:
+    """Run one test; None when it passes, else why not. ``ran_on`` gets the configuration of the
+    device that ran it (a KMD daemon's, through the Linux port)."""
     import pydla
     from pydla.umd.nvdla_app import run_app
 
     md5, image = _expected(test)
-    with pydla.createRuntime(port, config=config or configuration_of(test.name)) as rt:
+    with pydla.createRuntime(port, config=config or configuration_of(test.name, headed)) as rt:
+        if ran_on is not None:
+            ran_on.append(rt.port.NvDlaGetDeviceInfo(rt.device).name)
         rt.load(test.loadable)
         if rt.nvdla is None:
             return f"{test.loadable} is not an NVDLA Loadable"
@@ -124,10 +131,15 @@ def run_test(test: RegressionTest, port: Any, config: str | None, out_dir: Path 
 
 
 def conformance(root: Path, *, port: Any = None, config: str | None = None, out_dir: Path | None = None,
-                select: str | None = None, out: TextIO | None = None) -> int:
+                select: str | None = None, out: TextIO | None = None, headed: bool = False) -> int:
     """Run every test under ``root`` (or those whose name matches ``select``), print one line each and
-    a summary to ``out`` (sys.stdout as it is at the call); the number of failures."""
+    a summary to ``out`` (sys.stdout as it is at the call); the number of failures. ``headed``: on
+    the headed variant of each test's configuration (not with ``config``, which names one)."""
     out = sys.stdout if out is None else out
+    if headed and config is not None:
+        raise DlaError(NvError.BadParameter, "--headed picks the headed variant of each test's "
+                                             f"configuration; with --config {config} name a headed "
+                                             "configuration instead")
     tests = [t for t in find_tests(root) if select is None or re.search(select, t.name)]
     if not tests:
         raise DlaError(NvError.FileReadFailed, f"{root}: no NVDLA regression tests "
@@ -135,14 +147,17 @@ def conformance(root: Path, *, port: Any = None, config: str | None = None, out_
                                                + (f" matching {select!r}" if select else ""))
     failed = []
     for test in tests:
-        print(f"{test.name} ({config or configuration_of(test.name)}) ... ", end="", file=out, flush=True)
+        named = config or configuration_of(test.name, headed)
+        print(f"{test.name} ({named}) ... ", end="", file=out, flush=True)
         t0 = time.perf_counter()
+        ran_on: list[str] = []
         try:
-            why = run_test(test, port, config, out_dir)
+            why = run_test(test, port, config, out_dir, headed, ran_on)
         except DlaError as e:
             why = f"error: {e.message} ({e.code.name})"
         seconds = time.perf_counter() - t0
-        print("pass" if why is None else f"FAIL: {why}", f"({seconds:.2f} s)", file=out, flush=True)
+        where = f" on {ran_on[0]}" if ran_on and ran_on[0] != named else ""  # a daemon's own device
+        print("pass" if why is None else f"FAIL: {why}", f"({seconds:.2f} s{where})", file=out, flush=True)
         if why is not None:
             failed.append(test.name)
     print(f"{len(tests) - len(failed)} of {len(tests)} passed" +
@@ -174,6 +189,10 @@ def register(commands: Any) -> None:
     n.add_argument("--config", default=None,
                    help=f"run every test on this configuration ({', '.join(bundled_configs())} or a "
                         "JSON file) instead of the one its name says")
+    n.add_argument("--headed", action="store_true",
+                   help="run each test on the headed variant of its configuration (nv_full-headed, "
+                        "nv_small-headed, nv_large-headed: the engine scheduler on the device's "
+                        "microcontroller, reached through the device-API mailbox)")
     n.add_argument("-k", dest="select", default=None, metavar="REGEX", help="only the tests whose "
                    "name matches")
     n.add_argument("--output-dir", type=Path, metavar="DIR", help="write each test's image as DIR/<TEST>/"
@@ -183,5 +202,5 @@ def register(commands: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     failures = conformance(args.dir, port=args.port, config=args.config, out_dir=args.output_dir,
-                           select=args.select)
+                           select=args.select, headed=args.headed)
     return 1 if failures else 0

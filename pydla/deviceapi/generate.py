@@ -23,7 +23,7 @@ from pydla.errors import DlaError, NvError
 
 # Order matters only for reading: imports come first.
 BUNDLED = ("headers", "device_api", "trace", "dla_regs", "dla_task", "loadable", "cpu_library", "dla_uapi",
-           "shave", "dla_interface", "nvdla_v1_regs", "nvdla_v2_regs", "nvdla_smmu")
+           "shave", "dla_interface", "nvdla_v1_regs", "nvdla_v2_regs", "nvdla_smmu", "nvdla_mcu")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 

@@ -15,7 +15,8 @@ and gives None when they differ, so a spec change can only turn the shortcut off
 Usage::
 
     w = wire(device_api)
-    ring.write_packed(w.submit, *w.submit_head, tag, address_list, task_id, 0, n, ctx, 0, 0)
+    nvdla = nvdla_fields((0, 12, 0))   # an NVDLA task of interface 0.12.0; None: pydla's own
+    ring.write_packed(w.submit, *w.submit_head, tag, address_list, task_id, 0, n, ctx, 0, 0, *nvdla)
 """
 
 from __future__ import annotations
@@ -25,15 +26,34 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from pydla.deviceapi.packing import record_struct
+from pydla.errors import DlaError, NvError
 
 _COMMON = ("header.common.size", "header.common.id", "header.common.type", "header.common.flags")
 SUBMIT_FIELDS = (*_COMMON, "header.tag", "address_list", "task_id", "timeout_us", "num_addresses",
-                 "context_id", "priority", "flags")
+                 "context_id", "priority", "flags", "nvdla_task", "nvdla_major", "nvdla_minor",
+                 "nvdla_sub_minor")
 SUBMIT_RSP_FIELDS = (*_COMMON, "header.command.common.size", "header.command.common.id",
                      "header.command.common.type", "header.command.common.flags", "header.command.tag",
                      "task_id", "status", "nv_error", "op_index", "reserved")
 DONE_FIELDS = (*_COMMON, "header.timestamp_ns", "task_id", "duration_ns", "status", "ops_completed",
                "context_id")
+
+
+def nvdla_fields(version: tuple[int, int, int] | None) -> tuple[int, int, int, int]:
+    """A task submit's ``nvdla_task, nvdla_major, nvdla_minor, nvdla_sub_minor`` for an NVDLA task of
+    firmware interface ``version`` (None: one of pydla's own tasks, all 0). DlaError when a part does
+    not fit its byte."""
+    if version is None:
+        return 0, 0, 0, 0
+    if len(version) != 3 or not all(isinstance(v, int) and 0 <= v <= 0xFF for v in version):
+        raise DlaError(NvError.BadParameter, f"nvdla_interface {version!r}: must be three integers 0..255 "
+                                             "(major, minor, sub_minor)")
+    return 1, version[0], version[1], version[2]
+
+
+def nvdla_version(task: int, major: int, minor: int, sub_minor: int) -> tuple[int, int, int] | None:
+    """The firmware interface version a task submit carries (None: one of pydla's own tasks)."""
+    return (major, minor, sub_minor) if task else None
 
 
 @dataclass(frozen=True)

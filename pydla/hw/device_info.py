@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pydla.deviceapi.generated import dla_regs as R
+from pydla.deviceapi.generated import nvdla_mcu as M
 from pydla.deviceapi.generated import nvdla_smmu as S
 from pydla.firmware.interface import CuDesc, KmdDeviceInfo, NvdlaFacts
 from pydla.hw.cu.models import model_class
@@ -39,8 +40,14 @@ def device_info(device: VirtualDevice | NvdlaDevice) -> KmdDeviceInfo:
                                       cu.param("tile") if cu.model == "shave_tile" else None,
                                       None if cu.is_engine else model_class(cu, cu.name).arguments)
                                for cu in config.ip_layout),
-                         # an NVDLA configuration runs headless, and its map has no MCU_STATUS
-                         headed=config.nvdla is None
-                         and bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING),
+                         headed=_headed(device),
                          nvdla=NvdlaFacts.of(config.nvdla, S.PYDLA_SMMU_CTX, S.PYDLA_CTL_RESET)
                          if config.nvdla is not None else None)
+
+
+def _headed(device: VirtualDevice | NvdlaDevice) -> bool:
+    """Whether a microcontroller runs the engine scheduler: GLB mcu_status on pydla's devices; on an
+    NVDLA device the nvdla_mcu window's STATUS, which only a headed one has."""
+    if device.config.nvdla is None:
+        return bool(device.reg_read(R.GLB_MCU_STATUS) & R.mcu_status_e.RUNNING)
+    return device.mcu is not None and bool(device.reg_read(M.PYDLA_MCU_STATUS) & R.mcu_status_e.RUNNING)

@@ -34,6 +34,7 @@ import collections
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,9 @@ from pydla.hw.nvdla.regfile_units import Fault, Launch
 from pydla.hw.nvdla.smmu import Smmu
 from pydla.hw.nvdla.target import NvdlaTarget, by_name
 from pydla.target.config import DeviceConfig, load_config
+
+if TYPE_CHECKING:
+    from pydla.hw.mcu.nvdla import NvdlaMicrocontroller
 
 MODES = ("deterministic", "step", "threaded")
 WORD = 0xFFFFFFFF
@@ -97,9 +101,6 @@ class NvdlaDevice:
         if not 0 <= instance < self.config.instances:
             raise DlaError(NvError.BadParameter, f"device instance {instance}: config '{self.config.name}' "
                                                  f"has {self.config.instances}")
-        if self.config.headed:
-            raise DlaError(NvError.NotSupported, f"device config '{self.config.name}': an NVDLA "
-                                                 "configuration runs headless (its firmware in the KMD)")
         self.instance, self.mode = instance, mode
         self.memory = memory or DeviceMemory(self.config)
         self.iommu = self.memory.iommu
@@ -122,6 +123,11 @@ class NvdlaDevice:
         self._hangs: collections.Counter[str] = collections.Counter()  # injected: the next n never end
         self._injected: collections.Counter[str] = collections.Counter()  # injected: the next n fail
         self._worker: threading.Thread | None = None
+        self.mcu: NvdlaMicrocontroller | None = None
+        if self.config.headed:  # the microcontroller running the engine scheduler (pydla.hw.mcu.nvdla)
+            from pydla.hw.mcu.nvdla import NvdlaMicrocontroller  # here: the firmware imports the KMD's parts
+
+            self.mcu = NvdlaMicrocontroller(self)
         if mode == "threaded":
             self._worker = threading.Thread(target=self._work, daemon=True, name=f"pydla-nvdla{instance}")
             self._worker.start()
@@ -359,6 +365,8 @@ class NvdlaDevice:
             self._injected.clear()
 
     def close(self) -> None:
+        if self.mcu is not None:
+            self.mcu.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()

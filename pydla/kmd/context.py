@@ -44,6 +44,7 @@ class PreparedJob:
     addresses: list[ResolvedEntry]
     graph: TaskGraph
     scalars: tuple[tuple[int, int], ...] = ()
+    nvdla_interface: tuple[int, int, int] | None = None  # an NVDLA task's (a headed firmware decodes it)
 
 
 @dataclass

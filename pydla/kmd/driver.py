@@ -288,7 +288,8 @@ class Kmd(KmdComputeUnits):
             handles = frozenset(e.handle for e in addresses)
             if any(h not in context.buffers for h in handles):
                 raise DlaError(NvError.InvalidState, f"{what}: a buffer it uses was destroyed meanwhile")
-            context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph, task.scalars)
+            context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph, task.scalars,
+                                                    task.nvdla_interface)
             return prep_id
 
     def submit_prepared(self, ctx: int, prep_id: int, *, priority: int = 0, timeout_ms: int | None = None,
@@ -311,7 +312,7 @@ class Kmd(KmdComputeUnits):
                                "released, or dropped when a buffer it uses was destroyed)")
             job_id = self._next_job
             self._next_job += 1
-            task = TaskDesc(job_id, ctx, prepared.addresses, prepared.scalars)
+            task = TaskDesc(job_id, ctx, prepared.addresses, prepared.scalars, prepared.nvdla_interface)
             return self._enqueue(context, task, prepared.graph, priority, timeout_ms, pre_fences, post_fences,
                                  on_done)
 

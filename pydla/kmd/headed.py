@@ -1,7 +1,8 @@
 """Headed mode, the host's side: the driver's engine is a proxy that talks device-API messages.
 
-On a headed device (GLB mcu_status RUNNING: a microcontroller runs the engine scheduler, see
-:mod:`pydla.hw.mcu`) the KMD keeps what it always keeps (contexts, buffers, the job queue, fences,
+On a headed device (GLB mcu_status RUNNING, or on an NVDLA configuration PYDLA_MCU_STATUS: a
+microcontroller runs the engine scheduler, see :mod:`pydla.hw.mcu`; where its registers are:
+:mod:`pydla.kmd.headed_regs`) the KMD keeps what it always keeps (contexts, buffers, the job queue, fences,
 the watchdog and the recovery ladder: :mod:`pydla.kmd.driver`) and hands tasks to
 :class:`HeadedEngine` instead of :class:`~pydla.firmware.engine.Engine`. It answers the same calls
 (:class:`~pydla.firmware.engine_api.EngineApi`) through the mailbox (:mod:`pydla.firmware.headed_ring`):
@@ -11,7 +12,8 @@ the watchdog and the recovery ladder: :mod:`pydla.kmd.driver`) and hands tasks t
   device API is incompatible fails the open with NvError VersionMismatch naming both versions and
   the side to upgrade;
 - ``dla_execute_task``: write the task's address list into a slot of the lists area and send
-  ``task_submit_list_cmd`` (not waiting: its response comes with the events);
+  ``task_submit_list_cmd`` (not waiting: its response comes with the events), with an NVDLA task's
+  firmware interface version (device_api 1.2; an older firmware is refused for NVDLA tasks);
 - ``dla_isr_handler``: GLB intr_status bit 28 (the firmware posted); ``dla_process_events`` reads the
   response and event rings and ends runs on ``task_done_evt`` (with the error ``task_failed_evt``
   described, worded as the headless engine words it);
@@ -42,14 +44,15 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.runtime import Message
 from pydla.deviceapi.version import ContractVersion
 from pydla.errors import DlaError, NvError
-from pydla.firmware.engine import DEVICE_RESET_BIT, Engine, engine_depth
+from pydla.firmware.engine import Engine, engine_depth
 from pydla.firmware.engine_api import EngineApi, RunState, stuck_text
 from pydla.firmware.graph import TaskGraph, load_task
-from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_codec import nvdla_fields, wire
 from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring
 from pydla.firmware.interface import MAX_ADDRESSES, KmdDeviceInfo, TaskDesc
-from pydla.kmd.headed_handshake import check_firmware
+from pydla.kmd.headed_handshake import NVDLA_FIRMWARE, check_firmware
 from pydla.kmd.headed_posted import HeadedRun, PostedMessages
+from pydla.kmd.headed_regs import mcu_registers
 from pydla.kmd.port import KmdPortability
 
 log = logging.getLogger("pydla.kmd")
@@ -88,6 +91,7 @@ class HeadedEngine(PostedMessages):
     def __init__(self, port: KmdPortability, info: KmdDeviceInfo, *, rpc_timeout_ms: int = 2000) -> None:
         self.port = port
         self.config = info
+        self.regs = mcu_registers(info)  # GLB mcu_*, or an NVDLA device's nvdla_mcu window
         self.depth = engine_depth(info)
         self.rpc_timeout_ms = rpc_timeout_ms
         self.listening = False
@@ -150,6 +154,9 @@ class HeadedEngine(PostedMessages):
                          on_finish: Callable[[RunState], None] | None = None) -> RunState:
         if graph is None:
             graph = load_task(self.port, task, self.config)
+        nvdla = nvdla_fields(task.nvdla_interface)
+        if nvdla[0]:
+            self._check_nvdla_firmware(task)
         with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -176,12 +183,12 @@ class HeadedEngine(PostedMessages):
             self._by_id[task.task_id] = run
             self._inflight.append(run)
             self.cu_events.append(("START", task.task_id))
-            values = (*_SUBMIT_HEAD, tag, iova + at, task.task_id, 0, n, task.ctx, 0, 0)
+            values = (*_SUBMIT_HEAD, tag, iova + at, task.task_id, 0, n, task.ctx, 0, 0, *nvdla)
             assert self._cmd is not None
             if self._cmd.write_packed(_SUBMIT, *values):
                 self._ringing = threading.get_ident()  # (see dla_isr_handler)
                 try:
-                    self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+                    self.port.dla_reg_write(self.regs.doorbell, 1)
                 finally:
                     self._ringing = 0
                 return run
@@ -199,6 +206,19 @@ class HeadedEngine(PostedMessages):
             if self._initialised and self._broken is None:
                 self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
 
+    def _check_nvdla_firmware(self, task: TaskDesc) -> None:
+        """An NVDLA task needs a firmware that reads its interface version (device_api 1.2)."""
+        have = self.firmware_version
+        if have is not None and have.version[:2] < NVDLA_FIRMWARE:
+            need = ".".join(map(str, NVDLA_FIRMWARE))
+            raise DlaError(NvError.VersionMismatch,
+                           f"task {task.task_id}: {api.NAME} version mismatch: the host KMD has {api.NAME} "
+                           f"{'.'.join(map(str, api.VERSION))}, the device firmware has "
+                           f"{have.version_string}, "
+                           "which lacks task_submit_list's nvdla_task (an NVDLA task's firmware interface "
+                           f"version). The host KMD is newer: upgrade the device firmware to {api.NAME} >= "
+                           f"{need}.0")
+
     def dla_isr_handler(self) -> int:
         """GLB intr_status bit 28: the firmware posted responses or events. Only recorded here (this
         runs on the thread that raised the interrupt, maybe the firmware's own), and RPC waiters
@@ -208,9 +228,10 @@ class HeadedEngine(PostedMessages):
         write (an idle firmware runs in the ringing thread; this thread holds the engine's lock): what
         it posted is read now. The submit's response then needs no one else, and :meth:`wake` skips
         waking the driver's service thread for it, a thread handoff per task saved."""
-        if not self.port.dla_reg_read(R.GLB_INTR_STATUS) & MAILBOX_BIT:
+        regs = self.regs
+        if not self.port.dla_reg_read(regs.intr_status) & regs.mailbox_bit:
             return 0
-        self.port.dla_reg_write(R.GLB_INTR_STATUS, MAILBOX_BIT)
+        self.port.dla_reg_write(regs.intr_status, regs.mailbox_bit)
         if self._ringing == threading.get_ident():
             self._drain()
             return 0
@@ -322,7 +343,7 @@ class HeadedEngine(PostedMessages):
             ctx, bo, _, _ = self._mbox
             self._mbox = None
             try:
-                self.port.dla_reg_write(R.GLB_MCU_MBOX_SIZE, 0)
+                self.port.dla_reg_write(self.regs.mbox_size, 0)
                 self.port.dla_free(bo)
                 self.port.dla_destroy_context(ctx)
             except DlaError as e:
@@ -344,12 +365,13 @@ class HeadedEngine(PostedMessages):
         self._evt = Ring(mem, self.layout.evt, producer=False)
         self._free_slots = list(range(self.depth + 2))  # nothing is in flight on a new attachment
         self._slot_lists = [None] * (self.depth + 2)
-        for reg, value in ((R.GLB_MCU_MBOX_BASE_LO, iova & 0xFFFFFFFF), (R.GLB_MCU_MBOX_BASE_HI, iova >> 32),
-                           (R.GLB_MCU_MBOX_CTX, ctx), (R.GLB_MCU_MBOX_SIZE, self.layout.size)):
+        regs = self.regs
+        for reg, value in ((regs.mbox_base_lo, iova & 0xFFFFFFFF), (regs.mbox_base_hi, iova >> 32),
+                           (regs.mbox_ctx, ctx), (regs.mbox_size, self.layout.size)):
             self.port.dla_reg_write(reg, value)
         deadline = time.monotonic() + self.rpc_timeout_ms / 1000
         while True:
-            status = self.port.dla_reg_read(R.GLB_MCU_STATUS)
+            status = self.port.dla_reg_read(regs.status)
             if status & _STOPPED:
                 raise DlaError(NvError.InvalidState, f"the device's microcontroller stopped (mcu_status "
                                                      f"{status:#x}); write mcu_reset to restart it")
@@ -373,11 +395,11 @@ class HeadedEngine(PostedMessages):
         assert self._cmd is not None
         deadline = time.monotonic() + self.rpc_timeout_ms / 1000
         while not self._cmd.write(bytes(msg)):
-            self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+            self.port.dla_reg_write(self.regs.doorbell, 1)
             if time.monotonic() >= deadline:
                 self._firmware_hung(what)
             time.sleep(0.0005)
-        self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
+        self.port.dla_reg_write(self.regs.doorbell, 1)
 
     def _call(self, msg: Message, rsp_cls: type[Message], what: str, *, recover: bool = True) -> Any:
         """Send ``msg`` and wait for its response (of type ``rsp_cls``) within the RPC timeout."""
@@ -429,8 +451,8 @@ class HeadedEngine(PostedMessages):
         self.stats["firmware_resets"] += 1
         reason = f"the device firmware did not answer {what} within {self.rpc_timeout_ms} ms"
         log.error("headed mode: %s: resetting the microcontroller and the device", reason)
-        self.port.dla_reg_write(R.GLB_MCU_RESET, 1)
-        self.port.dla_reg_write(R.GLB_RESET, 1 << DEVICE_RESET_BIT)
+        self.port.dla_reg_write(self.regs.reset, 1)
+        self.port.dla_reg_write(self.regs.device_reset, self.regs.device_reset_value)
         self._submits.clear()
         self._responses.clear()
         self._events.clear()

@@ -16,6 +16,7 @@ from pydla.deviceapi.version import ContractVersion, check_compatible
 from pydla.errors import DlaError, NvError
 
 MIN_FIRMWARE = (1, 1)  # task_submit_list_cmd, task_status_cmd and task_failed_evt came in device_api 1.1
+NVDLA_FIRMWARE = (1, 2)  # task_submit_list_cmd's nvdla_task (an NVDLA task's interface version): 1.2
 
 
 def check_firmware(rsp: Any, status_major: int) -> ContractVersion:

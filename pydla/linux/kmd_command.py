@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
     p.add_argument("--config", default="full",
                    help="device configuration: full, full-headed, small, NVDLA's nv_full, nv_large, "
                         "nv_medium_1024_full, nv_medium_512, nv_small, nv_small_256, nv_small_256_full, "
-                        "or a JSON file")
+                        "and headed nv_full-headed, nv_large-headed, nv_small-headed, or a JSON file")
     p.add_argument("--mode", choices=("threaded", "deterministic"), default="threaded",
                    help="how the virtual devices run (default: threaded, beside the daemon)")
     p.add_argument("--threads", type=int, default=4,

@@ -66,6 +66,7 @@ class SubmitHandlers:
         """For the daemon's table."""
         e = U.dla_ioctl_e
         return {e.SUBMIT: self.submit, e.PREPARE: self.prepare, e.PREPARE_ARGS: self.prepare,
+                e.PREPARE_NVDLA: self.prepare,
                 e.SUBMIT_PREPARED: self.submit_prepared, e.RELEASE_PREPARED: self.release_prepared,
                 e.RING_SETUP: self.ring_setup}
 
@@ -89,8 +90,16 @@ class SubmitHandlers:
         return 0
 
     def prepare(self, client: Client, ctx: RequestContext, a: Any) -> int:
-        """PREPARE, and PREPARE_ARGS (the same with the task's scalar arguments)."""
-        what = "PREPARE_ARGS" if isinstance(a, U.dla_prepare_args_t) else "PREPARE"
+        """PREPARE, PREPARE_ARGS (the same with the task's scalar arguments) and PREPARE_NVDLA (an
+        NVDLA Loadable's DLA task with its firmware interface version, uAPI 2.10)."""
+        kinds = {U.dla_prepare_args_t: "PREPARE_ARGS", U.dla_prepare_nvdla_t: "PREPARE_NVDLA"}
+        what = kinds.get(type(a), "PREPARE")
+        nvdla_interface = None
+        if what == "PREPARE_NVDLA":
+            if a.reserved or a.reserved2:
+                raise FuseError(errno.EINVAL, f"PREPARE_NVDLA: reserved = {a.reserved}, reserved2 = "
+                                              f"{a.reserved2}: must be 0")
+            nvdla_interface = (int(a.interface_major), int(a.interface_minor), int(a.interface_sub_minor))
         entries = read_array(ctx, a.addresses, a.num_addresses, U.dla_address_t, MAX_ADDRESSES,
                              "addresses", what)
         if not entries:
@@ -99,7 +108,8 @@ class SubmitHandlers:
         if what == "PREPARE_ARGS":
             scalars = [(int(s.argidx), int(s.value)) for s in read_array(
                 ctx, a.scalars, a.num_scalars, U.dla_scalar_t, MAX_SCALARS, "scalars", what)]
-        a.prepared = client.kmd.prepare(client.ctx, self._addresses(client, entries), scalars)
+        a.prepared = client.kmd.prepare(client.ctx, self._addresses(client, entries), scalars,
+                                        nvdla_interface=nvdla_interface)
         return 0
 
     def submit_prepared(self, client: Client, ctx: RequestContext, a: Any) -> int:

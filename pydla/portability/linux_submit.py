@@ -1,6 +1,7 @@
 """The Linux port's task submission (a part of :class:`~pydla.portability.linux.LinuxPort`): SUBMIT with
 its arrays in this process's memory (the daemon reads them during the call); prepared tasks, which the
-daemon validates once and keeps (PREPARE, PREPARE_ARGS for a task's scalar arguments, uAPI 2.7) and a
+daemon validates once and keeps (PREPARE, PREPARE_ARGS for a task's scalar arguments, uAPI 2.7,
+PREPARE_NVDLA for an NVDLA Loadable's task with its firmware interface version, uAPI 2.10) and a
 submit then names (SUBMIT_PREPARED, through the file's submission ring when it has one); and
 RELEASE_PREPARED. A daemon older than uAPI 2.3 gets the portability interface's defaults (a SUBMIT
 each time).
@@ -57,7 +58,7 @@ class LinuxSubmitter:
         as a prepared task, which SUBMIT has no room for)."""
         statuses = []
         for i, task in enumerate(tasks):
-            if task.scalars:
+            if task.scalars or task.nvdla_interface is not None:
                 statuses.append(self._submit_with_scalars(device, task, f"NvDlaSubmit task {i}"))
                 continue
             entries = task.address_list
@@ -82,11 +83,13 @@ class LinuxSubmitter:
         return statuses
 
     def _submit_with_scalars(self, device: LinuxDevice, task: NvDlaTask, what: str) -> NvDlaTaskStatus:
-        """A task with scalar arguments goes as PREPARE_ARGS, SUBMIT_PREPARED, RELEASE_PREPARED (the
-        job runs on after its prepared task is released): SUBMIT has no room for them."""
+        """A task with scalar arguments, or an NVDLA task, goes as PREPARE_ARGS or PREPARE_NVDLA,
+        SUBMIT_PREPARED, RELEASE_PREPARED (the job runs on after its prepared task is released): SUBMIT
+        has no room for them."""
+        kind = "an NVDLA task" if task.nvdla_interface is not None else "a task with scalar arguments"
         if len(task.pre_fences) > INLINE_FENCES or len(task.post_fences) > INLINE_FENCES:
-            raise DlaError(NvError.BadParameter, f"{what}: a task with scalar arguments takes at most "
-                                                 f"{INLINE_FENCES} fences each way on the Linux port")
+            raise DlaError(NvError.BadParameter, f"{what}: {kind} takes at most {INLINE_FENCES} fences each "
+                                                 "way on the Linux port")
         port = self.port  # its methods: a port made from this one (a test's) sees its own calls
         prepared = port.NvDlaPrepareTask(device, task)
         try:
@@ -101,7 +104,12 @@ class LinuxSubmitter:
         if not 0 < len(entries) <= MAX_ADDRESSES:
             raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: {len(entries)} addresses "
                                                  f"(1..{MAX_ADDRESSES})")
+        if task.nvdla_interface is not None:
+            device.needs((2, 10), "NvDlaPrepareTask",
+                         "an NVDLA task (its firmware interface version) needs uAPI")
         addresses = self.buffers.address_array(device, entries, "NvDlaPrepareTask")
+        if task.nvdla_interface is not None:
+            return self._prepare_nvdla(device, task, addresses)
         if not task.scalars:
             args = U.dla_prepare_t(addresses=ctypes.addressof(addresses), num_addresses=len(entries))
             return int(device.ioctl(U.dla_ioctl_e.PREPARE, args).prepared)  # arrays: read during the call
@@ -124,12 +132,28 @@ class LinuxSubmitter:
                                          num_scalars=len(task.scalars))
         return int(device.ioctl(U.dla_ioctl_e.PREPARE_ARGS, with_args).prepared)
 
+    def _prepare_nvdla(self, device: LinuxDevice, task: NvDlaTask, addresses: Any) -> int:
+        """PREPARE_NVDLA: an NVDLA task and its firmware interface version (uAPI 2.10)."""
+        version = task.nvdla_interface
+        assert version is not None
+        if task.scalars:
+            raise DlaError(NvError.BadParameter, "NvDlaPrepareTask: an NVDLA task takes no scalar arguments")
+        if len(version) != 3 or not all(isinstance(v, int) and 0 <= v <= 0xFF for v in version):
+            raise DlaError(NvError.BadParameter, f"NvDlaPrepareTask: nvdla_interface {version!r}: must be "
+                                                 "three integers 0..255 (major, minor, sub_minor)")
+        args = U.dla_prepare_nvdla_t(addresses=ctypes.addressof(addresses),
+                                     num_addresses=len(task.address_list),
+                                     interface_major=version[0], interface_minor=version[1],
+                                     interface_sub_minor=version[2])
+        return int(device.ioctl(U.dla_ioctl_e.PREPARE_NVDLA, args).prepared)  # arrays: read during the call
+
     def prepare_task(self, device: LinuxDevice, task: NvDlaTask) -> NvDlaPreparedTask:
         """NvDlaPrepareTask on an open ``device`` (see the module)."""
-        if device.daemon_version[:2] < (2, 3):
+        if device.daemon_version[:2] < (2, 3) and task.nvdla_interface is None:
             return NvDlaPort.NvDlaPrepareTask(self.port, device, task)
         checked = check_task(task, "NvDlaPrepareTask")
-        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars))
+        kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars),
+                         nvdla_interface=checked.nvdla_interface)
         return NvDlaPreparedTask(kept, _LinuxPrepared(device, self._prepare(device, kept)))
 
     def submit_prepared(self, device: LinuxDevice, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],

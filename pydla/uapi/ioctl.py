@@ -42,6 +42,7 @@ STRUCTS: dict[int, Any] = {
     U.dla_ioctl_e.PREPARE_ARGS: U.dla_prepare_args_t,
     U.dla_ioctl_e.TRACE_START: U.dla_trace_start_t, U.dla_ioctl_e.TRACE_READ: U.dla_trace_read_t,
     U.dla_ioctl_e.TRACE_STOP: U.dla_trace_read_t, U.dla_ioctl_e.CU_ARGS: U.dla_cu_args_t,
+    U.dla_ioctl_e.PREPARE_NVDLA: U.dla_prepare_nvdla_t,
 }
 INLINE_FENCES = 4  # fences SUBMIT_PREPARED carries in its struct, each way
 MAX_STREAM_BYTES = 1 << 20  # the most one CU_STREAM_WRITE / CU_STREAM_READ moves

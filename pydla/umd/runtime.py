@@ -28,6 +28,7 @@ from pydla.portability.interface import NvDlaMemHandle, NvDlaPort, check_timeout
 from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.nvdla_runner import NvdlaRunner, NvdlaTensorDesc, open_nvdla_loadable
+from pydla.umd.nvdla_tensor import NvdlaLayouts
 from pydla.umd.runner import Runner
 from pydla.umd.sync import ISync
 
@@ -50,6 +51,7 @@ class IRuntime:
         self.loadable: Loadable | None = None
         self.runner: Runner | None = None
         self.nvdla: NvdlaRunner | None = None  # an NVDLA Loadable's runner, when one is loaded
+        self._nvdla_layouts: NvdlaLayouts | None = None  # ... and the tensor layouts the application set
         self._inputs: list[TensorDesc] = []
         self._outputs: list[TensorDesc] = []
         self._staging: dict[tuple[str, int], Staging] = {}  # tensors in the application's own layout
@@ -150,10 +152,14 @@ class IRuntime:
             self.loadable = self.runner = None
             self._inputs, self._outputs = [], []
             self.nvdla = runner
+            self._nvdla_layouts = NvdlaLayouts(self, runner)
         log.info("loaded %s: NVDLA Loadable %s, %d tasks, %d inputs, %d outputs", source, lo.version,
                  len(lo.task_list), len(runner.inputs), len(runner.outputs))
 
     def _drop_nvdla(self) -> None:
+        if self._nvdla_layouts is not None:
+            self._nvdla_layouts.close()
+            self._nvdla_layouts = None
         if self.nvdla is not None:
             self.nvdla.close()
             self.nvdla = None
@@ -225,24 +231,28 @@ class IRuntime:
     def getInputTensorDesc(self, index: int) -> Any:
         """The input's descriptor: the network's, or the layout the application set (for an NVDLA
         Loadable, an :class:`~pydla.umd.nvdla_runner.NvdlaTensorDesc` from its tensor_desc_list)."""
-        if self.nvdla is not None:
-            return self._nvdla_desc(self.nvdla.inputs, index, "input")
+        if self.nvdla is not None and self._nvdla_layouts is not None:
+            return self._nvdla_layouts.desc("input", index,
+                                            self._nvdla_desc(self.nvdla.inputs, index, "input"))
         staging = self._staging.get(("input", index))
         return staging.desc if staging else self._desc(self._inputs, index, "input")
 
     def getOutputTensorDesc(self, index: int) -> Any:
         """The output's descriptor: the network's, or the layout the application set (for an NVDLA
         Loadable, an :class:`~pydla.umd.nvdla_runner.NvdlaTensorDesc`)."""
-        if self.nvdla is not None:
-            return self._nvdla_desc(self.nvdla.outputs, index, "output")
+        if self.nvdla is not None and self._nvdla_layouts is not None:
+            return self._nvdla_layouts.desc("output", index,
+                                            self._nvdla_desc(self.nvdla.outputs, index, "output"))
         staging = self._staging.get(("output", index))
         return staging.desc if staging else self._desc(self._outputs, index, "output")
 
     def _set(self, tensors: list[TensorDesc], index: int, desc: TensorDesc, what: str) -> None:
-        if self.nvdla is not None:
-            raise DlaError(NvError.NotSupported, f"set{what.capitalize()}TensorDesc({index}): an "
-                                                 f"NVDLA Loadable's "
-                                                 f"tensors keep the layout of its tensor_desc_list")
+        if self.nvdla is not None and self._nvdla_layouts is not None:
+            # NVDLA Loadable: another line, surface or batch stride (pydla.umd.nvdla_tensor.NvdlaLayouts)
+            nvdla_tensors = self.nvdla.inputs if what == "input" else self.nvdla.outputs
+            with self._lock:
+                self._nvdla_layouts.set(what, index, self._nvdla_desc(nvdla_tensors, index, what), desc)
+            return
         network = self._desc(tensors, index, what)
         if not isinstance(desc, TensorDesc):
             raise DlaError(NvError.BadParameter, f"set{what.capitalize()}TensorDesc({index}): a TensorDesc "
@@ -306,7 +316,8 @@ class IRuntime:
 
     def bindInputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
         if self.nvdla is not None:
-            self.nvdla.bind_input(index, mem)
+            if self._nvdla_layouts is None or not self._nvdla_layouts.bind("input", index, mem):
+                self.nvdla.bind_input(index, mem)
             return
         desc = self.getInputTensorDesc(index)
         staging = self._staging.get(("input", index))
@@ -317,7 +328,8 @@ class IRuntime:
 
     def bindOutputTensor(self, index: int, mem: NvDlaMemHandle) -> None:
         if self.nvdla is not None:
-            self.nvdla.bind_output(index, mem)
+            if self._nvdla_layouts is None or not self._nvdla_layouts.bind("output", index, mem):
+                self.nvdla.bind_output(index, mem)
             return
         desc = self.getOutputTensorDesc(index)
         staging = self._staging.get(("output", index))
@@ -332,7 +344,10 @@ class IRuntime:
         """Run the network to completion (blocking); its error, or Timeout, raises."""
         if self.nvdla is not None:
             self._check_open()
-            self.nvdla.run(self.timeout_ms)
+            if self._nvdla_layouts is not None:
+                self._nvdla_layouts.run(self.nvdla, self.timeout_ms)
+            else:
+                self.nvdla.run(self.timeout_ms)
             return
         runner = self._loaded()
         staged = list(self._staging.values())
@@ -419,12 +434,16 @@ class IRuntime:
         self._check_open()
         out = self.createSync()
         post = out.fence
+        layouts = self._nvdla_layouts
 
         def work(_keep: object) -> None:
             try:
                 for sync in syncs:
                     sync.wait(self.timeout_ms)
-                runner.run(self.timeout_ms)
+                if layouts is not None:
+                    layouts.run(runner, self.timeout_ms)
+                else:
+                    runner.run(self.timeout_ms)
                 self.port.NvDlaSignalFence(post)
             except DlaError as e:
                 self.port.NvDlaFailFence(post, e)

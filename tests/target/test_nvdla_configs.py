@@ -29,8 +29,16 @@ def _raw(name: str) -> dict[str, Any]:
 def test_every_nvdla_configuration_is_bundled_and_the_others_are_not() -> None:
     assert set(NVDLA) == set(NAMES) <= set(bundled_configs())
     assert {"full", "small", "full-headed"} <= set(bundled_configs())
-    assert [n for n in bundled_configs() if load_config(n).nvdla is not None] == NVDLA
+    nvdla = [n for n in bundled_configs() if load_config(n).nvdla is not None]
+    assert [n for n in nvdla if not load_config(n).headed] == NVDLA
     assert all(load_config(n).nvdla is None for n in ("full", "small", "full-headed"))
+    # the headed variants of the three named ones: the same hardware with a microcontroller
+    headed = [n for n in bundled_configs() if load_config(n).nvdla is not None and load_config(n).headed]
+    assert headed == ["nv_full-headed", "nv_large-headed", "nv_small-headed"]
+    for name in headed:
+        plain, cfg = _raw(name.removesuffix("-headed")), _raw(name)
+        assert {k: v for k, v in cfg.items() if k not in ("name", "description", "headed")} == \
+            {k: v for k, v in plain.items() if k not in ("name", "description")}
 
 
 @pytest.mark.parametrize("name", NVDLA)
@@ -120,11 +128,6 @@ def test_a_configuration_whose_facts_differ_from_the_hardware_is_refused_by_the_
     with pytest.raises(DlaError) as e:
         NvdlaDevice(parse_config(raw, "mine.json"))
     assert e.value.code == NvError.BadParameter and "'nv_tiny' is unknown" in e.value.message
-    raw = _raw("nv_small")
-    raw["headed"] = True
-    with pytest.raises(DlaError) as e:
-        NvdlaDevice(parse_config(raw, "mine.json"))
-    assert e.value.code == NvError.NotSupported and "headless" in e.value.message
 
 
 def test_pydla_devices_lists_them_with_nvdla_s_precisions_and_map() -> None:

@@ -220,15 +220,33 @@ def test_dense_offsets_of_nvdla_layouts() -> None:
     assert marked[0, 17, 1, 2] == 2048 + 256 + 2 * 32 + 1 * 2
     # one pixel a line says nothing of the atom: 32 bytes, as NVIDIA's application gathers images
     assert element_offsets(_desc((1, 1, 1, 1), M.DataType.INT8, (1, 256, 2048), 2048)).tolist() == [[[[0]]]]
+    # a pitch-linear A8B8G8R8 image: bytes R, G, B, A per pixel; channel k (R, G, B) at component k
     image = dataclasses.replace(_desc((1, 3, 2, 2), M.DataType.UINT8, (1, 8, 16), 16),
                                 pixel_format=M.PixelFormat.A8B8G8R8)
-    cases = [(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2047), NvError.InvalidSize),
-             (image, NvError.NotSupported),
-             (_desc((2, 1, 2, 2), M.DataType.INT8, (1, 64, 128), 512), NvError.NotSupported)]
-    for bad, code in cases:
+    assert element_offsets(image)[0].tolist() == [[[0, 4], [8, 12]], [[1, 5], [9, 13]], [[2, 6], [10, 14]]]
+    # names go from the word's most significant component: B8G8R8A8 is bytes A, R, G, B
+    bgra = dataclasses.replace(image, pixel_format=M.PixelFormat.B8G8R8A8)
+    assert element_offsets(bgra)[0, :, 0, 1].tolist() == [5, 6, 7]
+    # batches: one cube after another (strides[3] 0), or strides[3] bytes apart
+    batch = _desc((2, 1, 2, 2), M.DataType.INT8, (1, 64, 128), 512)
+    assert element_offsets(batch)[:, 0, 1, 1].tolist() == [64 + 32, 128 + 64 + 32]
+    apart = dataclasses.replace(batch, strides=(1, 64, 128, 256, 0, 0, 0, 0))
+    assert element_offsets(apart)[:, 0, 1, 1].tolist() == [96, 256 + 96]
+    cases = [(_desc((1, 32, 8, 8), M.DataType.INT8, (1, 64, 512), 2047), NvError.InvalidSize,
+              "its elements reach byte 2048 of a 2047-byte buffer"),
+             (dataclasses.replace(image, pixel_format=M.PixelFormat.A2B10G10R10), NvError.NotSupported,
+              "pixel format A2B10G10R10 (packed 10-bit or semi-planar)"),
+             (dataclasses.replace(image, dims=(1, 5, 2, 2)), NvError.BadValue,
+              "5 channels, pixel format A8B8G8R8 has 4"),
+             (dataclasses.replace(image, data_type=M.DataType.INT16), NvError.BadValue,
+              "data type INT16 (2-byte elements) for pixel format A8B8G8R8 (1-byte components)"),
+             (dataclasses.replace(image, pixel_mapping=M.PixelMapping(1)), NvError.NotSupported,
+              "pixel mapping"),
+             (dataclasses.replace(apart, size=352), NvError.InvalidSize, "reach byte 353 of a 352-byte")]
+    for bad, code, words in cases:
         with pytest.raises(DlaError) as e:
             element_offsets(bad)
-        assert e.value.code == code
+        assert e.value.code == code and words in e.value.message, e.value.message
 
 
 def _buffer_2019(index: int, fmt: int, c: int, line: int = 32, surf: int = 32, offset: int = 0) -> bytes:
@@ -339,9 +357,12 @@ def test_non_blocking_submit_and_refused_layout_change() -> None:
         (sync,) = rt.submitNonBlocking()
         sync.wait(10_000)
         assert bytes(out.bytes_view()) == bytes(range(256)) * 8 and len(port.submitted) == 1
+        rt.setOutputTensorDesc(0, rt.getOutputTensorDesc(0))  # the loadable's own layout: nothing changes
         with pytest.raises(DlaError) as e:
-            rt.setOutputTensorDesc(0, rt.getOutputTensorDesc(0))
-        assert e.value.code == NvError.NotSupported and "tensor_desc_list" in e.value.message
+            rt.setOutputTensorDesc(0, dataclasses.replace(rt.getOutputTensorDesc(0), dims=(1, 2, 1, 1)))
+        assert e.value.code == NvError.NotSupported
+        assert ("dims (1, 2, 1, 1) differs from the loadable's (1, 1, 1, 1): an NVDLA Loadable's tensor "
+                "keeps its dims") in e.value.message
         rt.unload()
         assert rt.nvdla is None
         with pytest.raises(DlaError) as e:

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """dla_regs 1.8.0: Register map of the pydla virtual device
 
-Layout hash e41c1a888c83c05b21f9243939fbdc78471c27c8ebcd0e40acce5d913d1bec4e.
+Layout hash a29e7787621c7e48b493e27458b2ca3e0c4f24d166e3ebb80f55db9e653f6c88.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_regs"
 VERSION = (1, 8, 0)
-LAYOUT_HASH = "e41c1a888c83c05b21f9243939fbdc78471c27c8ebcd0e40acce5d913d1bec4e"
-LAYOUT_HASH64 = 0xe41c1a888c83c05b
+LAYOUT_HASH = "a29e7787621c7e48b493e27458b2ca3e0c4f24d166e3ebb80f55db9e653f6c88"
+LAYOUT_HASH64 = 0xa29e7787621c7e48
 
 
 class dla_precision_e(enum.IntEnum):
@@ -704,6 +704,9 @@ class shave_regs_t(Record):
     dma_error_task: int
     dma_error_addr_lo: int
     dma_error_addr_hi: int
+    bar_produce: int
+    bar_consume: int
+    bar_ready: int
     reserved0: ctypes.Array[ctypes.c_uint32]
     t0: shave_tile_regs_t
     t1: shave_tile_regs_t

@@ -2,7 +2,7 @@
 # Change the spec and run `pydla deviceapi generate`; a test fails while this file is stale.
 """dla_task 1.9.0: Network, operation and surface descriptors of a task
 
-Layout hash 7d7a48002ecc8371c1066c29b9a80bc3199ea4355439b78fc08c3a47711df6a4.
+Layout hash 13182adfb41834e92e0d83fa465a927a3ceaaee53d0294ca7d9cfcded9a8b1e1.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pydla.deviceapi.runtime import ApiInfo, Record
 
 NAME = "dla_task"
 VERSION = (1, 9, 0)
-LAYOUT_HASH = "7d7a48002ecc8371c1066c29b9a80bc3199ea4355439b78fc08c3a47711df6a4"
-LAYOUT_HASH64 = 0x7d7a48002ecc8371
+LAYOUT_HASH = "13182adfb41834e92e0d83fa465a927a3ceaaee53d0294ca7d9cfcded9a8b1e1"
+LAYOUT_HASH64 = 0x13182adfb41834e9
 
 
 class dla_event_e(enum.IntEnum):

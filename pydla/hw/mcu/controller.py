@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from pydla.deviceapi.generated import device_api
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
+from pydla.hw.mcu.board import Board, DlaBoard
 from pydla.hw.mcu.firmware import Firmware
 from pydla.hw.mcu.port import FIRMWARE_INTR_BITS
 
@@ -64,6 +65,7 @@ class Microcontroller:
         self.device = device
         self.api = api
         self._bus_write = device.reg_write  # the register bus itself (before the host's is wrapped)
+        self.board = self._board()
         self._lock = threading.Lock()  # the registers and requests below
         self._wake = threading.Condition(self._lock)
         self._serving = threading.Lock()  # held while the firmware runs: one runner at a time
@@ -75,16 +77,9 @@ class Microcontroller:
         self.hung = False
         self.stopped: str | None = None
         self.attach_error: str | None = None
-        self.firmware = Firmware(device, self._bus_write, api)
+        self.firmware = Firmware(self.board, self._bus_write, api)
         self._closed = False
-        regs = {R.GLB_MCU_MBOX_BASE_LO: 0, R.GLB_MCU_MBOX_BASE_HI: 1, R.GLB_MCU_MBOX_CTX: 2,
-                R.GLB_MCU_MBOX_SIZE: 3}
-        for address, index in regs.items():
-            device.glb_extra[address] = self._mbox_register(index)
-        device.glb_extra[R.GLB_MCU_DOORBELL] = (lambda: 0, self._doorbell)
-        device.glb_extra[R.GLB_MCU_STATUS] = (self.status, lambda v: 0)
-        device.glb_extra[R.GLB_MCU_RESET] = (lambda: 0, self._reset_write)
-        device.connect_irq(self._irq)
+        self._wire_registers()
         # The host's handlers: called by _irq when a host bit is pending (see the module docstring).
         self._host_handlers: tuple[Callable[[], object], ...] = ()
         device_disconnect = device.disconnect_irq
@@ -113,6 +108,26 @@ class Microcontroller:
         # device's lock is then free): the host's write is wrapped, on this device only. Threaded, an
         # idle firmware runs there too (the simulation's shortcut for a thread handoff); a busy one
         # is left to its own thread.
+        self._wrap_host_writes()
+
+    # -- how the microcontroller sits in the device (pydla's own: GLB mcu_*; overridden for NVDLA's) ----
+
+    def _board(self) -> Board:
+        return DlaBoard(self.device)
+
+    def _wire_registers(self) -> None:
+        """The registers in the device's GLB, and the device's interrupt to the controller."""
+        device = self.device
+        regs = {R.GLB_MCU_MBOX_BASE_LO: 0, R.GLB_MCU_MBOX_BASE_HI: 1, R.GLB_MCU_MBOX_CTX: 2,
+                R.GLB_MCU_MBOX_SIZE: 3}
+        for address, index in regs.items():
+            device.glb_extra[address] = self._mbox_register(index)
+        device.glb_extra[R.GLB_MCU_DOORBELL] = (lambda: 0, self._doorbell)
+        device.glb_extra[R.GLB_MCU_STATUS] = (self.status, lambda v: 0)
+        device.glb_extra[R.GLB_MCU_RESET] = (lambda: 0, self._reset_write)
+        device.connect_irq(self._irq)
+
+    def _wrap_host_writes(self) -> None:
         bus_write = self._bus_write
 
         def reg_write(address: int, value: int) -> None:
@@ -121,7 +136,7 @@ class Microcontroller:
                 self._due = False
                 self._serve()
 
-        bus_write_many = device.reg_write_many
+        bus_write_many = self.device.reg_write_many
 
         def reg_write_many(writes: Sequence[tuple[int, int]]) -> None:
             bus_write_many(writes)
@@ -131,6 +146,10 @@ class Microcontroller:
 
         device.reg_write = reg_write
         device.reg_write_many = reg_write_many
+
+    def _post_mailbox_interrupt(self) -> None:
+        """The firmware posted: the host's mailbox interrupt (GLB intr_status bit 28)."""
+        self._bus_write(R.GLB_INTR_SET, MAILBOX_BIT)
 
     # -- registers (called under the device's lock: they only record and wake) -------------------------
 
@@ -231,7 +250,7 @@ class Microcontroller:
                 self._serving.release()
             if posted:
                 # Raised once the firmware is free: the host's handlers may call back into it.
-                self._bus_write(R.GLB_INTR_SET, MAILBOX_BIT)
+                self._post_mailbox_interrupt()
             ran = True
         return ran
 
@@ -254,13 +273,13 @@ class Microcontroller:
             posted = self.firmware.step()
         except Exception as e:  # a bug in the firmware stops it; it never throws into a caller
             self.stopped = f"{type(e).__name__}: {e}"
-            self.device.log.append(f"mcu: the firmware stopped: {self.stopped}; "
-                                   + traceback.format_exc(limit=3).replace("\n", " | "))
+            self.board.log(f"mcu: the firmware stopped: {self.stopped}; "
+                           + traceback.format_exc(limit=3).replace("\n", " | "))
             posted = False
         return posted
 
     def _reboot(self, api: ModuleType) -> None:
-        self.firmware = Firmware(self.device, self._bus_write, api)
+        self.firmware = Firmware(self.board, self._bus_write, api)
         self.hung = False
         self.stopped = None
         self.attach_error = None

@@ -48,11 +48,9 @@ from pydla.deviceapi.runtime import Message, MessageType, decode
 from pydla.errors import DlaError, NvError
 from pydla.firmware.engine import Engine, TaskRun
 from pydla.firmware.engine_api import RunState
-from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_codec import nvdla_version, wire
 from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
 from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
-from pydla.hw.device_info import device_info
-from pydla.hw.mcu.port import FirmwarePort
 from pydla.hw.mcu.prepared import PreparedTasks
 from pydla.hw.memory import BufferObject, MmuFault
 from pydla.hw.trace_out import LOG_WARNING, TASK
@@ -60,13 +58,16 @@ from pydla.hw.trace_out import LOG_WARNING, TASK
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pydla.hw.device import VirtualDevice
+    from pydla.hw.mcu.board import Board
 
 NO_OP = 0xFFFF
 MAX_COMMANDS_PER_STEP = 64  # a flood of commands cannot starve the engine's events
 _COMMON = struct.Struct("<IHB")
 _COMMAND = int(MessageType.COMMAND)
 _STATUS_OF = {NvError.InvalidAddress: "MMU_FAULT", NvError.Timeout: "TIMEOUT"}
+# Commands that gained fields in a minor version: the first field appended since device_api 1.1, which a
+# host of that version sends the command without (Firmware._older_host).
+APPENDED = {"task_submit_list_cmd": "nvdla_task"}
 
 
 @dataclass
@@ -83,16 +84,17 @@ class _Mailbox:
 class Firmware:
     """One boot of the firmware (a reset of the microcontroller makes a new one)."""
 
-    def __init__(self, device: VirtualDevice, write: Callable[[int, int], None],
+    def __init__(self, board: Board, write: Callable[[int, int], None],
                  api: ModuleType = device_api) -> None:
-        self.device = device
+        self.board = board
+        self.iommu = board.iommu
         self.api = api
         self.isr: Callable[[], object] | None = None
-        self.port = FirmwarePort(device, write, self._connect)
-        self.info = device_info(device)  # what the firmware knows of the device it runs on
+        self.port = board.port(write, self._connect)
+        self.info = board.info()  # what the firmware knows of the device it runs on
         self.engine = Engine(self.port, self.info)
         self.engine.dla_engine_init()
-        self.cache = PreparedTasks(device.iommu, self.info)
+        self.cache = PreparedTasks(board.iommu, self.info)
         self.wire = wire(api)  # None: this API's task messages take the generic path
         self.mailbox: _Mailbox | None = None
         self.handshaken = False
@@ -122,7 +124,7 @@ class Firmware:
     def log_line(self, text: str, level: int = LOG_WARNING) -> None:
         """A line of the firmware's log: kept, and a ``log`` event of the trace ring while LOG is on."""
         self.log.append(text)
-        self.device.trace_log(level, f"mcu: {text}")
+        self.board.trace_log(level, f"mcu: {text}")
 
     def _names(self, status: int, code: int) -> str:
         known = self.status._value2member_map_.get(int(status))
@@ -138,7 +140,7 @@ class Firmware:
         if not 0 < size <= 1 << 26:
             return f"mcu_mbox_size {size} must be 1..{1 << 26}"
         try:
-            bo, offset = self.device.iommu.translate(ctx, base, size)
+            bo, offset = self.iommu.translate(ctx, base, size)
             mem = bo.array[offset:offset + size]
             layout = Layout.read(mem)
         except MmuFault as e:
@@ -205,7 +207,7 @@ class Firmware:
             # A task's submit, laid out as the codec expects: the generic path's checks, one struct.
             v = w.submit.unpack(data)
             task_id = v[6]
-            status, code, op = self._submit(task_id, v[9], v[8], v[5])
+            status, code, op = self._submit(task_id, v[9], v[8], v[5], nvdla_version(*v[12:16]))
             return box.rsp.write_packed(w.submit_rsp, *w.submit_rsp_head, *v[:5], task_id, status, code, op,
                                         0)
         tag = int.from_bytes(data[8:16], "little")
@@ -214,6 +216,7 @@ class Firmware:
         if cls is None or cls.MSG_TYPE != MessageType.COMMAND or msg_type != int(MessageType.COMMAND):
             status = self.status.NOT_SUPPORTED if cls is None else self.status.BAD_MESSAGE
             return self._error_evt(tag, msg_id, status, NvError.NotSupported)
+        data = self._older_host(cls, data)
         try:
             msg = decode(api, data, allow_longer=True)  # a newer host may append fields
         except DlaError as e:
@@ -225,6 +228,18 @@ class Firmware:
             return self._reject(box, cls, data, self.status.NOT_SUPPORTED, NvError.NotSupported)
         reply = handler(msg)
         return reply is not None and self._post(box.rsp, reply)
+
+    def _older_host(self, cls: type[Message], data: bytes) -> bytes:
+        """A command as a host of an older minor version sends it, without the fields appended since
+        (:data:`APPENDED`): those read 0, as that host means (an NVDLA task needs them: a host that
+        cannot send them cannot submit one). Any other size is left to the decoder's check."""
+        first = APPENDED.get(cls.__name__)
+        field = getattr(cls, first, None) if first is not None else None
+        if field is None or len(data) != field.offset or _COMMON.unpack_from(data)[0] != field.offset:
+            return data
+        padded = bytearray(data.ljust(cls.SIZE, b"\0"))
+        struct.pack_into("<I", padded, 0, cls.SIZE)
+        return bytes(padded)
 
     def _reject(self, box: _Mailbox, cls: type[Message], data: bytes, status: int, code: int) -> bool:
         """Answer a command with an error status: in its own response when that has a status field."""
@@ -278,18 +293,22 @@ class Firmware:
 
     def _task_submit(self, cmd: Any) -> Message:
         task_id = int(cmd.task_id)
+        fields = [int(getattr(cmd, name, 0)) for name in ("nvdla_task", "nvdla_major", "nvdla_minor",
+                                                           "nvdla_sub_minor")]
         status, code, op = self._submit(task_id, int(cmd.context_id), int(cmd.num_addresses),
-                                        int(cmd.address_list))
+                                        int(cmd.address_list), nvdla_version(*fields))
         reply: Message = self.api.task_submit_list_rsp.answer(cmd, task_id=task_id, status=status,
                                                               nv_error=code, op_index=op)
         return reply
 
-    def _submit(self, task_id: int, ctx: int, n: int, address_list: int) -> tuple[int, int, int]:
-        """Check a task's submit and start it: (status, NVDLA error code, operation) to answer."""
+    def _submit(self, task_id: int, ctx: int, n: int, address_list: int,
+                nvdla_interface: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+        """Check a task's submit and start it: (status, NVDLA error code, operation) to answer.
+        ``nvdla_interface``: an NVDLA task's firmware interface version (None: pydla's own task)."""
         st = self.status
         box = self.mailbox
         assert box is not None
-        iommu = self.device.iommu
+        iommu = self.iommu
         generation = iommu.generation(ctx)
         if task_id in self.runs or not 0 < n <= MAX_ADDRESSES or ctx == box.ctx or generation is None:
             return self._refuse(task_id, st.BAD_PARAMETER, NvError.BadParameter)
@@ -311,10 +330,11 @@ class Firmware:
         try:
             # Resolved and validated from the firmware's own reads (or kept: same mappings, every
             # byte read unchanged).
-            prepared = self.cache.get(self.port, ctx, raw, task_id, generation)
-            self.engine.trace_tasks = bool(self.device.trace_mask & TASK)  # an attribute: no bus access
-            run = self.engine.dla_execute_task(TaskDesc(task_id, ctx, prepared.addresses), prepared.graph,
-                                               self._on_finish)
+            prepared = self.cache.get(self.port, ctx, raw, task_id, generation, nvdla_interface)
+            self.engine.trace_tasks = bool(self.board.trace_mask() & TASK)  # no bus access
+            run = self.engine.dla_execute_task(TaskDesc(task_id, ctx, prepared.addresses,
+                                                        nvdla_interface=nvdla_interface),
+                                               prepared.graph, self._on_finish)
         except DlaError as e:
             self.log_line(f"task {task_id}: {e.message}")
             return self._refuse(task_id, st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)

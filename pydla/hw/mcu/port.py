@@ -78,15 +78,21 @@ class FirmwarePort(FirmwarePortability):
             self._reg_write(addr, value)
 
     def dla_read_cpu_address(self, task: TaskDesc, index: int, what: str = "address") -> CpuAddress:
-        entry = task.entry(index, what)
-        if entry.bo is UNMAPPED:
-            raise DlaError(NvError.InvalidAddress,
-                           f"task {task.task_id}: {what}: address-list entry {index} ({entry.iova:#x}, "
-                           f"{entry.size} bytes) is not mapped in context {task.ctx}")
-        return CpuAddress(entry.bo, entry.offset, entry.size)
+        return read_cpu_address(task, index, what)
 
     def connect_interrupt(self, handler: Callable[[], object]) -> None:
         self._connect(handler)
 
     def disconnect_interrupt(self, handler: Callable[[], object]) -> None:
         self._connect(None)
+
+
+def read_cpu_address(task: TaskDesc, index: int, what: str) -> CpuAddress:
+    """Entry ``index`` of a task's address list as the firmware resolved it; one that is not mapped
+    in the task's context (:data:`UNMAPPED`) is refused (InvalidAddress)."""
+    entry = task.entry(index, what)
+    if entry.bo is UNMAPPED:
+        raise DlaError(NvError.InvalidAddress,
+                       f"task {task.task_id}: {what}: address-list entry {index} ({entry.iova:#x}, "
+                       f"{entry.size} bytes) is not mapped in context {task.ctx}")
+    return CpuAddress(entry.bo, entry.offset, entry.size)

@@ -45,7 +45,6 @@ from pydla.hw.mcu.port import UNMAPPED
 from pydla.hw.memory import MmuFault
 
 if TYPE_CHECKING:
-    from pydla.hw.mcu.port import FirmwarePort
     from pydla.hw.memory import Iommu
 
 CAPACITY = 64
@@ -107,20 +106,22 @@ class PreparedTasks:
         self.iommu = iommu
         self.info = info
         self.capacity = capacity
-        self._entries: dict[tuple[int, bytes], PreparedTask] = {}
+        self._entries: dict[tuple[int, bytes, tuple[int, int, int] | None], PreparedTask] = {}
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, port: FirmwarePort, ctx: int, raw: bytes, task_id: int = 0,
-            generation: int | None = None) -> PreparedTask:
+    def get(self, port: FirmwarePortability, ctx: int, raw: bytes, task_id: int = 0,
+            generation: int | None = None,
+            nvdla_interface: tuple[int, int, int] | None = None) -> PreparedTask:
         """The task whose address list is ``raw`` in context ``ctx`` (whose mapping generation the
-        caller may have read already): kept, or resolved and validated now. DlaError when an entry's
-        size is impossible or the descriptors are invalid."""
+        caller may have read already) and whose descriptors follow NVDLA's firmware interface
+        ``nvdla_interface`` (None: pydla's own): kept, or resolved and validated now. DlaError when
+        an entry's size is impossible or the descriptors are invalid."""
         if generation is None:
             generation = self.iommu.generation(ctx)
-        key = (ctx, raw)
+        key = (ctx, raw, nvdla_interface)
         task = self._entries.get(key)
         if task is not None and task.generation == generation and task.unchanged():
             self.hits += 1
@@ -130,7 +131,8 @@ class PreparedTasks:
         addresses = self._resolve(ctx, raw)
         reads: list[tuple[BufferMemory, int, int]] = []
         recording = cast(FirmwarePortability, _Recording(port, reads))  # the port's interface, reads noted
-        graph = load_task(recording, TaskDesc(task_id, ctx, addresses), self.info)
+        graph = load_task(recording, TaskDesc(task_id, ctx, addresses, nvdla_interface=nvdla_interface),
+                          self.info)
         task = PreparedTask(generation, addresses, graph, merge_reads(reads))
         if len(self._entries) >= self.capacity:
             del self._entries[next(iter(self._entries))]  # the oldest
@@ -159,7 +161,7 @@ class PreparedTasks:
 class _Recording:
     """The firmware's port while it validates a task: every descriptor read is noted."""
 
-    def __init__(self, port: FirmwarePort, reads: list[tuple[BufferMemory, int, int]]) -> None:
+    def __init__(self, port: FirmwarePortability, reads: list[tuple[BufferMemory, int, int]]) -> None:
         self._port = port
         self._reads = reads
 

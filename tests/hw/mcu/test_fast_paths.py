@@ -9,7 +9,7 @@ import pytest
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.deviceapi.generated import device_api as api
 from pydla.deviceapi.runtime import decode
-from pydla.firmware.headed_codec import wire
+from pydla.firmware.headed_codec import nvdla_fields, nvdla_version, wire
 from pydla.firmware.headed_ring import Layout, Ring
 from pydla.hw.device import VirtualDevice
 from pydla.hw.mcu.prepared import merge_reads
@@ -27,7 +27,8 @@ def test_packed_messages_are_the_generated_records_bytes_also_when_they_wrap() -
     producer = Ring(mem, layout.cmd, producer=True)
     consumer = Ring(mem, layout.cmd, producer=False)
     for i in range(100):  # 48 bytes a message in a 1024-byte ring: it wraps, at every offset of 8
-        values = (*w.submit_head, i, 0x1000 + i, 7 * i, 0, 3, 5, 0, 0)
+        nvdla = nvdla_fields((0, 10 + i % 3, i % 2) if i % 2 else None)  # an NVDLA task every other one
+        values = (*w.submit_head, i, 0x1000 + i, 7 * i, 0, 3, 5, 0, 0, *nvdla)
         assert producer.write_packed(w.submit, *values)
         found = consumer.peek()
         assert found is not None
@@ -35,8 +36,10 @@ def test_packed_messages_are_the_generated_records_bytes_also_when_they_wrap() -
         assert size == w.submit.size and w.submit.unpack_from(buf, at) == values
         consumer.consume()
         msg = decode(api.API, w.submit.pack(*values))
-        assert bytes(msg) == bytes(api.task_submit_list_cmd.new(tag=i, address_list=0x1000 + i, task_id=7 * i,
-                                                                num_addresses=3, context_id=5))
+        assert bytes(msg) == bytes(api.task_submit_list_cmd.new(
+            tag=i, address_list=0x1000 + i, task_id=7 * i, num_addresses=3, context_id=5, nvdla_task=i % 2,
+            nvdla_major=0, nvdla_minor=(10 + i % 3) * (i % 2), nvdla_sub_minor=i % 2))
+        assert nvdla_version(*w.submit.unpack_from(buf, at)[12:]) == ((0, 10 + i % 3, 1) if i % 2 else None)
     assert consumer.peek() is None
 
 
@@ -48,7 +51,7 @@ def test_a_full_ring_refuses_a_packed_message() -> None:
     layout.write_header(mem)
     ring = Ring(mem, layout.cmd, producer=True)
     written = 0
-    while ring.write_packed(w.submit, *w.submit_head, written, 0, 0, 0, 1, 1, 0, 0):
+    while ring.write_packed(w.submit, *w.submit_head, written, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0):
         written += 1
     assert written == 512 // 48
 

@@ -27,6 +27,7 @@ from pydla.testing.mailbox import MailboxClient
 from tests.kmd.support import conv_sdp_pdp, single_pdp
 
 ST = api.dla_status_e
+HOST = f"host KMD has device_api {'.'.join(map(str, api.VERSION))}"
 
 
 @pytest.fixture
@@ -157,9 +158,14 @@ def test_a_mailbox_the_firmware_cannot_use_is_refused(headed: VirtualDevice) -> 
 
 
 def _firmware_api(tmp_path: Path, version: str, extra_message: bool = False) -> ModuleType:
-    """The device-API Python generated from the bundled spec with another version (and a message more)."""
+    """The device-API Python generated from the bundled spec with another version (and a message more);
+    version 1.1.x: without what 1.2 appended (task_submit_list_cmd's nvdla_task and version)."""
     specs = tmp_path / f"specs-{version}-{extra_message}"
     shutil.copytree(bundled_specs_dir() / "device_api", specs / "device_api")
+    if version.startswith("1.1."):
+        control = specs / "device_api" / "control.yaml"
+        control.write_text("".join(line for line in control.read_text().splitlines(keepends=True)
+                                   if "Name: nvdla_" not in line))
     text = (bundled_specs_dir() / "device_api.yaml").read_text()
     (specs / "device_api.yaml").write_text(re.sub(r"\nVersion: .*\n", f"\nVersion: {version}\n", text))
     if extra_message:
@@ -193,7 +199,7 @@ def test_an_older_firmware_is_refused_naming_both_versions(tmp_path: Path) -> No
     dev, result = _open_with(tmp_path, "1.0.0")
     dev.close()
     assert isinstance(result, DlaError) and result.code == NvError.VersionMismatch
-    assert "host KMD has device_api 1.1.0" in result.message and "firmware has 1.0.0" in result.message
+    assert HOST in result.message and "firmware has 1.0.0" in result.message
     assert "upgrade the device firmware" in result.message
 
 
@@ -201,7 +207,7 @@ def test_a_newer_major_firmware_is_refused_asking_for_a_newer_host(tmp_path: Pat
     dev, result = _open_with(tmp_path, "2.0.0")
     dev.close()
     assert isinstance(result, DlaError) and result.code == NvError.VersionMismatch
-    assert "1.1.0" in result.message and "2.0.0" in result.message
+    assert HOST in result.message and "2.0.0" in result.message
     assert "upgrade the host KMD" in result.message
 
 
@@ -212,11 +218,11 @@ def test_the_same_version_with_another_layout_is_refused(tmp_path: Path) -> None
 
 
 def test_a_newer_minor_firmware_is_accepted_and_runs(tmp_path: Path) -> None:
-    dev, kmd = _open_with(tmp_path, "1.2.0", extra=True)
+    dev, kmd = _open_with(tmp_path, "1.3.0", extra=True)
     try:
         assert isinstance(kmd, Kmd), kmd
         assert isinstance(kmd.engine, HeadedEngine) and kmd.engine.firmware_version is not None
-        assert kmd.engine.firmware_version.version == (1, 2, 0)
+        assert kmd.engine.firmware_version.version == (1, 3, 0)
         _run(kmd)
         kmd.close()
     finally:

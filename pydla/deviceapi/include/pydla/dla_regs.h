@@ -13,8 +13,8 @@
 #define DLA_REGS_VERSION_MINOR 8
 #define DLA_REGS_VERSION_PATCH 0
 #define DLA_REGS_VERSION_STRING "1.8.0"
-#define DLA_REGS_LAYOUT_HASH "e41c1a888c83c05b21f9243939fbdc78471c27c8ebcd0e40acce5d913d1bec4e"
-#define DLA_REGS_LAYOUT_HASH64 UINT64_C(0xe41c1a888c83c05b)
+#define DLA_REGS_LAYOUT_HASH "a29e7787621c7e48b493e27458b2ca3e0c4f24d166e3ebb80f55db9e653f6c88"
+#define DLA_REGS_LAYOUT_HASH64 UINT64_C(0xa29e7787621c7e48)
 
 /* dla_precision_e: dla_precision_e */
 typedef uint32_t dla_precision_e;

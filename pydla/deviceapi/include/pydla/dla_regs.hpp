@@ -15,8 +15,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 8;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.8.0";
-constexpr const char* LAYOUT_HASH = "e41c1a888c83c05b21f9243939fbdc78471c27c8ebcd0e40acce5d913d1bec4e";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xe41c1a888c83c05b);
+constexpr const char* LAYOUT_HASH = "a29e7787621c7e48b493e27458b2ca3e0c4f24d166e3ebb80f55db9e653f6c88";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0xa29e7787621c7e48);
 
 // dla_precision_e
 enum class dla_precision_e : uint32_t {

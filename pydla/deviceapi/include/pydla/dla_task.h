@@ -15,8 +15,8 @@
 #define DLA_TASK_VERSION_MINOR 9
 #define DLA_TASK_VERSION_PATCH 0
 #define DLA_TASK_VERSION_STRING "1.9.0"
-#define DLA_TASK_LAYOUT_HASH "7d7a48002ecc8371c1066c29b9a80bc3199ea4355439b78fc08c3a47711df6a4"
-#define DLA_TASK_LAYOUT_HASH64 UINT64_C(0x7d7a48002ecc8371)
+#define DLA_TASK_LAYOUT_HASH "13182adfb41834e92e0d83fa465a927a3ceaaee53d0294ca7d9cfcded9a8b1e1"
+#define DLA_TASK_LAYOUT_HASH64 UINT64_C(0x13182adfb41834e9)
 
 /* dla_event_e: What an operation signals to a consumer */
 typedef uint8_t dla_event_e;

@@ -17,8 +17,8 @@ constexpr uint32_t VERSION_MAJOR = 1;
 constexpr uint32_t VERSION_MINOR = 9;
 constexpr uint32_t VERSION_PATCH = 0;
 constexpr const char* VERSION_STRING = "1.9.0";
-constexpr const char* LAYOUT_HASH = "7d7a48002ecc8371c1066c29b9a80bc3199ea4355439b78fc08c3a47711df6a4";
-constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x7d7a48002ecc8371);
+constexpr const char* LAYOUT_HASH = "13182adfb41834e92e0d83fa465a927a3ceaaee53d0294ca7d9cfcded9a8b1e1";
+constexpr uint64_t LAYOUT_HASH64 = UINT64_C(0x13182adfb41834e9);
 
 // What an operation signals to a consumer
 enum class dla_event_e : uint8_t {
