@@ -224,8 +224,9 @@ class Kmd:
         if jobs.inflight:  # (read unlocked: the hot path pays two attribute reads)
             self.bottom_half.drive()  # a hang due by now is declared before this job queues behind it
         with self._lock:
-            self.open_contexts.check_open()
-            context = self.open_contexts.get(ctx)
+            contexts = self.open_contexts
+            contexts.check_open()
+            context = contexts.get(ctx)
             job_id = jobs.next_job
             jobs.next_job += 1
             checked = check_scalars(self.info, scalars, f"task {job_id}")
@@ -287,8 +288,9 @@ class Kmd:
         if jobs.inflight:
             self.bottom_half.drive()  # as in submit
         with self._lock:
-            self.open_contexts.check_open()
-            context = self.open_contexts.get(ctx)
+            contexts = self.open_contexts
+            contexts.check_open()
+            context = contexts.get(ctx)
             prepared = context.prepared.get(prep_id) if type(prep_id) is int else None
             if prepared is None:
                 raise DlaError(NvError.BadParameter,

@@ -94,7 +94,7 @@ class JobScheduler:
         check_not_banned(context)
         job.listen_to_fences()
         self.queues.by_context[ctx].append(job)
-        if not self.threaded and self.polled_at_submit:
+        if self.polled_at_submit:  # (deterministic, so not threaded)
             self.poll_locked()
         elif self.threaded and self.start_next():
             pass  # the device was idle: programmed from the caller, as a submit ioctl does
