@@ -13,7 +13,7 @@ A failure of the bottom half itself fails the running job and leaves the driver 
 
 Usage::
 
-    bottom_half = BottomHalf(lock, contexts, jobs, cus, owned_lock=None, headed=False)
+    bottom_half = BottomHalf(port, lock, contexts, jobs, cus, owned_lock=None, headed=False, name="kmd0")
     bottom_half.start()             # threaded: the service thread and the interrupt's bottom half
     bottom_half.poll()              # not threaded: act on events, start the next job
     bottom_half.wait_for(job, 1000)

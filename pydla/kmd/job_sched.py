@@ -14,7 +14,7 @@ Usage (under the driver's lock)::
 
     jobs = JobScheduler(lock, contexts, engine, shave, watchdog, mode="deterministic")
     jobs.open_queue(ctx)
-    jobs.enqueue(Job(waiter, job_id, context, task, graph, 0, 1000))
+    jobs.enqueue(Job(bottom_half, job_id, context, task, graph, 0, 1000))
     jobs.poll_locked()
 """
 
