@@ -317,8 +317,8 @@ def _interrupted(argv: list[str], where: str,
 
 @pytest.mark.parametrize("where", [
     "pydla.umd.runtime:IRuntime:load:1",        # loading the network
-    "pydla.kmd.driver:Kmd:_poll_locked:1",      # the first run, in flight on the device
-    "pydla.kmd.driver:Kmd:_poll_locked:40",     # a later run
+    "pydla.kmd.job_sched:JobScheduler:poll_locked:1",   # the first run, in flight on the device
+    "pydla.kmd.job_sched:JobScheduler:poll_locked:40",  # a later run
     "pydla.session:Session:_close:1",           # closing, after the runs
 ])
 def test_ctrl_c_ends_pydla_run_within_2_s(where: str, demo_dla: Path, tmp_path: Path) -> None:
@@ -330,7 +330,7 @@ def test_ctrl_c_ends_pydla_run_within_2_s(where: str, demo_dla: Path, tmp_path: 
 
 
 def test_ctrl_c_ends_pydla_demo_within_2_s(tmp_path: Path) -> None:
-    took, result = _interrupted(["demo"], "pydla.kmd.driver:Kmd:_poll_locked:1", tmp_path)
+    took, result = _interrupted(["demo"], "pydla.kmd.job_sched:JobScheduler:poll_locked:1", tmp_path)
     assert result.returncode == 130 and result.stderr.endswith("pydla: interrupted\n"), result.stderr
     assert took < 2, took
 

@@ -512,9 +512,9 @@ def test_inference_session_takes_input_shapes() -> None:
 def _interrupt_the_device_once(monkeypatch) -> None:
     """Ctrl-C while a run is in flight: the first time the driver is polled for the device's
     progress (a wait drives a deterministic device) KeyboardInterrupt is raised, the job unfinished."""
-    from pydla.kmd.driver import Kmd
+    from pydla.kmd.job_sched import JobScheduler
 
-    real = Kmd._poll_locked
+    real = JobScheduler.poll_locked
     calls = []
 
     def poll(self, start: bool = True) -> None:
@@ -523,7 +523,7 @@ def _interrupt_the_device_once(monkeypatch) -> None:
             raise KeyboardInterrupt
         real(self, start=start)
 
-    monkeypatch.setattr(Kmd, "_poll_locked", poll)
+    monkeypatch.setattr(JobScheduler, "poll_locked", poll)
 
 
 def test_ctrl_c_in_a_session_block_cancels_the_run_at_once(demo, monkeypatch) -> None:

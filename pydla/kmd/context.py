@@ -4,7 +4,8 @@ A context is one address space of the device (made and released through the port
 objects are allocated and mapped into it through the port too, and known to the client by handles
 that are never reused within the context. An address list a client submits is checked here, entry
 by entry, against the buffers it names, and resolved to them. The driver (:mod:`pydla.kmd.driver`)
-holds its lock around every function of this module.
+holds its lock around every function of this module, and keeps its open contexts in a
+:class:`ContextTable`.
 
 Usage::
 
@@ -59,6 +60,27 @@ class Context:
     next_prepared: int = 1
     hangs: int = 0  # its jobs the watchdog declared hung
     banned: str | None = None  # why its submits are refused (see pydla.kmd.recovery)
+
+
+class ContextTable:
+    """The driver's open contexts by id, and whether the driver was closed (then no context opens
+    and none is used any more). Used under the driver's lock."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, Context] = {}
+        self.closed = False
+
+    def check_open(self) -> None:
+        """NvError InvalidState once the driver was closed."""
+        if self.closed:
+            raise DlaError(NvError.InvalidState, "the driver was closed")
+
+    def get(self, ctx: int) -> Context:
+        """Open context ``ctx``; else NvError BadParameter."""
+        context = self.by_id.get(ctx)
+        if context is None:
+            raise DlaError(NvError.BadParameter, f"context {ctx} is not open")
+        return context
 
 
 def check_not_banned(context: Context) -> None:

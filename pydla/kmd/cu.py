@@ -14,21 +14,22 @@ Usage::
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc
 from pydla.kmd.bo import BufferObject
 from pydla.kmd.job import COMPLETED, FAILED, QUEUED, RUNNING, Fence
+from pydla.kmd.port import KmdPortability
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context
-    from pydla.kmd.cu_sched import CuScheduler
 
 _F = {f[0]: getattr(R.cu_ctrl_regs_t, f[0]).offset for f in R.cu_ctrl_regs_t._fields_}
 CTRL, GIE, IER, ISR, ARGS = _F["ctrl"], _F["gie"], _F["ier"], _F["isr"], _F["args"]
@@ -141,11 +142,18 @@ def encode_args(context: Context, cu: CuDesc, args: Sequence[CuArg]) -> tuple[li
     return words, bos
 
 
+class ExecutionWaiter(Protocol):
+    """What an execution needs of its scheduler (:class:`pydla.kmd.cu_sched.CuScheduler`): a wait."""
+
+    def wait_for(self, ex: CuExecution, timeout_ms: float) -> None: ...
+
+
 class CuExecution:
     """One submitted execution of a compute unit. ``wait`` returns when it completed and raises its
-    error when it failed (NvError Timeout when it hung; the device's error otherwise)."""
+    error when it failed (NvError Timeout when it hung; the device's error otherwise). The methods
+    after ``wait`` are the scheduler's."""
 
-    def __init__(self, sched: CuScheduler, exec_id: int, cu: CuDesc, context: Context, words: list[int],
+    def __init__(self, sched: ExecutionWaiter, exec_id: int, cu: CuDesc, context: Context, words: list[int],
                  bos: list[BufferObject], timeout_ms: int, pre_fences: list[Fence] | None,
                  post_fences: list[Fence] | None) -> None:
         self.sched = sched
@@ -185,7 +193,11 @@ class CuExecution:
         if self.error is not None:
             raise self.error
 
-    def _finish(self, error: DlaError | None) -> None:
+    def wait_done(self, seconds: float) -> None:
+        """Sleep until the execution ends or ``seconds`` pass."""
+        self._event.wait(seconds)
+
+    def finish(self, error: DlaError | None) -> None:
         """Under the scheduler's lock: the terminal state, the post-fences, the waiters."""
         if self._event.is_set():
             return
@@ -203,4 +215,38 @@ class CuExecution:
         return f"CuExecution({self.exec_id}, {self.cu.name!r}, {self.state})"
 
 
-__all__ = ["COMPLETED", "FAILED", "QUEUED", "RUNNING", "CuArg", "CuBuffer", "CuExecution"]
+def read_unit_error(port: KmdPortability, cu: CuDesc, ex: CuExecution) -> DlaError | None:
+    """After ``ex``'s ap_done was read: the unit's error register says how it ended (None: it
+    completed), and is cleared (write to clear: the next execution's error is its own)."""
+    code = port.dla_reg_read(cu.base + ERROR)
+    if not code:
+        return None
+    number = port.dla_reg_read(cu.base + ERROR_EXEC)
+    fault = port.dla_reg_read(cu.base + FAULT_LO) | port.dla_reg_read(cu.base + FAULT_HI) << 32
+    port.dla_reg_write(cu.base + ERROR, 0)
+    known = {int(e): e.name for e in R.dla_hw_error_e}
+    detail = f" (access to {fault:#x} outside the mappings of context {ex.context.ctx})" \
+        if code == R.dla_hw_error_e.MMU_FAULT else ""
+    return DlaError(CU_ERRORS.get(code, NvError.ResourceError),
+                    f"execution {ex.exec_id} of compute unit '{cu.name}' failed on the device: "
+                    f"{known.get(code, str(code))}{detail} (the unit's execution {number})")
+
+
+@dataclass(eq=False)  # compared and hashed by identity (a unit is in the map under two names)
+class CuUnit:
+    """The scheduler's state of one unit: queued requests, and those started and not yet done
+    (in start order)."""
+
+    desc: CuDesc
+    queue: collections.deque[CuExecution] = field(default_factory=collections.deque)
+    inflight: collections.deque[CuExecution] = field(default_factory=collections.deque)
+    ready: bool = False  # GIE/IER written since the last reset
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    hangs: int = 0
+    exclusive: int | None = None  # the client context holding its CU context exclusively
+    shared: set[int] = field(default_factory=set)  # those holding shared CU contexts
+
+
+__all__ = ["COMPLETED", "FAILED", "QUEUED", "RUNNING", "CuArg", "CuBuffer", "CuExecution", "CuUnit"]

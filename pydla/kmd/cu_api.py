@@ -1,5 +1,6 @@
-"""The KMD's compute-unit API (a part of :class:`~pydla.kmd.driver.Kmd`): executions by execution
-model (:mod:`pydla.kmd.cu_sched`), and the streams of AP_CTRL_NONE units.
+"""The KMD's compute-unit API (a part of :class:`~pydla.kmd.driver.Kmd`, which its ``cu_*`` methods
+call): executions by execution model (:mod:`pydla.kmd.cu_sched`), CU contexts, register access, and
+the streams of AP_CTRL_NONE units.
 
 Usage::
 
@@ -31,65 +32,62 @@ ap_start while a task runs, ap_idle when none does, ap_ready while the engine ta
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from pydla.errors import DlaError, NvError
+from pydla.firmware.engine_api import EngineApi
 from pydla.firmware.interface import CuDesc, KmdDeviceInfo
-from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL, CTX, REGS_END, CuArg, CuExecution
-from pydla.kmd.cu_sched import CuScheduler, CuUnit
+from pydla.kmd.context import ContextTable
+from pydla.kmd.cu import AP_IDLE, AP_READY, AP_START, ARGS, CTRL, CTX, REGS_END, CuArg, CuExecution, CuUnit
+from pydla.kmd.cu_sched import CuScheduler
 from pydla.kmd.job import Fence
 from pydla.kmd.lock import OwnedLock
 from pydla.kmd.port import KmdPortability
-
-if TYPE_CHECKING:
-    from pydla.firmware.engine_api import EngineApi
-    from pydla.kmd.context import Context
 
 MAX_STREAM_BYTES = 1 << 26  # one stream read or write
 
 
 class KmdComputeUnits:
-    """Mixed into :class:`~pydla.kmd.driver.Kmd` (which provides the attributes declared here)."""
+    """A part of :class:`~pydla.kmd.driver.Kmd`, whose ``cu_*`` methods call it; see the module
+    docstring. It shares the driver's lock and open contexts."""
 
-    port: KmdPortability
-    info: KmdDeviceInfo
-    cus: CuScheduler
-    engine: EngineApi
-    _lock: OwnedLock | threading.RLock
-
-    if TYPE_CHECKING:
-        def _check_open(self) -> None: ...  # the driver's
-        def _context(self, ctx: int) -> Context: ...  # the driver's
+    def __init__(self, port: KmdPortability, info: KmdDeviceInfo, cus: CuScheduler, engine: EngineApi,
+                 lock: OwnedLock | threading.RLock, contexts: ContextTable) -> None:
+        self.port = port
+        self.info = info
+        self.cus = cus
+        self.engine = engine
+        self.lock = lock
+        self.contexts = contexts
 
     @property
     def compute_units(self) -> tuple[CuDesc, ...]:
         """The device's IP_LAYOUT, as the port described it."""
         return self.info.compute_units
 
-    def cu_submit(self, ctx: int, cu: str, args: list[CuArg], *, timeout_ms: int | None = None,
+    def submit(self, ctx: int, cu: str, args: list[CuArg], *, timeout_ms: int | None = None,
                   pre_fences: list[Fence] | None = None,
                   post_fences: list[Fence] | None = None) -> CuExecution:
         """Queue one execution of compute unit ``cu`` (``kernel:instance`` or the instance) for
         context ``ctx`` with argument words ``args`` (ints, and :class:`~pydla.kmd.cu.CuBuffer` for
         the device address of a buffer of ``ctx``). It starts by the unit's execution model once its
         pre-fences are reached; it signals (or fails) its post-fences when it ends."""
-        with self._lock:
-            self._check_open()
+        with self.lock:
+            self.contexts.check_open()
             u = self.cus.unit(cu)
             if u.exclusive is not None and u.exclusive != ctx:
                 raise DlaError(NvError.Busy, f"compute unit '{u.desc.name}' is held exclusively by context "
                                              f"{u.exclusive}")
-            return self.cus.submit(self._context(ctx), cu, args, timeout_ms, pre_fences, post_fences)
+            return self.cus.submit(self.contexts.get(ctx), cu, args, timeout_ms, pre_fences, post_fences)
 
     # -- CU contexts and register access (XRT's xclOpenContext, xclRegRead, xclRegWrite) -----------
 
-    def cu_open_context(self, ctx: int, cu: str, *, exclusive: bool) -> None:
+    def open_context(self, ctx: int, cu: str, *, exclusive: bool) -> None:
         """Open a CU context on unit ``cu`` for ``ctx``, exclusive or shared (see the module docstring)."""
         if type(exclusive) is not bool:
             raise DlaError(NvError.BadParameter, f"exclusive {exclusive!r} must be True or False")
-        with self._lock:
-            self._check_open()
-            self._context(ctx)
+        with self.lock:
+            self.contexts.check_open()
+            self.contexts.get(ctx)
             u = self.cus.unit(cu)
             if ctx == u.exclusive or ctx in u.shared:
                 raise DlaError(NvError.InvalidState, f"context {ctx} already has a CU context on "
@@ -104,9 +102,9 @@ class KmdComputeUnits:
             else:
                 u.shared.add(ctx)
 
-    def cu_close_context(self, ctx: int, cu: str) -> None:
+    def close_context(self, ctx: int, cu: str) -> None:
         """Close ``ctx``'s CU context on unit ``cu`` (xclCloseContext)."""
-        with self._lock:
+        with self.lock:
             u = self.cus.unit(cu)
             if u.exclusive == ctx:
                 u.exclusive = None
@@ -115,19 +113,19 @@ class KmdComputeUnits:
             else:
                 raise DlaError(NvError.InvalidState, f"context {ctx} has no CU context on '{u.desc.name}'")
 
-    def cu_reg_read(self, ctx: int, cu: str, offset: int) -> int:
+    def reg_read(self, ctx: int, cu: str, offset: int) -> int:
         """Read the register at ``offset`` of unit ``cu`` (xclRegRead): an exclusive context only."""
-        with self._lock:
+        with self.lock:
             u = self._reg_unit(ctx, cu, offset, "read")
             if u.desc.engine:
                 return self._engine_register(offset)
             return self.port.dla_reg_read(u.desc.base + offset)
 
-    def cu_reg_write(self, ctx: int, cu: str, offset: int, value: int) -> None:
+    def reg_write(self, ctx: int, cu: str, offset: int, value: int) -> None:
         """Write ``value`` to the register at ``offset`` of unit ``cu`` (xclRegWrite): exclusive only."""
         if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
             raise DlaError(NvError.BadParameter, f"register value {value!r} must be 0..0xffffffff")
-        with self._lock:
+        with self.lock:
             u = self._reg_unit(ctx, cu, offset, "write")
             if u.desc.engine:
                 raise DlaError(NvError.NotSupported,
@@ -151,8 +149,8 @@ class KmdComputeUnits:
         return 0
 
     def _reg_unit(self, ctx: int, cu: str, offset: int, what: str) -> CuUnit:
-        self._check_open()
-        self._context(ctx)
+        self.contexts.check_open()
+        self.contexts.get(ctx)
         u = self.cus.unit(cu)
         if u.exclusive != ctx:
             raise DlaError(NvError.InvalidState,
@@ -166,29 +164,29 @@ class KmdComputeUnits:
                            f"multiple of 4 in 0..{limit - 4:#x}")
         return u
 
-    def _cu_release(self, ctx: int) -> None:
-        """Under the lock, ``ctx`` closing: its CU contexts go."""
+    def release(self, ctx: int) -> None:
+        """Under the driver's lock, ``ctx`` closing: its CU contexts go."""
         for u in self.cus.all_units:
             u.shared.discard(ctx)
             if u.exclusive == ctx:
                 u.exclusive = None
 
-    def cu_stream_write(self, ctx: int, cu: str, data: bytes, *, timeout_ms: int) -> None:
+    def stream_write(self, ctx: int, cu: str, data: bytes, *, timeout_ms: int) -> None:
         """Write all of ``data`` into AP_CTRL_NONE unit ``cu``'s input stream within ``timeout_ms``."""
         u = self._stream_unit(ctx, cu, len(data) if isinstance(data, (bytes, bytearray, memoryview)) else -1,
                               timeout_ms, "write")
         self.port.dla_cu_stream_write(u.desc, bytes(data), timeout_ms / 1000)
 
-    def cu_stream_read(self, ctx: int, cu: str, nbytes: int, *, timeout_ms: int) -> bytes:
+    def stream_read(self, ctx: int, cu: str, nbytes: int, *, timeout_ms: int) -> bytes:
         """Read exactly ``nbytes`` of AP_CTRL_NONE unit ``cu``'s output stream within ``timeout_ms``."""
         u = self._stream_unit(ctx, cu, nbytes if type(nbytes) is int else -1, timeout_ms, "read")
         return self.port.dla_cu_stream_read(u.desc, nbytes, timeout_ms / 1000)
 
     def _stream_unit(self, ctx: int, cu: str, nbytes: int, timeout_ms: int, what: str) -> CuUnit:
         """The stream's unit, every argument checked (the wait itself runs without the driver's lock)."""
-        with self._lock:
-            self._check_open()
-            self._context(ctx)
+        with self.lock:
+            self.contexts.check_open()
+            self.contexts.get(ctx)
             u = self.cus.unit(cu)
         if u.desc.control != "NONE":
             raise DlaError(NvError.NotSupported,

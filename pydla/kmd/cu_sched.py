@@ -21,7 +21,7 @@ CTRL; what else the unit had in flight fails with it; the context is guilty (its
 on that unit are aborted, its hang count grows, and it is banned after ``ban_after`` hangs, as for
 jobs). Compute units have no reset bit: the device reset is the one that clears them, so no new
 execution starts anywhere until nothing else is in flight and the DLA engine is idle; then the
-driver resets the device (:meth:`Kmd._cu_device_reset`) and the units are set up again.
+driver resets the device (:meth:`JobScheduler.reset_device_if_idle`) and the units are set up again.
 
 **SHAVE tiles.** A ``shave_tile`` unit's executions run on a tile that the KMD's SHAVE task lists use
 too: the unit owns the tile while an execution is in flight (and after one hung, until the device
@@ -31,16 +31,14 @@ reset), and an execution waits, queued, while a list owns it or asked for it fir
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
-from pydla.firmware.interface import CuDesc, KmdDeviceInfo
+from pydla.firmware.interface import KmdDeviceInfo
 from pydla.kmd.bo import BufferObject
 from pydla.kmd.context import Context, check_not_banned
 from pydla.kmd.cu import (
@@ -50,11 +48,6 @@ from pydla.kmd.cu import (
     ARGS,
     CTRL,
     CTX,
-    CU_ERRORS,
-    ERROR,
-    ERROR_EXEC,
-    FAULT_HI,
-    FAULT_LO,
     GIE,
     IER,
     ISR,
@@ -63,7 +56,9 @@ from pydla.kmd.cu import (
     RUNNING,
     CuArg,
     CuExecution,
+    CuUnit,
     encode_args,
+    read_unit_error,
 )
 from pydla.kmd.job import Fence, check_job_args
 from pydla.kmd.port import KmdPortability
@@ -75,23 +70,6 @@ POLL_NAP_S = 0.0002  # threaded mode: how often a polled unit with work in fligh
 IDLE_NAP_S = 0.05
 MAX_STEPS = 64  # register handshakes per unit per service call (bounded work under the lock)
 MAX_QUEUED = 4096  # queued executions per unit
-
-
-@dataclass(eq=False)  # compared and hashed by identity (a unit is in the map under two names)
-class CuUnit:
-    """The scheduler's state of one unit: queued requests, and those started and not yet done
-    (in start order)."""
-
-    desc: CuDesc
-    queue: collections.deque[CuExecution] = field(default_factory=collections.deque)
-    inflight: collections.deque[CuExecution] = field(default_factory=collections.deque)
-    ready: bool = False  # GIE/IER written since the last reset
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    hangs: int = 0
-    exclusive: int | None = None  # the client context holding its CU context exclusively
-    shared: set[int] = field(default_factory=set)  # those holding shared CU contexts
 
 
 class CuScheduler:
@@ -190,7 +168,7 @@ class CuScheduler:
                                f"{timeout_ms} ms (it is {ex.state}; the driver declares it hung "
                                f"{min(ex.timeout_ms, self.tdr_ms)} ms after its start)")
             if self.mode == "threaded":
-                ex._event.wait(min(left, IDLE_NAP_S))
+                ex.wait_done(min(left, IDLE_NAP_S))
                 continue
             with self._lock:
                 self._service(u)
@@ -394,19 +372,7 @@ class CuScheduler:
 
     def _complete(self, u: CuUnit, ex: CuExecution) -> None:
         """An execution's ap_done was read: its result is the unit's error register."""
-        code = self.port.dla_reg_read(u.desc.base + ERROR)
-        error = None
-        if code:
-            number = self.port.dla_reg_read(u.desc.base + ERROR_EXEC)
-            fault = (self.port.dla_reg_read(u.desc.base + FAULT_LO)
-                     | self.port.dla_reg_read(u.desc.base + FAULT_HI) << 32)
-            self.port.dla_reg_write(u.desc.base + ERROR, 0)  # write to clear: the next one is its own
-            name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else str(code)
-            detail = f" (access to {fault:#x} outside the mappings of context {ex.context.ctx})" \
-                if code == R.dla_hw_error_e.MMU_FAULT else ""
-            error = DlaError(CU_ERRORS.get(code, NvError.ResourceError),
-                             f"execution {ex.exec_id} of compute unit '{u.desc.name}' failed on the device: "
-                             f"{name}{detail} (the unit's execution {number})")
+        error = read_unit_error(self.port, u.desc, ex)
         u.completed += 1
         self._end(ex, error)
 
@@ -415,7 +381,7 @@ class CuScheduler:
             sem.remove_listener(self._fence_moved)
         if error is not None and not ex.done:
             self.units[ex.cu.name].failed += 1
-        ex._finish(error)
+        ex.finish(error)
 
     # -- recovery -------------------------------------------------------------------------------
 

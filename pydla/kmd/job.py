@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydla.errors import DlaError, NvError
 from pydla.firmware.engine_api import RunState
@@ -32,7 +32,6 @@ log = logging.getLogger("pydla.kmd")
 
 if TYPE_CHECKING:
     from pydla.kmd.context import Context
-    from pydla.kmd.driver import Kmd
 
 Fence = tuple[TimelineSemaphore, int]  # (semaphore, value): NvDlaFence in the KMD
 DEFAULT_TIMEOUT_MS = 10_000
@@ -52,13 +51,22 @@ def check_job_args(priority: int, timeout_ms: int | None, default_timeout_ms: in
     return timeout_ms
 
 
-class Job:
-    """A submitted task. ``wait`` returns when it completed and raises when it failed."""
+class JobDriver(Protocol):
+    """What a job needs of the driver: a wait for it, and a wake-up when a pre-fence moves (the
+    driver's bottom half is one: :class:`pydla.kmd.bottom_half.BottomHalf`)."""
 
-    def __init__(self, kmd: Kmd, job_id: int, context: Context, task: TaskDesc, graph: TaskGraph,
+    def wait_for(self, job: Job, timeout_ms: float | None) -> None: ...
+    def wake(self) -> None: ...
+
+
+class Job:
+    """A submitted task. ``wait`` returns when it completed and raises when it failed. The methods
+    after ``wait`` are the driver's (its scheduler's and bottom half's), not a client's."""
+
+    def __init__(self, driver: JobDriver, job_id: int, context: Context, task: TaskDesc, graph: TaskGraph,
                  priority: int, timeout_ms: int, pre_fences: list[Fence] | None = None,
                  post_fences: list[Fence] | None = None) -> None:
-        self.kmd = kmd
+        self.driver = driver
         self.job_id = job_id
         self.context = context
         self.task = task
@@ -81,22 +89,9 @@ class Job:
         self.pre_fences = list(pre_fences or [])
         self.post_fences = list(post_fences or [])
         self._done = False
-        self._event: threading.Event | None = None  # made by a thread that waits (see _wait_step)
-        self._listening = False  # the KMD listens to the pre-fences while the job is queued
+        self._event: threading.Event | None = None  # made by a thread that waits (see wait_step)
+        self.listening = False  # the KMD listens to the pre-fences while the job is queued
         self.on_done: Callable[[Job], None] | None = None  # see Kmd.submit_prepared
-
-    def _listen(self) -> None:
-        if not self.pre_fences:
-            return
-        self._listening = True
-        for sem, _ in self.pre_fences:
-            sem.add_listener(self.kmd._wake)
-
-    def _stop_listening(self) -> None:
-        if self._listening:
-            self._listening = False
-            for sem, _ in self.pre_fences:
-                sem.remove_listener(self.kmd._wake)
 
     @property
     def done(self) -> bool:
@@ -107,9 +102,9 @@ class Job:
         """It completed and its post-fences are reached: a waiter for them need not wait."""
         return self.state == COMPLETED and all(sem.reached(v) for sem, v in self.post_fences)
 
-    def _wait_step(self, seconds: float) -> None:
+    def wait_step(self, seconds: float) -> None:
         """Sleep until the job finishes or ``seconds`` pass. The event is made before ``done`` is
-        looked at, and _finish sets ``done`` before it looks for the event: one of them sees the
+        looked at, and finish sets ``done`` before it looks for the event: one of them sees the
         other, so a finish is never missed."""
         event = self._event
         if event is None:
@@ -120,17 +115,33 @@ class Job:
     def wait(self, timeout_ms: float | None = None) -> None:
         """Block until the job finishes: return if it completed, raise its error if it failed.
         NvError Timeout if ``timeout_ms`` passes first (the job itself goes on)."""
-        self.kmd.wait_for(self, timeout_ms)
+        self.driver.wait_for(self, timeout_ms)
         if self.error is not None:
             raise self.error
 
-    def _finish(self, error: DlaError | None) -> None:
-        if self._listening:
-            self._stop_listening()
+    def listen_to_fences(self) -> None:
+        """Queued: the driver is woken whenever a pre-fence's semaphore moves."""
+        if not self.pre_fences:
+            return
+        self.listening = True
+        for sem, _ in self.pre_fences:
+            sem.add_listener(self.driver.wake)
+
+    def stop_listening(self) -> None:
+        if self.listening:
+            self.listening = False
+            for sem, _ in self.pre_fences:
+                sem.remove_listener(self.driver.wake)
+
+    def finish(self, error: DlaError | None) -> None:
+        """The job ended (``error`` None: completed): its state, its waiters, its post-fences, its
+        on_done hook."""
+        if self.listening:
+            self.stop_listening()
         self.error = error
         self.state = FAILED if error else COMPLETED
         self.finished_at = time.monotonic()
-        self._done = True  # before looking for a waiter's event (see _wait_step)
+        self._done = True  # before looking for a waiter's event (see wait_step)
         event = self._event
         if event is not None:
             event.set()
@@ -173,7 +184,7 @@ class JobQueues:
                     # a head whose fence failed fails at once, never runs
                     failed = next(sem.error for sem, v in q[0].pre_fences if sem.error is not None)
                     assert failed is not None
-                    q.popleft()._finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
+                    q.popleft().finish(DlaError(failed.code, f"a pre-fence failed: {failed.message}"))
                 if not q or not all(sem.reached(v) for sem, v in q[0].pre_fences):
                     continue
                 head = q[0]
@@ -191,6 +202,6 @@ class JobQueues:
             ctx = next((c for c in ctxs if last is not None and c > last), ctxs[0])
         self.last_served = ctx
         job = self.by_context[ctx].popleft()
-        if job._listening:
-            job._stop_listening()
+        if job.listening:
+            job.stop_listening()
         return job

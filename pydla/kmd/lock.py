@@ -3,7 +3,7 @@
 The driver takes one lock around its state (contexts, queues, the jobs in flight). An interrupt may
 reach the driver on a thread that is already inside it, holding that lock: headed, a doorbell the
 driver rings runs an idle firmware in the ringing thread, whose interrupt then comes back on it
-(:meth:`pydla.kmd.driver.Kmd._irq_thread`). That thread must not run the driver's bottom half
+(:meth:`pydla.kmd.bottom_half.BottomHalf.irq_thread`). That thread must not run the driver's bottom half
 re-entrantly in the middle of its own work; :meth:`OwnedLock.held_by_caller` tells it so, from an
 explicit record of the owner rather than the lock's private state.
 

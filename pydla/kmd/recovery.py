@@ -221,7 +221,7 @@ def abort_context(queue: deque[Job] | None, error: DlaError) -> int:
         return 0
     n = len(queue)
     for queued in queue:
-        queued._finish(error)
+        queued.finish(error)
     queue.clear()
     return n
 

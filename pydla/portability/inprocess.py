@@ -5,7 +5,8 @@ Each port has its own devices and drivers (no global state): it is given them, a
 instance ``n`` with its KMD the first time the port opens it); :func:`pydla.platform.open_port`
 builds one with its own. A handle from NvDlaOpen is a session: one KMD context, its memory, and the
 tasks it submitted. Memory handles are numpy views of device memory (the host's mapping of the
-buffer object). What a device can do is the KMD's answer (NvDlaGetDeviceInfo).
+buffer object). What a device can do is the KMD's answer (NvDlaGetDeviceInfo). The session and
+its handles are :mod:`pydla.portability.inprocess_session`'s.
 
 Usage::
 
@@ -31,6 +32,13 @@ from pydla.kmd.driver import Job, Kmd
 from pydla.kmd.port import AddressEntry
 from pydla.kmd.sync import TimelineSemaphore
 from pydla.kmd.trace import KmdTrace
+from pydla.portability.inprocess_session import (
+    InProcessMem,
+    PreparedHandle,
+    Session,
+    SessionSemaphore,
+    unit_name,
+)
 from pydla.portability.interface import (
     NvDlaDeviceInfo,
     NvDlaEngineSelect,
@@ -72,64 +80,7 @@ class Drivers(Protocol):
     def close(self) -> None: ...
 
 
-class InProcessMem(NvDlaMemHandle):
-    def __init__(self, session: Session, handle: int) -> None:
-        self.session = session
-        self.handle = handle
-        self._size = session.kmd.bo_size(session.ctx, handle)
-        # The host mapping, looked up once: a view keeps the mapping alive, so after a free this
-        # array is still memory-safe; `usable` (False once freed or closed) is what refuses its use.
-        self._array = session.kmd.bo_array(session.ctx, handle)
-        self._bytes = self._array.data  # for the fast paths of NvDlaMemRead / NvDlaMemWrite
-        self.usable = True
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def device_address(self) -> int:
-        return self.session.kmd.bo_iova(self.session.ctx, self.handle)
-
-    def bytes_view(self) -> npt.NDArray[np.uint8]:
-        if not self.usable:
-            raise DlaError(NvError.InvalidState,
-                           f"memory handle {self.handle} was freed or its session closed")
-        return self._array
-
-
-class Session:
-    """What NvDlaOpen returns: a context on one device instance."""
-
-    def __init__(self, port: InProcessPort, select: int, kmd: Kmd) -> None:
-        self.port = port
-        self.select = select
-        self.kmd = kmd
-        self.ctx = kmd.open_context()
-        self.mems: dict[int, InProcessMem] = {}
-        self.semaphores: weakref.WeakSet[TimelineSemaphore] = weakref.WeakSet()  # gone when unused
-        self.traces: list[KmdTrace] = []  # trace rings it started (stopped when it closes)
-        self.closed = False
-
-
-class _Semaphore(TimelineSemaphore):
-    """A semaphore from NvDlaCreateSemaphore: it knows its session and whether it was destroyed
-    (checked at every fence use: attributes, not set lookups)."""
-
-    def __init__(self, value: int, session: Session) -> None:
-        super().__init__(value)
-        self.session = session
-        self.destroyed = False
-
-
-class _Prepared:
-    """The in-process port's handle to a prepared task: the KMD's prepared-job id in a session."""
-
-    __slots__ = ("prep_id", "session")
-
-    def __init__(self, session: Session, prep_id: int) -> None:
-        self.session = session
-        self.prep_id = prep_id
+__all__ = ["Drivers", "InProcessMem", "InProcessPort", "ProbedDriver", "Session"]
 
 
 class InProcessPort(NvDlaPort):
@@ -254,27 +205,27 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaOpenCuContext(self, h: Any, cu: str | int, exclusive: bool) -> None:
         session = self._session(h)
-        unit = _unit(session, cu, "NvDlaOpenCuContext")
+        unit = unit_name(session, cu, "NvDlaOpenCuContext")
         session.kmd.cu_open_context(session.ctx, unit, exclusive=exclusive)
 
     def NvDlaCloseCuContext(self, h: Any, cu: str | int) -> None:
         session = self._session(h)
-        session.kmd.cu_close_context(session.ctx, _unit(session, cu, "NvDlaCloseCuContext"))
+        session.kmd.cu_close_context(session.ctx, unit_name(session, cu, "NvDlaCloseCuContext"))
 
     def NvDlaRegRead(self, h: Any, cu: str | int, offset: int) -> int:
         session = self._session(h)
-        return session.kmd.cu_reg_read(session.ctx, _unit(session, cu, "NvDlaRegRead"), offset)
+        return session.kmd.cu_reg_read(session.ctx, unit_name(session, cu, "NvDlaRegRead"), offset)
 
     def NvDlaRegWrite(self, h: Any, cu: str | int, offset: int, value: int) -> None:
         session = self._session(h)
-        session.kmd.cu_reg_write(session.ctx, _unit(session, cu, "NvDlaRegWrite"), offset, value)
+        session.kmd.cu_reg_write(session.ctx, unit_name(session, cu, "NvDlaRegWrite"), offset, value)
 
     def NvDlaSubmitCu(self, h: Any, cu: str | int, args: list[Any], pre_fences: list[NvDlaFence],
                       post_fences: list[NvDlaFence], *, timeout_ms: int | None = None) -> NvDlaTaskStatus:
         """As the interface's: the KMD's cu_submit, each buffer resolved to this session's handle."""
         session = self._session(h)
         what = f"NvDlaSubmitCu {cu!r:.70}"
-        unit = _unit(session, cu, what)
+        unit = unit_name(session, cu, what)
         words: list[CuArg] = []
         for i, arg in enumerate(check_cu_args(args, what)):
             if isinstance(arg, tuple):
@@ -292,12 +243,12 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaStreamWrite(self, h: Any, cu: str | int, data: bytes, timeout_ms: int) -> None:
         session = self._session(h)
-        unit = _unit(session, cu, "NvDlaStreamWrite")
+        unit = unit_name(session, cu, "NvDlaStreamWrite")
         session.kmd.cu_stream_write(session.ctx, unit, data, timeout_ms=timeout_ms)
 
     def NvDlaStreamRead(self, h: Any, cu: str | int, nbytes: int, timeout_ms: int) -> bytes:
         session = self._session(h)
-        unit = _unit(session, cu, "NvDlaStreamRead")
+        unit = unit_name(session, cu, "NvDlaStreamRead")
         return session.kmd.cu_stream_read(session.ctx, unit, nbytes, timeout_ms=timeout_ms)
 
     def NvDlaGetMem(self, h: Any, size: int, heap: NvDlaHeap = NvDlaHeap.DRAM,
@@ -341,26 +292,26 @@ class InProcessPort(NvDlaPort):
         """As the interface's; the bytes are copied once, straight from the mapping."""
         if (type(mem) is InProcessMem and mem.usable
                 and type(offset) is int and type(size) is int and 0 <= offset
-                and 0 <= size <= mem._size - offset):
-            return mem._bytes[offset:offset + size].tobytes()
+                and 0 <= size <= mem.nbytes - offset):
+            return mem.host_bytes[offset:offset + size].tobytes()
         return super().NvDlaMemRead(mem, offset, size)
 
     def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any, size: int | None = None) -> None:
         """As the interface's; byte sources are copied once, by memoryview assignment."""
         if (size is None and type(mem) is InProcessMem and mem.usable and type(offset) is int
-                and 0 <= offset <= mem._size):
+                and 0 <= offset <= mem.nbytes):
             kind = type(src)
             try:
                 if kind is np.ndarray:
                     if src.dtype is _U8:  # the assignment itself refuses other shapes
-                        mem._bytes[offset:offset + src.size] = src
+                        mem.host_bytes[offset:offset + src.size] = src
                         return
                     if src.flags.c_contiguous and not src.dtype.hasobject:
                         data = memoryview(src).cast("B")
-                        mem._bytes[offset:offset + len(data)] = data
+                        mem.host_bytes[offset:offset + len(data)] = data
                         return
                 elif kind is bytes or kind is bytearray:
-                    mem._bytes[offset:offset + len(src)] = src
+                    mem.host_bytes[offset:offset + len(src)] = src
                     return
             except (ValueError, TypeError):
                 pass  # the general version says what is wrong (a size, a shape)
@@ -368,7 +319,7 @@ class InProcessPort(NvDlaPort):
 
     def NvDlaCreateSemaphore(self, h: Any, value: int = 0) -> TimelineSemaphore:
         session = self._session(h)
-        sem = _Semaphore(value, session)
+        sem = SessionSemaphore(value, session)
         session.semaphores.add(sem)  # a session's tasks may use only its own fences
         return sem
 
@@ -404,7 +355,7 @@ class InProcessPort(NvDlaPort):
                          nvdla_interface=checked.nvdla_interface)
         prep_id = session.kmd.prepare(session.ctx, self._addresses(session, kept, "NvDlaPrepareTask"),
                                       kept.scalars, nvdla_interface=kept.nvdla_interface)
-        return NvDlaPreparedTask(kept, _Prepared(session, prep_id))
+        return NvDlaPreparedTask(kept, PreparedHandle(session, prep_id))
 
     def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
                             post_fences: list[NvDlaFence], *, priority: int = 0,
@@ -412,7 +363,7 @@ class InProcessPort(NvDlaPort):
         session = self._session(h)
         check_prepared_submit(prepared, pre_fences, post_fences, priority, timeout_ms, "NvDlaSubmitPrepared")
         mine = prepared.handle
-        if not isinstance(mine, _Prepared) or mine.session is not session:
+        if not isinstance(mine, PreparedHandle) or mine.session is not session:
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this session prepared")
         fence = self._fence
         pre = [fence(f, session) for f in pre_fences] if pre_fences else []
@@ -437,13 +388,13 @@ class InProcessPort(NvDlaPort):
         session = self._session(h)
         super().NvDlaReleaseTask(h, prepared)  # checks what it was given
         mine = prepared.handle
-        if isinstance(mine, _Prepared) and mine.session is session:
+        if isinstance(mine, PreparedHandle) and mine.session is session:
             session.kmd.release_prepared(session.ctx, mine.prep_id)
 
     def NvDlaDestroySemaphore(self, semaphore: Any) -> None:
         if not isinstance(semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "NvDlaDestroySemaphore: not from NvDlaCreateSemaphore")
-        if isinstance(semaphore, _Semaphore):
+        if isinstance(semaphore, SessionSemaphore):
             semaphore.destroyed = True
         with self._lock:
             sessions = list(self._sessions)
@@ -455,8 +406,8 @@ class InProcessPort(NvDlaPort):
         if not isinstance(fence, NvDlaFence):
             raise DlaError(NvError.BadParameter, f"fence: an NvDlaFence, not {fence!r:.80}")
         sem = fence.semaphore
-        if type(sem) is _Semaphore and not sem.destroyed and (session is None or sem.session is session) \
-                and sem.session.port is self:
+        if (type(sem) is SessionSemaphore and not sem.destroyed
+                and (session is None or sem.session is session) and sem.session.port is self):
             return sem, fence.value  # the common case, checked on attributes
         if not isinstance(fence.semaphore, TimelineSemaphore):
             raise DlaError(NvError.BadParameter, "fence semaphore is not from NvDlaCreateSemaphore")
@@ -513,15 +464,3 @@ class InProcessPort(NvDlaPort):
         if not isinstance(job, Job):
             raise DlaError(NvError.BadParameter, "not a status from this port's NvDlaSubmit")
         job.wait(timeout_ms)
-
-
-def _unit(session: Session, cu: Any, what: str) -> str:
-    """A compute unit named by its index in the IP_LAYOUT (XRT's cu_index) becomes its name; a name
-    goes to the KMD as it is (the KMD checks it)."""
-    if isinstance(cu, int) and not isinstance(cu, bool):
-        units = session.kmd.compute_units
-        if not 0 <= cu < len(units):
-            raise DlaError(NvError.BadParameter, f"{what}: compute unit index {cu}: the device has "
-                                                 f"{len(units)} (0..{len(units) - 1})")
-        return units[cu].name
-    return cu  # type: ignore[no-any-return]  # the KMD checks what it is

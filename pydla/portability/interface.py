@@ -2,7 +2,9 @@
 UMD on an OS or a device. Names and meaning follow the NVDLA portability layer; out-parameters of
 the C API are return values, and failures raise DlaError.
 
-An implementation provides every method of :class:`NvDlaPort`. pydla ships an in-process port
+An implementation provides every method of :class:`NvDlaPort`. Its data types
+(:mod:`pydla.portability.interface_types`) and the argument checks ports share
+(:mod:`pydla.portability.interface_checks`) are imported from here too. pydla ships an in-process port
 (:mod:`pydla.portability.inprocess`: direct calls into a KMD in the same process); a port over real
 ioctls is another implementation of the same class. Everything above this interface (the UMD) must
 not know which port it runs on.
@@ -11,179 +13,41 @@ not know which port it runs on.
 from __future__ import annotations
 
 import abc
-import enum
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from pydla.deviceapi.generated.device_api import dla_block_e
-from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
+from pydla.portability.interface_checks import (
+    MAX_TIMEOUT_MS,
+    check_cu_args,
+    check_free_args,
+    check_prepared_submit,
+    check_range,
+    check_task,
+    check_timeout_ms,
+    memory_handle_error,
+)
+from pydla.portability.interface_types import (
+    NvDlaCuArg,
+    NvDlaDeviceInfo,
+    NvDlaEngineSelect,
+    NvDlaFence,
+    NvDlaHeap,
+    NvDlaMemHandle,
+    NvDlaPreparedTask,
+    NvDlaTask,
+    NvDlaTaskStatus,
+    NvDlaTrace,
+)
 
-
-class NvDlaEngineSelect(enum.IntEnum):
-    """Which device instance NvDlaOpen opens (implementation defined: instance numbers)."""
-
-    DLA0 = 0
-    DLA1 = 1
-    DLA2 = 2
-    DLA3 = 3
-
-
-class NvDlaHeap(enum.IntEnum):
-    """Where NvDlaGetMem allocates. This implementation has device memory only."""
-
-    DRAM = 0
-    SRAM = 1
-
-
-class NvDlaMemHandle(abc.ABC):
-    """A buffer from NvDlaGetMem: its bytes as numpy, read/write, size and device address."""
-
-    @property
-    @abc.abstractmethod
-    def size(self) -> int:
-        """Bytes in the buffer."""
-
-    @property
-    @abc.abstractmethod
-    def device_address(self) -> int:
-        """Where the device sees it (for diagnostics; descriptors use address-list indices)."""
-
-    @abc.abstractmethod
-    def bytes_view(self) -> npt.NDArray[np.uint8]:
-        """The buffer's bytes as a writable numpy array (the host's mapping)."""
-
-    def array(self, dtype: Any = np.uint8, shape: tuple[int, ...] | None = None,
-              offset: int = 0) -> npt.NDArray[Any]:
-        """A numpy view of the buffer as ``dtype`` of ``shape`` from byte ``offset``."""
-        dt = np.dtype(dtype)
-        raw = self.bytes_view()
-        count = (raw.size - offset) // dt.itemsize if shape is None else int(np.prod(shape))
-        if offset < 0 or count < 0 or offset + count * dt.itemsize > raw.size:
-            what = (f"{tuple(shape)} {dt} = {count * dt.itemsize} bytes" if shape is not None
-                    else f"{dt} from offset {offset}")
-            at = f" at offset {offset}" if offset and shape is not None else ""
-            raise DlaError(NvError.InvalidSize, f"array: {what}{at} does not fit the {raw.size}-byte buffer")
-        view: npt.NDArray[Any] = raw[offset:offset + count * dt.itemsize].view(dt)
-        return view if shape is None else view.reshape(shape)
-
-
-@dataclass(frozen=True)
-class NvDlaDeviceInfo:
-    """What :meth:`NvDlaPort.NvDlaGetDeviceInfo` reports of a device instance: which it is (of how
-    many), its configuration's name, version register, functional blocks, precisions and memory,
-    and the names ("kernel:instance") of its compute units (its IP_LAYOUT; empty when a port or an
-    older daemon does not say).
-
-    Usage: ``port.NvDlaGetDeviceInfo(0).has_block("PDP")``
-    """
-
-    instance: int
-    instances: int
-    name: str
-    hw_version: int
-    blocks: tuple[dla_block_e, ...]
-    precisions: tuple[dla_precision_e, ...]
-    memory_bytes: int
-    compute_units: tuple[str, ...] = ()
-    # Per unit of ``compute_units``, the names of the arguments a start takes (the model's
-    # declaration, XRT's kernel metadata); None, or a tuple shorter than ``compute_units``: not known.
-    compute_unit_arguments: tuple[tuple[str, ...] | None, ...] = ()
-    # The unit of ``compute_units`` that is the DLA engine itself (its tasks go through NvDlaSubmit,
-    # not NvDlaSubmitCu); None: the device declares none, or the port does not say.
-    engine_unit: str | None = None
-
-    def has_compute_unit(self, name: str) -> bool:
-        """Whether a compute unit answers to ``name``: its instance, its kernel or "kernel:instance"."""
-        return self._unit_index(name) is not None
-
-    def compute_unit(self, name: str) -> str | None:
-        """The "kernel:instance" name of the unit answering to ``name`` (see has_compute_unit)."""
-        i = self._unit_index(name)
-        return None if i is None else self.compute_units[i]
-
-    def compute_unit_args(self, name: str) -> tuple[str, ...] | None:
-        """The arguments a start of the unit called ``name`` takes, when the port says (else None)."""
-        i = self._unit_index(name)
-        return None if i is None or i >= len(self.compute_unit_arguments) else self.compute_unit_arguments[i]
-
-    def _unit_index(self, name: str) -> int | None:
-        return next((i for i, cu in enumerate(self.compute_units) if name in (cu, *cu.split(":", 1))), None)
-
-    def has_block(self, block: dla_block_e | str) -> bool:
-        """Whether the device has ``block`` (a dla_block_e or its name, in any case)."""
-        if isinstance(block, str):
-            return block.upper() in (b.name for b in self.blocks)
-        return block in self.blocks
-
-    def has_precision(self, precision: dla_precision_e | str) -> bool:
-        """Whether the device computes in ``precision`` (a dla_precision_e or its name)."""
-        if isinstance(precision, str):
-            return precision.upper() in (p.name for p in self.precisions)
-        return precision in self.precisions
-
-
-@dataclass(frozen=True)
-class NvDlaTrace:
-    """What :meth:`NvDlaPort.NvDlaTraceStart` returns: the port's own ``handle`` of the trace, and the
-    device's number of the context the starting handle runs in (its operations' ``context_id`` in
-    the trace's events; -1 when the port does not say)."""
-
-    handle: Any
-    context_id: int = -1
-
-
-@dataclass(frozen=True)
-class NvDlaFence:
-    """A sync point: ``semaphore`` (from :meth:`NvDlaPort.NvDlaCreateSemaphore`) reaching ``value``."""
-
-    semaphore: Any
-    value: int
-
-
-@dataclass
-class NvDlaTask:
-    """One task to submit: its address list (entry 0 is the network descriptor) and the fences it
-    waits for and signals. An entry is ``(mem, offset)`` (from ``offset`` to the end of ``mem``) or
-    ``(mem, offset, size)`` (a sub-buffer: the task may use only those bytes). ``scalars``: the
-    task's scalar arguments as ``(argidx, value)`` integer pairs, which the driver puts in the
-    argument registers of the DLA engine's compute unit (XRT's scalar kernel arguments, such as the
-    DPU opcode of XRT's run recipe); a device that declares no engine unit refuses them.
-    ``nvdla_interface``: for a task of an NVDLA Loadable on an NVDLA configuration, the firmware
-    interface version (major, minor, sub) of its network-descriptor blob (it chooses the descriptor
-    layouts); None for pydla's own tasks."""
-
-    address_list: list[tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]]
-    pre_fences: list[NvDlaFence] = field(default_factory=list)
-    post_fences: list[NvDlaFence] = field(default_factory=list)
-    priority: int = 0
-    timeout_ms: int | None = None
-    scalars: list[tuple[int, int]] = field(default_factory=list)
-    nvdla_interface: tuple[int, int, int] | None = None
-
-
-@dataclass
-class NvDlaPreparedTask:
-    """What :meth:`NvDlaPort.NvDlaPrepareTask` returns: ``task`` (its address list, checked once)
-    and the port's own handle to the prepared form (None for ports without one)."""
-
-    task: NvDlaTask
-    handle: Any = None
-
-
-@dataclass(frozen=True)
-class NvDlaTaskStatus:
-    """What NvDlaSubmit reports per task: its id, for diagnostics and NvDlaTaskWait."""
-
-    task_id: int
-    handle: Any
-
-
-NvDlaCuArg = int | tuple[NvDlaMemHandle, int] | tuple[NvDlaMemHandle, int, int]
-"""One argument of :meth:`NvDlaPort.NvDlaSubmitCu`: a 32-bit word, or a buffer as in NvDlaTask."""
+__all__ = [
+    "MAX_TIMEOUT_MS", "NvDlaCuArg", "NvDlaDeviceInfo", "NvDlaEngineSelect", "NvDlaFence", "NvDlaHeap",
+    "NvDlaMemHandle", "NvDlaPort", "NvDlaPreparedTask", "NvDlaTask", "NvDlaTaskStatus", "NvDlaTrace",
+    "check_cu_args", "check_free_args", "check_prepared_submit", "check_range", "check_task",
+    "check_timeout_ms", "memory_handle_error",
+]
 
 
 class NvDlaPort(abc.ABC):
@@ -386,7 +250,7 @@ class NvDlaPort(abc.ABC):
 
     def NvDlaMemMap(self, mem: NvDlaMemHandle, offset: int, size: int, flags: int = 0) -> memoryview:
         """Map ``size`` bytes from ``offset`` into the process; return the view (pVirtAddr)."""
-        _check_range(mem, offset, size, "NvDlaMemMap")
+        check_range(mem, offset, size, "NvDlaMemMap")
         if size == 0:
             raise DlaError(NvError.BadParameter, "NvDlaMemMap: size must be greater than 0")
         return memoryview(mem.bytes_view()[offset:offset + size].data)
@@ -400,7 +264,7 @@ class NvDlaPort(abc.ABC):
 
     def NvDlaMemRead(self, mem: NvDlaMemHandle, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of ``mem`` (pDst becomes the return value)."""
-        _check_range(mem, offset, size, "NvDlaMemRead")
+        check_range(mem, offset, size, "NvDlaMemRead")
         return bytes(mem.bytes_view()[offset:offset + size])
 
     def NvDlaMemWrite(self, mem: NvDlaMemHandle, offset: int, src: Any, size: int | None = None) -> None:
@@ -423,7 +287,7 @@ class NvDlaPort(abc.ABC):
                 raise DlaError(NvError.BadParameter, f"NvDlaMemWrite: size {size!r} must be 0..{data.size} "
                                                      f"(the bytes src holds)")
             data = data[:size]
-        _check_range(mem, offset, data.size, "NvDlaMemWrite")
+        check_range(mem, offset, data.size, "NvDlaMemWrite")
         mem.bytes_view()[offset:offset + data.size] = data
 
     def NvDlaMemGetSize(self, mem: NvDlaMemHandle) -> int:
@@ -478,105 +342,3 @@ class NvDlaPort(abc.ABC):
         import time
 
         return int(time.monotonic() * 1000) & 0xFFFFFFFF
-
-
-def check_free_args(mem: NvDlaMemHandle, pData: Any, size: Any, what: str = "NvDlaFreeMem") -> None:  # noqa: N803
-    """NvDlaFreeMem's ``pData`` and ``size`` against the allocation of ``mem``: ``pData`` must
-    start where the buffer's host view starts (the view NvDlaGetMem returned, or a view of the
-    same bytes), ``size`` must be the size allocated; None is not checked. Else BadParameter."""
-    if size is not None and (type(size) is not int or size != mem.size):
-        raise DlaError(NvError.BadParameter, f"{what}: size {size!r} is not the {mem.size} bytes allocated")
-    if pData is None:
-        return
-    try:
-        address = np.frombuffer(pData, np.uint8).__array_interface__["data"][0]
-    except (TypeError, ValueError, AttributeError, BufferError):
-        raise DlaError(NvError.BadParameter, f"{what}: pData {type(pData).__name__} is not the host view "
-                                             "NvDlaGetMem returned (a buffer)") from None
-    expected = mem.bytes_view().__array_interface__["data"][0]
-    if address != expected:
-        raise DlaError(NvError.BadParameter, f"{what}: pData at 0x{address:x} is not the host view "
-                                             f"NvDlaGetMem returned for this memory (at 0x{expected:x})")
-
-
-def check_task(task: Any, what: str) -> NvDlaTask:
-    """``task`` if it is an NvDlaTask whose address list is a list or tuple and whose scalars are a
-    list of ``(argidx, value)`` integer pairs (their values are the driver's to judge); else
-    BadParameter."""
-    if not isinstance(task, NvDlaTask) or not isinstance(task.address_list, (list, tuple)):
-        raise DlaError(NvError.BadParameter, f"{what}: an NvDlaTask with an address list, not {task!r:.80}")
-    scalars = task.scalars
-    if not isinstance(scalars, (list, tuple)) or not all(
-            isinstance(s, tuple) and len(s) == 2 and type(s[0]) is int and type(s[1]) is int
-            for s in scalars):
-        raise DlaError(NvError.BadParameter, f"{what}: scalars must be a list of (argidx, value) integer "
-                                             f"pairs, not {scalars!r:.80}")
-    return task
-
-
-def check_prepared_submit(prepared: Any, pre_fences: Any, post_fences: Any, priority: Any,
-                          timeout_ms: Any, what: str) -> None:
-    """The arguments of NvDlaSubmitPrepared, by type (their values are the driver's to judge; each
-    fence is checked where the port resolves it)."""
-    if not isinstance(prepared, NvDlaPreparedTask):
-        raise DlaError(NvError.BadParameter, f"{what}: not from NvDlaPrepareTask: {prepared!r:.80}")
-    for fences, name in ((pre_fences, "pre_fences"), (post_fences, "post_fences")):
-        if not isinstance(fences, (list, tuple)):
-            raise DlaError(NvError.BadParameter, f"{what}: {name} must be a list of NvDlaFence, "
-                                                 f"not {fences!r:.80}")
-    if type(priority) is not int:
-        raise DlaError(NvError.BadParameter, f"{what}: priority {priority!r} is not an integer")
-    if timeout_ms is not None and type(timeout_ms) is not int:
-        raise DlaError(NvError.BadParameter, f"{what}: timeout_ms {timeout_ms!r} is not an integer")
-
-
-def memory_handle_error(what: str, *, freed: bool) -> DlaError:
-    """The error for a memory handle a port cannot use, worded one way by every port: one of this
-    session's that was freed ("the memory was already freed"), or one that never was this session's.
-
-    Usage: ``raise memory_handle_error("NvDlaFreeMem", freed=mem.session is session)``
-    """
-    if freed:
-        return DlaError(NvError.BadParameter, f"{what}: the memory was already freed (NvDlaFreeMem)")
-    return DlaError(NvError.BadParameter, f"{what}: memory handle is not one of this session's")
-
-
-MAX_TIMEOUT_MS = 3_600_000  # the driver's limit on a job's timeout (an hour)
-
-
-def check_timeout_ms(value: Any, what: str, *, minimum: int = 1, maximum: int = MAX_TIMEOUT_MS) -> int:
-    """A timeout in milliseconds as the API takes it: an int (a numpy integer too; not a bool, a
-    float or a string) in ``minimum..maximum``; else BadParameter naming ``what`` (the parameter as
-    the caller wrote it, e.g. "Session: timeout_ms") and the value.
-
-    Usage: ``timeout_ms = check_timeout_ms(timeout_ms, "createRuntime: timeout_ms")``
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise DlaError(NvError.BadParameter, f"{what} {value!r} is not an integer (milliseconds)")
-    if not minimum <= value <= maximum:
-        raise DlaError(NvError.BadParameter, f"{what} {value}: {minimum}..{maximum} (milliseconds)")
-    return int(value)
-
-
-def check_cu_args(args: Any, what: str) -> list[NvDlaCuArg]:
-    """NvDlaSubmitCu's ``args``, by type: each an int of 32 bits (negative ones as int32), or a
-    ``(mem, offset)`` / ``(mem, offset, size)`` tuple of a memory handle and ints (whose values and
-    owner the port and the driver check). Else BadParameter naming the argument."""
-    if not isinstance(args, (list, tuple)):
-        raise DlaError(NvError.BadParameter, f"{what}: args must be a list, not {type(args).__name__}")
-    for i, arg in enumerate(args):
-        if type(arg) is int:
-            if not -(1 << 31) <= arg < 1 << 32:
-                raise DlaError(NvError.BadParameter, f"{what}: argument {i}: {arg} does not fit 32 bits")
-        elif (not isinstance(arg, tuple) or len(arg) not in (2, 3) or not isinstance(arg[0], NvDlaMemHandle)
-              or any(type(v) is not int for v in arg[1:])):
-            raise DlaError(NvError.BadParameter,
-                           f"{what}: argument {i}: {arg!r:.80} is neither a 32-bit int nor (mem, offset) / "
-                           "(mem, offset, size) of NvDlaGetMem memory")
-    return list(args)
-
-
-def _check_range(mem: NvDlaMemHandle, offset: int, size: int, what: str) -> None:
-    if offset < 0 or size < 0 or offset + size > mem.size:
-        raise DlaError(NvError.InvalidSize,
-                       f"{what}: offset {offset} + size {size} is outside the {mem.size}-byte buffer")

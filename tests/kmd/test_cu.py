@@ -68,12 +68,16 @@ def test_chain_depth_three_five_requests_overlap_and_finish_in_order(make_kmd: M
 
 @pytest.mark.parametrize("int_enable", [1, 0], ids=["interrupts", "polling"])
 def test_threaded_device_keeps_the_models(make_kmd: MakeKmd, int_enable: int) -> None:
-    # Each execution long enough (2 ms) that the six CHAIN submits are all queued before the first
-    # ends, also on a busy machine: at 0.2 ms the pipeline reached depth 3 in 8 runs of 10 only.
+    # The six CHAIN executions are all queued before the first may start (a pre-fence the test
+    # reaches afterwards): submitting them while the unit already ran raced its 2 ms executions, and
+    # on a loaded machine the pipeline then reached depth 2 only (1 run in 8 at a load of 7 on 2 cores).
     dev, kmd = make_kmd(cu_config(int_enable, latency=2_000_000), mode="threaded")
     ctx = kmd.open_context()
     hs = [kmd.cu_submit(ctx, "noop_hs", []) for _ in range(3)]
-    chain = [kmd.cu_submit(ctx, "noop_chain", []) for _ in range(6)]
+    gate = TimelineSemaphore()
+    chain = [kmd.cu_submit(ctx, "noop_chain", [], pre_fences=[(gate, 1)] if i == 0 else None)
+             for i in range(6)]
+    gate.signal(1)
     for ex in hs + chain:
         ex.wait(5000)
     assert sequence(dev, "noop_hs") == HS_SEQUENCE

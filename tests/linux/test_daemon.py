@@ -518,7 +518,8 @@ run_net(rt, 0)
 print("served")
 """))
     assert "served" in lines
-    assert all(not q for kmd in d.kmds for q in kmd._queues.values())  # every killed client's job is gone
+    # every killed client's job is gone
+    assert all(not q for kmd in d.kmds for q in kmd.queues.by_context.values())
 
 
 def test_clients_killed_mid_submit(daemon, net) -> None:
