@@ -52,6 +52,7 @@ from pydla.firmware.shave import ShaveList, usable_cmx
 from pydla.firmware.trace import TASK_END, TASK_START, end_status, trace_task
 from pydla.kmd.bo import BufferObject
 from pydla.kmd.port import KmdPortability
+from pydla.kmd.shave_errors import ERROR_CODES, WHY, error_name, instruction_name
 from pydla.kmd.tile_owner import LIST, TileOwners
 
 E = R.shave_error_e
@@ -62,13 +63,6 @@ TILE_STRIDE = R.SHAVE_T1_CTRL - R.SHAVE_T0_CTRL
 START, HALT = 1, 2
 RUNTIME_KERNEL = 0xFFFFFFFF  # error_kernel when the runtime kernel itself failed
 MIN_BUFFER = 4096
-ERROR_CODES: dict[int, NvError] = {
-    E.READ_FAULT: NvError.InvalidAddress, E.WRITE_FAULT: NvError.InvalidAddress,
-    E.FETCH_FAULT: NvError.InvalidAddress, E.MMU_FAULT: NvError.InvalidAddress,
-    E.ILLEGAL_INSTRUCTION: NvError.BadValue, E.TRAP: NvError.BadValue, E.BAD_ELF: NvError.BadValue,
-    E.BAD_TASK: NvError.BadValue, E.BAD_BARRIER: NvError.BadValue, E.BAD_ACCESS: NvError.BadValue,
-    E.BUDGET: NvError.Timeout, E.FIFO_FULL: NvError.ResourceError,
-}
 
 
 def treg(tile: int, name: str) -> int:
@@ -82,30 +76,6 @@ def read_caps(port: KmdPortability) -> ShaveCaps | None:
     if not tiles:
         return None
     return ShaveCaps(tiles, port.dla_reg_read(R.SHAVE_BARRIERS), port.dla_reg_read(R.SHAVE_CMX_BYTES))
-
-
-def error_name(code: int) -> str:
-    return E(code).name if code in E._value2member_map_ else f"error {code}"
-
-
-# The system instructions a tile's error_addr may hold (ILLEGAL_INSTRUCTION and TRAP: its bits).
-WFI = 0x10500073
-_SYSTEM = {WFI: "wfi", 0x30200073: "mret", 0x10200073: "sret", 0x00200073: "uret", 0x00000073: "ecall",
-           0x00100073: "ebreak"}
-_WHY = {WFI: "; a SHAVE kernel may not use wfi: it has no interrupt to wait for (its barriers fired before "
-             "the runtime kernel called it)",
-        0x00100073: "; an ebreak is a kernel's assert (KERNEL_CHECK)"}
-_CSR_OPS = {1: "csrrw", 2: "csrrs", 3: "csrrc", 5: "csrrwi", 6: "csrrsi", 7: "csrrci"}
-
-
-def instruction_name(word: int) -> str:
-    """What the RV32 instruction ``word`` is, when it is one a kernel is refused ("" otherwise):
-    the system instructions by name, a CSR access with its CSR number."""
-    if word in _SYSTEM:
-        return _SYSTEM[word]
-    if word & 0x7F == 0x73 and word >> 12 & 7 in _CSR_OPS:
-        return f"{_CSR_OPS[word >> 12 & 7]} of CSR {word >> 20:#05x}"
-    return ""
 
 
 class ShaveRun(RunState):
@@ -440,7 +410,7 @@ class ShaveEngine:
             kernel_id = "" if seq == 0 else \
                 f"kernel_id {kernel if kernel != RUNTIME_KERNEL else 'runtime'}, "
             insn = instruction_name(addr) if code in (E.ILLEGAL_INSTRUCTION, E.TRAP) else ""
-            named, why = (f" ({insn})", _WHY.get(addr, "")) if insn else ("", "")
+            named, why = (f" ({insn})", WHY.get(addr, "")) if insn else ("", "")
             # What names the fault comes first (a port may carry only the first 192 bytes).
             message = (f"{where}: SHAVE tile {t} stopped with {error_name(code)}{named} in {which}: "
                        f"{kernel_id}pc {pc:#x}, address {addr:#x}{why}")

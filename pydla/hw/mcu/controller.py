@@ -144,8 +144,8 @@ class Microcontroller:
                 self._due = False
                 self._serve()
 
-        device.reg_write = reg_write
-        device.reg_write_many = reg_write_many
+        self.device.reg_write = reg_write
+        self.device.reg_write_many = reg_write_many
 
     def _post_mailbox_interrupt(self) -> None:
         """The firmware posted: the host's mailbox interrupt (GLB intr_status bit 28)."""
