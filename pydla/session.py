@@ -44,7 +44,8 @@ from pydla.session_loaded import Loaded
 from pydla.session_ort import OrtMethods, forms, short
 from pydla.session_trace import SessionTrace
 from pydla.trace.capture import TraceResult
-from pydla.umd.runtime import IRuntime, close_quietly, interrupted
+from pydla.umd.closing import close_quietly, interrupted
+from pydla.umd.runtime import IRuntime
 
 __all__ = ["MAX_SHAPES", "Session", "TensorInfo", "loadable_bytes"]
 

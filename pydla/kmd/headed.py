@@ -50,7 +50,7 @@ from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.headed_codec import nvdla_fields, wire
 from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring
 from pydla.firmware.interface import MAX_ADDRESSES, KmdDeviceInfo, TaskDesc
-from pydla.kmd.headed_handshake import NVDLA_FIRMWARE, check_firmware
+from pydla.kmd.headed_handshake import check_firmware, check_nvdla_firmware
 from pydla.kmd.headed_posted import HeadedRun, PostedMessages
 from pydla.kmd.headed_regs import mcu_registers
 from pydla.kmd.port import KmdPortability
@@ -156,7 +156,7 @@ class HeadedEngine(PostedMessages):
             graph = load_task(self.port, task, self.config)
         nvdla = nvdla_fields(task.nvdla_interface)
         if nvdla[0]:
-            self._check_nvdla_firmware(task)
+            check_nvdla_firmware(self.firmware_version, task.task_id)
         with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -205,19 +205,6 @@ class HeadedEngine(PostedMessages):
         with self._lock:
             if self._initialised and self._broken is None:
                 self.port.dla_reg_write(R.GLB_MCU_DOORBELL, 1)
-
-    def _check_nvdla_firmware(self, task: TaskDesc) -> None:
-        """An NVDLA task needs a firmware that reads its interface version (device_api 1.2)."""
-        have = self.firmware_version
-        if have is not None and have.version[:2] < NVDLA_FIRMWARE:
-            need = ".".join(map(str, NVDLA_FIRMWARE))
-            raise DlaError(NvError.VersionMismatch,
-                           f"task {task.task_id}: {api.NAME} version mismatch: the host KMD has {api.NAME} "
-                           f"{'.'.join(map(str, api.VERSION))}, the device firmware has "
-                           f"{have.version_string}, "
-                           "which lacks task_submit_list's nvdla_task (an NVDLA task's firmware interface "
-                           f"version). The host KMD is newer: upgrade the device firmware to {api.NAME} >= "
-                           f"{need}.0")
 
     def dla_isr_handler(self) -> int:
         """GLB intr_status bit 28: the firmware posted responses or events. Only recorded here (this

@@ -41,6 +41,19 @@ def check_firmware(rsp: Any, status_major: int) -> ContractVersion:
     return firmware
 
 
+def check_nvdla_firmware(have: ContractVersion | None, task_id: int) -> None:
+    """An NVDLA task needs a firmware that reads its interface version (device_api 1.2): VersionMismatch
+    when the attached firmware (``have``, None before the handshake) is older."""
+    if have is not None and have.version[:2] < NVDLA_FIRMWARE:
+        need = ".".join(map(str, NVDLA_FIRMWARE))
+        raise DlaError(NvError.VersionMismatch,
+                       f"task {task_id}: {api.NAME} version mismatch: the host KMD has {api.NAME} "
+                       f"{'.'.join(map(str, api.VERSION))}, the device firmware has {have.version_string}, "
+                       "which lacks task_submit_list's nvdla_task (an NVDLA task's firmware interface "
+                       f"version). The host KMD is newer: upgrade the device firmware to {api.NAME} >= "
+                       f"{need}.0")
+
+
 def nv_error(code: int) -> NvError:
     """An NVDLA error code the firmware sent (one this host does not know: ResourceError)."""
     return NvError(code) if code in NvError._value2member_map_ else NvError.ResourceError

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydla.errors import DlaError, NvError, WaitTimeout
 from pydla.loadable.container import Loadable, TensorDesc
 from pydla.portability.interface import NvDlaMemHandle, NvDlaPort, check_timeout_ms
+from pydla.umd.closing import close_quietly, interrupted
 from pydla.umd.cpu import CpuLibraries
 from pydla.umd.layouts import Staging, check_layout
 from pydla.umd.nvdla_runner import NvdlaRunner, NvdlaTensorDesc, open_nvdla_loadable
@@ -482,24 +482,6 @@ class IRuntime:
             close = getattr(self.port, "close", None)
             if callable(close):
                 close()
-
-
-def interrupted(exc_type: type[BaseException] | None) -> bool:
-    """Whether a ``with`` block ended by Ctrl-C (KeyboardInterrupt): its runs are then cancelled at
-    once, not waited for."""
-    return exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
-
-
-def close_quietly(close: Callable[[], None], exc_type: type[BaseException] | None) -> None:
-    """``close()`` at the end of a ``with`` block: when the block ends with an exception, an error
-    from closing is logged, never raised in its place."""
-    if exc_type is None:
-        close()
-        return
-    try:
-        close()
-    except Exception as e:  # the block's own exception is the one the user must see
-        log.warning("closing after %s: %s", exc_type.__name__, e)
 
 
 def _ended(sync: ISync) -> bool:
