@@ -173,3 +173,25 @@ def test_what_the_back_end_refuses(float_cnn: onnx.ModelProto, tmp_path: Path) -
     q = qdq_model(model, images(4, (4, 4, 4)), tmp_path / "s.onnx")
     with pytest.raises(DlaError, match="does not compile Sigmoid"):
         compile_model(q, config="nv_small")
+
+
+def test_run_compare_fp32_prints_each_outputs_error(float_cnn: onnx.ModelProto, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    calibration = [{"input": x} for x in images(16, SHAPE)]
+    result = compile_model(float_cnn, config="nv_small", calibration=calibration, calibration_method="minmax")
+    loadable, fp32 = tmp_path / "m.nvdla", tmp_path / "m.onnx"
+    loadable.write_bytes(result.blob)
+    onnx.save(float_cnn, fp32)
+    batch = np.concatenate(images(6, SHAPE, seed=4))
+    np.save(tmp_path / "batch.npy", batch)
+    assert main(["run", str(loadable), "--config", "nv_small", "--compare-fp32", str(fp32), "--input",
+                 str(tmp_path / "batch.npy")]) == 0
+    out = capsys.readouterr().out
+    assert f"INT8 {loadable} (nv_small) against FP32 {fp32}, 6 input(s):" in out
+    line = next(s for s in out.splitlines() if s.startswith("output logits: max |error| "))
+    assert "top-1 agreement 6/6" in line
+    relative = float(line.split("max relative ")[1].split(",")[0])
+    assert 0 < relative < 0.1
+    # a loadable without the record, and a model that is not an NVDLA Loadable: refused
+    assert main(["run", str(fp32), "--compare-fp32", str(fp32)]) == 1
+    assert "--compare-fp32: only for an INT8 NVDLA Loadable" in capsys.readouterr().err
