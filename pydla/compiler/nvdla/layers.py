@@ -116,6 +116,15 @@ def _conv_attrs(n: onnx.NodeProto, kernel: tuple[int, int]) -> dict[str, Any]:
     }
 
 
+def calibrated_quant(t: Any) -> Quant:
+    """A calibrated tensor's INT8 quantization: a tensor never negative (after a ReLU) uses all 256
+    steps from 0 (zero point -128), any other the table's symmetric scale."""
+    low, _high = t.range
+    if low >= 0 and t.threshold > 0:
+        return float(t.threshold) / 255.0, -128
+    return float(t.scale), int(t.zero_point)
+
+
 def read_layers(model: onnx.ModelProto, table: Any = None) -> Network:
     """The layers of ``model`` (see the module); ``table`` a CalibrationTable for a float model."""
     from pydla.compiler.nvdla.layers_nodes import read_node
@@ -139,7 +148,7 @@ def read_layers(model: onnx.ModelProto, table: Any = None) -> Network:
         inputs.append((vi.name, dims))
     if table is not None:
         for name, t in table.tensors.items():
-            r.quant.setdefault(name, (float(t.scale), int(t.zero_point)))
+            r.quant.setdefault(name, calibrated_quant(t))
     rename = {r.name(o.name): o.name for o in g.output}  # the graph's outputs keep their names
 
     def final(t: str) -> str:

@@ -159,6 +159,9 @@ def read_node(r: _Reader, n: onnx.NodeProto) -> None:
     if op == "Relu":
         r.layers.append(Layer("relu", [ins[0]], out, name=n.name))
         return
+    if op == "BatchNormalization":
+        _fold_batch_norm(r, n, a)
+        return
     if op == "Clip":
         lo = r.opt(n, 1) if len(ins) > 1 else a.get("min")
         hi = r.opt(n, 2) if len(ins) > 2 else a.get("max")
@@ -254,3 +257,22 @@ def _fully_connected(r: _Reader, n: onnx.NodeProto, a: dict[str, Any]) -> None:
             n.name,
         )
     )
+
+
+def _fold_batch_norm(r: _Reader, n: onnx.NodeProto, a: dict[str, Any]) -> None:
+    """A BatchNormalization after a float convolution, folded into its kernels and bias."""
+    where, ins = _where(n), list(n.input)
+    conv = next((x for x in reversed(r.layers) if x.output == ins[0]), None)
+    params = [r.const(i) for i in ins[1:5]]
+    users = sum(ins[0] in m.input for m in r.model.graph.node)
+    if (conv is None or conv.op != "conv" or conv.weights is None or conv.weights.scales is not None
+            or any(p is None for p in params) or users != 1):
+        raise DlaError(NvError.NotSupported, f"{where}: a batch normalization that does not follow a float "
+                                             "convolution alone (it is folded into one)")
+    gamma, beta, mean, var = (np.asarray(p, np.float64).ravel() for p in params)
+    k = gamma / np.sqrt(var + float(a.get("epsilon", 1e-5)))
+    w = conv.weights
+    bias = w.bias if w.bias is not None else np.zeros(len(k))
+    w.values = (w.values * k.reshape((-1,) + (1,) * (w.values.ndim - 1))).astype(np.float32)
+    w.bias = (np.asarray(bias, np.float64) - mean) * k + beta
+    conv.output = n.output[0]

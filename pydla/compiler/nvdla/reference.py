@@ -90,12 +90,13 @@ def _operand(buffers: Mapping[str, npt.NDArray[Any]], v: Any) -> I64:
 
 
 def x_stage(data: I64, st: Stage, buffers: Mapping[str, npt.NDArray[Any]]) -> I64:
-    out = data.astype(object) if st.mul is not None else data
+    """One X stage: every intermediate fits int64 (a 33-bit sum times a 16-bit operand: 49 bits)."""
+    out = data
     if st.alu is not None:
         op = saturate(_operand(buffers, st.alu.operand) << np.int64(st.alu.shift), 32)
         out = _alu(st.alu, out, op)
     if st.mul is not None:
-        out = out * _operand(buffers, st.mul).astype(object)
+        out = out * _operand(buffers, st.mul)
     res = round_shift_sat(out, st.truncate, 32)
     return np.maximum(res, 0) if st.relu else res
 
@@ -109,7 +110,7 @@ def _alu(alu: Alu, x: Any, op: I64) -> Any:
 
 
 def convert(x: I64, cvt: Cvt) -> I64:
-    t = round_shift_sat((x.astype(object) - cvt.offset) * cvt.scale, cvt.shift, 17)
+    t = round_shift_sat((x - np.int64(cvt.offset)) * np.int64(cvt.scale), cvt.shift, 17)  # 49 bits
     return saturate(t, 8)
 
 
