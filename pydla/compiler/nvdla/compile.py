@@ -34,7 +34,6 @@ from pydla.loadable.nvdla.writer import write_nvdla_loadable
 __all__ = ["NvdlaResult", "compile_nvdla", "dequantize", "quantize", "tensor_quantization"]
 
 
-
 @dataclass
 class _Memory:
     total: int

@@ -13,13 +13,14 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pydla.compiler.nvdla.emit_graph import HwOp as _HwOp
+from pydla.compiler.nvdla.emit_graph import dependency_graph as _graph
 from pydla.compiler.nvdla.layout import Facts, cube_strides, pack_weights, surfaces
-from pydla.compiler.nvdla.plan import ConvOp, PdpOp, Plan, Ref, SdpOp, Stage
+from pydla.compiler.nvdla.plan import ConvOp, PdpOp, Plan, Ref, SdpOp, SoftmaxOp, Stage
 from pydla.deviceapi.generated import dla_interface as I
 from pydla.errors import DlaError, NvError
 from pydla.loadable.nvdla import model as M
@@ -30,16 +31,6 @@ INT8 = int(I.precision_e.INT8)
 _ALGO = {"max": I.sdp_alu_op_e.MAX, "min": I.sdp_alu_op_e.MIN, "sum": I.sdp_alu_op_e.SUM}
 
 
-@dataclass
-class _HwOp:
-    block: int  # dla_op_e
-    op: Any
-    surface: Any
-    reads: list[tuple[str, int, int]]  # (buffer, first channel, end channel)
-    writes: list[tuple[str, int, int]]
-    fused_parent: int = -1
-
-
 class _Memories:
     """The memory list as it grows: descriptors first, then buffers and constant blobs."""
 
@@ -48,10 +39,13 @@ class _Memories:
         self.blobs: list[M.Blob] = []
         self.tensors: list[M.TensorDescListEntry] = []
 
-    def constant(self, name: str, data: bytes, sub: int = 0) -> int:
+    def constant(
+        self, name: str, data: bytes, sub: int = 0, interface: M.Interface = M.Interface.NONE
+    ) -> int:
         i = len(self.entries)
         name = f"m{i}_{name}_i{i}"
-        self.blobs.append(M.Blob(name, len(data), M.Interface.NONE, sub, INTERFACE, data))
+        version = INTERFACE if interface == M.Interface.NONE else M.Version(0, 0, 1)  # the emulator's
+        self.blobs.append(M.Blob(name, len(data), interface, sub, version, data))
         self.entries.append(
             M.MemoryListEntry(
                 i,
@@ -333,66 +327,6 @@ def _fits(v: int, bits: int, name: str) -> int:
     return int(v)
 
 
-def _overlap(a: tuple[str, int, int], b: tuple[str, int, int]) -> bool:
-    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
-
-
-def _graph(hw: list[_HwOp]) -> tuple[list[Any], dict[int, int]]:
-    """The dependency graph's common descriptors and each block's first operation."""
-    n = len(hw)
-    commons = [I.dla_common_op_desc(index=i, op_type=h.block, roi_index=0) for i, h in enumerate(hw)]
-    for c in commons:
-        for b in range(I.DLA_OP_NUM):
-            c.consumers[b] = I.dla_consumer(index=-1, event=0)
-        c.fused_parent = I.dla_consumer(index=-1, event=0)
-    counts = [0] * n
-    heads: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i, h in enumerate(hw):
-        if h.block in last:
-            prev = commons[last[h.block]]
-            # OP_COMPLETED: an operation of a block may read what the one before it wrote, and
-            # pydla's device runs an enabled group as soon as it is enabled
-            prev.consumers[h.block] = I.dla_consumer(index=i, event=I.dla_op_event_e.OP_COMPLETED)
-            counts[i] += 1
-        else:
-            heads[h.block] = i
-        last[h.block] = i
-        if h.fused_parent >= 0:  # CONV -> SDP on the fly: programmed together, the SDP enabled first
-            p = h.fused_parent
-            commons[p].consumers[I.dla_op_e.SDP] = I.dla_consumer(
-                index=i, event=I.dla_op_event_e.OP_PROGRAMMED
-            )
-            counts[i] += 1
-            commons[i].fused_parent = I.dla_consumer(index=p, event=I.dla_op_event_e.OP_ENABLED)
-            counts[p] += 1
-    partner = {h.fused_parent: i for i, h in enumerate(hw) if h.fused_parent >= 0}
-    partner.update({i: h.fused_parent for i, h in enumerate(hw) if h.fused_parent >= 0})
-    for y, hy in enumerate(hw):
-        for x in range(y):
-            hx = hw[x]
-            if hx.block == hy.block or partner.get(x) == y:
-                continue
-            raw = any(_overlap(w, r) for w in hx.writes for r in hy.reads)
-            war = any(_overlap(r, w) for r in hx.reads for w in hy.writes)
-            waw = any(_overlap(a, b) for a in hx.writes for b in hy.writes)
-            if not (raw or war or waw):
-                continue
-            slot = commons[x].consumers[hy.block]
-            if slot.index == -1:
-                commons[x].consumers[hy.block] = I.dla_consumer(index=y, event=I.dla_op_event_e.OP_COMPLETED)
-                counts[y] += 1
-            elif slot.index > y:  # not reached: y only grows
-                counts[slot.index] -= 1
-                commons[x].consumers[hy.block] = I.dla_consumer(index=y, event=I.dla_op_event_e.OP_COMPLETED)
-                counts[y] += 1
-    for i, count in enumerate(counts):
-        if count > 255:
-            raise DlaError(NvError.OverFlow, f"operation {i} waits for {count} events; at most 255")
-        commons[i].dependency_count = count
-    return commons, heads
-
-
 def _slots(records: list[Any], slot: int) -> bytes:
     return b"".join(bytes(r).ljust(slot, b"\0") for r in records)
 
@@ -428,8 +362,17 @@ def emit_loadable(plan: Plan, facts: Facts, metadata: bytes) -> M.NvdlaLoadable:
                 strides=(1, line, surf, 0, 0, 0, 0, 0),
             )
         )
+    emu: list[SoftmaxOp] = []
     for op in plan.ops:
-        if isinstance(op, ConvOp):
+        if isinstance(op, SoftmaxOp):
+            emu.append(op)
+        elif emu:
+            raise DlaError(
+                NvError.NotSupported,
+                f"{op.name}: a device operation after the emulator's "
+                f"{emu[0].name} (the EMU task runs after the DLA task)",
+            )
+        elif isinstance(op, ConvOp):
             e.conv(op)
         elif isinstance(op, SdpOp):
             e.sdp(op)
@@ -477,16 +420,22 @@ def emit_loadable(plan: Plan, facts: Facts, metadata: bytes) -> M.NvdlaLoadable:
             alignment=4096,
         )
     mem.blobs.append(M.Blob(METADATA_BLOB, len(metadata), M.Interface.NONE, 0, M.Version(1, 0, 0), metadata))
+    tasks = [M.TaskListEntry(0, M.Interface.DLA1, -1, tuple(range(len(mem.entries))), (), (0,))]
+    events = [M.EventListEntry(0, op=M.EventOp.SIGNAL, val=1)]
+    if emu:
+        from pydla.compiler.nvdla.emit_emu import emu_task
+
+        tasks.append(emu_task(e, emu))
+        events.append(M.EventListEntry(1, op=M.EventOp.WAIT, val=1))  # the DLA task's signal
     addresses = tuple(M.AddressListEntry(i, i, 0, m.size) for i, m in enumerate(mem.entries))
-    task = M.TaskListEntry(0, M.Interface.DLA1, -1, tuple(range(len(mem.entries))), (), (0,))
     return M.NvdlaLoadable(
-        task_list=(task,),
+        task_list=tuple(tasks),
         memory_list=tuple(mem.entries),
         address_list=addresses,
-        event_list=(M.EventListEntry(0, op=M.EventOp.SIGNAL, val=1),),
+        event_list=tuple(events),
         blobs=tuple(mem.blobs),
         tensor_desc_list=tuple(mem.tensors),
-        submit_list=(M.SubmitListEntry(0, (0,)),),
+        submit_list=tuple(M.SubmitListEntry(i, (i,)) for i in range(len(tasks))),
     )
 
 

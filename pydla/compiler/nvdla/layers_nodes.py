@@ -178,6 +178,9 @@ def read_node(r: _Reader, n: onnx.NodeProto) -> None:
             )
         )
         return
+    if op == "Softmax":
+        r.layers.append(Layer("softmax", [ins[0]], out, {"axis": int(a.get("axis", -1))}, name=n.name))
+        return
     if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
         r.layers.append(Layer("reshape", [ins[0]], out, name=n.name))
         return
@@ -265,10 +268,19 @@ def _fold_batch_norm(r: _Reader, n: onnx.NodeProto, a: dict[str, Any]) -> None:
     conv = next((x for x in reversed(r.layers) if x.output == ins[0]), None)
     params = [r.const(i) for i in ins[1:5]]
     users = sum(ins[0] in m.input for m in r.model.graph.node)
-    if (conv is None or conv.op != "conv" or conv.weights is None or conv.weights.scales is not None
-            or any(p is None for p in params) or users != 1):
-        raise DlaError(NvError.NotSupported, f"{where}: a batch normalization that does not follow a float "
-                                             "convolution alone (it is folded into one)")
+    if (
+        conv is None
+        or conv.op != "conv"
+        or conv.weights is None
+        or conv.weights.scales is not None
+        or any(p is None for p in params)
+        or users != 1
+    ):
+        raise DlaError(
+            NvError.NotSupported,
+            f"{where}: a batch normalization that does not follow a float "
+            "convolution alone (it is folded into one)",
+        )
     gamma, beta, mean, var = (np.asarray(p, np.float64).ravel() for p in params)
     k = gamma / np.sqrt(var + float(a.get("epsilon", 1e-5)))
     w = conv.weights

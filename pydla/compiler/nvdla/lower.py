@@ -18,7 +18,7 @@ import numpy as np
 from pydla.compiler.nvdla import requant
 from pydla.compiler.nvdla.layers import Layer, Network, Quant, Weights
 from pydla.compiler.nvdla.layout import Facts
-from pydla.compiler.nvdla.plan import Buffer, PdpOp, Plan, Ref, SdpOp, Stage
+from pydla.compiler.nvdla.plan import Buffer, PdpOp, Plan, Ref, SdpOp, SoftmaxOp, Stage
 from pydla.errors import DlaError, NvError
 
 QMIN = -128
@@ -142,14 +142,20 @@ class _Lowering:
             self._relu(layer, x)
         elif op == "reshape":
             self.t[layer.output] = x
+        elif op == "softmax":
+            self._softmax(layer, x)
         else:
             raise DlaError(NvError.NotSupported, f"layer '{layer.name}': {op}")
 
     def _activation(self, i: int, layer: Layer) -> tuple[str, bool]:
         """The tensor a layer's requantized output is (its ReLU/Clip's when one follows alone)."""
         nxt, j = self._next(i, layer.output)
-        if (nxt is not None and nxt.op in ("relu", "clip") and self._clip_free(nxt)
-                and self._same_rounding(layer.output, self.quant(nxt.output))):
+        if (
+            nxt is not None
+            and nxt.op in ("relu", "clip")
+            and self._clip_free(nxt)
+            and self._same_rounding(layer.output, self.quant(nxt.output))
+        ):
             self.fused.add(j)
             return nxt.output, True
         return layer.output, False
@@ -261,6 +267,27 @@ class _Lowering:
         weights = Weights(np.ones((c, 1, h, w), np.int8), np.full(c, 1.0 / (h * w)))
         attrs = {"kernel": (h, w), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "group": c}
         self._conv(-1, Layer("conv", [layer.inputs[0]], layer.output, attrs, weights, layer.name), x)
+
+    def _softmax(self, layer: Layer, x: _Tensor) -> None:
+        """A Softmax over channels of a (C, 1, 1) tensor ending the network: an EMU1 task (NVIDIA's
+        runtime emulator), whose INT8 output is the probability times 127 (zero point 0)."""
+        if (
+            x.shape[1:] != (1, 1)
+            or layer.attrs["axis"] not in (1, -1)
+            or layer.output not in self.net.outputs
+        ):
+            raise DlaError(
+                NvError.NotSupported,
+                f"layer '{layer.name}': a Softmax that is not over the channels "
+                "of a vector the network ends with (NVIDIA's emulator computes "
+                "that one)",
+            )
+        q = (1.0 / 127.0, 0)
+        self.net.quant[layer.output] = q
+        dst = self.buffer(layer.output, x.shape, q)
+        # a zero point shifts every score alike: the softmax does not see it
+        self.plan.ops.append(SoftmaxOp(x.ref, dst, x.quant[0], q[0], layer.name))
+        self.t[layer.output] = _Tensor(dst, x.shape, q)
 
     def _scratch(self, shape: tuple[int, int, int], q: Quant) -> Ref:
         self.count += 1

@@ -47,7 +47,13 @@ def _chunks(groups: int, cin_g: int, cout_g: int, atom: int, channels: int) -> i
 
 
 def conv_ops(
-    layer: Layer, src: Ref, x_shape: tuple[int, int, int], xq: Quant, yq: Quant, relu: bool, atom: int,
+    layer: Layer,
+    src: Ref,
+    x_shape: tuple[int, int, int],
+    xq: Quant,
+    yq: Quant,
+    relu: bool,
+    atom: int,
     group_channels: int = 32,
 ) -> tuple[list[tuple[ConvOp, int, int]], tuple[int, int, int]]:
     """The CONVs (each with its SDP, whose destination the caller sets at the given channel offset and
@@ -96,7 +102,15 @@ def conv_ops(
         x1, x2, cvt = requant.conv_stages(multipliers[ko], bias[ko], bound[ko], yq[1], relu)
         sdp = SdpOp(None, Ref(""), x1=x1, x2=x2, cvt=cvt, name=layer.name)
         part = src if groups == 1 else Ref(src.buffer, src.c0 + g0 * cin_g, per * cin_g)
-        op = ConvOp(part, kernels, sdp, stride=(sx, sy), dilation=(dx, dy), pads=(left, right, top, bottom),
-                    pad_value=xq[1], name=layer.name)
+        op = ConvOp(
+            part,
+            kernels,
+            sdp,
+            stride=(sx, sy),
+            dilation=(dx, dy),
+            pads=(left, right, top, bottom),
+            pad_value=xq[1],
+            name=layer.name,
+        )
         ops.append((op, g0 * cout_g, per * cout_g))
     return ops, (k, oh, ow)

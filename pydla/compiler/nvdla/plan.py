@@ -115,7 +115,20 @@ class PdpOp:
     name: str = ""
 
 
-Op = ConvOp | SdpOp | PdpOp
+@dataclass
+class SoftmaxOp:
+    """A softmax over the channels of a (C, 1, 1) INT8 cube, as NVIDIA's runtime emulator computes it
+    (an EMU1 task after the DLA task): ``q * in_scale`` to half, softmax in float32, to half, divided
+    by ``out_scale`` and truncated to int8."""
+
+    src: Ref
+    dst: Ref
+    in_scale: float
+    out_scale: float
+    name: str = ""
+
+
+Op = ConvOp | SdpOp | PdpOp | SoftmaxOp
 
 
 @dataclass

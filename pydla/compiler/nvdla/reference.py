@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pydla.compiler.nvdla.plan import Alu, ConvOp, Cvt, PdpOp, Plan, Ref, SdpOp, Stage
+from pydla.compiler.nvdla.plan import Alu, ConvOp, Cvt, PdpOp, Plan, Ref, SdpOp, SoftmaxOp, Stage
 from pydla.errors import DlaError, NvError
 
 I64 = npt.NDArray[np.int64]
@@ -144,6 +144,29 @@ def pdp(x: I64, op: PdpOp) -> I64:
     return out
 
 
+def _half(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """float32 -> half -> float32, rounding to nearest with ties away from zero (the emulator's
+    half_float; numpy rounds ties to even)."""
+    x = np.asarray(x, np.float32)
+    h = x.astype(np.float16)
+    away = np.nextafter(h, np.where(x < 0, np.float16(-np.inf), np.float16(np.inf)).astype(np.float16))
+    hf, af = h.astype(np.float32), away.astype(np.float32)
+    tie = (np.abs(af - x) == np.abs(hf - x)) & (np.abs(af) > np.abs(hf)) & (x != hf)
+    return np.where(tie, af, hf).astype(np.float32)
+
+
+def softmax_emulated(q: npt.NDArray[Any], in_scale: float, out_scale: float) -> npt.NDArray[np.int8]:
+    """NVIDIA's emulator's INT8 softmax of a vector (see SoftmaxOp)."""
+    scaled = _half(q.astype(np.float32) * np.float32(in_scale))
+    with np.errstate(all="ignore"):
+        e = np.exp((scaled - scaled.max()).astype(np.float64)).astype(np.float32)
+        total = np.add.accumulate(e, dtype=np.float32)[-1]
+        p = _half((e / total).astype(np.float32))
+        y = np.clip(p / np.float32(out_scale), -128, 127)
+    out: npt.NDArray[np.int8] = np.trunc(y).astype(np.int8)
+    return out
+
+
 def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[np.int8]]:
     """Every output buffer of ``plan`` computed from ``inputs`` (int8 (C, H, W) by input name)."""
     buffers: dict[str, npt.NDArray[Any]] = {}
@@ -161,6 +184,10 @@ def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[st
         elif isinstance(op, SdpOp):
             assert op.src is not None
             y, dst = sdp(_view(buffers, op.src), op, buffers), op.dst
+        elif isinstance(op, SoftmaxOp):
+            v = _view(buffers, op.src)
+            probabilities = softmax_emulated(v.ravel(), op.in_scale, op.out_scale)
+            y, dst = probabilities.astype(np.int64).reshape(v.shape), op.dst
         else:
             y, dst = pdp(_view(buffers, op.src), op), op.dst
         buffers[dst.buffer][dst.c0 : dst.c0 + y.shape[0]] = y.astype(np.int8)

@@ -202,6 +202,14 @@ def qdq_model(
 
     src = path.with_suffix(".float.onnx")
     onnx.save(model, src)
+    if any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        # onnxruntime's pre-processing folds batch norms into their convolutions (as its quantizer
+        # asks a user to run first)
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        folded = path.with_suffix(".pre.onnx")
+        quant_pre_process(str(src), str(folded), skip_symbolic_shape=True)
+        src = folded
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:

@@ -195,3 +195,26 @@ def test_run_compare_fp32_prints_each_outputs_error(float_cnn: onnx.ModelProto, 
     # a loadable without the record, and a model that is not an NVDLA Loadable: refused
     assert main(["run", str(fp32), "--compare-fp32", str(fp32)]) == 1
     assert "--compare-fp32: only for an INT8 NVDLA Loadable" in capsys.readouterr().err
+
+
+def test_a_softmax_ending_the_network_runs_on_nvidias_emulator(tmp_path: Path) -> None:
+    """The demo network (conv, batch norm, residual add, pooling, fully connected, softmax): the
+    softmax is an EMU1 task after the DLA task, as NVIDIA's compiler makes one."""
+    model = onnx.load(Path(__file__).resolve().parents[3] / "examples" / "demo_model.onnx")
+    rng = np.random.default_rng(0)
+    calibration = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(8)]
+    result = compile_model(model, config="nv_small", calibration=calibration, calibration_method="minmax")
+    lo = read_nvdla_loadable(result.blob)
+    assert [t.interface.name for t in lo.task_list] == ["DLA1", "EMU1"]
+    assert [e.op.name for e in lo.event_list] == ["SIGNAL", "WAIT"]
+    inb, outb = result.plan.role("input")[0], result.plan.role("output")[0]
+    assert (outb.name, outb.scale, outb.zero_point) == ("probabilities", 1 / 127, 0)
+    f = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = calibration[0]["input"]
+    xq = quantize(x[0], inb.scale, inb.zero_point)
+    ref = run_reference(result.plan, {"input": xq})[outb.name]
+    dev = _session_run(result, tmp_path, xq)
+    assert np.array_equal(dev.reshape(ref.shape), ref)
+    p = dequantize(ref, outb.scale, outb.zero_point).ravel()
+    expected = f.run(None, {"input": x})[0].ravel()
+    assert np.argmax(p) == np.argmax(expected) and np.abs(p - expected).max() < 0.05
