@@ -218,3 +218,22 @@ def test_a_softmax_ending_the_network_runs_on_nvidias_emulator(tmp_path: Path) -
     p = dequantize(ref, outb.scale, outb.zero_point).ravel()
     expected = f.run(None, {"input": x})[0].ravel()
     assert np.argmax(p) == np.argmax(expected) and np.abs(p - expected).max() < 0.05
+
+
+def test_a_bad_tensor_record_is_refused() -> None:
+    import dataclasses
+
+    from pydla.loadable.nvdla import model as M
+    from pydla.loadable.nvdla.quantization import METADATA_BLOB
+
+    def with_blob(data: bytes) -> M.NvdlaLoadable:
+        return dataclasses.replace(M.NvdlaLoadable(), blobs=(M.Blob(METADATA_BLOB, len(data), data=data),))
+
+    assert tensor_quantization(M.NvdlaLoadable()) == {}
+    with pytest.raises(DlaError, match="is not JSON"):
+        tensor_quantization(with_blob(b"{"))
+    with pytest.raises(DlaError, match="is not pydla's record"):
+        tensor_quantization(with_blob(b'{"format": "other", "tensors": {}}'))
+    bad = b'{"format": "pydla-int8-tensors", "tensors": {"x": {"scale": -1, "zero_point": 0}}}'
+    with pytest.raises(DlaError, match="tensor 'x': scale -1 and zero point 0"):
+        tensor_quantization(with_blob(bad))
