@@ -237,3 +237,25 @@ def test_a_bad_tensor_record_is_refused() -> None:
     bad = b'{"format": "pydla-int8-tensors", "tensors": {"x": {"scale": -1, "zero_point": 0}}}'
     with pytest.raises(DlaError, match="tensor 'x': scale -1 and zero point 0"):
         tensor_quantization(with_blob(bad))
+
+
+@pytest.mark.parametrize("config", ["nv_full", "nv_large"])
+def test_the_32_byte_atom_configurations_run_bit_exact(config: str, tmp_path: Path) -> None:
+    """nv_full and nv_large: 32 channels per atom, 32 x 64 kernel groups; a concatenation of 32-channel
+    halves in place, a depthwise convolution in one piece."""
+    b = Builder(SHAPE, seed=1)
+    x = b.maxpool(b.conv("input", 32))
+    x = b.add(x, b.conv(x, 32, relu=False))
+    x = b.concat(b.conv(x, 32, kernel=1), b.conv(x, 32, group=32))
+    q = qdq_model(b.model(b.head(x, 10)), images(8, SHAPE), tmp_path / "q.onnx")
+    result = compile_model(q, config=config)
+    assert result.operations == {"CONV": 7, "PDP": 1, "SDP": 9}
+    inb, outb = result.plan.role("input")[0], result.plan.role("output")[0]
+    xq = quantize(images(1, SHAPE)[0][0], inb.scale, inb.zero_point)
+    expected = run_reference(result.plan, {"input": xq})[outb.name]
+    path = tmp_path / "m.nvdla"
+    path.write_bytes(result.blob)
+    got = pydla.Session(str(path), config=config).run(None, {"input": xq[None]})[0]
+    assert np.array_equal(np.asarray(got).reshape(expected.shape), expected)
+    with pytest.raises(DlaError, match="at channel 8, not a multiple of 32"):
+        compile_model(qdq_model(small_cnn(), images(8, SHAPE), tmp_path / "s.onnx"), config=config)
