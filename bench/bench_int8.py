@@ -7,7 +7,8 @@
    and the largest difference of the outputs in the output's quantization steps (goal: 1).
 2. Accuracy: MobileNet-v2 and ResNet-18 (random weights, bench_session.py's), calibrated by pydla over
    --calibration inputs (--method), compiled for nv_small; top-1 agreement of the INT8 network with
-   the FP32 model on --inputs inputs drawn like the calibration set (goal >= 98%). The INT8 results
+   the FP32 model on --inputs inputs drawn like the calibration set (goal >= 98%), beside onnxruntime's
+   own INT8 of the same network (quantize_static over the same calibration inputs). The INT8 results
    come from the integer reference (pydla.compiler.nvdla.reference), which the device equals bit for
    bit: the first --device-checks inputs also run on the device and are compared byte for byte (the
    device takes seconds per run of these networks, the reference a fraction).
@@ -97,8 +98,15 @@ def accuracy(name: str, size: int, inputs: int, calibration: int, method: str, d
     result = compile_model(model, config="nv_small", calibration=feeds, calibration_method=method)
     inb, outb = result.plan.role("input")[0], result.plan.role("output")[0]
     f = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    # the anchor: onnxruntime's own INT8 of the same network (quantize_static, per-channel weights,
+    # min-max over the same calibration inputs), against the same FP32 results
+    from tests.compiler.nvdla.models import qdq_model
+
+    with tempfile.TemporaryDirectory() as d:
+        qdq = qdq_model(model, images(calibration, shape), Path(d) / "q.onnx")
+    g = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
     sess = _session(result.blob) if device_checks else None
-    agree, checked, rel = 0, 0, []
+    agree, anchor, checked, rel = 0, 0, 0, []
     t0 = time.perf_counter()
     for i, x in enumerate(images(inputs, shape, seed=1000)):
         xq = quantize(x[0], inb.scale, inb.zero_point)
@@ -111,10 +119,12 @@ def accuracy(name: str, size: int, inputs: int, calibration: int, method: str, d
         y = dequantize(q, outb.scale, outb.zero_point).ravel()
         expected = f.run(None, {"input": x})[0].ravel()
         agree += int(np.argmax(y) == np.argmax(expected))
+        anchor += int(np.argmax(g.run(None, {"input": x})[0]) == np.argmax(expected))
         rel.append(float(np.abs(y - expected).max() / np.abs(expected).max()))
     share = 100.0 * agree / inputs
     print(f"{name} {size}x{size}, calibrated ({method}, {calibration} inputs): top-1 agreement with FP32 "
-          f"{agree}/{inputs} = {share:.1f}% (goal 98%: {'met' if share >= 98 else 'NOT met'}); "
+          f"{agree}/{inputs} = {share:.1f}% (goal 98%: {'met' if share >= 98 else 'NOT met'}; onnxruntime's "
+          f"own INT8 of it: {100.0 * anchor / inputs:.1f}%); "
           f"median max relative error {statistics.median(rel):.3f}; device == reference on {checked} "
           f"input(s); {time.perf_counter() - t0:.0f} s")
 
