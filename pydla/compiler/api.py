@@ -93,7 +93,13 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         quantize.float_model(onnx_model, label, cfg, precision, calibration is not None, dequantize_qdq)
     table = quantize.calibration_table(onnx_model, label, calibration, calibration_method,
                                        calibration_table_out, progress)
-    if cfg.nvdla is not None and precision in (None, "int8") and not dequantize_qdq:
+    if cfg.nvdla is not None and (precision not in (None, "int8") or dequantize_qdq):
+        raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' is an NVDLA configuration: the "
+                                             "compiler makes INT8 NVDLA Loadables for it (a calibration or a "
+                                             f"quantized model), not {precision or 'float'} ones: `pydla "
+                                             f"compile MODEL --config {cfg.name}` makes one, which "
+                                             "pydla.Session runs")
+    if cfg.nvdla is not None:
         # An NVDLA configuration: an INT8 NVDLA Loadable (pydla.compiler.nvdla)
         from pydla.compiler.nvdla.compile import compile_nvdla
 

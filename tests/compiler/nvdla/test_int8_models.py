@@ -259,3 +259,12 @@ def test_the_32_byte_atom_configurations_run_bit_exact(config: str, tmp_path: Pa
     assert np.array_equal(np.asarray(got).reshape(expected.shape), expected)
     with pytest.raises(DlaError, match="at channel 8, not a multiple of 32"):
         compile_model(qdq_model(small_cnn(), images(8, SHAPE), tmp_path / "s.onnx"), config=config)
+
+
+def test_an_nvdla_configuration_refuses_float_precisions(float_cnn: onnx.ModelProto) -> None:
+    for kwargs in ({"precision": "fp32"}, {"dequantize_qdq": True}):
+        with pytest.raises(DlaError, match="'nv_small' is an NVDLA configuration: the compiler makes INT8 "
+                                           "NVDLA Loadables for it"):
+            compile_model(float_cnn, config="nv_small", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(DlaError, match="device config 'nv_small' has no fp16"):
+        compile_model(float_cnn, config="nv_small", precision="fp16")
