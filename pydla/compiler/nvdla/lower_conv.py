@@ -54,7 +54,7 @@ def conv_ops(
     yq: Quant,
     relu: bool,
     atom: int,
-    group_channels: int = 32,
+    group_channels: int = 64,
 ) -> tuple[list[tuple[ConvOp, int, int]], tuple[int, int, int]]:
     """The CONVs (each with its SDP, whose destination the caller sets at the given channel offset and
     count) and the output's (C, H, W). A grouped convolution is split into convolutions of about
