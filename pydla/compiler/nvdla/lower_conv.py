@@ -18,14 +18,15 @@ from pydla.compiler.nvdla.plan import ConvOp, Ref, SdpOp
 from pydla.errors import DlaError, NvError
 
 
-def _quantize_float(w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray]:
+def _quantize_float(w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Per-output-channel INT8 kernels whose requantization multipliers are representable."""
     k = w.shape[0]
     amax = np.abs(w.reshape(k, -1)).max(axis=1).astype(np.float64)
     scales = np.where(amax > 0, amax / 127.0, 1.0)
-    snapped = requant.snap_multipliers(sx * scales / sy) * sy / sx
+    multipliers, unit = requant.snap_multipliers(sx * scales / sy)
+    snapped = multipliers * sy / sx
     q = np.clip(np.round(w / snapped.reshape((k,) + (1,) * (w.ndim - 1))), -128, 127).astype(np.int8)
-    return q, snapped
+    return q, snapped, unit
 
 
 def _block_diagonal(w: np.ndarray, groups: int) -> np.ndarray:
@@ -75,9 +76,11 @@ def conv_ops(
             f"layer '{layer.name}': {values.shape[1]} x {groups} kernel channels for a {c}-channel input",
         )
     if wts.scales is None:
-        q, scales = _quantize_float(values, xq[0], yq[0])
+        q, scales, unit_of_layer = _quantize_float(values, xq[0], yq[0])
+        unit: float | None = unit_of_layer
     else:
         q, scales = values.astype(np.int8), np.asarray(wts.scales, np.float64)
+        unit = None
     r, s = q.shape[2], q.shape[3]
     (dy, dx), (sy, sx) = a["dilations"], a["strides"]
     left, right, top, bottom = a["pads"]
@@ -99,7 +102,7 @@ def conv_ops(
     for g0 in range(0, groups, per):
         ko = slice(g0 * cout_g, (g0 + per) * cout_g)
         kernels = _block_diagonal(q[ko], per) if per > 1 else q[ko]
-        x1, x2, cvt = requant.conv_stages(multipliers[ko], bias[ko], bound[ko], yq[1], relu)
+        x1, x2, cvt = requant.conv_stages(multipliers[ko], bias[ko], bound[ko], yq[1], relu, unit)
         sdp = SdpOp(None, Ref(""), x1=x1, x2=x2, cvt=cvt, name=layer.name)
         part = src if groups == 1 else Ref(src.buffer, src.c0 + g0 * cin_g, per * cin_g)
         op = ConvOp(

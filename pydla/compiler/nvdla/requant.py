@@ -77,12 +77,12 @@ def byte_pair(targets: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], 
     return m1[j], m2[j]
 
 
-def snap_multipliers(r: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The multipliers nearest ``r`` that :func:`conv_stages` represents exactly (for a calibration
-    choosing its weight scales)."""
+def snap_multipliers(r: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], float]:
+    """The multipliers nearest ``r`` that :func:`conv_stages` represents exactly with the unit it
+    returns too (for a calibration choosing its weight scales; give conv_stages that unit)."""
     g = _base(r)
-    m1, m2 = byte_pair(r / g)
-    return np.asarray(m1 * m2 * g, np.float64)
+    m1, m2 = byte_pair(np.clip(r / g, 1, PRODUCT_MAX))
+    return np.asarray(m1 * m2 * g, np.float64), g
 
 
 def _base(r: npt.NDArray[np.float64]) -> float:
@@ -124,13 +124,15 @@ def conv_stages(
     bound: npt.NDArray[np.float64],
     z_out: int,
     relu: bool,
+    base: float | None = None,
 ) -> tuple[Stage, Stage, Cvt]:
     """X1, X2 and the output converter for sums ``acc`` (|acc| <= bound per channel) requantized as
-    ``round((acc + bias) * r) + z_out`` (r per output channel, > 0), with ReLU before the zero point."""
+    ``round((acc + bias) * r) + z_out`` (r per output channel, > 0), with ReLU before the zero point;
+    ``base``: the unit G of the byte products (default: the one fitting ``r`` best)."""
     r = np.asarray(r, np.float64)
     if r.size == 0 or not np.all(r > 0):
         raise DlaError(NvError.BadValue, "requantization multipliers must be positive")
-    g = _base(r)
+    g = _base(r) if base is None else base
     m1, m2 = byte_pair(np.clip(r / g, 1, PRODUCT_MAX))
     bias = np.asarray(bias, np.int64)
     s1 = _shift_for(bias)

@@ -247,8 +247,9 @@ def test_requantization_parameters_fit_their_registers() -> None:
     m, t = requant.normalized(0.001234)
     assert 1 << 14 <= m < 1 << 15 and abs(m / 2**t / 0.001234 - 1) < 2**-14
     r = np.array([1e-3, 2.5e-3, 7e-4, 1.1e-3])
-    snapped = requant.snap_multipliers(r)
-    x1, x2, cvt = requant.conv_stages(snapped, np.array([5, -70000, 0, 123456]), np.full(4, 1e6), 0, False)
+    snapped, unit = requant.snap_multipliers(r)
+    x1, x2, cvt = requant.conv_stages(snapped, np.array([5, -70000, 0, 123456]), np.full(4, 1e6), 0, False,
+                                      unit)
     assert isinstance(x1.mul, np.ndarray) and isinstance(x2.mul, np.ndarray)
     got = x1.mul.astype(float) * x2.mul * cvt.scale / 2.0 ** (x1.truncate + cvt.shift)
     assert np.allclose(got, snapped, rtol=1e-12)  # snapped multipliers are represented exactly
