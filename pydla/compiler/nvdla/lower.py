@@ -18,11 +18,11 @@ import numpy as np
 from pydla.compiler.nvdla import requant
 from pydla.compiler.nvdla.layers import Layer, Network, Quant, Weights
 from pydla.compiler.nvdla.layout import Facts
+from pydla.compiler.nvdla.lower_conv import MAX_KERNEL
 from pydla.compiler.nvdla.plan import Buffer, PdpOp, Plan, Ref, SdpOp, SoftmaxOp, Stage
 from pydla.errors import DlaError, NvError
 
 QMIN = -128
-MAX_KERNEL = 32  # CSC's weight width and height fields: 5 bits
 
 
 @dataclass

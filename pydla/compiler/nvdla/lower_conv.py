@@ -17,6 +17,8 @@ from pydla.compiler.nvdla.layers import Layer, Quant
 from pydla.compiler.nvdla.plan import ConvOp, Ref, SdpOp
 from pydla.errors import DlaError, NvError
 
+MAX_KERNEL = 32  # CSC's weight width and height fields: 5 bits
+
 
 def _quantize_float(w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Per-output-channel INT8 kernels whose requantization multipliers are representable."""
@@ -82,6 +84,9 @@ def conv_ops(
         q, scales = values.astype(np.int8), np.asarray(wts.scales, np.float64)
         unit = None
     r, s = q.shape[2], q.shape[3]
+    if max(r, s) > MAX_KERNEL:
+        raise DlaError(NvError.NotSupported, f"layer '{layer.name}': a {r}x{s} kernel (NVDLA's convolution "
+                                             f"takes at most {MAX_KERNEL}x{MAX_KERNEL})")
     (dy, dx), (sy, sx) = a["dilations"], a["strides"]
     left, right, top, bottom = a["pads"]
     oh = (h + top + bottom - ((r - 1) * dy + 1)) // sy + 1

@@ -268,3 +268,16 @@ def test_an_nvdla_configuration_refuses_float_precisions(float_cnn: onnx.ModelPr
             compile_model(float_cnn, config="nv_small", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(DlaError, match="device config 'nv_small' has no fp16"):
         compile_model(float_cnn, config="nv_small", precision="fp16")
+
+
+def test_a_fully_connected_layer_over_a_large_input_is_refused(tmp_path: Path) -> None:
+    from onnx import helper, numpy_helper
+
+    b = Builder((2, 40, 40))
+    b.nodes.append(helper.make_node("Flatten", ["input"], ["flat"], name="flat"))
+    b.inits.append(numpy_helper.from_array(np.ones((4, 2 * 40 * 40), np.float32), "fc_w"))
+    b.nodes.append(helper.make_node("Gemm", ["flat", "fc_w"], ["fc"], name="fc", transB=1))
+    b.channels["fc"] = 4
+    model = b.model("fc", [1, 4])
+    with pytest.raises(DlaError, match="layer 'fc': a 40x40 kernel"):
+        compile_model(model, config="nv_small", calibration=[{"input": x} for x in images(2, (2, 40, 40))])
