@@ -85,6 +85,10 @@ def register(commands: Any) -> None:
     p.add_argument("--profile", action="store_true",
                    help="print a per-operation profile of the timed runs: each operation's block, shape and "
                         "device time, and each step's host overhead, sorted by cost")
+    p.add_argument("--compare-fp32", type=Path, metavar="MODEL.onnx",
+                   help="an INT8 NVDLA Loadable against the float model it was compiled from: each "
+                        "output's error (--input: float arrays, a batch of N is N runs; else --iterations "
+                        "random inputs)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs (floats: standard normal; integers: within the axis they "
                         "index (a Gather's), else uniform in -100..100, 0..200 unsigned; bools: half true)")
@@ -271,10 +275,17 @@ def _run(args: argparse.Namespace) -> int:
     head = read_head(args.model)  # a missing file, a directory: said before anything else
     from pydla.loadable.nvdla.reader import looks_like_nvdla_loadable
 
+    if looks_like_nvdla_loadable(head) and args.compare_fp32 is not None:
+        from pydla.run_compare import compare_fp32
+
+        return compare_fp32(args, text)
     if looks_like_nvdla_loadable(head):
         from pydla.run_nvdla import run_nvdla
 
         return run_nvdla(args, text)
+    if args.compare_fp32 is not None:
+        raise DlaError(NvError.BadParameter, f"--compare-fp32: only for an INT8 NVDLA Loadable; "
+                                             f"{args.model} is not one")
     if args.dump_image is not None:
         raise DlaError(NvError.BadParameter, f"--dump-image {args.dump_image}: only for an NVDLA Loadable; "
                                              f"{args.model} is not one (use --output-dir)")

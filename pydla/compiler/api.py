@@ -92,10 +92,25 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         report(progress, "reading", detail=str(model))
     onnx_model = load_model(model)
     label = name or (str(model) if isinstance(model, (str, Path)) else (onnx_model.graph.name or "the model"))
-    if precision == "int8" and calibration_table_out is None:  # refused before calibrating, if it is
+    # refused before calibrating, if it is (an NVDLA configuration compiles INT8: pydla.compiler.nvdla)
+    if precision == "int8" and calibration_table_out is None and cfg.nvdla is None:
         quantize.float_model(onnx_model, label, cfg, precision, calibration is not None, dequantize_qdq)
     table = quantize.calibration_table(onnx_model, label, calibration, calibration_method,
                                        calibration_table_out, progress)
+    if cfg.nvdla is not None and (precision not in (None, "int8") or dequantize_qdq):
+        raise DlaError(NvError.NotSupported, f"device config '{cfg.name}' is an NVDLA configuration: the "
+                                             "compiler makes INT8 NVDLA Loadables for it (a calibration or a "
+                                             f"quantized model), not {precision or 'float'} ones: `pydla "
+                                             f"compile MODEL --config {cfg.name}` makes one, which "
+                                             "pydla.Session runs")
+    if cfg.nvdla is not None:
+        # An NVDLA configuration: an INT8 NVDLA Loadable (pydla.compiler.nvdla)
+        from pydla.compiler.nvdla.compile import compile_nvdla
+
+        header = {quantize.HEADER_KEY: table.header()} if table is not None else {}
+        nvdla_result = compile_nvdla(onnx_model, cfg, table, label, header)
+        report(progress, "done", 1, 1)
+        return nvdla_result
     onnx_model, precision, quantized = quantize.float_model(onnx_model, label, cfg, precision,
                                                             table is not None, dequantize_qdq,
                                                             calibration_table_out)

@@ -28,8 +28,9 @@ HEADER_KEY = "calibration"  # the recipe header's record of the table
 
 
 def has_int8(cfg: DeviceConfig) -> bool:
-    """Whether the configuration computes INT8 (none of pydla's own configurations does)."""
-    return any(p.name == "INT8" for p in cfg.precisions)
+    """Whether the configuration computes INT8 (an NVDLA one; none of pydla's own configurations)."""
+    return any(p.name == "INT8" for p in cfg.precisions) or (cfg.nvdla is not None
+                                                             and "INT8" in cfg.nvdla.precisions)
 
 
 def _precisions(cfg: DeviceConfig) -> str:

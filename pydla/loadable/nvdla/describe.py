@@ -21,6 +21,7 @@ from pydla.errors import file_error
 from pydla.loadable.nvdla import model as M
 from pydla.loadable.nvdla.descriptors import DlaNetwork, Operation, decode_dla_task
 from pydla.loadable.nvdla.dimg import MAGIC, DlaImage, read_dimg
+from pydla.loadable.nvdla.quantization import tensor_quantization
 from pydla.loadable.nvdla.reader import looks_like_nvdla_loadable, read_nvdla_loadable
 
 NVDLA_LOADABLE = "nvdla-loadable"
@@ -117,6 +118,7 @@ def describe(lo: M.NvdlaLoadable) -> dict[str, Any]:
                          "interface": r.interface.name, "sub_interface": r.sub_interface,
                          "reloc_type": r.reloc_type} for r in lo.reloc_list],
         "submit_list": [list(s.task_id) for s in lo.submit_list],
+        "quantization": tensor_quantization(lo),
     }
 
 
@@ -163,6 +165,11 @@ def _print_loadable(path: Path, size: int, d: dict[str, Any]) -> None:
               f"{t['pixel_format']} "
               f"{t['data_category']}, {t['size']} bytes in memory {t['mem_id']}+{t['offset']}, strides "
               f"{t['strides']}")
+    if d.get("quantization"):
+        print("quantization (real = scale * (q - zero point)):")
+        for name, q in d["quantization"].items():
+            print(f"  {name}: {str(q.get('type', 'int8')).upper()} {tuple([1, *q.get('shape', [])])} "
+                  f"scale {q['scale']:.6g} zero point {q['zero_point']} ({q.get('role', '')})")
     if d["relocations"]:
         print("relocations:")
         for r in d["relocations"]:
