@@ -8,6 +8,7 @@ through the Linux KMD daemon."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import threading
 import time
@@ -25,6 +26,7 @@ from pydla.hw.device import VirtualDevice
 from pydla.kmd.cu import CuBuffer
 from pydla.kmd.driver import Kmd
 from pydla.kmd.tile_owner import LIST, UNIT, TileOwners
+from pydla.target.config import load_config
 from pydla.testing.fuzz_shave import A0, RET, T0, T1, T2, T3, ZERO, addi, branch, jal, kernel_image, lw, sw
 from tests.kmd.shave_lists import ListBuilder
 
@@ -152,8 +154,17 @@ def unit_task(put: Callable[[bytes], tuple[int, Any]], gated: bool, value: int =
 
 @pytest.fixture
 def threaded() -> Iterator[tuple[VirtualDevice, Kmd]]:
-    dev = VirtualDevice("full", mode="threaded")
-    kmd = Kmd(VirtualDevicePort(dev))
+    # The tests hold a kernel spinning at a gate until the other side has asked for the tile: on two
+    # loaded cores that can take longer than the device's runaway-kernel budget (2 s of the
+    # emulating thread's CPU time) and the driver's hang timeout (2 s without progress), and either
+    # then rightly stops the held list (BUDGET, or a TDR that resets the tiles: the unit's execution
+    # finds its tile IDLE). Both are tested elsewhere (and below, a TDR of 150 ms); here neither may
+    # fire on a job the test itself holds: both as long as the test's own waits (20 s).
+    config = load_config("full")
+    assert config.shave is not None
+    held = dataclasses.replace(config.shave, time_budget_ms=20_000)
+    dev = VirtualDevice(dataclasses.replace(config, shave=held), mode="threaded")
+    kmd = Kmd(VirtualDevicePort(dev), tdr_ms=20_000)
     yield dev, kmd
     kmd.close()
     dev.close()
@@ -202,7 +213,11 @@ def test_each_waits_its_turn(threaded: tuple[VirtualDevice, Kmd]) -> None:
     _until(lambda: len(unit.queue) == 1)
     set_gate(dev, 1)
     submitter.join(20)
-    executions[0].wait(20_000)
+    try:
+        executions[0].wait(20_000)
+    except DlaError as e:  # the device's reason is in the unit's log (the KMD sees the error code)
+        raise AssertionError(f"{e}; the unit's log: {list(dev.cu_log('tile0'))}; the list: {job.error}") \
+            from e
     job.wait(20_000)
     assert owners.waits[UNIT] == 1
     # A list submitted while a unit execution owns the tile waits for it (and finds CMX as the
