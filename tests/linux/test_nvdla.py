@@ -64,7 +64,7 @@ with pydla.createRuntime("linux", path={str(mnt)!r}) as rt:
 """)
     assert out.split() == [BDMA_GOLDEN.hex()] * 2
     # the daemon's KMD ran two NVDLA tasks (prepared, submitted, released)
-    assert sum(len(c.prepared) for k in d.kmds for c in k._contexts.values()) == 0
+    assert sum(len(c.prepared) for k in d.kmds for c in k.open_contexts.by_id.values()) == 0
 
 
 def test_the_conformance_command_through_the_linux_port(nvdla_daemon: tuple[KmdDaemon, Path],
