@@ -9,13 +9,14 @@ The templates use the delimiters of the Device API code generation design (``<% 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
 
 from pydla.deviceapi.helpers import FILTERS, DesignHelpers
-from pydla.deviceapi.model import MESSAGE, BitField, EnumDef, Field, RegisterDef, Spec, StructDef
+from pydla.deviceapi.model import MESSAGE, EnumDef, Field, Spec, StructDef
+from pydla.deviceapi.render_bits import RegisterBitHelpers
 from pydla.deviceapi.spec import bits_class_name
 from pydla.deviceapi.types import SCALARS
 
@@ -59,10 +60,15 @@ def render(spec: Spec, language: str, source: str) -> str:
 
 @dataclass
 class Gen:
-    """Helpers the templates call: type spellings, ordering, imports, literals."""
+    """Helpers the templates call: type spellings, ordering, imports, literals; those of the registers
+    with bit fields as ``g.bits`` (:class:`~pydla.deviceapi.render_bits.RegisterBitHelpers`)."""
 
     spec: Spec
     source: str
+    bits: RegisterBitHelpers = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.bits = RegisterBitHelpers(self.spec)
 
     # -- ordering and ownership ----------------------------------------------------------------
 
@@ -164,48 +170,6 @@ class Gen:
 
     def py_base(self, s: StructDef) -> str:
         return "Message" if s.category == MESSAGE else "Record"
-
-    # -- registers with bit fields ----------------------------------------------------------------
-
-    def has_bits(self) -> bool:
-        return any(f.bits for s in self.spec.all_structs for f in s.fields)
-
-    @staticmethod
-    def bit_registers(s: StructDef) -> list[Field]:
-        """The fields of ``s`` that are registers with bit fields."""
-        return [f for f in s.fields if f.bits]
-
-    @staticmethod
-    def bits_class(s: StructDef, f: Field) -> str:
-        return bits_class_name(s.name, f.name)
-
-    @staticmethod
-    def py_bit_field(b: BitField) -> str:
-        """A ``pydla.deviceapi.registers.BitField(...)`` literal, defaults left out."""
-        parts = [f'"{b.name}"', str(b.lsb), str(b.width)]
-        if b.access != "rw":
-            parts.append(f'access="{b.access}"')
-        if b.reset:
-            parts.append(f"reset={Gen.hex(b.reset)}")
-        if b.values:
-            values = ", ".join(f'("{m.name}", {m.value})' for m in b.values)
-            parts.append(f"values=({values}{',' if len(b.values) == 1 else ''})")
-        return f"BitField({', '.join(parts)})"
-
-    def register_bit_defs(self) -> list[RegisterDef]:
-        """The registers of the register map that have bit fields, in address order."""
-        return [r for r in self.spec.register_defs() if r.field.bits]
-
-    @staticmethod
-    def hex(value: int) -> str:
-        return f"{value:#x}"
-
-    @staticmethod
-    def bits_doc(b: BitField) -> str:
-        where = f"bit {b.lsb}" if b.width == 1 else f"bits {b.msb}:{b.lsb}"
-        access = {"rw": "", "r": ", read only", "w": ", write only", "w1c": ", write 1 to clear"}[b.access]
-        reset = f", reset {b.reset:#x}" if b.reset else ""
-        return f"{where}{access}{reset}"
 
     # -- C and C++ ------------------------------------------------------------------------------------
 

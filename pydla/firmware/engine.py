@@ -42,12 +42,13 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
-from pydla.firmware.engine_api import RunState, stuck_text
+from pydla.firmware.engine_api import RunState
 from pydla.firmware.engine_api import engine_depth as engine_depth  # pydla.kmd.headed imports it here
+from pydla.firmware.engine_watch import EngineWatch
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
 from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
-from pydla.firmware.processors import IDLE, RUNNING, HwEvent, block_mask, processors_for
+from pydla.firmware.processors import HwEvent, block_mask, processors_for
 from pydla.firmware.task_run import DONE as DONE  # (tests and the headed firmware import these here)
 from pydla.firmware.task_run import ENABLED as ENABLED
 from pydla.firmware.task_run import PROGRAMMED as PROGRAMMED
@@ -79,6 +80,8 @@ class Engine:
         # How the blocks are programmed: pydla's register map, or NVDLA's (pydla.firmware.nvdla)
         self.hw = processors_for(config)
         self._lock = threading.RLock()
+        # What the driver's watchdog asks (busy blocks, stuck operations, resets), read from the device
+        self.watch = EngineWatch(port, config, self.hw, self._lock)
         self._events_lock = threading.Lock()
         self._events: collections.deque[HwEvent] = collections.deque()
         self.events_arrived = threading.Condition(self._events_lock)
@@ -164,17 +167,13 @@ class Engine:
         resets the blocks, then drops their recorded events under this lock) never misses an event
         read before its reset: no event of an aborted run reaches the next one."""
         with self._events_lock:
-            return self._isr_locked()
-
-    def _isr_locked(self) -> int:
-        events, fault = self.hw.isr(self.port)
-        if fault is not None:
-            self.mmu_fault = fault
-        if not events:
-            return 0
-        self._events.extend(events)
-        if self.listening:
-            self.events_arrived.notify_all()
+            events, fault = self.hw.isr(self.port)
+            if fault is not None:
+                self.mmu_fault = fault
+            if events:
+                self._events.extend(events)
+                if self.listening:
+                    self.events_arrived.notify_all()
         return 0
 
     def dla_process_events(self) -> int:
@@ -220,7 +219,7 @@ class Engine:
         op = run.graph.operations[index]
         if event.event != _OP_COMPLETED:  # NVDLA's CDMA_WT_DONE / CDMA_DT_DONE: consumers may wait for it
             if op.consumers:
-                self._signal(run, index, event.event)
+                run.signal(index, event.event)
                 self._schedule_or_fail(run)
             return
         if event.failed:
@@ -241,7 +240,7 @@ class Engine:
         run.busy[block][event.group] = None
         self._owner[block][event.group] = None
         run.completed += 1
-        self._signal(run, index, _OP_COMPLETED)
+        run.signal(index, _OP_COMPLETED)
         if run.completed == len(run.graph.operations):
             self._finish(run)
             return
@@ -278,15 +277,6 @@ class Engine:
         if before.chain_pos[block] < len(before.graph.chains[block]):
             return -1
         return before.next_group[block]
-
-    def _signal(self, run: TaskRun, index: int, event: int) -> None:
-        deps, state, ready = run.deps, run.state, run.ready
-        for c in run.graph.operations[index].consumers:
-            if c.event != event:
-                continue
-            deps[c.index] -= 1
-            if deps[c.index] == 0 and state[c.index] == PROGRAMMED:
-                ready.append(c.index)
 
     def _schedule(self, run: TaskRun) -> None:
         """Program every operation that has a free group; enable every one that is ready. (Run at
@@ -325,7 +315,7 @@ class Engine:
                     if deps[index] == 0:
                         ready.append(index)
                     if op.consumers:
-                        self._signal(run, index, _OP_PROGRAMMED)
+                        run.signal(index, _OP_PROGRAMMED)
                     progress = True
             while ready and not run.finished and not run.gated:
                 index = ready.popleft()
@@ -338,7 +328,7 @@ class Engine:
                     with self._events_lock:
                         self._events.append(HwEvent(int(op.block), group_of[index], False))
                 if op.consumers:
-                    self._signal(run, index, _OP_ENABLED)
+                    run.signal(index, _OP_ENABLED)
                 progress = True
 
     def _take_barriers(self, run: TaskRun, index: int, wait: int) -> bool:
@@ -360,13 +350,6 @@ class Engine:
                     run.held.clear()
                     self._schedule_or_fail(run)
 
-    def _release(self, run: TaskRun) -> None:
-        for b in run.graph.blocks:
-            holders = self._owner[b]
-            for g in (0, 1):
-                if holders[g] is run:
-                    holders[g] = None
-
     def _finish(self, run: TaskRun) -> None:
         run.finished = True
         inflight = self.inflight
@@ -375,7 +358,7 @@ class Engine:
         elif run in inflight:
             inflight.remove(run)
         if run.error is not None:  # a run that completed released each group as it completed
-            self._release(run)
+            run.release_groups(self._owner)
         self.cu_events.append(("DONE", run.task.task_id))
         if run.traced:
             trace_task(self.port, run.task, TASK_END, end_status(run.error, self._aborting is run))
@@ -403,7 +386,7 @@ class Engine:
                 self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
             later = [r for r in self.inflight if r is not run]  # the reset undid their programming
         for other in later:
-            self._release(other)
+            other.release_groups(self._owner)
             other.restart()
         self._finish(run)
 
@@ -426,41 +409,16 @@ class Engine:
 
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
-        self.hw.reset(self.port, blocks)
-        return self.busy(blocks)
+        return self.watch.reset_blocks(blocks)
 
     def reset_device(self) -> list[dla_block_e]:
         """Reset the whole device; the blocks still busy after it."""
-        self.hw.reset_device(self.port)
-        return self.busy(list(dla_block_e))
-
-    def busy(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
-        """Of ``blocks``, those the device has whose register groups are enabled or running."""
-        present = set(self.config.blocks)
-        return [b for b in blocks if b in present and any(self.hw.group_states(self.port, b))]
+        return self.watch.reset_device()
 
     def close(self) -> None:
         """Nothing to release (the headed proxy detaches its mailbox)."""
 
-    def stuck_operations(self, run: TaskRun) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The (operation, group) pairs of ``run`` that are running, and those enabled and waiting,
-        read from the blocks' status registers."""
-        with self._lock:
-            running: list[tuple[int, int]] = []
-            waiting: list[tuple[int, int]] = []
-            for b in run.graph.blocks:
-                states = self.hw.group_states(self.port, b)
-                for g in (0, 1):
-                    index = run.busy[b][g]
-                    if index is None or states[g] == IDLE:
-                        continue
-                    (running if states[g] == RUNNING else waiting).append((index, g))
-            return running, waiting
-
     def describe_stuck(self, run: RunState) -> str:
         """Which operations were running or waiting, read from the blocks' status registers."""
         assert isinstance(run, TaskRun)
-        running, waiting = self.stuck_operations(run)
-        ops = run.graph.operations
-        return stuck_text(len(ops), run.completed, [f"{ops[i].name} in group {g}" for i, g in running],
-                          [f"{ops[i].name} in group {g}" for i, g in waiting], len(running), len(waiting))
+        return self.watch.describe_stuck(run)

@@ -63,6 +63,26 @@ class TaskRun(RunState):
         self.enable_order: list[int] = []
         self.held: list[int] = []  # ready, but a wait barrier has not fired (a task with a SHAVE list)
 
+    def signal(self, index: int, event: int) -> None:
+        """Operation ``index`` reached ``event`` (a dla_event_e as an int): its consumers that wait for
+        that event count it, and those whose count reached zero once programmed become ready."""
+        deps, state, ready = self.deps, self.state, self.ready
+        for c in self.graph.operations[index].consumers:
+            if c.event != event:
+                continue
+            deps[c.index] -= 1
+            if deps[c.index] == 0 and state[c.index] == PROGRAMMED:
+                ready.append(c.index)
+
+    def release_groups(self, owner: dict[dla_block_e, list[TaskRun | None]]) -> None:
+        """Give up the register groups this run holds in the engine's ``owner`` table (block -> the run
+        in each group)."""
+        for b in self.graph.blocks:
+            holders = owner[b]
+            for g in (0, 1):
+                if holders[g] is self:
+                    holders[g] = None
+
     def operation_in(self, block: dla_block_e, group: int) -> int | None:
         busy = self.busy.get(block)
         return None if busy is None else busy[group]

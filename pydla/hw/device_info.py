@@ -15,20 +15,15 @@ Usage::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import nvdla_mcu as M
 from pydla.deviceapi.generated import nvdla_smmu as S
 from pydla.firmware.interface import CuDesc, KmdDeviceInfo, NvdlaFacts
 from pydla.hw.cu.models import model_class
-
-if TYPE_CHECKING:
-    from pydla.hw.device import VirtualDevice
-    from pydla.hw.nvdla_device import NvdlaDevice
+from pydla.hw.device_view import ProbedDevice
 
 
-def device_info(device: VirtualDevice | NvdlaDevice) -> KmdDeviceInfo:
+def device_info(device: ProbedDevice) -> KmdDeviceInfo:
     """``device`` as a driver probing it learns it (see the module docstring)."""
     config = device.config
     return KmdDeviceInfo(device.instance, device.mode, config.name, config.hw_version, config.blocks,
@@ -45,7 +40,7 @@ def device_info(device: VirtualDevice | NvdlaDevice) -> KmdDeviceInfo:
                          if config.nvdla is not None else None)
 
 
-def _headed(device: VirtualDevice | NvdlaDevice) -> bool:
+def _headed(device: ProbedDevice) -> bool:
     """Whether a microcontroller runs the engine scheduler: GLB mcu_status on pydla's devices; on an
     NVDLA device the nvdla_mcu window's STATUS, which only a headed one has."""
     if device.config.nvdla is None:

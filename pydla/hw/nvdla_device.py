@@ -129,7 +129,8 @@ class NvdlaDevice:
 
             self.mcu = NvdlaMicrocontroller(self)
         if mode == "threaded":
-            self._worker = threading.Thread(target=self._work, daemon=True, name=f"pydla-nvdla{instance}")
+            self._worker = threading.Thread(target=_work, args=(self,), daemon=True,
+                                            name=f"pydla-nvdla{instance}")
             self._worker.start()
 
     # -- the host's access --------------------------------------------------------------------------
@@ -228,13 +229,10 @@ class NvdlaDevice:
             self._irq_handlers.remove(handler)
 
     def cu_stream_write(self, name: str, data: bytes, timeout_s: float) -> None:
-        raise DlaError(NvError.NotSupported, self._no_units(name))
+        raise DlaError(NvError.NotSupported, _no_units(self.config, name))
 
     def cu_stream_read(self, name: str, nbytes: int, timeout_s: float) -> bytes:
-        raise DlaError(NvError.NotSupported, self._no_units(name))
-
-    def _no_units(self, name: str) -> str:
-        return f"device config '{self.config.name}' has no compute units (asked for '{name}')"
+        raise DlaError(NvError.NotSupported, _no_units(self.config, name))
 
     # -- operations -----------------------------------------------------------------------------------
 
@@ -320,10 +318,6 @@ class NvdlaDevice:
         self._raise_irq()
         return True
 
-    def _work(self) -> None:
-        while self._run_one(wait=True):
-            pass
-
     def wait_idle(self, timeout_s: float) -> bool:
         """Until nothing launched waits to run (threaded and step modes); False after ``timeout_s``."""
         with self._cond:
@@ -335,21 +329,13 @@ class NvdlaDevice:
         """The next ``count`` operations of ``processor`` (BDMA, CONV, SDP, PDP, CDP, RUBIK) start and
         never end, until a reset: for a driver's timeout and recovery."""
         with self._lock:
-            self._hangs[self._processor(processor)] += count
+            self._hangs[_processor(self.config, processor)] += count
 
     def inject_error(self, processor: str, count: int = 1) -> None:
         """The next ``count`` operations of ``processor`` end without their done interrupt, as one whose
         registers the block refused."""
         with self._lock:
-            self._injected[self._processor(processor)] += count
-
-    def _processor(self, name: str) -> str:
-        if name not in UNIT or not self.config.has_block(name):
-            have = ", ".join(b.name for b in self.config.blocks)
-            raise DlaError(NvError.BadParameter, f"device config '{self.config.name}' has no {name!r} "
-                                                 f"operations (it has {have})")
-        return name
-
+            self._injected[_processor(self.config, processor)] += count
 
     def reset(self) -> None:
         """The whole device back to its reset state, as a power-on: every register, the SMMU, the
@@ -376,3 +362,22 @@ class NvdlaDevice:
 
 def _is_reset(address: object) -> bool:
     return isinstance(address, int) and not isinstance(address, bool) and address == S.PYDLA_CTL_RESET
+
+
+def _work(device: NvdlaDevice) -> None:
+    """The worker thread of a threaded device: runs the launched operations until the device closes."""
+    while device._run_one(wait=True):
+        pass
+
+
+def _processor(config: DeviceConfig, name: str) -> str:
+    """``name`` when ``config``'s device runs operations of that processor (a DlaError if not)."""
+    if name not in UNIT or not config.has_block(name):
+        have = ", ".join(b.name for b in config.blocks)
+        raise DlaError(NvError.BadParameter, f"device config '{config.name}' has no {name!r} "
+                                             f"operations (it has {have})")
+    return name
+
+
+def _no_units(config: DeviceConfig, name: str) -> str:
+    return f"device config '{config.name}' has no compute units (asked for '{name}')"

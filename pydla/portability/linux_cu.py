@@ -28,61 +28,35 @@ from __future__ import annotations
 import ctypes
 import errno
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc
-from pydla.portability.interface import NvDlaFence, NvDlaTaskStatus, check_cu_args
-from pydla.uapi.ioctl import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS, NVERROR, untext
+from pydla.portability.interface import NvDlaEngineSelect, NvDlaFence, NvDlaTaskStatus, check_cu_args
+from pydla.portability.linux_handle import CONTROL as CONTROL
+from pydla.portability.linux_handle import CU_NVERROR as CU_NVERROR
+from pydla.portability.linux_handle import cu_ioctl
+from pydla.portability.linux_handle import query_compute_units as query_compute_units
+from pydla.uapi.ioctl import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS
 
 if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxPort
+    from pydla.portability.linux_buffers import LinuxBuffers
     from pydla.portability.linux_device import LinuxDevice
+    from pydla.portability.linux_syncs import LinuxSyncs
 
-CONTROL = {U.dla_cu_control_e.AP_CTRL_HS: "HS", U.dla_cu_control_e.AP_CTRL_CHAIN: "CHAIN",
-           U.dla_cu_control_e.AP_CTRL_NONE: "NONE"}
 NAME_BYTES = 64
 
 
-CU_NVERROR = {**NVERROR, errno.EPERM: NvError.InvalidState}  # EPERM: the CU commands' InvalidState
+class CuPort(Protocol):
+    """What the compute units use of their port (:class:`~pydla.portability.linux.LinuxPort`): its
+    buffers and syncs parts, and a device file opened for a question."""
 
-
-def _cu_ioctl(device: LinuxDevice, nr: int, args: Any) -> Any:
-    """``device.ioctl`` with EPERM (the CU commands' answer to InvalidState) as NvError InvalidState."""
-    return device.ioctl(nr, args, codes=CU_NVERROR)
-
-
-def query_compute_units(device: LinuxDevice) -> tuple[CuDesc, ...]:
-    """The IP_LAYOUT of ``device``'s instance as the daemon's KMD has it (NUM_CUS, CU_QUERY); none
-    from a daemon older than uAPI 2.5."""
-    if device.daemon_version[:2] < (2, 5):
-        return ()
-    units = []
-    for i in range(device.param(U.dla_param_e.NUM_CUS)):
-        q = device.ioctl(U.dla_ioctl_e.CU_QUERY, U.dla_cu_query_t(index=i))
-        units.append(CuDesc(untext(bytes(q.name)), CONTROL.get(q.control, "HS"), int(q.base), int(q.window),
-                            bool(q.int_enable), int(q.interrupt_id), int(q.pipeline_depth), bool(q.engine),
-                            arguments=_arguments(device, i)))
-    return tuple(units)
-
-
-def _arguments(device: LinuxDevice, index: int) -> tuple[str, ...] | None:
-    """The argument names unit ``index`` declares (uAPI 2.9: CU_ARGS); None when it declares none or
-    the daemon is older."""
-    if device.daemon_version[:2] < (2, 9):
-        return None
-    q = device.ioctl(U.dla_ioctl_e.CU_ARGS, U.dla_cu_args_t(index=index))
-    if not q.declared:
-        return None
-    field = type(q).names  # a char array: read as raw bytes (its value stops at the first NUL)
-    raw = ctypes.string_at(ctypes.addressof(q) + field.offset, field.size)
-    names = tuple(n.decode("utf-8", "replace") for n in raw.split(b"\0")[:q.count])
-    if len(names) != q.count or any(not n for n in names):
-        raise DlaError(NvError.InvalidState, f"CU_ARGS: the daemon's answer for unit {index} holds "
-                                             f"{len([n for n in names if n])} names, not its count {q.count}")
-    return names
-
+    @property
+    def buffers(self) -> LinuxBuffers: ...
+    @property
+    def syncs(self) -> LinuxSyncs: ...
+    def probe(self, select: NvDlaEngineSelect | int, what: str) -> LinuxDevice: ...
 
 def _ref(cu: Any, what: str) -> dict[str, Any]:
     """The name/index fields naming ``cu`` (a name, or an index into :meth:`compute_units`)."""
@@ -106,7 +80,7 @@ def _u32(value: Any, what: str, field: str) -> int:
 class LinuxComputeUnits:
     """The compute units of one port's open device files; every method takes an open device."""
 
-    def __init__(self, port: LinuxPort) -> None:
+    def __init__(self, port: CuPort) -> None:
         self.port = port
         self.buffers, self.syncs = port.buffers, port.syncs
 
@@ -126,27 +100,27 @@ class LinuxComputeUnits:
         if type(exclusive) is not bool:
             raise DlaError(NvError.BadParameter, f"{what}: exclusive {exclusive!r} must be True or False")
         flags = int(U.dla_cu_flags_e.EXCLUSIVE) if exclusive else 0
-        _cu_ioctl(device, U.dla_ioctl_e.CU_OPEN, U.dla_cu_context_t(**_ref(cu, what), flags=flags))
+        cu_ioctl(device, U.dla_ioctl_e.CU_OPEN, U.dla_cu_context_t(**_ref(cu, what), flags=flags))
         device.cu_contexts.add(cu)
 
     def close_context(self, device: LinuxDevice, cu: str) -> None:
         what = "NvDlaCloseCuContext"
         device.needs((2, 5), what, "compute units need")
         device.cu_contexts.discard(cu)
-        _cu_ioctl(device, U.dla_ioctl_e.CU_CLOSE, U.dla_cu_context_t(**_ref(cu, what)))
+        cu_ioctl(device, U.dla_ioctl_e.CU_CLOSE, U.dla_cu_context_t(**_ref(cu, what)))
 
     def reg_read(self, device: LinuxDevice, cu: str, offset: int) -> int:
         what = "NvDlaRegRead"
         device.needs((2, 5), what, "compute units need")
         args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"))
-        return int(_cu_ioctl(device, U.dla_ioctl_e.CU_REG_READ, args).value)
+        return int(cu_ioctl(device, U.dla_ioctl_e.CU_REG_READ, args).value)
 
     def reg_write(self, device: LinuxDevice, cu: str, offset: int, value: int) -> None:
         what = "NvDlaRegWrite"
         device.needs((2, 5), what, "compute units need")
         args = U.dla_cu_reg_t(**_ref(cu, what), offset=_u32(offset, what, "offset"),
                               value=_u32(value, what, "register value"))
-        _cu_ioctl(device, U.dla_ioctl_e.CU_REG_WRITE, args)
+        cu_ioctl(device, U.dla_ioctl_e.CU_REG_WRITE, args)
 
     # -- executions ------------------------------------------------------------------------------
 
@@ -184,7 +158,7 @@ class LinuxComputeUnits:
                               num_pre_fences=len(pre_fences), num_post_fences=len(post_fences),
                               timeout_ms=timeout_ms or 0)
         self.syncs.inline_fences(a, pre_fences, post_fences)
-        done = _cu_ioctl(device, U.dla_ioctl_e.CU_SUBMIT, a)  # the daemon reads the array during the call
+        done = cu_ioctl(device, U.dla_ioctl_e.CU_SUBMIT, a)  # the daemon reads the array during the call
         if done.completed:
             self.syncs.note_completed(post_fences)
         return NvDlaTaskStatus(int(done.exec_id), None)

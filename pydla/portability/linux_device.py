@@ -22,7 +22,7 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,12 +33,9 @@ from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.deviceapi.generated.dla_regs import dla_precision_e
 from pydla.errors import DlaError, NvError
 from pydla.portability.interface import NvDlaDeviceInfo, NvDlaMemHandle
-from pydla.portability.linux_cu import query_compute_units
+from pydla.portability.linux_handle import OpeningPort, query_compute_units
 from pydla.portability.linux_ring import ClientRing
 from pydla.uapi.ioctl import COMMANDS, NVERROR, text, untext
-
-if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxPort
 
 
 class LinuxSemaphore:
@@ -118,7 +115,7 @@ def _open_error(path: Path, directory: Path, e: OSError) -> DlaError:
                           f"`pydla devices` lists the daemons)")
 
 
-def checked_device(port: LinuxPort, h: Any) -> LinuxDevice:
+def checked_device(port: object, h: Any) -> LinuxDevice:
     """``h`` as an open device file of ``port``, else BadParameter (not one) or InvalidState (closed)."""
     if not isinstance(h, LinuxDevice) or h.port is not port:
         raise DlaError(NvError.BadParameter, "not a handle from this port's NvDlaOpen")
@@ -130,7 +127,7 @@ def checked_device(port: LinuxPort, h: Any) -> LinuxDevice:
 class LinuxDevice:
     """An open device file: what NvDlaOpen returns."""
 
-    def __init__(self, port: LinuxPort, select: int, path: Path) -> None:
+    def __init__(self, port: OpeningPort, select: int, path: Path) -> None:
         self.port, self.select, self.path = port, select, path
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

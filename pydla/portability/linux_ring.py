@@ -51,7 +51,7 @@ from pydla.uapi.ring import (
 from pydla.uapi.shm import SharedBuffer
 
 if TYPE_CHECKING:
-    from pydla.portability.linux_device import LinuxDevice, LinuxSemaphore
+    from pydla.portability.linux_handle import DeviceFile, ReachedValue
 
 RING_ENTRIES = 64
 RING_WAIT_S = 0.2  # a fence wait looks at the ring this long before it asks the daemon (WAIT)
@@ -69,7 +69,7 @@ class ClientRing:
     """One device file's submission ring. Thread-safe: one thread at a time reaps the completion
     queue, the others wait on a condition it notifies."""
 
-    def __init__(self, device: LinuxDevice, entries: int = RING_ENTRIES) -> None:
+    def __init__(self, device: DeviceFile, entries: int = RING_ENTRIES) -> None:
         self.device = device
         self.layout = RingLayout(entries)
         self._shared = SharedBuffer(self.layout.size, name="pydla-ring")
@@ -87,7 +87,7 @@ class ClientRing:
         self._in_flight = 0  # entries not answered in full (bounds what the completion queue holds)
         self._answers: dict[int, tuple[int, int, int]] = {}  # user_data -> ACCEPTED (status, task, done)
         self._waiting: set[int] = set()  # user_data whose ACCEPTED a submitter waits for
-        self._unfinished: dict[int, list[tuple[LinuxSemaphore, int]]] = {}  # accepted, job not ended
+        self._unfinished: dict[int, list[tuple[ReachedValue, int]]] = {}  # accepted, job not ended
         self.broken = False
         self.broken_by_daemon = False  # BROKEN seen in the header: sq_head is final
         self._lost: str | None = None  # why no answer will be read any more (then broken too)
@@ -96,7 +96,7 @@ class ClientRing:
         self._poll.register(self.complete_efd, select.POLLIN)
 
     @classmethod
-    def open(cls, device: LinuxDevice) -> ClientRing | None:
+    def open(cls, device: DeviceFile) -> ClientRing | None:
         """Set up a ring on ``device``; None when its daemon has none (before uAPI 2.4) or refused."""
         if device.daemon_version[:2] < (2, 4):
             return None
@@ -124,7 +124,7 @@ class ClientRing:
 
     # -- submitting ---------------------------------------------------------------------------------
 
-    def submit(self, args: Any, post: list[tuple[LinuxSemaphore, int]]) -> tuple[int, int] | None:
+    def submit(self, args: Any, post: list[tuple[ReachedValue, int]]) -> tuple[int, int] | None:
         """Queue ``args`` (a dla_submit_prepared_t); (task_id, completed) once the daemon accepted it,
         None when the ring cannot take it (use the ioctl). Raises the refusal as the ioctl would,
         TaskGone when the daemon no longer holds the prepared task (prepare it again)."""
@@ -212,7 +212,7 @@ class ClientRing:
 
     # -- waiting ------------------------------------------------------------------------------------
 
-    def wait_fence(self, semaphore: LinuxSemaphore, value: int, timeout_s: float) -> bool:
+    def wait_fence(self, semaphore: ReachedValue, value: int, timeout_s: float) -> bool:
         """True once a ring job that signals ``semaphore`` to ``value`` or more has ended well and
         the value is known reached; False when no ring job covers it, it failed, or ``timeout_s``
         passed (the caller then asks the daemon)."""

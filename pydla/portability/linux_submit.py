@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
@@ -34,7 +34,25 @@ from pydla.portability.linux_ring import TaskGone
 from pydla.uapi.ioctl import INLINE_FENCES, MAX_ADDRESSES, MAX_FENCES, MAX_SCALARS
 
 if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxPort
+    from pydla.portability.linux_buffers import LinuxBuffers
+    from pydla.portability.linux_syncs import LinuxSyncs
+
+
+class SubmitPort(Protocol):
+    """What the submitter uses of its port (:class:`~pydla.portability.linux.LinuxPort`): its buffers
+    and syncs parts, and its prepare, submit and release calls (a submit without preparing is the
+    three in turn). The port is an NvDlaPort: for a daemon older than uAPI 2.3 the submitter calls
+    the interface's own prepare, submit and release on it."""
+
+    @property
+    def buffers(self) -> LinuxBuffers: ...
+    @property
+    def syncs(self) -> LinuxSyncs: ...
+    def NvDlaPrepareTask(self, h: Any, task: NvDlaTask) -> NvDlaPreparedTask: ...
+    def NvDlaSubmitPrepared(self, h: Any, prepared: NvDlaPreparedTask, pre_fences: list[NvDlaFence],
+                            post_fences: list[NvDlaFence], *, priority: int = 0,
+                            timeout_ms: int | None = None) -> NvDlaTaskStatus: ...
+    def NvDlaReleaseTask(self, h: Any, prepared: NvDlaPreparedTask) -> None: ...
 
 
 class _LinuxPrepared:
@@ -49,7 +67,7 @@ class _LinuxPrepared:
 class LinuxSubmitter:
     """Submits one port's tasks; its buffers and syncs parts check what the tasks name."""
 
-    def __init__(self, port: LinuxPort) -> None:
+    def __init__(self, port: SubmitPort) -> None:
         self.port = port
         self.buffers, self.syncs = port.buffers, port.syncs
 
@@ -150,7 +168,7 @@ class LinuxSubmitter:
     def prepare_task(self, device: LinuxDevice, task: NvDlaTask) -> NvDlaPreparedTask:
         """NvDlaPrepareTask on an open ``device`` (see the module)."""
         if device.daemon_version[:2] < (2, 3) and task.nvdla_interface is None:
-            return NvDlaPort.NvDlaPrepareTask(self.port, device, task)
+            return NvDlaPort.NvDlaPrepareTask(cast(NvDlaPort, self.port), device, task)
         checked = check_task(task, "NvDlaPrepareTask")
         kept = NvDlaTask(list(checked.address_list), scalars=list(checked.scalars),
                          nvdla_interface=checked.nvdla_interface)
@@ -165,8 +183,8 @@ class LinuxSubmitter:
         mine = prepared.handle
         if mine is None or len(pre_fences) > INLINE_FENCES or len(post_fences) > INLINE_FENCES:
             # prepared for an older daemon, or more fences than the struct carries: a SUBMIT
-            return NvDlaPort.NvDlaSubmitPrepared(self.port, device, prepared, pre_fences, post_fences,
-                                                 priority=priority, timeout_ms=timeout_ms)
+            return NvDlaPort.NvDlaSubmitPrepared(cast(NvDlaPort, self.port), device, prepared, pre_fences,
+                                                 post_fences, priority=priority, timeout_ms=timeout_ms)
         if not isinstance(mine, _LinuxPrepared) or mine.device is not device:
             raise DlaError(NvError.BadParameter, "NvDlaSubmitPrepared: not a task this device prepared")
         if not -(1 << 31) <= priority < 1 << 31 or not 0 <= (timeout_ms or 0) < 1 << 32:
@@ -200,7 +218,7 @@ class LinuxSubmitter:
 
     def release_task(self, h: Any, prepared: NvDlaPreparedTask) -> None:
         """NvDlaReleaseTask: idempotent; a task of a closed file is gone with it."""
-        NvDlaPort.NvDlaReleaseTask(self.port, h, prepared)  # checks what it was given
+        NvDlaPort.NvDlaReleaseTask(cast(NvDlaPort, self.port), h, prepared)  # checks what it was given
         mine = prepared.handle
         if isinstance(mine, _LinuxPrepared) and mine.device is h and mine.device.fd >= 0:
             checked_device(self.port, h).ioctl(U.dla_ioctl_e.RELEASE_PREPARED,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError, WaitTimeout
@@ -24,13 +24,10 @@ from pydla.portability.linux_device import LinuxDevice, LinuxSemaphore, checked_
 from pydla.portability.linux_ring import RING_WAIT_S
 from pydla.uapi.ioctl import text, untext
 
-if TYPE_CHECKING:
-    from pydla.portability.linux import LinuxPort
-
 WAIT_SLICE_MS = 1000  # one WAIT ioctl waits at most this long, so a dead daemon is noticed
 
 
-def checked_fence(port: LinuxPort, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
+def checked_fence(port: object, fence: NvDlaFence) -> tuple[LinuxDevice, Any]:
     """The open device of ``fence``'s semaphore and the uAPI's dla_fence_t for it (all checked)."""
     if not isinstance(fence, NvDlaFence):
         raise DlaError(NvError.BadParameter, f"fence: an NvDlaFence, not {fence!r:.80}")
@@ -48,7 +45,8 @@ def checked_fence(port: LinuxPort, fence: NvDlaFence) -> tuple[LinuxDevice, Any]
 class LinuxSyncs:
     """The sync objects of one port's open device files."""
 
-    def __init__(self, port: LinuxPort) -> None:
+    def __init__(self, port: object) -> None:
+        """``port``: the port whose device files' fences this part takes (compared by identity)."""
         self.port = port
 
     def create_semaphore(self, device: LinuxDevice, value: int = 0) -> LinuxSemaphore:

@@ -23,7 +23,7 @@ from pydla.hw.mcu.port import FirmwarePort
 
 if TYPE_CHECKING:
     from pydla.firmware.interface import FirmwarePortability, KmdDeviceInfo
-    from pydla.hw.device import VirtualDevice
+    from pydla.hw.device_view import McuHost
     from pydla.hw.memory import Iommu
 
 
@@ -54,7 +54,7 @@ class Board(Protocol):
 class DlaBoard:
     """pydla's own device (GLB mcu_*, intr_status bits shared with the host)."""
 
-    def __init__(self, device: VirtualDevice) -> None:
+    def __init__(self, device: McuHost) -> None:
         self.device = device
 
     @property

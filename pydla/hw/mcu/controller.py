@@ -49,7 +49,7 @@ from pydla.hw.mcu.port import FIRMWARE_INTR_BITS
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from pydla.hw.device import VirtualDevice
+    from pydla.hw.device_view import McuHost
 
 MAILBOX_BIT = 1 << 28
 _RUNNING, _ATTACHED, _STOPPED = (int(R.mcu_status_e.RUNNING), int(R.mcu_status_e.ATTACHED),
@@ -61,7 +61,7 @@ _HOST_INTR_BITS = 0xFFFFFFFF & ~FIRMWARE_INTR_BITS
 class Microcontroller:
     """See the module docstring. Made by the device when its configuration says ``headed``."""
 
-    def __init__(self, device: VirtualDevice, api: ModuleType = device_api) -> None:
+    def __init__(self, device: McuHost, api: ModuleType = device_api) -> None:
         self.device = device
         self.api = api
         self._bus_write = device.reg_write  # the register bus itself (before the host's is wrapped)

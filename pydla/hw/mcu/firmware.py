@@ -438,7 +438,7 @@ class Firmware:
                                                         first_running=NO_OP, first_waiting=NO_OP)
             return reply
         run = held[0]
-        running, waiting = self.engine.stuck_operations(run)
+        running, waiting = self.engine.watch.stuck_operations(run)
         reply = api.task_status_rsp.answer(
             cmd, task_id=cmd.task_id, status=int(st.OK), ops_completed=run.completed,
             ops_total=len(run.graph.operations), running=len(running), waiting=len(waiting),

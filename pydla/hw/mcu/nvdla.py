@@ -39,8 +39,8 @@ from pydla.hw.mcu.port import read_cpu_address
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from pydla.hw.device_view import NvdlaMcuHost
     from pydla.hw.memory import Iommu
-    from pydla.hw.nvdla_device import NvdlaDevice
 
 WORD = 0xFFFFFFFF
 MAILBOX = 1  # INTR_STATUS / INTR_MASK bit 0
@@ -86,7 +86,7 @@ class NvdlaBoard:
     """What the firmware reaches of an NVDLA device (:class:`pydla.hw.mcu.board.Board`). The bus
     methods are the device's own, taken before the host's are wrapped."""
 
-    def __init__(self, device: NvdlaDevice) -> None:
+    def __init__(self, device: NvdlaMcuHost) -> None:
         self.device = device
         self._read, self._write_many = device.reg_read, device.reg_write_many
         self._write_words = device.reg_write_words
@@ -116,7 +116,7 @@ class NvdlaMicrocontroller(Microcontroller):
     """See the module docstring. Made by :class:`~pydla.hw.nvdla_device.NvdlaDevice` when its
     configuration says ``headed``."""
 
-    def __init__(self, device: NvdlaDevice, api: ModuleType | None = None) -> None:
+    def __init__(self, device: NvdlaMcuHost, api: ModuleType | None = None) -> None:
         self._intr_status = self._intr_mask = 0
         self.bus_errors = 0  # values written to the window that are not 32-bit words
         self._bus_read = device.reg_read
@@ -126,8 +126,8 @@ class NvdlaMicrocontroller(Microcontroller):
             super().__init__(cast(Any, device), api)
 
     @property
-    def nvdla(self) -> NvdlaDevice:
-        return cast("NvdlaDevice", self.device)
+    def nvdla(self) -> NvdlaMcuHost:
+        return cast("NvdlaMcuHost", self.device)
 
     def _board(self) -> Board:
         return NvdlaBoard(self.nvdla)

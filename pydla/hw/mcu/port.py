@@ -27,7 +27,7 @@ from pydla.firmware.interface import CpuAddress, FirmwarePortability, TaskDesc
 from pydla.hw.memory import BufferObject
 
 if TYPE_CHECKING:
-    from pydla.hw.device import VirtualDevice
+    from pydla.hw.device_view import McuHost
 
 # GLB intr_status bits routed to the microcontroller: each block's done (0..11) and error (16..27)
 # bits and the MMU fault (31).
@@ -40,7 +40,7 @@ UNMAPPED = BufferObject(0, 0)
 class FirmwarePort(FirmwarePortability):
     """The KMD portability layer of the firmware (see the module docstring)."""
 
-    def __init__(self, device: VirtualDevice, write: Callable[[int, int], None],
+    def __init__(self, device: McuHost, write: Callable[[int, int], None],
                  connect: Callable[[Callable[[], object] | None], None]) -> None:
         """``write``: the register bus's write (the device's own, not the host's wrapped one);
         ``connect``: how the microcontroller's interrupt controller takes the firmware's ISR."""

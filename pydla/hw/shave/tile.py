@@ -73,6 +73,16 @@ def _buffer(size: int) -> tuple[mmap.mmap, npt.NDArray[np.uint8]]:
     return m, np.frombuffer(m, dtype=np.uint8)
 
 
+def _halt_fault(pc: int, instruction_budget: int, time_budget_s: float) -> ShaveFault:
+    """Why the emulation ended with no fault and no stop of the control page: a jump to UNTIL, or
+    the budget (a wfi never runs: pydla.hw.shave.traps)."""
+    if pc == UNTIL:
+        return ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
+    budget = f"{instruction_budget} instructions" if instruction_budget \
+        else f"{time_budget_s * 1000:.0f} ms of emulation"
+    return ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
+
+
 class Tile(FastEmulation):
     def __init__(self, index: int, config: ShaveConfig, cmx: npt.NDArray[np.uint8], iommu: Iommu,
                  barriers: Barriers) -> None:
@@ -232,7 +242,7 @@ class Tile(FastEmulation):
                 return False
             return True
         if self._fault is None and self._stop is None:
-            self._fault = self._halt_fault(pc)
+            self._fault = _halt_fault(pc, self.instruction_budget, self.time_budget_s)
         if self._fault is not None:
             self._stopped_by(self._fault, pc)
             raise self._fault
@@ -241,15 +251,6 @@ class Tile(FastEmulation):
         self.state = self._stop
         self._machine_slept()
         return False
-
-    def _halt_fault(self, pc: int) -> ShaveFault:
-        """Why the emulation ended with no fault and no stop of the control page: a jump to UNTIL, or
-        the budget (a wfi never runs: pydla.hw.shave.traps)."""
-        if pc == UNTIL:
-            return ShaveFault(E.FETCH_FAULT, f"jump to {pc:#x}", addr=pc, pc=pc)
-        budget = f"{self.instruction_budget} instructions" if self.instruction_budget \
-            else f"{self.time_budget_s * 1000:.0f} ms of emulation"
-        return ShaveFault(E.BUDGET, f"ran past its budget of {budget}", pc=pc, addr=pc)
 
     # -- the emulator ---------------------------------------------------------------------------------
 
@@ -266,7 +267,7 @@ class Tile(FastEmulation):
         uc.mem_map_ptr(S.WIN_E, S.WIN_E_BYTES, rw, self._win_e.ctypes.data)
         uc.mmio_map(S.RT_CTRL, 0x1000, self._ctrl_read, None, self._ctrl_write, None)
         uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_bad_access)
-        uc.hook_add(unicorn.UC_HOOK_INTR, self._on_exception)
+        uc.hook_add(unicorn.UC_HOOK_INTR, lambda uc, cause, _: self._fail(exception_fault(uc, cause)))
         self._wfi = WfiGuard(uc, lambda pc: self._fail(wfi_fault(pc)))
         self._power_on = uc.context_save()
         self.uc = uc
@@ -305,9 +306,6 @@ class Tile(FastEmulation):
         self._fault = self._fault or ShaveFault(error, f"{what} {address:#x} ({size} bytes), {window}",
                                                 addr=address, pc=pc)
         return False  # the emulator stops with an error, caught in resume()
-
-    def _on_exception(self, uc: Any, cause: int, _: Any) -> None:
-        self._fail(exception_fault(uc, cause))
 
     def _ctrl_read(self, uc: Any, offset: int, size: int, _: Any) -> int:
         try:
