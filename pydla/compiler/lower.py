@@ -226,11 +226,7 @@ class Lowering:
             self.temp_used = 0
             self.node = step.head
             mark = (self.tb, len(self.tb.ops), len(self.runs))
-            lower = LOWER.get(step.kind)
-            if lower is not None:
-                lower(self, step)
-            else:
-                getattr(self, f"_{step.kind}")(step)
+            LOWER[step.kind](self, step)
             check_step_blocks(step.head, self.config, [b for _, b in self.runs], self.tb, *mark)
         if fp16:
             for i, name in enumerate(self.g.outputs):
@@ -250,12 +246,6 @@ class Lowering:
         """The element type of a graph input or output in the loadable."""
         return np.dtype(np.float16) if tensor in self.g.half_io else self.g.dtypes[tensor]
 
-    def _alias(self, step: Step) -> None:
-        pass  # same bytes: the planner made both names one tensor
-
-    def _concat_view(self, step: Step) -> None:
-        pass  # the planner placed each input in its channel range of the output
-
     def conv_bias(self, node: Node, k: int) -> tuple[np.ndarray | None, Ref | None]:
         """A convolution's bias: its values when constant (zeros when absent), else its buffer."""
         name = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -268,10 +258,6 @@ class Lowering:
 
     def epilogue(self, nodes: list[Node], prev: str, channels: int,
                  axis: int = 1) -> tuple[Any, dict[str, Any]]:
-        return self._epilogue(nodes, prev, channels, axis)
-
-    def _epilogue(self, nodes: list[Node], prev: str, channels: int,
-                  axis: int = 1) -> tuple[Any, dict[str, Any]]:
         """The element-wise add and activation fused after a convolution whose (so far) result is
         the tensor ``prev``."""
         ew: Any = None
@@ -297,9 +283,7 @@ class Lowering:
         return elementwise.activation_kwargs(self, n, channels, axis)
 
     def bn_params(self, n: Node) -> tuple[np.ndarray, np.ndarray]:
-        return self._bn(n)
-
-    def _bn(self, n: Node) -> tuple[np.ndarray, np.ndarray]:
+        """A BatchNormalization's per-channel scale and shift (its constants, in float64)."""
         gamma, beta, mean, var = (self.const_input(n, i, what).astype(np.float64)
                                   for i, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
         with np.errstate(all="ignore"):  # a negative variance gives NaN, as onnxruntime's does
@@ -400,7 +384,13 @@ class Lowering:
         return Compiled(lw.build(), steps, counts, self.plan, len(self.weights), cpu_runs=self.cpu_notes)
 
 
+def _planned(lw: Lowering, step: Step) -> None:
+    """Nothing to emit: an alias (the planner made both names one tensor) or a concatenation whose
+    inputs the planner placed in their channel ranges of the output."""
+
+
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {
+    "alias": _planned, "concat_view": _planned,
     "conv": conv2d.lower_conv, "deconv": conv2d.lower_deconv,
     "copy": movement.copy, "constant": movement.constant, "transpose": movement.transpose,
     "concat": movement.concat,
