@@ -236,6 +236,9 @@ def _runs(args: argparse.Namespace, sess: Any, feeds: dict[str, np.ndarray], war
     """The warm-up runs, then the timed ones (traced when asked): their times and the last outputs."""
     from pydla.trace.capture import Capture
 
+    # What was said of the inputs shows before the runs, however long they take: a pipe (`| tee`, a
+    # test reading the first line) buffers stdout in blocks until the end otherwise.
+    text.flush()
     for _ in range(warmup):
         sess.run(feeds)
     traced_wanted = args.trace is not None or args.trace_ring is not None or args.profile

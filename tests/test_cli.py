@@ -337,20 +337,26 @@ def test_ctrl_c_ends_pydla_demo_within_2_s(tmp_path: Path) -> None:
 
 def test_sigint_from_outside_ends_pydla_run_within_2_s(demo_dla: Path, tmp_path: Path) -> None:
     """As a terminal's Ctrl-C does: SIGINT from another process, while the runs go on."""
+    import select
     import signal
     import time
 
     env = {**os.environ, "PYDLA_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYDLA_PORT", None)
+    env.pop("PYTHONUNBUFFERED", None)  # stdout a pipe, block-buffered, as in a user's shell
     with subprocess.Popen([sys.executable, "-m", "pydla", "run", str(demo_dla), "--iterations", "10000000"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                           preexec_fn=_sigint_as_a_terminal_leaves_it) as child:
         assert child.stdout is not None and child.stderr is not None
-        assert child.stdout.readline().startswith("input input: random")  # the runs start next
-        time.sleep(0.5)
-        child.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        try:
+        try:  # on any failure the child is killed: leaving the with block waits for it
+            # The first line says the runs start next; waited for with a limit (a `pydla run` that
+            # kept it in its buffer once hung this test where PYTHONUNBUFFERED is not set).
+            readable, _, _ = select.select([child.stdout], [], [], 60)
+            assert readable, "pydla run said nothing of its inputs within 60 s"
+            assert child.stdout.readline().startswith("input input: random")
+            time.sleep(0.5)
+            child.send_signal(signal.SIGINT)
+            sent = time.monotonic()
             child.wait(timeout=30)
         finally:
             child.kill()
