@@ -25,11 +25,11 @@ import cProfile
 import io
 import pstats
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_submit import _time_each  # bench/ is the script's folder: on sys.path
 
 import pydla
 
@@ -105,15 +105,6 @@ class _Chain:
         self.ort.run(None, self.feed)
 
 
-def _time_block(fn: Callable[[], object], n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def _profile(chain: _Chain, submits: int) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -163,7 +154,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(args.repeats):
         for name, fn in fns.items():
-            times[name].extend(_time_block(fn, args.block))
+            times[name].extend(_time_each(fn, args.block))
     med = {name: statistics.median(ts) for name, ts in times.items()}
     for name, m in med.items():
         print(f"{name:>26}: median {m * 1e6:9.1f} us")
