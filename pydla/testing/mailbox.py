@@ -122,17 +122,13 @@ class _Buffers:
         return self.bos[handle][0].array
 
 
-def mailbox_target() -> Target:
-    """The firmware's command handling: each input is written as one message into the command ring
-    of a headed device (deterministic mode) whose firmware already did the handshake. The firmware
-    must answer (an error status is a refusal), keep running (mcu_status never STOPPED) and still
-    answer a version query afterwards. Seeds: every command, a task_submit_list of a real network
-    (its address list in the lists area, its buffers in a context of their own)."""
-    from pydla.hw.device import VirtualDevice
+def pooling_task_in_lists(dev: VirtualDevice) -> tuple[MailboxClient, int, int, int]:
+    """A mailbox client of the headed ``dev`` after the handshake, and a real network (one PDP
+    pooling) loaded into a context of its own with its address list written in the lists area:
+    (client, context, the list's offset in the mailbox, its number of entries): what a
+    task_submit_list_cmd names."""
     from pydla.loadable.taskbuilder import TaskBuilder
-    from pydla.testing.fuzz import Target
 
-    dev = VirtualDevice("full-headed")
     box = MailboxClient(dev)
     box.call(api.version_query_cmd.new())
     ctx = box.port.dla_create_context()
@@ -144,10 +140,24 @@ def mailbox_target() -> Target:
                         for a in loaded.addresses], dtype="<u8")
     lists = box.layout.lists.offset
     box.mem[lists:lists + entries.nbytes] = entries.view(np.uint8).reshape(-1)
+    return box, ctx, lists, len(entries)
+
+
+def mailbox_target() -> Target:
+    """The firmware's command handling: each input is written as one message into the command ring
+    of a headed device (deterministic mode) whose firmware already did the handshake. The firmware
+    must answer (an error status is a refusal), keep running (mcu_status never STOPPED) and still
+    answer a version query afterwards. Seeds: every command, a task_submit_list of a real network
+    (its address list in the lists area, its buffers in a context of their own)."""
+    from pydla.hw.device import VirtualDevice
+    from pydla.testing.fuzz import Target
+
+    dev = VirtualDevice("full-headed")
+    box, ctx, lists, count = pooling_task_in_lists(dev)
     seeds = [bytes(m) for m in (
         api.version_query_cmd.new(tag=1),
         api.task_submit_list_cmd.new(tag=2, address_list=box.iova + lists, task_id=7,
-                                     num_addresses=len(entries), context_id=ctx),
+                                     num_addresses=count, context_id=ctx),
         api.task_status_cmd.new(tag=3, task_id=7), api.abort_cmd.new(tag=4, task_id=7, context_id=ctx),
         api.reset_cmd.new(tag=5, engine_mask=1 << 3, scope=api.reset_scope_e.ENGINE),
         api.task_submit_cmd.new(tag=6, task_id=8))]

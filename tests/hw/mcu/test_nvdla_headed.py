@@ -225,25 +225,14 @@ def test_an_older_host_s_submit_without_the_nvdla_fields_is_taken_as_pydla_s_own
     firmware reads them as 0 (one of pydla's own tasks) and runs it; a shorter message stays refused."""
     from pydla.deviceapi.generated import dla_regs as DR
     from pydla.hw.device import VirtualDevice
-    from pydla.loadable.taskbuilder import TaskBuilder
-    from pydla.testing.mailbox import MailboxClient, _Buffers
+    from pydla.testing.mailbox import pooling_task_in_lists
 
     dev = VirtualDevice("full-headed")
     try:
-        box = MailboxClient(dev)
-        box.call(api.version_query_cmd.new())
-        ctx = box.port.dla_create_context()
-        tb = TaskBuilder()
-        tb.pdp(tb.cube("x", (2, 4, 4)), tb.cube("y", (2, 2, 2)), kernel=(2, 2), stride=(2, 2))
-        buffers = _Buffers(box.port, ctx)
-        loaded = tb.build().load(buffers, ctx)
-        entries = np.array([(buffers.bos[a.handle][1] + a.offset, buffers.bos[a.handle][0].size - a.offset)
-                            for a in loaded.addresses], dtype="<u8")
-        lists = box.layout.lists.offset
-        box.mem[lists:lists + entries.nbytes] = entries.view(np.uint8).reshape(-1)
+        box, ctx, lists, count = pooling_task_in_lists(dev)
         for task_id, size, status in ((7, 44, api.dla_status_e.OK), (8, 40, api.dla_status_e.BAD_MESSAGE)):
             submit = bytearray(bytes(api.task_submit_list_cmd.new(tag=task_id, address_list=box.iova + lists,
-                                                                  task_id=task_id, num_addresses=len(entries),
+                                                                  task_id=task_id, num_addresses=count,
                                                                   context_id=ctx))[:size])
             submit[:4] = size.to_bytes(4, "little")
             box.send_raw(bytes(submit))
