@@ -61,7 +61,8 @@ def test_devices_json_reports_versions_contexts_clients_and_jobs(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ran"
         assert finish(gone)[0] == "ran"
-        wait_until(lambda: d.counts()["clients"] == 1)
+        # The daemon forgets a client before it closes the client's context: wait for both.
+        wait_until(lambda: d.counts()["clients"] == 1 and d.kmds[1].stats()["contexts"] == 0)
         entry = json.loads(pydla_devices(capsys, "--json", str(mnt)))
         assert entry["state"] == "running" and entry["mount"] == str(mnt) and entry["error"] is None
         s = entry["status"]
