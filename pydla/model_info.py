@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +52,7 @@ class TensorInfo:
     shape: tuple[Dim, ...]
     dtype: np.dtype[Any]
 
-    @property
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Whether a dimension has no size yet (it takes the size of the array a run is given)."""
         return any(not isinstance(d, int) for d in self.shape)

@@ -141,7 +141,7 @@ class Session(OrtMethods):
             self._close(cancel=isinstance(e, KeyboardInterrupt))
             raise
 
-    @property
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Whether an input has dynamic dimensions: the model is then compiled per input shapes."""
         return any(t.dynamic for t in self.inputs)
@@ -307,10 +307,10 @@ class Session(OrtMethods):
         return given
 
     def _check_feeds(self, feeds: Mapping[Any, Any]) -> dict[str, np.ndarray]:
-        expected = {t.name: t for t in self.inputs}
-        unknown = sorted(set(feeds) - set(expected), key=repr)
-        missing = sorted(set(expected) - set(feeds))
-        if unknown or missing:
+        if len(feeds) != len(self.inputs) or not all(t.name in feeds for t in self.inputs):
+            expected = {t.name for t in self.inputs}
+            unknown = sorted(set(feeds) - expected, key=repr)
+            missing = sorted(expected - set(feeds))
             raise DlaError(NvError.BadParameter,
                            f"inputs: expected {sorted(expected)}; unknown {unknown}, missing {missing}")
         arrays = {}
@@ -337,17 +337,17 @@ class Session(OrtMethods):
                     raise DlaError(NvError.BadParameter, f"outputs['{name}']: expected {t.dtype} of shape "
                                                          f"{t.shape}, got {a.dtype} of shape {a.shape}")
             loaded.bind(loaded.in_mems, loaded.out_mems)
-            for mem, t in zip(loaded.in_mems, loaded.inputs, strict=True):
-                if mem is not None:
-                    loaded.array(mem, t)[...] = arrays[t.name]
+            for view, t in zip(loaded.in_views, loaded.inputs, strict=True):
+                if view.size:
+                    view[...] = arrays[t.name]
             self._submit(loaded)
             results = {}
-            for mem, t in zip(loaded.out_mems, loaded.outputs, strict=True):
+            for view, t in zip(loaded.out_views, loaded.outputs, strict=True):
                 out = (into or {}).get(t.name)
                 if out is None:
-                    results[t.name] = loaded.array(mem, t).copy()
+                    results[t.name] = view.copy()
                 else:
-                    out[...] = loaded.array(mem, t)
+                    out[...] = view
                     results[t.name] = out
             return results
 

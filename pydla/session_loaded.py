@@ -59,6 +59,7 @@ class Loaded:
             self.out_mems: Mems = [rt.allocateSystemMemory(d.size) if d.size else None for d in out_descs]
             self._bound_in: Mems = [None] * len(in_descs)
             self._bound_out: Mems = [None] * len(out_descs)
+            self._own_views()
             self.bind(self.in_mems, self.out_mems)
         except BaseException as e:
             self.close(cancel=isinstance(e, KeyboardInterrupt))
@@ -73,6 +74,13 @@ class Loaded:
         self.in_mems = [rt.allocateSystemMemory(n) if n else None for n in sizes[0]]
         self.out_mems = [rt.allocateSystemMemory(n) if n else None for n in sizes[1]]
         self._bound_in, self._bound_out = list(self.in_mems), list(self.out_mems)
+        self._own_views()
+
+    def _own_views(self) -> None:
+        # Its own memory is never freed before the network is: its views are made once, not at
+        # every run (a run's copies in and out go through them).
+        self.in_views = [self.array(m, t) for m, t in zip(self.in_mems, self.inputs, strict=True)]
+        self.out_views = [self.array(m, t) for m, t in zip(self.out_mems, self.outputs, strict=True)]
 
     def submit(self) -> None:
         """Run the network with the memory bound now."""

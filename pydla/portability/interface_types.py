@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +62,7 @@ class NvDlaMemHandle(abc.ABC):
         """A numpy view of the buffer as ``dtype`` of ``shape`` from byte ``offset``."""
         dt = np.dtype(dtype)
         raw = self.bytes_view()
-        count = (raw.size - offset) // dt.itemsize if shape is None else int(np.prod(shape))
+        count = (raw.size - offset) // dt.itemsize if shape is None else int(math.prod(shape))
         if offset < 0 or count < 0 or offset + count * dt.itemsize > raw.size:
             what = (f"{tuple(shape)} {dt} = {count * dt.itemsize} bytes" if shape is not None
                     else f"{dt} from offset {offset}")
