@@ -11,11 +11,18 @@ give them.
   call, on float32 maps of MobileNet-v3-small's activation sizes, with tables of 2 (the compiler's
   HardSigmoid), 17, 65 and 257 entries.
 
+- pointwise: the CONV block's 1x1 convolution with SDP's bias folded in, as the device plans it
+  (``plan_conv2d`` with ``out`` and a per-channel addend: one BLAS product prepared once, accumulated
+  onto the bias), against the plan it replaced (numpy's matmul into the output, then the bias added
+  in a pass of its own), on MobileNet-v2's 1x1 shapes at 224x224 and 32x32, MobileNet-v3-small's at
+  128x128 and the encoder's projections (hidden 256, sequence 128). Outputs agree within float32
+  rounding of the sum (the bias is added first, not last).
+
 Each side is timed in alternating blocks (one dropped run, then --block timed ones, a short sleep
 between blocks); medians are printed with the ratio pydla / anchor. Outputs are checked equal bit for
 bit (pool against the separable passes, lut against np.interp) before timing.
 
-Run: python bench/bench_kernels.py [--kernel pool|lut|all] [--repeats 7] [--block 20]
+Run: python bench/bench_kernels.py [--kernel pool|lut|pointwise|all] [--repeats 7] [--block 20]
 """
 
 from __future__ import annotations
@@ -34,6 +41,11 @@ from pydla.hw.lut import LUT_INDEXED_MIN_ENTRIES, Interpolator, interp_blocks
 POOL_SHAPES = [(16, 32, 32), (96, 8, 8), (240, 8, 8), (144, 8, 8), (288, 4, 4), (576, 4, 4), (1280, 7, 7)]
 LUT_SIZES = [(16, 64, 64), (240, 8, 8), (576, 4, 4), (72, 32, 32)]
 LUT_ENTRIES = [2, 17, 65, 257]
+# (C, K, H = W) of 1x1 convolutions: MobileNet-v2 at 224 (expand and project), at 32, MobileNet-v3-small
+# at 128, the encoder's 256 -> 256 and 256 -> 1024 projections over 128 positions (a 1x128 map).
+POINTWISE_SHAPES = [(16, 96, 112), (24, 144, 56), (144, 24, 56), (32, 192, 28), (192, 32, 28),
+                    (64, 384, 14), (384, 64, 14), (960, 160, 7), (320, 1280, 7), (16, 96, 16), (144, 24, 8),
+                    (576, 96, 1), (16, 72, 32), (96, 576, 4), (256, 256, 0), (256, 1024, 0)]
 
 
 def _time(fns: dict[str, Callable[[], object]], repeats: int, block: int) -> dict[str, float]:
@@ -128,9 +140,44 @@ def bench_lut(repeats: int, block: int) -> None:
                   f"{med['pydla'] / med['interp']:6.2f}x")
 
 
+def bench_pointwise(repeats: int, block: int) -> None:
+    from pydla.hw.conv import plan_conv2d
+
+    rng = np.random.default_rng(2)
+    print(f"{'1x1 (C -> K, map)':24} {'new us':>9} {'old us':>9} {'ratio':>7}  max |new - old| / max |old|")
+    total = {"new": 0.0, "old": 0.0}
+    for c, k, side in POINTWISE_SHAPES:
+        h, w = (1, 128) if side == 0 else (side, side)
+        x = rng.standard_normal((c, h, w)).astype(np.float32)
+        wt = (rng.standard_normal((k, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+        bias = rng.standard_normal((k, 1, 1)).astype(np.float32)
+        ours, theirs = np.empty((k, h, w), np.float32), np.empty((k, h, w), np.float32)
+        run_new = plan_conv2d(x, wt, out=ours, addends=[bias])
+        xm, om, wm = x.reshape(c, h * w), theirs.reshape(k, h * w), wt[:, :, 0, 0]
+        added = np.broadcast_to(bias, (k, h, w))
+
+        def run_old(xm: np.ndarray = xm, om: np.ndarray = om, wm: np.ndarray = wm, res: np.ndarray = theirs,
+                    added: np.ndarray = added) -> None:
+            np.matmul(wm, xm, out=om)  # the plan before: numpy's product, then a pass for the bias
+            np.add(res, added, out=res)
+
+        run_new()
+        run_old()
+        err = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+        assert err < 1e-5, err
+        med = _time({"new": run_new, "old": run_old}, repeats, block)
+        total["new"] += med["new"]
+        total["old"] += med["old"]
+        label = f"{c} -> {k}, {h}x{w}"
+        print(f"{label:24} {med['new'] * 1e6:9.1f} {med['old'] * 1e6:9.1f} "
+              f"{med['new'] / med['old']:6.2f}x  {err:.1e}")
+    print(f"{'all shapes':24} {total['new'] * 1e6:9.1f} {total['old'] * 1e6:9.1f} "
+          f"{total['new'] / total['old']:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", choices=("pool", "lut", "all"), default="all")
+    parser.add_argument("--kernel", choices=("pool", "lut", "pointwise", "all"), default="all")
     parser.add_argument("--repeats", type=int, default=7, help="alternating blocks per side")
     parser.add_argument("--block", type=int, default=20, help="timed runs per block")
     args = parser.parse_args()
@@ -138,6 +185,8 @@ def main() -> None:
         bench_pool(args.repeats, args.block)
     if args.kernel in ("lut", "all"):
         bench_lut(args.repeats, args.block)
+    if args.kernel in ("pointwise", "all"):
+        bench_pointwise(args.repeats, args.block)
 
 
 if __name__ == "__main__":

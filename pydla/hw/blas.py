@@ -71,6 +71,11 @@ class Sgemm:
     def __init__(self, function: Any, int_type: Any, core: str = "", private: bool = False,
                  threads: ThreadPolicy | None = None) -> None:
         self.threads = threads
+        self._int = int_type
+        # The same function without argument conversion, for prepared products (their arguments are
+        # ctypes values made once: 0.7 us a call against 9 us with conversion, 19 us for product()).
+        address = ctypes.cast(function, ctypes.c_void_p).value
+        self._bare = ctypes.CFUNCTYPE(None)(address) if address else function
         self._fn = function
         self._fn.restype = None
         self._fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, int_type, int_type, int_type,
@@ -118,6 +123,51 @@ class Sgemm:
         self._fn(_ROW_MAJOR, la[1], lb[1], m, n, k, 1.0, a.ctypes.data, la[0], b.ctypes.data, lb[0],
                  1.0 if accumulate else 0.0, c.ctypes.data, lc[0])
         return True
+
+    def prepare(self, a: npt.NDArray[Any], b: npt.NDArray[Any], c: npt.NDArray[Any], *,
+                accumulate: bool = False) -> PreparedProduct | None:
+        """:meth:`product` checked once, for operands that stay where they are: a function that
+        computes ``c (+)= a @ b`` on whatever they hold when it is called, or None (as product's
+        False) for operands BLAS cannot take as they lie."""
+        if not (a.ndim == b.ndim == c.ndim == 2 and a.dtype == b.dtype == c.dtype == np.float32):
+            return None
+        m, k = a.shape
+        n = b.shape[1]
+        if b.shape[0] != k or c.shape != (m, n) or m < 1 or n < 1 or k < 1:
+            return None
+        la, lb, lc = _layout(a), _layout(b), _layout(c)
+        if la is None or lb is None or lc is None or lc[1] != _NO_TRANS or np.may_share_memory(c, a) \
+                or np.may_share_memory(c, b) or not c.flags.writeable:
+            return None
+        ints = (self._int(m), self._int(n), self._int(k))
+        args = (ctypes.c_int(_ROW_MAJOR), ctypes.c_int(la[1]), ctypes.c_int(lb[1]), *ints,
+                ctypes.c_float(1.0), ctypes.c_void_p(a.ctypes.data), self._int(la[0]),
+                ctypes.c_void_p(b.ctypes.data), self._int(lb[0]), ctypes.c_float(1.0 if accumulate else 0.0),
+                ctypes.c_void_p(c.ctypes.data), self._int(lc[0]))
+        return PreparedProduct(self._bare, args, (a, b, c), self.threads)
+
+
+class PreparedProduct:
+    """``c (+)= a @ b`` on operands checked once (:meth:`Sgemm.prepare`); holds them, so that the
+    memory BLAS is given stays allocated as long as the call can be made.
+
+    Usage::
+
+        run = SGEMM.prepare(w, x, y, accumulate=True)
+        if run is not None:
+            run()                          # y += w @ x, on what w, x and y hold now
+    """
+
+    __slots__ = ("_args", "_fn", "_operands", "_threads")
+
+    def __init__(self, fn: Any, args: tuple[Any, ...], operands: tuple[npt.NDArray[Any], ...],
+                 threads: ThreadPolicy | None) -> None:
+        self._fn, self._args, self._operands, self._threads = fn, args, operands, threads
+
+    def __call__(self) -> None:
+        if self._threads is not None:
+            self._threads.before_product()
+        self._fn(*self._args)
 
 
 def _layout(x: npt.NDArray[Any]) -> tuple[int, int] | None:
