@@ -27,6 +27,7 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw import compute, conv
 from pydla.hw.blockio import DTYPES, F32, MAX_DIM, Array, ContextMemory, HwError, addr, f32, f32_bits
 from pydla.hw.blockio import bad_config as _bad
+from pydla.hw.conv_shift import plan_shift_gemm
 from pydla.hw.sdp import decode_sdp, run_sdp
 from pydla.target.config import MAX_BYTES_PER_OP, MAX_KERNEL, MAX_STRIDE
 
@@ -192,7 +193,16 @@ def decode_conv(r: R.conv_regs_t, mem: ContextMemory, out: Array | None = None,
         folded = bool(addends)
         if conv.shift_gemm_applies(w, groups):
             # Tap-major weights: accumulated BLAS products, started from SDP's addends; the result
-            # is a view with padded lines, which SDP reads as it reads any flying result.
+            # is a view with padded lines, which SDP reads as it reads any flying result. Planned
+            # here once where it can be (float32 weights, within the plans' memory bound).
+            planned = plan_shift_gemm(x, w, stride, pads, dilation, out_hw, adds)
+            if planned is not None:
+                run_planned = planned
+
+                def shift_planned() -> tuple[Array, bool]:
+                    return run_planned(), folded
+                return shift_planned
+
             def shift_gemm() -> tuple[Array, bool]:
                 return conv.conv2d_shift_gemm(x, w, stride=stride, pads=pads, dilation=dilation,
                                               addends=adds), folded
