@@ -2,10 +2,11 @@
 
 OpenBLAS's threads wait for each other by spinning and yielding. On a machine whose cores other
 processes take, a product's threads meet only when each one's turn comes, and a product costs many
-times what one thread takes (measured on 2 shared cores, load average 3: SqueezeNet 1.1 at 128x128
-57 ms a run with 2 BLAS threads against 6.6 ms with 1, MobileNet-v2 224x224 477 against 21 ms,
-ResNet-18 300 against 54 ms; at load average 9 SqueezeNet took 640 against 40 ms). On an idle
-machine the threads pay (ResNet-18's products are arithmetic).
+times what one thread takes (measured on 2 shared cores, ``bench/bench_ab.py --base . --base-env
+PYDLA_BLAS_THREADS=2`` against ``auto`` at load average 5-6: SqueezeNet 1.1 at 128x128 680 ms a
+run with 2 BLAS threads against 19 ms, MobileNet-v2 224x224 407 against 74 ms, ResNet-18 249 against
+80 ms; ``auto`` there was one thread's time within 2.5%). On an idle machine the threads pay
+(ResNet-18's products are arithmetic).
 
 The policy, decided before each product and re-decided at most every :data:`RESAMPLE_S`:
 
