@@ -7,8 +7,12 @@ MobileNet-v3-small here).
 Per network: each tree's median Session.run and onnxruntime run (each worker times its own
 onnxruntime session in the same blocks), the ratio pydla / onnxruntime for each, and after / before.
 
+The two sides may also be one tree under two environments: ``--base . --base-env
+PYDLA_BLAS_THREADS=2 --env PYDLA_BLAS_THREADS=auto`` (each KEY=VALUE set in that side's worker; the
+BLAS library's own thread count, OPENBLAS_NUM_THREADS, is --threads on both sides).
+
 Run: python bench/bench_ab.py --base /path/to/other/tree [--nets NAME,...] [--size N] [--repeats 7]
-     [--block 3] [--threads 1]
+     [--block 3] [--threads 1] [--base-env KEY=VALUE ...] [--env KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ sess.close()
 """
 
 
-def _worker(tree: Path, name: str, size: int, threads: int) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS=str(threads))
+def _worker(tree: Path, name: str, size: int, threads: int, extra: dict[str, str]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS=str(threads), **extra)
     env.setdefault("PYDLA_CACHE_DIR", tempfile.mkdtemp(prefix="pydla-ab-"))
     command = [sys.executable, "-c", WORKER.format(bench=str(HERE)), name, str(size), str(threads)]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
@@ -75,8 +79,10 @@ def _worker(tree: Path, name: str, size: int, threads: int) -> subprocess.Popen[
     return proc
 
 
-def compare(name: str, size: int, trees: dict[str, Path], repeats: int, block: int, threads: int) -> None:
-    procs = {who: _worker(tree, name, size, threads) for who, tree in trees.items()}
+def compare(name: str, size: int, trees: dict[str, Path], repeats: int, block: int, threads: int,
+            envs: dict[str, dict[str, str]] | None = None) -> None:
+    envs = envs or {}
+    procs = {who: _worker(tree, name, size, threads, envs.get(who, {})) for who, tree in trees.items()}
     times: dict[str, dict[str, list[float]]] = {who: {"pydla": [], "onnxruntime": []} for who in trees}
     try:
         for _ in range(repeats):
@@ -111,12 +117,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="blocks per tree")
     parser.add_argument("--block", type=int, default=3, help="timed runs per block and side")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's and BLAS's threads")
+    parser.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable of the base's worker (repeatable)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable of this tree's worker (repeatable)")
     args = parser.parse_args()
     if not (args.base / "pydla" / "__init__.py").is_file():
         parser.error(f"--base {args.base}: no pydla/__init__.py there")
+    envs: dict[str, dict[str, str]] = {}
+    for who, pairs in (("before", args.base_env), ("after", args.env)):
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or not key:
+                parser.error(f"{pair!r}: expected KEY=VALUE")
+            envs.setdefault(who, {})[key] = value
     trees = {"before": args.base.resolve(), "after": HERE.parent}
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; BLAS threads {args.threads}; "
+          f"before {envs.get('before', {})}, after {envs.get('after', {})}")
     for name in [n.strip() for n in args.nets.split(",") if n.strip()]:
-        compare(name, args.size, trees, args.repeats, args.block, args.threads)
+        compare(name, args.size, trees, args.repeats, args.block, args.threads, envs)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,14 @@ group = C. Per shape: the medians and their ratios; then the sums over MobileNet
 (each shape's median times its layer count) and over all shapes. --bias adds a per-channel bias on all
 three sides (what the device's convolutions get from SDP).
 
-Run: python bench/bench_conv.py [--depthwise [--bias]] [--repeats 7] [--block 5] [--threads 2] [--check]
+--shift: the tap-major (RSKC) convolutions the compiler gives ResNet-18 at 224x224 and SqueezeNet
+1.1 at 128x128 (one group, at least 16 input channels, lines wide enough), with a per-channel bias
+as SDP folds it: the device's plan made at decode (pydla.hw.conv_shift.plan_shift_gemm: own padded
+input and accumulator, prepared BLAS calls) against conv2d_shift_gemm made on each call (what the
+device ran before), checked equal bit for bit.
+
+Run: python bench/bench_conv.py [--depthwise [--bias] | --shift] [--repeats 7] [--block 5] [--threads 2]
+     [--check]
 """
 
 from __future__ import annotations
@@ -176,9 +183,14 @@ def main() -> None:
                         help="with --depthwise: only the shapes whose name holds one of these "
                         "comma-separated parts (e.g. v3s,7x7)")
     parser.add_argument("--bias", action="store_true", help="with --depthwise: add a per-channel bias")
+    parser.add_argument("--shift", action="store_true",
+                        help="tap-major shapes: the planned shift-GEMM against the per-call one")
     args = parser.parse_args()
     if args.depthwise:
         _bench_depthwise(args)
+        return
+    if args.shift:
+        _bench_shift(args)
         return
 
     rng = np.random.default_rng(0)
@@ -211,6 +223,49 @@ def main() -> None:
         print(f"{name:34} {medians['pydla'] * 1e3:9.3f} {medians['onnxruntime'] * 1e3:9.3f} {ratio:6.2f}x")
     print(f"{'all shapes (sum of medians)':34} {total['pydla'] * 1e3:9.3f} {total['onnxruntime'] * 1e3:9.3f} "
           f"{total['pydla'] / total['onnxruntime']:6.2f}x")
+
+
+# (name, C, H = W, K, stride): the tap-major 3x3 convolutions (pads 1) of ResNet-18 at 224 and
+# SqueezeNet 1.1 at 128 (its fire modules' expand 3x3: squeeze channels in, pads 1).
+SHIFT_SHAPES = [
+    ("r18 64x56x56 -> 64", 64, 56, 64, 1),
+    ("r18 64x56x56 s2 -> 128", 64, 56, 128, 2),
+    ("r18 128x28x28 -> 128", 128, 28, 128, 1),
+    ("r18 128x28x28 s2 -> 256", 128, 28, 256, 2),
+    ("r18 256x14x14 -> 256", 256, 14, 256, 1),
+    ("r18 256x14x14 s2 -> 512", 256, 14, 512, 2),
+    ("sq 16x31x31 -> 64", 16, 31, 64, 1),
+    ("sq 32x15x15 -> 128", 32, 15, 128, 1),
+]
+
+
+def _bench_shift(args: argparse.Namespace) -> None:
+    from pydla.hw.conv_shift import plan_shift_gemm
+
+    rng = np.random.default_rng(5)
+    total = {"planned": 0.0, "per call": 0.0}
+    print(f"{'tap-major 3x3, pads 1, bias':34} {'planned ms':>10} {'per call ms':>11} {'ratio':>7}")
+    for name, c, h, k, stride in SHIFT_SHAPES:
+        x = rng.standard_normal((c, h, h)).astype(np.float32)
+        w = np.ascontiguousarray(rng.standard_normal((k, c, 3, 3)).astype(np.float32).transpose(2, 3, 0, 1))
+        wt = w.transpose(2, 3, 0, 1)  # (K, C, 3, 3) over tap-major memory
+        bias = rng.standard_normal((k, 1, 1)).astype(np.float32)
+        ho = (h + 2 - 3) // stride + 1
+        planned = plan_shift_gemm(x, wt, (stride, stride), (1, 1, 1, 1), (1, 1), (ho, ho), [bias])
+        assert planned is not None
+
+        def per_call(x: np.ndarray = x, wt: np.ndarray = wt, stride: int = stride,
+                     bias: np.ndarray = bias) -> object:
+            return conv.conv2d_shift_gemm(x, wt, stride=(stride, stride), pads=(1, 1, 1, 1), addends=[bias])
+
+        np.testing.assert_array_equal(planned(), per_call())  # type: ignore[arg-type]
+        medians = _time_blocks({"planned": planned, "per call": per_call}, args.repeats, args.block, 0.02)
+        for side in total:
+            total[side] += medians[side]
+        print(f"{name:34} {medians['planned'] * 1e3:10.3f} {medians['per call'] * 1e3:11.3f} "
+              f"{medians['planned'] / medians['per call']:6.2f}x")
+    print(f"{'all shapes':34} {total['planned'] * 1e3:10.3f} {total['per call'] * 1e3:11.3f} "
+          f"{total['planned'] / total['per call']:6.2f}x")
 
 
 def _bench_depthwise(args: argparse.Namespace) -> None:

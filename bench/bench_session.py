@@ -27,13 +27,15 @@ to agree (allclose, tolerance relative to the output's largest magnitude). A net
 compiler or runtime refuses (DlaError) is printed as "refused: <message>" and counts as not met.
 The exit status is 0 when every chosen network meets its goal.
 
-With ``--threads N`` both sides compute on N threads: onnxruntime's intra-op pool and the BLAS
-library numpy and pydla's device share (OPENBLAS_NUM_THREADS, set by re-running this script with it
-when it differs). On a machine other work shares, ``--threads 1`` gives the figures that mean
-something: OpenBLAS's threads wait for each other by spinning and yielding, and when the cores are
-taken by other processes a product's threads meet only after their turns come (measured with a
-load average of 9 on 2 cores: SqueezeNet 1.1 at 128x128 640 ms a run with 2 BLAS threads, 40 ms
-with 1), while onnxruntime's pool (spinning off here) barely notices.
+With ``--threads N`` both sides compute on at most N threads: onnxruntime's intra-op pool and the
+BLAS library numpy and pydla's device share (OPENBLAS_NUM_THREADS, set by re-running this script
+with it when it differs). OpenBLAS's threads wait for each other by spinning and yielding, and when
+the cores are taken by other processes a product's threads meet only after their turns come
+(measured with a load average of 9 on 2 cores: SqueezeNet 1.1 at 128x128 640 ms a run with 2 BLAS
+threads, 40 ms with 1), while onnxruntime's pool (spinning off here) barely notices: the device
+therefore uses as many BLAS threads as the cores other processes leave idle (PYDLA_BLAS_THREADS,
+``auto`` by default; see pydla.hw.blas_threads), and the figures of a loaded machine with the
+default threads are those of one BLAS thread.
 
 With ``--size 32`` every chosen network takes a 32x32 input: what remains is mostly the cost of each
 device operation (MobileNet-v2 is judged against its 32x32 goal there; the others at their default

@@ -27,7 +27,7 @@ from pydla.hw.arrays import (
     scratch,
     stack,
 )
-from pydla.hw.blas import SGEMM
+from pydla.hw.blas import SGEMM, before_numpy_product
 
 # Upper bound on one im2col chunk (the column matrix is built and multiplied a chunk of output lines
 # at a time): it bounds memory for big inputs, and is big enough that each matmul keeps both cores
@@ -56,6 +56,7 @@ def matmul(a: F32Array, b: FloatArray, out: F32Array) -> None:
         elif out.shape[0] <= SGEMM_MAX_STACK and all(
                 SGEMM.product(a[g], b[g], out[g]) for g in range(out.shape[0])):
             return  # a refusal after some products is harmless: numpy then writes every one
+    before_numpy_product()
     np.matmul(a, b, out=out)
 
 

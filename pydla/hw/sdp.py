@@ -116,6 +116,8 @@ def decode_sdp(r: R.sdp_regs_t, mem: ContextMemory) -> Callable[[Array | None, b
             same = target is dst
         if not same:
             np.copyto(dst, x, casting="unsafe")  # unless the result was computed in place
+    if src is None and lut is None and fast is not None and dst.dtype == F32:
+        return _flying(execute, fast, dst, dims, plain=bias is None and scale is None and ew is None)
     if src is None or src.dtype != F32 or dst.dtype != F32 or bias is not None or scale is not None:
         return execute
     # From float32 memory into float32 memory without bias or batch norm: the stages read the source
@@ -145,6 +147,35 @@ def decode_sdp(r: R.sdp_regs_t, mem: ContextMemory) -> Callable[[Array | None, b
                 fast(dst, dst)
         return combined
     return execute
+
+
+def _flying(execute: Callable[[Array | None, bool], None], fast: Callable[[Array, Array], object],
+            dst: Array, dims: tuple[int, int, int], *, plain: bool) -> Callable[[Array | None, bool], None]:
+    """SDP after a convolution, when all it does is an activation of one numpy call (none, ReLU,
+    clamp) into float32 memory, with its bias and element-wise ADD folded into the convolution (or
+    none to fold): the activation from the flying result into the destination, in place when they
+    are the same memory. Whether they are is found once per flying array (the convolution's plan
+    hands the same array every run), instead of 4 memory-overlap and address queries per run in
+    ``execute``; anything else goes to ``execute``. The same numpy calls on the same arrays: the
+    same bits.
+    """
+    known: list[Array | bool | None] = [None, False]  # the last flying array; whether it overlaps dst
+
+    def run(flying: Array | None, folded: bool) -> None:
+        if flying is None or not (folded or plain):
+            execute(flying, folded)
+            return
+        if flying is not known[0]:
+            if flying.shape != dims or flying.dtype != F32:
+                execute(flying, folded)  # reports the mismatch, or converts
+                return
+            known[0], known[1] = flying, bool(np.may_share_memory(flying, dst))
+        if known[1]:
+            fast(flying, flying)
+            np.copyto(dst, flying)  # nothing when they are the same view (numpy sees it)
+        else:
+            fast(flying, dst)
+    return run
 
 
 def _f32_activation(act: str | None, clip_min: float, clip_max: float,

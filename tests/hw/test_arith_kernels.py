@@ -292,3 +292,64 @@ def test_np_interp_in_blocks_of_channels(monkeypatch: pytest.MonkeyPatch) -> Non
     np.testing.assert_array_equal(_bits(out), _bits(expect))
     lut.interp_blocks(x, grid, fp, x)
     np.testing.assert_array_equal(_bits(x), _bits(expect))
+
+
+# -- PDP max / min windows ----------------------------------------------------------------------------
+
+
+def _window_reference(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                      pads: tuple[int, int, int, int], out_hw: tuple[int, int], method: str) -> np.ndarray:
+    """Each window's max (min) over the input padded with -inf (+inf), one window at a time."""
+    kh, kw = kernel
+    ho, wo = out_hw
+    fill = -np.inf if method == "max" else np.inf
+    extra_h = max(0, (ho - 1) * stride[0] + kh - (x.shape[1] + pads[0] + pads[2]))
+    extra_w = max(0, (wo - 1) * stride[1] + kw - (x.shape[2] + pads[1] + pads[3]))
+    p = np.pad(x.astype(np.float32), ((0, 0), (pads[0], pads[2] + extra_h), (pads[1], pads[3] + extra_w)),
+               constant_values=fill)
+    pick = np.max if method == "max" else np.min
+    out = np.empty((x.shape[0], ho, wo), np.float32)
+    for r in range(ho):
+        for q in range(wo):
+            y0, x0 = r * stride[0], q * stride[1]
+            out[:, r, q] = pick(p[:, y0:y0 + kh, x0:x0 + kw], axis=(1, 2))
+    return out
+
+
+EXTREME_CASES = [  # (C, H, W), kernel, stride, pads, ceil mode
+    ((64, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1), False),  # ResNet-18's
+    ((5, 63, 63), (3, 3), (2, 2), (0, 0, 0, 0), True),  # SqueezeNet's, ceil: the last window hangs over
+    ((3, 8, 8), (2, 2), (2, 2), (0, 0, 0, 0), False),
+    ((4, 7, 9), (3, 2), (1, 3), (2, 1, 2, 1), True),  # odd sizes, a stride larger than the kernel width
+    ((2, 5, 5), (5, 5), (1, 1), (4, 4, 4, 4), False),  # windows almost all padding
+    ((3, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), False),
+    ((2, 9, 4), (4, 1), (3, 1), (3, 0, 3, 0), True),
+    ((7, 6, 13), (3, 5), (2, 4), (0, 2, 1, 4), True),
+]
+
+
+@pytest.mark.parametrize("case", EXTREME_CASES)
+@pytest.mark.parametrize("method", ["max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_max_min_pool_matches_each_window(case: tuple, method: str, dtype: type) -> None:
+    """pool2d's max/min path (down the columns from x, then along the lines; no padded copy) against
+    each window's extreme over the padded input: equal values, with the outputs written in place."""
+    shape, kernel, stride, pads, ceil = case
+    rng = np.random.default_rng(sum(shape) + kernel[0] * 7 + stride[1])
+    x = rng.standard_normal(shape).astype(dtype)
+    sizes = []
+    for n, k, s, lo, hi in ((shape[1], kernel[0], stride[0], pads[0], pads[2]),
+                            (shape[2], kernel[1], stride[1], pads[1], pads[3])):
+        sizes.append((-(-(n + lo + hi - k) // s) if ceil else (n + lo + hi - k) // s) + 1)
+    out_hw = (sizes[0], sizes[1])
+    want = _window_reference(x, kernel, stride, pads, out_hw, method)
+    out = np.full((shape[0], *out_hw), np.nan, dtype)
+    got = pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method,  # type: ignore[arg-type]
+                 out_size=out_hw, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, want.astype(dtype))
+    # again, on other data in the same arrays (the buffers are reused between calls)
+    x[...] = rng.standard_normal(shape)
+    pool2d(x, kernel=kernel, stride=stride, pads=pads, method=method, out_size=out_hw, out=out)  # type: ignore[arg-type]
+    want = _window_reference(x, kernel, stride, pads, out_hw, method)
+    np.testing.assert_array_equal(out, want.astype(dtype))

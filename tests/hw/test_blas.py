@@ -186,3 +186,41 @@ def test_private_copy_is_remade_when_stale_and_refused_when_others_may_write(
     copy.chmod(0o666)
     with pytest.raises(OSError, match="writable by others"):
         blas._private_copy(source)
+
+
+@needs_sgemm
+def test_prepared_product_computes_on_current_data_and_keeps_its_operands() -> None:
+    import gc
+
+    sgemm = blas.SGEMM
+    assert sgemm is not None
+    rng = np.random.default_rng(3)
+    a, b = _operands(rng, 5, 6, 7)
+    c = np.ones((5, 7), np.float32)
+    run = sgemm.prepare(a, np.ascontiguousarray(b.T).T, c, accumulate=True)
+    assert run is not None
+    want = 1 + a @ b
+    del b
+    gc.collect()  # the transposed copy of b lives on in the prepared product
+    run()
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    a[...] = 0.0
+    run()
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)  # c += 0 @ b
+
+
+@needs_sgemm
+def test_prepare_declines_what_blas_cannot_take() -> None:
+    sgemm = blas.SGEMM
+    assert sgemm is not None
+    rng = np.random.default_rng(4)
+    a, b = _operands(rng, 4, 4, 4)
+    c = np.zeros((4, 4), np.float32)
+    assert sgemm.prepare(a, b, a) is None  # c overlaps a
+    assert sgemm.prepare(a, b, c.T) is None  # c with unit-stride columns: BLAS writes rows
+    assert sgemm.prepare(a[:, ::2], b[::2], c) is None  # a's rows not unit-stride, nor its columns
+    assert sgemm.prepare(a, b.astype(np.float64), c) is None
+    assert sgemm.prepare(a, b[:3], c) is None  # shapes do not agree
+    frozen = np.zeros((4, 4), np.float32)
+    frozen.flags.writeable = False
+    assert sgemm.prepare(a, b, frozen) is None

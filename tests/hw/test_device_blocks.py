@@ -138,6 +138,32 @@ def test_bdma_multi_surface_between_buffers(dev: VirtualDevice, arena: Arena) ->
     assert np.array_equal(other.array, expect)
 
 
+@pytest.mark.parametrize("line_size", [1, 2, 3, 4, 6, 8, 12, 16])
+@pytest.mark.parametrize("misalign", [0, 1, 2, 4])
+def test_bdma_broadcast_lines_in_any_item_width(dev: VirtualDevice, arena: Arena, line_size: int,
+                                                misalign: int) -> None:
+    """A value per surface repeated on every line (squeeze-excite's scale spread over a map: source
+    line stride 0), copied in the widest items the sizes, strides and addresses allow: byte for byte
+    a byte copy, whatever the alignment."""
+    surfaces, lines = 6, 5
+    d_line, d_surf = line_size + (misalign % 3) * 2, 0
+    d_surf = lines * d_line + 8
+    src_off = arena.alloc(surfaces * line_size + 16) + misalign
+    rng = np.random.default_rng(line_size * 10 + misalign)
+    arena.bo.array[src_off:src_off + surfaces * line_size] = rng.integers(0, 256, surfaces * line_size)
+    dst_off = arena.alloc(surfaces * d_surf + 32) + (4 - misalign) % 4
+    before = arena.bo.array[dst_off:dst_off + surfaces * d_surf].copy()
+    bdma_op(dev, arena.iova + src_off, arena.iova + dst_off, arena.ctx, line_size=line_size, lines=lines,
+            src_line_stride=0, dst_line_stride=d_line, surfaces=surfaces, src_surf_stride=line_size,
+            dst_surf_stride=d_surf)
+    assert_done(dev, done_bit("BDMA", 0))
+    expect = before.copy()
+    src = arena.bo.array[src_off:src_off + surfaces * line_size].reshape(surfaces, line_size)
+    for s, li in itertools.product(range(surfaces), range(lines)):
+        expect[s * d_surf + li * d_line:s * d_surf + li * d_line + line_size] = src[s]
+    assert np.array_equal(arena.bo.array[dst_off:dst_off + surfaces * d_surf], expect)
+
+
 def test_bdma_interleaved_copy_within_one_buffer(dev: VirtualDevice, arena: Arena) -> None:
     # Even lines to odd lines of the same region: strided, not overlapping.
     off = arena.alloc(8 * 32)
