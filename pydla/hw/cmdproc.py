@@ -1,0 +1,379 @@
+"""The command processor (:class:`CommandProcessor`, a part of :class:`~pydla.hw.device.VirtualDevice`
+beside :mod:`pydla.hw.execution`): the device runs a whole prepared job from one doorbell write.
+
+The driver writes a job's command buffer (:mod:`pydla.firmware.cmdbuf`, dla_task's ``command_buffer``
+module) into device memory once, then per run writes GLB ``cp_base_lo/hi``, ``cp_ctx``, ``cp_size``
+and ``cp_doorbell``. The command processor reads the buffer through the IOMMU (context ``cp_ctx``),
+checks it (a malformed one ends the job with ``cp_status`` BAD_BUFFER, ``cp_error_field`` and
+``cp_error_value`` naming what), and runs the operations in the buffer's order, one after the other,
+each in the next register group of its block (its consumer bit), a CONV operation together with the
+SDP operation its result flies to. Each operation's trace events, its block's completed-operation
+count and, on failure, its block's ``s_error`` and the MMU fault registers are what the
+per-operation path leaves. One interrupt (``intr_status`` bit 12) ends the job: ``cp_status`` DONE,
+or FAILED with ``cp_failed_op`` the failing operation's index. ``cp_progress`` counts the commands
+completed (the driver's hang check reads it).
+
+What a run reuses: the parsed buffer and each operation's decoded work (:mod:`pydla.hw.decoded`),
+kept by the buffer's address and bytes and stamped with the mapping generations of the contexts it
+uses, so a repeated job neither walks registers nor decodes. The register groups are written once
+per job, at its end, with what the per-operation path would have left in them (each group holds the
+last operations programmed into it); a job that fails or whose operations are decoded for the first
+time writes each operation's image before it runs.
+
+Injected faults act as on the per-operation path: a hang stops the job with the block's group
+RUNNING (the driver's watchdog resets it: a reset of a block the job uses abandons the job), an
+injected error fails the operation. Deterministic and step devices run the job inside the doorbell
+write; a threaded device on the command processor's own thread.
+
+Usage::
+
+    dev.reg_write(R.GLB_CP_BASE_LO, iova); dev.reg_write(R.GLB_CP_CTX, ctx)
+    dev.reg_write(R.GLB_CP_SIZE, len(data)); dev.reg_write(R.GLB_CP_DOORBELL, 1)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from pydla.deviceapi.generated import dla_regs as R
+from pydla.firmware.cmdbuf import CmdBufError, Command, parse
+from pydla.hw import blocks
+from pydla.hw.execution import Execution, Work
+from pydla.hw.irq import InterruptLine
+from pydla.hw.memory import MmuFault
+from pydla.hw.state import IDLE, MMU_FAULT_BIT, OP_ENABLE, RUNNING, Block, DeviceState
+from pydla.hw.trace_out import ERROR, LAYER, TraceOutput
+
+CP_INTR_BIT = 12
+DOORBELL = 3  # the effect a GLB write returns when it rang the doorbell (pydla.hw.regfile runs it)
+_S = R.cp_status_e
+_PRESENT = int(_S.PRESENT)
+_CTX_WORD = (R.BDMA_D_CTX_ID - R.BDMA_S_STATUS) >> 2  # the same in every block window
+_OP_ENABLE_WORD = OP_ENABLE >> 2
+_MMU, _BAD_CONFIG = int(R.dla_hw_error_e.MMU_FAULT), int(R.dla_hw_error_e.BAD_CONFIG)
+_NAMES = ("cp_base_lo", "cp_base_hi", "cp_ctx", "cp_size", "cp_doorbell", "cp_status", "cp_failed_op",
+          "cp_progress", "cp_error_field", "cp_error_value")
+_WRITABLE = {"cp_base_lo", "cp_base_hi", "cp_ctx", "cp_size", "cp_doorbell"}
+Execute = Callable[[], None]
+
+
+@dataclass
+class _Job:
+    """A parsed command buffer and what runs it: its units (a command, or a CONV command and its SDP
+    one), their decoded work (None until decoded), the contexts' mapping generations they were decoded
+    under, and the register state the whole job leaves per block."""
+
+    data: bytes
+    commands: tuple[Command, ...]
+    units: list[tuple[int, ...]]
+    ctx: list[int]  # per command: its image's d_ctx_id
+    execs: list[Execute | None]
+    generations: dict[int, int | None] = field(default_factory=dict)
+    cleared: int = 0  # the decoded cache's clear count when decoded (a reset clears it)
+    # per block index: (commands of it, [(parity, word indices, values)]) the job leaves in its groups
+    final: dict[int, tuple[int, list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.uint32]]]]] = \
+        field(default_factory=dict)
+
+
+def _prepare(data: bytes, commands: tuple[Command, ...]) -> _Job:
+    units: list[tuple[int, ...]] = []
+    k = 0
+    while k < len(commands):
+        if commands[k].pair:
+            units.append((k, k + 1))
+            k += 2
+        else:
+            units.append((k,))
+            k += 1
+    ctx = []
+    for c in commands:
+        at = np.flatnonzero(c.words == _CTX_WORD)
+        ctx.append(int(c.values[at[-1]]) if len(at) else 0)
+    final = {}
+    for b in {c.block for c in commands}:
+        mine = [c for c in commands if c.block == b]
+        groups = []
+        for parity in (0, 1):
+            merged: dict[int, int] = {}
+            for c in mine[parity::2]:
+                merged.update(zip(c.words.tolist(), c.values.tolist(), strict=True))
+            if merged:
+                groups.append((parity, np.array(list(merged), dtype=np.intp),
+                               np.array(list(merged.values()), dtype=np.uint32)))
+        final[b] = (len(mine), groups)
+    return _Job(data, commands, units, ctx, [None] * len(units), final=final)
+
+
+class CommandProcessor:
+    """See the module docstring. ``present`` is False on a device whose configuration has none: its
+    registers then read 0 and ignore writes."""
+
+    def __init__(self, state: DeviceState, execution: Execution, irq: InterruptLine,
+                 trace: TraceOutput) -> None:
+        self._state = state
+        self._lock = state.lock
+        self._execution = execution
+        self._irq = irq
+        self._trace = trace
+        # A step device executes one operation per step(): it has none (the per-operation path)
+        self.present = state.config.command_processor and state.mode != "step"
+        self.regs = dict.fromkeys(_NAMES, 0)
+        self.busy = False  # a job runs (or hangs)
+        self._epochs: list[tuple[Block, int]] = []  # the job's blocks and their epochs at its start
+        self._rung = False  # threaded: the doorbell was written, the thread takes the job
+        self._jobs: dict[tuple[int, int, int], _Job] = {}  # by (ctx, base, size)
+        self.threaded = state.mode == "threaded"
+        self.runs = self.decodes = 0  # jobs run; units decoded (for tests and benchmarks)
+
+    def glb_registers(self) -> dict[int, tuple[Callable[[], int], Callable[[int], int]]]:
+        """The GLB cp_* registers: address -> (read, write); a write returns its effect."""
+        out = {}
+        for name in _NAMES:
+            out[getattr(R, f"GLB_{name.upper()}")] = (self._reader(name), self._writer(name))
+        return out
+
+    def _reader(self, name: str) -> Callable[[], int]:
+        regs = self.regs
+        if name == "cp_status":
+            return lambda: (regs[name] | _PRESENT) if self.present else 0
+        return lambda: regs[name] if self.present else 0
+
+    def _writer(self, name: str) -> Callable[[int], int]:
+        regs = self.regs
+
+        def write(value: int) -> int:
+            if not self.present or name not in _WRITABLE:
+                return 0
+            if name != "cp_doorbell":
+                regs[name] = value
+                return 0
+            if not value & 1 or (self.busy and not self._abandoned()):
+                return 0  # ignored while a job runs
+            self.busy = True
+            regs["cp_status"], regs["cp_progress"], regs["cp_failed_op"] = int(_S.RUNNING), 0, 0
+            regs["cp_error_field"] = regs["cp_error_value"] = 0
+            self._epochs = []
+            if self.threaded:
+                self._rung = True
+                self._state.cond.notify_all()
+                return 0
+            return DOORBELL
+        return write
+
+    def _abandoned(self) -> bool:
+        """Under the lock: a reset of one of its blocks abandoned the job that runs (or hangs)."""
+        return any(b.epoch != e for b, e in self._epochs)
+
+    def clear(self) -> None:
+        """Forget the parsed buffers (a reset: what a decode made is made again)."""
+        self._jobs.clear()
+
+    def start(self) -> None:
+        """Threaded mode: the command processor's thread (once the device is built)."""
+        if self.threaded and self.present:
+            state = self._state
+            t = threading.Thread(target=self._loop, daemon=True, name=f"pydla-dev{state.instance}-CP")
+            t.start()
+            state.threads.append(t)
+
+    def _loop(self) -> None:
+        state = self._state
+        while True:
+            with state.cond:
+                while not self._rung and not state.closed:
+                    state.cond.wait()
+                if state.closed:
+                    return
+                self._rung = False
+            self.run()
+
+    # -- a job -----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the job the doorbell announced (see the module docstring); raise the interrupt."""
+        with np.errstate(all="ignore"):  # IEEE arithmetic, as on the per-operation path
+            ended = self._run()
+        if ended:
+            self._irq.signal()
+
+    def _job(self) -> _Job | None:
+        """Under the lock: the parsed buffer of the job the registers name, or None when it is
+        malformed (cp_status BAD_BUFFER set)."""
+        regs, state = self.regs, self._state
+        ctx, size = regs["cp_ctx"], regs["cp_size"]
+        base = regs["cp_base_lo"] | regs["cp_base_hi"] << 32
+        try:
+            if not 0 < size <= 64 << 20:
+                raise CmdBufError(R.cp_field_e.SIZE, size, -1, "must be 1..64 MiB")
+            try:
+                bo, offset = state.iommu.translate(ctx, base, size)
+            except MmuFault as e:
+                raise CmdBufError(R.cp_field_e.MEMORY, base & 0xFFFFFFFF, -1, str(e)) from None
+            data = bytes(bo.array[offset:offset + size])
+            key = (ctx, base, size)
+            job = self._jobs.get(key)
+            if job is None or job.data != data:
+                job = _prepare(data, parse(data, set(state.blocks)))
+                if len(self._jobs) >= 256:
+                    self._jobs.clear()
+                self._jobs[key] = job
+            return job
+        except CmdBufError as e:
+            regs["cp_status"], regs["cp_error_field"] = int(_S.BAD_BUFFER), int(e.field)
+            regs["cp_error_value"] = e.value & 0xFFFFFFFF
+            regs["cp_failed_op"] = e.command & 0xFFFFFFFF
+            state.log.append(f"command processor: bad command buffer: {e}")
+            self._end(0)
+            return None
+
+    def _run(self) -> bool:
+        state, blocks_of = self._state, self._state.blocks
+        with self._lock:
+            job = self._job()
+            if job is None:
+                return True
+            commands = job.commands
+            self._epochs = [(blocks_of[b], blocks_of[b].epoch) for b in job.final]
+            starts = {b: blocks_of[b].consumer for b in job.final}
+            iommu = state.iommu
+            if job.cleared != state.decoded.cleared or any(
+                    iommu.generation(c) != g for c, g in job.generations.items()):
+                job.cleared = state.decoded.cleared  # (a reset since: decoded anew)
+                job.execs = [None] * len(job.units)
+                job.generations = {}
+            for c in set(job.ctx):
+                if c not in job.generations:
+                    job.generations[c] = iommu.generation(c)
+        execs, regs = job.execs, self.regs
+        progress = 0
+        for u, unit in enumerate(job.units):
+            first = commands[unit[0]]
+            involved = [(blocks_of[commands[k].block], k) for k in unit]
+            with self._lock:
+                if self._abandoned():
+                    return False  # reset meanwhile: the job is abandoned, no interrupt
+                hang, injected = self._faults(involved)
+                groups = [b.consumer for b, _ in involved]
+                execute = execs[u]
+                if execute is None or hang or injected:  # programmed now: the registers it reads
+                    self._program(involved, groups, commands)
+                tracing = state.trace_mask & LAYER
+                if tracing:
+                    for (b, k), g in zip(involved, groups, strict=True):
+                        self._trace.op_start(b.index, g, job.ctx[k])
+                    started = time.monotonic_ns()
+                if hang:
+                    for (b, _), g in zip(involved, groups, strict=True):
+                        b.state[g] = RUNNING
+                    state.log.append(f"{involved[0][0].kind.name} group {groups[0]}: hangs (injected)")
+                    return False  # the driver's watchdog finds it (cp_progress stops)
+                work = None
+                if self.threaded:  # a reset waits for it to stop writing memory (pydla.hw.faults)
+                    b0, _ = involved[0]
+                    partner = (involved[1][0], groups[1]) if len(involved) > 1 else None
+                    work = Work(b0, groups[0], partner, b0.epoch, False, 0,
+                                partner[0].epoch if partner else 0, threading.get_ident())
+                    self._execution.running.append(work)
+            error, detail, fault = injected, "injected error", None
+            if not injected:
+                try:
+                    if execute is None:
+                        b0, _ = involved[0]
+                        partner = (involved[1][0], groups[1]) if len(involved) > 1 else None
+                        execute = state.decoded.get(b0, groups[0], partner)
+                        execs[u] = execute
+                        self.decodes += 1
+                    execute()
+                except MmuFault as e:
+                    error, detail, fault = _MMU, str(e), e
+                except blocks.HwError as e:
+                    error, detail = int(e.code), e.detail
+                except Exception as e:  # a device never throws into the host
+                    error, detail = _BAD_CONFIG, f"internal error: {type(e).__name__}: {e}"
+            with self._lock:
+                if work is not None:
+                    self._execution.running.remove(work)
+                    if self._execution.quiescing:
+                        state.cond.notify_all()
+                if self._abandoned():
+                    return False
+                for (b, k), g in zip(involved, groups, strict=True):
+                    if tracing:
+                        self._trace.op_end(b.index, g, job.ctx[k], time.monotonic_ns() - started, error)
+                    b.consumer = g ^ 1
+                    if error:
+                        b.error, b.error_group = error, g
+                        if state.trace_mask & ERROR:
+                            self._trace.error(b.index, error, fault.address if fault is not None else 0)
+                    else:
+                        b.ops_done += 1
+                        state.ops_done += 1
+                if error:
+                    self._fail(job, first, involved[0][0], groups[0], error, detail, fault, progress)
+                    return True
+                progress += len(unit)
+                regs["cp_progress"] = progress
+        with self._lock:
+            if self._abandoned():
+                return False
+            self._leave_registers(job, starts)
+            regs["cp_status"] = int(_S.DONE)
+            self.runs += 1
+            self._end(0)
+        return True
+
+    @staticmethod
+    def _faults(involved: list[tuple[Block, int]]) -> tuple[bool, int]:
+        """Under the lock: the injected hang or error the unit's blocks take (as execution's)."""
+        hang = False
+        for b, _ in involved:
+            if b.hangs > 0:
+                b.hangs -= 1
+                hang = True
+        injected = 0
+        if not hang:
+            for b, _ in involved:
+                if b.injected_errors and not injected:
+                    injected = b.injected_errors.popleft()
+        return hang, injected
+
+    @staticmethod
+    def _program(involved: list[tuple[Block, int]], groups: list[int], commands: tuple[Command, ...]) -> None:
+        """Under the lock: the unit's images in their groups, as the per-operation path writes them."""
+        for (b, k), g in zip(involved, groups, strict=True):
+            c = commands[k]
+            b.word_arrays[g][c.words] = c.values
+            b.words[g][_OP_ENABLE_WORD] = 1
+            b.producer = g
+
+    def _leave_registers(self, job: _Job, starts: dict[int, int]) -> None:
+        """Under the lock: each block's groups as the per-operation path leaves them after the job."""
+        for b, (count, groups) in job.final.items():
+            block, start = self._state.blocks[b], starts[b]
+            for parity, words, values in groups:
+                g = start ^ parity
+                block.word_arrays[g][words] = values
+                block.words[g][_OP_ENABLE_WORD] = 1
+            block.producer = start ^ ((count - 1) & 1)
+            block.state = [IDLE, IDLE]
+
+    def _fail(self, job: _Job, command: Command, block: Block, group: int, error: int, detail: str,
+              fault: MmuFault | None, progress: int) -> None:
+        state, regs = self._state, self.regs
+        known = R.dla_hw_error_e._value2member_map_.get(error)
+        state.log.append(f"{block.kind.name} group {group}: {known.name if known else error}: {detail}")
+        if fault is not None:
+            state.fault = (fault.address, fault.ctx, fault.block if fault.block is not None else block.index)
+        regs["cp_status"], regs["cp_failed_op"] = int(_S.FAILED), command.op_index
+        self._end(1 << MMU_FAULT_BIT if fault is not None else 0)
+
+    def _end(self, extra_bits: int) -> None:
+        """Under the lock: the job ended: its interrupt bit (and ``extra_bits``)."""
+        self.busy = False
+        self._state.intr_status |= 1 << CP_INTR_BIT | extra_bits
