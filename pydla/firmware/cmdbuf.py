@@ -206,8 +206,9 @@ def parse(data: bytes, blocks: set[int]) -> tuple[Command, ...]:
                 raise CmdBufError(F.CONSUMER, t, k, f"a consumer must be a later command (below {n})")
             incoming[t] += 1
         pair = bool(flags & FLYING_PAIR)
-        if pair and (block != _CONV or k + 1 >= n or raw[k + 1][1] != _SDP):
-            raise CmdBufError(F.PAIR, flags, k, "FLYING_PAIR needs a CONV command followed by an SDP one")
+        if pair != (block == _CONV) or (pair and (k + 1 >= n or raw[k + 1][1] != _SDP)):
+            raise CmdBufError(F.PAIR, flags, k, "a CONV command, and only one, is FLYING_PAIR, followed by "
+                                                "the SDP command its result flies to")
         commands.append(Command(op_index, block, pair, (offsets >> 2).astype(np.intp),
                                 pairs[:, 1].copy(), targets, deps))
     for k, c in enumerate(commands):

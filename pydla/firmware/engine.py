@@ -48,8 +48,8 @@ from pydla.firmware.engine_api import engine_depth as engine_depth  # pydla.kmd.
 from pydla.firmware.engine_watch import EngineWatch
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
-from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
 from pydla.firmware.processors import CP_EVENT, HwEvent, block_mask, processors_for
+from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
 from pydla.firmware.task_run import DONE as DONE  # (tests and the headed firmware import these here)
 from pydla.firmware.task_run import ENABLED as ENABLED
 from pydla.firmware.task_run import PROGRAMMED as PROGRAMMED

@@ -23,8 +23,8 @@ class TaskRun(RunState):
 
     __slots__ = (
         "busy",
-        "cp",
         "chain_pos",
+        "cp",
         "deps",
         "enable_order",
         "failed",

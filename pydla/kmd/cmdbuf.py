@@ -28,6 +28,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass
 
@@ -103,10 +104,8 @@ class CommandBuffers:
         if entry.bo is None or entry.ref is None:
             return
         if mapped:
-            try:
+            with contextlib.suppress(DlaError):  # (its context is gone, and its mappings with it)
                 self.port.dla_unmap(entry.ref[0], entry.ref[1])
-            except DlaError:
-                pass  # its context is gone, and its mappings with it
         self.port.dla_free(entry.bo)
 
     def forget(self, ctx: int) -> None:

@@ -23,7 +23,6 @@ from tests.kmd.support import (
     MakeKmd,
     Replay,
     check_dependency_order,
-    per_operation_kmd,
     conv_sdp_pdp,
     copy_add_chain,
     diamond,
@@ -31,6 +30,7 @@ from tests.kmd.support import (
     fan_in,
     fan_out,
     pdp_chain,
+    per_operation_kmd,
     two_conv_pairs,
 )
 
