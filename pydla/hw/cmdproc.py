@@ -233,12 +233,13 @@ class CommandProcessor:
             return None
 
     def _run(self) -> bool:
-        state, blocks_of = self._state, self._state.blocks
+        """The job: True when it ended (its interrupt is due), False when it hangs or was abandoned."""
+        state = self._state
         with self._lock:
             job = self._job()
             if job is None:
                 return True
-            commands = job.commands
+            blocks_of = state.blocks
             self._epochs = [(blocks_of[b], blocks_of[b].epoch) for b in job.final]
             starts = {b: blocks_of[b].consumer for b in job.final}
             iommu = state.iommu
@@ -250,80 +251,119 @@ class CommandProcessor:
             for c in set(job.ctx):
                 if c not in job.generations:
                     job.generations[c] = iommu.generation(c)
-        execs, regs = job.execs, self.regs
-        progress = 0
-        for u, unit in enumerate(job.units):
-            first = commands[unit[0]]
-            involved = [(blocks_of[commands[k].block], k) for k in unit]
-            with self._lock:
-                if self._abandoned():
-                    return False  # reset meanwhile: the job is abandoned, no interrupt
-                hang, injected = self._faults(involved)
-                groups = [b.consumer for b, _ in involved]
-                execute = execs[u]
-                if execute is None or hang or injected:  # programmed now: the registers it reads
-                    self._program(involved, groups, commands)
-                tracing = state.trace_mask & LAYER
-                if tracing:
-                    for (b, k), g in zip(involved, groups, strict=True):
-                        self._trace.op_start(b.index, g, job.ctx[k])
-                    started = time.monotonic_ns()
-                if hang:
-                    for (b, _), g in zip(involved, groups, strict=True):
-                        b.state[g] = RUNNING
-                    state.log.append(f"{involved[0][0].kind.name} group {groups[0]}: hangs (injected)")
-                    return False  # the driver's watchdog finds it (cp_progress stops)
-                work = None
-                if self.threaded:  # a reset waits for it to stop writing memory (pydla.hw.faults)
-                    b0, _ = involved[0]
-                    partner = (involved[1][0], groups[1]) if len(involved) > 1 else None
-                    work = Work(b0, groups[0], partner, b0.epoch, False, 0,
-                                partner[0].epoch if partner else 0, threading.get_ident())
-                    self._execution.running.append(work)
-            error, detail, fault = injected, "injected error", None
-            if not injected:
-                try:
-                    if execute is None:
-                        b0, _ = involved[0]
-                        partner = (involved[1][0], groups[1]) if len(involved) > 1 else None
-                        execute = state.decoded.get(b0, groups[0], partner)
-                        execs[u] = execute
-                        self.decodes += 1
-                    execute()
-                except MmuFault as e:
-                    error, detail, fault = _MMU, str(e), e
-                except blocks.HwError as e:
-                    error, detail = int(e.code), e.detail
-                except Exception as e:  # a device never throws into the host
-                    error, detail = _BAD_CONFIG, f"internal error: {type(e).__name__}: {e}"
-            with self._lock:
-                if work is not None:
-                    self._execution.running.remove(work)
-                    if self._execution.quiescing:
-                        state.cond.notify_all()
-                if self._abandoned():
-                    return False
+            # A job decoded before, on a device that neither traces operations nor has a fault
+            # injected, nor runs beside other threads: its work is called in a row, unlocked.
+            fast = (not self.threaded and not state.trace_mask & (LAYER | ERROR) and None not in job.execs
+                    and not any(b.hangs or b.injected_errors for b, _ in self._epochs))
+        first = self._run_fast(job) if fast else 0
+        if first < 0:
+            return self._done(job, starts)
+        for u in range(first, len(job.units)):
+            ended = self._run_unit(job, u)
+            if ended is not None:
+                return ended
+        return self._done(job, starts)
+
+    def _run_fast(self, job: _Job) -> int:
+        """Call the job's decoded work in a row; -1 when all of it ran, else the unit that failed (its
+        completion and the counts of those before it are left to the unit-by-unit path)."""
+        u = 0
+        try:
+            for execute in job.execs:
+                execute()  # type: ignore[misc]
+                u += 1
+        except Exception:
+            pass  # (run again unit by unit from u: what failed fails the same way, with its report)
+        with self._lock:
+            if u:
+                self._count(job, job.units[:u])
+        return -1 if u == len(job.units) else u
+
+    def _count(self, job: _Job, units: list[tuple[int, ...]]) -> None:
+        """Under the lock: ``units`` completed (their blocks' counts and consumer bits, cp_progress)."""
+        state, blocks_of, commands = self._state, self._state.blocks, job.commands
+        done = 0
+        for unit in units:
+            for k in unit:
+                b = blocks_of[commands[k].block]
+                b.consumer ^= 1
+                b.ops_done += 1
+            done += len(unit)
+        state.ops_done += done
+        self.regs["cp_progress"] += done
+
+    def _run_unit(self, job: _Job, u: int) -> bool | None:
+        """Unit ``u`` of the job, as the per-operation path runs an operation (faults, trace events,
+        registers); None when the job goes on, else what _run returns."""
+        state, commands, unit = self._state, job.commands, job.units[u]
+        involved = [(state.blocks[commands[k].block], k) for k in unit]
+        with self._lock:
+            if self._abandoned():
+                return False  # reset meanwhile: the job is abandoned, no interrupt
+            hang, injected = self._faults(involved)
+            groups = [b.consumer for b, _ in involved]
+            execute = job.execs[u]
+            if execute is None or hang or injected:  # programmed now: the registers it reads
+                self._program(involved, groups, commands)
+            tracing = state.trace_mask & LAYER
+            started = 0
+            if tracing:
                 for (b, k), g in zip(involved, groups, strict=True):
-                    if tracing:
-                        self._trace.op_end(b.index, g, job.ctx[k], time.monotonic_ns() - started, error)
-                    b.consumer = g ^ 1
-                    if error:
-                        b.error, b.error_group = error, g
-                        if state.trace_mask & ERROR:
-                            self._trace.error(b.index, error, fault.address if fault is not None else 0)
-                    else:
-                        b.ops_done += 1
-                        state.ops_done += 1
+                    self._trace.op_start(b.index, g, job.ctx[k])
+                started = time.monotonic_ns()
+            if hang:
+                for (b, _), g in zip(involved, groups, strict=True):
+                    b.state[g] = RUNNING
+                state.log.append(f"{involved[0][0].kind.name} group {groups[0]}: hangs (injected)")
+                return False  # the driver's watchdog finds it (cp_progress stops)
+            partner = (involved[1][0], groups[1]) if len(involved) > 1 else None
+            work = None
+            if self.threaded:  # a reset waits for it to stop writing memory (pydla.hw.faults)
+                b0 = involved[0][0]
+                work = Work(b0, groups[0], partner, b0.epoch, False, 0,
+                            partner[0].epoch if partner else 0, threading.get_ident())
+                self._execution.running.append(work)
+        error, detail, fault = injected, "injected error", None
+        if not injected:
+            try:
+                if execute is None:
+                    execute = job.execs[u] = state.decoded.get(involved[0][0], groups[0], partner)
+                    self.decodes += 1
+                execute()
+            except MmuFault as e:
+                error, detail, fault = _MMU, str(e), e
+            except blocks.HwError as e:
+                error, detail = int(e.code), e.detail
+            except Exception as e:  # a device never throws into the host
+                error, detail = _BAD_CONFIG, f"internal error: {type(e).__name__}: {e}"
+        with self._lock:
+            if work is not None:
+                self._execution.running.remove(work)
+                if self._execution.quiescing:
+                    state.cond.notify_all()
+            if self._abandoned():
+                return False
+            for (b, k), g in zip(involved, groups, strict=True):
+                if tracing:
+                    self._trace.op_end(b.index, g, job.ctx[k], time.monotonic_ns() - started, error)
                 if error:
-                    self._fail(job, first, involved[0][0], groups[0], error, detail, fault, progress)
-                    return True
-                progress += len(unit)
-                regs["cp_progress"] = progress
+                    b.consumer = g ^ 1
+                    b.error, b.error_group = error, g
+                    if state.trace_mask & ERROR:
+                        self._trace.error(b.index, error, fault.address if fault is not None else 0)
+            if error:
+                self._fail(commands[unit[0]], involved[0][0], groups[0], error, detail, fault)
+                return True
+            self._count(job, [unit])
+        return None
+
+    def _done(self, job: _Job, starts: dict[int, int]) -> bool:
+        """Every unit ran: the registers the job leaves, cp_status DONE, the interrupt."""
         with self._lock:
             if self._abandoned():
                 return False
             self._leave_registers(job, starts)
-            regs["cp_status"] = int(_S.DONE)
+            self.regs["cp_status"] = int(_S.DONE)
             self.runs += 1
             self._end(0)
         return True
@@ -363,8 +403,8 @@ class CommandProcessor:
             block.producer = start ^ ((count - 1) & 1)
             block.state = [IDLE, IDLE]
 
-    def _fail(self, job: _Job, command: Command, block: Block, group: int, error: int, detail: str,
-              fault: MmuFault | None, progress: int) -> None:
+    def _fail(self, command: Command, block: Block, group: int, error: int, detail: str,
+              fault: MmuFault | None) -> None:
         state, regs = self._state, self.regs
         known = R.dla_hw_error_e._value2member_map_.get(error)
         state.log.append(f"{block.kind.name} group {group}: {known.name if known else error}: {detail}")
