@@ -5,8 +5,8 @@ one doorbell write and ends with one interrupt, instead of one round trip per op
 
 Usage::
 
-    ring(port, run)                      # its turn came: the device runs the whole task
-    status, index = outcome(port)        # at its interrupt (cp_status, cp_failed_op)
+    ring(port, run, None)                # its turn came: the device runs the whole task
+    if status(port) == FAILED: index = failed_op(port)   # at its interrupt
 """
 
 from __future__ import annotations
@@ -28,17 +28,27 @@ def present(port: FirmwarePortability, hw: Processors) -> bool:
     return type(hw) is Processors and bool(port.dla_reg_read(R.GLB_CP_STATUS) & _PRESENT)
 
 
-def ring(port: FirmwarePortability, run: TaskRun) -> None:
-    """Submit ``run``'s command buffer: its address, context and size, then the doorbell."""
-    assert run.task.command_buffer is not None
-    ctx, iova, size = run.task.command_buffer
+def ring(port: FirmwarePortability, run: TaskRun, written: tuple[int, int, int] | None) -> None:
+    """Submit ``run``'s command buffer: its address, context and size (unless ``written``, what the
+    engine wrote last, is the same: the registers keep their values), then the doorbell."""
+    where = run.task.command_buffer
+    assert where is not None
+    if where == written:
+        port.dla_reg_write(R.GLB_CP_DOORBELL, 1)
+        return
+    ctx, iova, size = where
     port.dla_reg_write_many(((R.GLB_CP_BASE_LO, iova & 0xFFFFFFFF), (R.GLB_CP_BASE_HI, iova >> 32),
                              (R.GLB_CP_CTX, ctx), (R.GLB_CP_SIZE, size), (R.GLB_CP_DOORBELL, 1)))
 
 
-def outcome(port: FirmwarePortability) -> tuple[int, int]:
-    """The job's end as the device reports it: cp_status (its state bits) and cp_failed_op."""
-    return port.dla_reg_read(R.GLB_CP_STATUS) & 0xF, port.dla_reg_read(R.GLB_CP_FAILED_OP)
+def status(port: FirmwarePortability) -> int:
+    """How the job ended: cp_status's state bits (a cp_status_e)."""
+    return port.dla_reg_read(R.GLB_CP_STATUS) & 0xF
+
+
+def failed_op(port: FirmwarePortability) -> int:
+    """The operation that failed (cp_status FAILED), or the command the buffer was refused at."""
+    return port.dla_reg_read(R.GLB_CP_FAILED_OP)
 
 
 def bad_buffer(port: FirmwarePortability, run: TaskRun, at: int) -> DlaError:

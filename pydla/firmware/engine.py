@@ -105,6 +105,9 @@ class Engine:
         self._aborting: TaskRun | None = None  # the run abort() stops (its task_end says ABORTED)
         self.holding = False  # an operation waits for barriers (barriers_fired)
         self.cp = False  # the device has a command processor (pydla.firmware.cp_submit)
+        # What this engine last wrote to cp_base/cp_ctx/cp_size (they keep their values): a job of the
+        # same buffer then writes only the doorbell. Forgotten at every reset the engine makes.
+        self.cp_written: tuple[int, int, int] | None = None
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -262,10 +265,12 @@ class Engine:
     def _cp_ended(self) -> None:
         """The command processor's job ended: its run completed, or failed at the operation the
         device names (the same error as the per-operation path's), or its buffer was refused."""
-        run = next((r for r in self.inflight if r.cp == 2 and not r.finished), None)
-        if run is None:
+        inflight = self.inflight
+        run = inflight[0] if inflight else None  # (the one rung is the head: runs behind it wait)
+        if run is None or run.cp != 2 or run.finished:
             return  # a stale bit (its run was aborted meanwhile)
-        status, index = cp_submit.outcome(self.port)
+        status = cp_submit.status(self.port)
+        index = cp_submit.failed_op(self.port) if status != cp_submit.DONE else 0
         n = len(run.graph.operations)
         if status == cp_submit.DONE:
             run.state = [DONE] * n
@@ -317,7 +322,8 @@ class Engine:
         if run.cp:  # the device's command processor runs it all, from one doorbell
             if run.cp == 1 and not run.gated and not run.finished:
                 run.cp = 2
-                cp_submit.ring(self.port, run)
+                cp_submit.ring(self.port, run, self.cp_written)
+                self.cp_written = run.task.command_buffer
             return
         graph, port, task = run.graph, self.port, run.task
         ops, chains, programs = graph.operations, graph.chains, graph.programs
@@ -419,6 +425,7 @@ class Engine:
             later = self.inflight[self.inflight.index(run) + 1:] if run in self.inflight else []
         else:
             mask = block_mask(run.graph.blocks)
+            self.cp_written = None
             self.hw.reset(self.port, run.graph.blocks)
             with self._events_lock:
                 self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
@@ -449,10 +456,12 @@ class Engine:
 
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
+        self.cp_written = None
         return self.watch.reset_blocks(blocks)
 
     def reset_device(self) -> list[dla_block_e]:
         """Reset the whole device; the blocks still busy after it."""
+        self.cp_written = None
         return self.watch.reset_device()
 
     def close(self) -> None:
@@ -461,7 +470,4 @@ class Engine:
     def describe_stuck(self, run: RunState) -> str:
         """Which operations were running or waiting, read from the blocks' status registers."""
         assert isinstance(run, TaskRun)
-        if run.cp == 2 and not run.finished:
-            with self._lock:
-                cp_submit.mark_stuck(self.port, self.hw, run)
         return self.watch.describe_stuck(run)

@@ -76,6 +76,8 @@ class _Job:
     execs: list[Execute | None]
     generations: dict[int, int | None] = field(default_factory=dict)
     cleared: int = 0  # the decoded cache's clear count when decoded (a reset clears it)
+    # where the buffer lies: (the mapping generation of cp_ctx, its buffer's bytes, offset in them)
+    where: tuple[int | None, npt.NDArray[np.uint8], int] | None = None
     # per block index: (commands of it, [(parity, word indices, values)]) the job leaves in its groups
     final: dict[int, tuple[int, list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.uint32]]]]] = \
         field(default_factory=dict)
@@ -168,7 +170,10 @@ class CommandProcessor:
 
     def _abandoned(self) -> bool:
         """Under the lock: a reset of one of its blocks abandoned the job that runs (or hangs)."""
-        return any(b.epoch != e for b, e in self._epochs)
+        for b, e in self._epochs:
+            if b.epoch != e:
+                return True
+        return False
 
     def clear(self) -> None:
         """Forget the parsed buffers (a reset: what a decode made is made again)."""
@@ -211,18 +216,23 @@ class CommandProcessor:
         try:
             if not 0 < size <= 64 << 20:
                 raise CmdBufError(R.cp_field_e.SIZE, size, -1, "must be 1..64 MiB")
-            try:
-                bo, offset = state.iommu.translate(ctx, base, size)
-            except MmuFault as e:
-                raise CmdBufError(R.cp_field_e.MEMORY, base & 0xFFFFFFFF, -1, str(e)) from None
-            data = bytes(bo.array[offset:offset + size])
             key = (ctx, base, size)
             job = self._jobs.get(key)
-            if job is None or job.data != data:
+            generation = state.iommu.generation(ctx)
+            where = job.where if job is not None else None
+            if where is None or where[0] != generation:  # (else mapped as it was when last read)
+                try:
+                    bo, offset = state.iommu.translate(ctx, base, size)
+                except MmuFault as e:
+                    raise CmdBufError(R.cp_field_e.MEMORY, base & 0xFFFFFFFF, -1, str(e)) from None
+                where = (generation, bo.array, offset)
+            data = where[1][where[2]:where[2] + size].tobytes()
+            if job is None or job.data != data:  # read anew every time: checked again when it changed
                 job = _prepare(data, parse(data, set(state.blocks)))
                 if len(self._jobs) >= 256:
                     self._jobs.clear()
                 self._jobs[key] = job
+            job.where = where
             return job
         except CmdBufError as e:
             regs["cp_status"], regs["cp_error_field"] = int(_S.BAD_BUFFER), int(e.field)
@@ -240,33 +250,42 @@ class CommandProcessor:
             if job is None:
                 return True
             blocks_of = state.blocks
-            self._epochs = [(blocks_of[b], blocks_of[b].epoch) for b in job.final]
-            starts = {b: blocks_of[b].consumer for b in job.final}
+            epochs: list[tuple[Block, int]] = []
+            starts: dict[int, int] = {}
+            injected = False  # a fault injected in one of its blocks
+            for b in job.final:
+                block = blocks_of[b]
+                epochs.append((block, block.epoch))
+                starts[b] = block.consumer
+                injected = injected or bool(block.hangs or block.injected_errors)
+            self._epochs = epochs
             iommu = state.iommu
-            if job.cleared != state.decoded.cleared or any(
-                    iommu.generation(c) != g for c, g in job.generations.items()):
+            stale = job.cleared != state.decoded.cleared
+            for c, g in job.generations.items():
+                stale = stale or iommu.generation(c) != g
+            if stale:
                 job.cleared = state.decoded.cleared  # (a reset since: decoded anew)
                 job.execs = [None] * len(job.units)
                 job.generations = {}
-            for c in set(job.ctx):
-                if c not in job.generations:
-                    job.generations[c] = iommu.generation(c)
+            if not job.generations:
+                job.generations = {c: iommu.generation(c) for c in set(job.ctx)}
             # A job decoded before, on a device that neither traces operations nor has a fault
             # injected, nor runs beside other threads: its work is called in a row, unlocked.
             fast = (not self.threaded and not state.trace_mask & (LAYER | ERROR) and None not in job.execs
-                    and not any(b.hangs or b.injected_errors for b, _ in self._epochs))
-        first = self._run_fast(job) if fast else 0
+                    and not injected)
+        first = self._run_fast(job, starts) if fast else 0
         if first < 0:
-            return self._done(job, starts)
+            return True  # (done: _run_fast ended it)
         for u in range(first, len(job.units)):
             ended = self._run_unit(job, u)
             if ended is not None:
                 return ended
         return self._done(job, starts)
 
-    def _run_fast(self, job: _Job) -> int:
-        """Call the job's decoded work in a row; -1 when all of it ran, else the unit that failed (its
-        completion and the counts of those before it are left to the unit-by-unit path)."""
+    def _run_fast(self, job: _Job, starts: dict[int, int]) -> int:
+        """Call the job's decoded work in a row; -1 when all of it ran (the job then ended: its
+        registers, counts and status), else the unit that failed (it and those after it are left to
+        the unit-by-unit path, which reports it)."""
         u = 0
         try:
             for execute in job.execs:
@@ -276,19 +295,29 @@ class CommandProcessor:
             pass  # (run again unit by unit from u: what failed fails the same way, with its report)
         with self._lock:
             if u:
-                self._count(job, job.units[:u])
-        return -1 if u == len(job.units) else u
+                self._count(job, job.units[:u] if u < len(job.units) else job.units)
+            if u == len(job.units):
+                self._done(job, starts)
+                return -1
+        return u
 
     def _count(self, job: _Job, units: list[tuple[int, ...]]) -> None:
         """Under the lock: ``units`` completed (their blocks' counts and consumer bits, cp_progress)."""
         state, blocks_of, commands = self._state, self._state.blocks, job.commands
-        done = 0
-        for unit in units:
-            for k in unit:
-                b = blocks_of[commands[k].block]
-                b.consumer ^= 1
-                b.ops_done += 1
-            done += len(unit)
+        if units is job.units:  # all of them: the counts per block are known
+            for b, (count, _) in job.final.items():
+                block = blocks_of[b]
+                block.consumer ^= count & 1
+                block.ops_done += count
+            done = len(commands)
+        else:
+            done = 0
+            for unit in units:
+                for k in unit:
+                    block = blocks_of[commands[k].block]
+                    block.consumer ^= 1
+                    block.ops_done += 1
+                done += len(unit)
         state.ops_done += done
         self.regs["cp_progress"] += done
 
@@ -358,7 +387,8 @@ class CommandProcessor:
         return None
 
     def _done(self, job: _Job, starts: dict[int, int]) -> bool:
-        """Every unit ran: the registers the job leaves, cp_status DONE, the interrupt."""
+        """Every unit ran: the registers the job leaves, cp_status DONE, its interrupt bit (False:
+        a reset abandoned it meanwhile)."""
         with self._lock:
             if self._abandoned():
                 return False

@@ -1,7 +1,7 @@
-"""Which devices and tasks use the command processor: pydla's own ``full`` (headless); not ``small``,
-not a configuration with ``"engine": {"command_processor": false}``, never an NVDLA one, not a step
-device; a headed driver and a task with a SHAVE list beside its operations take the per-operation
-path (explicitly: no command buffer is made for them)."""
+"""Which devices and tasks use the command processor: pydla's own ``full`` and ``full-headed`` (there
+the microcontroller's firmware submits to it); not ``small``, not a configuration with ``"engine":
+{"command_processor": false}``, never an NVDLA one, not a step device; a task with a SHAVE list beside
+its operations takes the per-operation path (explicitly: no command buffer is made for it)."""
 
 from __future__ import annotations
 
@@ -44,15 +44,20 @@ def _run_single_pdp(config: object, mode: str = "deterministic") -> tuple[Virtua
 
 @pytest.mark.parametrize(("config", "mode", "used"), [
     ("full", "deterministic", True), ("full", "threaded", True), ("full", "step", False),
-    ("small", "deterministic", False), ("full-headed", "deterministic", False)])
+    ("small", "deterministic", False), ("full-headed", "deterministic", True),
+    ("full-headed", "threaded", True)])
 def test_who_uses_it(config: str, mode: str, used: bool) -> None:
     dev, kmd = _run_single_pdp(config, mode)
     try:
         present = config != "small" and mode != "step"
         assert bool(dev.reg_read(R.GLB_CP_STATUS) & R.cp_status_e.PRESENT) == present
-        assert kmd.cmdbufs.present == used  # headed: the microcontroller's firmware programs each operation
         assert dev.cp.runs == (1 if used else 0)
-        assert len(kmd.cmdbufs) == (1 if used else 0)
+        headed = dev.mcu is not None
+        # headless, the host KMD writes the command buffer; headed, the microcontroller's firmware
+        assert kmd.cmdbufs.present == (used and not headed)
+        assert len(kmd.cmdbufs) == (1 if used and not headed else 0)
+        if headed:
+            assert dev.mcu.firmware.cmdbufs.built == 1
     finally:
         kmd.close()
         dev.close()
