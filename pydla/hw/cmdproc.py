@@ -170,7 +170,7 @@ class CommandProcessor:
 
     def _abandoned(self) -> bool:
         """Under the lock: a reset of one of its blocks abandoned the job that runs (or hangs)."""
-        for b, e in self._epochs:
+        for b, e in self._epochs:  # noqa: SIM110 (a loop: no generator call per job)
             if b.epoch != e:
                 return True
         return False
