@@ -96,10 +96,12 @@ class Rig:
         self.dev.close()
 
 
-def pair(mode: str = "deterministic", **kmd_args: Any) -> tuple[Rig, Rig]:
-    """(command processor, per operation) rigs of the ``full`` configuration."""
-    cp = Rig.make("full", mode, **kmd_args)
+def pair(mode: str = "deterministic", headed: bool = False, **kmd_args: Any) -> tuple[Rig, Rig]:
+    """(command processor, per operation) rigs of the ``full`` configuration (``full-headed``: the
+    microcontroller's firmware submits to the command processor)."""
+    config = "full-headed" if headed else "full"
+    cp = Rig.make(config, mode, **kmd_args)
     assert cp.dev.cp.present
-    reference = Rig.make(per_operation("full"), mode, **kmd_args)
+    reference = Rig.make(per_operation(config), mode, **kmd_args)
     assert not reference.dev.cp.present
     return cp, reference

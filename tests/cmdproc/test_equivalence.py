@@ -49,9 +49,9 @@ CASES: dict[str, Callable[[], Case]] = {
 }
 
 
-@pytest.fixture
-def rigs() -> Iterator[tuple[Rig, Rig]]:
-    cp, reference = pair()
+@pytest.fixture(params=["headless", "headed"])
+def rigs(request: pytest.FixtureRequest) -> Iterator[tuple[Rig, Rig]]:
+    cp, reference = pair(headed=request.param == "headed")
     yield cp, reference
     cp.close()
     reference.close()
@@ -111,6 +111,8 @@ def test_prepared_jobs_and_one_doorbell_per_submit(rigs: tuple[Rig, Rig]) -> Non
     for rig in rigs:
         rig.load(conv_sdp_pdp())
     prepared = [rig.kmd.prepare(rig.ctx, rig.loaded.addresses) for rig in rigs]  # type: ignore[union-attr]
+    if cp.dev.mcu is not None:
+        pytest.skip("headed: the firmware writes its command buffer when the task starts, out of the host's sight")
     assert cp.kmd.cmdbufs.built == 1 and len(cp.kmd.cmdbufs) == 1
     trace = cp.dev.record_trace(True)
     cp.run(4, prepared=prepared[0])
@@ -127,6 +129,8 @@ def test_prepared_jobs_and_one_doorbell_per_submit(rigs: tuple[Rig, Rig]) -> Non
 
 def test_a_new_binding_gets_a_new_command_buffer_and_the_old_one_is_freed(rigs: tuple[Rig, Rig]) -> None:
     cp, _ = rigs
+    if cp.dev.mcu is not None:
+        pytest.skip("headed: the firmware's command buffers (tests/cmdproc/test_switch.py)")
     cp.load(single_pdp())
     assert cp.loaded is not None
     first = cp.kmd.prepare(cp.ctx, cp.loaded.addresses)

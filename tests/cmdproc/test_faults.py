@@ -32,8 +32,8 @@ def _blocks(make: Callable[[], Case]) -> list[str]:
 
 
 def _both(fault: Callable[[Rig], None], make: Callable[[], Case], *, tdr_ms: int = 10_000,
-          mode: str = "deterministic") -> tuple[Rig, Rig]:
-    rigs = pair(mode, tdr_ms=tdr_ms)
+          mode: str = "deterministic", headed: bool = False) -> tuple[Rig, Rig]:
+    rigs = pair(mode, headed, tdr_ms=tdr_ms)
     for rig in rigs:
         rig.load(make())
         fault(rig)
@@ -68,12 +68,13 @@ def _by_block(events: list[tuple[str, dict[str, object]]]) -> dict[object, list[
     return out
 
 
+@pytest.mark.parametrize("headed", [False, True], ids=["headless", "headed"])
 @pytest.mark.parametrize("code", CODES, ids=lambda c: c.name)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_an_injected_error_is_reported_the_same(name: str, code: R.dla_hw_error_e) -> None:
+def test_an_injected_error_is_reported_the_same(name: str, code: R.dla_hw_error_e, headed: bool) -> None:
     make = CASES[name]
     for block in _blocks(make):
-        cp, reference = _both(lambda rig, b=block: rig.dev.inject_error(b, int(code)), make)
+        cp, reference = _both(lambda rig, b=block: rig.dev.inject_error(b, int(code)), make, headed=headed)
         try:
             _same_report(cp, reference)
             # (an SDP operation fed by CONV fails as its pair: the CONV operation is named, on both paths)
@@ -84,13 +85,14 @@ def test_an_injected_error_is_reported_the_same(name: str, code: R.dla_hw_error_
             reference.close()
 
 
+@pytest.mark.parametrize("headed", [False, True], ids=["headless", "headed"])
 @pytest.mark.parametrize("wedge", [False, True], ids=["hang", "wedged"])
-def test_a_hang_is_reported_the_same(wedge: bool) -> None:
+def test_a_hang_is_reported_the_same(wedge: bool, headed: bool) -> None:
     def fault(rig: Rig) -> None:
         rig.dev.inject_hang("PDP")
         if wedge:
             rig.dev.inject_wedge("PDP")
-    cp, reference = _both(fault, conv_sdp_pdp, tdr_ms=300)
+    cp, reference = _both(fault, conv_sdp_pdp, tdr_ms=300, headed=headed)
     try:
         _same_report(cp, reference)
         assert "hung: no operation completed for 300 ms" in cp.errors[0].message

@@ -3,8 +3,9 @@ command processor as the host KMD does headless (:mod:`pydla.kmd.cmdbuf`), with 
 
 The firmware validated the task itself (:mod:`pydla.hw.mcu.prepared`); for each validated graph it
 writes the command buffer (:func:`pydla.firmware.cmdbuf.build`, the operations' register images with
-the addresses the firmware resolved) once into device memory it allocates, mapped into the task's
-context, checks it as the device will (:func:`pydla.firmware.cmdbuf.parse`) and hands its place to
+the addresses the firmware resolved) once into device memory it allocates, mapped into the mailbox's
+context (not the task's: a mapping there would start a new generation of the task's mappings, and
+the firmware validates a task again when they change), checks it as the device will (:func:`pydla.firmware.cmdbuf.parse`) and hands its place to
 the engine (``TaskDesc.command_buffer``). A buffer lives as long as its graph (the firmware's
 prepared tasks hold it, and a run in flight): those of graphs gone are freed at the next build, all of
 them when the firmware stops (a reset of the microcontroller). An NVDLA task, a task with a SHAVE
@@ -13,7 +14,7 @@ list, or one whose addresses do not resolve gets none (the per-operation path re
 Usage::
 
     buffers = FirmwareCommandBuffers(board.memory, board.iommu, blocks)
-    task.command_buffer = buffers.get(port, task, graph)
+    task.command_buffer = buffers.get(port, task, graph, mailbox_ctx)
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ CAPACITY = 256  # command buffers the firmware keeps (as many as prepared tasks,
 @dataclass
 class _Buffer:
     graph: weakref.ref[TaskGraph]
-    ref: tuple[int, int, int] | None
+    task_ctx: int
+    ref: tuple[int, int, int] | None  # (the context it is mapped in, its address, size)
     bo: BufferObject | None
 
 
@@ -48,13 +50,16 @@ class FirmwareCommandBuffers:
         self._by_graph: dict[int, _Buffer] = {}
         self.built = 0
 
-    def get(self, port: FirmwarePortability, task: TaskDesc, graph: TaskGraph) -> tuple[int, int, int] | None:
-        """The command buffer of ``task`` (validated as ``graph``); None: the per-operation path."""
+    def get(self, port: FirmwarePortability, task: TaskDesc, graph: TaskGraph,
+            map_ctx: int) -> tuple[int, int, int] | None:
+        """The command buffer of ``task`` (validated as ``graph``), mapped in context ``map_ctx`` (the
+        mailbox's); None: the per-operation path."""
         if self.memory is None or task.nvdla_interface is not None:
             return None
         entry = self._by_graph.get(id(graph))
-        if entry is not None and entry.graph() is graph:
-            return entry.ref if entry.ref is None or entry.ref[0] == task.ctx else None
+        if entry is not None and entry.graph() is graph and entry.task_ctx == task.ctx:
+            if entry.ref is None or entry.ref[0] == map_ctx:
+                return entry.ref
         self._sweep()
         ref, bo = None, None
         if graph.shave is None and graph.operations:
@@ -66,9 +71,12 @@ class FirmwareCommandBuffers:
                 parse(data, self.blocks)  # what the device checks, once (a CmdBufError: a bug of build)
                 bo = self.memory.allocate(len(data))
                 bo.array[:len(data)] = memoryview(data)
-                ref = (task.ctx, self.iommu.map(task.ctx, bo), len(data))
+                ref = (map_ctx, self.iommu.map(map_ctx, bo), len(data))
                 self.built += 1
-        self._by_graph[id(graph)] = _Buffer(weakref.ref(graph), ref, bo)
+        old = self._by_graph.pop(id(graph), None)
+        if old is not None:
+            self._release(old)
+        self._by_graph[id(graph)] = _Buffer(weakref.ref(graph), task.ctx, ref, bo)
         return ref
 
     def _sweep(self) -> None:

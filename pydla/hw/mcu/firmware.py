@@ -337,7 +337,7 @@ class Firmware:
             prepared = self.cache.get(self.port, ctx, raw, task_id, generation, nvdla_interface)
             self.engine.trace_tasks = bool(self.board.trace_mask() & TASK)  # no bus access
             desc = TaskDesc(task_id, ctx, prepared.addresses, nvdla_interface=nvdla_interface)
-            desc.command_buffer = self.cmdbufs.get(self.port, desc, prepared.graph)
+            desc.command_buffer = self.cmdbufs.get(self.port, desc, prepared.graph, box.ctx)
             run = self.engine.dla_execute_task(desc, prepared.graph, self._on_finish)
         except DlaError as e:
             self.log_line(f"task {task_id}: {e.message}")
