@@ -15,15 +15,20 @@ completed (the driver's hang check reads it).
 
 What a run reuses: the parsed buffer and each operation's decoded work (:mod:`pydla.hw.decoded`),
 kept by the buffer's address and bytes and stamped with the mapping generations of the contexts it
-uses, so a repeated job neither walks registers nor decodes. The register groups are written once
-per job, at its end, with what the per-operation path would have left in them (each group holds the
-last operations programmed into it); a job that fails or whose operations are decoded for the first
-time writes each operation's image before it runs.
+uses, so a repeated job neither walks registers nor decodes: on a deterministic device that neither
+traces operations nor has a fault injected, it calls the decoded work in a row. The register groups
+are written once per job, at its end, with what the per-operation path leaves in them (each group
+holds the writes of the operations programmed into it, the last one's over the earlier ones'); an
+operation decoded for the first time, or with a fault injected, has its image written before it runs
+(the decode reads it). A failed job leaves the groups of the operations before the failing one as
+they were (the per-operation path programs up to two operations a block ahead: their registers differ
+after a failure, never after a job that completed).
 
 Injected faults act as on the per-operation path: a hang stops the job with the block's group
 RUNNING (the driver's watchdog resets it: a reset of a block the job uses abandons the job), an
-injected error fails the operation. Deterministic and step devices run the job inside the doorbell
-write; a threaded device on the command processor's own thread.
+injected error fails the operation. A deterministic device runs the job inside the doorbell write,
+a threaded one on the command processor's own thread; a step device, which executes one operation
+per ``step()``, has no command processor.
 
 Usage::
 
@@ -131,7 +136,7 @@ class CommandProcessor:
         self._rung = False  # threaded: the doorbell was written, the thread takes the job
         self._jobs: dict[tuple[int, int, int], _Job] = {}  # by (ctx, base, size)
         self.threaded = state.mode == "threaded"
-        self.runs = self.decodes = 0  # jobs run; units decoded (for tests and benchmarks)
+        self.runs = self.decodes = 0  # jobs completed; units decoded (for tests and benchmarks)
 
     def glb_registers(self) -> dict[int, tuple[Callable[[], int], Callable[[int], int]]]:
         """The GLB cp_* registers: address -> (read, write); a write returns its effect."""
@@ -174,10 +179,6 @@ class CommandProcessor:
             if b.epoch != e:
                 return True
         return False
-
-    def clear(self) -> None:
-        """Forget the parsed buffers (a reset: what a decode made is made again)."""
-        self._jobs.clear()
 
     def start(self) -> None:
         """Threaded mode: the command processor's thread (once the device is built)."""

@@ -112,7 +112,7 @@ def test_prepared_jobs_and_one_doorbell_per_submit(rigs: tuple[Rig, Rig]) -> Non
         rig.load(conv_sdp_pdp())
     prepared = [rig.kmd.prepare(rig.ctx, rig.loaded.addresses) for rig in rigs]  # type: ignore[union-attr]
     if cp.dev.mcu is not None:
-        pytest.skip("headed: the firmware writes its command buffer when the task starts, out of the host's sight")
+        pytest.skip("headed: the firmware writes its command buffer at the task's start, unseen by the host")
     assert cp.kmd.cmdbufs.built == 1 and len(cp.kmd.cmdbufs) == 1
     trace = cp.dev.record_trace(True)
     cp.run(4, prepared=prepared[0])

@@ -5,11 +5,12 @@ The firmware validated the task itself (:mod:`pydla.hw.mcu.prepared`); for each 
 writes the command buffer (:func:`pydla.firmware.cmdbuf.build`, the operations' register images with
 the addresses the firmware resolved) once into device memory it allocates, mapped into the mailbox's
 context (not the task's: a mapping there would start a new generation of the task's mappings, and
-the firmware validates a task again when they change), checks it as the device will (:func:`pydla.firmware.cmdbuf.parse`) and hands its place to
-the engine (``TaskDesc.command_buffer``). A buffer lives as long as its graph (the firmware's
-prepared tasks hold it, and a run in flight): those of graphs gone are freed at the next build, all of
-them when the firmware stops (a reset of the microcontroller). An NVDLA task, a task with a SHAVE
-list, or one whose addresses do not resolve gets none (the per-operation path reports the problem).
+the firmware validates a task again when they change), checks it as the device will
+(:func:`pydla.firmware.cmdbuf.parse`) and hands its place to the engine (``TaskDesc.command_buffer``).
+A buffer lives as long as its graph (the firmware's prepared tasks hold it, and a run in flight):
+those of graphs gone are freed at the next build, all of them when the host detaches or the firmware
+reboots. An NVDLA task, a task with a SHAVE list, or one whose addresses do not resolve gets none (the
+per-operation path reports the problem).
 
 Usage::
 
@@ -57,9 +58,9 @@ class FirmwareCommandBuffers:
         if self.memory is None or task.nvdla_interface is not None:
             return None
         entry = self._by_graph.get(id(graph))
-        if entry is not None and entry.graph() is graph and entry.task_ctx == task.ctx:
-            if entry.ref is None or entry.ref[0] == map_ctx:
-                return entry.ref
+        if (entry is not None and entry.graph() is graph and entry.task_ctx == task.ctx
+                and (entry.ref is None or entry.ref[0] == map_ctx)):
+            return entry.ref
         self._sweep()
         ref, bo = None, None
         if graph.shave is None and graph.operations:
