@@ -14,8 +14,11 @@ The device operations per block are printed too: the compiler must keep the chai
 --profile K runs K submits of the long chain under cProfile after the timing and prints the functions
 with the most own time per operation: where a device operation's cost goes.
 
+The device is "full" with its command processor (a prepared job runs from one doorbell write);
+--per-op runs it without (the per-operation path: one host round trip per device operation).
+
 Run: python bench/bench_chain.py [--length 101] [--repeats 7] [--block 30] [--mode deterministic]
-                                 [--shape 1,8,4,4] [--profile 200]
+                                 [--shape 1,8,4,4] [--profile 200] [--per-op]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from bench_submit import _time_each  # bench/ is the script's folder: on sys.path
+from bench_submit import _time_each, device_config  # bench/ is the script's folder: on sys.path
 
 import pydla
 
@@ -71,7 +74,7 @@ def _expected(length: int, x: np.ndarray) -> np.ndarray:
 class _Chain:
     """One chain: the compiled model loaded into a runtime with its tensors bound, and onnxruntime's."""
 
-    def __init__(self, length: int, shape: tuple[int, ...], mode: str) -> None:
+    def __init__(self, length: int, shape: tuple[int, ...], mode: str, per_op: bool = False) -> None:
         import onnxruntime as ort  # type: ignore[import-untyped]
 
         from pydla.compiler.api import compile_model
@@ -79,7 +82,7 @@ class _Chain:
         model = _model(length, shape)
         compiled = compile_model(model)
         self.length = length
-        self.rt = pydla.createRuntime(mode=mode)
+        self.rt = pydla.createRuntime(config=device_config(per_op), mode=mode)
         self.rt.load(compiled.blob)
         d_in, d_out = self.rt.getInputTensorDesc(0), self.rt.getOutputTensorDesc(0)
         mem_in, mem_out = self.rt.allocateSystemMemory(d_in.size), self.rt.allocateSystemMemory(d_out.size)
@@ -134,16 +137,19 @@ def main() -> None:
     parser.add_argument("--mode", choices=("deterministic", "threaded"), default="deterministic",
                         help="the device's execution mode")
     parser.add_argument("--shape", default="1,8,4,4", help="input shape N,C,H,W")
+    parser.add_argument("--per-op", action="store_true",
+                        help="the per-operation path: the device without its command processor")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
                         help="after the timing, profile K submits of the long chain (0: skip)")
     args = parser.parse_args()
     if args.length < 2:
         parser.error("--length must be at least 2")
     shape = tuple(int(s) for s in args.shape.split(","))
-    short, long = _Chain(1, shape, args.mode), _Chain(args.length, shape, args.mode)
+    short, long = _Chain(1, shape, args.mode, args.per_op), _Chain(args.length, shape, args.mode, args.per_op)
     for chain in (short, long):
         chain.check()
-    print(f"chains of 1x1 Conv on {'x'.join(map(str, shape))}, {args.mode} device: device operations "
+    path = "per operation (no command processor)" if args.per_op else "command processor"
+    print(f"chains of 1x1 Conv on {'x'.join(map(str, shape))}, {args.mode} device, {path}: device operations "
           f"{short.operations} and {long.operations}")
     if long.operations.get("CONV", 0) - short.operations.get("CONV", 0) != args.length - 1:
         print("warning: the compiler did not keep one device operation per convolution")

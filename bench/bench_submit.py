@@ -19,8 +19,10 @@ After the timing, --profile-submits deterministic submits (default 2000) run und
 number of Python-level calls per submit is printed: the sum of every function's call count in pstats
 (primitive and recursive calls alike) divided by the number of submits. Goal: <= 100.
 
+--per-op runs the device without its command processor (the per-operation path, the reference).
+
 Run: python bench/bench_submit.py [--repeats 7] [--block 200] [--op relu|conv] [--shape 1,8,4,4]
-                                  [--profile-submits 2000]
+                                  [--profile-submits 2000] [--per-op]
 """
 
 from __future__ import annotations
@@ -75,9 +77,20 @@ def _model(op: str, shape: tuple[int, ...]) -> Any:
     return model
 
 
-def _runtime(blob: bytes, mode: str, shape: tuple[int, ...]) -> tuple[Any, Callable[[], np.ndarray]]:
+def device_config(per_op: bool) -> Any:
+    """The "full" configuration, without its command processor when ``per_op`` (the per-operation
+    path: the engine programs, enables and completes each operation from the host)."""
+    import dataclasses
+
+    from pydla.target.config import load_config
+    config = load_config("full")
+    return dataclasses.replace(config, command_processor=False) if per_op else config
+
+
+def _runtime(blob: bytes, mode: str, shape: tuple[int, ...],
+             per_op: bool = False) -> tuple[Any, Callable[[], np.ndarray]]:
     """A runtime with ``blob`` loaded and its tensors bound once; and a function reading the output."""
-    rt = pydla.createRuntime(mode=mode)
+    rt = pydla.createRuntime(config=device_config(per_op), mode=mode)
     rt.load(blob)
     d_in, d_out = rt.getInputTensorDesc(0), rt.getOutputTensorDesc(0)
     mem_in, mem_out = rt.allocateSystemMemory(d_in.size), rt.allocateSystemMemory(d_out.size)
@@ -164,6 +177,8 @@ def main() -> None:
     parser.add_argument("--op", choices=("relu", "conv"), default="relu", help="the one operation")
     parser.add_argument("--shape", default="1,8,4,4", help="input shape N,C,H,W")
     parser.add_argument("--settle", type=float, default=0.05, help="seconds of sleep before each block")
+    parser.add_argument("--per-op", action="store_true",
+                        help="the per-operation path: the device without its command processor")
     parser.add_argument("--profile-submits", type=int, default=2000, metavar="N",
                         help="deterministic submits profiled with cProfile after the timing, to count the "
                         "Python calls per submit (0: skip)")
@@ -181,7 +196,7 @@ def main() -> None:
     ort_feed = {"x": x_check}
     np.testing.assert_allclose(ort_session.run(None, ort_feed)[0], _expected(args.op, x_check), rtol=1e-4,
                                atol=1e-5, err_msg="onnxruntime")
-    runtimes = {mode: _runtime(blob, mode, shape) for mode in ("deterministic", "threaded")}
+    runtimes = {mode: _runtime(blob, mode, shape, args.per_op) for mode in ("deterministic", "threaded")}
     pingpong = _PingPong()
     calls_per_submit: float | None = None
     try:

@@ -42,13 +42,14 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
+from pydla.firmware import cp_submit
 from pydla.firmware.engine_api import RunState
 from pydla.firmware.engine_api import engine_depth as engine_depth  # pydla.kmd.headed imports it here
 from pydla.firmware.engine_watch import EngineWatch
 from pydla.firmware.graph import TaskGraph, load_task
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability, TaskDesc
+from pydla.firmware.processors import CP_EVENT, HwEvent, block_mask, processors_for
 from pydla.firmware.processors import DEVICE_RESET_BIT as DEVICE_RESET_BIT  # pydla.kmd.recovery, headed
-from pydla.firmware.processors import HwEvent, block_mask, processors_for
 from pydla.firmware.task_run import DONE as DONE  # (tests and the headed firmware import these here)
 from pydla.firmware.task_run import ENABLED as ENABLED
 from pydla.firmware.task_run import PROGRAMMED as PROGRAMMED
@@ -103,6 +104,10 @@ class Engine:
         self.trace_tasks = False
         self._aborting: TaskRun | None = None  # the run abort() stops (its task_end says ABORTED)
         self.holding = False  # an operation waits for barriers (barriers_fired)
+        self.cp = False  # the device has a command processor (pydla.firmware.cp_submit)
+        # What this engine last wrote to cp_base/cp_ctx/cp_size (they keep their values): a job of the
+        # same buffer then writes only the doorbell. Forgotten at every reset the engine makes.
+        self.cp_written: tuple[int, int, int] | None = None
         self._initialised = False
 
     # -- the NVDLA engine scheduler's entry points -----------------------------------------------
@@ -113,6 +118,7 @@ class Engine:
             if self._initialised:
                 return 0
             self.hw.init(self.port)
+            self.cp = cp_submit.present(self.port, self.hw)
             self.port.connect_interrupt(self.dla_isr_handler)
             self._initialised = True
             return 0
@@ -132,6 +138,8 @@ class Engine:
                         f"{head.task.task_id}")
                 raise DlaError(NvError.Busy, f"{what} on this device")
             run = TaskRun(task, graph, on_finish)
+            if self.cp and task.command_buffer is not None and graph.shave is None and graph.operations:
+                run.cp = 1  # one doorbell when its turn comes (_schedule), one interrupt at its end
             if self.inflight:  # behind another task: where it may start in each block depends on it
                 run.gated = True
                 self.inflight.append(run)
@@ -189,6 +197,9 @@ class Engine:
                         return count
                     event = self._events.popleft()
                 count += 1
+                if event.block == CP_EVENT:
+                    self._cp_ended()
+                    continue
                 run = self._owner[BLOCKS[event.block]][event.group]
                 if run is None or run.finished:
                     continue
@@ -223,15 +234,7 @@ class Engine:
                 self._schedule_or_fail(run)
             return
         if event.failed:
-            code = self.hw.error_code(self.port, block)
-            name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
-            message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
-            fault = 0
-            if code == R.dla_hw_error_e.MMU_FAULT and self.mmu_fault is not None:
-                fault, ctx, _ = self.mmu_fault
-                message += f" (access to {fault:#x} outside the mappings of context {ctx})"
-            run.failed = (index, code, fault)
-            self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
+            self._op_failed(run, index)
             return
         shave = run.graph.shave
         if shave is not None and shave.op_updates[index]:  # its barriers: SHAVE tasks may start
@@ -245,6 +248,41 @@ class Engine:
             self._finish(run)
             return
         self._schedule_or_fail(run)
+
+    def _op_failed(self, run: TaskRun, index: int) -> None:
+        """Operation ``index`` of ``run`` failed on the device (its block's S_ERROR says why)."""
+        op = run.graph.operations[index]
+        code = self.hw.error_code(self.port, op.block)
+        name = R.dla_hw_error_e(code).name if code in R.dla_hw_error_e._value2member_map_ else code
+        message = f"task {run.task.task_id}: {op.name} failed on the device: {name}"
+        fault = 0
+        if code == R.dla_hw_error_e.MMU_FAULT and self.mmu_fault is not None:
+            fault, ctx, _ = self.mmu_fault
+            message += f" (access to {fault:#x} outside the mappings of context {ctx})"
+        run.failed = (index, code, fault)
+        self._fail(run, DlaError(ERROR_CODES.get(code, NvError.ResourceError), message))
+
+    def _cp_ended(self) -> None:
+        """The command processor's job ended: its run completed, or failed at the operation the
+        device names (the same error as the per-operation path's), or its buffer was refused."""
+        inflight = self.inflight
+        run = inflight[0] if inflight else None  # (the one rung is the head: runs behind it wait)
+        if run is None or run.cp != 2 or run.finished:
+            return  # a stale bit (its run was aborted meanwhile)
+        status = cp_submit.status(self.port)
+        index = cp_submit.failed_op(self.port) if status != cp_submit.DONE else 0
+        n = len(run.graph.operations)
+        if status == cp_submit.DONE:
+            run.state = [DONE] * n
+            run.completed = n
+            self._finish(run)
+        elif status == cp_submit.FAILED and index < n:
+            self._op_failed(run, index)
+        elif status == cp_submit.FAILED:
+            self._fail(run, DlaError(NvError.ResourceError, f"task {run.task.task_id}: the device reports "
+                                                            f"operation {index} failed, of {n}"))
+        elif status == cp_submit.BAD_BUFFER:
+            self._fail(run, cp_submit.bad_buffer(self.port, run, index))
 
     def _schedule_or_fail(self, run: TaskRun) -> None:
         """Programming resolves addresses: a problem there fails this run, never the engine."""
@@ -281,6 +319,12 @@ class Engine:
     def _schedule(self, run: TaskRun) -> None:
         """Program every operation that has a free group; enable every one that is ready. (Run at
         every event of every job: the run's state is read into locals once.)"""
+        if run.cp:  # the device's command processor runs it all, from one doorbell
+            if run.cp == 1 and not run.gated and not run.finished:
+                run.cp = 2
+                cp_submit.ring(self.port, run, self.cp_written)
+                self.cp_written = run.task.command_buffer
+            return
         graph, port, task = run.graph, self.port, run.task
         ops, chains, programs = graph.operations, graph.chains, graph.programs
         busy, chain_pos, next_group = run.busy, run.chain_pos, run.next_group
@@ -381,6 +425,7 @@ class Engine:
             later = self.inflight[self.inflight.index(run) + 1:] if run in self.inflight else []
         else:
             mask = block_mask(run.graph.blocks)
+            self.cp_written = None
             self.hw.reset(self.port, run.graph.blocks)
             with self._events_lock:
                 self._events = collections.deque(e for e in self._events if not mask >> e.block & 1)
@@ -404,15 +449,19 @@ class Engine:
     # the same through messages) ---------------------------------------------------------------------
 
     def progress(self, run: RunState) -> int | None:
-        """Operations of ``run`` completed so far."""
+        """Operations of ``run`` completed so far (the command processor's commands, for its run)."""
+        if isinstance(run, TaskRun) and run.cp == 2 and not run.finished:
+            return cp_submit.progress(self.port)
         return run.completed
 
     def reset_blocks(self, blocks: Sequence[dla_block_e]) -> list[dla_block_e]:
         """Reset ``blocks`` (the GLB reset register, a bit per block); those still busy after it."""
+        self.cp_written = None
         return self.watch.reset_blocks(blocks)
 
     def reset_device(self) -> list[dla_block_e]:
         """Reset the whole device; the blocks still busy after it."""
+        self.cp_written = None
         return self.watch.reset_device()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from pydla.deviceapi.generated.device_api import dla_block_e
+from pydla.firmware.cp_submit import mark_stuck
 from pydla.firmware.engine_api import stuck_text
 from pydla.firmware.interface import DeviceCaps, FirmwarePortability
 from pydla.firmware.processors import IDLE, RUNNING, Processors
@@ -46,6 +47,8 @@ class EngineWatch:
         """The (operation, group) pairs of ``run`` that are running, and those enabled and waiting,
         read from the blocks' status registers."""
         with self._lock:
+            if run.cp == 2 and not run.finished:  # the command processor's: where it stopped
+                mark_stuck(self.port, self.hw, run)
             running: list[tuple[int, int]] = []
             waiting: list[tuple[int, int]] = []
             for b in run.graph.blocks:

@@ -86,6 +86,10 @@ class TaskDesc:
     # An NVDLA DLA task's firmware interface version (the loadable's network-descriptor blob version):
     # which dla_interface layout its descriptors have (pydla.firmware.nvdla). None: pydla's own task.
     nvdla_interface: tuple[int, int, int] | None = None
+    # (context, device address, size) of the task's command buffer when the driver made one
+    # (pydla.kmd.cmdbuf): the engine then submits it to the device's command processor with one
+    # doorbell write; None: operation by operation.
+    command_buffer: tuple[int, int, int] | None = None
 
     def entry(self, index: int, what: str) -> ResolvedEntry:
         if not 0 <= index < len(self.addresses):

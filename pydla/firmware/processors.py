@@ -29,6 +29,8 @@ from pydla.firmware.interface import FirmwarePortability, TaskDesc
 from pydla.firmware.program import ERROR, POINTER, STATUS, enable_operation, program_operation
 
 MMU_FAULT_BIT = 31
+CP_INTR_BIT = 12  # GLB intr_status: the command processor's job ended (cp_status)
+CP_EVENT = 0xFF  # HwEvent.block of that event: not a block's
 DEVICE_RESET_BIT = 31  # of GLB_RESET, as the register map (dla_regs.yaml) declares
 SHAVE_INTR_MASK = 1 << 29  # GLB intr_status: the SHAVE tiles interrupt, not the engine's
 OP_COMPLETED = int(T.dla_event_e.OP_COMPLETED)
@@ -104,6 +106,8 @@ class Processors:
             blk = port.dla_reg_read(R.GLB_MMU_FAULT_BLOCK)
             fault = ((hi << 32) | lo, ctx, blk)
         events = []
+        if status >> CP_INTR_BIT & 1:
+            events.append(HwEvent(CP_EVENT, 0, False))
         for b in range(len(dla_block_e)):
             if not status >> (2 * b) & 0x30003:
                 continue  # no done or error bit of this block: the common case, checked once

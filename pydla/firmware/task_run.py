@@ -24,6 +24,7 @@ class TaskRun(RunState):
     __slots__ = (
         "busy",
         "chain_pos",
+        "cp",
         "deps",
         "enable_order",
         "failed",
@@ -44,6 +45,9 @@ class TaskRun(RunState):
         # a headed firmware sends the host (task_failed_evt)
         self.failed: tuple[int, int, int] | None = None
         self.traced = False  # its task_start was recorded: its task_end is too (pydla.kmd.trace)
+        # Run by the device's command processor (task.command_buffer; pydla.firmware.engine): 0 not,
+        # 1 waiting for its turn, 2 its doorbell rung
+        self.cp = 0
         self.restart()
 
     def restart(self) -> None:

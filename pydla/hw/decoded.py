@@ -59,6 +59,7 @@ class DecodedCache:
         self._by_ctx: dict[int, set[bytes]] = {}
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self.cleared = 0  # times clear() ran
         iommu.add_listener(self.forget)
 
     def forget(self, ctx: int) -> None:
@@ -69,6 +70,7 @@ class DecodedCache:
 
     def clear(self) -> None:
         with self._lock:
+            self.cleared += 1  # (the command processor's decoded jobs compare it: pydla.hw.cmdproc)
             self._entries.clear()
             self._by_ctx.clear()
 

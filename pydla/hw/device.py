@@ -40,6 +40,7 @@ import numpy.typing as npt
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated.device_api import dla_block_e
 from pydla.errors import DlaError, NvError
+from pydla.hw.cmdproc import CommandProcessor
 from pydla.hw.compute_units import ComputeUnits
 from pydla.hw.cu.unit import CuEvent
 from pydla.hw.execution import Execution
@@ -130,6 +131,9 @@ class VirtualDevice:
         self.execution = execution = Execution(state, irq, trace, units)
         self.faults = Faults(state, execution, units, tiles, trace)
         self.regs = regs = RegisterFile(state, execution, self.faults, tiles, units, irq, trace)
+        self.cp = cp = CommandProcessor(state, execution, irq, trace)  # (its registers read 0 if absent)
+        regs.glb_extra.update(cp.glb_registers())
+        regs.doorbell = cp.run
         self.glb_extra = regs.glb_extra
         self.reg_read, self.reg_write = regs.reg_read, regs.reg_write
         self.reg_write_many, self.reg_write_words = regs.reg_write_many, regs.reg_write_words
@@ -142,6 +146,7 @@ class VirtualDevice:
 
             self.mcu = Microcontroller(self)
         execution.start()
+        cp.start()
 
     # -- the GLB status the host and the firmware read (the shared state's) -------------------------
 

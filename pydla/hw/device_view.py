@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pydla.hw.memory import Iommu
+from pydla.hw.memory import DeviceMemory, Iommu
 from pydla.target.config import DeviceConfig
 
 # A GLB register a part adds to pydla's device: (read, write); a write returns its effect.
@@ -59,6 +59,8 @@ class McuHost(ProbedDevice, Protocol):
     def trace_mask(self) -> int: ...
     @property
     def iommu(self) -> Iommu: ...
+    @property
+    def memory(self) -> DeviceMemory: ...
     @property
     def log(self) -> collections.deque[str]: ...
 

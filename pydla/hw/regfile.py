@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
+from pydla.hw.cmdproc import DOORBELL
 from pydla.hw.compute_units import CU_INTR_BIT as _CU_INTR_BIT
 from pydla.hw.compute_units import ComputeUnits, CuInterrupt, register_names
 from pydla.hw.execution import Execution
@@ -43,7 +44,9 @@ from pydla.hw.trace_out import TraceOutput
 # Offsets of the S registers inside a block window (the same in every block).
 _S = {name: R.REGISTERS[f"BDMA_S_{name.upper()}"] - R.BDMA_S_STATUS
       for name in ("status", "pointer", "error", "error_group", "ops_done")}
-_ENABLED, _STATUS = 1, 2  # what a register write changed: an operation enabled, interrupt status
+# What a register write changed: an operation enabled, interrupt status, the command processor's
+# doorbell rung (pydla.hw.cmdproc.DOORBELL: the job runs in the writing thread once the lock is released)
+_ENABLED, _STATUS, _DOORBELL = 1, 2, DOORBELL
 
 _S_STATUS, _S_POINTER, _S_ERROR, _S_ERROR_GROUP, _S_OPS_DONE = (
     _S["status"], _S["pointer"], _S["error"], _S["error_group"], _S["ops_done"])
@@ -78,6 +81,9 @@ class RegisterFile:
         # GLB registers served by a part of the device (the microcontroller's, the trace ring's):
         # address -> (read, write); a write returns what it changed (0, or a status change to act on).
         self.glb_extra: dict[int, GlbRegister] = trace.glb_registers()
+        # The command processor's job, run when a write rang its doorbell (pydla.hw.cmdproc; set by
+        # the device when it has one)
+        self.doorbell: Callable[[], None] = lambda: None
 
     def record_trace(self, on: bool = True) -> list[RegAccess]:
         """Start (or stop) recording every register access; returns the list being filled."""
@@ -120,6 +126,8 @@ class RegisterFile:
             execution.run_runnable()
         elif effect == _STATUS:
             self._irq.signal()
+        elif effect == _DOORBELL:
+            self.doorbell()
 
     def reg_write_many(self, writes: Sequence[tuple[int, int]]) -> None:
         """``reg_write`` of each ``(address, value)`` in order, taking the lock once per run of writes
@@ -128,7 +136,7 @@ class RegisterFile:
         where_of = self._where.get
         state, execution = self._state, self._execution
         while i < n:
-            kick = status = False
+            kick = status = doorbell = False
             with self._lock:
                 # the fast path stores without recording: not while accesses are recorded or traced
                 plain = self.trace is None and not state.trace_mask & _TRACE_REG_WRITE
@@ -156,10 +164,15 @@ class RegisterFile:
                     if effect == _STATUS:
                         status = True
                         break
+                    if effect == _DOORBELL:
+                        doorbell = True
+                        break
             if kick:
                 execution.run_runnable()
             elif status:
                 self._irq.signal()
+            elif doorbell:
+                self.doorbell()
 
     def reg_write_words(self, addresses: npt.NDArray[np.uint32], values: npt.NDArray[np.uint32]) -> None:
         """``reg_write`` of ``values[i]`` to ``addresses[i]``, in order. When every address is a

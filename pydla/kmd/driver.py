@@ -48,6 +48,7 @@ from pydla.firmware.engine_api import EngineApi
 from pydla.firmware.graph import load_task
 from pydla.firmware.interface import MAX_ADDRESSES, CuDesc, TaskDesc
 from pydla.kmd.bottom_half import BottomHalf
+from pydla.kmd.cmdbuf import CommandBuffers, device_has_command_processor
 from pydla.kmd.context import (
     Buffer,
     Context,
@@ -109,6 +110,10 @@ class Kmd:
         self.engine: EngineApi = make_engine(self.port, info, rpc_timeout_ms=max(50, min(tdr_ms, 2000)))
         self.watchdog = Watchdog(self.engine, self.port, tdr_ms=tdr_ms, ban_after=ban_after)
         self.tasks = TaskCache()
+        # Each task's command buffer, on a device whose command processor runs a task from one doorbell
+        # (not headed: the microcontroller's firmware programs each operation; not NVDLA's)
+        self.cmdbufs = CommandBuffers(port, present=not info.headed and info.nvdla is None
+                                      and device_has_command_processor(port))
         # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).
         self.shave = ShaveEngine(self.port, info.shave, wake=self.engine.wake)
         self.shave.dla = self.engine  # the DLA operations of a task beside its SHAVE list
@@ -162,6 +167,7 @@ class Kmd:
             del self.open_contexts.by_id[ctx]
             release_context(self.port, context)
             self.tasks.forget(ctx)
+            self.cmdbufs.forget(ctx)
             log.debug("device %d: context %d closed (%d open)", self.info.instance, ctx,
                       len(self.open_contexts.by_id))
 
@@ -243,6 +249,7 @@ class Kmd:
         job = Job(self.bottom_half, job_id, context, task, graph, priority, timeout_ms, pre_fences,
                   post_fences)
         with self._lock:
+            task.command_buffer = self.cmdbufs.get(task, graph)
             return jobs.enqueue(job)
 
     def prepare(self, ctx: int, addresses: list[AddressEntry], scalars: Sequence[tuple[int, int]] = (),
@@ -276,6 +283,7 @@ class Kmd:
                 raise DlaError(NvError.InvalidState, f"{what}: a buffer it uses was destroyed meanwhile")
             context.prepared[prep_id] = PreparedJob(prep_id, handles, task.addresses, graph, task.scalars,
                                                     task.nvdla_interface)
+            self.cmdbufs.get(task, graph)  # written once, here: each submit rings the doorbell
             return prep_id
 
     def submit_prepared(self, ctx: int, prep_id: int, *, priority: int = 0, timeout_ms: int | None = None,
@@ -301,6 +309,7 @@ class Kmd:
             job_id = jobs.next_job
             jobs.next_job += 1
             task = TaskDesc(job_id, ctx, prepared.addresses, prepared.scalars, prepared.nvdla_interface)
+            task.command_buffer = self.cmdbufs.get(task, prepared.graph)
             job = Job(self.bottom_half, job_id, context, task, prepared.graph, priority, timeout_ms,
                       pre_fences, post_fences)
             job.on_done = on_done

@@ -68,6 +68,10 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], Any]] = {
     "shave": ((dict, type(None)), None),
     # One of NVDLA's hardware configurations (pydla.target.nvdla_hw): NVDLA's register map and C model.
     "nvdla": ((dict, type(None)), None),
+    # The engine: {"command_processor": true} gives the device a command processor (GLB cp_*: the
+    # driver submits a prepared job as one command, pydla.hw.cmdproc); false or absent keeps the
+    # per-operation path. Never on an NVDLA configuration (faithful to NVDLA).
+    "engine": ((dict,), {}),
 }
 MAX_KERNEL = 1024
 MAX_STRIDE = 64
@@ -97,6 +101,8 @@ class DeviceConfig:
     # One of NVDLA's hardware configurations (nv_full, nv_small, ...): its device implements NVDLA's
     # register map (pydla.hw.nvdla_device), not pydla's own; None for pydla's own configurations.
     nvdla: NvdlaHwConfig | None = None
+    # The device has a command processor ("engine": {"command_processor": true}; pydla.hw.cmdproc).
+    command_processor: bool = False
 
     @property
     def precision_names(self) -> tuple[str, ...]:
@@ -253,7 +259,23 @@ def _parse_fields(raw: Any, source: str) -> DeviceConfig:
                         float(optional["tap_major_max_extra"]),
                         _ip_layout(optional["ip_layout"], optional["cu_models"], source),
                         float(optional["clock_mhz"]),
-                        parse_shave(optional["shave"], source), headed)
+                        parse_shave(optional["shave"], source), headed,
+                        command_processor=_command_processor(optional["engine"], optional["nvdla"], source))
+
+
+def _command_processor(engine: dict[str, Any], nvdla: Any, source: str) -> bool:
+    """The "engine" field's command_processor (false when absent); refused on an NVDLA configuration."""
+    unknown = sorted(set(engine) - {"command_processor"})
+    if unknown:
+        raise DlaError(NvError.BadValue, f"{source}: 'engine' has unknown field(s) {', '.join(unknown)}")
+    on = engine.get("command_processor", False)
+    if not isinstance(on, bool):
+        raise DlaError(NvError.BadValue,
+                       f"{source}: 'engine.command_processor' must be true or false, not {on!r}")
+    if on and nvdla is not None:
+        raise DlaError(NvError.BadValue, f"{source}: 'engine.command_processor' is pydla's own: an NVDLA "
+                                         "configuration ('nvdla') programs each operation from the host")
+    return on
 
 
 def _ip_layout(raw: Any, cu_models: dict[str, Any], source: str) -> tuple[ComputeUnitInfo, ...]:

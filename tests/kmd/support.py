@@ -9,6 +9,7 @@ them. ``feed`` fills the outputs with NaN first, so a stale result from an earli
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from pydla.firmware.program import STATUS
 from pydla.hw.device import RegAccess, VirtualDevice
 from pydla.kmd.driver import Job, Kmd
 from pydla.loadable.taskbuilder import BuiltTask, Cube, LoadedTask, TaskBuilder
+from pydla.target.config import DeviceConfig, load_config
 
 Array = npt.NDArray[np.float32]
 MakeKmd = Callable[..., tuple[VirtualDevice, Kmd]]  # the make_kmd fixture (conftest.py)
@@ -440,3 +442,17 @@ def check_dependency_order(trace: list[RegAccess], run: TaskRun) -> Replay:
         if op.fused_parent != -1:
             assert rp.completed[op.fused_parent] == rp.completed[op.index], "a fused pair completes together"
     return rp
+
+
+def per_operation(config: str | DeviceConfig = "full") -> DeviceConfig:
+    """``config`` without its command processor: the per-operation path (the reference), for the
+    tests that inspect its register traffic or the engine's enable order."""
+    return dataclasses.replace(load_config(config), command_processor=False)
+
+
+def per_operation_kmd(make_kmd: MakeKmd) -> MakeKmd:
+    """``make_kmd`` whose devices have no command processor (see :func:`per_operation`)."""
+    def make(config: str | DeviceConfig = "full", mode: str = "deterministic",
+             **kwargs: object) -> tuple[VirtualDevice, Kmd]:
+        return make_kmd(per_operation(config), mode, **kwargs)
+    return make

@@ -19,7 +19,7 @@ import numpy as np
 from pydla.composition.virtual_port import VirtualDevicePort
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from tests.kmd.support import conv_sdp_pdp
+from tests.kmd.support import conv_sdp_pdp, per_operation
 
 GOLDEN = Path(__file__).parent / "golden" / "conv_sdp_pdp_trace.txt"
 UPDATE_ENV = "PYDLA_UPDATE_GOLDEN"
@@ -29,7 +29,7 @@ REGENERATE = f"{UPDATE_ENV}=1 python -m pytest tests/kmd/test_golden_trace.py"
 def record_conv_sdp_pdp_trace(seed: int = 0) -> tuple[list[str], dict[str, np.ndarray]]:
     """Run conv_sdp_pdp once on a fresh deterministic "full" device; return the trace lines recorded
     from just before submit to completion, and the task's outputs (for checking the numbers)."""
-    dev = VirtualDevice("full", mode="deterministic")
+    dev = VirtualDevice(per_operation("full"), mode="deterministic")  # the per-operation path's trace
     kmd = Kmd(VirtualDevicePort(dev))
     try:
         ctx = kmd.open_context()

@@ -11,8 +11,16 @@ from pydla import DlaError, NvError
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.deviceapi.generated import dla_task as T
 from pydla.loadable.taskbuilder import TaskBuilder
+from tests.kmd.support import MakeKmd, per_operation_kmd
 
 GRID = np.linspace(-4.0, 4.0, 33)
+
+
+@pytest.fixture
+def make_kmd(make_kmd: MakeKmd) -> MakeKmd:
+    """These tests inspect the per-operation path (its register traffic, the engine's enable order):
+    their devices have no command processor (tests/cmdproc compares the two paths)."""
+    return per_operation_kmd(make_kmd)
 
 
 def _build(entries: int = 33):

@@ -30,6 +30,7 @@ from tests.kmd.support import (
     fan_in,
     fan_out,
     pdp_chain,
+    per_operation_kmd,
     two_conv_pairs,
 )
 
@@ -38,6 +39,13 @@ B = dla_block_e
 
 
 pytestmark = pytest.mark.headless_only(ENGINE_INTERNALS)
+
+@pytest.fixture
+def make_kmd(make_kmd: MakeKmd) -> MakeKmd:
+    """These tests inspect the per-operation path (its register traffic, the engine's enable order):
+    their devices have no command processor (tests/cmdproc compares the two paths)."""
+    return per_operation_kmd(make_kmd)
+
 
 def run_traced(make_kmd: MakeKmd, case: Case, seed: int = 0) -> tuple[Job, Replay]:
     """Run ``case`` once on a fresh deterministic device with the register trace on; check its

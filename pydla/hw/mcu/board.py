@@ -24,7 +24,7 @@ from pydla.hw.mcu.port import FirmwarePort
 if TYPE_CHECKING:
     from pydla.firmware.interface import FirmwarePortability, KmdDeviceInfo
     from pydla.hw.device_view import McuHost
-    from pydla.hw.memory import Iommu
+    from pydla.hw.memory import DeviceMemory, Iommu
 
 
 class Board(Protocol):
@@ -32,6 +32,11 @@ class Board(Protocol):
 
     @property
     def iommu(self) -> Iommu: ...
+
+    @property
+    def memory(self) -> DeviceMemory | None:
+        """The device memory the firmware allocates its command buffers in (None: the device has no
+        command processor the firmware submits to)."""
 
     def port(self, write: Callable[[int, int], None],
              connect: Callable[[Callable[[], object] | None], None]) -> FirmwarePortability:
@@ -60,6 +65,10 @@ class DlaBoard:
     @property
     def iommu(self) -> Iommu:
         return self.device.iommu
+
+    @property
+    def memory(self) -> DeviceMemory | None:
+        return self.device.memory
 
     def port(self, write: Callable[[int, int], None],
              connect: Callable[[Callable[[], object] | None], None]) -> FirmwarePortability:

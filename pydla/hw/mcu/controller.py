@@ -265,8 +265,9 @@ class Microcontroller:
                 self._reboot(self.api)
             elif size:
                 self.attach_error = self.firmware.attach(base, ctx, size)
-            else:
+            else:  # the host detached (its driver closed): the firmware's command buffers go too
                 self.firmware.mailbox = None
+                self.firmware.cmdbufs.close()
         if self.hung or self.stopped is not None:
             return False
         try:
@@ -279,6 +280,7 @@ class Microcontroller:
         return posted
 
     def _reboot(self, api: ModuleType) -> None:
+        self.firmware.cmdbufs.close()  # the old firmware's command buffers go with it
         self.firmware = Firmware(self.board, self._bus_write, api)
         self.hung = False
         self.stopped = None

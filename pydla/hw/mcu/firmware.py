@@ -51,6 +51,7 @@ from pydla.firmware.engine_api import RunState
 from pydla.firmware.headed_codec import nvdla_version, wire
 from pydla.firmware.headed_ring import ENTRY_SIZE, Layout, Ring, RingError, counters
 from pydla.firmware.interface import MAX_ADDRESSES, TaskDesc
+from pydla.hw.mcu.cmdbufs import FirmwareCommandBuffers
 from pydla.hw.mcu.prepared import PreparedTasks
 from pydla.hw.memory import BufferObject, MmuFault
 from pydla.hw.trace_out import LOG_WARNING, TASK
@@ -95,6 +96,9 @@ class Firmware:
         self.engine = Engine(self.port, self.info)
         self.engine.dla_engine_init()
         self.cache = PreparedTasks(board.iommu, self.info)
+        # The tasks' command buffers, when the device has a command processor (pydla.hw.mcu.cmdbufs)
+        self.cmdbufs = FirmwareCommandBuffers(board.memory if self.engine.cp else None, board.iommu,
+                                              {int(b) for b in self.info.blocks})
         self.wire = wire(api)  # None: this API's task messages take the generic path
         self.mailbox: _Mailbox | None = None
         self.handshaken = False
@@ -332,9 +336,9 @@ class Firmware:
             # byte read unchanged).
             prepared = self.cache.get(self.port, ctx, raw, task_id, generation, nvdla_interface)
             self.engine.trace_tasks = bool(self.board.trace_mask() & TASK)  # no bus access
-            run = self.engine.dla_execute_task(TaskDesc(task_id, ctx, prepared.addresses,
-                                                        nvdla_interface=nvdla_interface),
-                                               prepared.graph, self._on_finish)
+            desc = TaskDesc(task_id, ctx, prepared.addresses, nvdla_interface=nvdla_interface)
+            desc.command_buffer = self.cmdbufs.get(self.port, desc, prepared.graph, box.ctx)
+            run = self.engine.dla_execute_task(desc, prepared.graph, self._on_finish)
         except DlaError as e:
             self.log_line(f"task {task_id}: {e.message}")
             return self._refuse(task_id, st.BUSY if e.code == NvError.Busy else st.BAD_PARAMETER, e.code)

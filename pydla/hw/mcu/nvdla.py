@@ -95,6 +95,11 @@ class NvdlaBoard:
     def iommu(self) -> Iommu:
         return self.device.iommu
 
+    @property
+    def memory(self) -> None:
+        """None: NVDLA's device has no command processor (each operation is programmed)."""
+        return None
+
     def port(self, write: Callable[[int, int], None],
              connect: Callable[[Callable[[], object] | None], None]) -> FirmwarePortability:
         return NvdlaFirmwarePort(self._read, write, self._write_many, self._write_words, connect)

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from pydla.hw.device_view import McuHost
 
 # GLB intr_status bits routed to the microcontroller: each block's done (0..11) and error (16..27)
-# bits and the MMU fault (31).
-FIRMWARE_INTR_BITS = 0x0FFF | 0x0FFF << 16 | 1 << 31
+# bits, the command processor's (12: the firmware rings its doorbell) and the MMU fault (31).
+FIRMWARE_INTR_BITS = 0x1FFF | 0x0FFF << 16 | 1 << 31
 _INTR_STATUS, _INTR_MASK = R.GLB_INTR_STATUS, R.GLB_INTR_MASK
 # Stands for the memory of an address-list entry that is not mapped in the task's context.
 UNMAPPED = BufferObject(0, 0)

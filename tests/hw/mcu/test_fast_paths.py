@@ -116,7 +116,7 @@ def test_block_interrupts_reach_the_host_only_headless(headed: bool) -> None:
         if headed:  # the mailbox's bit 28, never a block's done bit alone
             assert all(status & 1 << 28 for status in seen), [hex(s) for s in seen]
         else:
-            assert any(status & 0x0FFF for status in seen)
+            assert any(status & 0x1FFF for status in seen)  # a block's done bit, or the command processor's
     finally:
         kmd.close()
         dev.close()
