@@ -145,3 +145,33 @@ def test_a_reset_stops_a_runaway_emulation_at_once(how: str) -> None:
         assert np.array_equal(np.frombuffer(host.read(out, x.nbytes), F16), np.clip(x, F16(-1), F16(2)))
     finally:
         dev.close()
+
+
+def test_a_bit_the_host_clears_while_a_kernel_computes_interrupts_again(
+        gated: tuple[VirtualDevice, Host, threading.Event, threading.Event]) -> None:
+    """The notify bit is still set from the list before when the worker starts; the host clears it
+    while the next list's kernel computes; the next notify sets it again: a new bit, an interrupt."""
+    dev, host, gate, entered = gated
+    irqs: list[int] = []
+    dev.connect_irq(lambda: irqs.append(dev.reg_read(R.SHAVE_INTR_STATUS)))
+    host.start_tile(0)
+    x = np.linspace(-4, 9, 1000).astype(F16)
+    gate.set()
+    run_clamp(host, x, 0, 6)
+    deadline = time.monotonic() + WAIT_S
+    while not irqs and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert irqs and host.r(R.SHAVE_INTR_STATUS) & 1 << 17  # not cleared: the line stays up
+    gate.clear()
+    entered.clear()
+    run_clamp(host, x, -1, 1)
+    assert entered.wait(WAIT_S)
+    host.w(R.SHAVE_INTR_STATUS, 0xFFFFFFFF)
+    host.w(R.GLB_INTR_STATUS, 1 << 29)
+    count = len(irqs)
+    gate.set()
+    deadline = time.monotonic() + WAIT_S
+    while len(irqs) == count and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert len(irqs) > count and irqs[-1] & 1 << 17, "the second list's notify raised no interrupt"
+    assert host.r(R.GLB_INTR_STATUS) & 1 << 29
