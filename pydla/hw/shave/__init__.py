@@ -60,6 +60,6 @@ write that lets them progress (a push, a START, a barrier configuration), in a f
 DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sleeps on an empty
 FIFO or unfired barriers, and with an exact instruction budget also after each task), so that a
 run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs them in
-the same order, beside the host, and a kernel computes with the device lock released. A kernel runs within its budget (``instruction_budget`` or
-``time_budget_ms``, :mod:`pydla.target.shave`).
+the same order, beside the host, and a kernel computes with the device lock released. A kernel
+runs within its budget (``instruction_budget`` or ``time_budget_ms``, :mod:`pydla.target.shave`).
 """
