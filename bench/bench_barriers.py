@@ -15,7 +15,9 @@ ratio with / without barriers (below 1: faster with them) as the median of the r
 submits paired in each block, the first of a pair alternating (so that a busy machine slows both
 sides alike). The outputs are
 checked to be the same bytes. OPENBLAS_NUM_THREADS is 1 (set by re-running this script): on a
-machine other work shares, BLAS threads that wait for each other make every figure noise.
+machine other work shares, BLAS threads that wait for each other make every figure noise. The load
+average before and after each mode is printed: ``threaded`` can only gain where a core is free for
+the SHAVE worker while the blocks compute (at a load above the core count, none is).
 
 Run: python bench/bench_barriers.py [--repeats 15] [--block 4] [--modes deterministic,threaded]
 """
@@ -71,6 +73,7 @@ def tasks(blob: bytes) -> str:
 def measure(mode: str, blobs: dict[str, bytes], feeds: dict[str, np.ndarray], repeats: int,
             block: int) -> float:
     runs = {name: runtime(blob, mode, feeds) for name, blob in blobs.items()}
+    load = os.getloadavg()[0]
     outs = {}
     for name, (rt, read) in runs.items():
         rt.submit()
@@ -96,7 +99,8 @@ def measure(mode: str, blobs: dict[str, bytes], feeds: dict[str, np.ndarray], re
     cpu_ratio = statistics.median(a / b for a, b in zip(cpu["with"], cpu["without"], strict=True))
     print(f"{mode}: with barriers {med['with'][0]:.1f} ms (CPU {med['with'][1]:.1f}), without "
           f"{med['without'][0]:.1f} ms (CPU {med['without'][1]:.1f}); with / without {ratio:.3f} wall, "
-          f"{cpu_ratio:.3f} CPU (medians of {len(wall['with'])} pairs)")
+          f"{cpu_ratio:.3f} CPU (medians of {len(wall['with'])} pairs; load average {load:.1f} -> "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     return ratio
 
 

@@ -7,7 +7,8 @@ its windows (pydla/deviceapi/specs/shave.yaml): WIN_D (kernel code + RO data), W
 RW data), WIN_F (its CMX slice; its stack at the top), RT_WIN (the runtime kernel) and RT_CTRL
 (its control page). Modules: :mod:`.tile` (a core and its windows), :mod:`.dma`, :mod:`.barriers`,
 :mod:`.tasks` (descriptors in device memory), :mod:`.elfload`, :mod:`.faults`, :mod:`.system` (the
-registers and the scheduler), :mod:`.part` (the device part). The kernels themselves (the shipped
+registers and the scheduler), :mod:`.part` (the device part), :mod:`.unlocked` (a threaded device's
+kernels compute without its lock). The kernels themselves (the shipped
 ones, building them, the interface a kernel is called through) are :mod:`pydla.kernels`.
 
 The protocol a KMD follows (registers of dla_regs ``shave_regs_t`` at SHAVE_TILES = 0x7800, and
@@ -59,6 +60,6 @@ write that lets them progress (a push, a START, a barrier configuration), in a f
 DMA's ready tasks, then tile 0, 1, ...; a tile runs until its runtime kernel sleeps on an empty
 FIFO or unfired barriers, and with an exact instruction budget also after each task), so that a
 run is reproducible to the register write. In ``threaded`` mode a SHAVE worker thread runs them in
-the same order, beside the host. A kernel runs within its budget (``instruction_budget`` or
-``time_budget_ms``, :mod:`pydla.target.shave`).
+the same order, beside the host, and a kernel computes with the device lock released. A kernel
+runs within its budget (``instruction_budget`` or ``time_budget_ms``, :mod:`pydla.target.shave`).
 """

@@ -8,8 +8,10 @@ every SHAVE address is a bus error. A new SHAVE interrupt bit sets GLB ``intr_st
 raises the device's interrupt line (unless bit 29 is masked).
 
 In ``deterministic`` and ``step`` modes the tiles run inside the register write that lets them
-progress; in ``threaded`` mode a SHAVE worker thread runs them (holding the device lock while a tile
-emulates: the host's register accesses wait for the tile's next stop), so a push returns at once.
+progress; in ``threaded`` mode a SHAVE worker thread runs them, so a push returns at once. The worker
+holds the device lock except while a tile computes a kernel (:mod:`pydla.hw.shave.unlocked`: what
+the SHAVE system shares with the rest of the device, and what a kernel touches alone), so the
+engine programs and completes DLA operations meanwhile.
 
 Usage::
 
@@ -25,9 +27,11 @@ from collections.abc import Callable
 from pydla.deviceapi.generated import dla_regs as R
 from pydla.hw.irq import InterruptLine
 from pydla.hw.shave.system import ShaveSystem
+from pydla.hw.shave.unlocked import DeviceLockRelease
 from pydla.hw.state import DeviceState
 
 WORKER_NAP_S = 0.1  # the longest the SHAVE worker sleeps without a kick (it re-checks for close)
+QUIESCE_S = 30.0  # the longest a reset waits for an abandoned kernel to stop (as a DLA block's reset)
 SHAVE_INTR_BIT = 29  # GLB intr_status: the SHAVE tiles interrupt (see SHAVE_INTR_STATUS)
 WINDOW_START = R.SHAVE_TILES
 WINDOW_END = R.SHAVE_TILES + R.shave_regs_t.SIZE
@@ -49,6 +53,10 @@ class ShaveTiles:
                             if cu.model == "shave_tile"}
         self.shave = None if cfg is None else ShaveSystem(cfg, state.iommu, state.log.append, self._task)
         self._wake = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)  # a tile stopped computing without the lock
+        self._release = DeviceLockRelease(self._lock, self._idle)
+        if self.shave is not None:
+            self.shave.wait_idle = self._wait_idle
         self._kicked = False
         self._thread: threading.Thread | None = None
 
@@ -80,11 +88,15 @@ class ShaveTiles:
                 if state.closed:
                     return
                 self._kicked = False
-                before = shave.intr_status
-                shave.run()
-                irq = self._raised(bool(shave.intr_status & ~before))
+                raises = shave.raises
+                shave.run(self._release)  # releases the lock while a tile computes
+                irq = self._raised(shave.raises != raises)
             if irq:
                 self._irq.signal()
+
+    def _wait_idle(self, done: Callable[[], bool]) -> bool:
+        """Under the lock: wait (releasing it) until ``done()``, at most QUIESCE_S."""
+        return self._idle.wait_for(done, QUIESCE_S)
 
     def _raised(self, raised: bool) -> bool:
         """Under the lock: a new SHAVE interrupt bit sets GLB bit 29; True if the line goes up."""
@@ -124,3 +136,4 @@ class ShaveTiles:
         if threaded:
             self._kick()
         return None, 2 if self._raised(raised) else 0
+

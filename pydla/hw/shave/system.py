@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,10 @@ from pydla.hw.shave.dma import Dma
 from pydla.hw.shave.faults import E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes
 from pydla.target.shave import ShaveConfig
+
+if TYPE_CHECKING:  # the tile imports the emulator: only devices with tiles do
+    from pydla.hw.shave.tile import Tile
+    from pydla.hw.shave.unlocked import Releaser
 
 BASE = R.SHAVE_TILES
 TILE_STRIDE = R.SHAVE_T1_CTRL - R.SHAVE_T0_CTRL
@@ -71,6 +76,10 @@ class ShaveSystem:
             tile.on_task = on_task
         self.dma = Dma(iommu, self.barriers, self.cmx, config.tiles, config.cmx_bytes)
         self._used = False  # the CMX slices were written since the last reset
+        self.raises = 0  # how often a bit of intr_status was set that was clear (see run)
+        # Threaded device (pydla.hw.shave.part): wait, with the lock released, until ``done()``;
+        # False after its timeout. Without a device thread no tile computes outside a call here.
+        self.wait_idle: Callable[[Callable[[], bool]], bool] = lambda done: done()
         self.reset()
 
     def _cmx_view(self, tile: int) -> npt.NDArray[np.uint8]:
@@ -84,6 +93,7 @@ class ShaveSystem:
         return self.tiles[tile].cmx
 
     def reset(self) -> None:
+        self._stop(self.tiles)
         self.ctx = 0
         self.intr_status = 0
         self.bar_select = 0
@@ -99,8 +109,26 @@ class ShaveSystem:
         self._used = False
 
     def close(self) -> None:
+        self._stop(self.tiles)
         for tile in self.tiles:
             tile.close()
+
+    def _stop(self, tiles: list[Tile]) -> None:
+        """Before a reset, HALT or START of ``tiles``: what one computes outside the lock (threaded
+        device) is abandoned, and this returns once it stopped touching the tile (as a DLA block's
+        reset waits for its abandoned operation): an emulation is stopped, a kernel body ends."""
+        for tile in tiles:
+            tile.abandon()
+        if not self.wait_idle(lambda: not any(t.busy for t in tiles)):
+            self.log("SHAVE: a reset waited in vain for an abandoned kernel to stop computing")
+        for tile in tiles:  # the caller halts or restarts them now, under the lock it holds
+            tile.stopping = False
+
+    def _flag(self, bits: int) -> None:
+        """Set ``bits`` of intr_status, counting a bit newly set (the line is raised for it)."""
+        if bits & ~self.intr_status:
+            self.raises += 1
+        self.intr_status |= bits
 
     # -- registers --------------------------------------------------------------------------------
 
@@ -177,7 +205,7 @@ class ShaveSystem:
                 self._dma_fault(fault, 0)
             if self.barriers.notified:  # (run() says so too; a write with run=False must not lose it)
                 self.barriers.notified = False
-                self.intr_status |= 1 << NOTIFY_INTR_BIT
+                self._flag(1 << NOTIFY_INTR_BIT)
             if self.barriers.fired_now & ~ready == 0:
                 return bool(self.intr_status & ~before)  # no barrier fired: nothing may start
         elif address == R.SHAVE_DMA_PUSH_LO:
@@ -205,6 +233,8 @@ class ShaveSystem:
     def _write_tile(self, index: int, name: str, value: int) -> None:
         tile, regs = self.tiles[index], self.regs[index]
         if name == "ctrl":
+            if value & (HALT | START):
+                self._stop([tile])
             if value & HALT:
                 tile.halt()
                 self.intr_status &= ~(1 << index)
@@ -230,8 +260,10 @@ class ShaveSystem:
 
     # -- running -------------------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Run the DMA and the tiles until none can progress."""
+    def run(self, release: Releaser | None = None) -> None:
+        """Run the DMA and the tiles until none can progress. ``release`` (the threaded device's
+        worker): the tiles compute their kernels with the device lock released (Tile.resume); a
+        bit set in intr_status meanwhile is counted in ``raises`` (the host may clear bits then)."""
         progress = True
         while progress:
             progress = False
@@ -244,12 +276,12 @@ class ShaveSystem:
                 if tile.runnable():
                     progress = True
                     try:
-                        tile.resume()
+                        tile.resume(release)
                     except ShaveFault as fault:
                         self._tile_fault(tile.index, fault, recorded=True)
             if self.barriers.notified:
                 self.barriers.notified = False
-                self.intr_status |= 1 << NOTIFY_INTR_BIT
+                self._flag(1 << NOTIFY_INTR_BIT)
 
     def run_task(self, index: int, ctx: int, addr: int) -> str | None:
         """Run the ActKernelTask at ``addr`` (context ``ctx``) on tile ``index`` now, to its end:
@@ -285,7 +317,7 @@ class ShaveSystem:
             tile.error_task = 0
             tile.error_kernel = 0
             tile.error_detail = fault.message
-        self.intr_status |= 1 << index
+        self._flag(1 << index)
         self.log(f"SHAVE tile {index}: {fault} (kernel {tile.error_kernel:#x}, pc {tile.error_pc:#x}, "
                  f"address {tile.error_addr:#x})")
 
@@ -294,7 +326,7 @@ class ShaveSystem:
             self.dma.error = int(fault.error)
             self.dma.error_task = seq
             self.dma.error_addr = fault.addr
-        self.intr_status |= 1 << DMA_INTR_BIT
+        self._flag(1 << DMA_INTR_BIT)
         self.log(f"SHAVE DMA: {fault}")
 
     def error_text(self, index: int) -> str:

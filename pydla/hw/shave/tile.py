@@ -48,6 +48,7 @@ from pydla.hw.shave.faults import RUNTIME_KERNEL, E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
 from pydla.hw.shave.tile_fast import FastEmulation
 from pydla.hw.shave.traps import WfiGuard, emulator_fault, exception_fault, wfi_fault
+from pydla.hw.shave.unlocked import Releaser
 from pydla.hw.shave.watchdog import WATCHDOG
 from pydla.target.shave import ShaveConfig
 
@@ -121,6 +122,7 @@ class Tile(FastEmulation):
         # The budget: exact instructions (count, deterministic, slower) or emulation time (timeout).
         self.instruction_budget = config.instruction_budget
         self.time_budget_s = config.time_budget_ms / 1000
+        self._init_unlocked()  # a threaded device's kernels compute without its lock (Unlocked)
 
     # -- the host's side -------------------------------------------------------------------------
 
@@ -176,7 +178,8 @@ class Tile(FastEmulation):
         uc.ctl(unicorn.UC_CTL_TLB_FLUSH, unicorn.UC_CTL_IO_WRITE)
 
     def halt(self) -> None:
-        """Stop the tile, empty its FIFO, clear its error (the host's HALT, a reset)."""
+        """Stop the tile, empty its FIFO, clear its error (the host's HALT, a reset); never while
+        it is ``busy`` (see Unlocked.abandon)."""
         self.fifo.clear()
         self.state = State.IDLE
         self.task = None
@@ -196,6 +199,8 @@ class Tile(FastEmulation):
         self.fifo.append(pushed)
 
     def runnable(self) -> bool:
+        if self.busy or self.stopping:  # it computes (another thread runs it), or is abandoned
+            return False
         if self.state == State.RUNNING:
             return True
         if self.state == State.WAIT_FIFO:
@@ -204,14 +209,19 @@ class Tile(FastEmulation):
             return self.barriers.ready(self.wait_mask)
         return False
 
-    def resume(self) -> None:
+    def resume(self, release: Releaser | None = None) -> None:
         """Run the tile until it sleeps (or, with an instruction budget, ends a task) or stops with
-        an error (raised as ShaveFault after the tile's error registers are set)."""
-        while True:
-            if self._resume_fast():
-                return  # the shipped runtime kernel's loop, run in Python: the tile sleeps
-            if not self._emulate() or self.instruction_budget:
-                return  # asleep; or (exact count) a task ended: the next one gets a fresh count
+        an error (raised as ShaveFault after the tile's error registers are set). ``release``: the
+        threaded worker's, to compute kernels without the device lock (pydla.hw.shave.unlocked)."""
+        self._release = release
+        try:
+            while not self.stopping:
+                if self._resume_fast():
+                    return  # the shipped runtime kernel's loop, run in Python: the tile sleeps
+                if not self._emulate() or self.instruction_budget:
+                    return  # asleep; or (exact count) a task ended: the next one gets a fresh count
+        finally:
+            self._release = None
 
     def _emulate(self) -> bool:
         """One run of the machine code from ``self.pc``. True when a task ended with more queued (the
@@ -222,14 +232,17 @@ class Tile(FastEmulation):
         self._restart = False
         self.state = State.RUNNING
         try:
-            if self.instruction_budget:
-                uc.emu_start(self.pc, UNTIL, count=self.instruction_budget)
-            else:
-                with WATCHDOG.watch(uc, self.time_budget_s):
-                    uc.emu_start(self.pc, UNTIL)
+            with self._computing():
+                if self.instruction_budget:
+                    uc.emu_start(self.pc, UNTIL, count=self.instruction_budget)
+                else:
+                    with WATCHDOG.watch(uc, self.time_budget_s):
+                        uc.emu_start(self.pc, UNTIL)
         except unicorn.UcError as e:
             if self._fault is None:
                 self._fault = emulator_fault(uc, e)
+        if self.stopping:
+            return False  # abandoned (a reset, HALT or START): what it did is no longer the tile's
         pc = uc.reg_read(rv.UC_RISCV_REG_PC)
         if self._fault is None and self._restart:
             self._reset_hart()
@@ -265,7 +278,8 @@ class Tile(FastEmulation):
         uc.mem_map_ptr(S.RT_WIN, S.RT_WIN_BYTES, rx, self._rt.ctypes.data)
         uc.mem_map_ptr(S.WIN_D, S.WIN_D_BYTES, rx, self._win_d.ctypes.data)
         uc.mem_map_ptr(S.WIN_E, S.WIN_E_BYTES, rw, self._win_e.ctypes.data)
-        uc.mmio_map(S.RT_CTRL, 0x1000, self._ctrl_read, None, self._ctrl_write, None)
+        uc.mmio_map(S.RT_CTRL, 0x1000, self._locked_hook(self._ctrl_read), None,
+                    self._locked_hook(self._ctrl_write), None)
         uc.hook_add(unicorn.UC_HOOK_MEM_INVALID, self._on_bad_access)
         uc.hook_add(unicorn.UC_HOOK_INTR, lambda uc, cause, _: self._fail(exception_fault(uc, cause)))
         self._wfi = WfiGuard(uc, lambda pc: self._fail(wfi_fault(pc)))

@@ -30,14 +30,16 @@ from pydla.hw.shave import hle
 from pydla.hw.shave.barriers import Barriers
 from pydla.hw.shave.faults import E, ShaveFault
 from pydla.hw.shave.tasks import Pushed, read_bytes, read_kernel_task
+from pydla.hw.shave.unlocked import Unlocked
 from pydla.target.shave import FAST, ShaveConfig
 
 RET = (0x00008067).to_bytes(4, "little")  # jalr x0, 0(ra): the entry of a kernel run by its equivalent
 State = R.shave_tile_state_e
 
 
-class FastEmulation:
-    """The fast mode's state and steps, mixed into the tile (whose attributes it uses)."""
+class FastEmulation(Unlocked):
+    """The fast mode's state and steps, mixed into the tile (whose attributes it uses); a kernel's
+    equivalent computes without a threaded device's lock (Unlocked)."""
 
     # The tile's (pydla.hw.shave.tile.Tile).
     index: int
@@ -173,10 +175,15 @@ class FastEmulation:
             who = f"tile {self.index} task {self.task_seq}"
             self._task_started()
             try:
-                self._run_fast()
+                with self._computing():  # the numpy body, without the lock (threaded device)
+                    self._run_fast()
+                if self.stopping:
+                    return True  # a reset or HALT abandoned the task: its result is discarded
                 self.barriers.produce(task.update_mask, who)
                 self.barriers.consume(task.wait_mask, who)
             except ShaveFault as fault:
+                if self.stopping:
+                    return True  # abandoned: its fault is not the tile's either
                 self._stopped_by(fault, self._rt_entry)
                 raise
             self._task_finished()
