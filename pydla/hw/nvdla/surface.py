@@ -123,6 +123,21 @@ def gather_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: s
     return np.stack(out)
 
 
+def gather_channels_last(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: str
+                         ) -> npt.NDArray[np.generic]:
+    """All batches of ``cube`` as (batch, H, W, lanes): the channels, with the unused lanes of the last
+    surface, innermost (the order of the elements within an atom), dtype ``cube.precision.dtype``."""
+    check(cube, target, what)
+    s_count, epa = cube.surfaces(target), target.epa(cube.precision)
+    out = np.empty((cube.batch, cube.height, cube.width, s_count * epa), dtype=cube.precision.dtype)
+    with access(what):
+        for n in range(cube.batch):
+            atoms = _read_atoms(memory, cube, target, cube.address + n * cube.batch_stride)
+            out[n].reshape(cube.height, cube.width, s_count, epa)[...] = \
+                atoms.view(cube.precision.dtype).transpose(1, 2, 0, 3)
+    return out
+
+
 def gather(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: str, *,
            lanes: bool = False) -> npt.NDArray[np.generic]:
     """The cube's elements, shape (C, H, W) (one batch; see :func:`gather_batches`)."""

@@ -1,0 +1,89 @@
+"""The device's GEMMs on the calling thread: numpy's OpenBLAS held to one thread while a block runs.
+
+Why (measured on this project's 2 cores shared with other processes, load average 5-6): QDQ
+ResNet-18 224 on nv_small took a median 887-1436 ms per run with OpenBLAS's two threads and 267-336 ms
+with one. OpenBLAS's workers busy-wait for their share; when one is descheduled, the caller waits for
+it for the scheduler's time slice, once per GEMM (a 49x4608x512 float32 GEMM: 2 ms on one thread, up to
+188 ms on two). On an idle machine two threads are at best 1.5x faster on the largest GEMMs, which
+does not make up for it.
+
+OpenBLAS is found as threadpoolctl finds it: the library numpy loaded (listed in ``/proc/self/maps``),
+and its ``openblas_set_num_threads`` under the names numpy's wheels (``scipy_openblas*``) and
+distributions export. Elsewhere (no ``/proc``, another BLAS) :func:`single_threaded` changes nothing.
+The setting is the process's: nested and concurrent uses are counted, the first sets one thread and
+the last gives back the number found.
+
+Usage::
+
+    with single_threaded():
+        out = cols @ weights
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_PREFIXES = ("scipy_openblas", "openblas")
+_SUFFIXES = ("64_", "_64", "")
+_lock = threading.Lock()
+_depth = 0
+_saved = 0
+
+
+def _maps() -> list[str]:
+    try:
+        text = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    found = {line.split(maxsplit=5)[-1] for line in text.splitlines() if "openblas" in line.lower()}
+    return sorted(p for p in found if p.startswith("/"))
+
+
+@functools.cache
+def openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    """(set_num_threads, get_num_threads) of the OpenBLAS numpy uses, or None."""
+    import numpy  # noqa: F401  (numpy's BLAS must be loaded to be listed)
+
+    for path in _maps():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in _PREFIXES:
+            for suffix in _SUFFIXES:
+                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    getter.argtypes, getter.restype = [], ctypes.c_int
+                    return setter, getter
+    return None
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run the body with numpy's OpenBLAS on one thread (see the module's description)."""
+    global _depth, _saved
+    api = openblas()
+    if api is None:
+        yield
+        return
+    setter, getter = api
+    with _lock:
+        if _depth == 0:
+            _saved = getter()
+            if _saved != 1:
+                setter(1)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved != 1:
+                setter(_saved)
