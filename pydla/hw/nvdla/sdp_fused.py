@@ -61,7 +61,11 @@ def fusable(p: SdpParams, pout: Precision) -> bool:
 def _stage(x: SdpX, alu_op: I64, mul_op: I64) -> _Stage | None:
     if x.bypass:
         return None
-    alu = None if x.alu_bypass else shift_left_sat(alu_op, x.alu_shift_value & 0x3F, 32)
+    shift = x.alu_shift_value & 0x3F
+    alu = None
+    if not x.alu_bypass:  # a 16-bit operand shifted by at most 16 stays within 32 bits: nothing saturates
+        alu = (np.left_shift(alu_op, shift, dtype=np.int64) if shift <= 16
+               else shift_left_sat(alu_op, shift, 32))
     mul = None if x.mul_bypass else np.asarray(mul_op, dtype=np.int64)
     return _Stage(alu, x.alu_algo, mul, x.mul_shift_value & 0x3F, not x.relu_bypass)
 

@@ -225,3 +225,32 @@ def test_channels_last_gather_is_the_gather_transposed() -> None:
     a = surface.gather_batches(mem, cube, NV_SMALL, "x", lanes=True)
     b = surface.gather_channels_last(mem, cube, NV_SMALL, "x")
     assert b.shape == (2, 3, 5, 16) and np.array_equal(a, b.transpose(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("rows", [4097, 130, 64])
+def test_large_products_are_shared_between_threads_and_stay_exact(rows: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(rows)
+    a = rng.integers(-128, 128, (rows, 1024)).astype(np.float32)
+    b = rng.integers(-128, 128, (1024, 96)).astype(np.float32)
+    monkeypatch.setattr(conv_gemm, "_workers", lambda: 2)
+    monkeypatch.setattr(conv_gemm, "PARALLEL_MACS", 1)
+    submitted: list[int] = []
+    real = conv_gemm._pool
+
+    class Spy:
+        def __init__(self, workers: int) -> None:
+            self.pool = real(workers)
+
+        def submit(self, fn: object, a: np.ndarray, *args: object, **kw: object) -> object:
+            submitted.append(a.shape[0])
+            return self.pool.submit(fn, a, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(conv_gemm, "_pool", Spy)
+    out = np.full((rows, 96), np.nan, dtype=np.float32)
+    conv_gemm._matmul(a, b, out)
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(out.astype(np.int64), exact)
+    parts = min(3, rows // 64)
+    assert len(submitted) == parts - 1  # the caller computes the first block
+    assert sum(submitted) == rows - rows // parts
