@@ -1,4 +1,5 @@
-"""The device's GEMMs on the calling thread: numpy's OpenBLAS held to one thread while a block runs.
+"""The host threads of the device's kernels: numpy's OpenBLAS held to one thread while a block runs, and
+a pool of our own threads, one per further core, that large GEMMs share.
 
 Why (measured on this project's 2 cores shared with other processes, load average 5-6): QDQ
 ResNet-18 224 on nv_small took a median 887-1436 ms per run with OpenBLAS's two threads and 267-336 ms
@@ -13,21 +14,29 @@ distributions export. Elsewhere (no ``/proc``, another BLAS) :func:`single_threa
 The setting is the process's: nested and concurrent uses are counted, the first sets one thread and
 the last gives back the number found.
 
+Our own threads instead wait for each other once per GEMM, and sleep while they
+wait (:func:`host_pool`, :func:`host_workers`).
+
 Usage::
 
     with single_threaded():
         out = cols @ weights
+    future = host_pool(host_workers()).submit(np.matmul, a[half:], b)
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+MAX_THREADS = 4  # host threads one kernel uses at most
+WAIT_TIMEOUT = 600.0  # seconds: a share of a kernel that takes longer is reported, not waited for
 _PREFIXES = ("scipy_openblas", "openblas")
 _SUFFIXES = ("64_", "_64", "")
 _lock = threading.Lock()
@@ -87,3 +96,18 @@ def single_threaded() -> Iterator[None]:
             _depth -= 1
             if _depth == 0 and _saved != 1:
                 setter(_saved)
+
+
+def host_workers() -> int:
+    """Threads besides the caller that share a large kernel: one per further core this process may use."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(0, min(cores, MAX_THREADS) - 1)
+
+
+@functools.cache
+def host_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of ``workers`` threads for the device's kernels."""
+    return ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pydla-nvdla")

@@ -28,11 +28,8 @@ Usage::
 
 from __future__ import annotations
 
-import functools
 import itertools
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +37,7 @@ import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla import conv_weights
-from pydla.hw.nvdla.blas import single_threaded
+from pydla.hw.nvdla.blas import WAIT_TIMEOUT, host_pool, host_workers, single_threaded
 from pydla.hw.nvdla.cacc import deliver_int
 from pydla.hw.nvdla.conv_int import DGEMM_EXACT, SGEMM_EXACT
 from pydla.hw.nvdla.conv_taps import Geometry
@@ -51,8 +48,6 @@ MIN_SLICE = 256  # float32 slices shorter than this lose to one float64 GEMM
 CACHE_BYTES = 512 << 20  # prepared weights kept per device; past it the cache starts again
 _CHUNK = 1 << 22  # elements of one im2col block (rows x taps)
 PARALLEL_MACS = 1 << 22  # products from this size are shared between the cores (about 1 ms on one)
-MAX_GEMM_THREADS = 4
-GEMM_TIMEOUT = 600.0  # seconds: a block of a GEMM that takes longer is reported, not waited for
 _INT32_MAX = (1 << 31) - 1
 Floats = npt.NDArray[np.floating]
 
@@ -157,20 +152,6 @@ class WeightCache:
         return len(self._entries)
 
 
-def _workers() -> int:
-    """Threads besides the caller that share a large GEMM: one per further core this process may use."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(0, min(cores, MAX_GEMM_THREADS) - 1)
-
-
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pydla-gemm")
-
-
 def _matmul(a: Floats, b: Floats, out: Floats) -> None:
     """``out = a @ b`` with OpenBLAS on one thread (pydla.hw.nvdla.blas); a product of PARALLEL_MACS or
     more is cut into blocks of rows, one per core, the caller computing the first. Our threads wait for
@@ -178,23 +159,23 @@ def _matmul(a: Floats, b: Floats, out: Floats) -> None:
     their share at every step of it (see pydla.hw.nvdla.blas for what that costs on a loaded machine)."""
     m, k = a.shape
     n = b.shape[1]
-    workers = _workers() if m * n * k >= PARALLEL_MACS else 0
+    workers = host_workers() if m * n * k >= PARALLEL_MACS else 0
     parts = min(workers + 1, m // 64 or 1)
     with single_threaded():
         if parts == 1:
             np.matmul(a, b, out=out)
             return
         cuts = [m * i // parts for i in range(parts + 1)]
-        pool = _pool(workers)
+        pool = host_pool(workers)
         futures = [pool.submit(np.matmul, a[lo:hi], b, out=out[lo:hi])
                    for lo, hi in itertools.pairwise(cuts[1:])]
         np.matmul(a[:cuts[1]], b, out=out[:cuts[1]])
         for f in futures:
             try:
-                f.result(timeout=GEMM_TIMEOUT)
+                f.result(timeout=WAIT_TIMEOUT)
             except TimeoutError:
                 raise DlaError(NvError.Timeout, f"convolution: a block of a {m}x{k} by {k}x{n} GEMM did "
-                                                f"not finish in {GEMM_TIMEOUT} s") from None
+                                                f"not finish in {WAIT_TIMEOUT} s") from None
 
 
 def _padded(x_cl: npt.NDArray[np.generic], g: Geometry, pad_value: int, dtype: type) -> Floats:

@@ -233,10 +233,10 @@ def test_large_products_are_shared_between_threads_and_stay_exact(rows: int,
     rng = np.random.default_rng(rows)
     a = rng.integers(-128, 128, (rows, 1024)).astype(np.float32)
     b = rng.integers(-128, 128, (1024, 96)).astype(np.float32)
-    monkeypatch.setattr(conv_gemm, "_workers", lambda: 2)
+    monkeypatch.setattr(conv_gemm, "host_workers", lambda: 2)
     monkeypatch.setattr(conv_gemm, "PARALLEL_MACS", 1)
     submitted: list[int] = []
-    real = conv_gemm._pool
+    real = conv_gemm.host_pool
 
     class Spy:
         def __init__(self, workers: int) -> None:
@@ -246,7 +246,7 @@ def test_large_products_are_shared_between_threads_and_stay_exact(rows: int,
             submitted.append(a.shape[0])
             return self.pool.submit(fn, a, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(conv_gemm, "_pool", Spy)
+    monkeypatch.setattr(conv_gemm, "host_pool", Spy)
     out = np.full((rows, 96), np.nan, dtype=np.float32)
     conv_gemm._matmul(a, b, out)
     exact = a.astype(np.int64) @ b.astype(np.int64)
