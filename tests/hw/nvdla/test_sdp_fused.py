@@ -5,6 +5,7 @@ hypothesis, data with the extremes of int32 included, per-kernel and per-element
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,17 +80,20 @@ def test_what_is_not_fused() -> None:
                                            out_precision=0, bn=prelu), Precision.INT8)
 
 
-def test_round_shift_ties_and_the_widest_shift() -> None:
-    v = np.array([5, -5, 6, -6, 7, -7, 0, (1 << 48) - 1, -(1 << 48)], dtype=np.int64)
-    a = v.copy()
-    sdp_fused.round_shift(a, 1)
-    assert a.tolist() == [3, -3, 3, -3, 4, -4, 0, 1 << 47, -(1 << 47)]
-    a = v.copy()
-    sdp_fused.round_shift(a, 63)
-    assert not a.any()
-    a = v.copy()
-    sdp_fused.round_shift(a, 0)
-    assert np.array_equal(a, v)
+@pytest.mark.parametrize(("shift", "want"), [(1, [3, -3, 3, -3, 4, -4, 0, 1 << 15, -(1 << 15)]),
+                                           (0, [5, -5, 6, -6, 7, -7, 0, 1 << 16, -(1 << 16)]),
+                                           (63, [0] * 9)])
+def test_rounding_ties_go_away_from_zero_and_the_widest_shift_gives_0(shift: int, want: list[int]) -> None:
+    stage = SdpX(bypass=0, mul_bypass=1, mul_shift_value=shift)
+    p = SdpParams(width=8, height=0, channel=0, in_precision=1, proc_precision=1, out_precision=1,
+                  flying_mode=1, bs=stage, cvt_scale=1)
+    data = np.array([5, -5, 6, -6, 7, -7, 0, 1 << 16, -(1 << 16)], dtype=np.int32).reshape(1, 1, 1, 9)
+    ops = {"bs": (np.zeros(1, np.int64),) * 2, "bn": (np.zeros(1, np.int64),) * 2}
+    got, _ = sdp._int_datapath(data, p, ops, Precision.INT16)
+    want_sat = [max(-(1 << 15), min((1 << 15) - 1, v)) for v in want]
+    assert got.reshape(-1).tolist() == want_sat
+    ref, _ = sdp._int_datapath(data.astype(np.int64), p, ops, Precision.INT16, fused=False)
+    assert ref.reshape(-1).tolist() == want_sat
 
 
 def test_each_x_stage_saturates_to_exactly_32_bits() -> None:
