@@ -162,12 +162,17 @@ def scatter_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, data: 
         raise DlaError(NvError.BadParameter,
                        f"{what}: data of shape {arr.shape} does not fit the cube "
                        f"({cube.batch}, {cube.channel} or {lanes}, {cube.height}, {cube.width})")
-    full = np.zeros((cube.batch, lanes, cube.height, cube.width), dtype=cube.precision.dtype)
-    full[:, :arr.shape[1]] = arr.astype(cube.precision.dtype, copy=False)
     s_count = cube.surfaces(target)
+    # the atoms (surface, y, x, lane) of each batch, in one copy from channel-last data (as the SDP's
+    # output is); other data, or C short of whole surfaces, through a zeroed full cube first
+    full = arr.transpose(0, 2, 3, 1) if arr.shape[1] == lanes and arr.dtype == cube.precision.dtype else None
+    if full is None:
+        whole = np.zeros((cube.batch, cube.height, cube.width, lanes), dtype=cube.precision.dtype)
+        whole[..., :arr.shape[1]] = arr.transpose(0, 2, 3, 1)
+        full = whole
     with access(what):
         for n in range(cube.batch):
-            el = full[n].reshape(s_count, epa, cube.height, cube.width).transpose(0, 2, 3, 1)
+            el = full[n].reshape(cube.height, cube.width, s_count, epa).transpose(2, 0, 1, 3)
             atoms = np.ascontiguousarray(el).view(np.uint8).reshape(s_count, cube.height, -1)
             write_block(memory, cube.address + n * cube.batch_stride, (cube.surf_stride, cube.line_stride),
                         atoms)
