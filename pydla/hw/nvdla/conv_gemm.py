@@ -154,28 +154,36 @@ class WeightCache:
 
 def _matmul(a: Floats, b: Floats, out: Floats) -> None:
     """``out = a @ b`` with OpenBLAS on one thread (pydla.hw.nvdla.blas); a product of PARALLEL_MACS or
-    more is cut into blocks of rows, one per core, the caller computing the first. Our threads wait for
+    more is cut into blocks, one per core, the caller computing the first: blocks of rows, or of
+    columns when there are few rows (the deep layers: 49 positions, 512 kernels). Our threads wait for
     each other once per product and sleep while they wait, where OpenBLAS's own workers busy-wait for
     their share at every step of it (see pydla.hw.nvdla.blas for what that costs on a loaded machine)."""
     m, k = a.shape
     n = b.shape[1]
     workers = host_workers() if m * n * k >= PARALLEL_MACS else 0
-    parts = min(workers + 1, m // 64 or 1)
+    by_rows = m >= n or m >= 256
+    parts = min(workers + 1, max(1, (m if by_rows else n) // 64))
     with single_threaded():
         if parts == 1:
             np.matmul(a, b, out=out)
             return
-        cuts = [m * i // parts for i in range(parts + 1)]
+        size = m if by_rows else n
+        cuts = [size * i // parts for i in range(parts + 1)]
+        blocks = [(a[lo:hi], b, out[lo:hi]) if by_rows else (a, b[:, lo:hi], out[:, lo:hi])
+                  for lo, hi in itertools.pairwise(cuts)]
         pool = host_pool(workers)
-        futures = [pool.submit(np.matmul, a[lo:hi], b, out=out[lo:hi])
-                   for lo, hi in itertools.pairwise(cuts[1:])]
-        np.matmul(a[:cuts[1]], b, out=out[:cuts[1]])
+        futures = [pool.submit(_product, *blk) for blk in blocks[1:]]
+        _product(*blocks[0])
         for f in futures:
             try:
                 f.result(timeout=WAIT_TIMEOUT)
             except TimeoutError:
                 raise DlaError(NvError.Timeout, f"convolution: a block of a {m}x{k} by {k}x{n} GEMM did "
                                                 f"not finish in {WAIT_TIMEOUT} s") from None
+
+
+def _product(a: Floats, b: Floats, out: Floats) -> None:
+    np.matmul(a, b, out=out)
 
 
 def _padded(x_cl: npt.NDArray[np.generic], g: Geometry, pad_value: int, dtype: type) -> Floats:

@@ -39,7 +39,7 @@ from pydla.hw.nvdla.intmath import I64, shift_left_sat, wrap
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.sdp_params import ALU_MAX, ALU_MIN, SdpParams, SdpX
 
-BLOCK = 1 << 15  # elements of one block: 256 KiB of int64
+BLOCK = 1 << 16  # elements of one block: 512 KiB of int64, within a core's L2 cache
 _LO32, _HI32 = np.int64(-(1 << 31)), np.int64((1 << 31) - 1)
 
 

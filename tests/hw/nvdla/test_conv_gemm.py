@@ -227,30 +227,34 @@ def test_channels_last_gather_is_the_gather_transposed() -> None:
     assert b.shape == (2, 3, 5, 16) and np.array_equal(a, b.transpose(0, 3, 1, 2))
 
 
-@pytest.mark.parametrize("rows", [4097, 130, 64])
-def test_large_products_are_shared_between_threads_and_stay_exact(rows: int,
+@pytest.mark.parametrize(("rows", "cols", "by_rows"), [(4097, 96, True), (130, 96, True), (64, 96, False),
+                                                    (49, 512, False), (300, 512, True), (30, 40, False)])
+def test_large_products_are_shared_between_threads_and_stay_exact(rows: int, cols: int, by_rows: bool,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(rows)
     a = rng.integers(-128, 128, (rows, 1024)).astype(np.float32)
-    b = rng.integers(-128, 128, (1024, 96)).astype(np.float32)
+    b = rng.integers(-128, 128, (1024, cols)).astype(np.float32)
     monkeypatch.setattr(conv_gemm, "host_workers", lambda: 2)
     monkeypatch.setattr(conv_gemm, "PARALLEL_MACS", 1)
-    submitted: list[int] = []
+    submitted: list[tuple[int, int]] = []
     real = conv_gemm.host_pool
 
     class Spy:
         def __init__(self, workers: int) -> None:
             self.pool = real(workers)
 
-        def submit(self, fn: object, a: np.ndarray, *args: object, **kw: object) -> object:
-            submitted.append(a.shape[0])
-            return self.pool.submit(fn, a, *args, **kw)  # type: ignore[arg-type]
+        def submit(self, fn: object, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> object:
+            submitted.append(out.shape)
+            return self.pool.submit(fn, a, b, out)  # type: ignore[arg-type]
 
     monkeypatch.setattr(conv_gemm, "host_pool", Spy)
-    out = np.full((rows, 96), np.nan, dtype=np.float32)
+    out = np.full((rows, cols), np.nan, dtype=np.float32)
     conv_gemm._matmul(a, b, out)
     exact = a.astype(np.int64) @ b.astype(np.int64)
     assert np.array_equal(out.astype(np.int64), exact)
-    parts = min(3, rows // 64)
+    parts = min(3, (rows if by_rows else cols) // 64) or 1
     assert len(submitted) == parts - 1  # the caller computes the first block
-    assert sum(submitted) == rows - rows // parts
+    if by_rows:
+        assert all(c == cols for _, c in submitted) and sum(r for r, _ in submitted) == rows - rows // parts
+    else:
+        assert all(r == rows for r, _ in submitted) and sum(c for _, c in submitted) == cols - cols // parts
