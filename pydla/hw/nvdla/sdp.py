@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla import sdp_fp, sdp_fused, sdp_int, surface
-from pydla.hw.nvdla.intmath import I64, saturate, wrap
+from pydla.hw.nvdla.intmath import I64, saturate, sign_extend, wrap
 from pydla.hw.nvdla.memory import NvdlaMemory, access, select
 from pydla.hw.nvdla.precision import Precision, precision
 from pydla.hw.nvdla.sdp_lut import check_lut, lut_int
@@ -253,8 +253,8 @@ def _int_datapath(data: I64, p: SdpParams, ops: dict[str, tuple[I64, I64]], pout
     def operands(stage: str, alu_reg: int, mul_reg: int) -> tuple[I64, I64]:
         mem = ops.get(stage)
         need = _stage_needs(p, stage)
-        alu = mem[0] if mem is not None and need.alu else np.asarray(wrap(alu_reg, 16))
-        mul = mem[1] if mem is not None and need.mul else np.asarray(wrap(mul_reg, 16))
+        alu = mem[0] if mem is not None and need.alu else np.asarray(sign_extend(alu_reg, 16), dtype=np.int64)
+        mul = mem[1] if mem is not None and need.mul else np.asarray(sign_extend(mul_reg, 16), dtype=np.int64)
         return alu, mul
 
     x_ops = {"bs": operands("bs", p.bs.alu_operand, p.bs.mul_operand),

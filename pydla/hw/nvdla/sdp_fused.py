@@ -30,12 +30,13 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from pydla.hw.nvdla.intmath import I64, shift_left_sat, wrap
+from pydla.hw.nvdla.intmath import I64, shift_left_sat, sign_extend
 from pydla.hw.nvdla.precision import Precision
 from pydla.hw.nvdla.sdp_params import ALU_MAX, ALU_MIN, SdpParams, SdpX
 
@@ -88,10 +89,11 @@ def _stage(x: SdpX, alu_op: I64, mul_op: I64) -> _Stage | None:
                   not x.relu_bypass)
 
 
-def _converter(p: SdpParams, pout: Precision) -> _Stage:
+@functools.lru_cache(maxsize=256)  # the same registers at every run of a network
+def _converter(cvt_offset: int, cvt_scale: int, cvt_shift: int, pout: Precision) -> _Stage:
     """C as a stage: ``(v - offset) · scale = v · scale - offset · scale``, saturated to the output's
     bits at once."""
-    offset, scale, k = int(wrap(p.cvt_offset, 32)), int(wrap(p.cvt_scale, 16)), p.cvt_shift & 0x3F
+    offset, scale, k = sign_extend(cvt_offset, 32), sign_extend(cvt_scale, 16), cvt_shift & 0x3F
     half = 1 << (k - 1) if 0 < k < 63 else 0
     bits = 8 * pout.bpe
     return _Stage(None, None, np.asarray(scale, dtype=np.int64), half - offset * scale, half, k,
@@ -143,7 +145,7 @@ def datapath(data: npt.NDArray[np.integer], p: SdpParams, ops: dict[str, tuple[I
     16-bit operands, broadcasting over the data. The result has ``pout``'s dtype, channel-last in memory
     (a transposed view, as the feature format stores it)."""
     stages = [s for s in (_stage(p.bs, *ops["bs"]), _stage(p.bn, *ops["bn"])) if s is not None]
-    cvt = _converter(p, pout)
+    cvt = _converter(p.cvt_offset, p.cvt_scale, p.cvt_shift, pout)
     n, lanes, h, w = data.shape
     out: npt.NDArray[np.generic] = np.empty((n, h, w, lanes), dtype=pout.dtype).transpose(0, 3, 1, 2)
     step = max(1, BLOCK // max(1, n * lanes * w))
