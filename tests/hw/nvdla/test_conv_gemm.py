@@ -5,6 +5,7 @@ added in the hardware's order."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -217,14 +218,26 @@ def test_the_cache_starts_again_past_its_capacity() -> None:
     assert len(cache) == 1 and cache.misses == 3  # each entry is 2 x 1152 bytes: the second clears the first
 
 
-def test_channels_last_gather_is_the_gather_transposed() -> None:
+@pytest.mark.parametrize("target", [NV_SMALL, NV_FULL, dataclasses.replace(NV_SMALL, name="atom4", atom=4)])
+def test_channels_last_gather_and_scatter_are_the_cube_transposed(target: NvdlaTarget) -> None:
+    """Whole atoms moved as 8-byte words (and as bytes where an atom is not whole words) give the same
+    elements as the per-lane gather, and a channel-last scatter writes what a channel-first one does."""
     rng = np.random.default_rng(7)
     mem = ByteMemory(1 << 16)
-    cube = surface.Cube(0x100, 5, 3, 13, 64, 256, Precision.INT8, batch=2, batch_stride=1024)
+    atom = target.atom
+    cube = surface.Cube(0x100, 5, 3, 13, 8 * atom, 32 * atom, Precision.INT8, batch=2,
+                        batch_stride=128 * atom)
     mem.write(0, rng.integers(0, 256, 1 << 16).astype(np.uint8))
-    a = surface.gather_batches(mem, cube, NV_SMALL, "x", lanes=True)
-    b = surface.gather_channels_last(mem, cube, NV_SMALL, "x")
-    assert b.shape == (2, 3, 5, 16) and np.array_equal(a, b.transpose(0, 3, 1, 2))
+    a = surface.gather_batches(mem, cube, target, "x", lanes=True)
+    b = surface.gather_channels_last(mem, cube, target, "x")
+    lanes = cube.lanes(target)
+    assert b.shape == (2, 3, 5, lanes) and np.array_equal(a, b.transpose(0, 3, 1, 2))
+    data = rng.integers(-128, 128, (2, 3, 5, lanes)).astype(np.int8)
+    first, last = ByteMemory(1 << 16), ByteMemory(1 << 16)
+    surface.scatter_batches(first, cube, target, np.ascontiguousarray(data.transpose(0, 3, 1, 2)), "y")
+    surface.scatter_batches(last, cube, target, data.transpose(0, 3, 1, 2), "y")  # a channel-last view
+    assert np.array_equal(first.data, last.data)
+    assert np.array_equal(surface.gather_channels_last(last, cube, target, "y"), data)
 
 
 @pytest.mark.parametrize(("rows", "cols", "by_rows"), [(4097, 96, True), (130, 96, True), (64, 96, False),
