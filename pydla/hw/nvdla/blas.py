@@ -107,7 +107,12 @@ def host_workers() -> int:
     return max(0, min(cores, MAX_THREADS) - 1)
 
 
-@functools.cache
 def host_pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool of ``workers`` threads for the device's kernels."""
+    """The process's pool of ``workers`` threads for the device's kernels (a forked child, whose copy of
+    the parent's pool has no threads, makes its own)."""
+    return _pool(workers, os.getpid())
+
+
+@functools.cache
+def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pydla-nvdla")

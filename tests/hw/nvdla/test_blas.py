@@ -60,3 +60,20 @@ def test_overlapping_uses_from_threads_leave_the_first_setting(api: tuple[object
         leave.set()
         t.join(10)
         setter(2)
+
+
+def test_a_forked_child_gets_its_own_pool() -> None:
+    import os
+
+    parent = blas.host_pool(1)
+    assert blas.host_pool(1) is parent
+    pid = os.fork()
+    if pid == 0:  # the child: a pool of its own, whose thread runs
+        ok = False
+        try:
+            child = blas.host_pool(1)
+            ok = child is not parent and child.submit(lambda: 7).result(timeout=10) == 7
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
