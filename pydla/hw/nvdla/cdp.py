@@ -32,7 +32,7 @@ import numpy.typing as npt
 from pydla.errors import DlaError, NvError
 from pydla.hw.nvdla import surface
 from pydla.hw.nvdla.cdp_fp16 import lrn_fp16
-from pydla.hw.nvdla.cdp_lut import LutStats, lut_int
+from pydla.hw.nvdla.cdp_lut import LutMemo, LutStats, lut_int
 from pydla.hw.nvdla.cdp_params import LE_ENTRIES, LO_ENTRIES, CdpLut, CdpParams
 from pydla.hw.nvdla.intmath import I64, saturate, shift_right_round, sign_extend
 from pydla.hw.nvdla.memory import NvdlaMemory, select
@@ -111,6 +111,14 @@ def _out_cvt(y: I64, p: CdpParams, prec: Precision) -> tuple[I64, int]:
     return out, int(np.count_nonzero(np.abs(floor - out) > 1))
 
 
+INT8_SUMS = (-256, 9 * 256 * 256)  # INT8 sums: 9 squares of the 9-bit converted input, or the input itself
+
+
+@functools.lru_cache(maxsize=8)  # a network's LUTs; 5 MB each
+def _memo(lut: CdpLut) -> LutMemo:
+    return LutMemo(lut, 5, *INT8_SUMS)
+
+
 def lrn_int(x: npt.NDArray[np.generic], channels: int, p: CdpParams, prec: Precision
             ) -> tuple[I64, LutStats, int]:
     """Output elements (lanes, H, W) for INT8/INT16 input elements (lanes, H, W); ``channels`` are real."""
@@ -126,7 +134,11 @@ def lrn_int(x: npt.NDArray[np.generic], channels: int, p: CdpParams, prec: Preci
         s = sq[0:lanes].copy()
         for k in range(1, 2 * half + 1):
             s += sq[k:k + lanes]
-    r, stats = lut_int(np.asarray(s, dtype=np.int64), p.lut, 5 if prec is Precision.INT8 else 6)
+    sums = np.asarray(s, dtype=np.int64)
+    if prec is Precision.INT8 and sums.size and INT8_SUMS[0] <= sums.min() and sums.max() <= INT8_SUMS[1]:
+        r, stats = _memo(p.lut)(sums)
+    else:
+        r, stats = lut_int(sums, p.lut, 5 if prec is Precision.INT8 else 6)
     y = r if p.mul_bypass else r * xi
     out, saturated = _out_cvt(y, p, prec)
     return out, stats, saturated

@@ -170,22 +170,38 @@ def exponent(s: I64, start: int, end: int, offset: int, table: I64, scales: tupl
     return Table(uflow, oflow, value)
 
 
-def select(le: Table, lo: Table, lut: CdpLut) -> tuple[B, LutStats]:
-    """Which table answers (True: LO) and the counters."""
+UFLOW, OFLOW, HYBRID, LE_HIT, LO_HIT = range(5)  # which case an element is: the D_PERF_LUT_* counters
+
+
+def categories(le: Table, lo: Table, lut: CdpLut) -> tuple[B, npt.NDArray[np.int8]]:
+    """Which table answers each element (True: LO), and the element's case (UFLOW … LO_HIT)."""
     both_u = le.uflow & lo.uflow
     both_o = le.oflow & lo.oflow
     one_hit = le.hit ^ lo.hit
-    hybrid = ~both_u & ~both_o & ~one_hit
     use_lo = np.where(both_u, lut.uflow_priority == PRI_LO,
                       np.where(both_o, lut.oflow_priority == PRI_LO,
                                np.where(one_hit, lo.hit, lut.hybrid_priority == PRI_LO)))
-    stats = LutStats(uflow=int(both_u.sum()), oflow=int(both_o.sum()), hybrid=int(hybrid.sum()),
-                     le_hit=int((one_hit & le.hit).sum()), lo_hit=int((one_hit & lo.hit).sum()))
-    return use_lo, stats
+    case = np.where(both_u, UFLOW, np.where(both_o, OFLOW, np.where(one_hit, np.where(le.hit, LE_HIT, LO_HIT),
+                                                                       HYBRID))).astype(np.int8)
+    return use_lo, case
 
 
-def lut_int(s: I64, lut: CdpLut, select_sign_bit: int) -> tuple[I64, LutStats]:
-    """The LUT's 16-bit answer for integer square sums ``s`` (INT16: ``select_sign_bit`` 6, INT8: 5)."""
+def stats_of(case: npt.NDArray[np.int8]) -> LutStats:
+    """The counters of elements in ``case``."""
+    n = np.bincount(case.reshape(-1), minlength=5)
+    return LutStats(uflow=int(n[UFLOW]), oflow=int(n[OFLOW]), hybrid=int(n[HYBRID]), le_hit=int(n[LE_HIT]),
+                    lo_hit=int(n[LO_HIT]))
+
+
+def select(le: Table, lo: Table, lut: CdpLut) -> tuple[B, LutStats]:
+    """Which table answers (True: LO) and the counters."""
+    use_lo, case = categories(le, lo, lut)
+    return use_lo, stats_of(case)
+
+
+def lut_elements(s: I64, lut: CdpLut, select_sign_bit: int) -> tuple[I64, npt.NDArray[np.int8]]:
+    """The LUT's 16-bit answer for integer square sums ``s`` (INT16: ``select_sign_bit`` 6, INT8: 5) and
+    each element's case (UFLOW … LO_HIT)."""
     le_t, lo_t = _table(lut.le_table), _table(lut.lo_table)
     le_scales = (lut.le_slope_uflow_scale, lut.le_slope_uflow_shift, lut.le_slope_oflow_scale,
                  lut.le_slope_oflow_shift)
@@ -201,6 +217,35 @@ def lut_int(s: I64, lut: CdpLut, select_sign_bit: int) -> tuple[I64, LutStats]:
         le_select = index_select(lut.le_index_select, select_sign_bit)
         le = linear(s, le_start, le_end, le_select, le_t, 64, le_scales)
     lo = linear(s, lo_start, lo_end, index_select(lut.lo_index_select, select_sign_bit), lo_t, 256, lo_scales)
-    use_lo, stats = select(le, lo, lut)
+    use_lo, case = categories(le, lo, lut)
     out: I64 = np.where(use_lo, lo.value, le.value)
-    return out, stats
+    return out, case
+
+
+def lut_int(s: I64, lut: CdpLut, select_sign_bit: int) -> tuple[I64, LutStats]:
+    """The LUT's 16-bit answer for integer square sums ``s`` (INT16: ``select_sign_bit`` 6, INT8: 5)."""
+    out, case = lut_elements(s, lut, select_sign_bit)
+    return out, stats_of(case)
+
+
+class LutMemo:
+    """The LUT's answers and cases for the sums ``low`` … ``high``, filled as sums are met: a sum's
+    answer depends on the sum and the LUT's registers only. INT8 LRN sums lie in 0 … 9·256² (or
+    -256 … 255 with the square sum bypassed), so a network's CDP computes each sum once."""
+
+    def __init__(self, lut: CdpLut, select_sign_bit: int, low: int, high: int) -> None:
+        self.lut, self.bit, self.low = lut, select_sign_bit, low
+        self.values = np.zeros(high - low + 1, dtype=np.int64)
+        self.cases = np.full(high - low + 1, -1, dtype=np.int8)  # -1: not met yet
+
+    def __call__(self, s: I64) -> tuple[I64, LutStats]:
+        """``lut_int(s, ...)`` for sums within the memo's range (the caller checks)."""
+        idx = s - self.low
+        case = self.cases[idx]
+        missing = case < 0
+        if missing.any():
+            new = np.unique(idx[missing])
+            self.values[new], self.cases[new] = lut_elements(new + self.low, self.lut, self.bit)
+            case = self.cases[idx]
+        out: I64 = self.values[idx]
+        return out, stats_of(case)

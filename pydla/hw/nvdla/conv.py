@@ -9,7 +9,8 @@
 - CSC feeds CMAC, per channel block of the MAC array's atomic C, then kernel row and column, the input
   under the kernel (stride, dilation; the padding value outside the input: pydla.hw.nvdla.conv_taps).
 - CMAC and CACC: integer sums exact, accumulated with 48-bit saturation, truncated and saturated to
-  32 bits (pydla.hw.nvdla.conv_int, pydla.hw.nvdla.cacc); FP16 in NVDLA's own arithmetic
+  32 bits (pydla.hw.nvdla.conv_int, pydla.hw.nvdla.cacc; direct convolution as exact float GEMMs with
+  the weights prepared once per launch: pydla.hw.nvdla.conv_gemm); FP16 in NVDLA's own arithmetic
   (pydla.hw.nvdla.conv_fp16).
 
 CACC hands its output to the SDP (in NVDLA 1.0 the SDP writes a convolution's result, CACC has no
@@ -36,15 +37,16 @@ from pydla.hw.nvdla import (
     cacc,
     conv_compressed,
     conv_fp16,
+    conv_gemm,
     conv_image,
     conv_int,
-    conv_weights,
     conv_winograd,
     pixel,
     surface,
 )
-from pydla.hw.nvdla.conv_atoms import Atoms, DirectAtoms
+from pydla.hw.nvdla.conv_atoms import DirectAtoms
 from pydla.hw.nvdla.conv_checks import check
+from pydla.hw.nvdla.conv_gemm import PreparedWeights, WeightCache
 from pydla.hw.nvdla.conv_params import COMPRESSED, CONV_WINOGRAD, PIXEL, ConvParams
 from pydla.hw.nvdla.conv_taps import Geometry, Taps
 from pydla.hw.nvdla.intmath import saturate, shift_right_round, sign_extend
@@ -74,14 +76,15 @@ def _nan_inf(bits: npt.NDArray[np.generic]) -> tuple[npt.NDArray[np.bool_], npt.
 
 def _data(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
           target: NvdlaTarget) -> tuple[npt.NDArray[np.generic], int, int]:
-    """The input cube (N, C, H, W) as CDMA stores it in CBUF, and its NaN and Inf counts."""
+    """The input cube as CDMA stores it in CBUF, channel-last (N, H, W, lanes >= C), and its NaN and Inf
+    counts."""
     d = p.cdma
     one_by_one = d.line_packed and d.surf_packed and g.width == 1 and g.height == 1
     cube = surface.Cube(d.datain_addr_0, g.width, g.height, g.channel, d.line_stride,
                         target.atom if one_by_one else d.surf_stride, prec, batch=g.batches,
                         batch_stride=d.batch_stride)
     mem = select(memory, sram, d.datain_ram_type, "CDMA data")
-    x = surface.gather_batches(mem, cube, target, "CDMA data", lanes=True)
+    x = surface.gather_channels_last(mem, cube, target, "CDMA data")[..., :g.channel]
     nans = infs = 0
     if prec is Precision.FP16:
         nan, inf = _nan_inf(x)
@@ -92,7 +95,7 @@ def _data(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram
         scaled = (x.astype(np.int64) - sign_extend(d.cvt_offset, 16)) * sign_extend(d.cvt_scale, 16)
         t = shift_right_round(scaled, d.cvt_truncate)
         x = saturate(t, 8 * prec.bpe).astype(prec.dtype)
-    return x[:, :g.channel], nans, infs
+    return x, nans, infs
 
 
 def _weight_bytes(p: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
@@ -123,21 +126,60 @@ def _pad_value(p: ConvParams, prec: Precision) -> int:
     return sign_extend(pad, 8 * prec.bpe) if prec.is_int else pad
 
 
-def _atoms(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
-           target: NvdlaTarget) -> tuple[Atoms, tuple[int, int, int, int]]:
-    """What CSC feeds CMAC, and the (data NaN, data Inf, weight NaN, weight Inf) counts."""
+def _weights_key(p: ConvParams, g: Geometry, prec: Precision, target: NvdlaTarget) -> tuple[object, ...]:
+    """What, besides their bytes, the prepared weights of a launch depend on."""
+    d = p.cdma
+    return (target.name, prec, d.weight_ram_type, d.weight_addr, d.weight_bytes, d.weight_format, d.wmb_addr,
+            d.wmb_bytes, d.wgs_addr, g.kernels, g.channel, g.kernel_height, g.kernel_width)
+
+
+def _prepared(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+              target: NvdlaTarget, cache: WeightCache) -> tuple[PreparedWeights, int, int]:
+    """The launch's weights, prepared (kept by ``cache`` while their bytes stay the same), and their
+    FP16 NaN and Inf counts."""
     raw, nan_w, inf_w = _weight_bytes(params, g, prec, memory, sram, target)
-    kf, cf = target.kernel_groups(prec)
-    if params.cdma.datain_format == PIXEL:
-        lines, nan_d, inf_d = pixel.image_lines(params.cdma, prec, memory, sram, target)
-        post = conv_image.post_extension(params)
-        offsets = conv_image.weight_offsets(g.kernels, g.kernel_height, g.channel, post, kf)
-        w = np.ascontiguousarray(raw[:g.kernels * g.kernel_height * g.channel * prec.bpe]).view(prec.dtype)
-        return conv_image.ImageAtoms(params, lines, w[offsets], prec, target), (nan_d, inf_d, nan_w, inf_w)
-    x, nan_d, inf_d = _data(params, g, prec, memory, sram, target)
     sizes = (g.kernels, g.channel, g.kernel_height, g.kernel_width)
-    w4 = conv_weights.unpack(raw, *sizes, target, prec)
-    return DirectAtoms(Taps(x, g, _pad_value(params, prec)), w4, cf), (nan_d, inf_d, nan_w, inf_w)
+    prepared = cache.get(_weights_key(params, g, prec, target), raw,
+                         lambda: PreparedWeights.make(raw, *sizes, target, prec))
+    return prepared, nan_w, inf_w
+
+
+def _direct(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+            target: NvdlaTarget, cache: WeightCache) -> ConvResult:
+    """Direct convolution on feature data."""
+    prepared, nan_w, inf_w = _prepared(params, g, prec, memory, sram, target, cache)
+    x, nan_d, inf_d = _data(params, g, prec, memory, sram, target)
+    pad = _pad_value(params, prec)
+    if prec.is_int:
+        fast = conv_gemm.convolve(x, g, pad, prepared, params.cacc.clip_truncate)
+        if fast is not None:
+            return ConvResult(to_sdp=fast[0].transpose(0, 3, 1, 2), saturations=fast[1])
+    _, cf = target.kernel_groups(prec)
+    atoms = DirectAtoms(Taps(x.transpose(0, 3, 1, 2), g, pad), prepared.w4, cf)
+    if prec is Precision.FP16:
+        bits = conv_fp16.convolve(atoms)
+        return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
+                          nan_input_weight=nan_w, inf_input_weight=inf_w)
+    out, saturated = cacc.deliver_int(conv_int.accumulate(atoms), params.cacc.clip_truncate)
+    return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)
+
+
+def _image(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
+           target: NvdlaTarget) -> ConvResult:
+    """Image (pixel) input."""
+    raw, nan_w, inf_w = _weight_bytes(params, g, prec, memory, sram, target)
+    kf, _ = target.kernel_groups(prec)
+    lines, nan_d, inf_d = pixel.image_lines(params.cdma, prec, memory, sram, target)
+    post = conv_image.post_extension(params)
+    offsets = conv_image.weight_offsets(g.kernels, g.kernel_height, g.channel, post, kf)
+    w = np.ascontiguousarray(raw[:g.kernels * g.kernel_height * g.channel * prec.bpe]).view(prec.dtype)
+    atoms = conv_image.ImageAtoms(params, lines, w[offsets], prec, target)
+    if prec is Precision.FP16:
+        bits = conv_fp16.convolve(atoms)
+        return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
+                          nan_input_weight=nan_w, inf_input_weight=inf_w)
+    out, saturated = cacc.deliver_int(conv_int.accumulate(atoms), params.cacc.clip_truncate)
+    return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)
 
 
 def _winograd(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
@@ -158,16 +200,12 @@ def _winograd(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMem
 
 
 def execute(params: ConvParams, memory: NvdlaMemory, target: NvdlaTarget, *,
-            sram: NvdlaMemory | None = None) -> ConvResult:
-    """Run one convolution; the result goes to the SDP (see the module's description)."""
+            sram: NvdlaMemory | None = None, weights: WeightCache | None = None) -> ConvResult:
+    """Run one convolution; the result goes to the SDP (see the module's description). ``weights``
+    keeps the prepared weights of direct convolutions between runs (the device passes its own)."""
     g, prec = check(params, target)
     if params.cdma.conv_mode == CONV_WINOGRAD:
         return _winograd(params, g, prec, memory, sram, target)
-    atoms, (nan_d, inf_d, nan_w, inf_w) = _atoms(params, g, prec, memory, sram, target)
-    if prec is Precision.FP16:
-        bits = conv_fp16.convolve(atoms)
-        return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
-                          nan_input_weight=nan_w, inf_input_weight=inf_w)
-    sums = conv_int.accumulate(atoms)
-    out, saturated = cacc.deliver_int(sums, params.cacc.clip_truncate)
-    return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)
+    if params.cdma.datain_format == PIXEL:
+        return _image(params, g, prec, memory, sram, target)
+    return _direct(params, g, prec, memory, sram, target, weights if weights is not None else WeightCache())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from pydla.hw.nvdla.blas import single_threaded
 from pydla.hw.nvdla.cacc import accumulate_int
 from pydla.hw.nvdla.conv_atoms import Atoms, DirectAtoms
 from pydla.hw.nvdla.intmath import I64
@@ -53,13 +54,14 @@ def _gemm(cols: npt.NDArray[np.generic], w: npt.NDArray[np.generic], dtype: type
     b: npt.NDArray[np.floating] = w.astype(dtype)
     m, k = a.shape
     n = b.shape[1]
-    if m * n * k <= SINGLE_THREAD_MACS or m * n * k > SPLIT_MACS or n * k > SINGLE_THREAD_MACS:
-        out: I64 = (a @ b).astype(np.int64)
-        return out
-    rows = SINGLE_THREAD_MACS // (n * k)
-    prod: npt.NDArray[np.floating] = np.empty((m, n), dtype=dtype)
-    for r in range(0, m, rows):
-        np.matmul(a[r:r + rows], b, out=prod[r:r + rows])
+    with single_threaded():  # also when a kernel is called outside the device (pydla.hw.nvdla.blas)
+        if m * n * k <= SINGLE_THREAD_MACS or m * n * k > SPLIT_MACS or n * k > SINGLE_THREAD_MACS:
+            out: I64 = (a @ b).astype(np.int64)
+            return out
+        rows = SINGLE_THREAD_MACS // (n * k)
+        prod: npt.NDArray[np.floating] = np.empty((m, n), dtype=dtype)
+        for r in range(0, m, rows):
+            np.matmul(a[r:r + rows], b, out=prod[r:r + rows])
     blocks: I64 = prod.astype(np.int64)
     return blocks
 

@@ -18,7 +18,9 @@ raises out of :meth:`NvdlaEngine.run`.
 The decoded parameters of a launch depend only on its registers (its groups' bytes, its LUT, its
 queued transfers), never on memory: they are kept by those bytes (:class:`DecodedLaunches`), so a
 network's operations, programmed with the same bytes at every run, are decoded once. Memory is
-reached, translated and checked at every execution.
+reached, translated and checked at every execution. A convolution's weights, prepared for its GEMM,
+are kept too (:class:`pydla.hw.nvdla.conv_gemm.WeightCache`), checked against the bytes read at every
+execution.
 
 Usage::
 
@@ -38,6 +40,8 @@ import numpy.typing as npt
 from pydla.errors import DlaError
 from pydla.hw.memory import Iommu, MmuFault
 from pydla.hw.nvdla import bdma, cdp, conv, pdp, rubik, sdp
+from pydla.hw.nvdla.blas import single_threaded
+from pydla.hw.nvdla.conv_gemm import WeightCache
 from pydla.hw.nvdla.memory import NvdlaMemory
 from pydla.hw.nvdla.regfile_decode import decode
 from pydla.hw.nvdla.regfile_units import Launch
@@ -118,12 +122,14 @@ class NvdlaEngine:
         self._waiting: dict[str, _Held] = {}  # consumer processor -> its launch, waiting for its input
         self._ready: dict[str, _Held] = {}  # consumer processor -> its producer, holding the output
         self.decoded = DecodedLaunches()
+        self.weights = WeightCache()  # convolutions' prepared weights, checked against their bytes each run
 
     def reset(self) -> None:
         """Drop the operations waiting for their partner (a reset abandons them)."""
         self._waiting.clear()
         self._ready.clear()
         self.decoded.clear()
+        self.weights.clear()
 
     @property
     def waiting(self) -> list[str]:
@@ -210,7 +216,12 @@ class NvdlaEngine:
             self._ready[consumer] = _Held(held.launch, held.ctx, held.params)
 
     def _execute(self, held: _Held, flying: Flying | None) -> tuple[Flying | None, dict[str, int]]:
-        """Run the block kernel; (its on-the-fly output, its status registers)."""
+        """Run the block kernel, its GEMMs on this thread (pydla.hw.nvdla.blas); (its on-the-fly output,
+        its status registers)."""
+        with single_threaded():
+            return self._kernel(held, flying)
+
+    def _kernel(self, held: _Held, flying: Flying | None) -> tuple[Flying | None, dict[str, int]]:
         p, target, sram = held.params, self.target, self.sram
         memory = IommuMemory(self.iommu, held.ctx)
         processor = held.launch.processor
@@ -233,7 +244,7 @@ class NvdlaEngine:
         if processor == "SDP":
             s = sdp.execute(p, memory, target, sram=sram, flying_input=flying)  # type: ignore[arg-type]
             return s.to_pdp, _words({"SDP_D_STATUS": int(s.unequal)})
-        result = conv.execute(p, memory, target, sram=sram)
+        result = conv.execute(p, memory, target, sram=sram, weights=self.weights)
         return result.to_sdp, _words({"CACC_D_OUT_SATURATION": result.saturations,
                                       "CDMA_D_NAN_INPUT_DATA_NUM": result.nan_input_data,
                                       "CDMA_D_INF_INPUT_DATA_NUM": result.inf_input_data,

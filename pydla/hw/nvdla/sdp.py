@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.nvdla import sdp_fp, sdp_int, surface
-from pydla.hw.nvdla.intmath import I64, saturate, wrap
+from pydla.hw.nvdla import sdp_fp, sdp_fused, sdp_int, surface
+from pydla.hw.nvdla.intmath import I64, saturate, sign_extend, wrap
 from pydla.hw.nvdla.memory import NvdlaMemory, access, select
 from pydla.hw.nvdla.precision import Precision, precision
 from pydla.hw.nvdla.sdp_lut import check_lut, lut_int
@@ -224,9 +224,12 @@ def _input(p: SdpParams, pin: Precision, proc: Precision, lanes: int, batches: i
         if arr.ndim != 4 or arr.shape[0] != batches or arr.shape[1] < c or arr.shape[2:] != (h, w):
             raise DlaError(NvError.BadParameter, f"SDP: the input on the fly has shape {arr.shape}, the "
                                                  f"cube needs ({batches}, >= {c}, {h}, {w})")
-        vals = wrap(arr.astype(np.int64), 32)
-        if proc is Precision.FP16:
-            vals = vals & 0xFFFFFFFF
+        if arr.dtype == np.int32 and proc is not Precision.FP16:
+            vals = arr  # 32-bit integers as they are (kept narrow: the data path widens them per block)
+        else:
+            vals = wrap(arr.astype(np.int64), 32)
+            if proc is Precision.FP16:
+                vals = vals & 0xFFFFFFFF
     else:
         if flying is not None:
             raise DlaError(NvError.BadParameter, "SDP: an input on the fly was given but flying_mode is 0")
@@ -238,26 +241,29 @@ def _input(p: SdpParams, pin: Precision, proc: Precision, lanes: int, batches: i
         v16 = np.asarray(el if pin is Precision.INT8 else el.view("<i2"), dtype=np.int64)
         vals = sdp_fp.fp16_to_fp32(v16 & 0xFFFF)[None] if proc is Precision.FP16 else v16[None]
     if vals.shape[1] < lanes:
-        pad = np.zeros((vals.shape[0], lanes - vals.shape[1], h, w), np.int64)
+        pad = np.zeros((vals.shape[0], lanes - vals.shape[1], h, w), vals.dtype)
         vals = np.concatenate([vals, pad], axis=1)
     out: I64 = vals[:, :lanes]
     return out
 
 
-def _int_datapath(data: I64, p: SdpParams, ops: dict[str, tuple[I64, I64]], pout: Precision
-                  ) -> tuple[npt.NDArray[np.generic], bool]:
+def _int_datapath(data: I64, p: SdpParams, ops: dict[str, tuple[I64, I64]], pout: Precision, *,
+                  fused: bool = True) -> tuple[npt.NDArray[np.generic], bool]:
+    """The integer data path: sdp_fused's passes where they apply (``fused``), else stage by stage."""
     def operands(stage: str, alu_reg: int, mul_reg: int) -> tuple[I64, I64]:
         mem = ops.get(stage)
         need = _stage_needs(p, stage)
-        alu = mem[0] if mem is not None and need.alu else np.asarray(wrap(alu_reg, 16))
-        mul = mem[1] if mem is not None and need.mul else np.asarray(wrap(mul_reg, 16))
+        alu = mem[0] if mem is not None and need.alu else np.asarray(sign_extend(alu_reg, 16), dtype=np.int64)
+        mul = mem[1] if mem is not None and need.mul else np.asarray(sign_extend(mul_reg, 16), dtype=np.int64)
         return alu, mul
 
-    x = data
-    a, m = operands("bs", p.bs.alu_operand, p.bs.mul_operand)
-    x = sdp_int.x_stage(x, a, m, p.bs)
-    a, m = operands("bn", p.bn.alu_operand, p.bn.mul_operand)
-    x = sdp_int.x_stage(x, a, m, p.bn)
+    x_ops = {"bs": operands("bs", p.bs.alu_operand, p.bs.mul_operand),
+             "bn": operands("bn", p.bn.alu_operand, p.bn.mul_operand)}
+    if fused and sdp_fused.fusable(p, pout):
+        return sdp_fused.datapath(data, p, x_ops, pout), False
+    x = np.asarray(data, dtype=np.int64)
+    x = sdp_int.x_stage(x, *x_ops["bs"], p.bs)
+    x = sdp_int.x_stage(x, *x_ops["bn"], p.bn)
     unequal = False
     if not p.ew.bypass:
         a16, m16 = ops.get("ew", (np.zeros(1, np.int64), np.zeros(1, np.int64)))

@@ -123,6 +123,37 @@ def gather_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: s
     return np.stack(out)
 
 
+def _words(a: npt.NDArray[np.generic], atom: int) -> npt.NDArray[np.generic]:
+    """An array's last axis (whole atoms) as 8-byte words where atoms are whole words (every NVDLA
+    configuration's are): a transposing copy then moves one word per element, not one lane."""
+    return np.ascontiguousarray(a).view(np.uint64 if atom % 8 == 0 else np.uint8)
+
+
+def _atoms_of(hwc: npt.NDArray[np.generic], s_count: int, target: NvdlaTarget) -> npt.NDArray[np.uint8]:
+    """(H, W, lanes) channel-last elements as atoms (surfaces, H, W, atom bytes), one copy."""
+    h, w = hwc.shape[:2]
+    words = _words(hwc, target.atom)
+    words = words.reshape(h, w, s_count, -1)
+    out: npt.NDArray[np.uint8] = np.ascontiguousarray(words.transpose(2, 0, 1, 3)).view(np.uint8)
+    return out
+
+
+def gather_channels_last(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: str
+                         ) -> npt.NDArray[np.generic]:
+    """All batches of ``cube`` as (batch, H, W, lanes): the channels, with the unused lanes of the last
+    surface, innermost (the order of the elements within an atom), dtype ``cube.precision.dtype``."""
+    check(cube, target, what)
+    s_count, epa = cube.surfaces(target), target.epa(cube.precision)
+    out = np.empty((cube.batch, cube.height, cube.width, s_count * epa), dtype=cube.precision.dtype)
+    with access(what):
+        for n in range(cube.batch):
+            atoms = _read_atoms(memory, cube, target, cube.address + n * cube.batch_stride)
+            words = _words(atoms, target.atom)  # (S, H, W, words): the copy moves whole atoms
+            out[n].view(words.dtype).reshape(cube.height, cube.width, s_count, -1)[...] = \
+                words.transpose(1, 2, 0, 3)
+    return out
+
+
 def gather(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, what: str, *,
            lanes: bool = False) -> npt.NDArray[np.generic]:
     """The cube's elements, shape (C, H, W) (one batch; see :func:`gather_batches`)."""
@@ -139,7 +170,6 @@ def scatter_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, data: 
     given. Bytes between lines and surfaces are left as they are."""
     check(cube, target, what)
     arr = np.asarray(data)
-    epa = target.epa(cube.precision)
     lanes = cube.lanes(target)
     shape_ok = (arr.ndim == 4 and arr.shape[0] == cube.batch and arr.shape[2:] == (cube.height, cube.width)
                 and arr.shape[1] in (cube.channel, lanes))
@@ -147,13 +177,17 @@ def scatter_batches(memory: NvdlaMemory, cube: Cube, target: NvdlaTarget, data: 
         raise DlaError(NvError.BadParameter,
                        f"{what}: data of shape {arr.shape} does not fit the cube "
                        f"({cube.batch}, {cube.channel} or {lanes}, {cube.height}, {cube.width})")
-    full = np.zeros((cube.batch, lanes, cube.height, cube.width), dtype=cube.precision.dtype)
-    full[:, :arr.shape[1]] = arr.astype(cube.precision.dtype, copy=False)
     s_count = cube.surfaces(target)
+    # the atoms (surface, y, x, lane) of each batch, in one copy from channel-last data (as the SDP's
+    # output is); other data, or C short of whole surfaces, through a zeroed full cube first
+    full = arr.transpose(0, 2, 3, 1) if arr.shape[1] == lanes and arr.dtype == cube.precision.dtype else None
+    if full is None:
+        whole = np.zeros((cube.batch, cube.height, cube.width, lanes), dtype=cube.precision.dtype)
+        whole[..., :arr.shape[1]] = arr.transpose(0, 2, 3, 1)
+        full = whole
     with access(what):
         for n in range(cube.batch):
-            el = full[n].reshape(s_count, epa, cube.height, cube.width).transpose(0, 2, 3, 1)
-            atoms = np.ascontiguousarray(el).view(np.uint8).reshape(s_count, cube.height, -1)
+            atoms = _atoms_of(full[n], s_count, target).reshape(s_count, cube.height, -1)
             write_block(memory, cube.address + n * cube.batch_stride, (cube.surf_stride, cube.line_stride),
                         atoms)
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pytest
 
 from pydla.errors import DlaError, NvError
-from pydla.hw.nvdla import cdp, cdp_fp16, surface
+from pydla.hw.nvdla import cdp, cdp_fp16, cdp_lut, surface
 from pydla.hw.nvdla.cdp_lut import lut_int
 from pydla.hw.nvdla.cdp_params import EXPONENT, LINEAR, CdpLut, CdpParams
 from pydla.hw.nvdla.memory import ByteMemory
@@ -400,3 +400,20 @@ FP16_DIGESTS = ["be914d09f64c8ec02ea3d14f1b1fdd83", "72f09a8066efd8cde92527b84ce
                 "9fa76aa4f0c885be421edc8e3e998f37"]
 INT_CORNER_DIGESTS = ["045c0b42ae42941f920a9088b8127ace", "127d55d8925226684c21d5a9ff3deb75",
                       "bb9a389deaa5928ca4436670909d5219", "f375ff36142a82014afb026d2b558df8"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_int8_lut_memo_equals_the_lut_as_it_fills(seed: int) -> None:
+    """The INT8 LRN's memo of LUT answers by sum: answers and counters equal lut_int's on every call,
+    the first (empty memo), a partly filled one, and one where every sum was met before."""
+    rng = np.random.default_rng(300 + seed)
+    lut = random_lut(rng, 9 * 256 * 256, 5)
+    memo = cdp_lut.LutMemo(lut, 5, *cdp.INT8_SUMS)
+    calls = [rng.integers(0, 9 * 256 * 256 + 1, 500), rng.integers(-256, 256, 300),
+             np.concatenate([rng.integers(0, 9 * 256 * 256 + 1, 200), rng.integers(-256, 256, 200)])]
+    calls.append(np.concatenate(calls))  # all met already
+    for sums in calls:
+        got, got_stats = memo(sums)
+        want, want_stats = cdp_lut.lut_int(sums, lut, 5)
+        assert np.array_equal(got, want) and got_stats == want_stats
+    assert (memo.cases[np.unique(calls[-1]) + 256] >= 0).all() and (memo.cases < 0).sum() > 0

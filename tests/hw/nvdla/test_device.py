@@ -119,6 +119,31 @@ def test_a_convolution_flies_through_the_sdp_into_the_pdp(config: str, order: st
     dev.close()
 
 
+def test_weights_rewritten_between_runs_are_used_by_the_next_run() -> None:
+    """The device keeps a convolution's prepared weights by its registers and compares their bytes at
+    every run: the same launch again is served from the cache, new weight bytes at the same address
+    compute with the new weights."""
+    dev = NvdlaDevice("nv_small")
+    arena = DeviceArena(dev)
+    rng = np.random.default_rng(8)
+    x = rng.integers(-8, 8, (16, 6, 8), dtype=np.int8)
+    w = rng.integers(-4, 4, (12, 16, 3, 3), dtype=np.int8)
+    ops, dst = _fused(arena, x, w)
+    weights = ops[0][1].cdma.weight_addr  # type: ignore[attr-defined]
+    results = []
+    for run, kernels in enumerate((w, w, -w)):
+        if run == 2:
+            arena.memory.write(weights, conv_weights.pack(kernels, dev.target, INT8))
+        for processor, params in ops:
+            arena.program(processor, params, group=run % 2)  # the blocks' groups take turns
+        results.append(arena.get(dst))
+        assert np.array_equal(results[-1], _reference(x, kernels)) and dev.ops_done == 3 * (run + 1)
+    cache = dev.engine.weights
+    assert (cache.misses, cache.hits, len(cache)) == (2, 1, 1)
+    assert not np.array_equal(results[2], results[0])
+    dev.close()
+
+
 # -- faults ----------------------------------------------------------------------------------------
 
 
