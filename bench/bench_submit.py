@@ -12,12 +12,15 @@ fence wait. The anchors, measured in the same run and in alternating blocks with
   the clock's resolution; the time per call is printed);
 - a thread handoff round trip: queue.Queue ping-pong with a worker thread (put, the worker gets and
   puts back, get), the least a submit that hands work to another thread can cost.
-Medians and p90 are printed, with the ratios to the anchors. Goal: in-process submit / onnxruntime
-run <= 8x (medians), judged for the deterministic and the threaded mode; met / NOT met is printed.
+Medians and p90 are printed, with the ratios to the anchors. Goals, each printed with met / NOT met:
+in-process submit / onnxruntime run <= 8x (medians), for the deterministic and the threaded mode;
+and (the performance issue's) a threaded submit costs at most a deterministic one plus two thread
+handoffs (to the device's thread and back), all three measured in this run.
 
 After the timing, --profile-submits deterministic submits (default 2000) run under cProfile, and the
 number of Python-level calls per submit is printed: the sum of every function's call count in pstats
-(primitive and recursive calls alike) divided by the number of submits. Goal: <= 100.
+(primitive and recursive calls alike) divided by the number of submits (for information: the
+performance issue dropped its goal for it, the per-operation figures measure what it stood for).
 
 --per-op runs the device without its command processor (the per-operation path, the reference).
 
@@ -42,7 +45,7 @@ import numpy as np
 import pydla
 
 GOAL_ORT_RATIO = 8.0  # in-process submit / onnxruntime InferenceSession.run, medians
-GOAL_CALLS = 100  # Python calls per deterministic submit, counted by cProfile
+GOAL_HANDOFFS = 2  # threaded submit <= deterministic submit + this many thread handoffs
 
 
 def _weights(shape: tuple[int, ...]) -> np.ndarray:
@@ -238,9 +241,12 @@ def main() -> None:
         verdict = "met" if ratio <= GOAL_ORT_RATIO else "NOT met"
         print(f"goal in-process submit / onnxruntime run <= {GOAL_ORT_RATIO:.0f}x, {mode}: {ratio:.2f}x: "
               f"{verdict}")
+    bound = med["submit, deterministic"] + GOAL_HANDOFFS * handoff
+    verdict = "met" if med["submit, threaded"] <= bound else "NOT met"
+    print(f"goal threaded submit <= deterministic + {GOAL_HANDOFFS} thread handoffs: "
+          f"{med['submit, threaded'] * 1e6:.2f} us against {bound * 1e6:.2f} us: {verdict}")
     if calls_per_submit is not None:
-        verdict = "met" if calls_per_submit <= GOAL_CALLS else "NOT met"
-        print(f"Python calls per submit: {calls_per_submit:.1f} (goal <= {GOAL_CALLS}): {verdict} "
+        print(f"Python calls per submit: {calls_per_submit:.1f} "
               f"(cProfile, {args.profile_submits} deterministic submits)")
 
 
