@@ -61,6 +61,12 @@ def lower_sdp(lw: Lowering, step: Step) -> None:
         _prelu(lw, step)
     elif op == "HardSwish":
         _hardswish(lw, step)
+    elif op == "HardSigmoid":
+        n = step.head
+        out = lw.cube(step.output, n.where())
+        line = hard_sigmoid_alone(lw, float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5)), out.shape[0],
+                                  n.where())
+        lw.tb.sdp(lw.cube(n.inputs[0], n.where()), out, **line)
     else:
         n = step.head
         out = lw.cube(step.output, n.where())
@@ -167,8 +173,21 @@ def _hardswish(lw: Lowering, step: Step) -> None:
     x = lw.cube(n.inputs[0], where)
     buf, offset = lw.temp(prod(out.shape) * lw.np_dtype.itemsize)
     gate = lw.tb.cube(buf, out.shape, offset=offset, precision=lw.precision)
-    lw.tb.sdp(x, gate, **hard_sigmoid(lw, 1.0 / 6.0, 0.5, where))
+    lw.tb.sdp(x, gate, **hard_sigmoid_alone(lw, 1.0 / 6.0, 0.5, out.shape[0], where))
     lw.tb.sdp(gate, out, ew=x, ew_op="mul", ew_mode="cube")
+
+
+def hard_sigmoid_alone(lw: Lowering, alpha: float, beta: float, channels: int, where: str) -> dict[str, Any]:
+    """HardSigmoid in an SDP operation of its own (no bias, no element-wise operand): in fp32, SDP's
+    batch-norm stage as the line (x * alpha + beta, each step rounded to float32 as onnxruntime's
+    is) then the clamp activation to [0, 1]: a few passes over the cube instead of the lookup
+    table's interpolation (MobileNet-v3-small: 19 HardSwish gates, 12% of its device time). In fp16
+    alpha and beta would be rounded to half: the lookup table, whose ends are float32."""
+    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
+    if lw.precision != "fp32" or alpha == 0 or channels < 1:
+        return hard_sigmoid(lw, alpha, beta, where)
+    return {"scale": lw.const(np.full(channels, alpha)), "shift": lw.const(np.full(channels, beta)),
+            "act": "clamp", "clip": (0.0, 1.0)}
 
 
 def hard_sigmoid(lw: Lowering, alpha: float, beta: float, where: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from onnx import helper
 
 from pydla.compiler.api import compile_model
 from pydla.loadable.container import Loadable
+from pydla.loadable.taskbuilder import TaskBuilder
 from tests.compiler.support import model, reference, run_loadable
 
 
@@ -64,3 +65,51 @@ def test_a_mean_over_other_axes_is_not_pooled() -> None:
     assert len(_runs(blob)) == 2
     feeds = {"x": np.random.default_rng(8).standard_normal((1, 4, 6, 5)).astype(np.float32)}
     np.testing.assert_allclose(run_loadable(blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+def _lookup_tables(m: object, monkeypatch: pytest.MonkeyPatch, **options: str) -> tuple[bytes, int]:
+    """The compiled loadable and how many lookup tables its compilation made."""
+    made: list[int] = []
+    lut = TaskBuilder.lut
+
+    def counted(self: TaskBuilder, *args: object, **kwargs: object) -> int:
+        made.append(1)
+        return lut(self, *args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(TaskBuilder, "lut", counted)
+    return compile_model(m, **options).blob, len(made)
+
+
+def _kinks(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    x = (np.random.default_rng(3).standard_normal(shape) * 4).astype(np.float32)
+    x.flat[:9] = [3.0, -3.0, np.inf, -np.inf, 0.0, np.nan, 2.5, -2.5, 1e30]  # kinks, ends, NaN
+    return {"x": x}
+
+
+@pytest.mark.parametrize("attrs", [{"alpha": 1 / 6, "beta": 0.5}, {}, {"alpha": -0.3, "beta": 0.9},
+                                   {"alpha": 2.0, "beta": -1.0}])
+def test_hard_sigmoid_alone_is_a_line_and_a_clamp(attrs: dict[str, float],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """HardSigmoid in an SDP operation of its own: batch-norm stage (x * alpha + beta) then clamp to
+    [0, 1], no lookup table; onnxruntime's values at the kinks, the ends and NaN."""
+    m = model([helper.make_node("HardSigmoid", ["x"], ["y"], **attrs)], {"x": (1, 5, 6, 7)}, ["y"])
+    blob, tables = _lookup_tables(m, monkeypatch)
+    assert (_runs(blob), tables) == (["npu"], 0)
+    feeds = _kinks((1, 5, 6, 7))
+    np.testing.assert_allclose(run_loadable(blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-6, atol=1e-7)
+
+
+def test_hard_swish_gate_is_a_line_and_a_clamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HardSwish after a convolution (MobileNet-v3's pattern): its gate by the batch-norm stage and
+    the clamp, then the product; fp16 keeps the lookup table (alpha 1/6 is not a half)."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("HardSwish", ["c"], ["y"])], {"x": (1, 3, 9, 8)}, ["y"], {"w": w}, opset=14)
+    blob, tables = _lookup_tables(m, monkeypatch)
+    assert (_runs(blob), tables) == (["npu"], 0)
+    feeds = {"x": (rng.standard_normal((1, 3, 9, 8)) * 4).astype(np.float32)}  # the convolution's sums
+    np.testing.assert_allclose(run_loadable(blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-5, atol=1e-5)
+    blob, tables = _lookup_tables(m, monkeypatch, precision="fp16")
+    assert tables == 1
+    feeds = {"x": rng.standard_normal((1, 3, 9, 8)).astype(np.float32)}
+    np.testing.assert_allclose(run_loadable(blob, feeds)["y"], reference(m, feeds)["y"], rtol=2e-2, atol=2e-2)
