@@ -113,3 +113,63 @@ def test_hard_swish_gate_is_a_line_and_a_clamp(monkeypatch: pytest.MonkeyPatch) 
     assert tables == 1
     feeds = {"x": rng.standard_normal((1, 3, 9, 8)).astype(np.float32)}
     np.testing.assert_allclose(run_loadable(blob, feeds)["y"], reference(m, feeds)["y"], rtol=2e-2, atol=2e-2)
+
+
+def _shuffle_units(units: int, c: int = 8) -> object:
+    """ShuffleNet-v2's stride-1 units as torch.onnx writes them: the channels split in halves
+    (Slice), the second half through conv 1x1 / Relu, then Concat with the first half and the channel
+    shuffle (Reshape, Transpose, Reshape)."""
+    rng = np.random.default_rng(9)
+    half = c // 2
+    inits: dict[str, np.ndarray] = {
+        "w0": rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3,
+        "zero": np.array([0], np.int64), "half": np.array([half], np.int64),
+        "full": np.array([c], np.int64), "one": np.array([1], np.int64),
+        "split": np.array([1, 2, half, 6, 5], np.int64), "flat": np.array([1, c, 6, 5], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["t0"], pads=[1, 1, 1, 1])]
+    for u in range(units):
+        inits[f"w{u + 1}"] = rng.standard_normal((half, half, 1, 1)).astype(np.float32) * 0.5
+        t = f"t{u}"
+        nodes += [helper.make_node("Slice", [t, "zero", "half", "one"], [f"a{u}"]),
+                  helper.make_node("Slice", [t, "half", "full", "one"], [f"b{u}"]),
+                  helper.make_node("Conv", [f"b{u}", f"w{u + 1}"], [f"cb{u}"]),
+                  helper.make_node("Relu", [f"cb{u}"], [f"r{u}"]),
+                  helper.make_node("Concat", [f"a{u}", f"r{u}"], [f"cat{u}"], axis=1),
+                  helper.make_node("Reshape", [f"cat{u}", "split"], [f"s{u}"]),
+                  helper.make_node("Transpose", [f"s{u}"], [f"p{u}"], perm=[0, 2, 1, 3, 4]),
+                  helper.make_node("Reshape", [f"p{u}", "flat"], [f"t{u + 1}"])]
+    return model(nodes, {"x": (1, 3, 6, 5)}, [f"t{units}"], inits)
+
+
+def test_a_channel_split_feeding_a_convolution_is_a_range_not_a_copy() -> None:
+    """Each unit: the half that a convolution reads is a byte range of the shuffled tensor (no
+    copy); the half that the next Concat takes stays one copy (into the concatenation), and the
+    shuffle's Transpose one: 2 copies a unit, not 3."""
+    m = _shuffle_units(3)
+    result = compile_model(m)
+    assert result.operations["BDMA"] == 2 * 3
+    feeds = {"x": np.random.default_rng(10).standard_normal((1, 3, 6, 5)).astype(np.float32)}
+    np.testing.assert_allclose(run_loadable(result.blob, feeds)["t3"], reference(m, feeds)["t3"],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_slices_that_must_stay_copies() -> None:
+    """A slice of a graph input, a slice that is a graph output, and a slice reshaped into a graph
+    output each keep their own bytes; a slice of a middle axis is no one range. All against
+    onnxruntime."""
+    inits = {"s": np.array([2], np.int64), "e": np.array([5], np.int64), "ax": np.array([1], np.int64),
+             "ax2": np.array([2], np.int64), "flat": np.array([1, 30], np.int64)}
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "ax"], ["in_part"]),  # of the graph input
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Slice", ["r", "s", "e", "ax"], ["out_part"]),  # a graph output
+             helper.make_node("Slice", ["r", "s", "e", "ax"], ["mid"]),
+             helper.make_node("Reshape", ["mid", "flat"], ["flat_part"]),  # reshaped into an output
+             helper.make_node("Slice", ["r", "s", "e", "ax2"], ["rows"]),  # lines before the cut
+             helper.make_node("Relu", ["rows"], ["rows_out"]),
+             helper.make_node("Relu", ["in_part"], ["in_out"])]
+    m = model(nodes, {"x": (1, 6, 5, 2)}, ["out_part", "flat_part", "rows_out", "in_out"], inits)
+    result = compile_model(m)
+    feeds = {"x": np.random.default_rng(11).standard_normal((1, 6, 5, 2)).astype(np.float32)}
+    got, want = run_loadable(result.blob, feeds), reference(m, feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name].reshape(want[name].shape), want[name], err_msg=name)
