@@ -173,3 +173,27 @@ def test_slices_that_must_stay_copies() -> None:
     got, want = run_loadable(result.blob, feeds), reference(m, feeds)
     for name in want:
         np.testing.assert_array_equal(got[name].reshape(want[name].shape), want[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("op", "gate_first"), [("Mul", True), ("Mul", False), ("Sub", True), ("Div", False),
+                                               ("Add", True)])
+def test_a_per_channel_tensor_is_sdp_s_per_channel_operand(op: str, gate_first: bool) -> None:
+    """A computed (1, C, 1, 1) tensor with a (1, C, H, W) map (squeeze-excite's Mul): SDP's
+    per-channel operand where the tensor lies, no BDMA broadcast; either order, and the
+    non-commutative operations, as onnxruntime computes them."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((5, 3, 1, 1)).astype(np.float32)
+    pair = ["g", "r2"] if gate_first else ["r2", "g"]
+    m = model([helper.make_node("Relu", ["x"], ["r"]),
+               helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+               helper.make_node("Conv", ["p", "w"], ["c"]),
+               helper.make_node("Sigmoid", ["c"], ["s"]),
+               helper.make_node("Add", ["s", "half"], ["g"]),  # away from 0 for Div
+               helper.make_node("Relu", ["x2"], ["r2"]),
+               helper.make_node(op, pair, ["y"])],
+              {"x": (1, 3, 4, 4), "x2": (1, 5, 7, 6)}, ["y"], {"w": w, "half": np.array(0.5, np.float32)})
+    result = compile_model(m)
+    assert "BDMA" not in result.operations or result.operations["BDMA"] == 0
+    feeds = {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32),
+             "x2": rng.standard_normal((1, 5, 7, 6)).astype(np.float32)}
+    np.testing.assert_allclose(run_loadable(result.blob, feeds)["y"], reference(m, feeds)["y"], rtol=1e-6, atol=1e-6)
