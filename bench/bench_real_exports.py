@@ -18,7 +18,12 @@ then times blocks of ``--block`` runs of each side alternating, ``--repeats`` ti
 run; it prints the medians and the ratio, against the performance issue's goal for real exports
 (<= 4x onnxruntime each).
 
-Run: python bench/bench_real_exports.py run DIR [--repeats 5] [--block 3] [--only NAME ...]
+onnxruntime's intra-op threads spin after each run by default; on a machine shared with other
+work (2 cores, load 8) that slowed the pydla block timed after it up to 2x and onnxruntime itself
+2.5x (MobileNet-v3-small: onnxruntime 3.9 ms spinning, 1.5 ms not). ``--no-spin`` turns it off
+(session.intra_op.allow_spinning 0) for figures that measure the two sides and not the machine.
+
+Run: python bench/bench_real_exports.py run DIR [--repeats 5] [--block 3] [--only NAME ...] [--no-spin]
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ def _time_block(fn: Any, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def run(folder: Path, repeats: int, block: int, only: list[str]) -> int:
+def run(folder: Path, repeats: int, block: int, only: list[str], spin: bool = True) -> int:
     """Compile, compare and time every model in ``folder``; 1 if one failed or disagreed."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
@@ -91,7 +96,10 @@ def run(folder: Path, repeats: int, block: int, only: list[str]) -> int:
     print(f"{'model':<32} {'compile':>8} {'difference':>10} {'pydla':>10} {'onnxruntime':>12} {'ratio':>7}")
     for path in paths:
         try:
-            theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            options = ort.SessionOptions()
+            if not spin:
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            theirs = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             spec = theirs.get_inputs()[0]
             shape = [d if isinstance(d, int) else 1 for d in spec.shape]
             feed = {spec.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
@@ -131,13 +139,16 @@ def main() -> None:
     p_run.add_argument("--repeats", type=int, default=5, help="alternating blocks per side")
     p_run.add_argument("--block", type=int, default=3, help="timed runs per block")
     p_run.add_argument("--only", nargs="*", default=[], help="model file names without .onnx")
+    p_run.add_argument("--no-spin", action="store_true",
+                       help="onnxruntime's threads wait without spinning after a run (on a shared "
+                            "machine their spinning slows the pydla block after it, and onnxruntime)")
     args = parser.parse_args()
     if args.command == "export":
         export(args.folder)
         return
     if args.repeats < 1 or args.block < 1:
         parser.error("--repeats and --block must be >= 1")
-    sys.exit(run(args.folder, args.repeats, args.block, args.only))
+    sys.exit(run(args.folder, args.repeats, args.block, args.only, spin=not args.no_spin))
 
 
 if __name__ == "__main__":

@@ -89,14 +89,7 @@ def last_axis_product(graph: Graph, node: Node) -> list[Node] | None:
     shape = graph.shapes.get(x, ())
     if graph.dtypes.get(x) != np.float32 or len(shape) < 2 or shape[-1] < 1:
         return None
-    if graph.opset >= AXES_INPUT_SINCE[node.op_type]:
-        name = node.inputs[1] if len(node.inputs) > 1 else ""
-        if name not in graph.consts:
-            return None
-        axes = [int(a) for a in np.asarray(graph.consts[name]).ravel()]
-    else:
-        axes = [int(a) for a in node.attrs.get("axes", [])]
-    if [a % len(shape) for a in axes] != [len(shape) - 1]:
+    if _reduced_axes(graph, node, len(shape)) != [len(shape) - 1]:
         return None
     depth = shape[-1]
     column = f"{out}/reduce_column"
@@ -111,6 +104,46 @@ def last_axis_product(graph: Graph, node: Node) -> list[Node] | None:
     graph.shapes[target], graph.dtypes[target] = (len(shape) - 1,), np.dtype(np.int64)
     return [Node(f"{node.name}/product", "MatMul", [x, column], [kept], {}),
             Node(node.name, "Reshape", [kept, target], [out], {})]
+
+
+def _reduced_axes(graph: Graph, node: Node, rank: int) -> list[int] | None:
+    """The axes a ReduceMean / ReduceSum reduces, each in [0, rank), as written (an attribute, or
+    from the opset that made it one, a constant input); None when they are computed, empty, or
+    outside the rank (left to the operator's own checks)."""
+    if graph.opset >= AXES_INPUT_SINCE[node.op_type]:
+        name = node.inputs[1] if len(node.inputs) > 1 else ""
+        if name not in graph.consts:
+            return None
+        axes = [int(a) for a in np.asarray(graph.consts[name]).ravel()]
+    else:
+        axes = [int(a) for a in node.attrs.get("axes", [])]
+    if not axes or not all(-rank <= a < rank for a in axes):
+        return None
+    return [a % rank for a in axes]
+
+
+def spatial_mean_as_pool(graph: Graph, node: Node) -> list[Node] | None:
+    """ReduceMean of a float32 NCHW tensor over H and W (how the dynamo exporter writes
+    ``adaptive_avg_pool2d(x, 1)``: a squeeze-excite gate, a classifier's pooling) as
+    GlobalAveragePool, which PDP computes in the NPU task, instead of a SHAVE reduction that ends
+    the task before it and starts one after it (MobileNet-v3-small: 10 such splits). Without
+    keepdims, a Reshape then drops the two axes. None for any other reduction."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = graph.shapes.get(x, ())
+    if (node.op_type != "ReduceMean" or graph.dtypes.get(x) != np.float32 or len(shape) != 4
+            or min(shape, default=0) < 1):
+        return None
+    axes = _reduced_axes(graph, node, 4)
+    if axes is None or sorted(axes) != [2, 3]:
+        return None
+    if int(node.attrs.get("keepdims", 1)):
+        return [Node(node.name, "GlobalAveragePool", [x], [out], {})]
+    pooled, target = f"{out}/pooled", f"{out}/shape"
+    graph.shapes[pooled], graph.dtypes[pooled] = (*shape[:2], 1, 1), np.dtype(np.float32)
+    graph.consts[target] = np.array(shape[:2], np.int64)
+    graph.shapes[target], graph.dtypes[target] = (2,), np.dtype(np.int64)
+    return [Node(f"{node.name}/pool", "GlobalAveragePool", [x], [pooled], {}),
+            Node(node.name, "Reshape", [pooled, target], [out], {})]
 
 
 def gather_as_slice(graph: Graph, node: Node) -> list[Node] | None:

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from pydla.compiler import ceil_mode, custom_kernel
-from pydla.compiler.decompose import gather_as_slice, last_axis_product, layer_norm
+from pydla.compiler.decompose import gather_as_slice, last_axis_product, layer_norm, spatial_mean_as_pool
 from pydla.compiler.fold import fold, settle_empty
 from pydla.compiler.fuse import fold_scalar_factors, fold_transposed_operands, fuse_gelu
 from pydla.compiler.graph_types import Graph as Graph
@@ -198,7 +198,7 @@ def _rewrite(graph: Graph, node: Node) -> list[Node]:
     if node.op_type == "LayerNormalization" and not keeps_whole(graph, node):
         return layer_norm(graph, node)
     if node.op_type in ("ReduceMean", "ReduceSum"):
-        return last_axis_product(graph, node) or [node]
+        return last_axis_product(graph, node) or spatial_mean_as_pool(graph, node) or [node]
     if node.op_type == "Gather":
         return gather_as_slice(graph, node) or [node]
     if node.op_type == "PRelu" and len(node.inputs) == 2 and not _prelu_on_sdp(graph, *node.inputs):

@@ -385,12 +385,13 @@ class Lowering:
 
 
 def _planned(lw: Lowering, step: Step) -> None:
-    """Nothing to emit: an alias (the planner made both names one tensor) or a concatenation whose
-    inputs the planner placed in their channel ranges of the output."""
+    """Nothing to emit: an alias (the planner made both names one tensor), a concatenation whose
+    inputs the planner placed in their channel ranges of the output, or a slice that is a range of
+    its source."""
 
 
 LOWER: dict[str, Callable[[Lowering, Step], None]] = {
-    "alias": _planned, "concat_view": _planned,
+    "alias": _planned, "concat_view": _planned, "slice_view": _planned,
     "conv": conv2d.lower_conv, "deconv": conv2d.lower_deconv,
     "copy": movement.copy, "constant": movement.constant, "transpose": movement.transpose,
     "concat": movement.concat,

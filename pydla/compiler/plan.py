@@ -244,14 +244,17 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
     written straight into its range of the output (its root is the output, at a byte offset), and
     the concat step becomes a view. A reshape of a graph input or output into another graph input
     or output cannot share their bytes: it becomes a copy step."""
+    def _el(t: str) -> int:
+        return element(t) if callable(element) else element
+
     def size_of(t: str) -> int:
-        el = element(t) if callable(element) else element
-        return prod(graph.shapes[t]) * el
+        return prod(graph.shapes[t]) * _el(t)
 
     root: dict[str, str] = {}
     within: dict[str, int] = {}
+    parts: set[str] = set()  # slices that are a byte range of their source (slice_view steps)
     producers = {s.output: s for s in steps}
-    users = consumer_map(graph) if any(s.kind == "concat" for s in steps) else {}
+    users = consumer_map(graph) if any(s.kind in ("concat", "slice") for s in steps) else {}
     outputs = set(graph.outputs)
 
     def find(t: str) -> str:
@@ -268,19 +271,27 @@ def plan_memory(graph: Graph, steps: list[Step], external: set[str], *,
                 root[t], within[t] = step.output, offset
                 offset += size_of(t)
             continue
+        if step.kind == "slice" and step.output not in external and step.output not in outputs:
+            begin = _slice_view_start(graph, step, find(step.inputs[0]) in external, users)
+            if begin is not None:
+                step.kind = "slice_view"
+                root[step.output], within[step.output] = step.inputs[0], begin * _el(step.inputs[0])
+                parts.add(step.output)
+                continue
         if step.kind == "alias":
             src = step.inputs[0]
-            if step.output in external and find(src) in external:
-                step.kind = "copy"  # two graph inputs / outputs: separate buffers, so a copy
+            part = _in_part(src, root, parts)
+            if step.output in external and (find(src) in external or part):
+                step.kind = "copy"  # separate buffers (graph inputs / outputs, a part of a tensor): a copy
                 continue
             if step.output in external:
                 root[find(src)] = step.output  # the source is written straight into the output
             else:
-                root[step.output] = find(src)
+                root[step.output] = src  # through src: the offsets of the parts on the way add up
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, step in enumerate(steps):
-        if step.kind in ("alias", "concat_view"):
+        if step.kind in ("alias", "concat_view", "slice_view"):
             continue
         for written in [step.output, *step.extra]:
             out = find(written)
@@ -338,10 +349,54 @@ def _concat_in_place(graph: Graph, step: Step, producers: dict[str, Step], root:
         return False  # an input given twice would be written to two places
     for t in node.inputs:
         p = producers.get(t)
-        if (p is None or p.kind in ("alias", "concat_view", "concat") or t in external or t in root
-                or t in outputs or len(users.get(t, ())) != 1):
+        if (p is None or p.kind in ("alias", "concat_view", "concat", "slice_view") or t in external
+                or t in root or t in outputs or len(users.get(t, ())) != 1):
             return False
     return True
+
+
+def _in_part(t: str, root: dict[str, str], parts: set[str]) -> bool:
+    """Whether ``t`` is (an alias of) a part of a larger tensor: not a buffer of its own."""
+    while t in root:
+        if t in parts:
+            return True
+        t = root[t]
+    return False
+
+
+def _slice_view_start(graph: Graph, step: Step, external_source: bool,
+                      users: dict[str, list[Node]]) -> int | None:
+    """The element offset where a Slice's result starts in its source, when that result is one
+    contiguous range of it: constant starts / ends, step 1, along one axis with nothing but 1s
+    before it (a batch-1 image's channels, as ShuffleNet's channel split takes them), of a tensor in
+    scratch. The result is then that range (no copy). None otherwise, and when a Concat consumes
+    the result: the copy then writes straight into the concatenation, which costs no more."""
+    node = step.head
+    shape = graph.shapes.get(step.inputs[0], ())
+    out_shape = graph.shapes.get(step.output, ())
+    params = [node.inputs[i] if i < len(node.inputs) else "" for i in range(1, 5)]
+    if (external_source or not shape or len(out_shape) != len(shape) or not params[0] or not params[1]
+            or not all(p == "" or p in graph.consts for p in params)
+            or any(u.op_type == "Concat" for u in users.get(step.output, ()))):
+        return None
+    starts = np.asarray(graph.consts[params[0]]).astype(np.int64).ravel()
+    axes = (np.asarray(graph.consts[params[2]]).astype(np.int64).ravel() if params[2]
+            else np.arange(len(starts)))
+    slice_steps = (np.asarray(graph.consts[params[3]]).astype(np.int64).ravel() if params[3]
+                   else np.ones(len(starts), np.int64))
+    if len(axes) != len(starts) or len(slice_steps) != len(starts) or any(int(v) != 1 for v in slice_steps):
+        return None
+    if not all(-len(shape) <= int(a) < len(shape) for a in axes):
+        return None
+    begin = [0] * len(shape)
+    for a, s0 in zip(axes, starts, strict=True):
+        k = int(a) % len(shape)
+        dim = shape[k]
+        begin[k] = int(min(max(int(s0) + dim if s0 < 0 else int(s0), 0), dim))
+    cut = [k for k in range(len(shape)) if out_shape[k] != shape[k] or begin[k]]
+    if len(cut) != 1 or prod(shape[:cut[0]]) != 1 or begin[cut[0]] + out_shape[cut[0]] > shape[cut[0]]:
+        return None  # several axes cut, or lines before the cut axis: not one range
+    return begin[cut[0]] * prod(shape[cut[0] + 1:])
 
 
 def _round(n: int) -> int:
