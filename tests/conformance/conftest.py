@@ -17,7 +17,9 @@ import pytest
 
 from pydla.portability.interface import NvDlaPort
 
-BUILTIN = ("inprocess", "linux")
+# inprocess-per-op: the in-process port over a device without its command processor (the
+# per-operation path, which the command processor must agree with)
+BUILTIN = ("inprocess", "inprocess-per-op", "linux")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -58,6 +60,13 @@ def port(port_spec: str, tmp_path: Path) -> Iterator[NvDlaPort]:
         from pydla.platform import open_port
 
         made: Any = open_port("inprocess", "full")
+    elif port_spec == "inprocess-per-op":
+        import dataclasses
+
+        from pydla.platform import open_port
+        from pydla.target.config import load_config
+
+        made = open_port("inprocess", dataclasses.replace(load_config("full"), command_processor=False))
     elif port_spec == "linux":
         from pydla.linux import unmount
         from pydla.linux.daemon import KmdDaemon

@@ -1,10 +1,13 @@
 """Fixtures of the KMD tests: devices and drivers that are closed after each test.
 
-Every test that builds its driver with ``make_kmd`` (or ``kmd_full``) runs twice: headless (the
-engine scheduler in the host's KMD) and headed (the same scheduler on the device's microcontroller,
-the KMD talking to it through the device-API mailbox). A test that inspects what only a headless
-driver has (the engine's TaskRun state, the exact register trace of the host's programming) is
-marked ``@pytest.mark.headless_only`` with the reason, and runs headless only.
+Every test that builds its driver with ``make_kmd`` (or ``kmd_full``) runs three times: headless (the
+engine scheduler in the host's KMD), headed (the same scheduler on the device's microcontroller,
+the KMD talking to it through the device-API mailbox), and headless on the per-operation path (the
+device's command processor switched off, as ``"engine": {"command_processor": false}`` does: one
+host round trip per operation, the reference the command processor must agree with). A test that
+inspects what only a headless driver has (the engine's TaskRun state, the exact register trace of
+the host's programming) is marked ``@pytest.mark.headless_only`` with the reason, and runs headless
+only (on both paths).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from pydla.target.config import DeviceConfig, load_config
 from tests.kmd.support import MakeKmd
 
 
-@pytest.fixture(params=["headless", "headed"])
+@pytest.fixture(params=["headless", "headed", "per-op"])
 def kmd_mode(request: pytest.FixtureRequest) -> str:
-    """Where the engine scheduler runs: on the host (headless) or on the device's microcontroller."""
+    """Where the engine scheduler runs: on the host (headless, and per-op: headless without the
+    device's command processor) or on the device's microcontroller (headed)."""
     if request.param == "headed" and request.node.get_closest_marker("headless_only") is not None:
         pytest.skip("headless only: " + str(request.node.get_closest_marker("headless_only").args[0]))
     return str(request.param)
@@ -32,6 +36,8 @@ def kmd_mode(request: pytest.FixtureRequest) -> str:
 def with_mode(config: str | DeviceConfig, mode: str) -> DeviceConfig:
     """``config`` (a configuration or a bundled one's name), headed when ``mode`` says so."""
     loaded = load_config(config)
+    if mode == "per-op":
+        return dataclasses.replace(loaded, command_processor=False)
     return dataclasses.replace(loaded, headed=mode == "headed")
 
 
