@@ -69,7 +69,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     None (the default): barriers unless the configuration's engine has a command processor
     (``"engine": {"command_processor": true}``, as ``full``): it runs a task from one doorbell but
     leaves a task with a SHAVE list beside its operations to the per-operation path, which costs
-    more than the barriers save (the encoder 1.14-1.18x slower with them, bench/bench_barriers.py).
+    more than the barriers save (the encoder's CPU time 6-16% more with them: bench/bench_barriers.py).
 
     ``base_dir``: where the relative kernel paths of custom SHAVE kernels (ONNX domain ai.pydla,
     :mod:`pydla.compiler.custom_kernel`) start; default: the model file's directory, or the current
