@@ -27,7 +27,8 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
                   input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True,
                   base_dir: str | Path | None = None, calibration: Any = None,
                   calibration_method: str = "entropy", calibration_table_out: str | Path | None = None,
-                  dequantize_qdq: bool = False, name: str | None = None, shave_barriers: bool = True) -> Any:
+                  dequantize_qdq: bool = False, name: str | None = None,
+                  shave_barriers: bool | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.
 
     ``input_shapes`` gives the sizes of the inputs' symbolic dimensions (the batch, a sequence
@@ -65,6 +66,10 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
     ``shave_barriers``: a SHAVE step's first task list runs in the task of the DLA operations before
     it, each chunk's DMA started by a barrier its producer operations update (the VPUX per-variant
     barriers: :mod:`pydla.loadable.mixed_task`); False: the list waits for that whole task to end.
+    None (the default): barriers unless the configuration's engine has a command processor
+    (``"engine": {"command_processor": true}``, as ``full``): it runs a task from one doorbell but
+    leaves a task with a SHAVE list beside its operations to the per-operation path, which costs
+    more than the barriers save (the encoder's CPU time 6-16% more with them: bench/bench_barriers.py).
 
     ``base_dir``: where the relative kernel paths of custom SHAVE kernels (ONNX domain ai.pydla,
     :mod:`pydla.compiler.custom_kernel`) start; default: the model file's directory, or the current
@@ -118,6 +123,8 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
         fp16 = any(p.name == "FP16" for p in cfg.precisions) and has_float16(onnx_model)
         precision = "fp16" if fp16 else "fp32"
     half = float32_view(onnx_model, precision)
+    # (a mixed task runs per operation on a device with a command processor: see the docstring)
+    barriers = shave_barriers if shave_barriers is not None else not cfg.command_processor
     try:
         whole = frozenset({"LayerNormalization"}) if shave and cfg.shave is not None and precision == "fp32" \
             else frozenset()
@@ -130,7 +137,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
                 graph.half_io = half.io(graph)
             result = Lowering(graph, cfg, progress, precision, use_shave=shave,
                               model_header=quantize.header(model_header(onnx_model), table, quantized),
-                              shave_barriers=shave_barriers).run()
+                              shave_barriers=barriers).run()
     except DlaError as e:
         if e.message.isprintable():
             raise

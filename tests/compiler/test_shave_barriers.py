@@ -3,16 +3,22 @@ Softmax (spread over the tiles, each chunk of heads produced by operations of it
 list in the task of the DLA operations before it, each chunk's DMA started by a barrier its
 producers update; LayerNormalization and Gelu, whose chunks all wait for the same operation, stay
 lists of their own; the outputs agree with onnxruntime and are the same bytes as without barriers
-(``shave_barriers=False``)."""
+(``shave_barriers=False``). By default the compiler places them only for a configuration without a
+command processor (whose device would run such a task per operation)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
+import pydla.target
 from pydla.compiler.api import compile_model
 from pydla.loadable import shave_task
 from pydla.loadable.container import Loadable
 from pydla.session import Session
+from pydla.target.config import load_config
 from tests.compiler.exporter_models import bert_encoder
 from tests.compiler.support import reference
 
@@ -44,7 +50,7 @@ def _kinds(blob: bytes) -> list[str]:
 
 def test_an_encoder_layers_shave_steps_run_beside_their_producers() -> None:
     m, _, shapes = _encoder()
-    with_barriers = compile_model(m, input_shapes=shapes)
+    with_barriers = compile_model(m, input_shapes=shapes, shave_barriers=True)
     without = compile_model(m, input_shapes=shapes, shave_barriers=False)
     kinds, kinds_without = _kinds(with_barriers.blob), _kinds(without.blob)
     # Without: each SHAVE list a task of its own after a DLA task. With: the Softmax's is in the task
@@ -84,10 +90,37 @@ def test_an_encoder_layers_shave_steps_run_beside_their_producers() -> None:
 
 def test_the_encoder_layer_agrees_with_onnxruntime_and_without_barriers() -> None:
     m, feeds, shapes = _encoder()
-    ours = run_loadable(compile_model(m, input_shapes=shapes).blob, feeds)
+    ours = run_loadable(compile_model(m, input_shapes=shapes, shave_barriers=True).blob, feeds)
     plain = run_loadable(compile_model(m, input_shapes=shapes, shave_barriers=False).blob, feeds)
     ref = reference(m, feeds)
     for name, want in ref.items():
         scale = float(np.abs(want).max())
         np.testing.assert_allclose(ours[name], want, rtol=1e-4, atol=1e-4 * scale)
         np.testing.assert_array_equal(ours[name], plain[name])
+
+
+def test_by_default_barriers_only_where_no_command_processor_runs_the_tasks(tmp_path: Path) -> None:
+    # ``full`` has a command processor: a mixed task would run per operation there, so none is made
+    # unless asked for; a configuration without one (the same device otherwise) gets them.
+    m, feeds, shapes = _encoder()
+    on = compile_model(m, input_shapes=shapes)
+    assert load_config("full").command_processor
+    assert _kinds(on.blob).count("mixed") == 0
+    assert _kinds(on.blob) == _kinds(compile_model(m, input_shapes=shapes, shave_barriers=False).blob)
+    off = compile_model(m, input_shapes=shapes, config=str(_no_command_processor(tmp_path)))
+    assert _kinds(off.blob).count("mixed") == 1
+    ours = run_loadable(on.blob, feeds)
+    mixed = run_loadable(compile_model(m, input_shapes=shapes, shave_barriers=True).blob, feeds)
+    assert ours.keys() == mixed.keys()
+    for name, value in ours.items():
+        np.testing.assert_array_equal(value, mixed[name])
+
+
+def _no_command_processor(where: Path) -> Path:
+    """``full`` with ``"engine": {"command_processor": false}``, as a configuration file."""
+    doc = json.loads((Path(pydla.target.__file__).parent / "configs" / "full.json").read_text())
+    doc["name"] = "full-no-cp"
+    doc["engine"] = {"command_processor": False}
+    path = where / "full-no-cp.json"
+    path.write_text(json.dumps(doc))
+    return path
