@@ -4,18 +4,19 @@ All networks are built here with ``onnx.helper`` (fp32, NCHW, batch 1, fixed-see
 compiled by pydla's compiler, and run through the whole stack (Session -> IRuntime -> runner ->
 in-process port -> KMD -> virtual device, deterministic mode):
 - resnet18, mobilenetv2 (opset 13, 224x224 by default): batch norm after every convolution, as
-  exported from a framework that keeps it; goals pydla / onnxruntime: ResNet-18 <= 1.2x (its time is
-  in large matrix products), MobileNet-v2 <= 2.0x at 224x224 and <= 3.0x at 32x32;
+  exported from a framework that keeps it; goals pydla / onnxruntime: ResNet-18 <= 1.3x (its time is
+  in large matrix products), MobileNet-v2 <= 2.0x at 224x224 and <= 2.5x at 32x32;
 - mobilenetv3small, squeezenet11, shufflenetv2 (opset 17, 128x128 by default), in torchvision's
   layouts as torch.onnx exports them in eval mode: batch norm folded into the convolutions' weights
   and biases; HardSwish, and squeeze-excite as GlobalAveragePool -> 1x1 Conv -> Relu -> 1x1 Conv ->
   HardSigmoid -> Mul (MobileNet-v3-small); fire modules with Concat and ceil-mode MaxPool
   (SqueezeNet 1.1); Split, depthwise convolutions, Concat and the Reshape -> Transpose -> Reshape
-  channel shuffle (ShuffleNet-v2 x1.0); goal pydla / onnxruntime <= 2.5x;
+  channel shuffle (ShuffleNet-v2 x1.0); goals pydla / onnxruntime: MobileNet-v3-small <= 4x,
+  SqueezeNet and ShuffleNet <= 2.0x;
 - encoder: a 4-layer pre-norm transformer encoder (hidden 256, 4 heads, sequence 128, batch 1) in
   the node patterns torch.onnx exports (tests/compiler/exporter_models.py: token and position
   embeddings, an additive attention mask, LayerNormalization, Softmax, Gelu), its dynamic
-  dimensions fixed with ``input_shapes``; goal pydla / onnxruntime <= 3x. On the default
+  dimensions fixed with ``input_shapes``; goal pydla / onnxruntime <= 2.5x. On the default
   configuration Softmax, LayerNormalization and Gelu run on the SHAVE tiles.
 Each network's CPU runs (what splits its NPU work) are counted and printed with it.
 onnxruntime runs the same model with as many intra-op threads as the machine has cores (OpenBLAS,
@@ -58,11 +59,13 @@ from typing import Any
 
 import numpy as np
 
-GOAL_RESNET = 1.2
+# The performance issue's goals, pydla / onnxruntime (medians)
+GOAL_RESNET = 1.3  # its time is in large matrix products
 GOAL_MOBILENET = 2.0
-GOAL_MOBILENET_32 = 3.0  # what remains at 32x32 is the cost per operation
-GOAL_SMALL = 2.5
-GOAL_ENCODER = 3.0
+GOAL_MOBILENET_32 = 2.5  # what remains at 32x32 is the cost per operation
+GOAL_MOBILENET_V3 = 4.0  # its depthwise arithmetic in numpy alone is about 3x
+GOAL_SMALL = 2.0  # SqueezeNet 1.1, ShuffleNet-v2
+GOAL_ENCODER = 2.5
 RTOL = 1e-3  # outputs agree: |pydla - onnxruntime| <= RTOL * (|onnxruntime| + max |onnxruntime|)
 
 
@@ -347,7 +350,7 @@ def encoder(size: int = 128) -> Any:
 NETWORKS: dict[str, tuple[Callable[[int], Any], int, float]] = {
     "resnet18": (resnet18, 224, GOAL_RESNET),
     "mobilenetv2": (mobilenetv2, 224, GOAL_MOBILENET),
-    "mobilenetv3small": (mobilenetv3small, 128, GOAL_SMALL),
+    "mobilenetv3small": (mobilenetv3small, 128, GOAL_MOBILENET_V3),
     "squeezenet11": (squeezenet11, 128, GOAL_SMALL),
     "shufflenetv2": (shufflenetv2, 128, GOAL_SMALL),
     "encoder": (encoder, 128, GOAL_ENCODER),
