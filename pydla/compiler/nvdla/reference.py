@@ -9,6 +9,7 @@ rounded half away, cast to 8 bits). The device's results must equal these bit fo
 Usage::
 
     outputs = run_reference(plan, {"x": x_int8})      # {"y": int8 (C, H, W)}
+    every = reference_buffers(plan, {"x": x_int8})    # every buffer, scratch ones too
 """
 
 from __future__ import annotations
@@ -169,6 +170,17 @@ def softmax_emulated(q: npt.NDArray[Any], in_scale: float, out_scale: float) -> 
 
 def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[np.int8]]:
     """Every output buffer of ``plan`` computed from ``inputs`` (int8 (C, H, W) by input name)."""
+    buffers = reference_buffers(plan, inputs)
+    return {b.name: buffers[b.name] for b in plan.role("output")}
+
+
+def reference_buffers(
+    plan: Plan, inputs: Mapping[str, npt.NDArray[Any]], given: Mapping[str, npt.NDArray[Any]] | None = None
+) -> dict[str, npt.NDArray[np.int8]]:
+    """Every buffer of ``plan`` (int8 (C, H, W) by name) after a run from ``inputs``. With ``given``
+    (buffers by name, e.g. another implementation's results), each operation reads the given buffers
+    in place of the computed ones: what each operation alone makes of the same inputs, e.g.
+    ``reference_buffers(plan, x, given=theirs)["y"] - theirs["y"]`` is the convolution's own error."""
     buffers: dict[str, npt.NDArray[Any]] = {}
     for name, b in plan.buffers.items():
         if b.role == "input":
@@ -177,18 +189,26 @@ def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[st
             buffers[name] = np.asarray(inputs[name]).astype(np.int8)
         else:
             buffers[name] = np.zeros(b.shape, np.int8)
+    read = buffers
+    if given:
+        read = dict(buffers)
+        for name, value in given.items():
+            if name not in plan.buffers or tuple(np.shape(value)) != plan.buffers[name].shape:
+                raise DlaError(NvError.BadParameter,
+                               f"reference: given buffer '{name}' is not one of the plan's with its shape")
+            read[name] = np.asarray(value).astype(np.int8)
     for op in plan.ops:
         if isinstance(op, ConvOp):
-            y = sdp(conv_sums(_view(buffers, op.src), op), op.sdp, buffers)
+            y = sdp(conv_sums(_view(read, op.src), op), op.sdp, read)
             dst = op.sdp.dst
         elif isinstance(op, SdpOp):
             assert op.src is not None
-            y, dst = sdp(_view(buffers, op.src), op, buffers), op.dst
+            y, dst = sdp(_view(read, op.src), op, read), op.dst
         elif isinstance(op, SoftmaxOp):
-            v = _view(buffers, op.src)
+            v = _view(read, op.src)
             probabilities = softmax_emulated(v.ravel(), op.in_scale, op.out_scale)
             y, dst = probabilities.astype(np.int64).reshape(v.shape), op.dst
         else:
-            y, dst = pdp(_view(buffers, op.src), op), op.dst
+            y, dst = pdp(_view(read, op.src), op), op.dst
         buffers[dst.buffer][dst.c0 : dst.c0 + y.shape[0]] = y.astype(np.int8)
-    return {b.name: buffers[b.name].copy() for b in plan.role("output")}
+    return {name: value.copy() for name, value in buffers.items()}
