@@ -71,15 +71,35 @@ def conv_sums(x: I64, op: ConvOp) -> I64:
     (sx, sy), (dx, dy) = op.stride, op.dilation
     oh = (xp.shape[1] - ((r - 1) * dy + 1)) // sy + 1
     ow = (xp.shape[2] - ((s - 1) * dx + 1)) // sx + 1
-    cols = np.empty((c, r, s, oh, ow), np.float64)
+    cols = np.empty((c, r, s, oh, ow), np.float32)
     for i in range(r):
         for j in range(s):
             cols[:, i, j] = xp[
                 :, i * dy : i * dy + (oh - 1) * sy + 1 : sy, j * dx : j * dx + (ow - 1) * sx + 1 : sx
             ]
-    # |sums| < 2**53 (at most 2**13 channels x 32 x 32 taps of 2**14): float64 is exact
-    acc = np.tensordot(w.astype(np.float64), cols, axes=([1, 2, 3], [0, 1, 2]))
-    return saturate(np.rint(acc).astype(np.int64), 32)
+    return saturate(_sums(w, cols.reshape(c, r * s, oh * ow)).reshape(-1, oh, ow), 32)
+
+
+def _sums(w: I64, cols: npt.NDArray[np.float32]) -> I64:
+    """``sum over (c, tap) of w[k, c, tap] * cols[c, tap, p]``, exact: in float32 over at most 1024
+    products of two int8 values at a time (each sum within 2**24, where float32 holds every integer),
+    added up in int64; the rows of a block-diagonal (grouped) kernel only over their own channels."""
+    k, c = w.shape[:2]
+    taps = cols.shape[1]
+    wf = w.reshape(k, c, taps).astype(np.float32)
+    acc = np.zeros((k, cols.shape[2]), np.int64)
+    used = np.any(w.reshape(k, c, taps) != 0, axis=2)  # (k, c)
+    blocks = [(np.arange(k), np.arange(c))]
+    if used.mean() < 0.25:  # grouped: rows in blocks of 8, each over the channels it uses
+        blocks = [(np.arange(r0, min(r0 + 8, k)), np.flatnonzero(used[r0 : r0 + 8].any(axis=0)))
+                  for r0 in range(0, k, 8)]
+    step = max(1, 1024 // taps)
+    for rows, channels in blocks:
+        for c0 in range(0, len(channels), step):
+            ch = channels[c0 : c0 + step]
+            part = wf[rows[:, None], ch[None, :]].reshape(len(rows), -1) @ cols[ch].reshape(-1, cols.shape[2])
+            acc[rows] += part.astype(np.int64)
+    return acc
 
 
 def _operand(buffers: Mapping[str, npt.NDArray[Any]], v: Any) -> I64:
