@@ -267,12 +267,12 @@ def test_the_reference_convolution_sums_are_exact(k: int, c: int, kernel: int, g
 
     rng = np.random.default_rng(k + c)
     for extreme in (True, False):
-        w = np.full((k, c, kernel, kernel), -128, np.int8) if extreme else \
-            rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8)
-        if grouped:
-            w *= np.kron(np.eye(k // 8 if k >= 8 else 1, dtype=np.int8), np.ones((8, c // (k // 8)), np.int8))[
-                :, :, None, None
-            ]
+        if extreme:
+            w = np.full((k, c, kernel, kernel), -128, np.int8)
+        else:
+            w = rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8)
+        if grouped:  # 8 groups of 8 channels
+            w *= np.kron(np.eye(8, dtype=np.int8), np.ones((k // 8, c // 8), np.int8))[:, :, None, None]
         size = kernel + 3
         x = np.full((c, size, size), -128, np.int64) if extreme else rng.integers(-128, 128, (c, size, size))
         op = ConvOp(Ref("x"), w, SdpOp(None, Ref("y")), stride=(1, 2), pads=(1, 0, 2, 1), pad_value=-128)
@@ -283,6 +283,7 @@ def test_the_reference_convolution_sums_are_exact(k: int, c: int, kernel: int, g
         wi = w.astype(np.int64)
         for i in range(kernel):
             for j in range(kernel):
-                expected += np.einsum("kc,chw->khw", wi[:, :, i, j], xp[:, i : i + 2 * (oh - 1) + 1 : 2, j : j + ow])
+                window = xp[:, i : i + 2 * (oh - 1) + 1 : 2, j : j + ow]
+                expected += np.einsum("kc,chw->khw", wi[:, :, i, j], window)
         expected = np.clip(expected, -(2**31), 2**31 - 1)
         assert np.array_equal(conv_sums(x, op), expected)
