@@ -13,7 +13,10 @@ The quantization is NVDLA's and TensorRT's: symmetric INT8 (zero point 0), ``sca
   values; the threshold is the one minimising the KL divergence KL(P || Q).
 
 Percentile and entropy need the magnitudes' range before the histogram's bins are set: a first pass
-over the calibration data finds it (and the min-max ranges), a second fills the histograms.
+over the calibration data finds it (and the min-max ranges), a second fills the histograms. Exact
+zeros are left out of the histograms (as pytorch-quantization's ``skip_zeros``): any threshold keeps
+them exact, and a ReLU's many zeros in the first bin drove the entropy method to the smallest
+thresholds.
 
 Usage::
 
@@ -92,6 +95,10 @@ class RangeObserver:
         amax = self.amax(name)
         if name not in self.histograms or amax == 0.0:
             return
+        # exact zeros (half of a ReLU's outputs) are exact at any threshold: counted in the first bin,
+        # they made the entropy method's Q spread them over the first level's bins and so chose the
+        # smallest thresholds (a trained ResNet-18's stem: 0.59 of 5.2, its INT8 top-1 11 %)
+        a = a[a != 0]
         index = np.minimum((np.abs(a) * (BINS / amax)).astype(np.int64), BINS - 1)
         self.histograms[name] += np.bincount(index.ravel(), minlength=BINS)
 

@@ -79,6 +79,9 @@ class _Reader:
                 for a in n.attribute:
                     if a.name == "value":
                         self.consts[n.output[0]] = numpy_helper.to_array(a.t)
+            elif n.op_type == "Identity" and n.input and n.input[0] in self.consts:
+                # torch.onnx.export shares equal weights or biases of several layers this way
+                self.consts[n.output[0]] = self.consts[n.input[0]]
         self.alias: dict[str, str] = {}
         self.quant: dict[str, Quant] = {}
         self.layers: list[Layer] = []

@@ -9,6 +9,7 @@ rounded half away, cast to 8 bits). The device's results must equal these bit fo
 Usage::
 
     outputs = run_reference(plan, {"x": x_int8})      # {"y": int8 (C, H, W)}
+    every = reference_buffers(plan, {"x": x_int8})    # every buffer, scratch ones too
 """
 
 from __future__ import annotations
@@ -70,15 +71,35 @@ def conv_sums(x: I64, op: ConvOp) -> I64:
     (sx, sy), (dx, dy) = op.stride, op.dilation
     oh = (xp.shape[1] - ((r - 1) * dy + 1)) // sy + 1
     ow = (xp.shape[2] - ((s - 1) * dx + 1)) // sx + 1
-    cols = np.empty((c, r, s, oh, ow), np.float64)
+    cols = np.empty((c, r, s, oh, ow), np.float32)
     for i in range(r):
         for j in range(s):
             cols[:, i, j] = xp[
                 :, i * dy : i * dy + (oh - 1) * sy + 1 : sy, j * dx : j * dx + (ow - 1) * sx + 1 : sx
             ]
-    # |sums| < 2**53 (at most 2**13 channels x 32 x 32 taps of 2**14): float64 is exact
-    acc = np.tensordot(w.astype(np.float64), cols, axes=([1, 2, 3], [0, 1, 2]))
-    return saturate(np.rint(acc).astype(np.int64), 32)
+    return saturate(_sums(w, cols.reshape(c, r * s, oh * ow)).reshape(-1, oh, ow), 32)
+
+
+def _sums(w: I64, cols: npt.NDArray[np.float32]) -> I64:
+    """``sum over (c, tap) of w[k, c, tap] * cols[c, tap, p]``, exact: in float32 over at most 1024
+    products of two int8 values at a time (each sum within 2**24, where float32 holds every integer),
+    added up in int64; the rows of a block-diagonal (grouped) kernel only over their own channels."""
+    k, c = w.shape[:2]
+    taps = cols.shape[1]
+    wf = w.reshape(k, c, taps).astype(np.float32)
+    acc = np.zeros((k, cols.shape[2]), np.int64)
+    used = np.any(w.reshape(k, c, taps) != 0, axis=2)  # (k, c)
+    blocks = [(np.arange(k), np.arange(c))]
+    if used.mean() < 0.25:  # grouped: rows in blocks of 8, each over the channels it uses
+        blocks = [(np.arange(r0, min(r0 + 8, k)), np.flatnonzero(used[r0 : r0 + 8].any(axis=0)))
+                  for r0 in range(0, k, 8)]
+    step = max(1, 1024 // taps)
+    for rows, channels in blocks:
+        for c0 in range(0, len(channels), step):
+            ch = channels[c0 : c0 + step]
+            part = wf[rows[:, None], ch[None, :]].reshape(len(rows), -1) @ cols[ch].reshape(-1, cols.shape[2])
+            acc[rows] += part.astype(np.int64)
+    return acc
 
 
 def _operand(buffers: Mapping[str, npt.NDArray[Any]], v: Any) -> I64:
@@ -169,6 +190,17 @@ def softmax_emulated(q: npt.NDArray[Any], in_scale: float, out_scale: float) -> 
 
 def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[np.int8]]:
     """Every output buffer of ``plan`` computed from ``inputs`` (int8 (C, H, W) by input name)."""
+    buffers = reference_buffers(plan, inputs)
+    return {b.name: buffers[b.name] for b in plan.role("output")}
+
+
+def reference_buffers(
+    plan: Plan, inputs: Mapping[str, npt.NDArray[Any]], given: Mapping[str, npt.NDArray[Any]] | None = None
+) -> dict[str, npt.NDArray[np.int8]]:
+    """Every buffer of ``plan`` (int8 (C, H, W) by name) after a run from ``inputs``. With ``given``
+    (buffers by name, e.g. another implementation's results), each operation reads the given buffers
+    in place of the computed ones: what each operation alone makes of the same inputs, e.g.
+    ``reference_buffers(plan, x, given=theirs)["y"] - theirs["y"]`` is the convolution's own error."""
     buffers: dict[str, npt.NDArray[Any]] = {}
     for name, b in plan.buffers.items():
         if b.role == "input":
@@ -177,18 +209,26 @@ def run_reference(plan: Plan, inputs: Mapping[str, npt.NDArray[Any]]) -> dict[st
             buffers[name] = np.asarray(inputs[name]).astype(np.int8)
         else:
             buffers[name] = np.zeros(b.shape, np.int8)
+    read = buffers
+    if given:
+        read = dict(buffers)
+        for name, value in given.items():
+            if name not in plan.buffers or tuple(np.shape(value)) != plan.buffers[name].shape:
+                raise DlaError(NvError.BadParameter,
+                               f"reference: given buffer '{name}' is not one of the plan's with its shape")
+            read[name] = np.asarray(value).astype(np.int8)
     for op in plan.ops:
         if isinstance(op, ConvOp):
-            y = sdp(conv_sums(_view(buffers, op.src), op), op.sdp, buffers)
+            y = sdp(conv_sums(_view(read, op.src), op), op.sdp, read)
             dst = op.sdp.dst
         elif isinstance(op, SdpOp):
             assert op.src is not None
-            y, dst = sdp(_view(buffers, op.src), op, buffers), op.dst
+            y, dst = sdp(_view(read, op.src), op, read), op.dst
         elif isinstance(op, SoftmaxOp):
-            v = _view(buffers, op.src)
+            v = _view(read, op.src)
             probabilities = softmax_emulated(v.ravel(), op.in_scale, op.out_scale)
             y, dst = probabilities.astype(np.int64).reshape(v.shape), op.dst
         else:
-            y, dst = pdp(_view(buffers, op.src), op), op.dst
+            y, dst = pdp(_view(read, op.src), op), op.dst
         buffers[dst.buffer][dst.c0 : dst.c0 + y.shape[0]] = y.astype(np.int8)
-    return {b.name: buffers[b.name].copy() for b in plan.role("output")}
+    return {name: value.copy() for name, value in buffers.items()}

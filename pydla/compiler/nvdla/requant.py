@@ -39,6 +39,7 @@ INT31 = (1 << 31) - 1
 # register whatever ran there before.
 X2_TRUNCATE = 0
 PRODUCT_MAX = 127 * 127
+BIAS_SHIFT_MAX = 24  # 127 << 24 < 2**31
 
 
 def normalized(value: float) -> tuple[int, int]:
@@ -135,8 +136,10 @@ def conv_stages(
     g = _base(r) if base is None else base
     m1, m2 = byte_pair(np.clip(r / g, 1, PRODUCT_MAX))
     bias = np.asarray(bias, np.int64)
-    s1 = _shift_for(bias)
-    bh = np.round(bias / 2.0**s1).astype(np.int64)
+    # X1's operand bh << s1 saturates at 32 bits: a bias beyond (a network whose sums are tiny beside
+    # its biases) leaves the rest to X2, in X1's output units, which hold it (t1 counts the bias)
+    s1 = min(_shift_for(bias), BIAS_SHIFT_MAX)
+    bh = np.clip(np.round(bias / 2.0**s1), -127, 127).astype(np.int64)
     residual = bias - bh * (1 << s1)
     # X2 multiplies without a shift (see X2_TRUNCATE), so X1's output leaves room for m2 <= 127
     bound1 = float(np.max((np.asarray(bound) + np.abs(bias) + 2**s1) * m1))

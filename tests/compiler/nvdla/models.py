@@ -228,3 +228,39 @@ def qdq_model(
         weight_type=QuantType.QInt8,
     )
     return onnx.load(path)
+
+
+def quantized_tensors(model: onnx.ModelProto, names: list[str], shapes: list[tuple[int, ...]]) -> Any:
+    """A function running the QDQ ``model`` in onnxruntime and returning, for each of ``names`` that
+    the model quantizes (its QuantizeLinear output ``<name>_QuantizeLinear_Output``), the quantized
+    tensor as pydla stores it (int64 (C, H, W); a uint8 one minus 128): the device's buffers of the
+    same names are compared with these."""
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {i.name: i.data_type for i in m.graph.initializer}
+    quantized = {
+        n.output[0]: inits.get(n.input[2], TensorProto.INT8) if len(n.input) > 2 else TensorProto.UINT8
+        for n in m.graph.node
+        if n.op_type == "QuantizeLinear"
+    }
+    outputs = {o.name for o in m.graph.output}
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name, shape in zip(names, shapes, strict=True):
+        t = name + "_QuantizeLinear_Output"
+        if t in quantized and t not in outputs:
+            found[name] = (t, shape)
+            m.graph.output.append(helper.make_tensor_value_info(t, quantized[t], None))
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    order = [o.name for o in session.get_outputs()]
+
+    def run(x: np.ndarray) -> dict[str, np.ndarray]:
+        got = dict(zip(order, session.run(None, {"input": x}), strict=True))
+        out = {}
+        for name, (t, shape) in found.items():
+            v = got[t].astype(np.int64)
+            out[name] = (v - 128 if got[t].dtype == np.uint8 else v).reshape(shape)
+        return out
+
+    return run

@@ -254,3 +254,36 @@ def test_requantization_parameters_fit_their_registers() -> None:
     got = x1.mul.astype(float) * x2.mul * cvt.scale / 2.0 ** (x1.truncate + cvt.shift)
     assert np.allclose(got, snapped, rtol=1e-12)  # snapped multipliers are represented exactly
     assert np.all(np.abs(snapped / r - 1) < 2e-3)
+
+
+@pytest.mark.parametrize(
+    "k, c, kernel, grouped",
+    [(8, 2, 32, False), (16, 520, 3, False), (64, 64, 3, True), (12, 3, 7, False)],
+)
+def test_the_reference_convolution_sums_are_exact(k: int, c: int, kernel: int, grouped: bool) -> None:
+    """The reference adds at most 1024 products in float32 at a time: exact at the extremes (1024
+    products of -128 x -128 make 2**24, 2 x 32 x 32 of them 2**25), and for block-diagonal kernels."""
+    from pydla.compiler.nvdla.reference import conv_sums
+
+    rng = np.random.default_rng(k + c)
+    for extreme in (True, False):
+        if extreme:
+            w = np.full((k, c, kernel, kernel), -128, np.int8)
+        else:
+            w = rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8)
+        if grouped:  # 8 groups of 8 channels
+            w *= np.kron(np.eye(8, dtype=np.int8), np.ones((k // 8, c // 8), np.int8))[:, :, None, None]
+        size = kernel + 3
+        x = np.full((c, size, size), -128, np.int64) if extreme else rng.integers(-128, 128, (c, size, size))
+        op = ConvOp(Ref("x"), w, SdpOp(None, Ref("y")), stride=(1, 2), pads=(1, 0, 2, 1), pad_value=-128)
+        xp = np.full((c, size + 3, size + 1), -128, np.int64)
+        xp[:, 2 : 2 + size, 1 : 1 + size] = x
+        oh, ow = (size + 3 - kernel) // 2 + 1, size + 1 - kernel + 1
+        expected = np.zeros((k, oh, ow), np.int64)
+        wi = w.astype(np.int64)
+        for i in range(kernel):
+            for j in range(kernel):
+                window = xp[:, i : i + 2 * (oh - 1) + 1 : 2, j : j + ow]
+                expected += np.einsum("kc,chw->khw", wi[:, :, i, j], window)
+        expected = np.clip(expected, -(2**31), 2**31 - 1)
+        assert np.array_equal(conv_sums(x, op), expected)
