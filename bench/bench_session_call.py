@@ -19,13 +19,11 @@ Run: python bench/bench_session_call.py [--repeats 9] [--block 300] [--config fu
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 import statistics
 from typing import Any
 
 import numpy as np
-from bench_submit import _model, _onnxruntime, _time_each  # bench/ is the script's folder: on sys.path
+from bench_submit import _model, _onnxruntime, _profiled, _time_each  # bench/: on sys.path
 
 import pydla
 
@@ -40,14 +38,8 @@ def _layer(filename: str) -> str:
 def _calls(run: Any, n: int) -> tuple[float, list[tuple[str, float]]]:
     """Python calls per run, and the calls per run by layer: the pydla module or package a function
     is in; a call of numpy or a builtin counts for the layer that made it."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(n):
-        run()
-    profiler.disable()
-    stats: dict[Any, tuple[int, int, float, float, Any]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     layers: dict[str, int] = {}
-    for (filename, _line, _name), (_cc, calls, _tt, _ct, callers) in stats.items():
+    for (filename, _line, _name), (_cc, calls, _tt, _ct, callers) in _profiled(run, n).items():
         layer = _layer(filename)
         if layer:
             layers[layer] = layers.get(layer, 0) + calls

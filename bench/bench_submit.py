@@ -157,15 +157,21 @@ def _onnxruntime(model: Any) -> Any:
                                 providers=["CPUExecutionProvider"])
 
 
-def _calls_per_submit(submit: Callable[[], object], n: int) -> float:
-    """Python calls per ``submit()``: cProfile over ``n`` submits, every call counted (primitive or not)."""
+def _profiled(run: Callable[[], object], n: int) -> dict[Any, tuple[int, int, float, float, Any]]:
+    """cProfile's statistics of ``n`` calls of ``run``: (file, line, function) -> (primitive calls,
+    calls, own time, cumulative time, callers)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(n):
-        submit()
+        run()
     profiler.disable()
     stats: dict[Any, tuple[int, int, float, float, Any]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    return sum(v[1] for v in stats.values()) / n
+    return stats
+
+
+def _calls_per_submit(submit: Callable[[], object], n: int) -> float:
+    """Python calls per ``submit()``: cProfile over ``n`` submits, every call counted (primitive or not)."""
+    return sum(v[1] for v in _profiled(submit, n).values()) / n
 
 
 def _p90(ts: list[float]) -> float:

@@ -156,12 +156,7 @@ def _direct(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemor
             return ConvResult(to_sdp=fast[0].transpose(0, 3, 1, 2), saturations=fast[1])
     _, cf = target.kernel_groups(prec)
     atoms = DirectAtoms(Taps(x.transpose(0, 3, 1, 2), g, pad), prepared.w4, cf)
-    if prec is Precision.FP16:
-        bits = conv_fp16.convolve(atoms)
-        return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
-                          nan_input_weight=nan_w, inf_input_weight=inf_w)
-    out, saturated = cacc.deliver_int(conv_int.accumulate(atoms), params.cacc.clip_truncate)
-    return ConvResult(to_sdp=out.transpose(0, 3, 1, 2), saturations=saturated)
+    return _by_atoms(atoms, params, prec, (nan_d, inf_d, nan_w, inf_w))
 
 
 def _image(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory, sram: NvdlaMemory | None,
@@ -174,7 +169,15 @@ def _image(params: ConvParams, g: Geometry, prec: Precision, memory: NvdlaMemory
     offsets = conv_image.weight_offsets(g.kernels, g.kernel_height, g.channel, post, kf)
     w = np.ascontiguousarray(raw[:g.kernels * g.kernel_height * g.channel * prec.bpe]).view(prec.dtype)
     atoms = conv_image.ImageAtoms(params, lines, w[offsets], prec, target)
+    return _by_atoms(atoms, params, prec, (nan_d, inf_d, nan_w, inf_w))
+
+
+def _by_atoms(atoms: DirectAtoms | conv_image.ImageAtoms, params: ConvParams, prec: Precision,
+              special: tuple[int, int, int, int]) -> ConvResult:
+    """The atom-by-atom sums of a direct or image convolution, as CACC delivers them to the SDP;
+    ``special``: the counts of NaN and infinity in the input data, then in the weights (FP16 only)."""
     if prec is Precision.FP16:
+        nan_d, inf_d, nan_w, inf_w = special
         bits = conv_fp16.convolve(atoms)
         return ConvResult(to_sdp=bits.transpose(0, 3, 1, 2), nan_input_data=nan_d, inf_input_data=inf_d,
                           nan_input_weight=nan_w, inf_input_weight=inf_w)
