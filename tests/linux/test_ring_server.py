@@ -133,3 +133,46 @@ def test_a_job_that_ends_before_submit_returns_is_answered_accepted_then_finishe
     shm.close()
     os.close(submit_efd)
     os.close(complete_efd)
+
+
+def test_the_ring_thread_never_reads_a_submit_eventfd_and_misses_no_kick() -> None:
+    """The submit eventfd is watched edge-triggered: each kick is one report, so the ring thread
+    never reads the eventfd back (a syscall per wake-up less; the test sees every kick still counted
+    in it), and an entry published after the thread read sq_tail is taken on its own kick."""
+    layout = RingLayout(8)
+    shm = SharedBuffer(layout.size)
+    assert shm.mapping is not None
+    mine = header_words(shm.mapping)
+    submit_efd, complete_efd = os.eventfd(0, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
+    daemon_map = mmap.mmap(shm.fd, layout.size)
+    ring = ServedRing(FakeClient(), daemon_map, layout, os.dup(submit_efd), os.dup(complete_efd))
+    def submit(client: Any, sqe: Any, on_done: Any) -> FakeJob:
+        job = FakeJob(int(sqe.user_data))
+        on_done(job)  # ends inside submit: its FINISHED follows its ACCEPTED
+        return job
+
+    server = RingServer(submit)
+    server.add(ring)  # kicks once itself
+    entries = 20  # more than the ring holds: the client reaps as it goes, as a real one does
+    try:
+        for i in range(entries):
+            sqe = U.dla_ring_sqe_t(user_data=100 + i, prepared=1)
+            off = layout.sqe_offset(i)
+            shm.mapping[off:off + len(bytes(sqe))] = bytes(sqe)
+            mine[SQ_TAIL] = i + 1
+            os.eventfd_write(submit_efd, 1)
+            deadline = time.monotonic() + 10
+            while mine[CQ_TAIL] < 2 * i + 2 and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            assert mine[CQ_TAIL] == 2 * i + 2, f"entry {i} not answered"
+            answers = [CQE.unpack_from(shm.mapping, layout.cqe_offset(2 * i + k))[:3] for k in (0, 1)]
+            assert answers == [(100 + i, 100 + i, ACCEPTED), (100 + i, 100 + i, FINISHED)]
+            mine[CQ_HEAD] = 2 * i + 2
+        assert os.eventfd_read(submit_efd) == entries + 1
+    finally:
+        server.remove(ring)
+        server.close()
+    mine.release()
+    shm.close()
+    os.close(submit_efd)
+    os.close(complete_efd)
