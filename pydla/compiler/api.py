@@ -26,7 +26,7 @@ def compile_model(model: str | Path | Any, *, config: str = "full", precision: s
                   progress: Progress | None = None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None, shave: bool = True,
                   base_dir: str | Path | None = None, calibration: Any = None,
-                  calibration_method: str = "entropy", calibration_table_out: str | Path | None = None,
+                  calibration_method: str = "minmax", calibration_table_out: str | Path | None = None,
                   dequantize_qdq: bool = False, name: str | None = None,
                   shave_barriers: bool | None = None) -> Any:
     """Compile ``model`` (a path or an ``onnx.ModelProto``) for device configuration ``config``.

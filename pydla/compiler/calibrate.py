@@ -39,7 +39,7 @@ Feeds = Mapping[str, np.ndarray]
 CalibrationData = str | Path | Iterable[Any]
 
 
-def calibrate(model: Any, data: CalibrationData, *, method: str = "entropy",
+def calibrate(model: Any, data: CalibrationData, *, method: str = "minmax",
               percentile: float = DEFAULT_PERCENTILE, progress: Progress | None = None,
               name: str | None = None) -> CalibrationTable:
     """The calibration table of ``model`` (a path or an ``onnx.ModelProto``) over ``data`` (see

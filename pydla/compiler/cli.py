@@ -43,9 +43,9 @@ def register(commands: Any) -> None:
                             "recorded in the loadable (`pydla info` shows it)")
     given.add_argument("--calibration-table", type=Path, metavar="FILE",
                        help="a calibration table written by --calibration-table-out for this model")
-    cal.add_argument("--calibration-method", default="entropy", choices=("minmax", "percentile", "entropy"),
-                     help="how each tensor's range is chosen: minmax (all values), percentile (99.99%% of "
-                          "the magnitudes), entropy (TensorRT's KL divergence; the default)")
+    cal.add_argument("--calibration-method", default="minmax", choices=("minmax", "percentile", "entropy"),
+                     help="how each tensor's range is chosen: minmax (all values; the default), percentile "
+                          "(99.99%% of the magnitudes), entropy (TensorRT's KL divergence)")
     cal.add_argument("--calibration-table-out", type=Path, metavar="FILE",
                      help="write the calibration table (JSON) here, before any refusal of INT8")
     p.add_argument("--dequantize-qdq", action="store_true",
