@@ -108,16 +108,10 @@ class Sgemm:
 
         Each operand's pointer, shape and strides come from the numpy view itself, so BLAS touches
         only the view's own elements."""
-        if not (a.ndim == b.ndim == c.ndim == 2 and a.dtype == b.dtype == c.dtype == np.float32):
+        checked = _operands(a, b, c)
+        if checked is None:
             return False
-        m, k = a.shape
-        n = b.shape[1]
-        if b.shape[0] != k or c.shape != (m, n) or m < 1 or n < 1 or k < 1:
-            return False
-        la, lb, lc = _layout(a), _layout(b), _layout(c)
-        if la is None or lb is None or lc is None or lc[1] != _NO_TRANS or np.may_share_memory(c, a) \
-                or np.may_share_memory(c, b):
-            return False
+        (m, n, k), la, lb, lc = checked
         if self.threads is not None:
             self.threads.before_product()
         self._fn(_ROW_MAJOR, la[1], lb[1], m, n, k, 1.0, a.ctypes.data, la[0], b.ctypes.data, lb[0],
@@ -129,16 +123,10 @@ class Sgemm:
         """:meth:`product` checked once, for operands that stay where they are: a function that
         computes ``c (+)= a @ b`` on whatever they hold when it is called, or None (as product's
         False) for operands BLAS cannot take as they lie."""
-        if not (a.ndim == b.ndim == c.ndim == 2 and a.dtype == b.dtype == c.dtype == np.float32):
+        checked = _operands(a, b, c)
+        if checked is None or not c.flags.writeable:
             return None
-        m, k = a.shape
-        n = b.shape[1]
-        if b.shape[0] != k or c.shape != (m, n) or m < 1 or n < 1 or k < 1:
-            return None
-        la, lb, lc = _layout(a), _layout(b), _layout(c)
-        if la is None or lb is None or lc is None or lc[1] != _NO_TRANS or np.may_share_memory(c, a) \
-                or np.may_share_memory(c, b) or not c.flags.writeable:
-            return None
+        (m, n, k), la, lb, lc = checked
         ints = (self._int(m), self._int(n), self._int(k))
         args = (ctypes.c_int(_ROW_MAJOR), ctypes.c_int(la[1]), ctypes.c_int(lb[1]), *ints,
                 ctypes.c_float(1.0), ctypes.c_void_p(a.ctypes.data), self._int(la[0]),
@@ -168,6 +156,24 @@ class PreparedProduct:
         if self._threads is not None:
             self._threads.before_product()
         self._fn(*self._args)
+
+
+def _operands(a: npt.NDArray[Any], b: npt.NDArray[Any], c: npt.NDArray[Any]) \
+        -> tuple[tuple[int, int, int], tuple[int, int], tuple[int, int], tuple[int, int]] | None:
+    """((m, n, k), and the layouts of a, b and c) when ``c = a @ b`` is a product BLAS can take as
+    the operands lie: 2-D float32, shapes that agree, unit-stride rows (or columns for a and b),
+    ``c`` row-major and overlapping neither; else None."""
+    if not (a.ndim == b.ndim == c.ndim == 2 and a.dtype == b.dtype == c.dtype == np.float32):
+        return None
+    m, k = a.shape
+    n = b.shape[1]
+    if b.shape[0] != k or c.shape != (m, n) or m < 1 or n < 1 or k < 1:
+        return None
+    la, lb, lc = _layout(a), _layout(b), _layout(c)
+    if la is None or lb is None or lc is None or lc[1] != _NO_TRANS or np.may_share_memory(c, a) \
+            or np.may_share_memory(c, b):
+        return None
+    return (m, n, k), la, lb, lc
 
 
 def _layout(x: npt.NDArray[Any]) -> tuple[int, int] | None:

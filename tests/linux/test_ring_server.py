@@ -35,14 +35,39 @@ class FakeJob:
     signalled: bool = False
 
 
+class ClientSide:
+    """A client's side of one ring (8 entries) and the daemon's ServedRing of it; ``close()`` frees
+    the client's side (the test stops the server first)."""
+
+    def __init__(self) -> None:
+        self.layout = RingLayout(8)
+        self.shm = SharedBuffer(self.layout.size)
+        assert self.shm.mapping is not None
+        self.mapping = self.shm.mapping
+        self.mine = header_words(self.mapping)
+        self.submit_efd = os.eventfd(0, os.EFD_NONBLOCK)
+        self.complete_efd = os.eventfd(0, os.EFD_NONBLOCK)
+        daemon_map = mmap.mmap(self.shm.fd, self.layout.size)
+        self.ring = ServedRing(FakeClient(), daemon_map, self.layout, os.dup(self.submit_efd),
+                               os.dup(self.complete_efd))
+
+    def put(self, i: int, user_data: int) -> None:
+        """Entry ``i`` (not yet published: the test moves SQ_TAIL)."""
+        sqe = bytes(U.dla_ring_sqe_t(user_data=user_data, prepared=1))
+        off = self.layout.sqe_offset(i)
+        self.mapping[off:off + len(sqe)] = sqe
+
+    def close(self) -> None:
+        self.mine.release()
+        self.shm.close()
+        os.close(self.submit_efd)
+        os.close(self.complete_efd)
+
+
 def test_kicks_happen_under_the_rings_lock_while_it_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = RingLayout(8)
-    shm = SharedBuffer(layout.size)
-    assert shm.mapping is not None
-    mine = header_words(shm.mapping)
-    submit_efd, complete_efd = os.eventfd(0, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
-    daemon_map = mmap.mmap(shm.fd, layout.size)
-    ring = ServedRing(FakeClient(), daemon_map, layout, os.dup(submit_efd), os.dup(complete_efd))
+    side = ClientSide()
+    layout, shm, mine, ring = side.layout, side.shm, side.mine, side.ring
+    submit_efd, complete_efd = side.submit_efd, side.complete_efd
     kicks: list[tuple[bool, bool]] = []
     real_kick = ring_server.kick
 
@@ -62,9 +87,7 @@ def test_kicks_happen_under_the_rings_lock_while_it_is_open(monkeypatch: pytest.
     server.add(ring)
     try:
         for i in range(6):
-            sqe = U.dla_ring_sqe_t(user_data=100 + i, prepared=1)
-            off = layout.sqe_offset(i)
-            shm.mapping[off:off + len(bytes(sqe))] = bytes(sqe)
+            side.put(i, 100 + i)
         mine[SQ_TAIL] = 6
         os.eventfd_write(submit_efd, 1)
         answers: list[tuple[int, ...]] = []
@@ -83,23 +106,15 @@ def test_kicks_happen_under_the_rings_lock_while_it_is_open(monkeypatch: pytest.
         server.close()
     assert kicks and all(locked and not closed for locked, closed in kicks), kicks
     assert ring.closed
-    mine.release()
-    shm.close()
-    os.close(submit_efd)
-    os.close(complete_efd)
+    side.close()
 
 
 def test_a_job_that_ends_before_submit_returns_is_answered_accepted_then_finished() -> None:
     """The ring thread can lose the CPU between queueing a job and writing its ACCEPTED: when the job
     ends meanwhile (on the device's thread), its FINISHED waits for the ACCEPTED (the ring fuzz
     target saw FINISHED first, once in 10,000 cases on a loaded machine)."""
-    layout = RingLayout(8)
-    shm = SharedBuffer(layout.size)
-    assert shm.mapping is not None
-    mine = header_words(shm.mapping)
-    submit_efd, complete_efd = os.eventfd(0, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
-    daemon_map = mmap.mmap(shm.fd, layout.size)
-    ring = ServedRing(FakeClient(), daemon_map, layout, os.dup(submit_efd), os.dup(complete_efd))
+    side = ClientSide()
+    layout, shm, mine, ring, submit_efd = side.layout, side.shm, side.mine, side.ring, side.submit_efd
 
     def submit(client: Any, sqe: Any, on_done: Any) -> FakeJob:
         job = FakeJob(int(sqe.user_data))
@@ -115,9 +130,7 @@ def test_a_job_that_ends_before_submit_returns_is_answered_accepted_then_finishe
     server.add(ring)
     try:
         for i in range(4):
-            sqe = U.dla_ring_sqe_t(user_data=100 + i, prepared=1)
-            off = layout.sqe_offset(i)
-            shm.mapping[off:off + len(bytes(sqe))] = bytes(sqe)
+            side.put(i, 100 + i)
         mine[SQ_TAIL] = 4
         os.eventfd_write(submit_efd, 1)
         deadline = time.monotonic() + 10
@@ -129,23 +142,16 @@ def test_a_job_that_ends_before_submit_returns_is_answered_accepted_then_finishe
     finally:
         server.remove(ring)
         server.close()
-    mine.release()
-    shm.close()
-    os.close(submit_efd)
-    os.close(complete_efd)
+    side.close()
 
 
 def test_the_ring_thread_never_reads_a_submit_eventfd_and_misses_no_kick() -> None:
     """The submit eventfd is watched edge-triggered: each kick is one report, so the ring thread
     never reads the eventfd back (a syscall per wake-up less; the test sees every kick still counted
     in it), and an entry published after the thread read sq_tail is taken on its own kick."""
-    layout = RingLayout(8)
-    shm = SharedBuffer(layout.size)
-    assert shm.mapping is not None
-    mine = header_words(shm.mapping)
-    submit_efd, complete_efd = os.eventfd(0, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
-    daemon_map = mmap.mmap(shm.fd, layout.size)
-    ring = ServedRing(FakeClient(), daemon_map, layout, os.dup(submit_efd), os.dup(complete_efd))
+    side = ClientSide()
+    layout, shm, mine, ring, submit_efd = side.layout, side.shm, side.mine, side.ring, side.submit_efd
+
     def submit(client: Any, sqe: Any, on_done: Any) -> FakeJob:
         job = FakeJob(int(sqe.user_data))
         on_done(job)  # ends inside submit: its FINISHED follows its ACCEPTED
@@ -156,9 +162,7 @@ def test_the_ring_thread_never_reads_a_submit_eventfd_and_misses_no_kick() -> No
     entries = 20  # more than the ring holds: the client reaps as it goes, as a real one does
     try:
         for i in range(entries):
-            sqe = U.dla_ring_sqe_t(user_data=100 + i, prepared=1)
-            off = layout.sqe_offset(i)
-            shm.mapping[off:off + len(bytes(sqe))] = bytes(sqe)
+            side.put(i, 100 + i)
             mine[SQ_TAIL] = i + 1
             os.eventfd_write(submit_efd, 1)
             deadline = time.monotonic() + 10
@@ -172,7 +176,4 @@ def test_the_ring_thread_never_reads_a_submit_eventfd_and_misses_no_kick() -> No
     finally:
         server.remove(ring)
         server.close()
-    mine.release()
-    shm.close()
-    os.close(submit_efd)
-    os.close(complete_efd)
+    side.close()
