@@ -61,16 +61,14 @@ def lower_sdp(lw: Lowering, step: Step) -> None:
         _prelu(lw, step)
     elif op == "HardSwish":
         _hardswish(lw, step)
-    elif op == "HardSigmoid":
-        n = step.head
-        out = lw.cube(step.output, n.where())
-        line = hard_sigmoid_alone(lw, float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5)), out.shape[0],
-                                  n.where())
-        lw.tb.sdp(lw.cube(n.inputs[0], n.where()), out, **line)
     else:
         n = step.head
         out = lw.cube(step.output, n.where())
-        lw.tb.sdp(lw.cube(n.inputs[0], n.where()), out, **lw.activation(n, out.shape[0]))
+        # HardSigmoid alone: SDP's scale and shift, then a clamp (fused after a convolution, the
+        # activation's lookup table: lw.activation)
+        kw = (hard_sigmoid_alone(lw, float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5)), out.shape[0],
+                                 n.where()) if op == "HardSigmoid" else lw.activation(n, out.shape[0]))
+        lw.tb.sdp(lw.cube(n.inputs[0], n.where()), out, **kw)
 
 
 def _const_operand(lw: Lowering, kind: str, values: np.ndarray, like: Cube) -> Cube | Ref:

@@ -210,7 +210,6 @@ class _After:
 
     def __init__(self, sb: ShaveTaskBuilder, inputs: list[frozenset[int]],
                  outputs: list[frozenset[int]]) -> None:
-        self.sb = sb
         self.inputs = inputs
         self.outputs = outputs
         self.barriers: dict[frozenset[int], int] = {}

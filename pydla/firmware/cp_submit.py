@@ -71,10 +71,9 @@ def mark_stuck(port: FirmwarePortability, hw: Processors, run: TaskRun) -> None:
     cp_progress commands completed), in the groups their blocks report busy, and its progress: what
     the watchdog's report of a stuck task reads (:mod:`pydla.firmware.engine_watch`)."""
     done = progress(port)
-    order = [unit for unit in units(run.graph) for _ in unit]
-    flat = [i for unit in units(run.graph) for i in unit]
-    run.completed = min(done, len(flat))
-    if done >= len(flat):
+    order = [unit for unit in units(run.graph) for _ in unit]  # each command's unit
+    run.completed = min(done, len(order))
+    if done >= len(order):
         return
     for i in order[done]:
         block: dla_block_e = run.graph.operations[i].block

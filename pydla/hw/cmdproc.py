@@ -47,15 +47,16 @@ import numpy as np
 import numpy.typing as npt
 
 from pydla.deviceapi.generated import dla_regs as R
-from pydla.firmware.cmdbuf import CmdBufError, Command, parse
+from pydla.firmware.cmdbuf import MAX_BYTES, CmdBufError, Command, parse
 from pydla.hw import blocks
-from pydla.hw.execution import Execution, Work
+from pydla.hw.execution import Execution, Work, take_faults
 from pydla.hw.irq import InterruptLine
 from pydla.hw.memory import MmuFault
 from pydla.hw.state import IDLE, MMU_FAULT_BIT, OP_ENABLE, RUNNING, Block, DeviceState
 from pydla.hw.trace_out import ERROR, LAYER, TraceOutput
 
 CP_INTR_BIT = 12
+JOBS_KEPT = 256  # parsed command buffers kept (by context, address and size); all dropped past it
 DOORBELL = 3  # the effect a GLB write returns when it rang the doorbell (pydla.hw.regfile runs it)
 _S = R.cp_status_e
 _PRESENT = int(_S.PRESENT)
@@ -215,8 +216,8 @@ class CommandProcessor:
         ctx, size = regs["cp_ctx"], regs["cp_size"]
         base = regs["cp_base_lo"] | regs["cp_base_hi"] << 32
         try:
-            if not 0 < size <= 64 << 20:
-                raise CmdBufError(R.cp_field_e.SIZE, size, -1, "must be 1..64 MiB")
+            if not 0 < size <= MAX_BYTES:  # before translating it (parse checks the header's size)
+                raise CmdBufError(R.cp_field_e.SIZE, size, -1, f"must be 1..{MAX_BYTES} bytes")
             key = (ctx, base, size)
             job = self._jobs.get(key)
             generation = state.iommu.generation(ctx)
@@ -230,7 +231,7 @@ class CommandProcessor:
             data = where[1][where[2]:where[2] + size].tobytes()
             if job is None or job.data != data:  # read anew every time: checked again when it changed
                 job = _prepare(data, parse(data, set(state.blocks)))
-                if len(self._jobs) >= 256:
+                if len(self._jobs) >= JOBS_KEPT:
                     self._jobs.clear()
                 self._jobs[key] = job
             job.where = where
@@ -330,7 +331,7 @@ class CommandProcessor:
         with self._lock:
             if self._abandoned():
                 return False  # reset meanwhile: the job is abandoned, no interrupt
-            hang, injected = self._faults(involved)
+            hang, injected = take_faults([b for b, _ in involved])
             groups = [b.consumer for b, _ in involved]
             execute = job.execs[u]
             if execute is None or hang or injected:  # programmed now: the registers it reads
@@ -398,21 +399,6 @@ class CommandProcessor:
             self.runs += 1
             self._end(0)
         return True
-
-    @staticmethod
-    def _faults(involved: list[tuple[Block, int]]) -> tuple[bool, int]:
-        """Under the lock: the injected hang or error the unit's blocks take (as execution's)."""
-        hang = False
-        for b, _ in involved:
-            if b.hangs > 0:
-                b.hangs -= 1
-                hang = True
-        injected = 0
-        if not hang:
-            for b, _ in involved:
-                if b.injected_errors and not injected:
-                    injected = b.injected_errors.popleft()
-        return hang, injected
 
     @staticmethod
     def _program(involved: list[tuple[Block, int]], groups: list[int], commands: tuple[Command, ...]) -> None:

@@ -63,6 +63,23 @@ class Work:
     started_ns: int = 0  # when it was taken, while the device traces (pydla.hw.trace_out)
 
 
+
+def take_faults(involved: list[Block]) -> tuple[bool, int]:
+    """Under the lock: the injected faults an operation on ``involved`` takes (one of each block's
+    pending hangs; else the first pending injected error among them, 0 for none)."""
+    hang = False
+    for b in involved:
+        if b.hangs > 0:
+            b.hangs -= 1
+            hang = True
+    injected = 0
+    if not hang:
+        for b in involved:
+            if b.injected_errors:
+                injected = b.injected_errors.popleft()
+                break
+    return hang, injected
+
 class Execution:
     """Running operations (a part of :class:`~pydla.hw.device.VirtualDevice`): the enabled ones in
     enable order (``pending``), those computing now (``running``), the block workers (threaded)."""
@@ -143,15 +160,7 @@ class Execution:
                 partner[0].state[partner[1]] = RUNNING
                 self.pending.remove(partner)  # the flying SDP runs as part of this operation
                 involved.append(partner[0])
-            hang = False
-            for b in involved:
-                if b.hangs > 0:
-                    b.hangs -= 1
-                    hang = True
-            injected = 0
-            for b in involved:
-                if b.injected_errors and not hang and not injected:
-                    injected = b.injected_errors.popleft()
+            hang, injected = take_faults(involved)
             pair = partner if isinstance(partner, tuple) else None
             work = Work(block, group, pair, block.epoch, hang, injected,
                          pair[0].epoch if pair is not None else 0, threading.get_ident())

@@ -111,7 +111,7 @@ class Kmd:
         self.watchdog = Watchdog(self.engine, self.port, tdr_ms=tdr_ms, ban_after=ban_after)
         self.tasks = TaskCache()
         # Each task's command buffer, on a device whose command processor runs a task from one doorbell
-        # (not headed: the microcontroller's firmware programs each operation; not NVDLA's)
+        # (not headed: the microcontroller's firmware builds its own, pydla.hw.mcu.cmdbufs; not NVDLA's)
         self.cmdbufs = CommandBuffers(port, present=not info.headed and info.nvdla is None
                                       and device_has_command_processor(port))
         # SHAVE task lists run beside the engine, on the host in both modes (pydla.kmd.shave_run).

@@ -34,8 +34,6 @@ from pydla.deviceapi.generated import dla_uapi as U
 from pydla.errors import DlaError, NvError
 from pydla.firmware.interface import CuDesc
 from pydla.portability.interface import NvDlaEngineSelect, NvDlaFence, NvDlaTaskStatus, check_cu_args
-from pydla.portability.linux_handle import CONTROL as CONTROL
-from pydla.portability.linux_handle import CU_NVERROR as CU_NVERROR
 from pydla.portability.linux_handle import cu_ioctl
 from pydla.portability.linux_handle import query_compute_units as query_compute_units
 from pydla.uapi.ioctl import INLINE_FENCES, MAX_CU_ARGS, MAX_STREAM_TIMEOUT_MS

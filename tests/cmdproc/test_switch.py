@@ -16,11 +16,9 @@ from pydla.deviceapi.generated import dla_regs as R
 from pydla.errors import DlaError, NvError
 from pydla.hw.device import VirtualDevice
 from pydla.kmd.driver import Kmd
-from pydla.loadable.mixed_task import MixedTask
-from pydla.loadable.taskbuilder import TaskBuilder
 from pydla.target.config import load_config
 from tests.kmd.support import single_pdp
-from tests.kmd.test_shave_barriers import N, _clamp, _run, _shave, _x
+from tests.kmd.test_shave_barriers import _relu_then_clamp, _run, _x
 
 CONFIGS = Path(__file__).resolve().parents[2] / "pydla" / "target" / "configs"
 
@@ -103,14 +101,7 @@ def test_a_task_with_a_shave_list_runs_per_operation() -> None:
     dev = VirtualDevice("full")
     kmd = Kmd(VirtualDevicePort(dev))
     try:
-        tb = TaskBuilder("fp16")
-        relu = tb.sdp(tb.cube("x", (1, 1, N)), tb.cube("y", (1, 1, N)), act="relu")
-        sb = _shave()
-        produced = sb.barrier()
-        _clamp(sb, "y", "z", 0, 2, wait=[produced], update=[])
-        mixed = MixedTask(tb, sb)
-        mixed.barriers(relu.index, update=[produced])
-        out = _run(kmd, mixed, {"x": _x()})
+        out = _run(kmd, _relu_then_clamp(), {"x": _x()})
         np.testing.assert_array_equal(out["z"], np.clip(_x(), 0, 2).astype(out["z"].dtype))
         assert kmd.cmdbufs.present and len(kmd.cmdbufs) == 0 and kmd.cmdbufs.built == 0
         assert dev.cp.runs == 0

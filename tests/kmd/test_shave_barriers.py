@@ -71,9 +71,8 @@ def _x() -> np.ndarray:
     return np.linspace(-6, 6, N).astype(F16)
 
 
-@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
-def test_a_shave_task_waits_on_a_barrier_a_dla_operation_updates(make_kmd: MakeKmd, mode: str) -> None:
-    _, kmd = make_kmd(mode=mode)
+def _relu_then_clamp() -> MixedTask:
+    """y = relu(x) on SDP; a SHAVE clamp of y into z that waits on the barrier the relu updates."""
     tb = TaskBuilder("fp16")
     relu = tb.sdp(tb.cube("x", (1, 1, N)), tb.cube("y", (1, 1, N)), act="relu")
     sb = _shave()
@@ -81,7 +80,13 @@ def test_a_shave_task_waits_on_a_barrier_a_dla_operation_updates(make_kmd: MakeK
     _clamp(sb, "y", "z", 0, 2, wait=[produced], update=[])
     mixed = MixedTask(tb, sb)
     mixed.barriers(relu.index, update=[produced])
-    out = _run(kmd, mixed, {"x": _x()})
+    return mixed
+
+
+@pytest.mark.parametrize("mode", ["deterministic", "threaded"])
+def test_a_shave_task_waits_on_a_barrier_a_dla_operation_updates(make_kmd: MakeKmd, mode: str) -> None:
+    _, kmd = make_kmd(mode=mode)
+    out = _run(kmd, _relu_then_clamp(), {"x": _x()})
     np.testing.assert_array_equal(out["y"], np.maximum(_x(), F16(0)))
     np.testing.assert_array_equal(out["z"], np.clip(_x(), F16(0), F16(2)))
     assert kmd.stats()["shave"]["jobs"] == 1
